@@ -1,0 +1,39 @@
+"""The project's typed errors: one small hierarchy, each saying what was wrong and how to fix it."""
+
+from __future__ import annotations
+
+
+class CompilerError(Exception):
+    """Base of every error this project raises on purpose."""
+
+
+class UOpError(CompilerError):
+    """An inconsistent UOp: wrong arity, operand dtypes or shapes. Raised when the node is built."""
+
+
+class ShapeError(UOpError, ValueError):
+    """Shapes that do not fit the op (broadcast mismatch, bad reshape, expand of a non-1 axis, bad axis)."""
+
+
+class DTypeError(UOpError, TypeError):
+    """Operand dtypes that the op does not accept."""
+
+
+class ArityError(UOpError, TypeError):
+    """A wrong number of sources, or a source or argument of the wrong kind."""
+
+
+class RuleError(CompilerError):
+    """A malformed rule or rule set: found when the rule is defined, not when it first matches."""
+
+
+class RewriteLoopError(CompilerError):
+    """graph_rewrite exceeded its step budget; the message names the rules that kept firing."""
+
+
+class SpecViolation(CompilerError):
+    """A graph that breaks the spec tables, found by rewrite.spec.check."""
+
+
+class EvalError(CompilerError):
+    """The reference evaluator met an op or value it cannot evaluate (unbound variable, division by zero)."""

@@ -1,0 +1,455 @@
+"""UOp: a hash-consed immutable term (op, src, arg, tag).
+
+Construction goes through one intern table, so structurally equal UOps are the same object and equality
+is `is`; an entry leaves the table when its UOp is garbage. `dtype` and `shape` are derived and checked
+when a node is built (rewrite.derive); `min_max`, `device`, `addrspace` and `axis` are derived on first use
+and cached. Nothing here recurses on Python's stack.
+
+Args by op (the spec's tables): CONST (value, dtype); VCONST (values, dtype); PARAM ParamArg; BUFFER
+BufferArg; CAST/BITCAST dtype; PERMUTE axis order; FLIP one bool per axis; REDUCE (op, axes); RANGE
+(id, AxisType); GETTUPLE index; COPY device; SPECIAL name; CUSTOM (fmt, dtype).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple, Union
+
+from rewrite.derive import derive, fmt_shape, shape_values
+from rewrite.dtype import AddrSpace, DType, PtrDType, dtypes
+from rewrite.errors import DTypeError
+from rewrite.ops import AxisType, GroupOp, Ops
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+ConstValue = Union[int, float, bool]
+
+
+class ParamArg(NamedTuple):
+    """PARAM's arg: `slot` is a position (FUNCTION parameter) or a name (a symbolic variable)."""
+
+    slot: int | str
+    dtype: DType
+    device: str | tuple[str, ...] | None = None
+    addrspace: AddrSpace = AddrSpace.GLOBAL
+
+
+class BufferArg(NamedTuple):
+    slot: int
+    dtype: DType
+    device: str | tuple[str, ...] | None = None
+    addrspace: AddrSpace = AddrSpace.GLOBAL
+
+
+_intern: dict[tuple, weakref.ref] = {}
+_NOTSET = object()
+
+
+def _key(op: Ops, src: tuple, arg: object, tag: object) -> tuple:
+    # -0.0 == 0.0 and they hash alike, so a negative float zero gets its own key
+    if op is Ops.CONST and type(arg[0]) is float and arg[0] == 0.0 and math.copysign(1.0, arg[0]) < 0:  # type: ignore[index]
+        return (op, src, arg, tag, "-0.0")
+    return (op, src, arg, tag)
+
+
+def normalize_const(value: ConstValue, dtype: DType) -> ConstValue:
+    """The Python value a CONST of `dtype` holds: bool, wrapped int, or float (NaN is the one math.nan)."""
+    k = dtype.scalar.kind
+    if k == "b":
+        return bool(value)
+    if k in ("i", "u", "x"):
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise DTypeError(f"CONST: {value!r} is not an integer, so it cannot be a {dtype.name} constant")
+            value = int(value)
+        v = int(value)
+        if k == "x":
+            return v
+        bits = dtype.scalar.bits
+        v &= (1 << bits) - 1
+        return v - (1 << bits) if k == "i" and v >= 1 << (bits - 1) else v
+    if k == "f":
+        v = float(value)
+        return math.nan if v != v else v
+    raise DTypeError(f"CONST: {dtype.name} cannot hold a constant")
+
+
+class UOp:
+    __slots__ = ("__weakref__", "_mm", "_props", "arg", "dtype", "op", "shape", "src", "tag")
+    op: Ops
+    src: tuple[UOp, ...]
+    arg: object
+    tag: object
+    dtype: DType
+    shape: tuple
+
+    def __new__(cls, op: Ops, src: tuple[UOp, ...] = (), arg: object = None, tag: object = None) -> UOp:
+        key = _key(op, src, arg, tag)
+        if (ref := _intern.get(key)) is not None and (u := ref()) is not None:
+            return u
+        dtype, shape = derive(op, src, arg)
+        u = object.__new__(cls)
+        u.op, u.src, u.arg, u.tag, u.dtype, u.shape, u._mm, u._props = op, src, arg, tag, dtype, shape, None, None
+        _intern[key] = weakref.ref(u)
+        return u
+
+    def __del__(self) -> None:
+        try:
+            _intern.pop(_key(self.op, self.src, self.arg, self.tag), None)
+        except (TypeError, AttributeError):  # interpreter shutdown
+            pass
+
+    def __reduce__(self) -> tuple:
+        return (UOp, (self.op, self.src, self.arg, self.tag))
+
+    def replace(self, **kwargs: object) -> UOp:
+        return UOp(kwargs.get("op", self.op), kwargs.get("src", self.src), kwargs.get("arg", self.arg),  # type: ignore[arg-type]
+                   kwargs.get("tag", self.tag))
+
+    # ------------------------------------------------------------------ construction helpers
+
+    @staticmethod
+    def const(value: ConstValue, dtype: DType | None = None) -> UOp:
+        """A scalar CONST. Without a dtype: bool -> bool, int -> index, float -> float32."""
+        if dtype is None:
+            dtype = dtypes.bool if isinstance(value, bool) else dtypes.index if isinstance(value, int) else dtypes.float32
+        return UOp(Ops.CONST, (), (normalize_const(value, dtype), dtype))
+
+    def const_like(self, value: ConstValue) -> UOp:
+        """A CONST of this node's dtype, broadcast to its shape."""
+        c = UOp.const(value, self.dtype)
+        return c if self.shape == () else c.reshape((1,) * len(self.shape)).expand(self.shape)
+
+    @staticmethod
+    def vconst(values: Sequence[ConstValue], dtype: DType = dtypes.index) -> UOp:
+        return UOp(Ops.VCONST, (), (tuple(normalize_const(v, dtype) for v in values), dtype))
+
+    @staticmethod
+    def shape_operand(shape: Sequence[int | UOp]) -> UOp:
+        """The (k,)-shaped index UOp that carries `shape` in a node's src."""
+        if all(isinstance(d, int) for d in shape):
+            return UOp(Ops.VCONST, (), (tuple(shape), dtypes.index))
+        return UOp(Ops.STACK, tuple(d if isinstance(d, UOp) else UOp.const(d) for d in shape))
+
+    @staticmethod
+    def variable(name: str, lo: int, hi: int, dtype: DType = dtypes.index) -> UOp:
+        """A symbolic integer variable with inclusive bounds [lo, hi]."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"variable: name must be a non-empty str, got {name!r}")
+        if lo > hi:
+            raise ValueError(f"variable {name!r}: empty range [{lo}, {hi}]; need lo <= hi")
+        return UOp(Ops.PARAM, (UOp.shape_operand(()), UOp.const(lo, dtype), UOp.const(hi, dtype)),
+                   ParamArg(name, dtype))
+
+    @staticmethod
+    def param(slot: int, dtype: DType, shape: Sequence[int | UOp] = (), device: str | None = None) -> UOp:
+        return UOp(Ops.PARAM, (UOp.shape_operand(shape),), ParamArg(slot, dtype, device))
+
+    @staticmethod
+    def buffer(slot: int, dtype: DType, shape: Sequence[int | UOp], device: str | None = None,
+               addrspace: AddrSpace = AddrSpace.GLOBAL) -> UOp:
+        return UOp(Ops.BUFFER, (UOp.shape_operand(shape),), BufferArg(slot, dtype, device, addrspace))
+
+    @staticmethod
+    def range(bound: int | UOp, rid: int | tuple, axis_type: AxisType = AxisType.LOOP) -> UOp:
+        """A loop index over [0, bound); `rid` makes distinct loops distinct nodes."""
+        b = bound if isinstance(bound, UOp) else UOp.const(bound)
+        return UOp(Ops.RANGE, (b,), (rid, axis_type))
+
+    @staticmethod
+    def sink(*srcs: UOp) -> UOp:
+        return UOp(Ops.SINK, tuple(srcs))
+
+    @staticmethod
+    def group(*srcs: UOp) -> UOp:
+        return UOp(Ops.GROUP, tuple(srcs))
+
+    def alu(self, op: Ops, *srcs: UOp) -> UOp:
+        return UOp(op, (self, *srcs))
+
+    def _operand(self, x: UOp | ConstValue, opname: str) -> UOp:
+        if isinstance(x, UOp):
+            return x
+        if not isinstance(x, (int, float, bool)):
+            raise TypeError(f"{opname}: cannot combine a UOp with {type(x).__name__}")
+        dt = self.dtype.scalar
+        if isinstance(x, float) and not dt.is_float and not x.is_integer():
+            raise DTypeError(f"{opname}: {x!r} is not representable as {dt.name} (the other operand's dtype); "
+                             f"cast the UOp to a float dtype first")
+        return self.const_like(x) if dt.kind != "p" else UOp.const(x)
+
+    def _bin(self, op: Ops, x: UOp | ConstValue, reverse: bool = False) -> UOp:
+        y = self._operand(x, op.name)
+        return UOp(op, (y, self) if reverse else (self, y))
+
+    # Python operators build the op they name, one to one
+    def __add__(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.ADD, x)
+    def __radd__(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.ADD, x, True)
+    def __sub__(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.SUB, x)
+    def __rsub__(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.SUB, x, True)
+    def __mul__(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.MUL, x)
+    def __rmul__(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.MUL, x, True)
+    def __floordiv__(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.IDIV, x)
+    def __rfloordiv__(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.IDIV, x, True)
+    def __mod__(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.MOD, x)
+    def __rmod__(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.MOD, x, True)
+    def __truediv__(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.DIV, x)
+    def __rtruediv__(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.DIV, x, True)
+    def __and__(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.AND, x)
+    def __rand__(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.AND, x, True)
+    def __or__(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.OR, x)
+    def __ror__(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.OR, x, True)
+    def __xor__(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.XOR, x)
+    def __rxor__(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.XOR, x, True)
+    def __lshift__(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.SHL, x)
+    def __rshift__(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.SHR, x)
+    def __lt__(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.CMPLT, x)
+    def __gt__(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.CMPGT, x)
+    def __le__(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.CMPLE, x)
+    def __ge__(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.CMPGE, x)
+    def __neg__(self) -> UOp: return UOp(Ops.NEG, (self,))
+    def __invert__(self) -> UOp: return UOp(Ops.NOT, (self,)) if self.dtype.scalar.is_bool else self ^ -1
+    # equality stays identity (UOps are dict keys); use .eq / .ne to build comparisons
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    def eq(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.CMPEQ, x)
+    def ne(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.CMPNE, x)
+    def maximum(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.MAX, x)
+    def minimum(self, x: UOp | ConstValue) -> UOp: return -((-self).maximum(-self._operand(x, "MIN")))
+    def recip(self) -> UOp: return UOp(Ops.RECIP, (self,))
+    def trunc(self) -> UOp: return UOp(Ops.TRUNC, (self,))
+    def sqrt(self) -> UOp: return UOp(Ops.SQRT, (self,))
+    def exp2(self) -> UOp: return UOp(Ops.EXP2, (self,))
+    def log2(self) -> UOp: return UOp(Ops.LOG2, (self,))
+    def sin(self) -> UOp: return UOp(Ops.SIN, (self,))
+    def pow(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.POW, x)
+
+    def where(self, a: UOp | ConstValue, b: UOp | ConstValue) -> UOp:
+        """WHERE(self, a, b): a where self is true, else b. A Python constant takes the other branch's dtype."""
+        if not isinstance(a, UOp) and not isinstance(b, UOp):
+            raise TypeError("where: at least one branch must be a UOp, so the result has a dtype")
+        a2 = a if isinstance(a, UOp) else b._operand(a, "WHERE")  # type: ignore[union-attr]
+        b2 = b if isinstance(b, UOp) else a2._operand(b, "WHERE")
+        return UOp(Ops.WHERE, (self, a2, b2))
+
+    def cast(self, dtype: DType) -> UOp:
+        return self if self.dtype is dtype else UOp(Ops.CAST, (self,), dtype)
+
+    def bitcast(self, dtype: DType) -> UOp:
+        return UOp(Ops.BITCAST, (self,), dtype)
+
+    # ------------------------------------------------------------------ movement and reduce
+
+    def reshape(self, shape: Sequence[int | UOp]) -> UOp:
+        shape = tuple(shape)
+        return self if shape == self.shape else UOp(Ops.RESHAPE, (self, UOp.shape_operand(shape)))
+
+    def expand(self, shape: Sequence[int | UOp]) -> UOp:
+        shape = tuple(shape)
+        return self if shape == self.shape else UOp(Ops.EXPAND, (self, UOp.shape_operand(shape)))
+
+    def permute(self, order: Sequence[int]) -> UOp:
+        order = tuple(order)
+        return self if order == tuple(range(len(self.shape))) else UOp(Ops.PERMUTE, (self,), order)
+
+    def pad(self, before: Sequence[int | UOp], after: Sequence[int | UOp]) -> UOp:
+        if all(isinstance(d, int) and d == 0 for d in (*before, *after)):
+            return self
+        return UOp(Ops.PAD, (self, UOp.shape_operand(tuple(before)), UOp.shape_operand(tuple(after))))
+
+    def shrink(self, begin: Sequence[int | UOp], end: Sequence[int | UOp]) -> UOp:
+        if tuple(begin) == (0,) * len(self.shape) and tuple(end) == self.shape:
+            return self
+        return UOp(Ops.SHRINK, (self, UOp.shape_operand(tuple(begin)), UOp.shape_operand(tuple(end))))
+
+    def flip(self, axes: Sequence[int] | Sequence[bool]) -> UOp:
+        """Reverse the given axes (ints), or the flagged ones (one bool per axis)."""
+        axes = tuple(axes)
+        flags = axes if axes and all(isinstance(a, bool) for a in axes) else \
+            tuple(i in {a % len(self.shape) for a in axes} for i in range(len(self.shape)))  # type: ignore[operator]
+        return self if not any(flags) else UOp(Ops.FLIP, (self,), flags)
+
+    def index(self, *idxs: UOp | int) -> UOp:
+        return UOp(Ops.INDEX, (self, *(i if isinstance(i, UOp) else UOp.const(i) for i in idxs)))
+
+    @staticmethod
+    def stack(*srcs: UOp) -> UOp:
+        return UOp(Ops.STACK, tuple(srcs))
+
+    def reduce(self, op: Ops, axes: Sequence[int] | None = None) -> UOp:
+        n = len(self.shape)
+        ax = tuple(range(n)) if axes is None else tuple(sorted({a % n if n else a for a in axes}))
+        return UOp(Ops.REDUCE, (self,), (op, ax))
+
+    def sum(self, axes: Sequence[int] | None = None) -> UOp: return self.reduce(Ops.ADD, axes)
+    def max(self, axes: Sequence[int] | None = None) -> UOp: return self.reduce(Ops.MAX, axes)
+    def prod(self, axes: Sequence[int] | None = None) -> UOp: return self.reduce(Ops.MUL, axes)
+    def contiguous(self) -> UOp: return UOp(Ops.CONTIGUOUS, (self,))
+    def detach(self) -> UOp: return UOp(Ops.DETACH, (self,))
+    def copy(self, device: str | tuple[str, ...]) -> UOp: return UOp(Ops.COPY, (self,), device)
+    def replicated(self, *axes: int) -> UOp: return UOp(Ops.REPLICATED, (self,), tuple(axes))
+    def store(self, val: UOp, gate: UOp | None = None) -> UOp:
+        return UOp(Ops.STORE, (self, val) if gate is None else (self, val, gate))
+    def load(self, *rest: UOp) -> UOp: return UOp(Ops.LOAD, (self, *rest))
+    def after(self, *deps: UOp) -> UOp: return UOp(Ops.AFTER, (self, *deps))
+    def end(self, *ranges: UOp) -> UOp: return UOp(Ops.END, (self, *ranges))
+
+    # ------------------------------------------------------------------ derived properties
+
+    @property
+    def size(self) -> int | UOp:
+        n: int | UOp = 1
+        for d in self.shape:
+            n = n * d
+        return n
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def value(self) -> ConstValue:
+        """The Python value of a CONST."""
+        if self.op is not Ops.CONST:
+            raise TypeError(f"value: only a CONST has a value, this is {self.op.name}")
+        return self.arg[0]  # type: ignore[index]
+
+    @property
+    def min_max(self) -> tuple[ConstValue, ConstValue]:
+        if (mm := self._mm) is None:
+            from rewrite.interval import compute_min_max
+
+            mm = compute_min_max(self)
+        return mm
+
+    @property
+    def vmin(self) -> ConstValue:
+        return self.min_max[0]
+
+    @property
+    def vmax(self) -> ConstValue:
+        return self.min_max[1]
+
+    def _prop(self, name: str, fn: Callable[[UOp], object]) -> object:
+        if self._props is None:
+            self._props = {}
+        if (v := self._props.get(name, _NOTSET)) is _NOTSET:
+            v = self._props[name] = fn(self)
+        return v
+
+    @property
+    def device(self) -> str | tuple[str, ...] | None:
+        from rewrite.props import device_of
+
+        return self._prop("device", device_of)  # type: ignore[return-value]
+
+    @property
+    def addrspace(self) -> AddrSpace | None:
+        from rewrite.props import addrspace_of
+
+        return self._prop("addrspace", addrspace_of)  # type: ignore[return-value]
+
+    @property
+    def axis(self) -> int | None:
+        from rewrite.props import axis_of
+
+        return self._prop("axis", axis_of)  # type: ignore[return-value]
+
+    @property
+    def shape_src(self) -> tuple:
+        """For nodes that carry a shape operand, its dimensions."""
+        return shape_values(self.src[0 if self.op in (Ops.PARAM, Ops.BUFFER) else 1])
+
+    # ------------------------------------------------------------------ walks (iterative)
+
+    def toposort(self) -> list[UOp]:
+        """Every node reachable from self, children before parents."""
+        out: list[UOp] = []
+        seen: set[UOp] = set()
+        stack: list[tuple[UOp, bool]] = [(self, False)]
+        while stack:
+            u, done = stack.pop()
+            if done:
+                out.append(u)
+                continue
+            if u in seen:
+                continue
+            seen.add(u)
+            stack.append((u, True))
+            for s in reversed(u.src):
+                if s not in seen:
+                    stack.append((s, False))
+        return out
+
+    def walk(self) -> Iterator[UOp]:
+        yield from self.toposort()
+
+    def variables(self) -> list[UOp]:
+        """Symbolic variables (named PARAMs) this node depends on, by name."""
+        vs = {u for u in self.toposort() if u.op is Ops.PARAM and isinstance(u.arg.slot, str)}  # type: ignore[union-attr]
+        return sorted(vs, key=lambda u: u.arg.slot)  # type: ignore[union-attr]
+
+    def ranges(self) -> list[UOp]:
+        return [u for u in self.toposort() if u.op is Ops.RANGE]
+
+    def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
+        """Replace nodes by identity (each occurrence), rebuilding parents; one walk, no rules."""
+        from rewrite.engine import substitute
+
+        return substitute(self, mapping)
+
+    # ------------------------------------------------------------------ index-language conveniences
+
+    def simplify(self) -> UOp:
+        """Fast symbolic rules, then e-graph saturation (the simplifier registered by the `rules` package)."""
+        return _simplifier()(self)
+
+    def render(self) -> str:
+        from rewrite.render import render
+
+        return render(self)
+
+    def evaluate(self, env: dict[str, ConstValue] | None = None) -> ConstValue:
+        """The exact Python value of a scalar expression, given values for its variables by name."""
+        from rewrite.evaluate import evaluate
+
+        return evaluate(self, env or {})
+
+    def __repr__(self) -> str:
+        from rewrite.render import pretty
+
+        return pretty(self)
+
+    def short(self) -> str:
+        """One line: op, dtype, shape and arg."""
+        sh = "" if self.shape == () else fmt_shape(self.shape)
+        arg = "" if self.arg is None else f" {self.arg!r}"
+        return f"{self.op.name}:{self.dtype.name}{sh}{arg}"
+
+
+_SIMPLIFIER: list[Callable[[UOp], UOp]] = []
+
+
+def register_simplifier(fn: Callable[[UOp], UOp]) -> None:
+    """Installed by `rules` at import: what UOp.simplify() runs."""
+    _SIMPLIFIER[:] = [fn]
+
+
+def _simplifier() -> Callable[[UOp], UOp]:
+    if not _SIMPLIFIER:
+        import importlib
+
+        importlib.import_module("rules")  # a plug-in lookup by name: rewrite/ does not depend on rules/ statically
+    if not _SIMPLIFIER:
+        raise RuntimeError("no simplifier registered: `import rules` installs the symbolic rules")
+    return _SIMPLIFIER[0]
+
+
+def is_const(u: UOp, value: ConstValue | None = None) -> bool:
+    return u.op is Ops.CONST and (value is None or u.arg[0] == value)  # type: ignore[index]
+
+
+__all__ = ["BufferArg", "ConstValue", "GroupOp", "ParamArg", "PtrDType", "UOp", "is_const", "register_simplifier"]
