@@ -23,11 +23,14 @@ Shape = tuple
 
 def shape_values(s: UOp) -> tuple:
     """The dimensions held by a shape operand (a (k,)-shaped index VCONST or STACK)."""
+    if s.op not in (Ops.VCONST, Ops.STACK) or s.dtype is not dtypes.index or len(s.shape) != 1:
+        raise ArityError(
+            f"a shape operand must be a (k,)-shaped index VCONST or a STACK of index scalars, got "
+            f"{s.op.name}{fmt_shape(s.shape)}:{s.dtype.name}; build it with UOp.shape_operand"
+        )
     if s.op is Ops.VCONST:
         return s.arg[0]
-    if s.op is Ops.STACK:
-        return tuple(x.arg[0] if x.op is Ops.CONST else x for x in s.src)
-    raise ArityError(f"a shape operand must be a VCONST or a STACK of index scalars, got {s.op.name}")
+    return tuple(x.arg[0] if x.op is Ops.CONST else x for x in s.src)
 
 
 def fmt_shape(shape: tuple) -> str:
@@ -45,7 +48,8 @@ def _dim_eq(a: object, b: object) -> bool:
 def broadcast(op: Ops, shapes: list[tuple]) -> tuple:
     """Right-align the shapes and take the element-wise max; every axis must be equal or 1."""
     first = shapes[0]
-    if all(len(s) == len(first) and all(_dim_eq(x, y) for x, y in zip(s, first)) for s in shapes[1:]):
+    # tuple equality is _dim_eq per axis: ints compare by value, UOp dims by identity (UOp.__eq__ is `is`)
+    if all(s == first for s in shapes[1:]):
         return first
     n = max(len(s) for s in shapes)
     out = []
@@ -168,6 +172,8 @@ def _const(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
     if not (isinstance(arg, tuple) and len(arg) == 2 and isinstance(arg[1], DType)):
         raise ArityError(f"{op.name}: arg must be (value, dtype), got {arg!r}")
     if op is Ops.VCONST:
+        if not isinstance(arg[0], tuple):
+            raise ArityError(f"VCONST: arg must be (tuple of values, dtype), got {arg!r}")
         return arg[1], (len(arg[0]),)
     return arg[1], ()
 
@@ -185,11 +191,13 @@ def _buffer(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
 
 def _bufferview(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
     _arity(op, src, 1)
-    size, dt, _offset = arg  # type: ignore[misc]
-    return dt, (size,)
+    if not (isinstance(arg, tuple) and len(arg) == 3 and isinstance(arg[1], DType)):
+        raise ArityError(f"BUFFERVIEW: arg must be (size, dtype, offset), got {arg!r}")
+    return arg[1], (arg[0],)
 
 
 def _binary(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
+    _arity(op, src, 0)
     if not isinstance(arg, bytes):
         raise ArityError(f"BINARY: arg must be bytes, got {type(arg).__name__}")
     return dtypes.uint8, (len(arg),)
@@ -229,6 +237,8 @@ def _reshape(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
 def _expand(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
     _arity(op, src, 2)
     x, new = src[0], shape_values(src[1])
+    if any(isinstance(d, int) and d < 0 for d in new):
+        raise ShapeError(f"EXPAND: negative dimension in {fmt_shape(new)} (expanding {fmt_shape(x.shape)})")
     if len(new) != len(x.shape) or not all(_dim_eq(a, b) or _dim_eq(a, 1) for a, b in zip(x.shape, new)):
         raise ShapeError(
             f"EXPAND: cannot expand {fmt_shape(x.shape)} to {fmt_shape(new)}: only axes of size 1 can grow and the "
@@ -253,7 +263,8 @@ def _pad_shrink(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
             else:
                 out.append(d + lo + hi)
         else:
-            if isinstance(lo, int) and isinstance(hi, int) and isinstance(d, int) and not 0 <= lo <= hi <= d:
+            # a symbolic size still bounds nothing, but the begin/end pair itself must be ordered and non-negative
+            if isinstance(lo, int) and isinstance(hi, int) and not 0 <= lo <= hi <= (d if isinstance(d, int) else hi):
                 raise ShapeError(
                     f"SHRINK: range [{lo}, {hi}) on axis {i} is not inside [0, {d}] of {fmt_shape(x.shape)}; "
                     f"need 0 <= begin <= end <= size"
@@ -265,7 +276,8 @@ def _pad_shrink(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
 def _permute(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
     _arity(op, src, 1)
     x = src[0]
-    if not isinstance(arg, tuple) or sorted(arg) != list(range(len(x.shape))):
+    if (not isinstance(arg, tuple) or not all(type(a) is int for a in arg)
+            or sorted(arg) != list(range(len(x.shape)))):
         raise ShapeError(f"PERMUTE: {arg!r} is not a permutation of the {len(x.shape)} axes of {fmt_shape(x.shape)}")
     return x.dtype, tuple(x.shape[i] for i in arg)
 
@@ -396,4 +408,17 @@ _DERIVE: dict[Ops, Callable[[Ops, tuple, object], tuple[DType, tuple]]] = {
 
 
 def derive(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
-    return _DERIVE[op](op, src, arg)
+    try:
+        return _DERIVE[op](op, src, arg)
+    except (AttributeError, TypeError) as e:
+        # a non-UOp source surfaces as a bare AttributeError deep in a deriver; name it instead (this costs
+        # nothing on the success path)
+        if not isinstance(src, tuple):
+            raise ArityError(f"{op.name}: src must be a tuple of UOps, got {type(src).__name__}") from e
+        bad = [s for s in src if not hasattr(s, "op") or not hasattr(s, "shape")]
+        if bad:
+            raise ArityError(
+                f"{op.name}: every source must be a UOp, got {type(bad[0]).__name__} {bad[0]!r}; wrap Python "
+                f"numbers with UOp.const"
+            ) from e
+        raise

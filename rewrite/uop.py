@@ -47,10 +47,17 @@ _intern: dict[tuple, weakref.ref] = {}
 _NOTSET = object()
 
 
+def _value_sig(v: object) -> object:
+    t = type(v)
+    return (t, math.copysign(1.0, v) < 0) if t is float and v == 0.0 else t  # type: ignore[arg-type]
+
+
 def _key(op: Ops, src: tuple, arg: object, tag: object) -> tuple:
-    # -0.0 == 0.0 and they hash alike, so a negative float zero gets its own key
-    if op is Ops.CONST and type(arg[0]) is float and arg[0] == 0.0 and math.copysign(1.0, arg[0]) < 0:  # type: ignore[index]
-        return (op, src, arg, tag, "-0.0")
+    # 1 == 1.0 == True and 0.0 == -0.0 compare and hash alike, so a constant's key also spells out each value's
+    # type and the sign of a float zero; otherwise a raw CONST(True, int32) would be handed back for const(1, int32)
+    if (op is Ops.CONST or op is Ops.VCONST) and type(arg) is tuple and len(arg) == 2:
+        v = arg[0]
+        return (op, src, arg, tag, tuple(map(_value_sig, v)) if type(v) is tuple else _value_sig(v))
     return (op, src, arg, tag)
 
 

@@ -1,0 +1,26 @@
+"""The rewrite engine: UOps, dtypes, the rule DSL and graph_rewrite. Imports nothing else of this project."""
+
+from rewrite.dsl import Pat, Rule, RuleSet, const, fold, op, var
+from rewrite.dtype import AddrSpace, DType, PtrDType, dtypes, promote
+from rewrite.engine import graph_rewrite, substitute
+from rewrite.errors import (
+    ArityError,
+    CompilerError,
+    DTypeError,
+    EvalError,
+    RewriteLoopError,
+    RuleError,
+    ShapeError,
+    SpecViolation,
+    UOpError,
+)
+from rewrite.ops import AxisType, GroupOp, Ops
+from rewrite.trace import tracing
+from rewrite.uop import BufferArg, ParamArg, UOp
+
+__all__ = [
+    "AddrSpace", "ArityError", "AxisType", "BufferArg", "CompilerError", "DType", "DTypeError", "EvalError",
+    "GroupOp", "Ops", "ParamArg", "Pat", "PtrDType", "RewriteLoopError", "Rule", "RuleError", "RuleSet",
+    "ShapeError", "SpecViolation", "UOp", "UOpError", "const", "dtypes", "fold", "graph_rewrite", "op", "promote",
+    "substitute", "tracing", "var",
+]

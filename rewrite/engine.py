@@ -1,0 +1,175 @@
+"""graph_rewrite: apply an ordered rule set to a graph.
+
+Default: children first, and every result is rewritten again until no rule fires (a fixed point per node);
+one memo per call, so a shared subgraph is rewritten once. `bottom_up=True` tries the rules on a node
+before its children (tinygrad's name for this order) and still reaches a fixed point. `walk=True` is a
+single pass: each node is rebuilt from its rewritten children and tried once; results are not revisited.
+
+Walks use an explicit stack (a 1M-node chain is fine). A node met again while its own rewrite is in
+progress is a cycle; more than `max_steps` firings is a runaway rule set. Both raise RewriteLoopError,
+naming the rules that kept firing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rewrite.dsl import RuleSet
+from rewrite.errors import RewriteLoopError
+from rewrite.trace import current
+from rewrite.uop import UOp
+
+DEFAULT_MAX_STEPS = 2_000_000
+_MISSING = object()
+
+
+def _ruleset(rules: RuleSet | Sequence[RuleSet]) -> RuleSet:
+    if isinstance(rules, RuleSet):
+        return rules
+    rs = list(rules)
+    out = rs[0]
+    for r in rs[1:]:
+        out = out + r
+    return out
+
+
+def graph_rewrite(graph: UOp, rules: RuleSet | Sequence[RuleSet], ctx: object = None, *, name: str | None = None,
+                  bottom_up: bool = False, walk: bool = False, max_steps: int = DEFAULT_MAX_STEPS) -> UOp:
+    """Rewrite `graph` with `rules` (see module docstring); `name` labels the stage in traces and errors."""
+    rs = _ruleset(rules)
+    run = _Run(rs, ctx, name or rs.name, max_steps)
+    return run.walk(graph) if walk else run.fixed_point(graph, bottom_up)
+
+
+class _Run:
+    __slots__ = ("ctx", "fired", "log", "max_steps", "rs", "stage", "steps", "why")
+
+    def __init__(self, rs: RuleSet, ctx: object, stage: str, max_steps: int) -> None:
+        self.rs, self.ctx, self.stage, self.max_steps = rs, ctx, stage, max_steps
+        self.steps = 0
+        self.fired = [0] * len(rs.rules)
+        self.why: dict[UOp, int] = {}
+        self.log = current()
+
+    def matcher(self, op: object) -> object:
+        m = self.rs._matchers.get(op, _MISSING)  # type: ignore[call-overload]
+        return self.rs.matcher(op) if m is _MISSING else m  # type: ignore[arg-type]
+
+    def try_rules(self, n: UOp) -> UOp | None:
+        m = self.rs._matchers.get(n.op, _MISSING)
+        if m is _MISSING:
+            m = self.rs.matcher(n.op)
+        if m is None:
+            return None
+        res = m(n, self.ctx)  # type: ignore[operator]
+        if res is None:
+            return None
+        r, k = res
+        self.fired[k] += 1
+        self.why[n] = k
+        self.steps += 1
+        if self.steps > self.max_steps:
+            raise self.loop_error(f"more than {self.max_steps} rule firings")
+        if self.log is not None:
+            self.log.record(self.stage, self.rs.rules[k].name, n, r)
+        return r
+
+    def loop_error(self, what: str, cycle: Sequence[UOp] = ()) -> RewriteLoopError:
+        names = self.rs.rules
+        top = sorted(((c, names[k].name) for k, c in enumerate(self.fired) if c), reverse=True)[:8]
+        on_cycle = sorted({names[self.why[n]].name for n in cycle if n in self.why})
+        msg = f"graph_rewrite [{self.stage}]: {what}"
+        if on_cycle:
+            msg += f"; rules on the cycle: {', '.join(on_cycle)}"
+        if top:
+            msg += "; most fired: " + ", ".join(f"{n} ({c})" for c, n in top)
+        return RewriteLoopError(msg + ". A rule set must make terms smaller or more canonical; check these rules "
+                                "for a pair that undo each other or a rule whose result matches itself.")
+
+    def fixed_point(self, root: UOp, bottom_up: bool) -> UOp:
+        replace: dict[UOp, UOp] = {}
+        busy: set[UOp] = set()
+        stack: list = [root]
+        push, pop = stack.append, stack.pop
+        try_rules = self.try_rules
+        while stack:
+            e = pop()
+            if e.__class__ is UOp:  # first visit
+                if e in replace:
+                    continue
+                if e in busy:
+                    raise self.loop_error("a rewrite led back to the node being rewritten", list(busy))
+                busy.add(e)
+                if bottom_up and (r := try_rules(e)) is not None:
+                    push((e, r))
+                    push(r)
+                    continue
+                push((e, None))
+                for s in e.src:
+                    if s not in replace:
+                        push(s)
+                continue
+            n, r = e
+            if r is not None:  # the replacement is done: link it
+                replace[n] = replace[r]
+                busy.discard(n)
+                continue
+            src = n.src
+            new = tuple([replace[s] for s in src])
+            if new == src:
+                if bottom_up or (r := try_rules(n)) is None:
+                    replace[n] = n
+                    busy.discard(n)
+                    continue
+            else:
+                r = UOp(n.op, new, n.arg, n.tag)
+            if (done := replace.get(r)) is not None:
+                replace[n] = done
+                busy.discard(n)
+            else:
+                push((n, r))
+                push(r)
+        return replace[root]
+
+    def walk(self, root: UOp) -> UOp:
+        replace: dict[UOp, UOp] = {}
+        stack: list = [root]
+        push, pop = stack.append, stack.pop
+        while stack:
+            e = pop()
+            if e.__class__ is UOp:
+                if e in replace:
+                    continue
+                push((e, None))
+                for s in e.src:
+                    if s not in replace:
+                        push(s)
+                continue
+            n = e[0]
+            if n in replace:
+                continue
+            new = tuple([replace[s] for s in n.src])
+            base = n if new == n.src else UOp(n.op, new, n.arg, n.tag)
+            r = self.try_rules(base)
+            replace[n] = base if r is None else r
+        return replace[root]
+
+
+def substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
+    """Replace each key of `mapping` by its value wherever it occurs (not inside the values), one walk."""
+    replace: dict[UOp, UOp] = dict(mapping)
+    stack: list = [root]
+    while stack:
+        e = stack.pop()
+        if e.__class__ is UOp:
+            if e in replace:
+                continue
+            stack.append((e, None))
+            stack.extend(s for s in e.src if s not in replace)
+            continue
+        n = e[0]
+        if n in replace:
+            continue
+        new = tuple([replace[s] for s in n.src])
+        replace[n] = n if new == n.src else UOp(n.op, new, n.arg, n.tag)
+    return replace[root]

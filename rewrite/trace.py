@@ -1,0 +1,84 @@
+"""Rewrite tracing: with TRACE=1 (or inside `tracing()`), every rule firing is recorded.
+
+    with tracing() as log:
+        out = graph_rewrite(g, rules, name="simplify")
+    print(log.format())          # stage, rule name, before -> after, one per line
+    log.made(out)                # the firings whose result is `out`: "which rules made this node"
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rewrite.env import getenv
+
+if TYPE_CHECKING:
+    from rewrite.uop import UOp
+
+
+@dataclass(frozen=True)
+class Firing:
+    stage: str
+    rule: str
+    before: UOp
+    after: UOp
+
+    def __str__(self) -> str:
+        return f"[{self.stage}] {self.rule}: {_short(self.before)} -> {_short(self.after)}"
+
+
+def _short(u: UOp) -> str:
+    try:
+        s = u.render()
+    except Exception:  # noqa: BLE001 -- rendering is best effort for odd nodes
+        s = u.short()
+    return s if len(s) <= 120 else s[:117] + "..."
+
+
+class TraceLog:
+    def __init__(self) -> None:
+        self.firings: list[Firing] = []
+
+    def record(self, stage: str, rule: str, before: UOp, after: UOp) -> None:
+        self.firings.append(Firing(stage, rule, before, after))
+
+    def made(self, node: UOp) -> list[Firing]:
+        """Firings that produced `node`, following each result back through later rewrites of it."""
+        return [f for f in self.firings if f.after is node]
+
+    def counts(self) -> Counter[str]:
+        return Counter(f.rule for f in self.firings)
+
+    def format(self, limit: int = 200) -> str:
+        lines = [str(f) for f in self.firings[:limit]]
+        if len(self.firings) > limit:
+            lines.append(f"... {len(self.firings) - limit} more")
+        return "\n".join(lines)
+
+    def clear(self) -> None:
+        self.firings.clear()
+
+
+_active: list[TraceLog] = []
+GLOBAL_LOG = TraceLog()
+
+
+def current() -> TraceLog | None:
+    """The log firings go to now: the innermost `tracing()` block, else the global log when TRACE=1."""
+    if _active:
+        return _active[-1]
+    return GLOBAL_LOG if getenv("TRACE") else None
+
+
+@contextlib.contextmanager
+def tracing() -> Iterator[TraceLog]:
+    log = TraceLog()
+    _active.append(log)
+    try:
+        yield log
+    finally:
+        _active.pop()
