@@ -1,0 +1,51 @@
+"""Devices: thin modules that render a LINEAR kernel to source, compile it, allocate buffers and launch.
+
+The contract between `lower/` and a device is the LINEAR program, a UOp `LINEAR(i0, i1, ...)` whose sources
+are the kernel's instructions in execution order. Every source of an instruction appears earlier in the
+list. Values are scalars (shape ()); an instruction's value is named by its UOp (identity), and each UOp
+appears once. The instructions:
+
+  BUFFER   arg BufferArg(slot, dtype, device, addrspace), shape (n,). GLOBAL: kernel parameter `data{slot}`,
+           a pointer to n elements of dtype. REG: a local array of n elements (accumulators), declared where
+           it appears.
+  PARAM    a symbolic int variable (arg.slot is its name, src[1], src[2] its CONST bounds): an int kernel
+           parameter passed by name at launch.
+  CONST    arg (value, dtype).
+  SPECIAL  arg name (e.g. "core_id", "gidx0"), src (bound,): a hardware/thread index in [0, bound).
+  RANGE    src (bound,), arg (id, AxisType): opens `for (ridx = 0; ridx < bound; ridx++)`.
+  END      src (body, range): closes the loop of `range` (the most recently opened one still open).
+  INDEX    src (buf, i): the address of element i of buf (i is an index/int scalar).
+  LOAD     src (index,) or (index, alt, gate): read the element; with a gate, `gate ? *index : alt`.
+  STORE    src (index, value) or (index, value, gate): write (only when gate is true).
+  AFTER    src (x, deps...): the value x; deps only order.
+  IF       src (gate,) / ENDIF src (if,): a conditional block.
+  ALU ops  (GroupOp.ALU) and CAST, BITCAST: elementwise on scalars; exact meaning in rewrite.semantics.
+
+IDIV/MOD are floor division; a device that lacks them declares so and lowering gives it CDIV/CMOD plus a fix.
+A device declares `supported_ops`; lowering decomposes the rest (rules/decompositions.py).
+
+Registry: `get_device(name)` returns the device object ("cpu", "python", "cuda"); `DEVICE` picks the default.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from rewrite.errors import DeviceError
+
+_MODULES = {"cpu": "devices.cpu", "python": "devices.python", "cuda": "devices.cuda"}
+_loaded: dict[str, Any] = {}
+
+
+def get_device(name: str) -> Any:
+    key = name.split(":")[0].lower()
+    if key not in _MODULES:
+        raise DeviceError(f"unknown device {name!r}; known devices: {', '.join(sorted(_MODULES))}")
+    if key not in _loaded:
+        _loaded[key] = importlib.import_module(_MODULES[key]).DEVICE
+    return _loaded[key]
+
+
+def known_devices() -> list[str]:
+    return sorted(_MODULES)

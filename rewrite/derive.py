@@ -8,7 +8,8 @@ dimension is a number, a STACK of scalar index UOps otherwise.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rewrite.dtype import DType, PtrDType, dtypes
 from rewrite.errors import ArityError, DTypeError, ShapeError
@@ -34,7 +35,12 @@ def shape_values(s: UOp) -> tuple:
 
 
 def fmt_shape(shape: tuple) -> str:
-    return "(" + ", ".join(str(d) if isinstance(d, int) else d.render() for d in shape) + ("," if len(shape) == 1 else "") + ")"
+    inner = ", ".join(str(d) if isinstance(d, int) else d.render() for d in shape)
+    return f"({inner},)" if len(shape) == 1 else f"({inner})"
+
+
+def _dim(d: object) -> str:
+    return str(d) if isinstance(d, int) else d.render()  # type: ignore[attr-defined]
 
 
 def _desc(u: UOp) -> str:
@@ -95,17 +101,14 @@ def _same_dtype(op: Ops, src: tuple) -> DType:
     return dt
 
 
-def _need(op: Ops, dt: DType, ok: Callable[[DType], bool], what: str) -> None:
-    if not ok(dt.scalar):
-        raise DTypeError(f"{op.name}: needs {what} operands, got {dt.name}")
-
-
-_INT = (lambda d: d.is_int, "integer (or index)")
-_INT_BOOL = (lambda d: d.is_int or d.is_bool, "integer or bool")
-_FLOAT = (lambda d: d.is_float, "floating-point")
-_NUM = (lambda d: d.is_int or d.is_float, "numeric (int, index or float)")
-_NUM_BOOL = (lambda d: d.kind in "iuxfb", "value (not void or pointer)")
-_BOOL = (lambda d: d.is_bool, "bool")
+# accepted scalar dtype kinds per ALU op (DType.kind: b bool, i signed, u unsigned, x index, f float); kind
+# strings rather than predicates because this runs for every ALU node built
+_INT = ("iux", "integer (or index)")
+_INT_BOOL = ("iuxb", "integer or bool")
+_FLOAT = ("f", "floating-point")
+_NUM = ("iuxf", "numeric (int, index or float)")
+_NUM_BOOL = ("iuxfb", "value (not void or pointer)")
+_BOOL = ("b", "bool")
 
 _ALU_DTYPE_RULE = {
     Ops.ADD: _NUM, Ops.SUB: _NUM, Ops.MUL: _NUM, Ops.MAX: _NUM_BOOL, Ops.NEG: _NUM, Ops.MULACC: _NUM,
@@ -127,15 +130,27 @@ def _arity(op: Ops, src: tuple, n: int | tuple[int, int]) -> None:
 
 
 def _alu(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
-    _arity(op, src, _ARITY[op])
-    shape = src[0].shape if len(src) == 1 else broadcast(op, [s.shape for s in src])
+    if len(src) != _ARITY[op]:
+        _arity(op, src, _ARITY[op])
+    shape = src[0].shape
+    for s in src[1:]:
+        # equal shapes are the common case; tuple != compares int dims by value and UOp dims by identity
+        if s.shape != shape:
+            shape = broadcast(op, [s.shape for s in src])
+            break
     if op is Ops.WHERE:
         if not src[0].dtype.scalar.is_bool:
             raise DTypeError(f"WHERE: the condition must be bool, got {_desc(src[0])}; compare it (x != 0) first")
         return _same_dtype(op, src[1:]), shape
-    dt = _same_dtype(op, src)
-    ok, what = _ALU_DTYPE_RULE[op] if op in _ALU_DTYPE_RULE else _NUM
-    _need(op, dt, ok, what)
+    dt = src[0].dtype
+    for s in src[1:]:
+        if s.dtype is not dt:
+            _same_dtype(op, src)
+    kinds, what = _ALU_DTYPE_RULE.get(op, _NUM)
+    if dt.scalar.kind not in kinds:
+        raise DTypeError(
+            f"{op.name}: needs {what} operands, got {', '.join(_desc(s) for s in src)}; cast to a dtype the op accepts"
+        )
     if op in GroupOp.Comparison:
         return dtypes.bool.vec(dt.count), shape
     return dt, shape
@@ -239,7 +254,7 @@ def _expand(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
     x, new = src[0], shape_values(src[1])
     if any(isinstance(d, int) and d < 0 for d in new):
         raise ShapeError(f"EXPAND: negative dimension in {fmt_shape(new)} (expanding {fmt_shape(x.shape)})")
-    if len(new) != len(x.shape) or not all(_dim_eq(a, b) or _dim_eq(a, 1) for a, b in zip(x.shape, new)):
+    if len(new) != len(x.shape) or not all(_dim_eq(a, b) or _dim_eq(a, 1) for a, b in zip(x.shape, new, strict=True)):
         raise ShapeError(
             f"EXPAND: cannot expand {fmt_shape(x.shape)} to {fmt_shape(new)}: only axes of size 1 can grow and the "
             f"rank must match (reshape to add size-1 axes first)"
@@ -254,7 +269,7 @@ def _pad_shrink(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
     if len(b) != n or len(e) != n:
         raise ShapeError(f"{op.name}: {fmt_shape(x.shape)} has {n} axes but got {len(b)} begins and {len(e)} ends")
     out = []
-    for i, (d, lo, hi) in enumerate(zip(x.shape, b, e)):
+    for i, (d, lo, hi) in enumerate(zip(x.shape, b, e, strict=True)):
         if op is Ops.PAD:
             if isinstance(lo, int) and isinstance(hi, int):
                 if lo < 0 or hi < 0:
@@ -266,7 +281,7 @@ def _pad_shrink(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
             # a symbolic size still bounds nothing, but the begin/end pair itself must be ordered and non-negative
             if isinstance(lo, int) and isinstance(hi, int) and not 0 <= lo <= hi <= (d if isinstance(d, int) else hi):
                 raise ShapeError(
-                    f"SHRINK: range [{lo}, {hi}) on axis {i} is not inside [0, {d}] of {fmt_shape(x.shape)}; "
+                    f"SHRINK: range [{lo}, {hi}) on axis {i} is not inside [0, {_dim(d)}] of {fmt_shape(x.shape)}; "
                     f"need 0 <= begin <= end <= size"
                 )
             out.append(hi - lo if isinstance(lo, int) and isinstance(hi, int) else (hi if _dim_eq(lo, 0) else hi - lo))
@@ -313,7 +328,7 @@ def _stack(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
     dt = _same_dtype(op, src)
     first = src[0].shape
     for s in src[1:]:
-        if len(s.shape) != len(first) or not all(_dim_eq(a, b) for a, b in zip(s.shape, first)):
+        if len(s.shape) != len(first) or not all(_dim_eq(a, b) for a, b in zip(s.shape, first, strict=True)):
             raise ShapeError(f"STACK: all shapes must match, got {', '.join(fmt_shape(s.shape) for s in src)}")
     return dt, (len(src), *first)
 
@@ -370,7 +385,7 @@ def _load(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
 def _store(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
     _arity(op, src, (2, 3))
     buf, val = src[0], src[1]
-    if len(buf.shape) != len(val.shape) or not all(_dim_eq(a, b) for a, b in zip(buf.shape, val.shape)):
+    if len(buf.shape) != len(val.shape) or not all(_dim_eq(a, b) for a, b in zip(buf.shape, val.shape, strict=True)):
         raise ShapeError(f"STORE: buffer shape {fmt_shape(buf.shape)} and value shape {fmt_shape(val.shape)} differ")
     bdt = buf.dtype.base if isinstance(buf.dtype, PtrDType) else buf.dtype
     if bdt.scalar is not val.dtype.scalar:

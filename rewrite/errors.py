@@ -37,3 +37,15 @@ class SpecViolation(CompilerError):
 
 class EvalError(CompilerError):
     """The reference evaluator met an op or value it cannot evaluate (unbound variable, division by zero)."""
+
+
+class DeviceError(CompilerError):
+    """An unknown or unavailable device, or a failed launch."""
+
+
+class CompileError(CompilerError):
+    """A device compiler rejected generated source; the message holds the source and the compiler's output."""
+
+
+class KernelOptError(CompilerError):
+    """An illegal kernel optimization (OptOp); the message says why."""

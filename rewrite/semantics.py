@@ -45,13 +45,13 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Callable, Union
+from collections.abc import Callable
 
 from rewrite.dtype import DType, dtypes
 from rewrite.errors import EvalError
 from rewrite.ops import GroupOp, Ops
 
-Value = Union[int, float, bool]
+Value = int | float | bool
 
 # ---------------------------------------------------------------- rounding and wrapping
 
@@ -65,14 +65,14 @@ _FLOAT_FORMATS: dict[DType, tuple[int, int, float]] = {
 
 def _round_float(x: float, prec: int, emin: int, fmax: float) -> float:
     """Round a float64 to a narrower IEEE format with round-to-nearest-even, subnormals included."""
-    if x != x or x in (math.inf, -math.inf) or x == 0.0:
+    if x != x or x in (math.inf, -math.inf) or not x:  # nan, inf and +-0.0 are exact everywhere
         return x
     _, e = math.frexp(x)  # |x| in [2**(e-1), 2**e)
     q = max(e - prec, emin - prec + 1)  # exponent of one ulp at x (fixed below the normal range)
-    r = math.ldexp(float(round(math.ldexp(x, -q))), q)  # round() of a float is exact half-to-even
-    if abs(r) > fmax:
+    n = round(math.ldexp(x, -q))  # x * 2**-q is exact, and round() of a float is exact half-to-even
+    if abs(n) > math.ldexp(fmax, -q):  # compared before scaling back, which could overflow float64
         return math.copysign(math.inf, x)
-    return r if r != 0.0 else math.copysign(0.0, x)
+    return math.ldexp(float(n), q) if n else math.copysign(0.0, x)
 
 
 def _round_int(v: int, prec: int) -> int:
@@ -82,7 +82,7 @@ def _round_int(v: int, prec: int) -> int:
         return v
     mag, rem = divmod(abs(v), 1 << drop)
     half = 1 << (drop - 1)
-    if rem > half or rem == half and mag & 1:
+    if rem > half or (rem == half and mag & 1):
         mag += 1
     return (mag << drop) if v >= 0 else -(mag << drop)
 
@@ -147,7 +147,7 @@ def python_value_ok(dtype: DType, v: object) -> bool:
 
 def _div0(op: Ops, a: int, b: int) -> None:
     if b == 0:
-        raise EvalError(f"{op.name}: integer division by zero ({a} {op.name} {b}); guard the divisor")
+        raise EvalError(f"{op.name}({a}, {b}): integer division by zero; guard the divisor (WHERE(b != 0, ...))")
 
 
 def _floordiv(a: int, b: int) -> int:
@@ -175,7 +175,7 @@ def _cmod(a: int, b: int) -> int:
 def _shift_ok(op: Ops, dt: DType, a: int, b: int) -> None:
     if b < 0 or (dt.kind != "x" and b >= dt.bits):
         limit = "b >= 0" if dt.kind == "x" else f"0 <= b < {dt.bits}"
-        raise EvalError(f"{op.name}: shift amount {b} out of range for {dt.name} ({a} {op.name} {b}); need {limit}")
+        raise EvalError(f"{op.name}({a}, {b}): shift amount {b} out of range for {dt.name}; need {limit}")
 
 
 def _shl(dt: DType, a: int, b: int) -> int:
@@ -205,8 +205,8 @@ _INF = math.inf
 
 
 def _fdiv(a: float, b: float) -> float:
-    if b == 0.0:
-        if a == 0.0 or a != a:
+    if not b:  # +-0.0
+        if not a or a != a:
             return math.nan
         return math.copysign(_INF, a) * math.copysign(1.0, b)
     return a / b
@@ -236,7 +236,7 @@ def _fexp2(a: float) -> float:
 def _flog2(a: float) -> float:
     if a < 0.0:
         return math.nan
-    return -_INF if a == 0.0 else math.log2(a)
+    return math.log2(a) if a else -_INF
 
 
 def _fsin(a: float) -> float:
@@ -253,7 +253,7 @@ def _fpow(a: float, b: float) -> float:
     except OverflowError:
         return -_INF if a < 0.0 and _is_odd_int(b) else _INF
     except ValueError:  # 0 ** negative is a pole; a negative base with a non-integer exponent has no real value
-        if a == 0.0:
+        if not a:
             return math.copysign(_INF, a) if _is_odd_int(b) else _INF
         return math.nan
 
@@ -321,8 +321,7 @@ def exec_alu(op: Ops, dtype: DType, *vals: Value) -> Value:
             return wrap(dt, fn(*vals))
     elif k == "f":
         if (ffn := _FLOAT_OPS.get(op)) is not None:
-            r = ffn(*vals)
-            return r if dt is dtypes.float64 else round_to(dt, r)
+            return round_to(dt, ffn(*vals))
     elif k == "b" and (bfn := _BOOL_OPS.get(op)) is not None:
         return bfn(*vals)
     raise EvalError(f"exec_alu: {op.name} is not defined on {dt.name} (operands {vals!r})")
@@ -349,11 +348,12 @@ def exec_cast(value: Value, from_dtype: DType, to_dtype: DType) -> Value:
 def to_bytes(dtype: DType, value: Value) -> bytes:
     """The little-endian memory image of one value."""
     dt = dtype.scalar
+    if dt.fmt is None and dt is not dtypes.bfloat16:
+        raise EvalError(f"BITCAST: {dt.name} has no memory layout")
+    value = round_to(dt, value)  # struct refuses out-of-range ints and floats that overflow the format
     if dt is dtypes.bfloat16:
         return (struct.unpack("<I", struct.pack("<f", value))[0] >> 16).to_bytes(2, "little")
-    if dt.fmt is None:
-        raise EvalError(f"BITCAST: {dt.name} has no memory layout")
-    return struct.pack("<" + dt.fmt, value)
+    return struct.pack("<" + dt.fmt, value)  # type: ignore[operator]
 
 
 def from_bytes(dtype: DType, data: bytes) -> Value:
