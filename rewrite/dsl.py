@@ -162,7 +162,7 @@ class _OpBuilder:
 
     def __call__(self, *src: Pat | Number, name: str | None = None, dtype: DType | Iterable[DType] | None = None,
                  arg: object = _ANY, rest: bool = False, ordered: bool = False) -> Pat:
-        return Pat("op", ops=self.ops, src=tuple(lift(s) for s in src) if src or not rest else None, name=name,
+        return Pat("op", ops=self.ops, src=tuple(lift(s) for s in src) if src else None, name=name,
                    dtypes=_dtypes(dtype), arg=arg, rest=rest, ordered=ordered)
 
 

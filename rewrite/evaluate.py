@@ -91,8 +91,13 @@ def _coerce(dtype: DType, v: object, what: str) -> Value:
     if dt.is_float and isinstance(v, int) and not isinstance(v, bool):
         v = float(v)
     if not python_value_ok(dt, v):
-        raise EvalError(f"{what}: {v!r} is not a {dt.name} value (right type, in range, exactly representable)")
+        raise EvalError(f"{what}: {v!r} is not a valid {dt.name} value (right type, in range, exactly representable)")
     return v  # type: ignore[return-value]
+
+
+def _const_value(u: UOp, v: Value) -> Value:
+    # a float32/float16/bfloat16 CONST may hold an unrounded float64 (normalize_const does not round it)
+    return round_to(u.dtype, v) if u.dtype.scalar.is_float else v
 
 
 # ---------------------------------------------------------------- scalar expressions
@@ -116,7 +121,7 @@ def _eval_scalar(u: UOp, vals: list, env: dict[str, Value]) -> object:
         raise EvalError(f"evaluate: {op.name} has shape {fmt_shape(u.shape)}; evaluate takes scalar expressions, "
                         f"use evaluate_graph for tensors")
     if op is Ops.CONST:
-        return u.arg[0]  # type: ignore[index]
+        return _const_value(u, u.arg[0])  # type: ignore[index]
     if op in GroupOp.ALU:
         return _apply(op, _operand_dtype(u), tuple(vals))
     if op is Ops.CAST or op is Ops.BITCAST:
@@ -265,9 +270,9 @@ def _eval_tensor(u: UOp, vals: list[np.ndarray], inputs: dict[UOp, np.ndarray]) 
                             f"{fmt_shape(u.shape)}:{u.dtype.name}; pass it in inputs")
         return _from_input(u, inputs[u])
     if op is Ops.CONST:
-        return _objects([u.arg[0]], ())  # type: ignore[index]
+        return _objects([_const_value(u, u.arg[0])], ())  # type: ignore[index]
     if op is Ops.VCONST:
-        return _objects(list(u.arg[0]), (len(u.arg[0]),))  # type: ignore[index]
+        return _objects([_const_value(u, v) for v in u.arg[0]], (len(u.arg[0]),))  # type: ignore[index]
     if op in GroupOp.ALU:
         dt = _operand_dtype(u)
         return _elementwise(u, vals, lambda *xs: _apply(op, dt, xs))

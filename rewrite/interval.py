@@ -347,7 +347,8 @@ def _bitwise(u: UOp) -> Interval:
             return 0, min(xh, yh)
         if xl >= 0 or yl >= 0:
             return 0, xh if xl >= 0 else yh
-        return -(1 << k), max(xh, yh)
+        # both may be negative: where both are, they share every bit from the wider one's sign up, so does x & y
+        return -(1 << _width(xl, yl)), max(xh, yh)
     if op is Ops.OR:
         # setting bits never lowers a non-negative value, nor a negative one (its high bits are all ones), so
         # x | y is at least each operand of a sign it shares with the result
@@ -375,7 +376,7 @@ def _shift(u: UOp) -> Interval:
     if u.op is Ops.SHL:  # x * 2**s: linear in x, monotone in s for a fixed sign of x, so corners
         return _result(u.dtype, *_minmax([xl << sl, xl << sh, xh << sl, xh << sh]))
     # x >> s is monotone in x, and in s it heads toward 0 (x >= 0) or -1 (x < 0)
-    return (xl >> sh if xl >= 0 else xl >> sl), (xh >> sl if xh >= 0 else xh >> sh)
+    return (xl >> sl if xl >= 0 else xl >> sl), (xh >> sl if xh >= 0 else xh >> sh)
 
 
 # ---------------------------------------------------------------- bools and comparisons

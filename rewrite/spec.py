@@ -450,8 +450,8 @@ def _definition_key(u: UOp) -> tuple | None:
         return ("variable", u.arg.slot)
     if u.op is Ops.RANGE and isinstance(u.arg, tuple) and u.arg:
         return ("RANGE id", u.arg[0])
-    if u.op is Ops.BUFFER and isinstance(u.arg, BufferArg):
-        return ("BUFFER slot", u.arg.slot)
+    if u.op is Ops.BUFFER and isinstance(u.arg, BufferArg):  # each address space numbers its own slots
+        return (f"{u.arg.addrspace.name} BUFFER slot", u.arg.slot)
     return None
 
 

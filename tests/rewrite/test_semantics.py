@@ -80,6 +80,7 @@ EXAMPLES: list[tuple[Ops, DType, tuple, object]] = [
     (Ops.SQRT, dtypes.float16, (2.0,), 1.4140625),     (Ops.POW, dtypes.float64, (-8.0, 1 / 3), NAN),
     (Ops.POW, dtypes.float64, (NAN, 0.0), 1.0),        (Ops.POW, dtypes.float32, (10.0, 40.0), INF),
     (Ops.MAX, dtypes.float32, (NAN, 1.0), NAN),        (Ops.MAX, dtypes.float32, (1.0, NAN), NAN),
+    (Ops.MAX, dtypes.float16, (0.0, -0.0), -0.0),      (Ops.MAX, dtypes.float64, (-0.0, 0.0), 0.0),
     (Ops.MULACC, dtypes.int8, (16, 16, 1), 1),         (Ops.MULACC, dtypes.float64, (2.0, 3.0, 1.0), 7.0),
     (Ops.THREEFRY, dtypes.uint64, (0, 0), 0x99BA4EFE_6B200159),
 ]
@@ -218,6 +219,9 @@ def test_correctly_rounded_float_ops_match_numpy_bitwise(dt: DType, npt: type, w
     a, b, c = (data.draw(floats_of(width)) for _ in range(3))
     with np.errstate(all="ignore"):
         for op, fn in NP_FLOAT_BINARY.items():
+            if op is Ops.MAX and a == b:  # +-0.0 ties: numpy's float16 maximum returns a, float32/64 return b
+                assert same(exec_alu(op, dt, a, b), b)
+                continue
             assert same(exec_alu(op, dt, a, b), fn(npt(a), npt(b))), op
         for op, fn in NP_FLOAT_UNARY.items():
             assert same(exec_alu(op, dt, a), fn(npt(a))), op
@@ -231,9 +235,13 @@ SPECIALS = [0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, -3.0, 1e-300, 1e300
 @pytest.mark.parametrize("a", SPECIALS)
 @pytest.mark.parametrize("b", SPECIALS)
 def test_pow_special_values_match_numpy(a: float, b: float) -> None:
+    # arrays, not scalars: numpy's scalar power turns x ** 0.5 into sqrt(x), so pow(-inf, 0.5) would be nan.
+    # Special values (nan, inf, 0, signs) must match exactly; numpy's SIMD pow may be an ulp off libm elsewhere.
     with np.errstate(all="ignore"):
-        assert same(exec_alu(Ops.POW, dtypes.float64, a, b), np.power(np.float64(a), np.float64(b)))
-        assert same(exec_alu(Ops.POW, dtypes.float32, a, b), np.float32(np.power(np.float64(a), np.float64(b))))
+        ref = float(np.power(np.array([a]), np.array([b]))[0])
+        r = exec_alu(Ops.POW, dtypes.float64, a, b)
+        assert same(r, ref) or (math.isfinite(ref) and ref != 0 and math.isclose(r, ref, rel_tol=4e-16))
+        assert same(exec_alu(Ops.POW, dtypes.float32, a, b), round_to(dtypes.float32, r))
 
 
 @pytest.mark.parametrize("a", SPECIALS + [-1e-300, 5e-324, 710.0, -1100.0, 1e22])
@@ -393,8 +401,8 @@ def test_int_to_float_rounds_once_like_numpy(v: int, u: int) -> None:
 def test_in_range_float_to_int_truncates_like_numpy(src: DType, dst: DType, data: st.DataObject) -> None:
     npt = np.dtype(src.name).type
     lo = float(dst.min) - 0.99 if not dst.is_unsigned else 0.0  # C leaves negative float -> unsigned undefined
-    with np.errstate(all="ignore"):
-        x = float(npt(data.draw(st.floats(lo, float(dst.max) * 0.999))))  # type: ignore[arg-type]
+    lo, hi = max(lo, -float(np.finfo(npt).max)), min(float(dst.max) * 0.999, float(np.finfo(npt).max))
+    x = float(npt(data.draw(st.floats(lo, hi))))
     assume(math.isfinite(x) and dst.min <= math.trunc(x) <= dst.max)
     assert exec_cast(x, src, dst) == int(np.array([x], src.name).astype(dst.name)[0])
 
@@ -416,7 +424,7 @@ BITCASTS = [
     (1.0, dtypes.float16, dtypes.int16, 0x3C00),        (0x7C00, dtypes.uint16, dtypes.float16, INF),
     (-0.0, dtypes.float64, dtypes.uint64, 1 << 63),     (0x7FF8000000000000, dtypes.int64, dtypes.float64, NAN),
     (True, dtypes.bool, dtypes.uint8, 1),               (0, dtypes.int8, dtypes.bool, False),
-    (0x3F80, dtypes.int16, dtypes.bfloat16, 1.0),       (-1.0, dtypes.bfloat16, dtypes.float16, -1.984375),
+    (0x3F80, dtypes.int16, dtypes.bfloat16, 1.0),       (-1.0, dtypes.bfloat16, dtypes.float16, -1.875),
 ]
 # fmt: on
 

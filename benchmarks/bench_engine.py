@@ -1,0 +1,211 @@
+"""Suite `engine`: how fast graph_rewrite and UOp interning are, against tinygrad 0.14 on the same graphs and rules.
+
+Figures (medians of >= 5 runs, a fresh graph built untimed before each run):
+  (a) a random integer expression DAG (index dtype, seeded; + * // % max < where over 8 bounded variables)
+      rewritten with SYMBOLIC, the 40-rule set below: nodes of the input graph visited per second, and rule
+      firings per second (firings counted in a separate traced run);
+  (b) a deep chain x = (x + 1) + 0 that the same rules collapse to v0 + n/2;
+  (c) interning: building N fresh ADD nodes, and building the same N again (every one a table hit).
+With tinygrad installed, the same recipes are built with tinygrad's UOp and rewritten with the same 40 rules
+as a tinygrad PatternMatcher (benchmarks/engine_tinygrad.py), and the two results are checked to be the same
+graph (ours translated node by node must be tinygrad's result), so both sides do the same work.
+
+The rules are self-contained here (not rules/symbolic): the benchmark must not change when the project's
+rule sets do. They assume index dtype (floor division, no wrap-around).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from benchmarks import engine_graphs
+from benchmarks.runner import Bench, Result, suite
+from rewrite import Ops, Rule, RuleSet, UOp, const, fold, graph_rewrite, op, tracing, var
+
+x, y, cond = var("x"), var("y"), var("cond")
+c0, c1 = const("c0"), const("c1")
+
+
+def divides(d: int, n: int) -> bool:
+    # a guard helper rather than `(d > 0) & (n % d == 0)`: `&` evaluates both sides, and n % 0 would raise
+    return d > 0 and n % d == 0
+
+
+# fmt: off
+SYMBOLIC = RuleSet("bench-symbolic", [
+    # identities
+    Rule("add-zero",        x + 0,                     x),
+    Rule("mul-one",         x * 1,                     x),
+    Rule("mul-zero",        x * 0,                     0),
+    Rule("idiv-one",        x // 1,                    x),
+    Rule("mod-one",         x % 1,                     0),
+    Rule("max-self",        x.maximum(x),              x),
+    Rule("where-same",      cond.where(x, x),          x),
+    Rule("lt-self",         x < x,                     False),
+    Rule("idiv-self",       x // x,                    1, when=lambda x: x.vmin > 0),
+    Rule("mod-self",        x % x,                     0, when=lambda x: x.vmin > 0),
+    # constant folding (a zero divisor declines the rule)
+    Rule("fold-add",        c0 + c1,                   fold(c0 + c1)),
+    Rule("fold-mul",        c0 * c1,                   fold(c0 * c1)),
+    Rule("fold-idiv",       c0 // c1,                  fold(c0 // c1)),
+    Rule("fold-mod",        c0 % c1,                   fold(c0 % c1)),
+    Rule("fold-max",        c0.maximum(c1),            fold(c0.maximum(c1))),
+    Rule("fold-lt",         c0 < c1,                   fold(c0 < c1)),
+    Rule("where-true",      op.WHERE(True, x, y),      x),
+    Rule("where-false",     op.WHERE(False, x, y),     y),
+    # constants to the right
+    Rule("add-const-left",  op.ADD(c0, x, ordered=True), x + c0),
+    Rule("mul-const-left",  op.MUL(c0, x, ordered=True), x * c0),
+    # like terms
+    Rule("add-self",        x + x,                     x * 2),
+    Rule("add-mul-self",    x * c0 + x,                x * fold(c0 + 1)),
+    Rule("add-mul-mul",     x * c0 + x * c1,           x * fold(c0 + c1)),
+    # constant reassociation
+    Rule("add-add-const",   (x + c0) + c1,             x + fold(c0 + c1)),
+    Rule("mul-mul-const",   (x * c0) * c1,             x * fold(c0 * c1)),
+    Rule("add-const-out",   (x + c0) + y,              (x + y) + c0),
+    Rule("mul-add-const",   (x + c0) * c1,             x * c1 + fold(c0 * c1)),
+    Rule("max-max-const",   (x.maximum(c0)).maximum(c1), x.maximum(fold(c0.maximum(c1)))),
+    # division and modulo by constants
+    Rule("idiv-small",      x // c0,                   0, when=lambda x, c0: (x.vmin >= 0) & (x.vmax < c0)),
+    Rule("mod-small",       x % c0,                    x, when=lambda x, c0: (x.vmin >= 0) & (x.vmax < c0)),
+    Rule("idiv-idiv",       (x // c0) // c1,           x // fold(c0 * c1), when=lambda c0, c1: (c0 > 0) & (c1 > 0)),
+    Rule("mod-mod",         (x % c0) % c1,             x % c1, when=lambda c0, c1: divides(c1, c0)),
+    Rule("mul-idiv",        (x * c0) // c1,            x * fold(c0 // c1), when=lambda c0, c1: divides(c1, c0)),
+    Rule("mul-mod",         (x * c0) % c1,             0, when=lambda c0, c1: divides(c1, c0)),
+    Rule("add-mul-idiv",    (x * c0 + y) // c0,        x + y // c0, when=lambda c0: c0 > 0),
+    Rule("add-mul-mod",     (x * c0 + y) % c0,         y % c0, when=lambda c0: c0 > 0),
+    # bounds and comparisons
+    Rule("max-bounds",      x.maximum(y),              x, when=lambda x, y: x.vmin >= y.vmax),
+    Rule("lt-true",         x < y,                     True, when=lambda x, y: x.vmax < y.vmin),
+    Rule("lt-false",        x < y,                     False, when=lambda x, y: x.vmin >= y.vmax),
+    Rule("lt-add-const",    (x + c0) < c1,             x < fold(c1 - c0)),
+])
+# fmt: on
+
+_BINARY = {"add": Ops.ADD, "mul": Ops.MUL, "idiv": Ops.IDIV, "mod": Ops.MOD, "max": Ops.MAX, "lt": Ops.CMPLT}
+
+
+def build(steps: list[tuple]) -> UOp:
+    """Our UOp graph for a recipe (see engine_graphs); returns the SINK."""
+    nodes: list[UOp] = []
+    for s in steps:
+        k = s[0]
+        if k == "var":
+            u = UOp.variable(s[1], s[2], s[3])
+        elif k == "const":
+            u = UOp.const(s[1])
+        elif k == "where":
+            u = UOp(Ops.WHERE, (nodes[s[1]], nodes[s[2]], nodes[s[3]]))
+        elif k == "sink":
+            u = UOp(Ops.SINK, tuple(nodes[i] for i in s[1]))
+        else:
+            u = UOp(_BINARY[k], (nodes[s[1]], nodes[s[2]]))
+        nodes.append(u)
+    return nodes[-1]
+
+
+def expr_size(root: UOp) -> int:
+    """Nodes of an expression with variables as leaves (their bound constants are not part of it)."""
+    seen: set[UOp] = set()
+    stack = [root]
+    while stack:
+        u = stack.pop()
+        if u in seen:
+            continue
+        seen.add(u)
+        if u.op is not Ops.PARAM:
+            stack.extend(u.src)
+    return len(seen)
+
+
+def rewrite(g: UOp) -> UOp:
+    return graph_rewrite(g, SYMBOLIC)
+
+
+def count_firings(steps: list[tuple]) -> int:
+    with tracing() as log:
+        rewrite(build(steps))
+    return len(log.firings)
+
+
+# ---------------------------------------------------------------------------- the suite
+
+
+def tinygrad_version() -> str | None:
+    """The installed tinygrad's version, or None: the peer figures need it, the suite does not."""
+    if importlib.util.find_spec("tinygrad") is None:
+        return None
+    from importlib import metadata
+
+    return metadata.version("tinygrad")
+
+
+@suite("engine")
+def engine(b: Bench) -> None:
+    q = b.quick
+    dag = engine_graphs.random_dag(20_000 if q else 100_000, seed=1)
+    deep = engine_graphs.chain(40_000 if q else 200_000)
+    n_intern = 50_000 if q else 200_000
+    peer = tinygrad_version()
+    if peer is None:
+        b.note("tinygrad is not installed: no peer figures (pip install tinygrad==0.14.0)")
+    else:
+        from benchmarks import engine_tinygrad as tg
+
+        b.note(f"peer: tinygrad {peer}, same recipe built with its UOp API, same 40 rules as a PatternMatcher")
+
+    # compile the matchers of both sides on a small graph first: the timed runs measure rewriting only
+    warm = engine_graphs.random_dag(3000, seed=99)
+    rewrite(build(warm))
+    if peer is not None:
+        tg.rewrite(tg.build(warm))
+
+    for label, steps in (("dag", dag), ("chain", deep)):
+        g = build(steps)
+        n_in, out = len(g.toposort()), rewrite(g)
+        size_in, size_out = expr_size(g), expr_size(out)
+        firings = count_firings(steps)
+        del g, out
+        ours = b.measure(f"{label}/ours", rewrite, setup=lambda s=steps: build(s), work=n_in, unit="nodes/s",
+                         info={"nodes_in": n_in, "expr_in": size_in, "expr_out": size_out, "firings": firings})
+        secs = ours.info["seconds"]
+        b.record(Result(f"{label}/ours firings", "firings/s", [firings / s for s in secs], True, ours.fgn,
+                        {"firings": firings}))
+        line = f"{label}: {n_in} nodes in (expression {size_in}), ours -> {size_out} nodes, {firings} firings"
+        if peer is not None:
+            with tg.deep_stack():
+                tg_in = tg.build(steps)
+                tg_n_in, tg_out = len(tg_in.toposort()), tg.rewrite(tg_in)
+                same = tg.same_graph(tg.translate(rewrite(build(steps))), tg_out)
+                tg_size_out, tg_firings = tg.expr_size(tg_out), tg.count_firings(steps)
+                del tg_in, tg_out
+                theirs = b.measure(f"{label}/tinygrad", tg.rewrite, setup=lambda s=steps: tg.build(s), work=n_in,
+                                   unit="nodes/s", info={"nodes_in": tg_n_in, "expr_out": tg_size_out,
+                                                         "firings": tg_firings, "same_result": same})
+            b.compare(f"{label} rewrite (nodes/s)", ours, theirs, "tinygrad")
+            line += (f"; tinygrad -> {tg_size_out} nodes, {tg_firings} firings; results identical: "
+                     f"{'yes' if same else 'NO'}")
+        b.note(line)
+
+    _interning(b, n_intern, peer is not None)
+
+
+def _interning(b: Bench, n: int, with_peer: bool) -> None:
+    v = UOp.variable("v", 0, 100)
+    consts = [UOp.const(i) for i in range(n)]
+
+    def make(_: object) -> list[UOp]:
+        return [UOp(Ops.ADD, (v, c)) for c in consts]
+
+    kept: list[list[UOp]] = []
+    fresh = b.measure("intern/ours fresh", make, work=n, unit="ns/node", per_item=1e9)
+    kept.append(make(None))  # from here on, every node built is already interned
+    hit = b.measure("intern/ours hit", make, work=n, unit="ns/node", per_item=1e9)
+    kept.clear()
+    if with_peer:
+        from benchmarks import engine_tinygrad as tg
+
+        tfresh, thit = tg.interning(b, n)
+        b.compare("intern fresh (ns/node)", fresh, tfresh, "tinygrad")
+        b.compare("intern hit (ns/node)", hit, thit, "tinygrad")

@@ -1,0 +1,132 @@
+"""Linearize a kernel: REDUCE to accumulators, then a toposort into loop blocks (the LINEAR program).
+
+After `rangeify` a kernel is a SINK of END(STORE(...), ranges) whose values may contain REDUCE(body, ranges).
+1. `reduce_to_acc` rewrites each REDUCE into a REG accumulator: an init STORE before the loop, an update
+   STORE inside (its read made loop-dependent with AFTER(index, init, ranges)), END over the ranges, and the
+   result read after the loop as LOAD(AFTER(index, END)). Multi-range ENDs become nested single-range ENDs.
+2. `linearize` places every node in the innermost loop among the RANGEs it depends on (so loop-invariant work
+   is hoisted), nests each END's range under the deepest range its own dependencies use, and emits
+   RANGE ... END blocks in dependency order: the LINEAR program of devices/__init__.py.
+"""
+
+from __future__ import annotations
+
+from rewrite import AxisType, BufferArg, Ops, Rule, RuleSet, UOp, graph_rewrite, op, var
+from rewrite.dtype import AddrSpace
+from rewrite.errors import CompilerError
+
+from lower.rangeify import reduce_identity
+
+
+class _AccCtx:
+    def __init__(self) -> None:
+        self.next_slot = 0
+
+
+def _acc_for_reduce(ctx: _AccCtx, red: UOp) -> UOp:
+    body, ranges = red.src[0], red.src[1:]
+    rop = red.arg[0]
+    ctx.next_slot += 1
+    acc = UOp(Ops.BUFFER, (UOp.shape_operand((1,)),), BufferArg(ctx.next_slot, red.dtype, None, AddrSpace.REG))
+    at = acc.index(0)
+    # the accumulator restarts on every iteration of the loops the reduction sits in
+    outer = [r for r in open_ranges(body) if r not in ranges]
+    init = (UOp(Ops.AFTER, (at, *outer)) if outer else at).store(UOp.const(reduce_identity(rop, red.dtype), red.dtype))
+    cur = UOp(Ops.LOAD, (UOp(Ops.AFTER, (at, init, *ranges)),))
+    upd = at.store(UOp(rop, (cur, body)))
+    end = upd
+    for r in reversed(ranges):
+        end = UOp(Ops.END, (end, r))
+    return UOp(Ops.LOAD, (UOp(Ops.AFTER, (at, end)),))
+
+
+def open_ranges(u: UOp) -> list[UOp]:
+    """RANGEs that `u` depends on and that no END inside `u` closes, in toposort order."""
+    deps: dict[UOp, frozenset[UOp]] = {}
+    for n in u.toposort():
+        d = frozenset().union(*(deps[s] for s in n.src)) if n.src else frozenset()
+        if n.op is Ops.RANGE:
+            d = d | {n}
+        elif n.op is Ops.END:
+            d = d - set(n.src[1:])
+        deps[n] = d
+    return [n for n in u.toposort() if n in deps[u]]
+
+
+def _split_end(e: UOp) -> UOp | None:
+    if len(e.src) <= 2:
+        return None
+    out = e.src[0]
+    for r in reversed(e.src[1:]):
+        out = UOp(Ops.END, (out, r))
+    return out
+
+
+x = var("x")
+reduce_to_acc = RuleSet("reduce-to-acc", [
+    Rule("reduce-to-accumulator", op.REDUCE(name="red"), lambda ctx, red: _acc_for_reduce(ctx, red)),
+    Rule("split-multi-range-end", op.END(name="e"), lambda e: _split_end(e)),
+])
+
+
+def linearize(sink: UOp) -> UOp:
+    """The LINEAR program of a kernel SINK (see module docstring)."""
+    g = graph_rewrite(sink, reduce_to_acc, _AccCtx(), name="reduce-to-acc")
+    topo = g.toposort()
+    deps: dict[UOp, frozenset[UOp]] = {}
+    for u in topo:
+        d = frozenset().union(*(deps[s] for s in u.src)) if u.src else frozenset()
+        if u.op is Ops.RANGE:
+            d = d | {u}
+        elif u.op is Ops.END:
+            d = d - {u.src[1]}
+        deps[u] = d
+    # nest each END's range under the deepest range its END still depends on (consumers first)
+    parent: dict[UOp, UOp | None] = {}
+    depth: dict[UOp | None, int] = {None: 0}
+    for u in reversed(topo):
+        if u.op is not Ops.END:
+            continue
+        r = u.src[1]
+        if r.op is not Ops.RANGE:
+            raise CompilerError(f"linearize: END must close a RANGE, got {r.short()}")
+        if r in parent:
+            raise CompilerError(f"linearize: range {r.render()} is closed twice")
+        p = _deepest(deps[u], depth)
+        parent[r], depth[r] = p, depth[p] + 1
+    placed: dict[UOp | None, list[UOp]] = {None: []}
+    for r in parent:
+        placed[r] = []
+    for u in topo:
+        if u.op is Ops.RANGE:
+            if u not in parent:
+                raise CompilerError(f"linearize: range {u.render()} is never closed by an END")
+            continue
+        if u.op is Ops.SINK:
+            continue
+        placed[_deepest(deps[u], depth)].append(u)
+    out: list[UOp] = []
+    _emit(None, placed, out)
+    return UOp(Ops.LINEAR, tuple(out))
+
+
+def _deepest(ranges: frozenset[UOp], depth: dict[UOp | None, int]) -> UOp | None:
+    best, bd = None, 0
+    for r in ranges:
+        if r not in depth:
+            raise CompilerError(f"linearize: value depends on range {r.render()} outside its loop")
+        if depth[r] > bd:
+            best, bd = r, depth[r]
+    return best
+
+
+def _emit(scope: UOp | None, placed: dict[UOp | None, list[UOp]], out: list[UOp]) -> None:
+    for u in placed[scope]:
+        if u.op is Ops.END:
+            r = u.src[1]
+            out.append(r)
+            _emit(r, placed, out)
+        out.append(u)
+
+
+__all__ = ["AxisType", "linearize", "reduce_to_acc", "x"]

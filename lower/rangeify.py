@@ -1,0 +1,255 @@
+"""Rangeify: turn the tensor-level graph of one realized node into a kernel over RANGEs.
+
+Every value is computed at a tuple of scalar index UOps, one per axis. Walking from the kernel's output
+down, each op maps its output index to its sources' indices: RESHAPE flattens and unflattens, EXPAND indexes
+size-1 axes at 0, PERMUTE reorders, PAD subtracts its offset and adds a validity condition (loads under it are
+gated), SHRINK adds its offset, FLIP reflects, and REDUCE opens new REDUCE-type RANGEs for its axes. Buffers
+(inputs, and nodes realized by earlier kernels) are read with LOAD(INDEX(buf, flat index)). The result is
+`SINK(END(STORE(INDEX(out, flat(ranges)), value), ranges...))`, every value of shape ().
+
+A REDUCE is fused into its consumer unless the consumer would evaluate it inside another reduction's loop
+(its index depends on a REDUCE range): then it would be recomputed per iteration, so it is realized into
+its own kernel (`NeedsRealize`). Values that depend only on outer loops are hoisted by the linearizer, so
+`x - x.max()` or `x.var()` stay one kernel. Identical (node, index) pairs are the same UOp (hash-consing),
+so shared work is computed once per kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rewrite import AxisType, Ops, UOp, dtypes
+from rewrite.derive import shape_values
+
+
+class NeedsRealize(Exception):  # noqa: N818 -- a control-flow signal, not an error
+    def __init__(self, node: UOp) -> None:
+        self.node = node
+
+
+def _add(a: UOp, b: UOp | int) -> UOp:
+    if isinstance(b, int):
+        return a if b == 0 else a + b
+    if a.op is Ops.CONST and a.arg[0] == 0:
+        return b
+    return a + b
+
+
+def _mul(a: UOp, k: int) -> UOp:
+    return UOp.const(0) if k == 0 else a if k == 1 else a * k
+
+
+def flat_index(idx: tuple[UOp, ...], shape: tuple) -> UOp:
+    """Row-major linear offset of `idx` in `shape`."""
+    out, stride = UOp.const(0), 1
+    for i, d in reversed(list(zip(idx, shape))):
+        if not (i.op is Ops.CONST and i.arg[0] == 0):
+            out = _add(out, _mul(i, stride))
+        stride *= d
+    return out
+
+
+def unflatten(lin: UOp, shape: tuple) -> tuple[UOp, ...]:
+    """Indices into `shape` of the row-major offset `lin` (assumed in range)."""
+    out: list[UOp] = []
+    stride = 1
+    for k in range(len(shape) - 1, -1, -1):
+        d = shape[k]
+        if d == 1:
+            out.append(UOp.const(0))
+        else:
+            q = lin if stride == 1 else lin // stride
+            out.append(q if k == 0 else q % d)
+        stride *= d
+    return tuple(reversed(out))
+
+
+def _and(a: UOp | None, b: UOp | None) -> UOp | None:
+    return b if a is None else a if b is None else a & b
+
+
+_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
+
+
+def reduce_identity(op: Ops, dtype: object) -> object:
+    if op is Ops.MAX:
+        return dtype.min  # type: ignore[attr-defined]
+    return _IDENTITY[op]
+
+
+Key = tuple  # (node, idx tuple, valid | None)
+
+
+class KernelBuilder:
+    """Builds the scalar value of tensor-level nodes at given indices, for one kernel."""
+
+    def __init__(self, buffers: dict[UOp, UOp], range_ids: list[int]) -> None:
+        self.buffers = buffers  # realized node (or BUFFER leaf) -> the 1-D BUFFER holding it
+        self.range_ids = range_ids  # a shared counter, so range ids are unique within the kernel
+        self.memo: dict[Key, UOp] = {}
+
+    def new_range(self, size: int, axis_type: AxisType) -> UOp:
+        self.range_ids[0] += 1
+        return UOp.range(size, self.range_ids[0], axis_type)
+
+    def value(self, root: UOp, idx: tuple[UOp, ...], valid: UOp | None = None) -> UOp:
+        memo = self.memo
+        stack: list = [(root, idx, valid)]
+        while stack:
+            task = stack.pop()
+            if len(task) == 3:
+                if task in memo:
+                    continue
+                kids, combine = self.expand(*task, top=task[0] is root)
+                stack.append((task, kids, combine, None))
+                stack.extend(k for k in kids if k not in memo)
+            else:
+                key, kids, combine, _ = task
+                if key not in memo:
+                    memo[key] = combine([memo[k] for k in kids])
+        return memo[(root, idx, valid)]
+
+    def load(self, buf: UOp, node_shape: tuple, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+        at = buf.index(flat_index(idx, node_shape))
+        if valid is None:
+            return at.load()
+        return UOp(Ops.LOAD, (at, UOp.const(0, buf.dtype), valid))
+
+    def expand(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None, top: bool) -> tuple[list[Key], Callable]:
+        op = n.op
+        if n in self.buffers and (not top or op is Ops.BUFFER):
+            ld = self.load(self.buffers[n], n.shape, idx, valid)
+            return [], lambda _v: ld
+        if op is Ops.CONST:
+            return [], lambda _v: n
+        if op in (Ops.DETACH, Ops.CONTIGUOUSBACKWARD, Ops.AFTER, Ops.CONTIGUOUS):
+            k = (n.src[0], idx, valid)
+            return [k], lambda v: v[0]
+        if op is Ops.RESHAPE:
+            lin = flat_index(idx, n.shape)
+            k = (n.src[0], unflatten(lin, n.src[0].shape), valid)
+            return [k], lambda v: v[0]
+        if op is Ops.EXPAND:
+            src_shape = n.src[0].shape
+            new = tuple(UOp.const(0) if s == 1 and d != 1 else i for i, s, d in zip(idx, src_shape, n.shape))
+            return [(n.src[0], new, valid)], lambda v: v[0]
+        if op is Ops.PERMUTE:
+            order = n.arg
+            new = tuple(idx[order.index(k)] for k in range(len(order)))
+            return [(n.src[0], new, valid)], lambda v: v[0]
+        if op is Ops.SHRINK:
+            begin = shape_values(n.src[1])
+            return [(n.src[0], tuple(_add(i, b) for i, b in zip(idx, begin)), valid)], lambda v: v[0]
+        if op is Ops.FLIP:
+            new = tuple(_add(UOp.const(d - 1), i * -1) if f else i for i, d, f in zip(idx, n.src[0].shape, n.arg))
+            return [(n.src[0], new, valid)], lambda v: v[0]
+        if op is Ops.PAD:
+            return self.expand_pad(n, idx, valid)
+        if op is Ops.REDUCE:
+            return self.expand_reduce(n, idx, valid, top)
+        if op is Ops.STACK:
+            kids = [(s, idx[1:], valid) for s in n.src]
+
+            def pick(v: list[UOp]) -> UOp:
+                out = v[-1]
+                for i in range(len(v) - 2, -1, -1):
+                    out = idx[0].eq(i).where(v[i], out)
+                return out
+
+            return kids, pick
+        if op is Ops.VCONST:
+            vals = n.arg[0]
+
+            def select(_v: list[UOp]) -> UOp:
+                out = UOp.const(vals[-1], n.dtype)
+                for i in range(len(vals) - 2, -1, -1):
+                    out = idx[0].eq(i).where(UOp.const(vals[i], n.dtype), out)
+                return out
+
+            return [], select
+        if op in (Ops.CAST, Ops.BITCAST) or op in _ELEMENTWISE:
+            kids = [(s, _broadcast_idx(idx, n.shape, s.shape), valid) for s in n.src]
+            return kids, lambda v: UOp(op, tuple(v), n.arg)
+        raise NotImplementedError(f"rangeify: no lowering for {op.name} (node {n.short()})")
+
+    def expand_pad(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> tuple[list[Key], Callable]:
+        begin, end = shape_values(n.src[1]), shape_values(n.src[2])
+        src_shape = n.src[0].shape
+        cond: UOp | None = None
+        new = []
+        for i, b, e, d in zip(idx, begin, end, src_shape):
+            new.append(_add(i, -b))
+            if b > 0:
+                cond = _and(cond, UOp.const(b - 1) < i)
+            if e > 0:
+                cond = _and(cond, i < b + d)
+        if cond is None:
+            return [(n.src[0], tuple(new), valid)], lambda v: v[0]
+        k = (n.src[0], tuple(new), _and(valid, cond))
+        zero = UOp.const(0, n.dtype)
+        return [k], lambda v: cond.where(v[0], zero)  # type: ignore[union-attr]
+
+    def expand_reduce(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None, top: bool) -> tuple[list[Key], Callable]:
+        if not top and _uses_reduce_range(idx, valid):
+            raise NeedsRealize(n)
+        rop, axes = n.arg
+        src = n.src[0]
+        ranges = []
+        new = list(idx)
+        for a in axes:
+            d = src.shape[a]
+            if d == 1:
+                new[a] = UOp.const(0)
+            else:
+                r = self.new_range(d, AxisType.REDUCE)
+                ranges.append(r)
+                new[a] = r
+        k = (src, tuple(new), valid)
+        if not ranges:
+            return [k], lambda v: v[0]
+        return [k], lambda v: UOp(Ops.REDUCE, (v[0], *ranges), (rop, ()))
+
+
+_ELEMENTWISE = frozenset(o for o in Ops if o.name in {
+    "ADD", "MUL", "MAX", "MOD", "IDIV", "CMPLT", "CMPNE", "XOR", "OR", "AND", "SHR", "SHL", "WHERE", "RECIP",
+    "TRUNC", "NEG", "SUB", "DIV", "CMPGT", "CMPGE", "CMPLE", "CMPEQ", "NOT", "EXP2", "LOG2", "SIN", "SQRT", "POW",
+    "MULACC", "THREEFRY", "CDIV", "CMOD"})
+
+
+def _broadcast_idx(idx: tuple[UOp, ...], out_shape: tuple, src_shape: tuple) -> tuple[UOp, ...]:
+    if src_shape == out_shape:
+        return idx
+    off = len(out_shape) - len(src_shape)
+    return tuple(UOp.const(0) if s == 1 and out_shape[off + k] != 1 else idx[off + k] for k, s in enumerate(src_shape))
+
+
+def _uses_reduce_range(idx: tuple[UOp, ...], valid: UOp | None) -> bool:
+    for u in (*idx, *(() if valid is None else (valid,))):
+        if u.op is Ops.CONST:
+            continue
+        if any(x.op is Ops.RANGE and x.arg[1] is AxisType.REDUCE for x in u.toposort()):
+            return True
+    return False
+
+
+def build_kernel(node: UOp, out_buf: UOp, buffers: dict[UOp, UOp]) -> UOp:
+    """The kernel that computes `node` into `out_buf` (a 1-D BUFFER), reading `buffers` for realized nodes."""
+    counter = [0]
+    kb = KernelBuilder(buffers, counter)
+    shape = node.shape
+    ranges = []
+    idx = []
+    for d in shape:
+        if d == 1:
+            idx.append(UOp.const(0))
+        else:
+            counter[0] += 1
+            r = UOp.range(d, counter[0], AxisType.LOOP)
+            ranges.append(r)
+            idx.append(r)
+    val = kb.value(node, tuple(idx))
+    st = out_buf.index(flat_index(tuple(idx), shape)).store(val)
+    return UOp.sink(UOp(Ops.END, (st, *ranges)) if ranges else st)
+
+
+__all__ = ["KernelBuilder", "NeedsRealize", "build_kernel", "dtypes", "flat_index", "unflatten"]

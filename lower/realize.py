@@ -1,0 +1,78 @@
+"""Run a schedule: allocate buffers, compile kernels (cached by AST and device), launch in order."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from rewrite import UOp
+from rewrite.env import getenv
+
+from lower import buffers
+from lower.schedule import ScheduleItem, schedule
+from lower.stages import lower_kernel
+
+_compiled: dict[tuple[UOp, str], Any] = {}
+
+
+def _np_dtype(dtype: Any) -> Any:
+    if dtype.name == "bfloat16":
+        return np.uint16
+    if dtype.name == "index":
+        return np.int64
+    return np.dtype(dtype.name)
+
+
+def _device_of(buf: UOp) -> str:
+    d = buf.arg.device  # type: ignore[union-attr]
+    return d if isinstance(d, str) else str(getenv("DEVICE"))
+
+
+def _array(buf: UOp) -> Any:
+    if not buffers.has_data(buf):
+        n = 1
+        for d in buf.shape:
+            n *= d
+        buffers.store(buf, np.zeros(n, dtype=_np_dtype(buf.dtype)))
+    return buffers.lookup(buf)
+
+
+def get_kernel(ast: UOp, device_name: str, name: str) -> Any:
+    key = (ast, device_name)
+    if (k := _compiled.get(key)) is None:
+        from devices import get_device
+
+        dev = get_device(device_name)
+        linear = lower_kernel(ast, dev)
+        if getenv("DEBUG") >= 3:
+            print(f"--- {name} ({device_name})\n{linear}")
+        k = _compiled[key] = dev.compile(linear, name)
+    return k
+
+
+def run_schedule(items: list[ScheduleItem]) -> None:
+    debug = int(getenv("DEBUG"))
+    t0 = time.perf_counter()
+    for it in items:
+        if it.kind == "copy":
+            dst, src = it.bufs
+            _array(dst)[:] = _array(src)
+            continue
+        assert it.ast is not None
+        dev = _device_of(it.bufs[0])
+        kernel = get_kernel(it.ast, dev, it.name)
+        st = time.perf_counter()
+        kernel({i: _array(b) for i, b in enumerate(it.bufs)})
+        if debug >= 2:
+            print(f"*** {dev:6s} {it.name:30s} {len(it.bufs)} bufs  {(time.perf_counter() - st) * 1e3:8.3f} ms")
+    if debug >= 1:
+        print(f"ran {len(items)} items in {(time.perf_counter() - t0) * 1e3:.2f} ms")
+
+
+def realize(roots: list[UOp]) -> dict[UOp, UOp]:
+    """Compute `roots`; returns, for each, the BUFFER (of the root's shape) holding its value."""
+    items, outs = schedule(roots)
+    run_schedule(items)
+    return outs

@@ -1,0 +1,120 @@
+"""Scheduling: split a tensor graph into kernels and copies, in dependency order.
+
+Realized nodes (each gets a buffer and a kernel that fills it): the roots asked for, CONTIGUOUS nodes, the
+sources and results of COPY, and any REDUCE that rangeify finds would be recomputed inside another
+reduction's loop. Everything else fuses into the kernels that consume it. Each kernel's buffers are
+renumbered to local slots (0 is the output, then inputs in order of first use), so kernels that differ only
+in which buffers they touch are the same UOp and share their compiled code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rewrite import BufferArg, Ops, UOp
+from rewrite.dtype import AddrSpace
+
+from lower.buffers import new_buffer
+from lower.rangeify import NeedsRealize, build_kernel
+
+
+@dataclass(frozen=True)
+class ScheduleItem:
+    """A kernel (`ast` is a SINK over local slots, `bufs[i]` the global BUFFER for local slot i) or a copy
+    (`bufs` = (destination, source))."""
+
+    kind: str
+    bufs: tuple[UOp, ...]
+    ast: UOp | None = None
+    name: str = ""
+
+    def __repr__(self) -> str:
+        return f"ScheduleItem({self.kind} {self.name}, {len(self.bufs)} buffers)"
+
+
+def _size(shape: tuple) -> int:
+    n = 1
+    for d in shape:
+        if not isinstance(d, int):
+            raise NotImplementedError("symbolic shapes cannot be realized yet")
+        n *= d
+    return n
+
+
+def _flat(buf: UOp) -> UOp:
+    """The 1-D view of a BUFFER that kernels index."""
+    a: BufferArg = buf.arg  # type: ignore[assignment]
+    if len(buf.shape) == 1:
+        return buf
+    return UOp.buffer(a.slot, a.dtype, (_size(buf.shape),), a.device, a.addrspace)
+
+
+def default_device(roots: list[UOp]) -> str:
+    for r in roots:
+        d = r.device
+        if isinstance(d, str):
+            return d
+    from rewrite.env import getenv
+
+    return str(getenv("DEVICE"))
+
+
+def schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+    """The items that realize `roots`, and for each root the BUFFER (of the root's shape) that holds it."""
+    topo_index: dict[UOp, int] = {}
+    for r in roots:
+        for u in r.toposort():
+            topo_index.setdefault(u, len(topo_index))
+    out_of: dict[UOp, UOp] = {}  # realized node -> its BUFFER (node's shape)
+    for u in topo_index:
+        if u.op is Ops.BUFFER:
+            out_of[u] = u
+    want: list[UOp] = [u for u in topo_index if u.op in (Ops.CONTIGUOUS, Ops.COPY)]
+    want += [r for r in roots if r.op is not Ops.BUFFER]
+    for u in want:
+        if u.op is Ops.COPY and u.src[0] not in out_of:
+            want.append(u.src[0])
+    pending = list(dict.fromkeys(want))
+    kernels: dict[UOp, ScheduleItem] = {}
+    device = default_device(roots)
+    while pending:
+        node = pending.pop()
+        if node in kernels:
+            continue
+        if node not in out_of:
+            dev = node.device if isinstance(node.device, str) else device
+            out_of[node] = new_buffer(node.dtype, node.shape, dev)
+        if node.op is Ops.COPY:
+            src = node.src[0]
+            if src not in out_of:
+                pending += [node, src]
+                continue
+            kernels[node] = ScheduleItem("copy", (out_of[node], out_of[src]), None, f"copy {src.device}->{node.device}")
+            continue
+        flat = {n: _flat(b) for n, b in out_of.items() if n is not node}
+        try:
+            ast = build_kernel(node, _flat(out_of[node]), flat)
+        except NeedsRealize as e:
+            pending += [node, e.node]
+            continue
+        kernels[node] = _localize(ast)
+    items = sorted(kernels.items(), key=lambda kv: topo_index.get(kv[0], -1))
+    return [it for _, it in items], {r: out_of[r] for r in roots}
+
+
+def _localize(ast: UOp) -> ScheduleItem:
+    """Renumber the kernel's GLOBAL buffers to local slots 0..n-1 (the output, read by STORE, is 0)."""
+    glob = [u for u in ast.toposort() if u.op is Ops.BUFFER and u.arg.addrspace is AddrSpace.GLOBAL]
+    stores = [u for u in ast.toposort() if u.op is Ops.STORE]
+    outs = list(dict.fromkeys(s.src[0].src[0] for s in stores if s.src[0].op is Ops.INDEX))
+    order = outs + [b for b in glob if b not in outs]
+    mapping = {b: UOp.buffer(i, b.dtype, b.shape, None) for i, b in enumerate(order)}
+    local = ast.substitute(mapping)
+    return ScheduleItem("kernel", tuple(order), local, kernel_name(local))
+
+
+def kernel_name(ast: UOp) -> str:
+    topo = ast.toposort()
+    has_reduce = any(u.op is Ops.REDUCE for u in topo)
+    dims = [str(u.src[0].arg[0]) for u in topo if u.op is Ops.RANGE and u.src[0].op is Ops.CONST]
+    return ("r_" if has_reduce else "E_") + ("_".join(dims) or "1")

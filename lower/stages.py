@@ -1,0 +1,63 @@
+"""The lowering pipeline as one ordered table of named stages (the spec's Lowering Pipeline).
+
+Graph stages run once per realize on the whole tensor graph; kernel stages run on each kernel's AST, each a
+graph_rewrite with a rule set or, for the few global steps, a function. Any stage's output can be printed
+(`lower_kernel(..., upto=name)`) and checked against the spec (`rewrite.spec.check`).
+
+| stage                 | where                | what |
+|-----------------------|----------------------|------|
+| callify               | lower.schedule       | the roots become one graph of BUFFER leaves and realized nodes |
+| rangeify              | lower.rangeify       | kernel split; movement ops become index math over RANGEs; every value shape () |
+| symbolic              | rules.symbolic       | index arithmetic simplified (fast rules; egglog for what is left) |
+| optimize              | lower.optimize       | OptOps on the kernel's ranges (issue 5; identity for now) |
+| expand                | --                   | upcast ranges into vector shapes (issue 5) |
+| instruction-selection | rules.decompositions | ops the device lacks become ops it has |
+| linearize             | lower.linearize      | accumulators, loop placement, the LINEAR program |
+| render                | devices.*            | source text, compiled by the device |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rewrite import RuleSet, UOp, graph_rewrite
+
+from lower.linearize import linearize
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    run: Callable[[UOp, Any], UOp]  # (kernel AST, device) -> AST
+
+
+def _symbolic(ast: UOp, device: Any) -> UOp:
+    from rules import symbolic_kernel
+
+    return graph_rewrite(ast, symbolic_kernel, name="symbolic")
+
+
+def _decompose(ast: UOp, device: Any) -> UOp:
+    from rules.decompositions import decompositions_for
+
+    rules: RuleSet = decompositions_for(device.supported_ops)
+    return graph_rewrite(ast, rules, name="instruction-selection") if len(rules) else ast
+
+
+KERNEL_STAGES: tuple[Stage, ...] = (
+    Stage("symbolic", _symbolic),
+    Stage("instruction-selection", _decompose),
+    Stage("symbolic-late", _symbolic),
+    Stage("linearize", lambda ast, device: linearize(ast)),
+)
+
+
+def lower_kernel(ast: UOp, device: Any, upto: str | None = None) -> UOp:
+    """Run the kernel stages on `ast` for `device` (stopping after `upto` if given); returns the LINEAR."""
+    for st in KERNEL_STAGES:
+        ast = st.run(ast, device)
+        if st.name == upto:
+            break
+    return ast

@@ -1,0 +1,159 @@
+"""Argument parsing shared by the Tensor front end: dtypes, devices, shapes and axes, with typed errors.
+
+Checks live here, before any UOp is built, so that a user's mistake is reported in the Tensor's terms (the
+method they called, the shapes they passed) rather than as a complaint about an inner IR node.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from rewrite.derive import fmt_shape
+from rewrite.dtype import DType, dtypes
+from rewrite.env import getenv
+from rewrite.errors import DeviceError, DTypeError, ShapeError
+
+Shape = tuple[int, ...]
+
+
+class AxisError(ShapeError, IndexError):
+    """An axis out of range for a tensor's rank. A ShapeError, and an IndexError as numpy's and torch's are."""
+
+
+# numpy has no bfloat16 (its data is kept as float32 holding bfloat16 values) and index is not a storage dtype
+_NP_NAMES = {d.name for d in dtypes.all} - {"bfloat16", "index"}
+
+
+def to_dtype(dt: object, what: str = "dtype") -> DType:
+    """A DType from a DType, a name ("float32", "half"), a numpy dtype or a Python type (bool, int, float)."""
+    if isinstance(dt, DType):
+        if dt.count != 1 or dt is dtypes.index or dt is dtypes.void or dt.kind == "p":
+            raise DTypeError(f"{what}: {dt!r} is not a tensor dtype; use a scalar value dtype such as dtypes.float32")
+        return dt
+    if dt is bool:
+        return dtypes.bool
+    if dt is int:
+        return dtypes.default_int
+    if dt is float:
+        return dtypes.default_float
+    if isinstance(dt, str):
+        d = getattr(dtypes, dt, None)
+        if isinstance(d, DType):
+            return to_dtype(d, what)
+    else:
+        try:
+            name = np.dtype(dt).name  # type: ignore[call-overload]
+        except TypeError:
+            name = None
+        if name in _NP_NAMES:
+            return getattr(dtypes, name)
+    known = ", ".join(sorted(d.name for d in dtypes.all if d is not dtypes.index))
+    raise DTypeError(f"{what}: unknown dtype {dt!r}; known dtypes: {known}")
+
+
+def np_dtype(dt: DType) -> np.dtype:
+    """The numpy dtype that holds a tensor's data on the host (bfloat16 values live in float32)."""
+    return np.dtype("float32" if dt is dtypes.bfloat16 else dt.name)
+
+
+def default_device() -> str:
+    return canonical_device(str(getenv("DEVICE")))
+
+
+def canonical_device(device: str | None) -> str:
+    """A known device name in lower case ("cpu", "python", "cuda", "cuda:1"); DeviceError lists the known ones."""
+    from devices import known_devices
+
+    if device is None:
+        return default_device()
+    if not isinstance(device, str):
+        raise DeviceError(f"device must be a str such as 'cpu', got {type(device).__name__} {device!r}")
+    d = device.strip().lower()
+    base, _, num = d.partition(":")
+    if base not in known_devices() or (num and not num.isdigit()):
+        raise DeviceError(f"unknown device {device!r}; known devices: {', '.join(known_devices())}")
+    return d
+
+
+def shape_arg(args: tuple, what: str) -> tuple:
+    """Shapes given either as varargs `f(2, 3)` or as one sequence `f((2, 3))`."""
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        args = tuple(args[0])
+    for d in args:
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
+            raise ShapeError(f"{what}: shape entries must be ints, got {type(d).__name__} {d!r} in {args!r}")
+    return tuple(int(d) for d in args)
+
+
+def check_shape(shape: tuple, what: str) -> Shape:
+    for d in shape:
+        if d < 0:
+            raise ShapeError(f"{what}: negative dimension {d} in shape {fmt_shape(shape)}")
+    return shape
+
+
+def norm_axis(axis: int, ndim: int, what: str, shape: tuple | None = None) -> int:
+    """A possibly negative axis as 0..ndim-1; AxisError names the axis, the rank and the valid range."""
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise AxisError(f"{what}: axis must be an int, got {type(axis).__name__} {axis!r}")
+    lo, hi = -max(ndim, 1), max(ndim, 1) - 1
+    if not lo <= axis <= hi or ndim == 0:
+        sh = f" (shape {fmt_shape(shape)})" if shape is not None else ""
+        rng = "a 0-d tensor has no axes" if ndim == 0 else f"valid axes are {lo}..{hi}"
+        raise AxisError(f"{what}: axis {axis} is out of range for a tensor with {ndim} dimensions{sh}; {rng}")
+    return int(axis) % ndim
+
+
+def norm_axes(axis: int | Sequence[int] | None, ndim: int, what: str, shape: tuple | None = None) -> tuple[int, ...]:
+    """None means every axis; duplicates are an error, as in numpy."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = [norm_axis(a, ndim, what, shape) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))]
+    if len(set(axes)) != len(axes):
+        raise AxisError(f"{what}: repeated axis in {axis!r}")
+    return tuple(sorted(axes))
+
+
+def resolve_reshape(shape: tuple, numel: int, old: tuple, what: str = "reshape") -> Shape:
+    """Fill in one -1 entry and check that the element count is kept."""
+    if sum(d == -1 for d in shape) > 1:
+        raise ShapeError(f"{what}: only one dimension can be -1 (inferred), got {fmt_shape(shape)}")
+    for d in shape:
+        if d < -1:
+            raise ShapeError(f"{what}: negative dimension {d} in {fmt_shape(shape)}")
+    if -1 in shape:
+        known = math.prod(d for d in shape if d != -1)
+        if known == 0 or numel % known:
+            raise ShapeError(f"{what}: cannot reshape {fmt_shape(old)} ({numel} elements) to {fmt_shape(shape)}: "
+                             f"{numel} is not a multiple of {known}")
+        shape = tuple(numel // known if d == -1 else d for d in shape)
+    if math.prod(shape) != numel:
+        raise ShapeError(f"{what}: cannot reshape {fmt_shape(old)} ({numel} elements) to {fmt_shape(shape)} "
+                         f"({math.prod(shape)} elements); the element count must stay the same")
+    return shape
+
+
+def broadcast_shape(shapes: Sequence[tuple], what: str) -> Shape:
+    """numpy broadcasting: right-align, each axis equal or 1."""
+    n = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(n):
+        dim = 1
+        for s in shapes:
+            d = s[i - n + len(s)] if i - n + len(s) >= 0 else 1
+            if d == 1 or d == dim:
+                continue
+            if dim != 1:
+                raise ShapeError(f"{what}: cannot broadcast shapes {', '.join(fmt_shape(s) for s in shapes)}: "
+                                 f"axis {i - n} has sizes {dim} and {d}; each axis must be equal or 1 after "
+                                 f"right-aligning (reshape one operand)")
+            dim = d
+        out.append(dim)
+    return tuple(out)
+
+
+__all__ = ["AxisError", "broadcast_shape", "canonical_device", "check_shape", "default_device", "norm_axes",
+           "norm_axis", "np_dtype", "resolve_reshape", "shape_arg", "to_dtype"]
