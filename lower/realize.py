@@ -11,6 +11,7 @@ from rewrite import UOp
 from rewrite.env import getenv
 
 from lower import buffers
+from lower.memory import plan
 from lower.schedule import ScheduleItem, schedule
 from lower.stages import lower_kernel
 
@@ -52,10 +53,19 @@ def get_kernel(ast: UOp, device_name: str, name: str) -> Any:
     return k
 
 
-def run_schedule(items: list[ScheduleItem]) -> None:
+def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None) -> None:
+    """Run `items` in order. Buffers in `keep` (the results someone holds) get their own storage; the
+    schedule's other intermediates share storage by lifetime (lower.memory) and are dropped at the end."""
     debug = int(getenv("DEBUG"))
     t0 = time.perf_counter()
+    shared = plan(items, keep or set())
+    for b, owner in shared.items():
+        if owner is not b and buffers.has_data(owner):
+            buffers.store(b, buffers.lookup(owner))
     for it in items:
+        for b in it.bufs:
+            if (owner := shared.get(b)) is not None and owner is not b and not buffers.has_data(b):
+                buffers.store(b, _array(owner))
         if it.kind == "copy":
             dst, src = it.bufs
             _array(dst)[:] = _array(src)
@@ -68,11 +78,12 @@ def run_schedule(items: list[ScheduleItem]) -> None:
         if debug >= 2:
             print(f"*** {dev:6s} {it.name:30s} {len(it.bufs)} bufs  {(time.perf_counter() - st) * 1e3:8.3f} ms")
     if debug >= 1:
-        print(f"ran {len(items)} items in {(time.perf_counter() - t0) * 1e3:.2f} ms")
+        nk = sum(it.kind == "kernel" for it in items)
+        print(f"ran {nk} kernels, {len(items) - nk} copies in {(time.perf_counter() - t0) * 1e3:.2f} ms")
 
 
 def realize(roots: list[UOp]) -> dict[UOp, UOp]:
     """Compute `roots`; returns, for each, the BUFFER (of the root's shape) holding its value."""
     items, outs = schedule(roots)
-    run_schedule(items)
+    run_schedule(items, keep=set(outs.values()))
     return outs

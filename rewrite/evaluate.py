@@ -222,7 +222,7 @@ def _index(u: UOp, vals: list[np.ndarray]) -> np.ndarray:
             key.append(int(iv[()]))
         else:  # each (k,) index gets its own output axis: an outer product, not numpy's zipped indexing
             key.append(np.array(iv.tolist(), dtype=np.int64).reshape([-1 if j == pos else 1 for j in range(n_out)]))
-            pos += 1
+            pass
     return np.asarray(x[tuple(key)], dtype=object).reshape(_ints(u, u.shape))
 
 

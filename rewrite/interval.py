@@ -6,7 +6,8 @@ its operands' intervals allows; relations between operands are not tracked, so x
 
 The meaning of each op is the one in rewrite.semantics:
   * Sized ints wrap. An op whose exact interval leaves the dtype's range may wrap, so it gets the full range.
-    `index` is unbounded and never wraps, so its intervals are never clamped (they may leave 64 bits).
+    `index` is unbounded and never wraps, so its intervals are never clamped (they may leave 64 bits); the
+    one exception is a shift by more than 4096 bits, whose exact bound would be an absurdly large int.
   * IDIV and MOD are floor division and modulo; CDIV and CMOD truncate toward zero. A divisor interval that
     holds 0 gives the dtype range (a device may compute anything there, so nothing is claimed).
   * Float bounds are never NaN: they bound the non-NaN values, and a float node may still be NaN. That is
@@ -367,16 +368,22 @@ def _bitwise(u: UOp) -> Interval:
     return -(1 << k), top
 
 
+_MAX_INDEX_SHIFT = 1 << 12
+
+
 def _shift(u: UOp) -> Interval:
     (xl, xh), (sl, sh) = _mm2(u)
     dt = u.dtype.scalar
     # semantics: an amount outside [0, bits) (index: below 0) is undefined, and devices disagree there
     if sl < 0 or (dt.kind != "x" and sh >= dt.bits):
         return dtype_range(u.dtype)
+    if u.op is Ops.SHL and dt.kind == "x" and sh > _MAX_INDEX_SHIFT and (xl or xh):
+        # the exact bound would be an int of sh bits; no device holds such an index, so claim only its range
+        return dtype_range(u.dtype)
     if u.op is Ops.SHL:  # x * 2**s: linear in x, monotone in s for a fixed sign of x, so corners
         return _result(u.dtype, *_minmax([xl << sl, xl << sh, xh << sl, xh << sh]))
     # x >> s is monotone in x, and in s it heads toward 0 (x >= 0) or -1 (x < 0)
-    return (xl >> sl if xl >= 0 else xl >> sl), (xh >> sl if xh >= 0 else xh >> sh)
+    return (xl >> sh if xl >= 0 else xl >> sl), (xh >> sl if xh >= 0 else xh >> sh)
 
 
 # ---------------------------------------------------------------- bools and comparisons

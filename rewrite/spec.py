@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable, Iterator
-from typing import NamedTuple
+from typing import NamedTuple, TypeGuard, cast
 
 from rewrite.dtype import AddrSpace, DType, PtrDType, dtypes
 from rewrite.errors import SpecViolation
@@ -93,7 +93,7 @@ def _any_arg(u: UOp) -> str | None:
     return None
 
 
-def _is_int(x: object) -> bool:
+def _is_int(x: object) -> TypeGuard[int]:
     return type(x) is int  # bool is an int subclass, and never a count or an axis
 
 
@@ -143,14 +143,14 @@ def _value_problem(v: object, dt: DType) -> str | None:
 
 
 def _const_arg(u: UOp) -> str | None:
-    value, dt = u.arg  # type: ignore[misc]  # derive has checked the (value, dtype) form
+    value, dt = cast("tuple[object, DType]", u.arg)  # derive has checked the (value, dtype) form
     if dt.count != 1 or isinstance(dt, PtrDType):
         return f"dtype must be a scalar, got {dt.name}; build vectors with STACK or VCONST"
     return _value_problem(value, dt)
 
 
 def _vconst_arg(u: UOp) -> str | None:
-    values, dt = u.arg  # type: ignore[misc]
+    values, dt = cast("tuple[tuple[object, ...], DType]", u.arg)
     if dt.count != 1 or isinstance(dt, PtrDType):
         return f"dtype must be a scalar (the values make the vector), got {dt.name}"
     problems = [f"value {i}: {p}" for i, v in enumerate(values) if (p := _value_problem(v, dt))]
@@ -180,7 +180,7 @@ _buffer_arg = _storage_arg(BufferArg, lambda s: _is_int(s) and s >= 0, "an int >
 
 
 def _bufferview_arg(u: UOp) -> str | None:
-    size, _dt, offset = u.arg  # type: ignore[misc]
+    size, _dt, offset = cast("tuple[object, DType, object]", u.arg)
     if not (_is_int(size) and size >= 0 and _is_int(offset) and offset >= 0):
         return f"arg must be (size >= 0, dtype, offset >= 0) with int size and offset, got {u.arg!r}"
     return None
@@ -285,14 +285,14 @@ def _param_bounds(u: UOp) -> str | None:
 
 def _stored_dtype(u: UOp) -> str | None:
     buf, val = u.src[0], u.src[1]
-    bdt = buf.dtype.base if isinstance(buf.dtype, PtrDType) else buf.dtype
+    bdt = buf.dtype.base if isinstance(buf.dtype, PtrDType) else buf.dtype  # type: ignore[attr-defined]
     if bdt.scalar is not val.dtype.scalar:
         return f"value dtype {val.dtype.name} does not match the buffer's {bdt.name}"
     return None
 
 
 def _bufferview_fits(u: UOp) -> str | None:
-    size, dt, offset = u.arg  # type: ignore[misc]
+    size, dt, offset = cast("tuple[int, DType, int]", u.arg)
     buf = u.src[0]
     if not all(isinstance(d, int) for d in buf.shape):
         return None
@@ -432,8 +432,8 @@ def _function_params(nodes: list[UOp]) -> Iterator[tuple[UOp, str]]:
         if f.op is not Ops.FUNCTION or not f.src or f.src[0].op is not Ops.TUPLE:
             continue
         args = f.src[1:]
-        for p in sorted(_body_params(f.src[0]), key=lambda p: p.arg.slot):  # type: ignore[union-attr]
-            k = p.arg.slot  # type: ignore[union-attr]
+        for p in sorted(_body_params(f.src[0]), key=lambda p: cast(ParamArg, p.arg).slot):
+            k = cast(int, cast(ParamArg, p.arg).slot)
             if k >= len(args):
                 yield f, f"the body uses PARAM {k} but the FUNCTION passes {len(args)} argument(s)"
                 continue
@@ -451,7 +451,7 @@ def _definition_key(u: UOp) -> tuple | None:
     if u.op is Ops.RANGE and isinstance(u.arg, tuple) and u.arg:
         return ("RANGE id", u.arg[0])
     if u.op is Ops.BUFFER and isinstance(u.arg, BufferArg):  # each address space numbers its own slots
-        return (f"{u.arg.addrspace.name} BUFFER slot", u.arg.slot)
+        return (f"{getattr(u.arg.addrspace, 'name', u.arg.addrspace)} BUFFER slot", u.arg.slot)
     return None
 
 
@@ -561,6 +561,13 @@ def _short(u: UOp, limit: int = 100) -> str:
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
+def _collect(found: list[tuple[UOp, str]], root: UOp, rule: Callable, arg: object) -> None:
+    try:
+        found.extend(rule(arg))
+    except Exception as e:  # as for node rules: a malformed graph is reported, not raised
+        found.append((root, f"malformed graph: {rule.__name__} failed ({type(e).__name__}: {e})"))
+
+
 def violations(root: UOp, stage: str = "any", *, allow_tags: bool = False) -> list[str]:
     """Every spec violation in the graph under `root`, each as `"OP: <node.short()>: what is wrong"`."""
     if (st := _STAGES.get(stage)) is None:
@@ -576,9 +583,9 @@ def violations(root: UOp, stage: str = "any", *, allow_tags: bool = False) -> li
         except Exception as e:  # a malformed node can trip a check; report it rather than abort the listing
             found.append((u, f"malformed node ({type(e).__name__}: {e})"))
     for graph_rule in _GRAPH_RULES:
-        found.extend(graph_rule(nodes))
+        _collect(found, root, graph_rule, nodes)
     for root_rule in st.root_rules:
-        found.extend(root_rule(root))
+        _collect(found, root, root_rule, root)
     return [f"{u.op.name}: {_short(u)}: {msg}" for u, msg in found]
 
 

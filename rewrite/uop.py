@@ -58,6 +58,8 @@ def _key(op: Ops, src: tuple, arg: object, tag: object) -> tuple:
     if (op is Ops.CONST or op is Ops.VCONST) and type(arg) is tuple and len(arg) == 2:
         v = arg[0]
         return (op, src, arg, tag, tuple(map(_value_sig, v)) if type(v) is tuple else _value_sig(v))
+    if op is Ops.PARAM or op is Ops.BUFFER:  # ParamArg and BufferArg are NamedTuples: equal when their fields are
+        return (op, src, arg, tag, type(arg))
     return (op, src, arg, tag)
 
 

@@ -148,6 +148,8 @@ TABLE: list[tuple[str, UOp, tuple]] = [
     ("x>>p",           x >> p,                  (-3, 5)),
     ("1<<p",           c(1) << p,               (2, 128)),
     ("x<<-1",          x << -1,                 (IMIN, IMAX)),
+    ("x<<unbounded",   x << UOp.param(3, dtypes.index).maximum(0), (IMIN, IMAX)),
+    ("0<<unbounded",   c(0) << UOp.param(3, dtypes.index).maximum(0), (0, 0)),
     ("u8<<8",          u8 << 8,                 (0, 255)),
     ("u8<<4",          u8 << 4,                 (0, 160)),
     # and / or / xor
@@ -274,9 +276,15 @@ def test_incremental_growth_reuses_cache() -> None:
 # ---------------------------------------------------------------- index expressions: brute-force soundness
 
 _INT_OPS = {
-    Ops.ADD: lambda a, b: a + b, Ops.SUB: lambda a, b: a - b, Ops.MUL: lambda a, b: a * b,
-    Ops.IDIV: lambda a, b: None if b == 0 else a // b, Ops.MOD: lambda a, b: None if b == 0 else a % b,
-    Ops.MAX: max, Ops.CMPLT: lambda a, b: a < b, Ops.CMPNE: lambda a, b: a != b, Ops.NEG: lambda a: -a,
+    Ops.ADD: lambda a, b: a + b,
+    Ops.SUB: lambda a, b: a - b,
+    Ops.MUL: lambda a, b: a * b,
+    Ops.IDIV: lambda a, b: None if b == 0 else a // b,
+    Ops.MOD: lambda a, b: None if b == 0 else a % b,
+    Ops.MAX: max,
+    Ops.CMPLT: lambda a, b: a < b,
+    Ops.CMPNE: lambda a, b: a != b,
+    Ops.NEG: lambda a: -a,
 }
 
 
@@ -371,8 +379,12 @@ binary_exact = st.sampled_from(["add", "sub", "mul", "max"])
 @given(binary_exact, st.integers(-8, 8), st.integers(0, 7), st.integers(-8, 8), st.integers(0, 7))
 def test_binary_exact(opname: str, alo: int, aw: int, blo: int, bw: int) -> None:
     a, b = UOp.variable("ea", alo, alo + aw), UOp.variable("eb", blo, blo + bw)
-    fn = {"add": lambda s, t: s + t, "sub": lambda s, t: s - t, "mul": lambda s, t: s * t,
-          "max": lambda s, t: s.maximum(t) if isinstance(s, UOp) else max(s, t)}[opname]
+    fn = {
+        "add": lambda s, t: s + t,
+        "sub": lambda s, t: s - t,
+        "mul": lambda s, t: s * t,
+        "max": lambda s, t: s.maximum(t) if isinstance(s, UOp) else max(s, t),
+    }[opname]
     vals = [fn(i, j) for i in range(alo, alo + aw + 1) for j in range(blo, blo + bw + 1)]
     assert fn(a, b).min_max == (min(vals), max(vals))
 
@@ -389,8 +401,27 @@ def test_const_div_mod_exact(lo: int, w: int, k: int) -> None:
 # ---------------------------------------------------------------- sized ints, casts, floats: the semantics table
 
 INT_DTYPES = [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.index]
-INT_BINARY = [Ops.ADD, Ops.SUB, Ops.MUL, Ops.MAX, Ops.IDIV, Ops.MOD, Ops.CDIV, Ops.CMOD, Ops.AND, Ops.OR, Ops.XOR,
-              Ops.SHL, Ops.SHR, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.CMPGT, Ops.CMPGE, Ops.CMPLE]
+INT_BINARY = [
+    Ops.ADD,
+    Ops.SUB,
+    Ops.MUL,
+    Ops.MAX,
+    Ops.IDIV,
+    Ops.MOD,
+    Ops.CDIV,
+    Ops.CMOD,
+    Ops.AND,
+    Ops.OR,
+    Ops.XOR,
+    Ops.SHL,
+    Ops.SHR,
+    Ops.CMPLT,
+    Ops.CMPNE,
+    Ops.CMPEQ,
+    Ops.CMPGT,
+    Ops.CMPGE,
+    Ops.CMPLE,
+]
 
 
 @st.composite
@@ -423,8 +454,9 @@ def test_int_ops_sound_against_semantics(dt: DType, op: Ops, data: st.DataObject
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from(INT_DTYPES), st.sampled_from([*INT_DTYPES, dtypes.bool, dtypes.float16, dtypes.float32]),
-       st.data())
+@given(
+    st.sampled_from(INT_DTYPES), st.sampled_from([*INT_DTYPES, dtypes.bool, dtypes.float16, dtypes.float32]), st.data()
+)
 def test_casts_sound_against_semantics(frm: DType, to: DType, data: st.DataObject) -> None:
     lo_v, hi_v = data.draw(int_box(frm))
     e = UOp.variable("cv", lo_v, hi_v, frm).cast(to)
@@ -440,8 +472,12 @@ floats = st.one_of(st.floats(-1e6, 1e6, allow_nan=False), special_floats)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from(FLOAT_DTYPES), st.sampled_from([Ops.ADD, Ops.SUB, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE]),
-       st.lists(floats, min_size=4, max_size=4), st.lists(st.floats(0, 1), min_size=6, max_size=6))
+@given(
+    st.sampled_from(FLOAT_DTYPES),
+    st.sampled_from([Ops.ADD, Ops.SUB, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE]),
+    st.lists(floats, min_size=4, max_size=4),
+    st.lists(st.floats(0, 1), min_size=6, max_size=6),
+)
 def test_float_ops_sound_against_semantics(dt: DType, op: Ops, ends: list[float], ts: list[float]) -> None:
     ends = [round_to(dt, v) for v in ends]  # type: ignore[misc]
     (alo, ahi), (blo, bhi) = sorted(ends[:2]), sorted(ends[2:])

@@ -55,33 +55,33 @@ def ints(dt: DType) -> st.SearchStrategy[int]:
 
 # fmt: off
 EXAMPLES: list[tuple[Ops, DType, tuple, object]] = [
-    (Ops.ADD, dtypes.int8, (100, 100), -56),           (Ops.SUB, dtypes.uint8, (0, 1), 255),
-    (Ops.MUL, dtypes.int32, (65536, 65536), 0),        (Ops.NEG, dtypes.int8, (-128,), -128),
-    (Ops.MAX, dtypes.int32, (-3, 2), 2),               (Ops.MAX, dtypes.bool, (False, True), True),
-    (Ops.IDIV, dtypes.index, (-7, 2), -4),             (Ops.MOD, dtypes.index, (-7, 2), 1),
-    (Ops.CDIV, dtypes.int32, (-7, 2), -3),             (Ops.CMOD, dtypes.int32, (-7, 2), -1),
-    (Ops.CMPLT, dtypes.int32, (-1, 0), True),          (Ops.CMPNE, dtypes.float32, (NAN, NAN), True),
-    (Ops.CMPGT, dtypes.uint8, (3, 2), True),           (Ops.CMPGE, dtypes.float32, (NAN, 1.0), False),
-    (Ops.CMPLE, dtypes.bool, (True, False), False),    (Ops.CMPEQ, dtypes.float64, (0.0, -0.0), True),
-    (Ops.XOR, dtypes.int8, (-1, 5), -6),               (Ops.OR, dtypes.bool, (False, True), True),
+    (Ops.ADD, dtypes.int8, (100, 100), -56), (Ops.SUB, dtypes.uint8, (0, 1), 255),
+    (Ops.MUL, dtypes.int32, (65536, 65536), 0), (Ops.NEG, dtypes.int8, (-128,), -128),
+    (Ops.MAX, dtypes.int32, (-3, 2), 2), (Ops.MAX, dtypes.bool, (False, True), True),
+    (Ops.IDIV, dtypes.index, (-7, 2), -4), (Ops.MOD, dtypes.index, (-7, 2), 1),
+    (Ops.CDIV, dtypes.int32, (-7, 2), -3), (Ops.CMOD, dtypes.int32, (-7, 2), -1),
+    (Ops.CMPLT, dtypes.int32, (-1, 0), True), (Ops.CMPNE, dtypes.float32, (NAN, NAN), True),
+    (Ops.CMPGT, dtypes.uint8, (3, 2), True), (Ops.CMPGE, dtypes.float32, (NAN, 1.0), False),
+    (Ops.CMPLE, dtypes.bool, (True, False), False), (Ops.CMPEQ, dtypes.float64, (0.0, -0.0), True),
+    (Ops.XOR, dtypes.int8, (-1, 5), -6), (Ops.OR, dtypes.bool, (False, True), True),
     (Ops.AND, dtypes.uint16, (0xFF0F, 0x0FF0), 0x0F00),
-    (Ops.SHL, dtypes.int8, (1, 7), -128),              (Ops.SHR, dtypes.int8, (-128, 7), -1),
-    (Ops.SHR, dtypes.uint8, (128, 7), 1),              (Ops.SHL, dtypes.index, (3, 100), 3 << 100),
-    (Ops.NOT, dtypes.bool, (True,), False),            (Ops.WHERE, dtypes.float32, (False, 1.0, 2.0), 2.0),
-    (Ops.RECIP, dtypes.float32, (-0.0,), -INF),        (Ops.TRUNC, dtypes.float32, (-2.7,), -2.0),
-    (Ops.TRUNC, dtypes.float64, (-0.5,), -0.0),        (Ops.TRUNC, dtypes.int32, (-3,), -3),
-    (Ops.DIV, dtypes.float32, (1.0, 0.0), INF),        (Ops.DIV, dtypes.float32, (-1.0, 0.0), -INF),
-    (Ops.DIV, dtypes.float64, (0.0, 0.0), NAN),        (Ops.DIV, dtypes.float16, (1.0, -0.0), -INF),
-    (Ops.EXP2, dtypes.float32, (200.0,), INF),         (Ops.EXP2, dtypes.float64, (3.0,), 8.0),
-    (Ops.EXP2, dtypes.float64, (-INF,), 0.0),          (Ops.LOG2, dtypes.float32, (0.0,), -INF),
-    (Ops.LOG2, dtypes.float64, (-1.0,), NAN),          (Ops.LOG2, dtypes.float16, (1024.0,), 10.0),
-    (Ops.SIN, dtypes.float64, (INF,), NAN),            (Ops.SIN, dtypes.float32, (0.0,), 0.0),
-    (Ops.SQRT, dtypes.float32, (-1.0,), NAN),          (Ops.SQRT, dtypes.float64, (-0.0,), -0.0),
-    (Ops.SQRT, dtypes.float16, (2.0,), 1.4140625),     (Ops.POW, dtypes.float64, (-8.0, 1 / 3), NAN),
-    (Ops.POW, dtypes.float64, (NAN, 0.0), 1.0),        (Ops.POW, dtypes.float32, (10.0, 40.0), INF),
-    (Ops.MAX, dtypes.float32, (NAN, 1.0), NAN),        (Ops.MAX, dtypes.float32, (1.0, NAN), NAN),
-    (Ops.MAX, dtypes.float16, (0.0, -0.0), -0.0),      (Ops.MAX, dtypes.float64, (-0.0, 0.0), 0.0),
-    (Ops.MULACC, dtypes.int8, (16, 16, 1), 1),         (Ops.MULACC, dtypes.float64, (2.0, 3.0, 1.0), 7.0),
+    (Ops.SHL, dtypes.int8, (1, 7), -128), (Ops.SHR, dtypes.int8, (-128, 7), -1),
+    (Ops.SHR, dtypes.uint8, (128, 7), 1), (Ops.SHL, dtypes.index, (3, 100), 3 << 100),
+    (Ops.NOT, dtypes.bool, (True,), False), (Ops.WHERE, dtypes.float32, (False, 1.0, 2.0), 2.0),
+    (Ops.RECIP, dtypes.float32, (-0.0,), -INF), (Ops.TRUNC, dtypes.float32, (-2.7,), -2.0),
+    (Ops.TRUNC, dtypes.float64, (-0.5,), -0.0), (Ops.TRUNC, dtypes.int32, (-3,), -3),
+    (Ops.DIV, dtypes.float32, (1.0, 0.0), INF), (Ops.DIV, dtypes.float32, (-1.0, 0.0), -INF),
+    (Ops.DIV, dtypes.float64, (0.0, 0.0), NAN), (Ops.DIV, dtypes.float16, (1.0, -0.0), -INF),
+    (Ops.EXP2, dtypes.float32, (200.0,), INF), (Ops.EXP2, dtypes.float64, (3.0,), 8.0),
+    (Ops.EXP2, dtypes.float64, (-INF,), 0.0), (Ops.LOG2, dtypes.float32, (0.0,), -INF),
+    (Ops.LOG2, dtypes.float64, (-1.0,), NAN), (Ops.LOG2, dtypes.float16, (1024.0,), 10.0),
+    (Ops.SIN, dtypes.float64, (INF,), NAN), (Ops.SIN, dtypes.float32, (0.0,), 0.0),
+    (Ops.SQRT, dtypes.float32, (-1.0,), NAN), (Ops.SQRT, dtypes.float64, (-0.0,), -0.0),
+    (Ops.SQRT, dtypes.float16, (2.0,), 1.4140625), (Ops.POW, dtypes.float64, (-8.0, 1 / 3), NAN),
+    (Ops.POW, dtypes.float64, (NAN, 0.0), 1.0), (Ops.POW, dtypes.float32, (10.0, 40.0), INF),
+    (Ops.MAX, dtypes.float32, (NAN, 1.0), NAN), (Ops.MAX, dtypes.float32, (1.0, NAN), NAN),
+    (Ops.MAX, dtypes.float16, (0.0, -0.0), -0.0), (Ops.MAX, dtypes.float64, (-0.0, 0.0), 0.0),
+    (Ops.MULACC, dtypes.int8, (16, 16, 1), 1), (Ops.MULACC, dtypes.float64, (2.0, 3.0, 1.0), 7.0),
     (Ops.THREEFRY, dtypes.uint64, (0, 0), 0x99BA4EFE_6B200159),
 ]
 # fmt: on
@@ -244,7 +244,7 @@ def test_pow_special_values_match_numpy(a: float, b: float) -> None:
         assert same(exec_alu(Ops.POW, dtypes.float32, a, b), round_to(dtypes.float32, r))
 
 
-@pytest.mark.parametrize("a", SPECIALS + [-1e-300, 5e-324, 710.0, -1100.0, 1e22])
+@pytest.mark.parametrize("a", [*SPECIALS, -1e-300, 5e-324, 710.0, -1100.0, 1e22])
 def test_transcendental_special_values_match_numpy(a: float) -> None:
     with np.errstate(all="ignore"):
         x = np.float64(a)
@@ -299,6 +299,7 @@ BF16_TABLE = [
     (1.0 + 2**-8, 1.0), (1.0 + 3 * 2**-8, 1.0 + 2**-6), (1.0 + 2**-8 + 2**-20, 1.0 + 2**-7),
     (float.fromhex("0x1.ffp127"), INF), (float.fromhex("0x1.fdp127"), float.fromhex("0x1.fcp127")),
     (2.0**-133, 2.0**-133), (-(2.0**-150), -0.0),
+    (1.0 + 2**-8 + 2**-30, 1.0),  # float32 first drops 2**-30, leaving a tie; direct rounding would go up
 ]
 
 
@@ -322,10 +323,10 @@ def test_bfloat16_arithmetic_is_float32_then_rounded(a: int, b: int) -> None:
 def test_float_results_are_representable() -> None:
     a, b = float(np.float32(0.1)), float(np.float32(0.2))
     r = exec_alu(Ops.ADD, dtypes.float32, a, b)
-    assert r == float(np.float32(a) + np.float32(b)) and r != a + b
+    assert same(r, np.float32(a) + np.float32(b)) and not same(r, a + b)
     assert python_value_ok(dtypes.float32, r)
     assert python_value_ok(dtypes.float32, exec_alu(Ops.ADD, dtypes.float32, 0.1, 0.2))  # unrounded inputs too
-    assert exec_alu(Ops.DIV, dtypes.float16, 1.0, 3.0) == float(np.float16(1 / 3))
+    assert same(exec_alu(Ops.DIV, dtypes.float16, 1.0, 3.0), np.float16(1 / 3))
     assert exec_alu(Ops.ADD, dtypes.float16, 65504.0, 16.0) == INF  # the tie at 65520 rounds up to inf
 
 
@@ -354,21 +355,22 @@ def test_threefry_needs_uint64() -> None:
 
 # fmt: off
 CASTS = [
-    (2.7, dtypes.float32, dtypes.int32, 2),        (-2.7, dtypes.float32, dtypes.int32, -2),
-    (-0.9, dtypes.float64, dtypes.uint8, 0),        (300.0, dtypes.float32, dtypes.int8, 44),
-    (-129.5, dtypes.float64, dtypes.int8, 127),     (2.0**40 + 5, dtypes.float64, dtypes.int32, 5),
-    (NAN, dtypes.float32, dtypes.int32, 0),         (INF, dtypes.float32, dtypes.int64, 0),
+    (2.7, dtypes.float32, dtypes.int32, 2), (-2.7, dtypes.float32, dtypes.int32, -2),
+    (-0.9, dtypes.float64, dtypes.uint8, 0), (300.0, dtypes.float32, dtypes.int8, 44),
+    (-129.5, dtypes.float64, dtypes.int8, 127), (2.0**40 + 5, dtypes.float64, dtypes.int32, 5),
+    (NAN, dtypes.float32, dtypes.int32, 0), (INF, dtypes.float32, dtypes.int64, 0),
     (-(2.0**100), dtypes.float32, dtypes.index, -(2**100)),
-    (300, dtypes.int32, dtypes.uint8, 44),          (-1, dtypes.int8, dtypes.uint64, 2**64 - 1),
-    (2**64 - 1, dtypes.uint64, dtypes.int64, -1),   (-5, dtypes.int32, dtypes.index, -5),
-    (2**40, dtypes.index, dtypes.int32, 0),         (True, dtypes.bool, dtypes.int32, 1),
-    (NAN, dtypes.float32, dtypes.bool, True),       (-0.0, dtypes.float32, dtypes.bool, False),
-    (7, dtypes.int8, dtypes.bool, True),            (0, dtypes.uint64, dtypes.bool, False),
-    (True, dtypes.bool, dtypes.float16, 1.0),       (2**24 + 1, dtypes.int32, dtypes.float32, 16777216.0),
+    (300, dtypes.int32, dtypes.uint8, 44), (-1, dtypes.int8, dtypes.uint64, 2**64 - 1),
+    (2**64 - 1, dtypes.uint64, dtypes.int64, -1), (-5, dtypes.int32, dtypes.index, -5),
+    (2**40, dtypes.index, dtypes.int32, 0), (True, dtypes.bool, dtypes.int32, 1),
+    (NAN, dtypes.float32, dtypes.bool, True), (-0.0, dtypes.float32, dtypes.bool, False),
+    (7, dtypes.int8, dtypes.bool, True), (0, dtypes.uint64, dtypes.bool, False),
+    (True, dtypes.bool, dtypes.float16, 1.0), (2**24 + 1, dtypes.int32, dtypes.float32, 16777216.0),
     (2**24 + 3, dtypes.int32, dtypes.float32, 16777220.0), (65520, dtypes.int32, dtypes.float16, INF),
     (2**53 + 1, dtypes.int64, dtypes.float64, 2.0**53), (0.1, dtypes.float64, dtypes.float32, 0.10000000149011612),
-    (1e10, dtypes.float32, dtypes.float16, INF),    (1.0 + 2**-8, dtypes.float32, dtypes.bfloat16, 1.0),
-    (2**200, dtypes.index, dtypes.float32, INF),    (-(2**2000), dtypes.index, dtypes.float64, -INF),
+    (1e10, dtypes.float32, dtypes.float16, INF), (1.0 + 2**-8, dtypes.float32, dtypes.bfloat16, 1.0),
+    (2**60 + 2**36 + 1, dtypes.int64, dtypes.float32, float(2**60 + 2**37)),  # through float64 it would tie to 2**60
+    (2**200, dtypes.index, dtypes.float32, INF), (-(2**2000), dtypes.index, dtypes.float64, -INF),
 ]
 # fmt: on
 
@@ -387,9 +389,9 @@ def test_cast_of_nan_to_index_raises() -> None:
 @given(v=st.integers(-(2**63), 2**63 - 1), u=st.integers(0, 2**64 - 1))
 def test_int_to_float_rounds_once_like_numpy(v: int, u: int) -> None:
     # numpy converts int64 -> float32 directly; going through float64 would round twice
-    assert exec_cast(v, dtypes.int64, dtypes.float32) == float(np.array([v], np.int64).astype(np.float32)[0])
-    assert exec_cast(u, dtypes.uint64, dtypes.float32) == float(np.array([u], np.uint64).astype(np.float32)[0])
-    assert exec_cast(v, dtypes.int64, dtypes.float64) == float(np.array([v], np.int64).astype(np.float64)[0])
+    assert same(exec_cast(v, dtypes.int64, dtypes.float32), np.array([v], np.int64).astype(np.float32)[0])
+    assert same(exec_cast(u, dtypes.uint64, dtypes.float32), np.array([u], np.uint64).astype(np.float32)[0])
+    assert same(exec_cast(v, dtypes.int64, dtypes.float64), np.array([v], np.int64).astype(np.float64)[0])
     with np.errstate(all="ignore"):
         assert same(exec_cast(v, dtypes.int64, dtypes.float16), np.array([v], np.int64).astype(np.float16)[0])
 
@@ -407,8 +409,8 @@ def test_in_range_float_to_int_truncates_like_numpy(src: DType, dst: DType, data
     assert exec_cast(x, src, dst) == int(np.array([x], src.name).astype(dst.name)[0])
 
 
-@pytest.mark.parametrize("src", SIZED + [dtypes.bool], ids=lambda d: d.name)
-@pytest.mark.parametrize("dst", SIZED + [dtypes.bool], ids=lambda d: d.name)
+@pytest.mark.parametrize("src", [*SIZED, dtypes.bool], ids=lambda d: d.name)
+@pytest.mark.parametrize("dst", [*SIZED, dtypes.bool], ids=lambda d: d.name)
 def test_int_to_int_casts_match_numpy(src: DType, dst: DType) -> None:
     vals = [src.min, src.max, 0, 1] if src is not dtypes.bool else [False, True]
     vals += [v for v in (-1, 127, 128, 255, 256, -129, 2**31, 2**32 - 1) if src.min <= v <= src.max]
@@ -418,13 +420,13 @@ def test_int_to_int_casts_match_numpy(src: DType, dst: DType) -> None:
 
 # fmt: off
 BITCASTS = [
-    (1.0, dtypes.float32, dtypes.uint32, 0x3F800000),   (-2.0, dtypes.float32, dtypes.int32, -0x40000000),
-    (0x3F800000, dtypes.uint32, dtypes.float32, 1.0),   (-1, dtypes.int32, dtypes.uint32, 0xFFFFFFFF),
-    (1.0, dtypes.bfloat16, dtypes.uint16, 0x3F80),      (0xBF80, dtypes.uint16, dtypes.bfloat16, -1.0),
-    (1.0, dtypes.float16, dtypes.int16, 0x3C00),        (0x7C00, dtypes.uint16, dtypes.float16, INF),
-    (-0.0, dtypes.float64, dtypes.uint64, 1 << 63),     (0x7FF8000000000000, dtypes.int64, dtypes.float64, NAN),
-    (True, dtypes.bool, dtypes.uint8, 1),               (0, dtypes.int8, dtypes.bool, False),
-    (0x3F80, dtypes.int16, dtypes.bfloat16, 1.0),       (-1.0, dtypes.bfloat16, dtypes.float16, -1.875),
+    (1.0, dtypes.float32, dtypes.uint32, 0x3F800000), (-2.0, dtypes.float32, dtypes.int32, -0x40000000),
+    (0x3F800000, dtypes.uint32, dtypes.float32, 1.0), (-1, dtypes.int32, dtypes.uint32, 0xFFFFFFFF),
+    (1.0, dtypes.bfloat16, dtypes.uint16, 0x3F80), (0xBF80, dtypes.uint16, dtypes.bfloat16, -1.0),
+    (1.0, dtypes.float16, dtypes.int16, 0x3C00), (0x7C00, dtypes.uint16, dtypes.float16, INF),
+    (-0.0, dtypes.float64, dtypes.uint64, 1 << 63), (0x7FF8000000000000, dtypes.int64, dtypes.float64, NAN),
+    (True, dtypes.bool, dtypes.uint8, 1), (0, dtypes.int8, dtypes.bool, False),
+    (0x3F80, dtypes.int16, dtypes.bfloat16, 1.0), (-1.0, dtypes.bfloat16, dtypes.float16, -1.875),
 ]
 # fmt: on
 

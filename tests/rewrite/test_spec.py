@@ -75,6 +75,7 @@ def multi_device_graph() -> UOp:
     return UOp.sink(buf((1, 4), slot=1, device="CPU:0").store(gathered))
 
 
+# fmt: off
 GOOD = [
     ("tensor", tensor_graph, "tensor"),
     ("tensor any", tensor_graph, "any"),
@@ -87,14 +88,17 @@ GOOD = [
     ("consts", lambda: UOp.sink(UOp.const(-0.0), UOp.const(math.nan), UOp.const(float("inf"), dtypes.float16),
                                 UOp.const(-128, dtypes.int8), UOp.const(2**64 - 1, dtypes.uint64),
                                 UOp.const(2**80), UOp.vconst([True, False], dtypes.bool)), "tensor"),
-    ("codegen", lambda: UOp.sink(UOp(Ops.SPECIAL, (UOp.const(32),), "gidx0"),
-                                 UOp(Ops.CUSTOM, (UOp.const(1.0),), ("sin({0})", f32)), UOp(Ops.BARRIER, ())), "kernel"),
+    ("codegen", lambda: UOp.sink(UOp(Ops.SPECIAL, (UOp.const(32),), "gidx0"), UOp(Ops.BARRIER, ()),
+                                 UOp(Ops.CUSTOM, (UOp.const(1.0),), ("sin({0})", f32))), "kernel"),
     ("program", lambda: UOp(Ops.PROGRAM, (linear_graph(), UOp(Ops.SOURCE, (), "void k() {}"),
                                           UOp(Ops.BINARY, (), b"\x7fELF")), "k"), "any"),
     ("bufferview", lambda: UOp(Ops.BUFFERVIEW, (buf((16,)),), (4, f32, 48)).load(), "tensor"),
     ("assign", lambda: buf((3,)).after(buf((3,)).store(buf((3,), slot=1))), "tensor"),
+    ("load to an address space", lambda: UOp(Ops.LOAD, (buf((4,)),), ("CPU", AddrSpace.LOCAL)), "tensor"),
+    ("symbolic bufferview", lambda: UOp(Ops.BUFFERVIEW, (buf((UOp.variable("n", 1, 9),)),), (4, f32, 0)), "any"),
     ("store into a view", lambda: buf((4, 3)).shrink((1, 0), (3, 3)).store(buf((2, 3), slot=1)), "tensor"),
 ]
+# fmt: on
 
 
 @pytest.mark.parametrize("name, make, stage", GOOD, ids=[g[0] for g in GOOD])
@@ -135,6 +139,7 @@ BAD = [
     ("vector const", lambda: UOp(Ops.CONST, (), (1.0, f32.vec(4))), "CONST", "scalar"),
     ("void const", lambda: UOp(Ops.CONST, (), (0, dtypes.void)), "CONST", "cannot hold a constant"),
     ("vconst values", lambda: UOp(Ops.VCONST, (), ((1, 2.5), idx)), "VCONST", "value 1"),
+    ("vconst vector dtype", lambda: UOp(Ops.VCONST, (), ((1.0,), f32.vec(2))), "VCONST", "scalar"),
     # args that construction ignores
     ("arg on ALU", lambda: UOp(Ops.ADD, (A, A), 5), "ADD", "takes no arg"),
     ("arg on RESHAPE", lambda: UOp(Ops.RESHAPE, (A, UOp.shape_operand((12,))), "x"), "RESHAPE", "takes no arg"),
@@ -163,12 +168,16 @@ BAD = [
     ("bufferview arg", lambda: UOp(Ops.BUFFERVIEW, (buf((4,)),), (-1, f32, 0)), "BUFFERVIEW", "size >= 0"),
     ("bufferview past end", lambda: UOp(Ops.BUFFERVIEW, (buf((4,)),), (4, f32, 4)), "BUFFERVIEW", "runs past"),
     ("flip non-bools", lambda: forge(Ops.FLIP, (A,), (1, 0), f32, (4, 3)), "FLIP", "bools"),
+    ("replicated axes", lambda: forge(Ops.REPLICATED, (A,), (5,), f32, (4, 3)), "REPLICATED", "axes must be"),
+    ("reduce op", lambda: forge(Ops.REDUCE, (A,), (Ops.SUB, (0,)), f32, (1, 3)), "REDUCE", "Ops.ADD | Ops.MAX"),
+    ("store dtype", lambda: forge(Ops.STORE, (buf((3,)), buf((3,), i32)), None, dtypes.void, ()), "STORE",
+     "does not match"),
     ("gettuple index", lambda: forge(Ops.GETTUPLE, (UOp(Ops.TUPLE, (A,)),), 1, f32, ()), "GETTUPLE", "out of range"),
     # sources of the wrong kind or number
     ("param bounds arity", lambda: UOp(Ops.PARAM, (UOp.shape_operand(()), UOp.const(0)), ParamArg("k", idx)),
      "PARAM", "2 sources"),
-    ("param empty range", lambda: UOp(Ops.PARAM, (UOp.shape_operand(()), UOp.const(5), UOp.const(1)), ParamArg("k", idx)),
-     "PARAM", "empty range"),
+    ("param empty range", lambda: UOp(Ops.PARAM, (UOp.shape_operand(()), UOp.const(5), UOp.const(1)),
+                                      ParamArg("k", idx)), "PARAM", "empty range"),
     ("param bound dtype", lambda: UOp(Ops.PARAM, (UOp.shape_operand(()), UOp.const(0, i32), UOp.const(4, i32)),
                                       ParamArg("k", idx)), "PARAM", "index values"),
     ("store into a value", lambda: (A + A).store(A), "STORE", "buffer-like"),
@@ -186,7 +195,8 @@ BAD = [
     ("bufferview source", lambda: UOp(Ops.BUFFERVIEW, (A + A,), (4, f32, 0)), "BUFFERVIEW", "BUFFER"),
     ("shape operand", lambda: forge(Ops.RESHAPE, (A, UOp.vconst([12.0], f32)), None, f32, (12,)), "RESHAPE",
      "index VCONST"),
-    ("range bound", lambda: forge(Ops.RANGE, (UOp.const(4.0),), (0, AxisType.LOOP), idx, ()), "RANGE", "()-shaped index"),
+    ("range bound", lambda: forge(Ops.RANGE, (UOp.const(4.0),), (0, AxisType.LOOP), idx, ()), "RANGE",
+     "()-shaped index"),
     ("where condition", lambda: forge(Ops.WHERE, (A, A, A), None, f32, (4, 3)), "WHERE", "source 0 must be bool"),
     ("reduce range", lambda: forge(Ops.REDUCE, (A, A), (Ops.ADD, (0,)), f32, (1, 3)), "REDUCE", "a RANGE"),
     ("alu arity", lambda: forge(Ops.ADD, (A,), None, f32, (4, 3)), "ADD", "takes 2 sources, got 1"),
@@ -230,6 +240,15 @@ def test_a_checker_crash_is_reported_not_raised():
 
 
 # ---------------------------------------------------------------- graph rules
+
+
+def test_a_graph_rule_crash_is_reported_not_raised(monkeypatch):
+    def broken(nodes: list[UOp]) -> list[tuple[UOp, str]]:
+        raise KeyError("boom")
+
+    monkeypatch.setattr(spec, "_GRAPH_RULES", (broken,))
+    [v] = violations(A)
+    assert "malformed graph: broken failed (KeyError" in v
 
 
 def test_function_parameter_out_of_range():

@@ -1,0 +1,235 @@
+"""The CPU device: LINEAR programs rendered to C (devices.c_render), compiled to a shared object, run via ctypes.
+
+Compiler: `CC` if set, else gcc, else clang, else cc (gcc compiles about twice as fast as clang here). Flags:
+-O2 -march=native -fPIC -shared plus what exactness needs (see c_render): -ffp-contract=off (no fused
+multiply-add), -fwrapv (signed ints wrap), -fno-math-errno, and for gcc -fexcess-precision=standard
+(a cast to _Float16 rounds). Never -ffast-math.
+
+Cache: a shared object is keyed by a hash of the source, the compiler's identity and the flags, and kept under
+rewrite.env.cache_dir()/cpu (CACHE=0: no disk cache); in memory each source's loaded library is kept for the
+process. `compile_batch` puts many kernels in one C file, which costs one compiler start for all of them.
+
+Launch: `kernel({slot: array}, {name: int})` checks each array against its BUFFER (dtype, size, contiguity,
+aliasing) and passes pointers in slot order, then the variables by name. A kernel with SPECIALs (e.g. core_id)
+takes each as a trailing parameter and is called once per value, spread over a thread pool (ctypes drops
+the GIL during the call), so the slices run on several cores at once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import itertools
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from devices.c_render import C_ALU_OPS, render_function, render_source
+from devices.linear import Program, analyze
+from devices.memory import Allocator, check_buffers, check_vars, np_dtype
+from rewrite.dtype import DType, dtypes
+from rewrite.env import cache_dir, getenv
+from rewrite.errors import CompileError, DeviceError, EvalError
+from rewrite.ops import Ops
+from rewrite.uop import UOp
+
+_BASE_FLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno", "-fwrapv")
+_CT = {
+    dtypes.bool: ctypes.c_bool, dtypes.int8: ctypes.c_int8, dtypes.uint8: ctypes.c_uint8,
+    dtypes.int16: ctypes.c_int16, dtypes.uint16: ctypes.c_uint16, dtypes.int32: ctypes.c_int32,
+    dtypes.uint32: ctypes.c_uint32, dtypes.int64: ctypes.c_int64, dtypes.uint64: ctypes.c_uint64,
+    dtypes.index: ctypes.c_longlong,
+}
+
+
+class Compiler:
+    """A C compiler process: finds the compiler once, compiles source to a loaded, cached shared object."""
+
+    def __init__(self) -> None:
+        self._cc: str | None = None
+        self._ident = ""
+        self._libs: dict[str, ctypes.CDLL] = {}  # key -> loaded library, kept alive for the process
+
+    @property
+    def cc(self) -> str:
+        if self._cc is None:
+            want = str(getenv("CC", "")) or next((c for c in ("gcc", "clang", "cc") if shutil.which(c)), "")
+            path = shutil.which(want) if want else None
+            if path is None:
+                raise CompileError(f"cpu: no C compiler found (tried {want or 'gcc, clang, cc'}); install gcc or "
+                                   f"clang, or set CC")
+            try:
+                out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+            except (OSError, subprocess.TimeoutExpired) as e:
+                raise CompileError(f"cpu: cannot run {path} --version: {e}") from None
+            self._cc, self._ident = path, out.splitlines()[0] if out else path
+        return self._cc
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        cc = self.cc  # also reads the compiler's identity
+        gcc = "clang" not in self._ident.lower() and "clang" not in os.path.basename(cc)
+        return _BASE_FLAGS + (("-fexcess-precision=standard",) if gcc else ()) + ("-lm",)
+
+    def key(self, src: str) -> str:
+        ident = "\0".join((self.cc, self._ident, *self.flags))
+        return hashlib.sha256((ident + "\0" + src).encode()).hexdigest()[:32]
+
+    def load(self, src: str, what: str) -> ctypes.CDLL:
+        """The loaded library for `src`: from memory, the disk cache, or a fresh compile."""
+        key = self.key(src)
+        if (lib := self._libs.get(key)) is not None:
+            return lib
+        debug = int(getenv("DEBUG"))
+        t0 = time.perf_counter()
+        if int(getenv("CACHE")):
+            d = os.path.join(cache_dir(), "cpu")
+            os.makedirs(d, exist_ok=True)
+            path = os.path.join(d, f"{key}.so")
+            hit = os.path.exists(path)
+            if not hit:
+                tmp = os.path.join(d, f"{key}.{os.getpid()}.tmp.so")
+                self._run(src, tmp, what)
+                os.replace(tmp, path)  # atomic: a concurrent process sees the old state or the whole file
+            lib = ctypes.CDLL(path)
+        else:
+            hit = False
+            with tempfile.TemporaryDirectory() as d:
+                path = os.path.join(d, "k.so")
+                self._run(src, path, what)
+                lib = ctypes.CDLL(path)  # the mapping outlives the file
+        if debug >= 3:
+            how = "disk cache hit" if hit else "compiled"
+            print(f"cpu: {what}: {how} in {(time.perf_counter() - t0) * 1e3:.1f} ms")
+        self._libs[key] = lib
+        return lib
+
+    def _run(self, src: str, out: str, what: str) -> None:
+        cmd = [self.cc, *self.flags[:-1], "-x", "c", "-", "-o", out, self.flags[-1]]
+        try:
+            r = subprocess.run(cmd, input=src, capture_output=True, text=True, timeout=300)
+        except subprocess.TimeoutExpired:
+            raise CompileError(f"cpu: {self.cc} took over 300 s on {what}\n{_numbered(src)}") from None
+        if r.returncode != 0:
+            raise CompileError(f"cpu: {os.path.basename(self.cc)} failed on {what} (exit {r.returncode}):\n"
+                               f"{r.stderr.strip()}\n--- source ---\n{_numbered(src)}")
+
+    def forget(self) -> None:
+        """Drop the in-memory cache (loaded libraries stay mapped while kernels hold them)."""
+        self._libs.clear()
+
+
+def _numbered(src: str) -> str:
+    return "\n".join(f"{i:4d} | {line}" for i, line in enumerate(src.splitlines(), 1))
+
+
+_POOL: list[ThreadPoolExecutor] = []
+
+
+def _pool() -> ThreadPoolExecutor:
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="cpu-core"))
+    return _POOL[0]
+
+
+class CPUKernel:
+    """A compiled kernel: `kernel({slot: array}, {name: value})`. `src` is its C source file."""
+
+    def __init__(self, prog: Program, symbol: str, src: str, lib: ctypes.CDLL) -> None:
+        self.prog, self.name, self.symbol, self.src, self.lib = prog, prog.name, symbol, src, lib
+        fn = getattr(lib, symbol)
+        fn.argtypes = ([ctypes.c_void_p] * len(prog.buffers) + [_CT[p.dtype] for p in prog.variables.values()]
+                       + [ctypes.c_longlong] * len(prog.specials))
+        fn.restype = None
+        self.fn = fn
+
+    def __call__(self, buffers: dict[int, np.ndarray], var_vals: dict[str, int] | None = None) -> None:
+        prog = self.prog
+        vv = var_vals or {}
+        ints = check_vars(prog.variables, vv, self.name)
+        args = [a.ctypes.data for a in check_buffers(prog.buffers, buffers, vv, prog.stored, self.name)] + ints
+        if not prog.specials:
+            self.fn(*args)
+            return
+        ranges = [range(_bound(sp, vv, self.name)) for sp in prog.specials.values()]
+        combos = [(*args, *c) for c in itertools.product(*ranges)]
+        if len(combos) == 1 or (os.cpu_count() or 1) == 1:
+            for c in combos:
+                self.fn(*c)
+            return
+        fn = self.fn
+        for _ in _pool().map(lambda c: fn(*c), combos):
+            pass
+
+
+def _bound(sp: UOp, var_vals: dict[str, int], kernel: str) -> int:
+    b = sp.src[0]
+    try:
+        return int(b.arg[0] if b.op is Ops.CONST else b.evaluate(var_vals))  # type: ignore[index]
+    except EvalError as e:
+        raise DeviceError(f"kernel {kernel!r}: cannot compute the bound of SPECIAL {sp.arg!r}: {e}") from None
+
+
+class CPUDevice(Allocator):
+    """The `cpu` device (the default): C via gcc or clang, loaded with ctypes."""
+
+    name = "cpu"
+    supported_ops: frozenset[Ops] = C_ALU_OPS | frozenset({Ops.CAST, Ops.BITCAST})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.compiler = Compiler()
+
+    def render(self, linear: UOp, name: str = "kernel") -> str:
+        """The C source of one kernel (a whole file: includes, helpers, the function)."""
+        prog = analyze(linear, self.name, self.supported_ops, _symbol(name))
+        helpers: dict[str, str] = {}
+        return render_source([render_function(prog, prog.name, helpers)], helpers)
+
+    def compile(self, linear: UOp, name: str = "kernel") -> CPUKernel:
+        return self.compile_batch([(linear, name)])[0]
+
+    def compile_batch(self, kernels: Sequence[tuple[UOp, str]]) -> list[CPUKernel]:
+        """Compile several kernels into one shared object (one compiler run). Names are made unique."""
+        progs: list[Program] = []
+        helpers: dict[str, str] = {}
+        funcs: list[str] = []
+        syms: list[str] = []
+        for linear, name in kernels:
+            sym = _symbol(name)
+            if sym in syms:
+                sym = next(f"{sym}_{i}" for i in itertools.count(1) if f"{sym}_{i}" not in syms)
+            syms.append(sym)
+            prog = analyze(linear, self.name, self.supported_ops, sym)
+            prog.name = name
+            funcs.append(render_function(prog, sym, helpers))
+            progs.append(prog)
+        src = render_source(funcs, helpers)
+        if int(getenv("DEBUG")) >= 4:
+            print(src)
+        what = f"kernel {kernels[0][1]!r}" if len(kernels) == 1 else f"{len(kernels)} kernels"
+        lib = self.compiler.load(src, what)
+        return [CPUKernel(p, sym, src, lib) for p, sym in zip(progs, syms, strict=True)]
+
+    @staticmethod
+    def np_dtype(dtype: DType) -> np.dtype:
+        return np_dtype(dtype)
+
+    def synchronize(self) -> None:
+        pass
+
+
+def _symbol(name: str) -> str:
+    s = "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "kernel"
+    return s if not s[0].isdigit() else "k_" + s
+
+
+DEVICE = CPUDevice()
+
+__all__ = ["DEVICE", "CPUDevice", "CPUKernel", "Compiler"]

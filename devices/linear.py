@@ -1,0 +1,196 @@
+"""Checking a LINEAR program once, and the facts about it that every device needs.
+
+`analyze(linear, device, supported_ops)` walks the instruction list a single time and either raises
+CompileError (naming the instruction, its position and what is wrong) or returns a `Program`:
+
+- every source of an instruction is listed before it (a BUFFER's or PARAM's shape and bound operands are
+  structural and need not be listed; a VCONST in the list is such an operand and does nothing);
+- RANGE/END and IF/ENDIF nest properly and all blocks are closed; END may close several RANGEs, which must be
+  the innermost open ones;
+- a value made inside a block (a RANGE loop or an IF) is not used after the block is closed: in C it would be
+  out of scope, and after an IF it may never have been computed. CONSTs, GLOBAL buffers, variables and
+  SPECIALs are kernel-wide and exempt;
+- values are scalars; INDEX is (buffer, i) over a BUFFER (possibly through AFTER); LOAD and STORE go through
+  an INDEX; every ALU op is one the device declares in `supported_ops`;
+- GLOBAL buffer slots, variable names and SPECIAL names are each defined once.
+
+The Program then gives positions, the matching opener/closer of each block, the innermost open block of
+each instruction, use counts, and the kernel parameters (GLOBAL buffers by slot, variables by name,
+SPECIALs in order of appearance).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rewrite.dtype import AddrSpace, dtypes
+from rewrite.errors import CompileError
+from rewrite.ops import GroupOp, Ops
+from rewrite.uop import UOp
+
+# the ops that may appear in a LINEAR list (ALU ops, CAST and BITCAST besides)
+STATEMENTS = frozenset({Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.STORE, Ops.BARRIER})
+INSTRUCTIONS = STATEMENTS | frozenset(
+    {Ops.BUFFER, Ops.PARAM, Ops.CONST, Ops.VCONST, Ops.SPECIAL, Ops.INDEX, Ops.LOAD, Ops.AFTER, Ops.CUSTOM}
+)
+VALUE_OPS = GroupOp.ALU | frozenset({Ops.CAST, Ops.BITCAST})
+# values visible everywhere in the kernel, wherever they are listed (C renders them inline or as parameters)
+_KERNEL_WIDE = frozenset({Ops.CONST, Ops.VCONST, Ops.PARAM, Ops.SPECIAL})
+_OPENERS = frozenset({Ops.RANGE, Ops.IF})
+
+
+def base_of(u: UOp) -> UOp:
+    """The node under any AFTERs (AFTER(x, deps) is the value x)."""
+    while u.op is Ops.AFTER:
+        u = u.src[0]
+    return u
+
+
+def is_global(buf: UOp) -> bool:
+    return buf.op is Ops.BUFFER and buf.arg.addrspace is AddrSpace.GLOBAL  # type: ignore[union-attr]
+
+
+@dataclass
+class Program:
+    """A checked LINEAR program."""
+
+    name: str
+    instrs: tuple[UOp, ...]
+    pos: dict[UOp, int] = field(default_factory=dict)
+    # for RANGE/IF: the position of its END/ENDIF; for END/ENDIF: the positions of what it closes
+    closer: dict[int, int] = field(default_factory=dict)
+    opened: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    block: list[int] = field(default_factory=list)  # innermost open RANGE/IF position per instruction, -1 at top
+    uses: dict[UOp, int] = field(default_factory=dict)
+    users: dict[UOp, list[UOp]] = field(default_factory=dict)
+    buffers: dict[int, UOp] = field(default_factory=dict)  # GLOBAL slot -> BUFFER, sorted by slot
+    variables: dict[str, UOp] = field(default_factory=dict)  # name -> PARAM, sorted by name
+    specials: dict[str, UOp] = field(default_factory=dict)  # name -> SPECIAL, in order of appearance
+    stored: set[int] = field(default_factory=set)  # GLOBAL slots written by a STORE
+
+    def where(self, u: UOp) -> str:
+        return f"kernel {self.name!r}, instruction {self.pos.get(u, '?')} ({u.short()})"
+
+
+def _fail(prog: Program, i: int, u: UOp, msg: str) -> CompileError:
+    return CompileError(f"kernel {prog.name!r}, instruction {i} ({u.short()[:120]}): {msg}")
+
+
+def _value_srcs(u: UOp) -> tuple[UOp, ...]:
+    """The sources an instruction reads as values (deps of AFTER, END's body and ENDIF's IF only order)."""
+    op = u.op
+    if op in (Ops.BUFFER, Ops.PARAM, Ops.VCONST):
+        return ()
+    if op is Ops.AFTER:
+        return u.src[:1]
+    if op in (Ops.END, Ops.ENDIF, Ops.BARRIER):
+        return ()
+    return u.src
+
+
+def analyze(linear: UOp, device: str, supported_ops: frozenset[Ops], name: str = "kernel") -> Program:
+    """Check `linear` (see the module docstring) and return its Program; CompileError on the first problem."""
+    if not isinstance(linear, UOp) or linear.op is not Ops.LINEAR:
+        got = linear.op.name if isinstance(linear, UOp) else type(linear).__name__
+        raise CompileError(f"{device}: compile takes a LINEAR UOp (the linearized kernel), got {got}")
+    prog = Program(name, linear.src)
+    pos, block = prog.pos, prog.block
+    stack: list[int] = []  # positions of the open RANGE/IF blocks
+    open_set: set[int] = set()
+    for i, u in enumerate(prog.instrs):
+        op = u.op
+        if u in pos:
+            raise _fail(prog, i, u, f"listed twice (first at {pos[u]}); each instruction appears once")
+        if op not in INSTRUCTIONS and op not in VALUE_OPS:
+            raise _fail(prog, i, u, f"{op.name} is not a LINEAR instruction; lowering must remove it before {device}")
+        if op in VALUE_OPS and op not in supported_ops:
+            raise _fail(prog, i, u, f"the {device} device does not support {op.name}; lowering must decompose it "
+                                    f"(see the device's supported_ops)")
+        if u.dtype.count != 1 or (u.shape != () and op not in (Ops.BUFFER, Ops.VCONST)):
+            raise _fail(prog, i, u, "LINEAR values must be scalars (no vector dtypes, shape ())")
+        deps = () if op in (Ops.BUFFER, Ops.PARAM, Ops.VCONST) else u.src
+        for j, s in enumerate(deps):
+            if s not in pos:
+                raise _fail(prog, i, u, f"source {j} ({s.short()[:80]}) is not listed before it")
+        for s in _value_srcs(u):
+            b = block[pos[s]]
+            if s.op not in _KERNEL_WIDE and not is_global(s) and b != -1 and b not in open_set:
+                raise _fail(prog, i, u, f"uses {s.short()[:80]} (instruction {pos[s]}) after the block it was made "
+                                        f"in (instruction {b}) was closed; compute it outside the block")
+        _check_instruction(prog, i, u)
+        pos[u] = i
+        for s in deps:
+            prog.uses[s] = prog.uses.get(s, 0) + 1
+            prog.users.setdefault(s, []).append(u)
+        if op is Ops.END or op is Ops.ENDIF:
+            targets = u.src[1:] if op is Ops.END else u.src[:1]
+            want = Ops.RANGE if op is Ops.END else Ops.IF
+            if not targets or any(t.op is not want for t in targets):
+                raise _fail(prog, i, u, f"{op.name} must name the {want.name}(s) it closes")
+            tpos = [pos[t] for t in targets]
+            top = stack[len(stack) - len(tpos):]
+            if len(set(tpos)) != len(tpos) or set(tpos) != set(top):
+                inner = ", ".join(prog.instrs[p].short()[:60] for p in top) or "none"
+                raise _fail(prog, i, u, f"closes a block that is not the innermost open one (innermost: {inner})")
+            tpos = top
+            prog.opened[i] = tuple(reversed(tpos))  # innermost first
+            for p in tpos:
+                prog.closer[p] = i
+                stack.remove(p)
+                open_set.discard(p)
+        block.append(stack[-1] if stack else -1)
+        if op in _OPENERS:
+            stack.append(i)
+            open_set.add(i)
+            block[i] = i  # a RANGE's own value lives inside the loop it opens
+    if stack:
+        u = prog.instrs[stack[-1]]
+        raise _fail(prog, stack[-1], u, f"is never closed (no {'END' if u.op is Ops.RANGE else 'ENDIF'} for it)")
+    prog.buffers = dict(sorted(prog.buffers.items()))
+    prog.variables = dict(sorted(prog.variables.items()))
+    return prog
+
+
+def _check_instruction(prog: Program, i: int, u: UOp) -> None:
+    op = u.op
+    if op is Ops.BUFFER:
+        a = u.arg
+        if len(u.shape) != 1:
+            raise _fail(prog, i, u, f"a BUFFER must be 1-D (n,), got shape {u.shape}")
+        if a.dtype.kind not in "biuxf":  # type: ignore[union-attr]
+            raise _fail(prog, i, u, f"a BUFFER of {a.dtype.name} cannot hold values")  # type: ignore[union-attr]
+        if a.addrspace is AddrSpace.GLOBAL:  # type: ignore[union-attr]
+            if not isinstance(a.slot, int) or a.slot < 0 or a.slot in prog.buffers:  # type: ignore[union-attr]
+                raise _fail(prog, i, u, f"GLOBAL buffer slot {a.slot!r} must be a new int >= 0")  # type: ignore
+            prog.buffers[a.slot] = u  # type: ignore[union-attr]
+        elif a.addrspace is AddrSpace.REG:  # type: ignore[union-attr]
+            if not isinstance(u.shape[0], int):
+                raise _fail(prog, i, u, "a REG buffer needs a constant size")
+        else:
+            raise _fail(prog, i, u, f"{a.addrspace.name} buffers are not supported on this device")  # type: ignore
+    elif op is Ops.PARAM:
+        name = u.arg.slot  # type: ignore[union-attr]
+        if not isinstance(name, str) or not u.dtype.is_int:
+            raise _fail(prog, i, u, "a PARAM in a kernel must be a named int variable (UOp.variable)")
+        if name in prog.variables:
+            raise _fail(prog, i, u, f"variable {name!r} is defined twice")
+        prog.variables[name] = u
+    elif op is Ops.SPECIAL:
+        if not isinstance(u.arg, str) or not u.arg or u.arg in prog.specials:
+            raise _fail(prog, i, u, f"SPECIAL needs a new non-empty name, got {u.arg!r}")
+        prog.specials[u.arg] = u
+    elif op is Ops.INDEX:
+        if len(u.src) != 2 or base_of(u.src[0]).op is not Ops.BUFFER:
+            raise _fail(prog, i, u, "INDEX must be (buffer, i) over a BUFFER")
+        if not u.src[1].dtype.is_int:
+            raise _fail(prog, i, u, "the INDEX position must be an integer")
+    elif op is Ops.LOAD or op is Ops.STORE:
+        if base_of(u.src[0]).op is not Ops.INDEX:
+            raise _fail(prog, i, u, f"{op.name} must go through an INDEX")
+        gate = u.src[2] if len(u.src) == 3 else None
+        if gate is not None and gate.dtype is not dtypes.bool:
+            raise _fail(prog, i, u, f"the {op.name} gate must be bool")
+        if op is Ops.STORE and is_global(buf := base_of(base_of(u.src[0]).src[0])):
+            prog.stored.add(buf.arg.slot)  # type: ignore[union-attr]
+    elif op is Ops.IF and (len(u.src) != 1 or u.src[0].dtype is not dtypes.bool):
+        raise _fail(prog, i, u, "IF takes one bool gate")

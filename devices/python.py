@@ -1,0 +1,301 @@
+"""The reference device: an interpreter of LINEAR programs built on rewrite.semantics. Slow and exact.
+
+`compile` checks the program (devices.linear) and turns each instruction into a small step closure; RANGE
+and IF get their jump targets then, so running is one dispatch loop over the steps with no recursion. Every
+value goes through exec_alu / exec_cast / exec_bitcast, so results are exactly the op-semantics table:
+wrap-around ints, floats rounded to their dtype, floor IDIV/MOD, truncating CDIV/CMOD.
+
+Memory: GLOBAL buffers are the caller's 1-D numpy arrays (read and written in place); a REG buffer is a
+Python list made fresh where its BUFFER instruction runs, and reading an element no STORE has written is an
+error (in C it would be garbage). An access outside a buffer raises DeviceError naming the slot, the index
+and the size; a gated access whose gate is false touches nothing, so padding may index out of bounds.
+A kernel with SPECIALs runs its whole body once per combination of their values, one after another.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import numpy as np
+
+from devices.linear import Program, analyze, is_global
+from devices.memory import Allocator, bf16_decode, bf16_encode, check_buffers, check_vars, np_dtype, size_of
+from rewrite.dtype import DType, dtypes
+from rewrite.env import getenv
+from rewrite.errors import CompileError, DeviceError, EvalError
+from rewrite.ops import GroupOp, Ops
+from rewrite.semantics import exec_alu, exec_bitcast, exec_cast, round_to
+from rewrite.uop import UOp
+
+Step = Callable[[list], "int | None"]
+
+
+class _Mem:
+    """A buffer's storage as the steps see it: the container, its size, and element access."""
+
+    __slots__ = ("data", "label", "read", "size", "write")
+
+    def __init__(self, data: object, size: int, label: str, read: Callable, write: Callable) -> None:
+        self.data, self.size, self.label, self.read, self.write = data, size, label, read, write
+
+
+def _reg_read(mem: _Mem, i: int) -> object:
+    v = mem.data[i]  # type: ignore[index]
+    if v is None:
+        raise DeviceError(f"{mem.label}: element {i} is read before any STORE wrote it")
+    return v
+
+
+def _reg_write(mem: _Mem, i: int, v: object) -> None:
+    mem.data[i] = v  # type: ignore[index]
+
+
+def _np_read(mem: _Mem, i: int) -> object:
+    return mem.data.item(i)  # type: ignore[attr-defined]
+
+
+def _np_write(mem: _Mem, i: int, v: object) -> None:
+    mem.data[i] = v  # type: ignore[index]
+
+
+def _bf16_read(mem: _Mem, i: int) -> object:
+    return bf16_decode(mem.data.item(i))  # type: ignore[attr-defined]
+
+
+def _bf16_write(mem: _Mem, i: int, v: object) -> None:
+    mem.data[i] = bf16_encode(v)  # type: ignore[index, arg-type]
+
+
+def _address(mem: _Mem, i: int) -> int:
+    if not 0 <= i < mem.size:
+        raise DeviceError(f"{mem.label}: index {i} is out of bounds for size {mem.size}")
+    return i
+
+
+class PythonKernel:
+    """A compiled (checked and step-translated) LINEAR program; call it with {slot: array} and variables."""
+
+    def __init__(self, prog: Program) -> None:
+        self.prog, self.name = prog, prog.name
+        self.instrs = prog.instrs
+        self.init: list[object] = [None] * len(prog.instrs)
+        self.steps: list[Step] = []
+        self.step_pos: list[int] = []  # instruction position of each step, for error messages
+        # (opener position, "skip" | "body") -> step index; the closures read it, _build fills it at the end
+        self._targets: dict[tuple[int, str], int] = {}
+        self._build()
+
+    # ------------------------------------------------------------------ translation
+
+    def _build(self) -> None:
+        prog, init = self.prog, self.init
+        pos = prog.pos
+        after: dict[int, int] = {}  # instruction position -> index of the first step after it
+        end_step: dict[int, int] = {}  # RANGE position -> index of its END step
+        patches: list[tuple[int, str]] = []  # (opener position, which target)
+        for p, u in enumerate(prog.instrs):
+            op = u.op
+            if op is Ops.CONST:
+                init[p] = round_to(u.dtype, u.arg[0])  # type: ignore[index]
+            elif op in (Ops.VCONST, Ops.PARAM, Ops.SPECIAL, Ops.BARRIER, Ops.ENDIF) or (op is Ops.BUFFER
+                                                                                        and is_global(u)):
+                pass  # set per call (buffers, variables, SPECIAL values) or no work at all
+            elif op is Ops.END:
+                for r in prog.opened[p]:  # innermost first
+                    end_step[r] = len(self.steps)
+                    self._emit(p, self._end(r, pos[prog.instrs[r].src[0]]))
+                    patches.append((r, "body"))
+            elif op is Ops.RANGE or op is Ops.IF:
+                self._emit(p, self._opener(p, pos[u.src[0]], op is Ops.RANGE))
+                patches.append((p, "skip"))
+            else:
+                self._emit(p, self._value_step(p, u))
+            after[p] = len(self.steps)
+        targets = self._targets
+        for opener, kind in patches:
+            if kind == "body":
+                targets[(opener, kind)] = after[opener]
+            elif prog.instrs[opener].op is Ops.RANGE:
+                targets[(opener, kind)] = end_step[opener] + 1
+            else:
+                targets[(opener, kind)] = after[prog.closer[opener]]
+
+    def _emit(self, p: int, step: Step) -> None:
+        self.steps.append(step)
+        self.step_pos.append(p)
+
+    def _opener(self, p: int, src: int, is_range: bool) -> Step:
+        targets = self._targets
+        if is_range:
+            def step(v: list) -> int | None:
+                if v[src] <= 0:
+                    return targets[(p, "skip")]
+                v[p] = 0
+                return None
+        else:
+            def step(v: list) -> int | None:
+                return None if v[src] else targets[(p, "skip")]
+        return step
+
+    def _end(self, r: int, bound: int) -> Step:
+        targets = self._targets
+
+        def step(v: list) -> int | None:
+            i = v[r] + 1
+            if i < v[bound]:
+                v[r] = i
+                return targets[(r, "body")]
+            return None
+        return step
+
+    def _value_step(self, p: int, u: UOp) -> Step:
+        pos, op = self.prog.pos, u.op
+        s = [pos[x] for x in u.src]
+        if op is Ops.BUFFER:  # a REG buffer: fresh (unwritten) storage each time its declaration runs
+            n, label = u.shape[0], f"REG buffer (slot {u.arg.slot})"  # type: ignore[union-attr]
+
+            def step(v: list) -> None:
+                v[p] = _Mem([None] * n, n, label, _reg_read, _reg_write)
+            return step
+        if op is Ops.AFTER:
+            x = s[0]
+
+            def step(v: list) -> None:
+                v[p] = v[x]
+            return step
+        if op is Ops.INDEX:
+            b, i = s
+
+            def step(v: list) -> None:
+                v[p] = (v[b], v[i])
+            return step
+        if op is Ops.LOAD:
+            return self._load(p, s)
+        if op is Ops.STORE:
+            return self._store(p, s)
+        if op is Ops.CAST or op is Ops.BITCAST:
+            fn, src_dt, dst_dt, x = exec_cast if op is Ops.CAST else exec_bitcast, u.src[0].dtype, u.dtype, s[0]
+
+            def step(v: list) -> None:
+                v[p] = fn(v[x], src_dt, dst_dt)
+            return step
+        if op in GroupOp.ALU:
+            return _alu_step(p, op, u.src[1].dtype if op is Ops.WHERE else u.src[0].dtype, s)
+        raise CompileError(f"{self.prog.where(u)}: the python device cannot run {op.name}")
+
+    def _load(self, p: int, s: list[int]) -> Step:
+        idx = s[0]
+        if len(s) == 3:
+            alt, gate = s[1], s[2]
+
+            def step(v: list) -> None:
+                if v[gate]:
+                    mem, i = v[idx]
+                    v[p] = mem.read(mem, _address(mem, i))
+                else:
+                    v[p] = v[alt]
+            return step
+
+        def step(v: list) -> None:
+            mem, i = v[idx]
+            v[p] = mem.read(mem, _address(mem, i))
+        return step
+
+    def _store(self, p: int, s: list[int]) -> Step:
+        idx, val = s[0], s[1]
+        gate = s[2] if len(s) == 3 else None
+
+        def step(v: list) -> None:
+            if gate is None or v[gate]:
+                mem, i = v[idx]
+                mem.write(mem, _address(mem, i), v[val])
+        return step
+
+    # ------------------------------------------------------------------ running
+
+    def __call__(self, buffers: dict[int, np.ndarray], var_vals: dict[str, int] | None = None) -> None:
+        prog = self.prog
+        vv = dict(var_vals or {})
+        vals = check_vars(prog.variables, vv, self.name)
+        arrays = check_buffers(prog.buffers, buffers, vv, prog.stored, self.name)
+        v = list(self.init)
+        for (name, param), val in zip(prog.variables.items(), vals, strict=True):
+            v[prog.pos[param]] = round_to(param.dtype, val)
+            vv[name] = val
+        for (slot, buf), arr in zip(prog.buffers.items(), arrays, strict=True):
+            bf16 = buf.arg.dtype is dtypes.bfloat16  # type: ignore[union-attr]
+            v[prog.pos[buf]] = _Mem(arr, size_of(buf, vv), f"buffer slot {slot}",
+                                    _bf16_read if bf16 else _np_read, _bf16_write if bf16 else _np_write)
+        specials = list(prog.specials.values())
+        bounds = [_special_bound(sp, vv, self.name) for sp in specials]
+        for combo in itertools.product(*(range(b) for b in bounds)):
+            for sp, val in zip(specials, combo, strict=True):
+                v[prog.pos[sp]] = val
+            self._run(v)
+
+    def _run(self, v: list) -> None:
+        steps, n, pc = self.steps, len(self.steps), 0
+        try:
+            while pc < n:
+                j = steps[pc](v)
+                pc = pc + 1 if j is None else j
+        except (EvalError, DeviceError, TypeError, ValueError, OverflowError) as e:
+            u = self.instrs[self.step_pos[pc]]
+            raise DeviceError(f"{self.prog.where(u)}: {e}") from e
+
+
+def _alu_step(p: int, op: Ops, dt: DType, s: list[int]) -> Step:
+    f = exec_alu
+    if len(s) == 1:
+        a = s[0]
+
+        def step(v: list) -> None:
+            v[p] = f(op, dt, v[a])
+    elif len(s) == 2:
+        a, b = s
+
+        def step(v: list) -> None:
+            v[p] = f(op, dt, v[a], v[b])
+    else:
+        a, b, c = s
+
+        def step(v: list) -> None:
+            v[p] = f(op, dt, v[a], v[b], v[c])
+    return step
+
+
+def _special_bound(sp: UOp, var_vals: dict[str, int], kernel: str) -> int:
+    b = sp.src[0]
+    try:
+        return int(b.arg[0] if b.op is Ops.CONST else b.evaluate(var_vals))  # type: ignore[index]
+    except EvalError as e:
+        raise DeviceError(f"kernel {kernel!r}: cannot compute the bound of SPECIAL {sp.arg!r}: {e}") from None
+
+
+class PythonDevice(Allocator):
+    """The `python` device: compile checks and translates a LINEAR program; kernels run in the interpreter."""
+
+    name = "python"
+    supported_ops: frozenset[Ops] = GroupOp.ALU | frozenset({Ops.CAST, Ops.BITCAST})
+
+    def compile(self, linear: UOp, name: str = "kernel") -> PythonKernel:
+        prog = analyze(linear, self.name, self.supported_ops, name)
+        for u in prog.instrs:
+            if u.op is Ops.CUSTOM:
+                raise CompileError(f"{prog.where(u)}: the python device cannot run CUSTOM code {u.arg!r}")
+        if int(getenv("DEBUG")) >= 4:
+            print(f"python kernel {name}:\n" + "\n".join(f"  {i:4d} {u.short()}" for i, u in enumerate(prog.instrs)))
+        return PythonKernel(prog)
+
+    @staticmethod
+    def np_dtype(dtype: DType) -> np.dtype:
+        return np_dtype(dtype)
+
+    def synchronize(self) -> None:
+        pass
+
+
+DEVICE = PythonDevice()
+
+__all__ = ["DEVICE", "PythonDevice", "PythonKernel"]

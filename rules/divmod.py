@@ -1,0 +1,177 @@
+"""Floor division and modulo of index expressions: the `divmod_rules` set (part of `rules.symbolic.symbolic`).
+
+After it has run (with the rest of `symbolic`), a division or modulo by a constant c != 0 is gone when the
+numerator's remainder stays in one period of c, its numerator has no coefficient with |f| >= |c| and its
+constant lies in c's floor-remainder range, no common factor divides the numerator and c, nested
+divisions are merged (x // a // b -> x // (a*b) for b > 0), and (x % (k*c)) // c is written (x // c) % k.
+
+Semantics: IDIV and MOD are Python's `//` and `%` (floor; the remainder takes the divisor's sign) for every
+sign of numerator and divisor; that is what rewrite.semantics defines for `dtypes.index`. Every rule here is
+restricted to `dtypes.index`: on sized ints wrap-around breaks both the identities and the intervals.
+Divisions by zero are never created and never removed (every rule is guarded by a non-zero divisor).
+
+Guards read intervals through `.vmin` / `.vmax` (rewrite.interval); they are bounds, so a guard that holds
+on them holds for every value.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import product
+
+from rewrite.dsl import Rule, RuleSet, const, fold, op, var
+from rewrite.dtype import dtypes
+from rewrite.ops import Ops
+from rewrite.uop import UOp
+from rules.linear import build_sum, linear_form, recombine_divmod, resum, sum_bounds
+
+INDEX = dtypes.index
+
+x, y, z = var("x", INDEX), var("y", INDEX), var("z", INDEX)
+c0, c1, c2 = const("c0"), const("c1"), const("c2")
+
+
+def _fixed_quotient(x: UOp, y: UOp) -> bool:
+    """Guard of mod-fixed-quotient: y has one sign and x // y is the same at the four corners of the box
+    (floor division is monotone in each operand once the divisor's sign is fixed)."""
+    if y.vmin <= 0 <= y.vmax:  # type: ignore[operator]
+        return False
+    q = x.vmin // y.vmin  # type: ignore[operator]
+    return q == x.vmin // y.vmax == x.vmax // y.vmin == x.vmax // y.vmax  # type: ignore[operator]
+
+
+# fmt: off
+divmod_templates = RuleSet("divmod-templates", [
+    # x in [0, y) or x in (y, 0]: one period, quotient 0
+    Rule("div-small",          x // y,              0, when=lambda x, y: ((x.vmin >= 0) & (x.vmax < y.vmin)) | ((x.vmax <= 0) & (x.vmin > y.vmax))),
+    Rule("mod-small",          x % y,               x, when=lambda x, y: ((x.vmin >= 0) & (x.vmax < y.vmin)) | ((x.vmax <= 0) & (x.vmin > y.vmax))),
+    Rule("div-exact-mul",      (x * c0) // c1,      x * fold(c0 // c1), when=lambda c0, c1: (c1 != 0) & (c0 % c1 == 0)),
+    Rule("mod-exact-mul",      (x * c0) % c1,       0,                  when=lambda c0, c1: (c1 != 0) & (c0 % c1 == 0)),
+    Rule("div-mul-var",        (x * y) // y,        x, when=lambda y: (y.vmin > 0) | (y.vmax < 0)),
+    Rule("mod-mul-var",        (x * y) % y,         0, when=lambda y: (y.vmin > 0) | (y.vmax < 0)),
+    # (x*c + y) // c -> x when y is in c's first period, else the multiple of c splits off exactly
+    Rule("div-add-mul-small",  (x * c0 + y) // c0,  x, when=lambda c0, y: ((y.vmin >= 0) & (y.vmax < c0)) | ((y.vmax <= 0) & (y.vmin > c0))),
+    Rule("mod-add-mul-small",  (x * c0 + y) % c0,   y, when=lambda c0, y: ((y.vmin >= 0) & (y.vmax < c0)) | ((y.vmax <= 0) & (y.vmin > c0))),
+    Rule("div-add-mul",        (x * c0 + y) // c1,  x * fold(c0 // c1) + y // c1, when=lambda c0, c1: (c1 != 0) & (c0 % c1 == 0)),
+    Rule("mod-add-mul",        (x * c0 + y) % c1,   y % c1,                        when=lambda c0, c1: (c1 != 0) & (c0 % c1 == 0)),
+    Rule("div-add-mul-var",    (x * y + z) // y,    x + z // y, when=lambda y: (y.vmin > 0) | (y.vmax < 0)),
+    Rule("mod-add-mul-var",    (x * y + z) % y,     z % y,      when=lambda y: (y.vmin > 0) | (y.vmax < 0)),
+    # nesting; floor(floor(v) / b) = floor(v / b) needs b > 0
+    Rule("div-div",            (x // c0) // c1,     x // fold(c0 * c1), when=lambda c0, c1: (c0 != 0) & (c1 > 0)),
+    Rule("div-of-mod",         (x % c0) // c1,      (x // c1) % fold(c0 // c1),
+         when=lambda c0, c1: (c0 % c1 == 0) & (((c0 > 0) & (c1 > 0)) | ((c0 < 0) & (c1 < 0)))),
+    Rule("mod-mod",            (x % c0) % c1,       x % c1, when=lambda c0, c1: (c0 != 0) & (c1 != 0) & (c0 % c1 == 0)),
+    # x % y = x - y*q when the quotient q is one number over the whole box (x in [20,23], y in [8,10])
+    Rule("mod-fixed-quotient", x % y,               x + y * fold(lambda x, y: -(x.vmin // y.vmin)), when=_fixed_quotient),
+    # recombination: x//c*c + x%c = x, scaled by m
+    Rule("add-div-mod",        (x // c0) * c0 + x % c0,        x,      when=lambda c0: c0 != 0),
+    Rule("add-div-mod-scaled", (x // c0) * c1 + (x % c0) * c2, x * c2, when=lambda c0, c1, c2: (c0 != 0) & (c1 == c0 * c2)),
+])
+# fmt: on
+
+
+# ---------------------------------------------------------------------------- the linear-form rules
+
+
+def _tdiv(f: int, c: int) -> int:
+    """Division truncating toward zero: f - c*_tdiv(f, c) has the sign of f and is smaller than |c|."""
+    q = abs(f) // abs(c)
+    return q if (f < 0) == (c < 0) else -q
+
+
+def _remainder_choices(fs: list[int], c: int) -> list[tuple[int, ...]]:
+    """Coefficient vectors r with r_i = f_i (mod c) to try for a one-period remainder: the floor remainders,
+    the smallest in magnitude, and for up to three terms every combination of the two signs."""
+    opts = [(f % c,) if f % c == 0 else (f % c, f % c - c) for f in fs]
+    cands = [tuple(o[0] for o in opts), tuple(min(o, key=abs) for o in opts)]
+    if len(fs) <= 3:
+        cands += list(product(*opts))
+    return list(dict.fromkeys(cands))
+
+
+def _one_period(items: list[tuple[UOp, int]], k: int, c: int) -> tuple[list[tuple[UOp, int]], int] | None:
+    """(remainder terms, q) when R = sum(r_i * t_i) + k % c has one floor quotient q = R // c over its interval."""
+    atoms = [t for t, _ in items]
+    kr = k % c
+    for rs in _remainder_choices([f for _, f in items], c):
+        lo, hi = sum_bounds(zip(atoms, rs), kr)
+        if lo // c == hi // c:
+            return list(zip(atoms, rs)), lo // c
+    return None
+
+
+def _divmod_linear(x: UOp, c: int, is_div: bool) -> UOp | None:
+    terms, k = linear_form(x)
+    items = list(terms.items())
+    cu = UOp.const(c, x.dtype)
+    # 1. the remainder stays in one period: no division is left
+    if (found := _one_period(items, k, c)) is not None:
+        rem, q = found
+        if is_div:
+            return build_sum([(t, (f - r) // c) for (t, f), (_, r) in zip(items, rem)], k // c + q)
+        return build_sum(rem, k % c - q * c)
+    # 2. modulo only: a term (u % m) with c | m is congruent to u modulo c
+    if not is_div and any(_mod_by_multiple(t, c) for t, _ in items):
+        nodes = [UOp(Ops.MUL, (t.src[0] if _mod_by_multiple(t, c) else t, UOp.const(f, x.dtype))) for t, f in items]
+        return UOp(Ops.MOD, (resum([*nodes, UOp.const(k, x.dtype)]), cu))
+    # 3. split the multiples of c off the coefficients (truncating toward zero) and the constant (floor for
+    #    c > 0, so (a-2)//4 -> (a+2)//4 - 1; truncating for c < 0, so (a+1)%-11 keeps its 1)
+    qs = [_tdiv(f, c) for _, f in items]
+    kq = k // c if c > 0 else _tdiv(k, c)
+    kr = k - kq * c
+    if kq != 0 or any(qs):
+        rem_sum = build_sum([(t, f - q * c) for (t, f), q in zip(items, qs)], kr)
+        if not is_div:
+            return UOp(Ops.MOD, (rem_sum, cu))
+        return build_sum([*((t, q) for (t, _), q in zip(items, qs)), (UOp(Ops.IDIV, (rem_sum, cu)), 1)], kq)
+    # 4. a common factor g of the coefficients and c; the constant's remainder mod g drops out of the
+    #    quotient when c > 0 (0 <= k % g < g cannot reach the next multiple of c), so c < 0 needs g | k
+    g = math.gcd(c, *(f for _, f in items))
+    if g > 1 and (c > 0 or k % g == 0):
+        inner = build_sum([(t, f // g) for t, f in items], k // g)
+        cg = UOp.const(c // g, x.dtype)
+        if is_div:
+            return UOp(Ops.IDIV, (inner, cg))
+        return build_sum([(UOp(Ops.MOD, (inner, cg)), g)], k % g)
+    return None
+
+
+def _mod_by_multiple(t: UOp, c: int) -> bool:
+    return t.op is Ops.MOD and t.src[1].op is Ops.CONST and t.src[1].arg[0] % c == 0  # type: ignore[index]
+
+
+def divide_linear(x: UOp, c0: int) -> UOp | None:
+    """x // c for x = sum(f_i * t_i) + k, tried in order:
+
+    1. one period: with r_i = f_i (mod c) and R = sum(r_i * t_i) + k % c, if R // c is one number q over
+       R's interval, then x // c = sum(((f_i - r_i) / c) * t_i) + k // c + q (no division left);
+    2. split: x // c = sum(q_i * t_i) + kq + (sum((f_i - q_i*c) * t_i) + k - kq*c) // c, exact for any
+       integers q_i and kq; q_i is f_i / c truncated (each coefficient shrinks toward zero), kq is k // c
+       for c > 0 and k / c truncated for c < 0;
+    3. common factor g of c and every f_i: x // c = (sum(f_i/g * t_i) + k // g) // (c/g), exact when c > 0
+       or g | k."""
+    return _divmod_linear(x, c0, True)
+
+
+def modulo_linear(x: UOp, c0: int) -> UOp | None:
+    """x % c for x = sum(f_i * t_i) + k: the same steps as divide_linear, since x % c = x - c*(x // c):
+
+    1. one period: x % c = R - q*c;
+    2. a term (u % m) with c | m is replaced by u (u % m = u - m*(u // m), a multiple of c apart);
+    3. split: x % c = (sum(r_i * t_i) + kr) % c for any r_i = f_i and kr = k (mod c), chosen as in
+       divide_linear;
+    4. common factor: x % c = ((sum(f_i/g * t_i) + k // g) % (c/g)) * g + k % g, when c > 0 or g | k."""
+    return _divmod_linear(x, c0, False)
+
+
+# fmt: off
+divmod_linear = RuleSet("divmod-linear", [
+    Rule("div-linear",  x // c0, divide_linear, when=lambda c0: c0 != 0),
+    Rule("mod-linear",  x % c0,  modulo_linear, when=lambda c0: c0 != 0),
+    Rule("add-chain-div-mod", op.ADD(x, y, ordered=True), recombine_divmod),
+])
+# fmt: on
+
+divmod_rules = divmod_templates + divmod_linear
+
+__all__ = ["divide_linear", "divmod_linear", "divmod_rules", "divmod_templates", "modulo_linear"]

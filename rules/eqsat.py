@@ -1,0 +1,270 @@
+"""E-graph saturation of index expressions: the rules, the interval analysis and the bounded schedule.
+
+What holds after `saturate(u)`: the result equals `u` for every value of its variables within their bounds
+(floor `//` and `%`, as rewrite.semantics defines them), and it is the cheapest form the e-graph found within
+its budget (fewest ops; `//` and `%` dear), or `u` itself when nothing cheaper turned up, the expression is not
+an index expression, or a tripwire fired. `egraph_bounds(u)` is an interval of `u` at least as tight as
+`[u.vmin, u.vmax]`: the e-graph's interval is the intersection over every equivalent form it found.
+
+Where it runs: after the fast directional rules (rules.symbolic), on the index expressions of one kernel at a
+time (`saturate_batch`), behind an in-memory and an on-disk cache. It assumes canonical sums from the fast
+pass (constants last), so it needs no general associativity or commutativity, which would explode the e-graph.
+
+The rules ("lin" style): interval analysis (`lo`/`hi` lattice functions, one rule per op; a point interval is
+unioned with its constant, which also folds every constant expression through floor division); identities
+(subsumed where no other rule needs the matched node); constants oriented right and floated out of sums;
+div/mod cancelling guarded by intervals; `(a+b)//m` and `(a+b)%m` split when the remainders cannot carry;
+nested `//` and `%`; recombination `x//c*c + x%c -> x`; comparisons moved onto the variable; max, where, and,
+or folding. Associativity, commutativity and distribution appear only in the bounded forms above. Two
+different constants in one e-class, or an empty interval, panic (a tripwire: the inputs come back unchanged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rewrite.dsl import Pat, Rule, RuleSet, const, fold, op, var
+from rewrite.egraph import Saturator, Schedule, floor_div, floor_mod
+from rewrite.egraph_export import Export, export_rules
+from rewrite.uop import ConstValue, UOp
+
+# ---------------------------------------------------------------------------------------------- analysis
+
+_AB = "(= la (lo a)) (= ha (hi a)) (= lb (lo b)) (= hb (hi b))"
+_A = "(= la (lo a)) (= ha (hi a))"
+
+
+def _iv(name: str, facts: str, lo: str, hi: str) -> str:
+    return (f"(rule ({facts} (= __l {lo}) (= __h {hi}))\n      ((set (lo e) __l) (set (hi e) __h))\n"
+            f"      :ruleset analysis :name \"{name}\")")
+
+
+def _corners(fn: str, x: tuple[str, str], y: tuple[str, str]) -> tuple[str, str]:
+    """min and max of fn over the four corners (fn is monotone in each argument on the box)."""
+    if fn == "*":
+        c = [f"(* {a} {b})" for a in x for b in y]
+    else:
+        c = [floor_div(a, b) for a in x for b in y]
+    return f"(min (min {c[0]} {c[1]}) (min {c[2]} {c[3]}))", f"(max (max {c[0]} {c[1]}) (max {c[2]} {c[3]}))"
+
+
+_MUL = _corners("*", ("la", "ha"), ("lb", "hb"))
+_DIV = _corners("//", ("la", "ha"), ("lb", "hb"))
+_SAME_Q = f"(= {floor_div('la', 'm')} {floor_div('ha', 'm')})"
+
+ANALYSIS = "\n".join([
+    "(ruleset analysis)",
+    "(rule ((= e (Num n))) ((set (lo e) n) (set (hi e) n)) :ruleset analysis :name \"iv-num\")",
+    "(rule ((= e (Var k l h))) ((set (lo e) l) (set (hi e) h)) :ruleset analysis :name \"iv-var\")",
+    _iv("iv-add", f"(= e (Add a b)) {_AB}", "(+ la lb)", "(+ ha hb)"),
+    _iv("iv-sub", f"(= e (Sub a b)) {_AB}", "(- la hb)", "(- ha lb)"),
+    _iv("iv-neg", f"(= e (Neg a)) {_A}", "(- 0 ha)", "(- 0 la)"),
+    _iv("iv-mul", f"(= e (Mul a b)) {_AB}", *_MUL),
+    # floor division is monotone in both operands on a box whose divisor keeps one sign
+    _iv("iv-div-pos", f"(= e (Div a b)) {_AB} (> lb 0)", *_DIV),
+    _iv("iv-div-neg", f"(= e (Div a b)) {_AB} (< hb 0)", *_DIV),
+    _iv("iv-mod-pos", f"(= e (Mod a b)) {_AB} (> lb 0)", "0", "(- hb 1)"),
+    _iv("iv-mod-pos-small", f"(= e (Mod a b)) {_AB} (> lb 0) (>= la 0)", "0", "(min ha (- hb 1))"),
+    _iv("iv-mod-neg", f"(= e (Mod a b)) {_AB} (< hb 0)", "(+ lb 1)", "0"),
+    _iv("iv-mod-neg-small", f"(= e (Mod a b)) {_AB} (< hb 0) (<= ha 0)", "(max la (+ lb 1))", "0"),
+    # one quotient over the whole interval: x % m is x minus a constant there
+    _iv("iv-mod-const", f"(= e (Mod a (Num m))) (!= m 0) {_A} {_SAME_Q}", floor_mod("la", "m"), floor_mod("ha", "m")),
+    _iv("iv-max", f"(= e (Max a b)) {_AB}", "(max la lb)", "(max ha hb)"),
+    *(_iv(f"iv-{c.lower()}", f"(= e ({c} a b))", "0", "1") for c in ("Lt", "Ne", "Gt", "Ge", "Le", "Eq")),
+    _iv("iv-lt-true", f"(= e (Lt a b)) {_AB} (< ha lb)", "1", "1"),
+    _iv("iv-lt-false", f"(= e (Lt a b)) {_AB} (>= la hb)", "0", "0"),
+    _iv("iv-gt-true", f"(= e (Gt a b)) {_AB} (< hb la)", "1", "1"),
+    _iv("iv-gt-false", f"(= e (Gt a b)) {_AB} (>= lb ha)", "0", "0"),
+    _iv("iv-le-true", f"(= e (Le a b)) {_AB} (<= ha lb)", "1", "1"),
+    _iv("iv-le-false", f"(= e (Le a b)) {_AB} (> la hb)", "0", "0"),
+    _iv("iv-ge-true", f"(= e (Ge a b)) {_AB} (>= la hb)", "1", "1"),
+    _iv("iv-ge-false", f"(= e (Ge a b)) {_AB} (< ha lb)", "0", "0"),
+    _iv("iv-ne-true-lt", f"(= e (Ne a b)) {_AB} (< ha lb)", "1", "1"),
+    _iv("iv-ne-true-gt", f"(= e (Ne a b)) {_AB} (< hb la)", "1", "1"),
+    _iv("iv-ne-false", f"(= e (Ne a b)) {_AB} (= la ha) (= lb hb) (= la lb)", "0", "0"),
+    _iv("iv-eq-true", f"(= e (Eq a b)) {_AB} (= la ha) (= lb hb) (= la lb)", "1", "1"),
+    _iv("iv-eq-false-lt", f"(= e (Eq a b)) {_AB} (< ha lb)", "0", "0"),
+    _iv("iv-eq-false-gt", f"(= e (Eq a b)) {_AB} (< hb la)", "0", "0"),
+    _iv("iv-not", f"(= e (Not a)) {_A}", "(- 1 ha)", "(- 1 la)"),
+    _iv("iv-and", f"(= e (And a b)) {_AB}", "(min la lb)", "(min ha hb)"),
+    _iv("iv-or", f"(= e (Or a b)) {_AB}", "(max la lb)", "(max ha hb)"),
+    _iv("iv-where", f"(= e (Where c a b)) {_AB}", "(min la lb)", "(max ha hb)"),
+    _iv("iv-where-true", f"(= e (Where c a b)) (= 1 (lo c)) {_A}", "la", "ha"),
+    _iv("iv-where-false", "(= e (Where c a b)) (= 0 (hi c)) (= lb (lo b)) (= hb (hi b))", "lb", "hb"),
+    "(rule ((= v (lo e)) (= v (hi e))) ((union e (Num v))) :ruleset analysis :name \"iv-point\")",
+    # once a class of constants holds its Num, hide the sums and products in it: rules that reassociate or
+    # collect would otherwise keep building new constants out of them (Div and Mod stay visible, since guards
+    # look their intervals up by structure)
+    *(f"(rule ((= e ({c} (Num a) (Num b))) (= e (Num n))) ((subsume ({c} (Num a) (Num b))))"
+      f" :ruleset analysis :name \"hide-const-{c.lower()}\")" for c in ("Add", "Sub", "Mul", "Max")),
+    "(rule ((= e (Neg (Num a))) (= e (Num n))) ((subsume (Neg (Num a)))) :ruleset analysis :name \"hide-const-neg\")",
+    # tripwires: only an unsound rule (or analysis) can get here
+    "(rule ((= (Num a) (Num b)) (< a b)) ((panic \"eqsat: two different constants merged\"))"
+    " :ruleset analysis :name \"tripwire-constants\")",
+    "(rule ((= l (lo e)) (= h (hi e)) (> l h)) ((panic \"eqsat: empty interval\"))"
+    " :ruleset analysis :name \"tripwire-interval\")",
+])
+
+# x % m is x shifted by a constant when every value of x has the same quotient (the fold needs x's interval,
+# which a DSL fold() cannot read)
+RAW_RULES = "\n".join([
+    f"(rule ((= e (Mod x (Num m))) (> m 0) (= l (lo x)) (= h (hi x)) (= k {floor_div('l', 'm')})"
+    f" (= k {floor_div('h', 'm')}) (!= k 0) (= d (- 0 (* k m))) (= el (lo e)) (= eh (hi e)) (< el eh))"
+    " ((union e (Add x (Num d)))) :ruleset rw :name \"mod-shift\")",
+])
+
+# ---------------------------------------------------------------------------------------------- rewrites
+
+x, y, z = var("x"), var("y"), var("z")
+c0, c1, c2 = const("c0"), const("c1"), const("c2")
+
+
+def ordered(p: Pat) -> Pat:
+    """The same pattern with every commutative op matched only as written: constants are kept on the right,
+    so the e-graph needs one rule where the fast matcher tries both orders."""
+    if p.kind != "op" or p.src is None:
+        return p
+    return Pat("op", ops=p.ops, src=tuple(ordered(s) for s in p.src), name=p.name, dtypes=p.dtypes, arg=p.arg,
+               rest=p.rest, ordered=True)
+
+
+# fmt: off
+eqsat = RuleSet("eqsat", [
+    # constants to the right (the only commutativity here)
+    Rule("add-const-left",  ordered(c0 + x),            x + c0,      when=lambda x: x.vmin < x.vmax),
+    Rule("mul-const-left",  ordered(c0 * x),            x * c0,      when=lambda x: x.vmin < x.vmax),
+    Rule("max-const-left",  ordered(op.MAX(c0, x)),     x.maximum(c0), when=lambda x: x.vmin < x.vmax),
+    Rule("ne-const-left",   ordered(op.CMPNE(c0, x)),   x.ne(c0),    when=lambda x: x.vmin < x.vmax),
+    # identities
+    Rule("add-zero",        ordered(x + 0),             x),
+    Rule("sub-zero",        x - 0,                      x),
+    Rule("mul-one",         ordered(x * 1),             x),
+    Rule("div-one",         x // 1,                     x),
+    Rule("neg-neg",         -(-x),                      x),
+    Rule("sub-self",        x - x,                      0),
+    Rule("max-self",        x.maximum(x),               x),
+    Rule("and-self",        x & x,                      x),
+    Rule("or-self",         x | x,                      x),
+    Rule("not-not",         ~(~x),                      x),
+    Rule("and-true",        ordered(x & True),          x),
+    Rule("or-false",        ordered(x | False),         x),
+    Rule("and-not-self",    x & ~x,                     False),
+    Rule("or-not-self",     x | ~x,                     True),
+    Rule("lt-self",         x < x,                      False),
+    Rule("ne-self",         x.ne(x),                    False),
+    Rule("where-same",      y.where(x, x),              x),
+    Rule("where-true",      op.WHERE(True, x, y),       x),
+    Rule("where-false",     op.WHERE(False, x, y),      y),
+    Rule("where-not",       (~z).where(x, y),           z.where(y, x)),
+    # subtraction and negation as sums, so the sum rules see them; extraction takes whichever is cheaper
+    Rule("sub-to-add",      x - y,                      x + y * -1),
+    Rule("neg-to-mul",      -x,                         x * -1),
+    Rule("add-neg-to-sub",  ordered(x + y * -1),        x - y),
+    Rule("mul-neg-one",     ordered(x * -1),            -x),
+    # bounded reassociation and distribution
+    Rule("add-const-const", ordered((x + c0) + c1),     x + fold(c0 + c1)),
+    Rule("mul-const-const", ordered((x * c0) * c1),     x * fold(c0 * c1)),
+    Rule("add-float-const", ordered((x + c0) + y),      (x + y) + c0, when=lambda y: y.vmin < y.vmax),
+    Rule("add-left-assoc",  ordered(x + (y + z)),       (x + y) + z),
+    Rule("mul-dist-const",  ordered((x + y) * c0),      x * c0 + y * c0),
+    Rule("add-collect",     ordered(x * c0 + x * c1),   x * fold(c0 + c1), when=lambda x: x.vmin < x.vmax),
+    Rule("add-collect-one", ordered(x * c0 + x),        x * fold(c0 + 1), when=lambda x: x.vmin < x.vmax),
+    Rule("add-collect-nest", ordered((y + x * c0) + x * c1), y + x * fold(c0 + c1), when=lambda x: x.vmin < x.vmax),
+    Rule("add-self",        x + x,                      x * 2),
+    # division and modulo by constants
+    Rule("div-mul-cancel",  ordered((x * c0) // c1),    x * fold(c0 // c1), when=lambda c0, c1: (c1 != 0) & (c0 % c1 == 0)),
+    Rule("mod-mul-zero",    ordered((x * c0) % c1),     0,                  when=lambda c0, c1: (c1 != 0) & (c0 % c1 == 0)),
+    Rule("div-add-mul",     (ordered(x * c0) + y) // c1, x * fold(c0 // c1) + y // c1,
+         when=lambda c0, c1: (c1 != 0) & (c0 % c1 == 0)),
+    Rule("mod-add-mul",     (ordered(x * c0) + y) % c1, y % c1, when=lambda c0, c1: (c1 != 0) & (c0 % c1 == 0)),
+    Rule("div-add-const",   ordered((x + c0) // c1),    (x + fold(c0 % c1)) // c1 + fold(c0 // c1),
+         when=lambda c0, c1: (c1 > 0) & ((c0 < 0) | (c0 >= c1))),
+    Rule("mod-add-const",   ordered((x + c0) % c1),     (x + fold(c0 % c1)) % c1,
+         when=lambda c0, c1: (c1 > 0) & ((c0 < 0) | (c0 >= c1))),
+    # the remainders of x and y cannot carry into the quotient
+    Rule("div-split",       ordered((x + y) // c0),     x // c0 + y // c0,
+         when=lambda x, y, c0: (c0 > 0) & ((x % c0).vmax + (y % c0).vmax < c0)),
+    Rule("mod-split",       ordered((x + y) % c0),      x % c0 + y % c0,
+         when=lambda x, y, c0: (c0 > 0) & ((x % c0).vmax + (y % c0).vmax < c0)),
+    Rule("mod-small",       x % c0,                     x, when=lambda x, c0: (x.vmin >= 0) & (x.vmax < c0)),
+    Rule("div-div",         (x // c0) // c1,            x // fold(c0 * c1), when=lambda c0, c1: (c0 > 0) & (c1 > 0)),
+    Rule("mod-mod",         (x % c0) % c1,              x % c1,
+         when=lambda c0, c1: (c0 > 0) & (c1 > 0) & (c0 % c1 == 0)),
+    Rule("mod-div",         (x % c0) // c1,             (x // c1) % fold(c0 // c1),
+         when=lambda c0, c1: (c0 > 0) & (c1 > 0) & (c0 % c1 == 0)),
+    Rule("recombine",       ordered((x // c0) * c0) + x % c0, x),
+    Rule("recombine-scaled", ordered((x // c0) * c1) + ordered((x % c0) * c2), x * c2,
+         when=lambda c0, c1, c2: c1 == c0 * c2),
+    # comparisons: move constants off the variable's side
+    Rule("lt-add-const",    ordered((x + c0) < c1),     x < fold(c1 - c0)),
+    Rule("lt-mul-const",    ordered((x * c0) < c1),     x < fold(-((-c1) // c0)), when=lambda c0: c0 > 0),
+    Rule("lt-div-const",    (x // c0) < c1,             x < fold(c1 * c0), when=lambda c0: c0 > 0),
+    Rule("ne-add-const",    ordered((x + c0).ne(c1)),   x.ne(fold(c1 - c0))),
+    Rule("gt-to-lt",        op.CMPGT(x, y),             y < x),
+    Rule("ge-to-not-lt",    op.CMPGE(x, y),             ~(x < y)),
+    Rule("le-to-not-lt",    op.CMPLE(x, y),             ~(y < x)),
+    Rule("eq-to-not-ne",    op.CMPEQ(x, y),             ~x.ne(y)),
+    # max by intervals
+    Rule("max-left",        ordered(x.maximum(y)),      x, when=lambda x, y: x.vmin >= y.vmax),
+    Rule("max-right",       ordered(x.maximum(y)),      y, when=lambda x, y: y.vmin >= x.vmax),
+])
+# fmt: on
+
+# rules whose matched node nothing else needs once it is rewritten: hide it from matching and extraction
+SUBSUME = frozenset({
+    "add-const-left", "mul-const-left", "max-const-left", "ne-const-left", "add-zero", "sub-zero", "mul-one",
+    "div-one", "neg-neg", "not-not", "and-true", "or-false", "where-true", "where-false", "where-same",
+})
+NO_POINT_GUARD: frozenset[str] = frozenset()
+
+SCHEDULE = Schedule(iterations=8, max_size=20_000, seconds=2.0)
+
+
+def program(rules: RuleSet = eqsat, raw: str = RAW_RULES) -> tuple[str, Export]:
+    """The egglog text for the analysis, `rules` exported into rule set `rw`, and `raw` rules."""
+    ex = export_rules(rules, "rw", subsume=SUBSUME, point_guard={r.name for r in rules} - NO_POINT_GUARD)
+    return f"{ANALYSIS}\n(ruleset rw)\n{ex.text}{raw}\n", ex
+
+
+_SAT: list[Saturator] = []
+_EXPORT: list[Export] = []
+
+
+def saturator() -> Saturator:
+    """The process-wide saturator (one persistent e-graph; the rules are loaded on first use)."""
+    if not _SAT:
+        text, ex = program()
+        _EXPORT.append(ex)
+        _SAT.append(Saturator("eqsat", text, SCHEDULE))
+    return _SAT[0]
+
+
+def skipped_rules() -> list[tuple[str, str]]:
+    """DSL rules of `eqsat` the export could not translate, with the reason (should be empty)."""
+    saturator()
+    return _EXPORT[0].skipped
+
+
+def saturate(u: UOp) -> UOp:
+    """The cheapest equivalent form of the index expression `u` the e-graph finds (or `u`)."""
+    return saturator().run([u])[0].uop
+
+
+def saturate_batch(exprs: Sequence[UOp]) -> list[UOp]:
+    """`saturate` for all index expressions of one kernel at once: one e-graph, one packed extraction."""
+    return [r.uop for r in saturator().run(exprs)]
+
+
+def egraph_bounds(u: UOp) -> tuple[ConstValue, ConstValue]:
+    """The e-graph's interval of `u` intersected with `u`'s own: never looser than `[u.vmin, u.vmax]`."""
+    lo, hi = u.vmin, u.vmax
+    r = saturator().run([u])[0]
+    if r.lo is not None and r.hi is not None and not isinstance(lo, float):
+        lo, hi = max(lo, r.lo), min(hi, r.hi)
+        if u.dtype.scalar.is_bool:
+            lo, hi = bool(lo), bool(hi)
+    return lo, hi
+
+
+__all__ = ["ANALYSIS", "RAW_RULES", "SCHEDULE", "eqsat", "egraph_bounds", "ordered", "program",
+           "saturate", "saturate_batch", "saturator", "skipped_rules"]

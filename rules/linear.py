@@ -1,0 +1,248 @@
+"""Linear forms of index sums, and the rules that need them: merging like terms along a sum, div/mod
+recombination along a sum, and comparisons of a sum with a constant.
+
+A sum in canonical form is a left-associated chain `((t1*f1 + t2*f2) + ...) + k`: each term is an atom
+(any index node that is not ADD, not a CONST and not a MUL by a constant) times a non-zero coefficient
+(omitted when 1), terms in first-occurrence order, the constant last and only when non-zero.
+`linear_form` reads any ADD/MUL-by-constant tree into that form, so the callbacks here do not depend on
+the templates having run first; `build_sum` writes it back.
+
+The rules in this module are callables: each computes a new sum and returns None when it would not
+change anything. Their identities are in their docstrings. They run on `dtypes.index` only: the
+comparison rules divide through and read intervals, which wrap-around would break.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from rewrite.dtype import dtypes
+from rewrite.ops import Ops
+from rewrite.uop import UOp
+
+Terms = dict[UOp, int]  # atom -> coefficient, in first-occurrence order
+
+
+def split_term(u: UOp) -> tuple[UOp, int]:
+    """A term as (atom, coefficient): `x*c` gives (x, c), anything else (u, 1)."""
+    if u.op is Ops.MUL:
+        a, b = u.src
+        if b.op is Ops.CONST:
+            return a, b.arg[0]  # type: ignore[index]
+        if a.op is Ops.CONST:
+            return b, a.arg[0]  # type: ignore[index]
+    return u, 1
+
+
+def linear_form(u: UOp) -> tuple[Terms, int]:
+    """`u` as sum(coefficient * atom) + constant, like terms merged, zero coefficients dropped."""
+    terms: Terms = {}
+    k = 0
+    stack: list[tuple[UOp, int]] = [(u, 1)]
+    while stack:
+        n, f = stack.pop()
+        op = n.op
+        if op is Ops.ADD or op is Ops.SUB:
+            stack.append((n.src[1], f if op is Ops.ADD else -f))
+            stack.append((n.src[0], f))  # popped first: terms keep their left-to-right order
+        elif op is Ops.NEG:
+            stack.append((n.src[0], -f))
+        elif op is Ops.CONST:
+            k += f * n.arg[0]  # type: ignore[index]
+        else:
+            a, g = split_term(n)
+            if g != 1 or a is not n:
+                stack.append((a, f * g))
+            else:
+                terms[n] = terms.get(n, 0) + f
+    return {t: f for t, f in terms.items() if f != 0}, k
+
+
+def build_term(atom: UOp, f: int) -> UOp:
+    return atom if f == 1 else UOp(Ops.MUL, (atom, UOp.const(f, atom.dtype)))
+
+
+def build_sum(terms: Iterable[tuple[UOp, int]], k: int = 0) -> UOp:
+    """The canonical chain for sum(f * atom) + k (terms with f == 0 are skipped)."""
+    acc: UOp | None = None
+    for t, f in terms:
+        if f == 0:
+            continue
+        term = build_term(t, f)
+        acc = term if acc is None else UOp(Ops.ADD, (acc, term))
+    if acc is None:
+        return UOp.const(k, dtypes.index)
+    return acc if k == 0 else UOp(Ops.ADD, (acc, UOp.const(k, acc.dtype)))
+
+
+def sum_bounds(terms: Iterable[tuple[UOp, int]], k: int = 0) -> tuple[int, int]:
+    """Interval of sum(f * atom) + k from the atoms' intervals (what interval analysis gives the chain)."""
+    lo = hi = k
+    for t, f in terms:
+        a, b = t.vmin * f, t.vmax * f  # type: ignore[operator]
+        lo, hi = (lo + a, hi + b) if a <= b else (lo + b, hi + a)
+    return lo, hi  # type: ignore[return-value]
+
+
+def _chain(u: UOp) -> list[UOp]:
+    """The terms of a canonical chain, left to right (a trailing constant included as a term)."""
+    out = []
+    while u.op is Ops.ADD:
+        out.append(u.src[1])
+        u = u.src[0]
+    out.append(u)
+    out.reverse()
+    return out
+
+
+# ---------------------------------------------------------------------------- sums
+
+
+def merge_like_terms(x: UOp, y: UOp) -> UOp | None:
+    """x + y -> one sum, y's coefficient added to the term of x with the same atom.
+
+    Identity: a*f + ... + a*g = a*(f+g) + ...  The prefix `x` is already canonical (children are rewritten
+    first), so only the last term can repeat an atom; adjacent pairs are left to the template rules."""
+    ya, yf = split_term(y)
+    if ya.op is Ops.CONST or ya.op is Ops.ADD:
+        return None
+    if not any(split_term(t)[0] is ya for t in _chain(x)):
+        return None
+    terms, k = linear_form(x)
+    terms[ya] = terms.get(ya, 0) + yf
+    return build_sum(terms.items(), k)
+
+
+def _quotient_is(v: UOp, u: UOp, c: int) -> bool:
+    """Is `v` the node u // c, or, for u = w // a and c > 0, the node w // (a*c) that the nested-division
+    rule turns (w // a) // c into?"""
+    if v.op is not Ops.IDIV or v.src[1].op is not Ops.CONST:
+        return False
+    d = v.src[1].arg[0]  # type: ignore[index]
+    if v.src[0] is u and d == c:
+        return True
+    return (c > 0 and u.op is Ops.IDIV and u.src[1].op is Ops.CONST and v.src[0] is u.src[0]
+            and d == u.src[1].arg[0] * c)  # type: ignore[index]
+
+
+def _recombined(mod_term: UOp, div_term: UOp) -> UOp | None:
+    """u*m if mod_term is (u % c)*m and div_term is (u // c)*(c*m), else None."""
+    ma, m = split_term(mod_term)
+    if ma.op is not Ops.MOD or ma.src[1].op is not Ops.CONST:
+        return None
+    u, c = ma.src[0], ma.src[1].arg[0]  # type: ignore[index]
+    da, f = split_term(div_term)
+    if c == 0 or f != c * m or not _quotient_is(da, u, c):
+        return None
+    return build_term(u, m)
+
+
+def resum(nodes: Iterable[UOp]) -> UOp:
+    """The canonical sum of `nodes` (each read as a linear form, like terms merged)."""
+    acc: Terms = {}
+    k = 0
+    for n in nodes:
+        terms, kk = linear_form(n)
+        for a, f in terms.items():
+            acc[a] = acc.get(a, 0) + f
+        k += kk
+    return build_sum(acc.items(), k)
+
+
+def recombine_divmod(x: UOp, y: UOp) -> UOp | None:
+    """x + y where x holds (u % c)*m and y is (u // c)*(c*m), or the other way round -> u*m in their place.
+
+    Identity: (u % c) + (u // c)*c = u for every c != 0 (floor division and modulo); and (w // a) // c =
+    w // (a*c) for c > 0, so the quotient is recognised in the nested form the div rules produce."""
+    terms = _chain(x)
+    for i, t in enumerate(terms):
+        r = _recombined(t, y) or _recombined(y, t)
+        if r is not None:
+            return resum([*terms[:i], r, *terms[i + 1 :]])
+    return None
+
+
+# ---------------------------------------------------------------------------- comparisons
+
+
+def _const(v: int | bool, like: UOp) -> UOp:
+    return UOp.const(v, like.dtype)
+
+
+def _gcd_splits(items: list[tuple[UOp, int]]) -> Iterable[tuple[int, list[tuple[UOp, int]], list[tuple[UOp, int]]]]:
+    """(g, big, small): g > 1 divides the coefficient of every `big` term; `small` holds the others. The
+    candidates for g are the gcds of the coefficients from each magnitude upward."""
+    seen = set()
+    for cut in sorted({abs(f) for _, f in items}):
+        g = math.gcd(*(f for _, f in items if abs(f) >= cut))
+        if g > 1 and g not in seen:
+            seen.add(g)
+            yield g, [(t, f) for t, f in items if f % g == 0], [(t, f) for t, f in items if f % g != 0]
+
+
+def lt_linear(x: UOp, c0: int) -> UOp | None:
+    """sum < c0 with the sum's constant moved right, divided through by a common factor, negated when
+    every coefficient is negative.
+
+    Identity: for g > 0 and every value of R in [lo, hi], g*S + R < c  <=>  S < q + 1 where
+    q = (c - 1 - R) // g, provided q is the same at R = lo and R = hi (it is monotone in R)."""
+    terms, k = linear_form(x)
+    if not terms:
+        return None
+    c = c0 - k
+    items = list(terms.items())
+    if all(f < 0 for _, f in items):  # -S < c  <=>  -c < S
+        return UOp(Ops.CMPLT, (_const(-c, x), build_sum([(t, -f) for t, f in items])))
+    for g, big, small in _gcd_splits(items):
+        lo, hi = sum_bounds(small)
+        q = (c - 1 - lo) // g
+        if q == (c - 1 - hi) // g:
+            return UOp(Ops.CMPLT, (build_sum([(t, f // g) for t, f in big]), _const(q + 1, x)))
+    if k != 0:
+        return UOp(Ops.CMPLT, (build_sum(items), _const(c, x)))
+    return None
+
+
+def gt_linear(c0: int, x: UOp) -> UOp | None:
+    """c0 < sum, the mirror of lt_linear.
+
+    Identity: for g > 0 and every R in [lo, hi], c < g*S + R  <=>  q < S where q = (c - R) // g,
+    provided q is the same at R = lo and R = hi."""
+    terms, k = linear_form(x)
+    if not terms:
+        return None
+    c = c0 - k
+    items = list(terms.items())
+    if all(f < 0 for _, f in items):  # c < -S  <=>  S < -c
+        return UOp(Ops.CMPLT, (build_sum([(t, -f) for t, f in items]), _const(-c, x)))
+    for g, big, small in _gcd_splits(items):
+        lo, hi = sum_bounds(small)
+        q = (c - lo) // g
+        if q == (c - hi) // g:
+            return UOp(Ops.CMPLT, (_const(q, x), build_sum([(t, f // g) for t, f in big])))
+    if k != 0:
+        return UOp(Ops.CMPLT, (_const(c, x), build_sum(items)))
+    return None
+
+
+def ne_linear(x: UOp, c0: int) -> UOp | None:
+    """sum != c0 with the constant moved right, signs made positive, divided by the coefficients' gcd.
+
+    Identity: g*S != c is True when g does not divide c, else S != c/g."""
+    terms, k = linear_form(x)
+    if not terms:
+        return None
+    c = c0 - k
+    items = list(terms.items())
+    flip = all(f < 0 for _, f in items)
+    if flip:
+        items, c = [(t, -f) for t, f in items], -c
+    g = math.gcd(*(f for _, f in items))
+    if g > 1:
+        if c % g:
+            return UOp.const(True, dtypes.bool)
+        return UOp(Ops.CMPNE, (build_sum([(t, f // g) for t, f in items]), _const(c // g, x)))
+    if k != 0 or flip:
+        return UOp(Ops.CMPNE, (build_sum(items), _const(c, x)))
+    return None

@@ -1,0 +1,367 @@
+"""Movement: reshape permute expand pad shrink flip and what is built from them (transpose, squeeze, getitem,
+cat, stack, repeat, split, chunk, gather). No data moves: each op is a view node in the graph.
+
+Strided slicing uses no strided op, since the IR has none: the axis is shrunk to the span it touches, padded to a
+multiple of the step, reshaped to (count, step), and the first column kept. A negative step flips the axis first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+import tensor.tensor as tt
+from rewrite.derive import fmt_shape
+from rewrite.dtype import dtypes, promote
+from rewrite.errors import ShapeError
+from rewrite.ops import Ops
+from rewrite.uop import UOp
+from tensor.elementwise import common_device, const_uop
+from tensor.helpers import AxisError, norm_axes, norm_axis, resolve_reshape, shape_arg
+
+if TYPE_CHECKING:
+    from tensor.tensor import Tensor
+
+
+def _wrap(x: Tensor, u: UOp) -> Tensor:
+    return tt.Tensor._wrap(u, x.device)
+
+
+# ---------------------------------------------------------------- the primitives
+
+
+def reshape(x: Tensor, *shape: int) -> Tensor:
+    """A view with a new shape of the same element count (one entry may be -1: inferred)."""
+    sh = resolve_reshape(shape_arg(shape, "reshape"), x.numel(), x.shape)
+    return _wrap(x, x.uop.reshape(sh))
+
+
+def permute(x: Tensor, *order: int) -> Tensor:
+    o = shape_arg(order, "permute")
+    if len(o) != x.ndim:
+        raise ShapeError(f"permute: {o} has {len(o)} entries for a tensor of shape {fmt_shape(x.shape)} ({x.ndim} axes)")
+    norm = tuple(norm_axis(a, x.ndim, "permute", x.shape) for a in o)
+    if sorted(norm) != list(range(x.ndim)):
+        raise ShapeError(f"permute: {o} is not a permutation of the axes 0..{x.ndim - 1}")
+    return _wrap(x, x.uop.permute(norm))
+
+
+def expand(x: Tensor, *shape: int) -> Tensor:
+    """Broadcast size-1 axes to a bigger size; new leading axes may be added; -1 keeps a size."""
+    sh = shape_arg(shape, "expand")
+    if len(sh) < x.ndim:
+        raise ShapeError(f"expand: cannot expand {fmt_shape(x.shape)} to the shorter shape {fmt_shape(sh)}")
+    src = (1,) * (len(sh) - x.ndim) + x.shape
+    new = tuple(s if t == -1 else t for s, t in zip(src, sh, strict=True))
+    for i, (s, t) in enumerate(zip(src, new, strict=True)):
+        if t < 0 or (s != t and s != 1):
+            raise ShapeError(f"expand: cannot expand {fmt_shape(x.shape)} to {fmt_shape(sh)}: axis {i} has size {s}, "
+                             f"and only size-1 axes can be expanded")
+    return _wrap(x, x.uop.reshape(src).expand(new))
+
+
+def _pad_pairs(x: Tensor, padding: Sequence, what: str) -> list[tuple[int, int]]:
+    """Padding per axis as (before, after): either one pair (or None) per axis in axis order, or a flat sequence of
+    ints in torch's order (last axis first: left, right, top, bottom, ...)."""
+    pads = list(padding)
+    if pads and all(p is None or isinstance(p, (tuple, list)) for p in pads):
+        if len(pads) != x.ndim:
+            raise ShapeError(f"{what}: {len(pads)} (before, after) pairs for a tensor of shape {fmt_shape(x.shape)} "
+                             f"({x.ndim} axes); give one pair or None per axis")
+        out = [(0, 0) if p is None else tuple(p) for p in pads]
+        if any(len(p) != 2 for p in out):
+            raise ShapeError(f"{what}: each per-axis entry must be a (before, after) pair, got {padding!r}")
+        return [(int(b), int(a)) for b, a in out]  # type: ignore[misc]
+    if not all(isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in pads):
+        raise ShapeError(f"{what}: padding must be ints or (before, after) pairs, got {padding!r}")
+    if len(pads) % 2 or len(pads) > 2 * x.ndim:
+        raise ShapeError(f"{what}: a flat padding needs an even number of ints, at most 2 per axis "
+                         f"({2 * x.ndim} for shape {fmt_shape(x.shape)}), got {len(pads)}")
+    pairs = [(0, 0)] * x.ndim
+    for k in range(len(pads) // 2):
+        pairs[x.ndim - 1 - k] = (int(pads[2 * k]), int(pads[2 * k + 1]))
+    return pairs
+
+
+def pad(x: Tensor, padding: Sequence, value: float | int | bool = 0, mode: str = "constant") -> Tensor:
+    """Pad with `value`. Negative amounts crop, as in torch."""
+    if mode != "constant":
+        raise NotImplementedError(f"pad: mode {mode!r} is not supported; only 'constant'")
+    pairs = _pad_pairs(x, padding, "pad")
+    for i, ((b, a), d) in enumerate(zip(pairs, x.shape, strict=True)):
+        if d + min(b, 0) + min(a, 0) < 0:
+            raise ShapeError(f"pad: cropping ({b}, {a}) on axis {i} removes more than its {d} elements")
+    u = x.uop.shrink([-min(b, 0) for b, _ in pairs], [d + min(a, 0) for (_, a), d in zip(pairs, x.shape, strict=True)])
+    before, after = [max(b, 0) for b, _ in pairs], [max(a, 0) for _, a in pairs]
+    padded = u.pad(before, after)
+    if value == 0 or padded is u:
+        return _wrap(x, padded)
+    inside = const_uop(True, dtypes.bool, u.shape).pad(before, after)
+    return _wrap(x, UOp(Ops.WHERE, (inside, padded, const_uop(value, x.dtype, padded.shape))))
+
+
+def shrink(x: Tensor, arg: Sequence[tuple[int, int] | None]) -> Tensor:
+    """Keep [begin, end) on each axis (None keeps the whole axis)."""
+    if len(arg) != x.ndim:
+        raise ShapeError(f"shrink: {len(arg)} ranges for a tensor of shape {fmt_shape(x.shape)} ({x.ndim} axes)")
+    begin, end = [], []
+    for i, (r, d) in enumerate(zip(arg, x.shape, strict=True)):
+        b, e = (0, d) if r is None else (int(r[0]), int(r[1]))
+        if not 0 <= b <= e <= d:
+            raise ShapeError(f"shrink: range ({b}, {e}) on axis {i} is not inside [0, {d}] of {fmt_shape(x.shape)}; "
+                             f"need 0 <= begin <= end <= size")
+        begin.append(b)
+        end.append(e)
+    return _wrap(x, x.uop.shrink(begin, end))
+
+
+def shrink_to(x: Tensor, *shape: int | None) -> Tensor:
+    """Keep the first shape[i] elements of each axis (None keeps the axis)."""
+    sh = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+    if len(sh) != x.ndim:
+        raise ShapeError(f"shrink_to: {fmt_shape(tuple(sh))} has {len(sh)} entries for shape {fmt_shape(x.shape)}")
+    return shrink(x, [None if s is None else (0, s) for s in sh])
+
+
+def flip(x: Tensor, axis: int | Sequence[int] | None = None) -> Tensor:
+    """Reverse the order along the given axes (all of them when None)."""
+    axes = norm_axes(axis, x.ndim, "flip", x.shape)
+    return _wrap(x, x.uop.flip(tuple(i in axes for i in range(x.ndim)))) if axes else x
+
+
+# ---------------------------------------------------------------- derived views
+
+
+def transpose(x: Tensor, dim0: int = 1, dim1: int = 0) -> Tensor:
+    """Swap two axes (by default the first two, as tinygrad)."""
+    a, b = norm_axis(dim0, x.ndim, "transpose", x.shape), norm_axis(dim1, x.ndim, "transpose", x.shape)
+    order = list(range(x.ndim))
+    order[a], order[b] = order[b], order[a]
+    return _wrap(x, x.uop.permute(order))
+
+
+def reverse_axes(x: Tensor) -> Tensor:
+    """All axes in reverse order (numpy's .T)."""
+    return _wrap(x, x.uop.permute(tuple(reversed(range(x.ndim)))))
+
+
+def squeeze(x: Tensor, dim: int | Sequence[int] | None = None) -> Tensor:
+    """Drop size-1 axes (all, or the given ones; a given axis that is not size 1 stays, as in torch)."""
+    axes = set(norm_axes(dim, x.ndim, "squeeze", x.shape)) if dim is not None else set(range(x.ndim))
+    return _wrap(x, x.uop.reshape(tuple(d for i, d in enumerate(x.shape) if not (i in axes and d == 1))))
+
+
+def unsqueeze(x: Tensor, dim: int) -> Tensor:
+    """Insert a size-1 axis at `dim` (-ndim-1 <= dim <= ndim)."""
+    d = norm_axis(dim, x.ndim + 1, "unsqueeze", x.shape)
+    return _wrap(x, x.uop.reshape(x.shape[:d] + (1,) + x.shape[d:]))
+
+
+def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    if x.ndim == 0:
+        return _wrap(x, x.uop.reshape((1,)))
+    s, e = norm_axis(start_dim, x.ndim, "flatten", x.shape), norm_axis(end_dim, x.ndim, "flatten", x.shape)
+    if s > e:
+        raise AxisError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for shape {fmt_shape(x.shape)}")
+    return _wrap(x, x.uop.reshape(x.shape[:s] + (math.prod(x.shape[s : e + 1]),) + x.shape[e + 1 :]))
+
+
+def unflatten(x: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
+    d = norm_axis(dim, x.ndim, "unflatten", x.shape)
+    inner = resolve_reshape(tuple(sizes), x.shape[d], (x.shape[d],), "unflatten")
+    return _wrap(x, x.uop.reshape(x.shape[:d] + inner + x.shape[d + 1 :]))
+
+
+# ---------------------------------------------------------------- getitem
+
+
+def getitem(x: Tensor, index: object) -> Tensor:
+    """Basic indexing: ints, slices (any step), None and one Ellipsis. An int out of range raises IndexError."""
+    idx = index if isinstance(index, tuple) else (index,)
+    for i in idx:
+        if isinstance(i, bool) or not (i is None or i is Ellipsis or isinstance(i, (int, np.integer, slice))):
+            kind = "a Tensor" if isinstance(i, tt.Tensor) else type(i).__name__
+            raise TypeError(f"getitem: indices must be ints, slices, None or ..., got {kind}; for indexing by a "
+                            f"tensor of positions use gather(dim, index)")
+    if sum(i is Ellipsis for i in idx) > 1:
+        raise IndexError("getitem: an index can only have a single ellipsis (...)")
+    n_real = sum(i is not None and i is not Ellipsis for i in idx)
+    if n_real > x.ndim:
+        raise IndexError(f"getitem: too many indices for a tensor of shape {fmt_shape(x.shape)}: {x.ndim} axes but "
+                         f"{n_real} indices")
+    if Ellipsis in idx:
+        e = idx.index(Ellipsis)
+        idx = idx[:e] + (slice(None),) * (x.ndim - n_real) + idx[e + 1 :]
+    else:
+        idx = idx + (slice(None),) * (x.ndim - n_real)
+
+    u = x.uop
+    flips, begin, end = [], [], []
+    strided: list[tuple[int, int]] = []  # per axis: (count, step)
+    final: list[int] = []  # the result's shape
+    axis = 0
+    for i in idx:
+        if i is None:
+            final.append(1)
+            continue
+        size = x.shape[axis]
+        if isinstance(i, slice):
+            start, stop, step = i.indices(size)
+            n = len(range(start, stop, step))
+            if step < 0:  # flipped coordinates: element k of the flipped axis is element size-1-k
+                start, step = size - 1 - start, -step
+            flips.append(i.step is not None and i.step < 0)
+            begin.append(start if n else 0)
+            end.append(start + (n - 1) * step + 1 if n else 0)
+            strided.append((n, step))
+            final.append(n)
+        else:
+            k = int(i)
+            if not -size <= k < size:
+                raise IndexError(f"getitem: index {k} is out of range for axis {axis} with size {size} "
+                                 f"(valid: {-size}..{size - 1})")
+            k %= size
+            flips.append(False)
+            begin.append(k)
+            end.append(k + 1)
+            strided.append((1, 1))
+        axis += 1
+    u = u.flip(tuple(flips)) if any(flips) else u
+    u = u.shrink(begin, end)
+    if any(n > 1 and s > 1 for n, s in strided):
+        # pad each strided axis to count*step, split it into (count, step) and keep step index 0
+        u = u.pad([0] * len(strided), [n * s - (end[k] - begin[k]) if n > 1 and s > 1 else 0
+                                       for k, (n, s) in enumerate(strided)])
+        split = [d for n, s in strided for d in ((n, s) if n > 1 and s > 1 else (n,))]
+        u = u.reshape(split)
+        keep = [d if j == 0 or not (n > 1 and s > 1) else 1 for n, s in strided
+                for j, d in enumerate((n, s) if n > 1 and s > 1 else (n,))]
+        u = u.shrink([0] * len(split), keep)
+    return _wrap(x, u.reshape(tuple(final)))
+
+
+# ---------------------------------------------------------------- joining and splitting
+
+
+def _tensors(x: Tensor | Sequence[Tensor], others: tuple) -> list[Tensor]:
+    """Accept f(a, b, c), a.f(b, c) and f([a, b, c])."""
+    if isinstance(x, (list, tuple)):
+        return [*x, *others]
+    return [x, *others]
+
+
+def cat(x: Tensor | Sequence[Tensor], *others: Tensor, dim: int = 0) -> Tensor:
+    """Join along an existing axis: each piece is padded to the full length at its offset, then they are added."""
+    ts = _tensors(x, others)
+    if not ts:
+        raise ValueError("cat: needs at least one tensor")
+    ref = ts[0]
+    if ref.ndim == 0:
+        raise ShapeError("cat: zero-dimensional tensors cannot be concatenated; use stack")
+    d = norm_axis(dim, ref.ndim, "cat", ref.shape)
+    for t in ts[1:]:
+        if t.ndim != ref.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, ref.shape, strict=True)) if i != d):
+            raise ShapeError(f"cat: shapes {', '.join(fmt_shape(t.shape) for t in ts)} differ outside axis {d}; all "
+                             f"axes but the joined one must match")
+    dev = common_device("cat", ts)
+    dt = promote(*(t.dtype for t in ts))
+    total = sum(t.shape[d] for t in ts)
+    op = Ops.OR if dt.is_bool else Ops.ADD  # the padding is zero (False), so or-ing bools joins them
+    out: UOp | None = None
+    off = 0
+    for t in ts:
+        if t.shape[d] == 0:
+            continue
+        before = [off if i == d else 0 for i in range(ref.ndim)]
+        after = [total - off - t.shape[d] if i == d else 0 for i in range(ref.ndim)]
+        piece = t.uop.cast(dt).pad(before, after)
+        out = piece if out is None else UOp(op, (out, piece))
+        off += t.shape[d]
+    if out is None:
+        out = ts[0].uop.cast(dt)
+    return tt.Tensor._wrap(out, dev)
+
+
+def stack(x: Tensor | Sequence[Tensor], *others: Tensor, dim: int = 0) -> Tensor:
+    """Join along a new axis at `dim`."""
+    ts = _tensors(x, others)
+    if not ts:
+        raise ValueError("stack: needs at least one tensor")
+    for t in ts[1:]:
+        if t.shape != ts[0].shape:
+            raise ShapeError(f"stack: all shapes must be equal, got {', '.join(fmt_shape(t.shape) for t in ts)}")
+    d = norm_axis(dim, ts[0].ndim + 1, "stack", ts[0].shape)
+    return cat([unsqueeze(t, d) for t in ts], dim=d)
+
+
+def repeat(x: Tensor, *repeats: int) -> Tensor:
+    """Tile the tensor (torch's repeat, numpy's tile): a new axis per repeated one, expanded, then merged."""
+    reps = shape_arg(repeats, "repeat")
+    if len(reps) < x.ndim:
+        raise ShapeError(f"repeat: {len(reps)} repeat counts for a tensor of shape {fmt_shape(x.shape)}; need at "
+                         f"least {x.ndim}")
+    if any(r < 0 for r in reps):
+        raise ShapeError(f"repeat: repeat counts must be >= 0, got {reps}")
+    src = (1,) * (len(reps) - x.ndim) + x.shape
+    u = x.uop.reshape(tuple(d for s in src for d in (1, s)))
+    u = u.expand(tuple(d for r, s in zip(reps, src, strict=True) for d in (r, s)))
+    return _wrap(x, u.reshape(tuple(r * s for r, s in zip(reps, src, strict=True))))
+
+
+def split(x: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+    """Pieces of `sizes` elements along dim (an int: equal pieces, the last one smaller)."""
+    d = norm_axis(dim, x.ndim, "split", x.shape)
+    n = x.shape[d]
+    if isinstance(sizes, int):
+        if sizes <= 0:
+            raise ValueError(f"split: the piece size must be positive, got {sizes}")
+        parts = [min(sizes, n - o) for o in range(0, n, sizes)] or [0]
+    else:
+        parts = [int(s) for s in sizes]
+        if sum(parts) != n or any(p < 0 for p in parts):
+            raise ShapeError(f"split: sizes {parts} must be non-negative and add up to {n}, the size of axis {d} of "
+                             f"{fmt_shape(x.shape)}")
+    out, off = [], 0
+    for p in parts:
+        out.append(shrink(x, [(off, off + p) if i == d else None for i in range(x.ndim)]))
+        off += p
+    return tuple(out)
+
+
+def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    """At most `chunks` pieces of ceil(n / chunks) elements (torch's rule)."""
+    if not isinstance(chunks, int) or chunks <= 0:
+        raise ValueError(f"chunk: chunks must be a positive int, got {chunks!r}")
+    d = norm_axis(dim, x.ndim, "chunk", x.shape)
+    return split(x, max(1, math.ceil(x.shape[d] / chunks)), d)
+
+
+def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
+    """out[..., i, ...] = x[..., index[..., i, ...], ...] along `dim` (torch's gather), by a one-hot mask over the
+    gathered axis and a reduction: no data-dependent addressing in the graph."""
+    from tensor.reduce import arange_uop
+
+    d = norm_axis(dim, x.ndim, "gather", x.shape)
+    if not isinstance(index, tt.Tensor) or not index.dtype.is_int:
+        raise TypeError("gather: index must be an integer Tensor")
+    if index.ndim != x.ndim or any(a > b for i, (a, b) in enumerate(zip(index.shape, x.shape, strict=True)) if i != d):
+        raise ShapeError(f"gather: index shape {fmt_shape(index.shape)} must have the rank of {fmt_shape(x.shape)} "
+                         f"and be no larger outside axis {d}")
+    common_device("gather", [x, index])
+    k = x.shape[d]
+    xs = x.uop.shrink([0] * x.ndim, [k if i == d else s for i, s in enumerate(index.shape)])
+    # x: (..., 1, K, ...) against index: (..., D, 1, ...), compared with positions (1.., 1, K, 1..)
+    full_shape = index.shape[: d + 1] + (k,) + index.shape[d + 1 :]
+    xu = xs.reshape(xs.shape[:d] + (1,) + xs.shape[d:]).expand(full_shape)
+    iu = index.uop.reshape(index.shape[: d + 1] + (1,) + index.shape[d + 1 :]).expand(full_shape)
+    pos = arange_uop(k, index.dtype).reshape((1,) * (d + 1) + (k,) + (1,) * (x.ndim - d - 1)).expand(full_shape)
+    picked = UOp(Ops.WHERE, (iu.eq(pos), xu, const_uop(0, x.dtype, full_shape)))
+    red = picked.reduce(Ops.MAX if x.dtype.is_bool else Ops.ADD, (d + 1,))
+    return _wrap(x, red.reshape(index.shape))
+
+
+__all__ = ["cat", "chunk", "reverse_axes", "expand", "flatten", "flip", "gather", "getitem", "pad", "permute", "repeat", "reshape",
+           "shrink", "shrink_to", "split", "squeeze", "stack", "transpose", "unflatten", "unsqueeze"]

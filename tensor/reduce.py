@@ -1,0 +1,270 @@
+"""Reductions: sum prod max min mean var std any all, argmax argmin, cumsum, softmax log_softmax logsumexp.
+
+Everything is the IR's REDUCE (ADD, MAX or MUL; reduced axes stay as size 1, and are reshaped away here unless
+keepdim) plus elementwise ops and views:
+
+* min is max on an order-reversed value: -x for floats (nan still wins), ~x for integers (bitwise not reverses
+  both signed and unsigned order and, unlike negation, cannot overflow), not-x for bool.
+* argmax is max plus positions: among the positions where x equals its max (or is nan, which numpy's argmax
+  returns first), take the max of n - position, so the smallest position wins. No special op.
+* cumsum is the spec's prefix_sum (pad, tile, reshape, shrink, sum) along the last axis, with a permute around it.
+
+Accumulation dtypes follow numpy: sum, prod and cumsum of bool and signed ints give int64, of unsigned ints
+uint64; float16 and bfloat16 accumulate in float32 and round back; mean of ints is default_float.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import tensor.tensor as tt
+from rewrite.derive import fmt_shape
+from rewrite.dtype import DType, dtypes
+from rewrite.errors import ShapeError
+from rewrite.ops import Ops
+from rewrite.uop import UOp
+from tensor import elementwise as ew
+from tensor.helpers import norm_axes, norm_axis, to_dtype
+
+if TYPE_CHECKING:
+    from tensor.tensor import Tensor
+
+Axis = int | Sequence[int] | None
+_HALF = (dtypes.float16, dtypes.bfloat16)
+
+
+def _wrap(x: Tensor, u: UOp) -> Tensor:
+    return tt.Tensor._wrap(u, x.device)
+
+
+def sum_acc_dtype(dt: DType) -> DType:
+    """Where a sum of `dt` accumulates (numpy's rule, halves in float32)."""
+    if dt.is_bool or dt.kind == "i":
+        return dtypes.int64
+    if dt.kind == "u":
+        return dtypes.uint64
+    return dtypes.float32 if dt in _HALF else dt
+
+
+def _drop(u: UOp, axes: tuple[int, ...], keepdim: bool) -> UOp:
+    return u if keepdim else u.reshape(tuple(d for i, d in enumerate(u.shape) if i not in axes))
+
+
+def reduce_uop(u: UOp, op: Ops, axes: tuple[int, ...], keepdim: bool) -> UOp:
+    """REDUCE over `axes` (none: unchanged), then drop them unless keepdim."""
+    return _drop(u.reduce(op, axes) if axes else u, axes, keepdim)
+
+
+def _reduce(x: Tensor, op: Ops, axis: Axis, keepdim: bool, what: str, acc: DType, out: DType) -> Tensor:
+    axes = norm_axes(axis, x.ndim, what, x.shape)
+    return _wrap(x, reduce_uop(x.uop.cast(acc), op, axes, keepdim).cast(out))
+
+
+def sum_(x: Tensor, axis: Axis = None, keepdim: bool = False, dtype: object = None) -> Tensor:
+    """Sum over `axis` (all axes when None); `dtype` sets the accumulation and result dtype."""
+    if dtype is not None:
+        dt = to_dtype(dtype, "sum")
+        return _reduce(x, Ops.MAX if dt.is_bool else Ops.ADD, axis, keepdim, "sum", dt, dt)  # a bool sum is any()
+    acc = sum_acc_dtype(x.dtype)
+    return _reduce(x, Ops.ADD, axis, keepdim, "sum", acc, x.dtype if x.dtype in _HALF else acc)
+
+
+def prod(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+    acc = sum_acc_dtype(x.dtype)
+    return _reduce(x, Ops.MUL, axis, keepdim, "prod", acc, x.dtype if x.dtype in _HALF else acc)
+
+
+def _check_nonempty(x: Tensor, axes: tuple[int, ...], what: str) -> None:
+    if any(x.shape[a] == 0 for a in axes):
+        raise ShapeError(f"{what}: cannot reduce over an empty axis of shape {fmt_shape(x.shape)} (axes {axes}): the "
+                         f"result of {what} over no elements is undefined")
+
+
+def max_(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+    axes = norm_axes(axis, x.ndim, "max", x.shape)
+    _check_nonempty(x, axes, "max")
+    return _wrap(x, reduce_uop(x.uop, Ops.MAX, axes, keepdim))
+
+
+def _order_reversed(u: UOp) -> UOp:
+    """A value whose order is the reverse of u's, and which is its own inverse."""
+    if u.dtype.is_float:
+        return -u
+    if u.dtype.is_bool:
+        return UOp(Ops.NOT, (u,))
+    return u ^ u.const_like(-1)
+
+
+def min_(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+    axes = norm_axes(axis, x.ndim, "min", x.shape)
+    _check_nonempty(x, axes, "min")
+    return _wrap(x, _order_reversed(reduce_uop(_order_reversed(x.uop), Ops.MAX, axes, keepdim)))
+
+
+def any_(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+    axes = norm_axes(axis, x.ndim, "any", x.shape)
+    return _wrap(x, reduce_uop(ew._bool(x).uop, Ops.MAX, axes, keepdim))
+
+
+def all_(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+    axes = norm_axes(axis, x.ndim, "all", x.shape)
+    return _wrap(x, UOp(Ops.NOT, (reduce_uop(UOp(Ops.NOT, (ew._bool(x).uop,)), Ops.MAX, axes, keepdim),)))
+
+
+def _count(x: Tensor, axes: tuple[int, ...]) -> int:
+    return math.prod(x.shape[a] for a in axes)
+
+
+def _float_dtype(x: Tensor) -> DType:
+    return x.dtype if x.dtype.is_float else dtypes.default_float
+
+
+def mean(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+    """Sum / count; integer and bool inputs give default_float. Over no elements it is nan."""
+    axes = norm_axes(axis, x.ndim, "mean", x.shape)
+    out = _float_dtype(x)
+    acc = dtypes.float32 if out in _HALF else out
+    s = reduce_uop(x.uop.cast(acc), Ops.ADD, axes, keepdim)
+    n = _count(x, axes)
+    return _wrap(x, (s / s.const_like(n) if n else s * s.const_like(math.nan)).cast(out))
+
+
+def var(x: Tensor, axis: Axis = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    """Variance with Bessel's correction by default (torch and tinygrad; numpy's ddof=0 is correction=0)."""
+    axes = norm_axes(axis, x.ndim, "var", x.shape)
+    out = _float_dtype(x)
+    acc = dtypes.float32 if out in _HALF else out
+    xf = x.uop.cast(acc)
+    n = _count(x, axes)
+    m = reduce_uop(xf, Ops.ADD, axes, True) / UOp.const(max(n, 1), acc)
+    d = xf - ew.expand_uop(m, xf.shape)
+    s = reduce_uop(d * d, Ops.ADD, axes, keepdim)
+    return _wrap(x, (s / s.const_like(max(n - correction, 0))).cast(out))
+
+
+def std(x: Tensor, axis: Axis = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    return ew.sqrt(var(x, axis, keepdim, correction))
+
+
+def _first_max_index(u: UOp, axis: int, keepdim: bool) -> UOp:
+    """Index of the first maximum of u along `axis` (the first nan if there is one), as int64."""
+    n = u.shape[axis]
+    m = ew.expand_uop(u.reduce(Ops.MAX, (axis,)), u.shape)
+    hit = u.eq(m) | u.ne(u) if u.dtype.is_float else u.eq(m)
+    idt = dtypes.int32 if n < 2**31 - 1 else dtypes.int64
+    pos = arange_uop(n, idt).reshape(tuple(n if i == axis else 1 for i in range(len(u.shape)))).expand(u.shape)
+    score = UOp(Ops.WHERE, (hit, pos.const_like(n) - pos, pos.const_like(0)))
+    best = reduce_uop(score, Ops.MAX, (axis,), keepdim)
+    return (best.const_like(n) - best).cast(dtypes.int64)
+
+
+def _arg(x: Tensor, axis: int | None, keepdim: bool, what: str, reverse: bool) -> Tensor:
+    u = _order_reversed(x.uop) if reverse else x.uop
+    if axis is None:
+        if x.numel() == 0:
+            raise ShapeError(f"{what}: cannot take the {what} of an empty tensor of shape {fmt_shape(x.shape)}")
+        r = _first_max_index(u.reshape((x.numel(),)), 0, False)
+        return _wrap(x, r.reshape((1,) * x.ndim) if keepdim else r)
+    a = norm_axis(axis, x.ndim, what, x.shape)
+    _check_nonempty(x, (a,), what)
+    return _wrap(x, _first_max_index(u, a, keepdim))
+
+
+def argmax(x: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    """Index of the first maximum (over the flattened tensor when axis is None), int64 as numpy and torch."""
+    return _arg(x, axis, keepdim, "argmax", False)
+
+
+def argmin(x: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    return _arg(x, axis, keepdim, "argmin", True)
+
+
+# ---------------------------------------------------------------- prefix sums and arange
+
+
+def prefix_sum_last(u: UOp) -> UOp:
+    """Inclusive prefix sum along the last axis: the spec's prefix_sum with leading axes carried along.
+
+    Pad n-1 zeros in front (length 2n-1), tile n+1 times and flatten, keep 2n*n elements and view them as n rows
+    of 2n: row i starts i elements further into a tile than row i-1, so its first n entries are n-1-i zeros then
+    x[0..i]. Summing each row's first n entries gives the prefix sums."""
+    *lead, n = u.shape
+    if n <= 1:
+        return u
+    k, z = len(lead), [0] * len(lead)
+    x = u.pad([*z, n - 1], [*z, 0])
+    x = x.reshape((*lead, 1, 2 * n - 1)).expand((*lead, n + 1, 2 * n - 1))
+    x = x.reshape((*lead, (n + 1) * (2 * n - 1))).shrink([*z, 0], [*lead, 2 * n * n])
+    x = x.reshape((*lead, n, 2 * n)).shrink([*z, 0, 0], [*lead, n, n])
+    return x.reduce(Ops.ADD, (k + 1,)).reshape((*lead, n))
+
+
+# below this size arange is the spec's prefix sum of ones (O(n^2) adds if nothing folds it); above it, two
+# smaller aranges are combined as row * width + column, which keeps the work linear in n
+_ARANGE_DIRECT = 16
+
+
+def arange_uop(n: int, dtype: DType) -> UOp:
+    """[0, 1, ..., n-1] in an integer dtype, from CONST, views, ADD/MUL and REDUCE only."""
+    if n <= _ARANGE_DIRECT:
+        ones = UOp.const(1, dtype).reshape((1,)).expand((n,))
+        return prefix_sum_last(ones) - 1 if n else ones
+    b = math.isqrt(n - 1) + 1
+    a = -(-n // b)
+    hi = (arange_uop(a, dtype) * b).reshape((a, 1)).expand((a, b))
+    lo = arange_uop(b, dtype).reshape((1, b)).expand((a, b))
+    return (hi + lo).reshape((a * b,)).shrink((0,), (n,))
+
+
+def cumsum(x: Tensor, axis: int | None = 0) -> Tensor:
+    """Inclusive cumulative sum along `axis` (the flattened tensor when None), accumulating as sum does."""
+    if axis is None:
+        x = tt.Tensor._wrap(x.uop.reshape((x.numel(),)), x.device)
+        axis = 0
+    if x.ndim == 0:
+        return sum_(x)
+    a = norm_axis(axis, x.ndim, "cumsum", x.shape)
+    acc = sum_acc_dtype(x.dtype)
+    order = [i for i in range(x.ndim) if i != a] + [a]
+    inverse = [order.index(i) for i in range(x.ndim)]
+    u = prefix_sum_last(x.uop.cast(acc).permute(order)).permute(inverse)
+    return _wrap(x, u.cast(x.dtype if x.dtype in _HALF else acc))
+
+
+# ---------------------------------------------------------------- softmax family
+
+
+def _shifted(x: Tensor, axis: int) -> tuple[Tensor, Tensor]:
+    """x - max(x) along axis (in a float dtype), and the max itself with keepdim."""
+    xf = x if x.dtype.is_float else x.cast(dtypes.default_float)
+    m = max_(xf, axis, keepdim=True)
+    return xf - m, m
+
+
+def softmax(x: Tensor, axis: int = -1) -> Tensor:
+    a = norm_axis(axis, x.ndim, "softmax", x.shape)
+    s, _ = _shifted(x, a)
+    e = s.exp()
+    return e / sum_(e, a, keepdim=True)
+
+
+def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
+    a = norm_axis(axis, x.ndim, "log_softmax", x.shape)
+    s, _ = _shifted(x, a)
+    return s - sum_(s.exp(), a, keepdim=True).log()
+
+
+def logsumexp(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+    """log(sum(exp(x))) without overflow: the max is taken out first (an infinite max is taken out as 0)."""
+    axes = norm_axes(axis, x.ndim, "logsumexp", x.shape)
+    xf = x if x.dtype.is_float else x.cast(dtypes.default_float)
+    m = tt.Tensor._wrap(reduce_uop(xf.uop, Ops.MAX, axes, True), x.device)
+    m = m.isinf().where(0.0, m)
+    lse = sum_((xf - m).exp(), axes, keepdim=True).log() + m
+    return lse if keepdim else tt.Tensor._wrap(_drop(lse.uop, axes, False), x.device)
+
+
+__all__ = ["all_", "any_", "arange_uop", "argmax", "argmin", "cumsum", "log_softmax", "logsumexp", "max_", "mean",
+           "min_", "prefix_sum_last", "prod", "reduce_uop", "softmax", "std", "sum_", "sum_acc_dtype", "var"]

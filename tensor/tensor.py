@@ -1,0 +1,346 @@
+"""The lazy Tensor: one UOp graph plus the device it lives on; nothing runs until it is realized.
+
+Ops build tensor-level UOp graphs from the spec's primitives (BUFFER, CONST, movement, elementwise ALU, REDUCE,
+CAST/BITCAST, CONTIGUOUS, COPY) and never touch data. Input data lives in `tensor.buffers`, keyed by BUFFER
+node. `realize()` (and `numpy()`, `tolist()`, `item()`) hands the graphs to `lower.realize`, which runs them and
+leaves each Tensor holding a BUFFER with its result.
+
+A graph made only of constants (`Tensor.zeros(3)`, `Tensor.arange(5)`) has no BUFFER, so its UOps carry no
+device; the Tensor keeps its device itself, and `Tensor.device` is the one to ask.
+
+The ops themselves live in modules by idea (elementwise, movement, reduce, nn, random, creation); this class
+binds them as methods, so `x.exp()`, `Tensor.exp(x)` and `tensor.elementwise.exp(x)` are the same function.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+
+from rewrite.derive import fmt_shape
+from rewrite.dtype import DType, dtypes
+from rewrite.errors import DTypeError, ShapeError
+from rewrite.ops import Ops
+from rewrite.semantics import exec_cast
+from rewrite.uop import UOp
+from tensor import buffers
+from tensor import creation as _cr
+from tensor import elementwise as _ew
+from tensor import movement as _mv
+from tensor import nn as _nn
+from tensor import random as _rnd
+from tensor import reduce as _rd
+from tensor.helpers import canonical_device, np_dtype, to_dtype
+
+
+def _infer_dtype(a: np.ndarray, from_python: bool) -> DType:
+    """The dtype of host data: numpy arrays keep theirs; Python lists use the defaults, as tinygrad and torch do."""
+    k = a.dtype.kind
+    if k == "b":
+        return dtypes.bool
+    if from_python and k in "iu":
+        if a.size and (a.min() < dtypes.default_int.min or a.max() > dtypes.default_int.max):
+            return dtypes.int64
+        return dtypes.default_int
+    if from_python and k == "f":
+        return dtypes.default_float
+    if k in "iuf" and a.dtype.name in {d.name for d in dtypes.all}:
+        return getattr(dtypes, a.dtype.name)
+    raise DTypeError(f"Tensor: cannot make a tensor from numpy {a.dtype} data; use bool, integer or float data")
+
+
+def _scalar_const(v: int | float | bool | np.generic, dtype: DType | None) -> UOp:
+    if isinstance(v, np.generic):
+        src_dt = _infer_dtype(np.asarray(v), False)
+        v = v.item()
+    else:
+        src_dt = _ew.scalar_dtype(v)
+    dt = dtype or src_dt
+    return UOp.const(exec_cast(v, src_dt, dt), dt)
+
+
+class Tensor:
+    """A lazy n-dimensional array (see the module docstring)."""
+
+    __slots__ = ("__weakref__", "_device", "uop")
+    uop: UOp
+    _device: str
+
+    def __init__(self, data: object, dtype: object = None, device: str | None = None) -> None:
+        dt = None if dtype is None else to_dtype(dtype, "Tensor")
+        if isinstance(data, UOp):
+            dev = canonical_device(device) if device is not None else canonical_device(_uop_device(data))
+            self.uop, self._device = (data if dt is None else data.cast(dt)), dev
+            return
+        dev = canonical_device(device)
+        if isinstance(data, Tensor):
+            src = data if data.device == dev else data.to(dev)
+            self.uop, self._device = (src.uop if dt is None else src.uop.cast(dt)), dev
+            return
+        if isinstance(data, (bool, int, float, np.generic)) and not isinstance(data, (np.str_, np.bytes_)):
+            self.uop, self._device = _scalar_const(data, dt), dev
+            return
+        if isinstance(data, (list, tuple, np.ndarray)):
+            try:
+                arr = np.asarray(data)
+            except ValueError as e:  # ragged nested lists
+                raise ShapeError(f"Tensor: nested lists must be rectangular: {e}") from None
+            if not isinstance(data, np.ndarray) and arr.size == 0 and arr.dtype == np.float64:
+                arr = arr.astype(np.float32)
+            inferred = _infer_dtype(arr, not isinstance(data, np.ndarray))
+            target = dt or inferred
+            src = arr.astype(np_dtype(target)) if target is not dtypes.bfloat16 else arr.astype(np.float32)
+            self.uop, self._device = buffers.new_buffer(src, target, dev), dev
+            return
+        raise TypeError(f"Tensor: cannot make a tensor from {type(data).__name__}; use a number, a (nested) list, "
+                        f"an ndarray or a Tensor")
+
+    @staticmethod
+    def _wrap(u: UOp, device: str) -> Tensor:
+        t = object.__new__(Tensor)
+        t.uop, t._device = u, device
+        return t
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def dtype(self) -> DType:
+        return self.uop.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.uop.shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self.uop.shape)
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def size(self, dim: int | None = None) -> int | tuple[int, ...]:
+        """The shape, or one axis of it (as torch)."""
+        if dim is None:
+            return self.shape
+        from tensor.helpers import norm_axis
+
+        return self.shape[norm_axis(dim, self.ndim, "size", self.shape)]
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    def nbytes(self) -> int:
+        return self.numel() * self.dtype.itemsize
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self) -> Iterator[Tensor]:
+        if not self.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __repr__(self) -> str:
+        state = "realized" if self.is_realized else "lazy"
+        return f"<Tensor {fmt_shape(self.shape)} {self.dtype.name} on {self.device}, {state}>"
+
+    # ------------------------------------------------------------------ realization
+
+    @property
+    def is_realized(self) -> bool:
+        return self.uop.op is Ops.BUFFER and buffers.has_data(self.uop)
+
+    def realize(self, *others: Tensor) -> Tensor:
+        """Run the graphs of self and `others` (one schedule for all); each then holds a BUFFER with its data."""
+        pending = [t for t in (self, *others) if not t.is_realized]
+        if pending:
+            _realize(pending)
+        return self
+
+    def schedule(self, *others: Tensor) -> list:
+        """The kernels and copies that realizing self (and `others`) would run, without running them."""
+        import lower
+
+        if not hasattr(lower, "schedule"):
+            raise NotImplementedError("schedule: the lowering pipeline (lower.schedule) is not available yet")
+        return lower.schedule([t.uop for t in (self, *others)])
+
+    def numpy(self) -> np.ndarray:
+        """The data as a new ndarray (bfloat16 comes back as float32)."""
+        self.realize()
+        return np.array(buffers.lookup(self.uop), copy=True)
+
+    def tolist(self) -> list | int | float | bool:
+        return self.numpy().tolist()
+
+    def item(self) -> int | float | bool:
+        if self.numel() != 1:
+            raise ShapeError(f"item: the tensor has {self.numel()} elements, shape {fmt_shape(self.shape)}; item() "
+                             f"needs exactly one (index or reduce first)")
+        return self.numpy().reshape(-1)[0].item()
+
+    def __bool__(self) -> bool:
+        if self.numel() != 1:
+            raise ValueError(f"the truth value of a tensor with {self.numel()} elements is ambiguous; use .any() "
+                             f"or .all()")
+        return bool(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def to(self, device: str) -> Tensor:
+        """The same data on another device (a COPY); self when it is already there."""
+        dev = canonical_device(device)
+        return self if dev == self.device else Tensor._wrap(self.uop.copy(dev), dev)
+
+    def contiguous(self) -> Tensor:
+        return Tensor._wrap(self.uop.contiguous(), self.device)
+
+    def detach(self) -> Tensor:
+        return Tensor._wrap(self.uop.detach(), self.device)
+
+    def clone(self) -> Tensor:
+        """A copy with its own storage once realized."""
+        return self.contiguous()
+
+    # ------------------------------------------------------------------ creation (tensor.creation, tensor.random)
+
+    full = staticmethod(_cr.full)
+    zeros = staticmethod(_cr.zeros)
+    ones = staticmethod(_cr.ones)
+    empty = staticmethod(_cr.empty)
+    arange = staticmethod(_cr.arange)
+    linspace = staticmethod(_cr.linspace)
+    eye = staticmethod(_cr.eye)
+    full_like, zeros_like, ones_like, empty_like = _cr.full_like, _cr.zeros_like, _cr.ones_like, _cr.empty_like
+    manual_seed = staticmethod(_rnd.manual_seed)
+    rand = staticmethod(_rnd.rand)
+    randn = staticmethod(_rnd.randn)
+    randint = staticmethod(_rnd.randint)
+    uniform = staticmethod(_rnd.uniform)
+    normal = staticmethod(_rnd.normal)
+    rand_like, randn_like = _rnd.rand_like, _rnd.randn_like
+
+    # ------------------------------------------------------------------ elementwise (tensor.elementwise)
+
+    add, sub, mul, div, floordiv, mod, pow = _ew.add, _ew.sub, _ew.mul, _ew.div, _ew.floordiv, _ew.mod, _ew.pow_
+    remainder, floor_divide = _ew.mod, _ew.floordiv
+    neg, maximum, minimum, where, clip, clamp = _ew.neg, _ew.maximum, _ew.minimum, _ew.where, _ew.clip, _ew.clip
+    lt, gt, le, ge, eq, ne = _ew.lt, _ew.gt, _ew.le, _ew.ge, _ew.eq, _ew.ne
+    logical_not, logical_and, logical_or, logical_xor = (_ew.logical_not, _ew.logical_and, _ew.logical_or,
+                                                         _ew.logical_xor)
+    bitwise_and, bitwise_or, bitwise_xor, bitwise_not = _ew.bitwise_and, _ew.bitwise_or, _ew.bitwise_xor, _ew.bitwise_not
+    lshift, rshift = _ew.lshift, _ew.rshift
+    cast, bitcast = _ew.cast, _ew.bitcast
+    exp, exp2, log, log2, sin, cos, tan = _ew.exp, _ew.exp2, _ew.log, _ew.log2, _ew.sin, _ew.cos, _ew.tan
+    sqrt, rsqrt, reciprocal, square, erf = _ew.sqrt, _ew.rsqrt, _ew.reciprocal, _ew.square, _ew.erf
+    abs, sign, trunc, floor, ceil, round = _ew.abs_, _ew.sign, _ew.trunc, _ew.floor, _ew.ceil, _ew.round_
+    isnan, isinf, isfinite = _ew.isnan, _ew.isinf, _ew.isfinite
+
+    def __add__(self, y: object) -> Tensor: return _ew.add(self, y)  # type: ignore[arg-type]
+    def __radd__(self, y: object) -> Tensor: return _ew.add(y, self)  # type: ignore[arg-type]
+    def __sub__(self, y: object) -> Tensor: return _ew.sub(self, y)  # type: ignore[arg-type]
+    def __rsub__(self, y: object) -> Tensor: return _ew.sub(y, self)  # type: ignore[arg-type]
+    def __mul__(self, y: object) -> Tensor: return _ew.mul(self, y)  # type: ignore[arg-type]
+    def __rmul__(self, y: object) -> Tensor: return _ew.mul(y, self)  # type: ignore[arg-type]
+    def __truediv__(self, y: object) -> Tensor: return _ew.div(self, y)  # type: ignore[arg-type]
+    def __rtruediv__(self, y: object) -> Tensor: return _ew.div(y, self)  # type: ignore[arg-type]
+    def __floordiv__(self, y: object) -> Tensor: return _ew.floordiv(self, y)  # type: ignore[arg-type]
+    def __rfloordiv__(self, y: object) -> Tensor: return _ew.floordiv(y, self)  # type: ignore[arg-type]
+    def __mod__(self, y: object) -> Tensor: return _ew.mod(self, y)  # type: ignore[arg-type]
+    def __rmod__(self, y: object) -> Tensor: return _ew.mod(y, self)  # type: ignore[arg-type]
+    def __pow__(self, y: object) -> Tensor: return _ew.pow_(self, y)  # type: ignore[arg-type]
+    def __rpow__(self, y: object) -> Tensor: return _ew.pow_(y, self)  # type: ignore[arg-type]
+    def __and__(self, y: object) -> Tensor: return _ew.bitwise_and(self, y)  # type: ignore[arg-type]
+    def __rand__(self, y: object) -> Tensor: return _ew.bitwise_and(y, self)  # type: ignore[arg-type]
+    def __or__(self, y: object) -> Tensor: return _ew.bitwise_or(self, y)  # type: ignore[arg-type]
+    def __ror__(self, y: object) -> Tensor: return _ew.bitwise_or(y, self)  # type: ignore[arg-type]
+    def __xor__(self, y: object) -> Tensor: return _ew.bitwise_xor(self, y)  # type: ignore[arg-type]
+    def __rxor__(self, y: object) -> Tensor: return _ew.bitwise_xor(y, self)  # type: ignore[arg-type]
+    def __lshift__(self, y: object) -> Tensor: return _ew.lshift(self, y)  # type: ignore[arg-type]
+    def __rshift__(self, y: object) -> Tensor: return _ew.rshift(self, y)  # type: ignore[arg-type]
+    def __lt__(self, y: object) -> Tensor: return _ew.lt(self, y)  # type: ignore[arg-type]
+    def __gt__(self, y: object) -> Tensor: return _ew.gt(self, y)  # type: ignore[arg-type]
+    def __le__(self, y: object) -> Tensor: return _ew.le(self, y)  # type: ignore[arg-type]
+    def __ge__(self, y: object) -> Tensor: return _ew.ge(self, y)  # type: ignore[arg-type]
+    def __eq__(self, y: object) -> Tensor: return _ew.eq(self, y)  # type: ignore[override, arg-type]
+    def __ne__(self, y: object) -> Tensor: return _ew.ne(self, y)  # type: ignore[override, arg-type]
+    def __neg__(self) -> Tensor: return _ew.neg(self)
+    def __abs__(self) -> Tensor: return _ew.abs_(self)
+    def __invert__(self) -> Tensor: return _ew.bitwise_not(self)
+    def __matmul__(self, y: Tensor) -> Tensor: return _nn.matmul(self, y)
+    def __rmatmul__(self, y: Tensor) -> Tensor: return _nn.matmul(Tensor(y, device=self.device), self)
+    # == builds a Tensor, so hashing stays identity (Tensors are dict keys in @function and the schedule)
+    __hash__ = object.__hash__
+
+    # ------------------------------------------------------------------ movement (tensor.movement)
+
+    reshape, view, permute, expand, pad, shrink, shrink_to, flip = (_mv.reshape, _mv.reshape, _mv.permute,
+                                                                    _mv.expand, _mv.pad, _mv.shrink, _mv.shrink_to,
+                                                                    _mv.flip)
+    transpose, squeeze, unsqueeze, flatten, unflatten = (_mv.transpose, _mv.squeeze, _mv.unsqueeze, _mv.flatten,
+                                                         _mv.unflatten)
+    cat, stack, repeat, split, chunk, gather = _mv.cat, _mv.stack, _mv.repeat, _mv.split, _mv.chunk, _mv.gather
+    __getitem__ = _mv.getitem
+
+    @property
+    def T(self) -> Tensor:  # noqa: N802 -- the name numpy and torch use
+        return _mv.reverse_axes(self)
+
+    # ------------------------------------------------------------------ reductions (tensor.reduce)
+
+    sum, prod, max, min, mean, var, std = _rd.sum_, _rd.prod, _rd.max_, _rd.min_, _rd.mean, _rd.var, _rd.std
+    any, all, argmax, argmin, cumsum = _rd.any_, _rd.all_, _rd.argmax, _rd.argmin, _rd.cumsum
+    softmax, log_softmax, logsumexp = _rd.softmax, _rd.log_softmax, _rd.logsumexp
+
+    # ------------------------------------------------------------------ nn (tensor.nn)
+
+    matmul, dot, conv2d, max_pool2d, avg_pool2d = _nn.matmul, _nn.matmul, _nn.conv2d, _nn.max_pool2d, _nn.avg_pool2d
+    relu, sigmoid, tanh, gelu, silu, swish, softplus = (_nn.relu, _nn.sigmoid, _nn.tanh, _nn.gelu, _nn.silu, _nn.silu,
+                                                        _nn.softplus)
+    leaky_relu, elu, relu6, hardtanh = _nn.leaky_relu, _nn.elu, _nn.relu6, _nn.hardtanh
+
+    # dtype shorthands last: inside this class body they shadow the builtins of the same names
+    def float(self) -> Tensor: return _ew.cast(self, dtypes.float32)
+    def half(self) -> Tensor: return _ew.cast(self, dtypes.float16)
+    def double(self) -> Tensor: return _ew.cast(self, dtypes.float64)
+    def int(self) -> Tensor: return _ew.cast(self, dtypes.int32)
+    def long(self) -> Tensor: return _ew.cast(self, dtypes.int64)
+    def bool(self) -> Tensor: return _ew.cast(self, dtypes.bool)
+
+
+def _uop_device(u: UOp) -> str | None:
+    d = u.device
+    if isinstance(d, tuple):
+        raise NotImplementedError("Tensor: multi-device (sharded) UOps are not supported by the front end yet")
+    return d
+
+
+def _realize(tensors: list[Tensor]) -> None:
+    import lower
+
+    if hasattr(lower, "realize"):
+        lower.realize(tensors)
+        return
+    # TEMPORARY: until lower/ lands, run the graph on the exact (slow) reference evaluator
+    from rewrite.evaluate import evaluate_graph
+    from tensor.function import inline_functions
+
+    for t in tensors:
+        u = inline_functions(t.uop)
+        arr = evaluate_graph(u, buffers.inputs_of(u))
+        t.uop = buffers.new_buffer(arr, t.dtype, t.device)
+
+
+__all__ = ["Tensor"]

@@ -1,0 +1,82 @@
+"""Kernel counts are a contract: fusion decisions of the scheduler, checked on tensor-level UOp graphs."""
+
+from __future__ import annotations
+
+from rewrite import Ops, UOp, dtypes
+from lower import schedule
+from lower.buffers import new_buffer
+
+
+def buf(*shape: int) -> UOp:
+    return new_buffer(dtypes.float32, shape, "python")
+
+
+def kernels(*roots: UOp) -> list:
+    items, _ = schedule(list(roots))
+    return [it for it in items if it.kind == "kernel"]
+
+
+def loads(item) -> int:  # noqa: ANN001
+    return sum(u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].arg.slot != 0
+               for u in item.ast.toposort())
+
+
+def test_elementwise_chain_is_one_kernel() -> None:
+    a, b = buf(16, 8), buf(16, 8)
+    out = ((a + b) * a - b).exp2().sqrt() + 1.0
+    assert len(kernels(out)) == 1
+
+
+def test_dot_is_one_kernel() -> None:
+    a, b = buf(8, 16), buf(16, 4)
+    out = (a.reshape((8, 16, 1)).expand((8, 16, 4)) * b.reshape((1, 16, 4)).expand((8, 16, 4))).sum((1,))
+    assert len(kernels(out)) == 1
+
+
+def test_var_at_most_two_kernels() -> None:
+    a = buf(64)
+    mean = a.sum((0,)) * (1 / 64)
+    d = a - mean.expand((64,))
+    var = (d * d).sum((0,)) * (1 / 63)
+    assert len(kernels(var)) <= 2
+
+
+def test_softmax_at_most_two_kernels() -> None:
+    x = buf(4, 32)
+    m = x.max((1,)).expand((4, 32))
+    e = (x - m).exp2()
+    out = e / e.sum((1,)).expand((4, 32))
+    assert len(kernels(out)) <= 2
+
+
+def test_chained_matmul_realizes_the_inner_product() -> None:
+    # (a @ b) @ c: the inner product would be recomputed inside the outer reduction's loop
+    a, b, c = buf(4, 8), buf(8, 4), buf(4, 2)
+    ab = (a.reshape((4, 8, 1)).expand((4, 8, 4)) * b.reshape((1, 8, 4)).expand((4, 8, 4))).sum((1,)).reshape((4, 4))
+    abc = (ab.reshape((4, 4, 1)).expand((4, 4, 2)) * c.reshape((1, 4, 2)).expand((4, 4, 2))).sum((1,))
+    assert len(kernels(abc)) == 2
+
+
+def test_contiguous_forces_a_kernel() -> None:
+    a = buf(8)
+    out = (a + 1.0).contiguous() * 2.0
+    assert len(kernels(out)) == 2
+
+
+def test_arange_by_prefix_sum_has_no_load() -> None:
+    n = 8
+    one = UOp.const(1.0, dtypes.float32).reshape((1,)).expand((n,))
+    x = one.pad((n - 1,), (0,))
+    x = x.reshape((1, 2 * n - 1)).expand((n + 1, 2 * n - 1)).reshape(((n + 1) * (2 * n - 1),))
+    x = x.shrink((0,), (2 * n * n,)).reshape((n, 2 * n)).shrink((0, 0), (n, n))
+    ar = x.sum((1,)).reshape((n,)) - 1.0
+    ks = kernels(ar)
+    assert len(ks) == 1
+    assert loads(ks[0]) == 0
+
+
+def test_identical_kernels_share_their_ast() -> None:
+    a, b, c, d = buf(8), buf(8), buf(8), buf(8)
+    k1, = kernels(a + b)
+    k2, = kernels(c + d)
+    assert k1.ast is k2.ast
