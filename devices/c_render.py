@@ -29,8 +29,9 @@ Exactness (the contract is rewrite.semantics; compile with -fwrapv -ffp-contract
 from __future__ import annotations
 
 import re
+from typing import cast
 
-from devices.linear import VALUE_OPS, Program, base_of, is_global
+from devices.linear import VALUE_OPS, Program, base_of, buffer_arg, const_value, is_global
 from rewrite.dsl import Rule, RuleSet, op, var
 from rewrite.dtype import AddrSpace, DType, dtypes
 from rewrite.errors import CompileError
@@ -57,10 +58,19 @@ _MAX_INLINE_DEPTH = 48  # clang rejects parentheses nested deeper than 256; name
 _RESERVED = (
     "auto break case char const continue default do double else enum extern float for goto if inline int long "
     "register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while "
-    "exp2 exp2f log2 log2f sin sinf sqrt sqrtf pow powf trunc truncf fabs fmod memcpy main"
+    "exp2 exp2f log2 log2f sin sinf sqrt sqrtf pow powf trunc truncf fabs fmod memcpy main INFINITY NAN "
+    "int8_t uint8_t int16_t uint16_t int32_t uint32_t int64_t uint64_t size_t _Bool _Float16 "
+    # names math.h and string.h declare at file scope, which a kernel's function name must not take
+    "exp expf log logf cos cosf tan tanf floor floorf ceil ceilf round roundf fmax fmaxf fmin fminf abs fabsf "
+    "y0 y1 yn j0 j1 jn gamma lgamma tgamma erf erfc strlen memset memmove strcmp"
 )
 _C_WORDS = frozenset(_RESERVED.split())
 _GENERATED = re.compile(r"^(data|val|alu|acc|ridx|bitcast_|max_|cdiv_|cmod_|bf16_|f2i_|f32_)")
+
+
+def is_reserved(name: str) -> bool:
+    """Is `name` a C word, a libm function used here, or of the form of a name this renderer generates?"""
+    return name in _C_WORDS or _GENERATED.match(name) is not None
 
 
 def ctype(dtype: DType) -> str:
@@ -116,7 +126,7 @@ class CContext:
         """A C identifier for a user-given name (variable, SPECIAL): sanitized, clear of C words and of the
         names this renderer generates."""
         name = re.sub(r"\W", "_", want) or "v"
-        if name[0].isdigit() or name in _C_WORDS or _GENERATED.match(name) or name in self.taken:
+        if name[0].isdigit() or is_reserved(name) or name in self.taken:
             return self.fresh(f"v_{name}_")
         self.taken.add(name)
         return name
@@ -180,12 +190,14 @@ def _helper_source(name: str) -> str:
 
 
 def render_const(x: UOp, ctx: CContext) -> str:
-    v, dt = x.arg[0], x.dtype  # type: ignore[index]
+    v, dt = const_value(x), x.dtype
     if dt is dtypes.bool:
         return "1" if v else "0"
     if dt.is_int:
         v = int(v)
-        if dt in (dtypes.int64, dtypes.index):
+        if dt is dtypes.index and -(1 << 31) < v < 1 << 31:
+            s = str(v)  # readable indices; render_alu makes sure such an int never computes alone
+        elif dt in (dtypes.int64, dtypes.index):
             s = "(-9223372036854775807LL-1)" if v == -(1 << 63) else f"{v}LL"
         elif dt is dtypes.uint64:
             s = f"{v}ULL"
@@ -200,14 +212,15 @@ def render_const(x: UOp, ctx: CContext) -> str:
     elif v in (float("inf"), float("-inf")):
         s = "INFINITY" if v > 0 else "-INFINITY"
     else:
-        s = float(v).hex() + ("" if dt is dtypes.float64 else "f")
+        # repr round-trips the float64 value, which is exactly a value of dt, so C reads back that value
+        s = repr(float(v)) + ("" if dt is dtypes.float64 else "f")
     if dt is dtypes.float16:
         return f"((_Float16){s})"
     return f"({s})" if s.startswith("-") else s
 
 
 def render_buffer_global(x: UOp) -> str:
-    return f"data{x.arg.slot}"  # type: ignore[union-attr]
+    return f"data{buffer_arg(x).slot}"
 
 
 def render_buffer_reg(x: UOp, ctx: CContext) -> str:
@@ -225,7 +238,10 @@ def render_index(x: UOp, buf: UOp, i: UOp, ctx: CContext) -> str:
 
 def _read(idx: UOp, ctx: CContext) -> str:
     buf = base_of(base_of(idx).src[0])
-    return f"bf16_to_f32({ctx[idx]})" if is_global(buf) and buf.dtype is dtypes.bfloat16 else ctx[idx]
+    if is_global(buf) and buf.dtype is dtypes.bfloat16:
+        ctx.helper("bf16_round")  # defines bf16_to_f32 too
+        return f"bf16_to_f32({ctx[idx]})"
+    return ctx[idx]
 
 
 def render_load(idx: UOp, ctx: CContext) -> str:
@@ -287,6 +303,9 @@ def render_alu(x: UOp, ctx: CContext) -> str:
     o = x.op
     dt = x.src[1].dtype if o is Ops.WHERE else x.src[0].dtype
     a = [ctx[s] for s in x.src]
+    first = 1 if o is Ops.WHERE else 0
+    if dt is dtypes.index and all(s.op is Ops.CONST for s in x.src[first:]):
+        a[first] = f"((long long){a[first]})"  # index constants render as C ints; compute in 64 bits anyway
     if o in _INFIX:
         e = f"({a[0]}{_INFIX[o]}{a[1]})"
     elif o is Ops.NEG:
@@ -311,7 +330,7 @@ def render_alu(x: UOp, ctx: CContext) -> str:
         e = f"{fn}({', '.join(args)})"
     elif o is Ops.CDIV or o is Ops.CMOD:
         d = x.src[1]
-        if d.op is Ops.CONST and d.arg[0] not in (0, -1):  # type: ignore[index]
+        if d.op is Ops.CONST and const_value(d) not in (0, -1):
             e = f"({a[0]}{'/' if o is Ops.CDIV else '%'}{a[1]})"
         else:
             e = f"{ctx.helper(('cdiv_' if o is Ops.CDIV else 'cmod_') + dt.name)}({a[0]}, {a[1]})"
@@ -324,7 +343,7 @@ def render_alu(x: UOp, ctx: CContext) -> str:
 
 
 def render_range(x: UOp, b: UOp, ctx: CContext) -> str:
-    rid = x.arg[0]  # type: ignore[index]
+    rid = cast(tuple, x.arg)[0]
     want = f"ridx{rid}" if isinstance(rid, int) and rid >= 0 else ""
     name = want if want and want not in ctx.taken else ctx.fresh("ridx")
     ctx.taken.add(name)
@@ -344,6 +363,7 @@ def _write(idx: UOp, val: UOp, ctx: CContext) -> str:
     buf = base_of(base_of(idx).src[0])
     v = _unparen(ctx[val])
     if is_global(buf) and buf.dtype is dtypes.bfloat16:
+        ctx.helper("bf16_round")  # defines f32_to_bf16 too
         v = f"f32_to_bf16({v})"
     return f"{ctx[idx]} = {v};"
 
@@ -365,7 +385,7 @@ C_ALU_OPS = GroupOp.ALU - {Ops.IDIV, Ops.MOD, Ops.THREEFRY}
 C_RULES = RuleSet("c-render", [
     Rule("c-const", op.CONST(name="x"), render_const),
     Rule("c-buffer-global", op.BUFFER(name="x", rest=True), render_buffer_global,
-         when=lambda x: x.arg.addrspace == AddrSpace.GLOBAL),
+         when=lambda x: buffer_arg(x).addrspace == AddrSpace.GLOBAL),
     Rule("c-buffer-reg", op.BUFFER(name="x", rest=True), render_buffer_reg),
     Rule("c-variable", op.PARAM(name="x", rest=True), render_param),
     Rule("c-special", op.SPECIAL(var("b"), name="x"), render_param),
@@ -405,7 +425,7 @@ def _named(u: UOp, prog: Program, ctx: CContext) -> bool:
 
 
 def signature(prog: Program, name: str, ctx: CContext) -> str:
-    params = [f"{storage_type(b.arg.dtype)}* restrict data{s}" for s, b in prog.buffers.items()]  # type: ignore
+    params = [f"{storage_type(b.dtype)}* restrict data{s}" for s, b in prog.buffers.items()]
     for vname, p in prog.variables.items():
         ctx.names[p] = ctx.take(vname)
         params.append(f"const {ctype(p.dtype)} {ctx.names[p]}")
@@ -429,7 +449,7 @@ def render_function(prog: Program, name: str, helpers: dict[str, str]) -> str:
         hit = fn(u, ctx) if fn is not None else None
         if hit is None:
             raise CompileError(f"{prog.where(u)}: the C renderer has no rule for {u.op.name} here")
-        text: str = hit[0]  # type: ignore[index]
+        text = cast(str, cast(tuple, hit)[0])
         if u.op in VALUE_OPS or (u.op in (Ops.LOAD, Ops.CUSTOM) and u.dtype is not dtypes.void):
             ctx.depth[u] = 1 + max((ctx.depth.get(s, 0) for s in u.src), default=0)
             if _named(u, prog, ctx):
@@ -454,4 +474,5 @@ def render_source(funcs: list[str], helpers: dict[str, str]) -> str:
     return head + "".join(h + "\n" for h in helpers.values()) + "\n" + "\n\n".join(funcs) + "\n"
 
 
-__all__ = ["C_ALU_OPS", "C_RULES", "CContext", "ctype", "render_function", "render_source", "storage_type"]
+__all__ = ["C_ALU_OPS", "C_RULES", "CContext", "ctype", "is_reserved", "render_function", "render_source",
+           "storage_type"]

@@ -21,6 +21,7 @@ import ctypes
 import hashlib
 import itertools
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -30,16 +31,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from devices.c_render import C_ALU_OPS, render_function, render_source
-from devices.linear import Program, analyze
+from devices.c_render import C_ALU_OPS, is_reserved, render_function, render_source
+from devices.linear import Program, analyze, special_bound
 from devices.memory import Allocator, check_buffers, check_vars, np_dtype
 from rewrite.dtype import DType, dtypes
 from rewrite.env import cache_dir, getenv
-from rewrite.errors import CompileError, DeviceError, EvalError
+from rewrite.errors import CompileError
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 
-_BASE_FLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno", "-fwrapv")
+# an undeclared function must be an error, not an implicit int declaration that fails only at dlopen
+_BASE_FLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno", "-fwrapv",
+               "-Werror=implicit-function-declaration")
 _CT = {
     dtypes.bool: ctypes.c_bool, dtypes.int8: ctypes.c_int8, dtypes.uint8: ctypes.c_uint8,
     dtypes.int16: ctypes.c_int16, dtypes.uint16: ctypes.c_uint16, dtypes.int32: ctypes.c_int32,
@@ -78,7 +81,7 @@ class Compiler:
         return _BASE_FLAGS + (("-fexcess-precision=standard",) if gcc else ()) + ("-lm",)
 
     def key(self, src: str) -> str:
-        ident = "\0".join((self.cc, self._ident, *self.flags))
+        ident = "\0".join((self.cc, self._ident, _host(), *self.flags))
         return hashlib.sha256((ident + "\0" + src).encode()).hexdigest()[:32]
 
     def load(self, src: str, what: str) -> ctypes.CDLL:
@@ -86,29 +89,33 @@ class Compiler:
         key = self.key(src)
         if (lib := self._libs.get(key)) is not None:
             return lib
-        debug = int(getenv("DEBUG"))
         t0 = time.perf_counter()
-        if int(getenv("CACHE")):
-            d = os.path.join(cache_dir(), "cpu")
-            os.makedirs(d, exist_ok=True)
-            path = os.path.join(d, f"{key}.so")
-            hit = os.path.exists(path)
-            if not hit:
-                tmp = os.path.join(d, f"{key}.{os.getpid()}.tmp.so")
-                self._run(src, tmp, what)
-                os.replace(tmp, path)  # atomic: a concurrent process sees the old state or the whole file
-            lib = ctypes.CDLL(path)
-        else:
-            hit = False
-            with tempfile.TemporaryDirectory() as d:
-                path = os.path.join(d, "k.so")
-                self._run(src, path, what)
-                lib = ctypes.CDLL(path)  # the mapping outlives the file
-        if debug >= 3:
+        lib, hit = self._from_disk(src, key, what) if int(getenv("CACHE")) else (self._uncached(src, what), False)
+        if int(getenv("DEBUG")) >= 3:
             how = "disk cache hit" if hit else "compiled"
             print(f"cpu: {what}: {how} in {(time.perf_counter() - t0) * 1e3:.1f} ms")
         self._libs[key] = lib
         return lib
+
+    def _from_disk(self, src: str, key: str, what: str) -> tuple[ctypes.CDLL, bool]:
+        d = os.path.join(cache_dir(), "cpu")
+        os.makedirs(d, exist_ok=True)
+        path = os.path.join(d, f"{key}.so")
+        if os.path.exists(path):
+            try:
+                return ctypes.CDLL(path), True
+            except OSError:  # unreadable or damaged: compile it again
+                pass
+        tmp = os.path.join(d, f"{key}.{os.getpid()}.tmp.so")
+        self._run(src, tmp, what)
+        os.replace(tmp, path)  # atomic: a concurrent process sees no file or the whole file
+        return ctypes.CDLL(path), False
+
+    def _uncached(self, src: str, what: str) -> ctypes.CDLL:
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "k.so")
+            self._run(src, path, what)
+            return ctypes.CDLL(path)  # the mapping outlives the file
 
     def _run(self, src: str, out: str, what: str) -> None:
         cmd = [self.cc, *self.flags[:-1], "-x", "c", "-", "-o", out, self.flags[-1]]
@@ -123,6 +130,22 @@ class Compiler:
     def forget(self) -> None:
         """Drop the in-memory cache (loaded libraries stay mapped while kernels hold them)."""
         self._libs.clear()
+
+
+def _host() -> str:
+    """What -march=native compiles for: a cached object must not be loaded on a CPU lacking its instructions."""
+    if not _HOST:
+        flags = ""
+        try:
+            with open("/proc/cpuinfo") as f:
+                flags = next((line for line in f if line.startswith(("flags", "Features"))), "")
+        except OSError:
+            pass
+        _HOST.append(f"{platform.machine()} {hashlib.sha256(flags.encode()).hexdigest()[:16]}")
+    return _HOST[0]
+
+
+_HOST: list[str] = []
 
 
 def _numbered(src: str) -> str:
@@ -153,11 +176,11 @@ class CPUKernel:
         prog = self.prog
         vv = var_vals or {}
         ints = check_vars(prog.variables, vv, self.name)
-        args = [a.ctypes.data for a in check_buffers(prog.buffers, buffers, vv, prog.stored, self.name)] + ints
+        args = check_buffers(prog.buffers, buffers, vv, prog.stored, self.name)[1] + ints
         if not prog.specials:
             self.fn(*args)
             return
-        ranges = [range(_bound(sp, vv, self.name)) for sp in prog.specials.values()]
+        ranges = [range(special_bound(sp, vv, self.name)) for sp in prog.specials.values()]
         combos = [(*args, *c) for c in itertools.product(*ranges)]
         if len(combos) == 1 or (os.cpu_count() or 1) == 1:
             for c in combos:
@@ -166,14 +189,6 @@ class CPUKernel:
         fn = self.fn
         for _ in _pool().map(lambda c: fn(*c), combos):
             pass
-
-
-def _bound(sp: UOp, var_vals: dict[str, int], kernel: str) -> int:
-    b = sp.src[0]
-    try:
-        return int(b.arg[0] if b.op is Ops.CONST else b.evaluate(var_vals))  # type: ignore[index]
-    except EvalError as e:
-        raise DeviceError(f"kernel {kernel!r}: cannot compute the bound of SPECIAL {sp.arg!r}: {e}") from None
 
 
 class CPUDevice(Allocator):
@@ -226,8 +241,9 @@ class CPUDevice(Allocator):
 
 
 def _symbol(name: str) -> str:
+    """A C function name for a kernel name, clear of C words, libm and the renderer's own names."""
     s = "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "kernel"
-    return s if not s[0].isdigit() else "k_" + s
+    return "k_" + s if s[0].isdigit() or is_reserved(s) else s
 
 
 DEVICE = CPUDevice()

@@ -22,11 +22,12 @@ SPECIALs in order of appearance).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 from rewrite.dtype import AddrSpace, dtypes
-from rewrite.errors import CompileError
+from rewrite.errors import CompileError, DeviceError, EvalError
 from rewrite.ops import GroupOp, Ops
-from rewrite.uop import UOp
+from rewrite.uop import BufferArg, ConstValue, ParamArg, UOp
 
 # the ops that may appear in a LINEAR list (ALU ops, CAST and BITCAST besides)
 STATEMENTS = frozenset({Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.STORE, Ops.BARRIER})
@@ -46,8 +47,26 @@ def base_of(u: UOp) -> UOp:
     return u
 
 
+def buffer_arg(u: UOp) -> BufferArg:
+    return cast(BufferArg, u.arg)
+
+
+def const_value(u: UOp) -> ConstValue:
+    return cast(tuple, u.arg)[0]
+
+
 def is_global(buf: UOp) -> bool:
-    return buf.op is Ops.BUFFER and buf.arg.addrspace is AddrSpace.GLOBAL  # type: ignore[union-attr]
+    return buf.op is Ops.BUFFER and buffer_arg(buf).addrspace is AddrSpace.GLOBAL
+
+
+def special_bound(sp: UOp, var_vals: dict[str, int], kernel: str) -> int:
+    """The bound of a SPECIAL at launch: its CONST, or its expression over the kernel's variables."""
+    b = sp.src[0]
+    try:
+        env: dict[str, ConstValue] = dict(var_vals)
+        return int(const_value(b) if b.op is Ops.CONST else b.evaluate(env))
+    except EvalError as e:
+        raise DeviceError(f"kernel {kernel!r}: cannot compute the bound of SPECIAL {sp.arg!r}: {e}") from None
 
 
 @dataclass
@@ -154,22 +173,22 @@ def analyze(linear: UOp, device: str, supported_ops: frozenset[Ops], name: str =
 def _check_instruction(prog: Program, i: int, u: UOp) -> None:
     op = u.op
     if op is Ops.BUFFER:
-        a = u.arg
+        a = buffer_arg(u)
         if len(u.shape) != 1:
             raise _fail(prog, i, u, f"a BUFFER must be 1-D (n,), got shape {u.shape}")
-        if a.dtype.kind not in "biuxf":  # type: ignore[union-attr]
-            raise _fail(prog, i, u, f"a BUFFER of {a.dtype.name} cannot hold values")  # type: ignore[union-attr]
-        if a.addrspace is AddrSpace.GLOBAL:  # type: ignore[union-attr]
-            if not isinstance(a.slot, int) or a.slot < 0 or a.slot in prog.buffers:  # type: ignore[union-attr]
-                raise _fail(prog, i, u, f"GLOBAL buffer slot {a.slot!r} must be a new int >= 0")  # type: ignore
-            prog.buffers[a.slot] = u  # type: ignore[union-attr]
-        elif a.addrspace is AddrSpace.REG:  # type: ignore[union-attr]
+        if a.dtype.kind not in "biuxf":
+            raise _fail(prog, i, u, f"a BUFFER of {a.dtype.name} cannot hold values")
+        if a.addrspace is AddrSpace.GLOBAL:
+            if not isinstance(a.slot, int) or a.slot < 0 or a.slot in prog.buffers:
+                raise _fail(prog, i, u, f"GLOBAL buffer slot {a.slot!r} must be a new int >= 0")
+            prog.buffers[a.slot] = u
+        elif a.addrspace is AddrSpace.REG:
             if not isinstance(u.shape[0], int):
                 raise _fail(prog, i, u, "a REG buffer needs a constant size")
         else:
-            raise _fail(prog, i, u, f"{a.addrspace.name} buffers are not supported on this device")  # type: ignore
+            raise _fail(prog, i, u, f"{a.addrspace.name} buffers are not supported on this device")
     elif op is Ops.PARAM:
-        name = u.arg.slot  # type: ignore[union-attr]
+        name = cast(ParamArg, u.arg).slot
         if not isinstance(name, str) or not u.dtype.is_int:
             raise _fail(prog, i, u, "a PARAM in a kernel must be a named int variable (UOp.variable)")
         if name in prog.variables:
@@ -191,6 +210,6 @@ def _check_instruction(prog: Program, i: int, u: UOp) -> None:
         if gate is not None and gate.dtype is not dtypes.bool:
             raise _fail(prog, i, u, f"the {op.name} gate must be bool")
         if op is Ops.STORE and is_global(buf := base_of(base_of(u.src[0]).src[0])):
-            prog.stored.add(buf.arg.slot)  # type: ignore[union-attr]
+            prog.stored.add(buffer_arg(buf).slot)
     elif op is Ops.IF and (len(u.src) != 1 or u.src[0].dtype is not dtypes.bool):
         raise _fail(prog, i, u, "IF takes one bool gate")

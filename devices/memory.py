@@ -11,10 +11,11 @@ import struct
 
 import numpy as np
 
+from devices.linear import buffer_arg, const_value
 from rewrite.dtype import DType, dtypes
 from rewrite.errors import DeviceError, EvalError
 from rewrite.ops import Ops
-from rewrite.uop import UOp
+from rewrite.uop import ConstValue, UOp
 
 _NP: dict[DType, np.dtype] = {
     dtypes.bool: np.dtype(np.bool_), dtypes.int8: np.dtype(np.int8), dtypes.uint8: np.dtype(np.uint8),
@@ -121,9 +122,10 @@ def size_of(buf: UOp, var_vals: dict[str, int]) -> int:
     if isinstance(n, int):
         return n
     try:
-        return int(n.evaluate(var_vals))
+        env: dict[str, ConstValue] = dict(var_vals)
+        return int(n.evaluate(env))
     except EvalError as e:
-        raise DeviceError(f"buffer slot {buf.arg.slot}: cannot size it: {e}") from None  # type: ignore[union-attr]
+        raise DeviceError(f"buffer slot {buffer_arg(buf).slot}: cannot size it: {e}") from None
 
 
 def check_vars(variables: dict[str, UOp], var_vals: dict[str, int] | None, kernel: str) -> list[int]:
@@ -136,7 +138,7 @@ def check_vars(variables: dict[str, UOp], var_vals: dict[str, int] | None, kerne
         v = vv[name]
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
             raise DeviceError(f"kernel {kernel!r}: variable {name!r} must be an int, got {v!r}")
-        bounds = [s.arg[0] if s.op is Ops.CONST else None for s in p.src[1:3]] + [None, None]  # type: ignore[index]
+        bounds = [const_value(s) if s.op is Ops.CONST else None for s in p.src[1:3]] + [None, None]
         lo, hi = bounds[0], bounds[1]
         if (lo is not None and v < lo) or (hi is not None and v > hi):
             raise DeviceError(f"kernel {kernel!r}: variable {name!r} = {v} is outside its range [{lo}, {hi}]")
@@ -145,22 +147,23 @@ def check_vars(variables: dict[str, UOp], var_vals: dict[str, int] | None, kerne
 
 
 def check_buffers(buffers: dict[int, UOp], given: dict[int, np.ndarray], var_vals: dict[str, int],
-                  stored: set[int], kernel: str) -> list[np.ndarray]:
-    """The arrays for the GLOBAL slots in slot order, each checked: present, 1-D C-contiguous, the slot's numpy
-    dtype, at least the slot's size, writable if stored to, and not the same memory as another slot."""
-    out = []
+                  stored: set[int], kernel: str) -> tuple[list[np.ndarray], list[int]]:
+    """The arrays for the GLOBAL slots in slot order and their addresses, each checked: present, 1-D
+    C-contiguous, the slot's numpy dtype, at least the slot's size, writable if stored to, and not starting at
+    the same address as another slot (the C kernel's pointers are `restrict`)."""
+    out, ptrs = [], []
     seen: dict[int, int] = {}
     for slot, buf in buffers.items():
         arr = given.get(slot)
         if arr is None:
             raise DeviceError(f"kernel {kernel!r}: no array for buffer slot {slot} "
-                              f"({buf.arg.dtype.name}[{buf.shape[0]}]); got slots {sorted(given)}")  # type: ignore
+                              f"({buf.dtype.name}[{buf.shape[0]}]); got slots {sorted(given)}")
         if not isinstance(arr, np.ndarray):
             raise DeviceError(f"kernel {kernel!r}: buffer slot {slot} must be a numpy array, got {type(arr).__name__}")
-        want = np_dtype(buf.arg.dtype)  # type: ignore[union-attr]
+        want = np_dtype(buf.dtype)
         if arr.dtype != want:
             raise DeviceError(f"kernel {kernel!r}: buffer slot {slot} has dtype {arr.dtype}, the kernel reads "
-                              f"{buf.arg.dtype.name} (numpy {want})")  # type: ignore[union-attr]
+                              f"{buf.dtype.name} (numpy {want})")
         n = size_of(buf, var_vals)
         if arr.size < n:
             raise DeviceError(f"kernel {kernel!r}: buffer slot {slot} has {arr.size} elements, the kernel needs {n}")
@@ -169,9 +172,11 @@ def check_buffers(buffers: dict[int, UOp], given: dict[int, np.ndarray], var_val
                               f"{arr.shape} strides {arr.strides}")
         if slot in stored and not arr.flags.writeable:
             raise DeviceError(f"kernel {kernel!r}: buffer slot {slot} is written but the array is read-only")
-        if n and (other := seen.get(arr.ctypes.data)) is not None:
+        ptr = arr.ctypes.data  # costs about a microsecond: read it once
+        if n and (other := seen.get(ptr)) is not None:
             raise DeviceError(f"kernel {kernel!r}: buffer slots {other} and {slot} are the same memory; a kernel's "
                               f"buffers must not alias")
-        seen[arr.ctypes.data] = slot
+        seen[ptr] = slot
         out.append(arr)
-    return out
+        ptrs.append(ptr)
+    return out, ptrs

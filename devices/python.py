@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from devices.linear import Program, analyze, is_global
+from devices.linear import Program, analyze, buffer_arg, const_value, is_global, special_bound
 from devices.memory import Allocator, bf16_decode, bf16_encode, check_buffers, check_vars, np_dtype, size_of
 from rewrite.dtype import DType, dtypes
 from rewrite.env import getenv
@@ -97,7 +97,7 @@ class PythonKernel:
         for p, u in enumerate(prog.instrs):
             op = u.op
             if op is Ops.CONST:
-                init[p] = round_to(u.dtype, u.arg[0])  # type: ignore[index]
+                init[p] = round_to(u.dtype, const_value(u))
             elif op in (Ops.VCONST, Ops.PARAM, Ops.SPECIAL, Ops.BARRIER, Ops.ENDIF) or (op is Ops.BUFFER
                                                                                         and is_global(u)):
                 pass  # set per call (buffers, variables, SPECIAL values) or no work at all
@@ -151,9 +151,9 @@ class PythonKernel:
 
     def _value_step(self, p: int, u: UOp) -> Step:
         pos, op = self.prog.pos, u.op
-        s = [pos[x] for x in u.src]
+        s = [pos[x] for x in u.src] if op is not Ops.BUFFER else []
         if op is Ops.BUFFER:  # a REG buffer: fresh (unwritten) storage each time its declaration runs
-            n, label = u.shape[0], f"REG buffer (slot {u.arg.slot})"  # type: ignore[union-attr]
+            n, label = u.shape[0], f"REG buffer (slot {buffer_arg(u).slot})"
 
             def step(v: list) -> None:
                 v[p] = _Mem([None] * n, n, label, _reg_read, _reg_write)
@@ -189,18 +189,18 @@ class PythonKernel:
         if len(s) == 3:
             alt, gate = s[1], s[2]
 
-            def step(v: list) -> None:
+            def gated_load(v: list) -> None:
                 if v[gate]:
                     mem, i = v[idx]
                     v[p] = mem.read(mem, _address(mem, i))
                 else:
                     v[p] = v[alt]
-            return step
+            return gated_load
 
-        def step(v: list) -> None:
+        def load(v: list) -> None:
             mem, i = v[idx]
             v[p] = mem.read(mem, _address(mem, i))
-        return step
+        return load
 
     def _store(self, p: int, s: list[int]) -> Step:
         idx, val = s[0], s[1]
@@ -218,17 +218,17 @@ class PythonKernel:
         prog = self.prog
         vv = dict(var_vals or {})
         vals = check_vars(prog.variables, vv, self.name)
-        arrays = check_buffers(prog.buffers, buffers, vv, prog.stored, self.name)
+        arrays = check_buffers(prog.buffers, buffers, vv, prog.stored, self.name)[0]
         v = list(self.init)
         for (name, param), val in zip(prog.variables.items(), vals, strict=True):
             v[prog.pos[param]] = round_to(param.dtype, val)
             vv[name] = val
         for (slot, buf), arr in zip(prog.buffers.items(), arrays, strict=True):
-            bf16 = buf.arg.dtype is dtypes.bfloat16  # type: ignore[union-attr]
+            bf16 = buf.dtype is dtypes.bfloat16
             v[prog.pos[buf]] = _Mem(arr, size_of(buf, vv), f"buffer slot {slot}",
                                     _bf16_read if bf16 else _np_read, _bf16_write if bf16 else _np_write)
         specials = list(prog.specials.values())
-        bounds = [_special_bound(sp, vv, self.name) for sp in specials]
+        bounds = [special_bound(sp, vv, self.name) for sp in specials]
         for combo in itertools.product(*(range(b) for b in bounds)):
             for sp, val in zip(specials, combo, strict=True):
                 v[prog.pos[sp]] = val
@@ -263,14 +263,6 @@ def _alu_step(p: int, op: Ops, dt: DType, s: list[int]) -> Step:
         def step(v: list) -> None:
             v[p] = f(op, dt, v[a], v[b], v[c])
     return step
-
-
-def _special_bound(sp: UOp, var_vals: dict[str, int], kernel: str) -> int:
-    b = sp.src[0]
-    try:
-        return int(b.arg[0] if b.op is Ops.CONST else b.evaluate(var_vals))  # type: ignore[index]
-    except EvalError as e:
-        raise DeviceError(f"kernel {kernel!r}: cannot compute the bound of SPECIAL {sp.arg!r}: {e}") from None
 
 
 class PythonDevice(Allocator):

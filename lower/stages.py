@@ -34,9 +34,9 @@ class Stage:
 
 
 def _symbolic(ast: UOp, device: Any) -> UOp:
-    from rules import symbolic_kernel
+    from rules.symbolic import symbolic
 
-    return graph_rewrite(ast, symbolic_kernel, name="symbolic")
+    return graph_rewrite(ast, symbolic, name="symbolic")
 
 
 def _decompose(ast: UOp, device: Any) -> UOp:

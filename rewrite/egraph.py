@@ -41,6 +41,7 @@ from rewrite.render import render
 from rewrite.uop import UOp
 
 I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
+PACK_CHUNK = 200  # roots per packed list term (egglog recurses on term depth)
 
 # op -> (constructor, operand kinds, result kind); kinds: i = the expression's int dtype, b = bool, = = the node's
 CTORS: dict[Ops, tuple[str, str, str]] = {
@@ -90,17 +91,17 @@ class Untranslatable(Exception):
 
 @dataclass
 class Expr:
-    """One root, ready for a batch: its let-program (names start with `$@`), its root term, its leaves."""
+    """One root, ready for a batch: its term as a node list (children first), its leaves by key."""
 
     uop: UOp
     int_dtype: DType
-    lets: list[str]
-    root: str
+    nodes: list[tuple]  # ("Num", v) | ("Var", key, lo, hi) | (constructor, child index, ...)
+    named: list[bool]  # a shared subterm big enough to bind once by name instead of spelling it out per use
     leaves: dict[str, UOp]
     stable: bool  # every leaf key is structural, so the disk cache may hold it
 
     def canonical(self) -> str:
-        return "\n".join([*self.lets, self.root, f"{self.uop.dtype.name} {self.int_dtype.name}"])
+        return "\n".join([f"{self.uop.dtype.name} {self.int_dtype.name}", *map(repr, self.nodes)])
 
 
 _SAFE = re.compile(r"[^A-Za-z0-9_]")
@@ -200,35 +201,40 @@ def translate(u: UOp) -> Expr:
                 refs[s] = refs.get(s, 0) + 1
                 if s not in visited:
                     stack.append((s, False))
-    text: dict[UOp, str] = {}
-    lets: list[str] = []
+    idx: dict[UOp, int] = {}
+    nodes: list[tuple] = []
+    size: list[int] = []
     leaves: dict[str, UOp] = {}
     stable = True
     for n in order:
         if is_op(n):
             if idt is not dtypes.index and not _no_wrap(n):
                 raise Untranslatable(f"{n.short()} may wrap around in {idt.name}")
-            t = f"({CTORS[n.op][0]} {' '.join(text[s] for s in n.src)})"
-            if refs[n] > 1 and n is not u:
-                lets.append(f"(let $@{len(lets)} {t})")
-                t = f"$@{len(lets) - 1}"
+            kids = tuple(idx[s] for s in n.src)
+            node: tuple = (CTORS[n.op][0], *kids)
+            size.append(1 + sum(size[k] for k in kids))
         elif n.op is Ops.CONST and (n.dtype is idt or n.dtype is dtypes.bool):
             v = int(n.arg[0])  # type: ignore[index]
             if not I64_MIN <= v <= I64_MAX:
                 raise Untranslatable(f"constant {v} does not fit in i64")
-            t = f"(Num {v})"
+            node = ("Num", v)
+            size.append(1)
         elif n.dtype is idt or n.dtype is dtypes.bool:
             named = (n.op is Ops.PARAM and isinstance(getattr(n.arg, "slot", None), str)) or n.op in (Ops.RANGE,
                                                                                                       Ops.SPECIAL)
             key, ok = _leaf_key(n, "" if named else "o_")
             stable = stable and ok
-            lo, hi = _bounds(n)
             leaves[key] = n
-            t = f'(Var "{key}" {lo} {hi})'
+            node = ("Var", key, *_bounds(n))
+            size.append(1)
         else:
             raise Untranslatable(f"{n.short()} has dtype {n.dtype.name}, not {idt.name} or bool")
-        text[n] = t
-    return Expr(u, idt, lets, text[u], leaves, stable)
+        idx[n] = len(nodes)
+        nodes.append(node)
+    # egglog walks a term as a tree, so a big subterm used twice is bound once (a DAG of shared sums would
+    # otherwise be spelled out exponentially)
+    named_flags = [refs[n] > 1 and size[i] > 16 and n is not u for i, n in enumerate(order)]
+    return Expr(u, idt, nodes, named_flags, leaves, stable)
 
 
 # ---------------------------------------------------------------------------------------------- terms back
@@ -403,20 +409,52 @@ class Saturator:
             self._eg = eg
         return self._eg
 
+    @staticmethod
+    def _insert(b: object, exprs: list[Expr]) -> tuple[list, str]:
+        """Commands that add every root, as binding objects (egglog 13.2 parses text in time quadratic in its
+        length, and each top-level command costs ~0.2 ms): one packed list of the roots per chunk."""
+        sp = b.PanicSpan()  # type: ignore[attr-defined]
+        lit = b.Lit  # type: ignore[attr-defined]
+        call, i64, let = b.Call, b.Int, (lambda name, e: b.ActionCommand(b.Let(sp, name, e)))  # type: ignore[attr-defined]
+        cmds: list = []
+        roots = []
+        for i, e in enumerate(exprs):
+            objs: list = []
+            for j, n in enumerate(e.nodes):
+                if n[0] == "Num":
+                    o = call(sp, "Num", [lit(sp, i64(n[1]))])
+                elif n[0] == "Var":
+                    o = call(sp, "Var", [lit(sp, b.String(n[1])), lit(sp, i64(n[2])), lit(sp, i64(n[3]))])  # type: ignore[attr-defined]
+                else:
+                    o = call(sp, n[0], [objs[k] for k in n[1:]])
+                if e.named[j]:
+                    cmds.append(let(f"$e{i}_{j}", o))
+                    o = b.Var(sp, f"$e{i}_{j}")  # type: ignore[attr-defined]
+                objs.append(o)
+            roots.append(objs[-1])
+        # the list nests as deep as it is long, so it is built in chunks, each ending in the one before
+        tail, name = call(sp, "PNil", []), "$pack0"
+        for k in range(0, len(roots), PACK_CHUNK):
+            pack = tail
+            for r in reversed(roots[k : k + PACK_CHUNK]):
+                pack = call(sp, "PCons", [r, pack])
+            name = f"$pack{k // PACK_CHUNK}"
+            cmds.append(let(name, pack))
+            tail = b.Var(sp, name)  # type: ignore[attr-defined]
+        return cmds, name
+
     def _run(self, exprs: list[Expr]) -> list[Result]:
         """One batch in the e-graph; raises on a panic (the caller splits the batch)."""
-        from egglog import bindings
+        from egglog import bindings as b
 
         eg = self._egraph()
         sch, st, t0 = self.schedule, Stats(roots=len(exprs)), time.perf_counter()
         self.last = st
-        lets = []
-        for i, e in enumerate(exprs):
-            lets.extend(x.replace("$@", f"$e{i}_") for x in e.lets)
-            lets.append(f"(let $e{i} {e.root.replace('$@', f'$e{i}_')})")
+        sp = b.PanicSpan()
+        cmds, pack = self._insert(b, exprs)
         eg.run_program(*self._cmds["push"])  # type: ignore[attr-defined]
         try:
-            eg.run_program(*_parse(eg, "\n".join(lets)))  # type: ignore[attr-defined]
+            eg.run_program(*cmds)  # type: ignore[attr-defined]
             st.stop = "iterations"
             for _ in range(sch.iterations):
                 out = eg.run_program(*self._cmds["step"])  # type: ignore[attr-defined]
@@ -433,24 +471,19 @@ class Saturator:
                     break
             if st.stop in ("iterations", "saturated"):
                 eg.run_program(*self._cmds["final"])  # type: ignore[attr-defined]
-            # the packed list is built after saturation so that its rows never count against the size budget
-            pack = ["(let $p0 (PNil))"] + [f"(let $p{i + 1} (PCons $e{i} $p{i}))" for i in range(len(exprs))]
-            out = eg.run_program(*_parse(eg, "\n".join(pack) + f"\n(extract $p{len(exprs)})"))  # type: ignore[attr-defined]
-            best = out[-1]
+            best = eg.run_program(b.Extract(sp, b.Var(sp, pack), b.Lit(sp, b.Int(0))))[-1]  # type: ignore[attr-defined]
             td, tid = best.termdag, best.term
             roots: list[int] = []
             while td.get(tid).name == "PCons":
                 head, tid = td.get(tid).args
                 roots.append(head)
-            roots.reverse()
             results = []
-            span = bindings.PanicSpan()
-            for i, (e, r) in enumerate(zip(exprs, roots, strict=True)):
-                _, val = eg.eval_expr(bindings.Var(span, f"$e{i}"))  # type: ignore[attr-defined]
+            for e, r in zip(exprs, roots, strict=True):
+                # the extracted term is made of e-nodes of the root's class, so evaluating it finds that class
+                _, val = eg.eval_expr(td.term_to_expr(r, sp))  # type: ignore[attr-defined]
                 lo, hi = eg.lookup_function("lo", [val]), eg.lookup_function("hi", [val])  # type: ignore[attr-defined]
-                res = Result(e.uop, eg.value_to_i64(lo) if lo is not None else None,  # type: ignore[attr-defined]
-                             eg.value_to_i64(hi) if hi is not None else None, _from_termdag(td, r))
-                results.append(res)
+                results.append(Result(e.uop, eg.value_to_i64(lo) if lo is not None else None,  # type: ignore[attr-defined]
+                                      eg.value_to_i64(hi) if hi is not None else None, _from_termdag(td, r)))
             return results
         finally:
             eg.run_program(*self._cmds["pop"])  # type: ignore[attr-defined]
@@ -478,6 +511,9 @@ class Saturator:
         if self._db is None or self._db_pid != os.getpid():
             try:
                 db = sqlite3.connect(os.path.join(cache_dir(), "egraph.sqlite"), timeout=5, check_same_thread=False)
+                # a cache needs no durability: without fsync a commit costs microseconds instead of ~20 ms
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=OFF")
                 db.execute("CREATE TABLE IF NOT EXISTS eg (key TEXT PRIMARY KEY, val TEXT)")
                 self._db, self._db_pid = db, os.getpid()
             except sqlite3.Error:

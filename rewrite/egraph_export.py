@@ -419,7 +419,9 @@ def _export_one(rule: Rule, ruleset: str, subsume: bool, point_guard: bool) -> l
             actions.append(f"(subsume {root_text if t[2] is None else q.named[t[2]]})")
         suffix = f"/{k}" if k else ""
         if demands:
-            out.append(_rule_text(facts, demands, ruleset, f"{rule.name}{suffix}/demand"))
+            # create the nodes a guard reads only where the guard's own tests (those that read no interval) pass
+            pure = [a for a in disjuncts[0] if "__lo" not in a and "__hi" not in a and all(a in d for d in disjuncts)]
+            out.append(_rule_text(facts + pure, demands, ruleset, f"{rule.name}{suffix}/demand"))
         for j, d in enumerate(disjuncts):
             name = f"{rule.name}{suffix}" + (f"/or{j}" if j else "")
             out.append(_rule_text(facts + guard_facts + d + fold_facts, actions, ruleset, name))

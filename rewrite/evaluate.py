@@ -110,16 +110,19 @@ def _scalar_srcs(u: UOp) -> tuple[UOp, ...]:
 def _lookup(u: UOp, name: str, env: dict[str, Value]) -> Value:
     if name not in env:
         bound = ", ".join(sorted(env)) or "none"
-        raise EvalError(f"evaluate: unbound variable {name!r} ({u.op.name}:{u.dtype.name}); pass it in env "
-                        f"(bound: {bound})")
+        raise EvalError(
+            f"evaluate: unbound variable {name!r} ({u.op.name}:{u.dtype.name}); pass it in env (bound: {bound})"
+        )
     return _coerce(u.dtype, env[name], f"evaluate: variable {name!r}")
 
 
 def _eval_scalar(u: UOp, vals: list, env: dict[str, Value]) -> object:
     op = u.op
     if u.shape != ():
-        raise EvalError(f"evaluate: {op.name} has shape {fmt_shape(u.shape)}; evaluate takes scalar expressions, "
-                        f"use evaluate_graph for tensors")
+        raise EvalError(
+            f"evaluate: {op.name} has shape {fmt_shape(u.shape)}; evaluate takes scalar expressions, "
+            f"use evaluate_graph for tensors"
+        )
     if op is Ops.CONST:
         return _const_value(u, u.arg[0])  # type: ignore[index]
     if op in GroupOp.ALU:
@@ -143,8 +146,10 @@ def _eval_scalar(u: UOp, vals: list, env: dict[str, Value]) -> object:
         if not 0 <= v < bound:  # type: ignore[operator]
             raise EvalError(f"evaluate: {op.name} {name!r} = {v!r} is outside [0, {bound})")
         return v
-    raise EvalError(f"evaluate: cannot evaluate {op.name}; scalar expressions hold CONST, PARAM variables, RANGE, "
-                    f"SPECIAL, ALU ops, CAST and BITCAST")
+    raise EvalError(
+        f"evaluate: cannot evaluate {op.name}; scalar expressions hold CONST, PARAM variables, RANGE, "
+        f"SPECIAL, ALU ops, CAST and BITCAST"
+    )
 
 
 def evaluate(u: UOp, env: dict[str, Value]) -> Value:
@@ -222,7 +227,7 @@ def _index(u: UOp, vals: list[np.ndarray]) -> np.ndarray:
             key.append(int(iv[()]))
         else:  # each (k,) index gets its own output axis: an outer product, not numpy's zipped indexing
             key.append(np.array(iv.tolist(), dtype=np.int64).reshape([-1 if j == pos else 1 for j in range(n_out)]))
-            pass
+            pos += 1
     return np.asarray(x[tuple(key)], dtype=object).reshape(_ints(u, u.shape))
 
 
@@ -266,8 +271,10 @@ def _eval_tensor(u: UOp, vals: list[np.ndarray], inputs: dict[UOp, np.ndarray]) 
     op = u.op
     if op in (Ops.BUFFER, Ops.PARAM):
         if u not in inputs:
-            raise EvalError(f"evaluate_graph: no input for {u.op.name} slot {u.arg.slot!r} "  # type: ignore[union-attr]
-                            f"{fmt_shape(u.shape)}:{u.dtype.name}; pass it in inputs")
+            raise EvalError(
+                f"evaluate_graph: no input for {u.op.name} slot {u.arg.slot!r} "  # type: ignore[union-attr]
+                f"{fmt_shape(u.shape)}:{u.dtype.name}; pass it in inputs"
+            )
         return _from_input(u, inputs[u])
     if op is Ops.CONST:
         return _objects([_const_value(u, u.arg[0])], ())  # type: ignore[index]
@@ -302,8 +309,10 @@ def _eval_tensor(u: UOp, vals: list[np.ndarray], inputs: dict[UOp, np.ndarray]) 
         return _reduce(u, vals[0])
     if op in GroupOp.Marker or op in (Ops.AFTER, Ops.COPY):
         return vals[0]
-    raise EvalError(f"evaluate_graph: cannot evaluate {op.name}; tensor graphs hold BUFFER/PARAM inputs, CONST, "
-                    f"VCONST, movement ops, ALU ops, CAST, BITCAST, REDUCE, markers, AFTER and COPY")
+    raise EvalError(
+        f"evaluate_graph: cannot evaluate {op.name}; tensor graphs hold BUFFER/PARAM inputs, CONST, "
+        f"VCONST, movement ops, ALU ops, CAST, BITCAST, REDUCE, markers, AFTER and COPY"
+    )
 
 
 def evaluate_graph(u: UOp, inputs: dict[UOp, np.ndarray]) -> np.ndarray:

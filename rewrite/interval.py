@@ -139,8 +139,13 @@ def _union(a: Interval, b: Interval) -> Interval:
     return min(a[0], b[0]), max(a[1], b[1])
 
 
+def _iv(u: UOp) -> Interval:
+    """A source's interval; the walk computes every source before its users."""
+    return u._mm  # type: ignore[attr-defined, return-value, no-any-return]
+
+
 def _mm2(u: UOp) -> tuple[Interval, Interval]:
-    return u.src[0]._mm, u.src[1]._mm  # type: ignore[return-value]
+    return _iv(u.src[0]), _iv(u.src[1])
 
 
 # ---------------------------------------------------------------- leaves and structure
@@ -160,13 +165,13 @@ def _vconst(u: UOp) -> Interval:
 
 def _param(u: UOp) -> Interval:
     if len(u.src) == 3:  # a symbolic variable: (shape, lo, hi)
-        return u.src[1]._mm[0], u.src[2]._mm[1]  # type: ignore[index]
+        return _iv(u.src[1])[0], _iv(u.src[2])[1]
     return dtype_range(u.dtype)
 
 
 def _range(u: UOp) -> Interval:
     # an empty loop has no values at all; [0, 0] keeps lo <= hi
-    return 0, max(u.src[0]._mm[1] - 1, 0)  # type: ignore[index, operator]
+    return 0, max(_iv(u.src[0])[1] - 1, 0)
 
 
 def _elements_of(dt: DType) -> DType:
@@ -177,7 +182,7 @@ def _pass(u: UOp) -> Interval:
     s = u.src[0]
     if _elements_of(s.dtype) is not _elements_of(u.dtype):
         return dtype_range(u.dtype)
-    return s._mm  # type: ignore[return-value]
+    return _iv(s)
 
 
 def _pad(u: UOp) -> Interval:
@@ -187,19 +192,19 @@ def _pad(u: UOp) -> Interval:
 
 
 def _stack(u: UOp) -> Interval:
-    lo, hi = u.src[0]._mm  # type: ignore[misc]
+    lo, hi = _iv(u.src[0])
     for s in u.src[1:]:
-        lo, hi = _union((lo, hi), s._mm)  # type: ignore[arg-type]
+        lo, hi = _union((lo, hi), _iv(s))
     return lo, hi
 
 
 def _where(u: UOp) -> Interval:
-    c, a, b = (s._mm for s in u.src)
+    c, a, b = (_iv(s) for s in u.src)
     if c == (True, True):
-        return a  # type: ignore[return-value]
+        return a
     if c == (False, False):
-        return b  # type: ignore[return-value]
-    return _union(a, b)  # type: ignore[arg-type]
+        return b
+    return _union(a, b)
 
 
 # ---------------------------------------------------------------- arithmetic
@@ -216,7 +221,7 @@ def _sub(u: UOp) -> Interval:
 
 
 def _neg(u: UOp) -> Interval:
-    xl, xh = u.src[0]._mm  # type: ignore[misc]
+    xl, xh = _iv(u.src[0])
     return _result(u.dtype, -xh, -xl)
 
 
@@ -226,7 +231,7 @@ def _mul(u: UOp) -> Interval:
 
 
 def _mulacc(u: UOp) -> Interval:
-    (xl, xh), (yl, yh), (zl, zh) = (s._mm for s in u.src)
+    (xl, xh), (yl, yh), (zl, zh) = (_iv(s) for s in u.src)
     if u.dtype.scalar.is_float:  # the product is rounded before the add, as the op is
         plo, phi = _corners(u.dtype, [xl * yl, xl * yh, xh * yl, xh * yh])
     else:  # wrapping commutes with + and *, so only the exact end result has to fit
@@ -241,7 +246,7 @@ def _max(u: UOp) -> Interval:
 
 
 def _trunc(u: UOp) -> Interval:
-    lo, hi = u.src[0]._mm  # type: ignore[misc]
+    lo, hi = _iv(u.src[0])
     if not u.dtype.scalar.is_float:
         return lo, hi
     # truncation is monotone and keeps infinities
@@ -249,7 +254,7 @@ def _trunc(u: UOp) -> Interval:
 
 
 def _sqrt(u: UOp) -> Interval:
-    lo, hi = u.src[0]._mm  # type: ignore[misc]
+    lo, hi = _iv(u.src[0])
     if hi < 0:  # every value is NaN
         return dtype_range(u.dtype)
     return round_to(u.dtype, math.sqrt(max(lo, 0.0))), round_to(u.dtype, math.sqrt(hi))
@@ -390,7 +395,7 @@ def _shift(u: UOp) -> Interval:
 
 
 def _not(u: UOp) -> Interval:
-    xl, xh = u.src[0]._mm  # type: ignore[misc]
+    xl, xh = _iv(u.src[0])
     return not xh, not xl
 
 
@@ -427,7 +432,7 @@ _FLOAT_MAX = {
 def _cast(u: UOp) -> Interval:
     s = u.src[0]
     to, frm = u.dtype.scalar, s.dtype.scalar
-    lo, hi = s._mm  # type: ignore[misc]
+    lo, hi = _iv(s)
     if frm.kind not in ("b", "i", "u", "x", "f") or to.kind not in ("b", "i", "u", "x", "f"):
         return dtype_range(u.dtype)
     nan = _may_be_nan(s)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from rewrite.dsl import RuleSet
 
 _MAX_DEPTH = 18  # Python allows 20 statically nested blocks (for/try); commutative loops use them
+_MAX_UNROLL = 3  # commutative nodes per pattern written out in both orders (2**3 copies of the rest at most)
 
 
 class _Gen:
@@ -49,23 +50,33 @@ class _Gen:
 
     def rule(self, idx: int, rule: Rule, root_op: Ops) -> None:
         self.emit(1, f"# {rule.name}")
-        self.match([(rule.lhs, "u", True)], {}, 1, 0, lambda depth, bound: self.body(idx, rule, bound, depth))
+        # a commutative node's two orders are written out as two copies of the code that follows it (a `for`
+        # over both orders costs three tuples per try); past a few such nodes the copies would multiply, so loop
+        unroll = sum(1 for q in _walk_pat(rule.lhs) if q.commutative) <= _MAX_UNROLL
+        self.match([(rule.lhs, "u", True)], {}, 1, 0, lambda depth, bound: self.body(idx, rule, bound, depth), unroll)
 
     def match(self, todo: list[tuple], bound: dict[str, str], depth: int, loops: int,
-              done: Callable[[int, dict[str, str]], None]) -> None:
+              done: Callable[[int, dict[str, str]], None], unroll: bool = False) -> None:
         """Emit checks for each task in `todo`, then call `done` at the innermost depth. A task is
-        (pattern, variable, is_root) or ("swap", srcvar, a, b): the two-way loop over commutative sources,
+        (pattern, variable, is_root) or ("swap", srcvar, a, b, same, exact): both orders of commutative sources,
         queued after the node's own checks so that siblings are checked before it."""
         if not todo:
             done(depth, bound)
             return
         task, rest = todo[0], todo[1:]
         if task[0] == "swap":
-            _, s, a, b = task
+            _, s, a, b, same, exact = task
+            if unroll:
+                self.emit(depth, f"{a}, {b} = {s}" if exact else f"{a}, {b} = {s}[0], {s}[1]")
+                self.match(rest, bound, depth, loops, done, unroll)
+                if not same:  # both sources are one pattern: the swapped order binds the same, skip it
+                    self.emit(depth, f"{b}, {a} = {s}" if exact else f"{b}, {a} = {s}[0], {s}[1]")
+                    self.match(rest, bound, depth, loops, done, unroll)
+                return
             if loops >= _MAX_DEPTH:
                 raise RuleError("pattern nests too many commutative ops; mark some with ordered=True")
             self.emit(depth, f"for {a}, {b} in (({s}[0], {s}[1]), ({s}[1], {s}[0])):")
-            self.match(rest, bound, depth + 1, loops + 1, done)
+            self.match(rest, bound, depth + 1, loops + 1, done, unroll)
             return
         p, v, is_root = task
         conds: list[str] = []
@@ -86,8 +97,12 @@ class _Gen:
                 bound[p.name] = v
         s = ""
         if p.src is not None:
-            s = self.fresh("s")
-            conds.append(f"len({s} := {v}.src) {'>=' if p.rest else '=='} {len(p.src)}")
+            if is_root:  # the root's sources and their count are read once per call, in the prologue
+                s = "us"
+                conds.append(f"nus {'>=' if p.rest else '=='} {len(p.src)}")
+            else:
+                s = self.fresh("s")
+                conds.append(f"len({s} := {v}.src) {'>=' if p.rest else '=='} {len(p.src)}")
         if conds:
             self.emit(depth, f"if {' and '.join(conds)}:")
             depth += 1
@@ -95,14 +110,14 @@ class _Gen:
         if p.src is not None:
             names = [self.fresh("n") for _ in p.src]
             if p.commutative:
-                new.append(("swap", s, names[0], names[1]))
+                new.append(("swap", s, names[0], names[1], p.src[0] is p.src[1], not p.rest))
             else:
                 for i, n in enumerate(names):
                     if _constrains(p.src[i]):
                         self.emit(depth, f"{n} = {s}[{i}]")
             new += [(c, n, False) for c, n in zip(p.src, names) if _constrains(c)]
         # breadth first: a sibling's cheap check rejects before we descend or loop
-        self.match(rest + new, bound, depth, loops, done)
+        self.match(rest + new, bound, depth, loops, done, unroll)
 
     # -------------------------------------------------------------- guard and right-hand side
 
@@ -219,6 +234,8 @@ def compile_matcher(rules: RuleSet, op: Ops) -> Callable[..., object] | None:
         return None
     g = _Gen()
     g.emit(0, "def _match(u, ctx):")
+    g.emit(1, "us = u.src")
+    g.emit(1, "nus = len(us)")
     for i, r in chosen:
         g.rule(i, r, op)
     g.emit(1, "return None")

@@ -188,6 +188,7 @@ def _shr(dt: DType, a: int, b: int) -> int:
     return a >> b  # Python's >> is arithmetic; unsigned values are non-negative, so logical there
 
 
+# fmt: off
 _INT_OPS: dict[Ops, Callable[..., int]] = {
     Ops.ADD: lambda a, b: a + b, Ops.SUB: lambda a, b: a - b, Ops.MUL: lambda a, b: a * b, Ops.NEG: lambda a: -a,
     Ops.MAX: max, Ops.IDIV: _floordiv, Ops.MOD: _floormod, Ops.CDIV: _cdiv, Ops.CMOD: _cmod,
@@ -198,6 +199,7 @@ _BOOL_OPS: dict[Ops, Callable[..., bool]] = {
     Ops.XOR: lambda a, b: bool(a) != bool(b), Ops.OR: lambda a, b: bool(a or b), Ops.AND: lambda a, b: bool(a and b),
     Ops.MAX: lambda a, b: bool(a or b), Ops.NOT: lambda a: not a,
 }
+# fmt: on
 
 # ---------------------------------------------------------------- float ops (float64, exception-free)
 
@@ -258,6 +260,7 @@ def _fpow(a: float, b: float) -> float:
         return math.nan
 
 
+# fmt: off
 _FLOAT_OPS: dict[Ops, Callable[..., float]] = {
     Ops.ADD: lambda a, b: a + b, Ops.SUB: lambda a, b: a - b, Ops.MUL: lambda a, b: a * b, Ops.NEG: lambda a: -a,
     Ops.DIV: _fdiv, Ops.RECIP: lambda a: _fdiv(1.0, a), Ops.MAX: _fmax, Ops.TRUNC: _ftrunc, Ops.SQRT: _fsqrt,
@@ -268,6 +271,7 @@ _COMPARE: dict[Ops, Callable[[Value, Value], bool]] = {
     Ops.CMPLT: lambda a, b: a < b, Ops.CMPNE: lambda a, b: a != b, Ops.CMPGT: lambda a, b: a > b,
     Ops.CMPGE: lambda a, b: a >= b, Ops.CMPLE: lambda a, b: a <= b, Ops.CMPEQ: lambda a, b: a == b,
 }
+# fmt: on
 
 # ---------------------------------------------------------------- threefry
 
@@ -293,16 +297,21 @@ def threefry2x32(x: int, key: int) -> int:
 
 # ---------------------------------------------------------------- the entry points
 
-_ARITY = {**{o: 1 for o in GroupOp.UnaryALU}, **{o: 2 for o in GroupOp.BinaryALU}, **{o: 3 for o in GroupOp.TernaryALU},
-          Ops.THREEFRY: 2}
+_ARITY = {
+    **{o: 1 for o in GroupOp.UnaryALU},
+    **{o: 2 for o in GroupOp.BinaryALU},
+    **{o: 3 for o in GroupOp.TernaryALU},
+    Ops.THREEFRY: 2,
+}
 
 
 def exec_alu(op: Ops, dtype: DType, *vals: Value) -> Value:
     """The exact result of elementwise `op` on values of `dtype` (the operands' dtype; for WHERE the branches')."""
     if _ARITY.get(op) != len(vals):
         if op not in _ARITY:
-            raise EvalError(f"exec_alu: {op.name} is not an elementwise ALU op (CAST and BITCAST have exec_cast, "
-                            f"exec_bitcast)")
+            raise EvalError(
+                f"exec_alu: {op.name} is not an elementwise ALU op (CAST and BITCAST have exec_cast, exec_bitcast)"
+            )
         raise EvalError(f"exec_alu: {op.name} takes {_ARITY[op]} operands, got {len(vals)}")
     if op is Ops.WHERE:
         return vals[1] if vals[0] else vals[2]
@@ -371,10 +380,21 @@ def exec_bitcast(value: Value, from_dtype: DType, to_dtype: DType) -> Value:
     """Reinterpret the bytes of one value as another dtype of the same itemsize (nan payloads are not kept)."""
     src, dst = from_dtype.scalar, to_dtype.scalar
     if src.itemsize != dst.itemsize:
-        raise EvalError(f"BITCAST: {src.name} ({src.itemsize} bytes) and {dst.name} ({dst.itemsize} bytes) differ in "
-                        f"size; a scalar bitcast needs equal itemsizes")
+        raise EvalError(
+            f"BITCAST: {src.name} ({src.itemsize} bytes) and {dst.name} ({dst.itemsize} bytes) differ in "
+            f"size; a scalar bitcast needs equal itemsizes"
+        )
     return from_bytes(dst, to_bytes(src, value))
 
 
-__all__ = ["exec_alu", "exec_bitcast", "exec_cast", "from_bytes", "python_value_ok", "round_to", "threefry2x32",
-           "to_bytes", "wrap"]
+__all__ = [
+    "exec_alu",
+    "exec_bitcast",
+    "exec_cast",
+    "from_bytes",
+    "python_value_ok",
+    "round_to",
+    "threefry2x32",
+    "to_bytes",
+    "wrap",
+]

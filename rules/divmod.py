@@ -31,6 +31,21 @@ x, y, z = var("x", INDEX), var("y", INDEX), var("z", INDEX)
 c0, c1, c2 = const("c0"), const("c1"), const("c2")
 
 
+def divides(d: int, n: int) -> bool:
+    """Guard helper: d != 0 and d divides n. `&` does not short-circuit, so `(d != 0) & (n % d == 0)` would
+    raise on d == 0; on z3 terms (the soundness test) it builds the same formula, where n % 0 is harmless."""
+    if isinstance(d, int):
+        return d != 0 and n % d == 0
+    return (d != 0) & (n % d == 0)  # type: ignore[return-value]
+
+
+def not_divides(d: int, n: int) -> bool:
+    """Guard helper: d != 0 and d does not divide n (`~divides(...)` would be wrong: ~True is -2 in Python)."""
+    if isinstance(d, int):
+        return d != 0 and n % d != 0
+    return (d != 0) & (n % d != 0)  # type: ignore[return-value]
+
+
 def _fixed_quotient(x: UOp, y: UOp) -> bool:
     """Guard of mod-fixed-quotient: y has one sign and x // y is the same at the four corners of the box
     (floor division is monotone in each operand once the divisor's sign is fixed)."""
@@ -45,22 +60,22 @@ divmod_templates = RuleSet("divmod-templates", [
     # x in [0, y) or x in (y, 0]: one period, quotient 0
     Rule("div-small",          x // y,              0, when=lambda x, y: ((x.vmin >= 0) & (x.vmax < y.vmin)) | ((x.vmax <= 0) & (x.vmin > y.vmax))),
     Rule("mod-small",          x % y,               x, when=lambda x, y: ((x.vmin >= 0) & (x.vmax < y.vmin)) | ((x.vmax <= 0) & (x.vmin > y.vmax))),
-    Rule("div-exact-mul",      (x * c0) // c1,      x * fold(c0 // c1), when=lambda c0, c1: (c1 != 0) & (c0 % c1 == 0)),
-    Rule("mod-exact-mul",      (x * c0) % c1,       0,                  when=lambda c0, c1: (c1 != 0) & (c0 % c1 == 0)),
+    Rule("div-exact-mul",      (x * c0) // c1,      x * fold(c0 // c1), when=lambda c0, c1: divides(c1, c0)),
+    Rule("mod-exact-mul",      (x * c0) % c1,       0,                  when=lambda c0, c1: divides(c1, c0)),
     Rule("div-mul-var",        (x * y) // y,        x, when=lambda y: (y.vmin > 0) | (y.vmax < 0)),
     Rule("mod-mul-var",        (x * y) % y,         0, when=lambda y: (y.vmin > 0) | (y.vmax < 0)),
     # (x*c + y) // c -> x when y is in c's first period, else the multiple of c splits off exactly
     Rule("div-add-mul-small",  (x * c0 + y) // c0,  x, when=lambda c0, y: ((y.vmin >= 0) & (y.vmax < c0)) | ((y.vmax <= 0) & (y.vmin > c0))),
     Rule("mod-add-mul-small",  (x * c0 + y) % c0,   y, when=lambda c0, y: ((y.vmin >= 0) & (y.vmax < c0)) | ((y.vmax <= 0) & (y.vmin > c0))),
-    Rule("div-add-mul",        (x * c0 + y) // c1,  x * fold(c0 // c1) + y // c1, when=lambda c0, c1: (c1 != 0) & (c0 % c1 == 0)),
-    Rule("mod-add-mul",        (x * c0 + y) % c1,   y % c1,                        when=lambda c0, c1: (c1 != 0) & (c0 % c1 == 0)),
+    Rule("div-add-mul",        (x * c0 + y) // c1,  x * fold(c0 // c1) + y // c1, when=lambda c0, c1: divides(c1, c0)),
+    Rule("mod-add-mul",        (x * c0 + y) % c1,   y % c1,                        when=lambda c0, c1: divides(c1, c0)),
     Rule("div-add-mul-var",    (x * y + z) // y,    x + z // y, when=lambda y: (y.vmin > 0) | (y.vmax < 0)),
     Rule("mod-add-mul-var",    (x * y + z) % y,     z % y,      when=lambda y: (y.vmin > 0) | (y.vmax < 0)),
     # nesting; floor(floor(v) / b) = floor(v / b) needs b > 0
     Rule("div-div",            (x // c0) // c1,     x // fold(c0 * c1), when=lambda c0, c1: (c0 != 0) & (c1 > 0)),
     Rule("div-of-mod",         (x % c0) // c1,      (x // c1) % fold(c0 // c1),
-         when=lambda c0, c1: (c0 % c1 == 0) & (((c0 > 0) & (c1 > 0)) | ((c0 < 0) & (c1 < 0)))),
-    Rule("mod-mod",            (x % c0) % c1,       x % c1, when=lambda c0, c1: (c0 != 0) & (c1 != 0) & (c0 % c1 == 0)),
+         when=lambda c0, c1: divides(c1, c0) & (((c0 > 0) & (c1 > 0)) | ((c0 < 0) & (c1 < 0)))),
+    Rule("mod-mod",            (x % c0) % c1,       x % c1, when=lambda c0, c1: (c0 != 0) & divides(c1, c0)),
     # x % y = x - y*q when the quotient q is one number over the whole box (x in [20,23], y in [8,10])
     Rule("mod-fixed-quotient", x % y,               x + y * fold(lambda x, y: -(x.vmin // y.vmin)), when=_fixed_quotient),
     # recombination: x//c*c + x%c = x, scaled by m
@@ -137,7 +152,7 @@ def _divmod_linear(x: UOp, c: int, is_div: bool) -> UOp | None:
 
 
 def _mod_by_multiple(t: UOp, c: int) -> bool:
-    return t.op is Ops.MOD and t.src[1].op is Ops.CONST and t.src[1].arg[0] % c == 0  # type: ignore[index]
+    return t.op is Ops.MOD and t.src[1].op is Ops.CONST and divides(c, t.src[1].arg[0]) and t.src[1].arg[0] != 0  # type: ignore[index]
 
 
 def divide_linear(x: UOp, c0: int) -> UOp | None:
@@ -174,4 +189,4 @@ divmod_linear = RuleSet("divmod-linear", [
 
 divmod_rules = divmod_templates + divmod_linear
 
-__all__ = ["divide_linear", "divmod_linear", "divmod_rules", "divmod_templates", "modulo_linear"]
+__all__ = ["divide_linear", "divides", "not_divides", "divmod_linear", "divmod_rules", "divmod_templates", "modulo_linear"]

@@ -43,7 +43,7 @@ from rewrite.dtype import dtypes
 from rewrite.engine import graph_rewrite
 from rewrite.ops import Ops
 from rewrite.uop import UOp
-from rules.divmod import divmod_linear, divmod_rules, divmod_templates
+from rules.divmod import divides, divmod_linear, not_divides, divmod_rules, divmod_templates
 from rules.linear import gt_linear, lt_linear, merge_like_terms, ne_linear
 
 INDEX = dtypes.index
@@ -63,10 +63,6 @@ _FOLD_BINARY = (Ops.ADD, Ops.SUB, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT
 # index/bool ALU ops whose node is replaced by its value when its interval is a single point
 _POINT_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.WHERE, Ops.AND,
                         Ops.OR, Ops.XOR, Ops.NOT, Ops.SHL, Ops.SHR})
-
-
-def _nonzero(x: UOp) -> bool:
-    return (x.vmin > 0) | (x.vmax < 0)  # type: ignore[operator, return-value]
 
 
 # fmt: off
@@ -173,8 +169,8 @@ comparisons = RuleSet("comparisons", [
     Rule("not-const-lt",         ~(c0 < xi),          x < fold(c0 + 1)),
     Rule("ne-const-left",        op.CMPNE(c0, xi, ordered=True), x.ne(c0)),
     Rule("ne-add-const",         (xi + c0).ne(c1),    x.ne(fold(c1 - c0))),
-    Rule("ne-mul-const",         (xi * c0).ne(c1),    x.ne(fold(c1 // c0)),  when=lambda c0, c1: (c0 != 0) & (c1 % c0 == 0)),
-    Rule("ne-mul-const-never",   (xi * c0).ne(c1),    True,                  when=lambda c0, c1: (c0 != 0) & (c1 % c0 != 0)),
+    Rule("ne-mul-const",         (xi * c0).ne(c1),    x.ne(fold(c1 // c0)),  when=lambda c0, c1: divides(c0, c1)),
+    Rule("ne-mul-const-never",   (xi * c0).ne(c1),    True,                  when=lambda c0, c1: not_divides(c0, c1)),
     Rule("and-lt-lt",            (xi < c0) & (xi < c1), x < c0,              when=lambda c0, c1: c0 <= c1),
     Rule("and-gt-gt",            (c0 < xi) & (c1 < xi), c1 < x,              when=lambda c0, c1: c0 <= c1),
     Rule("or-lt-lt",             (xi < c0) | (xi < c1), x < c1,              when=lambda c0, c1: c0 <= c1),

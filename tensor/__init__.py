@@ -1,7 +1,7 @@
 """The front end: a lazy `Tensor` over UOps, the `@function` decorator, and `dtypes`."""
 
 from rewrite.dtype import dtypes
-from tensor.tensor import Tensor  # first: the op modules reach the class through this module
-from tensor.function import function  # noqa: I001 -- after Tensor on purpose
+from tensor.function import function
+from tensor.tensor import Tensor
 
 __all__ = ["Tensor", "dtypes", "function"]

@@ -1,93 +1,64 @@
-"""Host data of input BUFFERs: the registry the lowering reads when it runs a graph.
+"""Tensor data <-> the BUFFER registry of `lower.buffers`, in the front end's terms.
 
-Every BUFFER a Tensor creates gets a fresh slot (`new_slot`), so a slot names one piece of data for the life
-of the process. The data is held in a weak-keyed table: it lives exactly as long as some graph still holds
-its BUFFER UOp (UOps are interned and leave the intern table when garbage), so dropping a Tensor frees it.
-
-Arrays are kept C-contiguous, read-only and in the numpy dtype of `helpers.np_dtype` (bfloat16 data as
-float32 holding exact bfloat16 values), with the BUFFER's shape.
+The registry (owned by the lowering, which reads inputs and writes results there) keys data by BUFFER slot and
+keeps each buffer as device storage: a 1-D C-contiguous array in `devices.memory.np_dtype` (bfloat16 as its
+uint16 bits). The front end speaks shaped host arrays instead, with bfloat16 as float32 holding exact bfloat16
+values (numpy has none). This module converts between the two: `new_buffer` stores host data under a fresh
+BUFFER, `host_array` reads a buffer back.
 """
 
 from __future__ import annotations
 
-import itertools
-import weakref
-
 import numpy as np
 
-from rewrite.derive import fmt_shape
+from devices.memory import from_bfloat16_bits, to_bfloat16_bits
+from devices.memory import np_dtype as storage_dtype
+from lower import buffers as registry
 from rewrite.dtype import DType, dtypes
-from rewrite.errors import DTypeError, ShapeError
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 from tensor.helpers import np_dtype
 
-_data: weakref.WeakKeyDictionary[UOp, np.ndarray] = weakref.WeakKeyDictionary()
-_slots = itertools.count(1 << 20)  # far from small hand-picked slots in tests and kernels
-
-
-def new_slot() -> int:
-    return next(_slots)
-
 
 def round_bfloat16(a: np.ndarray) -> np.ndarray:
-    """float32 values rounded to the nearest bfloat16 (ties to even), still as float32."""
-    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    nan = np.isnan(a)
-    out = rounded.astype(np.uint32).view(np.float32)
-    return np.where(nan, np.float32(np.nan), out).astype(np.float32)
+    """float values rounded to the nearest bfloat16 (ties to even), as float32."""
+    return from_bfloat16_bits(to_bfloat16_bits(np.asarray(a, dtype=np.float32))).reshape(np.shape(a))
 
 
-def as_storage(a: np.ndarray, dtype: DType) -> np.ndarray:
-    """`a` converted to how a `dtype` buffer keeps it on the host (a new, read-only, C-contiguous array)."""
+def to_storage(a: np.ndarray, dtype: DType) -> np.ndarray:
+    """Host data as a `dtype` buffer's storage: a new read-only 1-D C-contiguous array."""
     if dtype is dtypes.bfloat16:
-        out = round_bfloat16(np.asarray(a, dtype=np.float32))
+        out = np.ascontiguousarray(to_bfloat16_bits(np.asarray(a, dtype=np.float32)).reshape(-1))
     else:
-        out = np.array(a, dtype=np_dtype(dtype), order="C", copy=True)
-    out.setflags(write=False)
+        out = np.array(a, dtype=storage_dtype(dtype), order="C", copy=True).reshape(-1)
+    out.setflags(write=False)  # inputs are never written; a kernel that tried would be caught at launch
     return out
 
 
-def store(buf: UOp, data: np.ndarray) -> None:
-    """Attach host data to a BUFFER node (shape and dtype must match)."""
-    if buf.op is not Ops.BUFFER:
-        raise TypeError(f"store: expected a BUFFER UOp, got {buf.op.name}")
-    if tuple(data.shape) != tuple(buf.shape):
-        raise ShapeError(f"store: data of shape {fmt_shape(tuple(data.shape))} for a BUFFER of shape "
-                         f"{fmt_shape(buf.shape)}")
-    if data.dtype != np_dtype(buf.dtype):
-        raise DTypeError(f"store: numpy {data.dtype} data for a {buf.dtype.name} BUFFER; need {np_dtype(buf.dtype)}")
-    if data.flags.writeable or not data.flags.c_contiguous:
-        data = np.array(data, order="C", copy=True)
-        data.setflags(write=False)
-    _data[buf] = data
-
-
-def lookup(buf: UOp) -> np.ndarray:
-    """The host data of a BUFFER; KeyError when it has none (a buffer that only a device holds)."""
-    try:
-        return _data[buf]
-    except KeyError:
-        raise KeyError(f"lookup: BUFFER slot {buf.arg.slot} {fmt_shape(buf.shape)}:{buf.dtype.name} has no host "  # type: ignore[union-attr]
-                       f"data") from None
-
-
-def has_data(buf: UOp) -> bool:
-    return buf in _data
-
-
 def new_buffer(data: np.ndarray, dtype: DType, device: str) -> UOp:
-    """A fresh BUFFER holding `data` (converted to `dtype`)."""
-    arr = as_storage(data, dtype)
-    buf = UOp.buffer(new_slot(), dtype, tuple(arr.shape), device)
-    _data[buf] = arr
+    """A fresh BUFFER of data's shape holding `data` converted to `dtype`."""
+    buf = registry.new_buffer(dtype, tuple(int(d) for d in np.shape(data)), device)
+    registry.store(buf, to_storage(data, dtype))
     return buf
 
 
+def has_data(buf: UOp) -> bool:
+    return buf.op is Ops.BUFFER and registry.has_data(buf)
+
+
+def host_array(buf: UOp) -> np.ndarray:
+    """A new host array of the buffer's shape (bfloat16 as float32)."""
+    raw = np.asarray(registry.lookup(buf))
+    n = int(np.prod(buf.shape, dtype=np.int64))
+    flat = raw.reshape(-1)[:n]
+    if buf.dtype is dtypes.bfloat16:
+        return from_bfloat16_bits(flat).reshape(buf.shape)
+    return np.array(flat, dtype=np_dtype(buf.dtype), copy=True).reshape(buf.shape)
+
+
 def inputs_of(root: UOp) -> dict[UOp, np.ndarray]:
-    """Every BUFFER under `root` that has host data, with its data."""
-    return {u: _data[u] for u in root.toposort() if u.op is Ops.BUFFER and u in _data}
+    """Every BUFFER under `root` that has data, with its host array (the reference evaluator's inputs)."""
+    return {u: host_array(u) for u in root.toposort() if u.op is Ops.BUFFER and registry.has_data(u)}
 
 
-__all__ = ["as_storage", "has_data", "inputs_of", "lookup", "new_buffer", "new_slot", "round_bfloat16", "store"]
+__all__ = ["has_data", "host_array", "inputs_of", "new_buffer", "round_bfloat16", "to_storage"]

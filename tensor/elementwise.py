@@ -29,7 +29,7 @@ from tensor.helpers import broadcast_shape, to_dtype
 if TYPE_CHECKING:
     from tensor.tensor import Tensor
 
-Scalar = Union[int, float, bool]
+Scalar = int | float | bool
 Operand = Union["Tensor", Scalar, np.ndarray, list, tuple]
 
 
@@ -212,7 +212,7 @@ def pow_(x: Operand, y: Operand) -> Tensor:
         one, zero = base.const_like(1), base.const_like(0)
         r = base.eq(one).where(one, base.eq(-one).where(-one if odd else one, zero))
         return _wrap(r, x.device)
-    if isinstance(x, tt.Tensor) and dt.is_float and y == 0.5 and not isinstance(y, bool):
+    if isinstance(x, tt.Tensor) and dt.is_float and _is_scalar(y) and y == 0.5:
         return sqrt(x.cast(dt))
     if isinstance(y, tt.Tensor) and _is_scalar(x) and x == 2 and dt.is_float:
         return exp2(y.cast(dt))

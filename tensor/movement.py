@@ -42,7 +42,8 @@ def reshape(x: Tensor, *shape: int) -> Tensor:
 def permute(x: Tensor, *order: int) -> Tensor:
     o = shape_arg(order, "permute")
     if len(o) != x.ndim:
-        raise ShapeError(f"permute: {o} has {len(o)} entries for a tensor of shape {fmt_shape(x.shape)} ({x.ndim} axes)")
+        raise ShapeError(f"permute: {o} has {len(o)} entries for a tensor of shape {fmt_shape(x.shape)} "
+                         f"({x.ndim} axes)")
     norm = tuple(norm_axis(a, x.ndim, "permute", x.shape) for a in o)
     if sorted(norm) != list(range(x.ndim)):
         raise ShapeError(f"permute: {o} is not a permutation of the axes 0..{x.ndim - 1}")
@@ -157,7 +158,7 @@ def squeeze(x: Tensor, dim: int | Sequence[int] | None = None) -> Tensor:
 def unsqueeze(x: Tensor, dim: int) -> Tensor:
     """Insert a size-1 axis at `dim` (-ndim-1 <= dim <= ndim)."""
     d = norm_axis(dim, x.ndim + 1, "unsqueeze", x.shape)
-    return _wrap(x, x.uop.reshape(x.shape[:d] + (1,) + x.shape[d:]))
+    return _wrap(x, x.uop.reshape((*x.shape[:d], 1, *x.shape[d:])))
 
 
 def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
@@ -166,7 +167,7 @@ def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     s, e = norm_axis(start_dim, x.ndim, "flatten", x.shape), norm_axis(end_dim, x.ndim, "flatten", x.shape)
     if s > e:
         raise AxisError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for shape {fmt_shape(x.shape)}")
-    return _wrap(x, x.uop.reshape(x.shape[:s] + (math.prod(x.shape[s : e + 1]),) + x.shape[e + 1 :]))
+    return _wrap(x, x.uop.reshape((*x.shape[:s], math.prod(x.shape[s:e + 1]), *x.shape[e + 1:])))
 
 
 def unflatten(x: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
@@ -354,14 +355,14 @@ def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
     k = x.shape[d]
     xs = x.uop.shrink([0] * x.ndim, [k if i == d else s for i, s in enumerate(index.shape)])
     # x: (..., 1, K, ...) against index: (..., D, 1, ...), compared with positions (1.., 1, K, 1..)
-    full_shape = index.shape[: d + 1] + (k,) + index.shape[d + 1 :]
-    xu = xs.reshape(xs.shape[:d] + (1,) + xs.shape[d:]).expand(full_shape)
-    iu = index.uop.reshape(index.shape[: d + 1] + (1,) + index.shape[d + 1 :]).expand(full_shape)
+    full_shape = (*index.shape[:d + 1], k, *index.shape[d + 1:])
+    xu = xs.reshape((*xs.shape[:d], 1, *xs.shape[d:])).expand(full_shape)
+    iu = index.uop.reshape((*index.shape[:d + 1], 1, *index.shape[d + 1:])).expand(full_shape)
     pos = arange_uop(k, index.dtype).reshape((1,) * (d + 1) + (k,) + (1,) * (x.ndim - d - 1)).expand(full_shape)
     picked = UOp(Ops.WHERE, (iu.eq(pos), xu, const_uop(0, x.dtype, full_shape)))
     red = picked.reduce(Ops.MAX if x.dtype.is_bool else Ops.ADD, (d + 1,))
     return _wrap(x, red.reshape(index.shape))
 
 
-__all__ = ["cat", "chunk", "reverse_axes", "expand", "flatten", "flip", "gather", "getitem", "pad", "permute", "repeat", "reshape",
-           "shrink", "shrink_to", "split", "squeeze", "stack", "transpose", "unflatten", "unsqueeze"]
+__all__ = ["cat", "chunk", "expand", "flatten", "flip", "gather", "getitem", "pad", "permute", "repeat", "reshape",
+           "reverse_axes", "shrink", "shrink_to", "split", "squeeze", "stack", "transpose", "unflatten", "unsqueeze"]

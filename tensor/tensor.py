@@ -21,8 +21,8 @@ import numpy as np
 
 from rewrite.derive import fmt_shape
 from rewrite.dtype import DType, dtypes
+from rewrite.env import Context
 from rewrite.errors import DTypeError, ShapeError
-from rewrite.ops import Ops
 from rewrite.semantics import exec_cast
 from rewrite.uop import UOp
 from tensor import buffers
@@ -156,7 +156,7 @@ class Tensor:
 
     @property
     def is_realized(self) -> bool:
-        return self.uop.op is Ops.BUFFER and buffers.has_data(self.uop)
+        return buffers.has_data(self.uop)
 
     def realize(self, *others: Tensor) -> Tensor:
         """Run the graphs of self and `others` (one schedule for all); each then holds a BUFFER with its data."""
@@ -166,17 +166,19 @@ class Tensor:
         return self
 
     def schedule(self, *others: Tensor) -> list:
-        """The kernels and copies that realizing self (and `others`) would run, without running them."""
+        """The kernels and copies (lower.ScheduleItem) that realizing self and `others` would run, in order."""
         import lower
 
-        if not hasattr(lower, "schedule"):
-            raise NotImplementedError("schedule: the lowering pipeline (lower.schedule) is not available yet")
-        return lower.schedule([t.uop for t in (self, *others)])
+        items: list = []
+        for dev, group in _by_device([self, *others]).items():
+            with Context(DEVICE=dev):
+                items += lower.schedule([t.uop for t in group])[0]
+        return items
 
     def numpy(self) -> np.ndarray:
         """The data as a new ndarray (bfloat16 comes back as float32)."""
         self.realize()
-        return np.array(buffers.lookup(self.uop), copy=True)
+        return buffers.host_array(self.uop)
 
     def tolist(self) -> list | int | float | bool:
         return self.numpy().tolist()
@@ -240,7 +242,8 @@ class Tensor:
     lt, gt, le, ge, eq, ne = _ew.lt, _ew.gt, _ew.le, _ew.ge, _ew.eq, _ew.ne
     logical_not, logical_and, logical_or, logical_xor = (_ew.logical_not, _ew.logical_and, _ew.logical_or,
                                                          _ew.logical_xor)
-    bitwise_and, bitwise_or, bitwise_xor, bitwise_not = _ew.bitwise_and, _ew.bitwise_or, _ew.bitwise_xor, _ew.bitwise_not
+    bitwise_and, bitwise_or, bitwise_xor, bitwise_not = (_ew.bitwise_and, _ew.bitwise_or, _ew.bitwise_xor,
+                                                         _ew.bitwise_not)
     lshift, rshift = _ew.lshift, _ew.rshift
     cast, bitcast = _ew.cast, _ew.bitcast
     exp, exp2, log, log2, sin, cos, tan = _ew.exp, _ew.exp2, _ew.log, _ew.log2, _ew.sin, _ew.cos, _ew.tan
@@ -283,6 +286,8 @@ class Tensor:
     def __rmatmul__(self, y: Tensor) -> Tensor: return _nn.matmul(Tensor(y, device=self.device), self)
     # == builds a Tensor, so hashing stays identity (Tensors are dict keys in @function and the schedule)
     __hash__ = object.__hash__
+    # numpy arrays and scalars on the left defer to our reflected operators instead of iterating the Tensor
+    __array_ufunc__ = None
 
     # ------------------------------------------------------------------ movement (tensor.movement)
 
@@ -295,7 +300,7 @@ class Tensor:
     __getitem__ = _mv.getitem
 
     @property
-    def T(self) -> Tensor:  # noqa: N802 -- the name numpy and torch use
+    def T(self) -> Tensor:
         return _mv.reverse_axes(self)
 
     # ------------------------------------------------------------------ reductions (tensor.reduce)
@@ -327,20 +332,34 @@ def _uop_device(u: UOp) -> str | None:
     return d
 
 
+def _by_device(tensors: list[Tensor]) -> dict[str, list[Tensor]]:
+    groups: dict[str, list[Tensor]] = {}
+    for t in tensors:
+        groups.setdefault(t.device, []).append(t)
+    return groups
+
+
 def _realize(tensors: list[Tensor]) -> None:
+    """Run the graphs through the lowering. A graph of constants only has no device of its own, so each device's
+    tensors are realized with that device as the default."""
     import lower
 
-    if hasattr(lower, "realize"):
-        lower.realize(tensors)
-        return
-    # TEMPORARY: until lower/ lands, run the graph on the exact (slow) reference evaluator
+    for dev, group in _by_device(tensors).items():
+        roots = list(dict.fromkeys(t.uop for t in group))
+        with Context(DEVICE=dev):
+            outs = lower.realize(roots)
+        for t in group:
+            t.uop = outs[t.uop]
+
+
+def reference_numpy(t: Tensor) -> np.ndarray:
+    """The tensor's exact value from the reference evaluator (rewrite.evaluate): slow, but independent of the
+    lowering, so it is the oracle for what the front end's graphs mean. Nothing is realized or changed."""
     from rewrite.evaluate import evaluate_graph
     from tensor.function import inline_functions
 
-    for t in tensors:
-        u = inline_functions(t.uop)
-        arr = evaluate_graph(u, buffers.inputs_of(u))
-        t.uop = buffers.new_buffer(arr, t.dtype, t.device)
+    u = inline_functions(t.uop)
+    return evaluate_graph(u, buffers.inputs_of(u))
 
 
-__all__ = ["Tensor"]
+__all__ = ["Tensor", "reference_numpy"]

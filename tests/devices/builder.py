@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import numpy as np
+import math
+from collections.abc import Callable
 
-from devices.memory import from_bfloat16_bits
+import numpy as np
+from hypothesis import strategies as st
+
+from devices.memory import from_bfloat16_bits, np_dtype, to_bfloat16_bits
 from rewrite.dtype import AddrSpace, DType, dtypes
 from rewrite.ops import Ops
 from rewrite.uop import UOp
@@ -49,7 +53,7 @@ def end(body: UOp, *ranges: UOp) -> UOp:
     return UOp(Ops.END, (body, *ranges))
 
 
-def elementwise(fn, out_dtype: DType, in_dtypes: list[DType], n: int = 8) -> UOp:  # noqa: ANN001
+def elementwise(fn: Callable[..., UOp], out_dtype: DType, in_dtypes: list[DType], n: int = 8) -> UOp:
     """out(slot 0)[i] = fn(in1[i], in2[i], ...) for i < n; inputs in slots 1.."""
     ins = [buf(i + 1, dt, n) for i, dt in enumerate(in_dtypes)]
     out = buf(0, out_dtype, n)
@@ -59,7 +63,7 @@ def elementwise(fn, out_dtype: DType, in_dtypes: list[DType], n: int = 8) -> UOp
     return linear(out, *ins, r, st, end(st, r))
 
 
-def multi_output(fns: list, out_dtypes: list[DType], in_dtypes: list[DType], n: int = 8) -> UOp:
+def multi_output(fns: list[Callable[..., UOp]], out_dtypes: list[DType], in_dtypes: list[DType], n: int = 8) -> UOp:
     """out_k(slot k)[i] = fns[k](loads) for each k; inputs in slots 100.. (one loop, one load per input)."""
     ins = [buf(100 + i, dt, n) for i, dt in enumerate(in_dtypes)]
     outs = [buf(k, dt, n) for k, dt in enumerate(out_dtypes)]
@@ -96,3 +100,96 @@ def assert_same(got: np.ndarray, want: np.ndarray, dtype: DType, what: str = "",
         i = np.flatnonzero(bad)[:5]
         raise AssertionError(f"{what} ({dtype.name}): mismatch at {i.tolist()}: got {g[i].tolist()}, "
                              f"want {w[i].tolist()}")
+
+
+# ---------------------------------------------------------------- every ALU op on one dtype, in one kernel
+
+UNARY = [Ops.NEG, Ops.NOT, Ops.RECIP, Ops.TRUNC, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT]
+BINARY = [Ops.ADD, Ops.SUB, Ops.MUL, Ops.DIV, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.CMPGT, Ops.CMPGE,
+          Ops.CMPLE, Ops.AND, Ops.OR, Ops.XOR, Ops.POW, Ops.IDIV, Ops.MOD]
+TRANSCENDENTAL = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW})
+# operand slots of alu_kernel: a, b, c any values; d a nonzero divisor; s a shift amount in range; g a bool
+A, B, C, D, S, G = 100, 101, 102, 103, 104, 105
+
+
+def _operands(op: Ops, a: UOp, b: UOp, c: UOp, d: UOp, s: UOp, g: UOp) -> tuple[UOp, ...]:
+    if op in UNARY:
+        return (a,)
+    if op in (Ops.CDIV, Ops.CMOD, Ops.IDIV, Ops.MOD):
+        return (a, d)
+    if op in (Ops.SHL, Ops.SHR):
+        return (a, s)
+    if op is Ops.WHERE:
+        return (g, a, b)
+    if op is Ops.MULACC:
+        return (a, b, c)
+    return (a, b)
+
+
+def alu_ops(dtype: DType, supported: frozenset[Ops]) -> list[Ops]:
+    """The ops of `supported` that accept `dtype` operands, in a fixed order."""
+    order = [*UNARY, *BINARY, Ops.SHL, Ops.SHR, Ops.CDIV, Ops.CMOD, Ops.WHERE, Ops.MULACC, Ops.THREEFRY]
+    x = UOp.const(0.0 if dtype.is_float else 0, dtype)
+    out = []
+    for op in order:
+        if op not in supported:
+            continue
+        try:
+            UOp(op, _operands(op, x, x, x, x, x, UOp.const(True)))
+        except (TypeError, ValueError):
+            continue
+        out.append(op)
+    return out
+
+
+def alu_kernel(dtype: DType, ops: list[Ops], n: int = 8) -> tuple[UOp, list[DType]]:
+    """out_k(slot k)[i] = ops[k](operands at i); returns the LINEAR and the output dtypes."""
+    ins = [dtype] * 5 + [dtypes.bool]
+    x = UOp.const(0.0 if dtype.is_float else 0, dtype)
+    out_dtypes = [UOp(op, _operands(op, x, x, x, x, x, UOp.const(True))).dtype for op in ops]
+    fns = [lambda *v, op=op: UOp(op, _operands(op, *v)) for op in ops]
+    return multi_output(fns, out_dtypes, ins, n), out_dtypes
+
+
+def operand_inputs(op: Ops, arrays: dict[int, np.ndarray]) -> list[np.ndarray]:
+    """The input arrays an op of alu_kernel reads, in operand order."""
+    if op in UNARY:
+        return [arrays[A]]
+    if op in (Ops.CDIV, Ops.CMOD, Ops.IDIV, Ops.MOD):
+        return [arrays[A], arrays[D]]
+    if op in (Ops.SHL, Ops.SHR):
+        return [arrays[A], arrays[S]]
+    if op is Ops.WHERE:
+        return [arrays[G], arrays[A], arrays[B]]
+    return [arrays[A], arrays[B], arrays[C]] if op is Ops.MULACC else [arrays[A], arrays[B]]
+
+
+# ---------------------------------------------------------------- input values
+
+def value_strategy(dtype: DType, small: bool = False) -> st.SearchStrategy:
+    """Hypothesis values of `dtype` as numpy storage scalars' Python values (bfloat16 as float32 values)."""
+    if dtype is dtypes.bool:
+        return st.booleans()
+    if dtype is dtypes.index:
+        return st.integers(-(1 << 20), 1 << 20)
+    if dtype.is_int:
+        return st.integers(-128, 127).filter(lambda v: dtype.min <= v <= dtype.max) if small else \
+            st.integers(int(dtype.min), int(dtype.max))
+    if dtype.itemsize == 2:  # every 16-bit pattern: subnormals, infinities and nans included
+        view = np.float16 if dtype is dtypes.float16 else None
+        vals = st.integers(0, 0xFFFF).map(lambda b: float(np.uint16(b).view(view)) if view else
+                                          float(from_bfloat16_bits(np.array([b], np.uint16))[0]))
+        return vals.filter(math.isfinite) if small else vals
+    return st.floats(width=dtype.bits, allow_nan=not small, allow_infinity=not small)
+
+
+def storage(values_: list, dtype: DType) -> np.ndarray:
+    """A buffer of `dtype` holding `values_` (bfloat16: float values rounded to bfloat16 bits)."""
+    if dtype is dtypes.bfloat16:
+        return to_bfloat16_bits(np.array(values_, dtype=np.float32))
+    return np.array(values_, dtype=np_dtype(dtype))
+
+
+def python_values(arr: np.ndarray, dtype: DType) -> list:
+    """A buffer's elements as the Python values rewrite.semantics works on."""
+    return values(arr, dtype).tolist()

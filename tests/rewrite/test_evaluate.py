@@ -63,9 +63,12 @@ def index_exprs(draw: st.DrawFn, depth: int = 4) -> Expr:
         (c, fc), (d, fd) = draw(index_exprs(depth - 1)), draw(index_exprs(depth - 1))
         return (a < b).where(c, d), lambda e: fc(e) if fa(e) < fb(e) else fd(e)
     ops: dict[str, tuple[Callable[[UOp, UOp], UOp], Callable[[int, int], int]]] = {
-        "+": (lambda p, q: p + q, lambda p, q: p + q), "-": (lambda p, q: p - q, lambda p, q: p - q),
-        "*": (lambda p, q: p * q, lambda p, q: p * q), "//": (lambda p, q: p // q, lambda p, q: p // q),
-        "%": (lambda p, q: p % q, lambda p, q: p % q), "max": (lambda p, q: p.maximum(q), max),
+        "+": (lambda p, q: p + q, lambda p, q: p + q),
+        "-": (lambda p, q: p - q, lambda p, q: p - q),
+        "*": (lambda p, q: p * q, lambda p, q: p * q),
+        "//": (lambda p, q: p // q, lambda p, q: p // q),
+        "%": (lambda p, q: p % q, lambda p, q: p % q),
+        "max": (lambda p, q: p.maximum(q), max),
     }
     mk, fn = ops[kind]
     return mk(a, b), lambda e: fn(fa(e), fb(e))
@@ -85,22 +88,25 @@ def test_random_index_expressions_match_python(expr: Expr, x: int, y: int, z: in
     assert evaluate(u, env) == want
 
 
-@pytest.mark.parametrize("expr,env,expected", [
-    (UOp.const(2**31 - 1, dtypes.int32) + 1, {}, -(2**31)),
-    (UOp.const(200, dtypes.uint8) * 2, {}, 144),
-    (UOp.const(-7, dtypes.int32).alu(Ops.CDIV, UOp.const(2, dtypes.int32)), {}, -3),
-    (UOp.const(-7, dtypes.int32) // 2, {}, -4),
-    (UOp.variable("n", 0, 300, dtypes.int32).cast(dtypes.uint8), {"n": 300}, 44),
-    (UOp.const(-1, dtypes.int32).bitcast(dtypes.uint32), {}, 2**32 - 1),
-    (UOp.const(1.0, dtypes.float32).bitcast(dtypes.int32), {}, 0x3F800000),
-    (UOp.const(0.1, dtypes.float32) + 0.2, {}, float(np.float32(np.float32(0.1) + np.float32(0.2)))),
-    (UOp.const(0.1, dtypes.float32), {}, float(np.float32(0.1))),
-    (UOp.const(1.0, dtypes.float16) / 3.0, {}, float(np.float16(1 / 3))),
-    (UOp.const(2.5, dtypes.float32).cast(dtypes.int8), {}, 2),
-    (UOp.const(1.0, dtypes.float32) / 0.0, {}, float("inf")),
-    (UOp.range(8, 3) * 2 + UOp.range(4, (1, 2)), {"r3": 5, "r1_2": 3}, 13),
-    (UOp.const(3, dtypes.uint64).alu(Ops.THREEFRY, UOp.const(5, dtypes.uint64)), {}, threefry2x32(3, 5)),
-])
+@pytest.mark.parametrize(
+    "expr,env,expected",
+    [
+        (UOp.const(2**31 - 1, dtypes.int32) + 1, {}, -(2**31)),
+        (UOp.const(200, dtypes.uint8) * 2, {}, 144),
+        (UOp.const(-7, dtypes.int32).alu(Ops.CDIV, UOp.const(2, dtypes.int32)), {}, -3),
+        (UOp.const(-7, dtypes.int32) // 2, {}, -4),
+        (UOp.variable("n", 0, 300, dtypes.int32).cast(dtypes.uint8), {"n": 300}, 44),
+        (UOp.const(-1, dtypes.int32).bitcast(dtypes.uint32), {}, 2**32 - 1),
+        (UOp.const(1.0, dtypes.float32).bitcast(dtypes.int32), {}, 0x3F800000),
+        (UOp.const(0.1, dtypes.float32) + 0.2, {}, float(np.float32(np.float32(0.1) + np.float32(0.2)))),
+        (UOp.const(0.1, dtypes.float32), {}, float(np.float32(0.1))),
+        (UOp.const(1.0, dtypes.float16) / 3.0, {}, float(np.float16(1 / 3))),
+        (UOp.const(2.5, dtypes.float32).cast(dtypes.int8), {}, 2),
+        (UOp.const(1.0, dtypes.float32) / 0.0, {}, float("inf")),
+        (UOp.range(8, 3) * 2 + UOp.range(4, (1, 2)), {"r3": 5, "r1_2": 3}, 13),
+        (UOp.const(3, dtypes.uint64).alu(Ops.THREEFRY, UOp.const(5, dtypes.uint64)), {}, threefry2x32(3, 5)),
+    ],
+)
 def test_scalar_dtypes(expr: UOp, env: dict, expected: object) -> None:
     r = evaluate(expr, env)
     assert type(r) is type(expected) and r == expected
@@ -131,13 +137,16 @@ def test_unbound_variable_is_named() -> None:
         evaluate(UOp.range(4, 7) + 1, {})
 
 
-@pytest.mark.parametrize("expr,env,match", [
-    (X + 1, {"x": 21}, r"'x' = 21 is outside its range \[-20, 20\]"),
-    (Z * 2, {"z": -1}, "outside its range"),
-    (UOp.range(4, 0), {"r0": 4}, r"outside \[0, 4\)"),
-    (X + 1, {"x": 1.5}, "not a valid index value"),
-    (X + 1, {"x": True}, "not a valid index value"),
-])
+@pytest.mark.parametrize(
+    "expr,env,match",
+    [
+        (X + 1, {"x": 21}, r"'x' = 21 is outside its range \[-20, 20\]"),
+        (Z * 2, {"z": -1}, "outside its range"),
+        (UOp.range(4, 0), {"r0": 4}, r"outside \[0, 4\)"),
+        (X + 1, {"x": 1.5}, "not a valid index value"),
+        (X + 1, {"x": True}, "not a valid index value"),
+    ],
+)
 def test_variable_values_are_checked(expr: UOp, env: dict, match: str) -> None:
     with pytest.raises(EvalError, match=match):
         evaluate(expr, env)
@@ -270,11 +279,14 @@ def test_where_drops_poison_per_element() -> None:
         evaluate_graph(n // d, {n: nv, d: dv})
 
 
-@pytest.mark.parametrize("inputs,match", [
-    ({}, "no input for BUFFER slot 0"),
-    ({A: np.zeros((4, 3), np.float32)}, "shape"),
-    ({A: np.zeros((3, 4), np.float64)}, "numpy dtype float64"),
-])
+@pytest.mark.parametrize(
+    "inputs,match",
+    [
+        ({}, "no input for BUFFER slot 0"),
+        ({A: np.zeros((4, 3), np.float32)}, "shape"),
+        ({A: np.zeros((3, 4), np.float64)}, "numpy dtype float64"),
+    ],
+)
 def test_bad_inputs_raise(inputs: dict, match: str) -> None:
     with pytest.raises(EvalError, match=match):
         evaluate_graph(A + 1.0, inputs)

@@ -26,8 +26,16 @@ from rewrite.semantics import (
 )
 
 INF, NAN = math.inf, math.nan
-SIZED = [dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16, dtypes.uint32,
-         dtypes.uint64]
+SIZED = [
+    dtypes.int8,
+    dtypes.int16,
+    dtypes.int32,
+    dtypes.int64,
+    dtypes.uint8,
+    dtypes.uint16,
+    dtypes.uint32,
+    dtypes.uint64,
+]
 NP_FLOATS = [(dtypes.float16, np.float16, 16), (dtypes.float32, np.float32, 32), (dtypes.float64, np.float64, 64)]
 
 
@@ -100,8 +108,15 @@ def test_every_alu_op_has_an_example() -> None:
 
 
 FLOOR_VS_TRUNC = [  # a, b, a // b, a % b, C a / b, C a % b
-    (7, 2, 3, 1, 3, 1), (-7, 2, -4, 1, -3, -1), (7, -2, -4, -1, -3, 1), (-7, -2, 3, -1, 3, -1),
-    (6, 3, 2, 0, 2, 0), (-6, 3, -2, 0, -2, 0), (0, -5, 0, 0, 0, 0), (1, -5, -1, -4, 0, 1), (-1, 5, -1, 4, 0, -1),
+    (7, 2, 3, 1, 3, 1),
+    (-7, 2, -4, 1, -3, -1),
+    (7, -2, -4, -1, -3, 1),
+    (-7, -2, 3, -1, 3, -1),
+    (6, 3, 2, 0, 2, 0),
+    (-6, 3, -2, 0, -2, 0),
+    (0, -5, 0, 0, 0, 0),
+    (1, -5, -1, -4, 0, 1),
+    (-1, 5, -1, 4, 0, -1),
 ]
 
 
@@ -114,13 +129,20 @@ def test_floor_vs_trunc(dt: DType, a: int, b: int, fdiv: int, fmod: int, cdiv: i
 
 
 WRAPS = [
-    (Ops.ADD, dtypes.int8, (127, 1), -128), (Ops.SUB, dtypes.int8, (-128, 1), 127),
-    (Ops.ADD, dtypes.uint8, (255, 1), 0), (Ops.MUL, dtypes.uint16, (256, 256), 0),
-    (Ops.IDIV, dtypes.int8, (-128, -1), -128), (Ops.CDIV, dtypes.int32, (-(2**31), -1), -(2**31)),
-    (Ops.MOD, dtypes.int8, (-128, -1), 0), (Ops.NEG, dtypes.uint32, (1,), 2**32 - 1),
-    (Ops.ADD, dtypes.int64, (2**63 - 1, 1), -(2**63)), (Ops.SUB, dtypes.uint64, (0, 1), 2**64 - 1),
-    (Ops.SHL, dtypes.uint32, (0xFFFFFFFF, 4), 0xFFFFFFF0), (Ops.SHL, dtypes.int32, (-1, 31), -(2**31)),
-    (Ops.ADD, dtypes.index, (2**63 - 1, 1), 2**63), (Ops.MUL, dtypes.index, (-(2**40), 2**40), -(2**80)),
+    (Ops.ADD, dtypes.int8, (127, 1), -128),
+    (Ops.SUB, dtypes.int8, (-128, 1), 127),
+    (Ops.ADD, dtypes.uint8, (255, 1), 0),
+    (Ops.MUL, dtypes.uint16, (256, 256), 0),
+    (Ops.IDIV, dtypes.int8, (-128, -1), -128),
+    (Ops.CDIV, dtypes.int32, (-(2**31), -1), -(2**31)),
+    (Ops.MOD, dtypes.int8, (-128, -1), 0),
+    (Ops.NEG, dtypes.uint32, (1,), 2**32 - 1),
+    (Ops.ADD, dtypes.int64, (2**63 - 1, 1), -(2**63)),
+    (Ops.SUB, dtypes.uint64, (0, 1), 2**64 - 1),
+    (Ops.SHL, dtypes.uint32, (0xFFFFFFFF, 4), 0xFFFFFFF0),
+    (Ops.SHL, dtypes.int32, (-1, 31), -(2**31)),
+    (Ops.ADD, dtypes.index, (2**63 - 1, 1), 2**63),
+    (Ops.MUL, dtypes.index, (-(2**40), 2**40), -(2**80)),
     (Ops.IDIV, dtypes.index, (-(2**70), 3), -(2**70) // 3),
 ]
 
@@ -132,10 +154,22 @@ def test_wraparound(op: Ops, dt: DType, args: tuple, expected: int) -> None:
 
 
 NP_INT_OPS = {
-    Ops.ADD: np.add, Ops.SUB: np.subtract, Ops.MUL: np.multiply, Ops.MAX: np.maximum, Ops.IDIV: np.floor_divide,
-    Ops.MOD: np.remainder, Ops.CMOD: np.fmod, Ops.XOR: np.bitwise_xor, Ops.OR: np.bitwise_or,
-    Ops.AND: np.bitwise_and, Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal, Ops.CMPGT: np.greater,
-    Ops.CMPGE: np.greater_equal, Ops.CMPLE: np.less_equal, Ops.CMPEQ: np.equal,
+    Ops.ADD: np.add,
+    Ops.SUB: np.subtract,
+    Ops.MUL: np.multiply,
+    Ops.MAX: np.maximum,
+    Ops.IDIV: np.floor_divide,
+    Ops.MOD: np.remainder,
+    Ops.CMOD: np.fmod,
+    Ops.XOR: np.bitwise_xor,
+    Ops.OR: np.bitwise_or,
+    Ops.AND: np.bitwise_and,
+    Ops.CMPLT: np.less,
+    Ops.CMPNE: np.not_equal,
+    Ops.CMPGT: np.greater,
+    Ops.CMPGE: np.greater_equal,
+    Ops.CMPLE: np.less_equal,
+    Ops.CMPEQ: np.equal,
 }
 
 
@@ -205,9 +239,17 @@ def floats_of(bits: int) -> st.SearchStrategy[float]:
 
 
 NP_FLOAT_BINARY = {
-    Ops.ADD: np.add, Ops.SUB: np.subtract, Ops.MUL: np.multiply, Ops.DIV: np.divide, Ops.MAX: np.maximum,
-    Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal, Ops.CMPGT: np.greater, Ops.CMPGE: np.greater_equal,
-    Ops.CMPLE: np.less_equal, Ops.CMPEQ: np.equal,
+    Ops.ADD: np.add,
+    Ops.SUB: np.subtract,
+    Ops.MUL: np.multiply,
+    Ops.DIV: np.divide,
+    Ops.MAX: np.maximum,
+    Ops.CMPLT: np.less,
+    Ops.CMPNE: np.not_equal,
+    Ops.CMPGT: np.greater,
+    Ops.CMPGE: np.greater_equal,
+    Ops.CMPLE: np.less_equal,
+    Ops.CMPEQ: np.equal,
 }
 NP_FLOAT_UNARY = {Ops.NEG: np.negative, Ops.RECIP: np.reciprocal, Ops.SQRT: np.sqrt, Ops.TRUNC: np.trunc}
 
@@ -260,8 +302,12 @@ def test_transcendentals_within_one_ulp_of_numpy(dt: DType, npt: type, width: in
     a = data.draw(st.floats(-200, 200, width=width))  # type: ignore[arg-type]
     b = data.draw(st.floats(-8, 8, width=width))  # type: ignore[arg-type]
     with np.errstate(all="ignore"):
-        cases = [(Ops.EXP2, (a,), np.exp2(npt(a))), (Ops.SIN, (a,), np.sin(npt(a))),
-                 (Ops.LOG2, (abs(a),), np.log2(npt(abs(a)))), (Ops.POW, (abs(a), b), np.power(npt(abs(a)), npt(b)))]
+        cases = [
+            (Ops.EXP2, (a,), np.exp2(npt(a))),
+            (Ops.SIN, (a,), np.sin(npt(a))),
+            (Ops.LOG2, (abs(a),), np.log2(npt(abs(a)))),
+            (Ops.POW, (abs(a), b), np.power(npt(abs(a)), npt(b))),
+        ]
         for op, args, ref in cases:
             r = exec_alu(op, dt, *args)
             assert same(r, ref) or abs(r - float(ref)) <= float(np.spacing(npt(abs(ref)))), (op, args, r, ref)
@@ -296,9 +342,13 @@ def test_bfloat16_rounding_bit_level(bits: int) -> None:
 
 
 BF16_TABLE = [
-    (1.0 + 2**-8, 1.0), (1.0 + 3 * 2**-8, 1.0 + 2**-6), (1.0 + 2**-8 + 2**-20, 1.0 + 2**-7),
-    (float.fromhex("0x1.ffp127"), INF), (float.fromhex("0x1.fdp127"), float.fromhex("0x1.fcp127")),
-    (2.0**-133, 2.0**-133), (-(2.0**-150), -0.0),
+    (1.0 + 2**-8, 1.0),
+    (1.0 + 3 * 2**-8, 1.0 + 2**-6),
+    (1.0 + 2**-8 + 2**-20, 1.0 + 2**-7),
+    (float.fromhex("0x1.ffp127"), INF),
+    (float.fromhex("0x1.fdp127"), float.fromhex("0x1.fcp127")),
+    (2.0**-133, 2.0**-133),
+    (-(2.0**-150), -0.0),
     (1.0 + 2**-8 + 2**-30, 1.0),  # float32 first drops 2**-30, leaving a tie; direct rounding would go up
 ]
 
@@ -465,33 +515,60 @@ def test_integer_division_by_zero_raises(op: Ops, dt: DType) -> None:
         exec_alu(op, dt, 5, 0)
 
 
-@pytest.mark.parametrize("op,dt,args", [
-    (Ops.SHL, dtypes.int32, (1, 32)), (Ops.SHR, dtypes.uint8, (1, 8)), (Ops.SHL, dtypes.int8, (1, -1)),
-    (Ops.SHR, dtypes.index, (1, -1)),
-])
+@pytest.mark.parametrize(
+    "op,dt,args",
+    [
+        (Ops.SHL, dtypes.int32, (1, 32)),
+        (Ops.SHR, dtypes.uint8, (1, 8)),
+        (Ops.SHL, dtypes.int8, (1, -1)),
+        (Ops.SHR, dtypes.index, (1, -1)),
+    ],
+)
 def test_shift_out_of_range_raises(op: Ops, dt: DType, args: tuple) -> None:
     with pytest.raises(EvalError, match="shift amount"):
         exec_alu(op, dt, *args)
 
 
-@pytest.mark.parametrize("op,dt,args,match", [
-    (Ops.SQRT, dtypes.int32, (4,), "SQRT is not defined on int32"), (Ops.NOT, dtypes.int32, (1,), "NOT"),
-    (Ops.ADD, dtypes.bool, (True, True), "ADD is not defined on bool"), (Ops.ADD, dtypes.int32, (1,), "2 operands"),
-    (Ops.CAST, dtypes.int32, (1,), "exec_cast"), (Ops.IDIV, dtypes.float32, (1.0, 2.0), "IDIV"),
-])
+@pytest.mark.parametrize(
+    "op,dt,args,match",
+    [
+        (Ops.SQRT, dtypes.int32, (4,), "SQRT is not defined on int32"),
+        (Ops.NOT, dtypes.int32, (1,), "NOT"),
+        (Ops.ADD, dtypes.bool, (True, True), "ADD is not defined on bool"),
+        (Ops.ADD, dtypes.int32, (1,), "2 operands"),
+        (Ops.CAST, dtypes.int32, (1,), "exec_cast"),
+        (Ops.IDIV, dtypes.float32, (1.0, 2.0), "IDIV"),
+    ],
+)
 def test_undefined_ops_raise(op: Ops, dt: DType, args: tuple, match: str) -> None:
     with pytest.raises(EvalError, match=match):
         exec_alu(op, dt, *args)
 
 
-@pytest.mark.parametrize("dt,v,ok", [
-    (dtypes.int8, 127, True), (dtypes.int8, 128, False), (dtypes.uint8, -1, False), (dtypes.int32, True, False),
-    (dtypes.int32, 1.0, False), (dtypes.index, 2**100, True), (dtypes.bool, 1, False), (dtypes.bool, False, True),
-    (dtypes.float32, 0.1, False), (dtypes.float32, float(np.float32(0.1)), True), (dtypes.float16, 65504.0, True),
-    (dtypes.float16, 65505.0, False), (dtypes.float32, NAN, True), (dtypes.float64, -INF, True),
-    (dtypes.bfloat16, 1.0 + 2**-7, True), (dtypes.bfloat16, 1.0 + 2**-8, False), (dtypes.float32, 1, False),
-    (dtypes.float16, 2.0**-24, True), (dtypes.float16, 2.0**-25, False),
-])
+@pytest.mark.parametrize(
+    "dt,v,ok",
+    [
+        (dtypes.int8, 127, True),
+        (dtypes.int8, 128, False),
+        (dtypes.uint8, -1, False),
+        (dtypes.int32, True, False),
+        (dtypes.int32, 1.0, False),
+        (dtypes.index, 2**100, True),
+        (dtypes.bool, 1, False),
+        (dtypes.bool, False, True),
+        (dtypes.float32, 0.1, False),
+        (dtypes.float32, float(np.float32(0.1)), True),
+        (dtypes.float16, 65504.0, True),
+        (dtypes.float16, 65505.0, False),
+        (dtypes.float32, NAN, True),
+        (dtypes.float64, -INF, True),
+        (dtypes.bfloat16, 1.0 + 2**-7, True),
+        (dtypes.bfloat16, 1.0 + 2**-8, False),
+        (dtypes.float32, 1, False),
+        (dtypes.float16, 2.0**-24, True),
+        (dtypes.float16, 2.0**-25, False),
+    ],
+)
 def test_python_value_ok(dt: DType, v: object, ok: bool) -> None:
     assert python_value_ok(dt, v) is ok
 

@@ -43,13 +43,17 @@ def grid(vs: list[UOp], max_points: int | None = None, rng: random.Random | None
     if max_points is None or size <= max_points:
         axes = [np.arange(lo, hi + 1, dtype=np.int64) for lo, hi in boxes]
         mesh = np.meshgrid(*axes, indexing="ij") if axes else []
-        return {n: m.reshape(-1) for n, m in zip(names, mesh)}
+        return {n: _typed(m.reshape(-1), v) for n, m, v in zip(names, mesh, vs)}
     rng = rng or random.Random(0)
     pts = {n: np.array([rng.randint(lo, hi) for _ in range(max_points)], dtype=np.int64)
            for n, (lo, hi) in zip(names, boxes)}
     for n, (lo, hi) in zip(names, boxes):  # corners matter most for interval-guarded rules
         pts[n][: 2] = (lo, hi)
-    return pts
+    return {n: _typed(pts[n], v) for n, v in zip(names, vs)}
+
+
+def _typed(a: np.ndarray, v: UOp) -> np.ndarray:
+    return a.astype(bool) if v.dtype is dtypes.bool else a
 
 
 def grid_eval(u: UOp, env: dict[str, np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -109,8 +113,13 @@ def grid_eval(u: UOp, env: dict[str, np.ndarray], n: int) -> tuple[np.ndarray, n
     return vals[u], ok[u]
 
 
-def point_env(env: dict[str, np.ndarray], i: int) -> dict[str, int]:
-    return {k: int(v[i]) for k, v in env.items()}
+def point_env(env: dict[str, np.ndarray], i: int) -> dict[str, int | bool]:
+    return {k: v[i].item() for k, v in env.items()}
+
+
+def fits_int64(u: UOp) -> bool:
+    """Every constant of `u` is far enough inside int64 for grid_eval's products not to overflow."""
+    return all(abs(n.arg[0]) < 2**40 for n in u.toposort() if n.op is Ops.CONST and not isinstance(n.arg[0], bool))
 
 
 # ---------------------------------------------------------------------------- random index expressions
@@ -167,5 +176,5 @@ def boxes_product(vs: list[UOp]) -> int:
     return int(np.prod([box_of(v)[1] - box_of(v)[0] + 1 for v in vs])) if vs else 1
 
 
-__all__ = ["box_of", "boxes_product", "grid", "grid_eval", "itertools", "leaves", "point_env", "random_case",
+__all__ = ["box_of", "boxes_product", "fits_int64", "grid", "grid_eval", "itertools", "leaves", "point_env", "random_case",
            "random_expr", "dtypes"]

@@ -1,0 +1,188 @@
+"""Proving a template rule with z3: LHS == RHS wherever the LHS is defined and the guard holds.
+
+Index values are z3 Ints, bools are z3 Bools. Floor division and modulo are encoded from z3's Euclidean
+`/` (which equals floor division for a positive divisor): floor(a / b) = a / b if b > 0 else (-a) / (-b),
+and a % b = a - b * floor(a / b); every division on the left-hand side adds "divisor != 0" to the premises
+and every division on the right-hand side must be defined too. Const captures are free Ints; var captures
+and named subterms stand for any value in an interval [lo, hi] with free lo <= hi, and the guard reads
+those through `.vmin` / `.vmax` (guards combine with & | so they take z3 terms). That is the abstraction
+the rules rely on: intervals are bounds, not exact ranges. Only index/bool instances are encoded (sized
+ints wrap; their soundness is checked by evaluation).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rewrite.dsl import _ANY, Pat, Rule
+from rewrite.dtype import dtypes
+from rewrite.ops import Ops
+from rewrite.uop import UOp
+
+try:
+    import z3
+except ImportError:  # pragma: no cover - z3 is optional
+    z3 = None
+
+
+class Unsupported(Exception):
+    """The rule uses something this encoding does not cover (a callable, a shift, a sized int)."""
+
+
+def fdiv(a: Any, b: Any) -> Any:
+    return z3.If(b > 0, a / b, (-a) / (-b))
+
+
+def fmod(a: Any, b: Any) -> Any:
+    return a - b * fdiv(a, b)
+
+
+class _Bounds:
+    """What a guard sees for a non-constant capture: symbolic interval bounds."""
+
+    def __init__(self, name: str) -> None:
+        self.vmin, self.vmax = z3.Int(f"{name}.lo"), z3.Int(f"{name}.hi")
+
+
+def _binop(op: Ops, a: Any, b: Any, defined: list) -> Any:
+    if op is Ops.ADD: return a + b
+    if op is Ops.SUB: return a - b
+    if op is Ops.MUL: return a * b
+    if op is Ops.MAX: return z3.Or(a, b) if z3.is_bool(a) else z3.If(a >= b, a, b)
+    if op in (Ops.IDIV, Ops.MOD):
+        defined.append(b != 0)
+        return fdiv(a, b) if op is Ops.IDIV else fmod(a, b)
+    if op is Ops.CMPLT: return a < b
+    if op is Ops.CMPGT: return a > b
+    if op is Ops.CMPLE: return a <= b
+    if op is Ops.CMPGE: return a >= b
+    if op is Ops.CMPNE: return a != b
+    if op is Ops.CMPEQ: return a == b
+    if z3.is_bool(a) and op in (Ops.AND, Ops.OR, Ops.XOR):
+        return {Ops.AND: z3.And, Ops.OR: z3.Or, Ops.XOR: z3.Xor}[op](a, b)
+    raise Unsupported(f"op {op.name}")
+
+
+def _apply(op: Ops, args: list, defined: list) -> Any:
+    if op is Ops.NEG: return -args[0]
+    if op is Ops.NOT: return z3.Not(args[0])
+    if op is Ops.WHERE: return z3.If(args[0], args[1], args[2])
+    if len(args) == 2: return _binop(op, args[0], args[1], defined)
+    raise Unsupported(f"op {op.name}")
+
+
+def _literal(v: object, like_bool: bool) -> Any:
+    return z3.BoolVal(bool(v)) if isinstance(v, bool) or like_bool else z3.IntVal(int(v))  # type: ignore[call-overload]
+
+
+class Encoder:
+    def __init__(self, rule: Rule, caps: dict[str, UOp]) -> None:
+        self.rule, self.inst = rule, caps
+        self.terms: dict[str, Any] = {}  # capture -> z3 term
+        self.bounds: dict[str, _Bounds] = {}
+        self.premises: list = []
+
+    def var(self, name: str) -> Any:
+        if name not in self.terms:
+            dt = self.inst[name].dtype
+            if dt is dtypes.bool:
+                self.terms[name] = z3.Bool(name)
+            elif dt is dtypes.index:
+                self.terms[name] = z3.Int(name)
+            else:
+                raise Unsupported(f"dtype {dt.name}")
+        return self.terms[name]
+
+    def lhs(self, p: Pat, node: UOp) -> Any:
+        if p.name is not None and p.name in self.terms:
+            return self.terms[p.name]
+        if p.kind in ("var", "const") and p.value is _ANY:
+            t = self.var(p.name) if p.name else self.var_unnamed(node)
+        elif p.kind == "const":
+            t = _literal(p.value, node.dtype is dtypes.bool)
+        elif p.kind == "op":
+            if p.src is None:
+                raise Unsupported("a node with unspecified sources")
+            t = _apply(node.op, [self.lhs(s, n) for s, n in zip(p.src, node.src)], self.premises)
+        else:
+            raise Unsupported(p.kind)
+        if p.name is not None:
+            self.terms[p.name] = t
+        return t
+
+    def var_unnamed(self, node: UOp) -> Any:
+        raise Unsupported("an unnamed wildcard")
+
+    def rhs(self, t: object, like_bool: bool, defined: list) -> Any:
+        if not isinstance(t, Pat):
+            if callable(t):
+                raise Unsupported("a callable right-hand side")
+            return _literal(t, like_bool)
+        if t.name is not None:
+            return self.terms[t.name]
+        if t.kind == "const":
+            return _literal(t.value, like_bool)
+        if t.kind == "fold":
+            if t.src is None:
+                raise Unsupported("fold() of a callable")
+            return self.rhs(t.src[0], like_bool, defined)
+        assert t.ops is not None and t.src is not None
+        opv = next(iter(t.ops))
+        bools = [False] * len(t.src)
+        if opv is Ops.WHERE:
+            bools = [True, like_bool, like_bool]
+        elif opv is Ops.NOT or (opv in (Ops.AND, Ops.OR, Ops.XOR) and like_bool):
+            bools = [True] * len(t.src)
+        return _apply(opv, [self.rhs(s, b, defined) for s, b in zip(t.src, bools)], defined)
+
+    def guard(self) -> Any:
+        when = self.rule.when
+        if when is None:
+            return z3.BoolVal(True)
+        caps = self.rule.lhs.captures()
+        args = []
+        for name in self.rule.when_params:
+            if name == "ctx":
+                args.append(None)
+            elif caps[name].kind == "const":
+                args.append(self.terms[name])
+            else:
+                if name not in self.bounds:
+                    b = self.bounds[name] = _Bounds(name)
+                    v = self.terms[name]
+                    if z3.is_bool(v):
+                        raise Unsupported("interval of a bool")
+                    self.premises += [b.vmin <= v, v <= b.vmax]
+                args.append(self.bounds[name])
+        try:
+            g = when(*args)
+        except (TypeError, ZeroDivisionError) as e:
+            raise Unsupported(f"guard on z3 terms: {e}") from None
+        return g if z3.is_expr(g) else z3.BoolVal(bool(g))
+
+
+def prove(rule: Rule, root: UOp, caps: dict[str, UOp], timeout_ms: int = 3000) -> tuple[str, str]:
+    """('proved' | 'unknown' | 'unsupported' | 'counterexample', detail)."""
+    if z3 is None:
+        return "unsupported", "z3 is not installed"
+    enc = Encoder(rule, caps)
+    try:
+        lhs = enc.lhs(rule.lhs, root)
+        guard = enc.guard()
+        rdef: list = []
+        rhs = enc.rhs(rule.rhs, z3.is_bool(lhs), rdef)
+    except Unsupported as e:
+        return "unsupported", str(e)
+    s = z3.Solver()
+    s.set(timeout=timeout_ms)
+    s.add(*enc.premises, guard)
+    s.add(z3.Not(z3.And(*rdef, lhs == rhs)))
+    r = s.check()
+    if r == z3.unsat:
+        return "proved", ""
+    if r == z3.sat:
+        return "counterexample", str(s.model())
+    return "unknown", s.reason_unknown()
+
+
+__all__ = ["prove", "z3"]

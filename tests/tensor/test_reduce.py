@@ -1,0 +1,188 @@
+"""Reductions against numpy: sum prod max min mean var std any all over axes with keepdim, accumulation dtypes,
+argmax/argmin (first index, nan), cumsum along any axis, softmax log_softmax logsumexp."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rewrite.dtype import dtypes
+from rewrite.errors import ShapeError
+from tensor import Tensor
+from tensor.helpers import AxisError
+from tests.tensor.util import arrays, close, shapes
+
+SET = settings(max_examples=30, deadline=None)
+
+
+@st.composite
+def axis_case(draw: st.DrawFn, dt: str = "float32", lo: float = -100, hi: float = 100, min_side: int = 1
+              ) -> tuple[np.ndarray, object, bool]:
+    a = draw(arrays(dt, shapes(0, 3, min_side=min_side), lo=lo, hi=hi))
+    kind = draw(st.sampled_from(["none", "int", "tuple"]))
+    if kind == "none" or a.ndim == 0:
+        axis: object = None
+    elif kind == "int":
+        axis = draw(st.integers(-a.ndim, a.ndim - 1))
+    else:
+        axis = tuple(draw(st.lists(st.integers(0, a.ndim - 1), unique=True)))
+    return a, axis, draw(st.booleans())
+
+
+@SET
+@given(axis_case())
+def test_float_sum_max_min_mean(case: tuple) -> None:
+    a, axis, keep = case
+    t = Tensor(a)
+    close(t.sum(axis, keepdim=keep), a.sum(axis, keepdims=keep), rtol=1e-5, atol=1e-4)
+    close(t.max(axis, keepdim=keep), a.max(axis, keepdims=keep))
+    close(t.min(axis, keepdim=keep), a.min(axis, keepdims=keep))
+    close(t.mean(axis, keepdim=keep), a.mean(axis, keepdims=keep), rtol=1e-5, atol=1e-4)
+
+
+@SET
+@given(axis_case(lo=-2, hi=2))
+def test_prod(case: tuple) -> None:
+    a, axis, keep = case
+    close(Tensor(a).prod(axis, keepdim=keep), a.prod(axis, keepdims=keep), rtol=1e-5, atol=1e-5)
+
+
+@SET
+@given(st.sampled_from(["bool", "int8", "uint8", "int16", "int32", "uint32", "int64"]), st.data())
+def test_int_reductions_accumulate_like_numpy(dt: str, data: st.DataObject) -> None:
+    a, axis, keep = data.draw(axis_case(dt, lo=-2**31, hi=2**31 - 1))
+    t = Tensor(a)
+    s = t.sum(axis, keepdim=keep)
+    expected = a.sum(axis, keepdims=keep)
+    assert s.dtype.name == expected.dtype.name
+    close(s, expected)
+    with np.errstate(over="ignore"):
+        close(t.prod(axis, keepdim=keep), a.prod(axis, keepdims=keep))
+    close(t.max(axis, keepdim=keep), a.max(axis, keepdims=keep))
+    close(t.min(axis, keepdim=keep), a.min(axis, keepdims=keep))
+    m = t.mean(axis, keepdim=keep)
+    assert m.dtype is dtypes.float32
+    close(m, a.mean(axis, keepdims=keep).astype(np.float32), rtol=1e-5, atol=1e-5)
+
+
+def test_min_max_extremes_and_nan() -> None:
+    i = np.array([-(2**31), 0, 2**31 - 1], dtype=np.int32)
+    close(Tensor(i).min(), i.min())
+    close(Tensor(i).max(), i.max())
+    u = np.array([0, 7, 2**32 - 1], dtype=np.uint32)
+    close(Tensor(u).min(), u.min())
+    f = np.array([[1.0, np.nan], [-np.inf, 2.0]], dtype=np.float32)
+    close(Tensor(f).max(1), f.max(1))
+    close(Tensor(f).min(1), f.min(1))
+    b = np.array([[True, False], [True, True]])
+    close(Tensor(b).min(1), b.min(1))
+    close(Tensor(b).max(0), b.max(0))
+
+
+def test_sum_dtype_argument_and_half_accumulation() -> None:
+    a = np.full(300, 1.0, dtype=np.float16) * np.float16(0.1)
+    s = Tensor(a).sum()
+    assert s.dtype is dtypes.float16
+    close(s, np.float16(a.astype(np.float32).sum()))  # float32 accumulation, one rounding at the end
+    close(Tensor(np.array([200, 100], np.uint8)).sum(dtype=dtypes.uint8), np.uint8(44))
+    close(Tensor([1.5, 2.5]).sum(dtype="float64"), np.float64(4.0))
+    close(Tensor([[True, False], [False, False]]).sum(1, dtype=dtypes.bool), np.array([True, False]))
+
+
+@SET
+@given(axis_case(min_side=2))
+def test_var_std(case: tuple) -> None:
+    a, axis, keep = case
+    t = Tensor(a)
+    close(t.var(axis, keepdim=keep), a.astype(np.float64).var(axis, keepdims=keep, ddof=1), rtol=1e-4, atol=1e-3)
+    close(t.std(axis, keepdim=keep, correction=0), a.astype(np.float64).std(axis, keepdims=keep), rtol=1e-4, atol=1e-3)
+
+
+def test_any_all() -> None:
+    a = np.array([[0, 1, 0], [0, 0, 0]], dtype=np.int32)
+    close(Tensor(a).any(), a.any())
+    close(Tensor(a).any(1), a.any(1))
+    close(Tensor(a).all(0, keepdim=True), a.all(0, keepdims=True))
+    close(Tensor(a == 0).all(1), (a == 0).all(1))
+
+
+def test_empty_reductions() -> None:
+    a = np.zeros((0, 3), np.float32)
+    close(Tensor(a).sum(0), a.sum(0))
+    close(Tensor(a).prod(0), a.prod(0))
+    close(Tensor(a).mean(0), np.full(3, np.nan, np.float32))
+    with pytest.raises(ShapeError, match="max: cannot reduce over an empty axis"):
+        Tensor(a).max(0)
+    with pytest.raises(ShapeError, match="argmax"):
+        Tensor(a).argmax()
+
+
+@SET
+@given(st.sampled_from(["float32", "int8", "uint8", "int32", "bool"]), st.data())
+def test_argmax_argmin_first_index(dt: str, data: st.DataObject) -> None:
+    a = data.draw(arrays(dt, shapes(1, 3), lo=-3, hi=3))  # a small range makes ties common
+    axis = data.draw(st.none() | st.integers(-a.ndim, a.ndim - 1))
+    keep = data.draw(st.booleans()) and axis is not None
+    r = Tensor(a).argmax(axis, keepdim=keep)
+    assert r.dtype is dtypes.int64
+    kw = {"keepdims": True} if keep else {}
+    close(r, np.argmax(a, axis, **kw))
+    close(Tensor(a).argmin(axis, keepdim=keep), np.argmin(a, axis, **kw))
+
+
+def test_argmax_nan_and_keepdim_none() -> None:
+    a = np.array([[1.0, np.nan, 3.0, np.nan], [-np.inf, -np.inf, 0.0, 0.0]], dtype=np.float32)
+    close(Tensor(a).argmax(1), np.argmax(a, 1))
+    close(Tensor(a).argmin(1), np.argmin(a, 1))
+    close(Tensor(a).argmax(), np.argmax(a))
+    close(Tensor(a).argmax(keepdim=True), np.argmax(a, keepdims=True))
+
+
+@SET
+@given(st.sampled_from(["float32", "int32", "int8", "bool", "uint8"]), st.data())
+def test_cumsum_any_axis(dt: str, data: st.DataObject) -> None:
+    a = data.draw(arrays(dt, shapes(1, 3, max_side=5), lo=-50, hi=50))
+    axis = data.draw(st.integers(-a.ndim, a.ndim - 1))
+    r = Tensor(a).cumsum(axis)
+    expected = np.cumsum(a, axis)
+    assert r.dtype.name == expected.dtype.name
+    close(r, expected, rtol=1e-5, atol=1e-4)
+    close(Tensor(a).cumsum(None), np.cumsum(a), rtol=1e-5, atol=1e-4)
+
+
+def test_cumsum_long_axis() -> None:
+    a = np.arange(40, dtype=np.int32) % 7
+    close(Tensor(a).cumsum(), np.cumsum(a))
+
+
+@SET
+@given(arrays("float32", shapes(1, 3), lo=-20, hi=20), st.data())
+def test_softmax_family(a: np.ndarray, data: st.DataObject) -> None:
+    axis = data.draw(st.integers(-a.ndim, a.ndim - 1))
+    x = a.astype(np.float64)
+    e = np.exp(x - x.max(axis, keepdims=True))
+    sm = e / e.sum(axis, keepdims=True)
+    close(Tensor(a).softmax(axis), sm, rtol=1e-5, atol=1e-6)
+    close(Tensor(a).log_softmax(axis), np.log(sm), rtol=1e-5, atol=1e-5)
+    keep = data.draw(st.booleans())
+    lse = np.log(np.exp(x - x.max(axis, keepdims=True)).sum(axis, keepdims=True)) + x.max(axis, keepdims=True)
+    close(Tensor(a).logsumexp(axis, keepdim=keep), lse if keep else lse.squeeze(axis), rtol=1e-5, atol=1e-5)
+
+
+def test_logsumexp_infinities_and_int_softmax() -> None:
+    a = np.array([[-np.inf, -np.inf], [np.inf, 1.0], [1000.0, 1000.0]], dtype=np.float32)
+    close(Tensor(a).logsumexp(1), np.array([-np.inf, np.inf, 1000.0 + np.log(2)]))
+    s = Tensor([1, 2, 3]).softmax()
+    assert s.dtype is dtypes.float32
+    e = np.exp(np.array([1.0, 2.0, 3.0]))
+    close(s, e / e.sum())
+
+
+@pytest.mark.parametrize("fn", ["sum", "max", "min", "mean", "argmax", "cumsum", "softmax", "var"])
+def test_bad_axis_is_an_axis_error(fn: str) -> None:
+    with pytest.raises(AxisError, match=rf"{fn}: axis 2 is out of range for a tensor with 2 dimensions"):
+        getattr(Tensor.ones(2, 3), fn)(2)
+    with pytest.raises(IndexError):  # AxisError is also an IndexError, as numpy's
+        getattr(Tensor.ones(2, 3), fn)(-3)
