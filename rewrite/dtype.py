@@ -121,6 +121,9 @@ class PtrDType(DType):
     """A pointer to `base` in an address space; `size` is the element count (-1 if unknown)."""
 
     __slots__ = ("addrspace", "base", "size")
+    addrspace: AddrSpace
+    base: DType
+    size: int
     _ptrs: dict[tuple, PtrDType] = {}
 
     @staticmethod

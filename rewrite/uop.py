@@ -93,6 +93,8 @@ class UOp:
     tag: object
     dtype: DType
     shape: tuple
+    _mm: tuple | None
+    _props: dict | None
 
     def __new__(cls, op: Ops, src: tuple[UOp, ...] = (), arg: object = None, tag: object = None) -> UOp:
         key = _key(op, src, arg, tag)
@@ -149,6 +151,9 @@ class UOp:
             raise TypeError(f"variable: name must be a non-empty str, got {name!r}")
         if lo > hi:
             raise ValueError(f"variable {name!r}: empty range [{lo}, {hi}]; need lo <= hi")
+        if dtype is not dtypes.index and not (dtype.min <= lo and hi <= dtype.max):
+            raise ValueError(f"variable {name!r}: [{lo}, {hi}] does not fit {dtype.name} "
+                             f"[{dtype.min}, {dtype.max}]; widen the dtype or narrow the bounds")
         return UOp(Ops.PARAM, (UOp.shape_operand(()), UOp.const(lo, dtype), UOp.const(hi, dtype)),
                    ParamArg(name, dtype))
 
@@ -227,7 +232,9 @@ class UOp:
     def eq(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.CMPEQ, x)
     def ne(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.CMPNE, x)
     def maximum(self, x: UOp | ConstValue) -> UOp: return self._bin(Ops.MAX, x)
-    def minimum(self, x: UOp | ConstValue) -> UOp: return -((-self).maximum(-self._operand(x, "MIN")))
+    def minimum(self, x: UOp | ConstValue) -> UOp:
+        y = self._operand(x, "MIN")
+        return (y < self).where(y, self)
     def recip(self) -> UOp: return UOp(Ops.RECIP, (self,))
     def trunc(self) -> UOp: return UOp(Ops.TRUNC, (self,))
     def sqrt(self) -> UOp: return UOp(Ops.SQRT, (self,))

@@ -1,0 +1,235 @@
+"""matmul / @ / dot (batched, 1-D, dtypes), conv2d (stride, padding, dilation, groups), max/avg pooling and the
+activations, against numpy and direct loop references."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rewrite.dtype import dtypes
+from rewrite.errors import ShapeError
+from tensor import Tensor
+from tests.tensor.util import arrays, close
+
+SET = settings(max_examples=20, deadline=None)
+
+
+# ---------------------------------------------------------------- matmul
+
+
+@SET
+@given(st.data())
+def test_matmul_batched_and_1d(data: st.DataObject) -> None:
+    m, k, n = (data.draw(st.integers(1, 4)) for _ in range(3))
+    ba = tuple(data.draw(st.lists(st.integers(1, 3), max_size=2)))
+    bb = tuple(1 if data.draw(st.booleans()) else d for d in ba)[data.draw(st.integers(0, len(ba))):]
+    a_shape = ba + (m, k) if data.draw(st.booleans()) else (k,)
+    b_shape = bb + (k, n) if data.draw(st.booleans()) else (k,)
+    a = data.draw(arrays("float32", a_shape, lo=-3, hi=3))
+    b = data.draw(arrays("float32", b_shape, lo=-3, hi=3))
+    close(Tensor(a) @ Tensor(b), np.matmul(a, b), rtol=1e-5, atol=1e-5)
+    close(Tensor(a).dot(Tensor(b)), np.matmul(a, b), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dt", ["int32", "int8", "float16", "float64", "bool", "uint8"])
+def test_matmul_dtypes(dt: str) -> None:
+    rng = np.random.default_rng(1)
+    a = rng.integers(-3, 4, (3, 5)).astype(dt)
+    b = rng.integers(-3, 4, (5, 2)).astype(dt)
+    r = Tensor(a) @ Tensor(b)
+    assert r.dtype.name == dt
+    with np.errstate(over="ignore"):
+        close(r, a @ b)
+
+
+def test_matmul_mixed_dtypes_and_rmatmul() -> None:
+    a = np.arange(6, dtype=np.int32).reshape(2, 3)
+    b = np.ones((3, 2), np.float32)
+    assert (Tensor(a) @ Tensor(b)).dtype is dtypes.float32
+    close(Tensor(a) @ Tensor(b), a @ b)
+    close(a.tolist() @ Tensor(b), a @ b)
+
+
+def test_matmul_errors() -> None:
+    with pytest.raises(ShapeError, match=r"matmul: \(2, 3\) @ \(4, 5\): the inner dimensions differ \(3 vs 4\)"):
+        Tensor.ones(2, 3) @ Tensor.ones(4, 5)
+    with pytest.raises(ShapeError, match="at least one axis"):
+        Tensor(2.0) @ Tensor.ones(2)
+    with pytest.raises(ShapeError, match="matmul: cannot broadcast"):
+        Tensor.ones(2, 2, 3) @ Tensor.ones(3, 3, 1)
+
+
+# ---------------------------------------------------------------- convolution
+
+
+def conv_reference(x: np.ndarray, w: np.ndarray, stride: tuple, padding: tuple, dilation: tuple,
+                   groups: int) -> np.ndarray:
+    """A direct loop over output positions and taps, in float64."""
+    ns = w.ndim - 2
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + [(p, p) for p in padding])
+    n, og, ks = x.shape[0], w.shape[0] // groups, w.shape[2:]
+    cg = w.shape[1]
+    outs = [(xp.shape[2 + i] - dilation[i] * (ks[i] - 1) - 1) // stride[i] + 1 for i in range(ns)]
+    out = np.zeros((n, w.shape[0], *outs))
+    for pos in np.ndindex(*outs):
+        for tap in np.ndindex(*ks):
+            at = tuple(pos[i] * stride[i] + tap[i] * dilation[i] for i in range(ns))
+            xv = xp[(slice(None), slice(None), *at)]
+            for g in range(groups):
+                wv = w[(slice(g * og, (g + 1) * og), slice(None), *tap)].astype(np.float64)
+                out[(slice(None), slice(g * og, (g + 1) * og), *pos)] += xv[:, g * cg:(g + 1) * cg] @ wv.T
+    return out
+
+
+@SET
+@given(st.data())
+def test_conv2d(data: st.DataObject) -> None:
+    groups = data.draw(st.sampled_from([1, 1, 2]))
+    cin, cout = groups * data.draw(st.integers(1, 2)), groups * data.draw(st.integers(1, 2))
+    ks = (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3)))
+    stride = (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 2)))
+    dil = (data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2)))
+    pad = (data.draw(st.integers(0, 2)), data.draw(st.integers(0, 1)))
+    hw = [max(dil[i] * (ks[i] - 1) + 1 - 2 * pad[i], 1) + data.draw(st.integers(0, 3)) for i in range(2)]
+    x = data.draw(arrays("float32", (data.draw(st.integers(1, 2)), cin, *hw), lo=-2, hi=2))
+    w = data.draw(arrays("float32", (cout, cin // groups, *ks), lo=-2, hi=2))
+    b = data.draw(arrays("float32", (cout,), lo=-2, hi=2))
+    got = Tensor(x).conv2d(Tensor(w), Tensor(b), stride=stride, padding=pad, dilation=dil, groups=groups)
+    expected = conv_reference(x, w, stride, pad, dil, groups) + b.reshape(1, -1, 1, 1)
+    close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_conv1d_and_conv3d_through_conv2d() -> None:
+    rng = np.random.default_rng(0)
+    x1, w1 = rng.standard_normal((2, 3, 9)).astype(np.float32), rng.standard_normal((4, 3, 3)).astype(np.float32)
+    close(Tensor(x1).conv2d(Tensor(w1), stride=2, padding=1), conv_reference(x1, w1, (2,), (1,), (1,), 1),
+          rtol=1e-4, atol=1e-4)
+    x3, w3 = rng.standard_normal((1, 2, 4, 3, 4)).astype(np.float32), rng.standard_normal((2, 2, 2, 2, 2))
+    w3 = w3.astype(np.float32)
+    close(Tensor(x3).conv2d(Tensor(w3)), conv_reference(x3, w3, (1, 1, 1), (0, 0, 0), (1, 1, 1), 1),
+          rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_padding_forms_and_int_inputs() -> None:
+    x = np.arange(2 * 5 * 6, dtype=np.int32).reshape(1, 2, 5, 6) % 5
+    w = np.ones((1, 2, 3, 3), np.int32)
+    r = Tensor(x).conv2d(Tensor(w), padding=((1, 1), (1, 1)))
+    assert r.dtype is dtypes.int32
+    close(r, conv_reference(x, w, (1, 1), (1, 1), (1, 1), 1).astype(np.int32))
+    close(Tensor(x).conv2d(Tensor(w), padding=[1, 1, 1, 1]), conv_reference(x, w, (1, 1), (1, 1), (1, 1), 1))
+    close(Tensor(x).conv2d(Tensor(w), padding=(1, 0)), conv_reference(x, w, (1, 1), (1, 0), (1, 1), 1))
+
+
+def test_conv2d_errors() -> None:
+    with pytest.raises(ShapeError, match="conv2d: input has 3 channels"):
+        Tensor.ones(1, 3, 5, 5).conv2d(Tensor.ones(2, 2, 3, 3))
+    with pytest.raises(ShapeError, match="conv2d: the kernel spans 5 elements"):
+        Tensor.ones(1, 1, 4, 4).conv2d(Tensor.ones(1, 1, 5, 5))
+    with pytest.raises(ShapeError, match="conv2d: input .* and weight .* do not fit"):
+        Tensor.ones(3, 5, 5).conv2d(Tensor.ones(1, 3, 3, 3))
+    with pytest.raises(ShapeError, match="bias must have shape"):
+        Tensor.ones(1, 1, 4, 4).conv2d(Tensor.ones(2, 1, 3, 3), Tensor.ones(3))
+
+
+# ---------------------------------------------------------------- pooling
+
+
+def pool_reference(x: np.ndarray, k: tuple, s: tuple, p: tuple, d: tuple, ceil_mode: bool, kind: str,
+                   count_include_pad: bool = True) -> np.ndarray:
+    """torch's pooling rules, by a direct loop."""
+    h, w = x.shape[-2:]
+    outs = []
+    for length, kk, ss, pp, dd in zip((h, w), k, s, p, d, strict=True):
+        span = length + 2 * pp - dd * (kk - 1) - 1
+        o = (-(-span // ss) if ceil_mode else span // ss) + 1
+        if ceil_mode and (o - 1) * ss >= length + pp:
+            o -= 1
+        outs.append(o)
+    out = np.zeros((*x.shape[:-2], *outs))
+    for i in range(outs[0]):
+        for j in range(outs[1]):
+            vals, cnt = [], 0
+            for a in range(k[0]):
+                for b in range(k[1]):
+                    r, c = i * s[0] + a * d[0] - p[0], j * s[1] + b * d[1] - p[1]
+                    inside = 0 <= r < h and 0 <= c < w
+                    in_padded = -p[0] <= r < h + p[0] and -p[1] <= c < w + p[1]
+                    if inside:
+                        vals.append(x[..., r, c].astype(np.float64))
+                    cnt += inside or (count_include_pad and in_padded)
+            if kind == "max":
+                out[..., i, j] = np.max(vals, axis=0)
+            else:
+                out[..., i, j] = np.sum(vals, axis=0) / cnt
+    return out
+
+
+@SET
+@given(st.data())
+def test_max_and_avg_pool(data: st.DataObject) -> None:
+    k = (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3)))
+    s = (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3)))
+    p = (data.draw(st.integers(0, k[0] // 2)), data.draw(st.integers(0, k[1] // 2)))
+    d = (data.draw(st.integers(1, 2)), 1)
+    ceil_mode = data.draw(st.booleans())
+    hw = [d[i] * (k[i] - 1) + 1 + data.draw(st.integers(0, 4)) for i in range(2)]
+    x = data.draw(arrays("float32", (data.draw(st.integers(1, 2)), 2, *hw), lo=-5, hi=5))
+    close(Tensor(x).max_pool2d(k, s, p, d, ceil_mode), pool_reference(x, k, s, p, d, ceil_mode, "max"))
+    cip = data.draw(st.booleans())
+    close(Tensor(x).avg_pool2d(k, s, p, ceil_mode, cip, d), pool_reference(x, k, s, p, d, ceil_mode, "avg", cip),
+          rtol=1e-5, atol=1e-5)
+
+
+def test_pool_defaults_and_ints() -> None:
+    x = np.arange(2 * 4 * 6, dtype=np.int32).reshape(1, 2, 4, 6)
+    r = Tensor(x).max_pool2d()
+    assert r.dtype is dtypes.int32 and r.shape == (1, 2, 2, 3)
+    close(r, x.reshape(1, 2, 2, 2, 3, 2).max((3, 5)))
+    a = Tensor(x).avg_pool2d(kernel_size=2)
+    assert a.dtype is dtypes.float32
+    close(a, x.reshape(1, 2, 2, 2, 3, 2).mean((3, 5)))
+    close(Tensor(x).max_pool2d(3, stride=1, padding=1), pool_reference(x, (3, 3), (1, 1), (1, 1), (1, 1), False,
+                                                                          "max"))
+
+
+# ---------------------------------------------------------------- activations
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-x))
+
+
+ACTIVATIONS = {
+    "relu": lambda x: np.maximum(x, 0),
+    "sigmoid": _sigmoid,
+    "tanh": np.tanh,
+    "gelu": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))),
+    "silu": lambda x: x * _sigmoid(x),
+    "softplus": lambda x: np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0),
+    "leaky_relu": lambda x: np.where(x < 0, 0.01 * x, x),
+    "elu": lambda x: np.where(x > 0, x, np.expm1(x)),
+    "relu6": lambda x: np.clip(x, 0, 6),
+    "hardtanh": lambda x: np.clip(x, -1, 1),
+}
+
+
+@SET
+@given(st.sampled_from(sorted(ACTIVATIONS)), arrays("float32", lo=-30, hi=30))
+def test_activations(name: str, a: np.ndarray) -> None:
+    with np.errstate(over="ignore"):
+        expected = ACTIVATIONS[name](a.astype(np.float64))
+    close(getattr(Tensor(a), name)(), expected, rtol=1e-5, atol=2e-6)
+
+
+def test_gelu_exact_and_relu_int() -> None:
+    a = np.linspace(-4, 4, 17).astype(np.float32)
+    exact = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in a.astype(np.float64)])
+    close(Tensor(a).gelu(approximate="none"), exact, atol=1e-6)
+    i = np.array([-3, 0, 5], dtype=np.int32)
+    close(Tensor(i).relu(), np.maximum(i, 0), dtype=dtypes.int32)
+    with pytest.raises(ValueError, match="approximate"):
+        Tensor(a).gelu(approximate="fast")
