@@ -28,7 +28,7 @@ from itertools import product
 
 from rewrite.dsl import _ANY, Pat, Rule
 from rewrite.dtype import DType, dtypes
-from rewrite.egraph import CTORS, KINDS, floor_div, floor_mod
+from rewrite.egraph_terms import CTORS, KINDS, floor_div, floor_mod
 from rewrite.ops import GroupOp, Ops
 
 MAX_VARIANTS = 16

@@ -25,9 +25,10 @@ _MAX_UNROLL = 3  # commutative nodes per pattern written out in both orders (2**
 
 class _Gen:
     def __init__(self) -> None:
+        from rewrite.semantics import exec_alu  # imported here, not at the top: semantics is heavier than dsl
         from rewrite.uop import UOp
 
-        self.globals: dict[str, object] = {"_U": UOp, "_alu": _exec_alu, "_EvalError": EvalError,
+        self.globals: dict[str, object] = {"_U": UOp, "_alu": exec_alu, "_EvalError": EvalError,
                                            "_FOLD_ERRORS": (EvalError, ZeroDivisionError, OverflowError, ValueError)}
         self.ids: dict[int, str] = {}
         self.lines: list[str] = []
@@ -200,12 +201,6 @@ class _Gen:
         assert e.src is not None and e.ops is not None
         args = ", ".join(self.fold_value(s, bound, dt) for s in e.src)
         return f"_alu({self.ref(next(iter(e.ops)))}, {dt}, {args})"
-
-
-def _exec_alu(op: Ops, dtype: object, *vals: object) -> object:
-    from rewrite.semantics import exec_alu
-
-    return exec_alu(op, dtype, *vals)  # type: ignore[arg-type]
 
 
 def _constrains(p: Pat) -> bool:

@@ -67,9 +67,12 @@ divmod_templates = RuleSet("divmod-templates", [
     # (x*c + y) // c -> x when y is in c's first period, else the multiple of c splits off exactly
     Rule("div-add-mul-small",  (x * c0 + y) // c0,  x, when=lambda c0, y: ((y.vmin >= 0) & (y.vmax < c0)) | ((y.vmax <= 0) & (y.vmin > c0))),
     Rule("mod-add-mul-small",  (x * c0 + y) % c0,   y, when=lambda c0, y: ((y.vmin >= 0) & (y.vmax < c0)) | ((y.vmax <= 0) & (y.vmin > c0))),
-    Rule("div-add-mul",        (x * c0 + y) // c1,  x * fold(c0 // c1) + y // c1, when=lambda c0, c1: divides(c1, c0)),
+    # the quotient keeps the operands' order
+    Rule("div-add-mul",        op.ADD(x * c0, y, ordered=True) // c1, x * fold(c0 // c1) + y // c1, when=lambda c0, c1: divides(c1, c0)),
+    Rule("div-add-mul-right",  op.ADD(y, x * c0, ordered=True) // c1, y // c1 + x * fold(c0 // c1), when=lambda c0, c1: divides(c1, c0)),
     Rule("mod-add-mul",        (x * c0 + y) % c1,   y % c1,                        when=lambda c0, c1: divides(c1, c0)),
-    Rule("div-add-mul-var",    (x * y + z) // y,    x + z // y, when=lambda y: (y.vmin > 0) | (y.vmax < 0)),
+    Rule("div-add-mul-var",    op.ADD(x * y, z, ordered=True) // y, x + z // y, when=lambda y: (y.vmin > 0) | (y.vmax < 0)),
+    Rule("div-add-mul-var-right", op.ADD(z, x * y, ordered=True) // y, z // y + x, when=lambda y: (y.vmin > 0) | (y.vmax < 0)),
     Rule("mod-add-mul-var",    (x * y + z) % y,     z % y,      when=lambda y: (y.vmin > 0) | (y.vmax < 0)),
     # nesting; floor(floor(v) / b) = floor(v / b) needs b > 0
     Rule("div-div",            (x // c0) // c1,     x // fold(c0 * c1), when=lambda c0, c1: (c0 != 0) & (c1 > 0)),

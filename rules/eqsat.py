@@ -140,7 +140,7 @@ eqsat = RuleSet("eqsat", [
     Rule("sub-zero",        x - 0,                      x),
     Rule("mul-one",         ordered(x * 1),             x),
     Rule("div-one",         x // 1,                     x),
-    Rule("neg-neg",         -(-x),                      x),
+    Rule("neg-neg",         op.NEG(-x),                 x),
     Rule("sub-self",        x - x,                      0),
     Rule("max-self",        x.maximum(x),               x),
     Rule("and-self",        x & x,                      x),
@@ -171,8 +171,9 @@ eqsat = RuleSet("eqsat", [
     Rule("add-collect-nest", ordered((y + x * c0) + x * c1), y + x * fold(c0 + c1), when=lambda x: x.vmin < x.vmax),
     Rule("add-self",        x + x,                      x * 2),
     # division and modulo by constants
-    Rule("div-mul-cancel",  ordered((x * c0) // c1),    x * fold(c0 // c1), when=lambda c0, c1: (c1 != 0) & (c0 % c1 == 0)),
-    Rule("mod-mul-zero",    ordered((x * c0) % c1),     0,                  when=lambda c0, c1: (c1 != 0) & (c0 % c1 == 0)),
+    Rule("div-mul-cancel",  ordered((x * c0) // c1),    x * fold(c0 // c1),
+         when=lambda c0, c1: (c1 != 0) & (c0 % c1 == 0)),
+    Rule("mod-mul-zero",    ordered((x * c0) % c1),     0, when=lambda c0, c1: (c1 != 0) & (c0 % c1 == 0)),
     Rule("div-add-mul",     (ordered(x * c0) + y) // c1, x * fold(c0 // c1) + y // c1,
          when=lambda c0, c1: (c1 != 0) & (c0 % c1 == 0)),
     Rule("mod-add-mul",     (ordered(x * c0) + y) % c1, y % c1, when=lambda c0, c1: (c1 != 0) & (c0 % c1 == 0)),
@@ -265,5 +266,5 @@ def egraph_bounds(u: UOp) -> tuple[ConstValue, ConstValue]:
     return lo, hi
 
 
-__all__ = ["ANALYSIS", "RAW_RULES", "SCHEDULE", "eqsat", "egraph_bounds", "ordered", "program",
-           "saturate", "saturate_batch", "saturator", "skipped_rules"]
+__all__ = ["ANALYSIS", "RAW_RULES", "SCHEDULE", "egraph_bounds", "eqsat", "ordered", "program", "saturate",
+           "saturate_batch", "saturator", "skipped_rules"]

@@ -172,7 +172,7 @@ class Tensor:
         items: list = []
         for dev, group in _by_device([self, *others]).items():
             with Context(DEVICE=dev):
-                items += lower.schedule([t.uop for t in group])[0]
+                items += lower.schedule(list(dict.fromkeys(_roots(group).values())))[0]
         return items
 
     def numpy(self) -> np.ndarray:
@@ -339,17 +339,25 @@ def _by_device(tensors: list[Tensor]) -> dict[str, list[Tensor]]:
     return groups
 
 
+def _roots(group: list[Tensor]) -> dict[Tensor, UOp]:
+    """The graph each tensor hands to the lowering. TEMPORARY: FUNCTION calls are inlined here until lower's
+    Callify stage resolves FUNCTION/GETTUPLE itself (rangeify has no lowering for them yet)."""
+    from tensor.function import inline_functions
+
+    return {t: inline_functions(t.uop) for t in group}
+
+
 def _realize(tensors: list[Tensor]) -> None:
     """Run the graphs through the lowering. A graph of constants only has no device of its own, so each device's
     tensors are realized with that device as the default."""
     import lower
 
     for dev, group in _by_device(tensors).items():
-        roots = list(dict.fromkeys(t.uop for t in group))
+        roots = _roots(group)
         with Context(DEVICE=dev):
-            outs = lower.realize(roots)
+            outs = lower.realize(list(dict.fromkeys(roots.values())))
         for t in group:
-            t.uop = outs[t.uop]
+            t.uop = outs[roots[t]]
 
 
 def reference_numpy(t: Tensor) -> np.ndarray:

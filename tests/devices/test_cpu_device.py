@@ -78,6 +78,8 @@ def cpu() -> dict[str, tuple[CPUKernel, object, list[DType]]]:
         progs[f"cast_{dt.name}"] = _casts(dt)
         if dt is not dtypes.index:
             progs[f"bitcast_{dt.name}"] = _bitcasts(dt)
+        if dt in NUMERIC:
+            progs[f"chain_{dt.name}"] = _chained(dt)
     progs |= {k: (v, []) for k, v in _structured().items()}
     ks = DEVICE.compile_batch([(p, name) for name, (p, _) in progs.items()])
     return {name: (k, PY.compile(p, name), dts) for k, (name, (p, dts)) in zip(ks, progs.items(), strict=True)}
@@ -140,6 +142,35 @@ def test_casts_and_bitcasts_match_reference(cpu: dict, src: DType, data: st.Data
     got, want = both((ck, pk), {100: storage(vals, src), **zeros(dsts)})
     for i, d in enumerate(dsts):
         assert_same(got[i], want[i], d, f"bitcast {src.name} ->")
+
+
+def _chained(dtype: DType) -> tuple[UOp, list[DType]]:
+    """Each result of an op feeds another op or a widening cast, so a missing wrap or rounding step shows."""
+    wide = dtypes.float64 if dtype.is_float else dtypes.int64
+    fns = [lambda a, b, c: ((a + b) * c).cast(wide), lambda a, b, c: (a * b) < c,
+           lambda a, b, c: (a - b).maximum(c).cast(wide), lambda a, b, c: (-(a * b)).cast(wide),
+           lambda a, b, c: UOp(Ops.MULACC, (a, b, c)).cast(wide), lambda a, b, c: ((a + b).cast(wide) + c.cast(wide))]
+    if dtype.is_float:
+        fns += [lambda a, b, c: (a / b + c).cast(wide), lambda a, b, c: (a.sqrt() * b).cast(wide)]
+    else:
+        fns += [lambda a, b, c: ((a + b) >> (c & 3)).cast(wide), lambda a, b, c: ((a * b) ^ c).cast(wide)]
+    x = UOp.const(0.0 if dtype.is_float else 0, dtype)
+    outs = [fn(x, x, x).dtype for fn in fns]
+    return multi_output(fns, outs, [dtype] * 3, N), outs
+
+
+NUMERIC = [d for d in ALL_DTYPES if d not in (dtypes.bool, dtypes.index)]
+
+
+@pytest.mark.parametrize("dtype", NUMERIC, ids=lambda d: d.name)
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_chained_ops_wrap_and_round_every_step(cpu: dict, dtype: DType, data: st.DataObject) -> None:
+    ck, pk, out_dts = cpu[f"chain_{dtype.name}"]
+    vals = st.lists(value_strategy(dtype), min_size=N, max_size=N)
+    got, want = both((ck, pk), {100 + i: storage(data.draw(vals), dtype) for i in range(3)} | zeros(out_dts))
+    for i, od in enumerate(out_dts):
+        assert_same(got[i], want[i], od, f"chain {i} on {dtype.name}")
 
 
 def test_float_to_int_casts_out_of_range() -> None:

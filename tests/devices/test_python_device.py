@@ -411,3 +411,13 @@ def test_allocator_aligns_pools_and_copies() -> None:
         DEVICE.free(np.zeros(3))
     with pytest.raises(DeviceError, match="does not fit"):
         DEVICE.copyin(b, np.zeros(3, np.float32))
+
+
+def test_assert_same_is_strict() -> None:
+    assert_same(np.float32([np.nan, -0.0, 1.0]), np.float32([np.nan, -0.0, 1.0]), F32)
+    for got, want in [([-0.0], [0.0]), ([np.nan], [1.0]), ([1.0], [np.nextafter(np.float32(1), 2)])]:
+        with pytest.raises(AssertionError):
+            assert_same(np.float32(got), np.float32(want), F32)
+    assert_same(np.float32([1.0]), np.float32([np.nextafter(np.float32(1), 2)]), F32, ulps=1)
+    with pytest.raises(AssertionError):
+        assert_same(np.uint16([0x3F80]), np.uint16([0x3F81]), dtypes.bfloat16)

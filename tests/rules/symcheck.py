@@ -145,6 +145,10 @@ def random_expr(rng: random.Random, vs: list[UOp], depth: int) -> UOp:
         return rng.choice(vs) if rng.random() < 0.8 else UOp.const(random_const(rng))
     k = rng.random()
     sub = lambda: random_expr(rng, vs, depth - 1)  # noqa: E731
+    if k < 0.10:  # the shapes index math is made of: (x*c + y) // c and % c, nested
+        c = random_const(rng, nonzero=True)
+        num = sub() * c + sub()
+        return num // c if rng.random() < 0.5 else num % c
     if k < 0.22:
         return sub() + sub()
     if k < 0.30:

@@ -12,6 +12,7 @@ ints wrap; their soundness is checked by evaluation).
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from rewrite.dsl import _ANY, Pat, Rule
@@ -156,13 +157,30 @@ class Encoder:
                 args.append(self.bounds[name])
         try:
             g = when(*args)
-        except (TypeError, ZeroDivisionError) as e:
+        except (TypeError, ZeroDivisionError, z3.Z3Exception) as e:
             raise Unsupported(f"guard on z3 terms: {e}") from None
         return g if z3.is_expr(g) else z3.BoolVal(bool(g))
 
+    def const_names(self) -> list[str]:
+        caps = self.rule.lhs.captures()
+        return [n for n, p in caps.items() if p.kind == "const" and p.value is _ANY and z3.is_int(self.terms[n])]
 
-def prove(rule: Rule, root: UOp, caps: dict[str, UOp], timeout_ms: int = 3000) -> tuple[str, str]:
-    """('proved' | 'unknown' | 'unsupported' | 'counterexample', detail)."""
+
+def _check(premises: list, goal: Any, timeout_ms: int) -> tuple[Any, Any]:
+    s = z3.Solver()
+    s.set(timeout=timeout_ms)
+    s.add(*premises)
+    s.add(z3.Not(goal))
+    r = s.check()
+    return r, (s.model() if r == z3.sat else s.reason_unknown() if r == z3.unknown else None)
+
+
+def prove(rule: Rule, root: UOp, caps: dict[str, UOp], timeout_ms: int = 400, const_range: int = 6) -> tuple[str, str]:
+    """('proved' | 'proved-per-constant' | 'unknown' | 'unsupported' | 'counterexample', detail).
+
+    First for symbolic constants; when that is nonlinear enough that z3 gives up, once per assignment of the
+    constant captures in [-const_range, const_range] that passes the guard (the problem is then linear in
+    the variables and their bounds, so z3 decides it)."""
     if z3 is None:
         return "unsupported", "z3 is not installed"
     enc = Encoder(rule, caps)
@@ -173,16 +191,30 @@ def prove(rule: Rule, root: UOp, caps: dict[str, UOp], timeout_ms: int = 3000) -
         rhs = enc.rhs(rule.rhs, z3.is_bool(lhs), rdef)
     except Unsupported as e:
         return "unsupported", str(e)
-    s = z3.Solver()
-    s.set(timeout=timeout_ms)
-    s.add(*enc.premises, guard)
-    s.add(z3.Not(z3.And(*rdef, lhs == rhs)))
-    r = s.check()
+    goal = z3.And(*rdef, lhs == rhs)
+    r, info = _check([*enc.premises, guard], goal, timeout_ms)
     if r == z3.unsat:
         return "proved", ""
     if r == z3.sat:
-        return "counterexample", str(s.model())
-    return "unknown", s.reason_unknown()
+        return "counterexample", str(info)
+    names = enc.const_names()
+    if not names:
+        return "unknown", str(info)
+    consts = [enc.terms[n] for n in names]
+    checked = 0
+    for vals in itertools.product(range(-const_range, const_range + 1), repeat=len(names)):
+        sub = list(zip(consts, map(z3.IntVal, vals)))
+        g = z3.simplify(z3.substitute(guard, *sub))
+        if z3.is_false(g):
+            continue
+        prem = [z3.substitute(p, *sub) for p in enc.premises]
+        r, info = _check([*prem, g], z3.substitute(goal, *sub), timeout_ms)
+        if r == z3.sat:
+            return "counterexample", f"{dict(zip(names, vals))}: {info}"
+        if r != z3.unsat:
+            return "unknown", f"{dict(zip(names, vals))}: {info}"
+        checked += 1
+    return "proved-per-constant", f"{checked} assignments of {', '.join(names)} in [-{const_range}, {const_range}]"
 
 
 __all__ = ["prove", "z3"]

@@ -66,7 +66,7 @@ def test_add_sub_mul_promote_and_broadcast(case: tuple, name: str) -> None:
 def test_true_division(case: tuple) -> None:
     a, b = case
     b = np.where(b == 0, 1, b).astype(b.dtype)
-    dt, nd = _promoted(a, b)
+    dt, _nd = _promoted(a, b)
     out_dt = dt if dt.is_float else dtypes.float32
     expected = np.true_divide(a.astype(np.float64), b.astype(np.float64)).astype(out_dt.name)
     close(Tensor(a) / Tensor(b), expected, dtype=out_dt)
@@ -183,7 +183,7 @@ def test_operands_from_numpy_and_lists() -> None:
     close(t * [2, 2, 2], np.array([2.0, 4.0, 6.0]))
     close(np.float32(2) * t, np.array([2.0, 4.0, 6.0]))
     with pytest.raises(TypeError, match="cannot combine"):
-        t + "x"  # noqa: B018
+        t + "x"
 
 
 def test_broadcast_mismatch_is_a_shape_error_naming_the_shapes() -> None:
@@ -199,7 +199,7 @@ def test_broadcast_mismatch_is_a_shape_error_naming_the_shapes() -> None:
        st.sampled_from(["lt", "gt", "le", "ge", "eq", "ne"]))
 def test_comparisons(case: tuple, name: str) -> None:
     a, b = case
-    dt, nd = _promoted(a, b)
+    _dt, nd = _promoted(a, b)
     op = getattr(operator, name)
     r = op(Tensor(a), Tensor(b))
     assert r.dtype is dtypes.bool

@@ -74,7 +74,7 @@ def test_pad_negative_crops_and_bool_value() -> None:
     close(Tensor(b).pad(((1, 1),), value=True), np.array([True, True, False, True]))
     with pytest.raises(ShapeError, match="pad: cropping"):
         Tensor(a).pad(((0, -5), None))
-    with pytest.raises(ShapeError, match="pad: 1 .* pairs for a tensor of shape"):
+    with pytest.raises(ShapeError, match=r"pad: 1 .* pairs for a tensor of shape"):
         Tensor(a).pad(((1, 1),))
 
 

@@ -64,7 +64,8 @@ def elements(dt: np.dtype, lo: float = -100, hi: float = 100) -> st.SearchStrate
     return st.integers(max(info.min, int(lo)) if lo > info.min else info.min, min(info.max, int(hi)))
 
 
-def arrays(dt: str | np.dtype, shape: st.SearchStrategy | tuple = shapes(), lo: float = -100,
+def arrays(dt: str | np.dtype, shape: st.SearchStrategy | tuple | None = None, lo: float = -100,
            hi: float = 100) -> st.SearchStrategy:
     d = np.dtype(dt)
+    shape = shapes() if shape is None else shape
     return hnp.arrays(d, shape, elements=elements(d, lo, hi))
