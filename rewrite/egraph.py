@@ -142,7 +142,7 @@ class Saturator:
         return self._eg
 
     @staticmethod
-    def _insert(b: object, exprs: list[Expr]) -> tuple[list, str]:
+    def _insert(b: object, exprs: list[Expr]) -> tuple[list, str, list]:
         """Commands that add every root, as binding objects (egglog 13.2 parses text in time quadratic in its
         length, and each top-level command costs ~0.2 ms): one packed list of the roots per chunk."""
         sp = b.PanicSpan()  # type: ignore[attr-defined]
@@ -164,16 +164,16 @@ class Saturator:
                     o = b.Var(sp, f"$e{i}_{j}")  # type: ignore[attr-defined]
                 objs.append(o)
             roots.append(objs[-1])
-        # the list nests as deep as it is long, so it is built in chunks, each ending in the one before
+        # the list nests as deep as it is long, so it is built in chunks from the back, each ending in the next
         tail, name = call(sp, "PNil", []), "$pack0"
-        for k in range(0, len(roots), PACK_CHUNK):
+        for k in reversed(range(0, len(roots), PACK_CHUNK)):
             pack = tail
             for r in reversed(roots[k : k + PACK_CHUNK]):
                 pack = call(sp, "PCons", [r, pack])
             name = f"$pack{k // PACK_CHUNK}"
             cmds.append(let(name, pack))
             tail = b.Var(sp, name)  # type: ignore[attr-defined]
-        return cmds, name
+        return cmds, name, roots
 
     def _run(self, exprs: list[Expr]) -> list[Result]:
         """One batch in the e-graph; raises on a panic (the caller splits the batch)."""
@@ -183,7 +183,7 @@ class Saturator:
         sch, st, t0 = self.schedule, Stats(roots=len(exprs)), time.perf_counter()
         self.last = st
         sp = b.PanicSpan()
-        cmds, pack = self._insert(b, exprs)
+        cmds, pack, inserted = self._insert(b, exprs)
         eg.run_program(*self._cmds["push"])  # type: ignore[attr-defined]
         try:
             eg.run_program(*cmds)  # type: ignore[attr-defined]
@@ -211,9 +211,12 @@ class Saturator:
                 roots.append(head)
             results = []
             settled = st.stop != "time"
-            for e, r in zip(exprs, roots, strict=True):
-                # the extracted term is made of e-nodes of the root's class, so evaluating it finds that class
+            for e, r, root in zip(exprs, roots, inserted, strict=True):
+                # the extracted term is made of e-nodes of the root's class, so evaluating it finds that class;
+                # checking that it is the class of the inserted root costs little and rules out a mix-up
                 _, val = eg.eval_expr(td.term_to_expr(r, sp))  # type: ignore[attr-defined]
+                if eg.eval_expr(root)[1] != val:  # type: ignore[attr-defined]
+                    raise RuntimeError("eqsat: an extracted term is not in its root's e-class")
                 lo, hi = eg.lookup_function("lo", [val]), eg.lookup_function("hi", [val])  # type: ignore[attr-defined]
                 results.append(Result(e.uop, eg.value_to_i64(lo) if lo is not None else None,  # type: ignore[attr-defined]
                                       eg.value_to_i64(hi) if hi is not None else None, from_termdag(td, r), settled))

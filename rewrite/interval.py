@@ -204,6 +204,13 @@ def _where(u: UOp) -> Interval:
         return a
     if c == (False, False):
         return b
+    cond = u.src[0]
+    if cond.op is Ops.CMPLT:  # p < q ? p : q is min(p, q), and p < q ? q : p is max(p, q): exact, not the union
+        p, q = cond.src
+        if p is u.src[1] and q is u.src[2]:
+            return (min(a[0], b[0]), min(a[1], b[1]))
+        if p is u.src[2] and q is u.src[1]:
+            return (max(a[0], b[0]), max(a[1], b[1]))
     return _union(a, b)
 
 

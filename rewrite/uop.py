@@ -80,7 +80,9 @@ def normalize_const(value: ConstValue, dtype: DType) -> ConstValue:
         v &= (1 << bits) - 1
         return v - (1 << bits) if k == "i" and v >= 1 << (bits - 1) else v
     if k == "f":
-        v = float(value)
+        from rewrite.semantics import round_to
+
+        v = round_to(dtype.scalar, float(value))
         return math.nan if v != v else v
     raise DTypeError(f"CONST: {dtype.name} cannot hold a constant")
 

@@ -17,8 +17,8 @@ from rules.symbolic import (
     canonical_order,
     comparisons,
     constant_folding,
-    decompositions,
     identities,
+    index_decompositions,
     like_terms,
     linear_rules,
     max_folding,
@@ -53,7 +53,7 @@ def simplify(u: UOp) -> UOp:
 register_simplifier(simplify)
 
 __all__ = [
-    "bool_algebra", "canonical_order", "comparisons", "constant_folding", "decompositions", "divmod_linear",
-    "divmod_rules", "divmod_templates", "identities", "like_terms", "linear_rules", "max_folding",
+    "bool_algebra", "canonical_order", "comparisons", "constant_folding", "divmod_linear", "divmod_rules",
+    "divmod_templates", "identities", "index_decompositions", "like_terms", "linear_rules", "max_folding",
     "point_folding", "simplify", "simplify_fast", "symbolic", "symbolic_simple", "where_folding",
 ]

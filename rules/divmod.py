@@ -55,35 +55,48 @@ def _fixed_quotient(x: UOp, y: UOp) -> bool:
     return q == x.vmin // y.vmax == x.vmax // y.vmin == x.vmax // y.vmax  # type: ignore[operator]
 
 
+def in_first_period(x: UOp, dlo: int, dhi: int) -> bool:
+    """Guard helper: x in [0, d) or x in (d, 0] for every divisor d in [dlo, dhi], so x // d = 0, x % d = x."""
+    return ((x.vmin >= 0) & (x.vmax < dlo)) | ((x.vmax <= 0) & (x.vmin > dhi))  # type: ignore[operator, return-value]
+
+
+def nonzero(y: UOp) -> bool:
+    """Guard helper: the interval of y excludes 0."""
+    return (y.vmin > 0) | (y.vmax < 0)  # type: ignore[operator, return-value]
+
+
+_add_mul = op.ADD(x * c0, y, ordered=True)  # the quotient keeps the operands' order
+_mul_add = op.ADD(y, x * c0, ordered=True)
+
 # fmt: off
 divmod_templates = RuleSet("divmod-templates", [
-    # x in [0, y) or x in (y, 0]: one period, quotient 0
-    Rule("div-small",          x // y,              0, when=lambda x, y: ((x.vmin >= 0) & (x.vmax < y.vmin)) | ((x.vmax <= 0) & (x.vmin > y.vmax))),
-    Rule("mod-small",          x % y,               x, when=lambda x, y: ((x.vmin >= 0) & (x.vmax < y.vmin)) | ((x.vmax <= 0) & (x.vmin > y.vmax))),
+    Rule("div-small",          x // y,              0, when=lambda x, y: in_first_period(x, y.vmin, y.vmax)),
+    Rule("mod-small",          x % y,               x, when=lambda x, y: in_first_period(x, y.vmin, y.vmax)),
     Rule("div-exact-mul",      (x * c0) // c1,      x * fold(c0 // c1), when=lambda c0, c1: divides(c1, c0)),
     Rule("mod-exact-mul",      (x * c0) % c1,       0,                  when=lambda c0, c1: divides(c1, c0)),
-    Rule("div-mul-var",        (x * y) // y,        x, when=lambda y: (y.vmin > 0) | (y.vmax < 0)),
-    Rule("mod-mul-var",        (x * y) % y,         0, when=lambda y: (y.vmin > 0) | (y.vmax < 0)),
+    Rule("div-mul-var",        (x * y) // y,        x,                  when=lambda y: nonzero(y)),
+    Rule("mod-mul-var",        (x * y) % y,         0,                  when=lambda y: nonzero(y)),
     # (x*c + y) // c -> x when y is in c's first period, else the multiple of c splits off exactly
-    Rule("div-add-mul-small",  (x * c0 + y) // c0,  x, when=lambda c0, y: ((y.vmin >= 0) & (y.vmax < c0)) | ((y.vmax <= 0) & (y.vmin > c0))),
-    Rule("mod-add-mul-small",  (x * c0 + y) % c0,   y, when=lambda c0, y: ((y.vmin >= 0) & (y.vmax < c0)) | ((y.vmax <= 0) & (y.vmin > c0))),
-    # the quotient keeps the operands' order
-    Rule("div-add-mul",        op.ADD(x * c0, y, ordered=True) // c1, x * fold(c0 // c1) + y // c1, when=lambda c0, c1: divides(c1, c0)),
-    Rule("div-add-mul-right",  op.ADD(y, x * c0, ordered=True) // c1, y // c1 + x * fold(c0 // c1), when=lambda c0, c1: divides(c1, c0)),
-    Rule("mod-add-mul",        (x * c0 + y) % c1,   y % c1,                        when=lambda c0, c1: divides(c1, c0)),
-    Rule("div-add-mul-var",    op.ADD(x * y, z, ordered=True) // y, x + z // y, when=lambda y: (y.vmin > 0) | (y.vmax < 0)),
-    Rule("div-add-mul-var-right", op.ADD(z, x * y, ordered=True) // y, z // y + x, when=lambda y: (y.vmin > 0) | (y.vmax < 0)),
-    Rule("mod-add-mul-var",    (x * y + z) % y,     z % y,      when=lambda y: (y.vmin > 0) | (y.vmax < 0)),
+    Rule("div-add-mul-small",  (x * c0 + y) // c0,  x,                  when=lambda c0, y: in_first_period(y, c0, c0)),
+    Rule("mod-add-mul-small",  (x * c0 + y) % c0,   y,                  when=lambda c0, y: in_first_period(y, c0, c0)),
+    Rule("div-add-mul",        _add_mul // c1,      x * fold(c0 // c1) + y // c1, when=lambda c0, c1: divides(c1, c0)),
+    Rule("div-add-mul-right",  _mul_add // c1,      y // c1 + x * fold(c0 // c1), when=lambda c0, c1: divides(c1, c0)),
+    Rule("mod-add-mul",        (x * c0 + y) % c1,   y % c1,             when=lambda c0, c1: divides(c1, c0)),
+    Rule("div-add-mul-var",    op.ADD(x * y, z, ordered=True) // y, x + z // y, when=lambda y: nonzero(y)),
+    Rule("div-add-mul-var-right", op.ADD(z, x * y, ordered=True) // y, z // y + x, when=lambda y: nonzero(y)),
+    Rule("mod-add-mul-var",    (x * y + z) % y,     z % y,              when=lambda y: nonzero(y)),
     # nesting; floor(floor(v) / b) = floor(v / b) needs b > 0
     Rule("div-div",            (x // c0) // c1,     x // fold(c0 * c1), when=lambda c0, c1: (c0 != 0) & (c1 > 0)),
     Rule("div-of-mod",         (x % c0) // c1,      (x // c1) % fold(c0 // c1),
          when=lambda c0, c1: divides(c1, c0) & (((c0 > 0) & (c1 > 0)) | ((c0 < 0) & (c1 < 0)))),
-    Rule("mod-mod",            (x % c0) % c1,       x % c1, when=lambda c0, c1: (c0 != 0) & divides(c1, c0)),
+    Rule("mod-mod",            (x % c0) % c1,       x % c1,         when=lambda c0, c1: (c0 != 0) & divides(c1, c0)),
     # x % y = x - y*q when the quotient q is one number over the whole box (x in [20,23], y in [8,10])
-    Rule("mod-fixed-quotient", x % y,               x + y * fold(lambda x, y: -(x.vmin // y.vmin)), when=_fixed_quotient),
+    Rule("mod-fixed-quotient", x % y,               x + y * fold(lambda x, y: -(x.vmin // y.vmin)),
+         when=_fixed_quotient),
     # recombination: x//c*c + x%c = x, scaled by m
     Rule("add-div-mod",        (x // c0) * c0 + x % c0,        x,      when=lambda c0: c0 != 0),
-    Rule("add-div-mod-scaled", (x // c0) * c1 + (x % c0) * c2, x * c2, when=lambda c0, c1, c2: (c0 != 0) & (c1 == c0 * c2)),
+    Rule("add-div-mod-scaled", (x // c0) * c1 + (x % c0) * c2, x * c2,
+         when=lambda c0, c1, c2: (c0 != 0) & (c1 == c0 * c2)),
 ])
 # fmt: on
 
@@ -112,9 +125,9 @@ def _one_period(items: list[tuple[UOp, int]], k: int, c: int) -> tuple[list[tupl
     atoms = [t for t, _ in items]
     kr = k % c
     for rs in _remainder_choices([f for _, f in items], c):
-        lo, hi = sum_bounds(zip(atoms, rs), kr)
+        lo, hi = sum_bounds(zip(atoms, rs, strict=True), kr)
         if lo // c == hi // c:
-            return list(zip(atoms, rs)), lo // c
+            return list(zip(atoms, rs, strict=True)), lo // c
     return None
 
 
@@ -126,7 +139,7 @@ def _divmod_linear(x: UOp, c: int, is_div: bool) -> UOp | None:
     if (found := _one_period(items, k, c)) is not None:
         rem, q = found
         if is_div:
-            return build_sum([(t, (f - r) // c) for (t, f), (_, r) in zip(items, rem)], k // c + q)
+            return build_sum([(t, (f - r) // c) for (t, f), (_, r) in zip(items, rem, strict=True)], k // c + q)
         return build_sum(rem, k % c - q * c)
     # 2. modulo only: a term (u % m) with c | m is congruent to u modulo c
     if not is_div and any(_mod_by_multiple(t, c) for t, _ in items):
@@ -138,10 +151,11 @@ def _divmod_linear(x: UOp, c: int, is_div: bool) -> UOp | None:
     kq = k // c if c > 0 else _tdiv(k, c)
     kr = k - kq * c
     if kq != 0 or any(qs):
-        rem_sum = build_sum([(t, f - q * c) for (t, f), q in zip(items, qs)], kr)
+        rem_sum = build_sum([(t, f - q * c) for (t, f), q in zip(items, qs, strict=True)], kr)
         if not is_div:
             return UOp(Ops.MOD, (rem_sum, cu))
-        return build_sum([*((t, q) for (t, _), q in zip(items, qs)), (UOp(Ops.IDIV, (rem_sum, cu)), 1)], kq)
+        quotient = [(t, q) for (t, _), q in zip(items, qs, strict=True)]
+        return build_sum([*quotient, (UOp(Ops.IDIV, (rem_sum, cu)), 1)], kq)
     # 4. a common factor g of the coefficients and c; the constant's remainder mod g drops out of the
     #    quotient when c > 0 (0 <= k % g < g cannot reach the next multiple of c), so c < 0 needs g | k
     g = math.gcd(c, *(f for _, f in items))
@@ -192,4 +206,7 @@ divmod_linear = RuleSet("divmod-linear", [
 
 divmod_rules = divmod_templates + divmod_linear
 
-__all__ = ["divide_linear", "divides", "not_divides", "divmod_linear", "divmod_rules", "divmod_templates", "modulo_linear"]
+__all__ = [
+    "divide_linear", "divides", "divmod_linear", "divmod_rules", "divmod_templates", "in_first_period",
+    "modulo_linear", "nonzero", "not_divides",
+]

@@ -43,7 +43,7 @@ from rewrite.dtype import dtypes
 from rewrite.engine import graph_rewrite
 from rewrite.ops import Ops
 from rewrite.uop import UOp
-from rules.divmod import divides, divmod_linear, not_divides, divmod_rules, divmod_templates
+from rules.divmod import divides, divmod_linear, divmod_rules, divmod_templates, not_divides
 from rules.linear import gt_linear, lt_linear, merge_like_terms, ne_linear
 
 INDEX = dtypes.index
@@ -58,6 +58,7 @@ xb, yb = var("x", BOOL), var("y", BOOL)
 cond = var("c", BOOL)
 c0, c1 = const("c0"), const("c1")
 
+_SHIFTS = (Ops.SHL, Ops.SHR)
 _FOLD_BINARY = (Ops.ADD, Ops.SUB, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.CMPGT,
                 Ops.CMPGE, Ops.CMPLE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR)
 # index/bool ALU ops whose node is replaced by its value when its interval is a single point
@@ -67,7 +68,9 @@ _POINT_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT,
 
 # fmt: off
 constant_folding = RuleSet("constant-folding", [
-    *(Rule(f"fold-{o.name.lower()}", op[o](c0, c1), fold(op[o](c0, c1))) for o in _FOLD_BINARY),
+    *(Rule(f"fold-{o.name.lower()}", op[o](c0, c1), fold(op[o](c0, c1))) for o in _FOLD_BINARY if o not in _SHIFTS),
+    # an index shift by a huge amount is a huge (or memory-exhausting) number; no index needs more than 256 bits
+    *(Rule(f"fold-{o.name.lower()}", op[o](c0, c1), fold(op[o](c0, c1)), when=lambda c1: c1 <= 256) for o in _SHIFTS),
     Rule("fold-neg",             -c0,                 fold(-c0)),
     Rule("fold-not",             ~c0,                 fold(~c0)),
 ])
@@ -91,8 +94,8 @@ identities = RuleSet("identities", [
     Rule("shl-zero",             xi << 0,             x),
     Rule("shr-zero",             xi >> 0,             x),
     # index shifts are exact: x << c is x * 2**c, x >> c is x // 2**c (arithmetic shift = floor division)
-    Rule("shl-to-mul",           xi << c0,            x * fold(lift(1) << c0), when=lambda c0: c0 >= 0),
-    Rule("shr-to-div",           xi >> c0,            x // fold(lift(1) << c0), when=lambda c0: c0 >= 0),
+    Rule("shl-to-mul",           xi << c0,            x * fold(lift(1) << c0),  when=lambda c0: (c0 >= 0) & (c0 <= 256)),
+    Rule("shr-to-div",           xi >> c0,            x // fold(lift(1) << c0), when=lambda c0: (c0 >= 0) & (c0 <= 256)),
 ])
 
 bool_algebra = RuleSet("bool-algebra", [
@@ -126,7 +129,7 @@ where_folding = RuleSet("where-folding", [
 ])
 
 # one canonical form for index math: no SUB, NEG or comparison other than < and !=
-decompositions = RuleSet("decompositions", [
+index_decompositions = RuleSet("index-decompositions", [
     Rule("sub-to-add",           xi - y,              x + y * -1),
     Rule("neg-to-mul",           -xi,                 x * -1),
     Rule("gt-to-lt",             xi > y,              y < x),
@@ -135,7 +138,7 @@ decompositions = RuleSet("decompositions", [
     Rule("eq-to-ne",             xi.eq(y),            ~x.ne(y)),
 ])
 
-symbolic_simple = constant_folding + identities + bool_algebra + where_folding + decompositions
+symbolic_simple = constant_folding + identities + bool_algebra + where_folding + index_decompositions
 symbolic_simple.name = "symbolic-simple"
 
 canonical_order = RuleSet("canonical-order", [
@@ -179,7 +182,8 @@ comparisons = RuleSet("comparisons", [
 
 max_folding = RuleSet("max-folding", [
     Rule("max-const-left",       op.MAX(c0, xi, ordered=True),                          x.maximum(c0)),
-    Rule("max-const-combine",    op.MAX(op.MAX(xi, c0, ordered=True), c1, ordered=True), x.maximum(fold(op.MAX(c0, c1)))),
+    Rule("max-const-combine",    op.MAX(op.MAX(xi, c0, ordered=True), c1, ordered=True),
+         x.maximum(fold(op.MAX(c0, c1)))),
     Rule("max-by-bounds",        xi.maximum(y),       x, when=lambda x, y: x.vmin >= y.vmax),
 ])
 
@@ -211,7 +215,19 @@ def simplify_fast(u: UOp) -> UOp:
 
 
 __all__ = [
-    "bool_algebra", "canonical_order", "comparisons", "constant_folding", "decompositions", "divmod_rules",
-    "identities", "like_terms", "linear_rules", "max_folding", "point_folding", "simplify_fast", "symbolic",
-    "symbolic_simple", "where_folding",
+    "bool_algebra",
+    "canonical_order",
+    "comparisons",
+    "constant_folding",
+    "divmod_rules",
+    "identities",
+    "index_decompositions",
+    "like_terms",
+    "linear_rules",
+    "max_folding",
+    "point_folding",
+    "simplify_fast",
+    "symbolic",
+    "symbolic_simple",
+    "where_folding",
 ]

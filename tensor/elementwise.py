@@ -1,14 +1,17 @@
-"""Elementwise Tensor ops: broadcasting, dtype promotion, arithmetic, comparisons, bitwise and math functions.
+"""Elementwise Tensor ops: broadcasting, dtype promotion, arithmetic, where/maximum/minimum/clip, casts, math
+functions and rounding (comparisons, logic and bitwise ops are in `tensor.logic`, on the same operand rules).
 
 Every op builds the IR's own elementwise ops on operands that have been cast to one dtype and expanded to one
 shape (an explicit RESHAPE + EXPAND per operand), so the IR never sees implicit broadcasting.
 
 Promotion: tensor dtypes meet in `rewrite.dtype.promote`. Python scalars are weak (as in JAX, tinygrad and
 numpy's NEP 50): they take the tensor's dtype, except that a float scalar with an integer or bool tensor gives
-`dtypes.default_float` and an int scalar with a bool tensor gives `dtypes.default_int`. A scalar that does not
-fit the tensor's integer dtype wraps around. Functions that only make sense on floats (true division, exp,
-sin, sqrt, ...) turn integer and bool inputs into `default_float` first; float16 and bfloat16 transcendentals
-are computed in float32 and rounded back, as numpy does.
+`dtypes.default_float` and an int scalar with a bool tensor gives `dtypes.default_int`. An int scalar that the
+tensor's integer dtype cannot hold is an error (numpy 2 and JAX agree), not a silent wrap.
+
+Functions that only make sense on floats (true division, exp, sin, sqrt, ...) turn integer and bool inputs into
+`default_float` first; float16 and bfloat16 transcendentals are computed in float32 and rounded back, as numpy
+does.
 """
 
 from __future__ import annotations
@@ -97,25 +100,35 @@ def operands(what: str, xs: tuple, dtype: DType | None = None, device: str | Non
     dt = dtype or result_dtype([t.dtype for t in tensors], [x for x in conv if not isinstance(x, tt.Tensor)])
     shape = broadcast_shape([t.shape for t in tensors], what)
     dev = common_device(what, tensors) if tensors else dev
-    uops = [expand_uop(x.uop.cast(dt), shape) if isinstance(x, tt.Tensor) else const_uop(x, dt, shape) for x in conv]
+    uops = [expand_uop(x.uop.cast(dt), shape) if isinstance(x, tt.Tensor) else weak_const(what, x, dt, shape)
+            for x in conv]
     return uops, dt, shape, dev
 
 
-def _wrap(u: UOp, device: str) -> Tensor:
+def weak_const(what: str, v: Scalar, dt: DType, shape: tuple) -> UOp:
+    """A weak scalar in the operation's dtype. An int that the dtype cannot hold is refused rather than wrapped
+    (numpy 2 and JAX do the same), so `int8_tensor < 1000` cannot silently compare against -24."""
+    if dt.is_int and isinstance(v, int) and not isinstance(v, bool) and not dt.min <= v <= dt.max:
+        raise DTypeError(f"{what}: the Python int {v} does not fit {dt.name}, the tensor's dtype (range {dt.min}.."
+                         f"{dt.max}); cast the tensor to a wider dtype first")
+    return const_uop(v, dt, shape)
+
+
+def wrap(u: UOp, device: str) -> Tensor:
     return tt.Tensor(u, device=device)
 
 
 def binary(op: Ops, what: str, x: Operand, y: Operand, dtype: DType | None = None) -> Tensor:
     (a, b), _, _, dev = operands(what, (x, y), dtype)
-    return _wrap(UOp(op, (a, b)), dev)
+    return wrap(UOp(op, (a, b)), dev)
 
 
-def _need(what: str, dt: DType, ok: str, words: str) -> None:
+def need_kind(what: str, dt: DType, ok: str, words: str) -> None:
     if dt.kind not in ok:
         raise DTypeError(f"{what}: needs {words} tensors, got {dt.name}; cast with .cast(...) first")
 
 
-def _self_dtype(x: Operand, y: Operand, what: str) -> DType:
+def promoted_dtype(x: Operand, y: Operand, what: str) -> DType:
     dev = x.device if isinstance(x, tt.Tensor) else y.device  # type: ignore[union-attr]
     conv = [as_tensor(v, dev, what) for v in (x, y)]
     return result_dtype([t.dtype for t in conv if isinstance(t, tt.Tensor)],
@@ -126,31 +139,31 @@ def _self_dtype(x: Operand, y: Operand, what: str) -> DType:
 
 
 def add(x: Operand, y: Operand) -> Tensor:
-    dt = _self_dtype(x, y, "add")
+    dt = promoted_dtype(x, y, "add")
     return binary(Ops.OR if dt.is_bool else Ops.ADD, "add", x, y)  # bool + bool is logical or, as in numpy
 
 
 def sub(x: Operand, y: Operand) -> Tensor:
-    dt = _self_dtype(x, y, "sub")
+    dt = promoted_dtype(x, y, "sub")
     if dt.is_bool:
         raise DTypeError("sub: subtracting bool tensors is not defined (as in numpy); use logical_xor, or cast to int")
     return binary(Ops.SUB, "sub", x, y)
 
 
 def mul(x: Operand, y: Operand) -> Tensor:
-    dt = _self_dtype(x, y, "mul")
+    dt = promoted_dtype(x, y, "mul")
     return binary(Ops.AND if dt.is_bool else Ops.MUL, "mul", x, y)
 
 
 def div(x: Operand, y: Operand) -> Tensor:
     """True division: integer and bool operands give default_float."""
-    dt = _self_dtype(x, y, "div")
+    dt = promoted_dtype(x, y, "div")
     return binary(Ops.DIV, "div", x, y, dt if dt.is_float else dtypes.default_float)
 
 
 def floordiv(x: Operand, y: Operand) -> Tensor:
     """Floor division (Python's `//`): IDIV for integers, floor(a / b) for floats."""
-    dt = _self_dtype(x, y, "floordiv")
+    dt = promoted_dtype(x, y, "floordiv")
     if dt.is_float:
         return floor(binary(Ops.DIV, "floordiv", x, y))
     return binary(Ops.IDIV, "floordiv", x, y, dtypes.default_int if dt.is_bool else dt)
@@ -158,10 +171,10 @@ def floordiv(x: Operand, y: Operand) -> Tensor:
 
 def mod(x: Operand, y: Operand) -> Tensor:
     """Floor modulo (Python's `%`, result takes the divisor's sign): MOD for integers, a - floor(a/b)*b for floats."""
-    dt = _self_dtype(x, y, "mod")
+    dt = promoted_dtype(x, y, "mod")
     if dt.is_float:
         (a, b), dt, _, dev = operands("mod", (x, y))
-        return _wrap(a - _floor_uop(a / b) * b, dev)
+        return wrap(a - floor_uop(a / b) * b, dev)
     return binary(Ops.MOD, "mod", x, y, dtypes.default_int if dt.is_bool else dt)
 
 
@@ -197,34 +210,33 @@ def _int_pow_tensor(base: UOp, e: UOp) -> UOp:
 def pow_(x: Operand, y: Operand) -> Tensor:
     """x ** y. Small integral Python exponents become multiplications (exact for ints, one rounding per step for
     floats), 0.5 is sqrt, base 2 is exp2; otherwise the IR's POW (floats) or binary exponentiation (ints)."""
-    dt = _self_dtype(x, y, "pow")
+    dt = promoted_dtype(x, y, "pow")
     if dt.is_bool:
         dt = dtypes.default_int
-    if isinstance(x, tt.Tensor) and _is_scalar(y) and not isinstance(y, bool) and float(y).is_integer() \
-            and (not dt.is_float or abs(y) <= 8):
+    ys = y if isinstance(y, (int, float)) and not isinstance(y, bool) else None
+    if isinstance(x, tt.Tensor) and ys is not None and float(ys).is_integer() and (not dt.is_float or abs(ys) <= 8):
         base = x.cast(dt).uop
-        n = int(y)
+        n = int(ys)
         if n >= 0:
-            return _wrap(_int_pow_const(base, n), x.device)
+            return wrap(_int_pow_const(base, n), x.device)
         if dt.is_float:
-            return _wrap(_int_pow_const(base, -n).recip(), x.device)
-        odd = n & 1
+            return wrap(_int_pow_const(base, -n).recip(), x.device)
         one, zero = base.const_like(1), base.const_like(0)
-        r = base.eq(one).where(one, base.eq(-one).where(-one if odd else one, zero))
-        return _wrap(r, x.device)
-    if isinstance(x, tt.Tensor) and dt.is_float and _is_scalar(y) and y == 0.5:
+        r = base.eq(one).where(one, base.eq(-one).where(-one if n & 1 else one, zero))
+        return wrap(r, x.device)
+    if isinstance(x, tt.Tensor) and dt.is_float and ys == 0.5:
         return sqrt(x.cast(dt))
     if isinstance(y, tt.Tensor) and _is_scalar(x) and x == 2 and dt.is_float:
         return exp2(y.cast(dt))
     (a, b), dt2, _, dev = operands("pow", (x, y), dt)
     if dt2.is_float:
-        return _float_math(_wrap(a, dev), lambda u: UOp(Ops.POW, (u, b.cast(u.dtype))))
-    return _wrap(_int_pow_tensor(a, b), dev)
+        return _float_math(wrap(a, dev), lambda u: UOp(Ops.POW, (u, b.cast(u.dtype))))
+    return wrap(_int_pow_tensor(a, b), dev)
 
 
 def neg(x: Tensor) -> Tensor:
     """-x; on bool tensors it is logical not (as tinygrad)."""
-    return _wrap(UOp(Ops.NOT if x.dtype.is_bool else Ops.NEG, (x.uop,)), x.device)
+    return wrap(UOp(Ops.NOT if x.dtype.is_bool else Ops.NEG, (x.uop,)), x.device)
 
 
 def maximum(x: Operand, y: Operand) -> Tensor:
@@ -235,8 +247,8 @@ def minimum(x: Operand, y: Operand) -> Tensor:
     """Elementwise min; for floats -max(-a, -b) so nan propagates, for ints a comparison (negation would wrap)."""
     (a, b), dt, _, dev = operands("minimum", (x, y))
     if dt.is_float:
-        return _wrap(-((-a).maximum(-b)), dev)
-    return _wrap((a < b).where(a, b), dev)
+        return wrap(-((-a).maximum(-b)), dev)
+    return wrap((a < b).where(a, b), dev)
 
 
 def where(cond: Tensor, x: Operand, y: Operand) -> Tensor:
@@ -244,11 +256,12 @@ def where(cond: Tensor, x: Operand, y: Operand) -> Tensor:
     conv = [as_tensor(v, cond.device, "where") for v in (x, y)]
     tens = [v for v in conv if isinstance(v, tt.Tensor)]
     dt = result_dtype([t.dtype for t in tens], [v for v in conv if not isinstance(v, tt.Tensor)])
-    c = cond if cond.dtype.is_bool else ne(cond, 0)
+    c = cond if cond.dtype.is_bool else binary(Ops.CMPNE, "where", cond, 0)
     shape = broadcast_shape([c.shape] + [t.shape for t in tens], "where")
     dev = common_device("where", [c, *tens])
-    a, b = (expand_uop(v.uop.cast(dt), shape) if isinstance(v, tt.Tensor) else const_uop(v, dt, shape) for v in conv)
-    return _wrap(UOp(Ops.WHERE, (expand_uop(c.uop, shape), a, b)), dev)
+    a, b = (expand_uop(v.uop.cast(dt), shape) if isinstance(v, tt.Tensor) else weak_const("where", v, dt, shape)
+            for v in conv)
+    return wrap(UOp(Ops.WHERE, (expand_uop(c.uop, shape), a, b)), dev)
 
 
 def clip(x: Tensor, min_: Scalar | Tensor | None = None, max_: Scalar | Tensor | None = None) -> Tensor:
@@ -259,70 +272,11 @@ def clip(x: Tensor, min_: Scalar | Tensor | None = None, max_: Scalar | Tensor |
     return out if max_ is None else minimum(out, max_)
 
 
-# ---------------------------------------------------------------- comparisons and logic
-
-
-def cmp(op: Ops, what: str) -> Callable[[Operand, Operand], Tensor]:
-    def fn(x: Operand, y: Operand) -> Tensor:
-        return binary(op, what, x, y)
-
-    fn.__name__ = what
-    fn.__doc__ = f"Elementwise {what} comparison (operands promoted, result bool)."
-    return fn
-
-
-lt, gt, le, ge = cmp(Ops.CMPLT, "lt"), cmp(Ops.CMPGT, "gt"), cmp(Ops.CMPLE, "le"), cmp(Ops.CMPGE, "ge")
-eq, ne = cmp(Ops.CMPEQ, "eq"), cmp(Ops.CMPNE, "ne")
-
-
-def _bool(x: Tensor) -> Tensor:
-    return x if x.dtype.is_bool else ne(x, 0)
-
-
-def logical_not(x: Tensor) -> Tensor:
-    return _wrap(UOp(Ops.NOT, (_bool(x).uop,)), x.device)
-
-
-def _logical(op: Ops, what: str) -> Callable[[Tensor, Operand], Tensor]:
-    def fn(x: Tensor, y: Operand) -> Tensor:
-        yt = as_tensor(y, x.device, what)
-        yb = _bool(yt) if isinstance(yt, tt.Tensor) else bool(yt)
-        return binary(op, what, _bool(x), yb, dtypes.bool)
-
-    fn.__name__ = what
-    return fn
-
-
-logical_and, logical_or, logical_xor = (_logical(Ops.AND, "logical_and"), _logical(Ops.OR, "logical_or"),
-                                        _logical(Ops.XOR, "logical_xor"))
-
-
-def _bitwise(op: Ops, what: str, kinds: str = "iub") -> Callable[[Operand, Operand], Tensor]:
-    words = "integer or bool" if "b" in kinds else "integer"
-
-    def fn(x: Operand, y: Operand) -> Tensor:
-        _need(what, _self_dtype(x, y, what), kinds, words)
-        return binary(op, what, x, y)
-
-    fn.__name__ = what
-    return fn
-
-
-bitwise_and, bitwise_or, bitwise_xor = (_bitwise(Ops.AND, "bitwise_and"), _bitwise(Ops.OR, "bitwise_or"),
-                                        _bitwise(Ops.XOR, "bitwise_xor"))
-lshift, rshift = _bitwise(Ops.SHL, "lshift", "iu"), _bitwise(Ops.SHR, "rshift", "iu")
-
-
-def bitwise_not(x: Tensor) -> Tensor:
-    _need("bitwise_not", x.dtype, "iub", "integer or bool")
-    return logical_not(x) if x.dtype.is_bool else _wrap(x.uop ^ x.uop.const_like(-1), x.device)
-
-
 # ---------------------------------------------------------------- casts
 
 
 def cast(x: Tensor, dtype: object) -> Tensor:
-    return _wrap(x.uop.cast(to_dtype(dtype, "cast")), x.device)
+    return wrap(x.uop.cast(to_dtype(dtype, "cast")), x.device)
 
 
 def bitcast(x: Tensor, dtype: object) -> Tensor:
@@ -332,22 +286,22 @@ def bitcast(x: Tensor, dtype: object) -> Tensor:
         raise DTypeError(f"bitcast: cannot view {x.dtype.name}{list(x.shape)} as {dt.name}: the last axis holds "
                          f"{(x.shape[-1] if x.shape else 1) * x.dtype.itemsize} bytes, not a multiple of "
                          f"{dt.itemsize}")
-    return _wrap(x.uop if dt is x.dtype else x.uop.bitcast(dt), x.device)
+    return wrap(x.uop if dt is x.dtype else x.uop.bitcast(dt), x.device)
 
 
 # ---------------------------------------------------------------- math functions
 
 
-def _floatify(x: Tensor) -> Tensor:
+def floatify(x: Tensor) -> Tensor:
     return x if x.dtype.is_float else x.cast(dtypes.default_float)
 
 
 def _float_math(x: Tensor, fn: Callable[[UOp], UOp]) -> Tensor:
     """Apply `fn` on a float view of x; half types are computed in float32 and rounded back."""
-    x = _floatify(x)
+    x = floatify(x)
     if x.dtype in (dtypes.float16, dtypes.bfloat16):
-        return _wrap(fn(x.uop.cast(dtypes.float32)).cast(x.dtype), x.device)
-    return _wrap(fn(x.uop), x.device)
+        return wrap(fn(x.uop.cast(dtypes.float32)).cast(x.dtype), x.device)
+    return wrap(fn(x.uop), x.device)
 
 
 _LOG2_E, _LN_2 = 1.0 / math.log(2.0), math.log(2.0)
@@ -408,9 +362,9 @@ def abs_(x: Tensor) -> Tensor:
     if dt.is_float:
         bits = {2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[dt.itemsize]
         mask = (1 << (dt.bits - 1)) - 1
-        return _wrap((u.bitcast(bits) & u.bitcast(bits).const_like(mask)).bitcast(dt), x.device)
+        return wrap((u.bitcast(bits) & u.bitcast(bits).const_like(mask)).bitcast(dt), x.device)
     if dt.kind == "i":
-        return _wrap((u < u.const_like(0)).where(-u, u), x.device)
+        return wrap((u < u.const_like(0)).where(-u, u), x.device)
     return x
 
 
@@ -421,27 +375,27 @@ def sign(x: Tensor) -> Tensor:
     u = x.uop
     zero, one = u.const_like(0), u.const_like(1)
     neg = (u < zero).where(u.const_like(-1), u) if x.dtype.kind != "u" else u
-    return _wrap((u > zero).where(one, neg), x.device)
+    return wrap((u > zero).where(one, neg), x.device)
 
 
 def trunc(x: Tensor) -> Tensor:
-    return _wrap(UOp(Ops.TRUNC, (x.uop,)), x.device) if x.dtype.is_float else x
+    return wrap(UOp(Ops.TRUNC, (x.uop,)), x.device) if x.dtype.is_float else x
 
 
-def _floor_uop(u: UOp) -> UOp:
+def floor_uop(u: UOp) -> UOp:
     t = UOp(Ops.TRUNC, (u,))
     return (u < t).where(t - t.const_like(1), t)
 
 
 def floor(x: Tensor) -> Tensor:
-    return _wrap(_floor_uop(x.uop), x.device) if x.dtype.is_float else x
+    return wrap(floor_uop(x.uop), x.device) if x.dtype.is_float else x
 
 
 def ceil(x: Tensor) -> Tensor:
     if not x.dtype.is_float:
         return x
     t = UOp(Ops.TRUNC, (x.uop,))
-    return _wrap((x.uop > t).where(t + t.const_like(1), t), x.device)
+    return wrap((x.uop > t).where(t + t.const_like(1), t), x.device)
 
 
 def round_(x: Tensor) -> Tensor:
@@ -457,27 +411,7 @@ def round_(x: Tensor) -> Tensor:
     t_even = UOp(Ops.TRUNC, (t * half,)) * u.const_like(2.0)
     t_is_even = t_even.eq(t)
     up = (afrac > half) | (afrac.eq(half) & t_is_even.alu(Ops.NOT))
-    return _wrap(up.where(t + step, t), x.device)
-
-
-def isnan(x: Tensor) -> Tensor:
-    if not x.dtype.is_float:
-        return _wrap(const_uop(False, dtypes.bool, x.shape), x.device)
-    return _wrap(x.uop.ne(x.uop), x.device)
-
-
-def isinf(x: Tensor) -> Tensor:
-    if not x.dtype.is_float:
-        return _wrap(const_uop(False, dtypes.bool, x.shape), x.device)
-    u = x.uop
-    return _wrap(u.eq(u.const_like(math.inf)) | u.eq(u.const_like(-math.inf)), x.device)
-
-
-def isfinite(x: Tensor) -> Tensor:
-    if not x.dtype.is_float:
-        return _wrap(const_uop(True, dtypes.bool, x.shape), x.device)
-    u = x.uop
-    return _wrap(u.eq(u) & u.ne(u.const_like(math.inf)) & u.ne(u.const_like(-math.inf)), x.device)
+    return wrap(up.where(t + step, t), x.device)
 
 
 # Abramowitz & Stegun 7.1.26: |error| < 1.5e-7 on the whole real line
@@ -499,9 +433,8 @@ def erf(x: Tensor) -> Tensor:
 
 
 __all__ = [
-    "abs_", "add", "as_tensor", "bitcast", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "cast", "ceil",
-    "clip", "const_uop", "cos", "div", "eq", "erf", "exp", "exp2", "expand_uop", "floor", "floordiv", "ge", "gt",
-    "isfinite", "isinf", "isnan", "le", "log", "log2", "logical_and", "logical_not", "logical_or", "logical_xor",
-    "lshift", "lt", "maximum", "minimum", "mod", "mul", "ne", "neg", "operands", "pow_", "reciprocal", "result_dtype",
-    "round_", "rshift", "rsqrt", "scalar_dtype", "sign", "sin", "sqrt", "square", "sub", "tan", "trunc", "where",
+    "abs_", "add", "as_tensor", "binary", "bitcast", "cast", "ceil", "clip", "common_device", "const_uop", "cos", "div",
+    "erf", "exp", "exp2", "expand_uop", "floor", "floor_uop", "floordiv", "log", "log2", "maximum", "minimum", "mod",
+    "mul", "need_kind", "neg", "operands", "pow_", "promoted_dtype", "reciprocal", "result_dtype", "round_", "rsqrt",
+    "scalar_dtype", "sign", "sin", "sqrt", "square", "sub", "tan", "trunc", "weak_const", "where", "wrap",
 ]

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import tensor.tensor as tt
 from rewrite.ops import Ops
-from rewrite.uop import UOp
+from rewrite.uop import BufferArg, ParamArg, UOp
 
 F = TypeVar("F", bound=Callable)
 
@@ -60,7 +60,7 @@ def _outer_buffers(body: UOp) -> list[UOp]:
             if s not in seen:
                 seen.add(s)
                 todo.append(s)
-    return sorted(out, key=lambda b: b.arg.slot)  # type: ignore[union-attr]
+    return sorted(out, key=lambda b: cast(BufferArg, b.arg).slot)
 
 
 def trace(fn: Callable, args: tuple, kwargs: dict) -> tuple[UOp, list[str], bool]:
@@ -70,7 +70,7 @@ def trace(fn: Callable, args: tuple, kwargs: dict) -> tuple[UOp, list[str], bool
     inputs = list(found.values())
     stand_ins = {id(t): tt.Tensor._wrap(UOp.param(k, t.dtype, t.shape, t.device), t.device)
                  for k, t in enumerate(inputs)}
-    result = fn(*_replace(args, stand_ins), **_replace(kwargs, stand_ins))  # type: ignore[arg-type]
+    result = fn(*cast(tuple, _replace(args, stand_ins)), **cast(dict, _replace(kwargs, stand_ins)))
     many = isinstance(result, (tuple, list))
     results = list(result) if many else [result]
     if not results or not all(isinstance(r, tt.Tensor) for r in results):
@@ -80,7 +80,7 @@ def trace(fn: Callable, args: tuple, kwargs: dict) -> tuple[UOp, list[str], bool
     arg_uops = [t.uop for t in inputs]
     captured = _outer_buffers(body)
     if captured:
-        params = {b: UOp.param(len(arg_uops) + i, b.dtype, b.shape, b.arg.device)  # type: ignore[union-attr]
+        params = {b: UOp.param(len(arg_uops) + i, b.dtype, b.shape, cast(BufferArg, b.arg).device)  # type: ignore[arg-type]
                   for i, b in enumerate(captured)}
         body = body.substitute(params)
         arg_uops += captured
@@ -111,9 +111,9 @@ def inline_functions(root: UOp) -> UOp:
         if u.op is Ops.GETTUPLE and u.src[0].op is Ops.FUNCTION:
             f = new_src[0]
             body, args = f.src[0], f.src[1:]
-            params = {p: args[p.arg.slot] for p in body.toposort()  # type: ignore[union-attr]
-                      if p.op is Ops.PARAM and isinstance(p.arg.slot, int)}  # type: ignore[union-attr]
-            done[u] = body.src[u.arg].substitute(params)  # type: ignore[index]
+            params = {p: args[slot] for p in body.toposort()
+                      if p.op is Ops.PARAM and isinstance(slot := cast(ParamArg, p.arg).slot, int)}
+            done[u] = body.src[cast(int, u.arg)].substitute(params)
         elif new_src != u.src:
             done[u] = UOp(u.op, new_src, u.arg, u.tag)
     return done.get(root, root)

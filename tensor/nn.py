@@ -22,6 +22,7 @@ from rewrite.errors import DTypeError, ShapeError
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 from tensor import elementwise as ew
+from tensor import logic as lg
 from tensor.elementwise import common_device, const_uop, expand_uop
 from tensor.helpers import broadcast_shape
 from tensor.reduce import reduce_uop
@@ -257,11 +258,11 @@ def relu(x: Tensor) -> Tensor:
 
 
 def sigmoid(x: Tensor) -> Tensor:
-    return ew.reciprocal(ew.add(ew.exp(ew.neg(ew._floatify(x))), 1.0))
+    return ew.reciprocal(ew.add(ew.exp(ew.neg(ew.floatify(x))), 1.0))
 
 
 def tanh(x: Tensor) -> Tensor:
-    return ew.sub(ew.mul(sigmoid(ew.mul(ew._floatify(x), 2.0)), 2.0), 1.0)
+    return ew.sub(ew.mul(sigmoid(ew.mul(ew.floatify(x), 2.0)), 2.0), 1.0)
 
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -270,7 +271,7 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 def gelu(x: Tensor, approximate: str = "tanh") -> Tensor:
     """GELU. Default: the tanh approximation (as tinygrad); approximate="none" is the exact x*Phi(x) via erf
     (torch's default)."""
-    xf = ew._floatify(x)
+    xf = ew.floatify(x)
     if approximate == "tanh":
         inner = ew.mul(ew.add(xf, ew.mul(ew.mul(ew.mul(xf, xf), xf), 0.044715)), _SQRT_2_OVER_PI)
         return ew.mul(ew.mul(xf, 0.5), ew.add(tanh(inner), 1.0))
@@ -285,16 +286,16 @@ def silu(x: Tensor) -> Tensor:
 
 def softplus(x: Tensor, beta: float = 1.0) -> Tensor:
     """log(1 + exp(beta*x)) / beta, computed as max(bx, 0) + log(1 + exp(-|bx|)) so it never overflows."""
-    bx = ew.mul(ew._floatify(x), beta)
+    bx = ew.mul(ew.floatify(x), beta)
     return ew.mul(ew.add(ew.maximum(bx, 0.0), ew.log(ew.add(ew.exp(ew.neg(ew.abs_(bx))), 1.0))), 1.0 / beta)
 
 
 def leaky_relu(x: Tensor, neg_slope: float = 0.01) -> Tensor:
-    return ew.where(ew.lt(x, 0), ew.mul(x, neg_slope), x)
+    return ew.where(lg.lt(x, 0), ew.mul(x, neg_slope), x)
 
 
 def elu(x: Tensor, alpha: float = 1.0) -> Tensor:
-    return ew.where(ew.gt(x, 0), x, ew.mul(ew.sub(ew.exp(x), 1.0), alpha))
+    return ew.where(lg.gt(x, 0), x, ew.mul(ew.sub(ew.exp(x), 1.0), alpha))
 
 
 def relu6(x: Tensor) -> Tensor:

@@ -27,6 +27,7 @@ from rewrite.ops import Ops
 from rewrite.uop import UOp
 from tensor import elementwise as ew
 from tensor.helpers import norm_axes, norm_axis, to_dtype
+from tensor.logic import to_bool
 
 if TYPE_CHECKING:
     from tensor.tensor import Tensor
@@ -105,12 +106,12 @@ def min_(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
 
 def any_(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
     axes = norm_axes(axis, x.ndim, "any", x.shape)
-    return _wrap(x, reduce_uop(ew._bool(x).uop, Ops.MAX, axes, keepdim))
+    return _wrap(x, reduce_uop(to_bool(x).uop, Ops.MAX, axes, keepdim))
 
 
 def all_(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
     axes = norm_axes(axis, x.ndim, "all", x.shape)
-    return _wrap(x, UOp(Ops.NOT, (reduce_uop(UOp(Ops.NOT, (ew._bool(x).uop,)), Ops.MAX, axes, keepdim),)))
+    return _wrap(x, UOp(Ops.NOT, (reduce_uop(UOp(Ops.NOT, (to_bool(x).uop,)), Ops.MAX, axes, keepdim),)))
 
 
 def _count(x: Tensor, axes: tuple[int, ...]) -> int:

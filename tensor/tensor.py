@@ -1,9 +1,9 @@
 """The lazy Tensor: one UOp graph plus the device it lives on; nothing runs until it is realized.
 
 Ops build tensor-level UOp graphs from the spec's primitives (BUFFER, CONST, movement, elementwise ALU, REDUCE,
-CAST/BITCAST, CONTIGUOUS, COPY) and never touch data. Input data lives in `tensor.buffers`, keyed by BUFFER
-node. `realize()` (and `numpy()`, `tolist()`, `item()`) hands the graphs to `lower.realize`, which runs them and
-leaves each Tensor holding a BUFFER with its result.
+CAST/BITCAST, CONTIGUOUS, COPY) and never touch data. Input data is stored under a fresh BUFFER in the
+lowering's buffer registry (`tensor.buffers` converts). `realize()` (and `numpy()`, `tolist()`, `item()`) hands
+the graphs to `lower.realize`, which runs them and leaves each Tensor holding a BUFFER with its result.
 
 A graph made only of constants (`Tensor.zeros(3)`, `Tensor.arange(5)`) has no BUFFER, so its UOps carry no
 device; the Tensor keeps its device itself, and `Tensor.device` is the one to ask.
@@ -28,11 +28,12 @@ from rewrite.uop import UOp
 from tensor import buffers
 from tensor import creation as _cr
 from tensor import elementwise as _ew
+from tensor import logic as _lg
 from tensor import movement as _mv
 from tensor import nn as _nn
 from tensor import random as _rnd
 from tensor import reduce as _rd
-from tensor.helpers import canonical_device, np_dtype, to_dtype
+from tensor.helpers import canonical_device, norm_axis, np_dtype, to_dtype
 
 
 def _infer_dtype(a: np.ndarray, from_python: bool) -> DType:
@@ -53,12 +54,11 @@ def _infer_dtype(a: np.ndarray, from_python: bool) -> DType:
 
 def _scalar_const(v: int | float | bool | np.generic, dtype: DType | None) -> UOp:
     if isinstance(v, np.generic):
-        src_dt = _infer_dtype(np.asarray(v), False)
-        v = v.item()
+        src_dt, value = _infer_dtype(np.asarray(v), False), v.item()
     else:
-        src_dt = _ew.scalar_dtype(v)
+        src_dt, value = _ew.scalar_dtype(v), v
     dt = dtype or src_dt
-    return UOp.const(exec_cast(v, src_dt, dt), dt)
+    return UOp.const(exec_cast(value, src_dt, dt), dt)
 
 
 class Tensor:
@@ -76,8 +76,8 @@ class Tensor:
             return
         dev = canonical_device(device)
         if isinstance(data, Tensor):
-            src = data if data.device == dev else data.to(dev)
-            self.uop, self._device = (src.uop if dt is None else src.uop.cast(dt)), dev
+            moved = data if data.device == dev else data.to(dev)
+            self.uop, self._device = (moved.uop if dt is None else moved.uop.cast(dt)), dev
             return
         if isinstance(data, (bool, int, float, np.generic)) and not isinstance(data, (np.str_, np.bytes_)):
             self.uop, self._device = _scalar_const(data, dt), dev
@@ -87,8 +87,6 @@ class Tensor:
                 arr = np.asarray(data)
             except ValueError as e:  # ragged nested lists
                 raise ShapeError(f"Tensor: nested lists must be rectangular: {e}") from None
-            if not isinstance(data, np.ndarray) and arr.size == 0 and arr.dtype == np.float64:
-                arr = arr.astype(np.float32)
             inferred = _infer_dtype(arr, not isinstance(data, np.ndarray))
             target = dt or inferred
             src = arr.astype(np_dtype(target)) if target is not dtypes.bfloat16 else arr.astype(np.float32)
@@ -128,8 +126,6 @@ class Tensor:
         """The shape, or one axis of it (as torch)."""
         if dim is None:
             return self.shape
-        from tensor.helpers import norm_axis
-
         return self.shape[norm_axis(dim, self.ndim, "size", self.shape)]
 
     def element_size(self) -> int:
@@ -234,22 +230,22 @@ class Tensor:
     normal = staticmethod(_rnd.normal)
     rand_like, randn_like = _rnd.rand_like, _rnd.randn_like
 
-    # ------------------------------------------------------------------ elementwise (tensor.elementwise)
+    # ------------------------------------------------------------------ elementwise (tensor.elementwise, tensor.logic)
 
     add, sub, mul, div, floordiv, mod, pow = _ew.add, _ew.sub, _ew.mul, _ew.div, _ew.floordiv, _ew.mod, _ew.pow_
     remainder, floor_divide = _ew.mod, _ew.floordiv
     neg, maximum, minimum, where, clip, clamp = _ew.neg, _ew.maximum, _ew.minimum, _ew.where, _ew.clip, _ew.clip
-    lt, gt, le, ge, eq, ne = _ew.lt, _ew.gt, _ew.le, _ew.ge, _ew.eq, _ew.ne
-    logical_not, logical_and, logical_or, logical_xor = (_ew.logical_not, _ew.logical_and, _ew.logical_or,
-                                                         _ew.logical_xor)
-    bitwise_and, bitwise_or, bitwise_xor, bitwise_not = (_ew.bitwise_and, _ew.bitwise_or, _ew.bitwise_xor,
-                                                         _ew.bitwise_not)
-    lshift, rshift = _ew.lshift, _ew.rshift
+    lt, gt, le, ge, eq, ne = _lg.lt, _lg.gt, _lg.le, _lg.ge, _lg.eq, _lg.ne
+    logical_not, logical_and, logical_or, logical_xor = (_lg.logical_not, _lg.logical_and, _lg.logical_or,
+                                                         _lg.logical_xor)
+    bitwise_and, bitwise_or, bitwise_xor, bitwise_not = (_lg.bitwise_and, _lg.bitwise_or, _lg.bitwise_xor,
+                                                         _lg.bitwise_not)
+    lshift, rshift = _lg.lshift, _lg.rshift
     cast, bitcast = _ew.cast, _ew.bitcast
     exp, exp2, log, log2, sin, cos, tan = _ew.exp, _ew.exp2, _ew.log, _ew.log2, _ew.sin, _ew.cos, _ew.tan
     sqrt, rsqrt, reciprocal, square, erf = _ew.sqrt, _ew.rsqrt, _ew.reciprocal, _ew.square, _ew.erf
     abs, sign, trunc, floor, ceil, round = _ew.abs_, _ew.sign, _ew.trunc, _ew.floor, _ew.ceil, _ew.round_
-    isnan, isinf, isfinite = _ew.isnan, _ew.isinf, _ew.isfinite
+    isnan, isinf, isfinite = _lg.isnan, _lg.isinf, _lg.isfinite
 
     def __add__(self, y: object) -> Tensor: return _ew.add(self, y)  # type: ignore[arg-type]
     def __radd__(self, y: object) -> Tensor: return _ew.add(y, self)  # type: ignore[arg-type]
@@ -265,23 +261,23 @@ class Tensor:
     def __rmod__(self, y: object) -> Tensor: return _ew.mod(y, self)  # type: ignore[arg-type]
     def __pow__(self, y: object) -> Tensor: return _ew.pow_(self, y)  # type: ignore[arg-type]
     def __rpow__(self, y: object) -> Tensor: return _ew.pow_(y, self)  # type: ignore[arg-type]
-    def __and__(self, y: object) -> Tensor: return _ew.bitwise_and(self, y)  # type: ignore[arg-type]
-    def __rand__(self, y: object) -> Tensor: return _ew.bitwise_and(y, self)  # type: ignore[arg-type]
-    def __or__(self, y: object) -> Tensor: return _ew.bitwise_or(self, y)  # type: ignore[arg-type]
-    def __ror__(self, y: object) -> Tensor: return _ew.bitwise_or(y, self)  # type: ignore[arg-type]
-    def __xor__(self, y: object) -> Tensor: return _ew.bitwise_xor(self, y)  # type: ignore[arg-type]
-    def __rxor__(self, y: object) -> Tensor: return _ew.bitwise_xor(y, self)  # type: ignore[arg-type]
-    def __lshift__(self, y: object) -> Tensor: return _ew.lshift(self, y)  # type: ignore[arg-type]
-    def __rshift__(self, y: object) -> Tensor: return _ew.rshift(self, y)  # type: ignore[arg-type]
-    def __lt__(self, y: object) -> Tensor: return _ew.lt(self, y)  # type: ignore[arg-type]
-    def __gt__(self, y: object) -> Tensor: return _ew.gt(self, y)  # type: ignore[arg-type]
-    def __le__(self, y: object) -> Tensor: return _ew.le(self, y)  # type: ignore[arg-type]
-    def __ge__(self, y: object) -> Tensor: return _ew.ge(self, y)  # type: ignore[arg-type]
-    def __eq__(self, y: object) -> Tensor: return _ew.eq(self, y)  # type: ignore[override, arg-type]
-    def __ne__(self, y: object) -> Tensor: return _ew.ne(self, y)  # type: ignore[override, arg-type]
+    def __and__(self, y: object) -> Tensor: return _lg.bitwise_and(self, y)  # type: ignore[arg-type]
+    def __rand__(self, y: object) -> Tensor: return _lg.bitwise_and(y, self)  # type: ignore[arg-type]
+    def __or__(self, y: object) -> Tensor: return _lg.bitwise_or(self, y)  # type: ignore[arg-type]
+    def __ror__(self, y: object) -> Tensor: return _lg.bitwise_or(y, self)  # type: ignore[arg-type]
+    def __xor__(self, y: object) -> Tensor: return _lg.bitwise_xor(self, y)  # type: ignore[arg-type]
+    def __rxor__(self, y: object) -> Tensor: return _lg.bitwise_xor(y, self)  # type: ignore[arg-type]
+    def __lshift__(self, y: object) -> Tensor: return _lg.lshift(self, y)  # type: ignore[arg-type]
+    def __rshift__(self, y: object) -> Tensor: return _lg.rshift(self, y)  # type: ignore[arg-type]
+    def __lt__(self, y: object) -> Tensor: return _lg.lt(self, y)  # type: ignore[arg-type]
+    def __gt__(self, y: object) -> Tensor: return _lg.gt(self, y)  # type: ignore[arg-type]
+    def __le__(self, y: object) -> Tensor: return _lg.le(self, y)  # type: ignore[arg-type]
+    def __ge__(self, y: object) -> Tensor: return _lg.ge(self, y)  # type: ignore[arg-type]
+    def __eq__(self, y: object) -> Tensor: return _lg.eq(self, y)  # type: ignore[override, arg-type]
+    def __ne__(self, y: object) -> Tensor: return _lg.ne(self, y)  # type: ignore[override, arg-type]
     def __neg__(self) -> Tensor: return _ew.neg(self)
     def __abs__(self) -> Tensor: return _ew.abs_(self)
-    def __invert__(self) -> Tensor: return _ew.bitwise_not(self)
+    def __invert__(self) -> Tensor: return _lg.bitwise_not(self)
     def __matmul__(self, y: Tensor) -> Tensor: return _nn.matmul(self, y)
     def __rmatmul__(self, y: Tensor) -> Tensor: return _nn.matmul(Tensor(y, device=self.device), self)
     # == builds a Tensor, so hashing stays identity (Tensors are dict keys in @function and the schedule)

@@ -91,7 +91,7 @@ class Instance:
         vs = r.sample(self.pool, r.randint(1, 3))
         k = r.random()
         if k < 0.55:
-            term = lambda v, f: v if f == 1 else v * f  # noqa: E731
+            term = lambda v, f: v if f == 1 else v * f
             acc = term(vs[0], r.choice((1, 1, 2, 3, 4, -1, -2, 8)))
             for v in vs[1:]:
                 acc = acc + term(v, r.choice((1, 1, 2, 4, -1, 3)))
@@ -141,7 +141,8 @@ class Instance:
             wants = [dtypes.bool]
         else:
             wants = [want] * len(srcs)
-        return UOp(opv, tuple(self.build(s, w) for s, w in zip(srcs, wants)), None if p.arg is _ANY else p.arg)
+        srcs_built = tuple(self.build(s, w) for s, w in zip(srcs, wants, strict=True))
+        return UOp(opv, srcs_built, None if p.arg is _ANY else p.arg)
 
 
 __all__ = ["Instance"]

@@ -43,13 +43,13 @@ def grid(vs: list[UOp], max_points: int | None = None, rng: random.Random | None
     if max_points is None or size <= max_points:
         axes = [np.arange(lo, hi + 1, dtype=np.int64) for lo, hi in boxes]
         mesh = np.meshgrid(*axes, indexing="ij") if axes else []
-        return {n: _typed(m.reshape(-1), v) for n, m, v in zip(names, mesh, vs)}
+        return {n: _typed(m.reshape(-1), v) for n, m, v in zip(names, mesh, vs, strict=True)}
     rng = rng or random.Random(0)
     pts = {n: np.array([rng.randint(lo, hi) for _ in range(max_points)], dtype=np.int64)
-           for n, (lo, hi) in zip(names, boxes)}
-    for n, (lo, hi) in zip(names, boxes):  # corners matter most for interval-guarded rules
+           for n, (lo, hi) in zip(names, boxes, strict=True)}
+    for n, (lo, hi) in zip(names, boxes, strict=True):  # corners matter most for interval-guarded rules
         pts[n][: 2] = (lo, hi)
-    return {n: _typed(pts[n], v) for n, v in zip(names, vs)}
+    return {n: _typed(pts[n], v) for n, v in zip(names, vs, strict=True)}
 
 
 def _typed(a: np.ndarray, v: UOp) -> np.ndarray:
@@ -144,7 +144,7 @@ def random_expr(rng: random.Random, vs: list[UOp], depth: int) -> UOp:
     if depth <= 0 or rng.random() < 0.2:
         return rng.choice(vs) if rng.random() < 0.8 else UOp.const(random_const(rng))
     k = rng.random()
-    sub = lambda: random_expr(rng, vs, depth - 1)  # noqa: E731
+    sub = lambda: random_expr(rng, vs, depth - 1)
     if k < 0.10:  # the shapes index math is made of: (x*c + y) // c and % c, nested
         c = random_const(rng, nonzero=True)
         num = sub() * c + sub()
@@ -180,5 +180,16 @@ def boxes_product(vs: list[UOp]) -> int:
     return int(np.prod([box_of(v)[1] - box_of(v)[0] + 1 for v in vs])) if vs else 1
 
 
-__all__ = ["box_of", "boxes_product", "fits_int64", "grid", "grid_eval", "itertools", "leaves", "point_env", "random_case",
-           "random_expr", "dtypes"]
+__all__ = [
+    "box_of",
+    "boxes_product",
+    "dtypes",
+    "fits_int64",
+    "grid",
+    "grid_eval",
+    "itertools",
+    "leaves",
+    "point_env",
+    "random_case",
+    "random_expr",
+]

@@ -34,6 +34,7 @@ RULES: list[Rule] = list({id(r): r for rs in RULESETS.values() for r in rs}.valu
 FULL = symbolic_module.symbolic
 # value dtypes to draw instances in; rules restricted to index never match the others, which is fine
 DTYPES = (dtypes.index, dtypes.index, dtypes.index, dtypes.int8, dtypes.bool, dtypes.uint8)
+WIDE_DTYPES = (dtypes.index, dtypes.index, dtypes.index, dtypes.bool)  # wrap-around is covered by the small boxes
 DRAWS = 160
 
 
@@ -75,7 +76,7 @@ _SHIFTS = (Ops.SHL, Ops.SHR)
 
 
 def draw(rule: Rule, rng: random.Random, wide: bool) -> tuple[UOp, Instance] | None:
-    inst = Instance(rng, rng.choice(DTYPES[:3] if wide else DTYPES), wide)
+    inst = Instance(rng, rng.choice(WIDE_DTYPES if wide else DTYPES), wide)
     if rule.name in HINTS and rng.random() < 0.6:
         inst.T = dtypes.index
         inst.caps.update(HINTS[rule.name](inst))
@@ -120,7 +121,8 @@ def check_points(rule: Rule, u: UOp, r: UOp, rng: random.Random) -> None:
         except EvalError:
             continue
         got = r.evaluate(pt)
-        assert got == want and type(got) is type(want), f"{rule.name}: {u.render()} -> {r.render()} at {pt}: {want} vs {got}"
+        assert got == want and type(got) is type(want), \
+            f"{rule.name}: {u.render()} -> {r.render()} at {pt}: {want} vs {got}"
         if exact:
             assert want == v0[i], f"grid evaluator disagrees with UOp.evaluate on {u.render()} at {pt}"
 
@@ -150,13 +152,16 @@ def test_rule_sound_small_boxes(rule: Rule) -> None:
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.name)
 def test_rule_sound_wide_boxes(rule: Rule) -> None:
     single = _single(rule)
+    fired = []
 
-    @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+    # derandomized: the examples are the same on every run, so "it fired" is a stable requirement
+    @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
     @given(st.randoms(use_true_random=False))
     def run(rng: random.Random) -> None:
         got = draw(rule, rng, wide=True)
         if got is None or (res := fire(single, got[0])) is None:
             return
+        fired.append(1)
         u, r = got[0], res[0]
         assert r.dtype is u.dtype
         vs = leaves(u)
@@ -171,6 +176,7 @@ def test_rule_sound_wide_boxes(rule: Rule) -> None:
             assert got_v == want, f"{rule.name}: {u.render()} -> {r.render()} at {pt}: {want} vs {got_v}"
 
     run()
+    assert fired, f"{rule.name} never fired on wide instances"
 
 
 TEMPLATES = [r for r in RULES if r.is_template]

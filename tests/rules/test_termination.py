@@ -79,9 +79,9 @@ def bind(p: Pat, term: tuple, out: dict[str, tuple]) -> None:
         out[p.name] = term if p.kind != "const" else K
     if p.kind == "op" and p.src is not None:
         args = term[2]
-        if p.commutative and not all(_fits(s, a) for s, a in zip(p.src, args)):
+        if p.commutative and not all(_fits(s, a) for s, a in zip(p.src, args, strict=True)):
             args = tuple(reversed(args))
-        for s, a in zip(p.src, args):
+        for s, a in zip(p.src, args, strict=True):
             bind(s, a, out)
 
 
@@ -93,7 +93,7 @@ def _fits(p: Pat, t: tuple) -> bool:
     if t[0] != "F" or t[1] not in (p.ops or ()) or p.src is None:
         return t[0] == "F" and t[1] in (p.ops or ())
     orders = [t[2], tuple(reversed(t[2]))] if p.commutative else [t[2]]
-    return any(all(_fits(s, a) for s, a in zip(p.src, args)) for args in orders)
+    return any(all(_fits(s, a) for s, a in zip(p.src, args, strict=True)) for args in orders)
 
 
 # ---------------------------------------------------------------------------- the order
@@ -127,7 +127,7 @@ def equiv(s: tuple, t: tuple) -> bool:
                 return False
             rest.pop(j)
         return True
-    return all(equiv(a, b) for a, b in zip(s[2], t[2]))
+    return all(equiv(a, b) for a, b in zip(s[2], t[2], strict=True))
 
 
 def greater(s: tuple, t: tuple) -> bool:
@@ -148,7 +148,7 @@ def greater(s: tuple, t: tuple) -> bool:
     if f == g:
         if f in MULTISET:
             return _multiset_greater(list(s[2]), list(t[2]))
-        pairs = list(zip(s[2], t[2]))
+        pairs = list(zip(s[2], t[2], strict=True))
         if f in RIGHT_TO_LEFT:
             pairs.reverse()
         for a, b in pairs:

@@ -104,7 +104,7 @@ class Encoder:
         elif p.kind == "op":
             if p.src is None:
                 raise Unsupported("a node with unspecified sources")
-            t = _apply(node.op, [self.lhs(s, n) for s, n in zip(p.src, node.src)], self.premises)
+            t = _apply(node.op, [self.lhs(s, n) for s, n in zip(p.src, node.src, strict=True)], self.premises)
         else:
             raise Unsupported(p.kind)
         if p.name is not None:
@@ -134,7 +134,7 @@ class Encoder:
             bools = [True, like_bool, like_bool]
         elif opv is Ops.NOT or (opv in (Ops.AND, Ops.OR, Ops.XOR) and like_bool):
             bools = [True] * len(t.src)
-        return _apply(opv, [self.rhs(s, b, defined) for s, b in zip(t.src, bools)], defined)
+        return _apply(opv, [self.rhs(s, b, defined) for s, b in zip(t.src, bools, strict=True)], defined)
 
     def guard(self) -> Any:
         when = self.rule.when
@@ -203,16 +203,16 @@ def prove(rule: Rule, root: UOp, caps: dict[str, UOp], timeout_ms: int = 400, co
     consts = [enc.terms[n] for n in names]
     checked = 0
     for vals in itertools.product(range(-const_range, const_range + 1), repeat=len(names)):
-        sub = list(zip(consts, map(z3.IntVal, vals)))
+        sub = list(zip(consts, map(z3.IntVal, vals), strict=True))
         g = z3.simplify(z3.substitute(guard, *sub))
         if z3.is_false(g):
             continue
         prem = [z3.substitute(p, *sub) for p in enc.premises]
         r, info = _check([*prem, g], z3.substitute(goal, *sub), timeout_ms)
         if r == z3.sat:
-            return "counterexample", f"{dict(zip(names, vals))}: {info}"
+            return "counterexample", f"{dict(zip(names, vals, strict=True))}: {info}"
         if r != z3.unsat:
-            return "unknown", f"{dict(zip(names, vals))}: {info}"
+            return "unknown", f"{dict(zip(names, vals, strict=True))}: {info}"
         checked += 1
     return "proved-per-constant", f"{checked} assignments of {', '.join(names)} in [-{const_range}, {const_range}]"
 

@@ -173,8 +173,13 @@ def test_tensor_promotion_lattice(a: str, b: str, expected: object) -> None:
     close(x + y, (xa.astype(expected.name) + ya.astype(expected.name)))
 
 
-def test_scalar_wraps_into_small_int_dtype() -> None:
-    close(Tensor(np.array([1, 2], dtype=np.uint8)) + 300, np.array([45, 46], dtype=np.uint8))
+def test_out_of_range_int_scalar_is_refused_not_wrapped() -> None:
+    with pytest.raises(DTypeError, match=r"lt: the Python int 1000 does not fit int8"):
+        _ = Tensor(np.array([1, 2], dtype=np.int8)) < 1000
+    with pytest.raises(DTypeError, match="add: the Python int -1 does not fit uint8"):
+        Tensor(np.array([1, 2], dtype=np.uint8)) + -1
+    close(Tensor(np.array([1, 2], dtype=np.uint8)) + 255, np.array([0, 1], dtype=np.uint8))  # in range: wraps as numpy
+    close(Tensor(np.array([1, 2], dtype=np.int8)) < 1000.0, np.array([True, True]))  # a float promotes instead
 
 
 def test_operands_from_numpy_and_lists() -> None:
