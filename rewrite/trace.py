@@ -8,7 +8,9 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -65,6 +67,22 @@ class TraceLog:
 
 _active: list[TraceLog] = []
 GLOBAL_LOG = TraceLog()
+
+
+def _report_at_exit() -> None:
+    """With TRACE=1 the process ends with a summary of rule firings; TRACE=2 lists every firing."""
+    if not GLOBAL_LOG.firings:
+        return
+    level = int(getenv("TRACE"))
+    out = [f"TRACE: {len(GLOBAL_LOG.firings)} rule firings"]
+    out += [f"  {n:6d}  {rule}" for rule, n in GLOBAL_LOG.counts().most_common(40)]
+    if level >= 2:
+        out.append(GLOBAL_LOG.format(limit=10_000))
+    sys.stderr.write("\n".join(out) + "\n")
+
+
+if getenv("TRACE"):
+    atexit.register(_report_at_exit)
 
 
 def current() -> TraceLog | None:
