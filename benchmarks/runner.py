@@ -10,7 +10,9 @@ A suite is a function registered with `@suite("name")` that takes a `Bench` and 
 
 Every figure is the median of several runs, with min/max and the interquartile range, plus `fgn`: the CPU
 load of *other* processes while it ran (this machine is shared; see anchors/machine-limits.md), so a noisy
-row can be recognized instead of believed.
+row can be recognized instead of believed. Each figure is also computed from the process's CPU time
+(`cpu` column): for single-threaded Python work that figure barely moves when another process takes a core,
+so it is the one to compare when fgn is high.
 """
 
 from __future__ import annotations
@@ -57,10 +59,15 @@ class Result:
     higher_is_better: bool = True
     fgn: float | None = None
     info: dict[str, object] = field(default_factory=dict)
+    cpu_samples: list[float] | None = None  # the same figure from process CPU time instead of wall time
 
     @property
     def median(self) -> float:
         return statistics.median(self.samples)
+
+    @property
+    def cpu_median(self) -> float | None:
+        return statistics.median(self.cpu_samples) if self.cpu_samples else None
 
     @property
     def spread(self) -> tuple[float, float]:
@@ -78,7 +85,7 @@ class Result:
         q1, q3 = self.iqr
         return {"name": self.name, "unit": self.unit, "median": self.median, "min": lo, "max": hi, "q1": q1, "q3": q3,
                 "runs": len(self.samples), "samples": self.samples, "higher_is_better": self.higher_is_better,
-                "fgn": self.fgn, "info": self.info}
+                "fgn": self.fgn, "cpu_median": self.cpu_median, "cpu_samples": self.cpu_samples, "info": self.info}
 
 
 @dataclass
@@ -90,16 +97,25 @@ class Comparison:
 
     @property
     def speedup(self) -> float:
-        """How many times better ours is (throughput ratio, or inverse time ratio)."""
-        o, p = self.ours.median, self.peer.median
-        if self.ours.higher_is_better:
-            return o / p if p else float("inf")
-        return p / o if o else float("inf")
+        """How many times better ours is (throughput ratio, or inverse time ratio), by wall time."""
+        return _ratio(self.ours.median, self.peer.median, self.ours.higher_is_better)
+
+    @property
+    def speedup_cpu(self) -> float | None:
+        o, p = self.ours.cpu_median, self.peer.cpu_median
+        return None if o is None or p is None else _ratio(o, p, self.ours.higher_is_better)
 
     def to_json(self) -> dict[str, object]:
         return {"label": self.label, "ours": self.ours.name, "peer": self.peer.name, "peer_name": self.peer_name,
                 "ours_median": self.ours.median, "peer_median": self.peer.median, "unit": self.ours.unit,
-                "speedup": self.speedup}
+                "speedup": self.speedup, "ours_cpu_median": self.ours.cpu_median,
+                "peer_cpu_median": self.peer.cpu_median, "speedup_cpu": self.speedup_cpu}
+
+
+def _ratio(ours: float, peer: float, higher_is_better: bool) -> float:
+    if higher_is_better:
+        return ours / peer if peer else float("inf")
+    return peer / ours if ours else float("inf")
 
 
 # ---------------------------------------------------------------------------- foreign load
@@ -183,39 +199,44 @@ class Bench:
 
     def time_runs(self, label: str, fn: Callable[[T], object], setup: Callable[[], T] | None = None,
                   runs: int | None = None, teardown: Callable[[T, object], None] | None = None
-                  ) -> tuple[list[float], float | None]:
-        """Seconds for each of `runs` calls of fn(setup()); setup and teardown are not timed. Garbage from
-        the previous run is collected before each timed call, so one run does not pay for another's."""
+                  ) -> tuple[list[float], list[float], float | None]:
+        """Wall and CPU seconds of each of `runs` calls of fn(setup()), and the median foreign load. Setup and
+        teardown are not timed; garbage of the previous run is collected first, so no run pays for another's."""
         n = runs or self.runs
-        out: list[float] = []
+        wall: list[float] = []
+        cpu: list[float] = []
         loads: list[float] = []
         for i in range(n):
-            self.say(f"{label}: run {i + 1}/{n}" + (f" (last {out[-1]:.3f} s)" if out else ""))
+            self.say(f"{label}: run {i + 1}/{n}" + (f" (last {wall[-1]:.3f} s)" if wall else ""))
             state = setup() if setup is not None else None
             gc.collect()
             meter = LoadMeter()
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             res = fn(state)  # type: ignore[arg-type]
-            dt = time.perf_counter() - t0
+            dt, dc = time.perf_counter() - t0, time.process_time() - c0
             if (f := meter.foreign()) is not None:
                 loads.append(f)
-            out.append(dt)
+            wall.append(dt)
+            cpu.append(dc)
             if teardown is not None:
                 teardown(state, res)  # type: ignore[arg-type]
             del state, res
-        return out, (statistics.median(loads) if loads else None)
+        return wall, cpu, (statistics.median(loads) if loads else None)
 
     def measure(self, name: str, fn: Callable[[T], object], *, work: float, unit: str,
                 setup: Callable[[], T] | None = None, runs: int | None = None, per_item: float | None = None,
                 teardown: Callable[[T, object], None] | None = None, info: dict[str, object] | None = None) -> Result:
         """Time fn and record a figure. Without `per_item`: a rate, `work` units per second (higher is better).
         With `per_item=s`: seconds per unit of work times s (e.g. 1e9 for ns per node; lower is better)."""
-        secs, fgn = self.time_runs(name, fn, setup, runs, teardown)
-        if per_item is None:
-            samples, better = [work / s for s in secs], True
-        else:
-            samples, better = [s / work * per_item for s in secs], False
-        r = Result(name, unit, samples, better, fgn, dict(info or {}, seconds=secs, work=work))
+        wall, cpu, fgn = self.time_runs(name, fn, setup, runs, teardown)
+
+        def figure(secs: list[float]) -> list[float]:
+            if per_item is None:
+                return [work / max(s, 1e-9) for s in secs]
+            return [s / work * per_item for s in secs]
+
+        r = Result(name, unit, figure(wall), per_item is None, fgn, dict(info or {}, seconds=wall, cpu_seconds=cpu,
+                                                                         work=work), figure(cpu))
         self.results.append(r)
         return r
 
@@ -267,19 +288,22 @@ def fmt_value(v: float) -> str:
 
 
 def format_table(b: Bench) -> str:
-    rows = [("figure", "median", "unit", "min..max", "IQR", "runs", "fgn")]
+    rows = [("figure", "median", "unit", "min..max", "IQR", "runs", "fgn", "cpu")]
     for r in b.results:
         lo, hi = r.spread
         q1, q3 = r.iqr
+        cm = r.cpu_median
         rows.append((r.name, fmt_value(r.median), r.unit, f"{fmt_value(lo)}..{fmt_value(hi)}",
                      f"{fmt_value(q1)}..{fmt_value(q3)}", str(len(r.samples)),
-                     "-" if r.fgn is None else f"{r.fgn:.2f}"))
+                     "-" if r.fgn is None else f"{r.fgn:.2f}", "-" if cm is None else fmt_value(cm)))
     out = [_grid(rows)]
     if b.comparisons:
-        crow = [("comparison", "ours", "peer", "unit", "ours vs peer")]
+        crow = [("comparison", "ours", "peer", "unit", "ours vs peer", "by cpu time")]
         for c in b.comparisons:
+            sc = c.speedup_cpu
             crow.append((c.label, fmt_value(c.ours.median), f"{fmt_value(c.peer.median)} ({c.peer_name})", c.ours.unit,
-                         f"{c.speedup:.2f}x {'faster' if c.speedup >= 1 else 'slower'}"))
+                         f"{c.speedup:.2f}x {'faster' if c.speedup >= 1 else 'slower'}",
+                         "-" if sc is None else f"{sc:.2f}x"))
         out.append(_grid(crow))
     out.extend(f"  {n}" for n in b.notes)
     return "\n".join(out)

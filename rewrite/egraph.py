@@ -127,6 +127,7 @@ class Saturator:
         self._db: sqlite3.Connection | None = None
         self._db_key: tuple[int, str] = (-1, "")
         self.last = Stats()
+        self.panics = 0  # batches (or halves of them) that panicked since this saturator was made
 
     # -- the persistent e-graph --
     def _egraph(self) -> object:
@@ -232,6 +233,7 @@ class Saturator:
         except BaseException as e:  # pyo3 turns a Rust panic into PanicException, a BaseException
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
+            self.panics += 1
             self.last.stop, self.last.error = "panic", str(e).splitlines()[0][:300] if str(e) else type(e).__name__
             if type(e).__name__ != "EggSmolError":
                 self._eg = None  # a Rust panic may leave the e-graph inconsistent: start a fresh one next time

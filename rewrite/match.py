@@ -82,7 +82,8 @@ class _Gen:
         p, v, is_root = task
         conds: list[str] = []
         if p.ops is not None and not is_root:
-            conds.append(f"{v}.op is {self.ref(next(iter(p.ops)))}" if len(p.ops) == 1 else f"{v}.op in {self.ref(p.ops)}")
+            one = len(p.ops) == 1
+            conds.append(f"{v}.op is {self.ref(next(iter(p.ops)))}" if one else f"{v}.op in {self.ref(p.ops)}")
         if p.kind == "const" and p.value is not _ANY:
             conds.append(f"{v}.arg[0] == {self.ref(p.value)}")
         if p.dtypes is not None:
@@ -116,7 +117,7 @@ class _Gen:
                 for i, n in enumerate(names):
                     if _constrains(p.src[i]):
                         self.emit(depth, f"{n} = {s}[{i}]")
-            new += [(c, n, False) for c, n in zip(p.src, names) if _constrains(c)]
+            new += [(c, n, False) for c, n in zip(p.src, names, strict=True) if _constrains(c)]
         # breadth first: a sibling's cheap check rejects before we descend or loop
         self.match(rest + new, bound, depth, loops, done, unroll)
 
@@ -175,7 +176,8 @@ class _Gen:
             if t.src is None:
                 self.emit(depth, f"{val} = {self.ref(t.value)}({self.call_args(_params_of(t.value), rule, bound)})")
             else:
-                dt = next((f"{bound[q.name]}.dtype" for q in _walk_pat(t.src[0]) if q.name is not None), f"{like}.dtype")
+                named = (f"{bound[q.name]}.dtype" for q in _walk_pat(t.src[0]) if q.name is not None)
+                dt = next(named, f"{like}.dtype")
                 self.emit(depth, f"{val} = {self.fold_value(t.src[0], bound, dt)}")
             return f"{like}.const_like({val})"
         assert t.src is not None and t.ops is not None
@@ -236,7 +238,7 @@ def compile_matcher(rules: RuleSet, op: Ops) -> Callable[..., object] | None:
     g.emit(1, "return None")
     src = "\n".join(g.lines)
     code = compile(src, f"<rules {rules.name} on {op.name}>", "exec")
-    exec(code, g.globals)  # noqa: S102 -- the generated matcher; its source is kept on the function
+    exec(code, g.globals)  # the generated matcher; its source is kept on the function (fn.source)
     fn = g.globals["_match"]
     fn.source = src  # type: ignore[attr-defined]
     return fn  # type: ignore[return-value]

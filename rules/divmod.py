@@ -207,6 +207,13 @@ divmod_linear = RuleSet("divmod-linear", [
 divmod_rules = divmod_templates + divmod_linear
 
 __all__ = [
-    "divide_linear", "divides", "divmod_linear", "divmod_rules", "divmod_templates", "in_first_period",
-    "modulo_linear", "nonzero", "not_divides",
+    "divide_linear",
+    "divides",
+    "divmod_linear",
+    "divmod_rules",
+    "divmod_templates",
+    "in_first_period",
+    "modulo_linear",
+    "nonzero",
+    "not_divides",
 ]

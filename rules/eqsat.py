@@ -210,10 +210,13 @@ eqsat = RuleSet("eqsat", [
 ])
 # fmt: on
 
-# rules whose matched node nothing else needs once it is rewritten: hide it from matching and extraction
+# rules whose matched node nothing else needs once it is rewritten: hide it from matching and extraction.
+# Only rules that union the node with one of its operands: that class keeps a visible node. A swap such as
+# c + x -> x + c must not hide its node: once x turns out to equal c, both sides are the same row, and a
+# hidden row is hidden for good, which can leave an e-class with nothing to extract.
 SUBSUME = frozenset({
-    "add-const-left", "mul-const-left", "max-const-left", "ne-const-left", "add-zero", "sub-zero", "mul-one",
-    "div-one", "neg-neg", "not-not", "and-true", "or-false", "where-true", "where-false", "where-same",
+    "add-zero", "sub-zero", "mul-one", "div-one", "neg-neg", "not-not", "and-true", "or-false", "where-true",
+    "where-false", "where-same",
 })
 NO_POINT_GUARD: frozenset[str] = frozenset()
 

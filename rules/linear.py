@@ -122,8 +122,7 @@ def _quotient_is(v: UOp, u: UOp, c: int) -> bool:
     d = v.src[1].arg[0]  # type: ignore[index]
     if v.src[0] is u and d == c:
         return True
-    return (c > 0 and u.op is Ops.IDIV and u.src[1].op is Ops.CONST and v.src[0] is u.src[0]
-            and d == u.src[1].arg[0] * c)  # type: ignore[index]
+    return c > 0 and u.op is Ops.IDIV and u.src[1].op is Ops.CONST and v.src[0] is u.src[0] and d == u.src[1].arg[0] * c  # type: ignore[index]
 
 
 def _recombined(mod_term: UOp, div_term: UOp) -> UOp | None:

@@ -43,7 +43,7 @@ from rewrite.dtype import dtypes
 from rewrite.engine import graph_rewrite
 from rewrite.ops import Ops
 from rewrite.uop import UOp
-from rules.divmod import divides, divmod_linear, divmod_rules, divmod_templates, not_divides
+from rules.divmod import divides, divmod_linear, divmod_rules, divmod_templates, nonzero, not_divides
 from rules.linear import gt_linear, lt_linear, merge_like_terms, ne_linear
 
 INDEX = dtypes.index
@@ -52,12 +52,13 @@ INTS = dtypes.all_ints  # index and sized ints: ring identities survive wrap-aro
 SIGNED = dtypes.ints | {INDEX}
 
 x, y, z = var("x"), var("y"), var("z")
-xi, yi, zi = var("x", INDEX), var("y", INDEX), var("z", INDEX)
+xi = var("x", INDEX)
 xn = var("x", INTS)
-xb, yb = var("x", BOOL), var("y", BOOL)
+xb = var("x", BOOL)
 cond = var("c", BOOL)
 c0, c1 = const("c0"), const("c1")
 
+# fmt: off
 _SHIFTS = (Ops.SHL, Ops.SHR)
 _FOLD_BINARY = (Ops.ADD, Ops.SUB, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.CMPGT,
                 Ops.CMPGE, Ops.CMPLE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR)
@@ -65,8 +66,6 @@ _FOLD_BINARY = (Ops.ADD, Ops.SUB, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT
 _POINT_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.WHERE, Ops.AND,
                         Ops.OR, Ops.XOR, Ops.NOT, Ops.SHL, Ops.SHR})
 
-
-# fmt: off
 constant_folding = RuleSet("constant-folding", [
     *(Rule(f"fold-{o.name.lower()}", op[o](c0, c1), fold(op[o](c0, c1))) for o in _FOLD_BINARY if o not in _SHIFTS),
     # an index shift by a huge amount is a huge (or memory-exhausting) number; no index needs more than 256 bits
@@ -83,8 +82,8 @@ identities = RuleSet("identities", [
     Rule("mod-one",              xn % 1,              0),
     Rule("mod-neg-one",          var("x", SIGNED) % -1, 0),
     Rule("idiv-neg-one",         xi // -1,            x * -1),
-    Rule("idiv-self",            xi // xi,            1, when=lambda x: (x.vmin > 0) | (x.vmax < 0)),
-    Rule("mod-self",             xi % xi,             0, when=lambda x: (x.vmin > 0) | (x.vmax < 0)),
+    Rule("idiv-self",            xi // xi,            1, when=lambda x: nonzero(x)),
+    Rule("mod-self",             xi % xi,             0, when=lambda x: nonzero(x)),
     Rule("max-self",             xi.maximum(xi),      x),
     Rule("lt-self",              xi < xi,             False),
     Rule("ne-self",              xi.ne(xi),           False),
@@ -94,8 +93,8 @@ identities = RuleSet("identities", [
     Rule("shl-zero",             xi << 0,             x),
     Rule("shr-zero",             xi >> 0,             x),
     # index shifts are exact: x << c is x * 2**c, x >> c is x // 2**c (arithmetic shift = floor division)
-    Rule("shl-to-mul",           xi << c0,            x * fold(lift(1) << c0),  when=lambda c0: (c0 >= 0) & (c0 <= 256)),
-    Rule("shr-to-div",           xi >> c0,            x // fold(lift(1) << c0), when=lambda c0: (c0 >= 0) & (c0 <= 256)),
+    Rule("shl-to-mul",           xi << c0,            x * fold(lift(1) << c0),  when=lambda c0: (c0 >= 0) & (c0 < 256)),
+    Rule("shr-to-div",           xi >> c0,            x // fold(lift(1) << c0), when=lambda c0: (c0 >= 0) & (c0 < 256)),
 ])
 
 bool_algebra = RuleSet("bool-algebra", [
@@ -204,8 +203,17 @@ linear_rules = RuleSet("linear", [
 
 # order matters only among rules on the same root op: cheap templates first, then point folding, then the
 # callables that build linear forms
-symbolic = (symbolic_simple + canonical_order + like_terms + divmod_templates + comparisons + max_folding
-            + point_folding + linear_rules + divmod_linear)
+symbolic = (
+    symbolic_simple
+    + canonical_order
+    + like_terms
+    + divmod_templates
+    + comparisons
+    + max_folding
+    + point_folding
+    + linear_rules
+    + divmod_linear
+)
 symbolic.name = "symbolic"
 
 

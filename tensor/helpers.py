@@ -43,7 +43,7 @@ def to_dtype(dt: object, what: str = "dtype") -> DType:
         d = getattr(dtypes, dt, None)
         if isinstance(d, DType):
             return to_dtype(d, what)
-    else:
+    elif dt is not None:  # numpy reads None as float64; here it is a mistake
         try:
             name = np.dtype(dt).name  # type: ignore[call-overload]
         except TypeError:

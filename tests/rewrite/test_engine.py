@@ -184,8 +184,12 @@ def test_max_steps_counts_firings() -> None:
 
 def _chain(leaf: UOp, n: int) -> UOp:
     u, one = leaf, k(1)
-    for _ in range(n):
-        u = UOp(Ops.ADD, (u, one))
+    gc.disable()  # building: the collector would traverse the growing chain again and again (half the time)
+    try:
+        for _ in range(n):
+            u = UOp(Ops.ADD, (u, one))
+    finally:
+        gc.enable()
     return u
 
 

@@ -46,8 +46,13 @@ def _operand_dtype(p: Pat, fallback: DType) -> DType:
 class Instance:
     """One draw: `build(pat)` returns the UOp and fills `caps` (capture name -> UOp)."""
 
-    def __init__(self, rng: random.Random, value_dtype: DType, wide: bool = False,
-                 hints: dict[str, Callable[[Instance], UOp]] | None = None) -> None:
+    def __init__(
+        self,
+        rng: random.Random,
+        value_dtype: DType,
+        wide: bool = False,
+        hints: dict[str, Callable[[Instance], UOp]] | None = None,
+    ) -> None:
         self.rng, self.T, self.wide = rng, value_dtype, wide
         self.caps: dict[str, UOp] = {}
         self.hints = hints or {}
@@ -60,7 +65,7 @@ class Instance:
         if dt is dtypes.bool:
             return r.choice(((False, True), (False, True), (False, False), (True, True)))
         if self.wide:
-            lo = r.choice((0, 0, -1, r.randint(-10**6, 10**6), r.randint(-1000, 1000)))
+            lo = r.choice((0, 0, -1, r.randint(-(10**6), 10**6), r.randint(-1000, 1000)))
             hi = lo + r.choice((0, 1, r.randint(0, 50), r.randint(0, 10**6)))
         else:
             lo = r.choice((0, 0, 0, 1, -1, -2, -3, -5, -8, 3))
@@ -80,7 +85,7 @@ class Instance:
             v = r.choice((a, -a, a * b, a * r.choice((2, 3, -2)), b * a * r.choice((1, -1))))
             return max(min(v, dt.max), dt.min) if dt.kind in "iu" else v
         if self.wide:
-            v = r.choice((r.randint(-16, 16), r.randint(-1000, 1000), r.randint(-10**6, 10**6)))
+            v = r.choice((r.randint(-16, 16), r.randint(-1000, 1000), r.randint(-(10**6), 10**6)))
         else:
             v = r.choice((r.randint(-4, 4), r.randint(-9, 9), r.choice((-16, -12, -8, -6, 6, 8, 12, 16))))
         return max(min(v, dt.max), dt.min) if dt.kind in "iu" else v

@@ -45,10 +45,12 @@ def grid(vs: list[UOp], max_points: int | None = None, rng: random.Random | None
         mesh = np.meshgrid(*axes, indexing="ij") if axes else []
         return {n: _typed(m.reshape(-1), v) for n, m, v in zip(names, mesh, vs, strict=True)}
     rng = rng or random.Random(0)
-    pts = {n: np.array([rng.randint(lo, hi) for _ in range(max_points)], dtype=np.int64)
-           for n, (lo, hi) in zip(names, boxes, strict=True)}
+    pts = {
+        n: np.array([rng.randint(lo, hi) for _ in range(max_points)], dtype=np.int64)
+        for n, (lo, hi) in zip(names, boxes, strict=True)
+    }
     for n, (lo, hi) in zip(names, boxes, strict=True):  # corners matter most for interval-guarded rules
-        pts[n][: 2] = (lo, hi)
+        pts[n][:2] = (lo, hi)
     return {n: _typed(pts[n], v) for n, v in zip(names, vs, strict=True)}
 
 
@@ -79,26 +81,41 @@ def grid_eval(u: UOp, env: dict[str, np.ndarray], n: int) -> tuple[np.ndarray, n
         d = ok[src[0]]
         for s in src[1:]:
             d = d & ok[s]
-        if op is Ops.ADD: r = a[0] + a[1]
-        elif op is Ops.SUB: r = a[0] - a[1]
-        elif op is Ops.MUL: r = a[0] * a[1]
-        elif op is Ops.NEG: r = -a[0]
-        elif op is Ops.MAX: r = np.maximum(a[0], a[1])
+        if op is Ops.ADD:
+            r = a[0] + a[1]
+        elif op is Ops.SUB:
+            r = a[0] - a[1]
+        elif op is Ops.MUL:
+            r = a[0] * a[1]
+        elif op is Ops.NEG:
+            r = -a[0]
+        elif op is Ops.MAX:
+            r = np.maximum(a[0], a[1])
         elif op in (Ops.IDIV, Ops.MOD):
             nz = a[1] != 0
             den = np.where(nz, a[1], 1)
             r = np.floor_divide(a[0], den) if op is Ops.IDIV else np.remainder(a[0], den)
             d = d & nz
-        elif op is Ops.CMPLT: r = a[0] < a[1]
-        elif op is Ops.CMPNE: r = a[0] != a[1]
-        elif op is Ops.CMPEQ: r = a[0] == a[1]
-        elif op is Ops.CMPGT: r = a[0] > a[1]
-        elif op is Ops.CMPGE: r = a[0] >= a[1]
-        elif op is Ops.CMPLE: r = a[0] <= a[1]
-        elif op is Ops.NOT: r = ~a[0]
-        elif op is Ops.AND: r = a[0] & a[1]
-        elif op is Ops.OR: r = a[0] | a[1]
-        elif op is Ops.XOR: r = a[0] ^ a[1]
+        elif op is Ops.CMPLT:
+            r = a[0] < a[1]
+        elif op is Ops.CMPNE:
+            r = a[0] != a[1]
+        elif op is Ops.CMPEQ:
+            r = a[0] == a[1]
+        elif op is Ops.CMPGT:
+            r = a[0] > a[1]
+        elif op is Ops.CMPGE:
+            r = a[0] >= a[1]
+        elif op is Ops.CMPLE:
+            r = a[0] <= a[1]
+        elif op is Ops.NOT:
+            r = ~a[0]
+        elif op is Ops.AND:
+            r = a[0] & a[1]
+        elif op is Ops.OR:
+            r = a[0] | a[1]
+        elif op is Ops.XOR:
+            r = a[0] ^ a[1]
         elif op in (Ops.SHL, Ops.SHR):
             okshift = (a[1] >= 0) & (a[1] < 40)
             sh = np.where(okshift, a[1], 0)

@@ -169,6 +169,16 @@ def test_sized_int_only_without_wraparound():
     assert saturate(e) is e
 
 
+def test_constant_operand_swap_keeps_an_extractable_node():
+    """c + x -> x + c once hid its node; x then turned out to be c too, both sides became the same row, and the
+    root's e-class had nothing left to extract (found by fuzzing)."""
+    a, b = V("a", -2, 1), V("b", -2, 3)
+    e = (((b * 1) + b) % 1) * -2 + a * ((a * -1) + a)
+    with Context(CACHE=0):
+        assert saturate(e) is C(0)
+        assert eqsat.saturator().last.stop != "panic"
+
+
 def test_not_index_expressions_come_back_unchanged():
     f = V("f", 0, 3, dtypes.float32)
     for e in (f + 1.0, x7 ^ 3, C(5), x7):
@@ -285,7 +295,9 @@ def boxed_exprs(draw) -> tuple[UOp, list[UOp]]:  # noqa: ANN001
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(boxed_exprs(), min_size=16, max_size=16))
 def test_saturate_is_sound_and_never_worse(batch: list[tuple[UOp, list[UOp]]]):
+    panics = eqsat.saturator().panics
     outs = saturate_batch([e for e, _ in batch])
+    assert eqsat.saturator().panics == panics, eqsat.saturator().last.error
     for (e, vs), r in zip(batch, outs, strict=True):
         bad = same_function(e, r, vs)
         assert bad is None, f"{e.render()} -> {r.render()} differs at {bad}"

@@ -70,8 +70,13 @@ def _linear_hint(inst: Instance) -> dict[str, UOp]:
     return {"x": acc}
 
 
-HINTS = {"add-chain-div-mod": _pair_hints, "add-chain-like-terms": _pair_hints, "lt-linear": _linear_hint,
-         "lt-linear-const-left": _linear_hint, "ne-linear": _linear_hint}
+HINTS = {
+    "add-chain-div-mod": _pair_hints,
+    "add-chain-like-terms": _pair_hints,
+    "lt-linear": _linear_hint,
+    "lt-linear-const-left": _linear_hint,
+    "ne-linear": _linear_hint,
+}
 _SHIFTS = (Ops.SHL, Ops.SHR)
 
 
@@ -121,8 +126,9 @@ def check_points(rule: Rule, u: UOp, r: UOp, rng: random.Random) -> None:
         except EvalError:
             continue
         got = r.evaluate(pt)
-        assert got == want and type(got) is type(want), \
+        assert got == want and type(got) is type(want), (
             f"{rule.name}: {u.render()} -> {r.render()} at {pt}: {want} vs {got}"
+        )
         if exact:
             assert want == v0[i], f"grid evaluator disagrees with UOp.evaluate on {u.render()} at {pt}"
 
@@ -145,8 +151,9 @@ def test_rule_sound_small_boxes(rule: Rule) -> None:
         full = fire(FULL, u)
         first += full is not None and FULL.rules[full[1]] is rule
     assert fired, f"{rule.name} never fired on {DRAWS} random instances of {rule.lhs}"
-    assert first, (f"{rule.name} fired {fired} times but never as the first match in `symbolic`: an earlier rule "
-                   f"shadows it")
+    assert first, (
+        f"{rule.name} fired {fired} times but never as the first match in `symbolic`: an earlier rule shadows it"
+    )
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.name)

@@ -36,8 +36,21 @@ TEMPLATES = [r for r in RULES if r.is_template]
 
 DECOMPOSED = frozenset({Ops.SUB, Ops.NEG, Ops.CMPGT, Ops.CMPGE, Ops.CMPLE, Ops.CMPEQ, Ops.SHL, Ops.SHR})
 COUNTS = (DECOMPOSED, frozenset({Ops.IDIV, Ops.MOD}), frozenset({Ops.ADD}))
-PREC = {Ops.NOT: 1, Ops.AND: 2, Ops.OR: 2, Ops.WHERE: 3, Ops.CMPLT: 4, Ops.CMPNE: 5, Ops.XOR: 5, Ops.MAX: 5,
-        Ops.ADD: 6, Ops.MUL: 7, Ops.MOD: 8, Ops.IDIV: 9, **{o: 10 for o in DECOMPOSED}}
+PREC = {
+    Ops.NOT: 1,
+    Ops.AND: 2,
+    Ops.OR: 2,
+    Ops.WHERE: 3,
+    Ops.CMPLT: 4,
+    Ops.CMPNE: 5,
+    Ops.XOR: 5,
+    Ops.MAX: 5,
+    Ops.ADD: 6,
+    Ops.MUL: 7,
+    Ops.MOD: 8,
+    Ops.IDIV: 9,
+    **{o: 10 for o in DECOMPOSED},
+}
 RIGHT_TO_LEFT = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE})
 MULTISET = frozenset({Ops.CMPLT, Ops.AND, Ops.OR, Ops.XOR})
 

@@ -46,29 +46,43 @@ class _Bounds:
 
 
 def _binop(op: Ops, a: Any, b: Any, defined: list) -> Any:
-    if op is Ops.ADD: return a + b
-    if op is Ops.SUB: return a - b
-    if op is Ops.MUL: return a * b
-    if op is Ops.MAX: return z3.Or(a, b) if z3.is_bool(a) else z3.If(a >= b, a, b)
+    if op is Ops.ADD:
+        return a + b
+    if op is Ops.SUB:
+        return a - b
+    if op is Ops.MUL:
+        return a * b
+    if op is Ops.MAX:
+        return z3.Or(a, b) if z3.is_bool(a) else z3.If(a >= b, a, b)
     if op in (Ops.IDIV, Ops.MOD):
         defined.append(b != 0)
         return fdiv(a, b) if op is Ops.IDIV else fmod(a, b)
-    if op is Ops.CMPLT: return a < b
-    if op is Ops.CMPGT: return a > b
-    if op is Ops.CMPLE: return a <= b
-    if op is Ops.CMPGE: return a >= b
-    if op is Ops.CMPNE: return a != b
-    if op is Ops.CMPEQ: return a == b
+    if op is Ops.CMPLT:
+        return a < b
+    if op is Ops.CMPGT:
+        return a > b
+    if op is Ops.CMPLE:
+        return a <= b
+    if op is Ops.CMPGE:
+        return a >= b
+    if op is Ops.CMPNE:
+        return a != b
+    if op is Ops.CMPEQ:
+        return a == b
     if z3.is_bool(a) and op in (Ops.AND, Ops.OR, Ops.XOR):
         return {Ops.AND: z3.And, Ops.OR: z3.Or, Ops.XOR: z3.Xor}[op](a, b)
     raise Unsupported(f"op {op.name}")
 
 
 def _apply(op: Ops, args: list, defined: list) -> Any:
-    if op is Ops.NEG: return -args[0]
-    if op is Ops.NOT: return z3.Not(args[0])
-    if op is Ops.WHERE: return z3.If(args[0], args[1], args[2])
-    if len(args) == 2: return _binop(op, args[0], args[1], defined)
+    if op is Ops.NEG:
+        return -args[0]
+    if op is Ops.NOT:
+        return z3.Not(args[0])
+    if op is Ops.WHERE:
+        return z3.If(args[0], args[1], args[2])
+    if len(args) == 2:
+        return _binop(op, args[0], args[1], defined)
     raise Unsupported(f"op {op.name}")
 
 
