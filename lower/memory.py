@@ -23,28 +23,36 @@ def _nbytes(buf: UOp) -> int:
     return n * buf.dtype.itemsize
 
 
-def plan(items: list[ScheduleItem], keep: set[UOp]) -> dict[UOp, UOp]:
-    """For each intermediate buffer, the buffer whose storage it uses (itself when it gets fresh storage)."""
-    first: dict[UOp, int] = {}
-    last: dict[UOp, int] = {}
-    produced: set[UOp] = set()
+def _slot(buf: UOp) -> int:
+    return buf.arg.slot  # type: ignore[union-attr]
+
+
+def plan(items: list[ScheduleItem], keep: set[UOp]) -> dict[int, UOp]:
+    """For each intermediate buffer's slot, the buffer whose storage it uses (itself for fresh storage).
+    Buffers are identified by slot: a kernel reads a 1-D alias of a BUFFER, a bitcast reads it as another
+    dtype, and all of them are the same storage."""
+    kept = {_slot(b) for b in keep}
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    rep: dict[int, UOp] = {}
+    produced: set[int] = set()
     for i, it in enumerate(items):
-        produced.add(it.bufs[0])
+        produced.add(_slot(it.bufs[0]))
         for b in it.bufs:
-            first.setdefault(b, i)
-            last[b] = i
-    inter = [b for b in first if b in produced and b not in keep]
-    ends: dict[int, list[UOp]] = defaultdict(list)
-    for b in inter:
-        ends[last[b]].append(b)
-    free: dict[tuple[int, str], list[UOp]] = defaultdict(list)
-    assign: dict[UOp, UOp] = {}
-    for i, it in enumerate(items):
-        for b in dict.fromkeys(it.bufs):
-            if b in assign or b not in last or b not in inter or first[b] != i:
-                continue
-            key = (_nbytes(b), b.dtype.name)
-            assign[b] = free[key].pop() if free[key] else b
-        for b in ends.get(i, ()):
-            free[(_nbytes(b), b.dtype.name)].append(assign[b])
+            s = _slot(b)
+            first.setdefault(s, i)
+            last[s] = i
+            rep.setdefault(s, b)
+    inter = {s for s in first if s in produced and s not in kept}
+    ends: dict[int, list[int]] = defaultdict(list)
+    for s in inter:
+        ends[last[s]].append(s)
+    free: dict[int, list[UOp]] = defaultdict(list)
+    assign: dict[int, UOp] = {}
+    for i in range(len(items)):
+        for s in sorted(x for x in inter if first[x] == i):
+            n = _nbytes(rep[s])
+            assign[s] = free[n].pop() if free[n] else rep[s]
+        for s in ends.get(i, ()):
+            free[_nbytes(rep[s])].append(assign[s])
     return assign

@@ -167,10 +167,25 @@ class KernelBuilder:
                 return out
 
             return [], select
+        if op is Ops.BITCAST and n.dtype.itemsize != n.src[0].dtype.itemsize:
+            return self.expand_resizing_bitcast(n, idx, valid)
         if op in (Ops.CAST, Ops.BITCAST) or op in _ELEMENTWISE:
             kids = [(s, _broadcast_idx(idx, n.shape, s.shape), valid) for s in n.src]
             return kids, lambda v: UOp(op, tuple(v), n.arg)
         raise NotImplementedError(f"rangeify: no lowering for {op.name} (node {n.short()})")
+
+    def expand_resizing_bitcast(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> tuple[list[Key], Callable]:
+        """A bitcast that changes the element size reads the source's memory as the new dtype: the source is
+        realized and read through a BUFFER of the same slot with the new dtype and element count."""
+        src = n.src[0]
+        if src not in self.buffers:
+            raise NeedsRealize(src)
+        b = self.buffers[src]
+        arg = b.arg
+        count = b.shape[0] * b.dtype.itemsize // n.dtype.itemsize
+        alias = UOp.buffer(arg.slot, n.dtype, (count,), arg.device)  # type: ignore[union-attr]
+        ld = self.load(alias, n.shape, idx, valid)
+        return [], lambda _v: ld
 
     def expand_pad(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> tuple[list[Key], Callable]:
         begin, end = shape_values(n.src[1]), shape_values(n.src[2])

@@ -31,13 +31,26 @@ def _device_of(buf: UOp) -> str:
     return d if isinstance(d, str) else str(getenv("DEVICE"))
 
 
-def _array(buf: UOp) -> Any:
+def _raw(buf: UOp) -> Any:
+    """The storage array of `buf` as allocated (its own dtype), allocating it on first use."""
     if not buffers.has_data(buf):
         n = 1
         for d in buf.shape:
             n *= d
         buffers.store(buf, np.zeros(n, dtype=_np_dtype(buf.dtype)))
     return buffers.lookup(buf)
+
+
+def _array(buf: UOp) -> Any:
+    want = _np_dtype(buf.dtype)
+    if not buffers.has_data(buf):
+        n = 1
+        for d in buf.shape:
+            n *= d
+        buffers.store(buf, np.zeros(n, dtype=want))
+    arr = buffers.lookup(buf)
+    # a BUFFER may name another's storage with a different dtype (a bitcast that changes the element size)
+    return arr if arr.dtype == want else arr.view(want)
 
 
 def get_kernel(ast: UOp, device_name: str, name: str) -> Any:
@@ -59,13 +72,11 @@ def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None) -> Non
     debug = int(getenv("DEBUG"))
     t0 = time.perf_counter()
     shared = plan(items, keep or set())
-    for b, owner in shared.items():
-        if owner is not b and buffers.has_data(owner):
-            buffers.store(b, buffers.lookup(owner))
     for it in items:
         for b in it.bufs:
-            if (owner := shared.get(b)) is not None and owner is not b and not buffers.has_data(b):
-                buffers.store(b, _array(owner))
+            owner = shared.get(b.arg.slot)  # type: ignore[union-attr]
+            if owner is not None and owner.arg.slot != b.arg.slot and not buffers.has_data(b):  # type: ignore[union-attr]
+                buffers.store(b, _raw(owner))
         if it.kind == "copy":
             dst, src = it.bufs
             _array(dst)[:] = _array(src)

@@ -15,6 +15,7 @@ from rewrite import BufferArg, Ops, UOp
 from rewrite.dtype import AddrSpace
 
 from lower.buffers import new_buffer
+from lower.callify import callify
 from lower.rangeify import NeedsRealize, build_kernel
 
 
@@ -61,6 +62,8 @@ def default_device(roots: list[UOp]) -> str:
 
 def schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     """The items that realize `roots`, and for each root the BUFFER (of the root's shape) that holds it."""
+    given = roots
+    roots = callify(roots)
     topo_index: dict[UOp, int] = {}
     for r in roots:
         for u in r.toposort():
@@ -77,6 +80,9 @@ def schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     pending = list(dict.fromkeys(want))
     kernels: dict[UOp, ScheduleItem] = {}
     device = default_device(roots)
+    for node in pending:  # every node known to be realized has its buffer before any consumer is built
+        if node not in out_of:
+            out_of[node] = new_buffer(node.dtype, node.shape, node.device if isinstance(node.device, str) else device)
     while pending:
         node = pending.pop()
         if node in kernels:
@@ -99,7 +105,7 @@ def schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
             continue
         kernels[node] = _localize(ast)
     items = sorted(kernels.items(), key=lambda kv: topo_index.get(kv[0], -1))
-    return [it for _, it in items], {r: out_of[r] for r in roots}
+    return [it for _, it in items], {g: out_of[r] for g, r in zip(given, roots, strict=True)}
 
 
 def _localize(ast: UOp) -> ScheduleItem:

@@ -10,7 +10,7 @@ Calling a decorated function:
 5. returns one GETTUPLE(FUNCTION, i) Tensor per result: a Tensor for a single return, a tuple for a tuple.
 
 The same body for the same argument types is the same UOp (hash-consing), so a function traced twice shares
-its graph. `inline_functions` substitutes the arguments back (what the lowering's Callify stage does).
+its graph. the lowering's Callify stage (lower/callify.py) substitutes the arguments back.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import TypeVar, cast
 
 import tensor.tensor as tt
 from rewrite.ops import Ops
-from rewrite.uop import BufferArg, ParamArg, UOp
+from rewrite.uop import BufferArg, UOp
 
 F = TypeVar("F", bound=Callable)
 
@@ -99,24 +99,4 @@ def function(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def inline_functions(root: UOp) -> UOp:
-    """`root` with every GETTUPLE(FUNCTION(TUPLE(body...), args...), i) replaced by body[i] with PARAM k
-    substituted by args[k]. Children first, so a nested FUNCTION is inlined before its parent's PARAMs are
-    substituted, and no PARAM of one function is mistaken for another's."""
-    if not any(u.op is Ops.FUNCTION for u in root.toposort()):
-        return root
-    done: dict[UOp, UOp] = {}
-    for u in root.toposort():
-        new_src = tuple(done.get(s, s) for s in u.src)
-        if u.op is Ops.GETTUPLE and u.src[0].op is Ops.FUNCTION:
-            f = new_src[0]
-            body, args = f.src[0], f.src[1:]
-            params = {p: args[slot] for p in body.toposort()
-                      if p.op is Ops.PARAM and isinstance(slot := cast(ParamArg, p.arg).slot, int)}
-            done[u] = body.src[cast(int, u.arg)].substitute(params)
-        elif new_src != u.src:
-            done[u] = UOp(u.op, new_src, u.arg, u.tag)
-    return done.get(root, root)
-
-
-__all__ = ["function", "inline_functions", "trace"]
+__all__ = ["function", "trace"]

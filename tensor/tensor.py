@@ -336,11 +336,8 @@ def _by_device(tensors: list[Tensor]) -> dict[str, list[Tensor]]:
 
 
 def _roots(group: list[Tensor]) -> dict[Tensor, UOp]:
-    """The graph each tensor hands to the lowering. TEMPORARY: FUNCTION calls are inlined here until lower's
-    Callify stage resolves FUNCTION/GETTUPLE itself (rangeify has no lowering for them yet)."""
-    from tensor.function import inline_functions
-
-    return {t: inline_functions(t.uop) for t in group}
+    """The graph each tensor hands to the lowering (whose Callify stage resolves FUNCTION calls)."""
+    return {t: t.uop for t in group}
 
 
 def _realize(tensors: list[Tensor]) -> None:
@@ -359,10 +356,10 @@ def _realize(tensors: list[Tensor]) -> None:
 def reference_numpy(t: Tensor) -> np.ndarray:
     """The tensor's exact value from the reference evaluator (rewrite.evaluate): slow, but independent of the
     lowering, so it is the oracle for what the front end's graphs mean. Nothing is realized or changed."""
+    from lower.callify import callify
     from rewrite.evaluate import evaluate_graph
-    from tensor.function import inline_functions
 
-    u = inline_functions(t.uop)
+    u = callify([t.uop])[0]
     return evaluate_graph(u, buffers.inputs_of(u))
 
 

@@ -80,3 +80,21 @@ def test_identical_kernels_share_their_ast() -> None:
     k1, = kernels(a + b)
     k2, = kernels(c + d)
     assert k1.ast is k2.ast
+
+
+def test_memory_plan_reuses_storage_of_dead_intermediates() -> None:
+    from lower.memory import plan
+
+    a = buf(64)
+    x1 = (a + 1.0).contiguous()
+    x2 = (x1 * 2.0).contiguous()
+    x3 = (x2 + 3.0).contiguous()
+    out = x3 * 4.0
+    items, outs = schedule([out])
+    assert len(items) == 4
+    shared = plan(items, set(outs.values()))
+    slots = [it.bufs[0].arg.slot for it in items[:3]]  # the three intermediates, in order
+    owners = [shared[s].arg.slot for s in slots]
+    # x1 is dead once x2 is computed, so x3 takes its storage; x2 is live while x3 is computed
+    assert owners[0] == slots[0] and owners[1] == slots[1] and owners[2] == slots[0]
+    assert outs[out].arg.slot not in shared

@@ -53,10 +53,8 @@ CASES: dict[str, Case] = {
         3, 1, high=7, device=d),
     "function": lambda T, d: function(lambda a, b: (a * b + 1, a.sum()))(T(A), T(B[:3, :4]))[0],
     "contiguous": lambda T, d: (T(A) + 1).contiguous() * 2,
-}
-KNOWN_GAPS = {
-    "bitcast_resize": (lambda T, d: T(A).bitcast(dtypes.uint16), "lowering: BITCAST to a smaller dtype"),
-    "copy": (lambda T, d: T(A).to("python" if d == "cpu" else "cpu") + 1, "lowering: rangeify has no COPY"),
+    "bitcast_resize": lambda T, d: T(A).bitcast(dtypes.uint16),
+    "copy_then_compute": lambda T, d: T(A).to("python" if d == "cpu" else "cpu") + 1,
 }
 
 
@@ -79,12 +77,6 @@ def _check(make: Case, device: str) -> None:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_pipeline_matches_reference(name: str, device: str) -> None:
     _check(CASES[name], device)
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=why, strict=False))
-                                  for n, (_, why) in sorted(KNOWN_GAPS.items())])
-def test_known_lowering_gaps(name: str) -> None:
-    _check(KNOWN_GAPS[name][0], "python")
 
 
 def test_numpy_tolist_item() -> None:
