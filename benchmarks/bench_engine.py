@@ -8,7 +8,9 @@ Figures (medians of >= 5 runs, a fresh graph built untimed before each run):
   (c) interning: building N fresh ADD nodes, and building the same N again (every one a table hit).
 With tinygrad installed, the same recipes are built with tinygrad's UOp and rewritten with the same 40 rules
 as a tinygrad PatternMatcher (benchmarks/engine_tinygrad.py), and the two results are checked to be the same
-graph (ours translated node by node must be tinygrad's result), so both sides do the same work.
+graph (ours translated node by node must be tinygrad's result), so both sides do the same work. Our
+graph_rewrite pauses Python's cyclic collector while it runs and tinygrad's does not; a second tinygrad row
+pauses it too, so the comparison shows what that policy is worth apart from the walk and the matcher.
 
 The rules are self-contained here (not rules/symbolic): the benchmark must not change when the project's
 rule sets do. They assume index dtype (floor division, no wrap-around).
@@ -183,7 +185,10 @@ def engine(b: Bench) -> None:
                 theirs = b.measure(f"{label}/tinygrad", tg.rewrite, setup=lambda s=steps: tg.build(s), work=n_in,
                                    unit="nodes/s", info={"nodes_in": tg_n_in, "expr_out": tg_size_out,
                                                          "firings": tg_firings, "same_result": same})
+                paused = b.measure(f"{label}/tinygrad gc paused", tg.rewrite_gc_paused,
+                                   setup=lambda s=steps: tg.build(s), work=n_in, unit="nodes/s")
             b.compare(f"{label} rewrite (nodes/s)", ours, theirs, "tinygrad")
+            b.compare(f"{label} rewrite, peer gc paused", ours, paused, "tinygrad")
             line += (f"; tinygrad -> {tg_size_out} nodes, {tg_firings} firings; results identical: "
                      f"{'yes' if same else 'NO'}")
         b.note(line)

@@ -10,6 +10,7 @@ Imported only when tinygrad is installed.
 from __future__ import annotations
 
 import contextlib
+import gc
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -135,6 +136,16 @@ def build(steps: list[tuple]) -> UOp:
 
 def rewrite(g: UOp) -> UOp:
     return graph_rewrite(g, SYMBOLIC)
+
+
+def rewrite_gc_paused(g: UOp) -> UOp:
+    """tinygrad with the collector paused around the call, as our graph_rewrite does by itself: shows how
+    much of the difference is that policy rather than the walk and the matcher."""
+    gc.disable()
+    try:
+        return graph_rewrite(g, SYMBOLIC)
+    finally:
+        gc.enable()
 
 
 @contextlib.contextmanager

@@ -16,18 +16,30 @@ from rewrite.dtype import AddrSpace
 
 _slots = itertools.count(1_000)  # small numbers are left for kernel-local slots in printed graphs
 _data: dict[int, Any] = {}
+_owner: dict[int, Any] = {}  # slot -> the allocator its array came from (it gets the array back)
 
 
 def new_buffer(dtype: DType, shape: tuple, device: str) -> UOp:
     """A fresh BUFFER UOp (unique slot) with no data yet; its data is freed when the UOp is garbage."""
     slot = next(_slots)
     buf = UOp.buffer(slot, dtype, shape, device)
-    weakref.finalize(buf, _data.pop, slot, None)
+    weakref.finalize(buf, _release, slot)
     return buf
 
 
-def store(buf: UOp, array: Any) -> None:
-    _data[_slot(buf)] = array
+def _release(slot: int) -> None:
+    arr, owner = _data.pop(slot, None), _owner.pop(slot, None)
+    if owner is not None and arr is not None:
+        owner.free(arr)
+
+
+def store(buf: UOp, array: Any, owner: Any = None) -> None:
+    """Attach `array` as the storage of `buf`. With `owner` (an allocator), the array goes back to it when
+    `buf` is garbage; arrays shared under several slots must name their owner under one slot only."""
+    s = _slot(buf)
+    _data[s] = array
+    if owner is not None:
+        _owner[s] = owner
 
 
 def lookup(buf: UOp) -> Any:

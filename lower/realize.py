@@ -34,21 +34,19 @@ def _device_of(buf: UOp) -> str:
 def _raw(buf: UOp) -> Any:
     """The storage array of `buf` as allocated (its own dtype), allocating it on first use."""
     if not buffers.has_data(buf):
+        from devices import get_device
+
         n = 1
         for d in buf.shape:
             n *= d
-        buffers.store(buf, np.zeros(n, dtype=_np_dtype(buf.dtype)))
+        dev = get_device(_device_of(buf))
+        buffers.store(buf, dev.alloc(n, buf.dtype), owner=dev)
     return buffers.lookup(buf)
 
 
 def _array(buf: UOp) -> Any:
     want = _np_dtype(buf.dtype)
-    if not buffers.has_data(buf):
-        n = 1
-        for d in buf.shape:
-            n *= d
-        buffers.store(buf, np.zeros(n, dtype=want))
-    arr = buffers.lookup(buf)
+    arr = _raw(buf)
     # a BUFFER may name another's storage with a different dtype (a bitcast that changes the element size)
     return arr if arr.dtype == want else arr.view(want)
 
