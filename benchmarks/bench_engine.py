@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib.util
 
 from benchmarks import engine_graphs
-from benchmarks.runner import Bench, Result, suite
+from benchmarks.runner import Bench, suite
 from rewrite import Ops, Rule, RuleSet, UOp, const, fold, graph_rewrite, op, tracing, var
 
 x, y, cond = var("x"), var("y"), var("cond")
@@ -171,9 +171,7 @@ def engine(b: Bench) -> None:
         del g, out
         ours = b.measure(f"{label}/ours", rewrite, setup=lambda s=steps: build(s), work=n_in, unit="nodes/s",
                          info={"nodes_in": n_in, "expr_in": size_in, "expr_out": size_out, "firings": firings})
-        secs, cpu = ours.info["seconds"], ours.info["cpu_seconds"]
-        b.record(Result(f"{label}/ours firings", "firings/s", [firings / s for s in secs], True, ours.fgn,  # type: ignore[attr-defined]
-                        {"firings": firings}, [firings / s for s in cpu]))  # type: ignore[attr-defined]
+        b.rate_from(ours, f"{label}/ours firings", "firings/s", firings)
         line = f"{label}: {n_in} nodes in (expression {size_in}), ours -> {size_out} nodes, {firings} firings"
         if peer is not None:
             with tg.deep_stack():

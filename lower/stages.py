@@ -46,8 +46,23 @@ def _decompose(ast: UOp, device: Any) -> UOp:
     return graph_rewrite(ast, rules, name="instruction-selection") if len(rules) else ast
 
 
+def _optimize(ast: UOp, device: Any) -> UOp:
+    from rewrite.env import getenv
+
+    from lower.optimize import apply_opts, hand_coded, lower_threads
+
+    if getenv("NOOPT") or device.name != "cpu":
+        return ast
+    opts = hand_coded(ast)
+    if getenv("DEBUG") >= 3:
+        print(f"opts: {opts}")
+    return lower_threads(apply_opts(ast, opts))
+
+
 KERNEL_STAGES: tuple[Stage, ...] = (
     Stage("symbolic", _symbolic),
+    Stage("optimize", _optimize),
+    Stage("symbolic-opt", _symbolic),
     Stage("instruction-selection", _decompose),
     Stage("symbolic-late", _symbolic),
     Stage("linearize", lambda ast, device: linearize(ast)),

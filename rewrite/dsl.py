@@ -18,8 +18,10 @@
   `fold(expr)` for a constant computed at rewrite time with the op-semantics table), a bare number (a constant
   of the matched node's dtype and shape), or a callable over captures (and `ctx`) returning a UOp or None.
 - `when=` is a callable over capture names (and `ctx`): a const capture stands for its Python value, any other
-  capture for its UOp (with `.vmin` / `.vmax`). Combine comparisons with `& | ~`, never `and/or/not`, so the
-  same guard runs on Python values and on z3 terms.
+  capture for its UOp (with `.vmin` / `.vmax`). Combine comparisons with `&` and `|`, never `and/or`, so the
+  same guard runs on Python values and on z3 terms. Two traps: `&` does not short-circuit (so
+  `(c1 != 0) & (c0 % c1 == 0)` divides by zero; use a helper that checks first), and `~` on a Python bool is
+  -2, which is true: negate by writing the opposite comparison.
 - Malformed rules (unknown capture, duplicate name, closure callback, non-kebab name) raise RuleError here,
   at definition.
 """
@@ -124,7 +126,11 @@ class Pat:
 def lift(x: Pat | Number) -> Pat:
     if isinstance(x, Pat):
         return x
-    if isinstance(x, (bool, int, float)):
+    if isinstance(x, bool):  # True == 1 in Python: a bool literal must only match bool constants
+        from rewrite.dtype import dtypes
+
+        return Pat("const", ops=frozenset({Ops.CONST}), value=x, dtypes=frozenset({dtypes.bool}))
+    if isinstance(x, (int, float)):
         return Pat("const", ops=frozenset({Ops.CONST}), value=x)
     raise RuleError(f"pattern operand must be a pattern or a number, got {type(x).__name__}")
 

@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from rewrite.egraph_terms import (
     CTORS,
@@ -74,8 +75,8 @@ def split_commands(text: str) -> list[str]:
     return out
 
 
-def _parse(eg: object, text: str) -> list:
-    return [c for form in split_commands(text) for c in eg.parse_program(form)]  # type: ignore[attr-defined]
+def _parse(eg: Any, text: str) -> list:
+    return [c for form in split_commands(text) for c in eg.parse_program(form)]
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ class Saturator:
         self.name, self.schedule = name, schedule or Schedule()
         self.program = sort_decls(costs) + program
         self.version = hashlib.sha256(f"{self.program}\n{self.schedule!r}".encode()).hexdigest()[:24]
-        self._eg: object = None
+        self._eg: Any = None
         self._cmds: dict[str, list] = {}
         self._lock = threading.RLock()
         self._mem: dict[UOp, Result] = {}
@@ -130,7 +131,7 @@ class Saturator:
         self.panics = 0  # batches (or halves of them) that panicked since this saturator was made
 
     # -- the persistent e-graph --
-    def _egraph(self) -> object:
+    def _egraph(self) -> Any:
         if self._eg is None:
             from egglog import bindings
 
@@ -143,26 +144,28 @@ class Saturator:
         return self._eg
 
     @staticmethod
-    def _insert(b: object, exprs: list[Expr]) -> tuple[list, str, list]:
+    def _insert(b: Any, exprs: list[Expr]) -> tuple[list, str]:
         """Commands that add every root, as binding objects (egglog 13.2 parses text in time quadratic in its
         length, and each top-level command costs ~0.2 ms): one packed list of the roots per chunk."""
-        sp = b.PanicSpan()  # type: ignore[attr-defined]
-        lit = b.Lit  # type: ignore[attr-defined]
-        call, i64, let = b.Call, b.Int, (lambda name, e: b.ActionCommand(b.Let(sp, name, e)))  # type: ignore[attr-defined]
+        sp = b.PanicSpan()
+        lit = b.Lit
+        call, i64, let = b.Call, b.Int, (lambda name, e: b.ActionCommand(b.Let(sp, name, e)))
         cmds: list = []
         roots = []
+        leaves: dict[tuple, object] = {}  # the same constant or leaf in many roots is built once
         for i, e in enumerate(exprs):
             objs: list = []
             for j, n in enumerate(e.nodes):
-                if n[0] == "Num":
-                    o = call(sp, "Num", [lit(sp, i64(n[1]))])
-                elif n[0] == "Var":
-                    o = call(sp, "Var", [lit(sp, b.String(n[1])), lit(sp, i64(n[2])), lit(sp, i64(n[3]))])  # type: ignore[attr-defined]
+                if n[0] == "Num" or n[0] == "Var":
+                    if (o := leaves.get(n)) is None:
+                        args = [lit(sp, i64(n[1]))] if n[0] == "Num" else \
+                            [lit(sp, b.String(n[1])), lit(sp, i64(n[2])), lit(sp, i64(n[3]))]
+                        o = leaves[n] = call(sp, n[0], args)
                 else:
                     o = call(sp, n[0], [objs[k] for k in n[1:]])
                 if e.named[j]:
                     cmds.append(let(f"$e{i}_{j}", o))
-                    o = b.Var(sp, f"$e{i}_{j}")  # type: ignore[attr-defined]
+                    o = b.Var(sp, f"$e{i}_{j}")
                 objs.append(o)
             roots.append(objs[-1])
         # the list nests as deep as it is long, so it is built in chunks from the back, each ending in the next
@@ -173,8 +176,8 @@ class Saturator:
                 pack = call(sp, "PCons", [r, pack])
             name = f"$pack{k // PACK_CHUNK}"
             cmds.append(let(name, pack))
-            tail = b.Var(sp, name)  # type: ignore[attr-defined]
-        return cmds, name, roots
+            tail = b.Var(sp, name)
+        return cmds, name
 
     def _run(self, exprs: list[Expr]) -> list[Result]:
         """One batch in the e-graph; raises on a panic (the caller splits the batch)."""
@@ -184,13 +187,13 @@ class Saturator:
         sch, st, t0 = self.schedule, Stats(roots=len(exprs)), time.perf_counter()
         self.last = st
         sp = b.PanicSpan()
-        cmds, pack, inserted = self._insert(b, exprs)
-        eg.run_program(*self._cmds["push"])  # type: ignore[attr-defined]
+        cmds, pack = self._insert(b, exprs)
+        eg.run_program(*self._cmds["push"])
         try:
-            eg.run_program(*cmds)  # type: ignore[attr-defined]
+            eg.run_program(*cmds)
             st.stop = "iterations"
             for _ in range(sch.iterations):
-                out = eg.run_program(*self._cmds["step"])  # type: ignore[attr-defined]
+                out = eg.run_program(*self._cmds["step"])
                 st.iterations += 1
                 st.size = sum(n for _, n in out[-1].sizes)
                 if not out[0].report.updated:
@@ -203,8 +206,8 @@ class Saturator:
                     st.stop = "time"
                     break
             if st.stop in ("iterations", "saturated"):
-                eg.run_program(*self._cmds["final"])  # type: ignore[attr-defined]
-            best = eg.run_program(b.Extract(sp, b.Var(sp, pack), b.Lit(sp, b.Int(0))))[-1]  # type: ignore[attr-defined]
+                eg.run_program(*self._cmds["final"])
+            best = eg.run_program(b.Extract(sp, b.Var(sp, pack), b.Lit(sp, b.Int(0))))[-1]
             td, tid = best.termdag, best.term
             roots: list[int] = []
             while td.get(tid).name == "PCons":
@@ -212,18 +215,16 @@ class Saturator:
                 roots.append(head)
             results = []
             settled = st.stop != "time"
-            for e, r, root in zip(exprs, roots, inserted, strict=True):
-                # the extracted term is made of e-nodes of the root's class, so evaluating it finds that class;
-                # checking that it is the class of the inserted root costs little and rules out a mix-up
-                _, val = eg.eval_expr(td.term_to_expr(r, sp))  # type: ignore[attr-defined]
-                if eg.eval_expr(root)[1] != val:  # type: ignore[attr-defined]
-                    raise RuntimeError("eqsat: an extracted term is not in its root's e-class")
-                lo, hi = eg.lookup_function("lo", [val]), eg.lookup_function("hi", [val])  # type: ignore[attr-defined]
-                results.append(Result(e.uop, eg.value_to_i64(lo) if lo is not None else None,  # type: ignore[attr-defined]
+            for e, r in zip(exprs, roots, strict=True):
+                # the extracted term is made of e-nodes of the root's class (smaller than the root's own term),
+                # so evaluating it finds that class and adds nothing
+                _, val = eg.eval_expr(td.term_to_expr(r, sp))
+                lo, hi = eg.lookup_function("lo", [val]), eg.lookup_function("hi", [val])
+                results.append(Result(e.uop, eg.value_to_i64(lo) if lo is not None else None,
                                       eg.value_to_i64(hi) if hi is not None else None, from_termdag(td, r), settled))
             return results
         finally:
-            eg.run_program(*self._cmds["pop"])  # type: ignore[attr-defined]
+            eg.run_program(*self._cmds["pop"])
             st.seconds = time.perf_counter() - t0
 
     def _run_split(self, exprs: list[Expr]) -> list[Result]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -105,7 +106,16 @@ def _graph_text(u: UOp) -> str | None:
     return None if " at 0x" in text else text
 
 
+_KEYS: weakref.WeakKeyDictionary[UOp, tuple[str, bool]] = weakref.WeakKeyDictionary()
+
+
 def _leaf_key(u: UOp, prefix: str) -> tuple[str, bool]:
+    if (hit := _KEYS.get(u)) is None:
+        hit = _KEYS[u] = _make_key(u, prefix)
+    return hit
+
+
+def _make_key(u: UOp, prefix: str) -> tuple[str, bool]:
     text = _graph_text(u)
     if text is None:
         return f"{prefix}{id(u):x}", False

@@ -22,6 +22,7 @@ from rewrite.uop import UOp
 
 DEFAULT_MAX_STEPS = 2_000_000
 _MISSING = object()
+_BUSY: UOp = object()  # type: ignore[assignment]  # in fixed_point's memo: this node's rewrite is in progress
 
 
 def _ruleset(rules: RuleSet | Sequence[RuleSet]) -> RuleSet:
@@ -101,10 +102,11 @@ class _Run:
                                 "for a pair that undo each other or a rule whose result matches itself.")
 
     def fixed_point(self, root: UOp, bottom_up: bool) -> UOp:
+        # replace[n] is n's final result, or _BUSY while n's rewrite is in progress (one dict does the memo and
+        # the cycle check: a node met again while _BUSY is a rewrite that led back to itself)
         replace: dict[UOp, UOp] = {}
-        busy: set[UOp] = set()
         stack: list = [root]
-        push, pop = stack.append, stack.pop
+        push, pop, get = stack.append, stack.pop, replace.get
         try_rules, fired_on, ctx = self.try_rules, self.fired_on, self.ctx
         # the hot loop: the matcher lookup and the rebuild of the sources are written out (no method call, no
         # list comprehension frame for the usual 1-3 sources)
@@ -112,24 +114,25 @@ class _Run:
         while stack:
             e = pop()
             if e.__class__ is UOp:  # first visit
-                if e in replace:
+                if (d := get(e)) is not None:
+                    if d is _BUSY:
+                        raise self.cycle_error(replace)
                     continue
-                if e in busy:
-                    raise self.loop_error("a rewrite led back to the node being rewritten", list(busy))
-                busy.add(e)
+                replace[e] = _BUSY
                 if bottom_up and (r := try_rules(e)) is not None:
                     push((e, r))
                     push(r)
                     continue
                 push((e, None))
                 for s in e.src:
-                    if s not in replace:
+                    if (d := get(s)) is None:
                         push(s)
+                    elif d is _BUSY:
+                        raise self.cycle_error(replace)
                 continue
             n, r = e
             if r is not None:  # the replacement is done: link it
                 replace[n] = replace[r]
-                busy.discard(n)
                 continue
             src = n.src
             ns = len(src)
@@ -153,17 +156,21 @@ class _Run:
                     r = None if m is None or (res := m(n, ctx)) is None else fired_on(n, res)
                 if r is None:
                     replace[n] = n
-                    busy.discard(n)
                     continue
             else:
                 r = UOp(n.op, new, n.arg, n.tag)
-            if (done := replace.get(r)) is not None:
-                replace[n] = done
-                busy.discard(n)
-            else:
+            if (done := get(r)) is None:
                 push((n, r))
                 push(r)
+            elif done is _BUSY:
+                raise self.cycle_error(replace)
+            else:
+                replace[n] = done
         return replace[root]
+
+    def cycle_error(self, replace: dict[UOp, UOp]) -> RewriteLoopError:
+        busy = [n for n, d in replace.items() if d is _BUSY]
+        return self.loop_error("a rewrite led back to the node being rewritten", busy)
 
     def walk(self, root: UOp) -> UOp:
         replace: dict[UOp, UOp] = {}

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from rewrite.env import getenv
 from rewrite.ops import Ops
 from rewrite.uop import UOp, register_simplifier
+# `symbolic` (the full fast set) is not re-exported here: the name would hide the rules.symbolic module
 from rules.divmod import divmod_linear, divmod_rules, divmod_templates
 from rules.symbolic import (
     bool_algebra,
@@ -27,7 +28,6 @@ from rules.symbolic import (
     max_folding,
     point_folding,
     simplify_fast,
-    symbolic,
     symbolic_simple,
     where_folding,
 )
@@ -75,7 +75,6 @@ __all__ = [
     "point_folding",
     "simplify",
     "simplify_fast",
-    "symbolic",
     "symbolic_simple",
     "where_folding",
 ]

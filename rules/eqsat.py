@@ -218,14 +218,13 @@ SUBSUME = frozenset({
     "add-zero", "sub-zero", "mul-one", "div-one", "neg-neg", "not-not", "and-true", "or-false", "where-true",
     "where-false", "where-same",
 })
-NO_POINT_GUARD: frozenset[str] = frozenset()
 
 SCHEDULE = Schedule(iterations=8, max_size=20_000, seconds=2.0)
 
 
 def program(rules: RuleSet = eqsat, raw: str = RAW_RULES) -> tuple[str, Export]:
     """The egglog text for the analysis, `rules` exported into rule set `rw`, and `raw` rules."""
-    ex = export_rules(rules, "rw", subsume=SUBSUME, point_guard={r.name for r in rules} - NO_POINT_GUARD)
+    ex = export_rules(rules, "rw", subsume=SUBSUME)
     return f"{ANALYSIS}\n(ruleset rw)\n{ex.text}{raw}\n", ex
 
 

@@ -146,7 +146,8 @@ BAD = [
     ("cast to void", lambda: UOp(Ops.CAST, (A,), dtypes.void), "CAST", "value DType"),
     ("range arg", lambda: UOp(Ops.RANGE, (UOp.const(4),), 7), "RANGE", "(id, AxisType)"),
     ("range axis type", lambda: UOp(Ops.RANGE, (UOp.const(4),), (0, "LOOP")), "RANGE", "(id, AxisType)"),
-    ("range bool id", lambda: UOp(Ops.RANGE, (UOp.const(4),), (True, AxisType.LOOP)), "RANGE", "(id, AxisType)"),
+    # an odd bound keeps this node from interning to an existing RANGE with id 1 (True == 1 in a tuple key)
+    ("range bool id", lambda: UOp(Ops.RANGE, (UOp.const(997),), (True, AxisType.LOOP)), "RANGE", "(id, AxisType)"),
     ("reduce axes unsorted", lambda: UOp(Ops.REDUCE, (A,), (Ops.ADD, (1, 0))), "REDUCE", "sorted"),
     ("reduce axes repeat", lambda: UOp(Ops.REDUCE, (A,), (Ops.ADD, (0, 0))), "REDUCE", "repeat"),
     ("reduce bool sum", lambda: buf((3,), dtypes.bool).sum(), "REDUCE", "does not accept bool"),

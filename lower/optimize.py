@@ -1,0 +1,188 @@
+"""Kernel optimization: OptOps as rewrites of a kernel's RANGEs, and the hand-coded heuristics.
+
+A kernel's axes are its RANGEs in order: the output loops (in the order their END lists them), then each
+reduction's ranges. An Opt is (op, axis, arg) and opts compose left to right (seed 001):
+
+  SPLIT  (k, target, top)  axis n becomes (n/k, k), the new size-k axis of AxisType `target` inner (or outer
+                           when `top`); the other part keeps the old type. Index uses of r become
+                           r_outer*k + r_inner (top: r_top*(n/k) + r_rest).
+  PADTO  m                 (not yet implemented: raises KernelOptError)
+  SWAP   j                 exchange the loop order of two output axes (both LOOP-like, same END)
+  NOLOCALS                 no LOCAL axes (CPU: always)
+  TC                       tensor cores: no device here has them (raises KernelOptError)
+
+Which targets a split may produce follows the spec's AxisType table: LOCAL from GLOBAL/LOOP, THREAD from
+GLOBAL/LOOP (outer), UPCAST from GLOBAL/LOCAL/LOOP (inner), GROUP_REDUCE from REDUCE, UNROLL from
+REDUCE/GROUP_REDUCE (inner). An illegal opt raises KernelOptError saying why.
+
+After the opts, `lower_threads` turns THREAD ranges into SPECIAL("core_id", n): the device runs the kernel
+once per value, in parallel.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from enum import Enum
+
+from rewrite import AxisType, Ops, UOp
+from rewrite.errors import KernelOptError
+
+
+class OptOps(Enum):
+    SPLIT = "SPLIT"
+    PADTO = "PADTO"
+    SWAP = "SWAP"
+    NOLOCALS = "NOLOCALS"
+    TC = "TC"
+
+
+@dataclass(frozen=True)
+class Opt:
+    op: OptOps
+    axis: int | None = None
+    arg: object = None
+
+    def __repr__(self) -> str:
+        return f"Opt({self.op.name}, {self.axis}, {self.arg!r})"
+
+
+_SPLIT_FROM = {
+    AxisType.LOCAL: {AxisType.GLOBAL, AxisType.LOOP},
+    AxisType.THREAD: {AxisType.GLOBAL, AxisType.LOOP},
+    AxisType.UPCAST: {AxisType.GLOBAL, AxisType.LOCAL, AxisType.LOOP},
+    AxisType.GROUP_REDUCE: {AxisType.REDUCE},
+    AxisType.UNROLL: {AxisType.REDUCE, AxisType.GROUP_REDUCE},
+    AxisType.LOOP: {AxisType.LOOP, AxisType.GLOBAL},
+    AxisType.REDUCE: {AxisType.REDUCE},
+}
+
+
+def axes(ast: UOp) -> list[UOp]:
+    """The kernel's RANGEs: output loops in END order, then reduction ranges in REDUCE order."""
+    out: list[UOp] = []
+    for u in reversed(ast.toposort()):
+        if u.op is Ops.END:
+            out += [r for r in u.src[1:] if r not in out]
+    for u in ast.toposort():
+        if u.op is Ops.REDUCE:
+            out += [r for r in u.src[1:] if r not in out]
+    return out
+
+
+def size(r: UOp) -> int:
+    b = r.src[0]
+    if b.op is not Ops.CONST:
+        raise KernelOptError(f"axis {r.render()} has a symbolic size; only constant sizes can be split")
+    return int(b.arg[0])  # type: ignore[index]
+
+
+def _next_id(ast: UOp) -> int:
+    ids = [u.arg[0] for u in ast.toposort() if u.op is Ops.RANGE and isinstance(u.arg[0], int)]  # type: ignore[index]
+    return max(ids, default=0) + 1
+
+
+def replace_range(ast: UOp, r: UOp, parts: tuple[UOp, ...], expr: UOp | None) -> UOp:
+    """`ast` with range `r` replaced: END/REDUCE that list it list `parts` instead (in order), and every other
+    use of r becomes `expr` (None: r must have no other uses)."""
+    done: dict[UOp, UOp] = {}
+    for u in ast.toposort():
+        if u is r:
+            continue
+        src = []
+        for s in u.src:
+            if s is r:
+                if u.op in (Ops.END, Ops.REDUCE) and s in u.src[1:]:
+                    src.extend(parts)
+                    continue
+                if expr is None:
+                    raise KernelOptError(f"range {r.render()} is still used by {u.op.name}")
+                src.append(expr)
+            else:
+                src.append(done.get(s, s))
+        new_src = tuple(src)
+        if u.op is Ops.END and len(new_src) == 1:  # an END that closes no range any more is its body
+            done[u] = new_src[0]
+        elif u.op is Ops.REDUCE and len(new_src) == 1:
+            raise KernelOptError("a REDUCE lost all its ranges")
+        else:
+            done[u] = u if new_src == u.src else UOp(u.op, new_src, u.arg, u.tag)
+    return done[ast]
+
+
+def apply_opt(ast: UOp, opt: Opt) -> UOp:
+    rs = axes(ast)
+    if opt.op is OptOps.NOLOCALS:
+        return ast
+    if opt.op in (OptOps.TC, OptOps.PADTO):
+        raise KernelOptError(f"{opt.op.name} is not supported on this device yet")
+    if opt.axis is None or not 0 <= opt.axis < len(rs):
+        raise KernelOptError(f"{opt}: axis out of range; the kernel has {len(rs)} axes")
+    r = rs[opt.axis]
+    rtype: AxisType = r.arg[1]  # type: ignore[index]
+    if opt.op is OptOps.SPLIT:
+        k, target, top = opt.arg  # type: ignore[misc]
+        n = size(r)
+        if not isinstance(k, int) or k < 1 or n % k:
+            raise KernelOptError(f"{opt}: {k} does not divide the axis size {n}")
+        if rtype not in _SPLIT_FROM.get(target, set()):
+            raise KernelOptError(f"{opt}: a {target.name} axis cannot be split from a {rtype.name} axis")
+        nid = _next_id(ast)
+        if top:
+            a, b = UOp.range(k, nid, target), UOp.range(n // k, nid + 1, rtype)
+            return replace_range(ast, r, (a, b), a * (n // k) + b)
+        a, b = UOp.range(n // k, nid, rtype), UOp.range(k, nid + 1, target)
+        return replace_range(ast, r, (a, b), a * k + b)
+    if opt.op is OptOps.SWAP:
+        if not isinstance(opt.arg, int) or not 0 <= opt.arg < len(rs):
+            raise KernelOptError(f"{opt}: the other axis is out of range")
+        o = rs[opt.arg]
+        for u in ast.toposort():
+            if u.op is Ops.END and r in u.src[1:] and o in u.src[1:]:
+                src = list(u.src)
+                i, j = src.index(r), src.index(o)
+                src[i], src[j] = src[j], src[i]
+                return ast.substitute({u: UOp(Ops.END, tuple(src), u.arg, u.tag)})
+        raise KernelOptError(f"{opt}: axes {opt.axis} and {opt.arg} are not loops closed by the same END")
+    raise KernelOptError(f"unknown opt {opt}")
+
+
+def apply_opts(ast: UOp, opts: list[Opt]) -> UOp:
+    for o in opts:
+        ast = apply_opt(ast, o)
+    return ast
+
+
+def lower_threads(ast: UOp) -> UOp:
+    """THREAD ranges become SPECIAL("core_id", n): the device runs the kernel once per thread index."""
+    for r in [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] is AxisType.THREAD]:  # type: ignore[index]
+        ast = replace_range(ast, r, (), UOp(Ops.SPECIAL, (r.src[0],), "core_id"))
+    return ast
+
+
+# ------------------------------------------------------------------------------------------ heuristics
+
+THREADS = max(1, min(os.cpu_count() or 1, 64))
+MIN_WORK_PER_THREAD = 1 << 17
+
+
+def work(ast: UOp) -> int:
+    n = 1
+    for r in axes(ast):
+        try:
+            n *= size(r)
+        except KernelOptError:
+            return 0
+    return n
+
+
+def hand_coded(ast: UOp, threads: int = THREADS) -> list[Opt]:
+    """Opts for the CPU: the outermost output loop that divides evenly is split across threads when each
+    thread gets enough work to pay for waking it."""
+    opts: list[Opt] = []
+    if threads > 1 and work(ast) >= threads * MIN_WORK_PER_THREAD:
+        for i, r in enumerate(axes(ast)):
+            if r.arg[1] is AxisType.LOOP and size(r) % threads == 0:  # type: ignore[index]
+                opts.append(Opt(OptOps.SPLIT, i, (threads, AxisType.THREAD, True)))
+                break
+    return opts
