@@ -21,6 +21,19 @@ appears once. The instructions:
   IF       src (gate,) / ENDIF src (if,): a conditional block.
   ALU ops  (GroupOp.ALU) and CAST, BITCAST: elementwise on scalars; exact meaning in rewrite.semantics.
 
+Vector values (after the Expand stage upcasts a range into lanes): any value may have shape (n,), n > 1, a
+vector of n lanes; lane counts are powers of two up to 64. A scalar operand of an op with vector operands is
+broadcast to every lane. Additionally:
+
+  VCONST   arg (values, dtype): a vector constant (lane i holds values[i]).
+  INDEX    src (buf, i) with i of shape (n,): n addresses. LOAD of it gives a vector (a gather; when the
+           lanes are base + (0, 1, ..., n-1) it is one contiguous load), STORE of it writes n elements. A
+           gate may be a scalar or have shape (n,).
+  INDEX    src (v, CONST k) with v a vector value (not a buffer): lane k of v, a scalar.
+  STACK    src (s0, ..., s{n-1}) of scalars: the vector of those lanes.
+  BUFFER   REG of n elements indexed by a VCONST (0..n-1): a vector accumulator.
+  REDUCE-free: horizontal reductions are written as ALU ops on INDEX lane extractions.
+
 IDIV/MOD are floor division; a device that lacks them declares so and lowering gives it CDIV/CMOD plus a fix.
 A device declares `supported_ops`; lowering decomposes the rest (rules/decompositions.py).
 
