@@ -296,6 +296,10 @@ class Saturator:
     def clear_memory(self) -> None:
         self._mem.clear()
 
+    def cached(self, u: UOp) -> Result | None:
+        """The in-memory result for `u`, if any (no e-graph, no disk)."""
+        return self._mem.get(u)
+
     # -- the entry point --
     def run(self, uops: Sequence[UOp]) -> list[Result]:
         """Saturate all `uops` in one e-graph (cached ones skipped); each result is its UOp (the input itself
@@ -320,7 +324,7 @@ class Saturator:
                     out[u] = Result(u)
                 except (TypeError, ValueError, ImportError):  # an interval the local analysis cannot give
                     out[u] = Result(u)
-            disk = self._disk_get(todo)
+            disk = self._disk_get(todo) if todo else {}
             fresh = [e for i, e in enumerate(todo) if i not in disk]
             done = self._run_split(fresh) if fresh else []
             self._disk_put([(e, r) for e, r in zip(fresh, done, strict=True)])

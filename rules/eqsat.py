@@ -249,7 +249,8 @@ def skipped_rules() -> list[tuple[str, str]]:
 
 def saturate(u: UOp) -> UOp:
     """The cheapest equivalent form of the index expression `u` the e-graph finds (or `u`)."""
-    return saturator().run([u])[0].uop
+    sat = saturator()
+    return hit.uop if (hit := sat.cached(u)) is not None else sat.run([u])[0].uop
 
 
 def saturate_batch(exprs: Sequence[UOp]) -> list[UOp]:
@@ -260,7 +261,8 @@ def saturate_batch(exprs: Sequence[UOp]) -> list[UOp]:
 def egraph_bounds(u: UOp) -> tuple[ConstValue, ConstValue]:
     """The e-graph's interval of `u` intersected with `u`'s own: never looser than `[u.vmin, u.vmax]`."""
     lo, hi = u.vmin, u.vmax
-    r = saturator().run([u])[0]
+    sat = saturator()
+    r = hit if (hit := sat.cached(u)) is not None else sat.run([u])[0]
     if r.lo is not None and r.hi is not None and not isinstance(lo, float):
         lo, hi = max(lo, r.lo), min(hi, r.hi)
         if u.dtype.scalar.is_bool:

@@ -89,6 +89,7 @@ MATCHES = [
     ("const-value-other",     x + 0,                               a + 1,                   False),
     ("const-bool-true",       op.WHERE(True, x, y),                k(True).where(a, b),     True),
     ("const-bool-false",      op.WHERE(True, x, y),                k(False).where(a, b),    False),
+    ("const-bool-not-int",    x * True,                            a * 1,                   False),
     # a name used twice is the same node
     ("repeat-same",           x + x,                               a + a,                   True),
     ("repeat-different",      x + x,                               a + b,                   False),
@@ -96,7 +97,7 @@ MATCHES = [
     ("repeat-nested-swapped", (x // y) + x,                        a + (a // b),            True),
     ("repeat-nested-not",     (x // y) + x,                        (a // b) + b,            False),
     ("repeat-deep",           (x * y) + (x * z),                   (a * b) + (a * 3),       True),
-    ("repeat-deep-not",       (x * y) + (x * z),                   (a * b) + (b * 3),       True),   # x=b, by commutativity
+    ("repeat-deep-swapped",   (x * y) + (x * z),                   (a * b) + (b * 3),       True),  # x=b, y=a
     ("repeat-deep-none",      (x * y) + (x * z),                   (a * b) + (n * 3),       False),
     # commutative ops match either order; ordered=True and non-commutative ops do not
     ("comm-right",            x + 1,                               a + 1,                   True),
@@ -182,8 +183,8 @@ GUARDS = [
     ("vmin-vmax-yes",     Rule("r", x // c0, mark, when=lambda x, c0: (x.vmin >= 0) & (x.vmax < c0)), a // 11, True),
     ("vmin-vmax-edge",    Rule("r", x // c0, mark, when=lambda x, c0: (x.vmin >= 0) & (x.vmax < c0)), a // 10, False),
     ("vmin-negative",     Rule("r", x // c0, mark, when=lambda x, c0: (x.vmin >= 0) & (x.vmax < c0)), n // 11, False),
-    ("vmin-of-expr",      Rule("r", x < y, mark, when=lambda x, y: x.vmax < y.vmin),              (a + 1) < (b + 20), True),
-    ("vmin-of-expr-no",   Rule("r", x < y, mark, when=lambda x, y: x.vmax < y.vmin),              (a + 1) < (b + 10), False),
+    ("vmin-of-expr",      Rule("r", x < y, mark, when=lambda x, y: x.vmax < y.vmin),   (a + 1) < (b + 20), True),
+    ("vmin-of-expr-no",   Rule("r", x < y, mark, when=lambda x, y: x.vmax < y.vmin),   (a + 1) < (b + 10), False),
     ("two-consts",        Rule("r", (x + c0) + c1, mark, when=lambda c0, c1: c0 + c1 == 0),       (a + 3) + -3, True),
     ("two-consts-no",     Rule("r", (x + c0) + c1, mark, when=lambda c0, c1: c0 + c1 == 0),       (a + 3) + 3, False),
     ("ctx-yes",           Rule("r", x + y, mark, when=lambda ctx, x: x in ctx),                   a + b,    True),
@@ -219,7 +220,7 @@ RESULTS = [
     ("template-literal",     Rule("r", op.NEG(x), x * -1),                         -a,              a * -1),
     ("fold-expr",            Rule("r", (x + c0) + c1, x + fold(c0 + c1)),           (a + 2) + 3,     a + 5),
     ("fold-expr-nested",     Rule("r", (x * c0) < c1, x < fold((c1 + c0 - 1) // c0)), (a * 4) < 10, a < 3),
-    ("fold-wraps-int32",     Rule("r", (x + c0) + c1, x + fold(c0 + c1)),           (p + (2**31 - 1)) + 1, p + (-(2**31))),
+    ("fold-wraps-int32",     Rule("r", (x + c0) + c1, x + fold(c0 + c1)),  (p + (2**31 - 1)) + 1, p + (-(2**31))),
     ("fold-floor-div",       Rule("r", x + (c0 // c1), x + fold(c0 // c1)),         a + (k(-7) // k(2)), a + -4),
     ("fold-callable",        Rule("r", x * c0, x + fold(_double)),                 a * 5,           a + 10),
     ("fold-callable-lambda", Rule("r", x * c0, x + fold(lambda c0, x: c0 + x.vmax)), a * 5,         a + 15),

@@ -88,7 +88,9 @@ DRIVERS = [
 # fmt: on
 
 
-@pytest.mark.parametrize(("rules", "g", "default", "bottom_up", "walk"), [pytest.param(*r[1:], id=r[0]) for r in DRIVERS])
+@pytest.mark.parametrize(
+    ("rules", "g", "default", "bottom_up", "walk"), [pytest.param(*r[1:], id=r[0]) for r in DRIVERS]
+)
 def test_drivers_differ(rules: list[Rule], g: UOp, default: UOp, bottom_up: UOp, walk: UOp) -> None:
     rs = RuleSet("t", rules)
     assert graph_rewrite(g, rs) is default
@@ -109,6 +111,23 @@ def test_no_rule_fires_returns_the_same_object() -> None:
     assert graph_rewrite(g, RuleSet("t", [ADD_ZERO])) is g
     assert graph_rewrite(g, RuleSet("t", [ADD_ZERO]), bottom_up=True) is g
     assert graph_rewrite(g, RuleSet("t", [ADD_ZERO]), walk=True) is g
+
+
+# fmt: off
+ARITIES = [
+    ("0", UOp.sink(),                                  UOp.sink()),
+    ("1", -(a + 0),                                    -a),
+    ("2", (a + 0) * (b + 0),                           a * b),
+    ("3", (a < b).where(a + 0, b + 0),                 (a < b).where(a, b)),
+    ("4", UOp.sink(a + 0, b, b + 0, a * 2),            UOp.sink(a, b, b, a * 2)),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("mode", [{}, {"bottom_up": True}, {"walk": True}])
+@pytest.mark.parametrize(("g", "expected"), [pytest.param(*r[1:], id=f"{r[0]}-sources") for r in ARITIES])
+def test_nodes_of_every_arity_are_rebuilt(g: UOp, expected: UOp, mode: dict[str, bool]) -> None:
+    assert graph_rewrite(g, RuleSet("t", [ADD_ZERO]), **mode) is expected
 
 
 def test_a_sequence_of_rule_sets_is_their_sum() -> None:
@@ -155,6 +174,11 @@ def test_a_rule_that_undoes_itself_raises() -> None:
     swap = Rule("swap", op.ADD(x, y, ordered=True), lambda x, y: UOp(Ops.ADD, (y, x)))
     with pytest.raises(RewriteLoopError, match="swap"):
         graph_rewrite(a + b, RuleSet("t", [swap]))
+
+
+def test_a_result_containing_the_node_being_rewritten_raises() -> None:
+    with pytest.raises(RewriteLoopError, match="led back to the node being rewritten; rules on the cycle: wrap"):
+        graph_rewrite(-a, RuleSet("t", [Rule("wrap", op.NEG(x), op.NEG(op.NEG(x)))]))
 
 
 def test_walk_does_not_loop_on_a_cycle() -> None:
@@ -260,9 +284,15 @@ def boom(x: UOp) -> UOp:
     raise ValueError("callback failed")
 
 
+def gc_state(ctx: list[bool], x: UOp) -> None:
+    ctx.append(gc.isenabled())
+
+
 def test_gc_state_is_restored() -> None:
     assert gc.isenabled()
-    graph_rewrite(a + 0, RuleSet("t", [ADD_ZERO]))
+    during: list[bool] = []
+    graph_rewrite(a + 0, RuleSet("t", [Rule("probe", x, gc_state)]), ctx=during)
+    assert during and not any(during)  # paused while the rewrite runs
     assert gc.isenabled()
     with pytest.raises(ValueError, match="callback failed"):
         graph_rewrite(a + 0, RuleSet("t", [Rule("boom", x + 0, boom)]))
