@@ -17,7 +17,7 @@ from functools import reduce as _fold
 
 from rewrite import AxisType, Ops, UOp
 
-from lower.optimize import axes, replace_range, size
+from lower.optimize import axes, size
 
 EXPANDED = (AxisType.UPCAST, AxisType.UNROLL)
 
@@ -41,25 +41,26 @@ def expand(ast: UOp) -> UOp:
 
         raise KernelOptError(f"expand: {n} lanes; lane counts must be powers of two up to 64")
     vec = {r: UOp.vconst([c[k] for c in coords]) for k, r in enumerate(lanes)}
-    # REDUCEs first: fold their unrolled lanes, so the loop part keeps only its sequential ranges
-    for red in [u for u in ast.toposort() if u.op is Ops.REDUCE]:
-        red = next(u for u in ast.toposort() if u.op is Ops.REDUCE and u.arg == red.arg and _same(u, red))
-        unrolled = [r for r in red.src[1:] if r in vec]
-        if not unrolled:
+    done: dict[UOp, UOp] = {}
+    for u in ast.toposort():
+        if u in vec:
+            done[u] = vec[u]
             continue
-        keep = tuple(r for r in red.src[1:] if r not in vec)
-        body = red.src[0]
-        inner = UOp(Ops.REDUCE, (body, *keep), red.arg) if keep else body
-        ast = ast.substitute({red: _fold_lanes(inner, red.arg[0], [lanes.index(r) for r in unrolled], coords)})
-    # the remaining uses of the lane ranges become lane coordinates; END lists drop them
-    for r in lanes:
-        ast = replace_range(ast, r, (), vec[r])
+        src = tuple(done.get(s, s) for s in u.src)
+        if u.op in (Ops.END, Ops.REDUCE):
+            kept = tuple(r for r in u.src[1:] if r not in vec)
+            if u.op is Ops.REDUCE and len(kept) != len(u.src) - 1:
+                unrolled = [lanes.index(r) for r in u.src[1:] if r in vec]
+                inner = UOp(Ops.REDUCE, (src[0], *kept), u.arg) if kept else src[0]
+                done[u] = _fold_lanes(inner, u.arg[0], unrolled, coords)  # type: ignore[index]
+                continue
+            src = (src[0], *kept)
+            if u.op is Ops.END and not kept:
+                done[u] = src[0]
+                continue
+        done[u] = u if src == u.src else UOp(u.op, src, u.arg, u.tag)
     unroll_idx = [k for k, r in enumerate(lanes) if r.arg[1] is AxisType.UNROLL]  # type: ignore[index]
-    return _narrow_stores(ast, unroll_idx, coords)
-
-
-def _same(a: UOp, b: UOp) -> bool:
-    return a is b or (a.src[1:] == b.src[1:])
+    return _narrow_stores(done[ast], unroll_idx, coords)
 
 
 def _fold_lanes(v: UOp, op: Ops, axes_k: list[int], coords: list[tuple[int, ...]]) -> UOp:

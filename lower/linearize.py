@@ -27,11 +27,14 @@ def _acc_for_reduce(ctx: _AccCtx, red: UOp) -> UOp:
     body, ranges = red.src[0], red.src[1:]
     rop = red.arg[0]
     ctx.next_slot += 1
-    acc = UOp(Ops.BUFFER, (UOp.shape_operand((1,)),), BufferArg(ctx.next_slot, red.dtype, None, AddrSpace.REG))
-    at = acc.index(0)
+    lanes = red.shape[0] if red.shape else 1  # after Expand a reduction may carry a vector of lanes
+    acc = UOp(Ops.BUFFER, (UOp.shape_operand((lanes,)),), BufferArg(ctx.next_slot, red.dtype, None, AddrSpace.REG))
+    at = acc.index(UOp.vconst(range(lanes)) if red.shape else UOp.const(0))
+    ident = reduce_identity(rop, red.dtype)
+    init_val = UOp.vconst([ident] * lanes, red.dtype) if red.shape else UOp.const(ident, red.dtype)
     # the accumulator restarts on every iteration of the loops the reduction sits in
     outer = [r for r in open_ranges(body) if r not in ranges]
-    init = (UOp(Ops.AFTER, (at, *outer)) if outer else at).store(UOp.const(reduce_identity(rop, red.dtype), red.dtype))
+    init = (UOp(Ops.AFTER, (at, *outer)) if outer else at).store(init_val)
     cur = UOp(Ops.LOAD, (UOp(Ops.AFTER, (at, init, *ranges)),))
     upd = at.store(UOp(rop, (cur, body)))
     end = upd

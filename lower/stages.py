@@ -46,17 +46,19 @@ def _decompose(ast: UOp, device: Any) -> UOp:
     return graph_rewrite(ast, rules, name="instruction-selection") if len(rules) else ast
 
 
-def _optimize(ast: UOp, device: Any) -> UOp:
+def _optimize(ast: UOp, device: Any, opts: list | None = None) -> UOp:
+    """Apply `opts` (default: the hand-coded heuristics for the device; none with NOOPT=1), then lower
+    THREAD axes to core_id and expand UPCAST/UNROLL axes into vector lanes."""
     from rewrite.env import getenv
 
+    from lower.expand import expand
     from lower.optimize import apply_opts, hand_coded, lower_threads
 
-    if getenv("NOOPT") or device.name != "cpu":
-        return ast
-    opts = hand_coded(ast)
-    if getenv("DEBUG") >= 3:
+    if opts is None:
+        opts = [] if getenv("NOOPT") or device.name != "cpu" else hand_coded(ast)
+    if getenv("DEBUG") >= 3 and opts:
         print(f"opts: {opts}")
-    return lower_threads(apply_opts(ast, opts))
+    return expand(lower_threads(apply_opts(ast, opts)))
 
 
 KERNEL_STAGES: tuple[Stage, ...] = (
@@ -69,10 +71,11 @@ KERNEL_STAGES: tuple[Stage, ...] = (
 )
 
 
-def lower_kernel(ast: UOp, device: Any, upto: str | None = None) -> UOp:
-    """Run the kernel stages on `ast` for `device` (stopping after `upto` if given); returns the LINEAR."""
+def lower_kernel(ast: UOp, device: Any, upto: str | None = None, opts: list | None = None) -> UOp:
+    """Run the kernel stages on `ast` for `device` (stopping after `upto` if given); returns the LINEAR.
+    `opts` replaces the heuristics' choice of OptOps (a search tries candidates this way)."""
     for st in KERNEL_STAGES:
-        ast = st.run(ast, device)
+        ast = _optimize(ast, device, opts) if st.name == "optimize" else st.run(ast, device)
         if st.name == upto:
             break
     return ast
