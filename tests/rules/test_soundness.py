@@ -187,11 +187,15 @@ def test_rule_sound_wide_boxes(rule: Rule) -> None:
 
 
 TEMPLATES = [r for r in RULES if r.is_template]
+# templates z3 cannot express (bit operations, a guard that reads intervals, a pattern with unspecified
+# sources); the exhaustive and hypothesis checks above still cover each of them
+Z3_NOT_APPLICABLE = {
+    "mod-fixed-quotient", "fold-shl", "fold-shr", "and-zero", "or-zero", "xor-zero", "shl-zero", "shr-zero",
+    "shl-to-mul", "shr-to-div", "fold-point-interval",
+}
 
 
-@pytest.mark.skipif(z3 is None, reason="z3 is not installed")
-@pytest.mark.parametrize("rule", TEMPLATES, ids=lambda r: r.name)
-def test_rule_proved_by_z3(rule: Rule) -> None:
+def _z3_outcome(rule: Rule) -> tuple[str, str]:
     rng = random.Random(f"z3-{rule.name}")
     outcome = f"no index/bool instance of {rule.name}"
     for _ in range(40):  # find an index/bool instance of the pattern to take the captures' dtypes from
@@ -203,13 +207,28 @@ def test_rule_proved_by_z3(rule: Rule) -> None:
         if any(c.dtype not in (dtypes.index, dtypes.bool) for c in inst.caps.values()):
             continue
         status, detail = prove(rule, root, inst.caps)
-        assert status != "counterexample", f"z3 refutes {rule.name} ({rule.lhs} -> {rule.rhs}): {detail}"
-        if status in ("proved", "proved-per-constant"):
-            return
+        if status in ("proved", "proved-per-constant", "counterexample"):
+            return status, detail
         outcome = f"z3 {status} on {rule.name}: {detail}"
         if status == "unknown":
             break
-    pytest.skip(outcome)
+    return "unsupported", outcome
+
+
+@pytest.mark.skipif(z3 is None, reason="z3 is not installed")
+@pytest.mark.parametrize("rule", [r for r in TEMPLATES if r.name not in Z3_NOT_APPLICABLE], ids=lambda r: r.name)
+def test_rule_proved_by_z3(rule: Rule) -> None:
+    status, detail = _z3_outcome(rule)
+    assert status != "counterexample", f"z3 refutes {rule.name} ({rule.lhs} -> {rule.rhs}): {detail}"
+    assert status in ("proved", "proved-per-constant"), detail
+
+
+@pytest.mark.skipif(z3 is None, reason="z3 is not installed")
+def test_z3_not_applicable_list_is_exact() -> None:
+    """The rules left out of the z3 proofs are exactly those z3 cannot encode (so a new rule is proved)."""
+    names = {r.name for r in TEMPLATES}
+    assert names >= Z3_NOT_APPLICABLE
+    assert {r.name for r in TEMPLATES if r.name in Z3_NOT_APPLICABLE and _z3_outcome(r)[0] != "unsupported"} == set()
 
 
 def test_every_exported_rule_is_checked() -> None:
