@@ -51,13 +51,13 @@ def _array(buf: UOp) -> Any:
     return arr if arr.dtype == want else arr.view(want)
 
 
-def get_kernel(ast: UOp, device_name: str, name: str) -> Any:
+def get_kernel(ast: UOp, device_name: str, name: str, bufs: tuple | None = None) -> Any:
     key = (ast, device_name)
     if (k := _compiled.get(key)) is None:
         from devices import get_device
 
         dev = get_device(device_name)
-        linear = lower_kernel(ast, dev)
+        linear = lower_kernel(ast, dev, bufs=bufs, name=name)
         if getenv("DEBUG") >= 3:
             print(f"--- {name} ({device_name})\n{linear}")
         k = _compiled[key] = dev.compile(linear, name)
@@ -81,7 +81,7 @@ def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None) -> Non
             continue
         assert it.ast is not None
         dev = _device_of(it.bufs[0])
-        kernel = get_kernel(it.ast, dev, it.name)
+        kernel = get_kernel(it.ast, dev, it.name, it.bufs)
         st = time.perf_counter()
         kernel({i: _array(b) for i, b in enumerate(it.bufs)})
         if debug >= 2:

@@ -46,7 +46,7 @@ def _decompose(ast: UOp, device: Any) -> UOp:
     return graph_rewrite(ast, rules, name="instruction-selection") if len(rules) else ast
 
 
-def _optimize(ast: UOp, device: Any, opts: list | None = None) -> UOp:
+def _optimize(ast: UOp, device: Any, opts: list | None = None, bufs: tuple | None = None, name: str = "") -> UOp:
     """Apply `opts` (default: the hand-coded heuristics for the device; none with NOOPT=1), then lower
     THREAD axes to core_id and expand UPCAST/UNROLL axes into vector lanes."""
     from rewrite.env import getenv
@@ -55,7 +55,14 @@ def _optimize(ast: UOp, device: Any, opts: list | None = None) -> UOp:
     from lower.optimize import apply_opts, hand_coded, lower_threads
 
     if opts is None:
-        opts = [] if getenv("NOOPT") or device.name != "cpu" else hand_coded(ast)
+        if getenv("NOOPT") or device.name != "cpu":
+            opts = []
+        elif int(getenv("BEAM")) > 0 and bufs is not None:
+            from lower.search import beam_search
+
+            opts = beam_search(ast, bufs, device, int(getenv("BEAM")), name=name)
+        else:
+            opts = hand_coded(ast)
     if getenv("DEBUG") >= 3 and opts:
         print(f"opts: {opts}")
     return expand(lower_threads(apply_opts(ast, opts)))
@@ -71,11 +78,13 @@ KERNEL_STAGES: tuple[Stage, ...] = (
 )
 
 
-def lower_kernel(ast: UOp, device: Any, upto: str | None = None, opts: list | None = None) -> UOp:
+def lower_kernel(ast: UOp, device: Any, upto: str | None = None, opts: list | None = None,
+                 bufs: tuple | None = None, name: str = "") -> UOp:
     """Run the kernel stages on `ast` for `device` (stopping after `upto` if given); returns the LINEAR.
-    `opts` replaces the heuristics' choice of OptOps (a search tries candidates this way)."""
+    `opts` replaces the heuristics' choice of OptOps (a search tries candidates this way); `bufs` (the kernel's
+    buffers) lets BEAM=n time candidates on the device."""
     for st in KERNEL_STAGES:
-        ast = _optimize(ast, device, opts) if st.name == "optimize" else st.run(ast, device)
+        ast = _optimize(ast, device, opts, bufs, name) if st.name == "optimize" else st.run(ast, device)
         if st.name == upto:
             break
     return ast

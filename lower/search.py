@@ -1,0 +1,153 @@
+"""BEAM search over OptOps: candidates compiled and timed on the device, the best kept.
+
+`beam_search(ast, device, width)` starts from no opts; each round extends every kept opt list with every
+legal SPLIT of the current kernel's axes (into THREAD, UPCAST, UNROLL, LOOP, REDUCE, factors 2..16), times
+each distinct candidate on the device with random inputs (median of 3 after a warm-up), and keeps the
+`width` fastest. It stops when a round improves the best time by less than 2%, or after `max_rounds`.
+Results are cached on disk, keyed by the kernel's structural hash and the device (CACHE=0 disables it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from rewrite import AxisType, UOp
+from rewrite.env import cache_dir, getenv
+from rewrite.errors import CompilerError
+from rewrite.hashing import structural_hash
+
+from lower.optimize import Opt, OptOps, apply_opts, axes, size
+
+_TARGETS = (AxisType.THREAD, AxisType.UPCAST, AxisType.UNROLL, AxisType.LOOP, AxisType.REDUCE)
+_FACTORS = (2, 3, 4, 8, 16)
+
+
+def actions(ast: UOp) -> list[Opt]:
+    out = []
+    for i, r in enumerate(axes(ast)):
+        try:
+            n = size(r)
+        except CompilerError:
+            continue
+        for k in _FACTORS:
+            if n % k or k == n and k > 16:
+                continue
+            for t in _TARGETS:
+                out.append(Opt(OptOps.SPLIT, i, (k, t, t is AxisType.THREAD)))
+    return out
+
+
+def _buffers(bufs: tuple[UOp, ...], dev: Any) -> dict[int, np.ndarray]:
+    from devices.memory import np_dtype
+
+    rng = np.random.default_rng(0)
+    out = {}
+    for i, b in enumerate(bufs):
+        n = int(np.prod(b.shape))
+        dt = np_dtype(b.dtype)
+        out[i] = (rng.standard_normal(n).astype(dt) if np.issubdtype(dt, np.floating) else np.ones(n, dtype=dt))
+    return out
+
+
+class WrongResult(CompilerError):
+    """A candidate computed something other than the unoptimized kernel: a compiler bug, reported and skipped."""
+
+
+def time_candidate(ast: UOp, bufs: dict[int, np.ndarray], dev: Any, opts: list[Opt], name: str,
+                   expect: np.ndarray | None = None) -> float:
+    from lower.stages import lower_kernel
+
+    k = dev.compile(lower_kernel(ast, dev, opts=opts), name)
+    bufs[0][:] = 0
+    k(bufs)
+    if expect is not None and not np.allclose(bufs[0], expect, rtol=1e-3, atol=1e-4, equal_nan=True):
+        raise WrongResult(f"beam {name}: opts {opts} change the kernel's result")
+    ts = []
+    for _ in range(3):
+        t = time.perf_counter()
+        k(bufs)
+        ts.append(time.perf_counter() - t)
+    return float(np.median(ts))
+
+
+def _cache_path() -> str:
+    return os.path.join(cache_dir(), "beam.json")
+
+
+def _load_cache() -> dict[str, list]:
+    try:
+        with open(_cache_path()) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def _opt_to_json(o: Opt) -> list:
+    k, t, top = o.arg  # type: ignore[misc]
+    return [o.op.name, o.axis, k, t.name, top]
+
+
+def _opt_from_json(j: list) -> Opt:
+    return Opt(OptOps[j[0]], j[1], (j[2], AxisType[j[3]], j[4]))
+
+
+def beam_search(ast: UOp, bufs_uops: tuple[UOp, ...], dev: Any, width: int, max_rounds: int = 4,
+                name: str = "beam") -> list[Opt]:
+    key = f"{structural_hash(ast)}:{dev.name}:{width}"
+    use_cache = bool(getenv("CACHE"))
+    if use_cache and (hit := _load_cache().get(key)) is not None:
+        return [_opt_from_json(j) for j in hit]
+    bufs = _buffers(bufs_uops, dev)
+    best_opts: list[Opt] = []
+    best_t = time_candidate(ast, bufs, dev, [], name)
+    expect = bufs[0].copy()
+    beam: list[tuple[float, list[Opt]]] = [(best_t, [])]
+    seen: set[UOp] = set()
+    for rnd in range(max_rounds):
+        cands: list[list[Opt]] = []
+        for _, opts in beam:
+            cur = apply_opts(ast, opts)
+            for a in actions(cur):
+                try:
+                    nxt = apply_opts(cur, [a])
+                except CompilerError:
+                    continue
+                if nxt in seen:
+                    continue
+                seen.add(nxt)
+                cands.append([*opts, a])
+        timed: list[tuple[float, list[Opt]]] = []
+        for i, c in enumerate(cands):
+            sys.stderr.write(f"\r  beam {name} round {rnd + 1}: {i + 1}/{len(cands)} candidates, best "
+                             f"{best_t * 1e3:.3f} ms")
+            try:
+                timed.append((time_candidate(ast, bufs, dev, c, name, expect), c))
+            except WrongResult as e:
+                sys.stderr.write(f"\n  {e} (skipped; please report)\n")
+            except CompilerError:
+                continue
+        sys.stderr.write("\n")
+        if not timed:
+            break
+        timed.sort(key=lambda x: x[0])
+        beam = timed[:width]
+        if beam[0][0] < best_t * 0.98:
+            best_t, best_opts = beam[0]
+        else:
+            break
+    if getenv("DEBUG") >= 3:
+        print(f"beam {name}: {best_opts} ({best_t * 1e3:.3f} ms)")
+    if use_cache:
+        cache = _load_cache()
+        cache[key] = [_opt_to_json(o) for o in best_opts]
+        tmp = _cache_path() + f".{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(cache, f)
+        os.replace(tmp, _cache_path())
+    return best_opts
