@@ -13,9 +13,11 @@ from dataclasses import dataclass
 
 from rewrite import BufferArg, Ops, UOp
 from rewrite.dtype import AddrSpace
+from rewrite.env import getenv
 
 from lower.buffers import new_buffer
 from lower.callify import callify
+from lower.split_reduce import split_reductions
 from lower.rangeify import NeedsRealize, build_kernel
 
 
@@ -64,6 +66,8 @@ def schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     """The items that realize `roots`, and for each root the BUFFER (of the root's shape) that holds it."""
     given = roots
     roots = callify(roots)
+    if not getenv("NOOPT"):
+        roots = split_reductions(roots)
     topo_index: dict[UOp, int] = {}
     for r in roots:
         for u in r.toposort():

@@ -98,3 +98,25 @@ def test_memory_plan_reuses_storage_of_dead_intermediates() -> None:
     # x1 is dead once x2 is computed, so x3 takes its storage; x2 is live while x3 is computed
     assert owners[0] == slots[0] and owners[1] == slots[1] and owners[2] == slots[0]
     assert outs[out].arg.slot not in shared
+
+
+def test_large_reduction_with_small_output_is_split_in_two() -> None:
+    a = buf(1 << 16)
+    assert len(kernels(a.sum((0,)))) == 2
+    small = buf(1 << 10)
+    assert len(kernels(small.sum((0,)))) == 1
+    wide = buf(1 << 10, 1 << 6)  # 1024 outputs: enough parallel work already
+    assert len(kernels(wide.sum((1,)))) == 1
+
+
+def test_split_reduction_is_exact_for_integers() -> None:
+    import numpy as np
+
+    from lower import realize
+    from lower.buffers import lookup, store
+
+    a = new_buffer(dtypes.int32, (1 << 16,), "cpu")
+    v = np.arange(1 << 16, dtype=np.int32) % 1000 - 500
+    store(a, v)
+    res = realize([a.sum((0,))])
+    assert int(lookup(next(iter(res.values())))[0]) == int(v.sum())
