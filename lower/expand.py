@@ -15,9 +15,8 @@ from __future__ import annotations
 import itertools
 from functools import reduce as _fold
 
-from rewrite import AxisType, Ops, UOp
-
 from lower.optimize import axes, size
+from rewrite import AxisType, Ops, UOp
 
 EXPANDED = (AxisType.UPCAST, AxisType.UNROLL)
 

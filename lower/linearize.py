@@ -11,11 +11,10 @@ After `rangeify` a kernel is a SINK of END(STORE(...), ranges) whose values may 
 
 from __future__ import annotations
 
+from lower.rangeify import reduce_identity
 from rewrite import AxisType, BufferArg, Ops, Rule, RuleSet, UOp, graph_rewrite, op, var
 from rewrite.dtype import AddrSpace
 from rewrite.errors import CompilerError
-
-from lower.rangeify import reduce_identity
 
 
 class _AccCtx:

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from rewrite import UOp
-
 from lower.schedule import ScheduleItem
+from rewrite import UOp
 
 
 def _nbytes(buf: UOp) -> int:

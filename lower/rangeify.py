@@ -22,7 +22,7 @@ from rewrite import AxisType, Ops, UOp, dtypes
 from rewrite.derive import shape_values
 
 
-class NeedsRealize(Exception):  # noqa: N818 -- a control-flow signal, not an error
+class NeedsRealize(Exception):
     def __init__(self, node: UOp) -> None:
         self.node = node
 
@@ -42,7 +42,7 @@ def _mul(a: UOp, k: int) -> UOp:
 def flat_index(idx: tuple[UOp, ...], shape: tuple) -> UOp:
     """Row-major linear offset of `idx` in `shape`."""
     out, stride = UOp.const(0), 1
-    for i, d in reversed(list(zip(idx, shape))):
+    for i, d in reversed(list(zip(idx, shape, strict=True))):
         if not (i.op is Ops.CONST and i.arg[0] == 0):
             out = _add(out, _mul(i, stride))
         stride *= d
@@ -131,7 +131,8 @@ class KernelBuilder:
             return [k], lambda v: v[0]
         if op is Ops.EXPAND:
             src_shape = n.src[0].shape
-            new = tuple(UOp.const(0) if s == 1 and d != 1 else i for i, s, d in zip(idx, src_shape, n.shape))
+            dims = zip(idx, src_shape, n.shape, strict=True)
+            new = tuple(UOp.const(0) if s == 1 and d != 1 else i for i, s, d in dims)
             return [(n.src[0], new, valid)], lambda v: v[0]
         if op is Ops.PERMUTE:
             order = n.arg
@@ -139,9 +140,10 @@ class KernelBuilder:
             return [(n.src[0], new, valid)], lambda v: v[0]
         if op is Ops.SHRINK:
             begin = shape_values(n.src[1])
-            return [(n.src[0], tuple(_add(i, b) for i, b in zip(idx, begin)), valid)], lambda v: v[0]
+            return [(n.src[0], tuple(_add(i, b) for i, b in zip(idx, begin, strict=True)), valid)], lambda v: v[0]
         if op is Ops.FLIP:
-            new = tuple(_add(UOp.const(d - 1), i * -1) if f else i for i, d, f in zip(idx, n.src[0].shape, n.arg))
+            dims = zip(idx, n.src[0].shape, n.arg, strict=True)
+            new = tuple(_add(UOp.const(d - 1), i * -1) if f else i for i, d, f in dims)
             return [(n.src[0], new, valid)], lambda v: v[0]
         if op is Ops.PAD:
             return self.expand_pad(n, idx, valid)
@@ -192,7 +194,7 @@ class KernelBuilder:
         src_shape = n.src[0].shape
         cond: UOp | None = None
         new = []
-        for i, b, e, d in zip(idx, begin, end, src_shape):
+        for i, b, e, d in zip(idx, begin, end, src_shape, strict=True):
             new.append(_add(i, -b))
             if b > 0:
                 cond = _and(cond, UOp.const(b - 1) < i)

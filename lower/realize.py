@@ -7,13 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from rewrite import UOp
-from rewrite.env import getenv
-
 from lower import buffers
 from lower.memory import plan
 from lower.schedule import ScheduleItem, schedule
 from lower.stages import lower_kernel
+from rewrite import UOp
+from rewrite.env import getenv
 
 _compiled: dict[tuple[UOp, str], Any] = {}
 

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lower.buffers import new_buffer
+from lower.callify import callify
+from lower.rangeify import NeedsRealize, build_kernel
+from lower.split_reduce import split_reductions
 from rewrite import BufferArg, Ops, UOp
 from rewrite.dtype import AddrSpace
 from rewrite.env import getenv
-
-from lower.buffers import new_buffer
-from lower.callify import callify
-from lower.split_reduce import split_reductions
-from lower.rangeify import NeedsRealize, build_kernel
 
 
 @dataclass(frozen=True)

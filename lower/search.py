@@ -17,12 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from lower.optimize import Opt, OptOps, apply_opts, axes, size
 from rewrite import AxisType, UOp
 from rewrite.env import cache_dir, getenv
 from rewrite.errors import CompilerError
 from rewrite.hashing import structural_hash
-
-from lower.optimize import Opt, OptOps, apply_opts, axes, size
 
 _TARGETS = (AxisType.THREAD, AxisType.UPCAST, AxisType.UNROLL, AxisType.LOOP, AxisType.REDUCE)
 _FACTORS = (2, 3, 4, 8, 16)
@@ -36,7 +35,7 @@ def actions(ast: UOp) -> list[Opt]:
         except CompilerError:
             continue
         for k in _FACTORS:
-            if n % k or k == n and k > 16:
+            if n % k or (k == n and k > 16):
                 continue
             for t in _TARGETS:
                 out.append(Opt(OptOps.SPLIT, i, (k, t, t is AxisType.THREAD)))

@@ -6,11 +6,12 @@ graph_rewrite with a rule set or, for the few global steps, a function. Any stag
 
 | stage                 | where                | what |
 |-----------------------|----------------------|------|
-| callify               | lower.schedule       | the roots become one graph of BUFFER leaves and realized nodes |
-| rangeify              | lower.rangeify       | kernel split; movement ops become index math over RANGEs; every value shape () |
-| symbolic              | rules.symbolic       | index arithmetic simplified (fast rules; egglog for what is left) |
-| optimize              | lower.optimize       | OptOps on the kernel's ranges (issue 5; identity for now) |
-| expand                | --                   | upcast ranges into vector shapes (issue 5) |
+| callify               | lower.callify        | FUNCTION calls inlined: one graph of BUFFER leaves |
+| split-reduce          | lower.split_reduce   | large reductions with small outputs become two kernels |
+| rangeify              | lower.rangeify       | kernel split; movement ops become index math over RANGEs |
+| symbolic              | rules.symbolic       | index arithmetic simplified (fast rules; egglog for the rest) |
+| optimize              | lower.optimize       | OptOps (hand-coded heuristics or BEAM=n search); THREAD -> core_id |
+| expand                | lower.expand         | UPCAST/UNROLL ranges become vector lanes |
 | instruction-selection | rules.decompositions | ops the device lacks become ops it has |
 | linearize             | lower.linearize      | accumulators, loop placement, the LINEAR program |
 | render                | devices.*            | source text, compiled by the device |
@@ -22,9 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rewrite import RuleSet, UOp, graph_rewrite
-
 from lower.linearize import linearize
+from rewrite import RuleSet, UOp, graph_rewrite
 
 
 @dataclass(frozen=True)
@@ -49,10 +49,9 @@ def _decompose(ast: UOp, device: Any) -> UOp:
 def _optimize(ast: UOp, device: Any, opts: list | None = None, bufs: tuple | None = None, name: str = "") -> UOp:
     """Apply `opts` (default: the hand-coded heuristics for the device; none with NOOPT=1), then lower
     THREAD axes to core_id and expand UPCAST/UNROLL axes into vector lanes."""
-    from rewrite.env import getenv
-
     from lower.expand import expand
     from lower.optimize import apply_opts, hand_coded, lower_threads
+    from rewrite.env import getenv
 
     if opts is None:
         if getenv("NOOPT") or device.name != "cpu":

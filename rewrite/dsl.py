@@ -31,13 +31,12 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Union
 
 from rewrite.dtype import DType
 from rewrite.errors import RuleError
 from rewrite.ops import GroupOp, Ops
 
-Number = Union[int, float, bool]
+Number = int | float | bool
 _ANY = object()  # "no constraint" for arg
 
 
@@ -215,7 +214,7 @@ def _check_callable(fn: Callable[..., object], what: str, caps: Iterable[str] | 
 class Rule:
     """A named rewrite: `lhs` pattern, `rhs` template/number/callable, optional guard `when`."""
 
-    __slots__ = ("doc", "lhs", "location", "name", "removes", "rhs", "when", "when_params", "rhs_params")
+    __slots__ = ("doc", "lhs", "location", "name", "removes", "rhs", "rhs_params", "when", "when_params")
 
     def __init__(self, name: str, lhs: Pat, rhs: Pat | Number | Callable[..., object],
                  when: Callable[..., object] | None = None, removes: Ops | None = None, doc: str = "") -> None:
@@ -320,7 +319,7 @@ class RuleSet:
     def only(self, pred: Callable[[Rule], bool], name: str | None = None) -> RuleSet:
         return RuleSet(name or f"{self.name}.only", [r for r in self.rules if pred(r)])
 
-    def __iter__(self):  # noqa: ANN204
+    def __iter__(self):
         return iter(self.rules)
 
     def __len__(self) -> int:

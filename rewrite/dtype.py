@@ -28,11 +28,12 @@ class AddrSpace(IntEnum):
 class DType:
     """A scalar or vector dtype. Construct only through `dtypes` or `.vec()`; instances are interned."""
 
-    __slots__ = ("count", "fmt", "itemsize", "kind", "name", "priority", "_scalar", "_vecs")
+    __slots__ = ("_scalar", "_vecs", "count", "fmt", "itemsize", "kind", "name", "priority")
     _interned: dict[tuple, DType] = {}
 
     def __init__(self, name: str, kind: str, itemsize: int, priority: int, fmt: str | None, count: int = 1) -> None:
-        self.name, self.kind, self.itemsize, self.priority, self.fmt, self.count = name, kind, itemsize, priority, fmt, count
+        self.name, self.kind, self.itemsize, self.priority = name, kind, itemsize, priority
+        self.fmt, self.count = fmt, count
         self._scalar: DType = self
         self._vecs: dict[int, DType] = {}
 
@@ -144,7 +145,7 @@ class PtrDType(DType):
         return (PtrDType.make, (self.base, self.addrspace, self.size))
 
 
-class dtypes:  # noqa: N801 -- a namespace, named like tinygrad's and numpy's
+class dtypes:
     bool: Final = DType("bool", "b", 1, 0, "?")
     int8: Final = DType("int8", "i", 1, 1, "b")
     uint8: Final = DType("uint8", "u", 1, 2, "B")

@@ -12,9 +12,11 @@ BufferArg; CAST/BITCAST dtype; PERMUTE axis order; FLIP one bool per axis; REDUC
 
 from __future__ import annotations
 
+import contextlib
 import math
 import weakref
-from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple, Union
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, NamedTuple
 
 from rewrite.derive import derive, fmt_shape, shape_values
 from rewrite.dtype import AddrSpace, DType, PtrDType, dtypes
@@ -24,7 +26,7 @@ from rewrite.ops import AxisType, GroupOp, Ops
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-ConstValue = Union[int, float, bool]
+ConstValue = int | float | bool
 
 
 class ParamArg(NamedTuple):
@@ -109,10 +111,8 @@ class UOp:
         return u
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(TypeError, AttributeError):  # AttributeError, TypeError: interpreter shutdown
             _intern.pop(_key(self.op, self.src, self.arg, self.tag), None)
-        except (TypeError, AttributeError):  # interpreter shutdown
-            pass
 
     def __reduce__(self) -> tuple:
         return (UOp, (self.op, self.src, self.arg, self.tag))
@@ -127,7 +127,8 @@ class UOp:
     def const(value: ConstValue, dtype: DType | None = None) -> UOp:
         """A scalar CONST. Without a dtype: bool -> bool, int -> index, float -> float32."""
         if dtype is None:
-            dtype = dtypes.bool if isinstance(value, bool) else dtypes.index if isinstance(value, int) else dtypes.float32
+            is_int = isinstance(value, int)
+            dtype = dtypes.bool if isinstance(value, bool) else dtypes.index if is_int else dtypes.float32
         return UOp(Ops.CONST, (), (normalize_const(value, dtype), dtype))
 
     def const_like(self, value: ConstValue) -> UOp:

@@ -26,10 +26,11 @@ def _arx_round(x0: UOp, x1: UOp, rot: int) -> tuple[UOp, UOp]:
 
 
 def threefry_arx(a: UOp, b: UOp) -> UOp:
-    """THREEFRY(a, b) = Threefry-2x32-20 of counter a under key b, on the two 32-bit words of each uint64 (rewrite.semantics)."""
+    """THREEFRY(a, b): Threefry-2x32-20 of counter a under key b, on the 32-bit words of each uint64 (as in
+    rewrite.semantics)."""
     u32, u64 = dtypes.uint32, dtypes.uint64
-    lo = lambda v: (v & 0xFFFFFFFF).cast(u32)  # noqa: E731
-    hi = lambda v: (v >> 32).cast(u32)  # noqa: E731
+    lo = lambda v: (v & 0xFFFFFFFF).cast(u32)
+    hi = lambda v: (v >> 32).cast(u32)
     k0, k1 = lo(b), hi(b)
     ks = (k0, k1, k0 ^ k1 ^ 0x1BD11BDA)
     x0, x1 = lo(a) + k0, hi(a) + k1

@@ -36,7 +36,7 @@ def check(out: UOp, inputs: dict[UOp, np.ndarray], devices: list[str] = DEVICES)
             assert got.tolist() == ref.tolist(), f"device {dev}"
 
 
-def fbuf(shape: tuple[int, ...], seed: int = 0, dtype=dtypes.float32) -> tuple[UOp, np.ndarray]:  # noqa: ANN001
+def fbuf(shape: tuple[int, ...], seed: int = 0, dtype=dtypes.float32) -> tuple[UOp, np.ndarray]:
     rng = np.random.default_rng(seed)
     b = new_buffer(dtype, shape, "cpu")
     if dtype.is_float:
@@ -113,7 +113,7 @@ def graphs(draw: st.DrawFn) -> tuple[UOp, dict[UOp, np.ndarray]]:
             x = x.pad(before, after)
         elif kind == "shrink":
             begin = tuple(draw(st.integers(0, d - 1)) for d in s)
-            end = tuple(draw(st.integers(b0 + 1, d)) for b0, d in zip(begin, s))
+            end = tuple(draw(st.integers(b0 + 1, d)) for b0, d in zip(begin, s, strict=True))
             x = x.shrink(begin, end)
         elif kind == "flip" and s:
             x = x.flip(tuple(draw(st.lists(st.integers(0, len(s) - 1), max_size=len(s), unique=True))))

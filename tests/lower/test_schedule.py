@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from rewrite import Ops, UOp, dtypes
 from lower import schedule
 from lower.buffers import new_buffer
+from rewrite import Ops, UOp, dtypes
 
 
 def buf(*shape: int) -> UOp:
@@ -16,7 +16,7 @@ def kernels(*roots: UOp) -> list:
     return [it for it in items if it.kind == "kernel"]
 
 
-def loads(item) -> int:  # noqa: ANN001
+def loads(item) -> int:
     return sum(u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].arg.slot != 0
                for u in item.ast.toposort())
 
