@@ -18,10 +18,11 @@ rule sets do. They assume index dtype (floor division, no wrap-around).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 
 from benchmarks import engine_graphs
-from benchmarks.runner import Bench, suite
+from benchmarks.runner import Bench, Timed, suite
 from rewrite import Ops, Rule, RuleSet, UOp, const, fold, graph_rewrite, op, tracing, var
 
 x, y, cond = var("x"), var("y"), var("cond")
@@ -169,10 +170,9 @@ def engine(b: Bench) -> None:
         size_in, size_out = expr_size(g), expr_size(out)
         firings = count_firings(steps)
         del g, out
-        ours = b.measure(f"{label}/ours", rewrite, setup=lambda s=steps: build(s), work=n_in, unit="nodes/s",
-                         info={"nodes_in": n_in, "expr_in": size_in, "expr_out": size_out, "firings": firings})
-        b.rate_from(ours, f"{label}/ours firings", "firings/s", firings)
         line = f"{label}: {n_in} nodes in (expression {size_in}), ours -> {size_out} nodes, {firings} firings"
+        jobs = [Timed(f"{label}/ours", rewrite, n_in, "nodes/s", setup=lambda s=steps: build(s),
+                      info={"nodes_in": n_in, "expr_in": size_in, "expr_out": size_out, "firings": firings})]
         if peer is not None:
             with tg.deep_stack():
                 tg_in = tg.build(steps)
@@ -180,15 +180,19 @@ def engine(b: Bench) -> None:
                 same = tg.same_graph(tg.translate(rewrite(build(steps))), tg_out)
                 tg_size_out, tg_firings = tg.expr_size(tg_out), tg.count_firings(steps)
                 del tg_in, tg_out
-                theirs = b.measure(f"{label}/tinygrad", tg.rewrite, setup=lambda s=steps: tg.build(s), work=n_in,
-                                   unit="nodes/s", info={"nodes_in": tg_n_in, "expr_out": tg_size_out,
-                                                         "firings": tg_firings, "same_result": same})
-                paused = b.measure(f"{label}/tinygrad gc paused", tg.rewrite_gc_paused,
-                                   setup=lambda s=steps: tg.build(s), work=n_in, unit="nodes/s")
-            b.compare(f"{label} rewrite (nodes/s)", ours, theirs, "tinygrad")
-            b.compare(f"{label} rewrite, peer gc paused", ours, paused, "tinygrad")
             line += (f"; tinygrad -> {tg_size_out} nodes, {tg_firings} firings; results identical: "
                      f"{'yes' if same else 'NO'}")
+            tg_setup = lambda s=steps: tg.build(s)
+            jobs += [Timed(f"{label}/tinygrad", tg.rewrite, n_in, "nodes/s", setup=tg_setup,
+                           info={"nodes_in": tg_n_in, "expr_out": tg_size_out, "firings": tg_firings,
+                                 "same_result": same}),
+                     Timed(f"{label}/tinygrad gc paused", tg.rewrite_gc_paused, n_in, "nodes/s", setup=tg_setup)]
+        with tg.deep_stack() if peer is not None else contextlib.nullcontext():
+            ours, *theirs = b.measure_together(jobs)
+        b.rate_from(ours, f"{label}/ours firings", "firings/s", firings)
+        if theirs:
+            b.compare(f"{label} rewrite (nodes/s)", ours, theirs[0], "tinygrad")
+            b.compare(f"{label} rewrite, peer gc paused", ours, theirs[1], "tinygrad")
         b.note(line)
 
     _interning(b, n_intern, peer is not None)
@@ -201,14 +205,18 @@ def _interning(b: Bench, n: int, with_peer: bool) -> None:
     def make(_: object) -> list[UOp]:
         return [UOp(Ops.ADD, (v, c)) for c in consts]
 
-    kept: list[list[UOp]] = []
-    fresh = b.measure("intern/ours fresh", make, work=n, unit="ns/node", per_item=1e9)
-    kept.append(make(None))  # from here on, every node built is already interned
-    hit = b.measure("intern/ours hit", make, work=n, unit="ns/node", per_item=1e9)
-    kept.clear()
+    fresh = [Timed("intern/ours fresh", make, n, "ns/node", per_item=1e9)]
+    hit = [Timed("intern/ours hit", make, n, "ns/node", per_item=1e9)]
     if with_peer:
         from benchmarks import engine_tinygrad as tg
 
-        tfresh, thit = tg.interning(b, n)
-        b.compare("intern fresh (ns/node)", fresh, tfresh, "tinygrad")
-        b.compare("intern hit (ns/node)", hit, thit, "tinygrad")
+        tmake = tg.intern_maker(n)
+        fresh.append(Timed("intern/tinygrad fresh", tmake, n, "ns/node", per_item=1e9))
+        hit.append(Timed("intern/tinygrad hit", tmake, n, "ns/node", per_item=1e9))
+    rf = b.measure_together(fresh)
+    kept = [job.fn(None) for job in hit]  # from here on, every node built is already interned
+    rh = b.measure_together(hit)
+    del kept
+    if with_peer:
+        b.compare("intern fresh (ns/node)", rf[0], rf[1], "tinygrad")
+        b.compare("intern hit (ns/node)", rh[0], rh[1], "tinygrad")

@@ -155,6 +155,21 @@ class LoadMeter:
 # ---------------------------------------------------------------------------- the handle a suite gets
 
 
+@dataclass
+class Timed:
+    """One figure to time: fn(setup()) per run; see Bench.measure for work, unit and per_item."""
+
+    name: str
+    fn: Callable[[object], object]
+    work: float
+    unit: str
+    setup: Callable[[], object] | None = None
+    runs: int | None = None
+    per_item: float | None = None
+    teardown: Callable[[object, object], None] | None = None
+    info: dict[str, object] | None = None
+
+
 class Progress:
     """One status line on stderr, rewritten in place on a terminal, one line per update otherwise."""
 
@@ -197,48 +212,54 @@ class Bench:
         """A line printed under the suite's table (what was compared, caveats)."""
         self.notes.append(msg)
 
-    def time_runs(self, label: str, fn: Callable[[T], object], setup: Callable[[], T] | None = None,
-                  runs: int | None = None, teardown: Callable[[T, object], None] | None = None
-                  ) -> tuple[list[float], list[float], float | None]:
-        """Wall and CPU seconds of each of `runs` calls of fn(setup()), and the median foreign load. Setup and
-        teardown are not timed; garbage of the previous run is collected first, so no run pays for another's."""
-        n = runs or self.runs
-        wall: list[float] = []
-        cpu: list[float] = []
-        loads: list[float] = []
+    def time_runs(self, jobs: list[Timed]) -> list[tuple[list[float], list[float], float | None]]:
+        """Wall and CPU seconds of each run of each job, and each job's median foreign load. The jobs take
+        turns run by run (A B A B ...), so a change in the machine's load falls on all of them alike. Setup
+        and teardown are not timed; garbage of the previous run is collected first."""
+        n = max(j.runs or self.runs for j in jobs)
+        out: list[tuple[list[float], list[float], list[float]]] = [([], [], []) for _ in jobs]
         for i in range(n):
-            self.say(f"{label}: run {i + 1}/{n}" + (f" (last {wall[-1]:.3f} s)" if wall else ""))
-            state = setup() if setup is not None else None
-            gc.collect()
-            meter = LoadMeter()
-            c0, t0 = time.process_time(), time.perf_counter()
-            res = fn(state)  # type: ignore[arg-type]
-            dt, dc = time.perf_counter() - t0, time.process_time() - c0
-            if (f := meter.foreign()) is not None:
-                loads.append(f)
-            wall.append(dt)
-            cpu.append(dc)
-            if teardown is not None:
-                teardown(state, res)  # type: ignore[arg-type]
-            del state, res
-        return wall, cpu, (statistics.median(loads) if loads else None)
+            for job, (wall, cpu, loads) in zip(jobs, out, strict=True):
+                if i >= (job.runs or self.runs):
+                    continue
+                self.say(f"{job.name}: run {i + 1}/{n}" + (f" (last {wall[-1]:.3f} s)" if wall else ""))
+                state = job.setup() if job.setup is not None else None
+                gc.collect()
+                meter = LoadMeter()
+                c0, t0 = time.process_time(), time.perf_counter()
+                res = job.fn(state)
+                dt, dc = time.perf_counter() - t0, time.process_time() - c0
+                if (f := meter.foreign()) is not None:
+                    loads.append(f)
+                wall.append(dt)
+                cpu.append(dc)
+                if job.teardown is not None:
+                    job.teardown(state, res)
+                del state, res
+        return [(w, c, statistics.median(ld) if ld else None) for w, c, ld in out]
 
     def measure(self, name: str, fn: Callable[[T], object], *, work: float, unit: str,
                 setup: Callable[[], T] | None = None, runs: int | None = None, per_item: float | None = None,
                 teardown: Callable[[T, object], None] | None = None, info: dict[str, object] | None = None) -> Result:
         """Time fn and record a figure. Without `per_item`: a rate, `work` units per second (higher is better).
         With `per_item=s`: seconds per unit of work times s (e.g. 1e9 for ns per node; lower is better)."""
-        wall, cpu, fgn = self.time_runs(name, fn, setup, runs, teardown)
+        return self.measure_together([Timed(name, fn, work, unit, setup, runs, per_item, teardown, info)])[0]
 
-        def figure(secs: list[float]) -> list[float]:
-            if per_item is None:
-                return [work / max(s, 1e-9) for s in secs]
-            return [s / work * per_item for s in secs]
+    def measure_together(self, jobs: list[Timed]) -> list[Result]:
+        """Several figures timed in turns (see time_runs): what to use for figures that will be compared."""
+        out = []
+        for job, (wall, cpu, fgn) in zip(jobs, self.time_runs(jobs), strict=True):
 
-        r = Result(name, unit, figure(wall), per_item is None, fgn, dict(info or {}, seconds=wall, cpu_seconds=cpu,
-                                                                         work=work), figure(cpu))
-        self.results.append(r)
-        return r
+            def figure(secs: list[float], job: Timed = job) -> list[float]:
+                if job.per_item is None:
+                    return [job.work / max(s, 1e-9) for s in secs]
+                return [s / job.work * job.per_item for s in secs]
+
+            info = dict(job.info or {}, seconds=wall, cpu_seconds=cpu, work=job.work)
+            r = Result(job.name, job.unit, figure(wall), job.per_item is None, fgn, info, figure(cpu))
+            self.results.append(r)
+            out.append(r)
+        return out
 
     def rate_from(self, timed: Result, name: str, unit: str, work: float) -> Result:
         """Another rate from the same timed runs (e.g. rule firings per second next to nodes per second)."""
