@@ -36,7 +36,7 @@ class Firing:
 def _short(u: UOp) -> str:
     try:
         s = u.render()
-    except Exception:  # noqa: BLE001 -- rendering is best effort for odd nodes
+    except Exception:
         s = u.short()
     return s if len(s) <= 120 else s[:117] + "..."
 
@@ -49,8 +49,18 @@ class TraceLog:
         self.firings.append(Firing(stage, rule, before, after))
 
     def made(self, node: UOp) -> list[Firing]:
-        """Firings that produced `node`, following each result back through later rewrites of it."""
-        return [f for f in self.firings if f.after is node]
+        """The chain of firings that produced `node`, oldest first: the firing whose result is `node`, then the
+        one whose result was that firing's input, and so on back to a node no rule made."""
+        by_after: dict[UOp, Firing] = {}
+        for f in self.firings:
+            by_after.setdefault(f.after, f)
+        chain: list[Firing] = []
+        seen: set[UOp] = set()
+        while (f := by_after.get(node)) is not None and node not in seen:
+            seen.add(node)
+            chain.append(f)
+            node = f.before
+        return chain[::-1]
 
     def counts(self) -> Counter[str]:
         return Counter(f.rule for f in self.firings)

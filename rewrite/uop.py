@@ -54,19 +54,25 @@ def _value_sig(v: object) -> object:
     return (t, math.copysign(1.0, v) < 0) if t is float and v == 0.0 else t  # type: ignore[arg-type]
 
 
+_CONST, _VCONST, _PARAM, _BUFFER = Ops.CONST, Ops.VCONST, Ops.PARAM, Ops.BUFFER  # module globals: cheaper lookups
+_INDEX = dtypes.index
+
+
 def _key(op: Ops, src: tuple, arg: object, tag: object) -> tuple:
     # 1 == 1.0 == True and 0.0 == -0.0 compare and hash alike, so a constant's key also spells out each value's
     # type and the sign of a float zero; otherwise a raw CONST(True, int32) would be handed back for const(1, int32)
-    if (op is Ops.CONST or op is Ops.VCONST) and type(arg) is tuple and len(arg) == 2:
+    if (op is _CONST or op is _VCONST) and type(arg) is tuple and len(arg) == 2:
         v = arg[0]
         return (op, src, arg, tag, tuple(map(_value_sig, v)) if type(v) is tuple else _value_sig(v))
-    if op is Ops.PARAM or op is Ops.BUFFER:  # ParamArg and BufferArg are NamedTuples: equal when their fields are
+    if op is _PARAM or op is _BUFFER:  # ParamArg and BufferArg are NamedTuples: equal when their fields are
         return (op, src, arg, tag, type(arg))
     return (op, src, arg, tag)
 
 
 def normalize_const(value: ConstValue, dtype: DType) -> ConstValue:
     """The Python value a CONST of `dtype` holds: bool, wrapped int, or float (NaN is the one math.nan)."""
+    if dtype is _INDEX and type(value) is int:  # the common case in index math: nothing to wrap or round
+        return value
     k = dtype.scalar.kind
     if k == "b":
         return bool(value)
@@ -90,7 +96,7 @@ def normalize_const(value: ConstValue, dtype: DType) -> ConstValue:
 
 
 class UOp:
-    __slots__ = ("__weakref__", "_mm", "_props", "arg", "dtype", "op", "shape", "src", "tag")
+    __slots__ = ("__weakref__", "_key", "_mm", "_props", "arg", "dtype", "op", "shape", "src", "tag")
     op: Ops
     src: tuple[UOp, ...]
     arg: object
@@ -107,12 +113,13 @@ class UOp:
         dtype, shape = derive(op, src, arg)
         u = object.__new__(cls)
         u.op, u.src, u.arg, u.tag, u.dtype, u.shape, u._mm, u._props = op, src, arg, tag, dtype, shape, None, None
+        u._key = key  # the intern table holds this tuple anyway; keeping it spares recomputing it in __del__
         _intern[key] = weakref.ref(u)
         return u
 
     def __del__(self) -> None:
         with contextlib.suppress(TypeError, AttributeError):  # AttributeError, TypeError: interpreter shutdown
-            _intern.pop(_key(self.op, self.src, self.arg, self.tag), None)
+            _intern.pop(self._key, None)
 
     def __reduce__(self) -> tuple:
         return (UOp, (self.op, self.src, self.arg, self.tag))
@@ -129,7 +136,7 @@ class UOp:
         if dtype is None:
             is_int = isinstance(value, int)
             dtype = dtypes.bool if isinstance(value, bool) else dtypes.index if is_int else dtypes.float32
-        return UOp(Ops.CONST, (), (normalize_const(value, dtype), dtype))
+        return UOp(_CONST, (), (normalize_const(value, dtype), dtype))
 
     def const_like(self, value: ConstValue) -> UOp:
         """A CONST of this node's dtype, broadcast to its shape."""
@@ -189,6 +196,8 @@ class UOp:
     def _operand(self, x: UOp | ConstValue, opname: str) -> UOp:
         if isinstance(x, UOp):
             return x
+        if type(x) is int and self.dtype is _INDEX and self.shape == ():  # index math: the hot path
+            return UOp(_CONST, (), (x, _INDEX))
         if not isinstance(x, (int, float, bool)):
             raise TypeError(f"{opname}: cannot combine a UOp with {type(x).__name__}")
         dt = self.dtype.scalar
@@ -339,9 +348,7 @@ class UOp:
     @property
     def min_max(self) -> tuple[ConstValue, ConstValue]:
         if (mm := self._mm) is None:
-            from rewrite.interval import compute_min_max
-
-            mm = compute_min_max(self)
+            mm = _compute_min_max()(self)
         return mm
 
     @property
@@ -447,6 +454,17 @@ class UOp:
         sh = "" if self.shape == () else fmt_shape(self.shape)
         arg = "" if self.arg is None else f" {self.arg!r}"
         return f"{self.op.name}:{self.dtype.name}{sh}{arg}"
+
+
+_MIN_MAX: list[Callable[[UOp], tuple]] = []
+
+
+def _compute_min_max() -> Callable[[UOp], tuple]:
+    if not _MIN_MAX:  # rewrite.interval imports this module, so it is bound on first use
+        from rewrite.interval import compute_min_max
+
+        _MIN_MAX.append(compute_min_max)
+    return _MIN_MAX[0]
 
 
 _SIMPLIFIER: list[Callable[[UOp], UOp]] = []
