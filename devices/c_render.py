@@ -10,7 +10,9 @@ rendered so far and collects the helper functions the text calls. What a rule re
 
 The driver decides where a value lives: a LOAD is always declared (`float val0 = data1[ridx0];`) so it reads
 memory where the program says; an ALU value used once in the same block is inlined, otherwise declared
-(`float alu0 = ...;`), so a computation is never moved into a loop or duplicated.
+(`float alu0 = ...;`), so a computation is never moved into a loop or duplicated. The scalar rules' text is
+made in devices.c_scalar; vector values (shape (n,)) are GCC vector types, made in devices.c_vector, whose
+docstring says which ops are native vector operators and which run lane by lane.
 
 Exactness (the contract is rewrite.semantics; compile with -fwrapv -ffp-contract=off, never -ffast-math):
   * ints wrap: -fwrapv makes signed overflow two's complement, and an op on int8/16 or uint8/16 (computed
@@ -28,361 +30,45 @@ Exactness (the contract is rewrite.semantics; compile with -fwrapv -ffp-contract
 
 from __future__ import annotations
 
-import re
 from typing import cast
 
-from devices.linear import VALUE_OPS, Program, base_of, buffer_arg, const_value, is_global
+from devices.c_scalar import (
+    CContext,
+    ctype,
+    is_reserved,
+    render_after,
+    render_alu,
+    render_bitcast,
+    render_buffer_global,
+    render_buffer_reg,
+    render_cast,
+    render_const,
+    render_custom,
+    render_end,
+    render_if,
+    render_index,
+    render_load,
+    render_load_gated,
+    render_nothing,
+    render_param,
+    render_range,
+    render_store,
+    render_store_gated,
+    storage_type,
+    unparen,
+)
+from devices.c_vector import VECTOR_RULES, contiguous_start, value_type
+from devices.linear import VALUE_OPS, Program, buffer_arg, is_global
 from rewrite.dsl import Rule, RuleSet, op, var
-from rewrite.dtype import AddrSpace, DType, dtypes
+from rewrite.dtype import AddrSpace, dtypes
 from rewrite.errors import CompileError
 from rewrite.ops import GroupOp, Ops
-from rewrite.semantics import round_to
 from rewrite.uop import UOp
-
-_CTYPE = {
-    dtypes.bool: "_Bool", dtypes.int8: "int8_t", dtypes.uint8: "uint8_t", dtypes.int16: "int16_t",
-    dtypes.uint16: "uint16_t", dtypes.int32: "int32_t", dtypes.uint32: "uint32_t", dtypes.int64: "int64_t",
-    dtypes.uint64: "uint64_t", dtypes.index: "long long", dtypes.float16: "_Float16", dtypes.bfloat16: "float",
-    dtypes.float32: "float", dtypes.float64: "double",
-}
-_NARROW_INT = frozenset({dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16})
-_INFIX = {
-    Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.DIV: "/", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "==",
-    Ops.CMPGT: ">", Ops.CMPGE: ">=", Ops.CMPLE: "<=", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<",
-    Ops.SHR: ">>",
-}
-_LIBM = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.POW: "pow", Ops.TRUNC: "trunc"}
-# results that are always in range of their type, so need no cast back
-_NO_WRAP = GroupOp.Comparison | frozenset({Ops.WHERE, Ops.MAX, Ops.NOT, Ops.AND, Ops.OR, Ops.XOR})
-_MAX_INLINE_DEPTH = 48  # clang rejects parentheses nested deeper than 256; name long chains instead
-_RESERVED = (
-    "auto break case char const continue default do double else enum extern float for goto if inline int long "
-    "register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while "
-    "exp2 exp2f log2 log2f sin sinf sqrt sqrtf pow powf trunc truncf fabs fmod memcpy main INFINITY NAN "
-    "int8_t uint8_t int16_t uint16_t int32_t uint32_t int64_t uint64_t size_t _Bool _Float16 "
-    # names math.h and string.h declare at file scope, which a kernel's function name must not take
-    "exp expf log logf cos cosf tan tanf floor floorf ceil ceilf round roundf fmax fmaxf fmin fminf abs fabsf "
-    "y0 y1 yn j0 j1 jn gamma lgamma tgamma erf erfc strlen memset memmove strcmp"
-)
-_C_WORDS = frozenset(_RESERVED.split())
-_GENERATED = re.compile(r"^(data|val|alu|acc|ridx|bitcast_|max_|cdiv_|cmod_|bf16_|f2i_|f32_)")
-
-
-def is_reserved(name: str) -> bool:
-    """Is `name` a C word, a libm function used here, or of the form of a name this renderer generates?"""
-    return name in _C_WORDS or _GENERATED.match(name) is not None
-
-
-def ctype(dtype: DType) -> str:
-    """The C type of a value of `dtype` (bfloat16 values are float registers)."""
-    try:
-        return _CTYPE[dtype.scalar]
-    except KeyError:
-        raise CompileError(f"the C renderer has no type for {dtype.name}") from None
-
-
-def storage_type(dtype: DType) -> str:
-    """The C element type of a buffer of `dtype` (bfloat16 is stored as its uint16 bits)."""
-    return "uint16_t" if dtype.scalar is dtypes.bfloat16 else ctype(dtype)
-
-
-def _unparen(s: str) -> str:
-    """`(a+b)` -> `a+b` when the outer parentheses enclose everything."""
-    if not (s.startswith("(") and s.endswith(")")):
-        return s
-    depth = 0
-    for i, ch in enumerate(s):
-        depth += ch == "("
-        depth -= ch == ")"
-        if depth == 0 and i < len(s) - 1:
-            return s
-    return s[1:-1]
-
-
-class CContext:
-    """Rendering state: names of rendered values, helpers used, name counters. Helpers are shared by every
-    function of one C file, so pass the same `helpers` dict to each function's context."""
-
-    def __init__(self, prog: Program, helpers: dict[str, str] | None = None) -> None:
-        self.prog = prog
-        self.names: dict[UOp, str] = {}
-        self.depth: dict[UOp, int] = {}  # nesting depth of inlined expressions
-        self.helpers = helpers if helpers is not None else {}
-        self.counters: dict[str, int] = {}
-        self.taken: set[str] = set()
-
-    def __getitem__(self, u: UOp) -> str:
-        return self.names[u]
-
-    def fresh(self, prefix: str) -> str:
-        n = self.counters.get(prefix, 0)
-        while f"{prefix}{n}" in self.taken:
-            n += 1
-        self.counters[prefix] = n + 1
-        self.taken.add(name := f"{prefix}{n}")
-        return name
-
-    def take(self, want: str) -> str:
-        """A C identifier for a user-given name (variable, SPECIAL): sanitized, clear of C words and of the
-        names this renderer generates."""
-        name = re.sub(r"\W", "_", want) or "v"
-        if name[0].isdigit() or is_reserved(name) or name in self.taken:
-            return self.fresh(f"v_{name}_")
-        self.taken.add(name)
-        return name
-
-    def helper(self, name: str) -> str:
-        if name not in self.helpers:
-            self.helpers[name] = _helper_source(name)
-        return name
-
-
-# ---------------------------------------------------------------- helpers (emitted once per file, when used)
-
-_BF16 = """static inline float bf16_to_f32(uint16_t b) {
-  uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f;
-}
-static inline uint16_t f32_to_bf16(float f) {
-  uint32_t u; memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);  /* nan stays a quiet nan */
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  /* round to nearest even */
-}
-static inline float bf16_round(float f) { return bf16_to_f32(f32_to_bf16(f)); }"""
-
-# float -> int as the reference: truncate, wrap modulo 2**64 (then to the target width); nan and inf give 0
-_F2I = """static inline uint64_t f2i_wrap(double x) {
-  if (x > -9223372036854775808.0 && x < 9223372036854775808.0) return (uint64_t)(int64_t)x;
-  if (x != x || x == INFINITY || x == -INFINITY) return 0;
-  uint64_t m = (uint64_t)fabs(fmod(trunc(x), 18446744073709551616.0));  /* fmod is exact */
-  return x < 0 ? 0 - m : m;
-}"""
-
-
-def _helper_source(name: str) -> str:
-    if name == "bf16_round":
-        return _BF16
-    if name == "f2i_wrap":
-        return _F2I
-    kind, _, rest = name.partition("_")
-    if kind == "max":
-        dt = dtypes.from_name(rest)
-        t = ctype(dt)
-        cond = "a > b || a != a" if dt.is_float else "a > b"
-        return f"static inline {t} {name}({t} a, {t} b) {{ return ({cond}) ? a : b; }}"
-    if kind in ("cdiv", "cmod"):
-        dt = dtypes.from_name(rest)
-        t = ctype(dt)
-        # b == -1 is split off because x86 traps on INT_MIN / -1; 0 - a in uint64 wraps like the reference
-        by_minus_one = "" if dt.is_unsigned else \
-            f"b == ({t})-1 ? {'(' + t + ')(0 - (uint64_t)a)' if kind == 'cdiv' else '0'} : "
-        sym = "/" if kind == "cdiv" else "%"
-        return f"static inline {t} {name}({t} a, {t} b) {{ return b == 0 ? 0 : {by_minus_one}a {sym} b; }}"
-    if kind == "bitcast":
-        src, dst = (dtypes.from_name(n) for n in rest.split("_to_"))
-        load = "f32_to_bf16(x)" if src is dtypes.bfloat16 else "x"
-        out = "bf16_to_f32(d)" if dst is dtypes.bfloat16 else "d"
-        return (f"static inline {ctype(dst)} {name}({ctype(src)} x) {{ {storage_type(src)} s = {load}; "
-                f"{storage_type(dst)} d; memcpy(&d, &s, sizeof d); return {out}; }}")
-    raise CompileError(f"no C helper named {name!r}")
-
-
-# ---------------------------------------------------------------- rules: values
-
-
-def render_const(x: UOp, ctx: CContext) -> str:
-    v, dt = const_value(x), x.dtype
-    if dt is dtypes.bool:
-        return "1" if v else "0"
-    if dt.is_int:
-        v = int(v)
-        if dt is dtypes.index and -(1 << 31) < v < 1 << 31:
-            s = str(v)  # readable indices; render_alu makes sure such an int never computes alone
-        elif dt in (dtypes.int64, dtypes.index):
-            s = "(-9223372036854775807LL-1)" if v == -(1 << 63) else f"{v}LL"
-        elif dt is dtypes.uint64:
-            s = f"{v}ULL"
-        elif dt is dtypes.uint32:
-            s = f"{v}u"
-        else:
-            s = "(-2147483647-1)" if v == -(1 << 31) else str(v)
-        return f"({s})" if s.startswith("-") else s
-    v = round_to(dt, v)  # a CONST may hold a float64 that its dtype rounds; render the value it stands for
-    if v != v:
-        s = "NAN"
-    elif v in (float("inf"), float("-inf")):
-        s = "INFINITY" if v > 0 else "-INFINITY"
-    else:
-        # repr round-trips the float64 value, which is exactly a value of dt, so C reads back that value
-        s = repr(float(v)) + ("" if dt is dtypes.float64 else "f")
-    if dt is dtypes.float16:
-        return f"((_Float16){s})"
-    return f"({s})" if s.startswith("-") else s
-
-
-def render_buffer_global(x: UOp) -> str:
-    return f"data{buffer_arg(x).slot}"
-
-
-def render_buffer_reg(x: UOp, ctx: CContext) -> str:
-    name = ctx.names[x] = ctx.fresh("acc")
-    return f"{ctype(x.dtype)} {name}[{x.shape[0]}];"
-
-
-def render_param(x: UOp, ctx: CContext) -> str:
-    return ctx.names[x]  # named when the signature was made
-
-
-def render_index(x: UOp, buf: UOp, i: UOp, ctx: CContext) -> str:
-    return f"{ctx[buf]}[{_unparen(ctx[i])}]"
-
-
-def _read(idx: UOp, ctx: CContext) -> str:
-    buf = base_of(base_of(idx).src[0])
-    if is_global(buf) and buf.dtype is dtypes.bfloat16:
-        ctx.helper("bf16_round")  # defines bf16_to_f32 too
-        return f"bf16_to_f32({ctx[idx]})"
-    return ctx[idx]
-
-
-def render_load(idx: UOp, ctx: CContext) -> str:
-    return _read(idx, ctx)
-
-
-def render_load_gated(idx: UOp, alt: UOp, gate: UOp, ctx: CContext) -> str:
-    return f"({ctx[gate]} ? {_read(idx, ctx)} : {ctx[alt]})"
-
-
-def render_after(y: UOp, ctx: CContext) -> str:
-    return ctx[y]
-
-
-def render_custom(x: UOp, ctx: CContext) -> str:
-    fmt = x.arg[0] if isinstance(x.arg, tuple) else x.arg
-    try:
-        return str(fmt).format(*(ctx[s] for s in x.src))
-    except (IndexError, KeyError, ValueError) as e:
-        raise CompileError(f"CUSTOM {fmt!r}: cannot fill it with {len(x.src)} sources: {e}") from None
-
-
-def render_cast(x: UOp, y: UOp, ctx: CContext) -> str:
-    a, src, dst = ctx[y], y.dtype, x.dtype
-    if src is dst:
-        return a
-    if dst is dtypes.bool:
-        return f"({a}!=0)"
-    if src.is_float and dst.is_int:
-        return f"(({ctype(dst)}){ctx.helper('f2i_wrap')}((double){a}))"
-    if dst is dtypes.bfloat16:
-        return f"{ctx.helper('bf16_round')}((float){a})"
-    return f"(({ctype(dst)}){a})"
-
-
-def render_bitcast(x: UOp, y: UOp, ctx: CContext) -> str:
-    a, src, dst = ctx[y], y.dtype, x.dtype
-    if src is dst:
-        return a
-    if dst is dtypes.bool:
-        return f"({a}!=0)"
-    if src is dtypes.bool:
-        return f"(({ctype(dst)}){a})"
-    if src is dtypes.bfloat16 or dst is dtypes.bfloat16:
-        ctx.helper("bf16_round")
-    return f"{ctx.helper(f'bitcast_{src.name}_to_{dst.name}')}({a})"
-
-
-def _wrap(dt: DType, expr: str, ctx: CContext) -> str:
-    """Round or wrap an op's C result back to its dtype (C computes narrow types wider)."""
-    if dt is dtypes.float16 or dt in _NARROW_INT:
-        return f"(({ctype(dt)}){expr})"
-    if dt is dtypes.bfloat16:
-        return f"{ctx.helper('bf16_round')}({expr})"
-    return expr
-
-
-def render_alu(x: UOp, ctx: CContext) -> str:
-    o = x.op
-    dt = x.src[1].dtype if o is Ops.WHERE else x.src[0].dtype
-    a = [ctx[s] for s in x.src]
-    first = 1 if o is Ops.WHERE else 0
-    if dt is dtypes.index and all(s.op is Ops.CONST for s in x.src[first:]):
-        a[first] = f"((long long){a[first]})"  # index constants render as C ints; compute in 64 bits anyway
-    if o in _INFIX:
-        e = f"({a[0]}{_INFIX[o]}{a[1]})"
-    elif o is Ops.NEG:
-        e = f"(-{a[0]})"
-    elif o is Ops.NOT:
-        e = f"(!{a[0]})"
-    elif o is Ops.WHERE:
-        e = f"({a[0]}?{a[1]}:{a[2]})"
-    elif o is Ops.MAX:
-        e = f"({a[0]}|{a[1]})" if dt is dtypes.bool else \
-            f"{ctx.helper('max_' + ('float32' if dt is dtypes.bfloat16 else dt.name))}({a[0]}, {a[1]})"
-    elif o is Ops.RECIP:
-        one = {dtypes.float64: "1.0", dtypes.float16: "(_Float16)1.0f"}.get(dt, "1.0f")
-        e = f"({one}/{a[0]})"
-    elif o is Ops.MULACC:
-        e = f"({_wrap(dt, f'({a[0]}*{a[1]})', ctx)}+{a[2]})"
-    elif o is Ops.TRUNC and dt.is_int:
-        return a[0]
-    elif o in _LIBM:
-        fn = _LIBM[o] + ("" if dt is dtypes.float64 else "f")
-        args = a if dt is not dtypes.float16 else [f"(float){s}" for s in a]
-        e = f"{fn}({', '.join(args)})"
-    elif o is Ops.CDIV or o is Ops.CMOD:
-        d = x.src[1]
-        if d.op is Ops.CONST and const_value(d) not in (0, -1):
-            e = f"({a[0]}{'/' if o is Ops.CDIV else '%'}{a[1]})"
-        else:
-            e = f"{ctx.helper(('cdiv_' if o is Ops.CDIV else 'cmod_') + dt.name)}({a[0]}, {a[1]})"
-    else:
-        raise CompileError(f"the C renderer cannot render {o.name} on {dt.name}; lowering must decompose it")
-    return e if o in _NO_WRAP else _wrap(x.dtype, e, ctx)
-
-
-# ---------------------------------------------------------------- rules: statements
-
-
-def render_range(x: UOp, b: UOp, ctx: CContext) -> str:
-    rid = cast(tuple, x.arg)[0]
-    want = f"ridx{rid}" if isinstance(rid, int) and rid >= 0 else ""
-    name = want if want and want not in ctx.taken else ctx.fresh("ridx")
-    ctx.taken.add(name)
-    ctx.names[x] = name
-    return f"for (long long {name} = 0; {name} < {_unparen(ctx[b])}; {name}++) {{"
-
-
-def render_end(x: UOp) -> str:
-    return "\n".join("}" for _ in x.src[1:])
-
-
-def render_if(g: UOp, ctx: CContext) -> str:
-    return f"if ({_unparen(ctx[g])}) {{"
-
-
-def _write(idx: UOp, val: UOp, ctx: CContext) -> str:
-    buf = base_of(base_of(idx).src[0])
-    v = _unparen(ctx[val])
-    if is_global(buf) and buf.dtype is dtypes.bfloat16:
-        ctx.helper("bf16_round")  # defines f32_to_bf16 too
-        v = f"f32_to_bf16({v})"
-    return f"{ctx[idx]} = {v};"
-
-
-def render_store(idx: UOp, val: UOp, ctx: CContext) -> str:
-    return _write(idx, val, ctx)
-
-
-def render_store_gated(idx: UOp, val: UOp, gate: UOp, ctx: CContext) -> str:
-    return f"if ({_unparen(ctx[gate])}) {_write(idx, val, ctx)}"
-
-
-def render_nothing() -> str:
-    return ""  # BARRIER: the slices of a CPU kernel share nothing that needs one
-
 
 C_ALU_OPS = GroupOp.ALU - {Ops.IDIV, Ops.MOD, Ops.THREEFRY}
 
-C_RULES = RuleSet("c-render", [
+# vector forms first: their guards pick shape (n,) values, the scalar rules below take the rest
+C_RULES = VECTOR_RULES + RuleSet("c-render", [
     Rule("c-const", op.CONST(name="x"), render_const),
     Rule("c-buffer-global", op.BUFFER(name="x", rest=True), render_buffer_global,
          when=lambda x: buffer_arg(x).addrspace == AddrSpace.GLOBAL),
@@ -410,7 +96,8 @@ C_RULES = RuleSet("c-render", [
 # ---------------------------------------------------------------- the driver
 
 
-_NAMED_BY_RULE = frozenset({Ops.CONST, Ops.INDEX, Ops.AFTER, Ops.PARAM, Ops.SPECIAL})
+_NAMED_BY_RULE = frozenset({Ops.CONST, Ops.VCONST, Ops.INDEX, Ops.AFTER, Ops.PARAM, Ops.SPECIAL})
+_MAX_INLINE_DEPTH = 48  # clang rejects parentheses nested deeper than 256; name long chains instead
 
 
 def _named(u: UOp, prog: Program, ctx: CContext) -> bool:
@@ -418,6 +105,8 @@ def _named(u: UOp, prog: Program, ctx: CContext) -> bool:
     if u.op is Ops.LOAD or u.op is Ops.CUSTOM:
         return True
     users = prog.users.get(u, [])
+    if u.shape != () and contiguous_start(u) is not None and all(x.op is Ops.INDEX and x.src[1] is u for x in users):
+        return False  # positions base + (0..n-1): the INDEXes read base, never this vector
     if len(users) != 1:
         return len(users) > 1
     # inlining into a user in another block would move the work into (or out of) a loop
@@ -443,18 +132,18 @@ def render_function(prog: Program, name: str, helpers: dict[str, str]) -> str:
     lines = [signature(prog, name, ctx) + " {"]
     indent = 1
     for u in prog.instrs:
-        if u.op is Ops.VCONST:
-            continue
+        if u.op in (Ops.VCONST, Ops.STACK) and u not in prog.uses:
+            continue  # a BUFFER's shape operand that a linearizer listed; no value reads it
         fn = C_RULES.matcher(u.op)
         hit = fn(u, ctx) if fn is not None else None
         if hit is None:
             raise CompileError(f"{prog.where(u)}: the C renderer has no rule for {u.op.name} here")
         text = cast(str, cast(tuple, hit)[0])
-        if u.op in VALUE_OPS or (u.op in (Ops.LOAD, Ops.CUSTOM) and u.dtype is not dtypes.void):
+        if u.op in VALUE_OPS or u.op is Ops.STACK or (u.op in (Ops.LOAD, Ops.CUSTOM) and u.dtype is not dtypes.void):
             ctx.depth[u] = 1 + max((ctx.depth.get(s, 0) for s in u.src), default=0)
             if _named(u, prog, ctx):
                 nm = ctx.fresh("val" if u.op is Ops.LOAD else "alu")
-                lines.append("  " * indent + f"{ctype(u.dtype)} {nm} = {_unparen(text)};")
+                lines.append("  " * indent + f"{value_type(u, ctx)} {nm} = {unparen(text)};")
                 ctx.names[u], ctx.depth[u] = nm, 0
             else:
                 ctx.names[u] = text

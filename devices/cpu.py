@@ -11,8 +11,10 @@ process. `compile_batch` puts many kernels in one C file, which costs one compil
 
 Launch: `kernel({slot: array}, {name: int})` checks each array against its BUFFER (dtype, size, contiguity,
 aliasing) and passes pointers in slot order, then the variables by name. A kernel with SPECIALs (e.g. core_id)
-takes each as a trailing parameter and is called once per value, spread over a thread pool (ctypes drops
-the GIL during the call), so the slices run on several cores at once.
+takes each as a trailing parameter and runs once per value (every combination, for several): it is compiled with
+an entry wrapper `NAME__entry(void** args, int core_id)` that unpacks 64-bit argument words and turns the flat
+id into the SPECIAL values, and devices.cpu_pool runs that wrapper across a native thread pool, so the slices
+run on several cores at once.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import itertools
+import math
 import os
 import platform
 import shutil
@@ -27,12 +30,12 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from devices.c_render import C_ALU_OPS, is_reserved, render_function, render_source
-from devices.linear import Program, analyze, special_bound
+from devices import cpu_pool
+from devices.c_render import C_ALU_OPS, ctype, is_reserved, render_function, render_source, storage_type
+from devices.linear import Program, analyze, const_value, special_bound
 from devices.memory import Allocator, check_buffers, check_vars, np_dtype
 from rewrite.dtype import DType, dtypes
 from rewrite.env import cache_dir, getenv
@@ -152,25 +155,41 @@ def _numbered(src: str) -> str:
     return "\n".join(f"{i:4d} | {line}" for i, line in enumerate(src.splitlines(), 1))
 
 
-_POOL: list[ThreadPoolExecutor] = []
-
-
-def _pool() -> ThreadPoolExecutor:
-    if not _POOL:
-        _POOL.append(ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="cpu-core"))
-    return _POOL[0]
+def entry_source(prog: Program, symbol: str, entry: str) -> str:
+    """The wrapper cpu_pool calls: `void entry(void** args, int core_id)`. args holds one 64-bit word per buffer
+    pointer, then per variable, then the bounds of the SPECIALs after the first; core_id is the flat index into
+    their product (the last SPECIAL varies fastest), unravelled here so one launch covers every combination."""
+    # the wrapper's own names must not hide the kernel it calls
+    a, c = ("args", "core_id") if symbol not in ("args", "core_id") else ("args_", "core_id_")
+    nb, nv = len(prog.buffers), len(prog.variables)
+    params = [f"({storage_type(b.dtype)}*){a}[{i}]" for i, b in enumerate(prog.buffers.values())]
+    params += [f"({ctype(p.dtype)})(intptr_t){a}[{nb + i}]" for i, p in enumerate(prog.variables.values())]
+    bounds = [f"(long long)(intptr_t){a}[{nb + nv + j}]" for j in range(len(prog.specials) - 1)]
+    for j in range(len(prog.specials)):
+        ids = f"(long long){c}" + "".join(f" / {b}" for b in bounds[j:])
+        params.append(f"({ids}) % {bounds[j - 1]}" if j else ids)
+    # call the kernel through a local alias: a call to its exported name would bind to a same-named function of
+    # another library (a kernel called `fork` would call libc's fork)
+    return (f"static __typeof__({symbol}) {entry}_kernel __attribute__((alias(\"{symbol}\")));\n"
+            f"void {entry}(void** {a}, int {c}) {{\n  {entry}_kernel({', '.join(params)});\n}}")
 
 
 class CPUKernel:
-    """A compiled kernel: `kernel({slot: array}, {name: value})`. `src` is its C source file."""
+    """A compiled kernel: `kernel({slot: array}, {name: value})`. `src` is its C source file; `entry` names its
+    thread-pool wrapper (kernels with SPECIALs only)."""
 
-    def __init__(self, prog: Program, symbol: str, src: str, lib: ctypes.CDLL) -> None:
+    def __init__(self, prog: Program, symbol: str, src: str, lib: ctypes.CDLL, entry: str | None = None) -> None:
         self.prog, self.name, self.symbol, self.src, self.lib = prog, prog.name, symbol, src, lib
         fn = getattr(lib, symbol)
         fn.argtypes = ([ctypes.c_void_p] * len(prog.buffers) + [_CT[p.dtype] for p in prog.variables.values()]
                        + [ctypes.c_longlong] * len(prog.specials))
         fn.restype = None
         self.fn = fn
+        # the wrapper's address, for cpu_pool.launch (a kernel compiled without one runs its ids one by one)
+        self.entry = ctypes.cast(getattr(lib, entry), ctypes.c_void_p).value if entry else None
+        # constant SPECIAL bounds (the usual core_id) are read once, not at every launch
+        consts = [int(const_value(sp.src[0])) for sp in prog.specials.values() if sp.src[0].op is Ops.CONST]
+        self._bounds: list[int] | None = consts if len(consts) == len(prog.specials) else None
 
     def __call__(self, buffers: dict[int, np.ndarray], var_vals: dict[str, int] | None = None) -> None:
         prog = self.prog
@@ -180,15 +199,13 @@ class CPUKernel:
         if not prog.specials:
             self.fn(*args)
             return
-        ranges = [range(special_bound(sp, vv, self.name)) for sp in prog.specials.values()]
-        combos = [(*args, *c) for c in itertools.product(*ranges)]
-        if len(combos) == 1 or (os.cpu_count() or 1) == 1:
-            for c in combos:
-                self.fn(*c)
+        bounds = self._bounds or [special_bound(sp, vv, self.name) for sp in prog.specials.values()]
+        total = math.prod(bounds) if min(bounds) > 0 else 0
+        if self.entry is None or total >= 1 << 31:
+            for c in itertools.product(*map(range, bounds)):
+                self.fn(*args, *c)
             return
-        fn = self.fn
-        for _ in _pool().map(lambda c: fn(*c), combos):
-            pass
+        cpu_pool.launch(self.entry, args + bounds[1:], total)
 
 
 class CPUDevice(Allocator):
@@ -225,12 +242,21 @@ class CPUDevice(Allocator):
             prog.name = name
             funcs.append(render_function(prog, sym, helpers))
             progs.append(prog)
+        # entry wrappers for the kernels with SPECIALs, named clear of every kernel symbol in this file
+        entries: list[str | None] = []
+        for prog, sym in zip(progs, syms, strict=True):
+            entry = None
+            if prog.specials:
+                entry = next(e for i in itertools.count()
+                             if not {e := f"{sym}__entry{i or ''}", f"{e}_kernel"} & set(syms))
+                funcs.append(entry_source(prog, sym, entry))
+            entries.append(entry)
         src = render_source(funcs, helpers)
         if int(getenv("DEBUG")) >= 4:
             print(src)
         what = f"kernel {kernels[0][1]!r}" if len(kernels) == 1 else f"{len(kernels)} kernels"
         lib = self.compiler.load(src, what)
-        return [CPUKernel(p, sym, src, lib) for p, sym in zip(progs, syms, strict=True)]
+        return [CPUKernel(p, sym, src, lib, e) for p, sym, e in zip(progs, syms, entries, strict=True)]
 
     @staticmethod
     def np_dtype(dtype: DType) -> np.dtype:
@@ -248,4 +274,4 @@ def _symbol(name: str) -> str:
 
 DEVICE = CPUDevice()
 
-__all__ = ["DEVICE", "CPUDevice", "CPUKernel", "Compiler"]
+__all__ = ["DEVICE", "CPUDevice", "CPUKernel", "Compiler", "entry_source"]

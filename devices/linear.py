@@ -10,8 +10,14 @@ CompileError (naming the instruction, its position and what is wrong) or returns
 - a value made inside a block (a RANGE loop or an IF) is not used after the block is closed: in C it would be
   out of scope, and after an IF it may never have been computed. CONSTs, GLOBAL buffers, variables and
   SPECIALs are kernel-wide and exempt;
-- values are scalars; INDEX is (buffer, i) over a BUFFER (possibly through AFTER); LOAD and STORE go through
-  an INDEX; every ALU op is one the device declares in `supported_ops`;
+- values are scalars (shape ()) or vectors of n lanes (shape (n,), n a power of two from 2 to 64) with a scalar
+  dtype; an op mixing vectors and scalars has all its vectors of one lane count (the scalars are broadcast).
+  A VCONST or STACK is checked where it is read as a value: the same nodes also serve as BUFFER shapes,
+  which a linearizer may list although nothing reads them;
+- INDEX is (buffer, i) over a BUFFER (possibly through AFTER), i a scalar or a vector of positions, or
+  (vector, CONST k) for lane k; LOAD and STORE go through a buffer INDEX and their gate is a scalar or has the
+  index's lanes; a vector BITCAST keeps the itemsize; every ALU op is one the device declares in
+  `supported_ops`;
 - GLOBAL buffer slots, variable names and SPECIAL names are each defined once.
 
 The Program then gives positions, the matching opener/closer of each block, the innermost open block of
@@ -32,9 +38,14 @@ from rewrite.uop import BufferArg, ConstValue, ParamArg, UOp
 # the ops that may appear in a LINEAR list (ALU ops, CAST and BITCAST besides)
 STATEMENTS = frozenset({Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.STORE, Ops.BARRIER})
 INSTRUCTIONS = STATEMENTS | frozenset(
-    {Ops.BUFFER, Ops.PARAM, Ops.CONST, Ops.VCONST, Ops.SPECIAL, Ops.INDEX, Ops.LOAD, Ops.AFTER, Ops.CUSTOM}
+    {Ops.BUFFER, Ops.PARAM, Ops.CONST, Ops.VCONST, Ops.STACK, Ops.SPECIAL, Ops.INDEX, Ops.LOAD, Ops.AFTER,
+     Ops.CUSTOM}
 )
 VALUE_OPS = GroupOp.ALU | frozenset({Ops.CAST, Ops.BITCAST})
+MAX_LANES = 64
+# what may be a vector (BUFFER has its own shape rule; VCONST and STACK are checked where they are read)
+_MAY_BE_VECTOR = VALUE_OPS | frozenset({Ops.INDEX, Ops.LOAD, Ops.AFTER})
+_VECTOR_MAKERS = frozenset({Ops.VCONST, Ops.STACK})
 # values visible everywhere in the kernel, wherever they are listed (C renders them inline or as parameters)
 _KERNEL_WIDE = frozenset({Ops.CONST, Ops.VCONST, Ops.PARAM, Ops.SPECIAL})
 _OPENERS = frozenset({Ops.RANGE, Ops.IF})
@@ -125,13 +136,20 @@ def analyze(linear: UOp, device: str, supported_ops: frozenset[Ops], name: str =
         if op in VALUE_OPS and op not in supported_ops:
             raise _fail(prog, i, u, f"the {device} device does not support {op.name}; lowering must decompose it "
                                     f"(see the device's supported_ops)")
-        if u.dtype.count != 1 or (u.shape != () and op not in (Ops.BUFFER, Ops.VCONST)):
-            raise _fail(prog, i, u, "LINEAR values must be scalars (no vector dtypes, shape ())")
+        if u.dtype.count != 1:
+            raise _fail(prog, i, u, f"{u.dtype.name} is a vector dtype; a LINEAR vector has a scalar dtype and shape "
+                                    f"(n,), e.g. VCONST or STACK")
+        if u.shape != () and op is not Ops.BUFFER and op not in _VECTOR_MAKERS:
+            if op not in _MAY_BE_VECTOR:
+                raise _fail(prog, i, u, f"{op.name} must be a scalar (shape ()), got shape {u.shape}")
+            _check_lanes(prog, i, u, u)
         deps = () if op in (Ops.BUFFER, Ops.PARAM, Ops.VCONST) else u.src
         for j, s in enumerate(deps):
             if s not in pos:
                 raise _fail(prog, i, u, f"source {j} ({s.short()[:80]}) is not listed before it")
         for s in _value_srcs(u):
+            if s.op in _VECTOR_MAKERS:
+                _check_lanes(prog, i, u, s)
             b = block[pos[s]]
             if s.op not in _KERNEL_WIDE and not is_global(s) and b != -1 and b not in open_set:
                 raise _fail(prog, i, u, f"uses {s.short()[:80]} (instruction {pos[s]}) after the block it was made "
@@ -170,8 +188,51 @@ def analyze(linear: UOp, device: str, supported_ops: frozenset[Ops], name: str =
     return prog
 
 
+def lanes(u: UOp) -> int:
+    """The lane count of a checked LINEAR value: 1 for a scalar, n for shape (n,)."""
+    return cast(int, u.shape[0]) if u.shape else 1
+
+
+def _check_lanes(prog: Program, i: int, u: UOp, v: UOp) -> None:
+    n = v.shape[0] if len(v.shape) == 1 else None
+    if not isinstance(n, int) or n < 2 or n > MAX_LANES or n & (n - 1):
+        what = "its value" if v is u else f"operand {v.short()[:60]}"
+        raise _fail(prog, i, u, f"{what} has shape {v.shape}; a vector has shape (n,) with n a power of two from 2 "
+                                f"to {MAX_LANES}")
+
+
+def _check_operands(prog: Program, i: int, u: UOp) -> None:
+    """Operands of an elementwise op are scalars or vectors of the result's lanes (a scalar is broadcast)."""
+    if u.op is Ops.BITCAST and u.shape != () and u.src[0].dtype.itemsize != u.dtype.itemsize:
+        raise _fail(prog, i, u, f"a vector BITCAST must keep the element size ({u.src[0].dtype.name} to "
+                                f"{u.dtype.name} does not); bitcast lane by lane")
+    for s in u.src:
+        if s.shape != () and s.shape != u.shape:
+            raise _fail(prog, i, u, f"operand {s.short()[:60]} has shape {s.shape} but the result has {u.shape}; "
+                                    f"only a scalar broadcasts to the lanes")
+
+
+def _check_access(prog: Program, i: int, u: UOp) -> None:
+    """LOAD and STORE: through a buffer INDEX; gate (and a LOAD's alt) a scalar or of the index's lanes."""
+    op, idx = u.op, base_of(u.src[0])
+    if idx.op is not Ops.INDEX or base_of(idx.src[0]).op is not Ops.BUFFER:
+        raise _fail(prog, i, u, f"{op.name} must go through an INDEX of a buffer")
+    gate = u.src[2] if len(u.src) == 3 else None
+    if gate is not None and gate.dtype is not dtypes.bool:
+        raise _fail(prog, i, u, f"the {op.name} gate must be bool")
+    for what, s in (("gate", gate), ("alt value", u.src[1] if op is Ops.LOAD and gate is not None else None)):
+        if s is not None and s.shape != () and s.shape != idx.shape:
+            raise _fail(prog, i, u, f"the {op.name} {what} has shape {s.shape}, the index {idx.shape}; it must be "
+                                    f"a scalar or have the index's lanes")
+    if op is Ops.STORE and is_global(buf := base_of(idx.src[0])):
+        prog.stored.add(buffer_arg(buf).slot)
+
+
 def _check_instruction(prog: Program, i: int, u: UOp) -> None:
     op = u.op
+    if op in VALUE_OPS:
+        _check_operands(prog, i, u)
+        return
     if op is Ops.BUFFER:
         a = buffer_arg(u)
         if len(u.shape) != 1:
@@ -199,17 +260,19 @@ def _check_instruction(prog: Program, i: int, u: UOp) -> None:
             raise _fail(prog, i, u, f"SPECIAL needs a new non-empty name, got {u.arg!r}")
         prog.specials[u.arg] = u
     elif op is Ops.INDEX:
-        if len(u.src) != 2 or base_of(u.src[0]).op is not Ops.BUFFER:
-            raise _fail(prog, i, u, "INDEX must be (buffer, i) over a BUFFER")
-        if not u.src[1].dtype.is_int:
-            raise _fail(prog, i, u, "the INDEX position must be an integer")
+        if len(u.src) != 2:
+            raise _fail(prog, i, u, "INDEX must be (buffer, i) or (vector, CONST k)")
+        if base_of(u.src[0]).op is Ops.BUFFER:
+            if not u.src[1].dtype.is_int:
+                raise _fail(prog, i, u, "the INDEX position must be an integer")
+        elif u.src[0].shape != ():
+            k = u.src[1]
+            if k.op is not Ops.CONST or not 0 <= cast(int, const_value(k)) < lanes(u.src[0]):
+                raise _fail(prog, i, u, f"a lane of a vector of {lanes(u.src[0])} is INDEX(vector, CONST k) with "
+                                        f"0 <= k < {lanes(u.src[0])}")
+        else:
+            raise _fail(prog, i, u, "INDEX must be (buffer, i) over a BUFFER, or (vector, CONST k) for a lane")
     elif op is Ops.LOAD or op is Ops.STORE:
-        if base_of(u.src[0]).op is not Ops.INDEX:
-            raise _fail(prog, i, u, f"{op.name} must go through an INDEX")
-        gate = u.src[2] if len(u.src) == 3 else None
-        if gate is not None and gate.dtype is not dtypes.bool:
-            raise _fail(prog, i, u, f"the {op.name} gate must be bool")
-        if op is Ops.STORE and is_global(buf := base_of(base_of(u.src[0]).src[0])):
-            prog.stored.add(buffer_arg(buf).slot)
-    elif op is Ops.IF and (len(u.src) != 1 or u.src[0].dtype is not dtypes.bool):
-        raise _fail(prog, i, u, "IF takes one bool gate")
+        _check_access(prog, i, u)
+    elif op is Ops.IF and (len(u.src) != 1 or u.src[0].dtype is not dtypes.bool or u.src[0].shape != ()):
+        raise _fail(prog, i, u, "IF takes one scalar bool gate")

@@ -10,6 +10,12 @@ Python list made fresh where its BUFFER instruction runs, and reading an element
 error (in C it would be garbage). An access outside a buffer raises DeviceError naming the slot, the index
 and the size; a gated access whose gate is false touches nothing, so padding may index out of bounds.
 A kernel with SPECIALs runs its whole body once per combination of their values, one after another.
+
+Vectors (shape (n,)) are tuples of n lane values, and every lane goes through the same semantics table as a
+scalar would; a scalar operand of a vector op is used for every lane. A vector INDEX of a buffer holds n
+positions: LOAD reads each lane's element (a gate, scalar or per lane, skips the lanes it turns off, which
+take the alt value), STORE writes lanes 0..n-1 in order, so where two lanes share an address the later lane's
+value stays. INDEX(vector, CONST k) is lane k; STACK makes a tuple of scalars; VCONST is its rounded values.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from devices.linear import Program, analyze, buffer_arg, const_value, is_global, special_bound
+from devices.linear import Program, analyze, base_of, buffer_arg, const_value, is_global, lanes, special_bound
 from devices.memory import Allocator, bf16_decode, bf16_encode, check_buffers, check_vars, np_dtype, size_of
 from rewrite.dtype import DType, dtypes
 from rewrite.env import getenv
@@ -98,8 +104,9 @@ class PythonKernel:
             op = u.op
             if op is Ops.CONST:
                 init[p] = round_to(u.dtype, const_value(u))
-            elif op in (Ops.VCONST, Ops.PARAM, Ops.SPECIAL, Ops.BARRIER, Ops.ENDIF) or (op is Ops.BUFFER
-                                                                                        and is_global(u)):
+            elif op is Ops.VCONST:
+                init[p] = tuple(round_to(u.dtype, x) for x in u.arg[0])  # type: ignore[index]
+            elif op in (Ops.PARAM, Ops.SPECIAL, Ops.BARRIER, Ops.ENDIF) or (op is Ops.BUFFER and is_global(u)):
                 pass  # set per call (buffers, variables, SPECIAL values) or no work at all
             elif op is Ops.END:
                 for r in prog.opened[p]:  # innermost first
@@ -164,24 +171,39 @@ class PythonKernel:
             def step(v: list) -> None:
                 v[p] = v[x]
             return step
+        if op is Ops.INDEX and base_of(u.src[0]).op is not Ops.BUFFER:  # lane k of a vector value
+            x, k = s[0], const_value(u.src[1])
+
+            def step(v: list) -> None:
+                v[p] = v[x][k]
+            return step
         if op is Ops.INDEX:
             b, i = s
 
             def step(v: list) -> None:
                 v[p] = (v[b], v[i])
             return step
+        if op is Ops.STACK:
+            def step(v: list) -> None:
+                v[p] = tuple(v[j] for j in s)
+            return step
         if op is Ops.LOAD:
-            return self._load(p, s)
+            return self._load(p, s) if u.shape == () else _vector_load(p, u, s)
         if op is Ops.STORE:
-            return self._store(p, s)
+            return self._store(p, s) if base_of(u.src[0]).shape == () else _vector_store(p, u, s)
         if op is Ops.CAST or op is Ops.BITCAST:
             fn, src_dt, dst_dt, x = exec_cast if op is Ops.CAST else exec_bitcast, u.src[0].dtype, u.dtype, s[0]
+            if u.shape != ():
+                def step(v: list) -> None:
+                    v[p] = tuple(fn(a, src_dt, dst_dt) for a in v[x])
+                return step
 
             def step(v: list) -> None:
                 v[p] = fn(v[x], src_dt, dst_dt)
             return step
         if op in GroupOp.ALU:
-            return _alu_step(p, op, u.src[1].dtype if op is Ops.WHERE else u.src[0].dtype, s)
+            dt = u.src[1].dtype if op is Ops.WHERE else u.src[0].dtype
+            return _alu_step(p, op, dt, s) if u.shape == () else _vector_alu_step(p, u, dt, s)
         raise CompileError(f"{self.prog.where(u)}: the python device cannot run {op.name}")
 
     def _load(self, p: int, s: list[int]) -> Step:
@@ -262,6 +284,53 @@ def _alu_step(p: int, op: Ops, dt: DType, s: list[int]) -> Step:
 
         def step(v: list) -> None:
             v[p] = f(op, dt, v[a], v[b], v[c])
+    return step
+
+
+def _spread(u: UOp, n: int) -> Callable[[object], tuple]:
+    """How to read an operand as n lanes: a vector is its tuple, a scalar repeats."""
+    if u.shape != ():
+        return lambda x: x  # type: ignore[return-value]
+    return lambda x: (x,) * n
+
+
+def _vector_alu_step(p: int, u: UOp, dt: DType, s: list[int]) -> Step:
+    f, op, n = exec_alu, u.op, lanes(u)
+    spread = [(j, _spread(x, n)) for j, x in zip(s, u.src, strict=True)]
+
+    def step(v: list) -> None:
+        v[p] = tuple(f(op, dt, *lane) for lane in zip(*(sp(v[j]) for j, sp in spread), strict=True))
+    return step
+
+
+def _vector_load(p: int, u: UOp, s: list[int]) -> Step:
+    idx, n = s[0], lanes(u)
+    if len(s) == 1:
+        def load(v: list) -> None:
+            mem, ii = v[idx]
+            v[p] = tuple(mem.read(mem, _address(mem, i)) for i in ii)
+        return load
+    alt, gate = s[1], s[2]
+    alts, gates = _spread(u.src[1], n), _spread(u.src[2], n)
+
+    def gated_load(v: list) -> None:
+        mem, ii = v[idx]
+        v[p] = tuple(mem.read(mem, _address(mem, i)) if g else a
+                     for i, g, a in zip(ii, gates(v[gate]), alts(v[alt]), strict=True))
+    return gated_load
+
+
+def _vector_store(p: int, u: UOp, s: list[int]) -> Step:
+    idx, val, n = s[0], s[1], lanes(u.src[1])
+    # without a gate, read a constant true from a slot that always exists (the value's own)
+    gate, gates = (s[2], _spread(u.src[2], n)) if len(s) == 3 else (val, lambda _: (True,) * n)
+
+    def step(v: list) -> None:
+        mem, ii = v[idx]
+        on = gates(v[gate])
+        for i, x, g in zip(ii, v[val], on, strict=True):  # in lane order: a later lane wins a shared address
+            if g:
+                mem.write(mem, _address(mem, i), x)
     return step
 
 

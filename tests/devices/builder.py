@@ -194,3 +194,75 @@ def storage(values_: list, dtype: DType) -> np.ndarray:
 def python_values(arr: np.ndarray, dtype: DType) -> list:
     """A buffer's elements as the Python values rewrite.semantics works on."""
     return values(arr, dtype).tolist()
+
+
+# ---------------------------------------------------------------- vector programs (shape (n,) values)
+
+
+def vconst(values: list, dtype: DType = dtypes.index) -> UOp:
+    return UOp.vconst(values, dtype)
+
+
+def block_positions(r: UOp, lanes: int, reverse: bool = False) -> UOp:
+    """The positions r*lanes + (0..lanes-1): consecutive (one vector access), or reversed (a gather/scatter)."""
+    order = list(range(lanes))[::-1] if reverse else list(range(lanes))
+    return r * lanes + vconst(order)
+
+
+def vector_multi_output(fns: list[Callable[[list[UOp], list[UOp]], UOp]], out_dtypes: list[DType],
+                        in_dtypes: list[DType], lanes: int = 8, blocks: int = 2,
+                        gathered: frozenset[int] = frozenset()) -> UOp:
+    """out_k(slot k)[block] = fns[k](vectors, scalars) over `blocks` blocks of `lanes` elements. Input j (slot
+    100 + j) is read as vectors[j], the block's lanes (in reverse order, a gather, when j is in `gathered`),
+    and as scalars[j], the block's first element. Outputs are stored as consecutive lanes."""
+    n = lanes * blocks
+    ins = [buf(100 + j, dt, n) for j, dt in enumerate(in_dtypes)]
+    outs = [buf(k, dt, n) for k, dt in enumerate(out_dtypes)]
+    r = UOp.range(blocks, 0)
+    vecs = [b.index(block_positions(r, lanes, j in gathered)).load() for j, b in enumerate(ins)]
+    scalars = [b.index(r * lanes).load() for b in ins]
+    stores = [o.index(block_positions(r, lanes)).store(fn(vecs, scalars)) for o, fn in zip(outs, fns, strict=True)]
+    return linear(*outs, *ins, r, *vecs, *scalars, *stores, end(stores[-1], r))
+
+
+def matmul_tile(m: int, n: int, k: int, rows: int = 4, lanes: int = 16) -> UOp:
+    """c = a @ b (float32, row-major m x k and k x n) with a rows x lanes register tile: per tile, a REG of
+    rows*lanes accumulators (vectors of `lanes`, indexed by VCONSTs), each k step loading one vector of b and a
+    scalar of a per row, and updating with a separate MUL then ADD (no fused multiply-add)."""
+    f32 = dtypes.float32
+    a, b, c, acc = buf(1, f32, m * k), buf(2, f32, k * n), buf(0, f32, m * n), reg(100, f32, rows * lanes)
+    i, j, kk = UOp.range(m // rows, 0), UOp.range(n // lanes, 1), UOp.range(k, 2)
+    lane = vconst(list(range(lanes)))
+    tile = [acc.index(vconst(list(range(q * lanes, (q + 1) * lanes)))) for q in range(rows)]
+    row = [i * rows + q for q in range(rows)]
+    col = j * lanes
+    inits = [t.store(vconst([0.0] * lanes, f32)) for t in tile]
+    bv = b.index(kk * n + col + lane).load()
+    upds = [t.store(t.load() + a.index(rq * k + kk).load() * bv) for t, rq in zip(tile, row, strict=True)]
+    ek = end(upds[-1], kk)
+    outs = [c.index(rq * n + col + lane).store(t.after(ek).load()) for t, rq in zip(tile, row, strict=True)]
+    ej = end(outs[-1], j)
+    # row offsets may be shared by the k loop and the stores after it (k == n), so they are listed before it opens
+    return linear(c, a, b, i, *row, *(rq * k for rq in row), *(rq * n for rq in row), j, col, acc, *inits, kk, *upds,
+                  ek, *outs, ej, end(ej, i))
+
+
+def matmul_tile_scalar(m: int, n: int, k: int, rows: int = 4, cols: int = 16) -> UOp:
+    """matmul_tile's computation with scalars only: rows*cols accumulators, one scalar op per element."""
+    f32 = dtypes.float32
+    a, b, c, acc = buf(1, f32, m * k), buf(2, f32, k * n), buf(0, f32, m * n), reg(100, f32, rows * cols)
+    i, j, kk = UOp.range(m // rows, 0), UOp.range(n // cols, 1), UOp.range(k, 2)
+    cells = [[acc.index(q * cols + e) for e in range(cols)] for q in range(rows)]
+    row = [i * rows + q for q in range(rows)]
+    col = j * cols
+    inits = [x.store(UOp.const(0.0, f32)) for line in cells for x in line]
+    bs = [b.index(kk * n + col + e).load() for e in range(cols)]
+    avs = [a.index(rq * k + kk).load() for rq in row]
+    upds = [x.store(x.load() + av * bv) for line, av in zip(cells, avs, strict=True) for x, bv in zip(line, bs,
+                                                                                                       strict=True)]
+    ek = end(upds[-1], kk)
+    outs = [c.index(rq * n + col + e).store(x.after(ek).load()) for line, rq in zip(cells, row, strict=True)
+            for e, x in enumerate(line)]
+    ej = end(outs[-1], j)
+    return linear(c, a, b, i, *row, *(rq * k for rq in row), *(rq * n for rq in row), j, col, acc, *inits, kk, *upds,
+                  ek, *outs, ej, end(ej, i))

@@ -380,7 +380,8 @@ def _bad_programs() -> list[tuple[str, UOp, str]]:
         ("wrong-end", linear(o, r, r2, s1, end(s1, r), end(s1, r2)), "not the innermost open one"),
         ("listed-twice", UOp(Ops.LINEAR, (*linear(o, r, s1, end(s1, r)).src, o)), "listed twice"),
         ("use-after-block", linear(o, r, inner, s1, end(s1, r), s2), "after the block it was made in"),
-        ("vector", linear(UOp.const(1.0, F32.vec(2))), "must be scalars"),
+        ("vector-dtype", linear(UOp.const(1.0, F32.vec(2))), "is a vector dtype"),
+        ("vector-param", UOp(Ops.LINEAR, (UOp.param(0, dtypes.int32, (4,)),)), "PARAM must be a scalar"),
         ("movement-op", linear(UOp.const(1.0, F32).reshape((1,))), "not a LINEAR instruction"),
         ("custom", linear(UOp(Ops.CUSTOM, (), ("x", F32))), "cannot run CUSTOM"),
     ]

@@ -1,0 +1,411 @@
+"""C text for vector values (shape (n,)): GCC vector extensions where an operator computes exactly what
+rewrite.semantics gives lane by lane, and a loop over the lanes around the scalar text otherwise.
+
+Types. One typedef per (dtype, lanes), named like `f32x16`:
+    typedef float f32x16 __attribute__((vector_size(64), aligned(4)));
+The element alignment lets a vector live at any element address; vectors move between memory and registers by
+memcpy (the `vload_` / `vstore_` helpers), which GCC compiles to one unaligned vector move. index lanes are
+`long long` (`llx16`) as scalar index values are; bfloat16 vectors are `f32xN` registers holding bfloat16
+values, like bfloat16 scalars, and uint16 bits in memory.
+
+Bool vectors are masks: `i8xN` whose lanes are -1 (every bit set) for true and 0 for false, not 0/1. That is
+what a GCC vector comparison gives (at the compared width, narrowed with `__builtin_convertvector`); sign
+extension widens it to the mask a bit-select needs; NOT is `~`, AND/OR/XOR/MAX are bit operators. Memory holds
+one 0/1 `_Bool` byte per lane, and negation converts either way. Because true is -1, bools order the other
+way round as masks: CMPLT on bools is `>` on the masks.
+
+Native (one vector expression; lane for lane the scalar result):
+  * ADD SUB MUL DIV NEG RECIP MULACC: int lanes wrap at their own width (-fwrapv); float lanes are IEEE ops
+    (no contraction under -ffp-contract=off). float16 lanes GCC computes one at a time in float and rounds
+    after each op, as the scalar text does; bfloat16 lanes are rounded after each op by `vbf16_round_`, the
+    scalar bf16_round written with integer vector ops.
+  * comparisons, AND OR XOR NOT SHL SHR; MAX as a compare and a bit-select (nan wins, MAX(0, -0) is -0, as
+    numpy.maximum); WHERE as a bit-select (C's ?: for a scalar condition); CDIV/CMOD by a scalar constant
+    other than 0 and -1.
+  * CAST except float -> int: `__builtin_convertvector` converts each lane as a C cast does (which is what the
+    scalar text relies on); to bfloat16 through float32 and `vbf16_round_`, as the scalar text does.
+  * BITCAST between same-size types other than bool and bfloat16: a vector cast reinterprets the bits.
+  * LOAD and STORE whose lanes are consecutive: one memcpy of the whole vector, from `base + (0..n-1)` where
+    the index is the VCONST itself or ADD(scalar, VCONST) (either order); a scalar gate guards the whole.
+Lane by lane (`({ ... for (int lane_l = 0; ...) lane_r[lane_l] = <scalar text>; lane_r; })`, operands bound
+once): TRUNC, SQRT, EXP2, LOG2, SIN and POW on floats, other CDIV/CMOD, CAST float -> int (the wrap helper),
+BITCAST to or from bool and bfloat16, gathers and scatters (any other vector index), and loads or stores gated
+per lane. A scatter writes lanes 0..n-1 in order, so a later lane wins an address two lanes share.
+A scalar operand of a vector op is splat: a literal vector for a CONST, `splat_f32x16(x)` otherwise.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import cast
+
+from devices.c_scalar import CContext, const_text, ctype, render_alu, render_bitcast, render_cast, unparen
+from devices.linear import base_of, const_value, is_global, lanes
+from rewrite.dsl import Rule, RuleSet, op, var
+from rewrite.dtype import DType, dtypes
+from rewrite.ops import GroupOp, Ops
+from rewrite.uop import ConstValue, UOp
+
+_SHORT = {
+    dtypes.bool: "i8", dtypes.int8: "i8", dtypes.uint8: "u8", dtypes.int16: "i16", dtypes.uint16: "u16",
+    dtypes.int32: "i32", dtypes.uint32: "u32", dtypes.int64: "i64", dtypes.uint64: "u64", dtypes.index: "ll",
+    dtypes.float16: "f16", dtypes.bfloat16: "f32", dtypes.float32: "f32", dtypes.float64: "f64",
+}
+_INT_OF_SIZE = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
+_ARITH = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.DIV: "/", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^",
+          Ops.SHL: "<<", Ops.SHR: ">>", Ops.CDIV: "/", Ops.CMOD: "%"}
+_COMPARE = {Ops.CMPLT: "<", Ops.CMPGT: ">", Ops.CMPLE: "<=", Ops.CMPGE: ">=", Ops.CMPEQ: "==", Ops.CMPNE: "!="}
+# the same comparisons on bool masks, where true (-1) is below false (0)
+_MASK_COMPARE = {Ops.CMPLT: ">", Ops.CMPGT: "<", Ops.CMPLE: ">=", Ops.CMPGE: "<=", Ops.CMPEQ: "==", Ops.CMPNE: "!="}
+# results that are exact in every lane type, so never rounded to bfloat16 again
+_EXACT = GroupOp.Comparison | frozenset({Ops.AND, Ops.OR, Ops.XOR, Ops.NOT, Ops.SHL, Ops.SHR, Ops.NEG})
+
+
+# ---------------------------------------------------------------- types and operands
+
+
+def _csize(dt: DType) -> int:
+    """Bytes per lane in a register (bfloat16 lanes are floats)."""
+    return 4 if dt is dtypes.bfloat16 else dt.itemsize
+
+
+def vtype(dt: DType, n: int, ctx: CContext) -> str:
+    """The vector type of n lanes of `dt`, its typedef added to the file once."""
+    name = f"{_SHORT[dt.scalar]}x{n}"
+    elem, size = "int8_t" if dt is dtypes.bool else ctype(dt), _csize(dt)
+    ctx.define(f"typedef {name}", f"typedef {elem} {name} __attribute__((vector_size({n * size}), aligned({size})));")
+    return name
+
+
+def value_type(u: UOp, ctx: CContext) -> str:
+    """The C type that holds the value of `u`: its scalar type, or its vector type."""
+    return ctype(u.dtype) if u.shape == () else vtype(u.dtype, lanes(u), ctx)
+
+
+def _mask_type(dt: DType, n: int, ctx: CContext) -> str:
+    """The signed int vector as wide as `dt`'s lanes: the bit view a bit-select works on."""
+    return vtype(_INT_OF_SIZE[_csize(dt)], n, ctx)
+
+
+def _atom(text: str) -> str:
+    """`text` safe to subscript or negate: names and fully parenthesized text as they are."""
+    whole = text.startswith("({") or (text.startswith("(") and unparen(text) != text)
+    return text if whole or re.fullmatch(r"\w+", text) else f"({text})"
+
+
+def _lane_const(v: ConstValue, dt: DType) -> str:
+    return ("-1" if v else "0") if dt is dtypes.bool else const_text(v, dt)
+
+
+def _splat(s: UOp, n: int, ctx: CContext) -> str:
+    """A scalar operand as a vector of n equal lanes."""
+    t = vtype(s.dtype, n, ctx)
+    if s.op is Ops.CONST:
+        return f"(({t}){{{', '.join([_lane_const(const_value(s), s.dtype)] * n)}}})"
+    elem = "int8_t" if s.dtype is dtypes.bool else ctype(s.dtype)
+    lanes_ = ", ".join(["x"] * n)
+    fn = ctx.define(f"splat_{t}", f"static inline {t} splat_{t}({elem} x) {{ return ({t}){{{lanes_}}}; }}")
+    return f"{fn}({'-' + _atom(ctx[s]) if s.dtype is dtypes.bool else unparen(ctx[s])})"
+
+
+def _vec(s: UOp, n: int, ctx: CContext) -> str:
+    return ctx[s] if s.shape != () else _splat(s, n, ctx)
+
+
+def _round(dt: DType, e: str, n: int, ctx: CContext) -> str:
+    """Round an op's float32 lanes back to bfloat16 (other lane types compute in their own type)."""
+    return f"{_bf16_round(n, ctx)}({unparen(e)})" if dt is dtypes.bfloat16 else e
+
+
+def _bf16_bits(n: int, ctx: CContext) -> str:
+    """The helper that gives the bfloat16 bits (in the low half of each u32 lane) of float lanes: the scalar
+    f32_to_bf16 (round to nearest even, nan kept quiet) in integer vector ops."""
+    f, u = vtype(dtypes.float32, n, ctx), vtype(dtypes.uint32, n, ctx)
+    fn = f"vbf16_bits_{f}"
+    return ctx.define(fn, (
+        f"static inline {u} {fn}({f} f) {{\n  {u} u = ({u})f;\n  {u} nan = ({u})((u & 0x7fffffffu) > 0x7f800000u);\n"
+        f"  return (nan & ((u >> 16) | 0x40u)) | (~nan & ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));\n}}"))
+
+
+def _bf16_round(n: int, ctx: CContext) -> str:
+    f, bits = vtype(dtypes.float32, n, ctx), _bf16_bits(n, ctx)
+    fn = f"vbf16_round_{f}"
+    return ctx.define(fn, f"static inline {f} {fn}({f} f) {{ return ({f})({bits}(f) << 16); }}")
+
+
+def _select_helper(kind: str, t: str, m: str, cond: str, ctx: CContext, head: str) -> str:
+    fn = f"{kind}_{t}"
+    return ctx.define(fn, f"static inline {t} {fn}({head}) {{ {m} m = {cond}; "
+                          f"return ({t})((({m})a & m) | (({m})b & ~m)); }}")
+
+
+# ---------------------------------------------------------------- values
+
+
+def render_vconst(x: UOp, ctx: CContext) -> str:
+    vals = cast(tuple, x.arg)[0]
+    return f"(({vtype(x.dtype, len(vals), ctx)}){{{', '.join(_lane_const(v, x.dtype) for v in vals)}}})"
+
+
+def render_stack(x: UOp, ctx: CContext) -> str:
+    lanes_ = [f"-{_atom(ctx[s])}" if x.dtype is dtypes.bool else unparen(ctx[s]) for s in x.src]
+    return f"(({vtype(x.dtype, len(x.src), ctx)}){{{', '.join(lanes_)}}})"
+
+
+def render_lane(x: UOp, v: UOp, k: UOp, ctx: CContext) -> str:
+    e = f"{_atom(ctx[v])}[{const_value(k)}]"
+    return f"({e}!=0)" if x.dtype is dtypes.bool else e
+
+
+def render_vector_index(buf: UOp, ctx: CContext) -> str:
+    return ctx[buf]  # no C value: LOAD and STORE read the buffer and the positions from the INDEX itself
+
+
+def _per_lane(x: UOp, ctx: CContext, scalar: Callable[[CContext], str]) -> str:
+    """`x` computed lane by lane: each operand bound once, `scalar` renders one lane from lane names."""
+    n, lc = lanes(x), CContext(ctx.prog, ctx.helpers)
+    binds = []
+    for j, s in enumerate(dict.fromkeys(x.src)):
+        binds.append(f"{value_type(s, ctx)} lane_{j} = {unparen(ctx[s])};")
+        elem = f"lane_{j}[lane_l]" if s.shape != () else f"lane_{j}"
+        lc.names[s] = f"({elem}!=0)" if s.dtype is dtypes.bool and s.shape != () else elem
+    body = unparen(scalar(lc))
+    return _lane_loop(value_type(x, ctx), n, binds, f"-{_atom(body)}" if x.dtype is dtypes.bool else body)
+
+
+def _lane_loop(t: str, n: int, binds: list[str], body: str) -> str:
+    return (f"({{ {' '.join(binds)} {t} lane_r; for (int lane_l = 0; lane_l < {n}; lane_l++) "
+            f"lane_r[lane_l] = {body}; lane_r; }})")
+
+
+def _native_alu(x: UOp, dt: DType, n: int, ctx: CContext) -> str | None:
+    o, src = x.op, x.src
+    if o is Ops.TRUNC and dt.is_int:
+        return _vec(src[0], n, ctx)
+    if o in (Ops.CDIV, Ops.CMOD) and not (src[1].op is Ops.CONST and const_value(src[1]) not in (0, -1)):
+        return None  # a zero or -1 divisor lane needs the scalar helper (x86 traps on INT_MIN / -1)
+    if o in (Ops.TRUNC, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW, Ops.THREEFRY):
+        return None
+    a = [_vec(s, n, ctx) for s in src]
+    if o in _COMPARE:
+        if dt is dtypes.bool:
+            return f"({a[0]}{_MASK_COMPARE[o]}{a[1]})"
+        return f"__builtin_convertvector(({a[0]}{_COMPARE[o]}{a[1]}), {vtype(dtypes.bool, n, ctx)})"
+    if o in _ARITH:
+        e = f"({a[0]}{_ARITH[o]}{a[1]})"
+    elif o is Ops.NEG:
+        e = f"(-{_atom(a[0])})"
+    elif o is Ops.NOT:
+        e = f"(~{_atom(a[0])})"
+    elif o is Ops.RECIP:
+        one = vtype(dt, n, ctx)
+        e = f"((({one}){{{', '.join([const_text(1.0, dt)] * n)}}})/{a[0]})"
+    elif o is Ops.MULACC:
+        e = f"({_round(dt, f'({a[0]}*{a[1]})', n, ctx)}+{a[2]})"
+    elif o is Ops.MAX and dt is dtypes.bool:
+        e = f"({a[0]}|{a[1]})"
+    elif o is Ops.MAX:
+        t, m = vtype(dt, n, ctx), _mask_type(dt, n, ctx)
+        cond = f"({m})((a > b) | (a != a))" if dt.is_float else f"({m})(a > b)"  # nan wins, as numpy.maximum
+        e = f"{_select_helper('vmax', t, m, cond, ctx, f'{t} a, {t} b')}({unparen(a[0])}, {unparen(a[1])})"
+    else:
+        return None
+    return e if o in _EXACT or o is Ops.MAX else _round(dt, e, n, ctx)
+
+
+def render_vector_alu(x: UOp, ctx: CContext) -> str:
+    n = lanes(x)
+    if x.op is Ops.WHERE:
+        c, a, b = x.src
+        if c.shape == ():
+            return f"({unparen(ctx[c])} ? {_vec(a, n, ctx)} : {_vec(b, n, ctx)})"
+        t, m, i8 = vtype(x.dtype, n, ctx), _mask_type(x.dtype, n, ctx), vtype(dtypes.bool, n, ctx)
+        fn = _select_helper("vwhere", t, m, f"__builtin_convertvector(c, {m})", ctx, f"{i8} c, {t} a, {t} b")
+        return f"{fn}({unparen(ctx[c])}, {_vec(a, n, ctx)}, {_vec(b, n, ctx)})"
+    native = _native_alu(x, x.src[0].dtype, n, ctx)
+    return native if native is not None else _per_lane(x, ctx, lambda lc: render_alu(x, lc))
+
+
+def render_vector_cast(x: UOp, y: UOp, ctx: CContext) -> str:
+    src, dst, n, a = y.dtype, x.dtype, lanes(x), ctx[y]
+    if src is dst or (src is dtypes.bfloat16 and dst is dtypes.float32):
+        return a
+    if dst is dtypes.bool:
+        zero = f"(({vtype(src, n, ctx)}){{0}})"
+        return f"__builtin_convertvector(({a}!={zero}), {vtype(dtypes.bool, n, ctx)})"
+    if src is dtypes.bool:  # masks are -1 for true; negated they are the 0/1 a C cast of a _Bool gives
+        return f"__builtin_convertvector(-{_atom(a)}, {vtype(dst, n, ctx)})"
+    if src.is_float and dst.is_int:  # out of range and nan lanes are undefined in C; the helper wraps them
+        return _per_lane(x, ctx, lambda lc: render_cast(x, y, lc))
+    e = f"__builtin_convertvector({unparen(a)}, {vtype(dst, n, ctx)})"
+    return _round(dst, e, n, ctx)
+
+
+def render_vector_bitcast(x: UOp, y: UOp, ctx: CContext) -> str:
+    src, dst = y.dtype, x.dtype
+    if src is dst:
+        return ctx[y]
+    if dtypes.bool in (src, dst) or dtypes.bfloat16 in (src, dst):  # not the same bits in a register
+        return _per_lane(x, ctx, lambda lc: render_bitcast(x, y, lc))
+    return f"(({vtype(dst, lanes(x), ctx)}){_atom(ctx[y])})"
+
+
+# ---------------------------------------------------------------- memory
+
+
+def contiguous_start(i: UOp) -> tuple[UOp | None, int] | None:
+    """(s, k) when the lanes of the index vector `i` are s + k + (0, 1, ..., n-1), s a scalar (None: 0)."""
+    def first(v: UOp) -> int | None:
+        if v.op is not Ops.VCONST:
+            return None
+        vals = cast(tuple, v.arg)[0]
+        return vals[0] if all(x == vals[0] + j for j, x in enumerate(vals)) else None
+
+    if (k := first(i)) is not None:
+        return None, k
+    if i.op is Ops.ADD:
+        for s, v in (i.src, i.src[::-1]):
+            if s.shape == () and (k := first(v)) is not None:
+                return s, k
+    return None
+
+
+def _access(idx: UOp, ctx: CContext) -> tuple[str, UOp, UOp, str | None]:
+    """The buffer's C name, the buffer, the index vector, and the first element's position if the lanes are
+    consecutive."""
+    index = base_of(idx)
+    buf, i = base_of(index.src[0]), index.src[1]
+    start = contiguous_start(i)
+    if start is None:
+        return ctx[buf], buf, i, None
+    s, k = start
+    pos = str(k) if s is None else ctx[s] if k == 0 else f"{_atom(ctx[s])}+{k}"
+    return ctx[buf], buf, i, pos
+
+
+def _bits16(buf: UOp) -> bool:
+    return is_global(buf) and buf.dtype is dtypes.bfloat16
+
+
+def _vload(buf: UOp, ptr: str, n: int, ctx: CContext) -> str:
+    t = vtype(buf.dtype, n, ctx)
+    if _bits16(buf):
+        u16, u32 = vtype(dtypes.uint16, n, ctx), vtype(dtypes.uint32, n, ctx)
+        fn = ctx.define(f"vload_bf16_{t}", f"static inline {t} vload_bf16_{t}(const void* p) {{ {u16} b; "
+                        f"memcpy(&b, p, sizeof b); return ({t})(__builtin_convertvector(b, {u32}) << 16); }}")
+    else:
+        fn = ctx.define(f"vload_{t}", f"static inline {t} vload_{t}(const void* p) {{ {t} v; "
+                        f"memcpy(&v, p, sizeof v); return v; }}")
+    return f"(-{fn}({ptr}))" if buf.dtype is dtypes.bool else f"{fn}({ptr})"  # 0/1 bytes <-> masks
+
+
+def _vstore(buf: UOp, ptr: str, val: str, n: int, ctx: CContext) -> str:
+    t = vtype(buf.dtype, n, ctx)
+    if _bits16(buf):
+        u16, bits = vtype(dtypes.uint16, n, ctx), _bf16_bits(n, ctx)
+        fn = ctx.define(f"vstore_bf16_{t}", f"static inline void vstore_bf16_{t}(void* p, {t} v) {{ {u16} b = "
+                        f"__builtin_convertvector({bits}(v), {u16}); memcpy(p, &b, sizeof b); }}")
+    else:
+        fn = ctx.define(f"vstore_{t}", f"static inline void vstore_{t}(void* p, {t} v) {{ "
+                        f"memcpy(p, &v, sizeof v); }}")
+    return f"{fn}({ptr}, {'-' + _atom(val) if buf.dtype is dtypes.bool else unparen(val)});"
+
+
+def _element(buf: UOp, ptr: str, addr: str, ctx: CContext) -> str:
+    """One lane read from memory, as the lane holds it."""
+    if _bits16(buf):
+        ctx.helper("bf16_round")  # defines bf16_to_f32 too
+        return f"bf16_to_f32({ptr}[{addr}])"
+    return f"-{ptr}[{addr}]" if buf.dtype is dtypes.bool else f"{ptr}[{addr}]"
+
+
+def _lane_address(i: UOp, start: str | None, ctx: CContext, binds: list[str]) -> str:
+    if start is not None:
+        binds.append(f"long long lane_s = {unparen(start)};")
+        return "lane_s+lane_l"
+    binds.append(f"{value_type(i, ctx)} lane_i = {unparen(ctx[i])};")
+    return "lane_i[lane_l]"
+
+
+def _load(x: UOp, idx: UOp, ctx: CContext, alt: UOp | None = None, gate: UOp | None = None) -> str:
+    ptr, buf, i, start = _access(idx, ctx)
+    n, t = lanes(x), vtype(x.dtype, lanes(x), ctx)
+    if gate is None or gate.shape == ():
+        if start is not None:
+            whole = _vload(buf, f"{ptr}+{_atom(start)}", n, ctx)
+        else:
+            binds: list[str] = []
+            whole = _lane_loop(t, n, binds, _element(buf, ptr, _lane_address(i, None, ctx, binds), ctx))
+        if gate is None or alt is None:
+            return whole
+        return f"({unparen(ctx[gate])} ? {whole} : {_vec(alt, n, ctx)})"
+    binds = [f"{t} lane_a = {_vec(alt, n, ctx) if alt is not None else 0};",
+             f"{vtype(dtypes.bool, n, ctx)} lane_g = {unparen(ctx[gate])};"]
+    addr = _lane_address(i, start, ctx, binds)
+    return _lane_loop(t, n, binds, f"lane_g[lane_l] ? {_element(buf, ptr, addr, ctx)} : lane_a[lane_l]")
+
+
+def render_vector_load(x: UOp, idx: UOp, ctx: CContext) -> str:
+    return _load(x, idx, ctx)
+
+
+def render_vector_load_gated(x: UOp, idx: UOp, alt: UOp, gate: UOp, ctx: CContext) -> str:
+    return _load(x, idx, ctx, alt, gate)
+
+
+def _store(idx: UOp, val: UOp, ctx: CContext, gate: UOp | None = None) -> str:
+    ptr, buf, i, start = _access(idx, ctx)
+    n = lanes(val)
+    guard = f"if ({unparen(ctx[gate])}) " if gate is not None and gate.shape == () else ""
+    if start is not None and (gate is None or gate.shape == ()):
+        return guard + _vstore(buf, f"{ptr}+{_atom(start)}", ctx[val], n, ctx)
+    binds = [f"{vtype(val.dtype, n, ctx)} lane_v = {unparen(ctx[val])};"]
+    if gate is not None and gate.shape != ():
+        binds.append(f"{vtype(dtypes.bool, n, ctx)} lane_g = {unparen(ctx[gate])};")
+        guard_lane = "if (lane_g[lane_l]) "
+    else:
+        guard_lane = ""
+    addr = _lane_address(i, start, ctx, binds)
+    v = "lane_v[lane_l]"
+    if _bits16(buf):
+        ctx.helper("bf16_round")  # defines f32_to_bf16 too
+        v = f"f32_to_bf16({v})"
+    # a mask lane (-1) stored to a _Bool becomes 1: C converts to _Bool by comparing with 0
+    return (f"{guard}{{ {' '.join(binds)} for (int lane_l = 0; lane_l < {n}; lane_l++) {guard_lane}"
+            f"{ptr}[{addr}] = {v}; }}")
+
+
+def render_vector_store(idx: UOp, val: UOp, ctx: CContext) -> str:
+    return _store(idx, val, ctx)
+
+
+def render_vector_store_gated(idx: UOp, val: UOp, gate: UOp, ctx: CContext) -> str:
+    return _store(idx, val, ctx, gate)
+
+
+def _is_vector(x: UOp) -> bool:
+    return x.shape != ()
+
+
+def _is_lane(v: UOp) -> bool:
+    return base_of(v).op is not Ops.BUFFER
+
+
+VECTOR_RULES = RuleSet("c-vector", [
+    Rule("c-vconst", op.VCONST(name="x"), render_vconst),
+    Rule("c-stack", op.STACK(name="x", rest=True), render_stack),
+    Rule("c-lane", op.INDEX(var("v"), var("k"), name="x"), render_lane, when=_is_lane),
+    Rule("c-vector-index", op.INDEX(var("buf"), var("i"), name="x"), render_vector_index, when=_is_vector),
+    Rule("c-vector-load-gated", op.LOAD(var("idx"), var("alt"), var("gate"), name="x"), render_vector_load_gated,
+         when=_is_vector),
+    Rule("c-vector-load", op.LOAD(var("idx"), name="x"), render_vector_load, when=_is_vector),
+    Rule("c-vector-cast", op.CAST(var("y"), name="x"), render_vector_cast, when=_is_vector),
+    Rule("c-vector-bitcast", op.BITCAST(var("y"), name="x"), render_vector_bitcast, when=_is_vector),
+    Rule("c-vector-alu", op[GroupOp.ALU](name="x", rest=True), render_vector_alu, when=_is_vector),
+    Rule("c-vector-store-gated", op.STORE(var("idx"), var("val"), var("gate")), render_vector_store_gated,
+         when=lambda val: val.shape != ()),
+    Rule("c-vector-store", op.STORE(var("idx"), var("val")), render_vector_store, when=lambda val: val.shape != ()),
+])
+
+__all__ = ["VECTOR_RULES", "contiguous_start", "value_type", "vtype"]
