@@ -12,7 +12,7 @@ After `rangeify` a kernel is a SINK of END(STORE(...), ranges) whose values may 
 from __future__ import annotations
 
 from lower.rangeify import reduce_identity
-from rewrite import AxisType, BufferArg, Ops, Rule, RuleSet, UOp, graph_rewrite, op, var
+from rewrite import AxisType, BufferArg, Ops, Rule, RuleSet, UOp, const, graph_rewrite, op, var
 from rewrite.dtype import AddrSpace
 from rewrite.errors import CompilerError
 
@@ -64,8 +64,16 @@ def _split_end(e: UOp) -> UOp | None:
     return out
 
 
+def _splat(c: object, e: UOp) -> UOp | None:
+    """A constant broadcast to a kernel's 1-D lane shape is a VCONST (templates build the broadcast form)."""
+    if len(e.shape) != 1 or not isinstance(e.shape[0], int):
+        return None
+    return UOp.vconst([c] * e.shape[0], e.dtype)  # type: ignore[list-item]
+
+
 x = var("x")
 reduce_to_acc = RuleSet("reduce-to-acc", [
+    Rule("splat-const-to-vconst", op.EXPAND(op.RESHAPE(const("c"), rest=True), rest=True, name="e"), _splat),
     Rule("reduce-to-accumulator", op.REDUCE(name="red"), lambda ctx, red: _acc_for_reduce(ctx, red)),
     Rule("split-multi-range-end", op.END(name="e"), lambda e: _split_end(e)),
 ])

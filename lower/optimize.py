@@ -155,8 +155,9 @@ def apply_opts(ast: UOp, opts: list[Opt]) -> UOp:
 
 def lower_threads(ast: UOp) -> UOp:
     """THREAD ranges become SPECIAL("core_id", n): the device runs the kernel once per thread index."""
-    for r in [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] is AxisType.THREAD]:  # type: ignore[index]
-        ast = replace_range(ast, r, (), UOp(Ops.SPECIAL, (r.src[0],), "core_id"))
+    threads = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] is AxisType.THREAD]  # type: ignore[index]
+    for i, r in enumerate(threads):
+        ast = replace_range(ast, r, (), UOp(Ops.SPECIAL, (r.src[0],), "core_id" if i == 0 else f"core_id{i}"))
     return ast
 
 

@@ -1,0 +1,166 @@
+"""Smoke tests of the `kernels` benchmark suite and the machine-limits probe, at --quick sizes (well under 20 s).
+
+They check that the pieces run and produce well-formed rows, not how fast anything is: timings on a shared
+2-vCPU machine are too noisy to assert on.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from benchmarks import bench_kernels as bk
+from benchmarks import limits as ml
+from benchmarks.runner import Bench, Progress, suite_json
+
+
+def _fake_limits(quick: bool = True) -> ml.Limits:
+    rows = [ml.Row("fma_avx512", 1, "GFLOP/s", 200.0, 240.0, [200.0, 240.0]),
+            ml.Row("fma_avx512", 2, "GFLOP/s", 400.0, 470.0, [400.0, 470.0]),
+            ml.Row("triad", 1, "GB/s", 15.0, 17.0, [15.0, 17.0]),
+            ml.Row("triad", 2, "GB/s", 25.0, 30.0, [25.0, 30.0]),
+            ml.Row("triad_cache", 1, "GB/s", 28.0, 29.0, [28.0, 29.0]),
+            ml.Row("triad_cache", 2, "GB/s", 55.0, 58.0, [55.0, 58.0])]
+    return ml.Limits(ml.machine_key(), ml.cpu_model(), 2, "now", quick, "cc", 0.0, rows)
+
+
+# ---------------------------------------------------------------------------- limits
+
+
+@pytest.mark.skipif(not (shutil.which("gcc") or shutil.which("clang") or shutil.which("cc")), reason="no C compiler")
+def test_limits_program_compiles_and_reports(tmp_path):
+    exe, ident = ml._compile(str(tmp_path))
+    assert ident
+    peak = subprocess.run([exe, "peak", "1", "0.002"], capture_output=True, text=True, check=True)
+    stream = subprocess.run([exe, "stream", "3", "0.001", "_t"], capture_output=True, text=True, check=True)
+    rows = ml._parse(peak.stdout) + ml._parse(stream.stdout)
+    names = {r.name for r in rows}
+    assert {"fma_scalar", "triad_t", "copy_t", "read_t"} <= names
+    assert all(r.median > 0 and r.best >= r.median and r.samples for r in rows)
+    assert {r.threads for r in rows} >= {1}
+
+
+def test_limit_lookup_uses_best_and_never_drops_with_threads():
+    lim = ml.Limits("k", "cpu", 4, "now", False, "cc", 0.0, [
+        ml.Row("triad", 1, "GB/s", 10.0, 12.0, [10.0, 12.0]),
+        ml.Row("triad", 4, "GB/s", 8.0, 9.0, [8.0, 9.0]),  # measured under load: below the 1-thread figure
+        ml.Row("fma_avx2", 1, "GFLOP/s", 100.0, 120.0, [100.0, 120.0]),
+        ml.Row("fma_avx2", 4, "GFLOP/s", 400.0, 480.0, [400.0, 480.0])])
+    assert lim.get("triad", 1) == 12.0
+    assert lim.get("triad", 4) == 12.0  # more threads never lower a limit
+    assert lim.get("fma_avx2", 2) == 240.0  # unmeasured count: linear from one thread, capped by all threads
+    assert lim.get("fma_avx2", 8) == 480.0
+    assert lim.peak(4) == ("fma_avx2", 480.0)  # the widest FMA kind measured
+    assert lim.get("nothing", 1) is None
+    assert "AVX2" in lim.summary()
+
+
+def test_limits_cache_roundtrip(tmp_path, monkeypatch):
+    monkeypatch.setenv("CACHEDIR", str(tmp_path))
+    monkeypatch.delenv("REMEASURE_LIMITS", raising=False)
+    calls: list[bool] = []
+
+    def fake_measure(quick: bool = False, say: object = None) -> ml.Limits:
+        calls.append(quick)
+        return _fake_limits(quick)
+
+    monkeypatch.setattr(ml, "measure", fake_measure)
+    first = ml.load(quick=True)
+    assert not first.cached and calls == [True]
+    again = ml.load(quick=True)
+    assert again.cached and calls == [True]
+    assert again.get("triad", 2) == 30.0
+    ml.load(quick=False)  # a quick measurement is not good enough for a full run: measured again
+    assert calls == [True, False]
+    assert ml.load(quick=True).cached and not ml.load(quick=True).quick  # the full one now serves both
+    ml.load(quick=True, remeasure=True)
+    assert len(calls) == 3
+    monkeypatch.setenv("CACHE", "0")  # the project's knob: no disk cache, measure every time
+    ml.load(quick=True)
+    assert len(calls) == 4
+
+
+# ---------------------------------------------------------------------------- cases and checks
+
+
+@pytest.mark.parametrize("key", [c.key for c in bk._cases(True)])
+def test_numpy_graph_matches_reference_and_check_catches_wrong(key):
+    case = bk.all_cases()[key]
+    xs = case.inputs()
+    ref = bk.reference(case, xs)
+    got = bk.numpy_graph(case, xs)
+    assert got.shape == ref.shape
+    assert bk.check(case, got, xs, ref)[0]
+    wrong = np.array(got, dtype=np.float32, copy=True).reshape(-1)
+    wrong[0] += 1.0 + abs(float(wrong[0]))
+    assert not bk.check(case, wrong.reshape(got.shape), xs, ref)[0]
+    assert case.flops() > 0 and case.bytes() > 0
+
+
+def test_counts_follow_the_stated_formulas():
+    c = bk.all_cases()
+    assert c["matmul_1024"].flops() == 2 * 1024**3
+    assert c["conv"].flops() == 2 * 8 * 64 * 56 * 56 * 64 * 9
+    assert c["add_16M"].bytes() == 12 * (1 << 24)
+    assert c["sum_16M"].bytes() == 4 * ((1 << 24) + 1)
+    assert c["softmax_4096"].bytes() == 8 * 4096 * 4096
+    b, h, t, d = 8, 8, 512, 64
+    assert c["attention"].flops() == 4 * b * h * t * t * d + 6 * b * h * t * t
+
+
+# ---------------------------------------------------------------------------- the suite, end to end
+
+
+def test_quick_suite_runs_and_produces_rows(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # the plot (if any) lands under ./results
+    cases = [bk.all_cases()["add_1M"], bk.all_cases()["matmul_256"]]
+    monkeypatch.setattr(bk, "_cases", lambda quick: cases)
+    monkeypatch.setattr(bk.machine_limits, "load", lambda quick=False, remeasure=False, say=None: _fake_limits())
+    real_have = bk.have
+    # peers that start slow processes stay out of a smoke test; numpy is always there
+    monkeypatch.setattr(bk, "have", lambda m: False if m in ("torch", "tinygrad") else real_have(m))
+    monkeypatch.setattr(bk, "_n_runs", lambda one, quick: 5)
+    b = Bench("kernels", True, Progress(io.StringIO()))
+    bk.kernels(b)
+    names = {r.name for r in b.results}
+    for c in cases:
+        for suffix in ("ours", "ours exec only", "ours cold first call", "numpy"):
+            assert f"{c.key}/{suffix}" in names, (suffix, sorted(names))
+    assert "add_1M/ours GB/s" in names and "matmul_256/ours GFLOP/s" in names
+    steady = next(r for r in b.results if r.name == "add_1M/ours")
+    assert steady.info["check_ok"] is True
+    assert steady.info["pct_of_limit"] is not None and steady.info["cold_ms"] > 0
+    assert len(steady.samples) >= 5
+    assert {c.peer_name for c in b.comparisons} == {"numpy"}
+    table = "\n".join(b.notes)
+    assert "add 1M" in table and "matmul 256" in table and "ERROR" not in table and "FAIL" not in table
+    json.dumps(suite_json(b, {}, "now", 0.0), default=str)
+    cold = next(r for r in b.results if r.name == "matmul_256/ours cold first call")  # the fresh-process worker
+    assert cold.median > 0 and cold.info["compile_ms"][0] >= 0
+
+
+def test_plot_writes_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    case = bk.all_cases()["add_1M"]
+    from benchmarks.runner import Result
+
+    row = bk.Row(case, ok=True, steady=Result("a", "ms", [1.0] * 5, False),
+                 peers={"numpy": Result("n", "ms", [2.0] * 5, False)})
+    path = bk.plot([row], str(tmp_path / "k.png"))
+    with open(str(path), "rb") as f:
+        assert f.read(4) == b"\x89PNG"
+
+
+@pytest.mark.skipif(bk.have("tinygrad") is False or shutil.which("clang") is None,
+                    reason="tinygrad's CPU backend needs tinygrad and clang")
+def test_tinygrad_worker_runs_a_quick_case():
+    case = bk.all_cases()["add_1M"]
+    res, arr, err = bk.run_worker("tinygrad", case, 3, {"DEV": "CPU", "CACHELEVEL": "0", "CC": "clang"}, timeout=120)
+    assert res is not None, err
+    assert arr is not None and bk.check(case, arr, case.inputs(), bk.reference(case, case.inputs()))[0]
+    assert bk.result_from_json(res["steady"]).median > 0 and res["first_s"] > 0
