@@ -40,6 +40,8 @@ def expand(ast: UOp) -> UOp:
 
         raise KernelOptError(f"expand: {n} lanes; lane counts must be powers of two up to 64")
     vec = {r: UOp.vconst([c[k] for c in coords]) for k, r in enumerate(lanes)}
+    unroll_idx = [k for k, r in enumerate(lanes) if r.arg[1] is AxisType.UNROLL]  # type: ignore[index]
+    keep = [i for i, c in enumerate(coords) if all(c[k] == 0 for k in unroll_idx)]
     done: dict[UOp, UOp] = {}
     for u in ast.toposort():
         if u in vec:
@@ -57,9 +59,10 @@ def expand(ast: UOp) -> UOp:
             if u.op is Ops.END and not kept:
                 done[u] = src[0]
                 continue
+        if u.op is Ops.STORE and src[0].op is Ops.INDEX and any(s.shape != () for s in (src[0], *src[1:])):
+            src = _store_lanes(src, keep)
         done[u] = u if src == u.src else UOp(u.op, src, u.arg, u.tag)
-    unroll_idx = [k for k, r in enumerate(lanes) if r.arg[1] is AxisType.UNROLL]  # type: ignore[index]
-    return _narrow_stores(done[ast], unroll_idx, coords)
+    return done[ast]
 
 
 def _fold_lanes(v: UOp, op: Ops, axes_k: list[int], coords: list[tuple[int, ...]]) -> UOp:
@@ -79,22 +82,18 @@ def _fold_lanes(v: UOp, op: Ops, axes_k: list[int], coords: list[tuple[int, ...]
     return UOp(Ops.STACK, tuple(vals[key(c)] for c in coords))
 
 
-def _narrow_stores(ast: UOp, unroll_idx: list[int], coords: list[tuple[int, ...]]) -> UOp:
-    """Stores write only the lanes whose UNROLL coordinates are 0 (the others hold the same values)."""
-    if not unroll_idx:
-        return ast
-    keep = [i for i, c in enumerate(coords) if all(c[k] == 0 for k in unroll_idx)]
-    mapping = {}
-    for st in [u for u in ast.toposort() if u.op is Ops.STORE and u.src[1].shape != ()]:
-        at, val = st.src[0], st.src[1]
-        if at.op is not Ops.INDEX:
-            continue
-        idx = at.src[1]
+def _store_lanes(src: tuple[UOp, ...], keep: list[int]) -> tuple[UOp, ...]:
+    """A STORE writes only the lanes whose UNROLL coordinates are 0 (the others hold the same values), and
+    its address, value and gate get the same lanes."""
+    at, rest = src[0], src[1:]
 
-        def pick(x: UOp) -> UOp:
-            if x.shape == ():
-                return x
-            return _lane(x, keep[0]) if len(keep) == 1 else UOp(Ops.STACK, tuple(_lane(x, i) for i in keep))
+    def pick(x: UOp) -> UOp:
+        if x.shape == ():
+            return x
+        return _lane(x, keep[0]) if len(keep) == 1 else UOp(Ops.STACK, tuple(_lane(x, i) for i in keep))
 
-        mapping[st] = UOp(Ops.STORE, (UOp(Ops.INDEX, (at.src[0], pick(idx))), pick(val), *st.src[2:]))
-    return ast.substitute(mapping) if mapping else ast
+    idx = pick(at.src[1])
+    vals = [pick(x) for x in rest]
+    if idx.shape != () and vals[0].shape == ():  # a value the same in every lane, stored to several addresses
+        vals[0] = UOp(Ops.STACK, (vals[0],) * idx.shape[0])
+    return (UOp(Ops.INDEX, (at.src[0], idx)), *vals)
