@@ -29,8 +29,27 @@ def _lane(v: UOp, i: int) -> UOp:
     return v if v.shape == () else UOp(Ops.INDEX, (v, UOp.const(i)))
 
 
-def expand(ast: UOp) -> UOp:
-    lanes = [r for r in axes(ast) if r.arg[1] in EXPANDED]  # type: ignore[index]
+def _local_unrolls(ast: UOp) -> UOp:
+    """A REDUCE whose UNROLL lanes meet no UPCAST lane gets a lane space of its own: its body is expanded over
+    just those lanes and folded to a scalar, so several unrolled reductions in one kernel do not multiply."""
+    ups = {r for r in axes(ast) if r.arg[1] is AxisType.UPCAST}  # type: ignore[index]
+    done: set[UOp] = set()
+    while True:  # one at a time, innermost first: substituting one REDUCE rebuilds the ones that contain it
+        red = next((u for u in ast.toposort() if u.op is Ops.REDUCE and u not in done
+                    and any(r.arg[1] is AxisType.UNROLL for r in u.src[1:])  # type: ignore[index]
+                    and not ups & set(u.src[0].toposort())), None)
+        if red is None:
+            return ast
+        unrolled = [r for r in red.src[1:] if r.arg[1] is AxisType.UNROLL]  # type: ignore[index]
+        local = expand(UOp.sink(red), only=unrolled).src[0]
+        done.add(local)
+        ast = ast.substitute({red: local})
+
+
+def expand(ast: UOp, only: list[UOp] | None = None) -> UOp:
+    if only is None:
+        ast = _local_unrolls(ast)
+    lanes = [r for r in axes(ast) if r.arg[1] in EXPANDED] if only is None else only  # type: ignore[index]
     if not lanes:
         return ast
     coords = _coords(lanes)

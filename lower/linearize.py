@@ -71,9 +71,22 @@ def _splat(c: object, e: UOp) -> UOp | None:
     return UOp.vconst([c] * e.shape[0], e.dtype)  # type: ignore[list-item]
 
 
+def _fold_vconst(v: UOp, c: object, a: UOp) -> UOp:
+    from rewrite.semantics import exec_alu
+
+    return UOp.vconst([exec_alu(a.op, v.dtype, x, c) for x in v.arg[0]], v.dtype)  # type: ignore[union-attr, arg-type]
+
+
+def _vconst_outward(y: UOp, v: UOp, z: UOp) -> UOp | None:
+    return (y + z) + v if z.shape == () and y.shape == () else None
+
+
 x = var("x")
 reduce_to_acc = RuleSet("reduce-to-acc", [
     Rule("splat-const-to-vconst", op.EXPAND(op.RESHAPE(const("c"), rest=True), rest=True, name="e"), _splat),
+    Rule("fold-vconst-alu", op[Ops.ADD, Ops.MUL](op.VCONST(name="v"), const("c"), name="a"), _fold_vconst),
+    # a vector constant moves to the outside of a sum, so an address reads base + lanes (a contiguous access)
+    Rule("vconst-outward", op.ADD(op.ADD(var("y"), op.VCONST(name="v")), var("z", None)), _vconst_outward),
     Rule("reduce-to-accumulator", op.REDUCE(name="red"), lambda ctx, red: _acc_for_reduce(ctx, red)),
     Rule("split-multi-range-end", op.END(name="e"), lambda e: _split_end(e)),
 ])

@@ -177,13 +177,79 @@ def work(ast: UOp) -> int:
     return n
 
 
-def hand_coded(ast: UOp, threads: int = THREADS) -> list[Opt]:
-    """Opts for the CPU: the outermost output loop that divides evenly is split across threads when each
-    thread gets enough work to pay for waking it."""
+def _vector_lanes(ast: UOp) -> int:
+    """Lanes that fill a 64-byte vector for the kernel's widest stored dtype (at most 16)."""
+    sizes = [u.src[1].dtype.itemsize for u in ast.toposort() if u.op is Ops.STORE] or [4]
+    return max(2, min(16, 64 // max(sizes)))
+
+
+def _split_first(ast: UOp, opts: list[Opt], pick: list[int], target: AxisType, factors: list[int],
+                 top: bool = False) -> tuple[UOp, UOp | None]:
+    """Split the first axis in `pick` that one of `factors` divides; returns the new AST and the new range."""
+    for i in pick:
+        n = size(axes(ast)[i])
+        for k in factors:
+            if n % k == 0 and n >= k:
+                o = Opt(OptOps.SPLIT, i, (k, target, top))
+                new = apply_opt(ast, o)
+                opts.append(o)
+                added = [r for r in axes(new) if r not in axes(ast) and r.arg[1] is target]  # type: ignore[index]
+                return new, (added[0] if added else None)
+    return ast, None
+
+
+def _stride(idx: UOp, r: UOp, ranges: list[UOp]) -> int | None:
+    """How far `idx` moves when range r steps by one (others at 0), if it moves linearly; None otherwise."""
+    from rewrite.errors import EvalError
+    from rewrite.render import render
+
+    if r not in idx.toposort():
+        return 0
+    names = {render(q): q for q in ranges}
+    try:
+        at = [idx.evaluate({n: (k if q is r else 0) for n, q in names.items()}) for k in (0, 1, 2)]
+    except EvalError:
+        return None
+    return at[1] - at[0] if at[2] - at[1] == at[1] - at[0] else None
+
+
+def _contiguous_everywhere(ast: UOp, r: UOp) -> bool:
+    """Every buffer access moves by 0 or 1 element when r steps: its lanes would be one contiguous vector."""
+    ranges = [u for u in ast.toposort() if u.op is Ops.RANGE]
+    for u in ast.toposort():
+        if u.op is Ops.INDEX and u.src[0].op is Ops.BUFFER and len(u.src) == 2:
+            if _stride(u.src[1], r, ranges) not in (0, 1):
+                return False
+    return True
+
+
+def hand_coded(ast: UOp, threads: int = THREADS, vectors: bool = True) -> list[Opt]:
+    """Opts for the CPU, in order: split the outermost output loop across threads when each thread gets
+    enough work to pay for waking it; upcast the innermost output loop into vector lanes (its stores and
+    the loads that follow it become contiguous vectors); unroll into lanes each reduction whose body does not
+    depend on those lanes (a vector of partial results instead of one serial accumulator)."""
     opts: list[Opt] = []
-    if threads > 1 and work(ast) >= threads * MIN_WORK_PER_THREAD:
-        for i, r in enumerate(axes(ast)):
-            if r.arg[1] is AxisType.LOOP and size(r) % threads == 0:  # type: ignore[index]
-                opts.append(Opt(OptOps.SPLIT, i, (threads, AxisType.THREAD, True)))
-                break
+    try:
+        total = work(ast)
+        loops = [i for i, r in enumerate(axes(ast)) if r.arg[1] is AxisType.LOOP]  # type: ignore[index]
+        if threads > 1 and total >= threads * MIN_WORK_PER_THREAD and loops:
+            ast, _ = _split_first(ast, opts, loops, AxisType.THREAD, [threads], top=True)
+        if not vectors:
+            return opts
+        lanes = _vector_lanes(ast)
+        factors = [k for k in (16, 8, 4) if k <= lanes]
+        cur = axes(ast)
+        loops = [i for i, r in enumerate(cur) if r.arg[1] is AxisType.LOOP and _contiguous_everywhere(ast, r)]  # type: ignore[index]
+        up = None
+        if loops:
+            ast, up = _split_first(ast, opts, loops[::-1][:1], AxisType.UPCAST, factors)
+        for red in [u for u in ast.toposort() if u.op is Ops.REDUCE]:
+            if up is not None and up in red.src[0].toposort():
+                continue
+            cur = axes(ast)
+            pick = [cur.index(r) for r in red.src[1:] if r in cur and r.arg[1] is AxisType.REDUCE  # type: ignore[index]
+                    and _contiguous_everywhere(ast, r)][-1:]
+            ast, _ = _split_first(ast, opts, pick, AxisType.UNROLL, [k for k in factors if k <= 16])
+    except KernelOptError:
+        return opts
     return opts
