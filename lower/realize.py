@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from lower import buffers
+from lower.estimate import Estimate, estimate
 from lower.memory import plan
 from lower.schedule import ScheduleItem, schedule
 from lower.stages import lower_kernel
@@ -15,6 +16,7 @@ from rewrite import UOp
 from rewrite.env import getenv
 
 _compiled: dict[tuple[UOp, str], Any] = {}
+_estimates: dict[tuple[UOp, str], Estimate] = {}
 
 
 def _np_dtype(dtype: Any) -> Any:
@@ -60,6 +62,7 @@ def get_kernel(ast: UOp, device_name: str, name: str, bufs: tuple | None = None)
         if getenv("DEBUG") >= 3:
             print(f"--- {name} ({device_name})\n{linear}")
         k = _compiled[key] = dev.compile(linear, name)
+        _estimates[key] = estimate(linear)
     return k
 
 
@@ -84,7 +87,11 @@ def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None) -> Non
         st = time.perf_counter()
         kernel({i: _array(b) for i, b in enumerate(it.bufs)})
         if debug >= 2:
-            print(f"*** {dev:6s} {it.name:30s} {len(it.bufs)} bufs  {(time.perf_counter() - st) * 1e3:8.3f} ms")
+            dt = time.perf_counter() - st
+            est = _estimates.get((it.ast, dev), Estimate(0, 0))
+            shape = "x".join(str(d) for d in it.bufs[0].shape)
+            print(f"*** {dev:6s} {it.name:28s} out {shape:>10s}  {dt * 1e3:9.3f} ms  "
+                  f"{est.mem_bytes / dt / 1e9:7.2f} GB/s  {est.flops / dt / 1e9:7.2f} GFLOP/s")
     if debug >= 1:
         nk = sum(it.kind == "kernel" for it in items)
         print(f"ran {nk} kernels, {len(items) - nk} copies in {(time.perf_counter() - t0) * 1e3:.2f} ms")
