@@ -47,7 +47,7 @@ def cache_dir() -> str:
 
 
 @contextlib.contextmanager
-def Context(**knobs: int | str) -> Iterator[None]:  # noqa: N802 -- used like a class
+def Context(**knobs: int | str) -> Iterator[None]:
     old = dict(_overrides)
     _overrides.update(knobs)
     try:

@@ -22,7 +22,7 @@ def device_of(root: UOp) -> str | tuple[str, ...] | None:
     for u in _nodes_needing(root, "device"):
         if u.op in (Ops.BUFFER, Ops.PARAM):
             d = u.arg.device  # type: ignore[union-attr]
-        elif u.op is Ops.COPY or u.op is Ops.LOAD and u.arg is not None:
+        elif u.op is Ops.COPY or (u.op is Ops.LOAD and u.arg is not None):
             d = u.arg if not isinstance(u.arg, tuple) or all(isinstance(a, str) for a in u.arg) else u.arg[0]  # type: ignore[index]
         elif u.op in _NO_DEVICE:
             d = None
@@ -84,7 +84,7 @@ def _reshape_axis(old: tuple, new: tuple, axis: int) -> int | None:
         stride_before *= d
     acc = 1
     for i, d in enumerate(new):
-        if acc == stride_before and d % old[axis] == 0 or acc == stride_before and d == old[axis]:
+        if (acc == stride_before and d % old[axis] == 0) or (acc == stride_before and d == old[axis]):
             return i
         acc *= d
     return None
