@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lower.linearize import linearize
-from rewrite import RuleSet, UOp, graph_rewrite
+from rewrite import Ops, RuleSet, UOp, dtypes, graph_rewrite
 
 
 @dataclass(frozen=True)
@@ -33,10 +33,34 @@ class Stage:
     run: Callable[[UOp, Any], UOp]  # (kernel AST, device) -> AST
 
 
+_SATURATE_OPS = frozenset({Ops.IDIV, Ops.MOD, Ops.CMPLT, Ops.CMPNE})
+
+
+def _index_exprs(ast: UOp) -> list[UOp]:
+    """The kernel's index expressions (addresses and gates) that still hold a div, mod or comparison."""
+    out: dict[UOp, None] = {}
+    for u in ast.toposort():
+        cands = (u.src[1],) if u.op is Ops.INDEX and len(u.src) == 2 else u.src[2:] if u.op is Ops.LOAD else ()
+        for e in cands:
+            if e.shape == () and (e.dtype is dtypes.index or e.dtype is dtypes.bool) and \
+                    any(x.op in _SATURATE_OPS for x in e.toposort()):
+                out[e] = None
+    return list(out)
+
+
 def _symbolic(ast: UOp, device: Any) -> UOp:
+    """Fast rules on the whole kernel; then the index expressions they leave with div, mod or comparisons go
+    into one e-graph (rules.eqsat, cached by structure; EGGLOG=0 skips it), and the fast rules run again."""
+    from rewrite.env import getenv
     from rules.symbolic import symbolic
 
-    return graph_rewrite(ast, symbolic, name="symbolic")
+    ast = graph_rewrite(ast, symbolic, name="symbolic")
+    if not int(getenv("EGGLOG")) or not (exprs := _index_exprs(ast)):
+        return ast
+    from rules.eqsat import saturate_batch
+
+    better = {e: r for e, r in zip(exprs, saturate_batch(exprs), strict=True) if r is not e}
+    return graph_rewrite(ast.substitute(better), symbolic, name="symbolic") if better else ast
 
 
 def _decompose(ast: UOp, device: Any) -> UOp:

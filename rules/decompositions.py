@@ -9,6 +9,7 @@ rounding differs (those rules only run for a device that lacks the op entirely).
 from __future__ import annotations
 
 from rewrite import Ops, Rule, RuleSet, UOp, dtypes, op, var
+from rules.transcendental import transcendental
 
 a, b, c = var("a"), var("b"), var("c")
 ia, ib = var("a", dtypes.all_ints), var("b", dtypes.all_ints)
@@ -66,6 +67,8 @@ decompositions = RuleSet("decompositions", [
     Rule("mulacc-to-mul-add",   op.MULACC(a, b, c), op.ADD(op.MUL(a, b), c),            removes=Ops.MULACC),
     # not exact in floating point (a/b is rounded once, a*(1/b) twice): only for devices without DIV
     Rule("div-to-mul-recip",    op.DIV(a, b),      op.MUL(a, op.RECIP(b)),              removes=Ops.DIV),
+    # approximations (float32: under 1 ulp; float64: see the module), SQRT and POW last, through EXP2/LOG2
+    *transcendental,
 ])
 # fmt: on
 
