@@ -44,7 +44,10 @@ from rewrite.ops import Ops
 from rewrite.uop import UOp
 
 # an undeclared function must be an error, not an implicit int declaration that fails only at dlopen
-_BASE_FLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno", "-fwrapv",
+# -fno-trapping-math only drops FP exception-flag bookkeeping (results are unchanged); without it gcc will not
+# vectorize loops with float compares and selects
+_BASE_FLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math",
+               "-fwrapv",
                "-Werror=implicit-function-declaration")
 _CT = {
     dtypes.bool: ctypes.c_bool, dtypes.int8: ctypes.c_int8, dtypes.uint8: ctypes.c_uint8,
@@ -213,6 +216,9 @@ class CPUDevice(Allocator):
 
     name = "cpu"
     supported_ops: frozenset[Ops] = C_ALU_OPS | frozenset({Ops.CAST, Ops.BITCAST})
+    # ops C has (libm) that lowering should still replace by their polynomial decompositions: a libm call keeps
+    # a loop from vectorizing, and the decompositions are within 1 ulp (rules/transcendental.py)
+    decompose: frozenset[Ops] = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})
 
     def __init__(self) -> None:
         super().__init__()

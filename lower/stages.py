@@ -66,7 +66,7 @@ def _symbolic(ast: UOp, device: Any) -> UOp:
 def _decompose(ast: UOp, device: Any) -> UOp:
     from rules.decompositions import decompositions_for
 
-    rules: RuleSet = decompositions_for(device.supported_ops)
+    rules: RuleSet = decompositions_for(device.supported_ops - getattr(device, "decompose", frozenset()))
     return graph_rewrite(ast, rules, name="instruction-selection") if len(rules) else ast
 
 
