@@ -224,11 +224,8 @@ def _stride(idx: UOp, r: UOp, ranges: list[UOp]) -> int | None:
 def _contiguous_everywhere(ast: UOp, r: UOp) -> bool:
     """Every buffer access moves by 0 or 1 element when r steps: its lanes would be one contiguous vector."""
     ranges = [u for u in ast.toposort() if u.op is Ops.RANGE]
-    for u in ast.toposort():
-        if u.op is Ops.INDEX and u.src[0].op is Ops.BUFFER and len(u.src) == 2:
-            if _stride(u.src[1], r, ranges) not in (0, 1):
-                return False
-    return True
+    return all(_stride(u.src[1], r, ranges) in (0, 1) for u in ast.toposort()
+               if u.op is Ops.INDEX and u.src[0].op is Ops.BUFFER and len(u.src) == 2)
 
 
 def hand_coded(ast: UOp, threads: int = THREADS, vectors: bool = True) -> list[Opt]:

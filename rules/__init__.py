@@ -14,6 +14,7 @@ from collections.abc import Callable
 from rewrite.env import getenv
 from rewrite.ops import Ops
 from rewrite.uop import UOp, register_simplifier
+
 # `symbolic` (the full fast set) is not re-exported here: the name would hide the rules.symbolic module
 from rules.divmod import divmod_linear, divmod_rules, divmod_templates
 from rules.symbolic import (

@@ -501,5 +501,5 @@ def test_fast_pass_is_within_the_stated_margin_of_egglog():
     egg = saturate_batch(exprs)
     sizes = [(len(f.toposort()), len(g.toposort()), e) for f, g, e in zip(fast, egg, exprs, strict=True)]
     worst = max(sizes, key=lambda t: t[0] - t[1])
-    assert worst[0] - worst[1] <= FAST_MARGIN_NODES, f"fast pass {worst[0]} nodes vs egglog {worst[1]}: {worst[2].render()}"
+    assert worst[0] - worst[1] <= FAST_MARGIN_NODES, f"fast {worst[0]} vs egglog {worst[1]} nodes: {worst[2].render()}"
     assert sum(s[0] for s in sizes) <= (1 + FAST_MARGIN_TOTAL) * sum(s[1] for s in sizes)
