@@ -15,6 +15,9 @@ import numpy as np
 import pytest
 
 from benchmarks import bench_kernels as bk
+from benchmarks import kernel_cases as kc
+from benchmarks import kernel_peers as kp
+from benchmarks import kernel_worker as kw
 from benchmarks import limits as ml
 from benchmarks.runner import Bench, Progress, suite_json
 
@@ -88,22 +91,22 @@ def test_limits_cache_roundtrip(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------- cases and checks
 
 
-@pytest.mark.parametrize("key", [c.key for c in bk._cases(True)])
+@pytest.mark.parametrize("key", [c.key for c in kc._cases(True)])
 def test_numpy_graph_matches_reference_and_check_catches_wrong(key):
-    case = bk.all_cases()[key]
+    case = kc.all_cases()[key]
     xs = case.inputs()
-    ref = bk.reference(case, xs)
-    got = bk.numpy_graph(case, xs)
+    ref = kc.reference(case, xs)
+    got = kc.numpy_graph(case, xs)
     assert got.shape == ref.shape
-    assert bk.check(case, got, xs, ref)[0]
+    assert kc.check(case, got, xs, ref)[0]
     wrong = np.array(got, dtype=np.float32, copy=True).reshape(-1)
     wrong[0] += 1.0 + abs(float(wrong[0]))
-    assert not bk.check(case, wrong.reshape(got.shape), xs, ref)[0]
+    assert not kc.check(case, wrong.reshape(got.shape), xs, ref)[0]
     assert case.flops() > 0 and case.bytes() > 0
 
 
 def test_counts_follow_the_stated_formulas():
-    c = bk.all_cases()
+    c = kc.all_cases()
     assert c["matmul_1024"].flops() == 2 * 1024**3
     assert c["conv"].flops() == 2 * 8 * 64 * 56 * 56 * 64 * 9
     assert c["add_16M"].bytes() == 12 * (1 << 24)
@@ -118,7 +121,7 @@ def test_counts_follow_the_stated_formulas():
 
 def test_quick_suite_runs_and_produces_rows(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # the plot (if any) lands under ./results
-    cases = [bk.all_cases()["add_1M"], bk.all_cases()["matmul_256"]]
+    cases = [kc.all_cases()["add_1M"], kc.all_cases()["matmul_256"]]
     monkeypatch.setattr(bk, "_cases", lambda quick: cases)
     monkeypatch.setattr(bk.machine_limits, "load", lambda quick=False, remeasure=False, say=None: _fake_limits())
     real_have = bk.have
@@ -146,7 +149,7 @@ def test_quick_suite_runs_and_produces_rows(monkeypatch, tmp_path):
 
 def test_plot_writes_png(tmp_path):
     pytest.importorskip("matplotlib")
-    case = bk.all_cases()["add_1M"]
+    case = kc.all_cases()["add_1M"]
     from benchmarks.runner import Result
 
     row = bk.Row(case, ok=True, steady=Result("a", "ms", [1.0] * 5, False),
@@ -156,11 +159,11 @@ def test_plot_writes_png(tmp_path):
         assert f.read(4) == b"\x89PNG"
 
 
-@pytest.mark.skipif(bk.have("tinygrad") is False or shutil.which("clang") is None,
+@pytest.mark.skipif(kp.have("tinygrad") is False or shutil.which("clang") is None,
                     reason="tinygrad's CPU backend needs tinygrad and clang")
 def test_tinygrad_worker_runs_a_quick_case():
-    case = bk.all_cases()["add_1M"]
-    res, arr, err = bk.run_worker("tinygrad", case, 3, {"DEV": "CPU", "CACHELEVEL": "0", "CC": "clang"}, timeout=120)
+    case = kc.all_cases()["add_1M"]
+    res, arr, err = kw.run_worker("tinygrad", case, 3, {"DEV": "CPU", "CACHELEVEL": "0", "CC": "clang"}, timeout=120)
     assert res is not None, err
-    assert arr is not None and bk.check(case, arr, case.inputs(), bk.reference(case, case.inputs()))[0]
-    assert bk.result_from_json(res["steady"]).median > 0 and res["first_s"] > 0
+    assert arr is not None and kc.check(case, arr, case.inputs(), kc.reference(case, case.inputs()))[0]
+    assert kw.result_from_json(res["steady"]).median > 0 and res["first_s"] > 0

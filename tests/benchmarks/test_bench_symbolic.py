@@ -9,6 +9,10 @@ import importlib.util
 import pytest
 
 from benchmarks import bench_symbolic as bs
+from benchmarks import symbolic_cold as sc
+from benchmarks import symbolic_simplifiers as ss
+from benchmarks import symbolic_tinygrad as st
+from benchmarks import symbolic_workloads as sw
 from benchmarks.runner import SUITES, Bench
 from rewrite import Ops, dtypes
 
@@ -17,11 +21,11 @@ HAS_TINYGRAD = importlib.util.find_spec("tinygrad") is not None
 
 @pytest.fixture(scope="module")
 def kernels() -> dict[str, list]:
-    return bs.kernel_batches()
+    return sw.kernel_batches()
 
 
 def test_suite_is_registered() -> None:
-    assert "symbolic" in SUITES
+    assert SUITES["symbolic"] is bs.symbolic
 
 
 def test_kernel_batches_are_index_math_before_the_symbolic_stage(kernels: dict[str, list]) -> None:
@@ -33,42 +37,42 @@ def test_kernel_batches_are_index_math_before_the_symbolic_stage(kernels: dict[s
             assert any(u.op is Ops.RANGE for u in e.toposort())
     assert any(e.dtype is dtypes.bool for e in kernels["conv"])  # the padding's gate
     # rangeify's raw output: the fast rules have something to remove
-    assert bs.total_nodes(bs.fast_batch(kernels["conv"])) < bs.total_nodes(kernels["conv"])
+    assert ss.total_nodes(ss.fast_batch(kernels["conv"])) < ss.total_nodes(kernels["conv"])
 
 
 def test_lane_batch_is_distinct_and_kernel_sized(kernels: dict[str, list]) -> None:
-    lanes = bs.lane_batch(kernels["gemm"])
-    assert len(lanes) == len(set(lanes)) == bs.BATCH
+    lanes = sw.lane_batch(kernels["gemm"])
+    assert len(lanes) == len(set(lanes)) == sw.BATCH
     old = {r for e in kernels["gemm"] for r in e.ranges()}
     assert all(r not in old for e in lanes for r in e.ranges())  # every lane has its split ranges replaced
 
 
 def test_random_batch_is_seeded() -> None:
-    a, b = bs.random_batch(3, 20), bs.random_batch(3, 20)
+    a, b = sw.random_batch(3, 20), sw.random_batch(3, 20)
     assert a == b and len(set(a)) == 20
 
 
 def test_measured_results_equal_their_inputs(kernels: dict[str, list]) -> None:
-    exprs = kernels["reduce"] + kernels["conv"] + bs.random_batch(5, 15)
-    with bs.no_disk_cache():
-        bs.clear_memory_cache()
-        results = {"fast": bs.fast_batch(exprs), "full": bs.full_batch(exprs), "each": bs.full_each(exprs)}
-    assert bs.check_equal(exprs, results, None) == {"fast": "0", "full": "0", "each": "0"}
+    exprs = kernels["reduce"] + kernels["conv"] + sw.random_batch(5, 15)
+    with ss.no_disk_cache():
+        ss.clear_memory_cache()
+        results = {"fast": ss.fast_batch(exprs), "full": ss.full_batch(exprs), "each": ss.full_each(exprs)}
+    assert ss.check_equal(exprs, results, None) == {"fast": "0", "full": "0", "each": "0"}
     wrong = [e + 1 if e.dtype is dtypes.index else ~e for e in exprs]
-    assert bs.check_equal(exprs, {"wrong": wrong}, None) == {"wrong": str(len(exprs))}
+    assert ss.check_equal(exprs, {"wrong": wrong}, None) == {"wrong": str(len(exprs))}
 
 
 @pytest.mark.skipif(not HAS_TINYGRAD, reason="tinygrad is not installed")
 def test_tinygrad_translation_is_node_for_node(kernels: dict[str, list]) -> None:
-    exprs = kernels["conv"] + bs.random_batch(11, 20)
-    texprs, leaves = bs.to_tinygrad(exprs)
-    assert [bs.nodes(t) for t in texprs] == [bs.nodes(e) for e in exprs]
-    assert bs.check_equal(exprs, {"tinygrad": texprs}, leaves) == {"tinygrad": "0"}
-    assert bs.check_equal(exprs, {"tinygrad": bs.tinygrad_batch(texprs)}, leaves) == {"tinygrad": "0"}
+    exprs = kernels["conv"] + sw.random_batch(11, 20)
+    texprs, leaves = st.to_tinygrad(exprs)
+    assert [ss.nodes(t) for t in texprs] == [ss.nodes(e) for e in exprs]
+    assert ss.check_equal(exprs, {"tinygrad": texprs}, leaves) == {"tinygrad": "0"}
+    assert ss.check_equal(exprs, {"tinygrad": st.tinygrad_batch(texprs)}, leaves) == {"tinygrad": "0"}
 
 
 def test_cold_child_runs(kernels: dict[str, list]) -> None:
     b = Bench("symbolic", quick=True)
-    first, total = bs.run_cold(b, "smoke", kernels["softmax"], {"CACHE": "0"}, runs=1)
+    first, total = sc.run_cold(b, "smoke", kernels["softmax"], {"CACHE": "0"}, runs=1)
     assert first.info["preloaded"] == []  # nothing of the compiler was loaded before the clock started
     assert 0 < first.median <= total.median

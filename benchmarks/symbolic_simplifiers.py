@@ -1,0 +1,135 @@
+"""What the `symbolic` suite times on our side: the fast rules and the full simplifier, on a batch or one
+expression at a time, with the caches it controls; node counts; and the untimed check that every measured
+result equals its input at random points of its variables."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from benchmarks.symbolic_tinygrad import Untranslatable, tinygrad_eval
+from benchmarks.symbolic_workloads import var_name
+
+# the project is imported inside functions: the cold-start child process (benchmarks.symbolic_cold) imports
+# this module before it starts its clock and must not have the compiler loaded by then
+if TYPE_CHECKING:
+    from rewrite import UOp
+    from rewrite.uop import ConstValue
+
+CHECK_POINTS = 16  # random points per expression for the untimed equivalence check
+
+
+# ---------------------------------------------------------------------------------------------- simplifiers
+
+
+def fast_batch(exprs: Sequence[UOp]) -> tuple[UOp, ...]:
+    """The fast rules on the batch as one graph (a kernel stage rewrites the kernel's whole AST at once)."""
+    from rewrite import UOp
+    from rules.symbolic import simplify_fast
+
+    return simplify_fast(UOp.sink(*exprs)).src
+
+
+def wants_saturation(u: UOp) -> bool:
+    # rules.simplify's test: after the fast rules, a // % < or != left over is one with a non-constant operand
+    from rewrite import Ops
+
+    return any(n.op in (Ops.IDIV, Ops.MOD, Ops.CMPLT, Ops.CMPNE) for n in u.toposort())
+
+
+def full_batch(exprs: Sequence[UOp]) -> tuple[UOp, ...]:
+    """Fast rules, one e-graph for what is left with // % < !=, fast rules again (rules.simplify, batched)."""
+    from rules.eqsat import saturate_batch
+
+    fast = fast_batch(exprs)
+    worth = [u for u in dict.fromkeys(fast) if wants_saturation(u)]
+    if not worth:
+        return fast
+    sat = dict(zip(worth, saturate_batch(worth), strict=True))
+    return fast_batch([sat.get(u, u) for u in fast])
+
+
+def full_each(exprs: Sequence[UOp]) -> list[UOp]:
+    import rules  # noqa: F401 -- installs UOp.simplify
+
+    return [e.simplify() for e in exprs]
+
+
+def fast_each(exprs: Sequence[UOp]) -> list[UOp]:
+    from rules.symbolic import simplify_fast
+
+    return [simplify_fast(e) for e in exprs]
+
+
+@contextlib.contextmanager
+def no_disk_cache() -> Iterator[None]:
+    from rewrite.env import Context
+
+    with Context(CACHE=0):
+        yield
+
+
+def clear_memory_cache() -> None:
+    from rules.eqsat import saturator
+
+    saturator().clear_memory()
+
+
+def nodes(u: Any) -> int:
+    """Unique nodes of one expression, variables and ranges as leaves (their bound operands not counted);
+    works on our UOps and tinygrad's alike."""
+    seen: set[int] = set()
+    stack = [u]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if n.op.name not in ("PARAM", "RANGE", "BUFFER"):
+            stack.extend(n.src)
+    return len(seen)
+
+
+def total_nodes(exprs: Sequence[Any]) -> int:
+    return sum(nodes(e) for e in exprs)
+
+
+# ---------------------------------------------------------------------------------------------- checking
+
+
+def _is_variable(u: UOp) -> bool:
+    from rewrite import Ops
+
+    return u.op is Ops.RANGE or (u.op is Ops.PARAM and var_name(u) is not None)
+
+
+def check_equal(orig: Sequence[UOp], results: dict[str, Sequence[Any]], tleaves: dict[Any, Any] | None,
+                seed: int = 0) -> dict[str, str]:
+    """Per simplifier: how many results differ from their original at some random point of its variables,
+    and how many could not be evaluated (an op the small tinygrad evaluator here lacks)."""
+    rng = random.Random(seed)
+    wrong: dict[str, set[int]] = {k: set() for k in results}
+    unchecked: dict[str, set[int]] = {k: set() for k in results}
+    for i, e in enumerate(orig):
+        leaves = [u for u in e.toposort() if _is_variable(u)]
+        for _ in range(CHECK_POINTS):
+            point = {u: rng.randint(int(u.vmin), int(u.vmax)) for u in leaves}
+            by_name: dict[str, ConstValue] = {u.render(): v for u, v in point.items()}
+            want = e.evaluate(by_name)
+            for label, res in results.items():
+                if i in wrong[label] or i in unchecked[label]:
+                    continue
+                try:
+                    if label == "tinygrad":
+                        assert tleaves is not None
+                        got = tinygrad_eval(res[i], {tleaves[u]: v for u, v in point.items() if u in tleaves})
+                    else:
+                        got = res[i].evaluate(by_name)
+                except Untranslatable:
+                    unchecked[label].add(i)
+                    continue
+                if got != want:
+                    wrong[label].add(i)
+    return {k: f"{len(wrong[k])}" + (f" ({len(unchecked[k])} unchecked)" if unchecked[k] else "") for k in results}
