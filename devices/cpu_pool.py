@@ -14,11 +14,10 @@ process holds the other core. So:
 * ids are claimed one at a time from a shared counter, so the caller also runs the ids no worker has claimed
   yet: a worker that is asleep, slow to wake or descheduled costs a launch nothing but parallelism, never a
   scheduler slice of waiting. The caller only waits for ids a worker has already started;
-* waiting is a short bounded spin and then a futex sleep, both for workers waiting for the next launch and for
-  the caller waiting for the last ids. The spin is ~2 us of `pause`, then sched_yield rounds up to SPIN_US in
-  all: when another process holds the other core, the thread being waited for may be queued on this one, and
-  a pure spin would keep it off the CPU until the spin ends (measured: ~50 us launches). A futex wake is a
-  syscall only when someone actually sleeps.
+* waiting is a bounded spin and then a futex sleep, both for workers waiting for the next launch and for the
+  caller waiting for the last ids (CALLER_SPIN_US of `pause`). A worker's spin is ~2 us of `pause`, then
+  sched_yield rounds up to SPIN_US in all, so a process that wants its core gets it. A futex wake is a syscall
+  only when someone actually sleeps.
 
 The pool starts lazily on the first launch with n > 1 (its C source is compiled once, cached like kernels),
 with one worker per usable CPU beyond the caller. Launches from two Python threads at once do not queue: the
@@ -37,8 +36,14 @@ from collections.abc import Sequence
 from rewrite.env import getenv
 from rewrite.errors import CompileError
 
-# how long a waiting thread spins before it sleeps: a few wake-up costs (3-27 us), far below a scheduler slice
-SPIN_US = 50
+# How long a worker spins (mostly yielding) for the next launch before it sleeps. Measured on a quiet machine, a
+# 2-way 256K-float add launched after 200 us of caller work took 90 us with a 50 us spin (the worker had gone to
+# sleep: the futex wake of an idle vCPU costs the caller 10-20 us and the woken core starts slowly), 61 us with
+# 1 ms, and 120 us on one thread; with a busy-loop process on the other vCPU all three took ~120 us. Kernels
+# follow each other after Python-side pauses of that order. Well under a 4 ms scheduler tick.
+SPIN_US = 1000
+# How long the caller spins for ids still running on workers before it sleeps: a few futex wake-ups.
+CALLER_SPIN_US = 50
 
 _SRC = r"""
 #define _GNU_SOURCE
@@ -75,9 +80,10 @@ static struct {
   int nworkers;
   int started;
   int closed;                        /* after shutdown: run serially */
-  long spin_ns;
+  long spin_ns;                      /* how long workers spin for the next launch */
+  long caller_spin_ns;               /* how long the caller spins for the last ids */
   pthread_t tid[MAX_WORKERS];
-} P = {.lock = PTHREAD_MUTEX_INITIALIZER, .threads = 1, .spin_ns = 50000};
+} P = {.lock = PTHREAD_MUTEX_INITIALIZER, .threads = 1, .spin_ns = 1000000, .caller_spin_ns = 50000};
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -93,20 +99,22 @@ static inline long now_ns(void) {
   return ts.tv_sec * 1000000000L + ts.tv_nsec;
 }
 
-/* One round of a bounded spin-wait; false once spin_ns have passed. The first rounds only `pause` (~2 us: a
-   thread on the other core answers within that). After that each round yields the CPU: the thread we wait for
-   may be runnable on this very core (when another process holds the other one) and cannot run while we spin. */
+/* One round of a bounded spin-wait; false once `limit` ns have passed. The first rounds only `pause` (~2 us: a
+   thread on the other core answers within that). After that a worker yields the CPU each round: while it waits
+   for the next launch, a process that wants this core should get it. The caller does not yield: when another
+   process shares its core, a yield would hand that process a whole time slice (seen: 4 ms launches). */
 typedef struct { long t0; unsigned k; } spin_t;
 
-static inline int spin_more(spin_t *s) {
+static inline int spin_more(spin_t *s, long limit, int yield) {
   if (++s->k < 64) {
     cpu_relax();
     return 1;
   }
   long t = now_ns();
   if (s->k == 64) s->t0 = t;
-  if (t - s->t0 > P.spin_ns) return 0;
-  sched_yield();
+  if (t - s->t0 > limit) return 0;
+  if (yield) sched_yield();
+  else cpu_relax();
   return 1;
 }
 
@@ -152,7 +160,7 @@ static uint64_t wait_launch(uint32_t seen) {
   do {
     uint64_t w = atomic_load_explicit(&P.claim, memory_order_acquire);
     if (published(w, seen) || atomic_load_explicit(&P.stop, memory_order_relaxed)) return w;
-  } while (spin_more(&sp));
+  } while (spin_more(&sp, P.spin_ns, 1));
   for (;;) {
     uint32_t ws = atomic_load_explicit(&P.wake_seq, memory_order_acquire);
     /* sleepers++ then re-check, against the caller's publish then sleepers check: one of us sees the other */
@@ -194,10 +202,11 @@ static void run_serial(entry_fn fn, void **args, int n) {
   for (int i = 0; i < n; i++) fn(args, i);
 }
 
-void pool_configure(int threads, long spin_ns) {
+void pool_configure(int threads, long spin_ns, long caller_spin_ns) {
   pthread_mutex_lock(&P.lock);
   P.threads = threads < 1 ? 1 : threads;
   P.spin_ns = spin_ns;
+  P.caller_spin_ns = caller_spin_ns;
   pthread_mutex_unlock(&P.lock);
 }
 
@@ -229,7 +238,7 @@ void pool_launch(entry_fn fn, void **args, int n) {
   run_ids((uint32_t)gen);
   /* every id is claimed; wait for the ones workers are still running */
   spin_t sp = {0, 0};
-  while (atomic_load_explicit(&P.pending, memory_order_acquire) != 0 && spin_more(&sp)) {
+  while (atomic_load_explicit(&P.pending, memory_order_acquire) != 0 && spin_more(&sp, P.caller_spin_ns, 0)) {
   }
   for (;;) {
     int p = atomic_load(&P.pending);
@@ -301,11 +310,11 @@ def _lib() -> ctypes.CDLL | None:
                 return None
             lib.pool_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
             lib.pool_launch.restype = None
-            lib.pool_configure.argtypes = [ctypes.c_int, ctypes.c_long]
+            lib.pool_configure.argtypes = [ctypes.c_int, ctypes.c_long, ctypes.c_long]
             lib.pool_configure.restype = None
             lib.pool_workers.restype = ctypes.c_int
             lib.pool_shutdown.restype = None
-            lib.pool_configure(threads(), SPIN_US * 1000)
+            lib.pool_configure(threads(), SPIN_US * 1000, CALLER_SPIN_US * 1000)
             atexit.register(lib.pool_shutdown)
             _LIB.append(lib)
     return _LIB[0] if _LIB else None
@@ -339,4 +348,4 @@ def workers() -> int:
     return int(_LIB[0].pool_workers()) if _LIB else 0
 
 
-__all__ = ["SPIN_US", "launch", "pack", "threads", "workers"]
+__all__ = ["CALLER_SPIN_US", "SPIN_US", "launch", "pack", "threads", "workers"]

@@ -43,7 +43,7 @@ def slices(cores: int, per: int) -> UOp:
 
 
 def counter(cores: int) -> UOp:
-    """out[core_id] += 1: after k launches every slot holds k exactly once each id ran once per launch."""
+    """out[core_id] += 1: after k launches every slot holds k exactly when each id ran once per launch."""
     o = buf(0, I32, cores)
     core = special(cores)
     st = o.index(core).store(o.index(core).load() + UOp.const(1, I32))
@@ -51,8 +51,9 @@ def counter(cores: int) -> UOp:
 
 
 def two_specials() -> UOp:
-    """out[a*8 + b] = a*1000 + b*10 + neg + big for SPECIALs a < 3, b < m (a variable): the flat id is unravelled
-    in the entry wrapper and the variables travel as 64-bit words (a negative int64, a uint64 above 2**63)."""
+    """out[a*8 + b] = a*1000 + b*10 + neg + (big >> 60) for SPECIALs a < 3, b < m (a variable): the flat id is
+    unravelled in the entry wrapper and the variables travel as 64-bit words (a negative int64, a uint64 above
+    2**63)."""
     m = UOp.variable("m", 1, 8)
     neg = UOp.variable("neg", -(1 << 40), 0, I64)
     big = UOp.variable("big", 0, (1 << 64) - 1, dtypes.uint64)
@@ -137,7 +138,6 @@ def test_launches_after_idle_gaps() -> None:
 def test_single_id_runs_on_the_caller_without_starting_threads() -> None:
     # n = 1 must not need the pool at all: a fresh process runs it and still has no workers
     code = textwrap.dedent("""
-        import threading
         import numpy as np
         from devices import cpu_pool
         from devices.cpu import DEVICE
@@ -146,9 +146,7 @@ def test_single_id_runs_on_the_caller_without_starting_threads() -> None:
         a, out = np.arange(64, dtype=np.int32), np.zeros(64, np.int32)
         k({0: out, 1: a})
         assert (out == a * 3).all()
-        addr = cpu_pool.pack([out.ctypes.data, a.ctypes.data])
-        k2 = DEVICE.compile(slices(1, 64), "one")
-        cpu_pool.launch(k2.entry, addr, 1)
+        cpu_pool.launch(k.entry, cpu_pool.pack([out.ctypes.data, a.ctypes.data]), 1)
         assert cpu_pool.workers() == 0 and not cpu_pool._LIB, "n = 1 loaded or started the pool"
         print("ok")
     """)
