@@ -4,7 +4,7 @@ The kernel benchmarks quote every figure as a percentage of what this machine ca
 
 * peak fp32 FMA throughput, 1 thread and all threads: independent FMA chains (`a = a*b + c`, b < 1 so values stay
   normal) in 16 zmm registers (AVX-512), 12 ymm (AVX2 width) and 12 scalar accumulators -- enough chains to
-  cover the FMA latency on both ports, as /work/shared/anchors/machine-limits.md section 1 does;
+  cover the FMA latency on both ports, as shared/anchors/machine-limits.md section 1 does;
 * memory bandwidth, 1 thread and all threads: STREAM triad (`a = b + s*c`, 12 bytes per element, the
   write-allocate read not counted, STREAM's convention), copy (8 B) and read (a vectorised sum, 4 B), each
   over a working set far beyond the last-level cache (1.5 GiB in all, 384 MiB with --quick), first touched by
