@@ -12,7 +12,7 @@ After `rangeify` a kernel is a SINK of END(STORE(...), ranges) whose values may 
 from __future__ import annotations
 
 from lower.rangeify import reduce_identity
-from rewrite import AxisType, BufferArg, Ops, Rule, RuleSet, UOp, const, graph_rewrite, op, var
+from rewrite import BufferArg, Ops, Rule, RuleSet, UOp, const, graph_rewrite, op, var
 from rewrite.dtype import AddrSpace
 from rewrite.errors import CompilerError
 
@@ -81,7 +81,6 @@ def _vconst_outward(y: UOp, v: UOp, z: UOp) -> UOp | None:
     return (y + z) + v if z.shape == () and y.shape == () else None
 
 
-x = var("x")
 reduce_to_acc = RuleSet("reduce-to-acc", [
     Rule("splat-const-to-vconst", op.EXPAND(op.RESHAPE(const("c"), rest=True), rest=True, name="e"), _splat),
     Rule("fold-vconst-alu", op[Ops.ADD, Ops.MUL](op.VCONST(name="v"), const("c"), name="a"), _fold_vconst),
@@ -152,4 +151,4 @@ def _emit(scope: UOp | None, placed: dict[UOp | None, list[UOp]], out: list[UOp]
         out.append(u)
 
 
-__all__ = ["AxisType", "linearize", "reduce_to_acc", "x"]
+__all__ = ["linearize", "reduce_to_acc"]

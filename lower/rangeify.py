@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rewrite import AxisType, Ops, UOp, dtypes
+from rewrite import AxisType, Ops, UOp
 from rewrite.derive import shape_values
 
 
@@ -269,4 +269,4 @@ def build_kernel(node: UOp, out_buf: UOp, buffers: dict[UOp, UOp]) -> UOp:
     return UOp.sink(UOp(Ops.END, (st, *ranges)) if ranges else st)
 
 
-__all__ = ["KernelBuilder", "NeedsRealize", "build_kernel", "dtypes", "flat_index", "unflatten"]
+__all__ = ["KernelBuilder", "NeedsRealize", "build_kernel", "flat_index", "unflatten"]

@@ -66,10 +66,6 @@ class _Run:
         self.why: dict[UOp, int] = {}
         self.log = current()
 
-    def matcher(self, op: object) -> object:
-        m = self.rs._matchers.get(op, _MISSING)  # type: ignore[call-overload]
-        return self.rs.matcher(op) if m is _MISSING else m  # type: ignore[arg-type]
-
     def try_rules(self, n: UOp) -> UOp | None:
         m = self.rs._matchers.get(n.op, _MISSING)
         if m is _MISSING:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from rewrite.derive import derive, fmt_shape, shape_values
@@ -410,9 +410,6 @@ class UOp:
                     stack.append((s, False))
         return out
 
-    def walk(self) -> Iterator[UOp]:
-        yield from self.toposort()
-
     def variables(self) -> list[UOp]:
         """Symbolic variables (named PARAMs) this node depends on, by name."""
         vs = {u for u in self.toposort() if u.op is Ops.PARAM and isinstance(u.arg.slot, str)}  # type: ignore[union-attr]
@@ -485,8 +482,4 @@ def _simplifier() -> Callable[[UOp], UOp]:
     return _SIMPLIFIER[0]
 
 
-def is_const(u: UOp, value: ConstValue | None = None) -> bool:
-    return u.op is Ops.CONST and (value is None or u.arg[0] == value)  # type: ignore[index]
-
-
-__all__ = ["BufferArg", "ConstValue", "GroupOp", "ParamArg", "PtrDType", "UOp", "is_const", "register_simplifier"]
+__all__ = ["BufferArg", "ConstValue", "GroupOp", "ParamArg", "PtrDType", "UOp", "register_simplifier"]

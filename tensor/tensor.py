@@ -168,7 +168,7 @@ class Tensor:
         items: list = []
         for dev, group in _by_device([self, *others]).items():
             with Context(DEVICE=dev):
-                items += lower.schedule(list(dict.fromkeys(_roots(group).values())))[0]
+                items += lower.schedule(list(dict.fromkeys(t.uop for t in group)))[0]
         return items
 
     def numpy(self) -> np.ndarray:
@@ -335,22 +335,16 @@ def _by_device(tensors: list[Tensor]) -> dict[str, list[Tensor]]:
     return groups
 
 
-def _roots(group: list[Tensor]) -> dict[Tensor, UOp]:
-    """The graph each tensor hands to the lowering (whose Callify stage resolves FUNCTION calls)."""
-    return {t: t.uop for t in group}
-
-
 def _realize(tensors: list[Tensor]) -> None:
     """Run the graphs through the lowering. A graph of constants only has no device of its own, so each device's
     tensors are realized with that device as the default."""
     import lower
 
     for dev, group in _by_device(tensors).items():
-        roots = _roots(group)
         with Context(DEVICE=dev):
-            outs = lower.realize(list(dict.fromkeys(roots.values())))
+            outs = lower.realize(list(dict.fromkeys(t.uop for t in group)))
         for t in group:
-            t.uop = outs[roots[t]]
+            t.uop = outs[t.uop]
 
 
 def reference_numpy(t: Tensor) -> np.ndarray:
