@@ -79,21 +79,30 @@ def index_exprs(ast: UOp) -> list[UOp]:
 
 
 def kernel_batches() -> dict[str, list[UOp]]:
-    """Each graph's kernel with the most index expressions (every graph here schedules to one kernel)."""
+    """Each graph's main kernel: the one with a reduction if any (a gemm also schedules a copy of its right
+    operand into column panels), then the most index expressions."""
     from lower.schedule import schedule
+    from rewrite import Ops
 
     out: dict[str, list[UOp]] = {}
     for name, g in kernel_graphs().items():
         items, _ = schedule([g])
-        batches = [index_exprs(it.ast) for it in items if it.kind == "kernel" and it.ast is not None]
-        out[name] = max(batches, key=len)
+        asts = [it.ast for it in items if it.kind == "kernel" and it.ast is not None]
+        best = max(asts, key=lambda a: (any(u.op is Ops.REDUCE for u in a.toposort()), len(index_exprs(a))))
+        out[name] = index_exprs(best)
     return out
 
 
 def lane_batch(exprs: list[UOp], n: int = BATCH) -> list[UOp]:
     """`n` distinct expressions: `exprs` for successive lanes of split ranges, r -> r'*f + k, as an
     upcast/unroll by f leaves them. Ranges are split innermost loop first, then innermost reduce, then the
-    rest, one more whenever the lanes so far give fewer than `n` distinct expressions."""
+    rest, one more whenever the lanes so far give fewer than `n` distinct expressions; by 4 (or 2), or by 8 where
+    that is too few."""
+    out = _lane_batch(exprs, n, (4, 2))
+    return out if len(out) >= n else _lane_batch(exprs, n, (8, 4, 2), split_all=True)
+
+
+def _lane_batch(exprs: list[UOp], n: int, factors: tuple[int, ...], split_all: bool = False) -> list[UOp]:
     from rewrite import AxisType, UOp
 
     def rid(r: UOp) -> int:
@@ -110,13 +119,15 @@ def lane_batch(exprs: list[UOp], n: int = BATCH) -> list[UOp]:
     next_id = max((rid(r) for r in ranges), default=0) + 1
     splits: list[tuple[UOp, UOp, int]] = []  # (range, its outer part, factor)
     out: dict[UOp, None] = {}
-    for r in order:
+    for i, r in enumerate(order):
         size = int(r.vmax) + 1
-        f = next((f for f in (4, 2) if size % f == 0 and size > f), None)
+        f = next((f for f in factors if size % f == 0 and size > f), None)
         if f is None:
             continue
         splits.append((r, UOp.range(size // f, next_id, kind(r)), f))
         next_id += 1
+        if split_all and i < len(order) - 1:
+            continue
         out.clear()
         for lane in itertools.product(*(range(sf) for _, _, sf in splits)):
             sub = {sr: outer * sf + k if k else outer * sf for (sr, outer, sf), k in zip(splits, lane, strict=True)}

@@ -90,6 +90,7 @@ C_RULES = VECTOR_RULES + RuleSet("c-render", [
     Rule("c-store-gated", op.STORE(var("idx"), var("val"), var("gate")), render_store_gated),
     Rule("c-store", op.STORE(var("idx"), var("val")), render_store),
     Rule("c-barrier", op.BARRIER(rest=True), render_nothing),
+    Rule("c-group", op.GROUP(rest=True), lambda: ""),
 ])
 
 
@@ -126,10 +127,29 @@ def signature(prog: Program, name: str, ctx: CContext) -> str:
     return f"void {name}({', '.join(params) or 'void'})"
 
 
+def _reversed_reduction(prog: Program) -> bool:
+    """A kernel with an accumulator whose addresses step backwards along some loop (a FLIP inside a reduction).
+    GCC 12.2's loop vectorizer miscompiles such reductions (e.g. a sum over i < n, j < 2 of d[2i + 1 - j] comes
+    out wrong at -O2; GCC bug 110381, fixed in 12.4 and 13.2), so these kernels are compiled without it."""
+    if not any(u.op is Ops.BUFFER and not is_global(u) for u in prog.instrs):
+        return False
+    for u in prog.instrs:
+        if u.dtype is not dtypes.index:
+            continue
+        if u.op in (Ops.NEG, Ops.SUB) or (u.op is Ops.MUL and any(
+                s.op is Ops.CONST and isinstance(s.arg[0], int) and s.arg[0] < 0 for s in u.src)):  # type: ignore[index]
+            return True
+    return False
+
+
 def render_function(prog: Program, name: str, helpers: dict[str, str]) -> str:
     """One C function for a checked program; helpers it needs are added to `helpers`."""
     ctx = CContext(prog, helpers)
-    lines = [signature(prog, name, ctx) + " {"]
+    attr = ""
+    if _reversed_reduction(prog):
+        attr = ctx.define("NO_LOOP_VECTORIZE", "#if defined(__GNUC__) && !defined(__clang__)\n#define NO_LOOP_VECTORIZE "
+                          "__attribute__((optimize(\"no-tree-loop-vectorize\")))\n#else\n#define NO_LOOP_VECTORIZE\n#endif") + " "
+    lines = [attr + signature(prog, name, ctx) + " {"]
     indent = 1
     for u in prog.instrs:
         if u.op in (Ops.VCONST, Ops.STACK) and u not in prog.uses:

@@ -88,6 +88,7 @@ class CContext:
         self.helpers = helpers if helpers is not None else {}
         self.counters: dict[str, int] = {}
         self.taken: set[str] = set()
+        self.vector_regs: set[UOp] = set()  # REG buffers declared as one vector variable (c_vector)
 
     def __getitem__(self, u: UOp) -> str:
         return self.names[u]
@@ -307,6 +308,10 @@ def render_alu(x: UOp, ctx: CContext) -> str:
     elif o is Ops.RECIP:
         one = {dtypes.float64: "1.0", dtypes.float16: "(_Float16)1.0f"}.get(dt, "1.0f")
         e = f"({one}/{a[0]})"
+    elif o is Ops.MULACC and dt.is_float:  # fused (rewrite.semantics): float64 fma, float32 fmaf for the rest
+        fn = "__builtin_fma" if dt is dtypes.float64 else "__builtin_fmaf"
+        cvt = "(float)" if dt is dtypes.float16 else ""
+        e = f"{fn}({', '.join(cvt + unparen(v) for v in a)})"
     elif o is Ops.MULACC:
         e = f"({_wrap(dt, f'({a[0]}*{a[1]})', ctx)}+{a[2]})"
     elif o is Ops.TRUNC and dt.is_int:

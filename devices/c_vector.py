@@ -15,8 +15,8 @@ one 0/1 `_Bool` byte per lane, and negation converts either way. Because true is
 way round as masks: CMPLT on bools is `>` on the masks.
 
 Native (one vector expression; lane for lane the scalar result):
-  * ADD SUB MUL DIV NEG RECIP MULACC: int lanes wrap at their own width (-fwrapv); float lanes are IEEE ops
-    (no contraction under -ffp-contract=off). float16 lanes GCC computes one at a time in float and rounds
+  * ADD SUB MUL DIV NEG RECIP, and MULACC on ints: int lanes wrap at their own width (-fwrapv); float lanes are
+    IEEE ops (no contraction under -ffp-contract=off). float16 lanes GCC computes one at a time in float and rounds
     after each op, as the scalar text does; bfloat16 lanes are rounded after each op by `vbf16_round_`, the
     scalar bf16_round written with integer vector ops.
   * comparisons, AND OR XOR NOT SHL SHR; MAX as a compare and a bit-select (nan wins, MAX(0, -0) is -0, as
@@ -27,6 +27,7 @@ Native (one vector expression; lane for lane the scalar result):
   * BITCAST between same-size types other than bool and bfloat16: a vector cast reinterprets the bits.
   * LOAD and STORE whose lanes are consecutive: one memcpy of the whole vector, from `base + (0..n-1)` where
     the index is the VCONST itself or ADD(scalar, VCONST) (either order); a scalar gate guards the whole.
+  * MULACC on floats: a fused multiply-add helper, one vector FMA instruction where the target has them.
 Lane by lane (`({ ... for (int lane_l = 0; ...) lane_r[lane_l] = <scalar text>; lane_r; })`, operands bound
 once): TRUNC, SQRT, EXP2, LOG2, SIN and POW on floats, other CDIV/CMOD, CAST float -> int (the wrap helper),
 BITCAST to or from bool and bfloat16, gathers and scatters (any other vector index), and loads or stores gated
@@ -134,6 +135,24 @@ def _bf16_round(n: int, ctx: CContext) -> str:
     return ctx.define(fn, f"static inline {f} {fn}({f} f) {{ return ({f})({bits}(f) << 16); }}")
 
 
+def _fma_helper(dt: DType, n: int, ctx: CContext) -> str:
+    """Fused multiply-add of n lanes (rewrite.semantics: one rounding; float16 and bfloat16 lanes fused in float32,
+    then rounded; bfloat16 lanes are float32 registers, rounded by the caller). GCC turns the lane loop of fma calls into one vector FMA; clang does not, but contracts a*b+c
+    into an FMA under its pragma when the target has FMA instructions (fmaf lanes otherwise)."""
+    t = vtype(dt, n, ctx)
+    fn = f"vfma_{t}"
+    if dt is dtypes.float16:  # lanes widened to float32, fused there, rounded back
+        f = vtype(dtypes.float32, n, ctx)
+        inner = _fma_helper(dtypes.float32, n, ctx)
+        cvt = "__builtin_convertvector"
+        return ctx.define(fn, f"static inline {t} {fn}({t} a, {t} b, {t} c) {{ return {cvt}({inner}({cvt}(a, {f}), "
+                              f"{cvt}(b, {f}), {cvt}(c, {f})), {t}); }}")
+    scalar = "__builtin_fma" if dt is dtypes.float64 else "__builtin_fmaf"
+    body = f"{t} r; for (int l = 0; l < {n}; l++) r[l] = {scalar}(a[l], b[l], c[l]); return r;"
+    return ctx.define(fn, f"static inline {t} {fn}({t} a, {t} b, {t} c) {{\n#if defined(__clang__) && defined(__FMA__)\n"
+                          f"  _Pragma(\"clang fp contract(fast)\") return a * b + c;\n#else\n  {body}\n#endif\n}}")
+
+
 def _select_helper(kind: str, t: str, m: str, cond: str, ctx: CContext, head: str) -> str:
     fn = f"{kind}_{t}"
     return ctx.define(fn, f"static inline {t} {fn}({head}) {{ {m} m = {cond}; "
@@ -201,6 +220,8 @@ def _native_alu(x: UOp, dt: DType, n: int, ctx: CContext) -> str | None:
     elif o is Ops.RECIP:
         one = vtype(dt, n, ctx)
         e = f"((({one}){{{', '.join([const_text(1.0, dt)] * n)}}})/{a[0]})"
+    elif o is Ops.MULACC and dt.is_float:
+        e = f"{_fma_helper(dt, n, ctx)}({', '.join(unparen(v) for v in a)})"
     elif o is Ops.MULACC:
         e = f"({_round(dt, f'({a[0]}*{a[1]})', n, ctx)}+{a[2]})"
     elif o is Ops.MAX and dt is dtypes.bool:
@@ -330,6 +351,8 @@ def _lane_address(i: UOp, start: str | None, ctx: CContext, binds: list[str]) ->
 
 def _load(x: UOp, idx: UOp, ctx: CContext, alt: UOp | None = None, gate: UOp | None = None) -> str:
     ptr, buf, i, start = _access(idx, ctx)
+    if gate is None and _whole_register(buf, i, ctx):
+        return ptr
     n, t = lanes(x), vtype(x.dtype, lanes(x), ctx)
     if gate is None or gate.shape == ():
         if start is not None:
@@ -356,6 +379,8 @@ def render_vector_load_gated(x: UOp, idx: UOp, alt: UOp, gate: UOp, ctx: CContex
 
 def _store(idx: UOp, val: UOp, ctx: CContext, gate: UOp | None = None) -> str:
     ptr, buf, i, start = _access(idx, ctx)
+    if gate is None and _whole_register(buf, i, ctx):
+        return f"{ptr} = {unparen(ctx[val])};"
     n = lanes(val)
     guard = f"if ({unparen(ctx[gate])}) " if gate is not None and gate.shape == () else ""
     if start is not None and (gate is None or gate.shape == ()):
@@ -392,7 +417,28 @@ def _is_lane(v: UOp) -> bool:
     return base_of(v).op is not Ops.BUFFER
 
 
+def _whole_register(buf: UOp, i: UOp, ctx: CContext | None = None) -> bool:
+    """An access to all n lanes of an n-lane REG buffer (positions 0..n-1); with ctx, also that the buffer was
+    declared as a vector variable (render_vector_reg)."""
+    whole = not is_global(buf) and len(buf.shape) == 1 and buf.shape[0] > 1 and i.op is Ops.VCONST and \
+        list(i.arg[0]) == list(range(buf.shape[0]))  # type: ignore[index]
+    return whole and (ctx is None or buf in ctx.vector_regs)
+
+
+def render_vector_reg(x: UOp, ctx: CContext) -> str:
+    """A REG accumulator of n lanes that every access reads or writes whole is a vector variable, which the C
+    compiler keeps in a register (an array accessed by memcpy it copies between registers every step)."""
+    name = ctx.names[x] = ctx.fresh("acc")
+    uses = [u for u in ctx.prog.instrs if u.op is Ops.INDEX and base_of(u.src[0]) is x]
+    if not all(_whole_register(x, u.src[1]) for u in uses):
+        return f"{ctype(x.dtype)} {name}[{x.shape[0]}];"
+    ctx.vector_regs.add(x)
+    return f"{vtype(x.dtype, x.shape[0], ctx)} {name};"
+
+
 VECTOR_RULES = RuleSet("c-vector", [
+    Rule("c-vector-reg", op.BUFFER(name="x", rest=True), render_vector_reg,
+         when=lambda x: not is_global(x) and len(x.shape) == 1 and isinstance(x.shape[0], int) and x.shape[0] > 1),
     Rule("c-vconst", op.VCONST(name="x"), render_vconst),
     Rule("c-stack", op.STACK(name="x", rest=True), render_stack),
     Rule("c-lane", op.INDEX(var("v"), var("k"), name="x"), render_lane, when=_is_lane),

@@ -219,6 +219,9 @@ class CPUDevice(Allocator):
     # ops C has (libm) that lowering should still replace by their polynomial decompositions: a libm call keeps
     # a loop from vectorizing, and the decompositions are within 1 ulp (rules/transcendental.py)
     decompose: frozenset[Ops] = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})
+    # matmul reads its right operand through a copy in column panels this many bytes wide (tensor.nn._panels):
+    # two 64-byte vectors, the width of the register tile's columns (lower.optimize)
+    matmul_panel = 128
 
     def __init__(self) -> None:
         super().__init__()

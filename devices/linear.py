@@ -5,6 +5,8 @@ CompileError (naming the instruction, its position and what is wrong) or returns
 
 - every source of an instruction is listed before it (a BUFFER's or PARAM's shape and bound operands are
   structural and need not be listed; a VCONST in the list is such an operand and does nothing);
+- a GROUP (several statements an END closes together, e.g. a register tile's stores) only orders: it does
+  nothing;
 - RANGE/END and IF/ENDIF nest properly and all blocks are closed; END may close several RANGEs, which must be
   the innermost open ones;
 - a value made inside a block (a RANGE loop or an IF) is not used after the block is closed: in C it would be
@@ -36,7 +38,7 @@ from rewrite.ops import GroupOp, Ops
 from rewrite.uop import BufferArg, ConstValue, ParamArg, UOp
 
 # the ops that may appear in a LINEAR list (ALU ops, CAST and BITCAST besides)
-STATEMENTS = frozenset({Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.STORE, Ops.BARRIER})
+STATEMENTS = frozenset({Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.STORE, Ops.BARRIER, Ops.GROUP})
 INSTRUCTIONS = STATEMENTS | frozenset(
     {Ops.BUFFER, Ops.PARAM, Ops.CONST, Ops.VCONST, Ops.STACK, Ops.SPECIAL, Ops.INDEX, Ops.LOAD, Ops.AFTER,
      Ops.CUSTOM}
@@ -113,7 +115,7 @@ def _value_srcs(u: UOp) -> tuple[UOp, ...]:
         return ()
     if op is Ops.AFTER:
         return u.src[:1]
-    if op in (Ops.END, Ops.ENDIF, Ops.BARRIER):
+    if op in (Ops.END, Ops.ENDIF, Ops.BARRIER, Ops.GROUP):
         return ()
     return u.src
 

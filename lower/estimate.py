@@ -34,7 +34,7 @@ def estimate(linear: UOp) -> Estimate:
         elif u.op is Ops.END:
             mult //= max(stack.pop(), 1) if stack else 1
         elif u.op in GroupOp.ALU and u.dtype.scalar.is_float:
-            flops += mult * _lanes(u)
+            flops += mult * _lanes(u) * (2 if u.op is Ops.MULACC else 1)  # a multiply and an add
         elif u.op in (Ops.LOAD, Ops.STORE):
             at = u.src[0]
             buf = at.src[0] if at.op is Ops.INDEX else None

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import itertools
 from functools import reduce as _fold
+from math import prod
 
-from lower.optimize import axes, size
+from lower.optimize import axes, native_lanes, replace_range, size
 from rewrite import AxisType, Ops, UOp
+from rewrite.errors import KernelOptError
 
 EXPANDED = (AxisType.UPCAST, AxisType.UNROLL)
 
@@ -46,8 +48,75 @@ def _local_unrolls(ast: UOp) -> UOp:
         ast = ast.substitute({red: local})
 
 
+MAX_COPIES = 64  # lanes beyond one vector register (optimize.native_lanes) become copies of the code
+
+
+def _split_lanes(ast: UOp) -> tuple[list[UOp], list[UOp]]:
+    """(replicated, vector) among the kernel's UPCAST axes: the vector lanes are the innermost UPCAST axes whose
+    sizes multiply to at most one register; every other UPCAST axis is replicated, its values becoming separate
+    copies of the code (a register tile), not lanes. UNROLL axes stay lanes (see expand)."""
+    ups = [r for r in axes(ast) if r.arg[1] is AxisType.UPCAST]  # type: ignore[index]
+    width, room, vector = native_lanes(ast), 1, []
+    for r in reversed(ups):
+        if room * size(r) > width:
+            break
+        room *= size(r)
+        vector.append(r)
+    return [r for r in ups if r not in vector], vector[::-1]
+
+
+def _fill_register(ast: UOp) -> UOp:
+    """If the innermost UPCAST axes leave part of a register free and the next one is too big to fit whole, split
+    it so that its inner part fills the register exactly (64 float32 lanes: 4 copies of 16)."""
+    ups = [r for r in axes(ast) if r.arg[1] is AxisType.UPCAST]  # type: ignore[index]
+    width, room = native_lanes(ast), 1
+    for r in reversed(ups):
+        n = size(r)
+        if room * n > width:
+            k = width // room
+            if k > 1 and n % k == 0:
+                nid = max(u.arg[0] for u in ast.toposort() if u.op is Ops.RANGE and isinstance(u.arg[0], int)) + 1  # type: ignore[index]
+                a, b = UOp.range(n // k, nid, AxisType.UPCAST), UOp.range(k, nid + 1, AxisType.UPCAST)
+                return replace_range(ast, r, (a, b), a * k + b)
+            return ast
+        room *= n
+    return ast
+
+
+def _fold_tree(op: Ops, parts: list[UOp]) -> UOp:
+    while len(parts) > 1:
+        parts = [UOp(op, (parts[i], parts[i + 1])) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
+    return parts[0]
+
+
+def replicate(ast: UOp, r: UOp) -> UOp:
+    """Range r (an UPCAST or UNROLL axis) becomes size(r) copies of the code that depends on it: the body of the
+    END that closes it becomes a GROUP of the copies (r = 0, 1, ...), and a REDUCE over it becomes the fold of one
+    REDUCE per copy over its other ranges (separate accumulators, combined after the loop)."""
+    n = size(r)
+    for u in ast.toposort():
+        if u.op in (Ops.END, Ops.REDUCE) and r in u.src[1:]:
+            rest = tuple(q for q in u.src[1:] if q is not r)
+            copies = [u.src[0].substitute({r: UOp.const(c)}) for c in range(n)]
+            if u.op is Ops.END:
+                body = copies[0] if n == 1 else UOp(Ops.GROUP, tuple(copies))
+                new = UOp(Ops.END, (body, *rest), u.arg, u.tag) if rest else body
+            else:
+                parts = [UOp(Ops.REDUCE, (c, *rest), u.arg, u.tag) for c in copies] if rest else copies
+                new = _fold_tree(u.arg[0], parts)  # type: ignore[index]
+            return ast.substitute({u: new})
+    raise KernelOptError(f"expand: no END or REDUCE closes range {r.render()}")
+
+
 def expand(ast: UOp, only: list[UOp] | None = None) -> UOp:
     if only is None:
+        ast = _fill_register(ast)
+        copies, _ = _split_lanes(ast)
+        if prod(size(r) for r in copies) > MAX_COPIES:
+            raise KernelOptError(f"expand: {prod(size(r) for r in copies)} copies of the kernel body; at most "
+                                 f"{MAX_COPIES} (the lanes beyond one vector register are copies)")
+        for r in copies:
+            ast = replicate(ast, r)
         ast = _local_unrolls(ast)
     lanes = [r for r in axes(ast) if r.arg[1] in EXPANDED] if only is None else only  # type: ignore[index]
     if not lanes:
@@ -55,8 +124,6 @@ def expand(ast: UOp, only: list[UOp] | None = None) -> UOp:
     coords = _coords(lanes)
     n = len(coords)
     if n > 64 or n & (n - 1):
-        from rewrite.errors import KernelOptError
-
         raise KernelOptError(f"expand: {n} lanes; lane counts must be powers of two up to 64")
     vec = {r: UOp.vconst([c[k] for c in coords]) for k, r in enumerate(lanes)}
     unroll_idx = [k for k, r in enumerate(lanes) if r.arg[1] is AxisType.UNROLL]  # type: ignore[index]
@@ -107,7 +174,7 @@ def _store_lanes(src: tuple[UOp, ...], keep: list[int]) -> tuple[UOp, ...]:
     at, rest = src[0], src[1:]
 
     def pick(x: UOp) -> UOp:
-        if x.shape == ():
+        if x.shape == () or list(keep) == list(range(x.shape[0])):  # no UNROLL lanes: every lane is stored
             return x
         return _lane(x, keep[0]) if len(keep) == 1 else UOp(Ops.STACK, tuple(_lane(x, i) for i in keep))
 

@@ -12,14 +12,18 @@ After `rangeify` a kernel is a SINK of END(STORE(...), ranges) whose values may 
 from __future__ import annotations
 
 from lower.rangeify import reduce_identity
-from rewrite import BufferArg, Ops, Rule, RuleSet, UOp, const, graph_rewrite, op, var
+from rewrite import BufferArg, Ops, Rule, RuleSet, UOp, const, dtypes, graph_rewrite, op, var
 from rewrite.dtype import AddrSpace
 from rewrite.errors import CompilerError
 
 
 class _AccCtx:
-    def __init__(self) -> None:
+    def __init__(self, fuse: bool = False) -> None:
         self.next_slot = 0
+        self.fuse = fuse  # the device has MULACC: a float sum of products accumulates with one fused op
+
+
+_FUSABLE = (dtypes.float32, dtypes.float64)
 
 
 def _acc_for_reduce(ctx: _AccCtx, red: UOp) -> UOp:
@@ -35,7 +39,10 @@ def _acc_for_reduce(ctx: _AccCtx, red: UOp) -> UOp:
     outer = [r for r in open_ranges(body) if r not in ranges]
     init = (UOp(Ops.AFTER, (at, *outer)) if outer else at).store(init_val)
     cur = UOp(Ops.LOAD, (UOp(Ops.AFTER, (at, init, *ranges)),))
-    upd = at.store(UOp(rop, (cur, body)))
+    if ctx.fuse and rop is Ops.ADD and body.op is Ops.MUL and red.dtype.scalar in _FUSABLE:
+        upd = at.store(UOp(Ops.MULACC, (body.src[0], body.src[1], cur)))  # acc = a*b + acc, rounded once
+    else:
+        upd = at.store(UOp(rop, (cur, body)))
     end = upd
     for r in reversed(ranges):
         end = UOp(Ops.END, (end, r))
@@ -81,19 +88,29 @@ def _vconst_outward(y: UOp, v: UOp, z: UOp) -> UOp | None:
     return (y + z) + v if z.shape == () and y.shape == () else None
 
 
+def _uniform_outward(y: UOp, v: UOp, w: UOp) -> UOp | None:
+    vals = w.arg[0]  # type: ignore[index]
+    if y.shape != () or len(set(vals)) != 1:
+        return None
+    return (y + UOp.const(vals[0], y.dtype)) + v
+
+
 reduce_to_acc = RuleSet("reduce-to-acc", [
     Rule("splat-const-to-vconst", op.EXPAND(op.RESHAPE(const("c"), rest=True), rest=True, name="e"), _splat),
     Rule("fold-vconst-alu", op[Ops.ADD, Ops.MUL](op.VCONST(name="v"), const("c"), name="a"), _fold_vconst),
     # a vector constant moves to the outside of a sum, so an address reads base + lanes (a contiguous access)
     Rule("vconst-outward", op.ADD(op.ADD(var("y"), op.VCONST(name="v")), var("z", None)), _vconst_outward),
+    # (base + lanes) + a constant splat: the constant joins the base
+    Rule("uniform-vconst-outward", op.ADD(op.ADD(var("y"), op.VCONST(name="v")), op.VCONST(name="w")), _uniform_outward),
     Rule("reduce-to-accumulator", op.REDUCE(name="red"), lambda ctx, red: _acc_for_reduce(ctx, red)),
     Rule("split-multi-range-end", op.END(name="e"), lambda e: _split_end(e)),
 ])
 
 
-def linearize(sink: UOp) -> UOp:
-    """The LINEAR program of a kernel SINK (see module docstring)."""
-    g = graph_rewrite(sink, reduce_to_acc, _AccCtx(), name="reduce-to-acc")
+def linearize(sink: UOp, fuse_mulacc: bool = False) -> UOp:
+    """The LINEAR program of a kernel SINK (see module docstring). With `fuse_mulacc` (the device has MULACC) a
+    float32/float64 sum of products accumulates as acc = MULACC(a, b, acc), one rounding per step."""
+    g = _merge_ends(graph_rewrite(sink, reduce_to_acc, _AccCtx(fuse_mulacc), name="reduce-to-acc"))
     topo = g.toposort()
     deps: dict[UOp, frozenset[UOp]] = {}
     for u in topo:
@@ -130,6 +147,22 @@ def linearize(sink: UOp) -> UOp:
     out: list[UOp] = []
     _emit(None, placed, out)
     return UOp(Ops.LINEAR, tuple(out))
+
+
+def _merge_ends(g: UOp) -> UOp:
+    """One loop per RANGE: ENDs that close the same range (the accumulators of a register tile's copies) become
+    one END over the GROUP of their bodies, innermost ranges first."""
+    while True:
+        by_range: dict[UOp, list[UOp]] = {}
+        for u in g.toposort():
+            if u.op is Ops.END and len(u.src) == 2:
+                by_range.setdefault(u.src[1], []).append(u)
+        dup = next((es for es in by_range.values() if len(es) > 1), None)
+        if dup is None:
+            return g
+        bodies = tuple(dict.fromkeys(b for e in dup for b in (e.src[0].src if e.src[0].op is Ops.GROUP else (e.src[0],))))
+        merged = UOp(Ops.END, (bodies[0] if len(bodies) == 1 else UOp(Ops.GROUP, bodies), dup[0].src[1]))
+        g = g.substitute({e: merged for e in dup})
 
 
 def _deepest(ranges: frozenset[UOp], depth: dict[UOp | None, int]) -> UOp | None:

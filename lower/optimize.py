@@ -25,7 +25,7 @@ import os
 from dataclasses import dataclass
 from enum import Enum
 
-from rewrite import AxisType, Ops, UOp
+from rewrite import AxisType, Ops, UOp, dtypes
 from rewrite.errors import KernelOptError
 
 
@@ -75,6 +75,15 @@ def size(r: UOp) -> int:
     if b.op is not Ops.CONST:
         raise KernelOptError(f"axis {r.render()} has a symbolic size; only constant sizes can be split")
     return int(b.arg[0])  # type: ignore[index]
+
+
+VECTOR_BYTES = 64  # one vector register (AVX-512)
+
+
+def native_lanes(ast: UOp) -> int:
+    """Lanes of one vector register for the kernel's widest memory element (float32: 16)."""
+    sizes = [u.dtype.itemsize for u in ast.toposort() if u.op is Ops.BUFFER] or [4]
+    return max(1, VECTOR_BYTES // max(sizes))
 
 
 def _next_id(ast: UOp) -> int:
@@ -228,6 +237,73 @@ def _contiguous_everywhere(ast: UOp, r: UOp) -> bool:
                if u.op is Ops.INDEX and u.src[0].op is Ops.BUFFER and len(u.src) == 2)
 
 
+# register tile of a sum of products (matmul, and conv's shape of it): TILE_VECTORS vectors of one register's
+# lanes along the output axis that is contiguous, times TILE_ROWS along an output axis the vector operand does not
+# move with: 16 float32 accumulators, each step one vector load per column vector, one broadcast per row, and
+# rows x vectors fused multiply-adds (lower.expand makes the copies, lower.linearize the MULACC accumulators)
+TILE_ROWS = (8, 4, 2)
+TILE_VECTORS = (2, 1)
+
+
+def _split_pair(ast: UOp, opts: list[Opt], r: UOp, k: int, target: AxisType, top: bool = False
+                ) -> tuple[UOp, UOp, UOp]:
+    """Split range r by k into `target`; returns (new ast, the part that keeps r's type, the new part)."""
+    before = axes(ast)
+    o = Opt(OptOps.SPLIT, before.index(r), (k, target, top))
+    ast = apply_opt(ast, o)
+    opts.append(o)
+    new = [q for q in axes(ast) if q not in before]
+    part = next(q for q in new if q.arg[1] is target)  # type: ignore[index]
+    return ast, next(q for q in new if q is not part), part
+
+
+def _register_tile(ast: UOp, opts: list[Opt]) -> UOp | None:
+    """Opts for a kernel whose one reduction sums products of loads, with an output axis v along which every
+    access is contiguous or constant (the vector lanes) and another output axis u that an operand moving along v
+    does not move with (so one vector load serves every row of the tile): v upcast to vectors, u to rows, and
+    the loop over column blocks moved outside the loop over row blocks (a column panel stays in cache while the
+    rows stream past). None if the kernel is not of that shape."""
+    reds = [u for u in ast.toposort() if u.op is Ops.REDUCE]
+    if len(reds) != 1 or reds[0].arg[0] is not Ops.ADD:  # type: ignore[index]
+        return None
+    body = reds[0].src[0].toposort()
+    if any(u.op in _LANE_UNFRIENDLY and u.dtype is not dtypes.index for u in body):  # index math folds after splits
+        return None
+    ranges = [u for u in ast.toposort() if u.op is Ops.RANGE]
+    idxs = [u.src[1] for u in ast.toposort() if u.op is Ops.INDEX and u.src[0].op is Ops.BUFFER and len(u.src) == 2]
+    loads = [u.src[1] for u in body if u.op is Ops.INDEX and u.src[0].op is Ops.BUFFER and len(u.src) == 2]
+    stores = [u.src[0].src[1] for u in ast.toposort() if u.op is Ops.STORE and u.src[0].op is Ops.INDEX]
+    width = native_lanes(ast)
+    loops = [r for r in axes(ast) if r.arg[1] is AxisType.LOOP]  # type: ignore[index]
+    for v in reversed(loops):
+        if size(v) % width == 0 and all(_stride(i, v, ranges) == 1 for i in stores) and \
+                all(_stride(i, v, ranges) in (0, 1) for i in idxs):
+            break
+    else:
+        return None
+    moving = [x for x in loads if _stride(x, v, ranges) == 1]
+    for u in reversed(loops):
+        if u is not v and all(_stride(x, u, ranges) == 0 for x in moving) and \
+                any(_stride(x, u, ranges) not in (0, None) for x in loads):
+            break
+    else:
+        return None
+    rows = next((k for k in TILE_ROWS if size(u) % k == 0), None)
+    vecs = next((k for k in TILE_VECTORS if size(v) % (k * width) == 0), None)
+    if rows is None or vecs is None:
+        return None
+    ast, v_out, _ = _split_pair(ast, opts, v, width, AxisType.UPCAST)
+    if vecs > 1:
+        ast, v_out, _ = _split_pair(ast, opts, v_out, vecs, AxisType.UPCAST)
+    ast, u_out, _ = _split_pair(ast, opts, u, rows, AxisType.UPCAST)
+    cur = axes(ast)
+    if cur.index(u_out) < cur.index(v_out):
+        o = Opt(OptOps.SWAP, cur.index(u_out), cur.index(v_out))
+        ast = apply_opt(ast, o)
+        opts.append(o)
+    return ast
+
+
 def hand_coded(ast: UOp, threads: int = THREADS, vectors: bool = True) -> list[Opt]:
     """Opts for the CPU, in order: split the outermost output loop across threads when each thread gets
     enough work to pay for waking it; upcast the innermost output loop into vector lanes (its stores and
@@ -240,6 +316,8 @@ def hand_coded(ast: UOp, threads: int = THREADS, vectors: bool = True) -> list[O
         if threads > 1 and total >= threads * MIN_WORK_PER_THREAD and loops:
             ast, _ = _split_first(ast, opts, loops, AxisType.THREAD, [threads], top=True)
         if not vectors:
+            return opts
+        if _register_tile(ast, opts) is not None:
             return opts
         lanes = _vector_lanes(ast)
         factors = [k for k in (16, 8, 4) if k <= lanes]

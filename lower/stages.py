@@ -91,13 +91,22 @@ def _optimize(ast: UOp, device: Any, opts: list | None = None, bufs: tuple | Non
     return expand(lower_threads(apply_opts(ast, opts)))
 
 
+def _fuses(device: Any) -> bool:
+    """Whether reductions of products accumulate with a fused MULACC: an optimization (one rounding per step
+    instead of two changes the result's last bits), so on when optimizing and the device has MULACC."""
+    from rewrite.env import getenv
+
+    return not getenv("NOOPT") and Ops.MULACC in device.supported_ops and \
+        Ops.MULACC not in getattr(device, "decompose", frozenset())
+
+
 KERNEL_STAGES: tuple[Stage, ...] = (
     Stage("symbolic", _symbolic),
     Stage("optimize", _optimize),
     Stage("symbolic-opt", _symbolic),
     Stage("instruction-selection", _decompose),
     Stage("symbolic-late", _symbolic),
-    Stage("linearize", lambda ast, device: linearize(ast)),
+    Stage("linearize", lambda ast, device: linearize(ast, _fuses(device))),
 )
 
 

@@ -24,7 +24,10 @@ Floats (IEEE 754 binary16/bfloat16/binary32/binary64, round-to-nearest-even)
   * No Python exception leaks: x/0.0 is +-inf (nan for 0/0), RECIP(+-0.0) is +-inf, SQRT(x<0) and LOG2(x<0)
     are nan, LOG2(0) is -inf, SIN(inf) is nan, EXP2 and POW overflow to inf. POW follows C99 pow (as numpy):
     pow(x, 0) = 1 and pow(1, y) = 1 even for nan. MAX is numpy.maximum: nan if either operand is nan, else
-    `a if a > b else b` (so MAX(0.0, -0.0) is -0.0). MULACC rounds the product, then the sum (no fused FMA).
+    `a if a > b else b` (so MAX(0.0, -0.0) is -0.0).
+  * MULACC(a, b, c) is a fused multiply-add: a*b + c computed exactly and rounded once (IEEE fusedMultiplyAdd,
+    C's fma/fmaf) on float32 and float64. On float16 and bfloat16 it is the float32 fused result rounded to the
+    dtype, which is what a device computing them in float32 registers gives. On ints it is a*b + c, wrapped.
   * TRUNC rounds toward zero and keeps the sign of zero; on ints it is the identity.
   * NaN payloads and signs are not preserved through arithmetic (any nan is "the" nan).
 
@@ -46,6 +49,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable
+from fractions import Fraction
 
 from rewrite.dtype import DType, dtypes
 from rewrite.errors import EvalError
@@ -92,6 +96,30 @@ def _int_to_float64(v: int, prec: int) -> float:
         return float(_round_int(v, prec))
     except OverflowError:
         return math.inf if v > 0 else -math.inf
+
+
+def fma(dtype: DType, a: float, b: float, c: float) -> float:
+    """a*b + c rounded once to `dtype` (float16 and bfloat16: rounded to float32 first, see the module)."""
+    dt = dtype.scalar
+    if dt is dtypes.float16 or dt is dtypes.bfloat16:
+        return round_to(dt, fma(dtypes.float32, a, b, c))
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return round_to(dt, a * b + c)  # an inf or nan factor: the unfused result is the fused one
+    if not math.isfinite(c):
+        return c  # the exact product is finite (even where a float64 product would overflow)
+    exact = Fraction(a) * Fraction(b) + Fraction(c)
+    if not exact:  # +0 unless both addends are zeros of the same sign (their float sum has the IEEE sign)
+        return a * b + c if not (a * b) and not c else 0.0
+    try:
+        d = float(exact)  # correctly rounded to float64
+    except OverflowError:
+        return math.inf if exact > 0 else -math.inf
+    if dt is dtypes.float64:
+        return d
+    # float32: round to odd in float64 (53 >= 24 + 2 bits), then to nearest in float32, is the single rounding
+    if Fraction(d) != exact and not struct.unpack("<q", struct.pack("<d", d))[0] & 1:
+        d = math.nextafter(d, math.inf if exact > d else -math.inf)
+    return round_to(dt, d)
 
 
 def wrap(dtype: DType, v: int) -> int:
@@ -318,7 +346,9 @@ def exec_alu(op: Ops, dtype: DType, *vals: Value) -> Value:
     if (cmp := _COMPARE.get(op)) is not None:
         return cmp(vals[0], vals[1])
     dt = dtype.scalar
-    if op is Ops.MULACC:  # two roundings, as an unfused multiply then add does
+    if op is Ops.MULACC:
+        if dt.kind == "f":
+            return fma(dt, *vals)  # type: ignore[arg-type]
         return exec_alu(Ops.ADD, dt, exec_alu(Ops.MUL, dt, vals[0], vals[1]), vals[2])
     k = dt.kind
     if op is Ops.THREEFRY and dt is dtypes.uint64:

@@ -63,8 +63,8 @@ decompositions = RuleSet("decompositions", [
     Rule("not-to-cmpne",        op.NOT(a),         op.CMPNE(a, True), removes=Ops.NOT),
     # ints only: on floats max(NaN, x) must be NaN, which this form gives only for a NaN first operand
     Rule("max-to-where",        op.MAX(ia, ib),    op.WHERE(op.CMPLT(ia, ib), ib, ia),  removes=Ops.MAX),
-    # rounds twice where MULACC rounds once per rewrite.semantics' definition (product, then sum): exact
-    Rule("mulacc-to-mul-add",   op.MULACC(a, b, c), op.ADD(op.MUL(a, b), c),            removes=Ops.MULACC),
+    # ints only: float MULACC is fused (one rounding), which a multiply and an add do not give
+    Rule("mulacc-to-mul-add",   op.MULACC(ia, ib, c), op.ADD(op.MUL(ia, ib), c),        removes=Ops.MULACC),
     # not exact in floating point (a/b is rounded once, a*(1/b) twice): only for devices without DIV
     Rule("div-to-mul-recip",    op.DIV(a, b),      op.MUL(a, op.RECIP(b)),              removes=Ops.DIV),
     # approximations (float32: under 1 ulp; float64: see the module), SQRT and POW last, through EXP2/LOG2

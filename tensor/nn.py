@@ -63,11 +63,28 @@ def matmul(x: Tensor, w: Tensor) -> Tensor:
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     full = (*batch, m, k, n)
     au = expand_uop(a.cast(work).reshape((*a.shape, 1)), full)
-    bu = expand_uop(b.cast(work).reshape((*b.shape[:-2], 1, k, n)), full)
+    bu = expand_uop(_panels(b.cast(work), m, dev).reshape((*b.shape[:-2], 1, k, n)), full)
     out = reduce_uop((au * bu).cast(_acc(work)), Ops.ADD, (len(full) - 2,), False)
     out = out.ne(out.const_like(0)) if dt.is_bool else out.cast(dt)
     shape = (*batch, *(() if x.ndim == 1 else (m,)), *(() if w.ndim == 1 else (n,)))
     return tt.Tensor._wrap(out.reshape(shape), dev)
+
+
+def _panels(b: UOp, m: int, dev: str) -> UOp:
+    """b (..., K, N) read through a copy stored as column panels (..., N/P, K, P), P = the device's panel width
+    (`matmul_panel` bytes): a register tile then reads P consecutive elements per step of K, and the rows of a
+    panel are adjacent in memory instead of N elements apart (which, for N a multiple of 1024, lands every row
+    in the same cache set). Only when the copy pays for itself: M rows reuse each panel, and K and N are large."""
+    from devices import get_device
+
+    k, n = b.shape[-2], b.shape[-1]
+    panel = getattr(get_device(dev), "matmul_panel", 0) // b.dtype.itemsize
+    if not panel or n % panel or n <= panel or k < 64 or m < 16:
+        return b
+    nb = b.ndim - 2
+    swap = (*range(nb), nb + 1, nb, nb + 2)  # (.., K, N/P, P) <-> (.., N/P, K, P): its own inverse
+    packed = b.reshape((*b.shape[:-2], k, n // panel, panel)).permute(swap).contiguous()
+    return packed.permute(swap).reshape(b.shape)
 
 
 # ---------------------------------------------------------------- sliding windows

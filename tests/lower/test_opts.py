@@ -10,9 +10,10 @@ from hypothesis import strategies as st
 from devices import get_device
 from lower import schedule
 from lower.buffers import new_buffer
-from lower.optimize import Opt, OptOps, apply_opt, axes, size
+from lower.optimize import Opt, OptOps, apply_opt, axes, hand_coded, size
 from lower.stages import lower_kernel
-from rewrite import AxisType, UOp, dtypes
+from rewrite import AxisType, Ops, UOp, dtypes
+from rewrite.env import Context
 from rewrite.errors import KernelOptError
 
 
@@ -36,7 +37,9 @@ def _cases() -> list[tuple[str, UOp]]:
     a, b = new_buffer(dtypes.float32, (8, 16), "cpu"), new_buffer(dtypes.float32, (16, 8), "cpu")
     mm = (a.reshape((8, 16, 1)).expand((8, 16, 8)) * b.reshape((1, 16, 8)).expand((8, 16, 8))).sum((1,))
     sm = (a - a.max((1,)).expand((8, 16))).exp2()
-    return [("matmul", mm), ("softmaxish", sm / sm.sum((1,)).expand((8, 16))), ("rowsum", a.sum((1,)) * 2.0),
+    c, d = new_buffer(dtypes.float32, (16, 32), "cpu"), new_buffer(dtypes.float32, (32, 64), "cpu")
+    wide = (c.reshape((16, 32, 1)).expand((16, 32, 64)) * d.reshape((1, 32, 64)).expand((16, 32, 64))).sum((1,))
+    return [("matmul", mm), ("matmul_wide", wide), ("softmaxish", sm / sm.sum((1,)).expand((8, 16))), ("rowsum", a.sum((1,)) * 2.0),
             ("elementwise", (a * 3.0 + 1.0).sqrt())]
 
 
@@ -51,14 +54,17 @@ _TARGETS = [AxisType.LOOP, AxisType.THREAD, AxisType.REDUCE, AxisType.UPCAST, Ax
 @st.composite
 def opt_lists(draw: st.DrawFn, ast: UOp) -> list[Opt]:
     opts: list[Opt] = []
-    for _ in range(draw(st.integers(0, 3))):
+    for _ in range(draw(st.integers(0, 5))):
         rs = axes(ast)
         i = draw(st.integers(0, len(rs) - 1))
-        n = size(rs[i])
-        divs = [d for d in (2, 4, 8) if n % d == 0]
-        if not divs:
-            continue
-        o = Opt(OptOps.SPLIT, i, (draw(st.sampled_from(divs)), draw(st.sampled_from(_TARGETS)), draw(st.booleans())))
+        if draw(st.integers(0, 4)) == 0:  # sometimes a loop swap
+            o = Opt(OptOps.SWAP, i, draw(st.integers(0, len(rs) - 1)))
+        else:
+            n = size(rs[i])
+            divs = [d for d in (2, 4, 8, 16) if n % d == 0]
+            if not divs:
+                continue
+            o = Opt(OptOps.SPLIT, i, (draw(st.sampled_from(divs)), draw(st.sampled_from(_TARGETS)), draw(st.booleans())))
         try:
             ast = apply_opt(ast, o)
         except KernelOptError:
@@ -84,8 +90,57 @@ def test_random_opts_keep_results(name: str, data: st.DataObject) -> None:
     np.testing.assert_array_equal(_run(it, "cpu", opts, arrays), got_py)
 
 
+def _matmul(m: int, k: int, n: int) -> UOp:
+    a, b = new_buffer(dtypes.float32, (m, k), "cpu"), new_buffer(dtypes.float32, (k, n), "cpu")
+    return (a.reshape((m, k, 1)).expand((m, k, n)) * b.reshape((1, k, n)).expand((m, k, n))).sum((1,))
+
+
+def test_hand_coded_register_tile() -> None:
+    """A matmul gets a register tile: columns upcast to 2 vectors of 16 lanes, rows to 8 copies, the column loop
+    outside the row loop; it accumulates with 16 fused MULACCs of 16 lanes, in registers, and cpu == python."""
+    it = _kernel(_matmul(32, 24, 64))
+    opts = hand_coded(it.ast, threads=1)
+    ups = [o.arg[0] for o in opts if o.op is OptOps.SPLIT and o.arg[1] is AxisType.UPCAST]  # type: ignore[index]
+    assert sorted(ups) == [2, 8, 16] and any(o.op is OptOps.SWAP for o in opts), opts
+    lin = lower_kernel(it.ast, get_device("cpu"), opts=opts)
+    fmas = [u for u in lin.src if u.op is Ops.MULACC]
+    assert len(fmas) == 16 and all(u.shape == (16,) for u in fmas)
+    src = get_device("cpu").render(lin, "tile")
+    assert "lane_l" not in src and "vfma_f32x16(" in src and "f32x16 acc15;" in src
+    arrays = _inputs(it)
+    got = _run(it, "cpu", opts, arrays)
+    np.testing.assert_array_equal(got, _run(it, "python", opts, arrays))
+    want = arrays[1].reshape(32, 24).astype(np.float64) @ arrays[2].reshape(24, 64)
+    np.testing.assert_allclose(got.reshape(32, 64), want, rtol=1e-5, atol=1e-5)
+
+
+def test_unoptimized_sums_of_products_do_not_fuse() -> None:
+    """MULACC rounds once, so it is an optimization: NOOPT keeps the multiply and the add."""
+    it = _kernel(_matmul(4, 8, 4))
+    with Context(NOOPT=1):
+        lin = lower_kernel(it.ast, get_device("cpu"))
+    assert not any(u.op is Ops.MULACC for u in lin.src)
+    assert any(u.op is Ops.MULACC for u in lower_kernel(it.ast, get_device("cpu"), opts=[]).src)
+
+
+def test_upcast_beyond_a_register_becomes_copies() -> None:
+    """64 float32 lanes along the output: one 16-lane vector, replicated 4 times (4 stores of 16 lanes)."""
+    it = _kernel(_matmul(4, 8, 64))
+    opts = [Opt(OptOps.SPLIT, 1, (64, AxisType.UPCAST, False))]
+    lin = lower_kernel(it.ast, get_device("cpu"), opts=opts)
+    stores = [u for u in lin.src if u.op is Ops.STORE and u.src[0].src[0].op is Ops.BUFFER and
+              u.src[0].src[0].arg.addrspace.name == "GLOBAL"]
+    assert len(stores) == 4 and all(u.src[1].shape == (16,) for u in stores)
+    arrays = _inputs(it)
+    np.testing.assert_array_equal(_run(it, "cpu", opts, arrays), _run(it, "python", opts, arrays))
+    big = _kernel(_matmul(32, 8, 64))  # 32 rows x 4 register copies: more copies than the limit
+    with pytest.raises(KernelOptError, match="copies"):
+        lower_kernel(big.ast, get_device("cpu"), opts=[Opt(OptOps.SPLIT, 1, (64, AxisType.UPCAST, False)),
+                                                       Opt(OptOps.SPLIT, 0, (32, AxisType.UPCAST, False))])
+
+
 def test_illegal_opts_say_why() -> None:
-    it = _kernel(_cases()[2][1])  # rowsum: axes (8 loop, 16 reduce)
+    it = _kernel(dict(_cases())["rowsum"])  # axes (8 loop, 16 reduce)
     with pytest.raises(KernelOptError, match="does not divide"):
         apply_opt(it.ast, Opt(OptOps.SPLIT, 0, (3, AxisType.UPCAST, False)))
     with pytest.raises(KernelOptError, match="cannot be split from a REDUCE"):

@@ -54,6 +54,30 @@ def test_matmul_mixed_dtypes_and_rmatmul() -> None:
     close(a.tolist() @ Tensor(b), a @ b)
 
 
+@pytest.mark.parametrize("dt", ["float32", "float64", "int32", "float16"])
+@pytest.mark.parametrize("case", ["plain", "batched", "transposed_b", "small_m", "ragged_n"])
+def test_matmul_through_column_panels(case: str, dt: str) -> None:
+    """Large right operands are read through a panel copy (tensor.nn._panels): an extra kernel where it pays,
+    and the same values either way, for every layout of b, batched or not, and dtype."""
+    from lower import schedule
+
+    rng = np.random.default_rng(3)
+    shapes = {"plain": ((64, 96), (96, 128)), "batched": ((2, 32, 80), (2, 80, 64)),
+              "transposed_b": ((48, 128), (64, 128)), "small_m": ((8, 96), (96, 128)), "ragged_n": ((64, 96), (96, 100))}
+    sa, sb = shapes[case]
+    a = rng.integers(-3, 4, sa).astype(dt) if dt == "int32" else rng.standard_normal(sa).astype(dt)
+    b = rng.integers(-3, 4, sb).astype(dt) if dt == "int32" else rng.standard_normal(sb).astype(dt)
+    tb = Tensor(b).transpose(-1, -2) if case == "transposed_b" else Tensor(b)
+    nb = b.swapaxes(-1, -2) if case == "transposed_b" else b
+    out = Tensor(a) @ tb
+    kernels = [it for it in schedule([out.uop])[0] if it.kind == "kernel"]
+    panel = 128 // np.dtype(dt).itemsize
+    packs = nb.shape[-1] % panel == 0 and nb.shape[-1] > panel and sa[-2] >= 16
+    assert len(kernels) == (2 if packs else 1), [it.name for it in kernels]
+    tol = {"float16": 2e-2, "float32": 1e-4}.get(dt, 1e-9)
+    close(out, np.matmul(a.astype(np.float64), nb.astype(np.float64)).astype(dt), rtol=tol, atol=tol)
+
+
 def test_matmul_errors() -> None:
     with pytest.raises(ShapeError, match=r"matmul: \(2, 3\) @ \(4, 5\): the inner dimensions differ \(3 vs 4\)"):
         Tensor.ones(2, 3) @ Tensor.ones(4, 5)

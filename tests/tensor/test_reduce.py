@@ -187,3 +187,20 @@ def test_bad_axis_is_an_axis_error(fn: str) -> None:
         getattr(Tensor.ones(2, 3), fn)(2)
     with pytest.raises(IndexError):  # AxisError is also an IndexError, as numpy's
         getattr(Tensor.ones(2, 3), fn)(-3)
+
+
+@pytest.mark.parametrize("shape", [(3, 2), (5, 2), (7, 4), (9, 3), (33, 2)])
+def test_sum_of_flipped_rows(shape: tuple[int, int]) -> None:
+    """GCC 12.2's loop vectorizer sums d[2i + 1 - j] over i < n, j < 2 wrongly (GCC bug 110381); kernels whose
+    reductions step backwards are compiled without it (devices.c_render._reversed_reduction)."""
+    from devices import get_device
+    from lower import schedule
+    from lower.stages import lower_kernel
+
+    a = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    t = (Tensor(a) + Tensor(a)).flip(1)
+    close(t.sum(), (a + a).sum())
+    close(t.sum(0), (a + a)[:, ::-1].sum(0))
+    (it,) = [i for i in schedule([t.sum().uop])[0] if i.kind == "kernel"]
+    cpu = get_device("cpu")
+    assert "NO_LOOP_VECTORIZE void" in cpu.render(lower_kernel(it.ast, cpu), "k")
