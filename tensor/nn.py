@@ -74,12 +74,14 @@ def _panels(b: UOp, m: int, dev: str) -> UOp:
     """b (..., K, N) read through a copy stored as column panels (..., N/P, K, P), P = the device's panel width
     (`matmul_panel` bytes): a register tile then reads P consecutive elements per step of K, and the rows of a
     panel are adjacent in memory instead of N elements apart (which, for N a multiple of 1024, lands every row
-    in the same cache set). Only when the copy pays for itself: M rows reuse each panel, and K and N are large."""
+    in the same cache set). Only when the copy pays for itself: M rows reuse each panel, K is large, and b's rows
+    are at least a kilobyte apart (closer rows share pages and spread over cache sets anyway, and the C compiler
+    vectorizes a plain row-major b across N, e.g. under an attention's fused softmax, which a panel layout stops)."""
     from devices import get_device
 
     k, n = b.shape[-2], b.shape[-1]
     panel = getattr(get_device(dev), "matmul_panel", 0) // b.dtype.itemsize
-    if not panel or n % panel or n <= panel or k < 64 or m < 16:
+    if not panel or n % panel or n <= panel or k < 64 or m < 16 or n * b.dtype.itemsize < 1024:
         return b
     nb = b.ndim - 2
     swap = (*range(nb), nb + 1, nb, nb + 2)  # (.., K, N/P, P) <-> (.., N/P, K, P): its own inverse
