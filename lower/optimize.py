@@ -259,7 +259,7 @@ def _split_pair(ast: UOp, opts: list[Opt], r: UOp, k: int, target: AxisType, top
 
 def _register_tile(ast: UOp, opts: list[Opt]) -> UOp | None:
     """Opts for a kernel whose one reduction sums products of loads, with an output axis v along which every
-    access is contiguous or constant (the vector lanes) and another output axis u that an operand moving along v
+    load is contiguous or constant (the vector lanes) and another output axis u that an operand moving along v
     does not move with (so one vector load serves every row of the tile): v upcast to vectors, u to rows, and
     the loop over column blocks moved outside the loop over row blocks (a column panel stays in cache while the
     rows stream past). None if the kernel is not of that shape."""
@@ -270,17 +270,18 @@ def _register_tile(ast: UOp, opts: list[Opt]) -> UOp | None:
     if any(u.op in _LANE_UNFRIENDLY and u.dtype is not dtypes.index for u in body):  # index math folds after splits
         return None
     ranges = [u for u in ast.toposort() if u.op is Ops.RANGE]
-    idxs = [u.src[1] for u in ast.toposort() if u.op is Ops.INDEX and u.src[0].op is Ops.BUFFER and len(u.src) == 2]
     loads = [u.src[1] for u in body if u.op is Ops.INDEX and u.src[0].op is Ops.BUFFER and len(u.src) == 2]
     stores = [u.src[0].src[1] for u in ast.toposort() if u.op is Ops.STORE and u.src[0].op is Ops.INDEX]
     width = native_lanes(ast)
     loops = [r for r in axes(ast) if r.arg[1] is AxisType.LOOP]  # type: ignore[index]
-    for v in reversed(loops):
-        if size(v) % width == 0 and all(_stride(i, v, ranges) == 1 for i in stores) and \
-                all(_stride(i, v, ranges) in (0, 1) for i in idxs):
-            break
-    else:
+    # the vector axis: every load in the reduction moves by 0 or 1 element along it, some by 1; an axis the
+    # output is contiguous along too is preferred (else the tile's final stores scatter, once per output)
+    cands = [v for v in reversed(loops) if size(v) % width == 0 and
+             all(_stride(i, v, ranges) in (0, 1) for i in loads) and any(_stride(i, v, ranges) == 1 for i in loads)]
+    cands.sort(key=lambda v: not all(_stride(i, v, ranges) == 1 for i in stores))
+    if not cands:
         return None
+    v = cands[0]
     moving = [x for x in loads if _stride(x, v, ranges) == 1]
     for u in reversed(loops):
         if u is not v and all(_stride(x, u, ranges) == 0 for x in moving) and \
@@ -292,15 +293,18 @@ def _register_tile(ast: UOp, opts: list[Opt]) -> UOp | None:
     vecs = next((k for k in TILE_VECTORS if size(v) % (k * width) == 0), None)
     if rows is None or vecs is None:
         return None
-    ast, v_out, _ = _split_pair(ast, opts, v, width, AxisType.UPCAST)
+    ast, v_out, lanes = _split_pair(ast, opts, v, width, AxisType.UPCAST)
     if vecs > 1:
         ast, v_out, _ = _split_pair(ast, opts, v_out, vecs, AxisType.UPCAST)
     ast, u_out, _ = _split_pair(ast, opts, u, rows, AxisType.UPCAST)
-    cur = axes(ast)
-    if cur.index(u_out) < cur.index(v_out):
-        o = Opt(OptOps.SWAP, cur.index(u_out), cur.index(v_out))
-        ast = apply_opt(ast, o)
-        opts.append(o)
+    for a, b in ((u_out, v_out), (lanes, None)):  # column loop outside row loop; the lanes the innermost UPCAST
+        cur = axes(ast)
+        if b is None:
+            b = [r for r in cur if r.arg[1] is AxisType.UPCAST][-1]  # type: ignore[index]
+        if a is not b and cur.index(a) < cur.index(b) if a is u_out else cur.index(a) < cur.index(b):
+            o = Opt(OptOps.SWAP, cur.index(a), cur.index(b))
+            ast = apply_opt(ast, o)
+            opts.append(o)
     return ast
 
 

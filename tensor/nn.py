@@ -89,6 +89,24 @@ def _panels(b: UOp, m: int, dev: str) -> UOp:
     return packed.permute(swap).reshape(b.shape)
 
 
+def _channels_last(w: UOp, groups: int, positions: int, dev: str) -> UOp:
+    """conv2d's weight (Cout, Cin/g, *kernel) read through a copy with the output channel innermost, so a register
+    tile can load a vector of output channels per tap (lower.optimize: the channels are the lanes, the output
+    positions the rows). Only where it pays: the device packs operands (`matmul_panel`), whole vectors of output
+    channels per group, and many output positions reusing the small copy."""
+    from devices import get_device
+
+    cout, rest = w.shape[0], w.shape[1:]
+    lanes = 64 // w.dtype.itemsize
+    if not getattr(get_device(dev), "matmul_panel", 0) or (cout // groups) % lanes or positions < 256:
+        return w
+    nk = len(rest)
+    split = w.reshape((groups, cout // groups, *rest))
+    order = (0, *range(2, 2 + nk), 1)  # (g, Cin/g, *kernel, Cout/g)
+    back = (0, 1 + nk, *range(1, 1 + nk))
+    return split.permute(order).contiguous().permute(back).reshape(w.shape)
+
+
 # ---------------------------------------------------------------- sliding windows
 
 
@@ -208,7 +226,7 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrT
     win = _pooled(x.uop.cast(dt), ks, ss, ds, pads, extra, os, 0)  # (N, Cin, o..., k...)
     g, cout_g = groups, cout // groups
     xw = win.reshape((n, g, 1, cin_g, *os, *ks))
-    ww = weight.uop.cast(dt).reshape((1, g, cout_g, cin_g, *([1] * ns), *ks))
+    ww = _channels_last(weight.uop.cast(dt), g, math.prod(os) * n, dev).reshape((1, g, cout_g, cin_g, *([1] * ns), *ks))
     full = (n, g, cout_g, cin_g, *os, *ks)
     prod = (expand_uop(xw, full) * expand_uop(ww, full)).cast(_acc(dt))
     red_axes = (3, *range(4 + ns, 4 + 2 * ns))

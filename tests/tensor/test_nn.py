@@ -129,6 +129,29 @@ def test_conv2d(data: st.DataObject) -> None:
     close(got, expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("groups,cout,stride,pad,dt", [(1, 32, (1, 1), (1, 1), "float32"), (2, 64, (2, 1), (1, 0), "float32"),
+                                                  (1, 16, (1, 1), (0, 2), "float64"), (1, 24, (1, 1), (1, 1), "float32")])
+def test_conv2d_register_tile(groups: int, cout: int, stride: tuple, pad: tuple, dt: str) -> None:
+    """Output channels innermost in a weight copy (tensor.nn._channels_last) where they fill vectors, and the
+    conv kernel then gets the register tile (lanes over output channels, rows over output columns)."""
+    from devices import get_device
+    from lower import schedule
+    from lower.optimize import OptOps, hand_coded
+    from lower.stages import _symbolic
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 8 * groups, 16, 24)).astype(dt)
+    w = rng.standard_normal((cout, 8, 3, 3)).astype(dt)
+    out = Tensor(x).conv2d(Tensor(w), stride=stride, padding=pad, groups=groups)
+    kernels = [it for it in schedule([out.uop])[0] if it.kind == "kernel"]
+    packs = (cout // groups) % (64 // np.dtype(dt).itemsize) == 0
+    assert len(kernels) == (2 if packs else 1)
+    opts = hand_coded(_symbolic(kernels[-1].ast, get_device("cpu")), threads=1)
+    if packs:  # (without the copy a tile may still fit, with lanes along the output columns)
+        assert any(o.op is OptOps.SPLIT and o.arg[1].name == "UPCAST" for o in opts), opts  # type: ignore[index]
+    close(out, conv_reference(x, w, stride, pad, (1, 1), groups), rtol=1e-4, atol=1e-4)
+
+
 def test_conv1d_and_conv3d_through_conv2d() -> None:
     rng = np.random.default_rng(0)
     x1, w1 = rng.standard_normal((2, 3, 9)).astype(np.float32), rng.standard_normal((4, 3, 3)).astype(np.float32)
