@@ -15,13 +15,15 @@ Workloads (every batch is simplified as one unit, the way a kernel stage rewrite
     negative lows too; + * // % max where < != and, with (x*c+y)//c and (x*c+y)%c shapes).
 
 Figures: time per batch and per expression for (1) the fast rules alone (rules.symbolic.simplify_fast);
-(2) the full simplifier (fast rules, then one egglog e-graph for the batch's expressions that still have
-//, %, < or !=, then the fast rules again: rules.simplify's order, batched as rules.eqsat.saturate_batch
-allows), warm in this process with the in-memory result cache filled (`cached`) or emptied before each run
-(`uncached`), and cold: a fresh Python process with CACHE=0 that imports the simplifier (rules and
-rules.eqsat; egglog itself loads at the first saturation) and simplifies the batch once (first batch alone,
-and import + first batch), the same with an on-disk cache filled by an earlier process, and where a cold
-first batch's time goes (the fast rules' first pass, egglog's load); (3) tinygrad's `symbolic` matcher
+(2) the full simplifier (fast rules, then one egglog e-graph for the batch's results that the e-graph may still
+shrink, then the fast rules again: rules.simplify's order, batched as rules.eqsat.saturate_batch allows), warm
+in this process with the in-memory result cache filled (`cached`) or emptied before each run (`uncached`), and
+cold: a fresh Python process with CACHE=0 (an empty disk cache) that imports the
+simplifier (`rules`; the e-graph tier rules.eqsat and egglog are imported by the first batch that needs them)
+and simplifies the batch once (import + first batch, and the first batch alone), the same with an on-disk
+cache filled by an earlier process, and where a cold first batch's time goes (the fast rules' first pass,
+egglog's load); the random batch gets the cold rows too, since it is the one that needs egglog. The full
+simplifier saturates only the results `rules.worth_saturating` lets through; (3) tinygrad's `symbolic` matcher
 (what its UOp.simplify() runs) on the same expressions translated node for node (variables by name and
 bounds, RANGEs as RANGEs of the same size). Per-expression figures call each simplifier once per
 expression (the full one through UOp.simplify: one egglog call per expression that needs one). Node
@@ -53,7 +55,7 @@ from benchmarks.symbolic_simplifiers import (
     total_nodes,
 )
 from benchmarks.symbolic_tinygrad import Untranslatable, tinygrad_batch, tinygrad_each, tinygrad_version, to_tinygrad
-from benchmarks.symbolic_workloads import Workload, build_workloads, random_batch
+from benchmarks.symbolic_workloads import Workload, build_workloads, kernel_graphs, random_batch
 
 WARM_BUDGET_MS, COLD_BUDGET_MS = 5.0, 50.0
 
@@ -72,6 +74,7 @@ def symbolic(b: Bench) -> None:
     if peer is None:
         b.note("tinygrad is not installed: no peer figures (pip install tinygrad==0.14.0)")
     import rules  # noqa: F401
+    from lower.schedule import schedule
     from rules.eqsat import saturator
 
     # warm up both sides (matcher compilation, egglog import and rule loading) outside any timed run
@@ -96,16 +99,23 @@ def symbolic(b: Bench) -> None:
             _batch_figures(b, w, tg.get(w.name), fast_runs, saturator)
         for w in pools:
             _pool_figures(b, w, tg.get(w.name), fast_runs, slow_runs)
+        # the workloads are what rangeify emits, so how long it takes to emit them is part of the picture
+        graphs = kernel_graphs()
+        sched = b.measure_together([Timed(f"{name} schedule (rangeify)", lambda _, g=g: schedule([g]), 1,
+                                          "ms/graph", runs=fast_runs, per_item=1e3) for name, g in graphs.items()])
         fgn_warm = meter.foreign()
         cold: dict[str, list[tuple[str, Result]]] = {}
         parts: dict[str, str] = {}
-        for w in (w for w in batches if w.padded):
+        # the padded kernel batches, and the random batch: it needs the e-graph, so its cold figures show what
+        # loading egglog costs (empty disk cache) and what the disk cache spares (filled by an earlier process)
+        for w in (w for w in batches if w.padded or not w.kernel):
             first, total = run_cold(b, f"{w.name}/full cold CACHE=0", w.exprs, {"CACHE": "0"}, cold_runs)
-            cold[w.name] = [("cold first batch", first), ("cold import+first", total)]
-            if not q:
-                disk, _ = run_cold(b, f"{w.name}/full cold disk-cached", w.exprs, {"CACHE": "1"}, cold_runs,
+            cold[w.name] = [("cold import+first, empty cache", total), ("cold first batch", first)]
+            if not q or not w.kernel:
+                _, disk = run_cold(b, f"{w.name}/full cold disk-cached", w.exprs, {"CACHE": "1"}, cold_runs,
                                    prime=True)
-                cold[w.name].append(("cold first batch, disk cache filled", disk))
+                cold[w.name].append(("cold import+first, disk cache filled", disk))
+            if not q:
                 parts[w.name] = cold_parts(b, w.name, w.exprs, cold_runs)
 
     b.note("kN: a kernel's own index expressions and gates before the symbolic stage; xN: the same kernel's "
@@ -115,7 +125,7 @@ def symbolic(b: Bench) -> None:
         s = w.stats
         line = (f"{w.name:<12} nodes {s['in']:>5} -> fast {s['fast']:>4}, full {s['full']:>4}"
                 + (f", tinygrad {s['tg']:>4} (its input {s['tg_in']})" if "tg" in s else "")
-                + f"; egglog: {s['sat'] or 'not needed (no // % < != left after the fast rules)'}"
+                + f"; egglog: {s['sat'] or 'not needed (rules.worth_saturating: nothing it could shrink)'}"
                 + f"; wrong results: {s['bad']}")
         b.note(line)
     for w in pools:
@@ -126,13 +136,14 @@ def symbolic(b: Bench) -> None:
                         " cold, for the full simplifier (fast rules alone for reference); each figure as wall/cpu"
                         " median ms with a verdict for each (cpu is what to believe when fgn is high)")
     for w in batches:
-        if not w.kernel:
-            continue
         rows = [("fast", w.stats["r_fast"], WARM_BUDGET_MS), ("warm cached", w.stats["r_cached"], WARM_BUDGET_MS),
                 ("warm uncached", w.stats["r_uncached"], WARM_BUDGET_MS)]
         rows += [(label, r, COLD_BUDGET_MS) for label, r in cold.get(w.name, [])]
-        budget_lines.append(f"  {w.name:<12} " + "; ".join(_budget(label, r, lim) for label, r, lim in rows))
+        budget_lines.append(f"  {w.name:<12} " + "; ".join(_budget(label, r, lim) for label, r, lim in rows)
+                            + ("" if w.kernel else " (not a kernel batch: outside the budget)"))
     budget_lines += [f"  cold parts {name}: {text}" for name, text in parts.items()]
+    budget_lines.append("  schedule (callify, rangeify: the kernels' ASTs, the workloads' source) per graph: "
+                        + ", ".join(f"{n} {fmt_value(r.median)} ms" for n, r in zip(graphs, sched, strict=True)))
     for ln in budget_lines:
         b.note(ln)
     load1 = os.getloadavg()
@@ -152,9 +163,10 @@ def _verdict(ms: float, budget: float) -> str:
 
 def _budget(label: str, r: Result, limit: float) -> str:
     cpu = r.cpu_median
+    egg = " (egglog imported)" if r.info.get("egglog_imported") else ""
     if cpu is None:
-        return f"{label} {fmt_value(r.median)} {_verdict(r.median, limit)}"
-    return f"{label} {fmt_value(r.median)}/{fmt_value(cpu)} {_verdict(r.median, limit)}/{_verdict(cpu, limit)}"
+        return f"{label}{egg} {fmt_value(r.median)} {_verdict(r.median, limit)}"
+    return f"{label}{egg} {fmt_value(r.median)}/{fmt_value(cpu)} {_verdict(r.median, limit)}/{_verdict(cpu, limit)}"
 
 
 def _per_batch(name: str, fn: Callable[[object], object], runs: int,

@@ -40,10 +40,9 @@ def cold_child(path: str, parts: bool = False) -> None:
     preloaded = sorted(m for m in ("rewrite", "rules", "egglog", "tensor", "lower") if m in sys.modules)
     clock = _clock
     t0 = clock()
-    # the simplifier and everything it imports, the e-graph tier's module included (egglog itself is imported
-    # by the first saturation, inside the first batch)
+    # the simplifier (`rules` registers UOp.simplify): the e-graph tier (rules.eqsat) and egglog are imported
+    # by the first batch that needs them, inside the timed batch
     import rules  # noqa: F401
-    from rules.eqsat import saturate_batch, saturator
 
     t1 = clock()
     with open(path, "rb") as f:  # unpickling needs rewrite/, imported just above; not timed
@@ -53,19 +52,26 @@ def cold_child(path: str, parts: bool = False) -> None:
     out: dict[str, Any] = {"preloaded": preloaded, "import": [t1[0] - t0[0], t1[1] - t0[1]]}
     steps: list[tuple[str, Callable[[], object]]] = [("first", lambda: full_batch(exprs))]
     if parts:
+        from rules.eqsat import saturate_batch
+
         # a tiny e-graph loads egglog and its rules (what the first saturation pays), and runs one small batch
         probe = UOp.variable("probe", 0, 9) // 2 < 3
         steps = [("fast", lambda: fast_batch(exprs)), ("egglog_load", lambda: saturate_batch([probe])),
                  ("rest", lambda: full_batch(exprs))]
+    before = None
     for name, fn in steps:
-        before = saturator().last  # a new Stats object whenever an e-graph runs
+        eqsat = sys.modules.get("rules.eqsat")
+        before = eqsat.saturator().last if eqsat is not None else None  # a new Stats object per e-graph run
         a = clock()
         fn()
         z = clock()
         out[name] = [z[0] - a[0], z[1] - a[1]]
-    st = saturator().last
-    ran = st is not before  # the last step (the batch itself) needed an e-graph
-    out.update(sat_stop=st.stop if ran else "", sat_roots=st.roots if ran else 0)
+    eqsat = sys.modules.get("rules.eqsat")
+    st = eqsat.saturator().last if eqsat is not None else None
+    ran = st is not None and st is not before  # the last step (the batch itself) needed an e-graph
+    out.update(sat_stop=st.stop if ran else "", sat_roots=st.roots if ran else 0,  # type: ignore[union-attr]
+               egglog_imported="egglog.bindings" in sys.modules or "egglog" in sys.modules,
+               eqsat_imported=eqsat is not None)
     print(json.dumps(out))
 
 
@@ -123,7 +129,7 @@ def run_cold(b: Bench, label: str, exprs: list[UOp], env: dict[str, str], runs: 
         if prime:
             cr.spawn()
         data, fgn = cr.many(b, label, runs)
-    info = {"preloaded": data[0]["preloaded"], "sat_stop": data[0]["sat_stop"], "sat_roots": data[0]["sat_roots"]}
+    info = {k: data[0][k] for k in ("preloaded", "sat_stop", "sat_roots", "egglog_imported", "eqsat_imported")}
     first = Result(f"{label} first batch", "ms/batch", [1e3 * d["first"][0] for d in data], False, fgn, info,
                    [1e3 * d["first"][1] for d in data])
     total = Result(f"{label} import+first", "ms/batch", [1e3 * (d["import"][0] + d["first"][0]) for d in data],

@@ -32,21 +32,18 @@ def fast_batch(exprs: Sequence[UOp]) -> tuple[UOp, ...]:
     return simplify_fast(UOp.sink(*exprs)).src
 
 
-def wants_saturation(u: UOp) -> bool:
-    # rules.simplify's test: after the fast rules, a // % < or != left over is one with a non-constant operand
-    from rewrite import Ops
-
-    return any(n.op in (Ops.IDIV, Ops.MOD, Ops.CMPLT, Ops.CMPNE) for n in u.toposort())
-
-
 def full_batch(exprs: Sequence[UOp]) -> tuple[UOp, ...]:
-    """Fast rules, one e-graph for what is left with // % < !=, fast rules again (rules.simplify, batched)."""
-    from rules.eqsat import saturate_batch
+    """Fast rules, one e-graph for the results the e-graph may still shrink, fast rules again (rules.simplify's
+    order and its test `rules.worth_saturating`, batched as the pipeline's symbolic stage does). rules.eqsat, and
+    with it the e-graph's code, is imported only when some result needs it."""
+    from rules import worth_saturating
 
     fast = fast_batch(exprs)
-    worth = [u for u in dict.fromkeys(fast) if wants_saturation(u)]
+    worth = [u for u in dict.fromkeys(fast) if worth_saturating(u)]
     if not worth:
         return fast
+    from rules.eqsat import saturate_batch
+
     sat = dict(zip(worth, saturate_batch(worth), strict=True))
     return fast_batch([sat.get(u, u) for u in fast])
 

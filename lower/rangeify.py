@@ -1,9 +1,10 @@
 """Rangeify: turn the tensor-level graph of one realized node into a kernel over RANGEs.
 
 Every value is computed at a tuple of scalar index UOps, one per axis. Walking from the kernel's output
-down, each op maps its output index to its sources' indices: RESHAPE flattens and unflattens, EXPAND indexes
-size-1 axes at 0, PERMUTE reorders, PAD subtracts its offset and adds a validity condition (loads under it are
-gated), SHRINK adds its offset, FLIP reflects, and REDUCE opens new REDUCE-type RANGEs for its axes. Buffers
+down, each op maps its output index to its sources' indices: RESHAPE flattens and unflattens (only the
+groups of axes it merges or splits, so the index terms stay small), EXPAND indexes size-1 axes at 0, PERMUTE
+reorders, PAD subtracts its offset and adds a validity condition (loads under it are gated), SHRINK adds its
+offset, FLIP reflects, and REDUCE opens new REDUCE-type RANGEs for its axes. Buffers
 (inputs, and nodes realized by earlier kernels) are read with LOAD(INDEX(buf, flat index)). The result is
 `SINK(END(STORE(INDEX(out, flat(ranges)), value), ranges...))`, every value of shape ().
 
@@ -62,6 +63,51 @@ def unflatten(lin: UOp, shape: tuple) -> tuple[UOp, ...]:
             out.append(q if k == 0 else q % d)
         stride *= d
     return tuple(reversed(out))
+
+
+def reshape_groups(out_shape: tuple, src_shape: tuple) -> list[tuple[list[int], list[int]]] | None:
+    """The axes of a reshape in groups that map onto each other: (out axes, src axes) with equal products,
+    contiguous and in order, size-1 axes left out. None when a size is symbolic or zero (no grouping then)."""
+    if not all(isinstance(d, int) and d > 0 for d in (*out_shape, *src_shape)):
+        return None
+    outs = [i for i, d in enumerate(out_shape) if d != 1]
+    srcs = [j for j, d in enumerate(src_shape) if d != 1]
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(outs):
+        go, gs = [outs[i]], [srcs[j]]
+        po, ps = out_shape[outs[i]], src_shape[srcs[j]]
+        i, j = i + 1, j + 1
+        while po != ps:
+            if po < ps:
+                go.append(outs[i])
+                po *= out_shape[outs[i]]
+                i += 1
+            else:
+                gs.append(srcs[j])
+                ps *= src_shape[srcs[j]]
+                j += 1
+        groups.append((go, gs))
+    return groups
+
+
+def reshape_index(idx: tuple[UOp, ...], out_shape: tuple, src_shape: tuple) -> tuple[UOp, ...]:
+    """The source index of a reshape from `src_shape` to `out_shape` read at `idx`. Row-major order splits over
+    groups of axes whose sizes multiply to the same number, so each group is flattened and unflattened on its
+    own: an axis that keeps its size passes through, a split or merge touches only its axes. Equal to
+    `unflatten(flat_index(idx, out_shape), src_shape)` for every in-range index, with much smaller terms."""
+    groups = reshape_groups(out_shape, src_shape)
+    if groups is None:
+        return unflatten(flat_index(idx, out_shape), src_shape)
+    new: list[UOp] = [UOp.const(0)] * len(src_shape)
+    for go, gs in groups:
+        if len(go) == 1 and len(gs) == 1:
+            new[gs[0]] = idx[go[0]]
+            continue
+        lin = flat_index(tuple(idx[i] for i in go), tuple(out_shape[i] for i in go))
+        for j, u in zip(gs, unflatten(lin, tuple(src_shape[j] for j in gs)), strict=True):
+            new[j] = u
+    return tuple(new)
 
 
 def _and(a: UOp | None, b: UOp | None) -> UOp | None:
@@ -126,8 +172,7 @@ class KernelBuilder:
             k = (n.src[0], idx, valid)
             return [k], lambda v: v[0]
         if op is Ops.RESHAPE:
-            lin = flat_index(idx, n.shape)
-            k = (n.src[0], unflatten(lin, n.src[0].shape), valid)
+            k = (n.src[0], reshape_index(idx, n.shape, n.src[0].shape), valid)
             return [k], lambda v: v[0]
         if op is Ops.EXPAND:
             src_shape = n.src[0].shape
@@ -269,4 +314,5 @@ def build_kernel(node: UOp, out_buf: UOp, buffers: dict[UOp, UOp]) -> UOp:
     return UOp.sink(UOp(Ops.END, (st, *ranges)) if ranges else st)
 
 
-__all__ = ["KernelBuilder", "NeedsRealize", "build_kernel", "flat_index", "unflatten"]
+__all__ = ["KernelBuilder", "NeedsRealize", "build_kernel", "flat_index", "reshape_groups", "reshape_index",
+           "unflatten"]

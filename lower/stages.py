@@ -49,13 +49,15 @@ def _index_exprs(ast: UOp) -> list[UOp]:
 
 
 def _symbolic(ast: UOp, device: Any) -> UOp:
-    """Fast rules on the whole kernel; then the index expressions they leave with div, mod or comparisons go
-    into one e-graph (rules.eqsat, cached by structure; EGGLOG=0 skips it), and the fast rules run again."""
+    """Fast rules on the whole kernel; then the index expressions they leave with div, mod or comparisons that
+    the e-graph may still shrink (rules.worth_saturating) go into one e-graph (rules.eqsat, cached by structure;
+    EGGLOG=0 skips it), and the fast rules run again."""
     from rewrite.env import getenv
+    from rules import worth_saturating
     from rules.symbolic import symbolic
 
     ast = graph_rewrite(ast, symbolic, name="symbolic")
-    if not int(getenv("EGGLOG")) or not (exprs := _index_exprs(ast)):
+    if not int(getenv("EGGLOG")) or not (exprs := [e for e in _index_exprs(ast) if worth_saturating(e)]):
         return ast
     from rules.eqsat import saturate_batch
 

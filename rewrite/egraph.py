@@ -9,9 +9,10 @@ Results are cached in memory by UOp and on disk by a hash of the expression's te
 (`CACHE=0` turns the disk cache off), so the cache survives across processes.
 
 The sort and the translation live in rewrite.egraph_terms, the DSL export in rewrite.egraph_export; this is
-the one module here that imports egglog (lazily: `import egglog` alone costs ~0.2 s). It drives the low-level
-bindings, not egglog's Python DSL: on egglog 13.2 the same rules and expressions ran ~10x faster per call
-and ~14x faster per 50-expression batch that way. The bindings used exist in egglog 13.2 and 14.
+the one module here that imports egglog, lazily, and only its compiled `egglog.bindings` extension (see
+`egglog_bindings`). It drives the low-level bindings, not egglog's Python DSL: on egglog 13.2 the same rules and
+expressions ran ~10x faster per call and ~14x faster per 50-expression batch that way. The bindings used exist
+in egglog 13.2 and 14.
 """
 
 from __future__ import annotations
@@ -46,6 +47,49 @@ from rewrite.ops import Ops
 from rewrite.uop import UOp
 
 PACK_CHUNK = 200  # roots per packed list term (egglog recurses on term depth)
+
+_BINDINGS: list[Any] = []
+
+
+def egglog_bindings() -> Any:
+    """The `egglog.bindings` extension module, loaded without the `egglog` package around it when that is not
+    imported yet. `import egglog` costs ~0.2 s (measured on 13.2: its DSL, pretty-printer, black and
+    opentelemetry), the extension alone ~15 ms, and the bridge needs only the extension. It is registered
+    under its own name, so a later `import egglog` finds and reuses it (a pyo3 module initializes only once
+    per process). Any surprise (another layout, a loader error) falls back to the ordinary import."""
+    if _BINDINGS:
+        return _BINDINGS[0]
+    import sys
+
+    mod = sys.modules.get("egglog.bindings")
+    if mod is None and "egglog" not in sys.modules:
+        import importlib.machinery
+        import importlib.util
+
+        try:
+            pkg = importlib.util.find_spec("egglog")
+            for d in (pkg.submodule_search_locations or []) if pkg is not None else []:
+                for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+                    path = os.path.join(d, "bindings" + suffix)
+                    if not os.path.exists(path):
+                        continue
+                    spec = importlib.util.spec_from_file_location("egglog.bindings", path)
+                    if spec is None or spec.loader is None:
+                        continue
+                    m = importlib.util.module_from_spec(spec)
+                    sys.modules["egglog.bindings"] = m
+                    spec.loader.exec_module(m)
+                    mod = m
+                    break
+                if mod is not None:
+                    break
+        except Exception:  # any failure here only means the ordinary import below
+            sys.modules.pop("egglog.bindings", None)
+            mod = None
+    if mod is None:
+        from egglog import bindings as mod  # type: ignore[no-redef]
+    _BINDINGS.append(mod)
+    return mod
 
 
 # ---------------------------------------------------------------------------------------------- saturation
@@ -133,9 +177,7 @@ class Saturator:
     # -- the persistent e-graph --
     def _egraph(self) -> Any:
         if self._eg is None:
-            from egglog import bindings
-
-            eg = bindings.EGraph()
+            eg = egglog_bindings().EGraph()
             eg.run_program(*_parse(eg, self.program))
             self._cmds = {k: _parse(eg, t) for k, t in {
                 "push": "(push)", "pop": "(pop)", "step": self.schedule.step_text(),
@@ -181,8 +223,7 @@ class Saturator:
 
     def _run(self, exprs: list[Expr]) -> list[Result]:
         """One batch in the e-graph; raises on a panic (the caller splits the batch)."""
-        from egglog import bindings as b
-
+        b = egglog_bindings()
         eg = self._egraph()
         sch, st, t0 = self.schedule, Stats(roots=len(exprs)), time.perf_counter()
         self.last = st
@@ -345,4 +386,5 @@ class Saturator:
 
 
 __all__ = ["CTORS", "DEFAULT_COSTS", "I64_MAX", "I64_MIN", "Expr", "Node", "Result", "Saturator", "Schedule",
-           "Stats", "Untranslatable", "build", "floor_div", "floor_mod", "sort_decls", "split_commands", "translate"]
+           "Stats", "Untranslatable", "build", "egglog_bindings", "floor_div", "floor_mod", "sort_decls",
+           "split_commands", "translate"]

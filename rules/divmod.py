@@ -2,8 +2,10 @@
 
 After it has run (with the rest of `symbolic`), a division or modulo by a constant c != 0 is gone when the
 numerator's remainder stays in one period of c, its numerator has no coefficient with |f| >= |c| and its
-constant lies in c's floor-remainder range, no common factor divides the numerator and c, nested
-divisions are merged (x // a // b -> x // (a*b) for b > 0), and (x % (k*c)) // c is written (x // c) % k.
+constant lies in c's floor-remainder range, no common factor divides the numerator and c, for c > 0 no
+terms that stay within [0, g) for a common factor g of c and the other coefficients are left inside it
+((z + y*16 + x*64) // 128 -> x // 2 when 0 <= z + y*16 < 64), nested divisions are merged
+(x // a // b -> x // (a*b) for b > 0), and (x % (k*c)) // c is written (x // c) % k.
 
 Semantics: IDIV and MOD are Python's `//` and `%` (floor; the remainder takes the divisor's sign) for every
 sign of numerator and divisor; that is what rewrite.semantics defines for `dtypes.index`. Every rule here is
@@ -23,7 +25,7 @@ from rewrite.dsl import Rule, RuleSet, const, fold, op, var
 from rewrite.dtype import dtypes
 from rewrite.ops import Ops
 from rewrite.uop import UOp
-from rules.linear import build_sum, linear_form, recombine_divmod, resum, sum_bounds
+from rules.linear import build_sum, is_divmod_term, linear_form, recombine_divmod, resum, sum_bounds
 
 INDEX = dtypes.index
 
@@ -165,7 +167,35 @@ def _divmod_linear(x: UOp, c: int, is_div: bool) -> UOp | None:
         if is_div:
             return UOp(Ops.IDIV, (inner, cg))
         return build_sum([(UOp(Ops.MOD, (inner, cg)), g)], k % g)
+    # 5. small terms under a common factor: x = g*B + S with g | c and 0 <= S < g, where S holds the terms whose
+    #    coefficient g does not divide and k % g; then x // c = B // (c/g) and x % c = (B % (c/g))*g + S
+    if c > 0:
+        for g, big, small in _factor_splits(items, c):
+            lo, hi = sum_bounds(small, k % g)
+            if lo < 0 or hi >= g:
+                continue
+            inner = build_sum([(t, f // g) for t, f in big], k // g)
+            cg = UOp.const(c // g, x.dtype)
+            if is_div:
+                return UOp(Ops.IDIV, (inner, cg))
+            # the modulo takes the place of the first term it holds; the small terms keep theirs
+            first, rem = big[0][0], UOp(Ops.MOD, (inner, cg))
+            return build_sum([(rem, g) if t is first else (t, f) for t, f in items if f % g or t is first], k % g)
     return None
+
+
+def _factor_splits(items: list[tuple[UOp, int]], c: int) -> list[tuple[int, list, list]]:
+    """(g, big, small) with g > 1 dividing c and the coefficient of every `big` term, `small` the other terms
+    (at least one): g is gcd(c, the coefficients of magnitude >= each coefficient's), smallest g first."""
+    out, seen = [], set()
+    for cut in sorted({abs(f) for _, f in items}):
+        g = math.gcd(c, *(f for _, f in items if abs(f) >= cut))
+        if g > 1 and g not in seen:
+            seen.add(g)
+            small = [(t, f) for t, f in items if f % g]
+            if small:
+                out.append((g, [(t, f) for t, f in items if f % g == 0], small))
+    return out
 
 
 def _mod_by_multiple(t: UOp, c: int) -> bool:
@@ -181,7 +211,10 @@ def divide_linear(x: UOp, c0: int) -> UOp | None:
        integers q_i and kq; q_i is f_i / c truncated (each coefficient shrinks toward zero), kq is k // c
        for c > 0 and k / c truncated for c < 0;
     3. common factor g of c and every f_i: x // c = (sum(f_i/g * t_i) + k // g) // (c/g), exact when c > 0
-       or g | k."""
+       or g | k;
+    4. small terms: for c > 0 and g > 1 dividing c, write x = g*B + S where B = sum over the terms g divides of
+       (f_i/g)*t_i + k // g and S = the other terms + k % g; if 0 <= S < g over S's interval then
+       x // c = floor(floor(x / g) / (c/g)) = B // (c/g), since floor(x / g) = B."""
     return _divmod_linear(x, c0, True)
 
 
@@ -192,7 +225,8 @@ def modulo_linear(x: UOp, c0: int) -> UOp | None:
     2. a term (u % m) with c | m is replaced by u (u % m = u - m*(u // m), a multiple of c apart);
     3. split: x % c = (sum(r_i * t_i) + kr) % c for any r_i = f_i and kr = k (mod c), chosen as in
        divide_linear;
-    4. common factor: x % c = ((sum(f_i/g * t_i) + k // g) % (c/g)) * g + k % g, when c > 0 or g | k."""
+    4. common factor: x % c = ((sum(f_i/g * t_i) + k // g) % (c/g)) * g + k % g, when c > 0 or g | k;
+    5. small terms (as divide_linear's step 4): x % c = x - c*(B // (c/g)) = g*(B % (c/g)) + S."""
     return _divmod_linear(x, c0, False)
 
 
@@ -200,7 +234,7 @@ def modulo_linear(x: UOp, c0: int) -> UOp | None:
 divmod_linear = RuleSet("divmod-linear", [
     Rule("div-linear",  x // c0, divide_linear, when=lambda c0: c0 != 0),
     Rule("mod-linear",  x % c0,  modulo_linear, when=lambda c0: c0 != 0),
-    Rule("add-chain-div-mod", op.ADD(x, y, ordered=True), recombine_divmod),
+    Rule("add-chain-div-mod", op.ADD(x, y, ordered=True), recombine_divmod, when=lambda y: is_divmod_term(y)),
 ])
 # fmt: on
 

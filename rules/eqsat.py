@@ -17,6 +17,9 @@ div/mod cancelling guarded by intervals; `(a+b)//m` and `(a+b)%m` split when the
 nested `//` and `%`; recombination `x//c*c + x%c -> x`; comparisons moved onto the variable; max, where, and,
 or folding. Associativity, commutativity and distribution appear only in the bounded forms above. Two
 different constants in one e-class, or an empty interval, panic (a tripwire: the inputs come back unchanged).
+The DSL rules (`eqsat`) are checked like the fast ones by the soundness test generated from the rule list
+(tests/rules/test_soundness.py: small boxes, wide boxes, z3), so their guards must also run on Python values:
+`divides` instead of `(c1 != 0) & (c0 % c1 == 0)`, which raises on c1 == 0 where egglog just does not match.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from rewrite.dsl import Pat, Rule, RuleSet, const, fold, op, var
 from rewrite.egraph import Saturator, Schedule, floor_div, floor_mod
 from rewrite.egraph_export import Export, export_rules
 from rewrite.uop import ConstValue, UOp
+from rules.divmod import divides
 
 # ---------------------------------------------------------------------------------------------- analysis
 
@@ -172,11 +176,11 @@ eqsat = RuleSet("eqsat", [
     Rule("add-self",        x + x,                      x * 2),
     # division and modulo by constants
     Rule("div-mul-cancel",  ordered((x * c0) // c1),    x * fold(c0 // c1),
-         when=lambda c0, c1: (c1 != 0) & (c0 % c1 == 0)),
-    Rule("mod-mul-zero",    ordered((x * c0) % c1),     0, when=lambda c0, c1: (c1 != 0) & (c0 % c1 == 0)),
+         when=lambda c0, c1: divides(c1, c0)),
+    Rule("mod-mul-zero",    ordered((x * c0) % c1),     0, when=lambda c0, c1: divides(c1, c0)),
     Rule("div-add-mul",     (ordered(x * c0) + y) // c1, x * fold(c0 // c1) + y // c1,
-         when=lambda c0, c1: (c1 != 0) & (c0 % c1 == 0)),
-    Rule("mod-add-mul",     (ordered(x * c0) + y) % c1, y % c1, when=lambda c0, c1: (c1 != 0) & (c0 % c1 == 0)),
+         when=lambda c0, c1: divides(c1, c0)),
+    Rule("mod-add-mul",     (ordered(x * c0) + y) % c1, y % c1, when=lambda c0, c1: divides(c1, c0)),
     Rule("div-add-const",   ordered((x + c0) // c1),    (x + fold(c0 % c1)) // c1 + fold(c0 // c1),
          when=lambda c0, c1: (c1 > 0) & ((c0 < 0) | (c0 >= c1))),
     Rule("mod-add-const",   ordered((x + c0) % c1),     (x + fold(c0 % c1)) % c1,
@@ -189,9 +193,9 @@ eqsat = RuleSet("eqsat", [
     Rule("mod-small",       x % c0,                     x, when=lambda x, c0: (x.vmin >= 0) & (x.vmax < c0)),
     Rule("div-div",         (x // c0) // c1,            x // fold(c0 * c1), when=lambda c0, c1: (c0 > 0) & (c1 > 0)),
     Rule("mod-mod",         (x % c0) % c1,              x % c1,
-         when=lambda c0, c1: (c0 > 0) & (c1 > 0) & (c0 % c1 == 0)),
+         when=lambda c0, c1: (c0 > 0) & (c1 > 0) & divides(c1, c0)),
     Rule("mod-div",         (x % c0) // c1,             (x // c1) % fold(c0 // c1),
-         when=lambda c0, c1: (c0 > 0) & (c1 > 0) & (c0 % c1 == 0)),
+         when=lambda c0, c1: (c0 > 0) & (c1 > 0) & divides(c1, c0)),
     Rule("recombine",       ordered((x // c0) * c0) + x % c0, x),
     Rule("recombine-scaled", ordered((x // c0) * c1) + ordered((x % c0) * c2), x * c2,
          when=lambda c0, c1, c2: c1 == c0 * c2),

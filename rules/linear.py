@@ -99,6 +99,18 @@ def _chain(u: UOp) -> list[UOp]:
 # ---------------------------------------------------------------------------- sums
 
 
+def is_term_of_atom(y: UOp) -> bool:
+    """Guard helper: the term `y` (an atom or atom*constant) has an atom that is not a constant or a sum."""
+    a = split_term(y)[0]
+    return a.op is not Ops.CONST and a.op is not Ops.ADD
+
+
+def is_divmod_term(y: UOp) -> bool:
+    """Guard helper: the term `y` is a floor division or modulo by a constant, maybe times a constant."""
+    a = split_term(y)[0]
+    return (a.op is Ops.MOD or a.op is Ops.IDIV) and a.src[1].op is Ops.CONST
+
+
 def merge_like_terms(x: UOp, y: UOp) -> UOp | None:
     """x + y -> one sum, y's coefficient added to the term of x with the same atom.
 

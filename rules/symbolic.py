@@ -44,7 +44,7 @@ from rewrite.engine import graph_rewrite
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 from rules.divmod import divides, divmod_linear, divmod_rules, divmod_templates, nonzero, not_divides
-from rules.linear import gt_linear, lt_linear, merge_like_terms, ne_linear
+from rules.linear import gt_linear, is_term_of_atom, lt_linear, merge_like_terms, ne_linear
 
 INDEX = dtypes.index
 BOOL = dtypes.bool
@@ -194,7 +194,7 @@ point_folding = RuleSet("point-folding", [
 ])
 
 linear_rules = RuleSet("linear", [
-    Rule("add-chain-like-terms", op.ADD(xi, y, ordered=True),   merge_like_terms),
+    Rule("add-chain-like-terms", op.ADD(xi, y, ordered=True),   merge_like_terms, when=lambda y: is_term_of_atom(y)),
     Rule("lt-linear",            xi < c0,                       lt_linear),
     Rule("lt-linear-const-left", c0 < xi,                       gt_linear),
     Rule("ne-linear",            xi.ne(c0),                     ne_linear),

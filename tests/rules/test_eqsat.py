@@ -419,6 +419,20 @@ def test_disk_cache_across_saturators_and_processes(tmp_path):
     assert same_function(e, r.uop, [V("x", 0, 55), V("y", 0, 3)]) is None
 
 
+def test_saturation_loads_only_the_bindings_extension(tmp_path):
+    """A fresh process saturates with egglog's compiled extension alone (the `egglog` package costs ~0.2 s to
+    import and the bridge needs none of it); a later `import egglog` reuses that same extension module."""
+    env = {**os.environ, "CACHEDIR": str(tmp_path), "CACHE": "0",
+           "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    code = ("import sys; from rewrite.uop import UOp; from rules.eqsat import saturate; x = UOp.variable('x', 0, 100); "
+            "print(saturate((x // 4) * 4 + x % 4 < 50).render(), 'egglog' in sys.modules, "
+            "'egglog.bindings' in sys.modules); import egglog; from egglog import bindings; "
+            "print(bindings is sys.modules['egglog.bindings'], egglog.EGraph is not None)")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["(x<50)", "False", "True", "True", "True"]
+
+
 def test_cache_off_writes_nothing(tmp_path):
     text, _ = eqsat.program()
     with Context(CACHEDIR=str(tmp_path), CACHE=0):
@@ -503,3 +517,37 @@ def test_fast_pass_is_within_the_stated_margin_of_egglog():
     worst = max(sizes, key=lambda t: t[0] - t[1])
     assert worst[0] - worst[1] <= FAST_MARGIN_NODES, f"fast {worst[0]} vs egglog {worst[1]} nodes: {worst[2].render()}"
     assert sum(s[0] for s in sizes) <= (1 + FAST_MARGIN_TOTAL) * sum(s[1] for s in sizes)
+
+
+def test_saturation_gate_turns_away_nothing_the_egraph_shrinks():
+    """rules.worth_saturating skips the e-graph for fast results it cannot shrink: on the fuzzer's expressions,
+    every one it turns away (among those left with a div, mod or comparison) comes back from saturation no smaller."""
+    import random
+
+    from rules import worth_saturating
+    from rules.symbolic import simplify_fast
+    from tests.rules.symcheck import random_case
+
+    rng = random.Random(11)
+    fast = list(dict.fromkeys(simplify_fast(random_case(rng)) for _ in range(600)))
+    turned = [f for f in fast if not worth_saturating(f)
+              and any(n.op in (Ops.IDIV, Ops.MOD, Ops.CMPLT, Ops.CMPNE) for n in f.toposort())]
+    assert len(turned) >= 100
+    for f, g in zip(turned, saturate_batch(turned), strict=True):
+        g = simplify_fast(g)
+        assert len(g.toposort()) >= len(f.toposort()), f"the e-graph shrinks {f.render()} to {g.render()}"
+
+
+# fmt: off
+GATE = [  # (expression, worth saturating)
+    (x7 // 4, False), (x7 % 3 + y3 * 4, False), ((x7 < 3) & (y3.ne(2)), False), ((x7 + y3) % 3, True),
+    ((x7 * 2) // y3, True), (x7 // 2 // 2, True), (V("p", 4, 4) + x7, True), (x7 // 4 * 16 + y3, False),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("e,worth", GATE, ids=lambda v: v.render() if isinstance(v, UOp) else str(v))
+def test_saturation_gate_table(e: UOp, worth: bool):
+    from rules import worth_saturating
+
+    assert worth_saturating(e) is worth

@@ -39,10 +39,27 @@ def fmod(a: Any, b: Any) -> Any:
 
 
 class _Bounds:
-    """What a guard sees for a non-constant capture: symbolic interval bounds."""
+    """What a guard sees for a non-constant capture: symbolic interval bounds. A guard may also build a node from
+    a capture and a constant (`(x % c0).vmax`, as the e-graph rules do): that node gets bounds of its own, free
+    except that they bound its value (the premises an interval analysis guarantees, and nothing more)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, value: Any = None, premises: list | None = None) -> None:
+        self.name, self.value, self.premises = name, value, premises
         self.vmin, self.vmax = z3.Int(f"{name}.lo"), z3.Int(f"{name}.hi")
+        if premises is not None and value is not None:
+            premises += [self.vmin <= value, value <= self.vmax]
+
+    def _derived(self, sym: str, other: object, fn: Any) -> _Bounds:
+        if self.premises is None or not (isinstance(other, int) or z3.is_int(other)):
+            raise TypeError(f"a guard combines an interval with {type(other).__name__}")
+        o = z3.IntVal(other) if isinstance(other, int) else other
+        return _Bounds(f"({self.name}{sym}{o})", fn(self.value, o), self.premises)
+
+    def __mod__(self, other: object) -> _Bounds:
+        return self._derived("%", other, fmod)
+
+    def __floordiv__(self, other: object) -> _Bounds:
+        return self._derived("//", other, fdiv)
 
 
 def _binop(op: Ops, a: Any, b: Any, defined: list) -> Any:
@@ -163,11 +180,10 @@ class Encoder:
                 args.append(self.terms[name])
             else:
                 if name not in self.bounds:
-                    b = self.bounds[name] = _Bounds(name)
                     v = self.terms[name]
                     if z3.is_bool(v):
                         raise Unsupported("interval of a bool")
-                    self.premises += [b.vmin <= v, v <= b.vmax]
+                    self.bounds[name] = _Bounds(name, v, self.premises)
                 args.append(self.bounds[name])
         try:
             g = when(*args)
