@@ -10,7 +10,9 @@ offset, FLIP reflects, and REDUCE opens new REDUCE-type RANGEs for its axes. Buf
 
 A REDUCE is fused into its consumer unless the consumer would evaluate it inside another reduction's loop
 (its index depends on a REDUCE range): then it would be recomputed per iteration, so it is realized into
-its own kernel (`NeedsRealize`). Values that depend only on outer loops are hoisted by the linearizer, so
+its own kernel (`NeedsRealize`). Likewise an EXPAND of transcendental or division work read inside a reduction
+(softmax feeding a matmul) is realized rather than recomputed per broadcast value. Values that depend only on
+outer loops are hoisted by the linearizer, so
 `x - x.max()` or `x.var()` stay one kernel. Identical (node, index) pairs are the same UOp (hash-consing),
 so shared work is computed once per kernel.
 """
@@ -178,6 +180,8 @@ class KernelBuilder:
             src_shape = n.src[0].shape
             dims = zip(idx, src_shape, n.shape, strict=True)
             new = tuple(UOp.const(0) if s == 1 and d != 1 else i for i, s, d in dims)
+            if _recomputed_expensive(n, new, valid, self.buffers):
+                raise NeedsRealize(n.src[0])
             return [(n.src[0], new, valid)], lambda v: v[0]
         if op is Ops.PERMUTE:
             order = n.arg
@@ -283,6 +287,36 @@ def _broadcast_idx(idx: tuple[UOp, ...], out_shape: tuple, src_shape: tuple) -> 
         return idx
     off = len(out_shape) - len(src_shape)
     return tuple(UOp.const(0) if s == 1 and out_shape[off + k] != 1 else idx[off + k] for k, s in enumerate(src_shape))
+
+
+_EXPENSIVE = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW, Ops.SQRT, Ops.DIV, Ops.RECIP})
+RECOMPUTE_LIMIT = 8
+
+
+def _recomputed_expensive(n: UOp, src_idx: tuple[UOp, ...], valid: UOp | None, buffers: dict[UOp, UOp]) -> bool:
+    """An EXPAND read inside a reduction's loop (its source index moves with a REDUCE range) evaluates its source
+    once per value of the broadcast axes, which are output loops outside that reduction, so the linearizer cannot
+    hoist it. If the source holds transcendental or division work (attention's softmax feeding `@ v`) and the
+    broadcast repeats it at least RECOMPUTE_LIMIT times, the source is realized instead: computed once, read
+    back per use."""
+    src = n.src[0]
+    factor = 1
+    for s, d in zip(src.shape, n.shape, strict=True):
+        if s == 1 and d != 1:
+            factor *= d if isinstance(d, int) else RECOMPUTE_LIMIT
+    if factor < RECOMPUTE_LIMIT or src in buffers or not _uses_reduce_range(src_idx, valid):
+        return False
+    seen: set[UOp] = set()
+    stack = [src]
+    while stack:  # the source's own work, stopping at realized nodes and buffers
+        u = stack.pop()
+        if u in seen or u in buffers:
+            continue
+        seen.add(u)
+        if u.op in _EXPENSIVE:
+            return True
+        stack.extend(u.src)
+    return False
 
 
 def _uses_reduce_range(idx: tuple[UOp, ...], valid: UOp | None) -> bool:

@@ -1,6 +1,6 @@
 """lower.rangeify's reshape indexing: a reshape splits into groups of axes whose sizes multiply to the same number,
 and each group is flattened and unflattened on its own. Oracle: the whole-shape flatten/unflatten, evaluated at
-every index of the output shape."""
+every index of the output shape. Also which broadcasts rangeify realizes rather than recomputes."""
 
 from __future__ import annotations
 
@@ -78,3 +78,25 @@ def test_reshape_touches_only_the_axes_it_changes() -> None:
     assert not any(n.op in (Ops.IDIV, Ops.MOD) for n in src[0].toposort())
     back = reshape_index(_index_vars((32, 16)), (32, 16), (4, 8, 16))
     assert back[2] is _index_vars((32, 16))[1]
+
+
+def test_expensive_broadcast_inside_a_reduction_is_realized() -> None:
+    """softmax(s) @ v: the softmax's exp would be evaluated once per output column of the matmul inside its
+    reduction loop, so it gets its own kernel; a cheap product stays fused; both match numpy."""
+    import numpy as np
+
+    from lower import schedule
+    from tensor import Tensor
+
+    rng = np.random.default_rng(0)
+    s, v = rng.standard_normal((2, 32, 32)).astype(np.float32), rng.standard_normal((2, 32, 16)).astype(np.float32)
+
+    def kernels(t: Tensor) -> int:
+        return sum(it.kind == "kernel" for it in schedule([t.uop])[0])
+
+    soft = Tensor(s).softmax(-1) @ Tensor(v)
+    cheap = (Tensor(s) * 2.0 + 1.0) @ Tensor(v)
+    assert kernels(cheap) == 1 and kernels(soft) == 2
+    e = np.exp(s - s.max(-1, keepdims=True))
+    np.testing.assert_allclose(soft.numpy(), (e / e.sum(-1, keepdims=True)) @ v, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(cheap.numpy(), (s * 2 + 1) @ v, rtol=1e-5, atol=1e-5)
