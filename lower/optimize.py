@@ -6,7 +6,8 @@ reduction's ranges. An Opt is (op, axis, arg) and opts compose left to right (se
   SPLIT  (k, target, top)  axis n becomes (n/k, k), the new size-k axis of AxisType `target` inner (or outer
                            when `top`); the other part keeps the old type. Index uses of r become
                            r_outer*k + r_inner (top: r_top*(n/k) + r_rest).
-  PADTO  m                 (not yet implemented: raises KernelOptError)
+  PADTO  m                 axis n becomes ceil(n/m)*m iterations; the extra ones are masked: loads and stores
+                           that move with it are gated by r < n, and a reduction over it adds its identity there
   SWAP   j                 exchange the loop order of two output axes (both LOOP-like, same END)
   NOLOCALS                 no LOCAL axes (CPU: always)
   TC                       tensor cores: no device here has them (raises KernelOptError)
@@ -123,8 +124,8 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
     rs = axes(ast)
     if opt.op is OptOps.NOLOCALS:
         return ast
-    if opt.op in (OptOps.TC, OptOps.PADTO):
-        raise KernelOptError(f"{opt.op.name} is not supported on this device yet")
+    if opt.op is OptOps.TC:
+        raise KernelOptError("TC: no device here has tensor cores")
     if opt.axis is None or not 0 <= opt.axis < len(rs):
         raise KernelOptError(f"{opt}: axis out of range; the kernel has {len(rs)} axes")
     r = rs[opt.axis]
@@ -142,6 +143,8 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
             return replace_range(ast, r, (a, b), a * (n // k) + b)
         a, b = UOp.range(n // k, nid, rtype), UOp.range(k, nid + 1, target)
         return replace_range(ast, r, (a, b), a * k + b)
+    if opt.op is OptOps.PADTO:
+        return _padto(ast, r, opt)
     if opt.op is OptOps.SWAP:
         if not isinstance(opt.arg, int) or not 0 <= opt.arg < len(rs):
             raise KernelOptError(f"{opt}: the other axis is out of range")
@@ -154,6 +157,41 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
                 return ast.substitute({u: UOp(Ops.END, tuple(src), u.arg, u.tag)})
         raise KernelOptError(f"{opt}: axes {opt.axis} and {opt.arg} are not loops closed by the same END")
     raise KernelOptError(f"unknown opt {opt}")
+
+
+def _padto(ast: UOp, r: UOp, opt: Opt) -> UOp:
+    from lower.rangeify import reduce_identity
+
+    m, n = opt.arg, size(r)
+    if not isinstance(m, int) or m < 1:
+        raise KernelOptError(f"{opt}: the multiple must be a positive int")
+    if r.arg[1] not in (AxisType.LOOP, AxisType.GLOBAL, AxisType.REDUCE):  # type: ignore[index]
+        raise KernelOptError(f"{opt}: only LOOP and REDUCE axes can be padded, not {r.arg[1].name}")  # type: ignore[index]
+    padded = -(-n // m) * m
+    if padded == n:
+        return ast
+    p = UOp.range(padded, r.arg[0], r.arg[1])  # type: ignore[index]
+    ast = replace_range(ast, r, (p,), p)
+    valid = p < n
+    done: dict[UOp, UOp] = {}
+    dep: dict[UOp, bool] = {}
+    for u in ast.toposort():
+        dep[u] = u is p or any(dep[s] for s in u.src)
+        src = tuple(done.get(s, s) for s in u.src)
+        if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and dep[u.src[0]]:
+            gate = valid if len(src) < 3 else (src[2] & valid)
+            alt = src[1] if len(src) >= 2 else UOp.const(0, u.dtype)
+            new = UOp(Ops.LOAD, (src[0], alt, gate), u.arg, u.tag)
+        elif u.op is Ops.STORE and u.src[0].op is Ops.INDEX and dep[u.src[0]]:
+            gate = valid if len(src) < 3 else (src[2] & valid)
+            new = UOp(Ops.STORE, (src[0], src[1], gate), u.arg, u.tag)
+        elif u.op is Ops.REDUCE and p in u.src[1:]:
+            ident = UOp.const(reduce_identity(u.arg[0], u.dtype), u.dtype)  # type: ignore[index]
+            new = UOp(Ops.REDUCE, (valid.where(src[0], ident), *src[1:]), u.arg, u.tag)
+        else:
+            new = u if src == u.src else UOp(u.op, src, u.arg, u.tag)
+        done[u] = new
+    return done[ast]
 
 
 def apply_opts(ast: UOp, opts: list[Opt]) -> UOp:
@@ -297,12 +335,13 @@ def _register_tile(ast: UOp, opts: list[Opt]) -> UOp | None:
     if vecs > 1:
         ast, v_out, _ = _split_pair(ast, opts, v_out, vecs, AxisType.UPCAST)
     ast, u_out, _ = _split_pair(ast, opts, u, rows, AxisType.UPCAST)
-    for a, b in ((u_out, v_out), (lanes, None)):  # column loop outside row loop; the lanes the innermost UPCAST
+    # the column-block loop outside the row-block loop, and the vector lanes the innermost UPCAST axis (the lanes
+    # lower.expand vectorizes; the other UPCAST axes become copies)
+    last_upcast = [r for r in axes(ast) if r.arg[1] is AxisType.UPCAST][-1]  # type: ignore[index]
+    for outer, inner in ((u_out, v_out), (lanes, last_upcast)):
         cur = axes(ast)
-        if b is None:
-            b = [r for r in cur if r.arg[1] is AxisType.UPCAST][-1]  # type: ignore[index]
-        if a is not b and cur.index(a) < cur.index(b) if a is u_out else cur.index(a) < cur.index(b):
-            o = Opt(OptOps.SWAP, cur.index(a), cur.index(b))
+        if cur.index(outer) < cur.index(inner):
+            o = Opt(OptOps.SWAP, cur.index(outer), cur.index(inner))
             ast = apply_opt(ast, o)
             opts.append(o)
     return ast

@@ -57,8 +57,11 @@ def opt_lists(draw: st.DrawFn, ast: UOp) -> list[Opt]:
     for _ in range(draw(st.integers(0, 5))):
         rs = axes(ast)
         i = draw(st.integers(0, len(rs) - 1))
-        if draw(st.integers(0, 4)) == 0:  # sometimes a loop swap
+        kind = draw(st.integers(0, 5))
+        if kind == 0:  # sometimes a loop swap
             o = Opt(OptOps.SWAP, i, draw(st.integers(0, len(rs) - 1)))
+        elif kind == 1:  # or a pad to a multiple
+            o = Opt(OptOps.PADTO, i, draw(st.sampled_from([3, 4, 16])))
         else:
             n = size(rs[i])
             divs = [d for d in (2, 4, 8, 16) if n % d == 0]
@@ -147,5 +150,25 @@ def test_illegal_opts_say_why() -> None:
         apply_opt(it.ast, Opt(OptOps.SPLIT, 1, (4, AxisType.UPCAST, False)))
     with pytest.raises(KernelOptError, match="axis out of range"):
         apply_opt(it.ast, Opt(OptOps.SPLIT, 7, (2, AxisType.LOOP, False)))
-    with pytest.raises(KernelOptError, match="not supported"):
+    with pytest.raises(KernelOptError, match="tensor cores"):
         apply_opt(it.ast, Opt(OptOps.TC, 0, None))
+    with pytest.raises(KernelOptError, match="positive int"):
+        apply_opt(it.ast, Opt(OptOps.PADTO, 0, 0))
+
+
+@pytest.mark.parametrize("opts", [
+    [Opt(OptOps.PADTO, 2, 16)],  # the reduction: the padded steps add 0
+    [Opt(OptOps.PADTO, 1, 16), Opt(OptOps.SPLIT, 1, (16, AxisType.UPCAST, False))],  # gated lanes
+    [Opt(OptOps.PADTO, 0, 8), Opt(OptOps.SPLIT, 0, (8, AxisType.UPCAST, False)),  # copies, and unrolled lanes
+     Opt(OptOps.PADTO, 3, 4), Opt(OptOps.SPLIT, 3, (4, AxisType.UNROLL, False))]])
+def test_padto_masks_the_extra_iterations(opts: list[Opt]) -> None:
+    it = _kernel(_matmul(6, 10, 7))
+    arrays = _inputs(it)
+    want = arrays[1].reshape(6, 10).astype(np.float64) @ arrays[2].reshape(10, 7)
+    got = _run(it, "cpu", opts, arrays)
+    np.testing.assert_array_equal(got, _run(it, "python", opts, arrays))
+    np.testing.assert_allclose(got.reshape(6, 7), want, rtol=1e-5, atol=1e-5)
+    maxed = _kernel(new_buffer(dtypes.float32, (6, 10), "cpu").max((1,)))  # MAX's identity is -inf, not 0
+    neg = {1: -np.abs(_inputs(maxed)[1]) - 1.0}
+    got = _run(maxed, "cpu", [Opt(OptOps.PADTO, 1, 16)], neg)
+    np.testing.assert_array_equal(got, neg[1].reshape(6, 10).max(1))
