@@ -8,6 +8,10 @@ All float32, inputs standard normal from a fixed seed, built with `tensor.Tensor
 For each case:
   cold    the first realize (graph, schedule, lowering, C compile, run) in a fresh subprocess with CACHE=0, so
           no kernel or e-graph comes from disk; `compile` is that minus the same process's next realize;
+          `+import` adds the engine's own import in that process (`import tensor` / `import tinygrad`): the time
+          to a first result. The first call alone favours an engine that imports its compiler eagerly (tinygrad
+          does; we import lowering modules on first use), so both figures are shown for both engines, see
+          benchmarks.kernel_worker;
   steady  wall time of a whole realize in this process after two warm-up calls (building the graph again,
           scheduling it, kernel-cache hits, running): median, min..max and IQR over >= 5 runs;
   exec    the same kernels re-run from an already built schedule (lower.realize.run_schedule): the kernels'
@@ -30,15 +34,14 @@ FLOP counts: add 1 and the chain 7 per element; sum 1; softmax 5 (max, subtract,
 (mean, subtract, square, mean, scale, weight, bias); matmul 2n^3; conv 2*B*Co*H*W*Ci*9; attention the QK^T and
 PV products, 2*B*H*T*T*D each, plus 6 per score for the 1/sqrt(D) scale and the softmax.
 
-Run as `python -m benchmarks kernels [--quick]`; `python -m benchmarks.bench_kernels --worker ...` is the
-subprocess side (one case, one engine; prints one JSON line).
+Run as `python -m benchmarks kernels [--quick]`; `KERNEL_CASES=sum_16M,add_16M python -m benchmarks kernels` runs
+only the named cases (keys as in benchmarks.kernel_cases). `python -m benchmarks.bench_kernels --worker ...` is
+the subprocess side (one case, one engine; prints one JSON line).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import os
 import shutil
 import statistics
@@ -50,7 +53,7 @@ from dataclasses import dataclass
 from benchmarks import limits as machine_limits
 from benchmarks.kernel_cases import Case, _cases, all_cases, check, reference
 from benchmarks.kernel_peers import Engine, NumpyPeer, Ours, TorchPeer, have, our_threads
-from benchmarks.kernel_worker import result_from_json, run_worker, worker
+from benchmarks.kernel_worker import result_from_json, run_worker
 from benchmarks.runner import Bench, Progress, Result, fmt_value, suite
 
 # ---------------------------------------------------------------------------- the suite
@@ -91,6 +94,7 @@ class Row:
     threads: int = 1
     kernels: int = 0
     cold: float | None = None
+    cold_import: float | None = None
     compile: float | None = None
     steady: Result | None = None
     exec_: Result | None = None
@@ -101,6 +105,7 @@ class Row:
     peers: dict[str, Result] | None = None
     peer_ok: dict[str, bool] | None = None
     tg_cold: float | None = None
+    tg_cold_import: float | None = None
     error: str = ""
 
 
@@ -118,7 +123,7 @@ def _time_one(fn: Callable[[object], object]) -> float:
 
 @suite("kernels")
 def kernels(b: Bench) -> None:
-    cases = _cases(b.quick)
+    cases = selected_cases(b.quick, os.environ.get("KERNEL_CASES", ""))
     lim = machine_limits.load(quick=b.quick, say=b.say)
     b.note(lim.summary())
     if lim.fgn is not None and lim.fgn > 0.5:
@@ -153,13 +158,26 @@ def kernels(b: Bench) -> None:
             bar.done_n += 1
     for line in summary_table(rows, [p.name for p in peers] + (["tinygrad"] if tg else [])):
         b.note(line)
-    b.note("ratios: ours/peer throughput from steady medians (>1 = ours faster); cold: fresh process, CACHE=0; "
+    b.note("ratios: ours/peer throughput from steady medians (>1 = ours faster); cold: first call in a fresh process, "
+           "no kernel cache (+import: with the engine's import before it); "
            "% of the FMA peak (GFLOP/s cases) or DRAM triad (GB/s cases) for the threads our kernels used")
     png = plot(rows, os.path.join("results", "bench-kernels.png"))
     if png:
         b.note(f"plot: {png}")
     elif not have("matplotlib"):
         b.note("matplotlib is not installed: no plot")
+
+
+def selected_cases(quick: bool, names: str) -> list[Case]:
+    """The suite's cases, or only those named (comma-separated keys, any of benchmarks.kernel_cases)."""
+    if not names.strip():
+        return _cases(quick)
+    known = all_cases()
+    keys = [k.strip() for k in names.split(",") if k.strip()]
+    unknown = [k for k in keys if k not in known]
+    if unknown:
+        raise ValueError(f"KERNEL_CASES: unknown case(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return [known[k] for k in keys]
 
 
 def _run_case(b: Bench, case: Case, row: Row, lim: machine_limits.Limits, peers: list[type[Engine]],
@@ -210,8 +228,11 @@ def _run_case(b: Bench, case: Case, row: Row, lim: machine_limits.Limits, peers:
         colds.append(res)
     cold = b.record(Result(f"{case.key}/ours cold first call", "ms", [1e3 * float(c["first_s"]) for c in colds],
                            False, None, {"compile_ms": [1e3 * float(c["compile_s"]) for c in colds],
-                                         "setup_ms": [1e3 * float(c["setup_s"]) for c in colds]}))
-    row.cold = cold.median
+                                         "setup_ms": [1e3 * float(c["setup_s"]) for c in colds],
+                                         "import_ms": [1e3 * float(c["import_s"]) for c in colds]}))
+    cold_imp = b.record(Result(f"{case.key}/ours cold import + first call", "ms",
+                               [1e3 * (float(c["import_s"]) + float(c["first_s"])) for c in colds], False, None))
+    row.cold, row.cold_import = cold.median, cold_imp.median
     row.compile = statistics.median(1e3 * float(c["compile_s"]) for c in colds)
     steady.info.update({"rate": row.rate, "rate_unit": unit, "limit": row.limit_name, "limit_value": limit,
                         "pct_of_limit": row.pct, "pct_of_cache_triad": row.pct_cache, "cold_ms": row.cold,
@@ -242,9 +263,13 @@ def _run_case(b: Bench, case: Case, row: Row, lim: machine_limits.Limits, peers:
             row.peer_ok["tinygrad"] = arr is not None and check(case, arr, xs, ref)[0]
             b.compare(f"{case.title} vs tinygrad", steady, tr, "tinygrad")
             tcold = b.record(Result(f"{case.key}/tinygrad cold first call", "ms", [1e3 * float(res["first_s"])],
-                                    False, None, {"compile_ms": 1e3 * float(res["compile_s"])}))
-            row.tg_cold = tcold.median
+                                    False, None, {"compile_ms": 1e3 * float(res["compile_s"]),
+                                                  "import_ms": 1e3 * float(res["import_s"])}))
+            tcold_imp = b.record(Result(f"{case.key}/tinygrad cold import + first call", "ms",
+                                        [1e3 * (float(res["import_s"]) + float(res["first_s"]))], False, None))
+            row.tg_cold, row.tg_cold_import = tcold.median, tcold_imp.median
             b.compare(f"{case.title} cold first call vs tinygrad", cold, tcold, "tinygrad")
+            b.compare(f"{case.title} cold import + first call vs tinygrad", cold_imp, tcold_imp, "tinygrad")
 
 
 # ---------------------------------------------------------------------------- output
@@ -267,8 +292,9 @@ def _pct(r: Row) -> str:
 
 
 def summary_table(rows: list[Row], peer_names: list[str]) -> list[str]:
-    head = ["case", "check", "kern/thr", "cold ms", "compile", "steady ms", "IQR", "exec ms", "rate", "% limit"]
-    head += [f"vs {p}" for p in peer_names] + (["tg cold ms"] if "tinygrad" in peer_names else [])
+    head = ["case", "check", "kern/thr", "cold ms", "+import", "compile", "steady ms", "IQR", "exec ms", "rate",
+            "% limit"]
+    head += [f"vs {p}" for p in peer_names] + (["tg cold ms", "+import"] if "tinygrad" in peer_names else [])
     table = [head]
     for r in rows:
         if r.error or r.steady is None:
@@ -277,7 +303,8 @@ def summary_table(rows: list[Row], peer_names: list[str]) -> list[str]:
         unit = "GFLOP/s" if r.case.compute_bound else "GB/s"
         q1, q3 = r.steady.iqr
         line = [r.case.title, "ok" if r.ok else f"FAIL {r.err:.1e}", f"{r.kernels}/{r.threads}",
-                fmt_value(r.cold or 0), fmt_value(r.compile or 0), fmt_value(r.steady.median),
+                fmt_value(r.cold or 0), fmt_value(r.cold_import or 0), fmt_value(r.compile or 0),
+                fmt_value(r.steady.median),
                 f"{fmt_value(q1)}..{fmt_value(q3)}", fmt_value(r.exec_.median) if r.exec_ else "-",
                 f"{fmt_value(r.rate or 0)} {unit}", _pct(r)]
         for p in peer_names:
@@ -286,6 +313,7 @@ def summary_table(rows: list[Row], peer_names: list[str]) -> list[str]:
             line.append("-" if x is None else f"{x:.2f}x{bad}")
         if "tinygrad" in peer_names:
             line.append("-" if r.tg_cold is None else fmt_value(r.tg_cold))
+            line.append("-" if r.tg_cold_import is None else fmt_value(r.tg_cold_import))
         table.append(line)
     widths = [max(len(t[i]) for t in table) for i in range(len(head))]
     out = []
@@ -336,16 +364,10 @@ def plot(rows: list[Row], path: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_kernels",
-                                 description="subprocess side of the kernels suite (run the suite with "
-                                             "`python -m benchmarks kernels`)")
-    ap.add_argument("--worker", choices=("ours", "tinygrad"), required=True)
-    ap.add_argument("--case", required=True, choices=sorted(all_cases()))
-    ap.add_argument("--runs", type=int, default=0)
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
-    print(json.dumps(worker(args.worker, args.case, args.runs, args.out)))
-    return 0
+    """The worker's entry, kept here for `python -m benchmarks.bench_kernels --worker ...` (see kernel_worker)."""
+    from benchmarks.kernel_worker import main as worker_main
+
+    return worker_main(argv)
 
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ class Compiler:
     def __init__(self) -> None:
         self._cc: str | None = None
         self._ident = ""
+        self._clang: bool | None = None
         self._libs: dict[str, ctypes.CDLL] = {}  # key -> loaded library, kept alive for the process
 
     @property
@@ -73,30 +74,43 @@ class Compiler:
             if path is None:
                 raise CompileError(f"cpu: no C compiler found (tried {want or 'gcc, clang, cc'}); install gcc or "
                                    f"clang, or set CC")
-            try:
-                out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
-            except (OSError, subprocess.TimeoutExpired) as e:
-                raise CompileError(f"cpu: cannot run {path} --version: {e}") from None
-            self._cc, self._ident = path, out.splitlines()[0] if out else path
+            self._cc, self._ident = path, _identity(path)
         return self._cc
 
     @property
+    def is_clang(self) -> bool:
+        """Whether the compiler is clang: from the name it resolves to, or (a name like `cc` that says neither)
+        from its --version line, asked once."""
+        if self._clang is None:
+            name = os.path.basename(os.path.realpath(self.cc)).lower()
+            if "clang" in name or "gcc" in name:
+                self._clang = "clang" in name
+            else:
+                try:
+                    out = subprocess.run([self.cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+                except (OSError, subprocess.TimeoutExpired) as e:
+                    raise CompileError(f"cpu: cannot run {self.cc} --version: {e}") from None
+                self._clang = "clang" in out.lower()
+        return self._clang
+
+    @property
     def flags(self) -> tuple[str, ...]:
-        cc = self.cc  # also reads the compiler's identity
-        gcc = "clang" not in self._ident.lower() and "clang" not in os.path.basename(cc)
-        return _BASE_FLAGS + (("-fexcess-precision=standard",) if gcc else ()) + ("-lm",)
+        return _BASE_FLAGS + (() if self.is_clang else ("-fexcess-precision=standard",)) + ("-lm",)
 
     def key(self, src: str) -> str:
         ident = "\0".join((self.cc, self._ident, _host(), *self.flags))
         return hashlib.sha256((ident + "\0" + src).encode()).hexdigest()[:32]
 
-    def load(self, src: str, what: str) -> ctypes.CDLL:
-        """The loaded library for `src`: from memory, the disk cache, or a fresh compile."""
+    def load(self, src: str, what: str, runtime: bool = False) -> ctypes.CDLL:
+        """The loaded library for `src`: from memory, the disk cache, or a fresh compile. `runtime` marks one of
+        the device's own support libraries (the thread pool): it is part of the installation rather than a
+        kernel, so it stays in the disk cache even under CACHE=0 (which is about kernels)."""
         key = self.key(src)
         if (lib := self._libs.get(key)) is not None:
             return lib
         t0 = time.perf_counter()
-        lib, hit = self._from_disk(src, key, what) if int(getenv("CACHE")) else (self._uncached(src, what), False)
+        on_disk = runtime or int(getenv("CACHE"))
+        lib, hit = self._from_disk(src, key, what) if on_disk else (self._uncached(src, what), False)
         if int(getenv("DEBUG")) >= 3:
             how = "disk cache hit" if hit else "compiled"
             print(f"cpu: {what}: {how} in {(time.perf_counter() - t0) * 1e3:.1f} ms")
@@ -129,6 +143,8 @@ class Compiler:
             r = subprocess.run(cmd, input=src, capture_output=True, text=True, timeout=300)
         except subprocess.TimeoutExpired:
             raise CompileError(f"cpu: {self.cc} took over 300 s on {what}\n{_numbered(src)}") from None
+        except OSError as e:
+            raise CompileError(f"cpu: cannot run {self.cc}: {e}") from None
         if r.returncode != 0:
             raise CompileError(f"cpu: {os.path.basename(self.cc)} failed on {what} (exit {r.returncode}):\n"
                                f"{r.stderr.strip()}\n--- source ---\n{_numbered(src)}")
@@ -136,6 +152,17 @@ class Compiler:
     def forget(self) -> None:
         """Drop the in-memory cache (loaded libraries stay mapped while kernels hold them)."""
         self._libs.clear()
+
+
+def _identity(path: str) -> str:
+    """The compiler build, for the cache key, without starting it (`--version` costs a process start, ~3 ms): the
+    binary the path resolves to, with its size and modification time, which an upgrade changes."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError:
+        return real
+    return f"{real} {st.st_size} {st.st_mtime_ns}"
 
 
 def _host() -> str:

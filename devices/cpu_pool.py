@@ -19,7 +19,8 @@ process holds the other core. So:
   sched_yield rounds up to SPIN_US in all, so a process that wants its core gets it. A futex wake is a syscall
   only when someone actually sleeps.
 
-The pool starts lazily on the first launch with n > 1 (its C source is compiled once, cached like kernels),
+The pool starts lazily on the first launch with n > 1 (its C source is compiled once and kept in the disk cache
+like kernels, but also under CACHE=0: it is the runtime, not a kernel),
 with one worker per usable CPU beyond the caller. Launches from two Python threads at once do not queue: the
 second runs its ids serially on its own thread. At interpreter exit the workers are stopped and joined; a
 forked child resets the pool (its workers do not exist there) and starts new workers on its first launch.
@@ -302,7 +303,7 @@ def _lib() -> ctypes.CDLL | None:
             from devices.cpu import DEVICE  # here, not at import time: devices.cpu imports this module
 
             try:
-                lib = DEVICE.compiler.load(_SRC, "thread pool")
+                lib = DEVICE.compiler.load(_SRC, "thread pool", runtime=True)
             except CompileError as e:  # e.g. no futex outside Linux: kernels still run, one id after another
                 _FAILED.append(str(e))
                 if int(getenv("DEBUG")) >= 1:

@@ -1,4 +1,9 @@
-"""Run a schedule: allocate buffers, compile kernels (cached by AST and device), launch in order."""
+"""Run a schedule: allocate buffers, compile kernels (cached by AST, device and lowering knobs), launch in order.
+
+`realize` keeps each schedule it runs as a replayable plan keyed by the graph's structure (lower.schedule_cache):
+a later realize of a graph with the same structure, whatever buffers it reads, skips scheduling and lowering.
+On a miss, the schedule's new kernels are lowered and then compiled together (one compiler run per device when
+the device can batch)."""
 
 from __future__ import annotations
 
@@ -11,12 +16,14 @@ from lower import buffers
 from lower.estimate import Estimate, estimate
 from lower.memory import plan
 from lower.schedule import ScheduleItem, schedule
+from lower.schedule_cache import PlanCache, build_plan, lowering_knobs, replay, signature
 from lower.stages import lower_kernel
 from rewrite import UOp
 from rewrite.env import getenv
 
-_compiled: dict[tuple[UOp, str], Any] = {}
-_estimates: dict[tuple[UOp, str], Estimate] = {}
+_compiled: dict[tuple, Any] = {}  # (ast, device, lowering knobs) -> compiled kernel
+_estimates: dict[tuple, Estimate] = {}
+plans = PlanCache()
 
 
 def _np_dtype(dtype: Any) -> Any:
@@ -52,18 +59,45 @@ def _array(buf: UOp) -> Any:
     return arr if arr.dtype == want else arr.view(want)
 
 
-def get_kernel(ast: UOp, device_name: str, name: str, bufs: tuple | None = None) -> Any:
-    key = (ast, device_name)
-    if (k := _compiled.get(key)) is None:
-        from devices import get_device
+def _kernel_key(ast: UOp, device_name: str) -> tuple:
+    return (ast, device_name, lowering_knobs()[1:])
 
-        dev = get_device(device_name)
-        linear = lower_kernel(ast, dev, bufs=bufs, name=name)
+
+def get_kernel(ast: UOp, device_name: str, name: str, bufs: tuple | None = None) -> Any:
+    key = _kernel_key(ast, device_name)
+    if (k := _compiled.get(key)) is None:
+        k = compile_kernels([(ast, device_name, name, bufs)])[0]
+    return k
+
+
+def compile_kernels(wanted: list[tuple[UOp, str, str, tuple | None]]) -> list[Any]:
+    """The compiled kernel for each (ast, device, name, bufs): from memory, or lowered and then compiled, the new
+    ones of a device in one batch when it can compile several at once (one compiler start instead of one each)."""
+    from devices import get_device
+
+    new: dict[tuple, tuple[UOp, str]] = {}  # key -> (LINEAR, name), in first-use order
+    for ast, device_name, name, bufs in wanted:
+        key = _kernel_key(ast, device_name)
+        if key in _compiled or key in new:
+            continue
+        linear = lower_kernel(ast, get_device(device_name), bufs=bufs, name=name)
         if getenv("DEBUG") >= 3:
             print(f"--- {name} ({device_name})\n{linear}")
-        k = _compiled[key] = dev.compile(linear, name)
-        _estimates[key] = estimate(linear)
-    return k
+        new[key] = (linear, name)
+    by_dev: dict[str, list[tuple]] = {}
+    for key in new:
+        by_dev.setdefault(key[1], []).append(key)
+    for device_name, keys in by_dev.items():
+        dev = get_device(device_name)
+        batch = getattr(dev, "compile_batch", None)
+        if batch is not None and len(keys) > 1:
+            ks = batch([new[key] for key in keys])
+        else:
+            ks = [dev.compile(*new[key]) for key in keys]
+        for key, k in zip(keys, ks, strict=True):
+            _compiled[key] = k
+            _estimates[key] = estimate(new[key][0])
+    return [_compiled[_kernel_key(ast, d)] for ast, d, _, _ in wanted]
 
 
 def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None) -> None:
@@ -88,7 +122,7 @@ def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None) -> Non
         kernel({i: _array(b) for i, b in enumerate(it.bufs)})
         if debug >= 2:
             dt = time.perf_counter() - st
-            est = _estimates.get((it.ast, dev), Estimate(0, 0))
+            est = _estimates.get(_kernel_key(it.ast, dev), Estimate(0, 0))
             shape = "x".join(str(d) for d in it.bufs[0].shape)
             print(f"*** {dev:6s} {it.name:28s} out {shape:>10s}  {dt * 1e3:9.3f} ms  "
                   f"{est.mem_bytes / dt / 1e9:7.2f} GB/s  {est.flops / dt / 1e9:7.2f} GFLOP/s")
@@ -98,7 +132,19 @@ def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None) -> Non
 
 
 def realize(roots: list[UOp]) -> dict[UOp, UOp]:
-    """Compute `roots`; returns, for each, the BUFFER (of the root's shape) holding its value."""
-    items, outs = schedule(roots)
-    run_schedule(items, keep=set(outs.values()))
-    return outs
+    """Compute `roots`; returns, for each, the BUFFER (of the root's shape) holding its value. A graph with the
+    structure of one realized before replays that one's plan (schedule, kernels, memory plan)."""
+    if int(getenv("TRACE")):  # tracing wants the scheduling rules to fire, so nothing is replayed
+        items, outs = schedule(roots)
+        run_schedule(items, keep=set(outs.values()))
+        return outs
+    key, inputs = signature(roots)
+    if (p := plans.get(key)) is None:
+        items, outs = schedule(roots)
+        kitems = [it for it in items if it.kind == "kernel"]
+        wanted = [(it.ast, _device_of(it.bufs[0]), it.name, it.bufs) for it in kitems]
+        kernels = compile_kernels(wanted)  # type: ignore[arg-type]
+        ests = [_estimates.get(_kernel_key(a, d), Estimate(0, 0)) for a, d, _, _ in wanted]
+        p = build_plan(roots, inputs, items, outs, kernels, ests)
+        plans.put(key, p)
+    return replay(p, roots, inputs)

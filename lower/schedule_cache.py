@@ -1,0 +1,273 @@
+"""Schedule cache: a realize whose tensor graph has the structure of an earlier one replays that one's plan.
+
+Scheduling and lowering depend only on a graph's structure, never on the data in its buffers, so the work of a
+realize (callify, split-reduce, rangeify, kernel ASTs, compiled kernels, the memory plan) is kept as a `Plan`
+keyed by the graph's structure with every GLOBAL BUFFER abstracted to its position: the k-th distinct buffer
+slot met in a fixed walk of the roots (children first, roots in order). Two graphs have the same key exactly
+when they differ only in which buffers they read: same ops, args, shapes, dtypes, devices and constants, the
+same sharing of subterms, and the same pattern of repeated buffers (`x + x` and `x + y` differ). The knobs that
+change lowering (DEVICE as the default device, NOOPT, BEAM, EGGLOG) are part of the key as well.
+
+A replay binds the new graph's input buffers by position, allocates fresh outputs (a realize never writes into
+a buffer somebody holds) and the intermediates' storage per the memory plan, launches the compiled kernels in
+order and returns the intermediates' storage to the allocator. Data is looked up at every replay, so new data
+under the same buffers is read; nothing of a plan holds a buffer or its data between calls.
+
+Symbolic variables: a PARAM variable is part of the structure (its name, dtype and bounds); the lowering does
+not realize graphs with variables yet, so no variable values are bound here. TRACE=1 bypasses the cache, so
+the scheduling rules are traced at every realize.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lower import buffers
+from lower.estimate import Estimate
+from lower.memory import plan as memory_plan
+from lower.schedule import ScheduleItem
+from rewrite import BufferArg, Ops, UOp
+from rewrite.dtype import AddrSpace
+from rewrite.env import getenv
+
+MAX_PLANS = 256  # a graph with fresh constants each call (rand's key) would otherwise grow the cache forever
+_BUFFER = Ops.BUFFER
+_GLOBAL = AddrSpace.GLOBAL
+
+
+def lowering_knobs() -> tuple:
+    """The knobs whose values change what a graph schedules or lowers to."""
+    return (str(getenv("DEVICE")), int(getenv("NOOPT")), int(getenv("BEAM")), int(getenv("EGGLOG")))
+
+
+def signature(roots: list[UOp]) -> tuple[tuple, list[UOp]]:
+    """The structural key of `roots` and the graph's distinct GLOBAL buffers in key order (the k-th is bound to
+    position k). A node is (op, arg, tag, child positions); a BUFFER's slot becomes its position."""
+    pos: dict[UOp, int] = {}
+    parts: list[tuple] = []
+    inputs: list[UOp] = []
+    slot_pos: dict[int, int] = {}
+    for r in roots:
+        if r in pos:
+            continue
+        for u in r.toposort():
+            if u in pos:
+                continue
+            src = tuple(pos[s] for s in u.src)
+            pos[u] = len(parts)
+            a = u.arg
+            if u.op is _BUFFER and type(a) is BufferArg and a.addrspace is _GLOBAL:
+                k = slot_pos.get(a.slot)
+                if k is None:
+                    k = slot_pos[a.slot] = len(inputs)
+                    inputs.append(u)
+                parts.append((_BUFFER, k, a.dtype, a.device, src))
+            else:
+                parts.append((u._key[0], u._key[2:], src))  # the intern key: the arg with its value types
+    parts.append(tuple(pos[r] for r in roots))
+    parts.append(lowering_knobs())
+    return tuple(parts), inputs
+
+
+def _slot(b: UOp) -> int:
+    return b.arg.slot  # type: ignore[union-attr]
+
+
+def _count(b: UOp) -> int:
+    n = 1
+    for d in b.shape:
+        n *= d
+    return n
+
+
+def _device_of(b: UOp) -> str:
+    d = b.arg.device  # type: ignore[union-attr]
+    return d if isinstance(d, str) else str(getenv("DEVICE"))
+
+
+def np_dtype(dtype: Any) -> Any:
+    from devices.memory import np_dtype as storage
+
+    return storage(dtype)
+
+
+@dataclass(frozen=True)
+class Alloc:
+    """Storage to allocate at each replay: `count` elements of `dtype` on `device`."""
+
+    dtype: Any
+    count: int
+    device: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """One item of the plan: a compiled kernel (or a copy), its arrays as (storage index, numpy dtype to view the
+    storage as) per local slot, and what DEBUG=2 prints."""
+
+    kind: str
+    kernel: Any
+    refs: tuple[tuple[int, Any], ...]
+    name: str
+    device: str
+    out_shape: str
+    est: Estimate
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Storage indices: [0, n_inputs) the graph's buffers by position, then `outs` (fresh at every replay, kept
+    by the caller), then `temps` (freed after the replay). `roots[j]` is the storage index of root j's result and
+    `root_bufs[j]` says how to make its BUFFER: None when the root is an input buffer itself."""
+
+    n_inputs: int
+    input_allocs: tuple[Alloc, ...]  # for inputs that have no data yet (an empty tensor)
+    outs: tuple[tuple[Any, tuple, str], ...]  # (dtype, shape, device) of each fresh result BUFFER
+    temps: tuple[Alloc, ...]
+    steps: tuple[Step, ...]
+    roots: tuple[int, ...]
+
+
+def build_plan(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], outs: dict[UOp, UOp],
+               kernels: list[Any], estimates: list[Estimate]) -> Plan:
+    """The replayable form of a schedule. `kernels[i]` / `estimates[i]` belong to the i-th kernel item."""
+    in_pos = {_slot(b): k for k, b in enumerate(inputs)}
+    n_in = len(inputs)
+    out_pos: dict[int, int] = {}
+    out_specs: list[tuple[Any, tuple, str]] = []
+    root_ix: list[int] = []
+    for r in roots:
+        b = outs[r]
+        s = _slot(b)
+        if s in in_pos:
+            root_ix.append(in_pos[s])
+            continue
+        if s not in out_pos:
+            out_pos[s] = len(out_specs)
+            out_specs.append((b.dtype, b.shape, _device_of(b)))
+        root_ix.append(n_in + out_pos[s])
+    shared = memory_plan(items, set(outs.values()))
+    temp_pos: dict[int, int] = {}  # owner slot -> temp index
+    temps: list[Alloc] = []
+    first_seen: dict[int, UOp] = {}
+    for it in items:
+        for b in it.bufs:
+            first_seen.setdefault(_slot(b), b)
+    input_allocs = [Alloc(b.dtype, _count(b), _device_of(b)) for b in inputs]
+
+    base = n_in + len(out_specs)
+
+    def storage(b: UOp) -> int:
+        s = _slot(b)
+        if s in in_pos:
+            return in_pos[s]
+        if s in out_pos:
+            return n_in + out_pos[s]
+        owner = shared.get(s, first_seen[s])
+        o = _slot(owner)
+        if o not in temp_pos:
+            rep = first_seen.get(o, owner)
+            temp_pos[o] = len(temps)
+            temps.append(Alloc(rep.dtype, _count(rep), _device_of(rep)))
+        return base + temp_pos[o]
+
+    steps: list[Step] = []
+    kernel_ix = 0
+    for it in items:
+        refs = tuple((storage(b), np_dtype(b.dtype)) for b in it.bufs)
+        shape = "x".join(str(d) for d in it.bufs[0].shape)
+        dev = _device_of(it.bufs[0])
+        if it.kind == "copy":
+            steps.append(Step("copy", None, refs, it.name, dev, shape, Estimate(0, 0)))
+            continue
+        steps.append(Step("kernel", kernels[kernel_ix], refs, it.name, dev, shape, estimates[kernel_ix]))
+        kernel_ix += 1
+    return Plan(n_in, tuple(input_allocs), tuple(out_specs), tuple(temps), tuple(steps), tuple(root_ix))
+
+
+def _alloc(a: Alloc) -> tuple[Any, np.ndarray]:
+    from devices import get_device
+
+    dev = get_device(a.device)
+    return dev, dev.alloc(a.count, a.dtype)
+
+
+def replay(p: Plan, roots: list[UOp], inputs: list[UOp]) -> dict[UOp, UOp]:
+    """Run plan `p` on a graph with its key: `inputs` are that graph's buffers by position."""
+    debug = int(getenv("DEBUG"))
+    t0 = time.perf_counter()
+    arrays: list[np.ndarray] = []
+    for b, a in zip(inputs, p.input_allocs, strict=True):
+        if not buffers.has_data(b):  # an empty tensor: storage on first use, as a fresh schedule would
+            dev, arr = _alloc(a)
+            buffers.store(b, arr, owner=dev)
+        arrays.append(buffers.lookup(b))
+    out_bufs: list[UOp] = []
+    for dtype, shape, device in p.outs:
+        b = buffers.new_buffer(dtype, shape, device)
+        dev, arr = _alloc(Alloc(dtype, _count(b), device))
+        buffers.store(b, arr, owner=dev)
+        out_bufs.append(b)
+        arrays.append(arr)
+    temps = [_alloc(a) for a in p.temps]
+    arrays += [arr for _, arr in temps]
+    try:
+        for st in p.steps:
+            views = [a if a.dtype == dt else a.view(dt) for a, dt in ((arrays[i], dt) for i, dt in st.refs)]
+            if st.kind == "copy":
+                views[0][:] = views[1]
+                continue
+            t1 = time.perf_counter()
+            st.kernel(dict(enumerate(views)))
+            if debug >= 2:
+                dt_s = time.perf_counter() - t1
+                print(f"*** {st.device:6s} {st.name:28s} out {st.out_shape:>10s}  {dt_s * 1e3:9.3f} ms  "
+                      f"{st.est.mem_bytes / dt_s / 1e9:7.2f} GB/s  {st.est.flops / dt_s / 1e9:7.2f} GFLOP/s")
+    finally:
+        del arrays
+        for dev, arr in temps:
+            dev.free(arr)
+    if debug >= 1:
+        nk = sum(s.kind == "kernel" for s in p.steps)
+        print(f"ran {nk} kernels, {len(p.steps) - nk} copies in {(time.perf_counter() - t0) * 1e3:.2f} ms")
+    n_in = p.n_inputs
+    return {r: (inputs[i] if i < n_in else out_bufs[i - n_in]) for r, i in zip(roots, p.roots, strict=True)}
+
+
+class PlanCache:
+    """Plans by structural key, least recently used out first; counts hits and misses."""
+
+    def __init__(self, limit: int = MAX_PLANS) -> None:
+        self.limit = limit
+        self._plans: collections.OrderedDict[tuple, Plan] = collections.OrderedDict()
+        self.hits = self.misses = 0
+
+    def get(self, key: tuple) -> Plan | None:
+        p = self._plans.get(key)
+        if p is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._plans.move_to_end(key)
+        return p
+
+    def put(self, key: tuple, p: Plan) -> None:
+        self._plans[key] = p
+        self._plans.move_to_end(key)
+        while len(self._plans) > self.limit:
+            self._plans.popitem(last=False)
+
+    def clear(self) -> None:
+        self._plans.clear()
+        self.hits = self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+
+__all__ = ["Plan", "PlanCache", "build_plan", "lowering_knobs", "replay", "signature"]
