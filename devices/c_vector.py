@@ -242,6 +242,12 @@ def render_vector_alu(x: UOp, ctx: CContext) -> str:
         if c.shape == ():
             return f"({unparen(ctx[c])} ? {_vec(a, n, ctx)} : {_vec(b, n, ctx)})"
         t, m, i8 = vtype(x.dtype, n, ctx), _mask_type(x.dtype, n, ctx), vtype(dtypes.bool, n, ctx)
+        if c.op in _COMPARE and c.src[0].dtype is not dtypes.bool and _csize(c.src[0].dtype) == _csize(x.dtype):
+            # the comparison's own mask is already as wide as the lanes: select with it directly (narrowing it to
+            # the i8 bool mask and widening it back, GCC moves lane by lane through scalar registers)
+            mask = f"({m})({_vec(c.src[0], n, ctx)}{_COMPARE[c.op]}{_vec(c.src[1], n, ctx)})"
+            fn = _select_helper("vsel", t, m, "c", ctx, f"{m} c, {t} a, {t} b")
+            return f"{fn}({mask}, {_vec(a, n, ctx)}, {_vec(b, n, ctx)})"
         fn = _select_helper("vwhere", t, m, f"__builtin_convertvector(c, {m})", ctx, f"{i8} c, {t} a, {t} b")
         return f"{fn}({unparen(ctx[c])}, {_vec(a, n, ctx)}, {_vec(b, n, ctx)})"
     native = _native_alu(x, x.src[0].dtype, n, ctx)

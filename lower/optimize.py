@@ -217,8 +217,9 @@ THREADS = max(1, min(os.cpu_count() or 1, 64))
 # 2.9 ms vs 7.3 ms).
 UPCAST_OUTPUTS = False
 # ops whose lane code is per-lane today (casts between sizes) or that decompose into such: a reduction over them
-# stays a scalar loop, which gcc vectorizes better (softmax: 24 ms vs 42 ms with unrolled lanes)
-_LANE_UNFRIENDLY = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW, Ops.CAST, Ops.BITCAST, Ops.IDIV, Ops.MOD})
+# stays a scalar loop. EXP2, LOG2 and SIN decompose into lane-friendly polynomials on the cpu device (softmax 4096^2
+# with its sum of exp in lanes: 14 ms, against 19 ms as a scalar loop)
+_LANE_UNFRIENDLY = frozenset({Ops.POW, Ops.CAST, Ops.BITCAST, Ops.IDIV, Ops.MOD})
 MIN_WORK_PER_THREAD = 1 << 17
 
 

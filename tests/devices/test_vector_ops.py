@@ -209,7 +209,8 @@ def test_special_values_lane_by_lane() -> None:
     f = [np.nan, -0.0, 0.0, np.inf, -np.inf, 1.5, -2.5, 65504.0]
     g = [1.0, 0.0, -0.0, np.nan, -np.inf, np.nan, 3.0, 1e30]
     cases = [lambda v, s: v[0].maximum(v[1]), lambda v, s: v[1].maximum(v[0]), lambda v, s: (v[0] < v[1]),
-             lambda v, s: (v[0].ne(v[1])).where(v[0], v[1]), lambda v, s: v[0].cast(dtypes.int32),
+             lambda v, s: (v[0].ne(v[1])).where(v[0], v[1]), lambda v, s: (v[0] < v[1]).where(v[1], v[0]),
+             lambda v, s: v[0].eq(v[1]).where(v[0], -v[1]), lambda v, s: v[0].cast(dtypes.int32),
              lambda v, s: v[0].cast(dtypes.bool), lambda v, s: v[0].cast(dtypes.float16),
              lambda v, s: v[0].cast(dtypes.bfloat16), lambda v, s: -v[0]]
     ins = [UOp.const(0.0)] * 2
@@ -225,4 +226,4 @@ def test_special_values_lane_by_lane() -> None:
     for i, od in enumerate(outs):
         assert_same(res[0][i], res[1][i], od, f"case {i}")
     assert_same(res[0][0], np.maximum(np.float32(f), np.float32(g)), dtypes.float32, "numpy.maximum")
-    assert res[0][4].tolist()[:5] == [0, 0, 0, 0, 0]  # nan, -0, 0, inf, -inf -> 0
+    assert res[0][6].tolist()[:5] == [0, 0, 0, 0, 0]  # nan, -0, 0, inf, -inf -> 0

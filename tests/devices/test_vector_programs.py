@@ -212,9 +212,14 @@ def test_vector_source_shapes() -> None:
     assert "memcpy(&v, p, sizeof v)" in src and "vload_f32x16(data1+alu0)" in src
     assert "vstore_f32x16(data0+alu0, val0+val1);" in src  # a native vector add
     assert src.count("for (int lane_l") == 1  # only the gather goes lane by lane
-    m = x.index(cont).load() < UOp.const(1.0, F32)  # a mask, then a bit-select: no lane loop
+    v = x.index(cont).load()
+    m = v < UOp.const(1.0, F32)  # a comparison selecting lanes of its own width: its mask, a bit-select
     s2 = o.index(cont).store(m.where(UOp.const(1.0, F32), UOp.const(2.0, F32)))
     src = CPU.render(linear(o, x, r, s2, end(s2, r)), "w")
+    assert "vsel_f32x16((i32x16)(val0<" in src and "__builtin_convertvector" not in src and "lane_l" not in src
+    both = m & (v > UOp.const(-1.0, F32))  # any other bool vector: an i8 mask, widened for the select
+    s3 = o.index(cont).store(both.where(UOp.const(1.0, F32), UOp.const(2.0, F32)))
+    src = CPU.render(linear(o, x, r, s3, end(s3, r)), "w")
     assert "__builtin_convertvector((val0<" in src and "vwhere_f32x16(" in src and "lane_l" not in src
 
 
