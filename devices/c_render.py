@@ -127,6 +127,11 @@ def signature(prog: Program, name: str, ctx: CContext) -> str:
     return f"void {name}({', '.join(params) or 'void'})"
 
 
+_NO_LOOP_VECTORIZE = ("#if defined(__GNUC__) && !defined(__clang__)\n"
+                      "#define NO_LOOP_VECTORIZE __attribute__((optimize(\"no-tree-loop-vectorize\")))\n"
+                      "#else\n#define NO_LOOP_VECTORIZE\n#endif")
+
+
 def _reversed_reduction(prog: Program) -> bool:
     """A kernel with an accumulator whose addresses step backwards along some loop (a FLIP inside a reduction).
     GCC 12.2's loop vectorizer miscompiles such reductions (e.g. a sum over i < n, j < 2 of d[2i + 1 - j] comes
@@ -147,8 +152,7 @@ def render_function(prog: Program, name: str, helpers: dict[str, str]) -> str:
     ctx = CContext(prog, helpers)
     attr = ""
     if _reversed_reduction(prog):
-        attr = ctx.define("NO_LOOP_VECTORIZE", "#if defined(__GNUC__) && !defined(__clang__)\n#define NO_LOOP_VECTORIZE "
-                          "__attribute__((optimize(\"no-tree-loop-vectorize\")))\n#else\n#define NO_LOOP_VECTORIZE\n#endif") + " "
+        attr = ctx.define("NO_LOOP_VECTORIZE", _NO_LOOP_VECTORIZE) + " "
     lines = [attr + signature(prog, name, ctx) + " {"]
     indent = 1
     for u in prog.instrs:

@@ -137,7 +137,8 @@ def _bf16_round(n: int, ctx: CContext) -> str:
 
 def _fma_helper(dt: DType, n: int, ctx: CContext) -> str:
     """Fused multiply-add of n lanes (rewrite.semantics: one rounding; float16 and bfloat16 lanes fused in float32,
-    then rounded; bfloat16 lanes are float32 registers, rounded by the caller). GCC turns the lane loop of fma calls into one vector FMA; clang does not, but contracts a*b+c
+    then rounded; bfloat16 lanes are float32 registers, rounded by the caller). GCC turns the lane loop of fma
+    calls into one vector FMA; clang does not, but contracts a*b+c
     into an FMA under its pragma when the target has FMA instructions (fmaf lanes otherwise)."""
     t = vtype(dt, n, ctx)
     fn = f"vfma_{t}"
@@ -149,7 +150,8 @@ def _fma_helper(dt: DType, n: int, ctx: CContext) -> str:
                               f"{cvt}(b, {f}), {cvt}(c, {f})), {t}); }}")
     scalar = "__builtin_fma" if dt is dtypes.float64 else "__builtin_fmaf"
     body = f"{t} r; for (int l = 0; l < {n}; l++) r[l] = {scalar}(a[l], b[l], c[l]); return r;"
-    return ctx.define(fn, f"static inline {t} {fn}({t} a, {t} b, {t} c) {{\n#if defined(__clang__) && defined(__FMA__)\n"
+    return ctx.define(fn, f"static inline {t} {fn}({t} a, {t} b, {t} c) {{\n"
+                          f"#if defined(__clang__) && defined(__FMA__)\n"
                           f"  _Pragma(\"clang fp contract(fast)\") return a * b + c;\n#else\n  {body}\n#endif\n}}")
 
 

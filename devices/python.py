@@ -106,7 +106,8 @@ class PythonKernel:
                 init[p] = round_to(u.dtype, const_value(u))
             elif op is Ops.VCONST:
                 init[p] = tuple(round_to(u.dtype, x) for x in u.arg[0])  # type: ignore[index]
-            elif op in (Ops.PARAM, Ops.SPECIAL, Ops.BARRIER, Ops.ENDIF, Ops.GROUP) or (op is Ops.BUFFER and is_global(u)):
+            elif op in (Ops.PARAM, Ops.SPECIAL, Ops.BARRIER, Ops.ENDIF, Ops.GROUP) or \
+                    (op is Ops.BUFFER and is_global(u)):
                 pass  # set per call (buffers, variables, SPECIAL values) or no work at all
             elif op is Ops.END:
                 for r in prog.opened[p]:  # innermost first

@@ -101,7 +101,8 @@ reduce_to_acc = RuleSet("reduce-to-acc", [
     # a vector constant moves to the outside of a sum, so an address reads base + lanes (a contiguous access)
     Rule("vconst-outward", op.ADD(op.ADD(var("y"), op.VCONST(name="v")), var("z", None)), _vconst_outward),
     # (base + lanes) + a constant splat: the constant joins the base
-    Rule("uniform-vconst-outward", op.ADD(op.ADD(var("y"), op.VCONST(name="v")), op.VCONST(name="w")), _uniform_outward),
+    Rule("uniform-vconst-outward", op.ADD(op.ADD(var("y"), op.VCONST(name="v")), op.VCONST(name="w")),
+         _uniform_outward),
     Rule("reduce-to-accumulator", op.REDUCE(name="red"), lambda ctx, red: _acc_for_reduce(ctx, red)),
     Rule("split-multi-range-end", op.END(name="e"), lambda e: _split_end(e)),
 ])
@@ -160,7 +161,8 @@ def _merge_ends(g: UOp) -> UOp:
         dup = next((es for es in by_range.values() if len(es) > 1), None)
         if dup is None:
             return g
-        bodies = tuple(dict.fromkeys(b for e in dup for b in (e.src[0].src if e.src[0].op is Ops.GROUP else (e.src[0],))))
+        bodies = tuple(dict.fromkeys(b for e in dup for b in (e.src[0].src if e.src[0].op is Ops.GROUP
+                                                                 else (e.src[0],))))
         merged = UOp(Ops.END, (bodies[0] if len(bodies) == 1 else UOp(Ops.GROUP, bodies), dup[0].src[1]))
         g = g.substitute({e: merged for e in dup})
 

@@ -39,7 +39,8 @@ def _cases() -> list[tuple[str, UOp]]:
     sm = (a - a.max((1,)).expand((8, 16))).exp2()
     c, d = new_buffer(dtypes.float32, (16, 32), "cpu"), new_buffer(dtypes.float32, (32, 64), "cpu")
     wide = (c.reshape((16, 32, 1)).expand((16, 32, 64)) * d.reshape((1, 32, 64)).expand((16, 32, 64))).sum((1,))
-    return [("matmul", mm), ("matmul_wide", wide), ("softmaxish", sm / sm.sum((1,)).expand((8, 16))), ("rowsum", a.sum((1,)) * 2.0),
+    return [("matmul", mm), ("matmul_wide", wide), ("softmaxish", sm / sm.sum((1,)).expand((8, 16))),
+            ("rowsum", a.sum((1,)) * 2.0),
             ("elementwise", (a * 3.0 + 1.0).sqrt())]
 
 
@@ -67,7 +68,8 @@ def opt_lists(draw: st.DrawFn, ast: UOp) -> list[Opt]:
             divs = [d for d in (2, 4, 8, 16) if n % d == 0]
             if not divs:
                 continue
-            o = Opt(OptOps.SPLIT, i, (draw(st.sampled_from(divs)), draw(st.sampled_from(_TARGETS)), draw(st.booleans())))
+            arg = (draw(st.sampled_from(divs)), draw(st.sampled_from(_TARGETS)), draw(st.booleans()))
+            o = Opt(OptOps.SPLIT, i, arg)
         try:
             ast = apply_opt(ast, o)
         except KernelOptError:

@@ -63,7 +63,8 @@ def test_matmul_through_column_panels(case: str, dt: str) -> None:
 
     rng = np.random.default_rng(3)
     shapes = {"plain": ((64, 96), (96, 256)), "batched": ((2, 32, 80), (2, 80, 512)),
-              "transposed_b": ((48, 128), (256, 128)), "small_m": ((8, 96), (96, 256)), "ragged_n": ((64, 96), (96, 300)),
+              "transposed_b": ((48, 128), (256, 128)), "small_m": ((8, 96), (96, 256)),
+              "ragged_n": ((64, 96), (96, 300)),
               "narrow_n": ((64, 96), (96, 128))}
     sa, sb = shapes[case]
     a = rng.integers(-3, 4, sa).astype(dt) if dt == "int32" else rng.standard_normal(sa).astype(dt)
@@ -129,8 +130,9 @@ def test_conv2d(data: st.DataObject) -> None:
     close(got, expected, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("groups,cout,stride,pad,dt", [(1, 32, (1, 1), (1, 1), "float32"), (2, 64, (2, 1), (1, 0), "float32"),
-                                                  (1, 16, (1, 1), (0, 2), "float64"), (1, 24, (1, 1), (1, 1), "float32")])
+@pytest.mark.parametrize("groups,cout,stride,pad,dt", [
+    (1, 32, (1, 1), (1, 1), "float32"), (2, 64, (2, 1), (1, 0), "float32"),
+    (1, 16, (1, 1), (0, 2), "float64"), (1, 24, (1, 1), (1, 1), "float32")])
 def test_conv2d_register_tile(groups: int, cout: int, stride: tuple, pad: tuple, dt: str) -> None:
     """Output channels innermost in a weight copy (tensor.nn._channels_last) where they fill vectors, and the
     conv kernel then gets the register tile (lanes over output channels, rows over output columns)."""
