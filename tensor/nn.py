@@ -73,20 +73,33 @@ def matmul(x: Tensor, w: Tensor) -> Tensor:
 def _panels(b: UOp, m: int, dev: str) -> UOp:
     """b (..., K, N) read through a copy stored as column panels (..., N/P, K, P), P = the device's panel width
     (`matmul_panel` bytes): a register tile then reads P consecutive elements per step of K, and the rows of a
-    panel are adjacent in memory instead of N elements apart (which, for N a multiple of 1024, lands every row
-    in the same cache set). Only when the copy pays for itself: M rows reuse each panel, K is large, and b's rows
-    are at least a kilobyte apart (closer rows share pages and spread over cache sets anyway, and the C compiler
-    vectorizes a plain row-major b across N, e.g. under an attention's fused softmax, which a panel layout stops)."""
+    panel are adjacent in memory instead of N elements apart. Only when the copy pays for itself (M rows reuse each
+    panel, K is large) and is needed: b's rows are a page or more apart (every row then lands in the same cache
+    sets: matmul 1024 ran at a third of the speed), or b is larger than an L2 cache, or b is a permuted view (a
+    transposed operand, whose N elements are not adjacent for the tile's vector loads). A small row-major b is read
+    in place: at 256 and 512 the copy cost more than it saved."""
     from devices import get_device
 
     k, n = b.shape[-2], b.shape[-1]
-    panel = getattr(get_device(dev), "matmul_panel", 0) // b.dtype.itemsize
-    if not panel or n % panel or n <= panel or k < 64 or m < 16 or n * b.dtype.itemsize < 1024:
+    size = b.dtype.itemsize
+    panel = getattr(get_device(dev), "matmul_panel", 0) // size
+    if not panel or n % panel or n <= panel or k < 64 or m < 16:
+        return b
+    if n * size < 4096 and k * n * size <= (2 << 20) and not _permuted(b):
         return b
     nb = b.ndim - 2
     swap = (*range(nb), nb + 1, nb, nb + 2)  # (.., K, N/P, P) <-> (.., N/P, K, P): its own inverse
     packed = b.reshape((*b.shape[:-2], k, n // panel, panel)).permute(swap).contiguous()
     return packed.permute(swap).reshape(b.shape)
+
+
+def _permuted(x: UOp) -> bool:
+    """Whether x is read through a PERMUTE among the movement ops and casts above its data."""
+    while x.op in (Ops.CAST, Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK, Ops.CONTIGUOUS):
+        if x.op is Ops.PERMUTE:
+            return True
+        x = x.src[0]
+    return False
 
 
 def _channels_last(w: UOp, groups: int, positions: int, dev: str) -> UOp:

@@ -57,12 +57,12 @@ def test_matmul_mixed_dtypes_and_rmatmul() -> None:
 @pytest.mark.parametrize("dt", ["float32", "float64", "int32", "float16"])
 @pytest.mark.parametrize("case", ["plain", "batched", "transposed_b", "small_m", "ragged_n", "narrow_n"])
 def test_matmul_through_column_panels(case: str, dt: str) -> None:
-    """Large right operands are read through a panel copy (tensor.nn._panels): an extra kernel where it pays,
-    and the same values either way, for every layout of b, batched or not, and dtype."""
+    """Right operands with rows a page apart, or transposed, are read through a panel copy (tensor.nn._panels): an
+    extra kernel where it pays, and the same values either way, for every layout of b, batched or not, and dtype."""
     from lower import schedule
 
     rng = np.random.default_rng(3)
-    shapes = {"plain": ((64, 96), (96, 256)), "batched": ((2, 32, 80), (2, 80, 512)),
+    shapes = {"plain": ((64, 96), (96, 1024)), "batched": ((2, 32, 80), (2, 80, 1024)),
               "transposed_b": ((48, 128), (256, 128)), "small_m": ((8, 96), (96, 256)),
               "ragged_n": ((64, 96), (96, 300)),
               "narrow_n": ((64, 96), (96, 128))}
@@ -74,8 +74,9 @@ def test_matmul_through_column_panels(case: str, dt: str) -> None:
     out = Tensor(a) @ tb
     kernels = [it for it in schedule([out.uop])[0] if it.kind == "kernel"]
     panel = 128 // np.dtype(dt).itemsize
-    n = nb.shape[-1]
-    packs = n % panel == 0 and n > panel and sa[-2] >= 16 and n * np.dtype(dt).itemsize >= 1024
+    k, n, size = nb.shape[-2], nb.shape[-1], np.dtype(dt).itemsize
+    needed = n * size >= 4096 or k * n * size > (2 << 20) or case == "transposed_b"  # rows a page apart, or a view
+    packs = n % panel == 0 and n > panel and sa[-2] >= 16 and k >= 64 and needed
     assert len(kernels) == (2 if packs else 1), [it.name for it in kernels]
     tol = {"float16": 2e-2, "float32": 1e-4}.get(dt, 1e-9)
     close(out, np.matmul(a.astype(np.float64), nb.astype(np.float64)).astype(dt), rtol=tol, atol=tol)
