@@ -359,7 +359,7 @@ def _lane_address(i: UOp, start: str | None, ctx: CContext, binds: list[str]) ->
 
 def _load(x: UOp, idx: UOp, ctx: CContext, alt: UOp | None = None, gate: UOp | None = None) -> str:
     ptr, buf, i, start = _access(idx, ctx)
-    if gate is None and _whole_register(buf, i, ctx):
+    if gate is None and buf in ctx.vector_regs and _all_lanes(buf, i):
         return ptr
     n, t = lanes(x), vtype(x.dtype, lanes(x), ctx)
     if gate is None or gate.shape == ():
@@ -387,7 +387,7 @@ def render_vector_load_gated(x: UOp, idx: UOp, alt: UOp, gate: UOp, ctx: CContex
 
 def _store(idx: UOp, val: UOp, ctx: CContext, gate: UOp | None = None) -> str:
     ptr, buf, i, start = _access(idx, ctx)
-    if gate is None and _whole_register(buf, i, ctx):
+    if gate is None and buf in ctx.vector_regs and _all_lanes(buf, i):
         return f"{ptr} = {unparen(ctx[val])};"
     n = lanes(val)
     guard = f"if ({unparen(ctx[gate])}) " if gate is not None and gate.shape == () else ""
@@ -425,12 +425,9 @@ def _is_lane(v: UOp) -> bool:
     return base_of(v).op is not Ops.BUFFER
 
 
-def _whole_register(buf: UOp, i: UOp, ctx: CContext | None = None) -> bool:
-    """An access to all n lanes of an n-lane REG buffer (positions 0..n-1); with ctx, also that the buffer was
-    declared as a vector variable (render_vector_reg)."""
-    whole = not is_global(buf) and len(buf.shape) == 1 and buf.shape[0] > 1 and i.op is Ops.VCONST and \
-        list(i.arg[0]) == list(range(buf.shape[0]))  # type: ignore[index]
-    return whole and (ctx is None or buf in ctx.vector_regs)
+def _all_lanes(buf: UOp, i: UOp) -> bool:
+    """An index reading or writing every lane of an n-lane REG buffer, in order (positions 0..n-1)."""
+    return i.op is Ops.VCONST and list(i.arg[0]) == list(range(buf.shape[0]))  # type: ignore[index]
 
 
 def render_vector_reg(x: UOp, ctx: CContext) -> str:
@@ -438,7 +435,7 @@ def render_vector_reg(x: UOp, ctx: CContext) -> str:
     compiler keeps in a register (an array accessed by memcpy it copies between registers every step)."""
     name = ctx.names[x] = ctx.fresh("acc")
     uses = [u for u in ctx.prog.instrs if u.op is Ops.INDEX and base_of(u.src[0]) is x]
-    if not all(_whole_register(x, u.src[1]) for u in uses):
+    if not all(_all_lanes(x, u.src[1]) for u in uses):
         return f"{ctype(x.dtype)} {name}[{x.shape[0]}];"
     ctx.vector_regs.add(x)
     return f"{vtype(x.dtype, x.shape[0], ctx)} {name};"

@@ -16,7 +16,7 @@ import itertools
 from functools import reduce as _fold
 from math import prod
 
-from lower.optimize import axes, native_lanes, replace_range, size
+from lower.optimize import axes, native_lanes, next_range_id, replace_range, size
 from rewrite import AxisType, Ops, UOp
 from rewrite.errors import KernelOptError
 
@@ -51,36 +51,24 @@ def _local_unrolls(ast: UOp) -> UOp:
 MAX_COPIES = 64  # lanes beyond one vector register (optimize.native_lanes) become copies of the code
 
 
-def _split_lanes(ast: UOp) -> tuple[list[UOp], list[UOp]]:
-    """(replicated, vector) among the kernel's UPCAST axes: the vector lanes are the innermost UPCAST axes whose
-    sizes multiply to at most one register; every other UPCAST axis is replicated, its values becoming separate
-    copies of the code (a register tile), not lanes. UNROLL axes stay lanes (see expand)."""
-    ups = [r for r in axes(ast) if r.arg[1] is AxisType.UPCAST]  # type: ignore[index]
-    width, room, vector = native_lanes(ast), 1, []
-    for r in reversed(ups):
-        if room * size(r) > width:
-            break
-        room *= size(r)
-        vector.append(r)
-    return [r for r in ups if r not in vector], vector[::-1]
-
-
-def _fill_register(ast: UOp) -> UOp:
-    """If the innermost UPCAST axes leave part of a register free and the next one is too big to fit whole, split
-    it so that its inner part fills the register exactly (64 float32 lanes: 4 copies of 16)."""
+def _register_lanes(ast: UOp) -> tuple[UOp, list[UOp]]:
+    """(ast, replicated) for the kernel's UPCAST axes. The vector lanes are the innermost UPCAST axes whose sizes
+    multiply to at most one register; an axis too big to fit whole is first split so its inner part fills the
+    register exactly (64 float32 lanes: 4 copies of 16). Every other UPCAST axis is replicated, its values becoming
+    separate copies of the code (a register tile), not lanes. UNROLL axes stay lanes (see expand)."""
     ups = [r for r in axes(ast) if r.arg[1] is AxisType.UPCAST]  # type: ignore[index]
     width, room = native_lanes(ast), 1
-    for r in reversed(ups):
-        n = size(r)
+    for i in range(len(ups) - 1, -1, -1):
+        r, n = ups[i], size(ups[i])
         if room * n > width:
             k = width // room
             if k > 1 and n % k == 0:
-                nid = max(u.arg[0] for u in ast.toposort() if u.op is Ops.RANGE and isinstance(u.arg[0], int)) + 1  # type: ignore[index]
+                nid = next_range_id(ast)
                 a, b = UOp.range(n // k, nid, AxisType.UPCAST), UOp.range(k, nid + 1, AxisType.UPCAST)
-                return replace_range(ast, r, (a, b), a * k + b)
-            return ast
+                return replace_range(ast, r, (a, b), a * k + b), [*ups[:i], a]
+            return ast, ups[:i + 1]
         room *= n
-    return ast
+    return ast, []
 
 
 def _fold_tree(op: Ops, parts: list[UOp]) -> UOp:
@@ -110,8 +98,7 @@ def replicate(ast: UOp, r: UOp) -> UOp:
 
 def expand(ast: UOp, only: list[UOp] | None = None) -> UOp:
     if only is None:
-        ast = _fill_register(ast)
-        copies, _ = _split_lanes(ast)
+        ast, copies = _register_lanes(ast)
         if prod(size(r) for r in copies) > MAX_COPIES:
             raise KernelOptError(f"expand: {prod(size(r) for r in copies)} copies of the kernel body; at most "
                                  f"{MAX_COPIES} (the lanes beyond one vector register are copies)")

@@ -87,7 +87,7 @@ def native_lanes(ast: UOp) -> int:
     return max(1, VECTOR_BYTES // max(sizes))
 
 
-def _next_id(ast: UOp) -> int:
+def next_range_id(ast: UOp) -> int:
     ids = [u.arg[0] for u in ast.toposort() if u.op is Ops.RANGE and isinstance(u.arg[0], int)]  # type: ignore[index]
     return max(ids, default=0) + 1
 
@@ -137,7 +137,7 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
             raise KernelOptError(f"{opt}: {k} does not divide the axis size {n}")
         if rtype not in _SPLIT_FROM.get(target, set()):
             raise KernelOptError(f"{opt}: a {target.name} axis cannot be split from a {rtype.name} axis")
-        nid = _next_id(ast)
+        nid = next_range_id(ast)
         if top:
             a, b = UOp.range(k, nid, target), UOp.range(n // k, nid + 1, rtype)
             return replace_range(ast, r, (a, b), a * (n // k) + b)
