@@ -38,6 +38,8 @@ IDIV/MOD are floor division; a device that lacks them declares so and lowering g
 A device declares `supported_ops`; lowering decomposes the rest (rules/decompositions.py).
 
 Registry: `get_device(name)` returns the device object ("cpu", "python", "cuda"); `DEVICE` picks the default.
+`target_for(name)` is the device's default Target (devices.base): for cpu, the host's as detected, or the level
+`CPU_TARGET` names. Lowering takes a Target as an argument; nothing below reads the environment for it.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from devices.base import Target
 from rewrite.errors import DeviceError
 
 _MODULES = {"cpu": "devices.cpu", "python": "devices.python", "cuda": "devices.cuda"}
@@ -58,6 +61,11 @@ def get_device(name: str) -> Any:
     if key not in _loaded:
         _loaded[key] = importlib.import_module(_MODULES[key]).DEVICE
     return _loaded[key]
+
+
+def target_for(name: str) -> Target:
+    """The default Target of device `name` (e.g. "cpu", "cpu:1", "python")."""
+    return get_device(name).default_target()  # type: ignore[no-any-return]  # registry entries are modules' DEVICE
 
 
 def known_devices() -> list[str]:

@@ -3,8 +3,8 @@ rewrite.semantics gives lane by lane, and a loop over the lanes around the scala
 
 Types. One typedef per (dtype, lanes), named like `f32x16`:
     typedef float f32x16 __attribute__((vector_size(64), aligned(4)));
-The element alignment lets a vector live at any element address; vectors move between memory and registers by
-memcpy (the `vload_` / `vstore_` helpers), which GCC compiles to one unaligned vector move. index lanes are
+The element alignment lets a vector live at any element address; vectors move between memory and registers through
+a may_alias twin of the type (`f32x16_m`, in the `vload_` / `vstore_` helpers): one unaligned vector move. index lanes are
 `long long` (`llx16`) as scalar index values are; bfloat16 vectors are `f32xN` registers holding bfloat16
 values, like bfloat16 scalars, and uint16 bits in memory.
 
@@ -25,7 +25,7 @@ Native (one vector expression; lane for lane the scalar result):
   * CAST except float -> int: `__builtin_convertvector` converts each lane as a C cast does (which is what the
     scalar text relies on); to bfloat16 through float32 and `vbf16_round_`, as the scalar text does.
   * BITCAST between same-size types other than bool and bfloat16: a vector cast reinterprets the bits.
-  * LOAD and STORE whose lanes are consecutive: one memcpy of the whole vector, from `base + (0..n-1)` where
+  * LOAD and STORE whose lanes are consecutive: one move of the whole vector, from `base + (0..n-1)` where
     the index is the VCONST itself or ADD(scalar, VCONST) (either order); a scalar gate guards the whole.
   * MULACC on floats: a fused multiply-add helper, one vector FMA instruction where the target has them.
 Lane by lane (`({ ... for (int lane_l = 0; ...) lane_r[lane_l] = <scalar text>; lane_r; })`, operands bound
@@ -317,27 +317,39 @@ def _bits16(buf: UOp) -> bool:
     return is_global(buf) and buf.dtype is dtypes.bfloat16
 
 
+def _mem_type(dt: DType, n: int, ctx: CContext) -> str:
+    """The vector type that moves n lanes between registers and memory: `vtype` marked may_alias, element
+    aligned. A dereference of it is one unaligned vector move at the register's full width; a memcpy of the same
+    bytes is not on every tuning (GCC 12 copies 32 bytes in 16-byte pieces through the stack unless tuning for an
+    AVX-512 Intel core, which spilled every accumulator of matmul's register tile on an AVX2 EPYC)."""
+    t = vtype(dt, n, ctx)
+    elem, size = "int8_t" if dt is dtypes.bool else ctype(dt), _csize(dt)
+    ctx.define(f"typedef {t}_m", f"typedef {elem} {t}_m __attribute__((vector_size({n * size}), aligned({size}), "
+                                 f"may_alias));")
+    return f"{t}_m"
+
+
 def _vload(buf: UOp, ptr: str, n: int, ctx: CContext) -> str:
     t = vtype(buf.dtype, n, ctx)
     if _bits16(buf):
-        u16, u32 = vtype(dtypes.uint16, n, ctx), vtype(dtypes.uint32, n, ctx)
-        fn = ctx.define(f"vload_bf16_{t}", f"static inline {t} vload_bf16_{t}(const void* p) {{ {u16} b; "
-                        f"memcpy(&b, p, sizeof b); return ({t})(__builtin_convertvector(b, {u32}) << 16); }}")
+        u16, u32 = _mem_type(dtypes.uint16, n, ctx), vtype(dtypes.uint32, n, ctx)
+        fn = ctx.define(f"vload_bf16_{t}", f"static inline {t} vload_bf16_{t}(const void* p) {{ return ({t})"
+                        f"(__builtin_convertvector(*(const {u16}*)p, {u32}) << 16); }}")
     else:
-        fn = ctx.define(f"vload_{t}", f"static inline {t} vload_{t}(const void* p) {{ {t} v; "
-                        f"memcpy(&v, p, sizeof v); return v; }}")
+        m = _mem_type(buf.dtype, n, ctx)
+        fn = ctx.define(f"vload_{t}", f"static inline {t} vload_{t}(const void* p) {{ return *(const {m}*)p; }}")
     return f"(-{fn}({ptr}))" if buf.dtype is dtypes.bool else f"{fn}({ptr})"  # 0/1 bytes <-> masks
 
 
 def _vstore(buf: UOp, ptr: str, val: str, n: int, ctx: CContext) -> str:
     t = vtype(buf.dtype, n, ctx)
     if _bits16(buf):
-        u16, bits = vtype(dtypes.uint16, n, ctx), _bf16_bits(n, ctx)
-        fn = ctx.define(f"vstore_bf16_{t}", f"static inline void vstore_bf16_{t}(void* p, {t} v) {{ {u16} b = "
-                        f"__builtin_convertvector({bits}(v), {u16}); memcpy(p, &b, sizeof b); }}")
+        u16, m16, bits = vtype(dtypes.uint16, n, ctx), _mem_type(dtypes.uint16, n, ctx), _bf16_bits(n, ctx)
+        fn = ctx.define(f"vstore_bf16_{t}", f"static inline void vstore_bf16_{t}(void* p, {t} v) {{ *({m16}*)p = "
+                        f"__builtin_convertvector({bits}(v), {u16}); }}")
     else:
-        fn = ctx.define(f"vstore_{t}", f"static inline void vstore_{t}(void* p, {t} v) {{ "
-                        f"memcpy(p, &v, sizeof v); }}")
+        m = _mem_type(buf.dtype, n, ctx)
+        fn = ctx.define(f"vstore_{t}", f"static inline void vstore_{t}(void* p, {t} v) {{ *({m}*)p = v; }}")
     return f"{fn}({ptr}, {'-' + _atom(val) if buf.dtype is dtypes.bool else unparen(val)});"
 
 

@@ -1,11 +1,12 @@
 """The CPU device: LINEAR programs rendered to C (devices.c_render), compiled to a shared object, run via ctypes.
 
-Compiler: `CC` if set, else gcc, else clang, else cc (gcc compiles about twice as fast as clang here). Flags:
--O2 -march=native -fPIC -shared plus what exactness needs (see c_render): -ffp-contract=off (no fused
+Compiler: `CC` if set, else gcc, else clang, else cc (gcc compiles about twice as fast as clang here); for a
+cross target (aarch64 on an x86-64 host) the target's prefixed gcc. Flags: -O2 -fPIC -shared, the Target's
+instruction-set flags (-march=native, -march=x86-64-v3, ...), plus what exactness needs (see c_render): -ffp-contract=off (no fused
 multiply-add), -fwrapv (signed ints wrap), -fno-math-errno, and for gcc -fexcess-precision=standard
 (a cast to _Float16 rounds). Never -ffast-math.
 
-Cache: a shared object is keyed by a hash of the source, the compiler's identity and the flags, and kept under
+Cache: a shared object is keyed by a hash of the source, the compiler's identity, the flags and the Target, kept under
 rewrite.env.cache_dir()/cpu (CACHE=0: no disk cache); in memory each source's loaded library is kept for the
 process. `compile_batch` puts many kernels in one C file, which costs one compiler start for all of them.
 
@@ -34,19 +35,20 @@ from collections.abc import Sequence
 import numpy as np
 
 from devices import cpu_pool
+from devices.base import Target, cpu_target, host_flags
 from devices.c_render import C_ALU_OPS, ctype, is_reserved, render_function, render_source, storage_type
 from devices.linear import Program, analyze, const_value, special_bound
 from devices.memory import Allocator, check_buffers, check_vars, np_dtype
 from rewrite.dtype import DType, dtypes
 from rewrite.env import cache_dir, getenv
-from rewrite.errors import CompileError
+from rewrite.errors import CompileError, DeviceError
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 
 # an undeclared function must be an error, not an implicit int declaration that fails only at dlopen
 # -fno-trapping-math only drops FP exception-flag bookkeeping (results are unchanged); without it gcc will not
 # vectorize loops with float compares and selects
-_BASE_FLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math",
+_BASE_FLAGS = ("-O2", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math",
                "-fwrapv",
                "-Werror=implicit-function-declaration")
 _CT = {
@@ -60,7 +62,8 @@ _CT = {
 class Compiler:
     """A C compiler process: finds the compiler once, compiles source to a loaded, cached shared object."""
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix  # a cross compiler's triple prefix ("aarch64-linux-gnu-"); "" for the host's
         self._cc: str | None = None
         self._ident = ""
         self._clang: bool | None = None
@@ -69,7 +72,9 @@ class Compiler:
     @property
     def cc(self) -> str:
         if self._cc is None:
-            want = str(getenv("CC", "")) or next((c for c in ("gcc", "clang", "cc") if shutil.which(c)), "")
+            names = ("gcc", "clang", "cc") if not self.prefix else (f"{self.prefix}gcc",)
+            want = (str(getenv("CC", "")) if not self.prefix else "") or \
+                next((c for c in names if shutil.which(c)), names[0] if self.prefix else "")
             path = shutil.which(want) if want else None
             if path is None:
                 raise CompileError(f"cpu: no C compiler found (tried {want or 'gcc, clang, cc'}); install gcc or "
@@ -93,31 +98,39 @@ class Compiler:
                 self._clang = "clang" in out.lower()
         return self._clang
 
-    @property
-    def flags(self) -> tuple[str, ...]:
-        return _BASE_FLAGS + (() if self.is_clang else ("-fexcess-precision=standard",)) + ("-lm",)
+    def flags(self, target: Target | None = None) -> tuple[str, ...]:
+        """The command line's flags for `target` (default: the host, -march=native)."""
+        target = target or cpu_target("native")
+        return _BASE_FLAGS + target.compile_flags + \
+            (() if self.is_clang else ("-fexcess-precision=standard",)) + ("-lm",)
 
-    def key(self, src: str) -> str:
-        ident = "\0".join((self.cc, self._ident, _host(), *self.flags))
+    def key(self, src: str, target: Target) -> str:
+        ident = "\0".join((self.cc, self._ident, _host(), target.key, *self.flags(target)))
         return hashlib.sha256((ident + "\0" + src).encode()).hexdigest()[:32]
 
-    def load(self, src: str, what: str, runtime: bool = False) -> ctypes.CDLL:
-        """The loaded library for `src`: from memory, the disk cache, or a fresh compile. `runtime` marks one of
-        the device's own support libraries (the thread pool): it is part of the installation rather than a
-        kernel, so it stays in the disk cache even under CACHE=0 (which is about kernels)."""
-        key = self.key(src)
+    def load(self, src: str, what: str, target: Target | None = None, runtime: bool = False) -> ctypes.CDLL:
+        """The loaded library for `src` compiled for `target`: from memory, the disk cache, or a fresh compile.
+        `runtime` marks one of the device's own support libraries (the thread pool): it is part of the
+        installation rather than a kernel, so it stays in the disk cache even under CACHE=0 (which is about
+        kernels). `target` defaults to the host's."""
+        target = target or cpu_target("native")
+        if not target.runs_here:
+            raise DeviceError(f"cpu: code for target {target.isa} cannot run on this host ({platform.machine()}, "
+                              f"lacking {', '.join(sorted(target.features - host_flags())) or 'the architecture'}); "
+                              f"compile it with devices.cpu.build_object, or set CPU_TARGET=native")
+        key = self.key(src, target)
         if (lib := self._libs.get(key)) is not None:
             return lib
         t0 = time.perf_counter()
         on_disk = runtime or int(getenv("CACHE"))
-        lib, hit = self._from_disk(src, key, what) if on_disk else (self._uncached(src, what), False)
+        lib, hit = self._from_disk(src, key, what, target) if on_disk else (self._uncached(src, what, target), False)
         if int(getenv("DEBUG")) >= 3:
             how = "disk cache hit" if hit else "compiled"
             print(f"cpu: {what}: {how} in {(time.perf_counter() - t0) * 1e3:.1f} ms")
         self._libs[key] = lib
         return lib
 
-    def _from_disk(self, src: str, key: str, what: str) -> tuple[ctypes.CDLL, bool]:
+    def _from_disk(self, src: str, key: str, what: str, target: Target) -> tuple[ctypes.CDLL, bool]:
         d = os.path.join(cache_dir(), "cpu")
         os.makedirs(d, exist_ok=True)
         path = os.path.join(d, f"{key}.so")
@@ -127,18 +140,20 @@ class Compiler:
             except OSError:  # unreadable or damaged: compile it again
                 pass
         tmp = os.path.join(d, f"{key}.{os.getpid()}.tmp.so")
-        self._run(src, tmp, what)
+        self._run(src, tmp, what, target)
         os.replace(tmp, path)  # atomic: a concurrent process sees no file or the whole file
         return ctypes.CDLL(path), False
 
-    def _uncached(self, src: str, what: str) -> ctypes.CDLL:
+    def _uncached(self, src: str, what: str, target: Target) -> ctypes.CDLL:
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "k.so")
-            self._run(src, path, what)
+            self._run(src, path, what, target)
             return ctypes.CDLL(path)  # the mapping outlives the file
 
-    def _run(self, src: str, out: str, what: str) -> None:
-        cmd = [self.cc, *self.flags[:-1], "-x", "c", "-", "-o", out, self.flags[-1]]
+    def _run(self, src: str, out: str, what: str, target: Target, extra: tuple[str, ...] = ()) -> None:
+        """Compile `src` for `target` to `out` (a shared object; `extra` flags may ask for something else)."""
+        flags = self.flags(target)
+        cmd = [self.cc, *flags[:-1], *extra, "-x", "c", "-", "-o", out, flags[-1]]
         try:
             r = subprocess.run(cmd, input=src, capture_output=True, text=True, timeout=300)
         except subprocess.TimeoutExpired:
@@ -168,12 +183,7 @@ def _identity(path: str) -> str:
 def _host() -> str:
     """What -march=native compiles for: a cached object must not be loaded on a CPU lacking its instructions."""
     if not _HOST:
-        flags = ""
-        try:
-            with open("/proc/cpuinfo") as f:
-                flags = next((line for line in f if line.startswith(("flags", "Features"))), "")
-        except OSError:
-            pass
+        flags = " ".join(sorted(host_flags()))
         _HOST.append(f"{platform.machine()} {hashlib.sha256(flags.encode()).hexdigest()[:16]}")
     return _HOST[0]
 
@@ -246,13 +256,22 @@ class CPUDevice(Allocator):
     # ops C has (libm) that lowering should still replace by their polynomial decompositions: a libm call keeps
     # a loop from vectorizing, and the decompositions are within 1 ulp (rules/transcendental.py)
     decompose: frozenset[Ops] = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})
-    # matmul reads its right operand through a copy in column panels this many bytes wide (tensor.nn._panels):
-    # two 64-byte vectors, the width of the register tile's columns (lower.optimize)
-    matmul_panel = 128
 
     def __init__(self) -> None:
         super().__init__()
         self.compiler = Compiler()
+        self._cross: dict[str, Compiler] = {}
+
+    def default_target(self) -> Target:
+        """The host's target, or the level CPU_TARGET names."""
+        return cpu_target(str(getenv("CPU_TARGET")))
+
+    def compiler_for(self, target: Target) -> Compiler:
+        if not target.compiler_prefix:
+            return self.compiler
+        if target.compiler_prefix not in self._cross:
+            self._cross[target.compiler_prefix] = Compiler(target.compiler_prefix)
+        return self._cross[target.compiler_prefix]
 
     def render(self, linear: UOp, name: str = "kernel") -> str:
         """The C source of one kernel (a whole file: includes, helpers, the function)."""
@@ -260,11 +279,13 @@ class CPUDevice(Allocator):
         helpers: dict[str, str] = {}
         return render_source([render_function(prog, prog.name, helpers)], helpers)
 
-    def compile(self, linear: UOp, name: str = "kernel") -> CPUKernel:
-        return self.compile_batch([(linear, name)])[0]
+    def compile(self, linear: UOp, name: str = "kernel", target: Target | None = None) -> CPUKernel:
+        return self.compile_batch([(linear, name)], target)[0]
 
-    def compile_batch(self, kernels: Sequence[tuple[UOp, str]]) -> list[CPUKernel]:
-        """Compile several kernels into one shared object (one compiler run). Names are made unique."""
+    def compile_batch(self, kernels: Sequence[tuple[UOp, str]], target: Target | None = None) -> list[CPUKernel]:
+        """Compile several kernels into one shared object (one compiler run) for `target` (default: the
+        device's). Names are made unique."""
+        target = target or self.default_target()
         progs: list[Program] = []
         helpers: dict[str, str] = {}
         funcs: list[str] = []
@@ -291,7 +312,7 @@ class CPUDevice(Allocator):
         if int(getenv("DEBUG")) >= 4:
             print(src)
         what = f"kernel {kernels[0][1]!r}" if len(kernels) == 1 else f"{len(kernels)} kernels"
-        lib = self.compiler.load(src, what)
+        lib = self.compiler_for(target).load(src, what, target)
         return [CPUKernel(p, sym, src, lib, e) for p, sym, e in zip(progs, syms, entries, strict=True)]
 
     @staticmethod

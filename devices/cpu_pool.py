@@ -34,6 +34,7 @@ import os
 import threading
 from collections.abc import Sequence
 
+from devices.base import cpu_target
 from rewrite.env import getenv
 from rewrite.errors import CompileError
 
@@ -303,7 +304,7 @@ def _lib() -> ctypes.CDLL | None:
             from devices.cpu import DEVICE  # here, not at import time: devices.cpu imports this module
 
             try:
-                lib = DEVICE.compiler.load(_SRC, "thread pool", runtime=True)
+                lib = DEVICE.compiler.load(_SRC, "thread pool", cpu_target("native"), runtime=True)
             except CompileError as e:  # e.g. no futex outside Linux: kernels still run, one id after another
                 _FAILED.append(str(e))
                 if int(getenv("DEBUG")) >= 1:

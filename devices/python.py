@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from devices.base import Target, python_target
 from devices.linear import Program, analyze, base_of, buffer_arg, const_value, is_global, lanes, special_bound
 from devices.memory import Allocator, bf16_decode, bf16_encode, check_buffers, check_vars, np_dtype, size_of
 from rewrite.dtype import DType, dtypes
@@ -340,8 +341,12 @@ class PythonDevice(Allocator):
 
     name = "python"
     supported_ops: frozenset[Ops] = GroupOp.ALU | frozenset({Ops.CAST, Ops.BITCAST})
+    decompose: frozenset[Ops] = frozenset()
 
-    def compile(self, linear: UOp, name: str = "kernel") -> PythonKernel:
+    def default_target(self) -> Target:
+        return python_target()
+
+    def compile(self, linear: UOp, name: str = "kernel", target: Target | None = None) -> PythonKernel:
         prog = analyze(linear, self.name, self.supported_ops, name)
         for u in prog.instrs:
             if u.op is Ops.CUSTOM:

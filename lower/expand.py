@@ -16,6 +16,7 @@ import itertools
 from functools import reduce as _fold
 from math import prod
 
+from devices.base import Target
 from lower.optimize import axes, native_lanes, next_range_id, replace_range, size
 from rewrite import AxisType, Ops, UOp
 from rewrite.errors import KernelOptError
@@ -43,7 +44,7 @@ def _local_unrolls(ast: UOp) -> UOp:
         if red is None:
             return ast
         unrolled = [r for r in red.src[1:] if r.arg[1] is AxisType.UNROLL]  # type: ignore[index]
-        local = expand(UOp.sink(red), only=unrolled).src[0]
+        local = expand(UOp.sink(red), None, only=unrolled).src[0]
         done.add(local)
         ast = ast.substitute({red: local})
 
@@ -51,13 +52,13 @@ def _local_unrolls(ast: UOp) -> UOp:
 MAX_COPIES = 64  # lanes beyond one vector register (optimize.native_lanes) become copies of the code
 
 
-def _register_lanes(ast: UOp) -> tuple[UOp, list[UOp]]:
+def _register_lanes(ast: UOp, target: Target) -> tuple[UOp, list[UOp]]:
     """(ast, replicated) for the kernel's UPCAST axes. The vector lanes are the innermost UPCAST axes whose sizes
     multiply to at most one register; an axis too big to fit whole is first split so its inner part fills the
     register exactly (64 float32 lanes: 4 copies of 16). Every other UPCAST axis is replicated, its values becoming
     separate copies of the code (a register tile), not lanes. UNROLL axes stay lanes (see expand)."""
     ups = [r for r in axes(ast) if r.arg[1] is AxisType.UPCAST]  # type: ignore[index]
-    width, room = native_lanes(ast), 1
+    width, room = native_lanes(ast, target), 1
     for i in range(len(ups) - 1, -1, -1):
         r, n = ups[i], size(ups[i])
         if room * n > width:
@@ -96,9 +97,12 @@ def replicate(ast: UOp, r: UOp) -> UOp:
     raise KernelOptError(f"expand: no END or REDUCE closes range {r.render()}")
 
 
-def expand(ast: UOp, only: list[UOp] | None = None) -> UOp:
+def expand(ast: UOp, target: Target | None, only: list[UOp] | None = None) -> UOp:
+    """Every UPCAST/UNROLL range of `ast` becomes lanes (UPCAST beyond one of `target`'s vector registers becomes
+    copies); with `only`, just those ranges become lanes (no copies, and `target` is not read)."""
     if only is None:
-        ast, copies = _register_lanes(ast)
+        assert target is not None, "expand needs the target to size its vector registers"
+        ast, copies = _register_lanes(ast, target)
         if prod(size(r) for r in copies) > MAX_COPIES:
             raise KernelOptError(f"expand: {prod(size(r) for r in copies)} copies of the kernel body; at most "
                                  f"{MAX_COPIES} (the lanes beyond one vector register are copies)")

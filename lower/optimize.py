@@ -22,10 +22,10 @@ once per value, in parallel.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from enum import Enum
 
+from devices.base import Target
 from rewrite import AxisType, Ops, UOp, dtypes
 from rewrite.errors import KernelOptError
 
@@ -78,13 +78,11 @@ def size(r: UOp) -> int:
     return int(b.arg[0])  # type: ignore[index]
 
 
-VECTOR_BYTES = 64  # one vector register (AVX-512)
-
-
-def native_lanes(ast: UOp) -> int:
-    """Lanes of one vector register for the kernel's widest memory element (float32: 16)."""
+def native_lanes(ast: UOp, target: Target) -> int:
+    """Lanes of one of the target's vector registers for the kernel's widest memory element (float32: 16 with
+    AVX-512, 8 with AVX2, 4 with SSE or NEON)."""
     sizes = [u.dtype.itemsize for u in ast.toposort() if u.op is Ops.BUFFER] or [4]
-    return max(1, VECTOR_BYTES // max(sizes))
+    return target.lanes(max(sizes))
 
 
 def next_range_id(ast: UOp) -> int:
@@ -210,7 +208,6 @@ def lower_threads(ast: UOp) -> UOp:
 
 # ------------------------------------------------------------------------------------------ heuristics
 
-THREADS = max(1, min(os.cpu_count() or 1, 64))
 # Upcasting output loops into explicit lanes measured slower than gcc's own vectorizer of the scalar loop on this
 # machine (softmax 4096^2: 70 ms vs 24 ms; add 16M: equal), so it is off until the lane code generation beats it.
 # Unrolling reductions into lanes stays on: a vector of partial sums is what gcc will not do by itself (sum 16M:
@@ -233,10 +230,10 @@ def work(ast: UOp) -> int:
     return n
 
 
-def _vector_lanes(ast: UOp) -> int:
-    """Lanes that fill a 64-byte vector for the kernel's widest stored dtype (at most 16)."""
+def _vector_lanes(ast: UOp, target: Target) -> int:
+    """Lanes that fill one of the target's vector registers for the kernel's widest stored dtype (at most 16)."""
     sizes = [u.src[1].dtype.itemsize for u in ast.toposort() if u.op is Ops.STORE] or [4]
-    return max(2, min(16, 64 // max(sizes)))
+    return max(2, min(16, target.lanes(max(sizes))))
 
 
 def _split_first(ast: UOp, opts: list[Opt], pick: list[int], target: AxisType, factors: list[int],
@@ -276,12 +273,28 @@ def _contiguous_everywhere(ast: UOp, r: UOp) -> bool:
                if u.op is Ops.INDEX and u.src[0].op is Ops.BUFFER and len(u.src) == 2)
 
 
-# register tile of a sum of products (matmul, and conv's shape of it): TILE_VECTORS vectors of one register's
-# lanes along the output axis that is contiguous, times TILE_ROWS along an output axis the vector operand does not
-# move with: 16 float32 accumulators, each step one vector load per column vector, one broadcast per row, and
-# rows x vectors fused multiply-adds (lower.expand makes the copies, lower.linearize the MULACC accumulators)
-TILE_ROWS = (8, 4, 2)
-TILE_VECTORS = (2, 1)
+# register tile of a sum of products (matmul, and conv's shape of it): `vecs` vectors of one register's lanes along
+# the output axis that is contiguous, times `rows` along an output axis the vector operand does not move with; each
+# step is one vector load per column vector, one broadcast per row, and rows x vecs fused multiply-adds (lower.expand
+# makes the copies, lower.linearize the MULACC accumulators). The accumulators must stay in registers with room for
+# the column loads and a broadcast: TILE_SPARE registers are kept free.
+TILE_SPARE = 4
+TILE_VECTORS = 2  # column vectors per tile: also the width of matmul's packed panels (matmul_panel_bytes)
+
+
+def tile_shapes(target: Target) -> list[tuple[int, int]]:
+    """(rows, vecs) register tiles that fit the target's vector registers, best first: the most accumulators,
+    TILE_VECTORS columns wide where the axis allows, at most 16 accumulators (beyond that the loop body outgrows
+    the loop-stream and decoded-instruction caches for no more reuse)."""
+    budget = min(16, target.vector_registers - TILE_SPARE)
+    shapes = [(r, v) for r in (8, 6, 4, 2) for v in (TILE_VECTORS, 1) if r * v <= budget]
+    return sorted(shapes, key=lambda rv: (-rv[0] * rv[1], rv[1] != TILE_VECTORS))
+
+
+def matmul_panel_bytes(target: Target) -> int:
+    """The width in bytes of the column panels matmul packs its right operand into (tensor.nn): the columns of the
+    register tile, TILE_VECTORS registers; 0 where the target has no vector registers (no packing)."""
+    return TILE_VECTORS * target.vector_bytes
 
 
 def _split_pair(ast: UOp, opts: list[Opt], r: UOp, k: int, target: AxisType, top: bool = False
@@ -296,7 +309,7 @@ def _split_pair(ast: UOp, opts: list[Opt], r: UOp, k: int, target: AxisType, top
     return ast, next(q for q in new if q is not part), part
 
 
-def _register_tile(ast: UOp, opts: list[Opt]) -> UOp | None:
+def _register_tile(ast: UOp, opts: list[Opt], target: Target) -> UOp | None:
     """Opts for a kernel whose one reduction sums products of loads, with an output axis v along which every
     load is contiguous or constant (the vector lanes) and another output axis u that an operand moving along v
     does not move with (so one vector load serves every row of the tile): v upcast to vectors, u to rows, and
@@ -311,7 +324,7 @@ def _register_tile(ast: UOp, opts: list[Opt]) -> UOp | None:
     ranges = [u for u in ast.toposort() if u.op is Ops.RANGE]
     loads = [u.src[1] for u in body if u.op is Ops.INDEX and u.src[0].op is Ops.BUFFER and len(u.src) == 2]
     stores = [u.src[0].src[1] for u in ast.toposort() if u.op is Ops.STORE and u.src[0].op is Ops.INDEX]
-    width = native_lanes(ast)
+    width = native_lanes(ast, target)
     loops = [r for r in axes(ast) if r.arg[1] is AxisType.LOOP]  # type: ignore[index]
     # the vector axis: every load in the reduction moves by 0 or 1 element along it, some by 1; an axis the
     # output is contiguous along too is preferred (else the tile's final stores scatter, once per output)
@@ -328,10 +341,10 @@ def _register_tile(ast: UOp, opts: list[Opt]) -> UOp | None:
             break
     else:
         return None
-    rows = next((k for k in TILE_ROWS if size(u) % k == 0), None)
-    vecs = next((k for k in TILE_VECTORS if size(v) % (k * width) == 0), None)
-    if rows is None or vecs is None:
+    shape = next(((r, k) for r, k in tile_shapes(target) if size(u) % r == 0 and size(v) % (k * width) == 0), None)
+    if shape is None:
         return None
+    rows, vecs = shape
     ast, v_out, lanes = _split_pair(ast, opts, v, width, AxisType.UPCAST)
     if vecs > 1:
         ast, v_out, _ = _split_pair(ast, opts, v_out, vecs, AxisType.UPCAST)
@@ -348,12 +361,18 @@ def _register_tile(ast: UOp, opts: list[Opt]) -> UOp | None:
     return ast
 
 
-def hand_coded(ast: UOp, threads: int = THREADS, vectors: bool = True) -> list[Opt]:
-    """Opts for the CPU, in order: split the outermost output loop across threads when each thread gets
-    enough work to pay for waking it; upcast the innermost output loop into vector lanes (its stores and
-    the loads that follow it become contiguous vectors); unroll into lanes each reduction whose body does not
-    depend on those lanes (a vector of partial results instead of one serial accumulator)."""
+def hand_coded(ast: UOp, target: Target, threads: int | None = None, vectors: bool = True) -> list[Opt]:
+    """Opts for a CPU target, in order: split the outermost output loop across the target's cores (`threads`
+    overrides their count) when each thread gets enough work to pay for waking it; a register tile for a sum of
+    products; else upcast the innermost output loop into vector lanes (its stores and the loads that follow it
+    become contiguous vectors); unroll into lanes each reduction whose body does not depend on those lanes (a
+    vector of partial results instead of one serial accumulator). An interpreted target gets no opts (its cost
+    is per instruction, which opts do not lower), and a target without vector registers no lanes."""
     opts: list[Opt] = []
+    if target.interpreted:
+        return opts
+    threads = min(64, target.cores) if threads is None else threads
+    vectors = vectors and target.vector_bytes > 0
     try:
         total = work(ast)
         loops = [i for i, r in enumerate(axes(ast)) if r.arg[1] is AxisType.LOOP]  # type: ignore[index]
@@ -361,9 +380,9 @@ def hand_coded(ast: UOp, threads: int = THREADS, vectors: bool = True) -> list[O
             ast, _ = _split_first(ast, opts, loops, AxisType.THREAD, [threads], top=True)
         if not vectors:
             return opts
-        if _register_tile(ast, opts) is not None:
+        if _register_tile(ast, opts, target) is not None:
             return opts
-        lanes = _vector_lanes(ast)
+        lanes = _vector_lanes(ast, target)
         factors = [k for k in (16, 8, 4) if k <= lanes]
         cur = axes(ast)
         loops = [i for i, r in enumerate(cur) if r.arg[1] is AxisType.LOOP and _contiguous_everywhere(ast, r)]  # type: ignore[index]

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from devices.base import Target
 from lower import buffers
 from lower.estimate import Estimate, estimate
 from lower.memory import plan
@@ -21,7 +22,7 @@ from lower.stages import lower_kernel
 from rewrite import UOp
 from rewrite.env import getenv
 
-_compiled: dict[tuple, Any] = {}  # (ast, device, lowering knobs) -> compiled kernel
+_compiled: dict[tuple, Any] = {}  # (ast, device, target key, lowering knobs) -> compiled kernel
 _estimates: dict[tuple, Estimate] = {}
 plans = PlanCache()
 
@@ -59,8 +60,15 @@ def _array(buf: UOp) -> Any:
     return arr if arr.dtype == want else arr.view(want)
 
 
+def target_of(device_name: str) -> Target:
+    """The target kernels for `device_name` are lowered and compiled for (the device's default)."""
+    from devices import target_for
+
+    return target_for(device_name)
+
+
 def _kernel_key(ast: UOp, device_name: str) -> tuple:
-    return (ast, device_name, lowering_knobs()[1:])
+    return (ast, device_name, target_of(device_name).key, lowering_knobs()[1:])
 
 
 def get_kernel(ast: UOp, device_name: str, name: str, bufs: tuple | None = None) -> Any:
@@ -80,7 +88,7 @@ def compile_kernels(wanted: list[tuple[UOp, str, str, tuple | None]]) -> list[An
         key = _kernel_key(ast, device_name)
         if key in _compiled or key in new:
             continue
-        linear = lower_kernel(ast, get_device(device_name), bufs=bufs, name=name)
+        linear = lower_kernel(ast, target_of(device_name), bufs=bufs, name=name)
         if getenv("DEBUG") >= 3:
             print(f"--- {name} ({device_name})\n{linear}")
         new[key] = (linear, name)
@@ -88,12 +96,12 @@ def compile_kernels(wanted: list[tuple[UOp, str, str, tuple | None]]) -> list[An
     for key in new:
         by_dev.setdefault(key[1], []).append(key)
     for device_name, keys in by_dev.items():
-        dev = get_device(device_name)
+        dev, target = get_device(device_name), target_of(device_name)
         batch = getattr(dev, "compile_batch", None)
         if batch is not None and len(keys) > 1:
-            ks = batch([new[key] for key in keys])
+            ks = batch([new[key] for key in keys], target)
         else:
-            ks = [dev.compile(*new[key]) for key in keys]
+            ks = [dev.compile(*new[key], target) for key in keys]
         for key, k in zip(keys, ks, strict=True):
             _compiled[key] = k
             _estimates[key] = estimate(new[key][0])

@@ -42,7 +42,8 @@ _GLOBAL = AddrSpace.GLOBAL
 
 def lowering_knobs() -> tuple:
     """The knobs whose values change what a graph schedules or lowers to."""
-    return (str(getenv("DEVICE")), int(getenv("NOOPT")), int(getenv("BEAM")), int(getenv("EGGLOG")))
+    return (str(getenv("DEVICE")), int(getenv("NOOPT")), int(getenv("BEAM")), int(getenv("EGGLOG")),
+            str(getenv("CPU_TARGET")))
 
 
 def signature(roots: list[UOp]) -> tuple[tuple, list[UOp]]:

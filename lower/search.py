@@ -1,10 +1,10 @@
 """BEAM search over OptOps: candidates compiled and timed on the device, the best kept.
 
-`beam_search(ast, device, width)` starts from no opts; each round extends every kept opt list with every
+`beam_search(ast, bufs, target, width)` starts from no opts; each round extends every kept opt list with every
 legal SPLIT of the current kernel's axes (into THREAD, UPCAST, UNROLL, LOOP, REDUCE, factors 2..16), times
 each distinct candidate on the device with random inputs (median of 3 after a warm-up), and keeps the
 `width` fastest. It stops when a round improves the best time by less than 2%, or after `max_rounds`.
-Results are cached on disk, keyed by the kernel's structural hash and the device (CACHE=0 disables it).
+Results are cached on disk, keyed by the kernel's structural hash and the Target (CACHE=0 disables it).
 """
 
 from __future__ import annotations
@@ -58,11 +58,13 @@ class WrongResult(CompilerError):
     """A candidate computed something other than the unoptimized kernel: a compiler bug, reported and skipped."""
 
 
-def time_candidate(ast: UOp, bufs: dict[int, np.ndarray], dev: Any, opts: list[Opt], name: str,
+def time_candidate(ast: UOp, bufs: dict[int, np.ndarray], target: Any, opts: list[Opt], name: str,
                    expect: np.ndarray | None = None) -> float:
-    from lower.stages import lower_kernel
+    from devices import get_device
+    from lower.stages import as_target, lower_kernel
 
-    k = dev.compile(lower_kernel(ast, dev, opts=opts), name)
+    target = as_target(target)
+    k = get_device(target.device).compile(lower_kernel(ast, target, opts=opts), name, target)
     bufs[0][:] = 0
     k(bufs)
     if expect is not None and not np.allclose(bufs[0], expect, rtol=1e-3, atol=1e-4, equal_nan=True):
@@ -96,9 +98,15 @@ def _opt_from_json(j: list) -> Opt:
     return Opt(OptOps[j[0]], j[1], (j[2], AxisType[j[3]], j[4]))
 
 
-def beam_search(ast: UOp, bufs_uops: tuple[UOp, ...], dev: Any, width: int, max_rounds: int = 4,
+def beam_search(ast: UOp, bufs_uops: tuple[UOp, ...], target: Any, width: int, max_rounds: int = 4,
                 name: str = "beam") -> list[Opt]:
-    key = f"{structural_hash(ast)}:{dev.name}:{width}"
+    """The best opts found for `ast` on `target` (a Target or a device), cached on disk by the kernel's
+    structure, the whole target (its key) and the width."""
+    from lower.stages import as_target
+
+    target = as_target(target)
+    dev = target
+    key = f"{structural_hash(ast)}:{target.key}:{width}"
     use_cache = bool(getenv("CACHE"))
     if use_cache and (hit := _load_cache().get(key)) is not None:
         return [_opt_from_json(j) for j in hit]

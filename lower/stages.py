@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from devices import get_device
+from devices.base import Target
 from lower.linearize import linearize
 from rewrite import Ops, RuleSet, UOp, dtypes, graph_rewrite
 
@@ -30,7 +32,7 @@ from rewrite import Ops, RuleSet, UOp, dtypes, graph_rewrite
 @dataclass(frozen=True)
 class Stage:
     name: str
-    run: Callable[[UOp, Any], UOp]  # (kernel AST, device) -> AST
+    run: Callable[[UOp, Target], UOp]  # (kernel AST, target) -> AST
 
 
 _SATURATE_OPS = frozenset({Ops.IDIV, Ops.MOD, Ops.CMPLT, Ops.CMPNE})
@@ -48,7 +50,7 @@ def _index_exprs(ast: UOp) -> list[UOp]:
     return list(out)
 
 
-def _symbolic(ast: UOp, device: Any) -> UOp:
+def _symbolic(ast: UOp, target: Target) -> UOp:
     """Fast rules on the whole kernel; then the index expressions they leave with div, mod or comparisons that
     the e-graph may still shrink (rules.worth_saturating) go into one e-graph (rules.eqsat, cached by structure;
     EGGLOG=0 skips it), and the fast rules run again."""
@@ -65,39 +67,41 @@ def _symbolic(ast: UOp, device: Any) -> UOp:
     return graph_rewrite(ast.substitute(better), symbolic, name="symbolic") if better else ast
 
 
-def _decompose(ast: UOp, device: Any) -> UOp:
+def _decompose(ast: UOp, target: Target) -> UOp:
     from rules.decompositions import decompositions_for
 
+    device = get_device(target.device)
     rules: RuleSet = decompositions_for(device.supported_ops - getattr(device, "decompose", frozenset()))
     return graph_rewrite(ast, rules, name="instruction-selection") if len(rules) else ast
 
 
-def _optimize(ast: UOp, device: Any, opts: list | None = None, bufs: tuple | None = None, name: str = "") -> UOp:
-    """Apply `opts` (default: the hand-coded heuristics for the device; none with NOOPT=1), then lower
+def _optimize(ast: UOp, target: Target, opts: list | None = None, bufs: tuple | None = None, name: str = "") -> UOp:
+    """Apply `opts` (default: the hand-coded heuristics for the target; none with NOOPT=1), then lower
     THREAD axes to core_id and expand UPCAST/UNROLL axes into vector lanes."""
     from lower.expand import expand
     from lower.optimize import apply_opts, hand_coded, lower_threads
     from rewrite.env import getenv
 
     if opts is None:
-        if getenv("NOOPT") or device.name != "cpu":
+        if getenv("NOOPT") or target.interpreted:
             opts = []
         elif int(getenv("BEAM")) > 0 and bufs is not None:
             from lower.search import beam_search
 
-            opts = beam_search(ast, bufs, device, int(getenv("BEAM")), name=name)
+            opts = beam_search(ast, bufs, target, int(getenv("BEAM")), name=name)
         else:
-            opts = hand_coded(ast)
-    if getenv("DEBUG") >= 3 and opts:
+            opts = hand_coded(ast, target)
+    if int(getenv("DEBUG")) >= 3 and opts:
         print(f"opts: {opts}")
-    return expand(lower_threads(apply_opts(ast, opts)))
+    return expand(lower_threads(apply_opts(ast, opts)), target)
 
 
-def _fuses(device: Any) -> bool:
+def _fuses(target: Target) -> bool:
     """Whether reductions of products accumulate with a fused MULACC: an optimization (one rounding per step
     instead of two changes the result's last bits), so on when optimizing and the device has MULACC."""
     from rewrite.env import getenv
 
+    device = get_device(target.device)
     return not getenv("NOOPT") and Ops.MULACC in device.supported_ops and \
         Ops.MULACC not in getattr(device, "decompose", frozenset())
 
@@ -108,17 +112,27 @@ KERNEL_STAGES: tuple[Stage, ...] = (
     Stage("symbolic-opt", _symbolic),
     Stage("instruction-selection", _decompose),
     Stage("symbolic-late", _symbolic),
-    Stage("linearize", lambda ast, device: linearize(ast, _fuses(device))),
+    Stage("linearize", lambda ast, target: linearize(ast, _fuses(target))),
 )
 
 
-def lower_kernel(ast: UOp, device: Any, upto: str | None = None, opts: list | None = None,
+def as_target(where: Target | Any) -> Target:
+    """A Target as given, or a device object's (or device name's) default target."""
+    if isinstance(where, Target):
+        return where
+    if isinstance(where, str):
+        return get_device(where).default_target()  # type: ignore[no-any-return]
+    return where.default_target()  # type: ignore[no-any-return]
+
+
+def lower_kernel(ast: UOp, target: Target | Any, upto: str | None = None, opts: list | None = None,
                  bufs: tuple | None = None, name: str = "") -> UOp:
-    """Run the kernel stages on `ast` for `device` (stopping after `upto` if given); returns the LINEAR.
-    `opts` replaces the heuristics' choice of OptOps (a search tries candidates this way); `bufs` (the kernel's
-    buffers) lets BEAM=n time candidates on the device."""
+    """Run the kernel stages on `ast` for `target` (a Target, or a device whose default target is meant),
+    stopping after `upto` if given; returns the LINEAR. `opts` replaces the heuristics' choice of OptOps (a
+    search tries candidates this way); `bufs` (the kernel's buffers) lets BEAM=n time candidates."""
+    target = as_target(target)
     for st in KERNEL_STAGES:
-        ast = _optimize(ast, device, opts, bufs, name) if st.name == "optimize" else st.run(ast, device)
+        ast = _optimize(ast, target, opts, bufs, name) if st.name == "optimize" else st.run(ast, target)
         if st.name == upto:
             break
     return ast

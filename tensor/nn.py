@@ -72,20 +72,22 @@ def matmul(x: Tensor, w: Tensor) -> Tensor:
 
 def _panels(b: UOp, m: int, dev: str) -> UOp:
     """b (..., K, N) read through a copy stored as column panels (..., N/P, K, P), P = the device's panel width
-    (`matmul_panel` bytes): a register tile then reads P consecutive elements per step of K, and the rows of a
+    (lower.optimize.matmul_panel_bytes of the device's target): a register tile then reads P consecutive elements per step of K, and the rows of a
     panel are adjacent in memory instead of N elements apart. Only when the copy pays for itself (M rows reuse each
     panel, K is large) and is needed: b's rows are a page or more apart (every row then lands in the same cache
     sets: matmul 1024 ran at a third of the speed), or b is larger than an L2 cache, or b is a permuted view (a
     transposed operand, whose N elements are not adjacent for the tile's vector loads). A small row-major b is read
     in place: at 256 and 512 the copy cost more than it saved."""
-    from devices import get_device
+    from devices import target_for
+    from lower.optimize import matmul_panel_bytes
 
     k, n = b.shape[-2], b.shape[-1]
     size = b.dtype.itemsize
-    panel = getattr(get_device(dev), "matmul_panel", 0) // size
+    target = target_for(dev)
+    panel = 0 if target.interpreted else matmul_panel_bytes(target) // size
     if not panel or n % panel or n <= panel or k < 64 or m < 16:
         return b
-    if n * size < 4096 and k * n * size <= (2 << 20) and not _permuted(b):
+    if n * size < 4096 and k * n * size <= target.l2_bytes and not _permuted(b):
         return b
     nb = b.ndim - 2
     swap = (*range(nb), nb + 1, nb, nb + 2)  # (.., K, N/P, P) <-> (.., N/P, K, P): its own inverse
@@ -105,13 +107,14 @@ def _permuted(x: UOp) -> bool:
 def _channels_last(w: UOp, groups: int, positions: int, dev: str) -> UOp:
     """conv2d's weight (Cout, Cin/g, *kernel) read through a copy with the output channel innermost, so a register
     tile can load a vector of output channels per tap (lower.optimize: the channels are the lanes, the output
-    positions the rows). Only where it pays: the device packs operands (`matmul_panel`), whole vectors of output
-    channels per group, and many output positions reusing the small copy."""
-    from devices import get_device
+    positions the rows). Only where it pays: the target packs operands (a compiled target with vector registers),
+    whole vectors of output channels per group, and many output positions reusing the small copy."""
+    from devices import target_for
 
+    target = target_for(dev)
     cout, rest = w.shape[0], w.shape[1:]
-    lanes = 64 // w.dtype.itemsize
-    if not getattr(get_device(dev), "matmul_panel", 0) or (cout // groups) % lanes or positions < 256:
+    lanes = target.lanes(w.dtype.itemsize)
+    if target.interpreted or not target.vector_bytes or (cout // groups) % lanes or positions < 256:
         return w
     nk = len(rest)
     split = w.reshape((groups, cout // groups, *rest))

@@ -209,7 +209,7 @@ def test_vector_source_shapes() -> None:
     s = o.index(cont).store(x.index(cont).load() + x.index(block_positions(r, 16, reverse=True)).load())
     src = CPU.render(linear(o, x, r, s, end(s, r)), "v")
     assert "typedef float f32x16 __attribute__((vector_size(64), aligned(4)));" in src
-    assert "memcpy(&v, p, sizeof v)" in src and "vload_f32x16(data1+alu0)" in src
+    assert "return *(const f32x16_m*)p;" in src and "vload_f32x16(data1+alu0)" in src
     assert "vstore_f32x16(data0+alu0, val0+val1);" in src  # a native vector add
     assert src.count("for (int lane_l") == 1  # only the gather goes lane by lane
     v = x.index(cont).load()

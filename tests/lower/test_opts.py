@@ -8,9 +8,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from devices import get_device
+from devices.base import Target, cpu_target
 from lower import schedule
 from lower.buffers import new_buffer
-from lower.optimize import Opt, OptOps, apply_opt, axes, hand_coded, size
+from lower.optimize import Opt, OptOps, apply_opt, axes, hand_coded, size, tile_shapes
 from lower.stages import lower_kernel
 from rewrite import AxisType, Ops, UOp, dtypes
 from rewrite.env import Context
@@ -23,9 +24,11 @@ def _kernel(out: UOp):
     return it
 
 
-def _run(it, device: str, opts: list[Opt] | None, arrays: dict[int, np.ndarray]) -> np.ndarray:
+def _run(it, device: str, opts: list[Opt] | None, arrays: dict[int, np.ndarray],
+         target: Target | None = None) -> np.ndarray:
     dev = get_device(device)
-    k = dev.compile(lower_kernel(it.ast, dev, opts=opts), it.name)
+    target = target or dev.default_target()
+    k = dev.compile(lower_kernel(it.ast, target, opts=opts), it.name, target)
     bufs = {i: (np.zeros_like(arrays[1], shape=(it.bufs[0].shape[0],)) if i == 0 else arrays[i].copy())
             for i in range(len(it.bufs))}
     bufs[0] = np.zeros(int(np.prod(it.bufs[0].shape)), dtype=np.float32)
@@ -100,20 +103,29 @@ def _matmul(m: int, k: int, n: int) -> UOp:
     return (a.reshape((m, k, 1)).expand((m, k, n)) * b.reshape((1, k, n)).expand((m, k, n))).sum((1,))
 
 
-def test_hand_coded_register_tile() -> None:
-    """A matmul gets a register tile: columns upcast to 2 vectors of 16 lanes, rows to 8 copies, the column loop
-    outside the row loop; it accumulates with 16 fused MULACCs of 16 lanes, in registers, and cpu == python."""
+@pytest.mark.parametrize("level", ["x86-64-v2", "x86-64-v3", "x86-64-v4", "aarch64"])
+def test_hand_coded_register_tile(level: str) -> None:
+    """A matmul gets a register tile sized by the target: columns upcast to 2 vectors of one register's lanes,
+    rows to as many copies as the registers hold accumulators for (AVX-512: 8 rows x 2 vectors of 16 lanes;
+    AVX2: 4 x 2 of 8), the column loop outside the row loop; it accumulates with rows x vecs fused MULACCs in
+    registers, and where the host runs the target, cpu == python."""
+    target = cpu_target(level)
+    lanes = target.lanes(4)
     it = _kernel(_matmul(32, 24, 64))
-    opts = hand_coded(it.ast, threads=1)
+    opts = hand_coded(it.ast, target, threads=1)
+    rows, vecs = next((r, v) for r, v in tile_shapes(target) if 32 % r == 0 and 64 % (v * lanes) == 0)
+    assert rows * vecs <= target.vector_registers - 4
     ups = [o.arg[0] for o in opts if o.op is OptOps.SPLIT and o.arg[1] is AxisType.UPCAST]  # type: ignore[index]
-    assert sorted(ups) == [2, 8, 16] and any(o.op is OptOps.SWAP for o in opts), opts
-    lin = lower_kernel(it.ast, get_device("cpu"), opts=opts)
+    assert sorted(ups) == sorted([vecs, rows, lanes]) and any(o.op is OptOps.SWAP for o in opts), opts
+    lin = lower_kernel(it.ast, target, opts=opts)
     fmas = [u for u in lin.src if u.op is Ops.MULACC]
-    assert len(fmas) == 16 and all(u.shape == (16,) for u in fmas)
+    assert len(fmas) == rows * vecs and all(u.shape == (lanes,) for u in fmas)
     src = get_device("cpu").render(lin, "tile")
-    assert "lane_l" not in src and "vfma_f32x16(" in src and "f32x16 acc15;" in src
+    assert "lane_l" not in src and f"vfma_f32x{lanes}(" in src and f"f32x{lanes} acc{rows * vecs - 1};" in src
+    if not target.runs_here:
+        return
     arrays = _inputs(it)
-    got = _run(it, "cpu", opts, arrays)
+    got = _run(it, "cpu", opts, arrays, target)
     np.testing.assert_array_equal(got, _run(it, "python", opts, arrays))
     want = arrays[1].reshape(32, 24).astype(np.float64) @ arrays[2].reshape(24, 64)
     np.testing.assert_allclose(got.reshape(32, 64), want, rtol=1e-5, atol=1e-5)
@@ -128,16 +140,21 @@ def test_unoptimized_sums_of_products_do_not_fuse() -> None:
     assert any(u.op is Ops.MULACC for u in lower_kernel(it.ast, get_device("cpu"), opts=[]).src)
 
 
-def test_upcast_beyond_a_register_becomes_copies() -> None:
-    """64 float32 lanes along the output: one 16-lane vector, replicated 4 times (4 stores of 16 lanes)."""
+@pytest.mark.parametrize("level", ["x86-64-v2", "x86-64-v3", "x86-64-v4"])
+def test_upcast_beyond_a_register_becomes_copies(level: str) -> None:
+    """64 float32 lanes along the output: one register's lanes (16 with AVX-512, 8 with AVX2, 4 with SSE),
+    replicated to cover the rest (4, 8 or 16 stores of one vector each)."""
+    target = cpu_target(level)
+    lanes = target.lanes(4)
     it = _kernel(_matmul(4, 8, 64))
     opts = [Opt(OptOps.SPLIT, 1, (64, AxisType.UPCAST, False))]
-    lin = lower_kernel(it.ast, get_device("cpu"), opts=opts)
+    lin = lower_kernel(it.ast, target, opts=opts)
     stores = [u for u in lin.src if u.op is Ops.STORE and u.src[0].src[0].op is Ops.BUFFER and
               u.src[0].src[0].arg.addrspace.name == "GLOBAL"]
-    assert len(stores) == 4 and all(u.src[1].shape == (16,) for u in stores)
+    assert len(stores) == 64 // lanes and all(u.src[1].shape == (lanes,) for u in stores)
     arrays = _inputs(it)
-    np.testing.assert_array_equal(_run(it, "cpu", opts, arrays), _run(it, "python", opts, arrays))
+    if target.runs_here:
+        np.testing.assert_array_equal(_run(it, "cpu", opts, arrays, target), _run(it, "python", opts, arrays))
     big = _kernel(_matmul(32, 8, 64))  # 32 rows x 4 register copies: more copies than the limit
     with pytest.raises(KernelOptError, match="copies"):
         lower_kernel(big.ast, get_device("cpu"), opts=[Opt(OptOps.SPLIT, 1, (64, AxisType.UPCAST, False)),
