@@ -224,4 +224,5 @@ def python_target() -> Target:
                   max_kernel_ops=1 << 20, interpreted=True)
 
 
-__all__ = ["CPU_TARGET_NAMES", "Device", "Target", "cpu_target", "host_arch", "host_flags", "python_target", "x86_level"]
+__all__ = ["CPU_TARGET_NAMES", "Device", "Target", "cpu_target", "host_arch", "host_flags", "python_target",
+           "x86_level"]

@@ -3,10 +3,10 @@ rewrite.semantics gives lane by lane, and a loop over the lanes around the scala
 
 Types. One typedef per (dtype, lanes), named like `f32x16`:
     typedef float f32x16 __attribute__((vector_size(64), aligned(4)));
-The element alignment lets a vector live at any element address; vectors move between memory and registers through
-a may_alias twin of the type (`f32x16_m`, in the `vload_` / `vstore_` helpers): one unaligned vector move. index lanes are
-`long long` (`llx16`) as scalar index values are; bfloat16 vectors are `f32xN` registers holding bfloat16
-values, like bfloat16 scalars, and uint16 bits in memory.
+The element alignment lets a vector live at any element address; vectors move between memory and registers
+through a may_alias twin of the type (`f32x16_m`, in the `vload_` / `vstore_` helpers): one unaligned vector
+move. index lanes are `long long` (`llx16`) as scalar index values are; bfloat16 vectors are `f32xN` registers holding
+bfloat16 values, like bfloat16 scalars, and uint16 bits in memory.
 
 Bool vectors are masks: `i8xN` whose lanes are -1 (every bit set) for true and 0 for false, not 0/1. That is
 what a GCC vector comparison gives (at the compared width, narrowed with `__builtin_convertvector`); sign

@@ -2,9 +2,9 @@
 
 Compiler: `CC` if set, else gcc, else clang, else cc (gcc compiles about twice as fast as clang here); for a
 cross target (aarch64 on an x86-64 host) the target's prefixed gcc. Flags: -O2 -fPIC -shared, the Target's
-instruction-set flags (-march=native, -march=x86-64-v3, ...), plus what exactness needs (see c_render): -ffp-contract=off (no fused
-multiply-add), -fwrapv (signed ints wrap), -fno-math-errno, and for gcc -fexcess-precision=standard
-(a cast to _Float16 rounds). Never -ffast-math.
+instruction-set flags (-march=native, -march=x86-64-v3, ...), plus what exactness needs (see c_render):
+-ffp-contract=off (no fused multiply-add), -fwrapv (signed ints wrap), -fno-math-errno, and for gcc -fexcess-
+precision=standard (a cast to _Float16 rounds). Never -ffast-math.
 
 Cache: a shared object is keyed by a hash of the source, the compiler's identity, the flags and the Target, kept under
 rewrite.env.cache_dir()/cpu (CACHE=0: no disk cache); in memory each source's loaded library is kept for the

@@ -20,7 +20,8 @@ import os
 from collections.abc import Iterator
 
 _DEFAULTS: dict[str, int | str] = {
-    "DEBUG": 0, "TRACE": 0, "DEVICE": "cpu", "CPU_TARGET": "native", "BEAM": 0, "NOOPT": 0, "CACHE": 1, "CACHEDIR": "", "EGGLOG": 1,
+    "DEBUG": 0, "TRACE": 0, "DEVICE": "cpu", "CPU_TARGET": "native", "BEAM": 0, "NOOPT": 0, "CACHE": 1, "CACHEDIR": "",
+    "EGGLOG": 1,
 }
 _overrides: dict[str, int | str] = {}
 

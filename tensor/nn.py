@@ -71,10 +71,11 @@ def matmul(x: Tensor, w: Tensor) -> Tensor:
 
 
 def _panels(b: UOp, m: int, dev: str) -> UOp:
-    """b (..., K, N) read through a copy stored as column panels (..., N/P, K, P), P = the device's panel width
-    (lower.optimize.matmul_panel_bytes of the device's target): a register tile then reads P consecutive elements per step of K, and the rows of a
-    panel are adjacent in memory instead of N elements apart. Only when the copy pays for itself (M rows reuse each
-    panel, K is large) and is needed: b's rows are a page or more apart (every row then lands in the same cache
+    """b (..., K, N) read through a copy stored as column panels (..., N/P, K, P), P = the panel width of the
+    device's target (lower.optimize.matmul_panel_bytes): a register tile then reads P consecutive elements per step
+    of K, and the rows of a panel are adjacent in memory instead of N elements apart. Only when the copy pays for
+    itself (M rows reuse each panel, K is large) and is needed: b's rows are a page or more apart (every row then
+    lands in the same cache
     sets: matmul 1024 ran at a third of the speed), or b is larger than an L2 cache, or b is a permuted view (a
     transposed operand, whose N elements are not adjacent for the tile's vector loads). A small row-major b is read
     in place: at 256 and 512 the copy cost more than it saved."""
