@@ -28,6 +28,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -126,7 +127,7 @@ class Compiler:
         lib, hit = self._from_disk(src, key, what, target) if on_disk else (self._uncached(src, what, target), False)
         if int(getenv("DEBUG")) >= 3:
             how = "disk cache hit" if hit else "compiled"
-            print(f"cpu: {what}: {how} in {(time.perf_counter() - t0) * 1e3:.1f} ms")
+            print(f"cpu: {what}: {how} in {(time.perf_counter() - t0) * 1e3:.1f} ms", file=sys.stderr)
         self._libs[key] = lib
         return lib
 
@@ -220,6 +221,7 @@ class CPUKernel:
 
     def __init__(self, prog: Program, symbol: str, src: str, lib: ctypes.CDLL, entry: str | None = None) -> None:
         self.prog, self.name, self.symbol, self.src, self.lib = prog, prog.name, symbol, src, lib
+        self.path: str | None = getattr(lib, "_name", None)
         fn = getattr(lib, symbol)
         fn.argtypes = ([ctypes.c_void_p] * len(prog.buffers) + [_CT[p.dtype] for p in prog.variables.values()]
                        + [ctypes.c_longlong] * len(prog.specials))
@@ -230,6 +232,15 @@ class CPUKernel:
         # constant SPECIAL bounds (the usual core_id) are read once, not at every launch
         consts = [int(const_value(sp.src[0])) for sp in prog.specials.values() if sp.src[0].op is Ops.CONST]
         self._bounds: list[int] | None = consts if len(consts) == len(prog.specials) else None
+
+    def binary(self) -> bytes:
+        """The shared object this kernel was loaded from (it may hold the other kernels of its batch), as bytes;
+        empty when it was compiled to a temporary file that is gone (CACHE=0)."""
+        try:
+            with open(self.path or "", "rb") as f:
+                return f.read()
+        except OSError:
+            return b""
 
     def __call__(self, buffers: dict[int, np.ndarray], var_vals: dict[str, int] | None = None) -> None:
         prog = self.prog
@@ -273,8 +284,9 @@ class CPUDevice(Allocator):
             self._cross[target.compiler_prefix] = Compiler(target.compiler_prefix)
         return self._cross[target.compiler_prefix]
 
-    def render(self, linear: UOp, name: str = "kernel") -> str:
-        """The C source of one kernel (a whole file: includes, helpers, the function)."""
+    def render(self, linear: UOp, name: str = "kernel", target: Target | None = None) -> str:
+        """The C source of one kernel (a whole file: includes, helpers, the function). The text is the same for
+        every cpu target: the vector widths are in the LINEAR program, the instruction set in the flags."""
         prog = analyze(linear, self.name, self.supported_ops, _symbol(name))
         helpers: dict[str, str] = {}
         return render_source([render_function(prog, prog.name, helpers)], helpers)
@@ -310,7 +322,7 @@ class CPUDevice(Allocator):
             entries.append(entry)
         src = render_source(funcs, helpers)
         if int(getenv("DEBUG")) >= 4:
-            print(src)
+            print(src, file=sys.stderr)
         what = f"kernel {kernels[0][1]!r}" if len(kernels) == 1 else f"{len(kernels)} kernels"
         lib = self.compiler_for(target).load(src, what, target)
         return [CPUKernel(p, sym, src, lib, e) for p, sym, e in zip(progs, syms, entries, strict=True)]

@@ -31,6 +31,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import os
+import sys
 import threading
 from collections.abc import Sequence
 
@@ -308,7 +309,7 @@ def _lib() -> ctypes.CDLL | None:
             except CompileError as e:  # e.g. no futex outside Linux: kernels still run, one id after another
                 _FAILED.append(str(e))
                 if int(getenv("DEBUG")) >= 1:
-                    print(f"cpu_pool: no thread pool, kernels run single-threaded:\n{e}")
+                    print(f"cpu_pool: no thread pool, kernels run single-threaded:\n{e}", file=sys.stderr)
                 return None
             lib.pool_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
             lib.pool_launch.restype = None

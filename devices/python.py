@@ -21,6 +21,7 @@ value stays. INDEX(vector, CONST k) is lane k; STACK makes a tuple of scalars; V
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -346,13 +347,18 @@ class PythonDevice(Allocator):
     def default_target(self) -> Target:
         return python_target()
 
+    def render(self, linear: UOp, name: str = "kernel", target: Target | None = None) -> str:
+        """The interpreter's "source": the checked instruction listing it runs."""
+        prog = analyze(linear, self.name, self.supported_ops, name)
+        return f"python kernel {name}:\n" + "\n".join(f"  {i:4d} {u.short()}" for i, u in enumerate(prog.instrs))
+
     def compile(self, linear: UOp, name: str = "kernel", target: Target | None = None) -> PythonKernel:
         prog = analyze(linear, self.name, self.supported_ops, name)
         for u in prog.instrs:
             if u.op is Ops.CUSTOM:
                 raise CompileError(f"{prog.where(u)}: the python device cannot run CUSTOM code {u.arg!r}")
         if int(getenv("DEBUG")) >= 4:
-            print(f"python kernel {name}:\n" + "\n".join(f"  {i:4d} {u.short()}" for i, u in enumerate(prog.instrs)))
+            print(self.render(linear, name), file=sys.stderr)
         return PythonKernel(prog)
 
     @staticmethod

@@ -7,6 +7,7 @@ the device can batch)."""
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -90,7 +91,7 @@ def compile_kernels(wanted: list[tuple[UOp, str, str, tuple | None]]) -> list[An
             continue
         linear = lower_kernel(ast, target_of(device_name), bufs=bufs, name=name)
         if getenv("DEBUG") >= 3:
-            print(f"--- {name} ({device_name})\n{linear}")
+            print(f"--- {name} ({device_name})\n{linear}", file=sys.stderr)
         new[key] = (linear, name)
     by_dev: dict[str, list[tuple]] = {}
     for key in new:
@@ -133,10 +134,11 @@ def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None) -> Non
             est = _estimates.get(_kernel_key(it.ast, dev), Estimate(0, 0))
             shape = "x".join(str(d) for d in it.bufs[0].shape)
             print(f"*** {dev:6s} {it.name:28s} out {shape:>10s}  {dt * 1e3:9.3f} ms  "
-                  f"{est.mem_bytes / dt / 1e9:7.2f} GB/s  {est.flops / dt / 1e9:7.2f} GFLOP/s")
+                  f"{est.mem_bytes / dt / 1e9:7.2f} GB/s  {est.flops / dt / 1e9:7.2f} GFLOP/s", file=sys.stderr)
     if debug >= 1:
         nk = sum(it.kind == "kernel" for it in items)
-        print(f"ran {nk} kernels, {len(items) - nk} copies in {(time.perf_counter() - t0) * 1e3:.2f} ms")
+        print(f"ran {nk} kernels, {len(items) - nk} copies in {(time.perf_counter() - t0) * 1e3:.2f} ms",
+              file=sys.stderr)
 
 
 def realize(roots: list[UOp]) -> dict[UOp, UOp]:

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from devices.base import Target
 from lower.buffers import new_buffer
-from lower.callify import callify
 from lower.rangeify import NeedsRealize, build_kernel
-from lower.split_reduce import split_reductions
 from rewrite import BufferArg, Ops, UOp
 from rewrite.dtype import AddrSpace
-from rewrite.env import getenv
 
 
 @dataclass(frozen=True)
@@ -62,11 +60,35 @@ def default_device(roots: list[UOp]) -> str:
 
 
 def schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
-    """The items that realize `roots`, and for each root the BUFFER (of the root's shape) that holds it."""
-    given = roots
-    roots = callify(roots)
-    if not getenv("NOOPT"):
-        roots = split_reductions(roots)
+    """The items that realize `roots`, and for each root the BUFFER (of the root's shape) that holds it: the
+    pipeline's graph stages (lower.pipeline.PIPELINE) up to the kernel split, then the split itself."""
+    from lower.pipeline import PIPELINE, Lowering, _run_stage
+
+    ctx = Lowering.from_env(_target_of(default_device(roots)))
+    graph = UOp.sink(*roots)
+    for st in PIPELINE:
+        if st.name == "rangeify":
+            break
+        graph = _run_stage(st, graph, ctx)
+    items, outs = schedule_split(list(graph.src))
+    if ctx.spec:
+        from rewrite.spec import check
+
+        for it in items:
+            if it.ast is not None:
+                check(it.ast, "kernel")
+    return items, {g: outs[r] for g, r in zip(roots, graph.src, strict=True)}
+
+
+def _target_of(device: str) -> Target:
+    from devices import target_for
+
+    return target_for(device)
+
+
+def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+    """The kernel split (the pipeline's rangeify stage) of graph stages' output `roots`: the items in dependency
+    order, and for each root its BUFFER."""
     topo_index: dict[UOp, int] = {}
     for r in roots:
         for u in r.toposort():
@@ -108,7 +130,7 @@ def schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
             continue
         kernels[node] = _localize(ast)
     items = sorted(kernels.items(), key=lambda kv: topo_index.get(kv[0], -1))
-    return [it for _, it in items], {g: out_of[r] for g, r in zip(given, roots, strict=True)}
+    return [it for _, it in items], {r: out_of[r] for r in roots}
 
 
 def _localize(ast: UOp) -> ScheduleItem:

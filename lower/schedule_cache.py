@@ -21,6 +21,7 @@ the scheduling rules are traced at every realize.
 from __future__ import annotations
 
 import collections
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -228,14 +229,16 @@ def replay(p: Plan, roots: list[UOp], inputs: list[UOp]) -> dict[UOp, UOp]:
             if debug >= 2:
                 dt_s = time.perf_counter() - t1
                 print(f"*** {st.device:6s} {st.name:28s} out {st.out_shape:>10s}  {dt_s * 1e3:9.3f} ms  "
-                      f"{st.est.mem_bytes / dt_s / 1e9:7.2f} GB/s  {st.est.flops / dt_s / 1e9:7.2f} GFLOP/s")
+                      f"{st.est.mem_bytes / dt_s / 1e9:7.2f} GB/s  {st.est.flops / dt_s / 1e9:7.2f} GFLOP/s",
+                      file=sys.stderr)
     finally:
         del arrays
         for dev, arr in temps:
             dev.free(arr)
     if debug >= 1:
         nk = sum(s.kind == "kernel" for s in p.steps)
-        print(f"ran {nk} kernels, {len(p.steps) - nk} copies in {(time.perf_counter() - t0) * 1e3:.2f} ms")
+        print(f"ran {nk} kernels, {len(p.steps) - nk} copies in {(time.perf_counter() - t0) * 1e3:.2f} ms",
+              file=sys.stderr)
     n_in = p.n_inputs
     return {r: (inputs[i] if i < n_in else out_bufs[i - n_in]) for r, i in zip(roots, p.roots, strict=True)}
 

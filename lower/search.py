@@ -149,7 +149,7 @@ def beam_search(ast: UOp, bufs_uops: tuple[UOp, ...], target: Any, width: int, m
         else:
             break
     if getenv("DEBUG") >= 3:
-        print(f"beam {name}: {best_opts} ({best_t * 1e3:.3f} ms)")
+        print(f"beam {name}: {best_opts} ({best_t * 1e3:.3f} ms)", file=sys.stderr)
     if use_cache:
         cache = _load_cache()
         cache[key] = [_opt_to_json(o) for o in best_opts]

@@ -2,6 +2,7 @@
 
 DEBUG=1..5  kernel count and timing; per-kernel lines; applied opts; UOp listings; generated source
 TRACE=1     record every rule firing (stage, rule, before, after); rewrite.trace prints them
+SPEC=1      check every pipeline stage's output against the spec (rewrite.spec)
 DEVICE      default device: cpu (default), python, cuda
 CPU_TARGET  what the cpu device compiles for: native (default), x86-64-v2, x86-64-v3, x86-64-v4, aarch64
 BEAM=n      beam width for kernel optimization search (0 = hand-coded heuristics)
@@ -20,8 +21,8 @@ import os
 from collections.abc import Iterator
 
 _DEFAULTS: dict[str, int | str] = {
-    "DEBUG": 0, "TRACE": 0, "DEVICE": "cpu", "CPU_TARGET": "native", "BEAM": 0, "NOOPT": 0, "CACHE": 1, "CACHEDIR": "",
-    "EGGLOG": 1,
+    "DEBUG": 0, "TRACE": 0, "SPEC": 0, "DEVICE": "cpu", "CPU_TARGET": "native", "BEAM": 0, "NOOPT": 0, "CACHE": 1,
+    "CACHEDIR": "", "EGGLOG": 1,
 }
 _overrides: dict[str, int | str] = {}
 

@@ -8,6 +8,8 @@ rounding differs (those rules only run for a device that lacks the op entirely).
 
 from __future__ import annotations
 
+import functools
+
 from rewrite import Ops, Rule, RuleSet, UOp, dtypes, op, var
 from rules.transcendental import transcendental
 
@@ -73,6 +75,8 @@ decompositions = RuleSet("decompositions", [
 # fmt: on
 
 
+@functools.cache
 def decompositions_for(supported: frozenset[Ops]) -> RuleSet:
-    """The decompositions whose removed op the device cannot execute."""
+    """The decompositions whose removed op the device cannot execute: one RuleSet per set of supported ops, kept
+    for the process, so its generated matchers are compiled once rather than per kernel."""
     return decompositions.only(lambda r: r.removes not in supported, name="decompositions-for-device")

@@ -290,7 +290,7 @@ def test_source_style() -> None:
 def test_debug_4_prints_source(capsys: pytest.CaptureFixture) -> None:
     with Context(DEBUG=4):
         DEVICE.compile(elementwise(lambda a: a + 1, I32, [I32], 3), "dbg")
-    assert "void dbg(int32_t* restrict data0, int32_t* restrict data1)" in capsys.readouterr().out
+    assert "void dbg(int32_t* restrict data0, int32_t* restrict data1)" in capsys.readouterr().err
 
 
 def test_kernels_in_one_batch_get_unique_names() -> None:

@@ -1,0 +1,341 @@
+"""The pipeline: `compile(graph, target)`, driven by the one ordered table `PIPELINE` (the spec's Lowering Pipeline).
+
+Every row is a stage: its name, its scope, the rule set (or, for the few truly global steps, the function and why
+it is one), the spec stage its output must satisfy, and the callable that runs it. `print_pipeline()` prints it.
+
+  scope "graph"    runs once on the tensor graph (a SINK of the roots) and feeds the next graph stage; the last
+                   graph stage, rangeify, splits it into kernels (ScheduleItems, each kernel a SINK over RANGEs)
+  scope "kernel"   runs on each kernel's AST, from its SINK to its LINEAR program
+  scope "program"  runs on a kernel's `PROGRAM(SINK, LINEAR)`: render adds `SOURCE(text)`, compile adds
+                   `BINARY(bytes)`, so a compiled kernel is `PROGRAM(SINK, LINEAR, SOURCE, BINARY)` (seed 001)
+
+What runs a stage is uniform (`_run_stage`): the stage gets the graph and the typed `Lowering` context (target,
+knobs, per-kernel overrides), and after it, in this order, `SPEC=1` checks the result against the row's spec
+stage (rewrite.spec), `DEBUG>=5` prints the stage's output, and `upto=` may stop. Nothing reads the environment
+below this module: `Lowering.from_env(target)` reads the knobs once, and everything else is an argument.
+
+The scheduler's own bookkeeping (buffers for realized nodes, the memory plan) stays in lower.schedule and
+lower.memory; the kernel split itself is still a worklist there (rangeify builds each kernel and asks for a
+realize by exception), to become rules over the whole graph.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from devices import get_device
+from devices.base import Target
+from rewrite import Ops, RuleSet, UOp, dtypes, graph_rewrite
+from rewrite.env import getenv
+
+# ------------------------------------------------------------------------------------------ the context
+
+
+@dataclass(frozen=True)
+class Lowering:
+    """The typed context every stage gets: where the code runs and the knobs that change what it becomes."""
+
+    target: Target
+    noopt: bool = False
+    beam: int = 0
+    egglog: bool = True
+    debug: int = 0
+    spec: bool = False
+    opts: tuple | None = None  # OptOps that replace the heuristics' choice (a search tries candidates so)
+    bufs: tuple[UOp, ...] | None = None  # the kernel's buffers, for BEAM to time candidates on
+    name: str = "kernel"
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @staticmethod
+    def from_env(target: Target, **overrides: Any) -> Lowering:
+        """The context for `target` with the knobs as the environment (or a `Context`) sets them now."""
+        ctx = Lowering(target, noopt=bool(int(getenv("NOOPT"))), beam=int(getenv("BEAM")),
+                       egglog=bool(int(getenv("EGGLOG"))), debug=int(getenv("DEBUG")), spec=bool(int(getenv("SPEC"))))
+        return replace(ctx, **overrides) if overrides else ctx
+
+    @property
+    def device(self) -> Any:
+        return get_device(self.target.device)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One row of the pipeline."""
+
+    name: str
+    scope: str  # "graph", "kernel" or "program"
+    rules: str  # the rule set it applies, or "function: <why it is global>"
+    spec: str  # the rewrite.spec stage its output satisfies ("" for none the checker knows)
+    run: Callable[[UOp, Lowering], UOp]
+    what: str
+
+
+# ------------------------------------------------------------------------------------------ kernel stages
+
+_SATURATE_OPS = frozenset({Ops.IDIV, Ops.MOD, Ops.CMPLT, Ops.CMPNE})
+
+
+def _index_exprs(ast: UOp) -> list[UOp]:
+    """The kernel's index expressions (addresses and gates) that still hold a div, mod or comparison."""
+    out: dict[UOp, None] = {}
+    for u in ast.toposort():
+        cands = (u.src[1],) if u.op is Ops.INDEX and len(u.src) == 2 else u.src[2:] if u.op is Ops.LOAD else ()
+        for e in cands:
+            if e.shape == () and (e.dtype is dtypes.index or e.dtype is dtypes.bool) and \
+                    any(x.op in _SATURATE_OPS for x in e.toposort()):
+                out[e] = None
+    return list(out)
+
+
+def symbolic(ast: UOp, ctx: Lowering) -> UOp:
+    """Fast rules on the whole kernel; then the index expressions they leave with div, mod or comparisons that
+    the e-graph may still shrink (rules.worth_saturating) go into one e-graph (rules.eqsat, cached by structure;
+    EGGLOG=0 skips it), and the fast rules run again."""
+    from rules import worth_saturating
+    from rules.symbolic import symbolic as symbolic_rules
+
+    ast = graph_rewrite(ast, symbolic_rules, name="symbolic")
+    if not ctx.egglog or not (exprs := [e for e in _index_exprs(ast) if worth_saturating(e)]):
+        return ast
+    from rules.eqsat import saturate_batch
+
+    better = {e: r for e, r in zip(exprs, saturate_batch(exprs), strict=True) if r is not e}
+    return graph_rewrite(ast.substitute(better), symbolic_rules, name="symbolic") if better else ast
+
+
+def optimize(ast: UOp, ctx: Lowering) -> UOp:
+    """Choose OptOps (ctx.opts if given; else none under NOOPT or on an interpreted target; BEAM=n search; else
+    the hand-coded heuristics for the target), apply them, and lower THREAD axes to core_id SPECIALs."""
+    from lower.optimize import apply_opts, hand_coded, lower_threads
+
+    opts: list | None = list(ctx.opts) if ctx.opts is not None else None
+    if opts is None:
+        if ctx.noopt or ctx.target.interpreted:
+            opts = []
+        elif ctx.beam > 0 and ctx.bufs is not None:
+            from lower.search import beam_search
+
+            opts = beam_search(ast, ctx.bufs, ctx.target, ctx.beam, name=ctx.name)
+        else:
+            opts = hand_coded(ast, ctx.target)
+    if ctx.debug >= 3 and opts:
+        print(f"opts {ctx.name}: {opts}", file=sys.stderr)
+    return lower_threads(apply_opts(ast, opts))
+
+
+def expand(ast: UOp, ctx: Lowering) -> UOp:
+    from lower.expand import expand as expand_lanes
+
+    return expand_lanes(ast, ctx.target)
+
+
+def _decompositions(ctx: Lowering) -> RuleSet:
+    from rules.decompositions import decompositions_for
+
+    device = ctx.device
+    return decompositions_for(device.supported_ops - getattr(device, "decompose", frozenset()))
+
+
+def instruction_selection(ast: UOp, ctx: Lowering) -> UOp:
+    rules = _decompositions(ctx)
+    return graph_rewrite(ast, rules, name="instruction-selection") if len(rules) else ast
+
+
+def fuses_mulacc(ctx: Lowering) -> bool:
+    """Whether reductions of products accumulate with a fused MULACC: an optimization (one rounding per step
+    instead of two changes the result's last bits), so on when optimizing and the device has MULACC."""
+    device = ctx.device
+    return not ctx.noopt and Ops.MULACC in device.supported_ops and \
+        Ops.MULACC not in getattr(device, "decompose", frozenset())
+
+
+def linearize(ast: UOp, ctx: Lowering) -> UOp:
+    from lower.linearize import linearize as to_linear
+
+    return to_linear(ast, fuses_mulacc(ctx))
+
+
+# ------------------------------------------------------------------------------------------ program stages
+
+
+def render(program: UOp, ctx: Lowering) -> UOp:
+    """PROGRAM(SINK, LINEAR) gains SOURCE: the device's text for the kernel (a whole compilable file)."""
+    linear = program.src[1]
+    text = ctx.device.render(linear, ctx.name, ctx.target)
+    if ctx.debug >= 4:
+        print(text, file=sys.stderr)
+    return UOp(Ops.PROGRAM, (*program.src[:2], UOp(Ops.SOURCE, (), text)), program.arg)
+
+
+def compile_program(program: UOp, ctx: Lowering) -> UOp:
+    """PROGRAM(SINK, LINEAR, SOURCE) gains BINARY: what the device made of it (a shared object's bytes on cpu;
+    empty for an interpreter, which runs the LINEAR). The loaded kernel is kept by `loaded(program)`."""
+    kernel = ctx.device.compile(program.src[1], ctx.name, ctx.target)
+    blob = kernel.binary() if hasattr(kernel, "binary") else b""
+    out = UOp(Ops.PROGRAM, (*program.src[:3], UOp(Ops.BINARY, (), blob)), program.arg)
+    _loaded[out] = kernel
+    return out
+
+
+_loaded: dict[UOp, Any] = {}
+
+
+def loaded(program: UOp) -> Any:
+    """The callable kernel of a compiled PROGRAM (compiled in this process)."""
+    return _loaded[program]
+
+
+# ------------------------------------------------------------------------------------------ graph stages
+
+
+def _roots(graph: UOp) -> list[UOp]:
+    return list(graph.src) if graph.op is Ops.SINK else [graph]
+
+
+def callify(graph: UOp, ctx: Lowering) -> UOp:
+    from lower.callify import callify as inline
+
+    return UOp.sink(*inline(_roots(graph)))
+
+
+def split_reduce(graph: UOp, ctx: Lowering) -> UOp:
+    from lower.split_reduce import split_reductions
+
+    return graph if ctx.noopt else UOp.sink(*split_reductions(_roots(graph)))
+
+
+def rangeify(graph: UOp, ctx: Lowering) -> UOp:
+    """The kernel split: the schedule's kernels as a SINK of their ASTs (lower.schedule keeps the buffers)."""
+    from lower.schedule import schedule_split
+
+    items, _ = schedule_split(_roots(graph))
+    return UOp.sink(*(it.ast for it in items if it.kind == "kernel" and it.ast is not None))
+
+
+# ------------------------------------------------------------------------------------------ the table
+
+# fmt: off
+PIPELINE: tuple[Stage, ...] = (
+    Stage("callify", "graph", "lower.callify.callify_rules", "tensor", callify,
+          "FUNCTION calls inlined: one graph of BUFFER leaves"),
+    Stage("split-reduce", "graph", "function: picks which reductions to split by their sizes", "tensor",
+          split_reduce, "large reductions with small outputs become two kernels"),
+    Stage("rangeify", "graph", "function: the kernel split is a worklist over the whole graph (to become rules)",
+          "kernel", rangeify, "kernel split; movement ops become index math over RANGEs"),
+    Stage("symbolic", "kernel", "rules.symbolic + rules.eqsat (e-graph, batched per kernel)", "kernel", symbolic,
+          "index arithmetic simplified"),
+    Stage("optimize", "kernel", "function: OptOps chosen by heuristics or BEAM search over the kernel's ranges",
+          "kernel", optimize, "split/swap/pad ranges into THREAD/UPCAST/UNROLL axes; THREAD -> core_id"),
+    Stage("expand", "kernel", "function: one lane space per kernel (UPCAST/UNROLL ranges)", "", expand,
+          "UPCAST/UNROLL ranges become vector lanes (beyond one register: copies)"),
+    Stage("symbolic-opt", "kernel", "rules.symbolic", "", symbolic, "the index math the opts made, simplified"),
+    Stage("instruction-selection", "kernel", "rules.decompositions (by the target's supported ops)", "",
+          instruction_selection, "ops the device lacks become ops it has"),
+    Stage("symbolic-late", "kernel", "rules.symbolic", "", symbolic, "what the decompositions made, simplified"),
+    Stage("linearize", "kernel", "function: a global order (accumulators, loop placement)", "linear", linearize,
+          "the LINEAR program"),
+    Stage("render", "program", "the device's renderer rule set", "", render, "PROGRAM gains SOURCE"),
+    Stage("compile", "program", "function: the device's compiler", "", compile_program, "PROGRAM gains BINARY"),
+)
+# fmt: on
+STAGE_NAMES = tuple(s.name for s in PIPELINE)
+# the memory plan runs on the schedule (lower.memory.plan), not on a UOp: it is listed for the printout
+MEMORY_PLAN = "memory-plan: lower.memory.plan (intermediate buffers share storage by lifetime)"
+
+
+def print_pipeline(file: Any = None) -> None:
+    """The table, one stage a line."""
+    out = file or sys.stdout
+    for i, s in enumerate(PIPELINE):
+        print(f"{i:2d} {s.name:22s} {s.scope:8s} {s.what}\n   {'':22s} {'':8s} [{s.rules}]", file=out)
+        if s.name == "linearize":
+            print(f"   {MEMORY_PLAN}", file=out)
+
+
+def _stages(scope: str) -> tuple[Stage, ...]:
+    return tuple(s for s in PIPELINE if s.scope == scope)
+
+
+def _run_stage(st: Stage, graph: UOp, ctx: Lowering) -> UOp:
+    out = st.run(graph, ctx)
+    if ctx.spec and st.spec:
+        from rewrite.spec import check
+
+        # the kernel split's output is a SINK of kernels, each with its own slots and range ids: checked apart
+        for part in (out.src if st.scope == "graph" and st.spec != "tensor" else (out,)):
+            check(part, st.spec)
+    if ctx.debug >= 5:
+        print(f"--- after {st.name} ({ctx.name})\n{out}", file=sys.stderr)
+    return out
+
+
+def _check_upto(upto: str | None) -> None:
+    if upto is not None and upto not in STAGE_NAMES:
+        from rewrite.errors import CompilerError
+
+        raise CompilerError(f"upto={upto!r} is not a stage; the stages are {', '.join(STAGE_NAMES)}")
+
+
+def lower_kernel(ast: UOp, target: Target | Any, upto: str | None = None, opts: list | None = None,
+                 bufs: tuple | None = None, name: str = "kernel") -> UOp:
+    """The kernel stages on `ast` for `target` (a Target, or a device whose default target is meant), stopping
+    after `upto` if given; returns the LINEAR. `opts` replaces the heuristics' choice of OptOps; `bufs` (the
+    kernel's buffers) lets BEAM=n time candidates."""
+    _check_upto(upto)
+    ctx = Lowering.from_env(as_target(target), opts=None if opts is None else tuple(opts), bufs=bufs, name=name)
+    for st in _stages("kernel"):
+        ast = _run_stage(st, ast, ctx)
+        if st.name == upto:
+            break
+    return ast
+
+
+def compile_kernel(ast: UOp, target: Target | Any, upto: str | None = None, opts: list | None = None,
+                   name: str = "kernel") -> UOp:
+    """One kernel through the kernel and program stages: `PROGRAM(SINK, LINEAR, SOURCE, BINARY)` (or the graph
+    after `upto`)."""
+    _check_upto(upto)
+    ctx = Lowering.from_env(as_target(target), opts=None if opts is None else tuple(opts), name=name)
+    if upto is not None and upto in (s.name for s in _stages("kernel")):
+        return lower_kernel(ast, ctx.target, upto, opts, None, name)
+    program = UOp(Ops.PROGRAM, (ast, lower_kernel(ast, ctx.target, None, opts, None, name)), name)
+    for st in _stages("program"):
+        program = _run_stage(st, program, ctx)
+        if st.name == upto:
+            break
+    return program
+
+
+def compile(graph: UOp, target: Target | Any, upto: str | None = None) -> UOp:
+    """The tensor graph `graph` (a SINK of roots, or one root) for `target`, through the whole table: a SINK of
+    one PROGRAM per kernel in schedule order (or the graph after `upto`: a graph stage's SINK, or a SINK of each
+    kernel's AST after a kernel stage)."""
+    from lower.schedule import kernel_name
+
+    _check_upto(upto)
+    ctx = Lowering.from_env(as_target(target))
+    graph = graph if graph.op is Ops.SINK else UOp.sink(graph)
+    for st in _stages("graph"):
+        graph = _run_stage(st, graph, ctx)
+        if st.name == upto:
+            return graph
+    kernels = list(graph.src)
+    if upto is not None and upto in (s.name for s in _stages("kernel")):
+        return UOp.sink(*(lower_kernel(k, ctx.target, upto, name=kernel_name(k)) for k in kernels))
+    return UOp.sink(*(compile_kernel(k, ctx.target, upto, name=kernel_name(k)) for k in kernels))
+
+
+def as_target(where: Target | Any) -> Target:
+    """A Target as given, or a device object's (or device name's) default target."""
+    if isinstance(where, Target):
+        return where
+    if isinstance(where, str):
+        return get_device(where).default_target()  # type: ignore[no-any-return]
+    return where.default_target()  # type: ignore[no-any-return]
+
+
+__all__ = ["PIPELINE", "STAGE_NAMES", "Lowering", "Stage", "as_target", "compile", "compile_kernel",
+           "fuses_mulacc", "loaded", "lower_kernel", "print_pipeline"]
