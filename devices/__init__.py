@@ -37,7 +37,8 @@ broadcast to every lane. Additionally:
 IDIV/MOD are floor division; a device that lacks them declares so and lowering gives it CDIV/CMOD plus a fix.
 A device declares `supported_ops`; lowering decomposes the rest (rules/decompositions.py).
 
-Registry: `get_device(name)` returns the device object ("cpu", "python", "cuda"); `DEVICE` picks the default.
+Registry: `get_device(name)` returns the device object ("cpu", "python"; "cuda" is planned and says so);
+`DEVICE` picks the default.
 `target_for(name)` is the device's default Target (devices.base): for cpu, the host's as detected, or the level
 `CPU_TARGET` names. Lowering takes a Target as an argument; nothing below reads the environment for it.
 """
@@ -50,12 +51,15 @@ from typing import Any
 from devices.base import Target
 from rewrite.errors import DeviceError
 
-_MODULES = {"cpu": "devices.cpu", "python": "devices.python", "cuda": "devices.cuda"}
+_MODULES = {"cpu": "devices.cpu", "python": "devices.python"}
+_PLANNED = {"cuda": "the CUDA device is not implemented yet (issue: GPU); use cpu, or python for the reference"}
 _loaded: dict[str, Any] = {}
 
 
 def get_device(name: str) -> Any:
     key = name.split(":")[0].lower()
+    if key in _PLANNED:
+        raise DeviceError(f"device {name!r}: {_PLANNED[key]}")
     if key not in _MODULES:
         raise DeviceError(f"unknown device {name!r}; known devices: {', '.join(sorted(_MODULES))}")
     if key not in _loaded:
