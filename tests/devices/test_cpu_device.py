@@ -374,7 +374,7 @@ def test_disk_cache_is_used_by_a_fresh_process(tmp_path: os.PathLike, monkeypatc
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     r = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert "disk cache hit" in r.stdout
+    assert "disk cache hit" in r.stderr
 
 
 def test_cache_off_writes_nothing(tmp_path: os.PathLike) -> None:
