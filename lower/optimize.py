@@ -326,11 +326,14 @@ def _register_tile(ast: UOp, opts: list[Opt], target: Target) -> UOp | None:
     stores = [u.src[0].src[1] for u in ast.toposort() if u.op is Ops.STORE and u.src[0].op is Ops.INDEX]
     width = native_lanes(ast, target)
     loops = [r for r in axes(ast) if r.arg[1] is AxisType.LOOP]  # type: ignore[index]
-    # the vector axis: every load in the reduction moves by 0 or 1 element along it, some by 1; an axis the
-    # output is contiguous along too is preferred (else the tile's final stores scatter, once per output)
+    # the vector axis: every load in the reduction moves by 0 or 1 element along it, some by 1. Preferred: an axis
+    # no load's gate depends on (a gate that differs per lane makes a lane-by-lane load: conv's padded input
+    # columns as lanes ran at 0.7 GFLOP/s where its output channels run at full width), then one the output is
+    # contiguous along too (else the tile's final stores scatter, once per output)
+    gates = [g.toposort() for g in (u.src[2] for u in body if u.op is Ops.LOAD and len(u.src) >= 3)]
     cands = [v for v in reversed(loops) if size(v) % width == 0 and
              all(_stride(i, v, ranges) in (0, 1) for i in loads) and any(_stride(i, v, ranges) == 1 for i in loads)]
-    cands.sort(key=lambda v: not all(_stride(i, v, ranges) == 1 for i in stores))
+    cands.sort(key=lambda v: (any(v in g for g in gates), not all(_stride(i, v, ranges) == 1 for i in stores)))
     if not cands:
         return None
     v = cands[0]
