@@ -19,8 +19,9 @@ For each case:
   rate    from the steady median: GFLOP/s for matmul, conv and attention, else GB/s of compulsory traffic
           (every input read once, the output written once: the floor a fused kernel needs);
   % limit the rate as a share of this machine's limit for the threads our kernels used (benchmarks.limits):
-          the widest FMA peak for GFLOP/s cases, the DRAM STREAM triad for GB/s cases (the 12 MiB cache-level
-          triad is in the JSON too: working sets of tens of MiB stay in the LLC, see machine-limits.md);
+          the vector FMA peak of the cpu target (printed at the top) for GFLOP/s cases, the DRAM STREAM triad
+          for GB/s cases (the 12 MiB cache-level triad is in the JSON too: working sets of tens of MiB stay in
+          the LLC, see machine-limits.md);
   check   our result against numpy in float64 (np.allclose); a wrong result marks the row FAIL;
   peers   numpy (in process; OpenBLAS threads as it defaults), PyTorch eager with all threads (in process, when
           importable), tinygrad (a subprocess with DEV=CPU CACHELEVEL=0, when installed): steady medians the
@@ -55,6 +56,7 @@ from benchmarks.kernel_cases import Case, _cases, all_cases, check, reference
 from benchmarks.kernel_peers import Engine, NumpyPeer, Ours, TorchPeer, have, our_threads
 from benchmarks.kernel_worker import result_from_json, run_worker
 from benchmarks.runner import Bench, Progress, Result, fmt_value, suite
+from devices import target_for
 
 # ---------------------------------------------------------------------------- the suite
 
@@ -124,7 +126,9 @@ def _time_one(fn: Callable[[object], object]) -> float:
 @suite("kernels")
 def kernels(b: Bench) -> None:
     cases = selected_cases(b.quick, os.environ.get("KERNEL_CASES", ""))
-    lim = machine_limits.load(quick=b.quick, say=b.say)
+    target = target_for("cpu")  # what our kernels are compiled for: the host's, or the level CPU_TARGET names
+    b.note(f"target: {target}")
+    lim = machine_limits.load(quick=b.quick, say=b.say, target=target)
     b.note(lim.summary())
     if lim.fgn is not None and lim.fgn > 0.5:
         b.note(f"  the limits were measured under foreign load {lim.fgn:.2f} (too low); re-measure on a quiet "
@@ -161,7 +165,7 @@ def kernels(b: Bench) -> None:
     b.note("ratios: ours/peer throughput from steady medians (>1 = ours faster); cold: first call in a fresh process, "
            "no kernel cache (+import: with the engine's import before it); "
            "% of the FMA peak (GFLOP/s cases) or DRAM triad (GB/s cases) for the threads our kernels used")
-    png = plot(rows, os.path.join("results", "bench-kernels.png"))
+    png = plot(rows, os.path.join("results", "bench-kernels.png"), str(target))
     if png:
         b.note(f"plot: {png}")
     elif not have("matplotlib"):
@@ -325,9 +329,9 @@ def summary_table(rows: list[Row], peer_names: list[str]) -> list[str]:
     return ["", *out]
 
 
-def plot(rows: list[Row], path: str) -> str | None:
-    """A bar chart of throughput ratios against numpy (ours and each other peer), log scale; None without
-    matplotlib."""
+def plot(rows: list[Row], path: str, target: str = "") -> str | None:
+    """A bar chart of throughput ratios against numpy (ours and each other peer), log scale, the cpu target in
+    its title and metadata; None without matplotlib."""
     if not have("matplotlib"):
         return None
     import matplotlib
@@ -354,11 +358,12 @@ def plot(rows: list[Row], path: str) -> str | None:
     ax.set_xticks(range(len(good)))
     ax.set_xticklabels([r.case.title for r in good], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("throughput / numpy's (log)")
-    ax.set_title("kernels: steady-state throughput relative to numpy")
+    ax.set_title("kernels: steady-state throughput relative to numpy" + (f"\n{target}" if target else ""),
+                 fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, metadata={"Description": f"target: {target}"} if target else None)
     plt.close(fig)
     return path
 

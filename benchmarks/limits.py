@@ -2,18 +2,24 @@
 
 The kernel benchmarks quote every figure as a percentage of what this machine can do at all, so they need:
 
-* peak fp32 FMA throughput, 1 thread and all threads: independent FMA chains (`a = a*b + c`, b < 1 so values stay
-  normal) in 16 zmm registers (AVX-512), 12 ymm (AVX2 width) and 12 scalar accumulators -- enough chains to
-  cover the FMA latency on both ports, as shared/anchors/machine-limits.md section 1 does;
+* peak fp32 FMA throughput, 1 thread and all threads, for the cpu Target the kernels are compiled for
+  (devices.base: CPU_TARGET or the host's): independent FMA chains (`a = a*b + c`, b < 1 so values stay
+  normal), each one vector register of the Target wide (GCC vector types of `Target.vector_bytes`), as many as
+  its registers hold (`chain_counts`: 12 of AVX2's 16 ymm, 16 of AVX-512's 32 zmm) -- enough to cover the FMA
+  latency on both ports, as shared/anchors/machine-limits.md section 1 does -- and 12 scalar chains. A target
+  without FMA instructions (x86-64-v2) gets a multiply and an add per step (rows `muladd_*`). Each peak row
+  has a `_cpu` twin over the threads' CPU time instead of wall time: what the cores do while they run, which
+  stays at the peak on a loaded machine (the wall-clock row, the one kernels are compared with, does not);
 * memory bandwidth, 1 thread and all threads: STREAM triad (`a = b + s*c`, 12 bytes per element, the
   write-allocate read not counted, STREAM's convention), copy (8 B) and read (a vectorised sum, 4 B), each
   over a working set far beyond the last-level cache (1.5 GiB in all, 384 MiB with --quick), first touched by
   the thread that uses it; plus triad over a 12 MiB working set, the "cache-resident" bandwidth that
   working sets of a few tens of MiB see instead of DRAM's.
 
-Both come from one small C program (a Python string below) compiled with `cc -O3 -march=native -fopenmp`.
-Results are cached as JSON under rewrite.env.cache_dir(), keyed by CPU model and core count, because they
-are a property of the machine, not of the code. A quick measurement is upgraded by the next full one;
+Both come from one small C program (a Python string below) compiled with `cc -O3 -fopenmp` and the Target's
+instruction-set flags (`-march=x86-64-v3`, ...; `-march=native` for the host's own). Results are cached as
+JSON under rewrite.env.cache_dir(), keyed by CPU model, core count and the Target, because they are a property
+of the machine and the instructions used, not of the code. A quick measurement is upgraded by the next full one;
 `python -m benchmarks.limits --remeasure` (or REMEASURE_LIMITS=1 for any run) measures again; CACHE=0 (the
 project's knob for all its disk caches) measures every time and stores nothing.
 """
@@ -31,15 +37,16 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from devices import target_for
+from devices.base import Target
 from rewrite.env import cache_dir, getenv
 
-FORMAT = 1  # bump when the program or the meaning of a figure changes: old cache files are then ignored
+FORMAT = 2  # bump when the program or the meaning of a figure changes: old cache files are then ignored
 
 # Each row prints `name threads unit median best sample...`. Timing is wall clock around a barrier-fenced
 # parallel region, so an all-thread figure is the whole team's work over the slowest thread's time.
 _SRC = r"""
 #define _GNU_SOURCE
-#include <immintrin.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +61,13 @@ static int omp_get_max_threads(void) { return 1; }
 static double now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+/* CPU time of the calling thread: a rate over it is what a core does while it runs, whatever else the machine
+   runs (the `_cpu` peak rows; wall-clock rows fall when other processes take the cores) */
+static double thread_cpu(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 static int cmp_d(const void *a, const void *b) {
@@ -76,62 +90,21 @@ volatile float sink_f;
    a*b + c (1.0 for the values below) and deletes the loop */
 volatile float vb = 0.999999f, vc = 1e-6f, va = 1.0f;
 
-/* ---- peak: each function runs `iters` rounds of independent FMA chains and returns their sum (kept live) */
-#define FMA8(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7)
-#define FMA12(F) FMA8(F) F(8) F(9) F(10) F(11)
-#define FMA16(F) FMA12(F) F(12) F(13) F(14) F(15)
+/* ---- peak: each function runs `iters` rounds of independent multiply-add chains and returns their sum (kept
+   live); the chains are written out by benchmarks/limits.py for the target (CHAINS_VEC, CHAINS_SCALAR) */
+typedef float vf __attribute__((vector_size(VEC_BYTES)));
+#define VEC_LANES (VEC_BYTES / 4)
 
-#ifdef __AVX512F__
-static float chains_zmm(long iters) {
-  __m512 b = _mm512_set1_ps(vb), c = _mm512_set1_ps(vc);
-#define DECL(i) __m512 a##i = _mm512_set1_ps(va + (i) * 1e-3f);
-#define STEP(i) a##i = _mm512_fmadd_ps(a##i, b, c);
-#define SUM(i) s = _mm512_add_ps(s, a##i);
-  FMA16(DECL)
-  for (long k = 0; k < iters; k++) { FMA16(STEP) }
-  __m512 s = _mm512_setzero_ps();
-  FMA16(SUM)
-  return _mm512_reduce_add_ps(s);
-#undef DECL
-#undef STEP
-#undef SUM
+static float chains_vec(long iters) {
+  vf b = (vf){0} + vb, c = (vf){0} + vc;
+  CHAINS_VEC
 }
-#endif
 
-#ifdef __AVX2__
-static float chains_ymm(long iters) {
-  __m256 b = _mm256_set1_ps(vb), c = _mm256_set1_ps(vc);
-#define DECL(i) __m256 a##i = _mm256_set1_ps(va + (i) * 1e-3f);
-#define STEP(i) a##i = _mm256_fmadd_ps(a##i, b, c);
-#define SUM(i) s = _mm256_add_ps(s, a##i);
-  FMA12(DECL)
-  for (long k = 0; k < iters; k++) { FMA12(STEP) }
-  __m256 s = _mm256_setzero_ps();
-  FMA12(SUM)
-  float o[8];
-  _mm256_storeu_ps(o, s);
-  return o[0] + o[1] + o[2] + o[3] + o[4] + o[5] + o[6] + o[7];
-#undef DECL
-#undef STEP
-#undef SUM
-}
-#endif
-
-/* gcc would otherwise pack the 12 scalar chains into vectors (SLP), which is not the scalar figure */
+/* gcc would otherwise pack the scalar chains into vectors (SLP), which is not the scalar figure */
 __attribute__((optimize("no-tree-vectorize", "no-tree-slp-vectorize")))
 static float chains_scalar(long iters) {
   float b = vb, c = vc;
-#define DECL(i) float a##i = va + (i) * 1e-3f;
-#define STEP(i) a##i = fmaf(a##i, b, c);
-#define SUM(i) s += a##i;
-  FMA12(DECL)
-  for (long k = 0; k < iters; k++) { FMA12(STEP) }
-  float s = 0;
-  FMA12(SUM)
-  return s;
-#undef DECL
-#undef STEP
-#undef SUM
+  CHAINS_SCALAR
 }
 
 typedef float (*chain_fn)(long);
@@ -146,24 +119,33 @@ static void peak(const char *name, chain_fn fn, double flop_per_iter, int thread
     iters *= 2;
   }
   iters *= 4;
-  double v[64];
+  double v[64], vc[64];
   for (int t = 0; t < trials; t++) {
-    double t0 = 0, t1 = 0;
+    double t0 = 0, t1 = 0, cmax = 0;
 #pragma omp parallel num_threads(threads)
     {
 #pragma omp barrier
 #pragma omp master
       t0 = now();
+      double c0 = thread_cpu();
       float r = fn(iters);
+      double c = thread_cpu() - c0;
 #pragma omp barrier
 #pragma omp master
       t1 = now();
 #pragma omp critical
-      sink_f += r;
+      {
+        sink_f += r;
+        if (c > cmax) cmax = c;
+      }
     }
     v[t] = flop_per_iter * (double)iters * threads / (t1 - t0) / 1e9;
+    vc[t] = flop_per_iter * (double)iters * threads / cmax / 1e9;
   }
   report(name, threads, "GFLOP/s", v, trials);
+  char cname[64];
+  snprintf(cname, sizeof cname, "%s_cpu", name);
+  report(cname, threads, "GFLOP/s", vc, trials);
 }
 
 /* ---- stream: three arrays of n floats, first touched by the thread that works on them later */
@@ -213,13 +195,8 @@ int main(int argc, char **argv) {
     int trials = argc >= 3 ? atoi(argv[2]) : 7;
     double target = argc >= 4 ? atof(argv[3]) : 0.1;
     for (int k = 0; k < nc; k++) {
-#ifdef __AVX512F__
-      peak("fma_avx512", chains_zmm, 16 * 16 * 2, counts[k], trials, target);
-#endif
-#ifdef __AVX2__
-      peak("fma_avx2", chains_ymm, 12 * 8 * 2, counts[k], trials, target);
-#endif
-      peak("fma_scalar", chains_scalar, 12 * 2, counts[k], trials, target);
+      peak(VEC_ROW, chains_vec, N_VEC * VEC_LANES * 2, counts[k], trials, target);
+      peak(SCALAR_ROW, chains_scalar, N_SCALAR * 2, counts[k], trials, target);
     }
     return 0;
   }
@@ -234,6 +211,10 @@ int main(int argc, char **argv) {
 }
 """
 
+# every peak row a program may report, widest first (Limits.peak's fallback when the target's row is not named)
+_PEAK_ROWS = ("fma_avx512", "fma_avx2", "fma_neon", "fma_sse", "muladd_avx512", "muladd_avx2", "muladd_sse",
+              "fma_scalar", "muladd_scalar")
+_LABELS = {"avx512": "AVX-512", "avx2": "AVX2", "neon": "NEON", "sse": "SSE", "scalar": "scalar"}
 DRAM_MIB, DRAM_MIB_QUICK = 1536, 384  # all three arrays together; the anchors saw DRAM figures from ~384 MiB up
 CACHE_MIB = 12  # three 4 MiB arrays: past L2, inside the last-level cache share (anchors: 12-96 MiB plateau)
 
@@ -263,6 +244,8 @@ class Limits:
     fgn: float | None  # foreign CPU load while measuring (vCPUs): a high value means the figures are low
     rows: list[Row] = field(default_factory=list)
     cached: bool = False
+    target: str = ""  # str(Target) of the code measured
+    vector: str = ""  # the name of its vector peak row (row_names)
 
     @property
     def threads_all(self) -> int:
@@ -287,8 +270,9 @@ class Limits:
         return max(v, *fewer)
 
     def peak(self, threads: int) -> tuple[str, float | None]:
-        """The widest FMA peak this CPU has (what a compiler could reach at best), and its name."""
-        for name in ("fma_avx512", "fma_avx2", "fma_scalar"):
+        """The target's vector multiply-add peak (what a compiler could reach at best with its instructions), and
+        its name; the widest measured where the row is not named."""
+        for name in (self.vector, *_PEAK_ROWS):
             if (v := self.get(name, threads)) is not None:
                 return name, v
         return "none", None
@@ -299,26 +283,31 @@ class Limits:
     def summary(self) -> str:
         t = self.threads_all
         parts = []
-        for name, label, unit in (("fma_avx512", "peak fp32 AVX-512", "GFLOP/s"), ("fma_avx2", "AVX2", "GFLOP/s"),
-                                  ("fma_scalar", "scalar", "GFLOP/s"), ("triad", "DRAM triad", "GB/s"),
+        peaks = [(n, f"{'FMA' if n.startswith('fma_') else 'mul+add'} {_LABELS.get(n.partition('_')[2], n)}",
+                  "GFLOP/s") for n in dict.fromkeys((self.vector, *_PEAK_ROWS)) if n]
+        if self.vector:
+            peaks.insert(1, (f"{self.vector}_cpu", "(per CPU second)", "GFLOP/s"))
+        for name, label, unit in (*peaks, ("triad", "DRAM triad", "GB/s"),
                                   ("read", "DRAM read", "GB/s"), ("triad_cache", f"{CACHE_MIB} MiB triad", "GB/s")):
             one, al = self.get(name, 1), self.get(name, t)
             if one is not None:
                 parts.append(f"{label} {one:.0f}" + (f" / {al:.0f}" if t > 1 and al is not None else "") + f" {unit}")
         how = "cached" if self.cached else "measured now"
         fg = "" if self.fgn is None else f", foreign load {self.fgn:.2f}"
-        return (f"machine limits (1 / {t} threads; {how} {self.measured}{', quick sizes' if self.quick else ''}{fg}): "
-                + "; ".join(parts))
+        tgt = f" for {self.target}" if self.target else ""
+        return (f"machine limits{tgt} (1 / {t} threads; {how} {self.measured}{', quick sizes' if self.quick else ''}"
+                f"{fg}): " + "; ".join(parts))
 
     def to_json(self) -> dict[str, object]:
         return {"format": FORMAT, "key": self.key, "cpu": self.cpu, "cores": self.cores, "measured": self.measured,
-                "quick": self.quick, "compiler": self.compiler, "fgn": self.fgn,
-                "rows": [vars(r) for r in self.rows]}
+                "quick": self.quick, "compiler": self.compiler, "fgn": self.fgn, "target": self.target,
+                "vector": self.vector, "rows": [vars(r) for r in self.rows]}
 
     @staticmethod
     def from_json(d: dict) -> Limits:
         rows = [Row(**r) for r in d["rows"]]
-        return Limits(d["key"], d["cpu"], d["cores"], d["measured"], d["quick"], d["compiler"], d.get("fgn"), rows)
+        return Limits(d["key"], d["cpu"], d["cores"], d["measured"], d["quick"], d["compiler"], d.get("fgn"), rows,
+                      target=d.get("target", ""), vector=d.get("vector", ""))
 
 
 def cpu_model() -> str:
@@ -331,26 +320,74 @@ def cpu_model() -> str:
         return platform.processor() or "unknown"
 
 
-def machine_key() -> str:
-    return f"{cpu_model()} x{os.cpu_count()}"
+def machine_key(target: Target | None = None) -> str:
+    """The CPU model, its core count and the target's instruction set and vector facts (default: the cpu
+    device's target): figures for AVX2 code are not those for AVX-512 code on the same machine."""
+    t = target or target_for("cpu")
+    return f"{cpu_model()} x{os.cpu_count()} {t.isa} {t.vector_bytes * 8}-bit x{t.vector_registers}" + \
+        (" fma" if t.fma else "")
 
 
-def cache_path() -> str:
-    h = hashlib.sha256(machine_key().encode()).hexdigest()[:16]
+def cache_path(target: Target | None = None) -> str:
+    h = hashlib.sha256(machine_key(target).encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"limits-{h}.json")
 
 
-def _compile(workdir: str) -> tuple[str, str]:
-    """Build the measuring program; returns (executable, compiler identity). OpenMP when the compiler has it,
-    else single-threaded rows only."""
+def chain_counts(target: Target) -> tuple[int, int]:
+    """Independent multiply-add chains (vector, scalar) for the peak: enough to hide the FMA latency (4-5 cycles)
+    on two pipes (8-10 in flight), as many as the registers hold with b, c and two spare (AVX2 and SSE: 12 of 16;
+    AVX-512 and NEON: 16 of 32)."""
+    return max(8, min(16, target.vector_registers - 4)), 12
+
+
+def row_names(target: Target) -> tuple[str, str]:
+    """The peak rows' names for `target`: `fma_<vector kind>` and `fma_scalar` (`muladd_` where the target has no
+    FMA instructions: a multiply and an add, still 2 FLOP a lane)."""
+    kind = {("x86_64", 16): "sse", ("x86_64", 32): "avx2", ("x86_64", 64): "avx512",
+            ("aarch64", 16): "neon"}.get((target.arch, target.vector_bytes), f"v{target.vector_bytes * 8}")
+    pre = "fma_" if target.fma else "muladd_"
+    return pre + kind, pre + "scalar"
+
+
+def _chains(n: int, vector: bool) -> str:
+    t, zero = ("vf", "(vf){0} + ") if vector else ("float", "")
+    lines = [f"{t} a{i} = {zero}(va + {i} * 1e-3f);" for i in range(n)]
+    lines.append("for (long k = 0; k < iters; k++) {")
+    lines += [f"  a{i} = a{i} * b + c;" for i in range(n)]
+    lines.append("}")
+    lines.append(f"{t} s = " + " + ".join(f"a{i}" for i in range(n)) + ";")
+    if vector:
+        lines.append("float r = 0;\n  for (int l = 0; l < VEC_LANES; l++) r += s[l];\n  return r;")
+    else:
+        lines.append("return s;")
+    return "\n  ".join(lines)
+
+
+def program_source(target: Target) -> str:
+    """The measuring program for `target`: the peak's chains as wide as one of its vector registers, as many as
+    chain_counts says (a*b + c contracts to one FMA instruction where the target has them)."""
+    nv, ns = chain_counts(target)
+    vrow, srow = row_names(target)
+    head = (f"#define VEC_BYTES {max(4, target.vector_bytes)}\n#define N_VEC {nv}\n#define N_SCALAR {ns}\n"
+            f"#define VEC_ROW \"{vrow}\"\n#define SCALAR_ROW \"{srow}\"\n")
+    return head + _SRC.replace("CHAINS_VEC", _chains(nv, True)).replace("CHAINS_SCALAR", _chains(ns, False))
+
+
+def _compile(workdir: str, target: Target | None = None) -> tuple[str, str]:
+    """Build the measuring program for `target` (default: the cpu device's, CPU_TARGET or the host) with its
+    instruction-set flags; returns (executable, compiler identity). OpenMP when the compiler has it, else
+    single-threaded rows only."""
+    target = target or target_for("cpu")
+    if not target.runs_here:
+        raise RuntimeError(f"limits: the target {target} does not run on this host; measure it where it does")
     cc = str(getenv("CC", "")) or next((c for c in ("gcc", "clang", "cc") if shutil.which(c)), "")
     if not cc:
         raise RuntimeError("limits: no C compiler (gcc, clang or cc) found; set CC")
     src = os.path.join(workdir, "limits.c")
     exe = os.path.join(workdir, "limits")
     with open(src, "w") as f:
-        f.write(_SRC)
-    base = [cc, "-O3", "-march=native", src, "-o", exe, "-lm"]
+        f.write(program_source(target))
+    base = [cc, "-O3", *target.compile_flags, "-ffp-contract=fast", src, "-o", exe, "-lm"]
     r = subprocess.run([*base, "-fopenmp"], capture_output=True, text=True)
     if r.returncode != 0:
         r = subprocess.run(base, capture_output=True, text=True)
@@ -388,9 +425,10 @@ def wait_quiet(max_s: float, below: float = 0.3, window: float = 0.5) -> float |
             return f
 
 
-def measure(quick: bool = False, say: object = None) -> Limits:
-    """Run the measurements now (about 15 s, after waiting up to a minute for a quiet machine; with `quick`
-    about 5 s and no waiting)."""
+def measure(quick: bool = False, say: object = None, target: Target | None = None) -> Limits:
+    """Run the measurements now for `target` (default: the cpu device's), about 15 s after waiting up to a minute
+    for a quiet machine; with `quick` about 5 s and no waiting."""
+    target = target or target_for("cpu")
     from benchmarks.runner import LoadMeter
 
     def tell(msg: str) -> None:
@@ -407,7 +445,7 @@ def measure(quick: bool = False, say: object = None) -> Limits:
     env.pop("OMP_NUM_THREADS", None)
     with tempfile.TemporaryDirectory() as d:
         tell("limits: compiling the measuring program")
-        exe, ident = _compile(d)
+        exe, ident = _compile(d, target)
         meter = LoadMeter()
         tell("limits: peak fp32 FLOP/s")
         trials, secs = ("5", "0.05") if quick else ("7", "0.1")
@@ -420,22 +458,24 @@ def measure(quick: bool = False, say: object = None) -> Limits:
                              text=True, env=env, check=True)
         fgn = meter.foreign()
     rows = _parse(peak.stdout) + _parse(dram.stdout) + _parse(llc.stdout)
-    return Limits(machine_key(), cpu_model(), os.cpu_count() or 1, time.strftime("%Y-%m-%d %H:%M"), quick, ident,
-                  None if fgn is None else round(fgn, 3), rows)
+    return Limits(machine_key(target), cpu_model(), os.cpu_count() or 1, time.strftime("%Y-%m-%d %H:%M"), quick,
+                  ident, None if fgn is None else round(fgn, 3), rows, target=str(target), vector=row_names(target)[0])
 
 
-def load(quick: bool = False, remeasure: bool = False, say: object = None) -> Limits:
-    """The cached limits of this machine, measuring them first when there are none (or only quick ones, or ones
-    taken under foreign load while the machine is quiet now, and this is a full run; or `remeasure`, or
-    REMEASURE_LIMITS=1, or CACHE=0)."""
+def load(quick: bool = False, remeasure: bool = False, say: object = None, target: Target | None = None) -> Limits:
+    """The cached limits of this machine for `target` (default: the cpu device's), measuring them first when there
+    are none (or only quick ones, or ones taken under foreign load while the machine is quiet now, and this is a
+    full run; or `remeasure`, or REMEASURE_LIMITS=1, or CACHE=0)."""
+    target = target or target_for("cpu")
     remeasure = remeasure or bool(int(os.environ.get("REMEASURE_LIMITS", "0") or 0))
     use_cache = bool(int(getenv("CACHE")))
-    path = cache_path()
+    path = cache_path(target)
     if use_cache and not remeasure and os.path.exists(path):
         try:
             with open(path) as f:
                 d = json.load(f)
-            usable = d.get("format") == FORMAT and d.get("key") == machine_key() and (quick or not d.get("quick"))
+            usable = d.get("format") == FORMAT and d.get("key") == machine_key(target) and \
+                (quick or not d.get("quick"))
             # figures taken under foreign load are replaced by a full run that finds the machine quiet now
             noisy = not quick and (d.get("fgn") or 0) > 0.5 and (foreign_load(1.0) or 0) < 0.3
             if usable and not noisy:
@@ -444,7 +484,7 @@ def load(quick: bool = False, remeasure: bool = False, say: object = None) -> Li
                 return lim
         except (OSError, ValueError, KeyError, TypeError):
             pass  # unreadable or from an older layout: measure again
-    lim = measure(quick, say)
+    lim = measure(quick, say, target)
     if use_cache:
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
@@ -458,12 +498,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--remeasure", action="store_true", help="measure again even when cached")
     ap.add_argument("--quick", action="store_true", help="smaller working set, fewer trials (a few seconds)")
     args = ap.parse_args(argv)
+    print(f"target: {target_for('cpu')}")
     lim = load(args.quick, args.remeasure, say=lambda m: print(m, file=sys.stderr))
     print(lim.summary())
     for r in lim.rows:
-        print(f"  {r.name:12s} {r.threads:2d}T  median {r.median:8.1f} {r.unit:8s} best {r.best:8.1f}  "
+        print(f"  {r.name:16s} {r.threads:2d}T  median {r.median:8.1f} {r.unit:8s} best {r.best:8.1f}  "
               f"(min {min(r.samples):.1f}, {len(r.samples)} trials)")
-    print(f"cache: {cache_path() if int(getenv('CACHE')) else '(CACHE=0: not stored)'}")
+    print(f"cache: {cache_path(target_for('cpu')) if int(getenv('CACHE')) else '(CACHE=0: not stored)'}")
     return 0
 
 

@@ -289,8 +289,10 @@ def machine_info() -> dict[str, object]:
             cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
     except OSError:
         pass
+    from devices import target_for
+
     info: dict[str, object] = {
-        "cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+        "cpu": cpu, "cores": os.cpu_count(), "target": str(target_for("cpu")), "python": platform.python_version(),
         "implementation": platform.python_implementation(), "platform": platform.platform(),
     }
     from importlib import metadata

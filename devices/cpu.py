@@ -151,9 +151,14 @@ class Compiler:
             self._run(src, path, what, target)
             return ctypes.CDLL(path)  # the mapping outlives the file
 
-    def _run(self, src: str, out: str, what: str, target: Target, extra: tuple[str, ...] = ()) -> None:
-        """Compile `src` for `target` to `out` (a shared object; `extra` flags may ask for something else)."""
+    def _run(self, src: str, out: str, what: str, target: Target, extra: tuple[str, ...] = (),
+             executable: bool = False) -> None:
+        """Compile `src` for `target` to `out` (a shared object; `extra` flags may ask for something else; with
+        `executable`, a static program: `src` has a main)."""
         flags = self.flags(target)
+        if executable:
+            flags = tuple(f for f in flags if f not in ("-shared", "-fPIC"))
+            extra = ("-static", *extra)
         cmd = [self.cc, *flags[:-1], *extra, "-x", "c", "-", "-o", out, flags[-1]]
         try:
             r = subprocess.run(cmd, input=src, capture_output=True, text=True, timeout=300)
@@ -335,6 +340,15 @@ class CPUDevice(Allocator):
         pass
 
 
+def build_object(src: str, out: str, target: Target, what: str = "kernel", executable: bool = False,
+                 extra: tuple[str, ...] = ()) -> None:
+    """Compile `src` for `target` to the file `out` without loading it (a target this host cannot run: the
+    compiler checks the code, and devices.cpu_cross runs it under an emulator): a shared object, with
+    `executable` a static program (`src` has a main), or what `extra` flags ask for (`-S`: assembly). Raises
+    CompileError naming the compiler's complaint."""
+    DEVICE.compiler_for(target)._run(src, out, what, target, extra, executable)
+
+
 def _symbol(name: str) -> str:
     """A C function name for a kernel name, clear of C words, libm and the renderer's own names."""
     s = "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "kernel"
@@ -343,4 +357,4 @@ def _symbol(name: str) -> str:
 
 DEVICE = CPUDevice()
 
-__all__ = ["DEVICE", "CPUDevice", "CPUKernel", "Compiler", "entry_source"]
+__all__ = ["DEVICE", "CPUDevice", "CPUKernel", "Compiler", "build_object", "entry_source"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import subprocess
 
@@ -20,6 +21,8 @@ from benchmarks import kernel_peers as kp
 from benchmarks import kernel_worker as kw
 from benchmarks import limits as ml
 from benchmarks.runner import Bench, Progress, suite_json
+from devices import target_for
+from devices.base import cpu_target, host_arch
 
 
 def _fake_limits(quick: bool = True) -> ml.Limits:
@@ -48,6 +51,40 @@ def test_limits_program_compiles_and_reports(tmp_path):
     assert {r.threads for r in rows} >= {1}
 
 
+_PEAK_ASM = {"x86-64-v2": (r"\bmulps\s+%xmm", "%ymm"), "x86-64-v3": (r"\bvfmadd\w*ps\s+%ymm", "%zmm"),
+             "x86-64-v4": (r"\bvfmadd\w*ps\s+%zmm", None)}
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None or host_arch() != "x86_64", reason="needs gcc on x86-64")
+@pytest.mark.parametrize("level", list(_PEAK_ASM))
+def test_limits_peak_uses_the_targets_vectors(tmp_path, level):
+    """The peak's chains are one register of the target wide and as many as chain_counts says: in the machine
+    code, that many vector multiply-adds of the target's register class (FMA where it has FMA) and none of a
+    wider class; where the target runs here, the program reports the target's rows."""
+    target = cpu_target(level)
+    src = tmp_path / "limits.c"
+    src.write_text(ml.program_source(target))
+    asm = tmp_path / "limits.s"
+    subprocess.run(["gcc", "-O3", *target.compile_flags, "-ffp-contract=fast", "-S", str(src), "-o", str(asm)],
+                   check=True)
+    text = asm.read_text()
+    want, wider = _PEAK_ASM[level]
+    n_vec = ml.chain_counts(target)[0]
+    assert len(re.findall(want, text)) >= n_vec and (wider is None or wider not in text)
+    if target.runs_here:
+        exe, _ = ml._compile(str(tmp_path), target)
+        out = subprocess.run([exe, "peak", "1", "0.002"], capture_output=True, text=True, check=True).stdout
+        names = {r.name for r in ml._parse(out)}
+        assert names == {n + s for n in ml.row_names(target) for s in ("", "_cpu")}, names
+
+
+def test_limits_are_kept_per_target():
+    v2, v3 = cpu_target("x86-64-v2"), cpu_target("x86-64-v3")
+    assert ml.machine_key(v2) != ml.machine_key(v3) and ml.cache_path(v2) != ml.cache_path(v3)
+    assert ml.row_names(v2) == ("muladd_sse", "muladd_scalar") and ml.row_names(v3)[0] == "fma_avx2"
+    assert ml.row_names(cpu_target("aarch64"))[0] == "fma_neon"
+
+
 def test_limit_lookup_uses_best_and_never_drops_with_threads():
     lim = ml.Limits("k", "cpu", 4, "now", False, "cc", 0.0, [
         ml.Row("triad", 1, "GB/s", 10.0, 12.0, [10.0, 12.0]),
@@ -68,7 +105,7 @@ def test_limits_cache_roundtrip(tmp_path, monkeypatch):
     monkeypatch.delenv("REMEASURE_LIMITS", raising=False)
     calls: list[bool] = []
 
-    def fake_measure(quick: bool = False, say: object = None) -> ml.Limits:
+    def fake_measure(quick: bool = False, say: object = None, target: object = None) -> ml.Limits:
         calls.append(quick)
         return _fake_limits(quick)
 
@@ -123,7 +160,8 @@ def test_quick_suite_runs_and_produces_rows(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # the plot (if any) lands under ./results
     cases = [kc.all_cases()["add_1M"], kc.all_cases()["matmul_256"]]
     monkeypatch.setattr(bk, "_cases", lambda quick: cases)
-    monkeypatch.setattr(bk.machine_limits, "load", lambda quick=False, remeasure=False, say=None: _fake_limits())
+    monkeypatch.setattr(bk.machine_limits, "load",
+                        lambda quick=False, remeasure=False, say=None, target=None: _fake_limits())
     real_have = bk.have
     # peers that start slow processes stay out of a smoke test; numpy is always there
     monkeypatch.setattr(bk, "have", lambda m: False if m in ("torch", "tinygrad") else real_have(m))
@@ -141,6 +179,7 @@ def test_quick_suite_runs_and_produces_rows(monkeypatch, tmp_path):
     assert len(steady.samples) >= 5
     assert {c.peer_name for c in b.comparisons} == {"numpy"}
     table = "\n".join(b.notes)
+    assert b.notes[0] == f"target: {target_for('cpu')}"  # the target the kernels were compiled for, first
     assert "add 1M" in table and "matmul 256" in table and "ERROR" not in table and "FAIL" not in table
     json.dumps(suite_json(b, {}, "now", 0.0), default=str)
     cold = next(r for r in b.results if r.name == "matmul_256/ours cold first call")  # the fresh-process worker
@@ -154,7 +193,7 @@ def test_plot_writes_png(tmp_path):
 
     row = bk.Row(case, ok=True, steady=Result("a", "ms", [1.0] * 5, False),
                  peers={"numpy": Result("n", "ms", [2.0] * 5, False)})
-    path = bk.plot([row], str(tmp_path / "k.png"))
+    path = bk.plot([row], str(tmp_path / "k.png"), "cpu x86-64-v3")
     with open(str(path), "rb") as f:
         assert f.read(4) == b"\x89PNG"
 
