@@ -287,6 +287,13 @@ def _wrap(dt: DType, expr: str, ctx: CContext) -> str:
     return expr
 
 
+def shift_amount(b: UOp, text: str, dt: DType) -> str:
+    """A shift amount masked to the bit width (rewrite.semantics: b & (bits - 1)); a constant in range as is."""
+    if b.op is Ops.CONST and 0 <= cast(int, const_value(b)) < dt.bits:
+        return text
+    return f"({text}&{dt.bits - 1})"
+
+
 def render_alu(x: UOp, ctx: CContext) -> str:
     o = x.op
     dt = x.src[1].dtype if o is Ops.WHERE else x.src[0].dtype
@@ -294,6 +301,8 @@ def render_alu(x: UOp, ctx: CContext) -> str:
     first = 1 if o is Ops.WHERE else 0
     if dt is dtypes.index and all(s.op is Ops.CONST for s in x.src[first:]):
         a[first] = f"((long long){a[first]})"  # index constants render as C ints; compute in 64 bits anyway
+    if o in (Ops.SHL, Ops.SHR) and dt is not dtypes.index:
+        a[1] = shift_amount(x.src[1], a[1], dt)
     if o in _INFIX:
         e = f"({a[0]}{_INFIX[o]}{a[1]})"
     elif o is Ops.NEG:

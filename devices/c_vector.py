@@ -41,7 +41,7 @@ import re
 from collections.abc import Callable
 from typing import cast
 
-from devices.c_scalar import CContext, const_text, ctype, render_alu, render_bitcast, render_cast, unparen
+from devices.c_scalar import CContext, const_text, ctype, render_alu, render_bitcast, render_cast, shift_amount, unparen
 from devices.linear import base_of, const_value, is_global, lanes
 from rewrite.dsl import Rule, RuleSet, op, var
 from rewrite.dtype import DType, dtypes
@@ -209,6 +209,8 @@ def _native_alu(x: UOp, dt: DType, n: int, ctx: CContext) -> str | None:
     if o in (Ops.TRUNC, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW, Ops.THREEFRY):
         return None
     a = [_vec(s, n, ctx) for s in src]
+    if o in (Ops.SHL, Ops.SHR) and dt is not dtypes.index:
+        a[1] = shift_amount(src[1], a[1], dt)
     if o in _COMPARE:
         if dt is dtypes.bool:
             return f"({a[0]}{_MASK_COMPARE[o]}{a[1]})"

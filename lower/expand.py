@@ -136,6 +136,8 @@ def expand(ast: UOp, target: Target | None, only: list[UOp] | None = None) -> UO
             if u.op is Ops.END and not kept:
                 done[u] = src[0]
                 continue
+        if u.op is Ops.LOAD and src[0].op is Ops.INDEX:
+            src = _widen_address(src)
         if u.op is Ops.STORE and src[0].op is Ops.INDEX and any(s.shape != () for s in (src[0], *src[1:])):
             src = _store_lanes(src, keep)
         done[u] = u if src == u.src else UOp(u.op, src, u.arg, u.tag)
@@ -157,6 +159,16 @@ def _fold_lanes(v: UOp, op: Ops, axes_k: list[int], coords: list[tuple[int, ...]
     if len(vals) == 1:
         return next(iter(vals.values()))
     return UOp(Ops.STACK, tuple(vals[key(c)] for c in coords))
+
+
+def _widen_address(src: tuple[UOp, ...]) -> tuple[UOp, ...]:
+    """A LOAD whose address is the same in every lane but whose gate (or alt) differs per lane,
+    e.g. a padded axis upcast while the address ignores it, reads that one address once per lane."""
+    at = src[0]
+    lanes = next((s.shape for s in src[1:] if s.shape != ()), ())
+    if at.shape != () or not lanes or len(at.src) != 2:
+        return src
+    return (UOp(Ops.INDEX, (at.src[0], UOp(Ops.STACK, (at.src[1],) * lanes[0]))), *src[1:])
 
 
 def _store_lanes(src: tuple[UOp, ...], keep: list[int]) -> tuple[UOp, ...]:

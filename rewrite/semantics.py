@@ -10,9 +10,13 @@ Integers
   * IDIV and MOD are floor division and modulo, exactly Python's `//` and `%` (the result takes the sign of
     the divisor), then wrapped: int8 -128 // -1 is -128.
   * CDIV and CMOD are C's truncating `/` and `%` (the remainder takes the sign of the numerator), wrapped.
-  * Division or modulo by zero raises EvalError.
-  * SHL/SHR need a shift amount in [0, bits) for sized ints (C leaves anything else undefined, so EvalError);
-    for index any amount >= 0. SHR is arithmetic on signed ints and index, logical on unsigned. SHL wraps.
+  * Division or modulo by zero (IDIV, MOD, CDIV, CMOD) is 0 on sized ints, on every device (C leaves it
+    undefined and x86 traps; a 0 is cheap to select and keeps a // b and a % b consistent with each other and with
+    the floor-from-truncating decomposition). On index it raises EvalError: index math never divides by zero.
+  * SHL/SHR on sized ints use the shift amount modulo the bit width, b & (bits - 1) (as x86 and Java do for
+    32 and 64 bits; C leaves other amounts undefined), so 1 << 40 on int32 is 1 << 8 and a negative amount
+    counts from the top. On index the amount must be >= 0 (EvalError otherwise). SHR is arithmetic on signed
+    ints and index, logical on unsigned. SHL wraps.
   * XOR/OR/AND are bitwise in two's complement; on bool they are logical.
 
 Floats (IEEE 754 binary16/bfloat16/binary32/binary64, round-to-nearest-even)
@@ -173,53 +177,60 @@ def python_value_ok(dtype: DType, v: object) -> bool:
 # ---------------------------------------------------------------- integer ops
 
 
-def _div0(op: Ops, a: int, b: int) -> None:
-    if b == 0:
-        raise EvalError(f"{op.name}({a}, {b}): integer division by zero; guard the divisor (WHERE(b != 0, ...))")
+def _div0(op: Ops, dt: DType, a: int, b: int) -> bool:
+    """True when b is 0 on a sized int (the result is 0); raises for index."""
+    if b != 0:
+        return False
+    if dt.kind == "x":
+        raise EvalError(f"{op.name}({a}, {b}): index division by zero; guard the divisor (WHERE(b != 0, ...))")
+    return True
 
 
-def _floordiv(a: int, b: int) -> int:
-    _div0(Ops.IDIV, a, b)
-    return a // b
+def _floordiv(dt: DType, a: int, b: int) -> int:
+    return 0 if _div0(Ops.IDIV, dt, a, b) else a // b
 
 
-def _floormod(a: int, b: int) -> int:
-    _div0(Ops.MOD, a, b)
-    return a % b
+def _floormod(dt: DType, a: int, b: int) -> int:
+    return 0 if _div0(Ops.MOD, dt, a, b) else a % b
 
 
-def _cdiv(a: int, b: int) -> int:
-    _div0(Ops.CDIV, a, b)
+def _cdiv(dt: DType, a: int, b: int) -> int:
+    if _div0(Ops.CDIV, dt, a, b):
+        return 0
     q = abs(a) // abs(b)
     return q if (a < 0) == (b < 0) else -q
 
 
-def _cmod(a: int, b: int) -> int:
-    _div0(Ops.CMOD, a, b)
+def _cmod(dt: DType, a: int, b: int) -> int:
+    if _div0(Ops.CMOD, dt, a, b):
+        return 0
     r = abs(a) % abs(b)
     return -r if a < 0 else r
 
 
-def _shift_ok(op: Ops, dt: DType, a: int, b: int) -> None:
-    if b < 0 or (dt.kind != "x" and b >= dt.bits):
-        limit = "b >= 0" if dt.kind == "x" else f"0 <= b < {dt.bits}"
-        raise EvalError(f"{op.name}({a}, {b}): shift amount {b} out of range for {dt.name}; need {limit}")
+def _shift_amount(op: Ops, dt: DType, a: int, b: int) -> int:
+    if dt.kind != "x":
+        return b & (dt.bits - 1)
+    if b < 0:
+        raise EvalError(f"{op.name}({a}, {b}): negative shift amount {b} on index; need b >= 0")
+    return b
 
 
 def _shl(dt: DType, a: int, b: int) -> int:
-    _shift_ok(Ops.SHL, dt, a, b)
-    return a << b
+    return a << _shift_amount(Ops.SHL, dt, a, b)
 
 
 def _shr(dt: DType, a: int, b: int) -> int:
-    _shift_ok(Ops.SHR, dt, a, b)
-    return a >> b  # Python's >> is arithmetic; unsigned values are non-negative, so logical there
+    return a >> _shift_amount(Ops.SHR, dt, a, b)  # Python's >> is arithmetic; unsigned values are >= 0
 
+
+_DT_INT_OPS: dict[Ops, Callable[[DType, int, int], int]] = {
+    Ops.SHL: _shl, Ops.SHR: _shr, Ops.IDIV: _floordiv, Ops.MOD: _floormod, Ops.CDIV: _cdiv, Ops.CMOD: _cmod}
 
 # fmt: off
 _INT_OPS: dict[Ops, Callable[..., int]] = {
     Ops.ADD: lambda a, b: a + b, Ops.SUB: lambda a, b: a - b, Ops.MUL: lambda a, b: a * b, Ops.NEG: lambda a: -a,
-    Ops.MAX: max, Ops.IDIV: _floordiv, Ops.MOD: _floormod, Ops.CDIV: _cdiv, Ops.CMOD: _cmod,
+    Ops.MAX: max,
     Ops.XOR: lambda a, b: a ^ b, Ops.OR: lambda a, b: a | b, Ops.AND: lambda a, b: a & b, Ops.TRUNC: lambda a: a,
 }
 
@@ -354,8 +365,8 @@ def exec_alu(op: Ops, dtype: DType, *vals: Value) -> Value:
     if op is Ops.THREEFRY and dt is dtypes.uint64:
         return threefry2x32(vals[0], vals[1])  # type: ignore[arg-type]
     if k in "iux":
-        if op is Ops.SHL or op is Ops.SHR:
-            return wrap(dt, (_shl if op is Ops.SHL else _shr)(dt, vals[0], vals[1]))
+        if (dfn := _DT_INT_OPS.get(op)) is not None:
+            return wrap(dt, dfn(dt, vals[0], vals[1]))
         if (fn := _INT_OPS.get(op)) is not None:
             return wrap(dt, fn(*vals))
     elif k == "f":

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Union
 import numpy as np
 
 import tensor.tensor as tt
+import tensor.transcendental as _tr
 from rewrite.dtype import DType, dtypes, promote
 from rewrite.errors import DeviceError, DTypeError
 from rewrite.ops import Ops
@@ -304,11 +305,11 @@ def _float_math(x: Tensor, fn: Callable[[UOp], UOp]) -> Tensor:
     return wrap(fn(x.uop), x.device)
 
 
-_LOG2_E, _LN_2 = 1.0 / math.log(2.0), math.log(2.0)
+_LN_2 = math.log(2.0)
 
 
 def exp(x: Tensor) -> Tensor:
-    return _float_math(x, lambda u: (u * _LOG2_E).exp2())
+    return _float_math(x, _tr.exp_uop)
 
 
 def exp2(x: Tensor) -> Tensor:
@@ -327,16 +328,12 @@ def sin(x: Tensor) -> Tensor:
     return _float_math(x, lambda u: u.sin())
 
 
-def _cos_uop(u: UOp) -> UOp:
-    return (u.const_like(math.pi / 2) - u).sin()
-
-
 def cos(x: Tensor) -> Tensor:
-    return _float_math(x, _cos_uop)
+    return _float_math(x, _tr.cos_uop)
 
 
 def tan(x: Tensor) -> Tensor:
-    return _float_math(x, lambda u: u.sin() / _cos_uop(u))
+    return _float_math(x, _tr.tan_uop)
 
 
 def sqrt(x: Tensor) -> Tensor:
@@ -414,22 +411,8 @@ def round_(x: Tensor) -> Tensor:
     return wrap(up.where(t + step, t), x.device)
 
 
-# Abramowitz & Stegun 7.1.26: |error| < 1.5e-7 on the whole real line
-_ERF_P = 0.3275911
-_ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
-
-
 def erf(x: Tensor) -> Tensor:
-    def fn(u: UOp) -> UOp:
-        au = (u < u.const_like(0)).where(-u, u)
-        t = (u.const_like(1.0) + au * _ERF_P).recip()
-        poly = u.const_like(_ERF_A[-1])
-        for a in reversed(_ERF_A[:-1]):
-            poly = poly * t + a
-        y = u.const_like(1.0) - poly * t * (-(au * au) * _LOG2_E).exp2()
-        return (u < u.const_like(0)).where(-y, y)
-
-    return _float_math(x, fn)
+    return _float_math(x, _tr.erf_uop)
 
 
 __all__ = [

@@ -255,7 +255,8 @@ def _tensors(x: Tensor | Sequence[Tensor], others: tuple) -> list[Tensor]:
 
 
 def cat(x: Tensor | Sequence[Tensor], *others: Tensor, dim: int = 0) -> Tensor:
-    """Join along an existing axis: each piece is padded to the full length at its offset, then they are added."""
+    """Join along an existing axis: each piece is padded to the full length at its offset and selected where a
+    padded mask of its extent is true (a select, not a sum of zero-padded pieces, so -0.0 and nan survive)."""
     ts = _tensors(x, others)
     if not ts:
         raise ValueError("cat: needs at least one tensor")
@@ -270,7 +271,6 @@ def cat(x: Tensor | Sequence[Tensor], *others: Tensor, dim: int = 0) -> Tensor:
     dev = common_device("cat", ts)
     dt = promote(*(t.dtype for t in ts))
     total = sum(t.shape[d] for t in ts)
-    op = Ops.OR if dt.is_bool else Ops.ADD  # the padding is zero (False), so or-ing bools joins them
     out: UOp | None = None
     off = 0
     for t in ts:
@@ -279,7 +279,8 @@ def cat(x: Tensor | Sequence[Tensor], *others: Tensor, dim: int = 0) -> Tensor:
         before = [off if i == d else 0 for i in range(ref.ndim)]
         after = [total - off - t.shape[d] if i == d else 0 for i in range(ref.ndim)]
         piece = t.uop.cast(dt).pad(before, after)
-        out = piece if out is None else UOp(op, (out, piece))
+        mask = const_uop(True, dtypes.bool, t.shape).pad(before, after)
+        out = piece if out is None else mask.where(piece, out)
         off += t.shape[d]
     if out is None:
         out = ts[0].uop.cast(dt)

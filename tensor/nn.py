@@ -23,6 +23,7 @@ from rewrite.ops import Ops
 from rewrite.uop import UOp
 from tensor import elementwise as ew
 from tensor import logic as lg
+from tensor import transcendental as _tr
 from tensor.elementwise import common_device, const_uop, expand_uop
 from tensor.helpers import broadcast_shape
 from tensor.reduce import reduce_uop
@@ -312,11 +313,11 @@ def relu(x: Tensor) -> Tensor:
 
 
 def sigmoid(x: Tensor) -> Tensor:
-    return ew.reciprocal(ew.add(ew.exp(ew.neg(ew.floatify(x))), 1.0))
+    return ew._float_math(x, _tr.sigmoid_uop)
 
 
 def tanh(x: Tensor) -> Tensor:
-    return ew.sub(ew.mul(sigmoid(ew.mul(ew.floatify(x), 2.0)), 2.0), 1.0)
+    return ew._float_math(x, _tr.tanh_uop)
 
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -328,20 +329,21 @@ def gelu(x: Tensor, approximate: str = "tanh") -> Tensor:
     xf = ew.floatify(x)
     if approximate == "tanh":
         inner = ew.mul(ew.add(xf, ew.mul(ew.mul(ew.mul(xf, xf), xf), 0.044715)), _SQRT_2_OVER_PI)
-        return ew.mul(ew.mul(xf, 0.5), ew.add(tanh(inner), 1.0))
+        return ew.mul(xf, sigmoid(ew.mul(inner, 2.0)))  # 0.5 * (1 + tanh(z)) = sigmoid(2z), with no cancellation
     if approximate == "none":
         return ew.mul(ew.mul(xf, 0.5), ew.add(ew.erf(ew.mul(xf, 1.0 / math.sqrt(2.0))), 1.0))
     raise ValueError(f"gelu: approximate must be 'tanh' or 'none', got {approximate!r}")
 
 
 def silu(x: Tensor) -> Tensor:
-    return ew.mul(x, sigmoid(x))
+    return ew._float_math(x, _tr.silu_uop)
 
 
 def softplus(x: Tensor, beta: float = 1.0) -> Tensor:
     """log(1 + exp(beta*x)) / beta, computed as max(bx, 0) + log(1 + exp(-|bx|)) so it never overflows."""
     bx = ew.mul(ew.floatify(x), beta)
-    return ew.mul(ew.add(ew.maximum(bx, 0.0), ew.log(ew.add(ew.exp(ew.neg(ew.abs_(bx))), 1.0))), 1.0 / beta)
+    return ew.mul(ew.add(ew.maximum(bx, 0.0), ew._float_math(ew.neg(ew.abs_(bx)),
+                                                             lambda u: _tr.log1p_uop(_tr.exp_uop(u)))), 1.0 / beta)
 
 
 def leaky_relu(x: Tensor, neg_slope: float = 0.01) -> Tensor:
@@ -349,7 +351,7 @@ def leaky_relu(x: Tensor, neg_slope: float = 0.01) -> Tensor:
 
 
 def elu(x: Tensor, alpha: float = 1.0) -> Tensor:
-    return ew.where(lg.gt(x, 0), x, ew.mul(ew.sub(ew.exp(x), 1.0), alpha))
+    return ew.where(lg.gt(x, 0), x, ew.mul(ew._float_math(x, _tr.expm1_uop), alpha))
 
 
 def relu6(x: Tensor) -> Tensor:

@@ -275,8 +275,7 @@ def test_where_drops_poison_per_element() -> None:
     zero = UOp.const(0, dtypes.int32).reshape((1,)).expand((4,))
     safe = d.ne(zero).where(n // d, zero)
     assert evaluate_graph(safe, {n: nv, d: dv}).tolist() == [3, 0, -2, 0]
-    with pytest.raises(EvalError, match=r"IDIV\(-7, 0\)"):
-        evaluate_graph(n // d, {n: nv, d: dv})
+    assert evaluate_graph(n // d, {n: nv, d: dv}).tolist() == [3, 0, -2, 0]  # x // 0 is 0 on sized ints
 
 
 @pytest.mark.parametrize(

@@ -509,24 +509,36 @@ def test_bitcast_needs_equal_sizes() -> None:
 
 
 @pytest.mark.parametrize("op", [Ops.IDIV, Ops.MOD, Ops.CDIV, Ops.CMOD])
-@pytest.mark.parametrize("dt", [dtypes.index, dtypes.int32, dtypes.uint8])
-def test_integer_division_by_zero_raises(op: Ops, dt: DType) -> None:
+def test_index_division_by_zero_raises(op: Ops) -> None:
     with pytest.raises(EvalError, match=rf"{op.name}\(5, 0\).*division by zero"):
-        exec_alu(op, dt, 5, 0)
+        exec_alu(op, dtypes.index, 5, 0)
+
+
+@pytest.mark.parametrize("op", [Ops.IDIV, Ops.MOD, Ops.CDIV, Ops.CMOD])
+@pytest.mark.parametrize("dt", [dtypes.int8, dtypes.int32, dtypes.uint8, dtypes.uint64])
+@pytest.mark.parametrize("a", [5, -5, 0, 127])
+def test_sized_integer_division_by_zero_is_zero(op: Ops, dt: DType, a: int) -> None:
+    assert exec_alu(op, dt, wrap(dt, a), 0) == 0
 
 
 @pytest.mark.parametrize(
-    "op,dt,args",
+    "op,dt,args,want",
     [
-        (Ops.SHL, dtypes.int32, (1, 32)),
-        (Ops.SHR, dtypes.uint8, (1, 8)),
-        (Ops.SHL, dtypes.int8, (1, -1)),
-        (Ops.SHR, dtypes.index, (1, -1)),
+        (Ops.SHL, dtypes.int32, (1, 32), 1),
+        (Ops.SHL, dtypes.int32, (1, 40), 256),
+        (Ops.SHR, dtypes.uint8, (128, 8), 128),
+        (Ops.SHR, dtypes.uint8, (128, 9), 64),
+        (Ops.SHL, dtypes.int8, (1, -1), -128),
+        (Ops.SHR, dtypes.int64, (-1024, 74), -1),
     ],
 )
-def test_shift_out_of_range_raises(op: Ops, dt: DType, args: tuple) -> None:
+def test_shift_amount_is_masked_to_the_width(op: Ops, dt: DType, args: tuple, want: int) -> None:
+    assert exec_alu(op, dt, *args) == want
+
+
+def test_negative_index_shift_raises() -> None:
     with pytest.raises(EvalError, match="shift amount"):
-        exec_alu(op, dt, *args)
+        exec_alu(Ops.SHR, dtypes.index, 1, -1)
 
 
 @pytest.mark.parametrize(
