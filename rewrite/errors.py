@@ -49,3 +49,11 @@ class CompileError(CompilerError):
 
 class KernelOptError(CompilerError):
     """An illegal kernel optimization (OptOp); the message says why."""
+
+
+class KnobError(CompilerError, ValueError):
+    """An environment knob (rewrite/env.py) with a value it does not allow, or an undeclared knob."""
+
+
+class PluginError(CompilerError, RuntimeError):
+    """A plug-in the engine looks up at run time (the simplifier behind UOp.simplify) is not registered."""

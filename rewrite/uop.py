@@ -8,6 +8,9 @@ and cached. Nothing here recurses on Python's stack.
 Args by op (the spec's tables): CONST (value, dtype); VCONST (values, dtype); PARAM ParamArg; BUFFER
 BufferArg; CAST/BITCAST dtype; PERMUTE axis order; FLIP one bool per axis; REDUCE (op, axes); RANGE
 (id, AxisType); GETTUPLE index; COPY device; SPECIAL name; CUSTOM (fmt, dtype).
+
+`simplify()` runs a plug-in: the symbolic rules live in rules/, above this layer, so they register themselves
+(`rules` at import, or the package's `uopc.simplifier` entry point on first use); see `register_simplifier`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from rewrite.derive import derive, fmt_shape, shape_values
 from rewrite.dtype import AddrSpace, DType, PtrDType, dtypes
-from rewrite.errors import DTypeError
+from rewrite.errors import DTypeError, PluginError
 from rewrite.ops import AxisType, GroupOp, Ops
 
 if TYPE_CHECKING:
@@ -464,22 +467,38 @@ def _compute_min_max() -> Callable[[UOp], tuple]:
     return _MIN_MAX[0]
 
 
+# UOp.simplify is the symbolic rule set, which lives in rules/, a layer above this one. So the engine does not
+# import it: the simplifier is a plug-in. `rules` registers its `simplify` here when it is imported (and lower/
+# and tensor/, the entry points users start from, import rules). A user of the bare engine
+# (`from rewrite import UOp`) gets it through the package's entry point: pyproject.toml declares
+# `[project.entry-points."uopc.simplifier"] symbolic = "rules:simplify"`, and the first `simplify()` call
+# with nothing registered loads it through importlib.metadata (which imports rules, which registers).
+# The engine names a plug-in group, never a module of ours; another simplifier plugs in the same way.
+SIMPLIFIER_GROUP = "uopc.simplifier"
 _SIMPLIFIER: list[Callable[[UOp], UOp]] = []
 
 
 def register_simplifier(fn: Callable[[UOp], UOp]) -> None:
-    """Installed by `rules` at import: what UOp.simplify() runs."""
+    """Install what UOp.simplify() runs (`rules` installs its `simplify` at import)."""
     _SIMPLIFIER[:] = [fn]
 
 
 def _simplifier() -> Callable[[UOp], UOp]:
     if not _SIMPLIFIER:
-        import importlib
+        from importlib.metadata import entry_points
 
-        importlib.import_module("rules")  # a plug-in lookup by name: rewrite/ does not depend on rules/ statically
+        for ep in sorted(entry_points(group=SIMPLIFIER_GROUP), key=lambda e: e.name):
+            register_simplifier(ep.load())
+            break
     if not _SIMPLIFIER:
-        raise RuntimeError("no simplifier registered: `import rules` installs the symbolic rules")
+        raise PluginError(
+            f"UOp.simplify: no simplifier is registered and no {SIMPLIFIER_GROUP!r} entry point is installed; "
+            "`import rules` registers the symbolic rules (or install the package, `pip install -e .`, whose "
+            "entry point loads them)"
+        )
     return _SIMPLIFIER[0]
 
 
-__all__ = ["BufferArg", "ConstValue", "GroupOp", "ParamArg", "PtrDType", "UOp", "register_simplifier"]
+__all__ = [
+    "SIMPLIFIER_GROUP", "BufferArg", "ConstValue", "GroupOp", "ParamArg", "PtrDType", "UOp", "register_simplifier",
+]
