@@ -122,9 +122,8 @@ def test_context_overrides_and_restores(monkeypatch):
      ({"DEVICE": 3}, "DEVICE=3"), ({"NOOPT": 5}, "NOOPT=5"), ({"CACHE": 0, "EGGLOG": 7}, "EGGLOG=7")],
 )  # fmt: skip
 def test_context_checks_values_on_entry(overrides, words):
-    with pytest.raises(KnobError, match=words.replace("(", r"\(")):
-        with Context(**overrides):
-            pytest.fail("the block must not run with a bad value")
+    with pytest.raises(KnobError, match=words.replace("(", r"\(")), Context(**overrides):
+        pytest.fail("the block must not run with a bad value")
     assert knob_int("BEAM") == 0 and knob_int("DEBUG") == 0 and knob_int("CACHE") == 1  # nothing leaked
 
 

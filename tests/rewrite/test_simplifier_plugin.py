@@ -52,7 +52,7 @@ def test_entry_point_is_loaded_on_first_use(monkeypatch):
     monkeypatch.setitem(globals(), "_fake_simplifier", fake)
     x = UOp.variable("a", 0, 10) + 0
     assert x.simplify() is x and x.simplify() is x and calls == [x, x]  # "a" sorts first; loaded once
-    assert uop_module._SIMPLIFIER == [fake]
+    assert [fake] == uop_module._SIMPLIFIER
 
 
 def test_bare_engine_user_gets_simplify_through_an_installed_entry_point(tmp_path):
