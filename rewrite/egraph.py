@@ -87,7 +87,7 @@ def egglog_bindings() -> Any:
             sys.modules.pop("egglog.bindings", None)
             mod = None
     if mod is None:
-        from egglog import bindings as mod  # type: ignore[no-redef]
+        from egglog import bindings as mod
     _BINDINGS.append(mod)
     return mod
 

@@ -32,7 +32,11 @@ class RewriteLoopError(CompilerError):
 
 
 class SpecViolation(CompilerError):
-    """A graph that breaks the spec tables, found by rewrite.spec.check."""
+    """A graph that breaks the spec tables, found by rewrite.spec.check; `violations` lists them one by one."""
+
+    def __init__(self, message: str, violations: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.violations: list[str] = violations if violations is not None else [message]
 
 
 class EvalError(CompilerError):

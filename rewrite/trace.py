@@ -52,8 +52,8 @@ class TraceLog:
         """The chain of firings that produced `node`, oldest first: the firing whose result is `node`, then the
         one whose result was that firing's input, and so on back to a node no rule made."""
         by_after: dict[UOp, Firing] = {}
-        for f in self.firings:
-            by_after.setdefault(f.after, f)
+        for firing in self.firings:
+            by_after.setdefault(firing.after, firing)
         chain: list[Firing] = []
         seen: set[UOp] = set()
         while (f := by_after.get(node)) is not None and node not in seen:

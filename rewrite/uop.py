@@ -174,7 +174,8 @@ class UOp:
                    ParamArg(name, dtype))
 
     @staticmethod
-    def param(slot: int, dtype: DType, shape: Sequence[int | UOp] = (), device: str | None = None) -> UOp:
+    def param(slot: int, dtype: DType, shape: Sequence[int | UOp] = (),
+              device: str | tuple[str, ...] | None = None) -> UOp:
         return UOp(Ops.PARAM, (UOp.shape_operand(shape),), ParamArg(slot, dtype, device))
 
     @staticmethod
@@ -354,7 +355,7 @@ class UOp:
     @property
     def value(self) -> ConstValue:
         """The Python value of a CONST."""
-        if self.op is not Ops.CONST:
+        if self.op is not _CONST:
             raise TypeError(f"value: only a CONST has a value, this is {self.op.name}")
         return cast("tuple[ConstValue, DType]", self.arg)[0]
 

@@ -45,7 +45,7 @@ def to_dtype(dt: object, what: str = "dtype") -> DType:
             return to_dtype(d, what)
     elif dt is not None:  # numpy reads None as float64; here it is a mistake
         try:
-            name = np.dtype(dt).name  # type: ignore[call-overload]
+            name = np.dtype(dt).name  # type: ignore[call-overload]  # any dtype-like: TypeError below
         except TypeError:
             name = None
         if name in _NP_NAMES:
