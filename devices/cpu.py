@@ -280,7 +280,7 @@ class CPUDevice(Allocator):
 
     def default_target(self) -> Target:
         """The host's target, or the level CPU_TARGET names."""
-        return cpu_target(str(getenv("CPU_TARGET")))
+        return cpu_target(str(getenv("CPU_TARGET")) or "native")
 
     def compiler_for(self, target: Target) -> Compiler:
         if not target.compiler_prefix:

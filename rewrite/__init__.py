@@ -8,6 +8,8 @@ from rewrite.errors import (
     CompilerError,
     DTypeError,
     EvalError,
+    KnobError,
+    PluginError,
     RewriteLoopError,
     RuleError,
     ShapeError,
@@ -20,7 +22,7 @@ from rewrite.uop import BufferArg, ParamArg, UOp
 
 __all__ = [
     "AddrSpace", "ArityError", "AxisType", "BufferArg", "CompilerError", "DType", "DTypeError", "EvalError",
-    "GroupOp", "Ops", "ParamArg", "Pat", "PtrDType", "RewriteLoopError", "Rule", "RuleError", "RuleSet",
-    "ShapeError", "SpecViolation", "UOp", "UOpError", "const", "dtypes", "fold", "graph_rewrite", "op", "promote",
-    "substitute", "tracing", "var",
+    "GroupOp", "KnobError", "Ops", "ParamArg", "Pat", "PluginError", "PtrDType", "RewriteLoopError", "Rule",
+    "RuleError", "RuleSet", "ShapeError", "SpecViolation", "UOp", "UOpError", "const", "dtypes", "fold",
+    "graph_rewrite", "op", "promote", "substitute", "tracing", "var",
 ]

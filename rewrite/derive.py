@@ -30,8 +30,8 @@ def shape_values(s: UOp) -> tuple:
             f"{s.op.name}{fmt_shape(s.shape)}:{s.dtype.name}; build it with UOp.shape_operand"
         )
     if s.op is Ops.VCONST:
-        return s.arg[0]  # type: ignore[index]
-    return tuple(x.arg[0] if x.op is Ops.CONST else x for x in s.src)  # type: ignore[index]
+        return s.arg[0]  # type: ignore[index]  # hot path (every shape operand): a VCONST's arg is (values, dtype)
+    return tuple(x.arg[0] if x.op is Ops.CONST else x for x in s.src)  # type: ignore[index]  # hot path: (value, dtype)
 
 
 def fmt_shape(shape: tuple) -> str:
@@ -39,8 +39,8 @@ def fmt_shape(shape: tuple) -> str:
     return f"({inner},)" if len(shape) == 1 else f"({inner})"
 
 
-def _dim(d: object) -> str:
-    return str(d) if isinstance(d, int) else d.render()  # type: ignore[attr-defined]
+def _dim(d: int | UOp) -> str:
+    return str(d) if isinstance(d, int) else d.render()
 
 
 def _desc(u: UOp) -> str:
@@ -318,7 +318,7 @@ def _index(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
         if len(i.shape) > 1:
             raise ShapeError(f"INDEX: an index must be ()-shaped or (k,)-shaped, got {fmt_shape(i.shape)}")
         out.extend(i.shape)
-    dt = x.dtype.base if isinstance(x.dtype, PtrDType) else x.dtype  # type: ignore[attr-defined]
+    dt = x.dtype.base if isinstance(x.dtype, PtrDType) else x.dtype
     return dt, (*out, *x.shape[len(idxs) :])
 
 
@@ -379,7 +379,7 @@ def _call(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
 def _load(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
     _arity(op, src, (1, 3))
     b = src[0]
-    return (b.dtype.base if isinstance(b.dtype, PtrDType) else b.dtype), b.shape  # type: ignore[attr-defined]
+    return (b.dtype.base if isinstance(b.dtype, PtrDType) else b.dtype), b.shape
 
 
 def _store(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
@@ -387,7 +387,7 @@ def _store(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
     buf, val = src[0], src[1]
     if len(buf.shape) != len(val.shape) or not all(_dim_eq(a, b) for a, b in zip(buf.shape, val.shape, strict=True)):
         raise ShapeError(f"STORE: buffer shape {fmt_shape(buf.shape)} and value shape {fmt_shape(val.shape)} differ")
-    bdt = buf.dtype.base if isinstance(buf.dtype, PtrDType) else buf.dtype  # type: ignore[attr-defined]
+    bdt = buf.dtype.base if isinstance(buf.dtype, PtrDType) else buf.dtype
     if bdt.scalar is not val.dtype.scalar:
         raise DTypeError(f"STORE: value {_desc(val)} does not match buffer dtype {bdt.name}; cast the value")
     return dtypes.void, ()

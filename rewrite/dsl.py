@@ -30,11 +30,19 @@ from __future__ import annotations
 
 import inspect
 import re
+import types
 from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, cast
 
 from rewrite.dtype import DType
 from rewrite.errors import RuleError
 from rewrite.ops import GroupOp, Ops
+
+if TYPE_CHECKING:
+    from rewrite.uop import UOp
+
+# a compiled matcher (rewrite.match): (node, ctx) -> (replacement, index of the rule that fired), or None
+Matcher = Callable[["UOp", object], "tuple[UOp, int] | None"]
 
 Number = int | float | bool
 _ANY = object()  # "no constraint" for arg
@@ -178,9 +186,9 @@ class _OpNamespace:
         except KeyError:
             raise AttributeError(f"op.{name}: no such op") from None
 
-    def __getitem__(self, ops: Ops | Iterable[Ops]) -> _OpBuilder:
-        s = frozenset({ops}) if isinstance(ops, Ops) else frozenset().union(*(
-            {o} if isinstance(o, Ops) else o for o in ops))  # type: ignore[arg-type]
+    def __getitem__(self, ops: Ops | Iterable[Ops | Iterable[Ops]]) -> _OpBuilder:
+        s = frozenset({ops}) if isinstance(ops, Ops) else frozenset(
+            x for o in ops for x in ((o,) if isinstance(o, Ops) else o))
         return _OpBuilder(s)
 
 
@@ -199,7 +207,8 @@ def _params(fn: Callable[..., object]) -> list[str]:
 def _check_callable(fn: Callable[..., object], what: str, caps: Iterable[str] | None, rule: str = "") -> list[str]:
     where = f"rule {rule!r}: " if rule else ""
     if getattr(fn, "__closure__", None):
-        names = ", ".join(fn.__code__.co_freevars)  # type: ignore[attr-defined]
+        code = getattr(fn, "__code__", None)
+        names = ", ".join(code.co_freevars) if isinstance(code, types.CodeType) else "its enclosing scope"
         raise RuleError(f"{where}{what} is a closure over {names}; rules must be pure: pass values through "
                         f"captures or ctx, or define the callback at module level")
     params = _params(fn)
@@ -257,7 +266,7 @@ def _check_template(rule: str, t: Pat, caps: dict[str, Pat]) -> None:
         p = stack.pop()
         if p.kind == "fold":
             if p.src is None:
-                _check_callable(p.value, "fold()", caps, rule)  # type: ignore[arg-type]
+                _check_callable(cast("Callable[..., object]", p.value), "fold()", caps, rule)  # fold(fn): fn
             else:
                 for q in _walk(p.src[0]):
                     if q.name is not None and q.name not in caps:
@@ -311,7 +320,7 @@ class RuleSet:
                     ids.add(id(r))
                     uniq.append(r)
             self.rules = tuple(uniq)
-        self._matchers: dict[Ops, Callable[..., object] | None] = {}
+        self._matchers: dict[Ops, Matcher | None] = {}
 
     def __add__(self, other: RuleSet) -> RuleSet:
         return RuleSet(f"{self.name}+{other.name}", self.rules + other.rules)
@@ -331,7 +340,7 @@ class RuleSet:
                 return r
         raise KeyError(f"rule set {self.name!r} has no rule {name!r}")
 
-    def matcher(self, op: Ops) -> Callable[..., object] | None:
+    def matcher(self, op: Ops) -> Matcher | None:
         """The compiled match function for nodes whose op is `op` (None if no rule can match it)."""
         try:
             return self._matchers[op]

@@ -42,7 +42,7 @@ from rewrite.egraph_terms import (
     sort_decls,
     translate,
 )
-from rewrite.env import cache_dir, getenv
+from rewrite.env import cache_dir, knob_int
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 
@@ -87,7 +87,7 @@ def egglog_bindings() -> Any:
             sys.modules.pop("egglog.bindings", None)
             mod = None
     if mod is None:
-        from egglog import bindings as mod  # type: ignore[no-redef]
+        from egglog import bindings as mod
     _BINDINGS.append(mod)
     return mod
 
@@ -286,7 +286,7 @@ class Saturator:
 
     # -- caches --
     def _disk(self) -> sqlite3.Connection | None:
-        if int(getenv("CACHE")) == 0:
+        if knob_int("CACHE") == 0:
             return None
         path = os.path.join(cache_dir(), "egraph.sqlite")
         if self._db is None or self._db_key != (os.getpid(), path):

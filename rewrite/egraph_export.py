@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from itertools import product
+from typing import cast
 
 from rewrite.dsl import _ANY, Pat, Rule
 from rewrite.dtype import DType, dtypes
@@ -112,9 +113,10 @@ class I64:
     def __le__(self, o: object) -> Fact: return self._cmp("<=", o)
     def __gt__(self, o: object) -> Fact: return self._cmp(">", o)
     def __ge__(self, o: object) -> Fact: return self._cmp(">=", o)
-    def __eq__(self, o: object) -> Fact: return self._cmp("==", o)  # type: ignore[override]
-    def __ne__(self, o: object) -> Fact: return self._cmp("!=", o)  # type: ignore[override]
-    __hash__ = None  # type: ignore[assignment]
+    # == and != build facts (the DSL reads like the math), so they return a Fact, not a bool, and a term is unhashable
+    def __eq__(self, o: object) -> Fact: return self._cmp("==", o)  # type: ignore[override]  # builds a Fact
+    def __ne__(self, o: object) -> Fact: return self._cmp("!=", o)  # type: ignore[override]  # builds a Fact
+    __hash__ = None  # type: ignore[assignment]  # == builds a Fact, so terms are not hashable
 
     def __bool__(self) -> bool:
         raise _Skip("the guard takes the truth value of an i64 (Python and/or/not/if, or a chained comparison)")
@@ -365,7 +367,7 @@ def _template(p: object, caps: dict[str, bool], consts: dict[str, I64], body: _B
     if p.kind == "const":
         if isinstance(p.value, float) and not p.value.is_integer():
             raise _Skip(f"float constant {p.value!r} on the right-hand side")
-        return f"(Num {int(p.value)})"  # type: ignore[call-overload]
+        return f"(Num {int(cast('int | float', p.value))})"  # a const pattern's value is a number
     if p.kind == "op" and p.ops is not None and len(p.ops) == 1 and p.src is not None:
         o = next(iter(p.ops))
         if o not in CTORS or p.arg is not _ANY:

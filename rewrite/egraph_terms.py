@@ -125,10 +125,10 @@ def _make_key(u: UOp, prefix: str) -> tuple[str, bool]:
 
 def _bounds(u: UOp) -> tuple[int, int]:
     if u.op is Ops.PARAM and len(u.src) == 3 and all(s.op is Ops.CONST for s in u.src[1:]):
-        lo, hi = u.src[1].arg[0], u.src[2].arg[0]  # type: ignore[index]
+        lo, hi = u.src[1].value, u.src[2].value
     elif u.op in (Ops.RANGE, Ops.SPECIAL):
         b = u.src[0]
-        n = b.arg[0] if b.op is Ops.CONST else b.vmax  # type: ignore[index]
+        n = b.value if b.op is Ops.CONST else b.vmax
         lo, hi = 0, max(int(n) - 1, 0)  # a RANGE of no iterations never evaluates; any point is sound
     else:
         lo, hi = u.vmin, u.vmax
@@ -211,7 +211,7 @@ def translate(u: UOp) -> Expr:
             node: tuple = (CTORS[n.op][0], *kids)
             size.append(1 + sum(size[k] for k in kids))
         elif n.op is Ops.CONST and (n.dtype is idt or n.dtype is dtypes.bool):
-            v = int(n.arg[0])  # type: ignore[index]
+            v = int(n.value)
             if not I64_MIN <= v <= I64_MAX:
                 raise Untranslatable(f"constant {v} does not fit in i64")
             node = ("Num", v)
@@ -241,7 +241,7 @@ Node = tuple  # ("Num", v) | ("Var", key) | (ctor, child index, ...): one root's
 
 def from_termdag(termdag: object, root_id: int) -> list[Node]:
     """The extracted term under `root_id` as a node list (children before parents, shared terms once)."""
-    get = termdag.get  # type: ignore[attr-defined]
+    get = termdag.get  # type: ignore[attr-defined]  # egglog's TermDag: its bindings have no type stubs
     local: dict[int, int] = {}
     nodes: list[Node] = []
     stack: list[tuple[int, bool]] = [(root_id, False)]

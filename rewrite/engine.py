@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Sequence
+from typing import cast
 
-from rewrite.dsl import RuleSet
+from rewrite.dsl import Matcher, RuleSet
 from rewrite.errors import RewriteLoopError
 from rewrite.trace import current
 from rewrite.uop import UOp
 
 DEFAULT_MAX_STEPS = 2_000_000
-_MISSING = object()
-_BUSY: UOp = object()  # type: ignore[assignment]  # in fixed_point's memo: this node's rewrite is in progress
+_MISSING = cast("Matcher", object())  # not in a rule set's matcher cache yet
+_BUSY = cast(UOp, object())  # in fixed_point's memo: this node's rewrite is in progress
 
 
 def _ruleset(rules: RuleSet | Sequence[RuleSet]) -> RuleSet:
@@ -72,7 +73,7 @@ class _Run:
             m = self.rs.matcher(n.op)
         if m is None:
             return None
-        res = m(n, self.ctx)  # type: ignore[operator]
+        res = m(n, self.ctx)
         return None if res is None else self.fired_on(n, res)
 
     def fired_on(self, n: UOp, res: tuple[UOp, int]) -> UOp:
@@ -134,6 +135,7 @@ class _Run:
                 continue
             src = n.src
             ns = len(src)
+            new: tuple[UOp, ...]
             if ns == 2:
                 new = (replace[src[0]], replace[src[1]])
             elif ns == 1:

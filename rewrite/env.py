@@ -1,17 +1,17 @@
-"""Every environment knob the project reads, in one place (documented in the README).
+"""Every environment knob the project reads, declared in one table with its type, default and meaning.
 
-DEBUG=1..5  kernel count and timing; per-kernel lines; applied opts; UOp listings; generated source
-TRACE=1     record every rule firing (stage, rule, before, after); rewrite.trace prints them
-SPEC=1      check every pipeline stage's output against the spec (rewrite.spec)
-DEVICE      default device: cpu (default), python, cuda
-CPU_TARGET  what the cpu device compiles for: native (default), x86-64-v2, x86-64-v3, x86-64-v4, aarch64
-BEAM=n      beam width for kernel optimization search (0 = hand-coded heuristics)
-NOOPT=1     no kernel optimization at all
-CACHE=0     disable the on-disk caches (compiled kernels, search results, e-graph results)
-CACHEDIR    where the on-disk caches live (default: ~/.cache/uopc)
-EGGLOG=0    skip e-graph saturation in simplify (fast rules only)
+Read a knob with the typed accessors: `knob_int("DEBUG")`, `knob_str("DEVICE")`, `knob_bool("NOOPT")`, or take
+a snapshot of all of them with `knobs()` (a frozen `Knobs`, the thing to pass down as an argument). A value is
+a `Context` override, else the environment variable, else the declared default. A value the table does not
+allow (`DEBUG=abc`, `BEAM=-1`, `DEBUG=9`) raises `KnobError` naming the knob, the value and what is allowed;
+asking for an undeclared knob, or for a knob as the wrong type, raises it too.
 
-`Context(DEBUG=2)` overrides knobs inside a `with` block (for tests and the benchmark runner).
+`Context(DEBUG=2)` overrides knobs inside a `with` block (for tests and the benchmark runner); its values are
+checked the same way when the block is entered.
+
+`getenv(name)` is the older spelling, kept as a thin wrapper: for a declared knob it returns the declared type
+(statically too, through the overloads below); an undeclared name still reads the environment the old way
+(parsed as an int when `default` is an int). New code uses the typed accessors.
 """
 
 from __future__ import annotations
@@ -19,40 +19,217 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal, cast, overload
 
-_DEFAULTS: dict[str, int | str] = {
-    "DEBUG": 0, "TRACE": 0, "SPEC": 0, "DEVICE": "cpu", "CPU_TARGET": "native", "BEAM": 0, "NOOPT": 0, "CACHE": 1,
-    "CACHEDIR": "", "EGGLOG": 1,
+from rewrite.errors import KnobError
+
+KnobValue = int | str | bool
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One knob: `kind` is int, str or bool; ints lie in [lo, hi] (None: unbounded); strs in `choices` if given."""
+
+    name: str
+    kind: type[int] | type[str] | type[bool]
+    default: KnobValue
+    doc: str
+    lo: int | None = None
+    hi: int | None = None
+    choices: tuple[str, ...] | None = None
+
+    def allowed(self) -> str:
+        if self.kind is bool:
+            return "0 or 1 (also true/false, yes/no, on/off)"
+        if self.kind is int:
+            if self.lo is not None and self.hi is not None:
+                return f"an integer from {self.lo} to {self.hi}"
+            if self.lo is not None:
+                return f"an integer >= {self.lo}"
+            return "an integer"
+        if self.choices is not None:
+            return "one of " + ", ".join(repr(c) for c in self.choices)
+        return "any string"
+
+    def parse(self, raw: object) -> KnobValue:
+        """`raw` (an environment string or a `Context` value) as this knob's type; KnobError if not allowed."""
+        if self.kind is bool:
+            if isinstance(raw, bool):
+                return raw
+            if isinstance(raw, int) and raw in (0, 1):
+                return bool(raw)
+            if isinstance(raw, str) and raw.strip().lower() in _BOOL_TEXT:
+                return _BOOL_TEXT[raw.strip().lower()]
+            raise self._error(raw)
+        if self.kind is int:
+            if isinstance(raw, bool) or not isinstance(raw, int | str):
+                raise self._error(raw)
+            try:
+                value = int(raw)
+            except ValueError:
+                raise self._error(raw) from None
+            if (self.lo is not None and value < self.lo) or (self.hi is not None and value > self.hi):
+                raise self._error(raw)
+            return value
+        if not isinstance(raw, str) or (self.choices is not None and raw not in self.choices):
+            raise self._error(raw)
+        return raw
+
+    def _error(self, raw: object) -> KnobError:
+        return KnobError(f"knob {self.name}={raw!r} is not allowed: {self.name} must be {self.allowed()} ({self.doc})")
+
+
+_BOOL_TEXT = {
+    "0": False,
+    "1": True,
+    "": False,
+    "false": False,
+    "true": True,
+    "no": False,
+    "yes": True,
+    "off": False,
+    "on": True,
 }
-_overrides: dict[str, int | str] = {}
+
+# fmt: off
+KNOBS: dict[str, Knob] = {k.name: k for k in (
+    Knob("DEBUG", int, 0, "1 kernel count and timing, 2 a line per kernel, 3 applied opts, 4 UOp listings, "
+         "5 generated source; on stderr", lo=0, hi=5),
+    Knob("TRACE", int, 0, "1 record every rule firing and print a summary at exit, 2 list every firing", lo=0, hi=2),
+    Knob("SPEC", int, 0, "1 check the graph against rewrite/spec.py between pipeline stages", lo=0),
+    Knob("VIZ", int, 0, "1 record the graph at every stage for the viewer", lo=0),
+    Knob("DEVICE", str, "cpu", "the default device: cpu, python or cuda, optionally :n"),
+    Knob("CPU_TARGET", str, "native", "the cpu target to compile for (native or empty: the host)",
+         choices=("", "native", "x86-64-v2", "x86-64-v3", "x86-64-v4", "aarch64")),
+    Knob("BEAM", int, 0, "beam width of the kernel optimization search (0: the hand-coded heuristics)", lo=0),
+    Knob("NOOPT", bool, False, "no kernel optimization (and no fused multiply-add accumulation)"),
+    Knob("CACHE", int, 1, "0 disables the on-disk caches (compiled kernels, search results, e-graph results)",
+         lo=0, hi=1),
+    Knob("CACHEDIR", str, "", "where the on-disk caches live (empty: ~/.cache/uopc)"),
+    Knob("EGGLOG", int, 1, "0 skips e-graph saturation in simplify (fast rules only)", lo=0, hi=1),
+    Knob("CC", str, "", "the C compiler of the cpu device (empty: the first of gcc, clang, cc on PATH)"),
+)}
+# fmt: on
+
+# the declared knobs by type, for the static types of `getenv` (a test checks these agree with KNOBS)
+IntKnob = Literal["DEBUG", "TRACE", "SPEC", "VIZ", "BEAM", "CACHE", "EGGLOG"]
+StrKnob = Literal["DEVICE", "CPU_TARGET", "CACHEDIR", "CC"]
+BoolKnob = Literal["NOOPT"]
+
+_overrides: dict[str, KnobValue] = {}
 
 
-def getenv(name: str, default: int | str | None = None) -> int | str:
-    """The knob's value: a `Context` override, else the environment, else the default (ints parsed)."""
+def _knob(name: str, kind: type) -> Knob:
+    k = KNOBS.get(name)
+    if k is None:
+        raise KnobError(
+            f"unknown knob {name!r}; the declared knobs are {', '.join(KNOBS)} (declare new ones in "
+            "rewrite/env.py KNOBS)"
+        )
+    if k.kind is not kind:
+        raise KnobError(
+            f"knob {name} is declared {k.kind.__name__}, not {kind.__name__}: read it with "
+            f"knob_{k.kind.__name__}({name!r})"
+        )
+    return k
+
+
+def _value(k: Knob) -> KnobValue:
+    if k.name in _overrides:
+        return _overrides[k.name]  # checked by Context on entry
+    raw = os.environ.get(k.name)
+    return k.default if raw is None else k.parse(raw)
+
+
+def knob_int(name: str) -> int:
+    """The value of int knob `name` (DEBUG, TRACE, SPEC, VIZ, BEAM, CACHE, EGGLOG)."""
+    return cast(int, _value(_knob(name, int)))  # Context and parse made it a int
+
+
+def knob_str(name: str) -> str:
+    """The value of str knob `name` (DEVICE, CPU_TARGET, CACHEDIR, CC)."""
+    return cast(str, _value(_knob(name, str)))  # Context and parse made it a str
+
+
+def knob_bool(name: str) -> bool:
+    """The value of bool knob `name` (NOOPT)."""
+    return cast(bool, _value(_knob(name, bool)))  # Context and parse made it a bool
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Every declared knob, read at one moment: `knobs()`. Field names are the knob names in lower case."""
+
+    debug: int
+    trace: int
+    spec: int
+    viz: int
+    device: str
+    cpu_target: str
+    beam: int
+    noopt: bool
+    cache: int
+    cachedir: str
+    egglog: int
+    cc: str
+
+
+def knobs() -> Knobs:
+    """A snapshot of every knob (Context overrides, else the environment, else the defaults), checked."""
+    return Knobs(
+        debug=knob_int("DEBUG"),
+        trace=knob_int("TRACE"),
+        spec=knob_int("SPEC"),
+        viz=knob_int("VIZ"),
+        device=knob_str("DEVICE"),
+        cpu_target=knob_str("CPU_TARGET"),
+        beam=knob_int("BEAM"),
+        noopt=knob_bool("NOOPT"),
+        cache=knob_int("CACHE"),
+        cachedir=knob_str("CACHEDIR"),
+        egglog=knob_int("EGGLOG"),
+        cc=knob_str("CC"),
+    )
+
+
+@overload
+def getenv(name: IntKnob, default: int | None = None) -> int: ...
+@overload
+def getenv(name: StrKnob, default: str | None = None) -> str: ...
+@overload
+def getenv(name: BoolKnob, default: bool | None = None) -> bool: ...
+@overload
+def getenv(name: str, default: KnobValue | None = None) -> KnobValue: ...
+def getenv(name: str, default: KnobValue | None = None) -> KnobValue:
+    """The older spelling of the typed accessors (module docstring): a declared knob's value, of its type."""
+    if (k := KNOBS.get(name)) is not None:
+        return _value(k)
     if name in _overrides:
         return _overrides[name]
-    dflt = _DEFAULTS.get(name, default)
     raw = os.environ.get(name)
     if raw is None:
-        return dflt if dflt is not None else 0
-    if isinstance(dflt, int):
+        return default if default is not None else 0
+    if isinstance(default, int):
         try:
             return int(raw)
         except ValueError:
-            raise ValueError(f"environment variable {name}={raw!r} must be an integer") from None
+            raise KnobError(f"environment variable {name}={raw!r} must be an integer") from None
     return raw
 
 
 def cache_dir() -> str:
-    d = str(getenv("CACHEDIR")) or os.path.join(os.path.expanduser("~"), ".cache", "uopc")
+    d = knob_str("CACHEDIR") or os.path.join(os.path.expanduser("~"), ".cache", "uopc")
     os.makedirs(d, exist_ok=True)
     return d
 
 
 @contextlib.contextmanager
-def Context(**knobs: int | str) -> Iterator[None]:
+def Context(**overrides: KnobValue) -> Iterator[None]:
+    """Override knobs inside a `with` block; a declared knob's value is checked (KnobError) before it applies."""
+    checked = {name: (KNOBS[name].parse(v) if name in KNOBS else v) for name, v in overrides.items()}
     old = dict(_overrides)
-    _overrides.update(knobs)
+    _overrides.update(checked)
     try:
         yield
     finally:

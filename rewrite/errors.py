@@ -32,7 +32,11 @@ class RewriteLoopError(CompilerError):
 
 
 class SpecViolation(CompilerError):
-    """A graph that breaks the spec tables, found by rewrite.spec.check."""
+    """A graph that breaks the spec tables, found by rewrite.spec.check; `violations` lists them one by one."""
+
+    def __init__(self, message: str, violations: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.violations: list[str] = violations if violations is not None else [message]
 
 
 class EvalError(CompilerError):
@@ -49,3 +53,11 @@ class CompileError(CompilerError):
 
 class KernelOptError(CompilerError):
     """An illegal kernel optimization (OptOp); the message says why."""
+
+
+class KnobError(CompilerError, ValueError):
+    """An environment knob (rewrite/env.py) with a value it does not allow, or an undeclared knob."""
+
+
+class PluginError(CompilerError, RuntimeError):
+    """A plug-in the engine looks up at run time (the simplifier behind UOp.simplify) is not registered."""

@@ -13,6 +13,7 @@ Missing inputs, unbound or out-of-range variables and unsupported ops raise at o
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 
@@ -78,7 +79,7 @@ def _convert(u: UOp, v: object) -> object:
         return v
     fn = exec_cast if u.op is Ops.CAST else exec_bitcast
     try:
-        return fn(v, u.src[0].dtype, u.arg)  # type: ignore[arg-type]
+        return fn(cast(Value, v), u.src[0].dtype, cast(DType, u.arg))  # a CAST's/BITCAST's arg: the target dtype
     except EvalError as e:
         return _Poison(e)
 
@@ -92,7 +93,7 @@ def _coerce(dtype: DType, v: object, what: str) -> Value:
         v = float(v)
     if not python_value_ok(dt, v):
         raise EvalError(f"{what}: {v!r} is not a valid {dt.name} value (right type, in range, exactly representable)")
-    return v  # type: ignore[return-value]
+    return cast(Value, v)  # python_value_ok said it is one
 
 
 def _const_value(u: UOp, v: Value) -> Value:
@@ -124,7 +125,7 @@ def _eval_scalar(u: UOp, vals: list, env: dict[str, Value]) -> object:
             f"use evaluate_graph for tensors"
         )
     if op is Ops.CONST:
-        return _const_value(u, u.arg[0])  # type: ignore[index]
+        return _const_value(u, u.value)
     if op in GroupOp.ALU:
         return _apply(op, _operand_dtype(u), tuple(vals))
     if op is Ops.CAST or op is Ops.BITCAST:
@@ -133,7 +134,7 @@ def _eval_scalar(u: UOp, vals: list, env: dict[str, Value]) -> object:
         name = render(u)
         v = _lookup(u, name, env)
         if len(u.src) == 3:
-            lo, hi = (s.arg[0] if s.op is Ops.CONST else evaluate(s, env) for s in u.src[1:])  # type: ignore[index]
+            lo, hi = (s.value if s.op is Ops.CONST else evaluate(s, env) for s in u.src[1:])
             if not lo <= v <= hi:
                 raise EvalError(f"evaluate: variable {name!r} = {v!r} is outside its range [{lo}, {hi}]")
         return v
@@ -143,7 +144,7 @@ def _eval_scalar(u: UOp, vals: list, env: dict[str, Value]) -> object:
         bound = vals[0]
         if isinstance(bound, _Poison):
             raise bound.error
-        if not 0 <= v < bound:  # type: ignore[operator]
+        if not 0 <= v < cast(int, bound):  # the bound of a RANGE or SPECIAL is an index
             raise EvalError(f"evaluate: {op.name} {name!r} = {v!r} is outside [0, {bound})")
         return v
     raise EvalError(
@@ -161,7 +162,7 @@ def evaluate(u: UOp, env: dict[str, Value]) -> Value:
     r = vals[u]
     if isinstance(r, _Poison):
         raise r.error
-    return r  # type: ignore[return-value]
+    return cast(Value, r)  # not a _Poison, so a value
 
 
 # ---------------------------------------------------------------- tensor graphs
@@ -194,7 +195,7 @@ def _numpy_dtype(dt: DType) -> np.dtype:
 def _from_input(u: UOp, arr: object) -> np.ndarray:
     dt, shape = u.dtype.scalar, _ints(u, u.shape)
     a = np.asarray(arr)
-    what = f"evaluate_graph: input for {u.op.name} slot {u.arg.slot!r}"  # type: ignore[union-attr]
+    what = f"evaluate_graph: input for {u.op.name} slot {u.buf_arg.slot!r}"
     if a.shape != shape:
         raise EvalError(f"{what} has shape {a.shape}, the node has {fmt_shape(shape)}")
     ok = a.dtype.kind in "iuO" if dt is dtypes.index else a.dtype == _numpy_dtype(dt)
@@ -243,7 +244,7 @@ def _bitcast_resize(u: UOp, a: np.ndarray) -> np.ndarray:
 
 
 def _reduce(u: UOp, a: np.ndarray) -> np.ndarray:
-    rop, axes = u.arg  # type: ignore[misc]
+    rop, axes = u.reduce_op, u.reduce_axes
     if len(u.src) > 1:
         raise EvalError("evaluate_graph: REDUCE over RANGEs is kernel-level; only tensor-level REDUCE is evaluated")
     dt = u.dtype.scalar
@@ -272,14 +273,14 @@ def _eval_tensor(u: UOp, vals: list[np.ndarray], inputs: dict[UOp, np.ndarray]) 
     if op in (Ops.BUFFER, Ops.PARAM):
         if u not in inputs:
             raise EvalError(
-                f"evaluate_graph: no input for {u.op.name} slot {u.arg.slot!r} "  # type: ignore[union-attr]
+                f"evaluate_graph: no input for {u.op.name} slot {u.buf_arg.slot!r} "
                 f"{fmt_shape(u.shape)}:{u.dtype.name}; pass it in inputs"
             )
         return _from_input(u, inputs[u])
     if op is Ops.CONST:
-        return _objects([_const_value(u, u.arg[0])], ())  # type: ignore[index]
+        return _objects([_const_value(u, u.value)], ())
     if op is Ops.VCONST:
-        return _objects([_const_value(u, v) for v in u.arg[0]], (len(u.arg[0]),))  # type: ignore[index]
+        return _objects([_const_value(u, v) for v in u.vconst_values], (len(u.vconst_values),))
     if op in GroupOp.ALU:
         dt = _operand_dtype(u)
         return _elementwise(u, vals, lambda *xs: _apply(op, dt, xs))
@@ -291,9 +292,9 @@ def _eval_tensor(u: UOp, vals: list[np.ndarray], inputs: dict[UOp, np.ndarray]) 
         shape = _ints(u, u.shape)
         return vals[0].reshape(shape) if op is Ops.RESHAPE else np.broadcast_to(vals[0], shape)
     if op is Ops.PERMUTE:
-        return vals[0].transpose(u.arg)  # type: ignore[arg-type]
+        return vals[0].transpose(u.int_tuple_arg)
     if op is Ops.FLIP:
-        return vals[0][tuple(slice(None, None, -1) if f else slice(None) for f in u.arg)]  # type: ignore[union-attr]
+        return vals[0][tuple(slice(None, None, -1) if f else slice(None) for f in u.flip_flags)]
     if op is Ops.SHRINK or op is Ops.PAD:
         begin, end = _ints(u, shape_values(u.src[1])), _ints(u, shape_values(u.src[2]))
         if op is Ops.SHRINK:

@@ -9,15 +9,16 @@ than the input, or None. The source is kept on the function (`fn.source`) for de
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from rewrite.dsl import _ANY, Pat, Rule
 from rewrite.errors import EvalError, RuleError
 from rewrite.ops import Ops
 
 if TYPE_CHECKING:
-    from rewrite.dsl import RuleSet
+    from rewrite.dsl import Matcher, RuleSet
 
 _MAX_DEPTH = 18  # Python allows 20 statically nested blocks (for/try); commutative loops use them
 _MAX_UNROLL = 3  # commutative nodes per pattern written out in both orders (2**3 copies of the rest at most)
@@ -174,7 +175,8 @@ class _Gen:
         if t.kind == "fold":
             val = self.fresh("f")
             if t.src is None:
-                self.emit(depth, f"{val} = {self.ref(t.value)}({self.call_args(_params_of(t.value), rule, bound)})")
+                fn = cast("Callable[..., object]", t.value)  # a fold() of no sources holds its callable
+                self.emit(depth, f"{val} = {self.ref(fn)}({self.call_args(_params_of(fn), rule, bound)})")
             else:
                 named = (f"{bound[q.name]}.dtype" for q in _walk_pat(t.src[0]) if q.name is not None)
                 dt = next(named, f"{like}.dtype")
@@ -219,13 +221,13 @@ def _walk_pat(p: Pat) -> list[Pat]:
     return out
 
 
-def _params_of(fn: object) -> list[str]:
+def _params_of(fn: Callable[..., object]) -> list[str]:
     import inspect
 
-    return list(inspect.signature(fn).parameters)  # type: ignore[arg-type]
+    return list(inspect.signature(fn).parameters)
 
 
-def compile_matcher(rules: RuleSet, op: Ops) -> Callable[..., object] | None:
+def compile_matcher(rules: RuleSet, op: Ops) -> Matcher | None:
     chosen = [(i, r) for i, r in enumerate(rules.rules) if r.lhs.ops is None or op in r.lhs.ops]
     if not chosen:
         return None
@@ -240,5 +242,6 @@ def compile_matcher(rules: RuleSet, op: Ops) -> Callable[..., object] | None:
     code = compile(src, f"<rules {rules.name} on {op.name}>", "exec")
     exec(code, g.globals)  # the generated matcher; its source is kept on the function (fn.source)
     fn = g.globals["_match"]
-    fn.source = src  # type: ignore[attr-defined]
-    return fn  # type: ignore[return-value]
+    assert isinstance(fn, types.FunctionType)
+    fn.__dict__["source"] = src
+    return fn

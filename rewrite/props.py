@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from rewrite.dtype import AddrSpace
 from rewrite.ops import GroupOp, Ops
@@ -21,9 +21,11 @@ def device_of(root: UOp) -> str | tuple[str, ...] | None:
     """BUFFER/PARAM: from arg; COPY: its target; CONST, RANGE: none; anything else: the first source that has one."""
     for u in _nodes_needing(root, "device"):
         if u.op in (Ops.BUFFER, Ops.PARAM):
-            d = u.arg.device  # type: ignore[union-attr]
+            d = u.buf_arg.device
         elif u.op is Ops.COPY or (u.op is Ops.LOAD and u.arg is not None):
-            d = u.arg if not isinstance(u.arg, tuple) or all(isinstance(a, str) for a in u.arg) else u.arg[0]  # type: ignore[index]
+            arg = u.arg  # COPY: the target device; LOAD: a device, or a tuple whose first item is one
+            d = cast("str | tuple[str, ...]", arg if not isinstance(arg, tuple) or all(isinstance(a, str) for a in arg)
+                     else arg[0])
         elif u.op in _NO_DEVICE:
             d = None
         elif u.op in (Ops.FUNCTION, Ops.CALL):
@@ -33,12 +35,12 @@ def device_of(root: UOp) -> str | tuple[str, ...] | None:
         if u._props is None:
             u._props = {}
         u._props["device"] = d
-    return root._props["device"]  # type: ignore[index]
+    return cast(dict, root._props)["device"]  # the loop above filled it
 
 
 def addrspace_of(u: UOp) -> AddrSpace | None:
     if u.op in (Ops.BUFFER, Ops.PARAM):
-        return u.arg.addrspace  # type: ignore[union-attr]
+        return u.buf_arg.addrspace
     if u.op in GroupOp.Movement or u.op in (Ops.AFTER, Ops.LOAD, Ops.STORE):
         return u.src[0].addrspace if u.src else None
     return None
@@ -53,21 +55,21 @@ def axis_of(root: UOp) -> int | None:
         if u._props is None:
             u._props = {}
         u._props["axis"] = a
-    return root._props["axis"]  # type: ignore[index]
+    return cast(dict, root._props)["axis"]  # the loop above filled it
 
 
 def _axis_step(u: UOp) -> int | None:
     op = u.op
     if op in (Ops.BUFFER, Ops.PARAM):
-        return 0 if isinstance(u.arg.device, tuple) else None  # type: ignore[union-attr]
+        return 0 if isinstance(u.buf_arg.device, tuple) else None
     if op is Ops.COPY or not u.src:
         return None
-    a = u.src[0]._props["axis"] if u.src[0]._props else None  # type: ignore[index]
+    a = u.src[0]._props["axis"] if u.src[0]._props else None
     if op is Ops.PERMUTE:
-        return None if a is None else u.arg.index(a)  # type: ignore[union-attr]
+        return None if a is None else u.int_tuple_arg.index(a)
     if op in (Ops.REDUCE, Ops.REPLICATED):
-        axes = u.arg[1] if op is Ops.REDUCE else u.arg  # type: ignore[index]
-        return None if a in axes else a  # type: ignore[operator]
+        axes = u.reduce_axes if op is Ops.REDUCE else u.int_tuple_arg
+        return None if a in axes else a
     if op is Ops.RESHAPE:
         return None if a is None else _reshape_axis(u.src[0].shape, u.shape, a)
     if op in GroupOp.ALU:

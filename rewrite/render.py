@@ -24,12 +24,13 @@ def render(root: UOp) -> str:
         s = [out[x] for x in u.src]
         op = u.op
         if op is Ops.CONST:
-            v = u.arg[0]  # type: ignore[index]
+            v = u.value
             r = ("True" if v else "False") if isinstance(v, bool) else repr(v)
         elif op is Ops.PARAM:
-            r = str(u.arg.slot) if isinstance(u.arg.slot, str) else f"param{u.arg.slot}"  # type: ignore[union-attr]
+            slot = u.buf_arg.slot
+            r = slot if isinstance(slot, str) else f"param{slot}"
         elif op is Ops.RANGE:
-            rid = u.arg[0]  # type: ignore[index]
+            rid = u.range_id
             r = f"r{rid}" if not isinstance(rid, tuple) else "r" + "_".join(map(str, rid))
         elif op is Ops.SPECIAL:
             r = str(u.arg)
@@ -47,7 +48,7 @@ def render(root: UOp) -> str:
         elif op is Ops.CAST:
             r = f"{u.dtype.name}({s[0]})"
         elif op in (Ops.VCONST,):
-            r = repr(list(u.arg[0]))  # type: ignore[index]
+            r = repr(list(u.vconst_values))
         else:
             r = f"{op.name.lower()}({', '.join(s)})"
         out[u] = r

@@ -54,6 +54,7 @@ import math
 import struct
 from collections.abc import Callable
 from fractions import Fraction
+from typing import cast
 
 from rewrite.dtype import DType, dtypes
 from rewrite.errors import EvalError
@@ -147,7 +148,7 @@ def round_to(dtype: DType, x: Value) -> Value:
         if dt is dtypes.float64:
             return _int_to_float64(x, 53) if isinstance(x, int) else float(x)
         if dt is dtypes.bfloat16:
-            return _round_float(round_to(dtypes.float32, x), *_FLOAT_FORMATS[dt])  # type: ignore[arg-type]
+            return _round_float(float(round_to(dtypes.float32, x)), *_FLOAT_FORMATS[dt])
         prec, emin, fmax = _FLOAT_FORMATS[dt]
         return _round_float(_int_to_float64(x, prec) if isinstance(x, int) else float(x), prec, emin, fmax)
     if k in "iux":
@@ -359,11 +360,11 @@ def exec_alu(op: Ops, dtype: DType, *vals: Value) -> Value:
     dt = dtype.scalar
     if op is Ops.MULACC:
         if dt.kind == "f":
-            return fma(dt, *vals)  # type: ignore[arg-type]
+            return fma(dt, *cast("tuple[float, float, float]", vals))  # a float op's operands are floats
         return exec_alu(Ops.ADD, dt, exec_alu(Ops.MUL, dt, vals[0], vals[1]), vals[2])
     k = dt.kind
     if op is Ops.THREEFRY and dt is dtypes.uint64:
-        return threefry2x32(vals[0], vals[1])  # type: ignore[arg-type]
+        return threefry2x32(*cast("tuple[int, int]", vals))  # uint64 operands are ints
     if k in "iux":
         if (dfn := _DT_INT_OPS.get(op)) is not None:
             return wrap(dt, dfn(dt, vals[0], vals[1]))
@@ -403,7 +404,7 @@ def to_bytes(dtype: DType, value: Value) -> bytes:
     value = round_to(dt, value)  # struct refuses out-of-range ints and floats that overflow the format
     if dt is dtypes.bfloat16:
         return (struct.unpack("<I", struct.pack("<f", value))[0] >> 16).to_bytes(2, "little")
-    return struct.pack("<" + dt.fmt, value)  # type: ignore[operator]
+    return struct.pack("<" + cast(str, dt.fmt), value)  # only bfloat16 lacks a fmt, and it returned above
 
 
 def from_bytes(dtype: DType, data: bytes) -> Value:

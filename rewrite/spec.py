@@ -157,18 +157,18 @@ def _vconst_arg(u: UOp) -> str | None:
     return "; ".join(problems[:3]) + ("; ..." if len(problems) > 3 else "") if problems else None
 
 
-def _storage_arg(cls: type, slot_ok: Callable[[object], bool], slot_what: str) -> ArgCheck:
+def _storage_arg(cls: type[ParamArg] | type[BufferArg], slot_ok: Callable[[object], bool], slot_what: str) -> ArgCheck:
     def check(u: UOp) -> str | None:
         a = u.arg
         if not isinstance(a, cls):
             return f"arg must be a {cls.__name__}, got {a!r}"
-        if not slot_ok(a.slot):  # type: ignore[attr-defined]
-            return f"slot must be {slot_what}, got {a.slot!r}"  # type: ignore[attr-defined]
-        if isinstance(a.dtype, PtrDType) or a.dtype.kind == "v":  # type: ignore[attr-defined]
-            return f"dtype must be a value dtype, got {a.dtype!r}"  # type: ignore[attr-defined]
-        if not isinstance(a.addrspace, AddrSpace):  # type: ignore[attr-defined]
-            return f"addrspace must be an AddrSpace, got {a.addrspace!r}"  # type: ignore[attr-defined]
-        return _device_problem(a.device)  # type: ignore[attr-defined]
+        if not slot_ok(a.slot):
+            return f"slot must be {slot_what}, got {a.slot!r}"
+        if isinstance(a.dtype, PtrDType) or a.dtype.kind == "v":
+            return f"dtype must be a value dtype, got {a.dtype!r}"
+        if not isinstance(a.addrspace, AddrSpace):
+            return f"addrspace must be an AddrSpace, got {a.addrspace!r}"
+        return _device_problem(a.device)
 
     return check
 
@@ -238,7 +238,7 @@ def _reduce_arg(u: UOp) -> str | None:
 def _gettuple_arg(u: UOp) -> str | None:
     t = u.src[0]
     body = t.src[0] if t.op in (Ops.FUNCTION, Ops.CALL) else t
-    ok = _is_int(u.arg) and 0 <= u.arg < len(body.src)  # type: ignore[operator]
+    ok = _is_int(u.arg) and 0 <= u.arg < len(body.src)
     return None if ok else f"index {u.arg!r} is out of range for a tuple of {len(body.src)}"
 
 
@@ -258,7 +258,8 @@ def _load_arg(u: UOp) -> str | None:
 def _range_arg(u: UOp) -> str | None:
     a = u.arg
     ok = isinstance(a, tuple) and len(a) == 2 and isinstance(a[1], AxisType)
-    ok = ok and (_is_int(a[0]) or (isinstance(a[0], tuple) and all(_is_int(x) for x in a[0])))  # type: ignore[index]
+    if ok and isinstance(a, tuple):
+        ok = _is_int(a[0]) or (isinstance(a[0], tuple) and all(_is_int(x) for x in a[0]))
     return None if ok else f"arg must be (id, AxisType) with an int or tuple-of-ints id, got {a!r}"
 
 
@@ -278,14 +279,14 @@ def _param_bounds(u: UOp) -> str | None:
         lo, hi = u.src[1], u.src[2]
         if lo.shape != () or hi.shape != () or lo.dtype is not u.dtype or hi.dtype is not u.dtype:
             return f"min and max must be ()-shaped {u.dtype.name} values, got {lo.short()} and {hi.short()}"
-        if lo.op is Ops.CONST and hi.op is Ops.CONST and lo.arg[0] > hi.arg[0]:  # type: ignore[index]
-            return f"empty range: min {lo.arg[0]} > max {hi.arg[0]}"  # type: ignore[index]
+        if lo.op is Ops.CONST and hi.op is Ops.CONST and lo.value > hi.value:
+            return f"empty range: min {lo.value} > max {hi.value}"
     return None
 
 
 def _stored_dtype(u: UOp) -> str | None:
     buf, val = u.src[0], u.src[1]
-    bdt = buf.dtype.base if isinstance(buf.dtype, PtrDType) else buf.dtype  # type: ignore[attr-defined]
+    bdt = buf.dtype.base if isinstance(buf.dtype, PtrDType) else buf.dtype
     if bdt.scalar is not val.dtype.scalar:
         return f"value dtype {val.dtype.name} does not match the buffer's {bdt.name}"
     return None
@@ -592,6 +593,4 @@ def violations(root: UOp, stage: str = "any", *, allow_tags: bool = False) -> li
 def check(root: UOp, stage: str = "any", *, allow_tags: bool = False) -> None:
     """Raise SpecViolation listing every violation in the graph under `root` (see the module docstring for stages)."""
     if found := violations(root, stage, allow_tags=allow_tags):
-        err = SpecViolation(f"{len(found)} spec violation(s) at stage {stage!r}:\n  " + "\n  ".join(found))
-        err.violations = found  # type: ignore[attr-defined]
-        raise err
+        raise SpecViolation(f"{len(found)} spec violation(s) at stage {stage!r}:\n  " + "\n  ".join(found), found)

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rewrite.env import getenv
+from rewrite.env import knob_int
 
 if TYPE_CHECKING:
     from rewrite.uop import UOp
@@ -52,8 +52,8 @@ class TraceLog:
         """The chain of firings that produced `node`, oldest first: the firing whose result is `node`, then the
         one whose result was that firing's input, and so on back to a node no rule made."""
         by_after: dict[UOp, Firing] = {}
-        for f in self.firings:
-            by_after.setdefault(f.after, f)
+        for firing in self.firings:
+            by_after.setdefault(firing.after, firing)
         chain: list[Firing] = []
         seen: set[UOp] = set()
         while (f := by_after.get(node)) is not None and node not in seen:
@@ -83,7 +83,7 @@ def _report_at_exit() -> None:
     """With TRACE=1 the process ends with a summary of rule firings; TRACE=2 lists every firing."""
     if not GLOBAL_LOG.firings:
         return
-    level = int(getenv("TRACE"))
+    level = knob_int("TRACE")
     out = [f"TRACE: {len(GLOBAL_LOG.firings)} rule firings"]
     out += [f"  {n:6d}  {rule}" for rule, n in GLOBAL_LOG.counts().most_common(40)]
     if level >= 2:
@@ -91,7 +91,7 @@ def _report_at_exit() -> None:
     sys.stderr.write("\n".join(out) + "\n")
 
 
-if getenv("TRACE"):
+if knob_int("TRACE"):
     atexit.register(_report_at_exit)
 
 
@@ -99,7 +99,7 @@ def current() -> TraceLog | None:
     """The log firings go to now: the innermost `tracing()` block, else the global log when TRACE=1."""
     if _active:
         return _active[-1]
-    return GLOBAL_LOG if getenv("TRACE") else None
+    return GLOBAL_LOG if knob_int("TRACE") else None
 
 
 @contextlib.contextmanager

@@ -8,6 +8,9 @@ and cached. Nothing here recurses on Python's stack.
 Args by op (the spec's tables): CONST (value, dtype); VCONST (values, dtype); PARAM ParamArg; BUFFER
 BufferArg; CAST/BITCAST dtype; PERMUTE axis order; FLIP one bool per axis; REDUCE (op, axes); RANGE
 (id, AxisType); GETTUPLE index; COPY device; SPECIAL name; CUSTOM (fmt, dtype).
+
+`simplify()` runs a plug-in: the symbolic rules live in rules/, above this layer, so they register themselves
+(`rules` at import, or the package's `uopc.simplifier` entry point on first use); see `register_simplifier`.
 """
 
 from __future__ import annotations
@@ -16,17 +19,18 @@ import contextlib
 import math
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypeVar, cast
 
 from rewrite.derive import derive, fmt_shape, shape_values
 from rewrite.dtype import AddrSpace, DType, PtrDType, dtypes
-from rewrite.errors import DTypeError
+from rewrite.errors import ArityError, DTypeError, PluginError
 from rewrite.ops import AxisType, GroupOp, Ops
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
 ConstValue = int | float | bool
+_T = TypeVar("_T")
 
 
 class ParamArg(NamedTuple):
@@ -51,7 +55,7 @@ _NOTSET = object()
 
 def _value_sig(v: object) -> object:
     t = type(v)
-    return (t, math.copysign(1.0, v) < 0) if t is float and v == 0.0 else t  # type: ignore[arg-type]
+    return (t, math.copysign(1.0, cast(float, v)) < 0) if t is float and v == 0.0 else t
 
 
 _CONST, _VCONST, _PARAM, _BUFFER = Ops.CONST, Ops.VCONST, Ops.PARAM, Ops.BUFFER  # module globals: cheaper lookups
@@ -90,8 +94,8 @@ def normalize_const(value: ConstValue, dtype: DType) -> ConstValue:
     if k == "f":
         from rewrite.semantics import round_to
 
-        v = round_to(dtype.scalar, float(value))
-        return math.nan if v != v else v
+        f = round_to(dtype.scalar, float(value))
+        return math.nan if f != f else f
     raise DTypeError(f"CONST: {dtype.name} cannot hold a constant")
 
 
@@ -104,6 +108,7 @@ class UOp:
     dtype: DType
     shape: tuple
     _mm: tuple | None
+    _key: tuple
     _props: dict | None
 
     def __new__(cls, op: Ops, src: tuple[UOp, ...] = (), arg: object = None, tag: object = None) -> UOp:
@@ -124,9 +129,10 @@ class UOp:
     def __reduce__(self) -> tuple:
         return (UOp, (self.op, self.src, self.arg, self.tag))
 
-    def replace(self, **kwargs: object) -> UOp:
-        return UOp(kwargs.get("op", self.op), kwargs.get("src", self.src), kwargs.get("arg", self.arg),  # type: ignore[arg-type]
-                   kwargs.get("tag", self.tag))
+    def replace(self, *, op: Ops | None = None, src: tuple[UOp, ...] | None = None, arg: object = _NOTSET,
+                tag: object = _NOTSET) -> UOp:
+        return UOp(self.op if op is None else op, self.src if src is None else src,
+                   self.arg if arg is _NOTSET else arg, self.tag if tag is _NOTSET else tag)
 
     # ------------------------------------------------------------------ construction helpers
 
@@ -168,7 +174,8 @@ class UOp:
                    ParamArg(name, dtype))
 
     @staticmethod
-    def param(slot: int, dtype: DType, shape: Sequence[int | UOp] = (), device: str | None = None) -> UOp:
+    def param(slot: int, dtype: DType, shape: Sequence[int | UOp] = (),
+              device: str | tuple[str, ...] | None = None) -> UOp:
         return UOp(Ops.PARAM, (UOp.shape_operand(shape),), ParamArg(slot, dtype, device))
 
     @staticmethod
@@ -259,7 +266,7 @@ class UOp:
         """WHERE(self, a, b): a where self is true, else b. A Python constant takes the other branch's dtype."""
         if not isinstance(a, UOp) and not isinstance(b, UOp):
             raise TypeError("where: at least one branch must be a UOp, so the result has a dtype")
-        a2 = a if isinstance(a, UOp) else b._operand(a, "WHERE")  # type: ignore[union-attr]
+        a2 = a if isinstance(a, UOp) else cast(UOp, b)._operand(a, "WHERE")  # b is the UOp: checked above
         b2 = b if isinstance(b, UOp) else a2._operand(b, "WHERE")
         return UOp(Ops.WHERE, (self, a2, b2))
 
@@ -297,7 +304,7 @@ class UOp:
         """Reverse the given axes (ints), or the flagged ones (one bool per axis)."""
         axes = tuple(axes)
         flags = axes if axes and all(isinstance(a, bool) for a in axes) else \
-            tuple(i in {a % len(self.shape) for a in axes} for i in range(len(self.shape)))  # type: ignore[operator]
+            tuple(i in {a % len(self.shape) for a in axes} for i in range(len(self.shape)))
         return self if not any(flags) else UOp(Ops.FLIP, (self,), flags)
 
     def index(self, *idxs: UOp | int) -> UOp:
@@ -338,12 +345,65 @@ class UOp:
     def ndim(self) -> int:
         return len(self.shape)
 
+    # typed views of `arg` for the ops that have one (the module docstring's table): `arg` is `object` because
+    # its type depends on the op; these check the op and give the arg its type
+
+    def _want(self, what: str, *ops: Ops) -> None:
+        if self.op not in ops:
+            raise ArityError(f"{what}: only {' or '.join(o.name for o in ops)} has one, this is {self.op.name}")
+
     @property
     def value(self) -> ConstValue:
         """The Python value of a CONST."""
-        if self.op is not Ops.CONST:
+        if self.op is not _CONST:
             raise TypeError(f"value: only a CONST has a value, this is {self.op.name}")
-        return self.arg[0]  # type: ignore[index]
+        return cast("tuple[ConstValue, DType]", self.arg)[0]
+
+    @property
+    def vconst_values(self) -> tuple[ConstValue, ...]:
+        """The lane values of a VCONST."""
+        self._want("vconst_values", Ops.VCONST)
+        return cast("tuple[tuple[ConstValue, ...], DType]", self.arg)[0]
+
+    @property
+    def buf_arg(self) -> ParamArg | BufferArg:
+        """A PARAM's ParamArg or a BUFFER's BufferArg (slot, dtype, device, addrspace)."""
+        self._want("buf_arg", Ops.PARAM, Ops.BUFFER)
+        return cast("ParamArg | BufferArg", self.arg)
+
+    @property
+    def range_id(self) -> int | tuple:
+        """A RANGE's id (an int, or a tuple of ints for a split range)."""
+        self._want("range_id", Ops.RANGE)
+        return cast("tuple[int | tuple, AxisType]", self.arg)[0]
+
+    @property
+    def axis_type(self) -> AxisType:
+        self._want("axis_type", Ops.RANGE)
+        return cast("tuple[int | tuple, AxisType]", self.arg)[1]
+
+    @property
+    def reduce_op(self) -> Ops:
+        """A REDUCE's combining op (ADD, MUL, MAX)."""
+        self._want("reduce_op", Ops.REDUCE)
+        return cast("tuple[Ops, tuple[int, ...]]", self.arg)[0]
+
+    @property
+    def reduce_axes(self) -> tuple[int, ...]:
+        self._want("reduce_axes", Ops.REDUCE)
+        return cast("tuple[Ops, tuple[int, ...]]", self.arg)[1]
+
+    @property
+    def int_tuple_arg(self) -> tuple[int, ...]:
+        """The axis tuple of a PERMUTE (the order) or a REPLICATED (the replicated axes)."""
+        self._want("int_tuple_arg", Ops.PERMUTE, Ops.REPLICATED)
+        return cast("tuple[int, ...]", self.arg)
+
+    @property
+    def flip_flags(self) -> tuple[bool, ...]:
+        """A FLIP's arg: one bool per axis, True where the axis is reversed."""
+        self._want("flip_flags", Ops.FLIP)
+        return cast("tuple[bool, ...]", self.arg)
 
     @property
     def min_max(self) -> tuple[ConstValue, ConstValue]:
@@ -359,30 +419,30 @@ class UOp:
     def vmax(self) -> ConstValue:
         return self.min_max[1]
 
-    def _prop(self, name: str, fn: Callable[[UOp], object]) -> object:
+    def _prop(self, name: str, fn: Callable[[UOp], _T]) -> _T:
         if self._props is None:
             self._props = {}
         if (v := self._props.get(name, _NOTSET)) is _NOTSET:
             v = self._props[name] = fn(self)
-        return v
+        return cast(_T, v)  # _props[name] is only ever set to fn's result
 
     @property
     def device(self) -> str | tuple[str, ...] | None:
         from rewrite.props import device_of
 
-        return self._prop("device", device_of)  # type: ignore[return-value]
+        return self._prop("device", device_of)
 
     @property
     def addrspace(self) -> AddrSpace | None:
         from rewrite.props import addrspace_of
 
-        return self._prop("addrspace", addrspace_of)  # type: ignore[return-value]
+        return self._prop("addrspace", addrspace_of)
 
     @property
     def axis(self) -> int | None:
         from rewrite.props import axis_of
 
-        return self._prop("axis", axis_of)  # type: ignore[return-value]
+        return self._prop("axis", axis_of)
 
     @property
     def shape_src(self) -> tuple:
@@ -412,8 +472,8 @@ class UOp:
 
     def variables(self) -> list[UOp]:
         """Symbolic variables (named PARAMs) this node depends on, by name."""
-        vs = {u for u in self.toposort() if u.op is Ops.PARAM and isinstance(u.arg.slot, str)}  # type: ignore[union-attr]
-        return sorted(vs, key=lambda u: u.arg.slot)  # type: ignore[union-attr]
+        vs = {u: slot for u in self.toposort() if u.op is Ops.PARAM and isinstance(slot := u.buf_arg.slot, str)}
+        return sorted(vs, key=vs.__getitem__)
 
     def ranges(self) -> list[UOp]:
         return [u for u in self.toposort() if u.op is Ops.RANGE]
@@ -464,22 +524,38 @@ def _compute_min_max() -> Callable[[UOp], tuple]:
     return _MIN_MAX[0]
 
 
+# UOp.simplify is the symbolic rule set, which lives in rules/, a layer above this one. So the engine does not
+# import it: the simplifier is a plug-in. `rules` registers its `simplify` here when it is imported (and lower/
+# and tensor/, the entry points users start from, import rules). A user of the bare engine
+# (`from rewrite import UOp`) gets it through the package's entry point: pyproject.toml declares
+# `[project.entry-points."uopc.simplifier"] symbolic = "rules:simplify"`, and the first `simplify()` call
+# with nothing registered loads it through importlib.metadata (which imports rules, which registers).
+# The engine names a plug-in group, never a module of ours; another simplifier plugs in the same way.
+SIMPLIFIER_GROUP = "uopc.simplifier"
 _SIMPLIFIER: list[Callable[[UOp], UOp]] = []
 
 
 def register_simplifier(fn: Callable[[UOp], UOp]) -> None:
-    """Installed by `rules` at import: what UOp.simplify() runs."""
+    """Install what UOp.simplify() runs (`rules` installs its `simplify` at import)."""
     _SIMPLIFIER[:] = [fn]
 
 
 def _simplifier() -> Callable[[UOp], UOp]:
     if not _SIMPLIFIER:
-        import importlib
+        from importlib.metadata import entry_points
 
-        importlib.import_module("rules")  # a plug-in lookup by name: rewrite/ does not depend on rules/ statically
+        for ep in sorted(entry_points(group=SIMPLIFIER_GROUP), key=lambda e: e.name):
+            register_simplifier(ep.load())
+            break
     if not _SIMPLIFIER:
-        raise RuntimeError("no simplifier registered: `import rules` installs the symbolic rules")
+        raise PluginError(
+            f"UOp.simplify: no simplifier is registered and no {SIMPLIFIER_GROUP!r} entry point is installed; "
+            "`import rules` registers the symbolic rules (or install the package, `pip install -e .`, whose "
+            "entry point loads them)"
+        )
     return _SIMPLIFIER[0]
 
 
-__all__ = ["BufferArg", "ConstValue", "GroupOp", "ParamArg", "PtrDType", "UOp", "register_simplifier"]
+__all__ = [
+    "SIMPLIFIER_GROUP", "BufferArg", "ConstValue", "GroupOp", "ParamArg", "PtrDType", "UOp", "register_simplifier",
+]

@@ -40,7 +40,7 @@ class View:
             strides = tuple(reversed(st))
         if len(strides) != len(shape) or (mask is not None and len(mask) != len(shape)):
             raise ValueError(f"View: shape {shape}, strides {tuple(strides)} and mask must have one entry per axis")
-        return View(shape, tuple(strides), offset, None if mask is None else tuple(tuple(m) for m in mask))  # type: ignore[misc]
+        return View(shape, tuple(strides), offset, None if mask is None else tuple((lo, hi) for lo, hi in mask))
 
     def expr_idxs(self, idxs: Sequence[UOp]) -> tuple[UOp, UOp]:
         """(index expression, valid expression) for index variables `idxs`, both simplified."""
@@ -57,11 +57,11 @@ class View:
                 valid = valid & (UOp.const(lo - 1) < i if isinstance(lo, int) else (i < lo).ne(True))
             if not (isinstance(hi, int) and i.vmax < hi):
                 valid = valid & (i < hi)
-            if isinstance(lo, int) and isinstance(hi, int) and i.op is Ops.PARAM and isinstance(i.arg.slot, str):
-                nlo, nhi = max(lo, i.vmin), min(hi - 1, i.vmax)
+            if isinstance(lo, int) and isinstance(hi, int) and i.op is Ops.PARAM and isinstance(i.buf_arg.slot, str):
+                nlo, nhi = max(lo, int(i.vmin)), min(hi - 1, int(i.vmax))  # a variable's bounds are ints
                 if nlo > nhi:
                     return UOp.const(0), UOp.const(False)
-                fresh = UOp.const(nlo) if nlo == nhi else UOp.variable(f"{i.arg.slot}'", nlo, nhi)
+                fresh = UOp.const(nlo) if nlo == nhi else UOp.variable(f"{i.buf_arg.slot}'", nlo, nhi)
                 narrowed[i] = fresh
                 if fresh.op is Ops.PARAM:
                     back[fresh] = i

@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-from rewrite.env import getenv
+from rewrite.env import knob_int
 from rewrite.ops import Ops
 from rewrite.uop import UOp, register_simplifier
 
@@ -73,7 +73,7 @@ def worth_saturating(u: UOp) -> bool:
 def simplify(u: UOp) -> UOp:
     """Fast rules, then egglog saturation (if available, EGGLOG != 0 and worth it), then the fast rules again."""
     u = simplify_fast(u)
-    if int(getenv("EGGLOG")) != 0 and worth_saturating(u) and (sat := _egglog_saturate()) is not None:
+    if knob_int("EGGLOG") != 0 and worth_saturating(u) and (sat := _egglog_saturate()) is not None:
         u = simplify_fast(sat(u))
     return u
 

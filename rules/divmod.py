@@ -38,33 +38,33 @@ def divides(d: int, n: int) -> bool:
     raise on d == 0; on z3 terms (the soundness test) it builds the same formula, where n % 0 is harmless."""
     if isinstance(d, int):
         return d != 0 and n % d == 0
-    return (d != 0) & (n % d == 0)  # type: ignore[return-value]
+    return (d != 0) & (n % d == 0)
 
 
 def not_divides(d: int, n: int) -> bool:
     """Guard helper: d != 0 and d does not divide n (`~divides(...)` would be wrong: ~True is -2 in Python)."""
     if isinstance(d, int):
         return d != 0 and n % d != 0
-    return (d != 0) & (n % d != 0)  # type: ignore[return-value]
+    return (d != 0) & (n % d != 0)
 
 
 def _fixed_quotient(x: UOp, y: UOp) -> bool:
     """Guard of mod-fixed-quotient: y has one sign and x // y is the same at the four corners of the box
     (floor division is monotone in each operand once the divisor's sign is fixed)."""
-    if y.vmin <= 0 <= y.vmax:  # type: ignore[operator]
+    if y.vmin <= 0 <= y.vmax:
         return False
-    q = x.vmin // y.vmin  # type: ignore[operator]
-    return q == x.vmin // y.vmax == x.vmax // y.vmin == x.vmax // y.vmax  # type: ignore[operator]
+    q = x.vmin // y.vmin
+    return q == x.vmin // y.vmax == x.vmax // y.vmin == x.vmax // y.vmax
 
 
 def in_first_period(x: UOp, dlo: int, dhi: int) -> bool:
     """Guard helper: x in [0, d) or x in (d, 0] for every divisor d in [dlo, dhi], so x // d = 0, x % d = x."""
-    return ((x.vmin >= 0) & (x.vmax < dlo)) | ((x.vmax <= 0) & (x.vmin > dhi))  # type: ignore[operator, return-value]
+    return ((x.vmin >= 0) & (x.vmax < dlo)) | ((x.vmax <= 0) & (x.vmin > dhi))
 
 
 def nonzero(y: UOp) -> bool:
     """Guard helper: the interval of y excludes 0."""
-    return (y.vmin > 0) | (y.vmax < 0)  # type: ignore[operator, return-value]
+    return (y.vmin > 0) | (y.vmax < 0)
 
 
 _add_mul = op.ADD(x * c0, y, ordered=True)  # the quotient keeps the operands' order
@@ -179,8 +179,8 @@ def _divmod_linear(x: UOp, c: int, is_div: bool) -> UOp | None:
             if is_div:
                 return UOp(Ops.IDIV, (inner, cg))
             # the modulo takes the place of the first term it holds; the small terms keep theirs
-            first, rem = big[0][0], UOp(Ops.MOD, (inner, cg))
-            return build_sum([(rem, g) if t is first else (t, f) for t, f in items if f % g or t is first], k % g)
+            lead, modulo = big[0][0], UOp(Ops.MOD, (inner, cg))
+            return build_sum([(modulo, g) if t is lead else (t, f) for t, f in items if f % g or t is lead], k % g)
     return None
 
 
@@ -199,7 +199,7 @@ def _factor_splits(items: list[tuple[UOp, int]], c: int) -> list[tuple[int, list
 
 
 def _mod_by_multiple(t: UOp, c: int) -> bool:
-    return t.op is Ops.MOD and t.src[1].op is Ops.CONST and divides(c, t.src[1].arg[0]) and t.src[1].arg[0] != 0  # type: ignore[index]
+    return t.op is Ops.MOD and t.src[1].op is Ops.CONST and divides(c, t.src[1].arg[0]) and t.src[1].arg[0] != 0  # type: ignore[index]  # hot path: a CONST arg is (value, dtype)
 
 
 def divide_linear(x: UOp, c0: int) -> UOp | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import cast
 
 from rewrite.dtype import dtypes
 from rewrite.ops import Ops
@@ -29,9 +30,9 @@ def split_term(u: UOp) -> tuple[UOp, int]:
     if u.op is Ops.MUL:
         a, b = u.src
         if b.op is Ops.CONST:
-            return a, b.arg[0]  # type: ignore[index]
+            return a, b.arg[0]  # type: ignore[index]  # hot path: a CONST arg is (value, dtype)
         if a.op is Ops.CONST:
-            return b, a.arg[0]  # type: ignore[index]
+            return b, a.arg[0]  # type: ignore[index]  # hot path: a CONST arg is (value, dtype)
     return u, 1
 
 
@@ -49,7 +50,7 @@ def linear_form(u: UOp) -> tuple[Terms, int]:
         elif op is Ops.NEG:
             stack.append((n.src[0], -f))
         elif op is Ops.CONST:
-            k += f * n.arg[0]  # type: ignore[index]
+            k += f * n.arg[0]  # type: ignore[index]  # hot path: a CONST arg is (value, dtype)
         else:
             a, g = split_term(n)
             if g != 1 or a is not n:
@@ -80,9 +81,9 @@ def sum_bounds(terms: Iterable[tuple[UOp, int]], k: int = 0) -> tuple[int, int]:
     """Interval of sum(f * atom) + k from the atoms' intervals (what interval analysis gives the chain)."""
     lo = hi = k
     for t, f in terms:
-        a, b = t.vmin * f, t.vmax * f  # type: ignore[operator]
+        a, b = cast(int, t.vmin) * f, cast(int, t.vmax) * f  # the atoms of index math have int bounds
         lo, hi = (lo + a, hi + b) if a <= b else (lo + b, hi + a)
-    return lo, hi  # type: ignore[return-value]
+    return lo, hi
 
 
 def _chain(u: UOp) -> list[UOp]:
@@ -131,10 +132,10 @@ def _quotient_is(v: UOp, u: UOp, c: int) -> bool:
     rule turns (w // a) // c into?"""
     if v.op is not Ops.IDIV or v.src[1].op is not Ops.CONST:
         return False
-    d = v.src[1].arg[0]  # type: ignore[index]
+    d = v.src[1].arg[0]  # type: ignore[index]  # hot path: a CONST arg is (value, dtype)
     if v.src[0] is u and d == c:
         return True
-    return c > 0 and u.op is Ops.IDIV and u.src[1].op is Ops.CONST and v.src[0] is u.src[0] and d == u.src[1].arg[0] * c  # type: ignore[index]
+    return c > 0 and u.op is Ops.IDIV and u.src[1].op is Ops.CONST and v.src[0] is u.src[0] and d == u.src[1].arg[0] * c  # type: ignore[index]  # hot path: a CONST arg is (value, dtype)
 
 
 def _recombined(mod_term: UOp, div_term: UOp) -> UOp | None:
@@ -142,7 +143,7 @@ def _recombined(mod_term: UOp, div_term: UOp) -> UOp | None:
     ma, m = split_term(mod_term)
     if ma.op is not Ops.MOD or ma.src[1].op is not Ops.CONST:
         return None
-    u, c = ma.src[0], ma.src[1].arg[0]  # type: ignore[index]
+    u, c = ma.src[0], ma.src[1].arg[0]  # type: ignore[index]  # hot path: a CONST arg is (value, dtype)
     da, f = split_term(div_term)
     if c == 0 or f != c * m or not _quotient_is(da, u, c):
         return None

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, TypeGuard, Union
+from typing import cast as type_cast
 
 import numpy as np
 
@@ -45,14 +46,14 @@ def scalar_dtype(v: Scalar) -> DType:
     return dtypes.bool if isinstance(v, bool) else dtypes.default_int if isinstance(v, int) else dtypes.default_float
 
 
-def _is_scalar(x: object) -> bool:
+def _is_scalar(x: object) -> TypeGuard[Scalar]:
     return isinstance(x, (bool, int, float)) and not isinstance(x, np.generic)
 
 
 def as_tensor(x: object, device: str, what: str) -> Tensor | Scalar:
     """A Tensor, or a Python scalar kept weak; numpy arrays, numpy scalars and lists become Tensors."""
     if isinstance(x, tt.Tensor) or _is_scalar(x):
-        return x  # type: ignore[return-value]
+        return x
     if isinstance(x, (np.ndarray, np.generic, list, tuple)):
         return tt.Tensor(x, device=device)
     raise TypeError(f"{what}: cannot combine a Tensor with {type(x).__name__}; use a Tensor, an ndarray, a list or "
@@ -130,7 +131,7 @@ def need_kind(what: str, dt: DType, ok: str, words: str) -> None:
 
 
 def promoted_dtype(x: Operand, y: Operand, what: str) -> DType:
-    dev = x.device if isinstance(x, tt.Tensor) else y.device  # type: ignore[union-attr]
+    dev = x.device if isinstance(x, tt.Tensor) else type_cast("Tensor", y).device  # callers pass at least one Tensor
     conv = [as_tensor(v, dev, what) for v in (x, y)]
     return result_dtype([t.dtype for t in conv if isinstance(t, tt.Tensor)],
                         [v for v in conv if not isinstance(v, tt.Tensor)])

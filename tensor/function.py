@@ -80,7 +80,7 @@ def trace(fn: Callable, args: tuple, kwargs: dict) -> tuple[UOp, list[str], bool
     arg_uops = [t.uop for t in inputs]
     captured = _outer_buffers(body)
     if captured:
-        params = {b: UOp.param(len(arg_uops) + i, b.dtype, b.shape, cast(BufferArg, b.arg).device)  # type: ignore[arg-type]
+        params = {b: UOp.param(len(arg_uops) + i, b.dtype, b.shape, b.buf_arg.device)
                   for i, b in enumerate(captured)}
         body = body.substitute(params)
         arg_uops += captured
@@ -96,7 +96,7 @@ def function(fn: F) -> F:
         outs = tuple(tt.Tensor._wrap(UOp(Ops.GETTUPLE, (f,), i), d) for i, d in enumerate(devices))
         return outs if many else outs[0]
 
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)  # functools.wraps: the wrapper takes and returns what fn does
 
 
 __all__ = ["function", "trace"]

@@ -13,7 +13,7 @@ import numpy as np
 
 from rewrite.derive import fmt_shape
 from rewrite.dtype import DType, dtypes
-from rewrite.env import getenv
+from rewrite.env import knob_str
 from rewrite.errors import DeviceError, DTypeError, ShapeError
 
 Shape = tuple[int, ...]
@@ -45,7 +45,7 @@ def to_dtype(dt: object, what: str = "dtype") -> DType:
             return to_dtype(d, what)
     elif dt is not None:  # numpy reads None as float64; here it is a mistake
         try:
-            name = np.dtype(dt).name  # type: ignore[call-overload]
+            name = np.dtype(dt).name  # type: ignore[call-overload]  # any dtype-like: TypeError below
         except TypeError:
             name = None
         if name in _NP_NAMES:
@@ -60,7 +60,7 @@ def np_dtype(dt: DType) -> np.dtype:
 
 
 def default_device() -> str:
-    return canonical_device(str(getenv("DEVICE")))
+    return canonical_device(knob_str("DEVICE"))
 
 
 def canonical_device(device: str | None) -> str:

@@ -172,12 +172,14 @@ def _padding(p: IntOrTuple | Sequence[tuple[int, int]], n: int, what: str) -> li
         pairs = [(p, p)] * n
     else:
         seq = list(p)
-        if len(seq) == n and all(isinstance(e, int) for e in seq):
-            pairs = [(e, e) for e in seq]  # type: ignore[misc]
-        elif len(seq) == n and all(isinstance(e, (tuple, list)) and len(e) == 2 for e in seq):
-            pairs = [(int(e[0]), int(e[1])) for e in seq]  # type: ignore[index]
-        elif len(seq) == 2 * n and all(isinstance(e, int) for e in seq):
-            pairs = [(seq[2 * (n - 1 - i)], seq[2 * (n - 1 - i) + 1]) for i in range(n)]  # type: ignore[misc]
+        ints = [e for e in seq if isinstance(e, int)]
+        two = [e for e in seq if isinstance(e, (tuple, list)) and len(e) == 2]
+        if len(seq) == n and len(ints) == n:
+            pairs = [(e, e) for e in ints]
+        elif len(seq) == n and len(two) == n:
+            pairs = [(int(e[0]), int(e[1])) for e in two]
+        elif len(seq) == 2 * n and len(ints) == 2 * n:
+            pairs = [(ints[2 * (n - 1 - i)], ints[2 * (n - 1 - i) + 1]) for i in range(n)]
         else:
             raise ShapeError(f"{what}: padding must be an int, {n} ints, {n} pairs or {2 * n} ints, got {p!r}")
     if any(b < 0 or a < 0 for b, a in pairs):

@@ -247,34 +247,35 @@ class Tensor:
     abs, sign, trunc, floor, ceil, round = _ew.abs_, _ew.sign, _ew.trunc, _ew.floor, _ew.ceil, _ew.round_
     isnan, isinf, isfinite = _lg.isnan, _lg.isinf, _lg.isfinite
 
-    def __add__(self, y: object) -> Tensor: return _ew.add(self, y)  # type: ignore[arg-type]
-    def __radd__(self, y: object) -> Tensor: return _ew.add(y, self)  # type: ignore[arg-type]
-    def __sub__(self, y: object) -> Tensor: return _ew.sub(self, y)  # type: ignore[arg-type]
-    def __rsub__(self, y: object) -> Tensor: return _ew.sub(y, self)  # type: ignore[arg-type]
-    def __mul__(self, y: object) -> Tensor: return _ew.mul(self, y)  # type: ignore[arg-type]
-    def __rmul__(self, y: object) -> Tensor: return _ew.mul(y, self)  # type: ignore[arg-type]
-    def __truediv__(self, y: object) -> Tensor: return _ew.div(self, y)  # type: ignore[arg-type]
-    def __rtruediv__(self, y: object) -> Tensor: return _ew.div(y, self)  # type: ignore[arg-type]
-    def __floordiv__(self, y: object) -> Tensor: return _ew.floordiv(self, y)  # type: ignore[arg-type]
-    def __rfloordiv__(self, y: object) -> Tensor: return _ew.floordiv(y, self)  # type: ignore[arg-type]
-    def __mod__(self, y: object) -> Tensor: return _ew.mod(self, y)  # type: ignore[arg-type]
-    def __rmod__(self, y: object) -> Tensor: return _ew.mod(y, self)  # type: ignore[arg-type]
-    def __pow__(self, y: object) -> Tensor: return _ew.pow_(self, y)  # type: ignore[arg-type]
-    def __rpow__(self, y: object) -> Tensor: return _ew.pow_(y, self)  # type: ignore[arg-type]
-    def __and__(self, y: object) -> Tensor: return _lg.bitwise_and(self, y)  # type: ignore[arg-type]
-    def __rand__(self, y: object) -> Tensor: return _lg.bitwise_and(y, self)  # type: ignore[arg-type]
-    def __or__(self, y: object) -> Tensor: return _lg.bitwise_or(self, y)  # type: ignore[arg-type]
-    def __ror__(self, y: object) -> Tensor: return _lg.bitwise_or(y, self)  # type: ignore[arg-type]
-    def __xor__(self, y: object) -> Tensor: return _lg.bitwise_xor(self, y)  # type: ignore[arg-type]
-    def __rxor__(self, y: object) -> Tensor: return _lg.bitwise_xor(y, self)  # type: ignore[arg-type]
-    def __lshift__(self, y: object) -> Tensor: return _lg.lshift(self, y)  # type: ignore[arg-type]
-    def __rshift__(self, y: object) -> Tensor: return _lg.rshift(self, y)  # type: ignore[arg-type]
-    def __lt__(self, y: object) -> Tensor: return _lg.lt(self, y)  # type: ignore[arg-type]
-    def __gt__(self, y: object) -> Tensor: return _lg.gt(self, y)  # type: ignore[arg-type]
-    def __le__(self, y: object) -> Tensor: return _lg.le(self, y)  # type: ignore[arg-type]
-    def __ge__(self, y: object) -> Tensor: return _lg.ge(self, y)  # type: ignore[arg-type]
-    def __eq__(self, y: object) -> Tensor: return _lg.eq(self, y)  # type: ignore[override, arg-type]
-    def __ne__(self, y: object) -> Tensor: return _lg.ne(self, y)  # type: ignore[override, arg-type]
+    def __add__(self, y: _ew.Operand) -> Tensor: return _ew.add(self, y)
+    def __radd__(self, y: _ew.Operand) -> Tensor: return _ew.add(y, self)
+    def __sub__(self, y: _ew.Operand) -> Tensor: return _ew.sub(self, y)
+    def __rsub__(self, y: _ew.Operand) -> Tensor: return _ew.sub(y, self)
+    def __mul__(self, y: _ew.Operand) -> Tensor: return _ew.mul(self, y)
+    def __rmul__(self, y: _ew.Operand) -> Tensor: return _ew.mul(y, self)
+    def __truediv__(self, y: _ew.Operand) -> Tensor: return _ew.div(self, y)
+    def __rtruediv__(self, y: _ew.Operand) -> Tensor: return _ew.div(y, self)
+    def __floordiv__(self, y: _ew.Operand) -> Tensor: return _ew.floordiv(self, y)
+    def __rfloordiv__(self, y: _ew.Operand) -> Tensor: return _ew.floordiv(y, self)
+    def __mod__(self, y: _ew.Operand) -> Tensor: return _ew.mod(self, y)
+    def __rmod__(self, y: _ew.Operand) -> Tensor: return _ew.mod(y, self)
+    def __pow__(self, y: _ew.Operand) -> Tensor: return _ew.pow_(self, y)
+    def __rpow__(self, y: _ew.Operand) -> Tensor: return _ew.pow_(y, self)
+    def __and__(self, y: _ew.Operand) -> Tensor: return _lg.bitwise_and(self, y)
+    def __rand__(self, y: _ew.Operand) -> Tensor: return _lg.bitwise_and(y, self)
+    def __or__(self, y: _ew.Operand) -> Tensor: return _lg.bitwise_or(self, y)
+    def __ror__(self, y: _ew.Operand) -> Tensor: return _lg.bitwise_or(y, self)
+    def __xor__(self, y: _ew.Operand) -> Tensor: return _lg.bitwise_xor(self, y)
+    def __rxor__(self, y: _ew.Operand) -> Tensor: return _lg.bitwise_xor(y, self)
+    def __lshift__(self, y: _ew.Operand) -> Tensor: return _lg.lshift(self, y)
+    def __rshift__(self, y: _ew.Operand) -> Tensor: return _lg.rshift(self, y)
+    # comparisons take `object`: typed with Operand they overlap numpy's and list's reflected comparisons
+    def __lt__(self, y: object) -> Tensor: return _lg.lt(self, y)  # type: ignore[arg-type]  # checked at run time
+    def __gt__(self, y: object) -> Tensor: return _lg.gt(self, y)  # type: ignore[arg-type]  # checked at run time
+    def __le__(self, y: object) -> Tensor: return _lg.le(self, y)  # type: ignore[arg-type]  # checked at run time
+    def __ge__(self, y: object) -> Tensor: return _lg.ge(self, y)  # type: ignore[arg-type]  # checked at run time
+    def __eq__(self, y: _ew.Operand) -> Tensor: return _lg.eq(self, y)  # type: ignore[override]  # == compares elementwise, as in numpy
+    def __ne__(self, y: _ew.Operand) -> Tensor: return _lg.ne(self, y)  # type: ignore[override]  # != compares elementwise, as in numpy
     def __neg__(self) -> Tensor: return _ew.neg(self)
     def __abs__(self) -> Tensor: return _ew.abs_(self)
     def __invert__(self) -> Tensor: return _lg.bitwise_not(self)

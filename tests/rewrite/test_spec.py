@@ -231,7 +231,7 @@ def test_check_lists_every_violation():
         check(bad)
     msg = str(info.value)
     assert "3 spec violation(s)" in msg and "CONST" in msg and "ADD" in msg and "COPY" in msg
-    assert len(info.value.violations) == 3  # type: ignore[attr-defined]
+    assert len(info.value.violations) == 3
     assert check(tensor_graph()) is None
 
 
