@@ -6,8 +6,10 @@ multiply-add), -fwrapv (signed ints wrap), -fno-math-errno, and for gcc -fexcess
 (a cast to _Float16 rounds). Never -ffast-math.
 
 Cache: a shared object is keyed by a hash of the source, the compiler's identity and the flags, and kept under
-rewrite.env.cache_dir()/cpu (CACHE=0: no disk cache); in memory each source's loaded library is kept for the
-process. `compile_batch` puts many kernels in one C file, which costs one compiler start for all of them.
+rewrite.env.cache_dir()/cpu (CACHE=0: no disk cache), verified before use, written atomically and bounded to
+CACHE_SIZE bytes (devices.objcache); in memory the `max_libs` most recently used libraries are kept, and a
+library is unloaded when no kernel refers to it any more. `compile_batch` puts many kernels in one C file,
+which costs one compiler start for all of them.
 
 Launch: `kernel({slot: array}, {name: int})` checks each array against its BUFFER (dtype, size, contiguity,
 aliasing) and passes pointers in slot order, then the variables by name. A kernel with SPECIALs (e.g. core_id)
@@ -19,6 +21,8 @@ run on several cores at once.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import ctypes
 import hashlib
 import itertools
@@ -28,12 +32,14 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
+from _ctypes import dlclose as _dlclose
 from collections.abc import Sequence
 
 import numpy as np
 
-from devices import cpu_pool
+from devices import cpu_pool, objcache
 from devices.c_render import C_ALU_OPS, ctype, is_reserved, render_function, render_source, storage_type
 from devices.linear import Program, analyze, const_value, special_bound
 from devices.memory import Allocator, check_buffers, check_vars, np_dtype
@@ -57,14 +63,30 @@ _CT = {
 }
 
 
+class _Library(ctypes.CDLL):
+    """A kernel's shared object, unloaded (dlclose) when the last reference goes: its CPUKernels and the
+    compiler's in-memory table hold it (a ctypes function pointer holds its library too)."""
+
+    def __del__(self) -> None:
+        handle = getattr(self, "_handle", None)
+        if handle:
+            with contextlib.suppress(Exception):
+                _dlclose(handle)
+
+
 class Compiler:
     """A C compiler process: finds the compiler once, compiles source to a loaded, cached shared object."""
+
+    max_libs = 256  # kernel libraries kept loaded by the in-memory table (about 40 KB each)
 
     def __init__(self) -> None:
         self._cc: str | None = None
         self._ident = ""
         self._clang: bool | None = None
-        self._libs: dict[str, ctypes.CDLL] = {}  # key -> loaded library, kept alive for the process
+        # key -> loaded library, most recently used last; at most max_libs kernel libraries
+        self._libs: collections.OrderedDict[str, ctypes.CDLL] = collections.OrderedDict()
+        self._runtime: dict[str, ctypes.CDLL] = {}  # the device's own libraries, kept for the process
+        self._lock = threading.Lock()
 
     @property
     def cc(self) -> str:
@@ -104,38 +126,74 @@ class Compiler:
     def load(self, src: str, what: str, runtime: bool = False) -> ctypes.CDLL:
         """The loaded library for `src`: from memory, the disk cache, or a fresh compile. `runtime` marks one of
         the device's own support libraries (the thread pool): it is part of the installation rather than a
-        kernel, so it stays in the disk cache even under CACHE=0 (which is about kernels)."""
+        kernel, so it stays in the disk cache even under CACHE=0 (which is about kernels), and is never
+        unloaded. Kernel libraries are unloaded (dlclose) when the last object referring to them goes: the
+        in-memory table keeps only the `max_libs` most recently used, and each CPUKernel holds its own."""
         key = self.key(src)
-        if (lib := self._libs.get(key)) is not None:
-            return lib
+        with self._lock:
+            if (lib := self._libs.get(key)) is not None:
+                self._libs.move_to_end(key)
+                return lib
+            if (lib := self._runtime.get(key)) is not None:
+                return lib
         t0 = time.perf_counter()
         on_disk = runtime or int(getenv("CACHE"))
-        lib, hit = self._from_disk(src, key, what) if on_disk else (self._uncached(src, what), False)
+        cls = ctypes.CDLL if runtime else _Library
+        lib, hit = self._from_disk(src, key, what, cls) if on_disk else (self._uncached(src, what, cls), False)
         if int(getenv("DEBUG")) >= 3:
             how = "disk cache hit" if hit else "compiled"
             print(f"cpu: {what}: {how} in {(time.perf_counter() - t0) * 1e3:.1f} ms")
-        self._libs[key] = lib
+        with self._lock:
+            if runtime:
+                self._runtime[key] = lib
+            else:
+                self._libs[key] = lib
+                while len(self._libs) > self.max_libs:
+                    self._libs.popitem(last=False)
         return lib
 
-    def _from_disk(self, src: str, key: str, what: str) -> tuple[ctypes.CDLL, bool]:
-        d = os.path.join(cache_dir(), "cpu")
-        os.makedirs(d, exist_ok=True)
+    def _from_disk(self, src: str, key: str, what: str, cls: type[ctypes.CDLL]) -> tuple[ctypes.CDLL, bool]:
+        """The object from the disk cache when it verifies (objcache), else compiled there; compiled in a
+        temporary directory when the cache directory cannot be written (one warning per process)."""
+        d = ""
+        try:
+            d = os.path.join(cache_dir(), "cpu")
+            os.makedirs(d, exist_ok=True)
+        except OSError as e:
+            objcache.warn_unwritable(d or str(getenv("CACHEDIR")) or "~/.cache/uopc", e)
+            return self._uncached(src, what, cls), False
+        objcache.sweep_once(d)
         path = os.path.join(d, f"{key}.so")
-        if os.path.exists(path):
+        if objcache.verify(path, key):
             try:
-                return ctypes.CDLL(path), True
-            except OSError:  # unreadable or damaged: compile it again
+                lib = cls(path)
+                objcache.touch(path)
+                return lib, True
+            except OSError:  # verified but not loadable (e.g. built for another libc): compile it again
                 pass
-        tmp = os.path.join(d, f"{key}.{os.getpid()}.tmp.so")
-        self._run(src, tmp, what)
-        os.replace(tmp, path)  # atomic: a concurrent process sees no file or the whole file
-        return ctypes.CDLL(path), False
+        elif os.path.exists(path) and int(getenv("DEBUG")) >= 1:
+            print(f"cpu: cached object for {what} does not verify (truncated or damaged): compiling it again")
+        try:
+            tmp = objcache.temp_path(d, key)
+        except OSError as e:
+            objcache.warn_unwritable(d, e)
+            return self._uncached(src, what, cls), False
+        try:
+            self._run(src, tmp, what)
+            objcache.seal(tmp, key)
+            os.replace(tmp, path)  # atomic: a concurrent process sees no file or the whole file
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        objcache.note_write(d, path, int(getenv("CACHE_SIZE")))
+        return cls(path), False
 
-    def _uncached(self, src: str, what: str) -> ctypes.CDLL:
+    def _uncached(self, src: str, what: str, cls: type[ctypes.CDLL] = ctypes.CDLL) -> ctypes.CDLL:
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "k.so")
             self._run(src, path, what)
-            return ctypes.CDLL(path)  # the mapping outlives the file
+            return cls(path)  # the mapping outlives the file
 
     def _run(self, src: str, out: str, what: str) -> None:
         cmd = [self.cc, *self.flags[:-1], "-x", "c", "-", "-o", out, self.flags[-1]]

@@ -49,3 +49,7 @@ class CompileError(CompilerError):
 
 class KernelOptError(CompilerError):
     """An illegal kernel optimization (OptOp); the message says why."""
+
+
+class KnobError(CompilerError, ValueError):
+    """An environment knob (rewrite.env) with a value it cannot take; the message names the knob."""
