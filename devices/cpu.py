@@ -17,6 +17,10 @@ takes each as a trailing parameter and runs once per value (every combination, f
 an entry wrapper `NAME__entry(void** args, int core_id)` that unpacks 64-bit argument words and turns the flat
 id into the SPECIAL values, and devices.cpu_pool runs that wrapper across a native thread pool, so the slices
 run on several cores at once.
+
+SANITIZE=address compiles with AddressSanitizer and devices.memory allocates every buffer at its exact size, so
+an out-of-bounds access is reported. The ASan runtime must come first in the process:
+`LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 SANITIZE=address python ...`.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from devices.linear import Program, analyze, const_value, special_bound
 from devices.memory import Allocator, check_buffers, check_vars, np_dtype
 from rewrite.dtype import DType, dtypes
 from rewrite.env import cache_dir, getenv
-from rewrite.errors import CompileError
+from rewrite.errors import CompileError, DeviceError
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 
@@ -117,7 +121,7 @@ class Compiler:
 
     @property
     def flags(self) -> tuple[str, ...]:
-        return _BASE_FLAGS + (() if self.is_clang else ("-fexcess-precision=standard",)) + ("-lm",)
+        return _BASE_FLAGS + (() if self.is_clang else ("-fexcess-precision=standard",)) + _sanitize_flags() + ("-lm",)
 
     def key(self, src: str) -> str:
         ident = "\0".join((self.cc, self._ident, _host(), *self.flags))
@@ -136,6 +140,9 @@ class Compiler:
                 return lib
             if (lib := self._runtime.get(key)) is not None:
                 return lib
+        int(getenv("CACHE_SIZE"))  # a bad value is an error at once, not at the first write
+        if getenv("SANITIZE"):
+            _check_asan_runtime()
         t0 = time.perf_counter()
         on_disk = runtime or int(getenv("CACHE"))
         cls = ctypes.CDLL if runtime else _Library
@@ -210,6 +217,32 @@ class Compiler:
     def forget(self) -> None:
         """Drop the in-memory cache (loaded libraries stay mapped while kernels hold them)."""
         self._libs.clear()
+
+
+def _sanitize_flags() -> tuple[str, ...]:
+    """SANITIZE=address: AddressSanitizer instrumentation (with exact-size buffers from devices.memory, a read or
+    write past a buffer's end is reported and the process stops)."""
+    return ("-fsanitize=address", "-fno-omit-frame-pointer") if getenv("SANITIZE") == "address" else ()
+
+
+def _check_asan_runtime() -> None:
+    """An ASan-instrumented object needs the ASan runtime loaded first in the process (else it aborts the process
+    at dlopen): say how, instead."""
+    if _ASAN_OK:
+        return
+    try:
+        with open("/proc/self/maps") as f:
+            maps = f.read()
+        loaded = "libasan" in maps or "libclang_rt.asan" in maps
+    except OSError:
+        loaded = True  # cannot tell: let the loader decide
+    if not loaded:
+        raise DeviceError("SANITIZE=address: the AddressSanitizer runtime is not loaded in this process; run python "
+                          "with LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0")
+    _ASAN_OK.append(True)
+
+
+_ASAN_OK: list[bool] = []
 
 
 def _identity(path: str) -> str:
@@ -307,6 +340,13 @@ class CPUDevice(Allocator):
     # matmul reads its right operand through a copy in column panels this many bytes wide (tensor.nn._panels):
     # two 64-byte vectors, the width of the register tile's columns (lower.optimize)
     matmul_panel = 128
+    # what one kernel may hold; the scheduler (lower.schedule) realizes intermediates to stay within them.
+    # max_args: buffers per kernel (ctypes calls at most 1024 arguments; room is left for variables and SPECIALs).
+    # max_kernel_ops: tensor-level ops fused into one kernel, an expensive op (exp2, sin, ...) counting 16. gcc
+    # takes super-linear time in a kernel's size (a 2,000-op chain 0.5 s, 10,000 ops 5 s, 40,000 ops 50 s here)
+    # and crashes at 100,000, so kernels are cut at 4,096
+    max_args = 512
+    max_kernel_ops = 4096
 
     def __init__(self) -> None:
         super().__init__()

@@ -340,6 +340,10 @@ class PythonDevice(Allocator):
 
     name = "python"
     supported_ops: frozenset[Ops] = GroupOp.ALU | frozenset({Ops.CAST, Ops.BITCAST})
+    # what one kernel may hold (see devices.cpu): the interpreter has no argument limit of its own, but the same
+    # bounds keep the reference's kernels the shape of the cpu device's
+    max_args = 512
+    max_kernel_ops = 4096
 
     def compile(self, linear: UOp, name: str = "kernel") -> PythonKernel:
         prog = analyze(linear, self.name, self.supported_ops, name)

@@ -45,9 +45,10 @@ def getenv(name: str, default: int | str | None = None) -> int | str:
         return dflt if dflt is not None else 0
     if isinstance(dflt, int):
         try:
-            return _check(name, int(raw), "environment variable")
+            v = int(raw)
         except ValueError:
             raise KnobError(f"environment variable {name}={raw!r} must be an integer (e.g. {name}={dflt})") from None
+        return _check(name, v, "environment variable")
     return _check(name, raw, "environment variable")
 
 
