@@ -57,8 +57,14 @@ class Target:
     l1d_bytes: int = 32 << 10
     l2_bytes: int = 1 << 20
     l3_bytes: int = 8 << 20
-    max_args: int = 1024  # buffer and variable arguments one kernel may take
-    max_kernel_ops: int = 20000  # instructions in one kernel's LINEAR program before the scheduler splits it
+    # what one kernel may hold; the scheduler (lower.schedule) realizes intermediates to stay within them.
+    # max_args: buffers per kernel (ctypes calls at most 1024 arguments; room is left for variables and SPECIALs).
+    # max_kernel_ops: tensor-level ops fused into one kernel, an expensive op (exp2, sin, ...) counting 16: gcc
+    # takes super-linear time in a kernel's size (a 2,000-op chain 0.5 s, 10,000 ops 5 s, 40,000 ops 50 s on an
+    # EPYC) and crashes at 100,000, so kernels are cut at 4,096. The python target keeps the same bounds, so the
+    # reference's kernels have the cpu device's shape.
+    max_args: int = 512
+    max_kernel_ops: int = 4096
     features: frozenset[str] = field(default_factory=frozenset)  # the CPU flags the code needs
     interpreted: bool = False  # an interpreter: cost is per instruction, so no kernel optimization pays
     # GPU facts (0 / empty on a CPU)
@@ -220,8 +226,7 @@ def _cpu_target(name: str) -> Target:
 def python_target() -> Target:
     """The reference interpreter: one core, interpreted (the heuristics choose no opts), and lanes as wide as the
     widest cpu's, so explicit opts expand into the same vector code the cpu device would run."""
-    return Target("python", "python", "python", "", vector_bytes=64, vector_registers=32, max_args=1 << 20,
-                  max_kernel_ops=1 << 20, interpreted=True)
+    return Target("python", "python", "python", "", vector_bytes=64, vector_registers=32, interpreted=True)
 
 
 __all__ = ["CPU_TARGET_NAMES", "Device", "Target", "cpu_target", "host_arch", "host_flags", "python_target",

@@ -3,12 +3,14 @@
 Compiler: `CC` if set, else gcc, else clang, else cc (gcc compiles about twice as fast as clang here); for a
 cross target (aarch64 on an x86-64 host) the target's prefixed gcc. Flags: -O2 -fPIC -shared, the Target's
 instruction-set flags (-march=native, -march=x86-64-v3, ...), plus what exactness needs (see c_render):
--ffp-contract=off (no fused multiply-add), -fwrapv (signed ints wrap), -fno-math-errno, and for gcc -fexcess-
-precision=standard (a cast to _Float16 rounds). Never -ffast-math.
+-ffp-contract=off (no fused multiply-add), -fwrapv (signed ints wrap), -fno-math-errno, and for gcc
+-fexcess-precision=standard (a cast to _Float16 rounds). Never -ffast-math.
 
 Cache: a shared object is keyed by a hash of the source, the compiler's identity, the flags and the Target, kept under
-rewrite.env.cache_dir()/cpu (CACHE=0: no disk cache); in memory each source's loaded library is kept for the
-process. `compile_batch` puts many kernels in one C file, which costs one compiler start for all of them.
+rewrite.env.cache_dir()/cpu (CACHE=0: no disk cache), verified before use, written atomically and bounded to
+CACHE_SIZE bytes (devices.objcache); in memory the `max_libs` most recently used libraries are kept, and a
+library is unloaded when no kernel refers to it any more. `compile_batch` puts many kernels in one C file,
+which costs one compiler start for all of them.
 
 Launch: `kernel({slot: array}, {name: int})` checks each array against its BUFFER (dtype, size, contiguity,
 aliasing) and passes pointers in slot order, then the variables by name. A kernel with SPECIALs (e.g. core_id)
@@ -16,10 +18,16 @@ takes each as a trailing parameter and runs once per value (every combination, f
 an entry wrapper `NAME__entry(void** args, int core_id)` that unpacks 64-bit argument words and turns the flat
 id into the SPECIAL values, and devices.cpu_pool runs that wrapper across a native thread pool, so the slices
 run on several cores at once.
+
+SANITIZE=address compiles with AddressSanitizer and devices.memory allocates every buffer at its exact size, so
+an out-of-bounds access is reported. The ASan runtime must come first in the process:
+`LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 SANITIZE=address python ...`.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import ctypes
 import hashlib
 import itertools
@@ -30,12 +38,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from _ctypes import dlclose as _dlclose
 from collections.abc import Sequence
 
 import numpy as np
 
-from devices import cpu_pool
+from devices import cpu_pool, objcache
 from devices.base import Target, cpu_target, host_flags
 from devices.c_render import C_ALU_OPS, ctype, is_reserved, render_function, render_source, storage_type
 from devices.linear import Program, analyze, const_value, special_bound
@@ -60,15 +70,31 @@ _CT = {
 }
 
 
+class _Library(ctypes.CDLL):
+    """A kernel's shared object, unloaded (dlclose) when the last reference goes: its CPUKernels and the
+    compiler's in-memory table hold it (a ctypes function pointer holds its library too)."""
+
+    def __del__(self) -> None:
+        handle = getattr(self, "_handle", None)
+        if handle:
+            with contextlib.suppress(Exception):
+                _dlclose(handle)
+
+
 class Compiler:
     """A C compiler process: finds the compiler once, compiles source to a loaded, cached shared object."""
+
+    max_libs = 256  # kernel libraries kept loaded by the in-memory table (about 40 KB each)
 
     def __init__(self, prefix: str = "") -> None:
         self.prefix = prefix  # a cross compiler's triple prefix ("aarch64-linux-gnu-"); "" for the host's
         self._cc: str | None = None
         self._ident = ""
         self._clang: bool | None = None
-        self._libs: dict[str, ctypes.CDLL] = {}  # key -> loaded library, kept alive for the process
+        # key -> loaded library, most recently used last; at most max_libs kernel libraries
+        self._libs: collections.OrderedDict[str, ctypes.CDLL] = collections.OrderedDict()
+        self._runtime: dict[str, ctypes.CDLL] = {}  # the device's own libraries, kept for the process
+        self._lock = threading.Lock()
 
     @property
     def cc(self) -> str:
@@ -102,54 +128,97 @@ class Compiler:
     def flags(self, target: Target | None = None) -> tuple[str, ...]:
         """The command line's flags for `target` (default: the host, -march=native)."""
         target = target or cpu_target("native")
-        return _BASE_FLAGS + target.compile_flags + \
-            (() if self.is_clang else ("-fexcess-precision=standard",)) + ("-lm",)
+        return _BASE_FLAGS + target.compile_flags + (() if self.is_clang else ("-fexcess-precision=standard",)) + \
+            _sanitize_flags() + ("-lm",)
 
     def key(self, src: str, target: Target) -> str:
         ident = "\0".join((self.cc, self._ident, _host(), target.key, *self.flags(target)))
         return hashlib.sha256((ident + "\0" + src).encode()).hexdigest()[:32]
 
     def load(self, src: str, what: str, target: Target | None = None, runtime: bool = False) -> ctypes.CDLL:
-        """The loaded library for `src` compiled for `target`: from memory, the disk cache, or a fresh compile.
-        `runtime` marks one of the device's own support libraries (the thread pool): it is part of the
-        installation rather than a kernel, so it stays in the disk cache even under CACHE=0 (which is about
-        kernels). `target` defaults to the host's."""
+        """The loaded library for `src` compiled for `target` (default: the host's): from memory, the disk cache,
+        or a fresh compile. `runtime` marks one of the device's own support libraries (the thread pool): it is
+        part of the installation rather than a kernel, so it stays in the disk cache even under CACHE=0 (which is
+        about kernels), and is never unloaded. Kernel libraries are unloaded (dlclose) when the last object
+        referring to them goes: the in-memory table keeps only the `max_libs` most recently used, and each
+        CPUKernel holds its own. Code for a target the host cannot run is refused (DeviceError), not loaded."""
         target = target or cpu_target("native")
         if not target.runs_here:
             raise DeviceError(f"cpu: code for target {target.isa} cannot run on this host ({platform.machine()}, "
                               f"lacking {', '.join(sorted(target.features - host_flags())) or 'the architecture'}); "
                               f"compile it with devices.cpu.build_object, or set CPU_TARGET=native")
         key = self.key(src, target)
-        if (lib := self._libs.get(key)) is not None:
-            return lib
+        with self._lock:
+            if (lib := self._libs.get(key)) is not None:
+                self._libs.move_to_end(key)
+                return lib
+            if (lib := self._runtime.get(key)) is not None:
+                return lib
+        int(getenv("CACHE_SIZE"))  # a bad value is an error at once, not at the first write
+        if getenv("SANITIZE"):
+            _check_asan_runtime()
         t0 = time.perf_counter()
         on_disk = runtime or int(getenv("CACHE"))
-        lib, hit = self._from_disk(src, key, what, target) if on_disk else (self._uncached(src, what, target), False)
+        cls = ctypes.CDLL if runtime else _Library
+        lib, hit = self._from_disk(src, key, what, cls, target) if on_disk else \
+            (self._uncached(src, what, cls, target), False)
         if int(getenv("DEBUG")) >= 3:
             how = "disk cache hit" if hit else "compiled"
             print(f"cpu: {what}: {how} in {(time.perf_counter() - t0) * 1e3:.1f} ms", file=sys.stderr)
-        self._libs[key] = lib
+        with self._lock:
+            if runtime:
+                self._runtime[key] = lib
+            else:
+                self._libs[key] = lib
+                while len(self._libs) > self.max_libs:
+                    self._libs.popitem(last=False)
         return lib
 
-    def _from_disk(self, src: str, key: str, what: str, target: Target) -> tuple[ctypes.CDLL, bool]:
-        d = os.path.join(cache_dir(), "cpu")
-        os.makedirs(d, exist_ok=True)
+    def _from_disk(self, src: str, key: str, what: str, cls: type[ctypes.CDLL], target: Target
+                   ) -> tuple[ctypes.CDLL, bool]:
+        """The object from the disk cache when it verifies (objcache), else compiled there; compiled in a
+        temporary directory when the cache directory cannot be written (one warning per process)."""
+        d = ""
+        try:
+            d = os.path.join(cache_dir(), "cpu")
+            os.makedirs(d, exist_ok=True)
+        except OSError as e:
+            objcache.warn_unwritable(d or str(getenv("CACHEDIR")) or "~/.cache/uopc", e)
+            return self._uncached(src, what, cls, target), False
+        objcache.sweep_once(d)
         path = os.path.join(d, f"{key}.so")
-        if os.path.exists(path):
+        if objcache.verify(path, key):
             try:
-                return ctypes.CDLL(path), True
-            except OSError:  # unreadable or damaged: compile it again
+                lib = cls(path)
+                objcache.touch(path)
+                return lib, True
+            except OSError:  # verified but not loadable (e.g. built for another libc): compile it again
                 pass
-        tmp = os.path.join(d, f"{key}.{os.getpid()}.tmp.so")
-        self._run(src, tmp, what, target)
-        os.replace(tmp, path)  # atomic: a concurrent process sees no file or the whole file
-        return ctypes.CDLL(path), False
+        elif os.path.exists(path) and int(getenv("DEBUG")) >= 1:
+            print(f"cpu: cached object for {what} does not verify (truncated or damaged): compiling it again",
+                  file=sys.stderr)
+        try:
+            tmp = objcache.temp_path(d, key)
+        except OSError as e:
+            objcache.warn_unwritable(d, e)
+            return self._uncached(src, what, cls, target), False
+        try:
+            self._run(src, tmp, what, target)
+            objcache.seal(tmp, key)
+            os.replace(tmp, path)  # atomic: a concurrent process sees no file or the whole file
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        objcache.note_write(d, path, int(getenv("CACHE_SIZE")))
+        return cls(path), False
 
-    def _uncached(self, src: str, what: str, target: Target) -> ctypes.CDLL:
+    def _uncached(self, src: str, what: str, cls: type[ctypes.CDLL] = ctypes.CDLL, target: Target | None = None
+                  ) -> ctypes.CDLL:
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "k.so")
-            self._run(src, path, what, target)
-            return ctypes.CDLL(path)  # the mapping outlives the file
+            self._run(src, path, what, target or cpu_target("native"))
+            return cls(path)  # the mapping outlives the file
 
     def _run(self, src: str, out: str, what: str, target: Target, extra: tuple[str, ...] = (),
              executable: bool = False) -> None:
@@ -173,6 +242,32 @@ class Compiler:
     def forget(self) -> None:
         """Drop the in-memory cache (loaded libraries stay mapped while kernels hold them)."""
         self._libs.clear()
+
+
+def _sanitize_flags() -> tuple[str, ...]:
+    """SANITIZE=address: AddressSanitizer instrumentation (with exact-size buffers from devices.memory, a read or
+    write past a buffer's end is reported and the process stops)."""
+    return ("-fsanitize=address", "-fno-omit-frame-pointer") if getenv("SANITIZE") == "address" else ()
+
+
+def _check_asan_runtime() -> None:
+    """An ASan-instrumented object needs the ASan runtime loaded first in the process (else it aborts the process
+    at dlopen): say how, instead."""
+    if _ASAN_OK:
+        return
+    try:
+        with open("/proc/self/maps") as f:
+            maps = f.read()
+        loaded = "libasan" in maps or "libclang_rt.asan" in maps
+    except OSError:
+        loaded = True  # cannot tell: let the loader decide
+    if not loaded:
+        raise DeviceError("SANITIZE=address: the AddressSanitizer runtime is not loaded in this process; run python "
+                          "with LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0")
+    _ASAN_OK.append(True)
+
+
+_ASAN_OK: list[bool] = []
 
 
 def _identity(path: str) -> str:

@@ -7,13 +7,15 @@ raw bits (`to_bfloat16_bits` / `from_bfloat16_bits` convert); `index` buffers ar
 from __future__ import annotations
 
 import collections
+import os
 import struct
 
 import numpy as np
 
 from devices.linear import buffer_arg, const_value
 from rewrite.dtype import DType, dtypes
-from rewrite.errors import DeviceError, EvalError
+from rewrite.env import getenv
+from rewrite.errors import DeviceError, EvalError, OutOfMemoryError
 from rewrite.ops import Ops
 from rewrite.uop import ConstValue, UOp
 
@@ -57,10 +59,24 @@ def bf16_encode(v: float) -> int:
     return struct.unpack("<I", struct.pack("<f", v))[0] >> 16
 
 
+def physical_memory() -> int:
+    """This machine's memory in bytes (no allocation can be larger); a huge number where it cannot be read."""
+    if not _PHYS:
+        try:
+            _PHYS.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        except (AttributeError, OSError, ValueError):
+            _PHYS.append(1 << 62)
+    return _PHYS[0]
+
+
+_PHYS: list[int] = []
+
+
 class Allocator:
     """64-byte aligned 1-D arrays from a pool: `free` returns an array for reuse by a later `alloc` of the same
     byte size (any dtype). The caller must drop its references to a freed array; the pool keeps at most
-    `limit` bytes, the oldest freed first out."""
+    `limit` bytes, the oldest freed first out. Under SANITIZE an array is allocated at exactly its size (no
+    alignment slack), so AddressSanitizer catches a kernel reading or writing past its end."""
 
     def __init__(self, limit: int = 1 << 30) -> None:
         self.limit = limit
@@ -74,6 +90,9 @@ class Allocator:
         if not isinstance(count, (int, np.integer)) or count < 0:
             raise DeviceError(f"alloc: count must be an int >= 0, got {count!r}")
         nbytes = int(count) * npdt.itemsize
+        if nbytes > physical_memory():
+            raise OutOfMemoryError(f"alloc: {count} elements of {dtype.name} need {nbytes} bytes, more than this "
+                                   f"machine's memory ({physical_memory()} bytes); use a smaller shape")
         raws = self._pool.get(nbytes)
         if raws:
             raw = raws.pop()
@@ -81,9 +100,16 @@ class Allocator:
             if not raws:
                 del self._pool[nbytes]
         else:
-            backing = np.empty(nbytes + ALIGN, dtype=np.uint8)
-            off = -backing.ctypes.data % ALIGN
-            raw = backing[off:off + nbytes]
+            try:
+                if getenv("SANITIZE"):  # exact size: the byte after the end is the sanitizer's red zone
+                    raw = np.empty(nbytes, dtype=np.uint8)
+                else:
+                    backing = np.empty(nbytes + ALIGN, dtype=np.uint8)
+                    off = -backing.ctypes.data % ALIGN
+                    raw = backing[off:off + nbytes]
+            except MemoryError:
+                raise OutOfMemoryError(f"alloc: {count} elements of {dtype.name} ({nbytes} bytes) do not fit in the "
+                                       f"memory available now; free tensors or use a smaller shape") from None
         arr = raw.view(npdt)
         self._live[id(arr)] = raw
         return arr

@@ -2,8 +2,9 @@
 
 Realized nodes (each gets a buffer and a kernel that fills it): the roots asked for, CONTIGUOUS nodes, the
 sources and results of COPY, and any REDUCE that rangeify finds would be recomputed inside another
-reduction's loop. Everything else fuses into the kernels that consume it. Each kernel's buffers are
-renumbered to local slots (0 is the output, then inputs in order of first use), so kernels that differ only
+reduction's loop, and any node where a kernel would exceed its device's limits (`max_args` buffers,
+`max_kernel_ops` ops: `split_point`). Everything else fuses into the kernels that consume it. Each kernel's
+buffers are renumbered to local slots (0 is the output, then inputs in order of first use), so kernels that differ only
 in which buffers they touch are the same UOp and share their compiled code.
 """
 
@@ -13,9 +14,12 @@ from dataclasses import dataclass
 
 from devices.base import Target
 from lower.buffers import new_buffer
-from lower.rangeify import NeedsRealize, build_kernel
+from lower.rangeify import _ELEMENTWISE, _EXPENSIVE, NeedsRealize, build_kernel
 from rewrite import BufferArg, Ops, UOp
 from rewrite.dtype import AddrSpace
+from rewrite.errors import CompilerError
+
+_COUNTED = _ELEMENTWISE | {Ops.CAST, Ops.BITCAST, Ops.REDUCE}
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,10 @@ def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
                 continue
             kernels[node] = ScheduleItem("copy", (out_of[node], out_of[src]), None, f"copy {src.device}->{node.device}")
             continue
+        dev = node.device if isinstance(node.device, str) else device
+        if (cut := split_point(node, out_of, *kernel_limits(dev))) is not None:
+            pending += [node, cut]  # realized first, so this kernel reads it instead of fusing it
+            continue
         flat = {n: _flat(b) for n, b in out_of.items() if n is not node}
         try:
             ast = build_kernel(node, _flat(out_of[node]), flat)
@@ -131,6 +139,76 @@ def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
         kernels[node] = _localize(ast)
     items = sorted(kernels.items(), key=lambda kv: topo_index.get(kv[0], -1))
     return [it for _, it in items], {r: out_of[r] for r in roots}
+
+
+def kernel_limits(device: str) -> tuple[int, int]:
+    """The bounds on one kernel of the device's target: (buffer arguments, fused ops); see devices.base.Target."""
+    try:
+        t = _target_of(device)
+    except CompilerError:
+        return (1 << 30, 1 << 30)
+    return t.max_args, t.max_kernel_ops
+
+
+def _op_weight(u: UOp) -> int:
+    if u.op in _EXPENSIVE:
+        return 16
+    return 1 if u.op in _COUNTED else 0
+
+
+def _region(node: UOp, realized: dict[UOp, UOp]) -> list[UOp]:
+    """The nodes that fuse into `node`'s kernel, sources before users: everything below it down to (and
+    including, as leaves) realized nodes and buffers."""
+    order: list[UOp] = []
+    seen: set[UOp] = set()
+    stack: list[tuple[UOp, bool]] = [(node, False)]
+    while stack:
+        u, done = stack.pop()
+        if done:
+            order.append(u)
+            continue
+        if u in seen:
+            continue
+        seen.add(u)
+        stack.append((u, True))
+        if u is node or u not in realized:
+            stack.extend((s, False) for s in u.src if s not in seen)
+    return order
+
+
+def split_point(node: UOp, realized: dict[UOp, UOp], max_args: int, max_ops: int) -> UOp | None:
+    """A node to realize first when `node`'s kernel would exceed the device's limits (more than `max_args`
+    buffers counting its output, or ops weighing more than `max_ops`), else None. It is the heaviest source of
+    the first node (sources first) whose fused subgraph goes over a limit, so the cut leaves kernels near the
+    limits; the kernel for `node` is then built again reading it, and cut again if still too big."""
+    order = _region(node, realized)
+    leaves = [u for u in order if u in realized and u is not node]
+    if len(leaves) + 1 <= max_args and sum(_op_weight(u) for u in order) <= max_ops:
+        return None
+    # per node: the buffers it reads (capped just over the limit) and its ops counted along every path (an
+    # overestimate where subgraphs are shared, only used to place the cut)
+    bufs: dict[UOp, frozenset[UOp]] = {}
+    ops: dict[UOp, int] = {}
+    for u in order:
+        if u in realized and u is not node:
+            bufs[u], ops[u] = frozenset((u,)), 0
+            continue
+        b: frozenset[UOp] = frozenset()
+        n = _op_weight(u)
+        for s in u.src:
+            if len(b) <= max_args:
+                b = b | bufs[s]
+            n = min(n + ops[s], max_ops + 1)
+        bufs[u], ops[u] = b, n
+        if len(b) + 1 > max_args or n > max_ops:
+            inner = [s for s in u.src if s not in realized and s is not node and (ops[s] or bufs[s])]
+            if not inner:
+                return None  # one op over too many buffers directly: nothing to cut
+            cut = max(inner, key=lambda s: (len(bufs[s]) / max_args) + ops[s] / max_ops)
+            while cut.op is Ops.EXPAND and cut.src[0] not in realized:  # realize the smaller tensor
+                cut = cut.src[0]
+            return cut
+    return None
 
 
 def _localize(ast: UOp) -> ScheduleItem:

@@ -4,14 +4,18 @@
 legal SPLIT of the current kernel's axes (into THREAD, UPCAST, UNROLL, LOOP, REDUCE, factors 2..16), times
 each distinct candidate on the device with random inputs (median of 3 after a warm-up), and keeps the
 `width` fastest. It stops when a round improves the best time by less than 2%, or after `max_rounds`.
-Results are cached on disk, keyed by the kernel's structural hash and the Target (CACHE=0 disables it).
+Results are cached on disk, keyed by the kernel's structural hash and the Target (CACHE=0 disables it); a
+cache file or entry that does not parse, or an entry that no longer applies to its kernel, is searched again and
+replaced, and an unwritable cache directory is skipped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -82,11 +86,44 @@ def _cache_path() -> str:
 
 
 def _load_cache() -> dict[str, list]:
+    """The cache file's entries; anything that is not a JSON object of lists (garbage, a torn write, an edit)
+    counts as empty, so the next write replaces it."""
     try:
         with open(_cache_path()) as f:
-            return json.load(f)
+            d = json.load(f)
     except (OSError, ValueError):
         return {}
+    if not isinstance(d, dict):
+        return {}
+    return {k: v for k, v in d.items() if isinstance(k, str) and isinstance(v, list)}
+
+
+def _cached_opts(ast: UOp, hit: list) -> list[Opt] | None:
+    """The cached opt list, if every entry parses and the list still applies to `ast`; None means search."""
+    try:
+        opts = [_opt_from_json(j) for j in hit]
+        apply_opts(ast, opts)
+    except (KeyError, IndexError, TypeError, ValueError, CompilerError):
+        return None
+    return opts
+
+
+def _save(key: str, opts: list[Opt]) -> None:
+    """Add one entry (atomically: a temporary unique per process and thread, renamed into place); a cache
+    directory that cannot be written is skipped."""
+    tmp = None
+    try:
+        path = _cache_path()
+        cache = _load_cache()
+        cache[key] = [_opt_to_json(o) for o in opts]
+        fd, tmp = tempfile.mkstemp(prefix="beam.", suffix=".tmp", dir=os.path.dirname(path))
+        with os.fdopen(fd, "w") as f:
+            json.dump(cache, f)
+        os.replace(tmp, path)
+    except OSError:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def _opt_to_json(o: Opt) -> list:
@@ -95,6 +132,9 @@ def _opt_to_json(o: Opt) -> list:
 
 
 def _opt_from_json(j: list) -> Opt:
+    if not (isinstance(j, list) and len(j) == 5 and isinstance(j[1], int) and isinstance(j[2], int)
+            and isinstance(j[4], bool)):
+        raise ValueError(f"not a cached opt: {j!r}")
     return Opt(OptOps[j[0]], j[1], (j[2], AxisType[j[3]], j[4]))
 
 
@@ -108,8 +148,8 @@ def beam_search(ast: UOp, bufs_uops: tuple[UOp, ...], target: Any, width: int, m
     dev = target
     key = f"{structural_hash(ast)}:{target.key}:{width}"
     use_cache = bool(getenv("CACHE"))
-    if use_cache and (hit := _load_cache().get(key)) is not None:
-        return [_opt_from_json(j) for j in hit]
+    if use_cache and (hit := _load_cache().get(key)) is not None and (opts := _cached_opts(ast, hit)) is not None:
+        return opts
     bufs = _buffers(bufs_uops, dev)
     best_opts: list[Opt] = []
     best_t = time_candidate(ast, bufs, dev, [], name)
@@ -151,10 +191,5 @@ def beam_search(ast: UOp, bufs_uops: tuple[UOp, ...], target: Any, width: int, m
     if getenv("DEBUG") >= 3:
         print(f"beam {name}: {best_opts} ({best_t * 1e3:.3f} ms)", file=sys.stderr)
     if use_cache:
-        cache = _load_cache()
-        cache[key] = [_opt_to_json(o) for o in best_opts]
-        tmp = _cache_path() + f".{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(cache, f)
-        os.replace(tmp, _cache_path())
+        _save(key, best_opts)
     return best_opts

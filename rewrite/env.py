@@ -109,12 +109,16 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("CACHEDIR", str, "", "where the on-disk caches live (empty: ~/.cache/uopc)"),
     Knob("EGGLOG", int, 1, "0 skips e-graph saturation in simplify (fast rules only)", lo=0, hi=1),
     Knob("CC", str, "", "the C compiler of the cpu device (empty: the first of gcc, clang, cc on PATH)"),
+    Knob("CACHE_SIZE", int, 1 << 30, "bytes the cpu device's disk cache of compiled kernels may take (LRU eviction)",
+         lo=0),
+    Knob("SANITIZE", str, "", "address: cpu kernels built with AddressSanitizer, buffers allocated at their exact "
+         "size (load with libasan preloaded: see devices/cpu.py)", choices=("", "address")),
 )}
 # fmt: on
 
 # the declared knobs by type, for the static types of `getenv` (a test checks these agree with KNOBS)
-IntKnob = Literal["DEBUG", "TRACE", "SPEC", "VIZ", "BEAM", "CACHE", "EGGLOG"]
-StrKnob = Literal["DEVICE", "CPU_TARGET", "CACHEDIR", "CC"]
+IntKnob = Literal["DEBUG", "TRACE", "SPEC", "VIZ", "BEAM", "CACHE", "EGGLOG", "CACHE_SIZE"]
+StrKnob = Literal["DEVICE", "CPU_TARGET", "CACHEDIR", "CC", "SANITIZE"]
 BoolKnob = Literal["NOOPT"]
 
 _overrides: dict[str, KnobValue] = {}

@@ -47,6 +47,14 @@ class DeviceError(CompilerError):
     """An unknown or unavailable device, or a failed launch."""
 
 
+class OutOfMemoryError(DeviceError, MemoryError):
+    """A buffer larger than the device can hold; raised before trying to allocate it."""
+
+
+class ArgumentError(CompilerError, ValueError):
+    """An argument value the op cannot take (a zero step, a NaN or infinite bound, an empty list of tensors)."""
+
+
 class CompileError(CompilerError):
     """A device compiler rejected generated source; the message holds the source and the compiler's output."""
 

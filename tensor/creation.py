@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 import tensor.tensor as tt
+from devices.memory import physical_memory
 from rewrite.dtype import DType, dtypes
-from rewrite.errors import DTypeError
+from rewrite.errors import ArgumentError, DTypeError, OutOfMemoryError, ShapeError
 from rewrite.semantics import exec_cast
 from tensor import buffers
 from tensor.elementwise import const_uop, scalar_dtype
@@ -34,7 +35,9 @@ def full(shape: tuple | int, fill_value: Scalar, dtype: object = None, device: s
     """A tensor of `shape` filled with `fill_value` (dtype from the value when not given)."""
     if not isinstance(fill_value, (bool, int, float, np.generic)):
         raise TypeError(f"full: fill_value must be a Python number, got {type(fill_value).__name__}")
-    sh = check_shape(shape_arg((shape,) if isinstance(shape, int) else tuple(shape), "full"), "full")
+    if not isinstance(shape, (int, np.integer, tuple, list)) or isinstance(shape, bool):
+        raise ShapeError(f"full: shape must be an int or a sequence of ints, got {type(shape).__name__} {shape!r}")
+    sh = check_shape(shape_arg((shape,) if isinstance(shape, (int, np.integer)) else tuple(shape), "full"), "full")
     v = fill_value.item() if isinstance(fill_value, np.generic) else fill_value
     dt = _dt(dtype, scalar_dtype(v))
     return tt.Tensor._wrap(const_uop(exec_cast(v, scalar_dtype(v), dt), dt, sh), canonical_device(device))
@@ -53,7 +56,15 @@ def empty(*shape: int, dtype: object = None, device: str | None = None) -> Tenso
     sh = check_shape(shape_arg(shape, "empty"), "empty")
     dt = _dt(dtype, dtypes.default_float)
     dev = canonical_device(device)
-    return tt.Tensor._wrap(buffers.new_buffer(np.zeros(sh, dtype=np_dtype(dt)), dt, dev), dev)
+    nbytes = math.prod(sh) * np_dtype(dt).itemsize
+    try:
+        if nbytes > physical_memory():
+            raise MemoryError
+        data = np.zeros(sh, dtype=np_dtype(dt))
+    except MemoryError:
+        raise OutOfMemoryError(f"empty: shape {sh} of {dt.name} needs {nbytes} bytes, more than the memory "
+                               f"available ({physical_memory()} bytes in this machine); use a smaller shape") from None
+    return tt.Tensor._wrap(buffers.new_buffer(data, dt, dev), dev)
 
 
 def full_like(x: Tensor, fill_value: Scalar, dtype: object = None, device: str | None = None) -> Tensor:
@@ -88,8 +99,10 @@ def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype: o
     for v in (start, stop, step):
         if not isinstance(v, (int, float)):
             raise TypeError(f"arange: start, stop and step must be numbers, got {type(v).__name__} {v!r}")
+    if not all(math.isfinite(v) for v in (start, stop, step)):
+        raise ArgumentError(f"arange: start, stop and step must be finite, got {start!r}, {stop!r}, {step!r}")
     if step == 0:
-        raise ValueError("arange: step must not be 0")
+        raise ArgumentError("arange: step must not be 0")
     all_int = all(isinstance(v, int) for v in (start, stop, step))
     dt = _dt(dtype, dtypes.default_int if all_int else dtypes.default_float)
     if dt.is_bool:

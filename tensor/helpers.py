@@ -88,10 +88,19 @@ def shape_arg(args: tuple, what: str) -> tuple:
     return tuple(int(d) for d in args)
 
 
+MAX_NUMEL = 1 << 62  # element counts and offsets are 64-bit integers in kernels
+
+
 def check_shape(shape: tuple, what: str) -> Shape:
+    n = 1
     for d in shape:
         if d < 0:
             raise ShapeError(f"{what}: negative dimension {d} in shape {fmt_shape(shape)}")
+        if isinstance(d, int):
+            n *= d
+    if n > MAX_NUMEL:
+        raise ShapeError(f"{what}: shape {fmt_shape(shape)} has {n} elements, more than 2**62 (kernel indices are "
+                         f"64-bit)")
     return shape
 
 

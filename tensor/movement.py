@@ -16,7 +16,7 @@ import numpy as np
 import tensor.tensor as tt
 from rewrite.derive import fmt_shape
 from rewrite.dtype import dtypes, promote
-from rewrite.errors import ShapeError
+from rewrite.errors import ArgumentError, ShapeError
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 from tensor.elementwise import common_device, const_uop
@@ -75,7 +75,9 @@ def _pad_pairs(x: Tensor, padding: Sequence, what: str) -> list[tuple[int, int]]
         out = [(0, 0) if p is None else tuple(p) for p in pads]
         if any(len(p) != 2 for p in out):
             raise ShapeError(f"{what}: each per-axis entry must be a (before, after) pair, got {padding!r}")
-        return [(int(b), int(a)) for b, a in out]
+        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for p in out for v in p):
+            raise ShapeError(f"{what}: padding amounts must be ints, got {padding!r}")
+        return [(int(b), int(a)) for b, a in out]  # type: ignore[misc]
     if not all(isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in pads):
         raise ShapeError(f"{what}: padding must be ints or (before, after) pairs, got {padding!r}")
     if len(pads) % 2 or len(pads) > 2 * x.ndim:
@@ -210,6 +212,8 @@ def getitem(x: Tensor, index: object) -> Tensor:
             continue
         size = x.shape[axis]
         if isinstance(i, slice):
+            if i.step == 0:
+                raise IndexError(f"getitem: slice step cannot be zero (index {i!r} on axis of size {size})")
             start, stop, step = i.indices(size)
             n = len(range(start, stop, step))
             if step < 0:  # flipped coordinates: element k of the flipped axis is element size-1-k
@@ -259,7 +263,7 @@ def cat(x: Tensor | Sequence[Tensor], *others: Tensor, dim: int = 0) -> Tensor:
     padded mask of its extent is true (a select, not a sum of zero-padded pieces, so -0.0 and nan survive)."""
     ts = _tensors(x, others)
     if not ts:
-        raise ValueError("cat: needs at least one tensor")
+        raise ArgumentError("cat: needs at least one tensor")
     ref = ts[0]
     if ref.ndim == 0:
         raise ShapeError("cat: zero-dimensional tensors cannot be concatenated; use stack")
@@ -291,7 +295,7 @@ def stack(x: Tensor | Sequence[Tensor], *others: Tensor, dim: int = 0) -> Tensor
     """Join along a new axis at `dim`."""
     ts = _tensors(x, others)
     if not ts:
-        raise ValueError("stack: needs at least one tensor")
+        raise ArgumentError("stack: needs at least one tensor")
     for t in ts[1:]:
         if t.shape != ts[0].shape:
             raise ShapeError(f"stack: all shapes must be equal, got {', '.join(fmt_shape(t.shape) for t in ts)}")
@@ -319,7 +323,7 @@ def split(x: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, 
     n = x.shape[d]
     if isinstance(sizes, int):
         if sizes <= 0:
-            raise ValueError(f"split: the piece size must be positive, got {sizes}")
+            raise ArgumentError(f"split: the piece size must be positive, got {sizes}")
         parts = [min(sizes, n - o) for o in range(0, n, sizes)] or [0]
     else:
         parts = [int(s) for s in sizes]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import tensor.tensor as tt
 from rewrite.dtype import DType, dtypes
-from rewrite.errors import DTypeError
+from rewrite.errors import ArgumentError, DTypeError
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 from tensor.elementwise import const_uop
@@ -104,11 +104,17 @@ def randint(*shape: int, low: int = 0, high: int = 10, dtype: object = dtypes.in
 
 def uniform(*shape: int, low: float = 0.0, high: float = 1.0, dtype: object = None,
             device: str | None = None) -> Tensor:
+    if not (isinstance(low, (int, float)) and isinstance(high, (int, float)) and math.isfinite(low)
+            and math.isfinite(high) and low <= high):
+        raise ArgumentError(f"uniform: need finite numbers low <= high, got low={low!r}, high={high!r}")
     return rand(*shape, dtype=dtype, device=device) * (high - low) + low
 
 
 def normal(*shape: int, mean: float = 0.0, std: float = 1.0, dtype: object = None,
            device: str | None = None) -> Tensor:
+    if not (isinstance(mean, (int, float)) and isinstance(std, (int, float)) and math.isfinite(mean)
+            and math.isfinite(std) and std >= 0):
+        raise ArgumentError(f"normal: need a finite mean and a finite std >= 0, got mean={mean!r}, std={std!r}")
     return randn(*shape, dtype=dtype, device=device) * std + mean
 
 

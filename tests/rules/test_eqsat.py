@@ -9,8 +9,10 @@ returns a dearer form than its input).
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import random
+import sqlite3
 import subprocess
 import sys
 import time
@@ -551,3 +553,80 @@ def test_saturation_gate_table(e: UOp, worth: bool):
     from rules import worth_saturating
 
     assert worth_saturating(e) is worth
+
+
+# ---------------------------------------------------------------------------------------------- a damaged disk cache
+
+
+def _fill_disk_cache(tmp_path):
+    text, _ = eqsat.program()
+    e = ((V("x", 0, 55) * 4 + V("y", 0, 3)) // 4) * 7 + V("y", 0, 3) % 4
+    with Context(CACHEDIR=str(tmp_path), CACHE=1):
+        s = Saturator("fill", text, eqsat.SCHEDULE)
+        want = s.run([e])[0].uop
+    s._db.close()  # as if that process had ended
+    return text, e, want
+
+
+def _fresh_result(tmp_path, text, e):
+    with Context(CACHEDIR=str(tmp_path), CACHE=1):
+        s = Saturator("fresh", text, eqsat.SCHEDULE)
+        return s, s.run([e])[0].uop
+
+
+@pytest.mark.parametrize("edit", ["lo_hi", "nodes", "not_json", "no_checksum", "moved_row"])
+def test_edited_disk_cache_rows_are_not_trusted(tmp_path, edit):
+
+    text, e, want = _fill_disk_cache(tmp_path)
+    db = sqlite3.connect(tmp_path / "egraph.sqlite")
+    (key, val), = db.execute("SELECT key, val FROM eg").fetchall()
+    d = json.loads(val)
+    if edit == "lo_hi":  # a narrower range would let later rules fold comparisons wrongly
+        d["lo"], d["hi"] = 5, 5
+        val = json.dumps(d)
+    elif edit == "nodes":  # another expression's term: x * 7 instead
+        d["n"] = d["n"][:1]
+        val = json.dumps(d)
+    elif edit == "not_json":
+        val = "{garbage"
+    elif edit == "no_checksum":
+        d.pop("c")
+        val = json.dumps(d)
+    else:  # a valid row written under another key
+        db.execute("INSERT INTO eg (key, val) VALUES (?, ?)", ("0" * 64, val))
+        key = "0" * 64
+    db.execute("UPDATE eg SET val = ? WHERE key = ?", (val, key))
+    db.commit()
+    db.close()
+    s, got = _fresh_result(tmp_path, text, e)
+    assert got is want
+    if edit != "moved_row":
+        assert s._eg is not None, "the damaged row must not be used"
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty_header"])
+def test_garbage_disk_cache_file_is_rebuilt(tmp_path, damage):
+
+    text, e, want = _fill_disk_cache(tmp_path)
+    path = tmp_path / "egraph.sqlite"
+    for extra in ("egraph.sqlite-wal", "egraph.sqlite-shm"):
+        (tmp_path / extra).unlink(missing_ok=True)
+    data = path.read_bytes()
+    path.write_bytes({"garbage": os.urandom(len(data)), "truncated": data[:100],
+                      "empty_header": b"SQLite format 3\0" + b"\xff" * 200}[damage])
+    _, got = _fresh_result(tmp_path, text, e)
+    assert got is want
+    db = sqlite3.connect(path)  # a real database again, holding the fresh result
+    assert len(db.execute("SELECT key FROM eg").fetchall()) == 1
+    db.close()
+    s, got = _fresh_result(tmp_path, text, e)
+    assert got is want and s._eg is None
+
+
+def test_unwritable_cache_dir_means_no_disk_cache(tmp_path):
+    text, _ = eqsat.program()
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    e = (V("x", 0, 9) * 2 + 1) // 2
+    with Context(CACHEDIR=str(blocker / "sub"), CACHE=1):
+        assert Saturator("ro", text, eqsat.SCHEDULE).run([e])[0].uop.render() == "x"

@@ -1,0 +1,73 @@
+"""BEAM's on-disk cache (beam.json) under attack: valid JSON that is not an object, garbage, entries that do not
+parse or no longer apply, an unwritable directory. Each is searched again (and the file repaired), and the kernel
+still computes the right answer."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from devices import get_device
+from lower.optimize import apply_opts
+from lower.schedule import schedule
+from lower.search import _opt_to_json, beam_search
+from lower.stages import lower_kernel
+from rewrite.env import Context
+from tensor import Tensor
+
+
+def _kernel():
+    a = Tensor(np.arange(8, dtype=np.float32))
+    (item,) = [it for it in schedule([(a * 2 + 1).uop])[0] if it.kind == "kernel"]
+    return item
+
+
+def _run(item, opts) -> np.ndarray:
+    dev = get_device("cpu")
+    k = dev.compile(lower_kernel(item.ast, dev, opts=opts), "beamtest")
+    bufs = {0: np.zeros(8, np.float32), 1: np.arange(8, dtype=np.float32)}
+    k(bufs)
+    return bufs[0]
+
+
+def _search(tmp_path, item):
+    with Context(CACHEDIR=str(tmp_path), CACHE=1):
+        return beam_search(item.ast, item.bufs, get_device("cpu"), 1, max_rounds=1, name="beamtest")
+
+
+@pytest.mark.parametrize("content", ["[1, 2, 3]", "null", "42", '"text"', "{garbage", "", '{"k": 5}'])
+def test_beam_cache_file_that_is_not_an_object_is_rebuilt(tmp_path, content):
+    item = _kernel()
+    (tmp_path / "beam.json").write_text(content)
+    opts = _search(tmp_path, item)
+    np.testing.assert_array_equal(_run(item, opts), np.arange(8, dtype=np.float32) * 2 + 1)
+    d = json.loads((tmp_path / "beam.json").read_text())
+    assert isinstance(d, dict) and len([k for k in d if k != "k"]) == 1
+
+
+@pytest.mark.parametrize("entry", [[["NOPE", 0, 2, "UPCAST", False]], [["SPLIT", 99, 2, "UPCAST", False]],
+                                   [["SPLIT", 0, 3, "UPCAST", False]], [[1, 2]], ["x"], [None]])
+def test_beam_cache_entry_that_does_not_apply_is_searched_again(tmp_path, entry):
+    item = _kernel()
+    _search(tmp_path, item)
+    d = json.loads((tmp_path / "beam.json").read_text())
+    (key,) = d
+    d[key] = entry
+    (tmp_path / "beam.json").write_text(json.dumps(d))
+    opts = _search(tmp_path, item)
+    apply_opts(item.ast, opts)  # a fresh search's result (timing decides which), which applies
+    np.testing.assert_array_equal(_run(item, opts), np.arange(8, dtype=np.float32) * 2 + 1)
+    assert json.loads((tmp_path / "beam.json").read_text())[key] == [_opt_to_json(o) for o in opts]
+
+
+def test_beam_with_an_unwritable_cache_dir(tmp_path):
+    item = _kernel()
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with Context(CACHEDIR=str(blocker / "sub"), CACHE=1):
+        opts = beam_search(item.ast, item.bufs, get_device("cpu"), 1, max_rounds=1, name="beamtest")
+    np.testing.assert_array_equal(_run(item, opts), np.arange(8, dtype=np.float32) * 2 + 1)
+    assert not [n for n in os.listdir(tmp_path) if n != "file"]
