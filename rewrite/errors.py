@@ -49,3 +49,7 @@ class CompileError(CompilerError):
 
 class KernelOptError(CompilerError):
     """An illegal kernel optimization (OptOp); the message says why."""
+
+
+class GradientError(CompilerError):
+    """A graph that cannot be differentiated: an op with no gradient rule on the path, or a bad seed."""
