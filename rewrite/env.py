@@ -177,6 +177,8 @@ class Knobs:
     cachedir: str
     egglog: int
     cc: str
+    cache_size: int
+    sanitize: str
 
 
 def knobs() -> Knobs:
@@ -194,6 +196,8 @@ def knobs() -> Knobs:
         cachedir=knob_str("CACHEDIR"),
         egglog=knob_int("EGGLOG"),
         cc=knob_str("CC"),
+        cache_size=knob_int("CACHE_SIZE"),
+        sanitize=knob_str("SANITIZE"),
     )
 
 

@@ -21,7 +21,9 @@ def limits(monkeypatch):
     importlib.import_module("lower.realize").plans.clear()
 
     def set_limits(max_args: int, max_ops: int) -> None:
-        monkeypatch.setattr("lower.schedule.kernel_limits", lambda device: (max_args, max_ops))
+        # the module, not the package's `schedule` attribute (the function of the same name)
+        monkeypatch.setattr(importlib.import_module("lower.schedule"), "kernel_limits",
+                            lambda device: (max_args, max_ops))
 
     yield set_limits
     importlib.import_module("lower.realize").plans.clear()
