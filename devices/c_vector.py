@@ -71,11 +71,13 @@ def _csize(dt: DType) -> int:
     return 4 if dt is dtypes.bfloat16 else dt.itemsize
 
 
-def vtype(dt: DType, n: int, ctx: CContext) -> str:
-    """The vector type of n lanes of `dt`, its typedef added to the file once."""
-    name = f"{_SHORT[dt.scalar]}x{n}"
+def vtype(dt: DType, n: int, ctx: CContext, may_alias: bool = False) -> str:
+    """The vector type of n lanes of `dt`, its typedef added to the file once; `may_alias` gives its twin that
+    moves lanes between registers and memory (see _mem_type)."""
+    name = f"{_SHORT[dt.scalar]}x{n}" + ("_m" if may_alias else "")
     elem, size = "int8_t" if dt is dtypes.bool else ctype(dt), _csize(dt)
-    ctx.define(f"typedef {name}", f"typedef {elem} {name} __attribute__((vector_size({n * size}), aligned({size})));")
+    attrs = f"vector_size({n * size}), aligned({size}){', may_alias' if may_alias else ''}"
+    ctx.define(f"typedef {name}", f"typedef {elem} {name} __attribute__(({attrs}));")
     return name
 
 
@@ -324,11 +326,7 @@ def _mem_type(dt: DType, n: int, ctx: CContext) -> str:
     aligned. A dereference of it is one unaligned vector move at the register's full width; a memcpy of the same
     bytes is not on every tuning (GCC 12 copies 32 bytes in 16-byte pieces through the stack unless tuning for an
     AVX-512 Intel core, which spilled every accumulator of matmul's register tile on an AVX2 EPYC)."""
-    t = vtype(dt, n, ctx)
-    elem, size = "int8_t" if dt is dtypes.bool else ctype(dt), _csize(dt)
-    ctx.define(f"typedef {t}_m", f"typedef {elem} {t}_m __attribute__((vector_size({n * size}), aligned({size}), "
-                                 f"may_alias));")
-    return f"{t}_m"
+    return vtype(dt, n, ctx, may_alias=True)
 
 
 def _vload(buf: UOp, ptr: str, n: int, ctx: CContext) -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from devices import get_device
@@ -47,7 +47,6 @@ class Lowering:
     opts: tuple | None = None  # OptOps that replace the heuristics' choice (a search tries candidates so)
     bufs: tuple[UOp, ...] | None = None  # the kernel's buffers, for BEAM to time candidates on
     name: str = "kernel"
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @staticmethod
     def from_env(target: Target, **overrides: Any) -> Lowering:

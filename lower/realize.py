@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from devices.base import Target
+from devices import target_for
 from lower import buffers
 from lower.estimate import Estimate, estimate
 from lower.memory import plan
@@ -61,15 +61,8 @@ def _array(buf: UOp) -> Any:
     return arr if arr.dtype == want else arr.view(want)
 
 
-def target_of(device_name: str) -> Target:
-    """The target kernels for `device_name` are lowered and compiled for (the device's default)."""
-    from devices import target_for
-
-    return target_for(device_name)
-
-
 def _kernel_key(ast: UOp, device_name: str) -> tuple:
-    return (ast, device_name, target_of(device_name).key, lowering_knobs()[1:])
+    return (ast, device_name, target_for(device_name).key, lowering_knobs()[1:])
 
 
 def get_kernel(ast: UOp, device_name: str, name: str, bufs: tuple | None = None) -> Any:
@@ -89,7 +82,7 @@ def compile_kernels(wanted: list[tuple[UOp, str, str, tuple | None]]) -> list[An
         key = _kernel_key(ast, device_name)
         if key in _compiled or key in new:
             continue
-        linear = lower_kernel(ast, target_of(device_name), bufs=bufs, name=name)
+        linear = lower_kernel(ast, target_for(device_name), bufs=bufs, name=name)
         if getenv("DEBUG") >= 3:
             print(f"--- {name} ({device_name})\n{linear}", file=sys.stderr)
         new[key] = (linear, name)
@@ -97,7 +90,7 @@ def compile_kernels(wanted: list[tuple[UOp, str, str, tuple | None]]) -> list[An
     for key in new:
         by_dev.setdefault(key[1], []).append(key)
     for device_name, keys in by_dev.items():
-        dev, target = get_device(device_name), target_of(device_name)
+        dev, target = get_device(device_name), target_for(device_name)
         batch = getattr(dev, "compile_batch", None)
         if batch is not None and len(keys) > 1:
             ks = batch([new[key] for key in keys], target)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from devices.base import Target
+from devices import target_for
 from lower.buffers import new_buffer
 from lower.rangeify import _ELEMENTWISE, _EXPENSIVE, NeedsRealize, build_kernel
 from rewrite import BufferArg, Ops, UOp
@@ -68,7 +68,7 @@ def schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     pipeline's graph stages (lower.pipeline.PIPELINE) up to the kernel split, then the split itself."""
     from lower.pipeline import PIPELINE, Lowering, _run_stage
 
-    ctx = Lowering.from_env(_target_of(default_device(roots)))
+    ctx = Lowering.from_env(target_for(default_device(roots)))
     graph = UOp.sink(*roots)
     for st in PIPELINE:
         if st.name == "rangeify":
@@ -82,12 +82,6 @@ def schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
             if it.ast is not None:
                 check(it.ast, "kernel")
     return items, {g: outs[r] for g, r in zip(roots, graph.src, strict=True)}
-
-
-def _target_of(device: str) -> Target:
-    from devices import target_for
-
-    return target_for(device)
 
 
 def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
@@ -144,7 +138,7 @@ def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
 def kernel_limits(device: str) -> tuple[int, int]:
     """The bounds on one kernel of the device's target: (buffer arguments, fused ops); see devices.base.Target."""
     try:
-        t = _target_of(device)
+        t = target_for(device)
     except CompilerError:
         return (1 << 30, 1 << 30)
     return t.max_args, t.max_kernel_ops

@@ -145,14 +145,13 @@ def beam_search(ast: UOp, bufs_uops: tuple[UOp, ...], target: Any, width: int, m
     from lower.stages import as_target
 
     target = as_target(target)
-    dev = target
     key = f"{structural_hash(ast)}:{target.key}:{width}"
     use_cache = bool(getenv("CACHE"))
     if use_cache and (hit := _load_cache().get(key)) is not None and (opts := _cached_opts(ast, hit)) is not None:
         return opts
-    bufs = _buffers(bufs_uops, dev)
+    bufs = _buffers(bufs_uops, target)
     best_opts: list[Opt] = []
-    best_t = time_candidate(ast, bufs, dev, [], name)
+    best_t = time_candidate(ast, bufs, target, [], name)
     expect = bufs[0].copy()
     beam: list[tuple[float, list[Opt]]] = [(best_t, [])]
     seen: set[UOp] = set()
@@ -174,7 +173,7 @@ def beam_search(ast: UOp, bufs_uops: tuple[UOp, ...], target: Any, width: int, m
             sys.stderr.write(f"\r  beam {name} round {rnd + 1}: {i + 1}/{len(cands)} candidates, best "
                              f"{best_t * 1e3:.3f} ms")
             try:
-                timed.append((time_candidate(ast, bufs, dev, c, name, expect), c))
+                timed.append((time_candidate(ast, bufs, target, c, name, expect), c))
             except WrongResult as e:
                 sys.stderr.write(f"\n  {e} (skipped; please report)\n")
             except CompilerError:
