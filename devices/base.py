@@ -87,6 +87,8 @@ class Target:
         """Whether code for this target runs on this host (same machine, every needed CPU flag present)."""
         if not self.arch:
             return True
+        if self.arch == "cuda":
+            return False  # a GPU's code: the cuda device decides whether its GPU runs it
         return self.arch == host_arch() and self.features <= host_flags()
 
     def with_(self, **changes: object) -> Target:
@@ -96,6 +98,9 @@ class Target:
     def __str__(self) -> str:
         if not self.arch:
             return self.device
+        if self.arch == "cuda":
+            return (f"cuda {self.isa}: {self.cores} multiprocessors, warp {self.warp_size}, shared memory "
+                    f"{self.local_memory_bytes >> 10} KiB/block, L2 {self.l2_bytes >> 20} MiB")
         simd = f"{self.vector_bytes * 8}-bit x{self.vector_registers}" if self.vector_bytes else "no SIMD"
         return (f"{self.device} {self.isa}{' (native)' if self.name == 'native' else ''}: {simd}"
                 f"{', FMA' if self.fma else ''}, {self.cores} cores, L1d {self.l1d_bytes >> 10} KiB, "
@@ -229,5 +234,30 @@ def python_target() -> Target:
     return Target("python", "python", "python", "", vector_bytes=64, vector_registers=32, interpreted=True)
 
 
-__all__ = ["CPU_TARGET_NAMES", "Device", "Target", "cpu_target", "host_arch", "host_flags", "python_target",
-           "x86_level"]
+# NVIDIA compute capabilities lowering knows: (multiprocessors of the usual part, L2 bytes, shared memory one block
+# may hold with the opt-in attribute, the mma.sync shapes "MxNxK in->acc" its tensor cores run)
+_SM_FACTS: dict[str, tuple[int, int, int, tuple[str, ...]]] = {
+    "sm_80": (108, 40 << 20, 163 << 10, ("16x8x16 half->float", "16x8x16 bfloat16->float", "16x8x8 tf32->float")),
+    "sm_86": (84, 6 << 20, 99 << 10, ("16x8x16 half->float", "16x8x16 bfloat16->float", "16x8x8 tf32->float")),
+    "sm_89": (128, 72 << 20, 99 << 10, ("16x8x16 half->float", "16x8x16 bfloat16->float", "16x8x8 tf32->float")),
+    "sm_90": (132, 50 << 20, 227 << 10, ("16x8x16 half->float", "16x8x16 bfloat16->float", "16x8x8 tf32->float")),
+}
+GPU_TARGET_NAMES = tuple(_SM_FACTS)
+
+
+def gpu_target(sm: str = "sm_90", multiprocessors: int | None = None) -> Target:
+    """The cuda Target for compute capability `sm` ("sm_80", "sm_90", ...). `cores` is the multiprocessor count
+    (the device module passes the count it reads from the driver; the usual part's otherwise), `vector_bytes` the
+    widest load one thread issues (128-bit), `vector_registers` the registers one thread may use, and
+    `local_memory_bytes` the shared memory one block may hold. Code for it runs only on a GPU of that capability
+    or newer, which the cuda device checks; `runs_here` says False, since no host CPU runs it."""
+    if sm not in _SM_FACTS:
+        raise DeviceError(f"cuda target {sm!r} is not known; use one of {', '.join(GPU_TARGET_NAMES)}")
+    sms, l2, smem, tcs = _SM_FACTS[sm]
+    return Target("cuda", sm, sm, "cuda", (f"-arch={sm}",), vector_bytes=16, vector_registers=255, fma=True,
+                  cores=multiprocessors or sms, cache_line=128, l1d_bytes=smem, l2_bytes=l2, l3_bytes=0,
+                  max_args=256, warp_size=32, local_memory_bytes=smem, tensor_cores=tcs)
+
+
+__all__ = ["CPU_TARGET_NAMES", "GPU_TARGET_NAMES", "Device", "Target", "cpu_target", "gpu_target", "host_arch",
+           "host_flags", "python_target", "x86_level"]
