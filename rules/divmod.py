@@ -4,8 +4,12 @@ After it has run (with the rest of `symbolic`), a division or modulo by a consta
 numerator's remainder stays in one period of c, its numerator has no coefficient with |f| >= |c| and its
 constant lies in c's floor-remainder range, no common factor divides the numerator and c, for c > 0 no
 terms that stay within [0, g) for a common factor g of c and the other coefficients are left inside it
-((z + y*16 + x*64) // 128 -> x // 2 when 0 <= z + y*16 < 64), nested divisions are merged
-(x // a // b -> x // (a*b) for b > 0), and (x % (k*c)) // c is written (x // c) % k.
+((z + y*16 + x*64) // 128 -> x // 2 when 0 <= z + y*16 < 64), nested divisions are merged, a constant
+between them included (x // a + k) // b -> (x + k*a) // (a*b) for b > 0, and for a < 0, b < 0 as well),
+(x % (k*c)) // c is written (x // c) % k, a division keeps its numerator's constant inside (x + 14) // 4
+rather than (x + 2) // 4 + 3 (one ADD fewer) and a constant added after it is merged in, and a division or
+modulo by y*c with a symbolic y has the common factor of c and the numerator's coefficients divided out
+((a*3 + b*9) // (d*3) -> (a + b*3) // d).
 
 Semantics: IDIV and MOD are Python's `//` and `%` (floor; the remainder takes the divisor's sign) for every
 sign of numerator and divisor; that is what rewrite.semantics defines for `dtypes.index`. Every rule here is
@@ -92,6 +96,16 @@ divmod_templates = RuleSet("divmod-templates", [
     Rule("div-of-mod",         (x % c0) // c1,      (x // c1) % fold(c0 // c1),
          when=lambda c0, c1: divides(c1, c0) & (((c0 > 0) & (c1 > 0)) | ((c0 < 0) & (c1 < 0)))),
     Rule("mod-mod",            (x % c0) % c1,       x % c1,         when=lambda c0, c1: (c0 != 0) & divides(c1, c0)),
+    # floor(floor(v) + k) / b) = floor((v + k) / b) for b > 0, and v = x / c0 for either sign of c0
+    Rule("div-add-div",        (x // c0 + c2) // c1, (x + fold(c2 * c0)) // fold(c0 * c1),
+         when=lambda c0, c1: (c0 != 0) & (c1 > 0)),
+    # both negative: -(x // c0) = ceil(x / -c0) = (x - c0 - 1) // -c0, so the outer division is by a positive
+    Rule("div-div-neg",        (x // c0) // c1,     (x + fold(-c0 - 1)) // fold(c0 * c1),
+         when=lambda c0, c1: (c0 < 0) & (c1 < 0)),
+    Rule("div-add-div-neg",    (x // c0 + c2) // c1, (x + fold(c2 * c0 - c0 - 1)) // fold(c0 * c1),
+         when=lambda c0, c1: (c0 < 0) & (c1 < 0)),
+    # a constant after a division goes into its numerator's constant (a multiple of the divisor, either sign)
+    Rule("add-div-const",      (x + c2) // c0 + c1, (x + fold(c2 + c1 * c0)) // c0, when=lambda c0: c0 != 0),
     # x % y = x - y*q when the quotient q is one number over the whole box (x in [20,23], y in [8,10])
     Rule("mod-fixed-quotient", x % y,               x + y * fold(lambda x, y: -(x.vmin // y.vmin)),
          when=_fixed_quotient),
@@ -150,7 +164,9 @@ def _divmod_linear(x: UOp, c: int, is_div: bool) -> UOp | None:
     # 3. split the multiples of c off the coefficients (truncating toward zero) and the constant (floor for
     #    c > 0, so (a-2)//4 -> (a+2)//4 - 1; truncating for c < 0, so (a+1)%-11 keeps its 1)
     qs = [_tdiv(f, c) for _, f in items]
-    kq = k // c if c > 0 else _tdiv(k, c)
+    # a division keeps its constant inside (x + 14) // 4, one ADD fewer than (x + 2) // 4 + 3; add-div-const
+    # merges an outer one in
+    kq = 0 if is_div else k // c if c > 0 else _tdiv(k, c)
     kr = k - kq * c
     if kq != 0 or any(qs):
         rem_sum = build_sum([(t, f - q * c) for (t, f), q in zip(items, qs, strict=True)], kr)
@@ -230,8 +246,42 @@ def modulo_linear(x: UOp, c0: int) -> UOp | None:
     return _divmod_linear(x, c0, False)
 
 
+def divide_common_factor(x: UOp, y: UOp, c0: int, is_div: bool) -> UOp | None:
+    """x // (y*c0) and x % (y*c0) with g = gcd(c0, x's coefficients and constant) > 1 divided out:
+    (g*A) // (g*B) = A // B and (g*A) % (g*B) = g*(A % B) for g > 0 (the quotient floor(A/B) is the same), and
+    g*B is 0 exactly where B is, so no division by zero appears or goes."""
+    terms, k = linear_form(x)
+    g = math.gcd(c0, k, *terms.values())
+    if g <= 1:
+        return None
+    a = build_sum([(t, f // g) for t, f in terms.items()], k // g)
+    b = y if c0 // g == 1 else UOp(Ops.MUL, (y, UOp.const(c0 // g, y.dtype)))
+    if is_div:
+        return UOp(Ops.IDIV, (a, b))
+    return UOp(Ops.MUL, (UOp(Ops.MOD, (a, b)), UOp.const(g, x.dtype)))
+
+
+def div_common_factor(x: UOp, y: UOp, c0: int) -> UOp | None:
+    """x // (y*c0) with a common factor of c0 and x divided out (divide_common_factor)."""
+    return divide_common_factor(x, y, c0, True)
+
+
+def mod_common_factor(x: UOp, y: UOp, c0: int) -> UOp | None:
+    """x % (y*c0) with a common factor of c0 and x divided out, times that factor (divide_common_factor)."""
+    return divide_common_factor(x, y, c0, False)
+
+
+def merge_div_one(x: UOp, c0: int) -> UOp:
+    """x // c + 1 -> (x + c) // c (one node fewer: the divisor is the constant added); exact for every c != 0."""
+    cu = UOp.const(c0, x.dtype)
+    return UOp(Ops.IDIV, (UOp(Ops.ADD, (x, cu)), cu))
+
+
 # fmt: off
 divmod_linear = RuleSet("divmod-linear", [
+    Rule("div-common-factor-var", x // (y * c0), div_common_factor, when=lambda c0: c0 != 0),
+    Rule("mod-common-factor-var", x % (y * c0),  mod_common_factor, when=lambda c0: c0 != 0),
+    Rule("add-div-one",           x // c0 + 1,   merge_div_one,     when=lambda c0: c0 != 0),
     Rule("div-linear",  x // c0, divide_linear, when=lambda c0: c0 != 0),
     Rule("mod-linear",  x % c0,  modulo_linear, when=lambda c0: c0 != 0),
     Rule("add-chain-div-mod", op.ADD(x, y, ordered=True), recombine_divmod, when=lambda y: is_divmod_term(y)),

@@ -77,7 +77,21 @@ def _linear_hint(inst: Instance) -> dict[str, UOp]:
     return {"x": acc}
 
 
+def _common_factor_hint(inst: Instance) -> dict[str, UOp]:
+    """x and c0 of `x // (y*c0)` and `x % (y*c0)` sharing a factor g > 1 (either sign of c0, constant or not)."""
+    r = inst.rng
+    g = r.choice((2, 3, 4))
+    vs = r.sample(inst.pool, r.randint(1, 3))
+    acc = vs[0] * (g * r.choice((1, 2, -1, 3)))
+    for v in vs[1:]:
+        acc = acc + v * (g * r.choice((1, -2, 5)))
+    k = g * r.choice((0, 1, -3, 4))
+    return {"x": acc + k if k else acc, "c0": UOp.const(g * r.choice((1, 2, -1, -3, 6)))}
+
+
 HINTS = {
+    "div-common-factor-var": _common_factor_hint,
+    "mod-common-factor-var": _common_factor_hint,
     "add-chain-div-mod": _pair_hints,
     "add-chain-like-terms": _pair_hints,
     "lt-linear": _linear_hint,
