@@ -139,15 +139,22 @@ def _quotient_is(v: UOp, u: UOp, c: int) -> bool:
 
 
 def _recombined(mod_term: UOp, div_term: UOp) -> UOp | None:
-    """u*m if mod_term is (u % c)*m and div_term is (u // c)*(c*m), else None."""
+    """u*m if mod_term is (u % c)*m and div_term is (u // c)*(c*m); (u % (c*d))*m if div_term is
+    ((u // c) % d)*(c*m) with d > 0; else None."""
     ma, m = split_term(mod_term)
     if ma.op is not Ops.MOD or ma.src[1].op is not Ops.CONST:
         return None
     u, c = ma.src[0], ma.src[1].arg[0]  # type: ignore[index]  # hot path: a CONST arg is (value, dtype)
     da, f = split_term(div_term)
-    if c == 0 or f != c * m or not _quotient_is(da, u, c):
+    if c == 0 or f != c * m:
         return None
-    return build_term(u, m)
+    if _quotient_is(da, u, c):
+        return build_term(u, m)
+    # the next digit: (u % c) + ((u // c) % d)*c = u % (c*d) for d > 0 (u = (q*d + r)*c + s with r in [0, d)
+    # and s in c's remainder range, so r*c + s stays in c*d's remainder range, for either sign of c)
+    if da.op is Ops.MOD and da.src[1].op is Ops.CONST and (d := da.src[1].arg[0]) > 0 and _quotient_is(da.src[0], u, c):  # type: ignore[index]  # a CONST arg is (value, dtype)
+        return build_term(UOp(Ops.MOD, (u, UOp.const(c * d, u.dtype))), m)
+    return None
 
 
 def resum(nodes: Iterable[UOp]) -> UOp:

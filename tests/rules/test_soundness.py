@@ -57,6 +57,8 @@ def _pair_hints(inst: Instance) -> dict[str, UOp]:
     mod, div = (u % c) * m, (u // c) * (c * m)
     if r.random() < 0.3 and u.op.name == "IDIV" and c > 0:  # the quotient in the merged nested form
         div = (u.src[0] // (u.src[1].arg[0] * c)) * (c * m)
+    if r.random() < 0.3:  # the next digit: ((u // c) % d)*(c*m) recombines with (u % c)*m too
+        div = ((u // c) % r.choice((2, 3, 5))) * (c * m)
     if r.random() < 0.4:
         mod, div = div, mod
     if r.random() < 0.3:  # the like-terms rule wants a repeated atom instead
