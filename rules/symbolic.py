@@ -13,7 +13,9 @@ What holds after `symbolic` has run to a fixed point on an index expression:
   * division and modulo by constants are simplified as rules.divmod describes; x//c*c + x%c is x;
   * comparisons of a sum with a constant have the constant on one side, positive leading coefficients,
     and are divided through by a common factor when the remaining terms cannot change the outcome
-    ((4a+b) < 16 -> a < 4 when 0 <= b < 4); max is folded when the bounds decide it.
+    ((4a+b) < 16 -> a < 4 when 0 <= b < 4); max is folded when the bounds decide it; a comparison of two
+    terms with the same constant factor has it divided out (-a < -b -> b < a); two comparisons of one term
+    with constants that cover every value (or none) are True (or False), also along an AND/OR chain.
 
 Where it runs: on index expressions (RANGE/PARAM variables, CONST, and index ALU ops) before and after
 egglog saturation (rules.eqsat), and wherever a stage wants clean index math. `symbolic_simple` is the
@@ -177,6 +179,21 @@ comparisons = RuleSet("comparisons", [
     Rule("and-gt-gt",            (c0 < xi) & (c1 < xi), c1 < x,              when=lambda c0, c1: c0 <= c1),
     Rule("or-lt-lt",             (xi < c0) | (xi < c1), x < c1,              when=lambda c0, c1: c0 <= c1),
     Rule("or-gt-gt",             (c0 < xi) | (c1 < xi), c0 < x,              when=lambda c0, c1: c0 <= c1),
+    # two comparisons of one term that cover every value, or none
+    Rule("or-lt-gt-all",         (xi < c0) | (c1 < xi), True,                when=lambda c0, c1: c1 < c0),
+    Rule("and-lt-gt-none",       (xi < c0) & (c1 < xi), False,               when=lambda c0, c1: c0 <= c1 + 1),
+    Rule("or-lt-gt-all-chain",   ((xi < c0) | y) | (c1 < xi), True,          when=lambda c0, c1: c1 < c0),
+    Rule("or-gt-lt-all-chain",   ((c1 < xi) | y) | (xi < c0), True,          when=lambda c0, c1: c1 < c0),
+    Rule("and-lt-gt-none-chain", ((xi < c0) & y) & (c1 < xi), False,         when=lambda c0, c1: c0 <= c1 + 1),
+    Rule("and-gt-lt-none-chain", ((c1 < xi) & y) & (xi < c0), False,         when=lambda c0, c1: c0 <= c1 + 1),
+    Rule("or-ne-lt",             xi.ne(c0) | (xi < c1), True,                when=lambda c0, c1: c0 < c1),
+    Rule("or-ne-gt",             xi.ne(c0) | (c1 < xi), True,                when=lambda c0, c1: c1 < c0),
+    Rule("and-ne-lt",            xi.ne(c0) & (xi < c1), x < c1,              when=lambda c0, c1: c1 <= c0),
+    Rule("and-ne-gt",            xi.ne(c0) & (c1 < xi), c1 < x,              when=lambda c0, c1: c0 <= c1),
+    # the same factor on both sides: divide it out, swapping the sides when it is negative
+    Rule("lt-mul-both-pos",      (xi * c0) < (y * c0), x < y,                when=lambda c0: c0 > 0),
+    Rule("lt-mul-both-neg",      (xi * c0) < (y * c0), y < x,                when=lambda c0: c0 < 0),
+    Rule("lt-neg-add-neg",       (xi * -1 + c0) < (y * -1), (y + c0) < x),
 ])
 
 max_folding = RuleSet("max-folding", [
