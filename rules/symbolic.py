@@ -16,6 +16,7 @@ What holds after `symbolic` has run to a fixed point on an index expression:
     ((4a+b) < 16 -> a < 4 when 0 <= b < 4); max is folded when the bounds decide it; a comparison of two
     terms with the same constant factor has it divided out (-a < -b -> b < a); two comparisons of one term
     with constants that cover every value (or none) are True (or False), also along an AND/OR chain.
+  * xor of a term with itself, and (x^y)^y, are gone; constants xor-ed in a row are folded; x & -1 is x.
 
 Where it runs: on index expressions (RANGE/PARAM variables, CONST, and index ALU ops) before and after
 egglog saturation (rules.eqsat), and wherever a stage wants clean index math. `symbolic_simple` is the
@@ -27,8 +28,9 @@ Assumptions and dtypes:
   * Constant folding applies to every dtype: it is the op-semantics table itself (wrap-around ints, float
     rounding). A division by zero or an undefined shift is not folded.
   * On sized ints (int8..int64, uint8..uint64) only ring identities run, which hold modulo 2**bits:
-    x+0, x*1, x*0, x//1, x%1, x%-1, (x+c0)+c1, (x*c0)*c1, x&0, x|0, x^0. Nothing that reads intervals,
-    divides or reorders runs there, since wrap-around breaks those.
+    x+0, x*1, x*0, x//1, x%1, x%-1, (x+c0)+c1, (x*c0)*c1, x&0, x|0, x^0, and the bitwise x^x, (x^y)^y,
+    (x^c0)^c1, x&-1 (signed). Nothing that reads intervals, divides or reorders runs there, since wrap-around
+    breaks those.
   * Bool rules run on `dtypes.bool`; WHERE rules with a constant or repeated condition run on any dtype.
   * Guards are declared with `when=` and read constants and intervals (`.vmin`/`.vmax`, bounds from
     rewrite.interval). Rules never remove or introduce a division by zero.
@@ -110,6 +112,11 @@ bool_algebra = RuleSet("bool-algebra", [
     Rule("xor-true",             xb ^ True,           ~x),
     Rule("xor-self",             xb ^ xb,             False),
     Rule("not-not",              ~~x,                 x),
+    # xor is its own inverse on bools and every int dtype (bitwise, so wrap-around cannot matter)
+    Rule("xor-cancel",           (var("x", INTS | {BOOL}) ^ y) ^ y,    x),
+    Rule("xor-self-int",         xn ^ xn,             0),
+    Rule("xor-const-combine",    (xn ^ c0) ^ c1,      x ^ fold(c0 ^ c1)),
+    Rule("and-neg-one",          var("x", SIGNED) & -1, x),
     Rule("and-not-self",         xb & ~xb,            False),
     Rule("or-not-self",          xb | ~xb,            True),
     Rule("ne-false",             xb.ne(False),        x),

@@ -230,7 +230,7 @@ TEMPLATES = [r for r in RULES if r.is_template]
 # sources); the exhaustive and hypothesis checks above still cover each of them
 Z3_NOT_APPLICABLE = {
     "mod-fixed-quotient", "fold-shl", "fold-shr", "and-zero", "or-zero", "xor-zero", "shl-zero", "shr-zero",
-    "shl-to-mul", "shr-to-div", "fold-point-interval",
+    "shl-to-mul", "shr-to-div", "fold-point-interval", "xor-self-int", "xor-const-combine", "and-neg-one",
 }
 
 
