@@ -15,7 +15,11 @@ What holds after `symbolic` has run to a fixed point on an index expression:
     and are divided through by a common factor when the remaining terms cannot change the outcome
     ((4a+b) < 16 -> a < 4 when 0 <= b < 4); max is folded when the bounds decide it; a comparison of two
     terms with the same constant factor has it divided out (-a < -b -> b < a); two comparisons of one term
-    with constants that cover every value (or none) are True (or False), also along an AND/OR chain.
+    with constants that cover every value (or none) are True (or False), also along an AND/OR chain;
+  * no WHERE picks the larger of two terms (that is MAX), no two wheres on one condition with complementary
+    zero branches are summed, and no branch of a WHERE holds a bool node its condition decides: inside
+    `c.where(t, f)`, c is True in t and False in f, and comparisons of c's term with constants are decided by
+    the bounds c implies, at any depth (rules.conditions, "closure folding");
   * xor of a term with itself, and (x^y)^y, are gone; constants xor-ed in a row are folded; x & -1 is x.
 
 Where it runs: on index expressions (RANGE/PARAM variables, CONST, and index ALU ops) before and after
@@ -47,6 +51,7 @@ from rewrite.dtype import dtypes
 from rewrite.engine import graph_rewrite
 from rewrite.ops import Ops
 from rewrite.uop import UOp
+from rules.conditions import fold_closure, where_to_max
 from rules.divmod import divides, divmod_linear, divmod_rules, divmod_templates, nonzero, not_divides
 from rules.linear import gt_linear, is_term_of_atom, lt_linear, merge_like_terms, ne_linear
 
@@ -134,6 +139,15 @@ where_folding = RuleSet("where-folding", [
     Rule("where-nested-else",    cond.where(x, cond.where(y, z)),     cond.where(x, z)),
     Rule("where-bool-cond",      op.WHERE(cond, True, False, dtype=BOOL), cond),
     Rule("where-bool-not",       op.WHERE(cond, False, True, dtype=BOOL), ~cond),
+    # two wheres on one condition, one branch zero each: one where (index sums only, where + is exact)
+    Rule("add-where-complement", cond.where(xi, 0) + cond.where(0, y),  cond.where(x, y)),
+])
+
+# the branch a where selects knows its condition: nested wheres on the same or an implied condition fold, at any
+# depth (rules.conditions); and a where that picks the larger of two terms is their max
+where_closure = RuleSet("where-closure", [
+    Rule("where-lt-max",         (xi < y).where(y, x),                where_to_max),  # (y < x).where(x, y) too
+    Rule("where-closure",        cond.where(x, y),                    fold_closure),
 ])
 
 # one canonical form for index math: no SUB, NEG or comparison other than < and !=
@@ -235,6 +249,7 @@ symbolic = (
     + comparisons
     + max_folding
     + point_folding
+    + where_closure
     + linear_rules
     + divmod_linear
 )
@@ -261,5 +276,6 @@ __all__ = [
     "simplify_fast",
     "symbolic",
     "symbolic_simple",
+    "where_closure",
     "where_folding",
 ]

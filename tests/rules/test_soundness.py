@@ -91,9 +91,29 @@ def _common_factor_hint(inst: Instance) -> dict[str, UOp]:
     return {"x": acc + k if k else acc, "c0": UOp.const(g * r.choice((1, 2, -1, -3, 6)))}
 
 
+def _closure_hint(inst: Instance) -> dict[str, UOp]:
+    """c, x, y of `c.where(x, y)` where a branch holds c again, its negation, or a comparison of c's term with
+    another constant that c decides, at depth one to three."""
+    r = inst.rng
+    v, w = r.sample(inst.pool, 2)
+    k = r.randint(-4, 4)
+    c = r.choice((v < k, UOp.const(k) < v, v.ne(k), (v < k) & (w < r.randint(-3, 3)), ~(v < k)))
+    def inner() -> UOp:
+        k2 = k + r.randint(-3, 3)
+        return r.choice((c, ~c, v < k2, UOp.const(k2) < v, v.ne(k2), w < k2))
+    def branch() -> UOp:
+        u = r.choice(inst.pool) * r.choice((1, 2, -1))
+        for _ in range(r.randint(1, 3)):
+            u = inner().where(u, r.choice(inst.pool) + r.randint(-2, 2)) if r.random() < 0.6 else u + inner().where(
+                w, 1)
+        return u
+    return {"c": c, "x": branch(), "y": branch()}
+
+
 HINTS = {
     "div-common-factor-var": _common_factor_hint,
     "mod-common-factor-var": _common_factor_hint,
+    "where-closure": _closure_hint,
     "add-chain-div-mod": _pair_hints,
     "add-chain-like-terms": _pair_hints,
     "lt-linear": _linear_hint,
