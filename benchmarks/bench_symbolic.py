@@ -32,6 +32,9 @@ result is checked against the original expression at random points of its variab
 is written to the user's cache: in-process runs use CACHE=0 (the memory cache still works), the
 disk-cache rows use a temporary CACHEDIR.
 
+Families (issue 14): tests/rules/family_cases.py's table, one line per family: node counts after our fast rules,
+our full simplifier and tinygrad's, how many cases ours is larger or smaller, wrong results.
+
 Budget (the issue): a kernel's index batch simplified in at most 5 ms median once warm, 50 ms cold.
 """
 
@@ -44,6 +47,7 @@ from typing import Any
 
 from benchmarks.runner import Bench, LoadMeter, Result, Timed, fmt_value, suite
 from benchmarks.symbolic_cold import cold_parts, run_cold
+from benchmarks.symbolic_families import family_lines
 from benchmarks.symbolic_simplifiers import (
     check_equal,
     clear_memory_cache,
@@ -128,6 +132,9 @@ def symbolic(b: Bench) -> None:
                 + f"; egglog: {s['sat'] or 'not needed (rules.worth_saturating: nothing it could shrink)'}"
                 + f"; wrong results: {s['bad']}")
         b.note(line)
+    with no_disk_cache():
+        for ln in family_lines(peer is not None):
+            b.note(ln)
     for w in pools:
         s = w.stats
         b.note(f"{w.name:<12} nodes {s['in']:>5} -> fast {s['fast']:>4}, full {s['full']:>4}"

@@ -102,6 +102,11 @@ def _is_variable(u: UOp) -> bool:
     return u.op is Ops.RANGE or (u.op is Ops.PARAM and var_name(u) is not None)
 
 
+def _draw(rng: random.Random, u: UOp) -> ConstValue:
+    v = rng.randint(int(u.vmin), int(u.vmax))
+    return bool(v) if u.dtype.scalar.is_bool else v
+
+
 def check_equal(orig: Sequence[UOp], results: dict[str, Sequence[Any]], tleaves: dict[Any, Any] | None,
                 seed: int = 0) -> dict[str, str]:
     """Per simplifier: how many results differ from their original at some random point of its variables,
@@ -112,7 +117,7 @@ def check_equal(orig: Sequence[UOp], results: dict[str, Sequence[Any]], tleaves:
     for i, e in enumerate(orig):
         leaves = [u for u in e.toposort() if _is_variable(u)]
         for _ in range(CHECK_POINTS):
-            point = {u: rng.randint(int(u.vmin), int(u.vmax)) for u in leaves}
+            point = {u: _draw(rng, u) for u in leaves}
             by_name: dict[str, ConstValue] = {u.render(): v for u, v in point.items()}
             want = e.evaluate(by_name)
             for label, res in results.items():

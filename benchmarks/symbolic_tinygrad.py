@@ -60,6 +60,8 @@ def to_tinygrad(exprs: Sequence[UOp]) -> tuple[list[Any], dict[Any, Any]]:
                 t = leaves[u] = TUOp.range(int(u.vmax) + 1, rid, TAxis[axis.name])
             elif u.op is Ops.NOT:  # tinygrad has no NOT: its logical_not is x != True
                 t = TUOp(T.CMPNE, tdt.bool, (out[u.src[0]], TUOp.const(True, tdt.bool)))
+            elif u.op is Ops.CMPGT:  # tinygrad has no CMPGT: a > b is b < a
+                t = TUOp(T.CMPLT, tdt.bool, (out[u.src[1]], out[u.src[0]]))
             elif u.op in same:
                 o = same[u.op]
                 dt = tdt.bool if u.dtype.scalar.is_bool else tdt.weakint
