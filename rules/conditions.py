@@ -8,6 +8,9 @@ operands, and a comparison of an index term `x` with a constant (`x < k`, `k < x
 branch node is decided when it is one of the facts (or its negation), or a comparison of the same `x` with a
 constant whose outcome the bounds fix (x's own interval included).
 
+It runs on index and bool wheres (index math and gates), not on float ones: it walks both branches each time it
+is tried, and a float where's branches can be most of a kernel.
+
 Soundness: WHERE selects one branch and drops the other (rewrite.semantics: even a poison value in the dropped
 branch does not reach the result), and inside the selected branch every replaced node has the constant's
 value for every point where `c` has the branch's value. A replaced node is a constant, so the branch is

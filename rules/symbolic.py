@@ -147,7 +147,8 @@ where_folding = RuleSet("where-folding", [
 # depth (rules.conditions); and a where that picks the larger of two terms is their max
 where_closure = RuleSet("where-closure", [
     Rule("where-lt-max",         (xi < y).where(y, x),                where_to_max),  # (y < x).where(x, y) too
-    Rule("where-closure",        cond.where(x, y),                    fold_closure),
+    # index and bool wheres only: the rule walks both branches, which for a float where can be a whole kernel
+    Rule("where-closure",        op.WHERE(cond, x, y, dtype={INDEX, BOOL}), fold_closure),
 ])
 
 # one canonical form for index math: no SUB, NEG or comparison other than < and !=
