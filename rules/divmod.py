@@ -7,7 +7,8 @@ terms that stay within [0, g) for a common factor g of c and the other coefficie
 ((z + y*16 + x*64) // 128 -> x // 2 when 0 <= z + y*16 < 64), nested divisions are merged, a constant
 between them included (x // a + k) // b -> (x + k*a) // (a*b) for b > 0, and for a < 0, b < 0 as well),
 (x % (k*c)) // c is written (x // c) % k, a division keeps its numerator's constant inside (x + 14) // 4
-rather than (x + 2) // 4 + 3 (one ADD fewer) and a constant added after it is merged in, and a division or
+rather than (x + 2) // 4 + 3 (one ADD fewer) unless it is a multiple of the divisor ((x + 36) // 3 ->
+x // 3 + 12, free, and the quotient may meet like terms), a constant added after it is merged in, and a division or
 modulo by y*c with a symbolic y has the common factor of c and the numerator's coefficients divided out
 ((a*3 + b*9) // (d*3) -> (a + b*3) // d).
 
@@ -105,7 +106,8 @@ divmod_templates = RuleSet("divmod-templates", [
     Rule("div-add-div-neg",    (x // c0 + c2) // c1, (x + fold(c2 * c0 - c0 - 1)) // fold(c0 * c1),
          when=lambda c0, c1: (c0 < 0) & (c1 < 0)),
     # a constant after a division goes into its numerator's constant (a multiple of the divisor, either sign)
-    Rule("add-div-const",      (x + c2) // c0 + c1, (x + fold(c2 + c1 * c0)) // c0, when=lambda c0: c0 != 0),
+    Rule("add-div-const",      (x + c2) // c0 + c1, (x + fold(c2 + c1 * c0)) // c0,
+         when=lambda c0, c2: not_divides(c0, c2)),
     # x % y = x - y*q when the quotient q is one number over the whole box (x in [20,23], y in [8,10])
     Rule("mod-fixed-quotient", x % y,               x + y * fold(lambda x, y: -(x.vmin // y.vmin)),
          when=_fixed_quotient),
@@ -164,9 +166,10 @@ def _divmod_linear(x: UOp, c: int, is_div: bool) -> UOp | None:
     # 3. split the multiples of c off the coefficients (truncating toward zero) and the constant (floor for
     #    c > 0, so (a-2)//4 -> (a+2)//4 - 1; truncating for c < 0, so (a+1)%-11 keeps its 1)
     qs = [_tdiv(f, c) for _, f in items]
-    # a division keeps its constant inside (x + 14) // 4, one ADD fewer than (x + 2) // 4 + 3; add-div-const
-    # merges an outer one in
-    kq = 0 if is_div else k // c if c > 0 else _tdiv(k, c)
+    # a division keeps its constant inside, (x + 14) // 4 (one ADD fewer than (x + 2) // 4 + 3; add-div-const
+    # merges an outer one in), unless it is a multiple of c: (x + 36) // 3 -> x // 3 + 12 costs nothing and lets
+    # the quotient meet like terms
+    kq = (k // c if k % c == 0 else 0) if is_div else k // c if c > 0 else _tdiv(k, c)
     kr = k - kq * c
     if kq != 0 or any(qs):
         rem_sum = build_sum([(t, f - q * c) for (t, f), q in zip(items, qs, strict=True)], kr)
@@ -224,8 +227,8 @@ def divide_linear(x: UOp, c0: int) -> UOp | None:
     1. one period: with r_i = f_i (mod c) and R = sum(r_i * t_i) + k % c, if R // c is one number q over
        R's interval, then x // c = sum(((f_i - r_i) / c) * t_i) + k // c + q (no division left);
     2. split: x // c = sum(q_i * t_i) + kq + (sum((f_i - q_i*c) * t_i) + k - kq*c) // c, exact for any
-       integers q_i and kq; q_i is f_i / c truncated (each coefficient shrinks toward zero), kq is k // c
-       for c > 0 and k / c truncated for c < 0;
+       integers q_i and kq; q_i is f_i / c truncated (each coefficient shrinks toward zero), kq is k / c
+       when c divides k and 0 otherwise (the constant stays inside);
     3. common factor g of c and every f_i: x // c = (sum(f_i/g * t_i) + k // g) // (c/g), exact when c > 0
        or g | k;
     4. small terms: for c > 0 and g > 1 dividing c, write x = g*B + S where B = sum over the terms g divides of
@@ -271,17 +274,10 @@ def mod_common_factor(x: UOp, y: UOp, c0: int) -> UOp | None:
     return divide_common_factor(x, y, c0, False)
 
 
-def merge_div_one(x: UOp, c0: int) -> UOp:
-    """x // c + 1 -> (x + c) // c (one node fewer: the divisor is the constant added); exact for every c != 0."""
-    cu = UOp.const(c0, x.dtype)
-    return UOp(Ops.IDIV, (UOp(Ops.ADD, (x, cu)), cu))
-
-
 # fmt: off
 divmod_linear = RuleSet("divmod-linear", [
     Rule("div-common-factor-var", x // (y * c0), div_common_factor, when=lambda c0: c0 != 0),
     Rule("mod-common-factor-var", x % (y * c0),  mod_common_factor, when=lambda c0: c0 != 0),
-    Rule("add-div-one",           x // c0 + 1,   merge_div_one,     when=lambda c0: c0 != 0),
     Rule("div-linear",  x // c0, divide_linear, when=lambda c0: c0 != 0),
     Rule("mod-linear",  x % c0,  modulo_linear, when=lambda c0: c0 != 0),
     Rule("add-chain-div-mod", op.ADD(x, y, ordered=True), recombine_divmod, when=lambda y: is_divmod_term(y)),
