@@ -1,0 +1,38 @@
+"""The pipeline's symbolic stage: the fast rules, then the e-graph on what they leave (lower.pipeline.symbolic)."""
+
+from __future__ import annotations
+
+import rules  # noqa: F401  # registers UOp.simplify
+from devices import target_for
+from lower.pipeline import Lowering, symbolic
+from lower.schedule import schedule
+from rewrite.ops import Ops
+from rewrite.uop import UOp
+from tensor import Tensor
+
+
+def _gated_load(ast: UOp) -> UOp:
+    return next(u for u in ast.toposort() if u.op is Ops.LOAD and len(u.src) > 2)
+
+
+def test_egraph_bounds_remove_a_gate() -> None:
+    """A conv kernel's padding gate, and-ed with `(r + r*n) < 1` for a symbolic n bound to -1 (a shape variable
+    fixed to one value): the fast rules leave variables alone and give r + r*n the interval [-r.vmax, r.vmax],
+    so they keep the gate; the e-graph's interval of that sum is the best over its equivalent forms, among them
+    the constant 0, so with the e-graph tier on the conjunct is True and the gate is the padding gate alone."""
+    x, w = Tensor.empty(1, 4, 8, 8), Tensor.empty(4, 4, 3, 3)
+    items, _ = schedule([x.conv2d(w, padding=1).uop])
+    ast = next(it.ast for it in items if it.kind == "kernel" and it.ast is not None
+               and any(u.op is Ops.LOAD and len(u.src) > 2 for u in it.ast.toposort()))
+    gate = _gated_load(ast).src[2]
+    r = next(u for u in gate.toposort() if u.op is Ops.RANGE)
+    n = UOp.variable("n", -1, -1)
+    extra = (r + r * n) < 1
+    marked = ast.substitute({gate: gate & extra})
+    target = target_for("python")
+    plain = _gated_load(symbolic(ast, Lowering(target, egglog=False))).src[2]
+    fast = _gated_load(symbolic(marked, Lowering(target, egglog=False))).src[2]
+    full = _gated_load(symbolic(marked, Lowering(target, egglog=True))).src[2]
+    assert n in fast.toposort(), f"the fast rules alone already removed the conjunct: {fast.render()}"
+    assert n not in full.toposort(), f"the e-graph kept the conjunct: {full.render()}"
+    assert full is plain, f"{full.render()} != {plain.render()}"
