@@ -34,10 +34,20 @@ broadcast to every lane. Additionally:
   BUFFER   REG of n elements indexed by a VCONST (0..n-1): a vector accumulator.
   REDUCE-free: horizontal reductions are written as ALU ops on INDEX lane extractions.
 
+GPU programs (the cuda device; the python device emulates them):
+
+  SPECIAL  "gidx0/1/2": the block index on axis x/y/z (CUDA blockIdx), bound = the grid size on that axis;
+           "lidx0/1/2": the thread index in the block (threadIdx), bound = the block size on that axis.
+  BUFFER   addrspace LOCAL, shape (n,), n constant: memory shared by the threads of one block (`__shared__`).
+  BARRIER  every thread of the block waits here (`__syncthreads()`); LOCAL reads after it go through
+           AFTER(buf, BARRIER).
+  ATOMICADD src (INDEX, value): adds value to the element atomically; no result.
+  Values are scalars on the GPU in this version (no vector lanes).
+
 IDIV/MOD are floor division; a device that lacks them declares so and lowering gives it CDIV/CMOD plus a fix.
 A device declares `supported_ops`; lowering decomposes the rest (rules/decompositions.py).
 
-Registry: `get_device(name)` returns the device object ("cpu", "python"; "cuda" is planned and says so);
+Registry: `get_device(name)` returns the device object ("cpu", "python", "cuda");
 `DEVICE` picks the default.
 `target_for(name)` is the device's default Target (devices.base): for cpu, the host's as detected, or the level
 `CPU_TARGET` names. Lowering takes a Target as an argument; nothing below reads the environment for it.
@@ -51,8 +61,8 @@ from typing import Any
 from devices.base import Target
 from rewrite.errors import DeviceError
 
-_MODULES = {"cpu": "devices.cpu", "python": "devices.python"}
-_PLANNED = {"cuda": "the CUDA device is not implemented yet (issue: GPU); use cpu, or python for the reference"}
+_MODULES = {"cpu": "devices.cpu", "python": "devices.python", "cuda": "devices.cuda"}
+_PLANNED: dict[str, str] = {}
 _loaded: dict[str, Any] = {}
 
 

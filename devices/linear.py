@@ -38,7 +38,7 @@ from rewrite.ops import GroupOp, Ops
 from rewrite.uop import BufferArg, ConstValue, ParamArg, UOp
 
 # the ops that may appear in a LINEAR list (ALU ops, CAST and BITCAST besides)
-STATEMENTS = frozenset({Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.STORE, Ops.BARRIER, Ops.GROUP})
+STATEMENTS = frozenset({Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.STORE, Ops.BARRIER, Ops.GROUP, Ops.ATOMICADD})
 INSTRUCTIONS = STATEMENTS | frozenset(
     {Ops.BUFFER, Ops.PARAM, Ops.CONST, Ops.VCONST, Ops.STACK, Ops.SPECIAL, Ops.INDEX, Ops.LOAD, Ops.AFTER,
      Ops.CUSTOM}
@@ -58,6 +58,11 @@ def base_of(u: UOp) -> UOp:
     while u.op is Ops.AFTER:
         u = u.src[0]
     return u
+
+
+def _is_buffer_ref(u: UOp) -> bool:
+    """AFTER(buffer, deps): the buffer itself, ordered after deps (e.g. LOCAL memory after a BARRIER)."""
+    return u.op is Ops.AFTER and base_of(u).op is Ops.BUFFER
 
 
 def buffer_arg(u: UOp) -> BufferArg:
@@ -141,7 +146,7 @@ def analyze(linear: UOp, device: str, supported_ops: frozenset[Ops], name: str =
         if u.dtype.count != 1:
             raise _fail(prog, i, u, f"{u.dtype.name} is a vector dtype; a LINEAR vector has a scalar dtype and shape "
                                     f"(n,), e.g. VCONST or STACK")
-        if u.shape != () and op is not Ops.BUFFER and op not in _VECTOR_MAKERS:
+        if u.shape != () and op is not Ops.BUFFER and op not in _VECTOR_MAKERS and not _is_buffer_ref(u):
             if op not in _MAY_BE_VECTOR:
                 raise _fail(prog, i, u, f"{op.name} must be a scalar (shape ()), got shape {u.shape}")
             _check_lanes(prog, i, u, u)
@@ -245,9 +250,9 @@ def _check_instruction(prog: Program, i: int, u: UOp) -> None:
             if not isinstance(a.slot, int) or a.slot < 0 or a.slot in prog.buffers:
                 raise _fail(prog, i, u, f"GLOBAL buffer slot {a.slot!r} must be a new int >= 0")
             prog.buffers[a.slot] = u
-        elif a.addrspace is AddrSpace.REG:
+        elif a.addrspace in (AddrSpace.REG, AddrSpace.LOCAL):
             if not isinstance(u.shape[0], int):
-                raise _fail(prog, i, u, "a REG buffer needs a constant size")
+                raise _fail(prog, i, u, f"a {a.addrspace.name} buffer needs a constant size")
         else:
             raise _fail(prog, i, u, f"{a.addrspace.name} buffers are not supported on this device")
     elif op is Ops.PARAM:
@@ -276,5 +281,10 @@ def _check_instruction(prog: Program, i: int, u: UOp) -> None:
             raise _fail(prog, i, u, "INDEX must be (buffer, i) over a BUFFER, or (vector, CONST k) for a lane")
     elif op is Ops.LOAD or op is Ops.STORE:
         _check_access(prog, i, u)
+    elif op is Ops.ATOMICADD:
+        if len(u.src) != 2 or base_of(u.src[0]).op is not Ops.INDEX or u.src[1].shape != ():
+            raise _fail(prog, i, u, "ATOMICADD takes (INDEX of a buffer, scalar value)")
+        if is_global(buf := base_of(base_of(u.src[0]).src[0])):
+            prog.stored.add(buffer_arg(buf).slot)
     elif op is Ops.IF and (len(u.src) != 1 or u.src[0].dtype is not dtypes.bool or u.src[0].shape != ()):
         raise _fail(prog, i, u, "IF takes one scalar bool gate")
