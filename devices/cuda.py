@@ -331,8 +331,7 @@ class CudaKernel:
             holders.append(ctypes.c_uint64(arr.ptr))
         for p, v in zip(prog.variables.values(), check_vars(prog.variables, var_vals, self.name), strict=True):
             holders.append(_CT[p.dtype](v))
-        params = (ctypes.c_void_p * max(1, len(holders)))(
-            *[ctypes.cast(ctypes.byref(h), ctypes.c_void_p) for h in holders])  # type: ignore[arg-type]
+        params = (ctypes.c_void_p * max(1, len(holders)))(*[ctypes.addressof(h) for h in holders])  # type: ignore[arg-type]
         return params, holders + temps, back
 
     def __call__(self, buffers: dict[int, object], var_vals: dict[str, int] | None = None) -> None:
