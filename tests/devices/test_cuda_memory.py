@@ -122,5 +122,5 @@ def test_launch_arguments_point_at_pointers_and_values(host_driver: HostDriver) 
     with pytest.raises(DeviceError, match="buffer slots 0 and 1 are the same memory"):
         k._args({0: a, 1: a}, {"n": 4})
     host = np.zeros(64, np.int32)  # a host array is copied in for the launch, and back since slot 0 is written
-    _, keep, back = k._args({0: host, 1: b}, {"n": 4})
+    _, _temps, back = k._args({0: host, 1: b}, {"n": 4})
     assert len(back) == 1 and back[0][0] is host and host_driver.copies[-1] == "htod"
