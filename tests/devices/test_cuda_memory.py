@@ -113,7 +113,7 @@ def test_launch_arguments_point_at_pointers_and_values(host_driver: HostDriver) 
     st = out.index(r).store(src.index(r).load() + n.cast(dtypes.int32))
     k = DEVICE.compile(linear(out, src, r, st, UOp(Ops.END, (st, r))), "args", gpu_target("sm_90"))
     a, b = DEVICE.alloc(64, dtypes.int32), DEVICE.alloc(64, dtypes.int32)
-    params, keep, back = k._args({0: a, 1: b}, {"n": 40})
+    params, _holders, back = k._args({0: a, 1: b}, {"n": 40})  # _holders keeps the values params point at
     assert [ctypes.c_uint64.from_address(params[i]).value for i in range(2)] == [a.ptr, b.ptr]
     assert ctypes.c_longlong.from_address(params[2]).value == 40 and back == []
     assert k.launch_dims({"n": 40}) == ((1, 1, 1), (1, 1, 1))
