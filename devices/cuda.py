@@ -471,6 +471,8 @@ class CudaDevice:
                 self._pool.held -= nbytes
                 if not ptrs:
                     del self._pool.free[nbytes]
+        if over:
+            self.synchronize()  # a queued kernel may still use the memory
         for p in over:
             self.driver.free(p)
 

@@ -156,7 +156,7 @@ def test_conv2d(lowering: str) -> None:
 def test_half_and_bfloat16(lowering: str, dtype: str) -> None:
     a, b = rng(1).standard_normal((48, 40)).astype(np.float32), rng(2).standard_normal((40, 24)).astype(np.float32)
     on = {d: (Tensor(a, device=d).cast(dtype), Tensor(b, device=d).cast(dtype)) for d in ("cuda", "cpu")}
-    for f in (lambda x, y: x @ y, lambda x, y: (x[:, :24] * y[:48 - 8, :] + 1).exp()):
+    for f in (lambda x, y: x @ y, lambda x, y: (x[:40, :24] * y + 1).exp()):
         got, want = (f(*on[d]).cast("float32").numpy() for d in ("cuda", "cpu"))
         np.testing.assert_allclose(got, want, rtol=2e-2 if dtype == "bfloat16" else 2e-3, atol=1e-2)
 
