@@ -45,7 +45,7 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ("getitem int", lambda: m23()[2], IndexError, r"index 2 is out of range for axis 0 with size 2"),
     ("getitem neg", lambda: m23()[:, -4], IndexError, r"index -4 is out of range for axis 1 with size 3"),
     ("getitem many", lambda: m23()[0, 0, 0], IndexError, r"too many indices"),
-    ("device", lambda: Tensor.ones(2, device="gpu"), DeviceError, r"unknown device 'gpu'; known devices: cpu, python"),
+    ("device", lambda: Tensor.ones(2, device="gpu"), DeviceError, r"unknown device 'gpu'; known devices: cpu, cuda, python"),
     ("device to", lambda: m23().to("npu"), DeviceError, r"unknown device 'npu'"),
     ("mixed devices", lambda: m23() + m23().to("python"), DeviceError, r"operands live on different devices"),
     ("conv channels", lambda: Tensor.ones(1, 3, 4, 4).conv2d(Tensor.ones(1, 2, 2, 2)), ShapeError,
