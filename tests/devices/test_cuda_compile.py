@@ -4,6 +4,7 @@ where nvcc is absent; needs no GPU."""
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 
@@ -23,7 +24,7 @@ from rewrite.ops import Ops
 from rewrite.uop import UOp
 from tensor import Tensor
 from tests.devices.builder import ALL_DTYPES, buf, elementwise, linear
-from tests.devices.cuda_programs import big_shared, block_sum, grid_elementwise, special
+from tests.devices.cuda_programs import big_shared, big_shared_expected, block_sum, grid_elementwise, special
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not installed")
 SMS = ("sm_80", "sm_90")
@@ -46,21 +47,31 @@ def suite_kernels(dtype: str = "float32") -> list[tuple[str, UOp]]:
     return out
 
 
-def lowered(kernels: list[tuple[str, UOp]], sm: str) -> list[tuple[UOp, str]]:
-    # opts=[]: scalar kernels with no OptOps (one thread) until the GPU lowering (gidx/lidx axes) is merged
-    return [(lower_kernel(ast, gpu_target(sm), opts=[], name=name), name) for name, ast in kernels]
+def lowered(kernels: list[tuple[str, UOp]], sm: str, lowering: str) -> list[tuple[UOp, str]]:
+    """LINEAR programs for `sm`: the GPU heuristics' choice (grid and block axes, shared memory), or no OptOps at
+    all (scalar kernels, one thread)."""
+    opts = [] if lowering == "noopt" else None
+    return [(lower_kernel(ast, gpu_target(sm), opts=opts, name=name), name) for name, ast in kernels]
 
 
 @needs_nvcc
 @pytest.mark.parametrize("sm", SMS)
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-def test_the_kernel_suite_compiles_for_the_gpu(tmp_path: os.PathLike, sm: str, dtype: str) -> None:
-    progs = lowered(suite_kernels(dtype), sm)
+@pytest.mark.parametrize("lowering", ["gpu", "noopt"])
+def test_the_kernel_suite_compiles_for_the_gpu(tmp_path: os.PathLike, sm: str, dtype: str, lowering: str) -> None:
+    progs = lowered(suite_kernels(dtype), sm, lowering)
     assert len(progs) >= len(SUITE)
     with Context(CACHEDIR=str(tmp_path)):
         ks = DEVICE.compile_batch(progs, gpu_target(sm))
     assert len(ks) == len(progs) and all(k.cubin[:4] == b"\x7fELF" for k in ks)
-    assert all(f"__global__ void __launch_bounds__(1) {k.symbol}(" in k.src for k in ks)
+    threads = [math.prod(k.launch_dims({})[1]) for k in ks]
+    if lowering == "noopt":
+        assert threads == [1] * len(ks)
+        assert all(f"__global__ void __launch_bounds__(1) {k.symbol}(" in k.src for k in ks)
+    else:  # every kernel of the suite is spread over the threads of a block
+        assert min(threads) >= 32 and all(f"__launch_bounds__({t}) {k.symbol}(" in k.src for t, k in zip(
+            threads, ks, strict=True))
+        assert "__syncthreads();" in next(k.src for k in ks if k.name.startswith("sum_"))
     if dtype == "float16":
         assert "#include <cuda_fp16.h>" in ks[0].src and "half" in ks[0].src
 
@@ -201,3 +212,20 @@ def test_no_gpu_is_a_device_error_not_a_crash() -> None:
         dev.alloc(4, dtypes.float32)
     with pytest.raises(DeviceError, match="cuda: "):
         dev.default_target()
+
+
+def test_the_gpu_tests_programs_on_the_emulator() -> None:
+    """The hand-built programs tests/devices/test_cuda.py runs on the GPU, run by the python device's grid emulator
+    against the same expectations (so a GPU failure points at the cuda device, not at the program)."""
+    py = get_device("python")
+    x = np.arange(6 * 64).astype(np.float32)
+    out, total = np.zeros(6, np.float32), np.zeros(1, np.float32)
+    py.compile(block_sum(6, 64), "block_sum")({0: out, 1: x, 2: total})
+    np.testing.assert_array_equal(out, x.reshape(6, 64).sum(1))
+    assert total[0] == x.sum()
+    o = np.zeros(256, np.float32)
+    py.compile(big_shared(), "big_shared")({0: o})
+    np.testing.assert_array_equal(o, big_shared_expected())
+    a, b, o = np.arange(1000, dtype=np.float32), np.full(1000, 3, np.float32), np.zeros(1000, np.float32)
+    py.compile(grid_elementwise(1000, 128), "grid_ew")({0: o, 1: a, 2: b})
+    np.testing.assert_array_equal(o, a * b + a)
