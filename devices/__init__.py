@@ -34,10 +34,33 @@ broadcast to every lane. Additionally:
   BUFFER   REG of n elements indexed by a VCONST (0..n-1): a vector accumulator.
   REDUCE-free: horizontal reductions are written as ALU ops on INDEX lane extractions.
 
+GPU kernels (lowered for a Target with warp_size > 0, e.g. devices.base.gpu_target; lower/gpu.py):
+
+  SPECIAL  "gidx0"/"gidx1"/"gidx2": the block index along grid x/y/z, src (bound,) = the grid size on that axis;
+           "lidx0"/"lidx1"/"lidx2": the thread index inside the block along x/y/z, bound = the block size on
+           that axis. The bounds are CONST ints and are the launch size (a missing axis has size 1; the product
+           of the lidx bounds is at most 1024; gidx1 and gidx2 at most 65535). lidx0 is the fastest-varying
+           axis (consecutive threads touch consecutive elements).
+  BUFFER   addrspace LOCAL, shape (n,): a shared-memory array of n elements per block (CUDA `__shared__`),
+           declared where it appears (at the top level of the kernel); its slot numbers its own namespace
+           (LOCAL slots 0, 1, ... apart from GLOBAL and REG slots). Never initialized: reads only what a
+           thread of the block stored.
+  BARRIER  src (the stores it waits for): every thread of the block waits (`__syncthreads()`); never inside an
+           IF (every thread must reach it). Reads of a LOCAL buffer after it go through AFTER(buffer, BARRIER),
+           an AFTER whose value is the whole buffer (shape (n,)): INDEX(AFTER(local, BARRIER), i).
+  ATOMICADD src (INDEX of a GLOBAL buffer, scalar value of its dtype): `atomicAdd(&buf[i], value)`; a statement.
+
+  GPU kernels use scalar values only: UPCAST/UNROLL axes become separate scalar instructions (copies of the
+  code, lower.expand), never vector lanes, so a GPU renderer needs no vector types, VCONST or STACK.
+  A store every thread of a block would make alike (the result of a reduction shared by the block) is gated
+  to lidx0 == 0. Loads and stores past a padded axis's end carry a gate (never an out-of-bounds access).
+  The python device emulates the grid exactly (devices/python.py): blocks one by one, the threads of a block
+  in lockstep from BARRIER to BARRIER, LOCAL memory per block.
+
 IDIV/MOD are floor division; a device that lacks them declares so and lowering gives it CDIV/CMOD plus a fix.
 A device declares `supported_ops`; lowering decomposes the rest (rules/decompositions.py).
 
-Registry: `get_device(name)` returns the device object ("cpu", "python"; "cuda" is planned and says so);
+Registry: `get_device(name)` returns the device object ("cpu", "python", "cuda");
 `DEVICE` picks the default.
 `target_for(name)` is the device's default Target (devices.base): for cpu, the host's as detected, or the level
 `CPU_TARGET` names. Lowering takes a Target as an argument; nothing below reads the environment for it.
@@ -51,8 +74,8 @@ from typing import Any
 from devices.base import Target
 from rewrite.errors import DeviceError
 
-_MODULES = {"cpu": "devices.cpu", "python": "devices.python"}
-_PLANNED = {"cuda": "the CUDA device is not implemented yet (issue: GPU); use cpu, or python for the reference"}
+_MODULES = {"cpu": "devices.cpu", "python": "devices.python", "cuda": "devices.cuda"}
+_PLANNED: dict[str, str] = {}
 _loaded: dict[str, Any] = {}
 
 

@@ -67,8 +67,8 @@ from rewrite.uop import UOp
 
 C_ALU_OPS = GroupOp.ALU - {Ops.IDIV, Ops.MOD, Ops.THREEFRY}
 
-# vector forms first: their guards pick shape (n,) values, the scalar rules below take the rest
-C_RULES = VECTOR_RULES + RuleSet("c-render", [
+# one rule per scalar instruction kind; devices.cuda_render puts its own rules before these
+SCALAR_RULES = RuleSet("c-render", [
     Rule("c-const", op.CONST(name="x"), render_const),
     Rule("c-buffer-global", op.BUFFER(name="x", rest=True), render_buffer_global,
          when=lambda x: buffer_arg(x).addrspace == AddrSpace.GLOBAL),
@@ -92,6 +92,8 @@ C_RULES = VECTOR_RULES + RuleSet("c-render", [
     Rule("c-barrier", op.BARRIER(rest=True), render_nothing),
     Rule("c-group", op.GROUP(rest=True), lambda: ""),
 ])
+# vector forms first: their guards pick shape (n,) values, the scalar rules take the rest
+C_RULES = VECTOR_RULES + SCALAR_RULES
 
 
 # ---------------------------------------------------------------- the driver
@@ -154,14 +156,21 @@ def render_function(prog: Program, name: str, helpers: dict[str, str]) -> str:
     if _reversed_reduction(prog):
         attr = ctx.define("NO_LOOP_VECTORIZE", _NO_LOOP_VECTORIZE) + " "
     lines = [attr + signature(prog, name, ctx) + " {"]
-    indent = 1
+    render_body(prog, ctx, C_RULES, lines)
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def render_body(prog: Program, ctx: CContext, rules: RuleSet, lines: list[str], indent: int = 1) -> None:
+    """Append the statements of a checked program to `lines`, each instruction rendered by the first rule of
+    `rules` that matches it; the values' names go into `ctx`. Shared by every C-like renderer."""
     for u in prog.instrs:
         if u.op in (Ops.VCONST, Ops.STACK) and u not in prog.uses:
             continue  # a BUFFER's shape operand that a linearizer listed; no value reads it
-        fn = C_RULES.matcher(u.op)
+        fn = rules.matcher(u.op)
         hit = fn(u, ctx) if fn is not None else None
         if hit is None:
-            raise CompileError(f"{prog.where(u)}: the C renderer has no rule for {u.op.name} here")
+            raise CompileError(f"{prog.where(u)}: the {ctx.dialect.name} renderer has no rule for {u.op.name} here")
         text = cast(str, cast(tuple, hit)[0])
         if u.op in VALUE_OPS or u.op is Ops.STACK or (u.op in (Ops.LOAD, Ops.CUSTOM) and u.dtype is not dtypes.void):
             ctx.depth[u] = 1 + max((ctx.depth.get(s, 0) for s in u.src), default=0)
@@ -178,8 +187,6 @@ def render_function(prog: Program, name: str, helpers: dict[str, str]) -> str:
                 indent -= line.startswith("}")
                 lines.append("  " * indent + (line if u.op is not Ops.CUSTOM else line + ";"))
                 indent += line.endswith("{")
-    lines.append("}")
-    return "\n".join(lines)
 
 
 def render_source(funcs: list[str], helpers: dict[str, str]) -> str:
@@ -187,5 +194,5 @@ def render_source(funcs: list[str], helpers: dict[str, str]) -> str:
     return head + "".join(h + "\n" for h in helpers.values()) + "\n" + "\n\n".join(funcs) + "\n"
 
 
-__all__ = ["C_ALU_OPS", "C_RULES", "CContext", "ctype", "is_reserved", "render_function", "render_source",
-           "storage_type"]
+__all__ = ["C_ALU_OPS", "C_RULES", "SCALAR_RULES", "CContext", "ctype", "is_reserved", "render_body",
+           "render_function", "render_source", "storage_type"]

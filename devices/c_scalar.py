@@ -7,6 +7,7 @@ work done lane by lane.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import cast
 
 from devices.linear import Program, base_of, buffer_arg, const_value, is_global
@@ -42,8 +43,34 @@ _RESERVED = (
 )
 _C_WORDS = frozenset(_RESERVED.split())
 # the renderer's own names: values, helpers, and (c_vector) vector types `f32x16`, `llx8` and lane-loop names
-_GENERATED = re.compile(r"^(data|val|alu|acc|ridx|bitcast_|max_|cdiv_|cmod_|bf16_|f2i_|f32_|lane_|splat_|vload_|"
+_GENERATED = re.compile(r"^(data|val|alu|acc|smem|ridx|bitcast_|max_|cdiv_|cmod_|bf16_|f2i_|f32_|lane_|splat_|vload_|"
                         r"vstore_|vmax_|vwhere_|vbf16_|[iuf]\d+x\d|llx\d)")
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What differs between the C languages the scalar rules write: type names, the qualifier of helper
+    functions, and the math functions per float width (float32 names serve float16 and bfloat16 too)."""
+
+    name: str
+    types: dict[DType, str] = field(default_factory=lambda: dict(_CTYPE))
+    helper_prefix: str = "static inline"
+    fma: tuple[str, str] = ("__builtin_fmaf", "__builtin_fma")  # (float32, float64)
+    math32: dict[Ops, str] = field(default_factory=lambda: {o: f + "f" for o, f in _LIBM.items()})
+    math64: dict[Ops, str] = field(default_factory=lambda: dict(_LIBM))
+
+    def ctype(self, dtype: DType) -> str:
+        try:
+            return self.types[dtype.scalar]
+        except KeyError:
+            raise CompileError(f"the {self.name} renderer has no type for {dtype.name}") from None
+
+    def storage(self, dtype: DType) -> str:
+        """The element type of a buffer of `dtype` in memory (bfloat16 as its uint16 bits)."""
+        return "uint16_t" if dtype.scalar is dtypes.bfloat16 else self.ctype(dtype)
+
+
+C_DIALECT = Dialect("C")
 
 
 def is_reserved(name: str) -> bool:
@@ -81,8 +108,9 @@ class CContext:
     """Rendering state: names of rendered values, helpers used, name counters. Helpers are shared by every
     function of one C file, so pass the same `helpers` dict to each function's context."""
 
-    def __init__(self, prog: Program, helpers: dict[str, str] | None = None) -> None:
+    def __init__(self, prog: Program, helpers: dict[str, str] | None = None, dialect: Dialect = C_DIALECT) -> None:
         self.prog = prog
+        self.dialect = dialect
         self.names: dict[UOp, str] = {}
         self.depth: dict[UOp, int] = {}  # nesting depth of inlined expressions
         self.helpers = helpers if helpers is not None else {}
@@ -92,6 +120,10 @@ class CContext:
 
     def __getitem__(self, u: UOp) -> str:
         return self.names[u]
+
+    def ctype(self, dtype: DType) -> str:
+        """The type of a value of `dtype` in this context's dialect."""
+        return self.dialect.ctype(dtype)
 
     def fresh(self, prefix: str) -> str:
         n = self.counters.get(prefix, 0)
@@ -112,7 +144,7 @@ class CContext:
 
     def helper(self, name: str) -> str:
         if name not in self.helpers:
-            self.helpers[name] = _helper_source(name)
+            self.helpers[name] = _helper_source(name, self.dialect)
         return name
 
     def define(self, name: str, source: str) -> str:
@@ -142,17 +174,18 @@ _F2I = """static inline uint64_t f2i_wrap(double x) {
 }"""
 
 
-def _helper_source(name: str) -> str:
+def _helper_source(name: str, dialect: Dialect = C_DIALECT) -> str:
+    ctype, storage_type, fn = dialect.ctype, dialect.storage, dialect.helper_prefix
     if name == "bf16_round":
-        return _BF16
+        return _BF16.replace("static inline", fn)
     if name == "f2i_wrap":
-        return _F2I
+        return _F2I.replace("static inline", fn)
     kind, _, rest = name.partition("_")
     if kind == "max":
         dt = dtypes.from_name(rest)
         t = ctype(dt)
         cond = "a > b || a != a" if dt.is_float else "a > b"
-        return f"static inline {t} {name}({t} a, {t} b) {{ return ({cond}) ? a : b; }}"
+        return f"{fn} {t} {name}({t} a, {t} b) {{ return ({cond}) ? a : b; }}"
     if kind in ("cdiv", "cmod"):
         dt = dtypes.from_name(rest)
         t = ctype(dt)
@@ -160,12 +193,12 @@ def _helper_source(name: str) -> str:
         by_minus_one = "" if dt.is_unsigned else \
             f"b == ({t})-1 ? {'(' + t + ')(0 - (uint64_t)a)' if kind == 'cdiv' else '0'} : "
         sym = "/" if kind == "cdiv" else "%"
-        return f"static inline {t} {name}({t} a, {t} b) {{ return b == 0 ? 0 : {by_minus_one}a {sym} b; }}"
+        return f"{fn} {t} {name}({t} a, {t} b) {{ return b == 0 ? 0 : {by_minus_one}a {sym} b; }}"
     if kind == "bitcast":
         src, dst = (dtypes.from_name(n) for n in rest.split("_to_"))
         load = "f32_to_bf16(x)" if src is dtypes.bfloat16 else "x"
         out = "bf16_to_f32(d)" if dst is dtypes.bfloat16 else "d"
-        return (f"static inline {ctype(dst)} {name}({ctype(src)} x) {{ {storage_type(src)} s = {load}; "
+        return (f"{fn} {ctype(dst)} {name}({ctype(src)} x) {{ {storage_type(src)} s = {load}; "
                 f"{storage_type(dst)} d; memcpy(&d, &s, sizeof d); return {out}; }}")
     raise CompileError(f"no C helper named {name!r}")
 
@@ -174,11 +207,12 @@ def _helper_source(name: str) -> str:
 
 
 def render_const(x: UOp, ctx: CContext) -> str:
-    return const_text(const_value(x), x.dtype)
+    return const_text(const_value(x), x.dtype, ctx.ctype(dtypes.float16))
 
 
-def const_text(v: ConstValue, dt: DType) -> str:
-    """The C literal of a constant value of `dt` (as it computes, so a bfloat16 is a float literal)."""
+def const_text(v: ConstValue, dt: DType, half: str = "_Float16") -> str:
+    """The C literal of a constant value of `dt` (as it computes, so a bfloat16 is a float literal); `half` is
+    the dialect's float16 type."""
     if dt is dtypes.bool:
         return "1" if v else "0"
     if dt.is_int:
@@ -203,7 +237,7 @@ def const_text(v: ConstValue, dt: DType) -> str:
         # repr round-trips the float64 value, which is exactly a value of dt, so C reads back that value
         s = repr(float(v)) + ("" if dt is dtypes.float64 else "f")
     if dt is dtypes.float16:
-        return f"((_Float16){s})"
+        return f"(({half}){s})"
     return f"({s})" if s.startswith("-") else s
 
 
@@ -213,7 +247,7 @@ def render_buffer_global(x: UOp) -> str:
 
 def render_buffer_reg(x: UOp, ctx: CContext) -> str:
     name = ctx.names[x] = ctx.fresh("acc")
-    return f"{ctype(x.dtype)} {name}[{x.shape[0]}];"
+    return f"{ctx.ctype(x.dtype)} {name}[{x.shape[0]}];"
 
 
 def render_param(x: UOp, ctx: CContext) -> str:
@@ -259,10 +293,10 @@ def render_cast(x: UOp, y: UOp, ctx: CContext) -> str:
     if dst is dtypes.bool:
         return f"({a}!=0)"
     if src.is_float and dst.is_int:
-        return f"(({ctype(dst)}){ctx.helper('f2i_wrap')}((double){a}))"
+        return f"(({ctx.ctype(dst)}){ctx.helper('f2i_wrap')}((double){a}))"
     if dst is dtypes.bfloat16:
         return f"{ctx.helper('bf16_round')}((float){a})"
-    return f"(({ctype(dst)}){a})"
+    return f"(({ctx.ctype(dst)}){a})"
 
 
 def render_bitcast(x: UOp, y: UOp, ctx: CContext) -> str:
@@ -272,7 +306,7 @@ def render_bitcast(x: UOp, y: UOp, ctx: CContext) -> str:
     if dst is dtypes.bool:
         return f"({a}!=0)"
     if src is dtypes.bool:
-        return f"(({ctype(dst)}){a})"
+        return f"(({ctx.ctype(dst)}){a})"
     if src is dtypes.bfloat16 or dst is dtypes.bfloat16:
         ctx.helper("bf16_round")
     return f"{ctx.helper(f'bitcast_{src.name}_to_{dst.name}')}({a})"
@@ -281,7 +315,7 @@ def render_bitcast(x: UOp, y: UOp, ctx: CContext) -> str:
 def _wrap(dt: DType, expr: str, ctx: CContext) -> str:
     """Round or wrap an op's C result back to its dtype (C computes narrow types wider)."""
     if dt is dtypes.float16 or dt in _NARROW_INT:
-        return f"(({ctype(dt)}){expr})"
+        return f"(({ctx.ctype(dt)}){expr})"
     if dt is dtypes.bfloat16:
         return f"{ctx.helper('bf16_round')}({expr})"
     return expr
@@ -315,10 +349,10 @@ def render_alu(x: UOp, ctx: CContext) -> str:
         e = f"({a[0]}|{a[1]})" if dt is dtypes.bool else \
             f"{ctx.helper('max_' + ('float32' if dt is dtypes.bfloat16 else dt.name))}({a[0]}, {a[1]})"
     elif o is Ops.RECIP:
-        one = {dtypes.float64: "1.0", dtypes.float16: "(_Float16)1.0f"}.get(dt, "1.0f")
+        one = {dtypes.float64: "1.0", dtypes.float16: f"({ctx.ctype(dt)})1.0f"}.get(dt, "1.0f")
         e = f"({one}/{a[0]})"
     elif o is Ops.MULACC and dt.is_float:  # fused (rewrite.semantics): float64 fma, float32 fmaf for the rest
-        fn = "__builtin_fma" if dt is dtypes.float64 else "__builtin_fmaf"
+        fn = ctx.dialect.fma[dt is dtypes.float64]
         cvt = "(float)" if dt is dtypes.float16 else ""
         e = f"{fn}({', '.join(cvt + unparen(v) for v in a)})"
     elif o is Ops.MULACC:
@@ -326,7 +360,7 @@ def render_alu(x: UOp, ctx: CContext) -> str:
     elif o is Ops.TRUNC and dt.is_int:
         return a[0]
     elif o in _LIBM:
-        fn = _LIBM[o] + ("" if dt is dtypes.float64 else "f")
+        fn = (ctx.dialect.math64 if dt is dtypes.float64 else ctx.dialect.math32)[o]
         args = a if dt is not dtypes.float16 else [f"(float){s}" for s in a]
         e = f"{fn}({', '.join(args)})"
     elif o is Ops.CDIV or o is Ops.CMOD:

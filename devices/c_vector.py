@@ -83,7 +83,7 @@ def vtype(dt: DType, n: int, ctx: CContext, may_alias: bool = False) -> str:
 
 def value_type(u: UOp, ctx: CContext) -> str:
     """The C type that holds the value of `u`: its scalar type, or its vector type."""
-    return ctype(u.dtype) if u.shape == () else vtype(u.dtype, lanes(u), ctx)
+    return ctx.ctype(u.dtype) if u.shape == () else vtype(u.dtype, lanes(u), ctx)
 
 
 def _mask_type(dt: DType, n: int, ctx: CContext) -> str:

@@ -20,7 +20,9 @@ CompileError (naming the instruction, its position and what is wrong) or returns
   (vector, CONST k) for lane k; LOAD and STORE go through a buffer INDEX and their gate is a scalar or has the
   index's lanes; a vector BITCAST keeps the itemsize; every ALU op is one the device declares in
   `supported_ops`;
-- GLOBAL buffer slots, variable names and SPECIAL names are each defined once.
+- GLOBAL buffer slots, variable names and SPECIAL names are each defined once;
+- a REG or LOCAL buffer has a constant size; ATOMICADD is (INDEX of a GLOBAL buffer, scalar of its dtype); a
+  BARRIER is not inside an IF (every thread of a block must reach it).
 
 The Program then gives positions, the matching opener/closer of each block, the innermost open block of
 each instruction, use counts, and the kernel parameters (GLOBAL buffers by slot, variables by name,
@@ -38,7 +40,7 @@ from rewrite.ops import GroupOp, Ops
 from rewrite.uop import BufferArg, ConstValue, ParamArg, UOp
 
 # the ops that may appear in a LINEAR list (ALU ops, CAST and BITCAST besides)
-STATEMENTS = frozenset({Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.STORE, Ops.BARRIER, Ops.GROUP})
+STATEMENTS = frozenset({Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.STORE, Ops.BARRIER, Ops.GROUP, Ops.ATOMICADD})
 INSTRUCTIONS = STATEMENTS | frozenset(
     {Ops.BUFFER, Ops.PARAM, Ops.CONST, Ops.VCONST, Ops.STACK, Ops.SPECIAL, Ops.INDEX, Ops.LOAD, Ops.AFTER,
      Ops.CUSTOM}
@@ -98,7 +100,8 @@ class Program:
     buffers: dict[int, UOp] = field(default_factory=dict)  # GLOBAL slot -> BUFFER, sorted by slot
     variables: dict[str, UOp] = field(default_factory=dict)  # name -> PARAM, sorted by name
     specials: dict[str, UOp] = field(default_factory=dict)  # name -> SPECIAL, in order of appearance
-    stored: set[int] = field(default_factory=set)  # GLOBAL slots written by a STORE
+    stored: set[int] = field(default_factory=set)  # GLOBAL slots written by a STORE or ATOMICADD
+    locals: list[UOp] = field(default_factory=list)  # LOCAL (shared memory) BUFFERs, in order
 
     def where(self, u: UOp) -> str:
         return f"kernel {self.name!r}, instruction {self.pos.get(u, '?')} ({u.short()})"
@@ -141,7 +144,7 @@ def analyze(linear: UOp, device: str, supported_ops: frozenset[Ops], name: str =
         if u.dtype.count != 1:
             raise _fail(prog, i, u, f"{u.dtype.name} is a vector dtype; a LINEAR vector has a scalar dtype and shape "
                                     f"(n,), e.g. VCONST or STACK")
-        if u.shape != () and op is not Ops.BUFFER and op not in _VECTOR_MAKERS:
+        if u.shape != () and base_of(u).op is not Ops.BUFFER and op not in _VECTOR_MAKERS:
             if op not in _MAY_BE_VECTOR:
                 raise _fail(prog, i, u, f"{op.name} must be a scalar (shape ()), got shape {u.shape}")
             _check_lanes(prog, i, u, u)
@@ -157,6 +160,8 @@ def analyze(linear: UOp, device: str, supported_ops: frozenset[Ops], name: str =
                 raise _fail(prog, i, u, f"uses {s.short()[:80]} (instruction {pos[s]}) after the block it was made "
                                         f"in (instruction {b}) was closed; compute it outside the block")
         _check_instruction(prog, i, u)
+        if op is Ops.BARRIER and any(prog.instrs[p].op is Ops.IF for p in stack):
+            raise _fail(prog, i, u, "a BARRIER inside an IF: every thread of the block must reach it")
         pos[u] = i
         for s in deps:
             prog.uses[s] = prog.uses.get(s, 0) + 1
@@ -245,9 +250,11 @@ def _check_instruction(prog: Program, i: int, u: UOp) -> None:
             if not isinstance(a.slot, int) or a.slot < 0 or a.slot in prog.buffers:
                 raise _fail(prog, i, u, f"GLOBAL buffer slot {a.slot!r} must be a new int >= 0")
             prog.buffers[a.slot] = u
-        elif a.addrspace is AddrSpace.REG:
+        elif a.addrspace in (AddrSpace.REG, AddrSpace.LOCAL):
             if not isinstance(u.shape[0], int):
-                raise _fail(prog, i, u, "a REG buffer needs a constant size")
+                raise _fail(prog, i, u, f"a {a.addrspace.name} buffer needs a constant size")
+            if a.addrspace is AddrSpace.LOCAL:
+                prog.locals.append(u)
         else:
             raise _fail(prog, i, u, f"{a.addrspace.name} buffers are not supported on this device")
     elif op is Ops.PARAM:
@@ -276,5 +283,11 @@ def _check_instruction(prog: Program, i: int, u: UOp) -> None:
             raise _fail(prog, i, u, "INDEX must be (buffer, i) over a BUFFER, or (vector, CONST k) for a lane")
     elif op is Ops.LOAD or op is Ops.STORE:
         _check_access(prog, i, u)
+    elif op is Ops.ATOMICADD:
+        idx = base_of(u.src[0]) if len(u.src) == 2 else u
+        if len(u.src) != 2 or idx.op is not Ops.INDEX or not is_global(base_of(idx.src[0])) or idx.shape != () \
+                or u.src[1].shape != () or u.src[1].dtype is not base_of(idx.src[0]).dtype:
+            raise _fail(prog, i, u, "ATOMICADD is (INDEX of a GLOBAL buffer, scalar value of its dtype)")
+        prog.stored.add(buffer_arg(base_of(idx.src[0])).slot)
     elif op is Ops.IF and (len(u.src) != 1 or u.src[0].dtype is not dtypes.bool or u.src[0].shape != ()):
         raise _fail(prog, i, u, "IF takes one scalar bool gate")

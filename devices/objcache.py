@@ -109,9 +109,9 @@ def sweep_once(d: str) -> None:
     sweep_stale(d)
 
 
-def evict(d: str, limit: int, keep: str | None = None) -> int:
-    """If the objects in `d` take more than `limit` bytes, remove the least recently used (oldest mtime) down to
-    90% of it, never `keep` (the object just written). Returns the bytes left."""
+def evict(d: str, limit: int, keep: str | None = None, suffix: str = ".so") -> int:
+    """If the objects (files ending in `suffix`) in `d` take more than `limit` bytes, remove the least recently
+    used (oldest mtime) down to 90% of it, never `keep` (the object just written). Returns the bytes left."""
     entries = []
     total = 0
     try:
@@ -119,7 +119,7 @@ def evict(d: str, limit: int, keep: str | None = None) -> int:
     except OSError:
         return 0
     for n in names:
-        if not n.endswith(".so") or n.endswith(TMP_SUFFIX):
+        if not n.endswith(suffix) or n.endswith(TMP_SUFFIX):
             continue
         p = os.path.join(d, n)
         try:
@@ -144,7 +144,7 @@ def evict(d: str, limit: int, keep: str | None = None) -> int:
     return total
 
 
-def note_write(d: str, path: str, limit: int) -> None:
+def note_write(d: str, path: str, limit: int, suffix: str = ".so") -> None:
     """Account for a new object; scan and evict when this process's writes may have taken `d` over `limit`
     (the first write scans, later ones only after they add up to 1/16 of the bound)."""
     try:
@@ -157,7 +157,7 @@ def note_write(d: str, path: str, limit: int) -> None:
         scan = pending == size or pending > limit // 16
         _written[d] = 0 if scan else pending
     if scan:
-        evict(d, limit, keep=path)
+        evict(d, limit, keep=path, suffix=suffix)
 
 
 def warn_unwritable(d: str, err: BaseException) -> None:

@@ -11,6 +11,13 @@ error (in C it would be garbage). An access outside a buffer raises DeviceError 
 and the size; a gated access whose gate is false touches nothing, so padding may index out of bounds.
 A kernel with SPECIALs runs its whole body once per combination of their values, one after another.
 
+The GPU grid (devices/__init__.py): the "lidx*" SPECIALs are the threads of a block, the others the blocks. A
+kernel with lidx SPECIALs, LOCAL buffers or BARRIERs runs block by block; within a block every thread has its
+own values and REG buffers and they share the block's LOCAL buffers (fresh per block, unwritten: reading an
+element no thread has stored is an error). The threads run in lockstep from BARRIER to BARRIER: each runs to
+the next BARRIER in turn, and all must stop at the same one (else DeviceError), which is exactly what
+`__syncthreads()` guarantees and no more. ATOMICADD reads, adds and writes in one step.
+
 Vectors (shape (n,)) are tuples of n lane values, and every lane goes through the same semantics table as a
 scalar would; a scalar operand of a vector op is used for every lane. A vector INDEX of a buffer holds n
 positions: LOAD reads each lane's element (a gate, scalar or per lane, skips the lanes it turns off, which
@@ -29,7 +36,7 @@ import numpy as np
 from devices.base import Target, python_target
 from devices.linear import Program, analyze, base_of, buffer_arg, const_value, is_global, lanes, special_bound
 from devices.memory import Allocator, bf16_decode, bf16_encode, check_buffers, check_vars, np_dtype, size_of
-from rewrite.dtype import DType, dtypes
+from rewrite.dtype import AddrSpace, DType, dtypes
 from rewrite.env import getenv
 from rewrite.errors import CompileError, DeviceError, EvalError
 from rewrite.ops import GroupOp, Ops
@@ -108,9 +115,11 @@ class PythonKernel:
                 init[p] = round_to(u.dtype, const_value(u))
             elif op is Ops.VCONST:
                 init[p] = tuple(round_to(u.dtype, x) for x in u.arg[0])  # type: ignore[index]
-            elif op in (Ops.PARAM, Ops.SPECIAL, Ops.BARRIER, Ops.ENDIF, Ops.GROUP) or \
-                    (op is Ops.BUFFER and is_global(u)):
-                pass  # set per call (buffers, variables, SPECIAL values) or no work at all
+            elif op in (Ops.PARAM, Ops.SPECIAL, Ops.ENDIF, Ops.GROUP) or \
+                    (op is Ops.BUFFER and (is_global(u) or buffer_arg(u).addrspace is AddrSpace.LOCAL)):
+                pass  # set per call (buffers, variables, SPECIAL values, a block's LOCAL memory) or no work at all
+            elif op is Ops.BARRIER:
+                self._emit(p, _barrier)
             elif op is Ops.END:
                 for r in prog.opened[p]:  # innermost first
                     end_step[r] = len(self.steps)
@@ -168,6 +177,8 @@ class PythonKernel:
             def step(v: list) -> None:
                 v[p] = _Mem([None] * n, n, label, _reg_read, _reg_write)
             return step
+        if op is Ops.ATOMICADD:
+            return _atomic_add(p, u.src[1].dtype, s)
         if op is Ops.AFTER:
             x = s[0]
 
@@ -254,20 +265,71 @@ class PythonKernel:
                                     _bf16_read if bf16 else _np_read, _bf16_write if bf16 else _np_write)
         specials = list(prog.specials.values())
         bounds = [special_bound(sp, vv, self.name) for sp in specials]
-        for combo in itertools.product(*(range(b) for b in bounds)):
-            for sp, val in zip(specials, combo, strict=True):
-                v[prog.pos[sp]] = val
-            self._run(v)
+        threads = [i for i, sp in enumerate(specials) if str(sp.arg).startswith("lidx")]
+        if not threads and not prog.locals and not any(u.op is Ops.BARRIER for u in prog.instrs):
+            for combo in itertools.product(*(range(b) for b in bounds)):
+                for sp, val in zip(specials, combo, strict=True):
+                    v[prog.pos[sp]] = val
+                self._run(v)
+            return
+        blocks = [i for i in range(len(specials)) if i not in threads]
+        for combo in itertools.product(*(range(bounds[i]) for i in blocks)):
+            for i, val in zip(blocks, combo, strict=True):
+                v[prog.pos[specials[i]]] = val
+            for buf in prog.locals:  # the block's shared memory: fresh, unwritten
+                n = buf.shape[0]
+                v[prog.pos[buf]] = _Mem([None] * n, n, f"LOCAL buffer (slot {buffer_arg(buf).slot})", _reg_read,
+                                        _reg_write)
+            self._run_block(v, [specials[i] for i in threads], [bounds[i] for i in threads])
 
-    def _run(self, v: list) -> None:
-        steps, n, pc = self.steps, len(self.steps), 0
+    def _run_block(self, v: list, lids: list[UOp], bounds: list[int]) -> None:
+        """Every thread of one block, in lockstep from BARRIER to BARRIER: each thread runs until it reaches a
+        BARRIER (or the end), and the block goes on only when all threads wait at the same one."""
+        states: list[tuple[list, int | None]] = []
+        for combo in itertools.product(*(range(b) for b in bounds)):
+            tv = list(v)
+            for sp, val in zip(lids, combo, strict=True):
+                tv[self.prog.pos[sp]] = val
+            states.append((tv, 0))
+        while states[0][1] is not None:
+            states = [(tv, self._run(tv, pc)) for tv, pc in states]
+            at = {pc for _, pc in states}
+            if len(at) > 1:
+                where = ", ".join("the end" if pc is None else self.prog.where(self.instrs[self.step_pos[pc - 1]])
+                                  for pc in sorted(at, key=lambda x: -1 if x is None else x))
+                raise DeviceError(f"kernel {self.name!r}: the threads of a block stopped at different barriers "
+                                  f"({where}); every thread must reach every BARRIER")
+
+    def _run(self, v: list, pc: int = 0) -> int | None:
+        """Run from step `pc` to the end (None) or to just after the next BARRIER (the step to resume at)."""
+        steps, n = self.steps, len(self.steps)
         try:
             while pc < n:
                 j = steps[pc](v)
+                if j is not None and j < 0:  # _AT_BARRIER
+                    return pc + 1
                 pc = pc + 1 if j is None else j
         except (EvalError, DeviceError, TypeError, ValueError, OverflowError) as e:
             u = self.instrs[self.step_pos[pc]]
             raise DeviceError(f"{self.prog.where(u)}: {e}") from e
+        return None
+
+
+_AT_BARRIER = -1  # what a BARRIER step returns: the thread waits for the rest of its block
+
+
+def _barrier(v: list) -> int:
+    return _AT_BARRIER
+
+
+def _atomic_add(p: int, dt: DType, s: list[int]) -> Step:
+    idx, val = s
+
+    def step(v: list) -> None:
+        mem, i = v[idx]
+        at = _address(mem, i)
+        mem.write(mem, at, exec_alu(Ops.ADD, dt, mem.read(mem, at), v[val]))
+    return step
 
 
 def _alu_step(p: int, op: Ops, dt: DType, s: list[int]) -> Step:

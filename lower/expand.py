@@ -102,7 +102,10 @@ def expand(ast: UOp, target: Target | None, only: list[UOp] | None = None) -> UO
     copies); with `only`, just those ranges become lanes (no copies, and `target` is not read)."""
     if only is None:
         assert target is not None, "expand needs the target to size its vector registers"
-        ast, copies = _register_lanes(ast, target)
+        if target.warp_size:  # a GPU kernel is scalar code (devices/__init__.py): every such axis is copies
+            ast, copies = ast, [r for r in axes(ast) if r.arg[1] in EXPANDED]  # type: ignore[index]
+        else:
+            ast, copies = _register_lanes(ast, target)
         if prod(size(r) for r in copies) > MAX_COPIES:
             raise KernelOptError(f"expand: {prod(size(r) for r in copies)} copies of the kernel body; at most "
                                  f"{MAX_COPIES} (the lanes beyond one vector register are copies)")

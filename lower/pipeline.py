@@ -44,6 +44,7 @@ class Lowering:
     egglog: bool = True
     debug: int = 0
     spec: bool = False
+    nolocals: bool = False  # GPU targets: no LOCAL axes (every output axis GLOBAL, one thread per block)
     opts: tuple | None = None  # OptOps that replace the heuristics' choice (a search tries candidates so)
     bufs: tuple[UOp, ...] | None = None  # the kernel's buffers, for BEAM to time candidates on
     name: str = "kernel"
@@ -52,7 +53,8 @@ class Lowering:
     def from_env(target: Target, **overrides: Any) -> Lowering:
         """The context for `target` with the knobs as the environment (or a `Context`) sets them now."""
         ctx = Lowering(target, noopt=bool(int(getenv("NOOPT"))), beam=int(getenv("BEAM")),
-                       egglog=bool(int(getenv("EGGLOG"))), debug=int(getenv("DEBUG")), spec=bool(int(getenv("SPEC"))))
+                       egglog=bool(int(getenv("EGGLOG"))), debug=int(getenv("DEBUG")), spec=bool(int(getenv("SPEC"))),
+                       nolocals=bool(int(getenv("NOLOCALS"))))
         return replace(ctx, **overrides) if overrides else ctx
 
     @property
@@ -107,7 +109,8 @@ def symbolic(ast: UOp, ctx: Lowering) -> UOp:
 
 def optimize(ast: UOp, ctx: Lowering) -> UOp:
     """Choose OptOps (ctx.opts if given; else none under NOOPT or on an interpreted target; BEAM=n search; else
-    the hand-coded heuristics for the target), apply them, and lower THREAD axes to core_id SPECIALs."""
+    the hand-coded heuristics for the target), apply them, and lower THREAD axes to core_id SPECIALs (on a GPU
+    target, with warps: the GPU heuristics of lower.gpu, and GLOBAL/LOCAL/GROUP_REDUCE axes to the grid)."""
     from lower.optimize import apply_opts, hand_coded, lower_threads
 
     opts: list | None = list(ctx.opts) if ctx.opts is not None else None
@@ -118,10 +121,18 @@ def optimize(ast: UOp, ctx: Lowering) -> UOp:
             from lower.search import beam_search
 
             opts = beam_search(ast, ctx.bufs, ctx.target, ctx.beam, name=ctx.name)
+        elif ctx.target.warp_size:
+            from lower.gpu import gpu_opts
+
+            opts = gpu_opts(ast, ctx.target, nolocals=ctx.nolocals)
         else:
             opts = hand_coded(ast, ctx.target)
     if ctx.debug >= 3 and opts:
         print(f"opts {ctx.name}: {opts}", file=sys.stderr)
+    if ctx.target.warp_size:
+        from lower.gpu import lower_grid
+
+        return lower_grid(apply_opts(ast, opts), ctx.target)
     return lower_threads(apply_opts(ast, opts))
 
 

@@ -104,6 +104,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          choices=("", "native", "x86-64-v2", "x86-64-v3", "x86-64-v4", "aarch64")),
     Knob("BEAM", int, 0, "beam width of the kernel optimization search (0: the hand-coded heuristics)", lo=0),
     Knob("NOOPT", bool, False, "no kernel optimization (and no fused multiply-add accumulation)"),
+    Knob("NOLOCALS", bool, False, "GPU targets: no LOCAL (thread) axes, every output axis a GLOBAL (block) axis"),
     Knob("CACHE", int, 1, "0 disables the on-disk caches (compiled kernels, search results, e-graph results)",
          lo=0, hi=1),
     Knob("CACHEDIR", str, "", "where the on-disk caches live (empty: ~/.cache/uopc)"),
@@ -119,7 +120,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
 # the declared knobs by type, for the static types of `getenv` (a test checks these agree with KNOBS)
 IntKnob = Literal["DEBUG", "TRACE", "SPEC", "VIZ", "BEAM", "CACHE", "EGGLOG", "CACHE_SIZE"]
 StrKnob = Literal["DEVICE", "CPU_TARGET", "CACHEDIR", "CC", "SANITIZE"]
-BoolKnob = Literal["NOOPT"]
+BoolKnob = Literal["NOOPT", "NOLOCALS"]
 
 _overrides: dict[str, KnobValue] = {}
 
@@ -173,6 +174,7 @@ class Knobs:
     cpu_target: str
     beam: int
     noopt: bool
+    nolocals: bool
     cache: int
     cachedir: str
     egglog: int
@@ -192,6 +194,7 @@ def knobs() -> Knobs:
         cpu_target=knob_str("CPU_TARGET"),
         beam=knob_int("BEAM"),
         noopt=knob_bool("NOOPT"),
+        nolocals=knob_bool("NOLOCALS"),
         cache=knob_int("CACHE"),
         cachedir=knob_str("CACHEDIR"),
         egglog=knob_int("EGGLOG"),

@@ -47,6 +47,14 @@ class DeviceError(CompilerError):
     """An unknown or unavailable device, or a failed launch."""
 
 
+class CudaError(DeviceError):
+    """A CUDA driver call failed (`call`: the driver function, `code`: its CUresult, `name`: cuGetErrorName's)."""
+
+    def __init__(self, msg: str, call: str = "", code: int = 0, name: str = "") -> None:
+        super().__init__(msg)
+        self.call, self.code, self.name = call, code, name
+
+
 class OutOfMemoryError(DeviceError, MemoryError):
     """A buffer larger than the device can hold; raised before trying to allocate it."""
 

@@ -36,9 +36,19 @@ def to_storage(a: np.ndarray, dtype: DType) -> np.ndarray:
 
 
 def new_buffer(data: np.ndarray, dtype: DType, device: str) -> UOp:
-    """A fresh BUFFER of data's shape holding `data` converted to `dtype`."""
+    """A fresh BUFFER of data's shape holding `data` converted to `dtype`. On a device with its own memory (a GPU)
+    the data is copied there now, into a buffer the device allocates."""
+    from devices import get_device
+
     buf = registry.new_buffer(dtype, tuple(int(d) for d in np.shape(data)), device)
-    registry.store(buf, to_storage(data, dtype))
+    host = to_storage(data, dtype)
+    dev = get_device(device)
+    if getattr(dev, "device_memory", False):
+        storage = dev.alloc(host.size, dtype)
+        storage[:] = host
+        registry.store(buf, storage, owner=dev)
+    else:
+        registry.store(buf, host)
     return buf
 
 

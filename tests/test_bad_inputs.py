@@ -218,7 +218,7 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ("knob-Context-negative", lambda: _in_context(realized(lambda: Tensor(np.arange(3.0)) + 4), BEAM=-2), KnobError,
      r"knob BEAM=-2 is not allowed"),
     ("knob-DEVICE-nope", with_env(lambda: Tensor.ones(2), DEVICE="nope"), DeviceError,
-     r"unknown device 'nope'; known devices: cpu, python"),
+     r"unknown device 'nope'; known devices: cpu, cuda, python"),
     ("device-unknown", lambda: Tensor.ones(2, device="gpu"), DeviceError, r"unknown device 'gpu'"),
     ("device-not-str", lambda: Tensor.ones(2, device=3), DeviceError, r"device must be a str such as 'cpu', got int"),
     ("device-mixed", lambda: m() + m().to("python"), DeviceError, r"operands live on different devices"),

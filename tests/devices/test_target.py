@@ -65,8 +65,15 @@ def test_registry_default_targets() -> None:
     with Context(CPU_TARGET="x86-64-v2"):
         assert target_for("cpu") is cpu_target("x86-64-v2")
     assert target_for("python").interpreted and not target_for("cpu").interpreted
-    with pytest.raises(DeviceError, match="CUDA device is not implemented yet"):
-        get_device("cuda")
+    cuda = get_device("cuda")
+    ok, why = cuda.available()
+    if ok:  # the GPU's own compute capability and multiprocessor count
+        t = target_for("cuda")
+        assert t.arch == "cuda" and t.warp_size == 32 and t.cores > 0
+    else:  # no driver or no GPU: a typed error that says so, never a crash
+        with pytest.raises(DeviceError, match="cuda: "):
+            target_for("cuda")
+        assert "cuda" in why
 
 
 def test_code_for_a_missing_level_is_refused_not_run() -> None:

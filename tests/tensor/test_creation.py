@@ -143,7 +143,7 @@ def test_default_device_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_unknown_device_lists_known_ones() -> None:
-    with pytest.raises(DeviceError, match=r"unknown device 'tpu'; known devices: cpu, python"):
+    with pytest.raises(DeviceError, match=r"unknown device 'tpu'; known devices: cpu, cuda, python"):
         Tensor([1], device="tpu")
     with pytest.raises(DeviceError, match="unknown device"):
         Tensor.zeros(2).to("metal")

@@ -1,0 +1,538 @@
+"""The CUDA device: LINEAR programs rendered to CUDA C (devices.cuda_render), compiled by nvcc to a cubin, loaded
+and launched through the driver API (devices.cuda_driver).
+
+Compile: `nvcc -cubin -arch=sm_XX -O3 -fmad=false` (the Target's compile flags name the architecture; exactness
+flags as devices.cuda_render says). Compiling needs nvcc only, not a GPU: CI compiles every GPU-shaped kernel here.
+The cubin is kept on disk under rewrite.env.cache_dir()/cuda, keyed by a hash of the source, the Target's key,
+the flags and nvcc's version, with devices.objcache's checksummed footer (a damaged or truncated entry is compiled
+again) and its size bound; CACHE=0 compiles without the disk cache. `compile_batch` puts several kernels in one
+.cu file (one nvcc start) and one module.
+
+Memory: a buffer is a `CudaBuffer` (a device pointer, its size in bytes, and the numpy dtype its elements have),
+from a pool of freed allocations by byte size. It reads like the host arrays the rest of the system passes around
+where that is needed: `buf[:] = x` copies a host array (or another CudaBuffer) in, `numpy.asarray(buf)` copies it
+out, `buf.view(dtype)` reinterprets the elements. So realize, COPY and `Tensor.numpy()` move data with no cuda
+special case.
+
+Launch: `kernel({slot: buffer}, {name: int})`: CudaBuffers are passed as they are; a host numpy array is copied
+in for the launch (and back when the kernel writes it), so every device takes the same arguments. The grid is the
+bounds of the gidx SPECIALs, the block those of lidx (1 where absent). `kernel.time(...)` measures launches with
+CUDA events.
+
+No driver or no GPU: compiling still works; allocating, launching and `default_target()` raise DeviceError saying
+so. `available()` tells (with the reason) without raising.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import ctypes
+import hashlib
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from devices import objcache
+from devices.base import GPU_TARGET_NAMES, Target, gpu_target
+from devices.cuda_driver import (
+    ATTR_MULTIPROCESSOR_COUNT,
+    FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+    Driver,
+)
+from devices.cuda_render import (
+    CUDA_ALU_OPS,
+    STATIC_SHARED_LIMIT,
+    kernel_symbol,
+    render_cuda_source,
+    render_kernel,
+    shared_layout,
+    special_dim,
+)
+from devices.linear import Program, analyze, special_bound
+from devices.memory import check_vars, np_dtype, size_of
+from rewrite.dtype import DType, dtypes
+from rewrite.env import cache_dir, getenv
+from rewrite.errors import CompileError, DeviceError, OutOfMemoryError
+from rewrite.ops import Ops
+from rewrite.uop import UOp
+
+_FLAGS = ("-cubin", "-O3", "-fmad=false", "-ftz=false", "-prec-div=true", "-prec-sqrt=true")
+_CT = {
+    dtypes.bool: ctypes.c_bool, dtypes.int8: ctypes.c_int8, dtypes.uint8: ctypes.c_uint8,
+    dtypes.int16: ctypes.c_int16, dtypes.uint16: ctypes.c_uint16, dtypes.int32: ctypes.c_int32,
+    dtypes.uint32: ctypes.c_uint32, dtypes.int64: ctypes.c_int64, dtypes.uint64: ctypes.c_uint64,
+    dtypes.index: ctypes.c_longlong,
+}
+
+
+# ---------------------------------------------------------------- compiling
+
+
+class NVCC:
+    """nvcc, found on PATH once; compiles CUDA source to cubin bytes through the disk cache."""
+
+    def __init__(self) -> None:
+        self._path: str | None = None
+        self._version = ""
+        self._lock = threading.Lock()
+
+    @property
+    def path(self) -> str:
+        if self._path is None:
+            found = shutil.which("nvcc")
+            if found is None:
+                raise CompileError("cuda: nvcc is not on PATH; install the CUDA toolkit (or add its bin folder to "
+                                   "PATH) to compile CUDA kernels")
+            try:
+                out = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=60).stdout
+            except (OSError, subprocess.TimeoutExpired) as e:
+                raise CompileError(f"cuda: cannot run {found} --version: {e}") from None
+            self._path, self._version = found, out.strip().splitlines()[-1] if out.strip() else found
+        return self._path
+
+    @property
+    def version(self) -> str:
+        _ = self.path
+        return self._version
+
+    def flags(self, target: Target) -> tuple[str, ...]:
+        if target.arch != "cuda":
+            raise CompileError(f"cuda: cannot compile for the {target.device} target {target.isa}; use "
+                               f"devices.base.gpu_target(sm)")
+        return _FLAGS + target.compile_flags
+
+    def key(self, src: str, target: Target) -> str:
+        ident = "\0".join((self.version, target.key, *self.flags(target)))
+        return hashlib.sha256((ident + "\0" + src).encode()).hexdigest()[:32]
+
+    def cubin(self, src: str, target: Target, what: str = "kernel") -> bytes:
+        """The cubin of `src` for `target`: from the disk cache when it verifies, else compiled (and cached)."""
+        key = self.key(src, target)
+        t0 = time.perf_counter()
+        if not int(getenv("CACHE")):
+            return self._uncached(src, target, what)
+        d = ""
+        try:
+            d = os.path.join(cache_dir(), "cuda")
+            os.makedirs(d, exist_ok=True)
+        except OSError as e:
+            objcache.warn_unwritable(d or "the cache directory", e)
+            return self._uncached(src, target, what)
+        objcache.sweep_once(d)
+        path = os.path.join(d, f"{key}.cubin")
+        if objcache.verify(path, key):
+            with open(path, "rb") as f:
+                data = f.read()[:-objcache.FOOTER]
+            objcache.touch(path)
+            if int(getenv("DEBUG")) >= 3:
+                print(f"cuda: {what}: disk cache hit", file=sys.stderr)
+            return data
+        if os.path.exists(path) and int(getenv("DEBUG")) >= 1:
+            print(f"cuda: cached cubin for {what} does not verify (truncated or damaged): compiling it again",
+                  file=sys.stderr)
+        try:
+            tmp = objcache.temp_path(d, key)
+        except OSError as e:
+            objcache.warn_unwritable(d, e)
+            return self._uncached(src, target, what)
+        try:
+            self._run(src, tmp, target, what)
+            with open(tmp, "rb") as f:
+                data = f.read()
+            objcache.seal(tmp, key)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        objcache.note_write(d, path, int(getenv("CACHE_SIZE")), suffix=".cubin")
+        if int(getenv("DEBUG")) >= 3:
+            print(f"cuda: {what}: compiled in {(time.perf_counter() - t0) * 1e3:.1f} ms", file=sys.stderr)
+        return data
+
+    def _uncached(self, src: str, target: Target, what: str) -> bytes:
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "k.cubin")
+            self._run(src, out, target, what)
+            with open(out, "rb") as f:
+                return f.read()
+
+    def _run(self, src: str, out: str, target: Target, what: str) -> None:
+        with tempfile.TemporaryDirectory() as d:
+            cu = os.path.join(d, "k.cu")
+            with open(cu, "w") as f:
+                f.write(src)
+            cmd = [self.path, *self.flags(target), "-o", out, cu]
+            try:
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            except subprocess.TimeoutExpired:
+                raise CompileError(f"cuda: nvcc took over 600 s on {what}") from None
+            except OSError as e:
+                raise CompileError(f"cuda: cannot run nvcc: {e}") from None
+        if r.returncode != 0:
+            numbered = "\n".join(f"{i:4d} | {line}" for i, line in enumerate(src.splitlines(), 1))
+            raise CompileError(f"cuda: nvcc failed on {what} for {target.isa} (exit {r.returncode}):\n"
+                               f"{r.stderr.strip()}\n--- source ---\n{numbered}")
+
+
+# ---------------------------------------------------------------- memory
+
+
+class CudaBuffer:
+    """`nbytes` of device memory at `ptr`, seen as elements of numpy dtype `dtype` (a view shares its base's
+    memory). Copies: `buf[:] = host_array_or_buffer` in, `numpy.asarray(buf)` out."""
+
+    __slots__ = ("__weakref__", "base", "device", "dtype", "nbytes", "ptr")
+
+    def __init__(self, device: CudaDevice, ptr: int, nbytes: int, dtype: np.dtype,
+                 base: CudaBuffer | None = None) -> None:
+        self.device, self.ptr, self.nbytes, self.dtype, self.base = device, ptr, nbytes, np.dtype(dtype), base
+
+    @property
+    def size(self) -> int:
+        return self.nbytes // self.dtype.itemsize
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (self.size,)
+
+    ndim = 1
+
+    def view(self, dtype: object) -> CudaBuffer:
+        dt = np.dtype(dtype)  # type: ignore[call-overload]
+        if self.nbytes % dt.itemsize:
+            raise DeviceError(f"cuda: a buffer of {self.nbytes} bytes cannot be viewed as {dt}")
+        return CudaBuffer(self.device, self.ptr, self.nbytes, dt, self.base or self)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __setitem__(self, key: object, value: object) -> None:
+        if key != slice(None):
+            raise DeviceError("cuda: a device buffer is written whole (buf[:] = data), not by element")
+        drv = self.device.driver
+        if isinstance(value, CudaBuffer):
+            if value.nbytes < self.nbytes:
+                raise DeviceError(f"cuda: copy of {value.nbytes} bytes into a buffer of {self.nbytes}")
+            drv.dtod(self.ptr, value.ptr, self.nbytes)
+            return
+        src = np.ascontiguousarray(np.asarray(value), dtype=self.dtype).reshape(-1)
+        if src.size != self.size:
+            src = np.broadcast_to(src, (self.size,)).copy() if src.size == 1 else src
+        if src.nbytes != self.nbytes:
+            raise DeviceError(f"cuda: copy of {src.size} elements of {src.dtype} into a buffer of {self.size}")
+        drv.htod(self.ptr, src.ctypes.data, self.nbytes)
+        drv.synchronize()  # the host array may be freed as soon as this returns
+
+    def numpy(self) -> np.ndarray:
+        out = np.empty(self.size, dtype=self.dtype)
+        self.device.driver.dtoh(out.ctypes.data, self.ptr, self.nbytes)
+        return out
+
+    def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)  # type: ignore[call-overload]
+
+    def __repr__(self) -> str:
+        return f"CudaBuffer({self.size} x {self.dtype} at 0x{self.ptr:x})"
+
+
+class _Pool:
+    """Freed device allocations by byte size, reused by later allocations; at most `limit` bytes kept."""
+
+    def __init__(self, limit: int = 2 << 30) -> None:
+        self.limit = limit
+        self.free: collections.OrderedDict[int, list[int]] = collections.OrderedDict()
+        self.held = 0
+
+
+# ---------------------------------------------------------------- kernels
+
+
+class CudaKernel:
+    """A compiled kernel: `kernel({slot: buffer}, {name: value})`. `src` is its .cu file, `cubin` the binary
+    (shared with the other kernels of its batch); the module is loaded on the GPU at the first launch."""
+
+    def __init__(self, device: CudaDevice, prog: Program, symbol: str, src: str, cubin: bytes, target: Target
+                 ) -> None:
+        self.device, self.prog, self.name, self.symbol = device, prog, prog.name, symbol
+        self.src, self.cubin, self.target = src, cubin, target
+        total = shared_layout(prog)[1]
+        self.dynamic_shared = total if total > STATIC_SHARED_LIMIT else 0
+        self._fn: ctypes.c_void_p | None = None
+        dims = {special_dim(n): sp for n, sp in prog.specials.items()}
+        self._dims = [[dims.get((kind, a)) for a in range(3)] for kind in ("gidx", "lidx")]
+
+    def binary(self) -> bytes:
+        return self.cubin
+
+    def function(self) -> ctypes.c_void_p:
+        if self._fn is None:
+            drv = self.device.driver
+            module = self.device.module(self.cubin)
+            fn = drv.function(module, self.symbol)
+            if self.dynamic_shared:
+                drv.call("cuFuncSetAttribute", fn, FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.dynamic_shared)
+            self._fn = fn
+        return self._fn
+
+    def launch_dims(self, var_vals: dict[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """(grid, block) for the launch: the SPECIAL bounds per axis, 1 where a kernel has no such SPECIAL."""
+        grid, block = ([1 if sp is None else special_bound(sp, var_vals, self.name) for sp in row]
+                       for row in self._dims)
+        return (grid[0], grid[1], grid[2]), (block[0], block[1], block[2])
+
+    def _args(self, buffers: dict[int, object], var_vals: dict[str, int]
+              ) -> tuple[ctypes.Array, list[object], list[tuple[np.ndarray, CudaBuffer]]]:
+        prog, dev = self.prog, self.device
+        holders: list[object] = []
+        back: list[tuple[np.ndarray, CudaBuffer]] = []
+        temps: list[CudaBuffer] = []
+        seen: dict[int, int] = {}
+        for slot, buf in prog.buffers.items():
+            arr = buffers.get(slot)
+            if arr is None:
+                raise DeviceError(f"kernel {self.name!r}: no buffer for slot {slot} ({buf.dtype.name}"
+                                  f"[{buf.shape[0]}]); got slots {sorted(buffers)}")
+            want = np_dtype(buf.dtype)
+            n = size_of(buf, var_vals)
+            if isinstance(arr, np.ndarray):  # a host array: copied in for this launch (and out if written)
+                if arr.dtype != want:
+                    raise DeviceError(f"kernel {self.name!r}: buffer slot {slot} has dtype {arr.dtype}, the kernel "
+                                      f"reads {buf.dtype.name} (numpy {want})")
+                tmp = dev.alloc(arr.size, buf.dtype)
+                temps.append(tmp)
+                tmp[:] = arr
+                if slot in prog.stored:
+                    back.append((arr, tmp))
+                arr = tmp
+            if not isinstance(arr, CudaBuffer):
+                raise DeviceError(f"kernel {self.name!r}: buffer slot {slot} must be a CudaBuffer or a numpy "
+                                  f"array, got {type(arr).__name__}")
+            if arr.dtype != want:
+                raise DeviceError(f"kernel {self.name!r}: buffer slot {slot} holds {arr.dtype}, the kernel reads "
+                                  f"{buf.dtype.name} (numpy {want})")
+            if arr.size < n:
+                raise DeviceError(f"kernel {self.name!r}: buffer slot {slot} has {arr.size} elements, the kernel "
+                                  f"needs {n}")
+            if n and (other := seen.get(arr.ptr)) is not None:
+                raise DeviceError(f"kernel {self.name!r}: buffer slots {other} and {slot} are the same memory; a "
+                                  f"kernel's buffers must not alias")
+            seen[arr.ptr] = slot
+            holders.append(ctypes.c_uint64(arr.ptr))
+        for p, v in zip(prog.variables.values(), check_vars(prog.variables, var_vals, self.name), strict=True):
+            holders.append(_CT[p.dtype](v))
+        params = (ctypes.c_void_p * max(1, len(holders)))(*[ctypes.addressof(h) for h in holders])  # type: ignore[arg-type]
+        return params, holders + temps, back
+
+    def __call__(self, buffers: dict[int, object], var_vals: dict[str, int] | None = None) -> None:
+        vv = var_vals or {}
+        params, keep, back = self._args(buffers, vv)
+        grid, block = self.launch_dims(vv)
+        if 0 in grid or 0 in block:
+            return
+        fn = self.function()
+        self.device.driver.launch(fn, grid, block, self.dynamic_shared, params)
+        for arr, tmp in back:
+            arr[:] = tmp.numpy()
+        for t in keep:
+            if isinstance(t, CudaBuffer):
+                self.device.free(t)
+
+    def time(self, buffers: dict[int, object], var_vals: dict[str, int] | None = None, reps: int = 10) -> float:
+        """Milliseconds per launch, the mean over `reps` launches between two CUDA events (after one warm-up)."""
+        vv = var_vals or {}
+        params, keep, _ = self._args(buffers, vv)
+        grid, block = self.launch_dims(vv)
+        drv, fn = self.device.driver, self.function()
+        drv.launch(fn, grid, block, self.dynamic_shared, params)
+        start, end = drv.event(), drv.event()
+        try:
+            drv.record(start)
+            for _ in range(reps):
+                drv.launch(fn, grid, block, self.dynamic_shared, params)
+            drv.record(end)
+            ms = drv.elapsed_ms(start, end) / reps
+        finally:
+            drv.destroy_event(start)
+            drv.destroy_event(end)
+        del keep
+        return ms
+
+
+# ---------------------------------------------------------------- the device
+
+
+class CudaDevice:
+    """The `cuda` device: CUDA C compiled by nvcc, run through the driver API on GPU 0."""
+
+    name = "cuda"
+    supported_ops: frozenset[Ops] = CUDA_ALU_OPS | frozenset({Ops.CAST, Ops.BITCAST})
+    decompose: frozenset[Ops] = frozenset()  # CUDA's math library has exp2f, log2f, sinf within a few ulp
+    device_memory = True  # buffers live on the GPU (CudaBuffer), not in host arrays
+
+    def __init__(self) -> None:
+        self.compiler = NVCC()
+        self._driver: Driver | None = None
+        self._driver_error: DeviceError | None = None
+        self._target: Target | None = None
+        self._modules: dict[bytes, ctypes.c_void_p] = {}
+        self._pool = _Pool()
+        self._lock = threading.Lock()
+
+    # the GPU
+    @property
+    def driver(self) -> Driver:
+        if self._driver is None:
+            if self._driver_error is not None:
+                raise self._driver_error
+            try:
+                self._driver = Driver(0)
+            except DeviceError as e:
+                self._driver_error = e
+                raise
+        return self._driver
+
+    def available(self) -> tuple[bool, str]:
+        """(True, the GPU's name) when a GPU can be used, else (False, why not)."""
+        try:
+            drv = self.driver
+        except DeviceError as e:
+            return False, str(e)
+        return True, drv.name
+
+    def default_target(self) -> Target:
+        """The GPU's target: its compute capability and multiprocessor count, from the driver."""
+        if self._target is None:
+            drv = self.driver
+            major, minor = drv.compute_capability()
+            sm = f"sm_{major}{minor}"
+            if sm not in GPU_TARGET_NAMES:
+                raise DeviceError(f"cuda: the GPU {drv.name!r} is compute capability {major}.{minor}; lowering knows "
+                                  f"{', '.join(GPU_TARGET_NAMES)}")
+            self._target = gpu_target(sm, drv.attribute(ATTR_MULTIPROCESSOR_COUNT))
+        return self._target
+
+    def module(self, cubin: bytes) -> ctypes.c_void_p:
+        with self._lock:
+            m = self._modules.get(cubin)
+            if m is None:
+                m = self._modules[cubin] = self.driver.load_module(cubin)
+            return m
+
+    def synchronize(self) -> None:
+        if self._driver is not None:
+            self._driver.synchronize()
+
+    # memory
+    def alloc(self, count: int, dtype: DType) -> CudaBuffer:
+        """An uninitialized device buffer of `count` elements of `dtype` (its numpy storage dtype)."""
+        npdt = np_dtype(dtype)
+        if not isinstance(count, (int, np.integer)) or count < 0:
+            raise DeviceError(f"cuda alloc: count must be an int >= 0, got {count!r}")
+        nbytes = int(count) * npdt.itemsize
+        drv = self.driver
+        with self._lock:
+            ptrs = self._pool.free.get(nbytes)
+            if ptrs:
+                ptr = ptrs.pop()
+                self._pool.held -= nbytes
+                if not ptrs:
+                    del self._pool.free[nbytes]
+                return CudaBuffer(self, ptr, nbytes, npdt)
+        try:
+            ptr = drv.alloc(nbytes)
+        except OutOfMemoryError:
+            self.release_pool()
+            ptr = drv.alloc(nbytes)
+        return CudaBuffer(self, ptr, nbytes, npdt)
+
+    def free(self, buf: CudaBuffer) -> None:
+        """Give `buf` back (its memory goes to the pool for reuse); views cannot be freed, only their base."""
+        if not isinstance(buf, CudaBuffer) or buf.base is not None:
+            raise DeviceError("cuda free: this is not a buffer from alloc (or it is a view of one)")
+        with self._lock:
+            self._pool.free.setdefault(buf.nbytes, []).append(buf.ptr)
+            self._pool.free.move_to_end(buf.nbytes)
+            self._pool.held += buf.nbytes
+            over = []
+            while self._pool.held > self._pool.limit and self._pool.free:
+                nbytes, ptrs = next(iter(self._pool.free.items()))
+                over.append(ptrs.pop(0))
+                self._pool.held -= nbytes
+                if not ptrs:
+                    del self._pool.free[nbytes]
+        if over:
+            self.synchronize()  # a queued kernel may still use the memory
+        for p in over:
+            self.driver.free(p)
+
+    def release_pool(self) -> None:
+        """Free every pooled allocation (after an out-of-memory error, or to hand memory back)."""
+        with self._lock:
+            ptrs = [p for ps in self._pool.free.values() for p in ps]
+            self._pool.free.clear()
+            self._pool.held = 0
+        self.synchronize()
+        for p in ptrs:
+            self.driver.free(p)
+
+    @staticmethod
+    def copyin(dst: CudaBuffer, src: np.ndarray) -> None:
+        dst[:] = src
+
+    @staticmethod
+    def copyout(buf: CudaBuffer) -> np.ndarray:
+        return buf.numpy()
+
+    @staticmethod
+    def np_dtype(dtype: DType) -> np.dtype:
+        return np_dtype(dtype)
+
+    # code
+    def render(self, linear: UOp, name: str = "kernel", target: Target | None = None) -> str:
+        """The .cu source of one kernel (the text is the same for every GPU; the architecture is a flag)."""
+        prog = analyze(linear, self.name, self.supported_ops, kernel_symbol(name))
+        helpers: dict[str, str] = {}
+        return render_cuda_source([render_kernel(prog, prog.name, helpers)], helpers)
+
+    def compile(self, linear: UOp, name: str = "kernel", target: Target | None = None) -> CudaKernel:
+        return self.compile_batch([(linear, name)], target)[0]
+
+    def compile_batch(self, kernels: Sequence[tuple[UOp, str]], target: Target | None = None) -> list[CudaKernel]:
+        """Compile several kernels into one cubin (one nvcc run) for `target` (default: this GPU's). Needs nvcc,
+        not a GPU, when a target is given."""
+        target = target or self.default_target()
+        progs: list[Program] = []
+        syms: list[str] = []
+        helpers: dict[str, str] = {}
+        funcs: list[str] = []
+        for linear, name in kernels:
+            sym = kernel_symbol(name)
+            if sym in syms:
+                sym = next(f"{sym}_{i}" for i in itertools.count(1) if f"{sym}_{i}" not in syms)
+            syms.append(sym)
+            prog = analyze(linear, self.name, self.supported_ops, sym)
+            prog.name = name
+            funcs.append(render_kernel(prog, sym, helpers))
+            progs.append(prog)
+        src = render_cuda_source(funcs, helpers)
+        if int(getenv("DEBUG")) >= 4:
+            print(src, file=sys.stderr)
+        what = f"kernel {kernels[0][1]!r}" if len(kernels) == 1 else f"{len(kernels)} kernels"
+        cubin = self.compiler.cubin(src, target, what)
+        return [CudaKernel(self, p, s, src, cubin, target) for p, s in zip(progs, syms, strict=True)]
+
+
+DEVICE = CudaDevice()
+
+__all__ = ["DEVICE", "NVCC", "CudaBuffer", "CudaDevice", "CudaKernel"]

@@ -1,0 +1,206 @@
+"""CUDA C for LINEAR programs: the C renderer's scalar rules in the CUDA dialect, plus the GPU instructions.
+
+One kernel is `extern "C" __global__ void __launch_bounds__(N) name(float* __restrict__ data0, ...,
+const int n)`: GLOBAL buffers by slot (`const` when the kernel never writes them), then the int variables by
+name. What is CUDA's own (the rules before devices.c_render.SCALAR_RULES):
+
+  SPECIAL  "gidx0/1/2" is blockIdx.x/y/z, "lidx0/1/2" threadIdx.x/y/z, each declared once at the top of the
+           body as a `long long`; N in __launch_bounds__ is the product of the lidx bounds (omitted when one of
+           them is symbolic). The launcher sizes the grid and the block from the same bounds.
+  BUFFER   addrspace LOCAL: `__shared__ T name[n];` (bfloat16 held as float, like a register).
+  BARRIER  `__syncthreads();`
+  ATOMICADD (INDEX, value): atomicAdd on the element (64-bit ints as unsigned long long, which wraps the same;
+           bfloat16 through __nv_bfloat16, float16 through half).
+
+Everything else is the C text of devices.c_scalar in the CUDA dialect (`devices.c_scalar.Dialect`): `bool`,
+`half` (cuda_fp16.h) with every op's result rounded back to half, bfloat16 as float registers rounded after each
+op and uint16 bits in memory, helpers as `__device__` functions. Exactness as in C: nvcc is run with
+-fmad=false (no contraction into FMA), IEEE division and square root (nvcc's defaults, never --use_fast_math);
+SQRT and MULACC use the correctly rounded intrinsics __fsqrt_rn / __fmaf_rn (and the double ones). EXP2, LOG2,
+SIN and POW call CUDA's math library (exp2f: 2 ulp, log2f: 1 ulp, sinf: 2 ulp, powf: 4 ulp at most, per the
+CUDA C Programming Guide), so float32 there may differ from the reference by a few ulp.
+
+Values are scalars in this first version: a program with vector lanes is refused (CompileError).
+"""
+
+from __future__ import annotations
+
+from devices.c_render import SCALAR_RULES, render_body
+from devices.c_scalar import C_DIALECT, CContext, Dialect, is_reserved, unparen
+from devices.linear import Program, base_of, buffer_arg, const_value, is_global
+from rewrite.dsl import Rule, RuleSet, op, var
+from rewrite.dtype import AddrSpace, dtypes
+from rewrite.errors import CompileError
+from rewrite.ops import GroupOp, Ops
+from rewrite.uop import UOp
+
+_MATH = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.POW: "pow", Ops.TRUNC: "trunc"}
+CUDA_DIALECT = Dialect(
+    "CUDA",
+    types={**C_DIALECT.types, dtypes.bool: "bool", dtypes.float16: "half"},
+    helper_prefix="static __device__ __forceinline__",
+    fma=("__fmaf_rn", "__fma_rn"),
+    math32={**{o: f + "f" for o, f in _MATH.items()}, Ops.SQRT: "__fsqrt_rn"},
+    math64={**_MATH, Ops.SQRT: "__dsqrt_rn"},
+)
+# bytes per element of a LOCAL buffer (bfloat16 is held as float there)
+_LOCAL_ITEMSIZE = {dtypes.bfloat16: 4, dtypes.bool: 1}
+# the ops the CUDA renderer writes (the C renderer's scalar set: floor IDIV/MOD and THREEFRY are decomposed)
+CUDA_ALU_OPS = GroupOp.ALU - {Ops.IDIV, Ops.MOD, Ops.THREEFRY}
+SPECIAL_AXES = {"gidx": "blockIdx", "lidx": "threadIdx"}
+_CXX_WORDS = frozenset({
+    "bool", "true", "false", "class", "new", "delete", "template", "typename", "this", "namespace", "using",
+    "operator", "private", "public", "protected", "virtual", "friend", "explicit", "mutable", "throw", "try",
+    "catch", "nullptr", "constexpr", "decltype", "asm", "half", "nv_bfloat16", "__half", "__nv_bfloat16",
+    "blockIdx", "threadIdx", "blockDim", "gridDim", "warpSize", "atomicAdd", "dim3",
+})
+
+
+def special_dim(name: str) -> tuple[str, int] | None:
+    """("gidx", axis) or ("lidx", axis) for a GPU SPECIAL name, None for any other name."""
+    kind, axis = name[:4], name[4:]
+    if kind in SPECIAL_AXES and axis in ("0", "1", "2"):
+        return kind, int(axis)
+    return None
+
+
+STATIC_SHARED_LIMIT = 48 << 10  # bytes of static __shared__ a block may declare; more must be dynamic
+
+
+def shared_layout(prog: Program) -> tuple[dict[UOp, int], int]:
+    """Each LOCAL buffer's byte offset in the block's shared memory (16-byte aligned), and the total bytes."""
+    offsets: dict[UOp, int] = {}
+    total = 0
+    for u in prog.instrs:
+        if u.op is Ops.BUFFER and buffer_arg(u).addrspace is AddrSpace.LOCAL:
+            offsets[u] = total
+            total += -(-int(u.shape[0]) * _LOCAL_ITEMSIZE.get(u.dtype.scalar, u.dtype.itemsize) // 16) * 16
+    return offsets, total
+
+
+class CudaContext(CContext):
+    """The C rendering state in the CUDA dialect; names also stay clear of C++ words and CUDA built-ins. With
+    more than 48 KiB of LOCAL buffers, they are slices of the dynamic shared memory (`dynamic` holds offsets)."""
+
+    def __init__(self, prog: Program, helpers: dict[str, str] | None = None) -> None:
+        super().__init__(prog, helpers, CUDA_DIALECT)
+        offsets, total = shared_layout(prog)
+        self.dynamic: dict[UOp, int] | None = offsets if total > STATIC_SHARED_LIMIT else None
+
+    def take(self, want: str) -> str:
+        name = super().take(want)
+        if name in _CXX_WORDS:
+            self.taken.discard(name)
+            name = self.fresh(f"v_{name}_")
+        return name
+
+
+def _render_local(x: UOp, ctx: CudaContext) -> str:
+    name = ctx.names[x] = ctx.fresh("smem")
+    t = ctx.ctype(x.dtype)
+    if ctx.dynamic is not None:
+        return f"{t}* {name} = ({t}*)(smem_dynamic + {ctx.dynamic[x]});"
+    return f"__shared__ {t} {name}[{x.shape[0]}];"
+
+
+def _render_atomic_add(idx: UOp, val: UOp, ctx: CContext) -> str:
+    buf = base_of(base_of(idx).src[0])
+    dt, addr, v = buf.dtype, f"&{ctx[idx]}", unparen(ctx[val])
+    if dt is dtypes.bfloat16 and is_global(buf):
+        ctx.define("#bf16", "#include <cuda_bf16.h>")
+        return f"atomicAdd((__nv_bfloat16*){addr}, __float2bfloat16_rn({v}));"
+    if dt in (dtypes.int64, dtypes.uint64, dtypes.index):
+        return f"atomicAdd((unsigned long long*){addr}, (unsigned long long)({v}));"
+    if dt in (dtypes.int32, dtypes.uint32, dtypes.float32, dtypes.float64, dtypes.float16, dtypes.bfloat16):
+        return f"atomicAdd({addr}, {v});"
+    raise CompileError(f"{ctx.prog.where(idx)}: CUDA has no atomicAdd for {dt.name}; accumulate in a wider type")
+
+
+# CUDA's own instructions first; SCALAR_RULES takes the rest (SPECIALs are named by the signature)
+CUDA_RULES = RuleSet("cuda-render", [
+    Rule("cuda-buffer-local", op.BUFFER(name="x", rest=True), _render_local,
+         when=lambda x: buffer_arg(x).addrspace == AddrSpace.LOCAL),
+    Rule("cuda-barrier", op.BARRIER(rest=True), lambda: "__syncthreads();"),
+    Rule("cuda-atomic-add", op.ATOMICADD(var("idx"), var("val")), _render_atomic_add),
+]) + SCALAR_RULES
+
+
+def launch_bounds(prog: Program) -> int | None:
+    """Threads per block when every lidx bound is a constant (1 with no lidx), else None."""
+    n = 1
+    for name, sp in prog.specials.items():
+        dim = special_dim(name)
+        if dim is not None and dim[0] == "lidx":
+            if sp.src[0].op is not Ops.CONST:
+                return None
+            n *= int(const_value(sp.src[0]))
+    return n
+
+
+def _signature(prog: Program, name: str, ctx: CContext) -> list[str]:
+    params = []
+    for s, b in prog.buffers.items():
+        const = "" if s in prog.stored else "const "
+        params.append(f"{const}{CUDA_DIALECT.storage(b.dtype)}* __restrict__ data{s}")
+        ctx.taken.add(f"data{s}")
+    for vname, p in prog.variables.items():
+        ctx.names[p] = ctx.take(vname)
+        params.append(f"const {ctx.ctype(p.dtype)} {ctx.names[p]}")
+    n = launch_bounds(prog)
+    bounds = f"__launch_bounds__({n}) " if n is not None else ""
+    lines = [f'extern "C" __global__ void {bounds}{name}({", ".join(params)}) {{']
+    if isinstance(ctx, CudaContext) and ctx.dynamic is not None:
+        lines.append("  extern __shared__ __align__(16) unsigned char smem_dynamic[];")
+    for sname, sp in prog.specials.items():
+        dim = special_dim(sname)
+        if dim is None:
+            raise CompileError(f"{prog.where(sp)}: the CUDA renderer knows the SPECIALs gidx0..2 (blockIdx) and "
+                               f"lidx0..2 (threadIdx), not {sname!r}; lower for a GPU target")
+        ctx.names[sp] = ctx.take(sname)
+        lines.append(f"  const {ctx.ctype(sp.dtype)} {ctx.names[sp]} = {SPECIAL_AXES[dim[0]]}.{'xyz'[dim[1]]};")
+    return lines
+
+
+def render_kernel(prog: Program, name: str, helpers: dict[str, str]) -> str:
+    """One CUDA kernel for a checked program; helpers (and headers) it needs are added to `helpers`."""
+    for u in prog.instrs:
+        listed_shape = u.op in (Ops.VCONST, Ops.STACK) and u not in prog.uses  # a BUFFER's shape operand
+        if u.shape != () and base_of(u).op is not Ops.BUFFER and not listed_shape:
+            raise CompileError(f"{prog.where(u)}: the CUDA renderer takes scalar values only (shape ()), got "
+                               f"shape {u.shape}; lower for the GPU target without vector lanes")
+    ctx = CudaContext(prog, helpers)
+    lines = _signature(prog, name, ctx)
+    render_body(prog, ctx, CUDA_RULES, lines)
+    lines.append("}")
+    if any(u.dtype.scalar is dtypes.float16 for u in prog.instrs):
+        helpers.setdefault("#fp16", "#include <cuda_fp16.h>")
+    return "\n".join(lines)
+
+
+def render_cuda_source(kernels: list[str], helpers: dict[str, str]) -> str:
+    """A .cu file: the standard headers, then the CUDA headers and helpers the kernels use, then the kernels."""
+    head = "#include <stdint.h>\n#include <math.h>\n#include <string.h>\n"
+    includes = [h for k, h in helpers.items() if k.startswith("#")]
+    rest = [h for k, h in helpers.items() if not k.startswith("#")]
+    return head + "".join(h + "\n" for h in includes + rest) + "\n" + "\n\n".join(kernels) + "\n"
+
+
+def kernel_symbol(name: str) -> str:
+    """A CUDA function name for a kernel name: clear of C and C++ words and the renderer's own names."""
+    s = "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "kernel"
+    return "k_" + s if s[0].isdigit() or is_reserved(s) or s in _CXX_WORDS else s
+
+
+__all__ = [
+    "CUDA_ALU_OPS",
+    "CUDA_DIALECT",
+    "CUDA_RULES",
+    "STATIC_SHARED_LIMIT",
+    "CudaContext",
+    "kernel_symbol",
+    "launch_bounds",
+    "render_cuda_source",
+    "render_kernel",
+    "shared_layout",
+    "special_dim",
+]

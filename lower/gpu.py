@@ -1,0 +1,243 @@
+"""GPU-shaped kernels: the hand-coded heuristics for a target with warps, and the grid they become.
+
+`gpu_opts(ast, target)` chooses OptOps for a GPU target (Target.warp_size > 0):
+
+- kernels with output axes: the fastest-varying output axis (the one the stored address moves by 1 along) is
+  split into LOCAL threads of a block (lidx0: consecutive threads touch consecutive elements, so the warp's
+  accesses coalesce), padded (PADTO, a gate) when no block size divides it; a narrow first LOCAL axis takes a
+  second one from the next output axis. Elementwise kernels with enough blocks give each thread UPCAST_ELEMENTS
+  elements a block apart (still coalesced with scalar code). A sum of products gets a per-thread register tile
+  (UPCAST on two output axes) and its reduce loop UNROLLed.
+- reductions with few outputs (a full sum, softmax rows) split the reduce across the threads of a block
+  (GROUP_REDUCE); each block computes one output.
+- `nolocals` (the NOLOCALS knob): no LOCAL or GROUP_REDUCE axis; every output axis is GLOBAL, one thread per
+  block.
+
+`lower_grid(ast, target)` then lowers the kernel's axes to the GPU's indices (devices/__init__.py, the LINEAR
+contract): a GROUP_REDUCE becomes per-thread partials stored to a LOCAL buffer, a BARRIER, and a reduce of that
+buffer by every thread (the output store gated to thread 0); the output LOOP axes are GLOBAL; GLOBAL axes
+become SPECIAL("gidx0".."gidx2") and LOCAL/GROUP_REDUCE axes SPECIAL("lidx0".."lidx2") (innermost first: the
+fastest-varying axis is x); more axes than three merge into the last dimension (div/mod of one index).
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+from devices.base import Target
+from lower.optimize import Opt, OptOps, _split_pair, _stride, apply_opt, axes, next_range_id, replace_range, size
+from rewrite import AxisType, BufferArg, Ops, UOp
+from rewrite.dtype import AddrSpace
+from rewrite.errors import KernelOptError
+
+BLOCK_THREADS = 128  # threads of a block for elementwise and per-output kernels (4 warps)
+GROUP_THREADS = 256  # threads of a block that share one reduction (GROUP_REDUCE)
+MAX_THREADS = 1024  # CUDA's limit of threads per block
+UPCAST_ELEMENTS = 4  # elements per thread of a large elementwise kernel
+MIN_BLOCKS_PER_CORE = 4  # an elementwise kernel upcasts only while every multiprocessor keeps this many blocks
+GROUP_MIN_REDUCE = 256  # a reduction this long with few outputs is shared by the threads of a block
+TILE = 4  # a sum of products' per-thread register tile is TILE x TILE outputs, its reduce loop unrolled by TILE
+# grid size limits per dimension (x, y, z) for blocks and for the threads of a block
+GRID_LIMITS = (2**31 - 1, 65535, 65535)
+BLOCK_LIMITS = (1024, 1024, 64)
+
+
+def _loop_axes(ast: UOp) -> list[int]:
+    return [i for i, r in enumerate(axes(ast)) if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)]  # type: ignore[index]
+
+
+def _store_strides(ast: UOp, r: UOp) -> list[int | None]:
+    ranges = [u for u in ast.toposort() if u.op is Ops.RANGE]
+    return [_stride(u.src[0].src[1], r, ranges) for u in ast.toposort()
+            if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and len(u.src[0].src) == 2]
+
+
+def _fastest(ast: UOp, loops: list[int]) -> list[int]:
+    """The output axes, the one the stores move along by 1 first (then innermost first)."""
+    rs = axes(ast)
+    return sorted(loops[::-1], key=lambda i: not all(s == 1 for s in _store_strides(ast, rs[i])))
+
+
+def _block_size(n: int) -> tuple[int, bool]:
+    """(threads along an output axis of n, whether the axis must be padded to a multiple of them)."""
+    for k in (BLOCK_THREADS, 2 * BLOCK_THREADS, BLOCK_THREADS // 2, BLOCK_THREADS // 4):
+        if n % k == 0:
+            return k, False
+    return (BLOCK_THREADS, True) if n > BLOCK_THREADS else (n, False)
+
+
+def _reduces(ast: UOp) -> list[UOp]:
+    return [u for u in ast.toposort() if u.op is Ops.REDUCE]
+
+
+def gpu_opts(ast: UOp, target: Target, nolocals: bool = False) -> list[Opt]:
+    """The hand-coded opts for a GPU target (see the module docstring); [] where a kernel's sizes are symbolic."""
+    opts: list[Opt] = []
+    if nolocals:
+        return opts
+    try:
+        loops = _loop_axes(ast)
+        for i in loops:
+            size(axes(ast)[i])
+        reds = _reduces(ast)
+        outputs = prod(size(axes(ast)[i]) for i in loops)
+        if reds and outputs < target.cores and _group_opts(ast, opts):
+            return opts
+        if not loops:
+            return opts
+        order = _fastest(ast, loops)
+        rs = axes(ast)
+        r = rs[order[0]]
+        n = size(r)
+        k, pad = _block_size(n)
+        if pad:
+            o = Opt(OptOps.PADTO, order[0], k)
+            ast = apply_opt(ast, o)
+            opts.append(o)
+            r = axes(ast)[order[0]]
+        if k == 1:
+            return opts
+        r2 = axes(ast)[order[1]] if len(order) > 1 else None  # a RANGE is unchanged by splitting another
+        ast, outer, _ = _split_pair(ast, opts, r, k, AxisType.LOCAL)
+        threads = k
+        if threads < BLOCK_THREADS // 2 and r2 is not None:
+            m = size(r2)
+            k2 = max((d for d in range(2, BLOCK_THREADS // threads + 1) if m % d == 0), default=1)
+            if k2 > 1:
+                ast, _, _ = _split_pair(ast, opts, r2, k2, AxisType.LOCAL)
+                threads *= k2
+        if not reds and size(outer) % UPCAST_ELEMENTS == 0 and \
+                prod(size(q) for q in axes(ast) if q.arg[1] is AxisType.LOOP) >= \
+                UPCAST_ELEMENTS * MIN_BLOCKS_PER_CORE * target.cores:  # type: ignore[index]
+            ast, _, _ = _split_pair(ast, opts, outer, UPCAST_ELEMENTS, AxisType.UPCAST)
+    except KernelOptError:
+        return opts
+    return opts
+
+
+def _group_opts(ast: UOp, opts: list[Opt]) -> list[Opt]:
+    """Each reduction whose innermost range has at least GROUP_MIN_REDUCE iterations has it split across
+    GROUP_THREADS threads (the thread index inner: consecutive threads read consecutive elements), padded if needed."""
+    for red in _reduces(ast):
+        rs = axes(ast)
+        mine = [r for r in red.src[1:] if r.arg[1] is AxisType.REDUCE]  # type: ignore[index]
+        if not mine or any(r.arg[1] is AxisType.GROUP_REDUCE for r in red.src[1:]):  # type: ignore[index]
+            continue
+        r = mine[-1]  # the innermost: consecutive threads read consecutive elements
+        n = size(r)
+        if n < GROUP_MIN_REDUCE:
+            continue
+        if n % GROUP_THREADS:
+            o = Opt(OptOps.PADTO, rs.index(r), GROUP_THREADS)
+            ast = apply_opt(ast, o)
+            opts.append(o)
+            r = next(q for q in axes(ast) if q.arg[0] == r.arg[0])  # type: ignore[index]
+        ast, _, _ = _split_pair(ast, opts, r, GROUP_THREADS, AxisType.GROUP_REDUCE)
+    return opts
+
+
+# ------------------------------------------------------------------------------------------ the grid
+
+
+def _dims(ranges: list[UOp], limits: tuple[int, int, int]) -> list[list[UOp]]:
+    """Ranges (innermost first) grouped into at most 3 dimensions within `limits`: one range each for x and y,
+    the rest merged into z; everything merged into x when y or z would be too big."""
+    groups = [ranges[:1], ranges[1:2], ranges[2:]]
+    groups = [g for g in groups if g]
+    if any(prod(size(r) for r in g) > lim for g, lim in zip(groups, limits, strict=False)):
+        groups = [ranges]
+        if prod(size(r) for r in ranges) > limits[0]:
+            raise KernelOptError(f"grid: {prod(size(r) for r in ranges)} exceeds the limit {limits[0]} of one "
+                                 "dimension")
+    return groups
+
+
+def _to_specials(ast: UOp, ranges: list[UOp], prefix: str, limits: tuple[int, int, int]) -> UOp:
+    for r in [r for r in ranges if size(r) == 1]:  # no dimension for one index
+        ast = replace_range(ast, r, (), UOp.const(0))
+    ranges = [r for r in ranges if size(r) != 1]
+    if not ranges:
+        return ast
+    for d, group in enumerate(_dims(ranges, limits)):
+        sp = UOp(Ops.SPECIAL, (UOp.const(prod(size(r) for r in group)),), f"{prefix}{d}")
+        stride = 1
+        for j, r in enumerate(group):  # innermost first: the merged index is sum(r_j * prod(inner sizes))
+            n = size(r)
+            e = sp if stride == 1 else sp // stride
+            e = e if j == len(group) - 1 else e % n
+            ast = replace_range(ast, r, (), e)
+            stride *= n
+    return ast
+
+
+def _uniform_loops(ast: UOp) -> bool:
+    """Whether every END that closes an output loop closes all of them (one grid serves every store)."""
+    loops = {r for r in axes(ast) if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL, AxisType.LOCAL)}  # type: ignore[index]
+    ends = [u for u in ast.toposort() if u.op is Ops.END]
+    return all(set(e.src[1:]) & loops in (loops, set()) for e in ends) and \
+        all(not (set(red.src[1:]) & loops) for red in _reduces(ast))
+
+
+def lower_grid(ast: UOp, target: Target) -> UOp:
+    """A kernel's GROUP_REDUCE, GLOBAL, LOCAL and output LOOP axes lowered to the GPU grid (module docstring)."""
+    rs = axes(ast)
+    kinds = {r.arg[1] for r in rs}  # type: ignore[index]
+    if AxisType.THREAD in kinds:
+        raise KernelOptError("THREAD axes are for cpu targets; a GPU kernel uses GLOBAL and LOCAL axes")
+    groups = [r for r in rs if r.arg[1] is AxisType.GROUP_REDUCE]  # type: ignore[index]
+    locals_ = [r for r in rs if r.arg[1] is AxisType.LOCAL]  # type: ignore[index]
+    if groups and locals_:
+        raise KernelOptError("a kernel with GROUP_REDUCE axes cannot also have LOCAL output axes (not supported)")
+    if not _uniform_loops(ast):
+        if groups or locals_ or AxisType.GLOBAL in kinds:
+            raise KernelOptError("GLOBAL/LOCAL axes need every store of the kernel to close the same output loops")
+        return ast  # several stores over different loops: one thread runs them all
+    if groups:
+        ast = _lower_group_reduces(ast, groups)
+    rs = axes(ast)
+    glob = [r for r in rs if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)][::-1]  # type: ignore[index]
+    loc = [r for r in rs if r.arg[1] is AxisType.LOCAL][::-1]  # type: ignore[index]
+    if prod(size(r) for r in loc) > MAX_THREADS:
+        raise KernelOptError(f"{prod(size(r) for r in loc)} threads per block; at most {MAX_THREADS}")
+    ast = _to_specials(ast, glob, "gidx", GRID_LIMITS)
+    return _to_specials(ast, loc, "lidx", BLOCK_LIMITS)
+
+
+def _lower_group_reduces(ast: UOp, groups: list[UOp]) -> UOp:
+    """REDUCE(body, ..., g) over a GROUP_REDUCE axis g (one per reduction, all of one size: the block's threads)
+    becomes: each thread's partial REDUCE over the other ranges, stored to a LOCAL buffer at its thread index,
+    a BARRIER, and every thread's REDUCE of the buffer; the kernel's stores are gated to thread 0."""
+    n = size(groups[0])
+    if any(size(g) != n for g in groups):
+        raise KernelOptError("GROUP_REDUCE axes of one kernel must have one size (the threads of the block)")
+    if n > MAX_THREADS:
+        raise KernelOptError(f"GROUP_REDUCE of {n} threads; at most {MAX_THREADS} per block")
+    lid = UOp(Ops.SPECIAL, (UOp.const(n),), "lidx0")
+    slot = sum(1 for u in ast.toposort() if u.op is Ops.BUFFER and isinstance(u.arg, BufferArg)
+               and u.arg.addrspace is AddrSpace.LOCAL)
+    for g in groups:
+        red = next(u for u in ast.toposort() if u.op is Ops.REDUCE and g in u.src[1:])
+        rest = tuple(r for r in red.src[1:] if r is not g)
+        body = red.src[0].substitute({g: lid})
+        partial = UOp(Ops.REDUCE, (body, *rest), red.arg, red.tag) if rest else body
+        buf = UOp(Ops.BUFFER, (UOp.shape_operand((n,)),), BufferArg(slot, red.dtype, None, AddrSpace.LOCAL))
+        slot += 1
+        bar = UOp(Ops.BARRIER, (buf.index(lid).store(partial),))
+        j = UOp.range(n, next_range_id(ast), AxisType.REDUCE)
+        total = UOp(Ops.REDUCE, (UOp(Ops.AFTER, (buf, bar)).index(j).load(), j), red.arg, red.tag)
+        ast = ast.substitute({red: total})
+    first = lid.eq(0)
+    gated = {u: UOp(Ops.STORE, (u.src[0], u.src[1], first if len(u.src) < 3 else u.src[2] & first), u.arg, u.tag)
+             for u in ast.toposort() if u.op is Ops.STORE and _is_global_store(u)}
+    return ast.substitute(gated)
+
+
+def _is_global_store(st: UOp) -> bool:
+    b = st.src[0].src[0] if st.src[0].op is Ops.INDEX else None
+    while b is not None and b.op is Ops.AFTER:
+        b = b.src[0]
+    return b is not None and b.op is Ops.BUFFER and isinstance(b.arg, BufferArg) and \
+        b.arg.addrspace is AddrSpace.GLOBAL
+
+
+__all__ = ["gpu_opts", "lower_grid"]

@@ -1,0 +1,231 @@
+"""The cuda device without a GPU: CUDA C rendered from LINEAR and compiled by nvcc for sm_80 and sm_90 (the
+kernel suite's kernels and hand-built GPU-shaped programs), the cubin disk cache, and the typed errors. Skips only
+where nvcc is absent; needs no GPU."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from benchmarks.kernel_cases import Case, tensor_graph
+from devices import get_device, objcache
+from devices.base import gpu_target
+from devices.cuda import DEVICE, NVCC
+from lower.pipeline import lower_kernel
+from lower.schedule import schedule
+from rewrite.dtype import dtypes
+from rewrite.env import Context
+from rewrite.errors import CompileError, DeviceError
+from rewrite.ops import Ops
+from rewrite.uop import UOp
+from tensor import Tensor
+from tests.devices.builder import ALL_DTYPES, buf, elementwise, linear
+from tests.devices.cuda_programs import big_shared, big_shared_expected, block_sum, grid_elementwise, special
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not installed")
+SMS = ("sm_80", "sm_90")
+
+# the kernel suite's computations at small sizes, plus half/bfloat16 variants
+SUITE = [Case("add", "add", "add", (1000,)), Case("chain", "chain", "chain", (1000,)),
+         Case("sum", "sum", "sum", (4096,)), Case("softmax", "softmax", "softmax", (16, 33)),
+         Case("layernorm", "layernorm", "layernorm", (8, 64)), Case("matmul", "matmul", "matmul", (24,)),
+         Case("conv", "conv", "conv", (1, 3, 8, 8, 4)), Case("attention", "attention", "attention", (1, 2, 8, 4))]
+
+
+def suite_kernels(dtype: str = "float32") -> list[tuple[str, UOp]]:
+    """(name, AST) of every kernel the suite's graphs schedule (inputs on the cpu: only the ASTs are used)."""
+    rng = np.random.default_rng(0)
+    out: list[tuple[str, UOp]] = []
+    for case in SUITE:
+        xs = [Tensor(rng.standard_normal(s).astype(np.float32)).cast(dtype) for s in case.shapes()]
+        items, _ = schedule([tensor_graph(case, xs).uop])
+        out += [(f"{case.key}_{dtype}_{it.name}", it.ast) for it in items if it.kind == "kernel" and it.ast is not None]
+    return out
+
+
+def lowered(kernels: list[tuple[str, UOp]], sm: str, lowering: str) -> list[tuple[UOp, str]]:
+    """LINEAR programs for `sm`: the GPU heuristics' choice (grid and block axes, shared memory), or no OptOps at
+    all (scalar kernels, one thread)."""
+    opts = [] if lowering == "noopt" else None
+    return [(lower_kernel(ast, gpu_target(sm), opts=opts, name=name), name) for name, ast in kernels]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("sm", SMS)
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("lowering", ["gpu", "noopt"])
+def test_the_kernel_suite_compiles_for_the_gpu(tmp_path: os.PathLike, sm: str, dtype: str, lowering: str) -> None:
+    progs = lowered(suite_kernels(dtype), sm, lowering)
+    assert len(progs) >= len(SUITE)
+    with Context(CACHEDIR=str(tmp_path)):
+        ks = DEVICE.compile_batch(progs, gpu_target(sm))
+    assert len(ks) == len(progs) and all(k.cubin[:4] == b"\x7fELF" for k in ks)
+    threads = [math.prod(k.launch_dims({})[1]) for k in ks]
+    if lowering == "noopt":
+        assert threads == [1] * len(ks)
+        assert all(f"__global__ void __launch_bounds__(1) {k.symbol}(" in k.src for k in ks)
+    else:  # every kernel of the suite is spread over the threads of a block
+        assert min(threads) >= 32 and all(f"__launch_bounds__({t}) {k.symbol}(" in k.src for t, k in zip(
+            threads, ks, strict=True))
+        assert "__syncthreads();" in next(k.src for k in ks if k.name.startswith("sum_"))
+    if dtype == "float16":
+        assert "#include <cuda_fp16.h>" in ks[0].src and "half" in ks[0].src
+
+
+GPU_PROGRAMS = {
+    "block_sum": lambda: block_sum(8, 128),
+    "block_sum_int": lambda: block_sum(4, 64, dtypes.int32),
+    "block_sum_half": lambda: block_sum(4, 32, dtypes.float16),
+    "block_sum_bf16": lambda: block_sum(4, 32, dtypes.bfloat16),
+    "block_sum_double": lambda: block_sum(4, 32, dtypes.float64),
+    "block_sum_int64": lambda: block_sum(4, 32, dtypes.int64),
+    "grid_elementwise": lambda: grid_elementwise(1000, 128),
+    "big_shared": lambda: big_shared(),
+}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("sm", SMS)
+def test_gpu_shaped_programs_compile(tmp_path: os.PathLike, sm: str) -> None:
+    with Context(CACHEDIR=str(tmp_path)):
+        ks = DEVICE.compile_batch([(mk(), name) for name, mk in GPU_PROGRAMS.items()], gpu_target(sm))
+    by = {k.name: k for k in ks}
+    src = by["block_sum"].src
+    for text in ("__launch_bounds__(128) block_sum(", "const long long gidx0 = blockIdx.x;",
+                 "const long long lidx0 = threadIdx.x;", "__shared__ float smem0[128];", "__syncthreads();",
+                 "atomicAdd(&data2[0], ", "const float* __restrict__ data1", "float* __restrict__ data0"):
+        assert text in src, text
+    assert "atomicAdd((unsigned long long*)&data2[0]" in src
+    assert "atomicAdd((__nv_bfloat16*)&data2[0], __float2bfloat16_rn(" in src
+    assert by["block_sum"].launch_dims({}) == ((8, 1, 1), (128, 1, 1))
+    assert by["grid_elementwise"].launch_dims({}) == ((8, 1, 1), (128, 1, 1))
+    big = by["big_shared"]
+    assert big.dynamic_shared == 65536 and "extern __shared__ __align__(16) unsigned char smem_dynamic[];" in big.src
+
+
+@needs_nvcc
+@pytest.mark.parametrize("dt", [d for d in ALL_DTYPES if d is not dtypes.bool])
+def test_every_dtype_renders_and_compiles(tmp_path: os.PathLike, dt: object) -> None:
+    """Arithmetic, comparison, cast and max on every dtype: the CUDA dialect's types and helpers compile."""
+    progs = [(elementwise(lambda a, b: (a + b) * a - b, dt, [dt, dt]), "arith"),  # type: ignore[arg-type]
+             (elementwise(lambda a, b: a.maximum(b), dt, [dt, dt]), "maximum"),  # type: ignore[arg-type]
+             (elementwise(lambda a: (a < a * 2).where(a, a.cast(dtypes.float32).cast(a.dtype)), dt, [dt]),  # type: ignore[arg-type]
+              "where_cast")]
+    with Context(CACHEDIR=str(tmp_path)):
+        ks = DEVICE.compile_batch(progs, gpu_target("sm_80"))
+    assert [k.symbol for k in ks] == ["arith", "maximum", "where_cast"]
+
+
+# ---------------------------------------------------------------- the cubin cache
+
+
+@needs_nvcc
+def test_cubin_cache_hits_and_rebuilds_a_damaged_entry(tmp_path: os.PathLike) -> None:
+    src = DEVICE.render(grid_elementwise(100, 32), "k")
+    nv = NVCC()
+    with Context(CACHEDIR=str(tmp_path)):
+        first = nv.cubin(src, gpu_target("sm_90"))
+        d = os.path.join(str(tmp_path), "cuda")
+        (name,) = os.listdir(d)
+        path = os.path.join(d, name)
+        assert name.endswith(".cubin") and objcache.verify(path, nv.key(src, gpu_target("sm_90")))
+        assert nv.cubin(src, gpu_target("sm_90")) == first  # a hit
+        with open(path, "r+b") as f:  # damage one byte of the image: the footer no longer matches
+            f.seek(100)
+            b = f.read(1)
+            f.seek(100)
+            f.write(bytes([b[0] ^ 0xFF]))
+        assert not objcache.verify(path, nv.key(src, gpu_target("sm_90")))
+        assert nv.cubin(src, gpu_target("sm_90")) == first  # compiled again and replaced
+        assert objcache.verify(path, nv.key(src, gpu_target("sm_90")))
+        with open(path, "r+b") as f:  # truncated
+            f.truncate(64)
+        assert nv.cubin(src, gpu_target("sm_90")) == first
+        other = nv.cubin(src, gpu_target("sm_80"))
+        assert other != first and len(os.listdir(d)) == 2  # the target is part of the key
+    assert nv.key(src, gpu_target("sm_80")) != nv.key(src, gpu_target("sm_90"))
+    assert nv.key(src, gpu_target("sm_90")) != nv.key(src + " ", gpu_target("sm_90"))
+
+
+@needs_nvcc
+def test_cache_off_still_compiles(tmp_path: os.PathLike) -> None:
+    with Context(CACHEDIR=str(tmp_path), CACHE=0):
+        k = DEVICE.compile(grid_elementwise(64, 32), "nocache", gpu_target("sm_80"))
+    assert k.cubin[:4] == b"\x7fELF" and not os.path.exists(os.path.join(str(tmp_path), "cuda"))
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_vector_lanes_are_refused_with_a_clear_error() -> None:
+    out = buf(0, dtypes.int32, 4)
+    lin = linear(out, out.index(UOp.vconst([0, 1, 2, 3])).store(UOp.vconst([1, 2, 3, 4], dtypes.int32)))
+    with pytest.raises(CompileError, match="scalar values only"):
+        DEVICE.render(lin, "vec")
+
+
+def test_cpu_specials_are_refused_on_the_gpu() -> None:
+    out = buf(0, dtypes.int32, 4)
+    c = special("core_id", 4)
+    lin = linear(out, c, out.index(c).store(c.cast(dtypes.int32)))
+    with pytest.raises(CompileError, match=r"gidx0..2 \(blockIdx\) and lidx0..2"):
+        DEVICE.render(lin, "k")
+
+
+def test_atomic_add_of_a_type_cuda_lacks_is_a_compile_error() -> None:
+    with pytest.raises(CompileError, match="no atomicAdd for int8"):
+        DEVICE.render(block_sum(2, 32, dtypes.int8), "k")
+
+
+def test_cpu_targets_are_refused_by_nvcc() -> None:
+    from devices.base import cpu_target
+
+    with pytest.raises(CompileError, match="cannot compile for the cpu target"):
+        NVCC().flags(cpu_target("x86-64-v2"))
+
+
+def test_names_clear_of_cuda_and_cxx_words() -> None:
+    from devices.cuda_render import kernel_symbol
+
+    assert kernel_symbol("class") == "k_class" and kernel_symbol("atomicAdd") == "k_atomicAdd"
+    assert kernel_symbol("E_4_4") == "E_4_4" and kernel_symbol("2x") == "k_2x"
+    v = UOp.variable("new", 1, 8)
+    out = buf(0, dtypes.int32, 8)
+    r = UOp.range(v, 0)
+    lin = linear(out, r, st := out.index(r).store(v.cast(dtypes.int32)), UOp(Ops.END, (st, r)))
+    src = DEVICE.render(lin, "k")
+    assert "const long long new" not in src and "v_new_" in src
+
+
+def test_no_gpu_is_a_device_error_not_a_crash() -> None:
+    dev = get_device("cuda")
+    ok, why = dev.available()
+    if ok:
+        assert dev.default_target().arch == "cuda"
+        return
+    assert "cuda: " in why
+    with pytest.raises(DeviceError, match="cuda: "):
+        dev.alloc(4, dtypes.float32)
+    with pytest.raises(DeviceError, match="cuda: "):
+        dev.default_target()
+
+
+def test_the_gpu_tests_programs_on_the_emulator() -> None:
+    """The hand-built programs tests/devices/test_cuda.py runs on the GPU, run by the python device's grid emulator
+    against the same expectations (so a GPU failure points at the cuda device, not at the program)."""
+    py = get_device("python")
+    x = np.arange(6 * 64).astype(np.float32)
+    out, total = np.zeros(6, np.float32), np.zeros(1, np.float32)
+    py.compile(block_sum(6, 64), "block_sum")({0: out, 1: x, 2: total})
+    np.testing.assert_array_equal(out, x.reshape(6, 64).sum(1))
+    assert total[0] == x.sum()
+    o = np.zeros(256, np.float32)
+    py.compile(big_shared(), "big_shared")({0: o})
+    np.testing.assert_array_equal(o, big_shared_expected())
+    a, b, o = np.arange(1000, dtype=np.float32), np.full(1000, 3, np.float32), np.zeros(1000, np.float32)
+    py.compile(grid_elementwise(1000, 128), "grid_ew")({0: o, 1: a, 2: b})
+    np.testing.assert_array_equal(o, a * b + a)

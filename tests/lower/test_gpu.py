@@ -1,0 +1,264 @@
+"""GPU-shaped kernels (lower.gpu) run in the python device's grid emulator: every kernel of a program lowered
+for gpu_target() passes devices.linear.analyze and computes what numpy and the plain python device compute."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from math import prod
+
+import numpy as np
+import pytest
+
+from devices import get_device
+from devices.base import Target, gpu_target
+from devices.memory import np_dtype
+from lower import schedule
+from lower.buffers import has_data, lookup
+from lower.gpu import gpu_opts, lower_grid
+from lower.optimize import Opt, OptOps, apply_opts, axes
+from lower.stages import lower_kernel
+from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
+from rewrite.dtype import AddrSpace
+from rewrite.env import Context
+from rewrite.errors import DeviceError, KernelOptError
+from tensor import Tensor
+
+PY = get_device("python")
+GPU = gpu_target().with_(device="python")  # the sm_90 target's facts, run by the python device's emulator
+
+
+def run(out: Tensor, target: Target) -> tuple[np.ndarray, list[UOp]]:
+    """`out` computed kernel by kernel, each lowered for `target` and run on the python device; also returns the
+    LINEAR programs."""
+    items, outs = schedule([out.uop])
+    arrays: dict[int, np.ndarray] = {}  # by slot: a kernel's BUFFER is the 1-D view of the tensor's
+
+    def array(b: UOp) -> np.ndarray:
+        slot = b.arg.slot  # type: ignore[union-attr]
+        if slot not in arrays:
+            arrays[slot] = np.asarray(lookup(b)).reshape(-1).copy() if has_data(b) else \
+                np.zeros(prod(b.shape), np_dtype(b.dtype))
+        return arrays[slot]
+
+    linears = []
+    for it in items:
+        if it.kind == "copy":
+            array(it.bufs[0])[:] = array(it.bufs[1])
+            continue
+        lin = lower_kernel(it.ast, target)
+        linears.append(lin)
+        PY.compile(lin, it.name, target)({i: array(b) for i, b in enumerate(it.bufs)})
+    return array(outs[out.uop]).reshape(out.shape), linears
+
+
+def _specials(lins: list[UOp]) -> set[str]:
+    return {u.arg for lin in lins for u in lin.src if u.op is Ops.SPECIAL}  # type: ignore[misc]
+
+
+rng = np.random.default_rng(0)
+
+
+def _t(*shape: int) -> tuple[Tensor, np.ndarray]:
+    v = rng.standard_normal(shape).astype(np.float32)
+    return Tensor(v, device="python"), v
+
+
+def _softmax(v: np.ndarray) -> np.ndarray:
+    e = np.exp(v - v.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _conv(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    n, _, h, wd = x.shape
+    o, _c, kh, kw = w.shape
+    out = np.zeros((n, o, h - kh + 1, wd - kw + 1), np.float64)
+    for i in range(kh):
+        for j in range(kw):
+            out += np.einsum("nchw,oc->nohw", x[:, :, i:i + h - kh + 1, j:j + wd - kw + 1], w[:, :, i, j])
+    return out
+
+
+def _cases() -> dict[str, Callable[[], tuple[Tensor, np.ndarray]]]:
+    def elementwise():
+        (a, av), (b, bv) = _t(4, 300), _t(4, 300)
+        return (a * b + 1.0).relu(), np.maximum(av * bv + 1.0, 0)
+
+    def full_sum():
+        a, av = _t(1000)
+        return a.sum(), av.sum()
+
+    def row_max():
+        a, av = _t(3, 500)
+        return a.max(1), av.max(1)
+
+    def matmul():
+        (a, av), (b, bv) = _t(12, 40), _t(40, 20)
+        return a @ b, av @ bv
+
+    def softmax():
+        a, av = _t(6, 300)
+        return a.softmax(-1), _softmax(av)
+
+    def layernorm():
+        a, av = _t(5, 64)
+        m = a.mean(-1, keepdim=True)
+        d = a - m
+        return d * ((d * d).mean(-1, keepdim=True) + 1e-5).rsqrt(), \
+            (av - av.mean(-1, keepdims=True)) / np.sqrt(av.var(-1, keepdims=True) + 1e-5)
+
+    def conv2d():
+        (x, xv), (w, wv) = _t(2, 3, 6, 6), _t(4, 3, 3, 3)
+        return x.conv2d(w), _conv(xv, wv)
+
+    def gather():
+        a, av = _t(5, 7)
+        iv = rng.integers(0, 7, (5, 3)).astype(np.int32)
+        return a.gather(1, Tensor(iv, device="python")), np.take_along_axis(av, iv, 1)
+
+    def nondividing():  # 131 columns: no block size divides it, so the threads past the end are gated off
+        a, av = _t(3, 131)
+        return a.exp2() - 1.0, np.exp2(av) - 1.0
+
+    return {f.__name__: f for f in (elementwise, full_sum, row_max, matmul, softmax, layernorm,
+                                    conv2d, gather, nondividing)}
+
+
+CASES = _cases()
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_gpu_kernels_match_numpy_and_the_plain_device(name: str) -> None:
+    out, expected = CASES[name]()
+    got, lins = run(out, GPU)
+    plain, _ = run(out, PY.default_target())
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, plain, rtol=1e-5, atol=1e-5)
+    names = _specials(lins)
+    assert "lidx0" in names, names  # threads of a block on the output (or sharing a reduction)
+    if name in ("elementwise", "row_max", "softmax", "nondividing", "matmul"):
+        assert "gidx0" in names, names  # more outputs (or rows) than one block takes: several blocks
+
+
+def test_per_thread_upcast_runs() -> None:
+    """An elementwise kernel with blocks to spare (a one-multiprocessor target) gives each thread 4 elements a
+    block apart: 4 scalar copies of the body, each a coalesced access."""
+    one = GPU.with_(cores=1)
+    a, av = _t(8, 512)
+    assert any(o.op is OptOps.SPLIT and o.arg[1] is AxisType.UPCAST for o in gpu_opts(_kernel(a * 2.0), one))  # type: ignore[index]
+    got, lins = run(a * 2.0 + 1.0, one)
+    np.testing.assert_array_equal(got, av * 2.0 + 1.0)
+    (lin,) = lins
+    assert sum(u.op is Ops.STORE for u in lin.src) == 4 and all(u.shape == () for u in lin.src if u.op is Ops.LOAD)
+
+
+def test_nolocals_gives_blocks_only() -> None:
+    out, expected = CASES["matmul"]()
+    with Context(NOLOCALS=1):
+        got, lins = run(out, GPU)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    assert {"gidx0", "gidx1"} <= _specials(lins) and not any(s.startswith("lidx") for s in _specials(lins))
+
+
+def _kernel(out: Tensor) -> UOp:
+    items, _ = schedule([out.uop])
+    (it,) = [i for i in items if i.kind == "kernel"]
+    assert it.ast is not None
+    return it.ast
+
+
+def test_heuristics_shape() -> None:
+    """Elementwise: 128 threads on the contiguous axis (lidx0), padded when nothing divides; big elementwise
+    kernels upcast per thread; a reduction with few outputs is shared by the threads of a block."""
+    a = Tensor(np.zeros((1024, 1024), np.float32), device="python")
+    opts = gpu_opts(_kernel(a * 2.0), GPU)
+    assert Opt(OptOps.SPLIT, 1, (128, AxisType.LOCAL, False)) in opts
+    assert any(o.op is OptOps.SPLIT and o.arg[1] is AxisType.UPCAST for o in opts)  # type: ignore[index]
+    b = Tensor(np.zeros((3, 131), np.float32), device="python")
+    assert gpu_opts(_kernel(b * 2.0), GPU)[:2] == [Opt(OptOps.PADTO, 1, 128),
+                                                    Opt(OptOps.SPLIT, 1, (128, AxisType.LOCAL, False))]
+    c = Tensor(np.zeros((1000,), np.float32), device="python")
+    assert any(o.op is OptOps.SPLIT and o.arg[1] is AxisType.GROUP_REDUCE  # type: ignore[index]
+               for o in gpu_opts(_kernel(c.sum()), GPU))
+    assert gpu_opts(_kernel(a * 2.0), GPU, nolocals=True) == []
+
+
+def test_grid_merges_more_than_three_block_axes() -> None:
+    a, av = _t(2, 3, 4, 5)
+    ast = _kernel(a + 1.0)
+    assert len(axes(ast)) == 4
+    lowered = lower_grid(ast, GPU)
+    specials = {u.arg: u.src[0].arg[0] for u in lowered.toposort() if u.op is Ops.SPECIAL}  # type: ignore[index]
+    assert specials == {"gidx0": 5, "gidx1": 4, "gidx2": 6}
+    with Context(NOLOCALS=1):
+        got, lins = run(a + 1.0, GPU)
+    np.testing.assert_allclose(got, av + 1.0, rtol=0, atol=1e-6)
+    assert _specials(lins) == {"gidx0", "gidx1", "gidx2"}
+
+
+def test_illegal_gpu_shapes_say_why() -> None:
+    a = Tensor(np.zeros((8, 2048), np.float32), device="python")
+    ast = _kernel(a * 2.0)
+    with pytest.raises(KernelOptError, match="threads per block"):
+        lower_grid(apply_opts(ast, [Opt(OptOps.SPLIT, 1, (2048, AxisType.LOCAL, False))]), GPU)
+    with pytest.raises(KernelOptError, match="cpu targets"):
+        lower_grid(apply_opts(ast, [Opt(OptOps.SPLIT, 0, (2, AxisType.THREAD, True))]), GPU)
+
+
+# ------------------------------------------------------------------------------------------ the emulator
+
+
+def _buf(slot: int, n: int, space: AddrSpace = AddrSpace.GLOBAL, dt=dtypes.float32) -> UOp:
+    return UOp(Ops.BUFFER, (UOp.shape_operand((n,)),), BufferArg(slot, dt, None, space))
+
+
+def _linear(*roots: UOp) -> UOp:
+    from lower.linearize import linearize
+
+    return linearize(UOp.sink(*roots))
+
+
+def test_emulator_shares_local_memory_across_a_barrier() -> None:
+    """Each block reverses its 8 elements through shared memory: thread t writes slot t, and after the BARRIER
+    reads slot 7 - t, which another thread wrote; without lockstep to the barrier it would read unwritten memory."""
+    out, inp, sm = _buf(0, 32), _buf(1, 32), _buf(0, 8, AddrSpace.LOCAL)
+    g, t = UOp(Ops.SPECIAL, (UOp.const(4),), "gidx0"), UOp(Ops.SPECIAL, (UOp.const(8),), "lidx0")
+    bar = UOp(Ops.BARRIER, (sm.index(t).store(inp.index(g * 8 + t).load()),))
+    st = out.index(g * 8 + t).store(UOp(Ops.AFTER, (sm, bar)).index(7 - t).load())
+    k = PY.compile(_linear(st), "reverse", GPU)
+    x = np.arange(32, dtype=np.float32)
+    res = np.zeros(32, np.float32)
+    k({0: res, 1: x})
+    np.testing.assert_array_equal(res, x.reshape(4, 8)[:, ::-1].reshape(-1))
+
+
+def test_emulator_local_memory_is_per_block_and_unwritten_reads_fail() -> None:
+    out, sm = _buf(0, 8), _buf(0, 8, AddrSpace.LOCAL)
+    t = UOp(Ops.SPECIAL, (UOp.const(8),), "lidx0")
+    bar = UOp(Ops.BARRIER, (sm.index(t).store(t.cast(dtypes.float32)),))
+    bad = out.index(t).store(UOp(Ops.AFTER, (sm, bar)).index((t + 1) % 9).load())  # thread 7 reads slot 8
+    with pytest.raises(DeviceError, match="out of bounds"):
+        PY.compile(_linear(bad), "oob", GPU)({0: np.zeros(8, np.float32)})
+    no_barrier = out.index(t).store(sm.index(7 - t).load())
+    first = UOp(Ops.GROUP, (sm.index(t).store(t.cast(dtypes.float32)), no_barrier))
+    with pytest.raises(DeviceError, match="before any STORE"):
+        PY.compile(_linear(first), "race", GPU)({0: np.zeros(8, np.float32)})
+
+
+def test_emulator_atomic_add() -> None:
+    out, inp = _buf(0, 1), _buf(1, 64)
+    g, t = UOp(Ops.SPECIAL, (UOp.const(4),), "gidx0"), UOp(Ops.SPECIAL, (UOp.const(16),), "lidx0")
+    add = UOp(Ops.ATOMICADD, (out.index(UOp.const(0)), inp.index(g * 16 + t).load()))
+    x = rng.integers(-9, 9, 64).astype(np.float32)
+    res = np.array([0.5], np.float32)
+    PY.compile(_linear(add), "atomic", GPU)({0: res, 1: x})
+    assert res[0] == x.sum() + 0.5
+
+
+def test_emulator_threads_must_meet_at_one_barrier() -> None:
+    out, sm = _buf(0, 4), _buf(0, 4, AddrSpace.LOCAL)
+    t = UOp(Ops.SPECIAL, (UOp.const(4),), "lidx0")
+    r = UOp.range(t + 1, 1, AxisType.LOOP)  # thread t waits at the loop's barrier t + 1 times
+    bar = UOp(Ops.BARRIER, (sm.index(t).store(r.cast(dtypes.float32)),))
+    loop = UOp(Ops.END, (out.index(t).store(UOp(Ops.AFTER, (sm, bar)).index(t).load()), r))
+    with pytest.raises(DeviceError, match="different barriers"):
+        PY.compile(_linear(loop), "diverge", GPU)({0: np.zeros(4, np.float32)})
