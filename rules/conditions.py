@@ -16,6 +16,11 @@ branch does not reach the result), and inside the selected branch every replaced
 value for every point where `c` has the branch's value. A replaced node is a constant, so the branch is
 defined wherever it was before. Index terms only read intervals, which are bounds; no dtype wraps here since
 only bool nodes are replaced and only index comparisons are read.
+
+Memory accesses are opaque: nothing inside an INDEX, LOAD or STORE is rewritten. The kernel evaluates both
+branches of a WHERE (it is a select, not a jump), so a gated load in the branch that is not selected still
+runs, and its gate is what keeps that access in bounds: `(i < 3).where(a[i] if i < 3, b[i-3] if 3 <= i)` must
+keep the second gate although `3 <= i` holds wherever that branch is selected.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from rewrite.dtype import dtypes
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 
+_MEMORY = frozenset({Ops.INDEX, Ops.LOAD, Ops.STORE})
 Facts = tuple[dict[UOp, bool], dict[UOp, tuple[int | None, int | None]], dict[UOp, set[int]]]
 
 
@@ -105,6 +111,9 @@ def assume(u: UOp, facts: Facts) -> UOp:
     """`u` with every bool node the facts decide replaced by its constant (children first, one pass)."""
     new: dict[UOp, UOp] = {}
     for n in u.toposort():
+        if n.op in _MEMORY:
+            new[n] = n  # its address and gate guard an access that runs whichever branch is selected
+            continue
         if n.dtype is dtypes.bool and n.op is not Ops.CONST and (v := _decide(n, facts)) is not None:
             new[n] = UOp.const(v, dtypes.bool)
             continue

@@ -66,3 +66,19 @@ def test_every_family_has_cases() -> None:
     counts = {f: sum(c[0] == f for c in CASES) for f in FAMILIES}
     assert set(counts) == {"nested-div", "symbolic-gcd", "recombine", "neg-div-const", "comparisons", "where", "xor"}
     assert min(counts.values()) >= 6, counts
+
+
+def test_closure_folding_keeps_the_gate_of_a_load_in_the_other_branch() -> None:
+    """A WHERE is a select: both branches run, so a gated load in the branch not selected still executes and its
+    gate keeps it in bounds (Tensor.cat of two buffers read a[-2] when this gate was folded away)."""
+    from rewrite.dtype import dtypes
+    from rewrite.ops import Ops
+    i = UOp.variable("i", 0, 4)
+    a, b = UOp.buffer(0, dtypes.bool, (3,)), UOp.buffer(1, dtypes.bool, (2,))
+    first = i < 3
+    second = UOp(Ops.NOT, (first,))
+    la = a.index(i).load(UOp.const(False, dtypes.bool), first)
+    lb = b.index(i - 3).load(UOp.const(False, dtypes.bool), second)
+    out = first.where(la, lb).simplify()
+    loads = [u for u in out.toposort() if u.op is Ops.LOAD]
+    assert len(loads) == 2 and all(len(ld.src) == 3 and ld.src[2].op is not Ops.CONST for ld in loads), out.render()
