@@ -1,10 +1,15 @@
 """Scheduling: split a tensor graph into kernels and copies, in dependency order.
 
 Realized nodes (each gets a buffer and a kernel that fills it): the roots asked for, CONTIGUOUS nodes, the
-sources and results of COPY, and any REDUCE that rangeify finds would be recomputed inside another
-reduction's loop, and any node where a kernel would exceed its device's limits (`max_args` buffers,
-`max_kernel_ops` ops: `split_point`). Everything else fuses into the kernels that consume it. Each kernel's
-buffers are renumbered to local slots (0 is the output, then inputs in order of first use), so kernels that differ only
+sources and results of COPY, any REDUCE that rangeify finds would be recomputed inside another reduction's
+loop, any node where a kernel would exceed its device's limits (`max_args` buffers, `max_kernel_ops` ops:
+`split_point`), and any REDUCE that more than one kernel would compute inline (a LayerNorm's statistics read by
+the next layer's matmuls and by the next LayerNorm: fused, every later kernel would recompute every earlier
+one's, a cost quadratic in depth); such a REDUCE is realized once and the kernels that fused it are rebuilt to
+read it. The same holds, one level up, for an elementwise node that combines such a statistic with other values
+and that several kernels compute (the LayerNorm's centred input), so no kernel reads a chain of earlier layers'
+buffers. Everything else fuses into the kernels that consume it. Each kernel's buffers are
+renumbered to local slots (0 is the output, then inputs in order of first use), so kernels that differ only
 in which buffers they touch are the same UOp and share their compiled code.
 """
 
@@ -102,6 +107,8 @@ def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
             want.append(u.src[0])
     pending = list(dict.fromkeys(want))
     kernels: dict[UOp, ScheduleItem] = {}
+    inline: dict[UOp, dict[UOp, None]] = {}  # realized node -> what its kernel computes inline (build_kernel)
+    shared_nodes: dict[UOp, None] = {}  # nodes realized because several kernels would compute them
     device = default_device(roots)
     for node in pending:  # every node known to be realized has its buffer before any consumer is built
         if node not in out_of:
@@ -125,12 +132,23 @@ def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
             pending += [node, cut]  # realized first, so this kernel reads it instead of fusing it
             continue
         flat = {n: _flat(b) for n, b in out_of.items() if n is not node}
+        fused: dict[UOp, None] = {}
         try:
-            ast = build_kernel(node, _flat(out_of[node]), flat)
+            ast = build_kernel(node, _flat(out_of[node]), flat, fused, frozenset(shared_nodes))
         except NeedsRealize as e:
             pending += [node, e.node]
             continue
         kernels[node] = _localize(ast)
+        inline[node] = fused
+        shared = [r for r in fused if any(r in f for k, f in inline.items() if k is not node)]
+        if shared:  # realized once; every kernel that computes one of them inline is rebuilt to read it
+            for r in shared:
+                shared_nodes[r] = None
+                out_of[r] = new_buffer(r.dtype, r.shape, r.device if isinstance(r.device, str) else device)
+            users = [k for k, f in inline.items() if any(r in f for r in shared)]
+            for k in users:
+                del kernels[k], inline[k]
+            pending += users + shared
     items = sorted(kernels.items(), key=lambda kv: topo_index.get(kv[0], -1))
     return [it for _, it in items], {r: out_of[r] for r in roots}
 
