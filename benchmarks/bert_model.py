@@ -80,8 +80,7 @@ def weights(cfg: BertConfig, seed: int = SEED) -> dict[str, np.ndarray]:
 def forward_ours(cfg: BertConfig, w: dict[str, Any]) -> Any:
     """The forward with our Tensor (`w` holds Tensors): the last hidden state, (batch, seq, hidden)."""
     b, t, h, nh, hd = cfg.batch, cfg.seq, cfg.hidden, cfg.heads, cfg.head_dim
-    ids = w["ids"].reshape(b * t, 1).expand(b * t, h)
-    x = w["word"].gather(0, ids).reshape(b, t, h)
+    x = w["word"].index_select(0, w["ids"].reshape(b * t)).reshape(b, t, h)  # the embedding's rows, by id
     x = x + w["pos"][:t].reshape(1, t, h) + w["type"][0].reshape(1, 1, h)
     x = _layernorm(x, w["emb_ln.w"], w["emb_ln.b"])
     scale = 1.0 / math.sqrt(hd)
