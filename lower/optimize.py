@@ -69,7 +69,8 @@ class _Memo:
     their nodes, so the bound is what keeps memory flat."""
 
     def __init__(self, fn: Callable[..., Any], size: int = 512) -> None:
-        self.fn, self.size, self.d = fn, size, {}  # type: dict
+        self.fn, self.size = fn, size
+        self.d: dict[tuple, Any] = {}
 
     def __call__(self, *key: Any) -> Any:
         d = self.d
@@ -81,7 +82,12 @@ class _Memo:
 
 
 _MISSING = object()
-_topo = _Memo(lambda u: tuple(u.toposort()))  # the walk every analysis below starts from, once per AST
+_topo_memo = _Memo(lambda u: tuple(u.toposort()))
+
+
+def _topo(u: UOp) -> tuple[UOp, ...]:
+    """u.toposort() as a tuple, once per AST: the walk every analysis below starts from."""
+    return _topo_memo(u)  # type: ignore[no-any-return]
 
 
 def _axes(ast: UOp) -> tuple[UOp, ...]:
