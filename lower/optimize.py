@@ -22,10 +22,10 @@ once per value, in parallel.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Generic, TypeVar
 
 from devices.base import Target
 from rewrite import AxisType, Ops, UOp, dtypes
@@ -61,33 +61,39 @@ _SPLIT_FROM = {
 }
 
 
-class _Memo:
+R = TypeVar("R")
+
+
+class _Memo(Generic[R]):
     """A bounded memo of an analysis of one UOp (or a tuple of UOps). UOps are immutable and interned, so a
     result computed for a node stays valid for as long as the node exists; the heuristics below ask the same
     questions of the same AST many times (each split re-reads the axes, every access's stride), and a walk per
     question made them quadratic in the kernel's size. The oldest entries go first when it is full; entries hold
-    their nodes, so the bound is what keeps memory flat."""
+    their nodes, so the bound is what keeps memory flat. The key is every argument: the analyses memoized here
+    read only the AST, none the Target; one that reads the Target takes it as an argument, so it is in the key."""
 
-    def __init__(self, fn: Callable[..., Any], size: int = 512) -> None:
+    def __init__(self, fn: Callable[..., R], size: int = 512) -> None:
         self.fn, self.size = fn, size
-        self.d: dict[tuple, Any] = {}
+        self.d: dict[tuple, R] = {}
 
-    def __call__(self, *key: Any) -> Any:
+    def __call__(self, *key: Hashable) -> R:
         d = self.d
-        if (v := d.get(key, _MISSING)) is _MISSING:
-            if len(d) >= self.size:
-                del d[next(iter(d))]
-            v = d[key] = self.fn(*key)
+        try:
+            return d[key]
+        except KeyError:
+            pass
+        if len(d) >= self.size:
+            del d[next(iter(d))]
+        v = d[key] = self.fn(*key)
         return v
 
 
-_MISSING = object()
-_topo_memo = _Memo(lambda u: tuple(u.toposort()))
+_topo_memo: _Memo[tuple[UOp, ...]] = _Memo(lambda u: tuple(u.toposort()))
 
 
 def _topo(u: UOp) -> tuple[UOp, ...]:
     """u.toposort() as a tuple, once per AST: the walk every analysis below starts from."""
-    return _topo_memo(u)  # type: ignore[no-any-return]
+    return _topo_memo(u)
 
 
 def _axes(ast: UOp) -> tuple[UOp, ...]:
@@ -314,7 +320,7 @@ _stride_memo = _Memo(_stride_of, 8192)
 
 def _stride(idx: UOp, r: UOp) -> int | None:
     """How far `idx` moves when range r steps by one (others at 0), if it moves linearly; None otherwise."""
-    return _stride_memo(idx, r)  # type: ignore[no-any-return]
+    return _stride_memo(idx, r)
 
 
 def _accesses(ast: UOp) -> tuple[UOp, ...]:
