@@ -15,6 +15,7 @@ from lower.rangeify import reduce_identity
 from rewrite import BufferArg, Ops, Rule, RuleSet, UOp, const, dtypes, graph_rewrite, op, var
 from rewrite.dtype import AddrSpace
 from rewrite.errors import CompilerError
+from rewrite.uop import ConstValue
 
 
 class _AccCtx:
@@ -28,7 +29,7 @@ _FUSABLE = (dtypes.float32, dtypes.float64)
 
 def _acc_for_reduce(ctx: _AccCtx, red: UOp) -> UOp:
     body, ranges = red.src[0], red.src[1:]
-    rop = red.arg[0]
+    rop = red.reduce_op
     ctx.next_slot += 1
     lanes = red.shape[0] if red.shape else 1  # after Expand a reduction may carry a vector of lanes
     acc = UOp(Ops.BUFFER, (UOp.shape_operand((lanes,)),), BufferArg(ctx.next_slot, red.dtype, None, AddrSpace.REG))
@@ -71,17 +72,17 @@ def _split_end(e: UOp) -> UOp | None:
     return out
 
 
-def _splat(c: object, e: UOp) -> UOp | None:
+def _splat(c: ConstValue, e: UOp) -> UOp | None:
     """A constant broadcast to a kernel's 1-D lane shape is a VCONST (templates build the broadcast form)."""
     if len(e.shape) != 1 or not isinstance(e.shape[0], int):
         return None
-    return UOp.vconst([c] * e.shape[0], e.dtype)  # type: ignore[list-item]
+    return UOp.vconst([c] * e.shape[0], e.dtype)
 
 
-def _fold_vconst(v: UOp, c: object, a: UOp) -> UOp:
+def _fold_vconst(v: UOp, c: ConstValue, a: UOp) -> UOp:
     from rewrite.semantics import exec_alu
 
-    return UOp.vconst([exec_alu(a.op, v.dtype, x, c) for x in v.arg[0]], v.dtype)  # type: ignore[union-attr, arg-type]
+    return UOp.vconst([exec_alu(a.op, v.dtype, x, c) for x in v.vconst_values], v.dtype)
 
 
 def _vconst_outward(y: UOp, v: UOp, z: UOp) -> UOp | None:
@@ -89,7 +90,7 @@ def _vconst_outward(y: UOp, v: UOp, z: UOp) -> UOp | None:
 
 
 def _uniform_outward(y: UOp, v: UOp, w: UOp) -> UOp | None:
-    vals = w.arg[0]  # type: ignore[index]
+    vals = w.vconst_values
     if y.shape != () or len(set(vals)) != 1:
         return None
     return (y + UOp.const(vals[0], y.dtype)) + v

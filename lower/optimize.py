@@ -49,6 +49,15 @@ class Opt:
     def __repr__(self) -> str:
         return f"Opt({self.op.name}, {self.axis}, {self.arg!r})"
 
+    @property
+    def split_arg(self) -> tuple[object, AxisType, bool]:
+        """A SPLIT's (k, the new axis's type, top); KernelOptError when the arg is not of that form (k itself is
+        checked where the axis's size is known)."""
+        a = self.arg
+        if self.op is not OptOps.SPLIT or not (isinstance(a, tuple) and len(a) == 3 and isinstance(a[1], AxisType)):
+            raise KernelOptError(f"{self}: a SPLIT's arg is (k, AxisType, top)")
+        return a[0], a[1], bool(a[2])
+
 
 _SPLIT_FROM = {
     AxisType.LOCAL: {AxisType.GLOBAL, AxisType.LOOP},
@@ -120,7 +129,7 @@ def size(r: UOp) -> int:
     b = r.src[0]
     if b.op is not Ops.CONST:
         raise KernelOptError(f"axis {r.render()} has a symbolic size; only constant sizes can be split")
-    return int(b.arg[0])  # type: ignore[index]
+    return int(b.value)
 
 
 def native_lanes(ast: UOp, target: Target) -> int:
@@ -131,7 +140,7 @@ def native_lanes(ast: UOp, target: Target) -> int:
 
 
 def next_range_id(ast: UOp) -> int:
-    ids = [u.arg[0] for u in _topo(ast) if u.op is Ops.RANGE and isinstance(u.arg[0], int)]  # type: ignore[index]
+    ids = [i for u in _topo(ast) if u.op is Ops.RANGE and isinstance(i := u.range_id, int)]
     return max(ids, default=0) + 1
 
 
@@ -142,7 +151,7 @@ def replace_range(ast: UOp, r: UOp, parts: tuple[UOp, ...], expr: UOp | None) ->
     for u in _topo(ast):
         if u is r:
             continue
-        src = []
+        src: list[UOp] = []
         for s in u.src:
             if s is r:
                 if u.op in (Ops.END, Ops.REDUCE) and s in u.src[1:]:
@@ -172,9 +181,9 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
     if opt.axis is None or not 0 <= opt.axis < len(rs):
         raise KernelOptError(f"{opt}: axis out of range; the kernel has {len(rs)} axes")
     r = rs[opt.axis]
-    rtype: AxisType = r.arg[1]  # type: ignore[index]
+    rtype = r.axis_type
     if opt.op is OptOps.SPLIT:
-        k, target, top = opt.arg  # type: ignore[misc]
+        k, target, top = opt.split_arg
         n = size(r)
         if not isinstance(k, int) or k < 1 or n % k:
             raise KernelOptError(f"{opt}: {k} does not divide the axis size {n}")
@@ -208,12 +217,12 @@ def _padto(ast: UOp, r: UOp, opt: Opt) -> UOp:
     m, n = opt.arg, size(r)
     if not isinstance(m, int) or m < 1:
         raise KernelOptError(f"{opt}: the multiple must be a positive int")
-    if r.arg[1] not in (AxisType.LOOP, AxisType.GLOBAL, AxisType.REDUCE):  # type: ignore[index]
-        raise KernelOptError(f"{opt}: only LOOP and REDUCE axes can be padded, not {r.arg[1].name}")  # type: ignore[index]
+    if r.axis_type not in (AxisType.LOOP, AxisType.GLOBAL, AxisType.REDUCE):
+        raise KernelOptError(f"{opt}: only LOOP and REDUCE axes can be padded, not {r.axis_type.name}")
     padded = -(-n // m) * m
     if padded == n:
         return ast
-    p = UOp.range(padded, r.arg[0], r.arg[1])  # type: ignore[index]
+    p = UOp.range(padded, r.range_id, r.axis_type)
     ast = replace_range(ast, r, (p,), p)
     valid = p < n
     done: dict[UOp, UOp] = {}
@@ -229,7 +238,7 @@ def _padto(ast: UOp, r: UOp, opt: Opt) -> UOp:
             gate = valid if len(src) < 3 else (src[2] & valid)
             new = UOp(Ops.STORE, (src[0], src[1], gate), u.arg, u.tag)
         elif u.op is Ops.REDUCE and p in u.src[1:]:
-            ident = UOp.const(reduce_identity(u.arg[0], u.dtype), u.dtype)  # type: ignore[index]
+            ident = UOp.const(reduce_identity(u.reduce_op, u.dtype), u.dtype)
             new = UOp(Ops.REDUCE, (valid.where(src[0], ident), *src[1:]), u.arg, u.tag)
         else:
             new = u if src == u.src else UOp(u.op, src, u.arg, u.tag)
@@ -245,7 +254,7 @@ def apply_opts(ast: UOp, opts: list[Opt]) -> UOp:
 
 def lower_threads(ast: UOp) -> UOp:
     """THREAD ranges become SPECIAL("core_id", n): the device runs the kernel once per thread index."""
-    threads = [u for u in _topo(ast) if u.op is Ops.RANGE and u.arg[1] is AxisType.THREAD]  # type: ignore[index]
+    threads = [u for u in _topo(ast) if u.op is Ops.RANGE and u.axis_type is AxisType.THREAD]
     for i, r in enumerate(threads):
         ast = replace_range(ast, r, (), UOp(Ops.SPECIAL, (r.src[0],), "core_id" if i == 0 else f"core_id{i}"))
     return ast
@@ -292,7 +301,7 @@ def _split_first(ast: UOp, opts: list[Opt], pick: list[int], target: AxisType, f
                 new = apply_opt(ast, o)
                 opts.append(o)
                 before = set(_axes_memo(ast))
-                added = [r for r in axes(new) if r not in before and r.arg[1] is target]  # type: ignore[index]
+                added = [r for r in axes(new) if r not in before and r.axis_type is target]
                 return new, (added[0] if added else None)
     return ast, None
 
@@ -312,7 +321,8 @@ def _stride_of(idx: UOp, r: UOp) -> int | None:
         at = [idx.evaluate({n: (k if q is r else 0) for n, q in names.items()}) for k in (0, 1, 2)]
     except EvalError:
         return None
-    return at[1] - at[0] if at[2] - at[1] == at[1] - at[0] else None
+    step = at[1] - at[0]
+    return int(step) if at[2] - at[1] == step else None  # index math: ints
 
 
 _stride_memo = _Memo(_stride_of, 8192)
@@ -369,7 +379,7 @@ def _split_pair(ast: UOp, opts: list[Opt], r: UOp, k: int, target: AxisType, top
     opts.append(o)
     had = set(before)
     new = [q for q in axes(ast) if q not in had]
-    part = next(q for q in new if q.arg[1] is target)  # type: ignore[index]
+    part = next(q for q in new if q.axis_type is target)
     return ast, next(q for q in new if q is not part), part
 
 
@@ -380,7 +390,7 @@ def _register_tile(ast: UOp, opts: list[Opt], target: Target) -> UOp | None:
     the loop over column blocks moved outside the loop over row blocks (a column panel stays in cache while the
     rows stream past). None if the kernel is not of that shape."""
     reds = [u for u in _topo(ast) if u.op is Ops.REDUCE]
-    if len(reds) != 1 or reds[0].arg[0] is not Ops.ADD:  # type: ignore[index]
+    if len(reds) != 1 or reds[0].reduce_op is not Ops.ADD:
         return None
     body = _topo(reds[0].src[0])
     if any(u.op in _LANE_UNFRIENDLY and u.dtype is not dtypes.index for u in body):  # index math folds after splits
@@ -388,7 +398,7 @@ def _register_tile(ast: UOp, opts: list[Opt], target: Target) -> UOp | None:
     loads = [u.src[1] for u in body if u.op is Ops.INDEX and u.src[0].op is Ops.BUFFER and len(u.src) == 2]
     stores = [u.src[0].src[1] for u in _topo(ast) if u.op is Ops.STORE and u.src[0].op is Ops.INDEX]
     width = native_lanes(ast, target)
-    loops = [r for r in axes(ast) if r.arg[1] is AxisType.LOOP]  # type: ignore[index]
+    loops = [r for r in axes(ast) if r.axis_type is AxisType.LOOP]
     # the vector axis: every load in the reduction moves by 0 or 1 element along it, some by 1. Preferred: an axis
     # no load's gate depends on (a gate that differs per lane makes a lane-by-lane load: conv's padded input
     # columns as lanes ran at 0.7 GFLOP/s where its output channels run at full width), then one the output is
@@ -417,7 +427,7 @@ def _register_tile(ast: UOp, opts: list[Opt], target: Target) -> UOp | None:
     ast, u_out, _ = _split_pair(ast, opts, u, rows, AxisType.UPCAST)
     # the column-block loop outside the row-block loop, and the vector lanes the innermost UPCAST axis (the lanes
     # lower.expand vectorizes; the other UPCAST axes become copies)
-    last_upcast = [r for r in axes(ast) if r.arg[1] is AxisType.UPCAST][-1]  # type: ignore[index]
+    last_upcast = [r for r in axes(ast) if r.axis_type is AxisType.UPCAST][-1]
     for outer, inner in ((u_out, v_out), (lanes, last_upcast)):
         cur = axes(ast)
         if cur.index(outer) < cur.index(inner):
@@ -441,7 +451,7 @@ def hand_coded(ast: UOp, target: Target, threads: int | None = None, vectors: bo
     vectors = vectors and target.vector_bytes > 0
     try:
         total = work(ast)
-        loops = [i for i, r in enumerate(axes(ast)) if r.arg[1] is AxisType.LOOP]  # type: ignore[index]
+        loops = [i for i, r in enumerate(axes(ast)) if r.axis_type is AxisType.LOOP]
         if threads > 1 and total >= threads * MIN_WORK_PER_THREAD and loops:
             ast, _ = _split_first(ast, opts, loops, AxisType.THREAD, [threads], top=True)
         if not vectors:
@@ -451,7 +461,7 @@ def hand_coded(ast: UOp, target: Target, threads: int | None = None, vectors: bo
         lanes = _vector_lanes(ast, target)
         factors = [k for k in (16, 8, 4) if k <= lanes]
         cur = axes(ast)
-        loops = [i for i, r in enumerate(cur) if r.arg[1] is AxisType.LOOP and _contiguous_everywhere(ast, r)]  # type: ignore[index]
+        loops = [i for i, r in enumerate(cur) if r.axis_type is AxisType.LOOP and _contiguous_everywhere(ast, r)]
         up = None
         if loops and UPCAST_OUTPUTS:
             ast, up = _split_first(ast, opts, loops[::-1][:1], AxisType.UPCAST, factors)
@@ -460,7 +470,7 @@ def hand_coded(ast: UOp, target: Target, threads: int | None = None, vectors: bo
             if (up is not None and up in body) or any(u.op in _LANE_UNFRIENDLY for u in body):
                 continue
             cur = axes(ast)
-            pick = [cur.index(r) for r in red.src[1:] if r in cur and r.arg[1] is AxisType.REDUCE  # type: ignore[index]
+            pick = [cur.index(r) for r in red.src[1:] if r in cur and r.axis_type is AxisType.REDUCE
                     and _contiguous_everywhere(ast, r)][-1:]
             ast, _ = _split_first(ast, opts, pick, AxisType.UNROLL, [k for k in factors if k <= 16])
     except KernelOptError:

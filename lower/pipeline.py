@@ -336,8 +336,8 @@ def as_target(where: Target | Any) -> Target:
     if isinstance(where, Target):
         return where
     if isinstance(where, str):
-        return get_device(where).default_target()  # type: ignore[no-any-return]
-    return where.default_target()  # type: ignore[no-any-return]
+        return get_device(where).default_target()
+    return where.default_target()
 
 
 __all__ = ["PIPELINE", "STAGE_NAMES", "Lowering", "Stage", "as_target", "compile", "compile_kernel",

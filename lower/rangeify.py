@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rewrite import AxisType, Ops, UOp, dtypes
+from rewrite import AxisType, DType, Ops, UOp, dtypes
 from rewrite.derive import shape_values
+from rewrite.uop import ConstValue
 
 
 class NeedsRealize(Exception):
@@ -34,7 +35,7 @@ class NeedsRealize(Exception):
 def _add(a: UOp, b: UOp | int) -> UOp:
     if isinstance(b, int):
         return a if b == 0 else a + b
-    if a.op is Ops.CONST and a.arg[0] == 0:
+    if a.op is Ops.CONST and a.value == 0:
         return b
     return a + b
 
@@ -117,12 +118,13 @@ def _and(a: UOp | None, b: UOp | None) -> UOp | None:
     return b if a is None else a if b is None else a & b
 
 
-_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
+_IDENTITY: dict[Ops, ConstValue] = {Ops.ADD: 0, Ops.MUL: 1}
 
 
-def reduce_identity(op: Ops, dtype: object) -> object:
+def reduce_identity(op: Ops, dtype: DType) -> ConstValue:
+    """The value a reduction by `op` starts from: 0 for ADD, 1 for MUL, the dtype's least value for MAX."""
     if op is Ops.MAX:
-        return dtype.min  # type: ignore[attr-defined]
+        return dtype.min
     return _IDENTITY[op]
 
 
@@ -175,7 +177,8 @@ class KernelBuilder:
             if len(task) == 3:
                 if task in memo:
                     continue
-                kids, combine = self.expand(*task, top=task[0] is root)
+                node, at, gate = task
+                kids, combine = self.expand(node, at, gate, top=node is root)
                 stack.append((task, kids, combine, None))
                 stack.extend(k for k in kids if k not in memo)
             else:
@@ -211,14 +214,14 @@ class KernelBuilder:
                 raise NeedsRealize(n.src[0])
             return [(n.src[0], new, valid)], lambda v: v[0]
         if op is Ops.PERMUTE:
-            order = n.arg
+            order = n.int_tuple_arg
             new = tuple(idx[order.index(k)] for k in range(len(order)))
             return [(n.src[0], new, valid)], lambda v: v[0]
         if op is Ops.SHRINK:
             begin = shape_values(n.src[1])
             return [(n.src[0], tuple(_add(i, b) for i, b in zip(idx, begin, strict=True)), valid)], lambda v: v[0]
         if op is Ops.FLIP:
-            dims = zip(idx, n.src[0].shape, n.arg, strict=True)
+            dims = zip(idx, n.src[0].shape, n.flip_flags, strict=True)
             new = tuple(_add(UOp.const(d - 1), i * -1) if f else i for i, d, f in dims)
             return [(n.src[0], new, valid)], lambda v: v[0]
         if op is Ops.PAD:
@@ -238,7 +241,7 @@ class KernelBuilder:
 
             return kids, pick
         if op is Ops.VCONST:
-            vals = n.arg[0]
+            vals = n.vconst_values
 
             def select(_v: list[UOp]) -> UOp:
                 out = UOp.const(vals[-1], n.dtype)
@@ -263,9 +266,8 @@ class KernelBuilder:
         if src not in self.buffers:
             raise NeedsRealize(src)
         b = self.buffers[src]
-        arg = b.arg
         count = b.shape[0] * b.dtype.itemsize // n.dtype.itemsize
-        alias = UOp.buffer(arg.slot, n.dtype, (count,), arg.device)  # type: ignore[union-attr]
+        alias = UOp(Ops.BUFFER, (UOp.shape_operand((count,)),), b.buf_arg._replace(dtype=n.dtype))
         ld = self.load(alias, n.shape, idx, valid)
         return [], lambda _v: ld
 
@@ -287,7 +289,7 @@ class KernelBuilder:
             cond = _and(cond, inside)
         k = (x, (*new, *idx[pos:]), cond)
         zero = UOp.const(0, n.dtype)
-        return [k], lambda v: cond.where(v[0], zero)  # type: ignore[union-attr]
+        return [k], lambda v: cond.where(v[0], zero)  # type: ignore[union-attr]  # an INDEX has an index: cond is set
 
     def expand_pad(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> tuple[list[Key], Callable]:
         begin, end = shape_values(n.src[1]), shape_values(n.src[2])
@@ -304,12 +306,12 @@ class KernelBuilder:
             return [(n.src[0], tuple(new), valid)], lambda v: v[0]
         k = (n.src[0], tuple(new), _and(valid, cond))
         zero = UOp.const(0, n.dtype)
-        return [k], lambda v: cond.where(v[0], zero)  # type: ignore[union-attr]
+        return [k], lambda v: cond.where(v[0], zero)
 
     def expand_reduce(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None, top: bool) -> tuple[list[Key], Callable]:
         if not top and _uses_reduce_range(idx, valid):
             raise NeedsRealize(n)
-        rop, axes = n.arg
+        rop, axes = n.reduce_op, n.reduce_axes
         src = n.src[0]
         ranges = []
         new = list(idx)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from devices import target_for
 from lower.buffers import new_buffer
 from lower.rangeify import _ELEMENTWISE, _EXPENSIVE, NeedsRealize, build_kernel
-from rewrite import BufferArg, Ops, UOp
+from rewrite import Ops, UOp
 from rewrite.dtype import AddrSpace
 from rewrite.errors import CompilerError
 
@@ -52,10 +52,9 @@ def _size(shape: tuple) -> int:
 
 def _flat(buf: UOp) -> UOp:
     """The 1-D view of a BUFFER that kernels index."""
-    a: BufferArg = buf.arg  # type: ignore[assignment]
     if len(buf.shape) == 1:
         return buf
-    return UOp.buffer(a.slot, a.dtype, (_size(buf.shape),), a.device, a.addrspace)
+    return UOp(Ops.BUFFER, (UOp.shape_operand((_size(buf.shape),)),), buf.buf_arg)
 
 
 def default_device(roots: list[UOp]) -> str:
@@ -225,7 +224,7 @@ def split_point(node: UOp, realized: dict[UOp, UOp], max_args: int, max_ops: int
 
 def _localize(ast: UOp) -> ScheduleItem:
     """Renumber the kernel's GLOBAL buffers to local slots 0..n-1 (the output, read by STORE, is 0)."""
-    glob = [u for u in ast.toposort() if u.op is Ops.BUFFER and u.arg.addrspace is AddrSpace.GLOBAL]
+    glob = [u for u in ast.toposort() if u.op is Ops.BUFFER and u.buf_arg.addrspace is AddrSpace.GLOBAL]
     stores = [u for u in ast.toposort() if u.op is Ops.STORE]
     outs = list(dict.fromkeys(s.src[0].src[0] for s in stores if s.src[0].op is Ops.INDEX))
     order = outs + [b for b in glob if b not in outs]
@@ -237,5 +236,5 @@ def _localize(ast: UOp) -> ScheduleItem:
 def kernel_name(ast: UOp) -> str:
     topo = ast.toposort()
     has_reduce = any(u.op is Ops.REDUCE for u in topo)
-    dims = [str(u.src[0].arg[0]) for u in topo if u.op is Ops.RANGE and u.src[0].op is Ops.CONST]
+    dims = [str(u.src[0].value) for u in topo if u.op is Ops.RANGE and u.src[0].op is Ops.CONST]
     return ("r_" if has_reduce else "E_") + ("_".join(dims) or "1")
