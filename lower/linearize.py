@@ -53,14 +53,15 @@ def _acc_for_reduce(ctx: _AccCtx, red: UOp) -> UOp:
 def open_ranges(u: UOp) -> list[UOp]:
     """RANGEs that `u` depends on and that no END inside `u` closes, in toposort order."""
     deps: dict[UOp, frozenset[UOp]] = {}
-    for n in u.toposort():
+    topo = u.toposort()
+    for n in topo:
         d = frozenset().union(*(deps[s] for s in n.src)) if n.src else frozenset()
         if n.op is Ops.RANGE:
             d = d | {n}
         elif n.op is Ops.END:
             d = d - set(n.src[1:])
         deps[n] = d
-    return [n for n in u.toposort() if n in deps[u]]
+    return [n for n in topo if n in deps[u]]
 
 
 def _split_end(e: UOp) -> UOp | None:
