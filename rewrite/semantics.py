@@ -367,7 +367,7 @@ def exec_alu(op: Ops, dtype: DType, *vals: Value) -> Value:
         return threefry2x32(*cast("tuple[int, int]", vals))  # uint64 operands are ints
     if k in "iux":
         if (dfn := _DT_INT_OPS.get(op)) is not None:
-            return wrap(dt, dfn(dt, vals[0], vals[1]))
+            return wrap(dt, dfn(dt, *cast("tuple[int, int]", vals[:2])))  # an int op's operands are ints
         if (fn := _INT_OPS.get(op)) is not None:
             return wrap(dt, fn(*vals))
     elif k == "f":
