@@ -205,6 +205,7 @@ def cpu_target(name: str = "native") -> Target:
 def _cpu_target(name: str) -> Target:
     host = host_arch()
     flags = host_flags()
+    cflags: tuple[str, ...]
     if name == "native":
         if host == "aarch64":
             isa, cflags = "aarch64", ("-mcpu=native",)

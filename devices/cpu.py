@@ -10,7 +10,8 @@ Cache: a shared object is keyed by a hash of the source, the compiler's identity
 rewrite.env.cache_dir()/cpu (CACHE=0: no disk cache), verified before use, written atomically and bounded to
 CACHE_SIZE bytes (devices.objcache); in memory the `max_libs` most recently used libraries are kept, and a
 library is unloaded when no kernel refers to it any more. `compile_batch` puts many kernels in one C file,
-which costs one compiler start for all of them.
+which costs one compiler start for all of them; a batch with enough source is split into one file per host core,
+balanced by source size, compiled in parallel.
 
 Launch: `kernel({slot: array}, {name: int})` checks each array against its BUFFER (dtype, size, contiguity,
 aliasing) and passes pointers in slot order, then the variables by name. A kernel with SPECIALs (e.g. core_id)
@@ -395,13 +396,13 @@ class CPUDevice(Allocator):
         return self.compile_batch([(linear, name)], target)[0]
 
     def compile_batch(self, kernels: Sequence[tuple[UOp, str]], target: Target | None = None) -> list[CPUKernel]:
-        """Compile several kernels into one shared object (one compiler run) for `target` (default: the
-        device's). Names are made unique."""
-        target = target or self.default_target()
+        """Compile several kernels for `target` (default: the device's) into shared objects: one C file and
+        compiler run per chunk, the chunks (as many as the host's cores, when there is enough source to share
+        out) compiled in parallel. Names are made unique."""
+        tgt = target or self.default_target()
         progs: list[Program] = []
-        helpers: dict[str, str] = {}
-        funcs: list[str] = []
         syms: list[str] = []
+        parts: list[tuple[list[str], dict[str, str]]] = []  # per kernel: its functions and the helpers they use
         for linear, name in kernels:
             sym = _symbol(name)
             if sym in syms:
@@ -409,23 +410,44 @@ class CPUDevice(Allocator):
             syms.append(sym)
             prog = analyze(linear, self.name, self.supported_ops, sym)
             prog.name = name
-            funcs.append(render_function(prog, sym, helpers))
+            helpers: dict[str, str] = {}
+            parts.append(([render_function(prog, sym, helpers)], helpers))
             progs.append(prog)
         # entry wrappers for the kernels with SPECIALs, named clear of every kernel symbol in this file
         entries: list[str | None] = []
-        for prog, sym in zip(progs, syms, strict=True):
+        for prog, sym, (funcs, _) in zip(progs, syms, parts, strict=True):
             entry = None
             if prog.specials:
                 entry = next(e for i in itertools.count()
                              if not {e := f"{sym}__entry{i or ''}", f"{e}_kernel"} & set(syms))
                 funcs.append(entry_source(prog, sym, entry))
             entries.append(entry)
-        src = render_source(funcs, helpers)
-        if int(getenv("DEBUG")) >= 4:
-            print(src, file=sys.stderr)
-        what = f"kernel {kernels[0][1]!r}" if len(kernels) == 1 else f"{len(kernels)} kernels"
-        lib = self.compiler_for(target).load(src, what, target)
-        return [CPUKernel(p, sym, src, lib, e) for p, sym, e in zip(progs, syms, entries, strict=True)]
+        chunks = _chunks([sum(map(len, f)) for f, _ in parts], _compile_workers())
+        srcs: list[tuple[str, str]] = []
+        for chunk in chunks:
+            helpers = {}
+            for i in chunk:
+                helpers.update(parts[i][1])
+            src = render_source([f for i in chunk for f in parts[i][0]], helpers)
+            if int(getenv("DEBUG")) >= 4:
+                print(src, file=sys.stderr)
+            what = f"kernel {kernels[chunk[0]][1]!r}" if len(chunk) == 1 else f"{len(chunk)} kernels"
+            srcs.append((src, what))
+        compiler = self.compiler_for(tgt)
+        if len(srcs) == 1:
+            libs = [compiler.load(*srcs[0], tgt)]
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _ = compiler.cc, compiler.is_clang  # find and identify the compiler once, before the threads
+            with ThreadPoolExecutor(len(srcs)) as pool:  # each thread waits on its own compiler process
+                libs = list(pool.map(lambda sw: compiler.load(sw[0], sw[1], tgt), srcs))
+        out: list[CPUKernel] = []
+        lib_of = {i: (lib, src) for chunk, lib, (src, _) in zip(chunks, libs, srcs, strict=True) for i in chunk}
+        for i in range(len(kernels)):
+            lib, src = lib_of[i]
+            out.append(CPUKernel(progs[i], syms[i], src, lib, entries[i]))
+        return out
 
     @staticmethod
     def np_dtype(dtype: DType) -> np.dtype:
@@ -442,6 +464,33 @@ def build_object(src: str, out: str, target: Target, what: str = "kernel", execu
     `executable` a static program (`src` has a main), or what `extra` flags ask for (`-S`: assembly). Raises
     CompileError naming the compiler's complaint."""
     DEVICE.compiler_for(target)._run(src, out, what, target, extra, executable)
+
+
+# below this much C source per compiler run, another run costs more in its start than it saves in parallel
+MIN_CHUNK_CHARS = 16_000
+
+
+def _compile_workers() -> int:
+    """Compiler processes to run at once: one per core this process may use (the compiler runs on the host,
+    whatever the target)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no sched_getaffinity (macOS)
+        return max(1, os.cpu_count() or 1)
+
+
+def _chunks(sizes: list[int], workers: int) -> list[list[int]]:
+    """Kernel indices in groups of about equal source size, at most `workers` groups and none much under
+    MIN_CHUNK_CHARS: the largest first, each to the smallest group so far (a kernel's compile time grows with
+    its source). Each group keeps the kernels' order."""
+    n = max(1, min(workers, len(sizes), sum(sizes) // MIN_CHUNK_CHARS))
+    groups: list[list[int]] = [[] for _ in range(n)]
+    load = [0] * n
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        g = load.index(min(load))
+        groups[g].append(i)
+        load[g] += sizes[i]
+    return [sorted(g) for g in groups if g]
 
 
 def _symbol(name: str) -> str:

@@ -36,7 +36,7 @@ def _release(slot: int) -> None:
 def store(buf: UOp, array: Any, owner: Any = None) -> None:
     """Attach `array` as the storage of `buf`. With `owner` (an allocator), the array goes back to it when
     `buf` is garbage; arrays shared under several slots must name their owner under one slot only."""
-    s = _slot(buf)
+    s = slot(buf)
     _data[s] = array
     if owner is not None:
         _owner[s] = owner
@@ -44,16 +44,17 @@ def store(buf: UOp, array: Any, owner: Any = None) -> None:
 
 def lookup(buf: UOp) -> Any:
     try:
-        return _data[_slot(buf)]
+        return _data[slot(buf)]
     except KeyError:
         raise KeyError(f"buffer {buf.short()} has no data: it was never realized or was freed") from None
 
 
 def has_data(buf: UOp) -> bool:
-    return _slot(buf) in _data
+    return slot(buf) in _data
 
 
-def _slot(buf: UOp) -> int:
+def slot(buf: UOp) -> int:
+    """A global BUFFER's slot (TypeError for anything else)."""
     arg = buf.arg
     if not isinstance(arg, BufferArg) or arg.addrspace is not AddrSpace.GLOBAL:
         raise TypeError(f"not a global BUFFER: {buf.short()}")

@@ -7,6 +7,8 @@ substituted, and one function's PARAMs are never mistaken for another's. (An opa
 
 from __future__ import annotations
 
+from typing import cast
+
 from rewrite import Ops, ParamArg, Rule, RuleSet, UOp, graph_rewrite, op
 
 
@@ -14,7 +16,7 @@ def inline_call(g: UOp, f: UOp) -> UOp:
     body, args = f.src[0], f.src[1:]
     params = {p: args[p.arg.slot] for p in body.toposort()
               if p.op is Ops.PARAM and isinstance(p.arg, ParamArg) and isinstance(p.arg.slot, int)}
-    return body.src[g.arg].substitute(params)  # type: ignore[index]
+    return body.src[cast(int, g.arg)].substitute(params)  # a GETITEM's arg: the output's index
 
 
 callify_rules = RuleSet("callify", [

@@ -24,11 +24,11 @@ def estimate(linear: UOp) -> Estimate:
     mult, stack = 1, []
     for u in linear.src:
         if u.op is Ops.SPECIAL and u.src[0].op is Ops.CONST:
-            mult *= int(u.src[0].arg[0])  # type: ignore[index]
+            mult *= int(u.src[0].value)
     flops = mem = 0
     for u in linear.src:
         if u.op is Ops.RANGE:
-            n = int(u.src[0].arg[0]) if u.src[0].op is Ops.CONST else 1  # type: ignore[index]
+            n = int(u.src[0].value) if u.src[0].op is Ops.CONST else 1
             stack.append(n)
             mult *= n
         elif u.op is Ops.END:
@@ -38,7 +38,7 @@ def estimate(linear: UOp) -> Estimate:
         elif u.op in (Ops.LOAD, Ops.STORE):
             at = u.src[0]
             buf = at.src[0] if at.op is Ops.INDEX else None
-            if buf is not None and buf.op is Ops.BUFFER and buf.arg.addrspace is AddrSpace.GLOBAL:  # type: ignore[union-attr]
+            if buf is not None and buf.op is Ops.BUFFER and buf.buf_arg.addrspace is AddrSpace.GLOBAL:
                 val = u if u.op is Ops.LOAD else u.src[1]
                 mem += mult * _lanes(at) * val.dtype.scalar.itemsize
     return Estimate(flops, mem)

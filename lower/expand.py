@@ -35,15 +35,15 @@ def _lane(v: UOp, i: int) -> UOp:
 def _local_unrolls(ast: UOp) -> UOp:
     """A REDUCE whose UNROLL lanes meet no UPCAST lane gets a lane space of its own: its body is expanded over
     just those lanes and folded to a scalar, so several unrolled reductions in one kernel do not multiply."""
-    ups = {r for r in axes(ast) if r.arg[1] is AxisType.UPCAST}  # type: ignore[index]
+    ups = {r for r in axes(ast) if r.axis_type is AxisType.UPCAST}
     done: set[UOp] = set()
     while True:  # one at a time, innermost first: substituting one REDUCE rebuilds the ones that contain it
         red = next((u for u in ast.toposort() if u.op is Ops.REDUCE and u not in done
-                    and any(r.arg[1] is AxisType.UNROLL for r in u.src[1:])  # type: ignore[index]
+                    and any(r.axis_type is AxisType.UNROLL for r in u.src[1:])
                     and not ups & set(u.src[0].toposort())), None)
         if red is None:
             return ast
-        unrolled = [r for r in red.src[1:] if r.arg[1] is AxisType.UNROLL]  # type: ignore[index]
+        unrolled = [r for r in red.src[1:] if r.axis_type is AxisType.UNROLL]
         local = expand(UOp.sink(red), None, only=unrolled).src[0]
         done.add(local)
         ast = ast.substitute({red: local})
@@ -57,7 +57,7 @@ def _register_lanes(ast: UOp, target: Target) -> tuple[UOp, list[UOp]]:
     multiply to at most one register; an axis too big to fit whole is first split so its inner part fills the
     register exactly (64 float32 lanes: 4 copies of 16). Every other UPCAST axis is replicated, its values becoming
     separate copies of the code (a register tile), not lanes. UNROLL axes stay lanes (see expand)."""
-    ups = [r for r in axes(ast) if r.arg[1] is AxisType.UPCAST]  # type: ignore[index]
+    ups = [r for r in axes(ast) if r.axis_type is AxisType.UPCAST]
     width, room = native_lanes(ast, target), 1
     for i in range(len(ups) - 1, -1, -1):
         r, n = ups[i], size(ups[i])
@@ -92,7 +92,7 @@ def replicate(ast: UOp, r: UOp) -> UOp:
                 new = UOp(Ops.END, (body, *rest), u.arg, u.tag) if rest else body
             else:
                 parts = [UOp(Ops.REDUCE, (c, *rest), u.arg, u.tag) for c in copies] if rest else copies
-                new = _fold_tree(u.arg[0], parts)  # type: ignore[index]
+                new = _fold_tree(u.reduce_op, parts)
             return ast.substitute({u: new})
     raise KernelOptError(f"expand: no END or REDUCE closes range {r.render()}")
 
@@ -112,7 +112,7 @@ def expand(ast: UOp, target: Target | None, only: list[UOp] | None = None) -> UO
         for r in copies:
             ast = replicate(ast, r)
         ast = _local_unrolls(ast)
-    lanes = [r for r in axes(ast) if r.arg[1] in EXPANDED] if only is None else only  # type: ignore[index]
+    lanes = [r for r in axes(ast) if r.axis_type in EXPANDED] if only is None else only
     if not lanes:
         return ast
     coords = _coords(lanes)
@@ -120,7 +120,7 @@ def expand(ast: UOp, target: Target | None, only: list[UOp] | None = None) -> UO
     if n > 64 or n & (n - 1):
         raise KernelOptError(f"expand: {n} lanes; lane counts must be powers of two up to 64")
     vec = {r: UOp.vconst([c[k] for c in coords]) for k, r in enumerate(lanes)}
-    unroll_idx = [k for k, r in enumerate(lanes) if r.arg[1] is AxisType.UNROLL]  # type: ignore[index]
+    unroll_idx = [k for k, r in enumerate(lanes) if r.axis_type is AxisType.UNROLL]
     keep = [i for i, c in enumerate(coords) if all(c[k] == 0 for k in unroll_idx)]
     done: dict[UOp, UOp] = {}
     for u in ast.toposort():
@@ -133,7 +133,7 @@ def expand(ast: UOp, target: Target | None, only: list[UOp] | None = None) -> UO
             if u.op is Ops.REDUCE and len(kept) != len(u.src) - 1:
                 unrolled = [lanes.index(r) for r in u.src[1:] if r in vec]
                 inner = UOp(Ops.REDUCE, (src[0], *kept), u.arg) if kept else src[0]
-                done[u] = _fold_lanes(inner, u.arg[0], unrolled, coords)  # type: ignore[index]
+                done[u] = _fold_lanes(inner, u.reduce_op, unrolled, coords)
                 continue
             src = (src[0], *kept)
             if u.op is Ops.END and not kept:

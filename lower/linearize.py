@@ -15,6 +15,7 @@ from lower.rangeify import reduce_identity
 from rewrite import BufferArg, Ops, Rule, RuleSet, UOp, const, dtypes, graph_rewrite, op, var
 from rewrite.dtype import AddrSpace
 from rewrite.errors import CompilerError
+from rewrite.uop import ConstValue
 
 
 class _AccCtx:
@@ -28,7 +29,7 @@ _FUSABLE = (dtypes.float32, dtypes.float64)
 
 def _acc_for_reduce(ctx: _AccCtx, red: UOp) -> UOp:
     body, ranges = red.src[0], red.src[1:]
-    rop = red.arg[0]
+    rop = red.reduce_op
     ctx.next_slot += 1
     lanes = red.shape[0] if red.shape else 1  # after Expand a reduction may carry a vector of lanes
     acc = UOp(Ops.BUFFER, (UOp.shape_operand((lanes,)),), BufferArg(ctx.next_slot, red.dtype, None, AddrSpace.REG))
@@ -52,14 +53,15 @@ def _acc_for_reduce(ctx: _AccCtx, red: UOp) -> UOp:
 def open_ranges(u: UOp) -> list[UOp]:
     """RANGEs that `u` depends on and that no END inside `u` closes, in toposort order."""
     deps: dict[UOp, frozenset[UOp]] = {}
-    for n in u.toposort():
+    topo = u.toposort()
+    for n in topo:
         d = frozenset().union(*(deps[s] for s in n.src)) if n.src else frozenset()
         if n.op is Ops.RANGE:
             d = d | {n}
         elif n.op is Ops.END:
             d = d - set(n.src[1:])
         deps[n] = d
-    return [n for n in u.toposort() if n in deps[u]]
+    return [n for n in topo if n in deps[u]]
 
 
 def _split_end(e: UOp) -> UOp | None:
@@ -71,17 +73,17 @@ def _split_end(e: UOp) -> UOp | None:
     return out
 
 
-def _splat(c: object, e: UOp) -> UOp | None:
+def _splat(c: ConstValue, e: UOp) -> UOp | None:
     """A constant broadcast to a kernel's 1-D lane shape is a VCONST (templates build the broadcast form)."""
     if len(e.shape) != 1 or not isinstance(e.shape[0], int):
         return None
-    return UOp.vconst([c] * e.shape[0], e.dtype)  # type: ignore[list-item]
+    return UOp.vconst([c] * e.shape[0], e.dtype)
 
 
-def _fold_vconst(v: UOp, c: object, a: UOp) -> UOp:
+def _fold_vconst(v: UOp, c: ConstValue, a: UOp) -> UOp:
     from rewrite.semantics import exec_alu
 
-    return UOp.vconst([exec_alu(a.op, v.dtype, x, c) for x in v.arg[0]], v.dtype)  # type: ignore[union-attr, arg-type]
+    return UOp.vconst([exec_alu(a.op, v.dtype, x, c) for x in v.vconst_values], v.dtype)
 
 
 def _vconst_outward(y: UOp, v: UOp, z: UOp) -> UOp | None:
@@ -89,7 +91,7 @@ def _vconst_outward(y: UOp, v: UOp, z: UOp) -> UOp | None:
 
 
 def _uniform_outward(y: UOp, v: UOp, w: UOp) -> UOp | None:
-    vals = w.arg[0]  # type: ignore[index]
+    vals = w.vconst_values
     if y.shape != () or len(set(vals)) != 1:
         return None
     return (y + UOp.const(vals[0], y.dtype)) + v

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from lower.buffers import slot
 from lower.schedule import ScheduleItem
 from rewrite import UOp
 
@@ -22,23 +23,19 @@ def _nbytes(buf: UOp) -> int:
     return n * buf.dtype.itemsize
 
 
-def _slot(buf: UOp) -> int:
-    return buf.arg.slot  # type: ignore[union-attr]
-
-
 def plan(items: list[ScheduleItem], keep: set[UOp]) -> dict[int, UOp]:
     """For each intermediate buffer's slot, the buffer whose storage it uses (itself for fresh storage).
     Buffers are identified by slot: a kernel reads a 1-D alias of a BUFFER, a bitcast reads it as another
     dtype, and all of them are the same storage."""
-    kept = {_slot(b) for b in keep}
+    kept = {slot(b) for b in keep}
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     rep: dict[int, UOp] = {}
     produced: set[int] = set()
     for i, it in enumerate(items):
-        produced.add(_slot(it.bufs[0]))
+        produced.add(slot(it.bufs[0]))
         for b in it.bufs:
-            s = _slot(b)
+            s = slot(b)
             first.setdefault(s, i)
             last[s] = i
             rep.setdefault(s, b)

@@ -22,8 +22,10 @@ once per value, in parallel.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from enum import Enum
+from typing import Generic, TypeVar
 
 from devices.base import Target
 from rewrite import AxisType, Ops, UOp, dtypes
@@ -47,6 +49,15 @@ class Opt:
     def __repr__(self) -> str:
         return f"Opt({self.op.name}, {self.axis}, {self.arg!r})"
 
+    @property
+    def split_arg(self) -> tuple[object, AxisType, bool]:
+        """A SPLIT's (k, the new axis's type, top); KernelOptError when the arg is not of that form (k itself is
+        checked where the axis's size is known)."""
+        a = self.arg
+        if self.op is not OptOps.SPLIT or not (isinstance(a, tuple) and len(a) == 3 and isinstance(a[1], AxisType)):
+            raise KernelOptError(f"{self}: a SPLIT's arg is (k, AxisType, top)")
+        return a[0], a[1], bool(a[2])
+
 
 _SPLIT_FROM = {
     AxisType.LOCAL: {AxisType.GLOBAL, AxisType.LOOP},
@@ -59,34 +70,77 @@ _SPLIT_FROM = {
 }
 
 
+R = TypeVar("R")
+
+
+class _Memo(Generic[R]):
+    """A bounded memo of an analysis of one UOp (or a tuple of UOps). UOps are immutable and interned, so a
+    result computed for a node stays valid for as long as the node exists; the heuristics below ask the same
+    questions of the same AST many times (each split re-reads the axes, every access's stride), and a walk per
+    question made them quadratic in the kernel's size. The oldest entries go first when it is full; entries hold
+    their nodes, so the bound is what keeps memory flat. The key is every argument: the analyses memoized here
+    read only the AST, none the Target; one that reads the Target takes it as an argument, so it is in the key."""
+
+    def __init__(self, fn: Callable[..., R], size: int = 512) -> None:
+        self.fn, self.size = fn, size
+        self.d: dict[tuple, R] = {}
+
+    def __call__(self, *key: Hashable) -> R:
+        d = self.d
+        try:
+            return d[key]
+        except KeyError:
+            pass
+        if len(d) >= self.size:
+            del d[next(iter(d))]
+        v = d[key] = self.fn(*key)
+        return v
+
+
+_topo_memo: _Memo[tuple[UOp, ...]] = _Memo(lambda u: tuple(u.toposort()))
+
+
+def _topo(u: UOp) -> tuple[UOp, ...]:
+    """u.toposort() as a tuple, once per AST: the walk every analysis below starts from."""
+    return _topo_memo(u)
+
+
+def _axes(ast: UOp) -> tuple[UOp, ...]:
+    topo = _topo(ast)
+    out: dict[UOp, None] = {}
+    for u in reversed(topo):
+        if u.op is Ops.END:
+            out.update(dict.fromkeys(r for r in u.src[1:] if r not in out))
+    for u in topo:
+        if u.op is Ops.REDUCE:
+            out.update(dict.fromkeys(r for r in u.src[1:] if r not in out))
+    return tuple(out)
+
+
+_axes_memo = _Memo(_axes)
+
+
 def axes(ast: UOp) -> list[UOp]:
     """The kernel's RANGEs: output loops in END order, then reduction ranges in REDUCE order."""
-    out: list[UOp] = []
-    for u in reversed(ast.toposort()):
-        if u.op is Ops.END:
-            out += [r for r in u.src[1:] if r not in out]
-    for u in ast.toposort():
-        if u.op is Ops.REDUCE:
-            out += [r for r in u.src[1:] if r not in out]
-    return out
+    return list(_axes_memo(ast))
 
 
 def size(r: UOp) -> int:
     b = r.src[0]
     if b.op is not Ops.CONST:
         raise KernelOptError(f"axis {r.render()} has a symbolic size; only constant sizes can be split")
-    return int(b.arg[0])  # type: ignore[index]
+    return int(b.value)
 
 
 def native_lanes(ast: UOp, target: Target) -> int:
     """Lanes of one of the target's vector registers for the kernel's widest memory element (float32: 16 with
     AVX-512, 8 with AVX2, 4 with SSE or NEON)."""
-    sizes = [u.dtype.itemsize for u in ast.toposort() if u.op is Ops.BUFFER] or [4]
+    sizes = [u.dtype.itemsize for u in _topo(ast) if u.op is Ops.BUFFER] or [4]
     return target.lanes(max(sizes))
 
 
 def next_range_id(ast: UOp) -> int:
-    ids = [u.arg[0] for u in ast.toposort() if u.op is Ops.RANGE and isinstance(u.arg[0], int)]  # type: ignore[index]
+    ids = [i for u in _topo(ast) if u.op is Ops.RANGE and isinstance(i := u.range_id, int)]
     return max(ids, default=0) + 1
 
 
@@ -94,10 +148,10 @@ def replace_range(ast: UOp, r: UOp, parts: tuple[UOp, ...], expr: UOp | None) ->
     """`ast` with range `r` replaced: END/REDUCE that list it list `parts` instead (in order), and every other
     use of r becomes `expr` (None: r must have no other uses)."""
     done: dict[UOp, UOp] = {}
-    for u in ast.toposort():
+    for u in _topo(ast):
         if u is r:
             continue
-        src = []
+        src: list[UOp] = []
         for s in u.src:
             if s is r:
                 if u.op in (Ops.END, Ops.REDUCE) and s in u.src[1:]:
@@ -127,9 +181,9 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
     if opt.axis is None or not 0 <= opt.axis < len(rs):
         raise KernelOptError(f"{opt}: axis out of range; the kernel has {len(rs)} axes")
     r = rs[opt.axis]
-    rtype: AxisType = r.arg[1]  # type: ignore[index]
+    rtype = r.axis_type
     if opt.op is OptOps.SPLIT:
-        k, target, top = opt.arg  # type: ignore[misc]
+        k, target, top = opt.split_arg
         n = size(r)
         if not isinstance(k, int) or k < 1 or n % k:
             raise KernelOptError(f"{opt}: {k} does not divide the axis size {n}")
@@ -147,7 +201,7 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
         if not isinstance(opt.arg, int) or not 0 <= opt.arg < len(rs):
             raise KernelOptError(f"{opt}: the other axis is out of range")
         o = rs[opt.arg]
-        for u in ast.toposort():
+        for u in _topo(ast):
             if u.op is Ops.END and r in u.src[1:] and o in u.src[1:]:
                 src = list(u.src)
                 i, j = src.index(r), src.index(o)
@@ -163,12 +217,12 @@ def _padto(ast: UOp, r: UOp, opt: Opt) -> UOp:
     m, n = opt.arg, size(r)
     if not isinstance(m, int) or m < 1:
         raise KernelOptError(f"{opt}: the multiple must be a positive int")
-    if r.arg[1] not in (AxisType.LOOP, AxisType.GLOBAL, AxisType.REDUCE):  # type: ignore[index]
-        raise KernelOptError(f"{opt}: only LOOP and REDUCE axes can be padded, not {r.arg[1].name}")  # type: ignore[index]
+    if r.axis_type not in (AxisType.LOOP, AxisType.GLOBAL, AxisType.REDUCE):
+        raise KernelOptError(f"{opt}: only LOOP and REDUCE axes can be padded, not {r.axis_type.name}")
     padded = -(-n // m) * m
     if padded == n:
         return ast
-    p = UOp.range(padded, r.arg[0], r.arg[1])  # type: ignore[index]
+    p = UOp.range(padded, r.range_id, r.axis_type)
     ast = replace_range(ast, r, (p,), p)
     valid = p < n
     done: dict[UOp, UOp] = {}
@@ -184,7 +238,7 @@ def _padto(ast: UOp, r: UOp, opt: Opt) -> UOp:
             gate = valid if len(src) < 3 else (src[2] & valid)
             new = UOp(Ops.STORE, (src[0], src[1], gate), u.arg, u.tag)
         elif u.op is Ops.REDUCE and p in u.src[1:]:
-            ident = UOp.const(reduce_identity(u.arg[0], u.dtype), u.dtype)  # type: ignore[index]
+            ident = UOp.const(reduce_identity(u.reduce_op, u.dtype), u.dtype)
             new = UOp(Ops.REDUCE, (valid.where(src[0], ident), *src[1:]), u.arg, u.tag)
         else:
             new = u if src == u.src else UOp(u.op, src, u.arg, u.tag)
@@ -200,7 +254,7 @@ def apply_opts(ast: UOp, opts: list[Opt]) -> UOp:
 
 def lower_threads(ast: UOp) -> UOp:
     """THREAD ranges become SPECIAL("core_id", n): the device runs the kernel once per thread index."""
-    threads = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] is AxisType.THREAD]  # type: ignore[index]
+    threads = [u for u in _topo(ast) if u.op is Ops.RANGE and u.axis_type is AxisType.THREAD]
     for i, r in enumerate(threads):
         ast = replace_range(ast, r, (), UOp(Ops.SPECIAL, (r.src[0],), "core_id" if i == 0 else f"core_id{i}"))
     return ast
@@ -232,7 +286,7 @@ def work(ast: UOp) -> int:
 
 def _vector_lanes(ast: UOp, target: Target) -> int:
     """Lanes that fill one of the target's vector registers for the kernel's widest stored dtype (at most 16)."""
-    sizes = [u.src[1].dtype.itemsize for u in ast.toposort() if u.op is Ops.STORE] or [4]
+    sizes = [u.src[1].dtype.itemsize for u in _topo(ast) if u.op is Ops.STORE] or [4]
     return max(2, min(16, target.lanes(max(sizes))))
 
 
@@ -246,31 +300,50 @@ def _split_first(ast: UOp, opts: list[Opt], pick: list[int], target: AxisType, f
                 o = Opt(OptOps.SPLIT, i, (k, target, top))
                 new = apply_opt(ast, o)
                 opts.append(o)
-                added = [r for r in axes(new) if r not in axes(ast) and r.arg[1] is target]  # type: ignore[index]
+                before = set(_axes_memo(ast))
+                added = [r for r in axes(new) if r not in before and r.axis_type is target]
                 return new, (added[0] if added else None)
     return ast, None
 
 
-def _stride(idx: UOp, r: UOp, ranges: list[UOp]) -> int | None:
-    """How far `idx` moves when range r steps by one (others at 0), if it moves linearly; None otherwise."""
+_ranges_in = _Memo(lambda u: frozenset(x for x in _topo(u) if x.op is Ops.RANGE), 4096)
+
+
+def _stride_of(idx: UOp, r: UOp) -> int | None:
     from rewrite.errors import EvalError
     from rewrite.render import render
 
-    if r not in idx.toposort():
+    rs = _ranges_in(idx)
+    if r not in rs:
         return 0
-    names = {render(q): q for q in ranges}
+    names = {render(q): q for q in rs}
     try:
         at = [idx.evaluate({n: (k if q is r else 0) for n, q in names.items()}) for k in (0, 1, 2)]
     except EvalError:
         return None
-    return at[1] - at[0] if at[2] - at[1] == at[1] - at[0] else None
+    step = at[1] - at[0]
+    return int(step) if at[2] - at[1] == step else None  # index math: ints
+
+
+_stride_memo = _Memo(_stride_of, 8192)
+
+
+def _stride(idx: UOp, r: UOp) -> int | None:
+    """How far `idx` moves when range r steps by one (others at 0), if it moves linearly; None otherwise."""
+    return _stride_memo(idx, r)
+
+
+def _accesses(ast: UOp) -> tuple[UOp, ...]:
+    """The index expressions of the kernel's plain buffer accesses."""
+    return tuple(u.src[1] for u in _topo(ast) if u.op is Ops.INDEX and u.src[0].op is Ops.BUFFER and len(u.src) == 2)
+
+
+_accesses_memo = _Memo(_accesses)
 
 
 def _contiguous_everywhere(ast: UOp, r: UOp) -> bool:
     """Every buffer access moves by 0 or 1 element when r steps: its lanes would be one contiguous vector."""
-    ranges = [u for u in ast.toposort() if u.op is Ops.RANGE]
-    return all(_stride(u.src[1], r, ranges) in (0, 1) for u in ast.toposort()
-               if u.op is Ops.INDEX and u.src[0].op is Ops.BUFFER and len(u.src) == 2)
+    return all(_stride(i, r) in (0, 1) for i in _accesses_memo(ast))
 
 
 # register tile of a sum of products (matmul, and conv's shape of it): `vecs` vectors of one register's lanes along
@@ -304,8 +377,9 @@ def _split_pair(ast: UOp, opts: list[Opt], r: UOp, k: int, target: AxisType, top
     o = Opt(OptOps.SPLIT, before.index(r), (k, target, top))
     ast = apply_opt(ast, o)
     opts.append(o)
-    new = [q for q in axes(ast) if q not in before]
-    part = next(q for q in new if q.arg[1] is target)  # type: ignore[index]
+    had = set(before)
+    new = [q for q in axes(ast) if q not in had]
+    part = next(q for q in new if q.axis_type is target)
     return ast, next(q for q in new if q is not part), part
 
 
@@ -315,32 +389,31 @@ def _register_tile(ast: UOp, opts: list[Opt], target: Target) -> UOp | None:
     does not move with (so one vector load serves every row of the tile): v upcast to vectors, u to rows, and
     the loop over column blocks moved outside the loop over row blocks (a column panel stays in cache while the
     rows stream past). None if the kernel is not of that shape."""
-    reds = [u for u in ast.toposort() if u.op is Ops.REDUCE]
-    if len(reds) != 1 or reds[0].arg[0] is not Ops.ADD:  # type: ignore[index]
+    reds = [u for u in _topo(ast) if u.op is Ops.REDUCE]
+    if len(reds) != 1 or reds[0].reduce_op is not Ops.ADD:
         return None
-    body = reds[0].src[0].toposort()
+    body = _topo(reds[0].src[0])
     if any(u.op in _LANE_UNFRIENDLY and u.dtype is not dtypes.index for u in body):  # index math folds after splits
         return None
-    ranges = [u for u in ast.toposort() if u.op is Ops.RANGE]
     loads = [u.src[1] for u in body if u.op is Ops.INDEX and u.src[0].op is Ops.BUFFER and len(u.src) == 2]
-    stores = [u.src[0].src[1] for u in ast.toposort() if u.op is Ops.STORE and u.src[0].op is Ops.INDEX]
+    stores = [u.src[0].src[1] for u in _topo(ast) if u.op is Ops.STORE and u.src[0].op is Ops.INDEX]
     width = native_lanes(ast, target)
-    loops = [r for r in axes(ast) if r.arg[1] is AxisType.LOOP]  # type: ignore[index]
+    loops = [r for r in axes(ast) if r.axis_type is AxisType.LOOP]
     # the vector axis: every load in the reduction moves by 0 or 1 element along it, some by 1. Preferred: an axis
     # no load's gate depends on (a gate that differs per lane makes a lane-by-lane load: conv's padded input
     # columns as lanes ran at 0.7 GFLOP/s where its output channels run at full width), then one the output is
     # contiguous along too (else the tile's final stores scatter, once per output)
-    gates = [g.toposort() for g in (u.src[2] for u in body if u.op is Ops.LOAD and len(u.src) >= 3)]
+    gates = [_topo(g) for g in (u.src[2] for u in body if u.op is Ops.LOAD and len(u.src) >= 3)]
     cands = [v for v in reversed(loops) if size(v) % width == 0 and
-             all(_stride(i, v, ranges) in (0, 1) for i in loads) and any(_stride(i, v, ranges) == 1 for i in loads)]
-    cands.sort(key=lambda v: (any(v in g for g in gates), not all(_stride(i, v, ranges) == 1 for i in stores)))
+             all(_stride(i, v) in (0, 1) for i in loads) and any(_stride(i, v) == 1 for i in loads)]
+    cands.sort(key=lambda v: (any(v in g for g in gates), not all(_stride(i, v) == 1 for i in stores)))
     if not cands:
         return None
     v = cands[0]
-    moving = [x for x in loads if _stride(x, v, ranges) == 1]
+    moving = [x for x in loads if _stride(x, v) == 1]
     for u in reversed(loops):
-        if u is not v and all(_stride(x, u, ranges) == 0 for x in moving) and \
-                any(_stride(x, u, ranges) not in (0, None) for x in loads):
+        if u is not v and all(_stride(x, u) == 0 for x in moving) and \
+                any(_stride(x, u) not in (0, None) for x in loads):
             break
     else:
         return None
@@ -354,7 +427,7 @@ def _register_tile(ast: UOp, opts: list[Opt], target: Target) -> UOp | None:
     ast, u_out, _ = _split_pair(ast, opts, u, rows, AxisType.UPCAST)
     # the column-block loop outside the row-block loop, and the vector lanes the innermost UPCAST axis (the lanes
     # lower.expand vectorizes; the other UPCAST axes become copies)
-    last_upcast = [r for r in axes(ast) if r.arg[1] is AxisType.UPCAST][-1]  # type: ignore[index]
+    last_upcast = [r for r in axes(ast) if r.axis_type is AxisType.UPCAST][-1]
     for outer, inner in ((u_out, v_out), (lanes, last_upcast)):
         cur = axes(ast)
         if cur.index(outer) < cur.index(inner):
@@ -378,7 +451,7 @@ def hand_coded(ast: UOp, target: Target, threads: int | None = None, vectors: bo
     vectors = vectors and target.vector_bytes > 0
     try:
         total = work(ast)
-        loops = [i for i, r in enumerate(axes(ast)) if r.arg[1] is AxisType.LOOP]  # type: ignore[index]
+        loops = [i for i, r in enumerate(axes(ast)) if r.axis_type is AxisType.LOOP]
         if threads > 1 and total >= threads * MIN_WORK_PER_THREAD and loops:
             ast, _ = _split_first(ast, opts, loops, AxisType.THREAD, [threads], top=True)
         if not vectors:
@@ -388,16 +461,16 @@ def hand_coded(ast: UOp, target: Target, threads: int | None = None, vectors: bo
         lanes = _vector_lanes(ast, target)
         factors = [k for k in (16, 8, 4) if k <= lanes]
         cur = axes(ast)
-        loops = [i for i, r in enumerate(cur) if r.arg[1] is AxisType.LOOP and _contiguous_everywhere(ast, r)]  # type: ignore[index]
+        loops = [i for i, r in enumerate(cur) if r.axis_type is AxisType.LOOP and _contiguous_everywhere(ast, r)]
         up = None
         if loops and UPCAST_OUTPUTS:
             ast, up = _split_first(ast, opts, loops[::-1][:1], AxisType.UPCAST, factors)
-        for red in [u for u in ast.toposort() if u.op is Ops.REDUCE]:
-            body = red.src[0].toposort()
+        for red in [u for u in _topo(ast) if u.op is Ops.REDUCE]:
+            body = _topo(red.src[0])
             if (up is not None and up in body) or any(u.op in _LANE_UNFRIENDLY for u in body):
                 continue
             cur = axes(ast)
-            pick = [cur.index(r) for r in red.src[1:] if r in cur and r.arg[1] is AxisType.REDUCE  # type: ignore[index]
+            pick = [cur.index(r) for r in red.src[1:] if r in cur and r.axis_type is AxisType.REDUCE
                     and _contiguous_everywhere(ast, r)][-1:]
             ast, _ = _split_first(ast, opts, pick, AxisType.UNROLL, [k for k in factors if k <= 16])
     except KernelOptError:

@@ -4,7 +4,8 @@ Every value is computed at a tuple of scalar index UOps, one per axis. Walking f
 down, each op maps its output index to its sources' indices: RESHAPE flattens and unflattens (only the
 groups of axes it merges or splits, so the index terms stay small), EXPAND indexes size-1 axes at 0, PERMUTE
 reorders, PAD subtracts its offset and adds a validity condition (loads under it are gated), SHRINK adds its
-offset, FLIP reflects, and REDUCE opens new REDUCE-type RANGEs for its axes. Buffers
+offset, FLIP reflects, INDEX reads its source at positions loaded from its index tensors (a gated load),
+and REDUCE opens new REDUCE-type RANGEs for its axes. Buffers
 (inputs, and nodes realized by earlier kernels) are read with LOAD(INDEX(buf, flat index)). The result is
 `SINK(END(STORE(INDEX(out, flat(ranges)), value), ranges...))`, every value of shape ().
 
@@ -21,8 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rewrite import AxisType, Ops, UOp
+from rewrite import AxisType, DType, Ops, UOp, dtypes
 from rewrite.derive import shape_values
+from rewrite.uop import ConstValue
 
 
 class NeedsRealize(Exception):
@@ -33,7 +35,7 @@ class NeedsRealize(Exception):
 def _add(a: UOp, b: UOp | int) -> UOp:
     if isinstance(b, int):
         return a if b == 0 else a + b
-    if a.op is Ops.CONST and a.arg[0] == 0:
+    if a.op is Ops.CONST and a.value == 0:
         return b
     return a + b
 
@@ -116,12 +118,13 @@ def _and(a: UOp | None, b: UOp | None) -> UOp | None:
     return b if a is None else a if b is None else a & b
 
 
-_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
+_IDENTITY: dict[Ops, ConstValue] = {Ops.ADD: 0, Ops.MUL: 1}
 
 
-def reduce_identity(op: Ops, dtype: object) -> object:
+def reduce_identity(op: Ops, dtype: DType) -> ConstValue:
+    """The value a reduction by `op` starts from: 0 for ADD, 1 for MUL, the dtype's least value for MAX."""
     if op is Ops.MAX:
-        return dtype.min  # type: ignore[attr-defined]
+        return dtype.min
     return _IDENTITY[op]
 
 
@@ -135,6 +138,32 @@ class KernelBuilder:
         self.buffers = buffers  # realized node (or BUFFER leaf) -> the 1-D BUFFER holding it
         self.range_ids = range_ids  # a shared counter, so range ids are unique within the kernel
         self.memo: dict[Key, UOp] = {}
+        self.fused: dict[UOp, None] = {}  # the REDUCEs computed inline (not the kernel's own root), in order
+        self.shared: frozenset[UOp] = frozenset()  # REDUCEs realized because several kernels read them
+        self._reads: dict[UOp, bool] = {}
+
+    def reads_shared(self, u: UOp | None) -> bool:
+        """Whether `u` is computed from one of `shared` (stopping at other realized nodes)."""
+        if u is None:
+            return False
+        memo = self._reads
+        stack = [u]
+        while stack:
+            x = stack[-1]
+            if x in memo:
+                stack.pop()
+                continue
+            if x in self.shared or (x in self.buffers and x.op is not Ops.BUFFER):
+                memo[x] = x in self.shared
+                stack.pop()
+                continue
+            todo = [s for s in x.src if s not in memo]
+            if todo:
+                stack.extend(todo)
+                continue
+            memo[x] = any(memo[s] for s in x.src)
+            stack.pop()
+        return memo[u]
 
     def new_range(self, size: int, axis_type: AxisType) -> UOp:
         self.range_ids[0] += 1
@@ -148,7 +177,8 @@ class KernelBuilder:
             if len(task) == 3:
                 if task in memo:
                     continue
-                kids, combine = self.expand(*task, top=task[0] is root)
+                node, at, gate = task
+                kids, combine = self.expand(node, at, gate, top=node is root)
                 stack.append((task, kids, combine, None))
                 stack.extend(k for k in kids if k not in memo)
             else:
@@ -184,18 +214,20 @@ class KernelBuilder:
                 raise NeedsRealize(n.src[0])
             return [(n.src[0], new, valid)], lambda v: v[0]
         if op is Ops.PERMUTE:
-            order = n.arg
+            order = n.int_tuple_arg
             new = tuple(idx[order.index(k)] for k in range(len(order)))
             return [(n.src[0], new, valid)], lambda v: v[0]
         if op is Ops.SHRINK:
             begin = shape_values(n.src[1])
             return [(n.src[0], tuple(_add(i, b) for i, b in zip(idx, begin, strict=True)), valid)], lambda v: v[0]
         if op is Ops.FLIP:
-            dims = zip(idx, n.src[0].shape, n.arg, strict=True)
+            dims = zip(idx, n.src[0].shape, n.flip_flags, strict=True)
             new = tuple(_add(UOp.const(d - 1), i * -1) if f else i for i, d, f in dims)
             return [(n.src[0], new, valid)], lambda v: v[0]
         if op is Ops.PAD:
             return self.expand_pad(n, idx, valid)
+        if op is Ops.INDEX:
+            return self.expand_index(n, idx, valid)
         if op is Ops.REDUCE:
             return self.expand_reduce(n, idx, valid, top)
         if op is Ops.STACK:
@@ -209,7 +241,7 @@ class KernelBuilder:
 
             return kids, pick
         if op is Ops.VCONST:
-            vals = n.arg[0]
+            vals = n.vconst_values
 
             def select(_v: list[UOp]) -> UOp:
                 out = UOp.const(vals[-1], n.dtype)
@@ -221,6 +253,8 @@ class KernelBuilder:
         if op is Ops.BITCAST and n.dtype.itemsize != n.src[0].dtype.itemsize:
             return self.expand_resizing_bitcast(n, idx, valid)
         if op in (Ops.CAST, Ops.BITCAST) or op in _ELEMENTWISE:
+            if not top and self.shared and any(self.reads_shared(_broadcast_of(s)) for s in n.src):
+                self.fused[n] = None  # combines a broadcast shared statistic with other values: may be shared too
             kids = [(s, _broadcast_idx(idx, n.shape, s.shape), valid) for s in n.src]
             return kids, lambda v: UOp(op, tuple(v), n.arg)
         raise NotImplementedError(f"rangeify: no lowering for {op.name} (node {n.short()})")
@@ -232,11 +266,30 @@ class KernelBuilder:
         if src not in self.buffers:
             raise NeedsRealize(src)
         b = self.buffers[src]
-        arg = b.arg
         count = b.shape[0] * b.dtype.itemsize // n.dtype.itemsize
-        alias = UOp.buffer(arg.slot, n.dtype, (count,), arg.device)  # type: ignore[union-attr]
+        alias = UOp(Ops.BUFFER, (UOp.shape_operand((count,)),), b.buf_arg._replace(dtype=n.dtype))
         ld = self.load(alias, n.shape, idx, valid)
         return [], lambda _v: ld
+
+    def expand_index(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> tuple[list[Key], Callable]:
+        """INDEX(x, i1, ..., im): a read of x at positions held in data (an embedding's rows). Each index tensor
+        is evaluated at its own output axis (a ()-shaped one at none) and becomes x's index on its axis, so the
+        load's address holds a loaded value. A position outside x's axis reads 0: the read is gated, never out of
+        bounds (a kernel cannot raise; the reference evaluator does)."""
+        x, idxs = n.src[0], n.src[1:]
+        pos, new, cond = 0, [], valid
+        for axis, i in enumerate(idxs):
+            at = (idx[pos],) if i.shape else ()
+            pos += len(i.shape)
+            v = self.value(i, at, valid)
+            v = v if v.dtype is dtypes.index else v.cast(dtypes.index)
+            d = x.shape[axis]
+            new.append(v)
+            inside = (UOp.const(-1) < v) & (v < d)
+            cond = _and(cond, inside)
+        k = (x, (*new, *idx[pos:]), cond)
+        zero = UOp.const(0, n.dtype)
+        return [k], lambda v: cond.where(v[0], zero)  # type: ignore[union-attr]  # an INDEX has an index: cond is set
 
     def expand_pad(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> tuple[list[Key], Callable]:
         begin, end = shape_values(n.src[1]), shape_values(n.src[2])
@@ -253,12 +306,12 @@ class KernelBuilder:
             return [(n.src[0], tuple(new), valid)], lambda v: v[0]
         k = (n.src[0], tuple(new), _and(valid, cond))
         zero = UOp.const(0, n.dtype)
-        return [k], lambda v: cond.where(v[0], zero)  # type: ignore[union-attr]
+        return [k], lambda v: cond.where(v[0], zero)
 
     def expand_reduce(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None, top: bool) -> tuple[list[Key], Callable]:
         if not top and _uses_reduce_range(idx, valid):
             raise NeedsRealize(n)
-        rop, axes = n.arg
+        rop, axes = n.reduce_op, n.reduce_axes
         src = n.src[0]
         ranges = []
         new = list(idx)
@@ -273,6 +326,8 @@ class KernelBuilder:
         k = (src, tuple(new), valid)
         if not ranges:
             return [k], lambda v: v[0]
+        if not top:
+            self.fused[n] = None
         return [k], lambda v: UOp(Ops.REDUCE, (v[0], *ranges), (rop, ()))
 
 
@@ -280,6 +335,18 @@ _ELEMENTWISE = frozenset(o for o in Ops if o.name in {
     "ADD", "MUL", "MAX", "MOD", "IDIV", "CMPLT", "CMPNE", "XOR", "OR", "AND", "SHR", "SHL", "WHERE", "RECIP",
     "TRUNC", "NEG", "SUB", "DIV", "CMPGT", "CMPGE", "CMPLE", "CMPEQ", "NOT", "EXP2", "LOG2", "SIN", "SQRT", "POW",
     "MULACC", "THREEFRY", "CDIV", "CMOD"})
+
+
+_MOVES = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK, Ops.PAD, Ops.FLIP})
+
+
+def _broadcast_of(u: UOp) -> UOp | None:
+    """The node a chain of movement ops with an EXPAND in it reads (None without an EXPAND)."""
+    expanded = False
+    while u.op in _MOVES:
+        expanded |= u.op is Ops.EXPAND
+        u = u.src[0]
+    return u if expanded else None
 
 
 def _broadcast_idx(idx: tuple[UOp, ...], out_shape: tuple, src_shape: tuple) -> tuple[UOp, ...]:
@@ -328,10 +395,16 @@ def _uses_reduce_range(idx: tuple[UOp, ...], valid: UOp | None) -> bool:
     return False
 
 
-def build_kernel(node: UOp, out_buf: UOp, buffers: dict[UOp, UOp]) -> UOp:
-    """The kernel that computes `node` into `out_buf` (a 1-D BUFFER), reading `buffers` for realized nodes."""
+def build_kernel(node: UOp, out_buf: UOp, buffers: dict[UOp, UOp], fused: dict[UOp, None] | None = None,
+                 shared: frozenset[UOp] = frozenset()) -> UOp:
+    """The kernel that computes `node` into `out_buf` (a 1-D BUFFER), reading `buffers` for realized nodes.
+    `fused`, if given, receives the nodes the scheduler may want realized when more than one kernel computes
+    them inline: the tensor-level REDUCEs computed inline, and the elementwise nodes that combine one of
+    `shared` (REDUCEs realized for that reason) with other values (a LayerNorm's centred input: left inline,
+    every later LayerNorm's kernels would recompute the whole chain of earlier ones from its buffers)."""
     counter = [0]
     kb = KernelBuilder(buffers, counter)
+    kb.shared = shared
     shape = node.shape
     ranges = []
     idx = []
@@ -344,6 +417,8 @@ def build_kernel(node: UOp, out_buf: UOp, buffers: dict[UOp, UOp]) -> UOp:
             ranges.append(r)
             idx.append(r)
     val = kb.value(node, tuple(idx))
+    if fused is not None:
+        fused.update(kb.fused)
     st = out_buf.index(flat_index(tuple(idx), shape)).store(val)
     return UOp.sink(UOp(Ops.END, (st, *ranges)) if ranges else st)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,7 @@ def _np_dtype(dtype: Any) -> Any:
 
 
 def _device_of(buf: UOp) -> str:
-    d = buf.arg.device  # type: ignore[union-attr]
+    d = buf.buf_arg.device
     return d if isinstance(d, str) else str(getenv("DEVICE"))
 
 
@@ -72,7 +73,7 @@ def get_kernel(ast: UOp, device_name: str, name: str, bufs: tuple | None = None)
     return k
 
 
-def compile_kernels(wanted: list[tuple[UOp, str, str, tuple | None]]) -> list[Any]:
+def compile_kernels(wanted: Sequence[tuple[UOp, str, str, tuple | None]]) -> list[Any]:
     """The compiled kernel for each (ast, device, name, bufs): from memory, or lowered and then compiled, the new
     ones of a device in one batch when it can compile several at once (one compiler start instead of one each)."""
     from devices import get_device
@@ -110,8 +111,8 @@ def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None) -> Non
     shared = plan(items, keep or set())
     for it in items:
         for b in it.bufs:
-            owner = shared.get(b.arg.slot)  # type: ignore[union-attr]
-            if owner is not None and owner.arg.slot != b.arg.slot and not buffers.has_data(b):  # type: ignore[union-attr]
+            owner = shared.get(buffers.slot(b))
+            if owner is not None and buffers.slot(owner) != buffers.slot(b) and not buffers.has_data(b):
                 buffers.store(b, _raw(owner))
         if it.kind == "copy":
             dst, src = it.bufs
@@ -144,9 +145,9 @@ def realize(roots: list[UOp]) -> dict[UOp, UOp]:
     key, inputs = signature(roots)
     if (p := plans.get(key)) is None:
         items, outs = schedule(roots)
-        kitems = [it for it in items if it.kind == "kernel"]
-        wanted = [(it.ast, _device_of(it.bufs[0]), it.name, it.bufs) for it in kitems]
-        kernels = compile_kernels(wanted)  # type: ignore[arg-type]
+        wanted = [(it.ast, _device_of(it.bufs[0]), it.name, it.bufs) for it in items
+                  if it.kind == "kernel" and it.ast is not None]  # a kernel item always has its AST
+        kernels = compile_kernels(wanted)
         ests = [_estimates.get(_kernel_key(a, d), Estimate(0, 0)) for a, d, _, _ in wanted]
         p = build_plan(roots, inputs, items, outs, kernels, ests)
         plans.put(key, p)

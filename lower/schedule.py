@@ -1,10 +1,15 @@
 """Scheduling: split a tensor graph into kernels and copies, in dependency order.
 
 Realized nodes (each gets a buffer and a kernel that fills it): the roots asked for, CONTIGUOUS nodes, the
-sources and results of COPY, and any REDUCE that rangeify finds would be recomputed inside another
-reduction's loop, and any node where a kernel would exceed its device's limits (`max_args` buffers,
-`max_kernel_ops` ops: `split_point`). Everything else fuses into the kernels that consume it. Each kernel's
-buffers are renumbered to local slots (0 is the output, then inputs in order of first use), so kernels that differ only
+sources and results of COPY, any REDUCE that rangeify finds would be recomputed inside another reduction's
+loop, any node where a kernel would exceed its device's limits (`max_args` buffers, `max_kernel_ops` ops:
+`split_point`), and any REDUCE that more than one kernel would compute inline (a LayerNorm's statistics read by
+the next layer's matmuls and by the next LayerNorm: fused, every later kernel would recompute every earlier
+one's, a cost quadratic in depth); such a REDUCE is realized once and the kernels that fused it are rebuilt to
+read it. The same holds, one level up, for an elementwise node that combines such a statistic with other values
+and that several kernels compute (the LayerNorm's centred input), so no kernel reads a chain of earlier layers'
+buffers. Everything else fuses into the kernels that consume it. Each kernel's buffers are
+renumbered to local slots (0 is the output, then inputs in order of first use), so kernels that differ only
 in which buffers they touch are the same UOp and share their compiled code.
 """
 
@@ -15,7 +20,7 @@ from dataclasses import dataclass
 from devices import target_for
 from lower.buffers import new_buffer
 from lower.rangeify import _ELEMENTWISE, _EXPENSIVE, NeedsRealize, build_kernel
-from rewrite import BufferArg, Ops, UOp
+from rewrite import Ops, UOp
 from rewrite.dtype import AddrSpace
 from rewrite.errors import CompilerError
 
@@ -47,10 +52,9 @@ def _size(shape: tuple) -> int:
 
 def _flat(buf: UOp) -> UOp:
     """The 1-D view of a BUFFER that kernels index."""
-    a: BufferArg = buf.arg  # type: ignore[assignment]
     if len(buf.shape) == 1:
         return buf
-    return UOp.buffer(a.slot, a.dtype, (_size(buf.shape),), a.device, a.addrspace)
+    return UOp(Ops.BUFFER, (UOp.shape_operand((_size(buf.shape),)),), buf.buf_arg)
 
 
 def default_device(roots: list[UOp]) -> str:
@@ -102,6 +106,8 @@ def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
             want.append(u.src[0])
     pending = list(dict.fromkeys(want))
     kernels: dict[UOp, ScheduleItem] = {}
+    inline: dict[UOp, dict[UOp, None]] = {}  # realized node -> what its kernel computes inline (build_kernel)
+    shared_nodes: dict[UOp, None] = {}  # nodes realized because several kernels would compute them
     device = default_device(roots)
     for node in pending:  # every node known to be realized has its buffer before any consumer is built
         if node not in out_of:
@@ -125,12 +131,23 @@ def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
             pending += [node, cut]  # realized first, so this kernel reads it instead of fusing it
             continue
         flat = {n: _flat(b) for n, b in out_of.items() if n is not node}
+        fused: dict[UOp, None] = {}
         try:
-            ast = build_kernel(node, _flat(out_of[node]), flat)
+            ast = build_kernel(node, _flat(out_of[node]), flat, fused, frozenset(shared_nodes))
         except NeedsRealize as e:
             pending += [node, e.node]
             continue
         kernels[node] = _localize(ast)
+        inline[node] = fused
+        shared = [r for r in fused if any(r in f for k, f in inline.items() if k is not node)]
+        if shared:  # realized once; every kernel that computes one of them inline is rebuilt to read it
+            for r in shared:
+                shared_nodes[r] = None
+                out_of[r] = new_buffer(r.dtype, r.shape, r.device if isinstance(r.device, str) else device)
+            users = [k for k, f in inline.items() if any(r in f for r in shared)]
+            for k in users:
+                del kernels[k], inline[k]
+            pending += users + shared
     items = sorted(kernels.items(), key=lambda kv: topo_index.get(kv[0], -1))
     return [it for _, it in items], {r: out_of[r] for r in roots}
 
@@ -207,7 +224,7 @@ def split_point(node: UOp, realized: dict[UOp, UOp], max_args: int, max_ops: int
 
 def _localize(ast: UOp) -> ScheduleItem:
     """Renumber the kernel's GLOBAL buffers to local slots 0..n-1 (the output, read by STORE, is 0)."""
-    glob = [u for u in ast.toposort() if u.op is Ops.BUFFER and u.arg.addrspace is AddrSpace.GLOBAL]
+    glob = [u for u in ast.toposort() if u.op is Ops.BUFFER and u.buf_arg.addrspace is AddrSpace.GLOBAL]
     stores = [u for u in ast.toposort() if u.op is Ops.STORE]
     outs = list(dict.fromkeys(s.src[0].src[0] for s in stores if s.src[0].op is Ops.INDEX))
     order = outs + [b for b in glob if b not in outs]
@@ -219,5 +236,5 @@ def _localize(ast: UOp) -> ScheduleItem:
 def kernel_name(ast: UOp) -> str:
     topo = ast.toposort()
     has_reduce = any(u.op is Ops.REDUCE for u in topo)
-    dims = [str(u.src[0].arg[0]) for u in topo if u.op is Ops.RANGE and u.src[0].op is Ops.CONST]
+    dims = [str(u.src[0].value) for u in topo if u.op is Ops.RANGE and u.src[0].op is Ops.CONST]
     return ("r_" if has_reduce else "E_") + ("_".join(dims) or "1")

@@ -76,10 +76,6 @@ def signature(roots: list[UOp]) -> tuple[tuple, list[UOp]]:
     return tuple(parts), inputs
 
 
-def _slot(b: UOp) -> int:
-    return b.arg.slot  # type: ignore[union-attr]
-
-
 def _count(b: UOp) -> int:
     n = 1
     for d in b.shape:
@@ -88,7 +84,7 @@ def _count(b: UOp) -> int:
 
 
 def _device_of(b: UOp) -> str:
-    d = b.arg.device  # type: ignore[union-attr]
+    d = b.buf_arg.device
     return d if isinstance(d, str) else str(getenv("DEVICE"))
 
 
@@ -138,14 +134,14 @@ class Plan:
 def build_plan(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], outs: dict[UOp, UOp],
                kernels: list[Any], estimates: list[Estimate]) -> Plan:
     """The replayable form of a schedule. `kernels[i]` / `estimates[i]` belong to the i-th kernel item."""
-    in_pos = {_slot(b): k for k, b in enumerate(inputs)}
+    in_pos = {buffers.slot(b): k for k, b in enumerate(inputs)}
     n_in = len(inputs)
     out_pos: dict[int, int] = {}
     out_specs: list[tuple[Any, tuple, str]] = []
     root_ix: list[int] = []
     for r in roots:
         b = outs[r]
-        s = _slot(b)
+        s = buffers.slot(b)
         if s in in_pos:
             root_ix.append(in_pos[s])
             continue
@@ -159,19 +155,19 @@ def build_plan(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], o
     first_seen: dict[int, UOp] = {}
     for it in items:
         for b in it.bufs:
-            first_seen.setdefault(_slot(b), b)
+            first_seen.setdefault(buffers.slot(b), b)
     input_allocs = [Alloc(b.dtype, _count(b), _device_of(b)) for b in inputs]
 
     base = n_in + len(out_specs)
 
     def storage(b: UOp) -> int:
-        s = _slot(b)
+        s = buffers.slot(b)
         if s in in_pos:
             return in_pos[s]
         if s in out_pos:
             return n_in + out_pos[s]
         owner = shared.get(s, first_seen[s])
-        o = _slot(owner)
+        o = buffers.slot(owner)
         if o not in temp_pos:
             rep = first_seen.get(o, owner)
             temp_pos[o] = len(temps)

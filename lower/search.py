@@ -127,7 +127,7 @@ def _save(key: str, opts: list[Opt]) -> None:
 
 
 def _opt_to_json(o: Opt) -> list:
-    k, t, top = o.arg  # type: ignore[misc]
+    k, t, top = o.split_arg
     return [o.op.name, o.axis, k, t.name, top]
 
 

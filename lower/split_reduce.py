@@ -17,7 +17,7 @@ _PARTS = (256, 128, 64, 32, 16)
 
 
 def split_large_reduce(red: UOp) -> UOp | None:
-    rop, axes = red.arg  # type: ignore[misc]
+    rop, axes = red.reduce_op, red.reduce_axes
     x = red.src[0]
     if len(red.src) != 1 or len(axes) != 1 or not all(isinstance(d, int) for d in x.shape):
         return None

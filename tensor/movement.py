@@ -1,5 +1,5 @@
 """Movement: reshape permute expand pad shrink flip and what is built from them (transpose, squeeze, getitem,
-cat, stack, repeat, split, chunk, gather). No data moves: each op is a view node in the graph.
+cat, stack, repeat, split, chunk, gather, index_select). No data moves: each op is a view node in the graph.
 
 Strided slicing uses no strided op, since the IR has none: the axis is shrunk to the span it touches, padded to a
 multiple of the step, reshaped to (count, step), and the first column kept. A negative step flips the axis first.
@@ -77,7 +77,7 @@ def _pad_pairs(x: Tensor, padding: Sequence, what: str) -> list[tuple[int, int]]
             raise ShapeError(f"{what}: each per-axis entry must be a (before, after) pair, got {padding!r}")
         if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for p in out for v in p):
             raise ShapeError(f"{what}: padding amounts must be ints, got {padding!r}")
-        return [(int(b), int(a)) for b, a in out]  # type: ignore[misc]
+        return [(int(b), int(a)) for b, a in out]
     if not all(isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in pads):
         raise ShapeError(f"{what}: padding must be ints or (before, after) pairs, got {padding!r}")
     if len(pads) % 2 or len(pads) > 2 * x.ndim:
@@ -248,6 +248,28 @@ def getitem(x: Tensor, index: object) -> Tensor:
     return _wrap(x, u.reshape(tuple(final)))
 
 
+def index_select(x: Tensor, dim: int, index: Tensor) -> Tensor:
+    """The slices of x at positions `index` (1-D, integer) along `dim`: out has x's shape with axis `dim`
+    replaced by index's length (torch's index_select; `w.index_select(0, ids)` is an embedding lookup). The
+    positions are data, read by the kernel (an INDEX node, lowered to a load at a loaded address), so the cost is
+    the rows read, not rows x x.shape[dim] as a one-hot gather would be. A position outside 0..size-1 (negative
+    included) reads zeros: a kernel cannot raise, and the read stays in bounds."""
+    d = norm_axis(dim, x.ndim, "index_select", x.shape)
+    if not isinstance(index, tt.Tensor) or not index.dtype.is_int:
+        raise TypeError(f"index_select: index must be an integer Tensor, got "
+                        f"{index.dtype.name if isinstance(index, tt.Tensor) else type(index).__name__}")
+    if index.ndim != 1:
+        raise ShapeError(f"index_select: index must be 1-D, got shape {fmt_shape(index.shape)}; flatten it and "
+                         f"reshape the result")
+    common_device("index_select", [x, index])
+    order = (d, *(i for i in range(x.ndim) if i != d))
+    u = x.uop if d == 0 else x.uop.permute(order)
+    u = UOp(Ops.INDEX, (u, index.uop))
+    if d:
+        u = u.permute(tuple(order.index(i) for i in range(x.ndim)))
+    return _wrap(x, u)
+
+
 # ---------------------------------------------------------------- joining and splitting
 
 
@@ -369,5 +391,6 @@ def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
     return _wrap(x, red.reshape(index.shape))
 
 
-__all__ = ["cat", "chunk", "expand", "flatten", "flip", "gather", "getitem", "pad", "permute", "repeat", "reshape",
-           "reverse_axes", "shrink", "shrink_to", "split", "squeeze", "stack", "transpose", "unflatten", "unsqueeze"]
+__all__ = ["cat", "chunk", "expand", "flatten", "flip", "gather", "getitem", "index_select", "pad", "permute",
+           "repeat", "reshape", "reverse_axes", "shrink", "shrink_to", "split", "squeeze", "stack", "transpose",
+           "unflatten", "unsqueeze"]

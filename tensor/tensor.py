@@ -295,6 +295,7 @@ class Tensor:
                                                          _mv.unflatten)
     cat, stack, repeat, split, chunk, gather = _mv.cat, _mv.stack, _mv.repeat, _mv.split, _mv.chunk, _mv.gather
     __getitem__ = _mv.getitem
+    index_select = _mv.index_select
 
     @property
     def T(self) -> Tensor:

@@ -302,6 +302,37 @@ def test_kernels_in_one_batch_get_unique_names() -> None:
     assert out.tolist() == [2, 4, 6]
 
 
+def test_chunks_balance_source_and_keep_every_kernel_once() -> None:
+    from devices.cpu import MIN_CHUNK_CHARS, _chunks
+
+    sizes = [9000, 100, 30000, 5000, 5000, 20000, 700, 12000]
+    for workers in (1, 2, 3, 16):
+        groups = _chunks(sizes, workers)
+        assert sorted(i for g in groups for i in g) == list(range(len(sizes)))
+        assert all(g == sorted(g) for g in groups) and len(groups) <= workers
+        loads = [sum(sizes[i] for i in g) for g in groups]
+        assert max(loads) - min(loads) <= max(sizes)  # the greedy's bound
+    assert len(_chunks(sizes, 2)) == 2
+    assert len(_chunks([100] * 10, 16)) == 1  # too little source to be worth a second compiler start
+    assert len(_chunks([MIN_CHUNK_CHARS] * 3, 16)) == 3
+
+
+def test_a_batch_split_across_compiler_runs_runs_every_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    import devices.cpu as cpu_mod
+
+    monkeypatch.setattr(cpu_mod, "MIN_CHUNK_CHARS", 1)
+    monkeypatch.setattr(cpu_mod, "_compile_workers", lambda: 3)
+    progs = [(elementwise(lambda a, k=k: a * k + 1, I32, [I32], 5), "same") for k in range(7)]
+    with Context(CACHE=0):
+        ks = DEVICE.compile_batch(progs)
+    assert len({id(k.lib) for k in ks}) == 3
+    x = np.arange(5, dtype=np.int32)
+    for k, kern in enumerate(ks):
+        out = np.zeros(5, np.int32)
+        kern({0: out, 1: x})
+        assert out.tolist() == (x * k + 1).tolist()
+
+
 def test_custom_code_is_pasted_in() -> None:
     x, o = buf(1, I32, 3), buf(0, I32, 3)
     r = UOp.range(3, 0)

@@ -25,10 +25,12 @@ def _kernel(out: UOp):
 
 
 def _run(it, device: str, opts: list[Opt] | None, arrays: dict[int, np.ndarray],
-         target: Target | None = None) -> np.ndarray:
+         target: Target | None = None, lowered_for: Target | None = None) -> np.ndarray:
+    """The kernel lowered for `lowered_for` (default: the target it runs on) and run on `device`: the python
+    reference given a cpu target's LINEAR interprets the very program that target runs."""
     dev = get_device(device)
     target = target or dev.default_target()
-    k = dev.compile(lower_kernel(it.ast, target, opts=opts), it.name, target)
+    k = dev.compile(lower_kernel(it.ast, lowered_for or target, opts=opts), it.name, target)
     bufs = {i: (np.zeros_like(arrays[1], shape=(it.bufs[0].shape[0],)) if i == 0 else arrays[i].copy())
             for i in range(len(it.bufs))}
     bufs[0] = np.zeros(int(np.prod(it.bufs[0].shape)), dtype=np.float32)
@@ -107,8 +109,10 @@ def _matmul(m: int, k: int, n: int) -> UOp:
 def test_hand_coded_register_tile(level: str) -> None:
     """A matmul gets a register tile sized by the target: columns upcast to 2 vectors of one register's lanes,
     rows to as many copies as the registers hold accumulators for (AVX-512: 8 rows x 2 vectors of 16 lanes;
-    AVX2: 4 x 2 of 8), the column loop outside the row loop; it accumulates with rows x vecs fused MULACCs in
-    registers, and where the host runs the target, cpu == python."""
+    AVX2: 4 x 2 of 8), the column loop outside the row loop; it accumulates in rows x vecs vector registers,
+    with fused MULACCs where the target has FMA instructions and with a vector multiply and add where it has
+    none (x86-64-v2: a fused one would be a libm fmaf call per lane), and where the host runs the target, cpu ==
+    python interpreting the same program."""
     target = cpu_target(level)
     lanes = target.lanes(4)
     it = _kernel(_matmul(32, 24, 64))
@@ -119,14 +123,22 @@ def test_hand_coded_register_tile(level: str) -> None:
     assert sorted(ups) == sorted([vecs, rows, lanes]) and any(o.op is OptOps.SWAP for o in opts), opts
     lin = lower_kernel(it.ast, target, opts=opts)
     fmas = [u for u in lin.src if u.op is Ops.MULACC]
-    assert len(fmas) == rows * vecs and all(u.shape == (lanes,) for u in fmas)
     src = get_device("cpu").render(lin, "tile")
-    assert "lane_l" not in src and f"vfma_f32x{lanes}(" in src and f"f32x{lanes} acc{rows * vecs - 1};" in src
+    assert "lane_l" not in src and f"f32x{lanes} acc{rows * vecs - 1};" in src and f"acc{rows * vecs};" not in src
+    if target.fma:
+        assert len(fmas) == rows * vecs and all(u.shape == (lanes,) for u in fmas)
+        assert f"vfma_f32x{lanes}(" in src
+    else:
+        adds = [u for u in lin.src if u.op is Ops.STORE and u.src[1].op is Ops.ADD and u.src[1].shape == (lanes,)
+                and any(x.op is Ops.MUL for x in u.src[1].src)]
+        assert not fmas and len(adds) == rows * vecs and "vfma_" not in src and "fmaf" not in src
     if not target.runs_here:
         return
     arrays = _inputs(it)
     got = _run(it, "cpu", opts, arrays, target)
-    np.testing.assert_array_equal(got, _run(it, "python", opts, arrays))
+    np.testing.assert_array_equal(got, _run(it, "python", opts, arrays, lowered_for=target))
+    if target.fma:  # the reference's own lowering fuses too: the same roundings
+        np.testing.assert_array_equal(got, _run(it, "python", opts, arrays))
     want = arrays[1].reshape(32, 24).astype(np.float64) @ arrays[2].reshape(24, 64)
     np.testing.assert_allclose(got.reshape(32, 64), want, rtol=1e-5, atol=1e-5)
 
@@ -137,13 +149,16 @@ def test_unoptimized_sums_of_products_do_not_fuse() -> None:
     with Context(NOOPT=1):
         lin = lower_kernel(it.ast, get_device("cpu"))
     assert not any(u.op is Ops.MULACC for u in lin.src)
-    assert any(u.op is Ops.MULACC for u in lower_kernel(it.ast, get_device("cpu"), opts=[]).src)
+    fma = cpu_target("x86-64-v3")  # a target with FMA instructions: there (only) an optimized sum fuses
+    assert any(u.op is Ops.MULACC for u in lower_kernel(it.ast, fma, opts=[]).src)
 
 
 @pytest.mark.parametrize("level", ["x86-64-v2", "x86-64-v3", "x86-64-v4"])
 def test_upcast_beyond_a_register_becomes_copies(level: str) -> None:
     """64 float32 lanes along the output: one register's lanes (16 with AVX-512, 8 with AVX2, 4 with SSE),
-    replicated to cover the rest (4, 8 or 16 stores of one vector each)."""
+    replicated to cover the rest (4, 8 or 16 stores of one vector each). The result equals the python reference
+    interpreting the same program, and where the target fuses multiply-adds as the reference does (FMA), the
+    reference's own lowering; x86-64-v2 has no FMA and rounds the product and the sum apart."""
     target = cpu_target(level)
     lanes = target.lanes(4)
     it = _kernel(_matmul(4, 8, 64))
@@ -154,7 +169,10 @@ def test_upcast_beyond_a_register_becomes_copies(level: str) -> None:
     assert len(stores) == 64 // lanes and all(u.src[1].shape == (lanes,) for u in stores)
     arrays = _inputs(it)
     if target.runs_here:
-        np.testing.assert_array_equal(_run(it, "cpu", opts, arrays, target), _run(it, "python", opts, arrays))
+        got = _run(it, "cpu", opts, arrays, target)
+        np.testing.assert_array_equal(got, _run(it, "python", opts, arrays, lowered_for=target))
+        if target.fma:
+            np.testing.assert_array_equal(got, _run(it, "python", opts, arrays))
     big = _kernel(_matmul(32, 8, 64))  # 32 rows x 4 register copies: more copies than the limit
     with pytest.raises(KernelOptError, match="copies"):
         lower_kernel(big.ast, get_device("cpu"), opts=[Opt(OptOps.SPLIT, 1, (64, AxisType.UPCAST, False)),
