@@ -47,8 +47,7 @@ def _loop_axes(ast: UOp) -> list[int]:
 
 
 def _store_strides(ast: UOp, r: UOp) -> list[int | None]:
-    ranges = [u for u in ast.toposort() if u.op is Ops.RANGE]
-    return [_stride(u.src[0].src[1], r, ranges) for u in ast.toposort()
+    return [_stride(u.src[0].src[1], r) for u in ast.toposort()
             if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and len(u.src[0].src) == 2]
 
 
