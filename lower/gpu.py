@@ -10,6 +10,7 @@
   (UPCAST on two output axes) and its reduce loop UNROLLed.
 - reductions with few outputs (a full sum, softmax rows) split the reduce across the threads of a block
   (GROUP_REDUCE); each block computes one output.
+- a half/bfloat16 matmul-like reduction with float accumulation, on a target with tensor cores: TC (lower.wmma).
 - `nolocals` (the NOLOCALS knob): no LOCAL or GROUP_REDUCE axis; every output axis is GLOBAL, one thread per
   block.
 
@@ -85,6 +86,10 @@ def gpu_opts(ast: UOp, target: Target, nolocals: bool = False) -> list[Opt]:
             size(axes(ast)[i])
         reds = _reduces(ast)
         outputs = prod(size(axes(ast)[i]) for i in loops)
+        from lower.wmma import tc_shape_for
+
+        if (tc := tc_shape_for(ast, target)) is not None:
+            return [Opt(OptOps.TC, None, tc)]
         if reds and outputs < target.cores and _group_opts(ast, opts):
             return opts
         if not loops:
@@ -205,9 +210,12 @@ def _to_specials(ast: UOp, ranges: list[UOp], prefix: str, limits: tuple[int, in
     return ast
 
 
+_GRID = (AxisType.LOOP, AxisType.GLOBAL, AxisType.LOCAL, AxisType.WARP)
+
+
 def _uniform_loops(ast: UOp) -> bool:
     """Whether every END that closes an output loop closes all of them (one grid serves every store)."""
-    loops = {r for r in axes(ast) if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL, AxisType.LOCAL)}  # type: ignore[index]
+    loops = {r for r in axes(ast) if r.arg[1] in _GRID}  # type: ignore[index]
     ends = [u for u in ast.toposort() if u.op is Ops.END]
     return all(set(e.src[1:]) & loops in (loops, set()) for e in ends) and \
         all(not (set(red.src[1:]) & loops) for red in _reduces(ast))
@@ -231,7 +239,8 @@ def lower_grid(ast: UOp, target: Target) -> UOp:
         ast = _lower_group_reduces(ast, groups)
     rs = axes(ast)
     glob = [r for r in rs if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)][::-1]  # type: ignore[index]
-    loc = [r for r in rs if r.arg[1] is AxisType.LOCAL][::-1]  # type: ignore[index]
+    # the lanes of a warp (tensor cores) are the fastest threads: lidx0
+    loc = [r for r in rs if r.arg[1] is AxisType.WARP] + [r for r in rs if r.arg[1] is AxisType.LOCAL][::-1]  # type: ignore[index]
     if prod(size(r) for r in loc) > MAX_THREADS:
         raise KernelOptError(f"{prod(size(r) for r in loc)} threads per block; at most {MAX_THREADS}")
     ast = _to_specials(ast, glob, "gidx", GRID_LIMITS)

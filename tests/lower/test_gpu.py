@@ -295,3 +295,54 @@ def test_matmul_register_tile() -> None:
                for u in lin.src) == 16
     assert {u.arg: u.src[0].arg[0] for u in lin.src if u.op is Ops.SPECIAL} == \
         {"lidx0": 16, "lidx1": 16}  # type: ignore[index]
+
+
+@pytest.mark.parametrize("dt,tc", [("float16", "half"), ("bfloat16", "bfloat16")])
+def test_tensor_cores_run_the_mma_lane_layout(dt: str, tc: str) -> None:
+    """A half (bfloat16) matmul with float accumulation becomes m16n8k16 WMMA, one warp per 16x8 tile: numpy's
+    product of the same (rounded) inputs, summed in float32."""
+    dtype = getattr(dtypes, dt)
+    av = rng.standard_normal((32, 48)).astype(np.float32)
+    bv = rng.standard_normal((48, 16)).astype(np.float32)
+    a, b = Tensor(av, device="python").cast(dtype), Tensor(bv, device="python").cast(dtype)
+    for prog in ((a @ b), (a.reshape((32, 48, 1)) * b.reshape((1, 48, 16))).cast(dtypes.float32).sum(1)):
+        items, _ = schedule([prog.uop])
+        ast = [it.ast for it in items if it.kind == "kernel"][-1]
+        assert gpu_opts(ast, GPU) == [Opt(OptOps.TC, None, f"16x8x16 {tc}->float")]
+    out = prog  # float32 out: no rounding to the inputs' dtype at the end
+    got, lins = run(out, GPU)
+    lin = lins[-1]
+    wmma = [u for u in lin.src if u.op is Ops.WMMA]
+    assert len(wmma) == 1 and wmma[0].arg[:3] == (16, 8, 16)  # type: ignore[index]
+    assert {u.arg: u.src[0].arg[0] for u in lin.src if u.op is Ops.SPECIAL} == \
+        {"gidx0": 2, "gidx1": 2, "lidx0": 32}  # type: ignore[index]
+    rounded = run(a.cast(dtypes.float32), PY.default_target())[0], run(b.cast(dtypes.float32), PY.default_target())[0]
+    ref = (rounded[0].astype(np.float64) @ rounded[1].astype(np.float64))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)  # the mma's products are exact, its sums float32
+    # the plain kernel rounds each product to the inputs' dtype first (the graph says so): close, not equal
+    tol = 1e-2 if dt == "float16" else 1e-1
+    np.testing.assert_allclose(got, run(out, PY.default_target())[0], rtol=tol, atol=tol)
+
+
+def test_tensor_core_emulation_is_the_ptx_layout() -> None:
+    """The emulator's mma reads and writes lane l's fragment element e where PTX puts it (g = l // 4, t = l % 4):
+    one nonzero A element times one nonzero B element lands in the one D element of the lane the table names."""
+    from devices.python import wmma_m16n8k16
+
+    # (A lane, A e, its row, col) x (B lane, B e, its row, col) -> (D lane, D e); A[row][k] * B[k][col] = D[row][col]
+    table = [
+        ((0, 0, 0, 0), (0, 0, 0, 0), (0, 0)),  # A[0][0] * B[0][0] -> D[0][0]: lane 0, e 0
+        ((5, 6, 9, 10), (5, 2, 10, 1), (4, 3)),  # A[9][10] (l5: g1 t1, e6) * B[10][1] (l5, e2) -> D[9][1]: l4 e3
+        ((31, 7, 15, 15), (31, 3, 15, 7), (31, 3)),  # A[15][15] (l31, e7) * B[15][7] (l31, e3) -> D[15][7]: l31 e3
+        ((2, 1, 0, 5), (10, 1, 5, 2), (1, 0)),  # A[0][5] (l2: t2, e1) * B[5][2] (l10: g2 t2, e1) -> D[0][2]: l1 e0
+    ]
+    for (al, ae, _, _), (bl, be, _, _), (dl, de) in table:
+        a = [[0.0] * 8 for _ in range(32)]
+        b = [[0.0] * 4 for _ in range(32)]
+        c = [[0.0] * 4 for _ in range(32)]
+        a[al][ae], b[bl][be], c[3][1] = 3.0, 5.0, 0.5  # C: lane 3 (g0 t3), e1 = D[0][7]
+        d = wmma_m16n8k16(a, b, c, float)
+        want = {(ln, e): 0.0 for ln in range(32) for e in range(4)}
+        want[(3, 1)] += 0.5
+        want[(dl, de)] += 15.0
+        assert {(ln, e): d[ln][e] for ln in range(32) for e in range(4)} == want
