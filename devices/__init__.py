@@ -59,8 +59,9 @@ GPU kernels (lowered for a Target with warp_size > 0, e.g. devices.base.gpu_targ
            of the block reaches it (like a BARRIER). The STACKs and this are the only vector values of a GPU
            kernel; the accumulator is a REG buffer of 4 float32 (slot 0) read and written by scalar INDEXes.
 
-  GPU kernels use scalar values only (WMMA's fragments aside): UPCAST/UNROLL axes become separate scalar instructions (copies of the
-  code, lower.expand), never vector lanes, so a GPU renderer needs no vector types, VCONST or STACK.
+  GPU kernels use scalar values only (WMMA's fragments aside): UPCAST/UNROLL axes become separate scalar
+  instructions (copies of the code, lower.expand), never vector lanes, so a GPU renderer needs no vector types
+  or VCONST, and STACK only as a WMMA operand.
   A store every thread of a block would make alike (the result of a reduction shared by the block) is gated
   to lidx0 == 0. Loads and stores past a padded axis's end carry a gate (never an out-of-bounds access).
   The python device emulates the grid exactly (devices/python.py): blocks one by one, the threads of a block
