@@ -155,12 +155,27 @@ def _register_tile(ast: UOp, opts: list[Opt]) -> list[Opt] | None:
     return opts
 
 
+def _nested(ast: UOp, red: UOp) -> bool:
+    """Whether `red` is truly nested with another reduction (one runs inside the other's loop and depends on its
+    range): the threads sharing one would hold partials of different iterations of the other."""
+    for other in _reduces(ast):
+        if other is red:
+            continue
+        inner, outer = (other, red) if other in red.src[0].toposort() else (red, other)
+        if inner in outer.src[0].toposort() and any(r in inner.toposort() for r in outer.src[1:]):
+            return True
+    return False
+
+
 def _group_opts(ast: UOp, opts: list[Opt]) -> list[Opt]:
-    """Each reduction whose innermost range has at least GROUP_MIN_REDUCE iterations has it split across
-    GROUP_THREADS threads (the thread index inner: consecutive threads read consecutive elements), padded if needed."""
+    """Each reduction (not nested in or around another that depends on its loop) whose innermost range has at
+    least GROUP_MIN_REDUCE iterations has it split across GROUP_THREADS threads (the thread index inner:
+    consecutive threads read consecutive elements), padded if needed."""
     for red in _reduces(ast):
         rs = axes(ast)
         mine = [r for r in red.src[1:] if r.arg[1] is AxisType.REDUCE]  # type: ignore[index]
+        if _nested(ast, red):
+            continue
         if not mine or any(r.arg[1] is AxisType.GROUP_REDUCE for r in red.src[1:]):  # type: ignore[index]
             continue
         r = mine[-1]  # the innermost: consecutive threads read consecutive elements

@@ -346,3 +346,27 @@ def test_tensor_core_emulation_is_the_ptx_layout() -> None:
         want[(3, 1)] += 0.5
         want[(dl, de)] += 15.0
         assert {(ln, e): d[ln][e] for ln in range(32) for e in range(4)} == want
+
+
+def test_truly_nested_reductions_are_not_shared_by_a_block() -> None:
+    """sum over i of (max over j of a[i, j] * i-dependent b[i]) in one kernel: the inner max depends on the outer
+    loop, so a block's threads may not share either (their partials would belong to different i)."""
+    from lower.gpu import _nested
+
+    i, j = UOp.range(300, 1, AxisType.REDUCE), UOp.range(300, 2, AxisType.REDUCE)
+    a = _buf(1, 90000)
+    inner = UOp(Ops.REDUCE, (a.index(i * 300 + j).load(), j), (Ops.MAX, ()))
+    outer = UOp(Ops.REDUCE, (inner, i), (Ops.ADD, ()))
+    ast = UOp.sink(_buf(0, 1).index(UOp.const(0)).store(outer))
+    assert _nested(ast, inner) and _nested(ast, outer)
+    assert gpu_opts(ast, GPU) == []
+    k = UOp.range(300, 3, AxisType.REDUCE)
+    peak = UOp(Ops.REDUCE, (a.index(k).load(), k), (Ops.MAX, ()))  # does not depend on i or j: may be shared
+    flat = UOp(Ops.REDUCE, (a.index(i * 300 + j).load() - peak, i, j), (Ops.ADD, ()))
+    ast2 = UOp.sink(_buf(0, 1).index(UOp.const(0)).store(flat))
+    assert not _nested(ast2, flat) and not _nested(ast2, peak)
+    assert sum(o.op is OptOps.SPLIT and o.arg[1] is AxisType.GROUP_REDUCE for o in gpu_opts(ast2, GPU)) == 2  # type: ignore[index]
+    x = rng.standard_normal(90000).astype(np.float32)
+    res = np.zeros(1, np.float32)
+    PY.compile(lower_kernel(ast2, GPU), "flat", GPU)({0: res, 1: x})
+    np.testing.assert_allclose(res[0], (x.astype(np.float64) - x[:300].max()).sum(), rtol=1e-4)
