@@ -236,6 +236,20 @@ def _uniform_loops(ast: UOp) -> bool:
         all(not (set(red.src[1:]) & loops) for red in _reduces(ast))
 
 
+def apply_gpu_opts(ast: UOp, opts: list[Opt], target: Target) -> UOp:
+    """`opts` applied for a GPU target, then the grid lowered: a TC opt first (lower.wmma; the other opts split
+    what the tile leaves), then the rest in order, then `lower_grid`."""
+    from lower.optimize import apply_opts
+    from lower.wmma import apply_tc
+
+    for o in opts:
+        if o.op is OptOps.TC:
+            if o.arg not in target.tensor_cores:
+                raise KernelOptError(f"{o}: the target's tensor cores are {', '.join(target.tensor_cores) or 'none'}")
+            ast = apply_tc(ast, o.arg)  # type: ignore[arg-type]
+    return lower_grid(apply_opts(ast, [o for o in opts if o.op is not OptOps.TC]), target)
+
+
 def lower_grid(ast: UOp, target: Target) -> UOp:
     """A kernel's GROUP_REDUCE, GLOBAL, LOCAL and output LOOP axes lowered to the GPU grid (module docstring)."""
     rs = axes(ast)
@@ -319,4 +333,4 @@ def _is_global_store(st: UOp) -> bool:
         b.arg.addrspace is AddrSpace.GLOBAL
 
 
-__all__ = ["gpu_opts", "lower_grid"]
+__all__ = ["apply_gpu_opts", "gpu_opts", "lower_grid"]

@@ -130,18 +130,9 @@ def optimize(ast: UOp, ctx: Lowering) -> UOp:
     if ctx.debug >= 3 and opts:
         print(f"opts {ctx.name}: {opts}", file=sys.stderr)
     if ctx.target.warp_size:
-        from lower.gpu import lower_grid
-        from lower.optimize import OptOps
-        from lower.wmma import apply_tc
+        from lower.gpu import apply_gpu_opts
 
-        for o in opts:  # tensor cores first: the other opts split what the tile leaves (the batch axes)
-            if o.op is OptOps.TC:
-                if o.arg not in ctx.target.tensor_cores:
-                    from rewrite.errors import KernelOptError
-
-                    raise KernelOptError(f"{o}: the target has tensor cores {ctx.target.tensor_cores or 'none'}")
-                ast = apply_tc(ast, o.arg)
-        return lower_grid(apply_opts(ast, [o for o in opts if o.op is not OptOps.TC]), ctx.target)
+        return apply_gpu_opts(ast, opts, ctx.target)
     return lower_threads(apply_opts(ast, opts))
 
 

@@ -370,3 +370,15 @@ def test_truly_nested_reductions_are_not_shared_by_a_block() -> None:
     res = np.zeros(1, np.float32)
     PY.compile(lower_kernel(ast2, GPU), "flat", GPU)({0: res, 1: x})
     np.testing.assert_allclose(res[0], (x.astype(np.float64) - x[:300].max()).sum(), rtol=1e-4)
+
+
+def test_tensor_core_opt_needs_the_targets_tensor_cores() -> None:
+    a = Tensor(np.zeros((32, 32), np.float32), device="python").cast(dtypes.float16)
+    ast = _kernel(a @ a)
+    with pytest.raises(KernelOptError, match="tensor cores are none"):
+        lower_kernel(ast, GPU.with_(tensor_cores=()), opts=[Opt(OptOps.TC, None, "16x8x16 half->float")])
+    with pytest.raises(KernelOptError, match="does not fit products of float16"):
+        lower_kernel(ast, GPU, opts=[Opt(OptOps.TC, None, "16x8x16 bfloat16->float")])
+    b = Tensor(np.zeros((20, 32), np.float32), device="python").cast(dtypes.float16)
+    with pytest.raises(KernelOptError, match="not a multiple of 16"):
+        lower_kernel(_kernel(b @ a), GPU, opts=[Opt(OptOps.TC, None, "16x8x16 half->float")])
