@@ -89,7 +89,7 @@ def gpu_opts(ast: UOp, target: Target, nolocals: bool = False) -> list[Opt]:
         from lower.wmma import tc_shape_for
 
         if (tc := tc_shape_for(ast, target)) is not None:
-            return [Opt(OptOps.TC, None, tc)]
+            return _tc_opts(ast, tc)
         if reds and outputs < target.cores and _group_opts(ast, opts):
             return opts
         if not loops:
@@ -123,6 +123,22 @@ def gpu_opts(ast: UOp, target: Target, nolocals: bool = False) -> list[Opt]:
             ast, _, _ = _split_pair(ast, opts, outer, UPCAST_ELEMENTS, AxisType.UPCAST)
     except KernelOptError:
         return opts
+    return opts
+
+
+TC_WARPS = 2  # warps of a tensor-core block along each of the tile's axes (2 x 2 warps, 128 threads)
+
+
+def _tc_opts(ast: UOp, shape: str) -> list[Opt]:
+    """TC, then the block's warps: TC_WARPS x TC_WARPS neighbouring 16x8 tiles (LOCAL splits of the tile axes,
+    lidx1 and lidx2 beside the warp's lanes on lidx0), where the tile counts divide."""
+    from lower.wmma import apply_tc
+
+    opts = [Opt(OptOps.TC, None, shape)]
+    ast = apply_tc(ast, shape)
+    for r in [r for r in axes(ast) if r.arg[1] is AxisType.LOOP][-2:][::-1]:  # type: ignore[index]
+        if size(r) % TC_WARPS == 0:
+            ast, _, _ = _split_pair(ast, opts, r, TC_WARPS, AxisType.LOCAL)
     return opts
 
 

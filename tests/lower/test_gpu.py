@@ -299,23 +299,24 @@ def test_matmul_register_tile() -> None:
 
 @pytest.mark.parametrize("dt,tc", [("float16", "half"), ("bfloat16", "bfloat16")])
 def test_tensor_cores_run_the_mma_lane_layout(dt: str, tc: str) -> None:
-    """A half (bfloat16) matmul with float accumulation becomes m16n8k16 WMMA, one warp per 16x8 tile: numpy's
-    product of the same (rounded) inputs, summed in float32."""
+    """A half (bfloat16) matmul with float accumulation becomes m16n8k16 WMMA, one warp per 16x8 tile, 4 warps a
+    block: numpy's product of the same (rounded) inputs, summed in float32."""
     dtype = getattr(dtypes, dt)
-    av = rng.standard_normal((32, 48)).astype(np.float32)
-    bv = rng.standard_normal((48, 16)).astype(np.float32)
+    av = rng.standard_normal((64, 48)).astype(np.float32)
+    bv = rng.standard_normal((48, 32)).astype(np.float32)
     a, b = Tensor(av, device="python").cast(dtype), Tensor(bv, device="python").cast(dtype)
-    for prog in ((a @ b), (a.reshape((32, 48, 1)) * b.reshape((1, 48, 16))).cast(dtypes.float32).sum(1)):
+    for prog in ((a @ b), (a.reshape((64, 48, 1)) * b.reshape((1, 48, 32))).cast(dtypes.float32).sum(1)):
         items, _ = schedule([prog.uop])
         ast = [it.ast for it in items if it.kind == "kernel"][-1]
-        assert gpu_opts(ast, GPU) == [Opt(OptOps.TC, None, f"16x8x16 {tc}->float")]
+        assert gpu_opts(ast, GPU)[0] == Opt(OptOps.TC, None, f"16x8x16 {tc}->float")
     out = prog  # float32 out: no rounding to the inputs' dtype at the end
     got, lins = run(out, GPU)
     lin = lins[-1]
     wmma = [u for u in lin.src if u.op is Ops.WMMA]
     assert len(wmma) == 1 and wmma[0].arg[:3] == (16, 8, 16)  # type: ignore[index]
+    # 4 x 4 tiles of 16x8 outputs, one warp each: 2 x 2 blocks of 2 x 2 warps
     assert {u.arg: u.src[0].arg[0] for u in lin.src if u.op is Ops.SPECIAL} == \
-        {"gidx0": 2, "gidx1": 2, "lidx0": 32}  # type: ignore[index]
+        {"gidx0": 2, "gidx1": 2, "lidx0": 32, "lidx1": 2, "lidx2": 2}  # type: ignore[index]
     rounded = run(a.cast(dtypes.float32), PY.default_target())[0], run(b.cast(dtypes.float32), PY.default_target())[0]
     ref = (rounded[0].astype(np.float64) @ rounded[1].astype(np.float64))
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)  # the mma's products are exact, its sums float32
