@@ -47,7 +47,8 @@ GPU kernels (lowered for a Target with warp_size > 0, e.g. devices.base.gpu_targ
            thread of the block stored.
   BARRIER  src (the stores it waits for): every thread of the block waits (`__syncthreads()`); never inside an
            IF (every thread must reach it). Reads of a LOCAL buffer after it go through AFTER(buffer, BARRIER),
-           an AFTER whose value is the whole buffer (shape (n,)): INDEX(AFTER(local, BARRIER), i).
+           an AFTER whose value is the whole buffer (shape (n,)): INDEX(AFTER(local, BARRIER), i); so do the
+           stores of a later round (a reduction tree stores to INDEX(AFTER(local, BARRIER), lidx0), gated).
   ATOMICADD src (INDEX of a GLOBAL buffer, scalar value of its dtype): `atomicAdd(&buf[i], value)`; a statement.
 
   WMMA     arg (16, 8, 16, in dtype, float32) (M, N, K; in dtype float16 or bfloat16), src (A, B, C):
@@ -61,7 +62,7 @@ GPU kernels (lowered for a Target with warp_size > 0, e.g. devices.base.gpu_targ
 
   GPU kernels use scalar values only (WMMA's fragments aside): UPCAST/UNROLL axes become separate scalar
   instructions (copies of the code, lower.expand), never vector lanes, so a GPU renderer needs no vector types
-  or VCONST, and STACK only as a WMMA operand.
+  or VCONST values (a BUFFER's shape operand aside), and STACK only as a WMMA operand.
   A store every thread of a block would make alike (the result of a reduction shared by the block) is gated
   to lidx0 == 0. Loads and stores past a padded axis's end carry a gate (never an out-of-bounds access).
   The python device emulates the grid exactly (devices/python.py): blocks one by one, the threads of a block
