@@ -8,8 +8,8 @@
   second one from the next output axis. Elementwise kernels with enough blocks give each thread UPCAST_ELEMENTS
   elements a block apart (still coalesced with scalar code). A sum of products gets a per-thread register tile
   (UPCAST on two output axes) and its reduce loop UNROLLed.
-- reductions with few outputs (a full sum, softmax rows) split the reduce across the threads of a block
-  (GROUP_REDUCE); each block computes one output.
+- long reductions (GROUP_MIN_REDUCE) with few outputs (GROUP_MAX_OUTPUTS_PER_CORE per multiprocessor: a full
+  sum, row statistics) split the reduce across the threads of a block (GROUP_REDUCE); a block per output.
 - a half/bfloat16 matmul-like reduction with float accumulation, on a target with tensor cores: TC (lower.wmma).
 - `nolocals` (the NOLOCALS knob): no LOCAL or GROUP_REDUCE axis; every output axis is GLOBAL, one thread per
   block.
@@ -41,6 +41,9 @@ MAX_THREADS = 1024  # CUDA's limit of threads per block
 UPCAST_ELEMENTS = 4  # elements per thread of a large elementwise kernel
 MIN_BLOCKS_PER_CORE = 4  # an elementwise kernel upcasts only while every multiprocessor keeps this many blocks
 GROUP_MIN_REDUCE = 256  # a reduction this long with few outputs is shared by the threads of a block
+# "few outputs": at most this many per multiprocessor (one block each). With more, one thread per output already
+# fills the GPU; with fewer, a thread per output would leave most multiprocessors idle for a long serial loop
+GROUP_MAX_OUTPUTS_PER_CORE = 64
 TILE = 4  # a sum of products' per-thread register tile is TILE x TILE outputs, its reduce loop unrolled by TILE
 # grid size limits per dimension (x, y, z) for blocks and for the threads of a block
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
@@ -90,7 +93,7 @@ def gpu_opts(ast: UOp, target: Target, nolocals: bool = False) -> list[Opt]:
 
         if (tc := tc_shape_for(ast, target)) is not None:
             return _tc_opts(ast, tc)
-        if reds and outputs < target.cores and _group_opts(ast, opts):
+        if reds and outputs <= target.cores * GROUP_MAX_OUTPUTS_PER_CORE and _group_opts(ast, opts):
             return opts
         if not loops:
             return opts

@@ -179,6 +179,12 @@ def test_heuristics_shape() -> None:
     c = Tensor(np.zeros((1000,), np.float32), device="python")
     assert any(o.op is OptOps.SPLIT and o.arg[1] is AxisType.GROUP_REDUCE  # type: ignore[index]
                for o in gpu_opts(_kernel(c.sum()), GPU))
+    rows = Tensor(np.zeros((200, 4096), np.float32), device="python")  # 200 long rows: a block per row
+    assert any(o.op is OptOps.SPLIT and o.arg[1] is AxisType.GROUP_REDUCE  # type: ignore[index]
+               for o in gpu_opts(_kernel(rows.sum(1)), GPU))
+    many = Tensor(np.zeros((65536, 256), np.float32), device="python")  # enough rows for a thread each
+    assert not any(o.op is OptOps.SPLIT and o.arg[1] is AxisType.GROUP_REDUCE  # type: ignore[index]
+                   for o in gpu_opts(_kernel(many.sum(1)), GPU))
     assert gpu_opts(_kernel(a * 2.0), GPU, nolocals=True) == []
 
 
