@@ -71,7 +71,11 @@ def _block_size(n: int) -> tuple[int, bool]:
     for k in (BLOCK_THREADS, 2 * BLOCK_THREADS, BLOCK_THREADS // 2, BLOCK_THREADS // 4):
         if n % k == 0:
             return k, False
-    return (BLOCK_THREADS, True) if n > BLOCK_THREADS else (n, False)
+    if n <= BLOCK_THREADS:
+        return n, False
+    # the least padding, then the most threads: 1000 -> 128 (1024), 130 -> 32 (160, not 256)
+    k = min((BLOCK_THREADS, BLOCK_THREADS // 2, BLOCK_THREADS // 4), key=lambda k: (-(-n // k) * k, -k))
+    return k, True
 
 
 def _reduces(ast: UOp) -> list[UOp]:

@@ -167,15 +167,18 @@ def _kernel(out: Tensor) -> UOp:
 
 
 def test_heuristics_shape() -> None:
-    """Elementwise: 128 threads on the contiguous axis (lidx0), padded when nothing divides; big elementwise
+    """Elementwise: 128 threads on the contiguous axis (lidx0), padded (least) when nothing divides; big elementwise
     kernels upcast per thread; a reduction with few outputs is shared by the threads of a block."""
     a = Tensor(np.zeros((1024, 1024), np.float32), device="python")
     opts = gpu_opts(_kernel(a * 2.0), GPU)
     assert Opt(OptOps.SPLIT, 1, (128, AxisType.LOCAL, False)) in opts
     assert any(o.op is OptOps.SPLIT and o.arg[1] is AxisType.UPCAST for o in opts)  # type: ignore[index]
     b = Tensor(np.zeros((3, 131), np.float32), device="python")
-    assert gpu_opts(_kernel(b * 2.0), GPU)[:2] == [Opt(OptOps.PADTO, 1, 128),
-                                                    Opt(OptOps.SPLIT, 1, (128, AxisType.LOCAL, False))]
+    assert gpu_opts(_kernel(b * 2.0), GPU)[:2] == [Opt(OptOps.PADTO, 1, 32),  # 160 wastes least
+                                                    Opt(OptOps.SPLIT, 1, (32, AxisType.LOCAL, False))]
+    big = Tensor(np.zeros((3, 1000), np.float32), device="python")
+    assert gpu_opts(_kernel(big * 2.0), GPU)[:2] == [Opt(OptOps.PADTO, 1, 128),
+                                                      Opt(OptOps.SPLIT, 1, (128, AxisType.LOCAL, False))]
     c = Tensor(np.zeros((1000,), np.float32), device="python")
     assert any(o.op is OptOps.SPLIT and o.arg[1] is AxisType.GROUP_REDUCE  # type: ignore[index]
                for o in gpu_opts(_kernel(c.sum()), GPU))
