@@ -392,3 +392,47 @@ def test_tensor_core_opt_needs_the_targets_tensor_cores() -> None:
     b = Tensor(np.zeros((20, 32), np.float32), device="python").cast(dtypes.float16)
     with pytest.raises(KernelOptError, match="not a multiple of 16"):
         lower_kernel(_kernel(b @ a), GPU, opts=[Opt(OptOps.TC, None, "16x8x16 half->float")])
+
+
+def _programs() -> dict[str, Callable[[], Tensor]]:
+    def f(*shape: int) -> Tensor:
+        return Tensor(rng.standard_normal(shape).astype(np.float32), device="python")
+
+    def i(*shape: int) -> Tensor:
+        return Tensor(rng.integers(-9, 9, shape).astype(np.int32), device="python")
+
+    return {
+        "argmax": lambda: f(6, 40).argmax(1),
+        "cumsum": lambda: f(5, 33).cumsum(1),
+        "max_pool": lambda: f(1, 2, 8, 8).max_pool2d((2, 2)),
+        "avg_pool": lambda: f(1, 2, 9, 9).avg_pool2d((3, 3)),
+        "pad_flip": lambda: f(4, 6).pad(((1, 2), (0, 3))).flip(0),
+        "cat_where": lambda: (f(3, 5).cat(f(2, 5)) > 0).where(1.0, -1.0),
+        "int_ops": lambda: (i(7, 9) // 4 + i(7, 9) % 3) * 2,
+        "bool_any": lambda: (f(4, 300) > 2.5).any(1),
+        "log_softmax": lambda: f(4, 20).log_softmax(1),
+        "batched_matmul": lambda: f(2, 5, 7) @ f(2, 7, 3),
+        "transpose_sum": lambda: f(6, 8).permute(1, 0).sum(0),
+    }
+
+
+PROGRAMS = _programs()
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_more_programs_on_the_emulated_grid(name: str) -> None:
+    """More of the suite's kinds of kernel: every one lowers for the GPU target, passes analyze (in compile),
+    uses the grid, and computes what the plain python device and the reference evaluator compute."""
+    from tensor.tensor import reference_numpy
+
+    out = PROGRAMS[name]()
+    got, lins = run(out, GPU)
+    plain, _ = run(out, PY.default_target())
+    ref = reference_numpy(out)  # the exact evaluator of the tensor graph (numpy)
+    if got.dtype.kind == "f":
+        np.testing.assert_allclose(got, plain, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    else:
+        np.testing.assert_array_equal(got, plain)
+        np.testing.assert_array_equal(got, ref)
+    assert _specials(lins) & {"gidx0", "lidx0"}, _specials(lins)
