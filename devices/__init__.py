@@ -47,11 +47,22 @@ GPU kernels (lowered for a Target with warp_size > 0, e.g. devices.base.gpu_targ
            thread of the block stored.
   BARRIER  src (the stores it waits for): every thread of the block waits (`__syncthreads()`); never inside an
            IF (every thread must reach it). Reads of a LOCAL buffer after it go through AFTER(buffer, BARRIER),
-           an AFTER whose value is the whole buffer (shape (n,)): INDEX(AFTER(local, BARRIER), i).
+           an AFTER whose value is the whole buffer (shape (n,)): INDEX(AFTER(local, BARRIER), i); so do the
+           stores of a later round (a reduction tree stores to INDEX(AFTER(local, BARRIER), lidx0), gated).
   ATOMICADD src (INDEX of a GLOBAL buffer, scalar value of its dtype): `atomicAdd(&buf[i], value)`; a statement.
 
-  GPU kernels use scalar values only: UPCAST/UNROLL axes become separate scalar instructions (copies of the
-  code, lower.expand), never vector lanes, so a GPU renderer needs no vector types, VCONST or STACK.
+  WMMA     arg (16, 8, 16, in dtype, float32) (M, N, K; in dtype float16 or bfloat16), src (A, B, C):
+           `mma.sync.aligned.m16n8k16.row.col.f32.{f16|bf16}.{f16|bf16}.f32` by the 32 lanes of a warp (lane l =
+           lidx0 % 32, a warp is 32 consecutive lidx0; g = l // 4, t = l % 4). A = STACK of 8 scalars, element
+           e = A[g + 8*((e//2)%2)][2t + e%2 + 8*(e//4)] (registers {a0,a1} {a2,a3} {a4,a5} {a6,a7}); B = STACK
+           of 4, e = B[2t + e%2 + 8*(e//2)][g] ({b0,b1} {b2,b3}); C = STACK of 4 float32, e = C[g + 8*(e//2)]
+           [2t + e%2]. The value has shape (4,), D in C's layout, read only as INDEX(wmma, CONST e). Every thread
+           of the block reaches it (like a BARRIER). The STACKs and this are the only vector values of a GPU
+           kernel; the accumulator is a REG buffer of 4 float32 (slot 0) read and written by scalar INDEXes.
+
+  GPU kernels use scalar values only (WMMA's fragments aside): UPCAST/UNROLL axes become separate scalar
+  instructions (copies of the code, lower.expand), never vector lanes, so a GPU renderer needs no vector types
+  or VCONST values (a BUFFER's shape operand aside), and STACK only as a WMMA operand.
   A store every thread of a block would make alike (the result of a reduction shared by the block) is gated
   to lidx0 == 0. Loads and stores past a padded axis's end carry a gate (never an out-of-bounds access).
   The python device emulates the grid exactly (devices/python.py): blocks one by one, the threads of a block

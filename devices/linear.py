@@ -22,7 +22,8 @@ CompileError (naming the instruction, its position and what is wrong) or returns
   `supported_ops`;
 - GLOBAL buffer slots, variable names and SPECIAL names are each defined once;
 - a REG or LOCAL buffer has a constant size; ATOMICADD is (INDEX of a GLOBAL buffer, scalar of its dtype); a
-  BARRIER is not inside an IF (every thread of a block must reach it).
+  BARRIER is not inside an IF (every thread of a block must reach it); a WMMA's fragments have the lanes and
+  dtypes its arg names (WMMA_FRAGMENTS).
 
 The Program then gives positions, the matching opener/closer of each block, the innermost open block of
 each instruction, use counts, and the kernel parameters (GLOBAL buffers by slot, variables by name,
@@ -43,12 +44,14 @@ from rewrite.uop import BufferArg, ConstValue, ParamArg, UOp
 STATEMENTS = frozenset({Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.STORE, Ops.BARRIER, Ops.GROUP, Ops.ATOMICADD})
 INSTRUCTIONS = STATEMENTS | frozenset(
     {Ops.BUFFER, Ops.PARAM, Ops.CONST, Ops.VCONST, Ops.STACK, Ops.SPECIAL, Ops.INDEX, Ops.LOAD, Ops.AFTER,
-     Ops.CUSTOM}
+     Ops.CUSTOM, Ops.WMMA}
 )
 VALUE_OPS = GroupOp.ALU | frozenset({Ops.CAST, Ops.BITCAST})
 MAX_LANES = 64
 # what may be a vector (BUFFER has its own shape rule; VCONST and STACK are checked where they are read)
-_MAY_BE_VECTOR = VALUE_OPS | frozenset({Ops.INDEX, Ops.LOAD, Ops.AFTER})
+_MAY_BE_VECTOR = VALUE_OPS | frozenset({Ops.INDEX, Ops.LOAD, Ops.AFTER, Ops.WMMA})
+# WMMA arg (M, N, K, input dtype, accumulator dtype) -> the fragment lanes of A, B and C per thread of a warp
+WMMA_FRAGMENTS = {(16, 8, 16): (8, 4, 4)}
 _VECTOR_MAKERS = frozenset({Ops.VCONST, Ops.STACK})
 # values visible everywhere in the kernel, wherever they are listed (C renders them inline or as parameters)
 _KERNEL_WIDE = frozenset({Ops.CONST, Ops.VCONST, Ops.PARAM, Ops.SPECIAL})
@@ -283,6 +286,13 @@ def _check_instruction(prog: Program, i: int, u: UOp) -> None:
             raise _fail(prog, i, u, "INDEX must be (buffer, i) over a BUFFER, or (vector, CONST k) for a lane")
     elif op is Ops.LOAD or op is Ops.STORE:
         _check_access(prog, i, u)
+    elif op is Ops.WMMA:
+        arg = u.arg if isinstance(u.arg, tuple) and len(u.arg) == 5 else None
+        frags = WMMA_FRAGMENTS.get(cast(tuple, arg)[:3]) if arg is not None else None
+        if arg is None or frags is None or tuple(lanes(x) for x in u.src) != frags or u.src[0].dtype is not arg[3] \
+                or u.src[1].dtype is not arg[3] or u.src[2].dtype is not arg[4] or u.dtype is not arg[4]:
+            raise _fail(prog, i, u, f"WMMA is arg (M, N, K, input dtype, accumulator dtype) with M, N, K one of "
+                                    f"{sorted(WMMA_FRAGMENTS)} and src (A, B, C) fragments of the lanes it names")
     elif op is Ops.ATOMICADD:
         idx = base_of(u.src[0]) if len(u.src) == 2 else u
         if len(u.src) != 2 or idx.op is not Ops.INDEX or not is_global(base_of(idx.src[0])) or idx.shape != () \

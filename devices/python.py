@@ -16,7 +16,9 @@ kernel with lidx SPECIALs, LOCAL buffers or BARRIERs runs block by block; within
 own values and REG buffers and they share the block's LOCAL buffers (fresh per block, unwritten: reading an
 element no thread has stored is an error). The threads run in lockstep from BARRIER to BARRIER: each runs to
 the next BARRIER in turn, and all must stop at the same one (else DeviceError), which is exactly what
-`__syncthreads()` guarantees and no more. ATOMICADD reads, adds and writes in one step.
+`__syncthreads()` guarantees and no more. ATOMICADD reads, adds and writes in one step. A WMMA is a meeting
+point like a BARRIER: when every thread has its fragments, each warp's mma runs (`wmma_m16n8k16`, the PTX
+lane layout) and each lane gets its four results.
 
 Vectors (shape (n,)) are tuples of n lane values, and every lane goes through the same semantics table as a
 scalar would; a scalar operand of a vector op is used for every lane. A vector INDEX of a buffer holds n
@@ -30,6 +32,7 @@ from __future__ import annotations
 import itertools
 import sys
 from collections.abc import Callable
+from math import prod
 
 import numpy as np
 
@@ -179,6 +182,13 @@ class PythonKernel:
             return step
         if op is Ops.ATOMICADD:
             return _atomic_add(p, u.src[1].dtype, s)
+        if op is Ops.WMMA:
+            a, b, c = s
+
+            def wmma(v: list) -> int:
+                v[p] = (v[a], v[b], v[c])  # this lane's fragments; the block runner does the warp's mma
+                return _AT_BARRIER
+            return wmma
         if op is Ops.AFTER:
             x = s[0]
 
@@ -266,7 +276,7 @@ class PythonKernel:
         specials = list(prog.specials.values())
         bounds = [special_bound(sp, vv, self.name) for sp in specials]
         threads = [i for i, sp in enumerate(specials) if str(sp.arg).startswith("lidx")]
-        if not threads and not prog.locals and not any(u.op is Ops.BARRIER for u in prog.instrs):
+        if not threads and not prog.locals and not any(u.op in (Ops.BARRIER, Ops.WMMA) for u in prog.instrs):
             for combo in itertools.product(*(range(b) for b in bounds)):
                 for sp, val in zip(specials, combo, strict=True):
                     v[prog.pos[sp]] = val
@@ -285,12 +295,12 @@ class PythonKernel:
     def _run_block(self, v: list, lids: list[UOp], bounds: list[int]) -> None:
         """Every thread of one block, in lockstep from BARRIER to BARRIER: each thread runs until it reaches a
         BARRIER (or the end), and the block goes on only when all threads wait at the same one."""
-        states: list[tuple[list, int | None]] = []
-        for combo in itertools.product(*(range(b) for b in bounds)):
-            tv = list(v)
-            for sp, val in zip(lids, combo, strict=True):
-                tv[self.prog.pos[sp]] = val
-            states.append((tv, 0))
+        states: list[tuple[list, int | None]] = [(list(v), 0) for _ in range(prod(bounds))]
+        dims = {str(sp.arg): (sp, b) for sp, b in zip(lids, bounds, strict=True)}
+        for t, (tv, _) in enumerate(states):  # thread t = lidx0 + b0 * (lidx1 + b1 * lidx2): lidx0 fastest
+            for name in sorted(dims):
+                sp, b = dims[name]
+                tv[self.prog.pos[sp]], t = t % b, t // b
         while states[0][1] is not None:
             states = [(tv, self._run(tv, pc)) for tv, pc in states]
             at = {pc for _, pc in states}
@@ -298,7 +308,22 @@ class PythonKernel:
                 where = ", ".join("the end" if pc is None else self.prog.where(self.instrs[self.step_pos[pc - 1]])
                                   for pc in sorted(at, key=lambda x: -1 if x is None else x))
                 raise DeviceError(f"kernel {self.name!r}: the threads of a block stopped at different barriers "
-                                  f"({where}); every thread must reach every BARRIER")
+                                  f"({where}); every thread must reach every BARRIER and WMMA")
+            pc = states[0][1]
+            if pc is not None and (u := self.instrs[self.step_pos[pc - 1]]).op is Ops.WMMA:
+                self._warp_mma(u, [tv for tv, _ in states])
+
+    def _warp_mma(self, u: UOp, threads: list[list]) -> None:
+        """Every warp (32 consecutive threads) runs the mma of `u` on its lanes' fragments (lower.wmma's layout)."""
+        if len(threads) % 32:
+            raise DeviceError(f"{self.prog.where(u)}: WMMA needs whole warps; the block has {len(threads)} threads")
+        p, acc = self.prog.pos[u], u.arg[4]  # type: ignore[index]
+        for w in range(0, len(threads), 32):
+            lanes = [tv[p] for tv in threads[w:w + 32]]
+            d = wmma_m16n8k16([x[0] for x in lanes], [x[1] for x in lanes], [x[2] for x in lanes],
+                              lambda x: round_to(acc, x))
+            for tv, out in zip(threads[w:w + 32], d, strict=True):
+                tv[p] = out
 
     def _run(self, v: list, pc: int = 0) -> int | None:
         """Run from step `pc` to the end (None) or to just after the next BARRIER (the step to resume at)."""
@@ -316,6 +341,31 @@ class PythonKernel:
 
 
 _AT_BARRIER = -1  # what a BARRIER step returns: the thread waits for the rest of its block
+
+
+def wmma_m16n8k16(a: list, b: list, c: list, round_acc: Callable[[float], float]) -> list[tuple]:
+    """One warp's m16n8k16 mma from its 32 lanes' fragments (indexed by lane: 8 A, 4 B, 4 C elements), in the PTX
+    mma.sync layout (lane l, g = l // 4, t = l % 4): A[g + 8*((e//2)%2)][2t + e%2 + 8*(e//4)], B[2t + e%2 +
+    8*(e//2)][g], C and D[g + 8*(e//2)][2t + e%2]. Returns each lane's 4 D elements: D = A @ B + C, the products
+    exact and every partial sum rounded by `round_acc` (k in order)."""
+    am = [[0.0] * 16 for _ in range(16)]
+    bm = [[0.0] * 8 for _ in range(16)]
+    cm = [[0.0] * 8 for _ in range(16)]
+    for ln in range(32):
+        g, t = ln // 4, ln % 4
+        for e in range(8):
+            am[g + 8 * ((e // 2) % 2)][t * 2 + e % 2 + 8 * (e // 4)] = a[ln][e]
+        for e in range(4):
+            bm[t * 2 + e % 2 + 8 * (e // 2)][g] = b[ln][e]
+            cm[g + 8 * (e // 2)][t * 2 + e % 2] = c[ln][e]
+    d = [[0.0] * 8 for _ in range(16)]
+    for i in range(16):
+        for j in range(8):
+            s = cm[i][j]
+            for k in range(16):
+                s = round_acc(s + am[i][k] * bm[k][j])
+            d[i][j] = s
+    return [tuple(d[ln // 4 + 8 * (e // 2)][(ln % 4) * 2 + e % 2] for e in range(4)) for ln in range(32)]
 
 
 def _barrier(v: list) -> int:

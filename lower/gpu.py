@@ -8,16 +8,21 @@
   second one from the next output axis. Elementwise kernels with enough blocks give each thread UPCAST_ELEMENTS
   elements a block apart (still coalesced with scalar code). A sum of products gets a per-thread register tile
   (UPCAST on two output axes) and its reduce loop UNROLLed.
-- reductions with few outputs (a full sum, softmax rows) split the reduce across the threads of a block
-  (GROUP_REDUCE); each block computes one output.
+- long reductions (GROUP_MIN_REDUCE) with few outputs (GROUP_MAX_OUTPUTS_PER_CORE per multiprocessor: a full
+  sum, row statistics) split the reduce across the threads of a block (GROUP_REDUCE); a block per output.
+- a half/bfloat16 matmul-like reduction with float accumulation, on a target with tensor cores: TC (lower.wmma).
 - `nolocals` (the NOLOCALS knob): no LOCAL or GROUP_REDUCE axis; every output axis is GLOBAL, one thread per
   block.
 
 `lower_grid(ast, target)` then lowers the kernel's axes to the GPU's indices (devices/__init__.py, the LINEAR
-contract): a GROUP_REDUCE becomes per-thread partials stored to a LOCAL buffer, a BARRIER, and a reduce of that
-buffer by every thread (the output store gated to thread 0); the output LOOP axes are GLOBAL; GLOBAL axes
-become SPECIAL("gidx0".."gidx2") and LOCAL/GROUP_REDUCE axes SPECIAL("lidx0".."lidx2") (innermost first: the
-fastest-varying axis is x); more axes than three merge into the last dimension (div/mod of one index).
+contract): a GROUP_REDUCE becomes per-thread partials stored to a LOCAL buffer, a BARRIER, and a tree reduction
+of that buffer in log2(threads) rounds, a BARRIER each (the output store gated to thread 0); the output LOOP
+axes are GLOBAL; GLOBAL axes become SPECIAL("gidx0".."gidx2") and LOCAL/GROUP_REDUCE axes
+SPECIAL("lidx0".."lidx2"), innermost first (the fastest-varying axis is x); more axes than three merge into the
+last dimension (div/mod of one index), or all into x where y or z would pass their limit.
+
+These are global steps over a kernel's ranges (like lower.optimize.lower_threads): each replaces ranges
+everywhere they are used, which a local rule cannot see.
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ MAX_THREADS = 1024  # CUDA's limit of threads per block
 UPCAST_ELEMENTS = 4  # elements per thread of a large elementwise kernel
 MIN_BLOCKS_PER_CORE = 4  # an elementwise kernel upcasts only while every multiprocessor keeps this many blocks
 GROUP_MIN_REDUCE = 256  # a reduction this long with few outputs is shared by the threads of a block
+# "few outputs": at most this many per multiprocessor (one block each). With more, one thread per output already
+# fills the GPU; with fewer, a thread per output would leave most multiprocessors idle for a long serial loop
+GROUP_MAX_OUTPUTS_PER_CORE = 64
 TILE = 4  # a sum of products' per-thread register tile is TILE x TILE outputs, its reduce loop unrolled by TILE
 # grid size limits per dimension (x, y, z) for blocks and for the threads of a block
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
@@ -62,7 +70,11 @@ def _block_size(n: int) -> tuple[int, bool]:
     for k in (BLOCK_THREADS, 2 * BLOCK_THREADS, BLOCK_THREADS // 2, BLOCK_THREADS // 4):
         if n % k == 0:
             return k, False
-    return (BLOCK_THREADS, True) if n > BLOCK_THREADS else (n, False)
+    if n <= BLOCK_THREADS:
+        return n, False
+    # the least padding, then the most threads: 1000 -> 128 (1024), 130 -> 32 (160, not 256)
+    k = min((BLOCK_THREADS, BLOCK_THREADS // 2, BLOCK_THREADS // 4), key=lambda k: (-(-n // k) * k, -k))
+    return k, True
 
 
 def _reduces(ast: UOp) -> list[UOp]:
@@ -80,10 +92,16 @@ def gpu_opts(ast: UOp, target: Target, nolocals: bool = False) -> list[Opt]:
             size(axes(ast)[i])
         reds = _reduces(ast)
         outputs = prod(size(axes(ast)[i]) for i in loops)
-        if reds and outputs < target.cores and _group_opts(ast, opts):
+        from lower.wmma import tc_shape_for
+
+        if (tc := tc_shape_for(ast, target)) is not None:
+            return _tc_opts(ast, tc)
+        if reds and outputs <= target.cores * GROUP_MAX_OUTPUTS_PER_CORE and _group_opts(ast, opts):
             return opts
         if not loops:
             return opts
+        if (tiled := _register_tile(ast, opts)) is not None:
+            return tiled
         order = _fastest(ast, loops)
         rs = axes(ast)
         r = rs[order[0]]
@@ -114,12 +132,72 @@ def gpu_opts(ast: UOp, target: Target, nolocals: bool = False) -> list[Opt]:
     return opts
 
 
+TC_WARPS = 2  # warps of a tensor-core block along each of the tile's axes (2 x 2 warps, 128 threads)
+
+
+def _tc_opts(ast: UOp, shape: str) -> list[Opt]:
+    """TC, then the block's warps: TC_WARPS x TC_WARPS neighbouring 16x8 tiles (LOCAL splits of the tile axes,
+    lidx1 and lidx2 beside the warp's lanes on lidx0), where the tile counts divide."""
+    from lower.wmma import apply_tc
+
+    opts = [Opt(OptOps.TC, None, shape)]
+    ast = apply_tc(ast, shape)
+    for r in [r for r in axes(ast) if r.arg[1] is AxisType.LOOP][-2:][::-1]:  # type: ignore[index]
+        if size(r) % TC_WARPS == 0:
+            ast, _, _ = _split_pair(ast, opts, r, TC_WARPS, AxisType.LOCAL)
+    return opts
+
+
+def _register_tile(ast: UOp, opts: list[Opt]) -> list[Opt] | None:
+    """A sum of products with two output axes v (the stores' contiguous one) and u: threads of a block on both
+    (LOCAL, lidx0 on v), each thread a TILE x TILE register tile of outputs a block-width apart on each axis
+    (UPCAST outside the LOCAL part, so the threads of a warp still read consecutive elements), and the reduce loop
+    unrolled by TILE. None (and `opts` unchanged) where the kernel is not of that shape or the sizes do not divide."""
+    reds = _reduces(ast)
+    if len(reds) != 1 or reds[0].arg[0] is not Ops.ADD or reds[0].src[0].op is not Ops.MUL:  # type: ignore[index]
+        return None
+    loops = _loop_axes(ast)
+    if len(loops) < 2:
+        return None
+    order = _fastest(ast, loops)
+    rs = axes(ast)
+    v, u = rs[order[0]], rs[order[1]]
+    shape = next(((lv, lu) for lv, lu in ((16, 16), (16, 8), (8, 8))
+                  if size(v) % (lv * TILE) == 0 and size(u) % (lu * TILE) == 0), None)
+    ks = [r for r in reds[0].src[1:] if r.arg[1] is AxisType.REDUCE]  # type: ignore[index]
+    if shape is None or not ks:
+        return None
+    mine: list[Opt] = []
+    for r, lanes in ((v, shape[0]), (u, shape[1])):
+        ast, outer, _ = _split_pair(ast, mine, r, lanes, AxisType.LOCAL)
+        ast, _, _ = _split_pair(ast, mine, outer, TILE, AxisType.UPCAST)
+    if size(ks[-1]) % TILE == 0:
+        ast, _, _ = _split_pair(ast, mine, ks[-1], TILE, AxisType.UNROLL)
+    opts += mine
+    return opts
+
+
+def _nested(ast: UOp, red: UOp) -> bool:
+    """Whether `red` is truly nested with another reduction (one runs inside the other's loop and depends on its
+    range): the threads sharing one would hold partials of different iterations of the other."""
+    for other in _reduces(ast):
+        if other is red:
+            continue
+        inner, outer = (other, red) if other in red.src[0].toposort() else (red, other)
+        if inner in outer.src[0].toposort() and any(r in inner.toposort() for r in outer.src[1:]):
+            return True
+    return False
+
+
 def _group_opts(ast: UOp, opts: list[Opt]) -> list[Opt]:
-    """Each reduction whose innermost range has at least GROUP_MIN_REDUCE iterations has it split across
-    GROUP_THREADS threads (the thread index inner: consecutive threads read consecutive elements), padded if needed."""
+    """Each reduction (not nested in or around another that depends on its loop) whose innermost range has at
+    least GROUP_MIN_REDUCE iterations has it split across GROUP_THREADS threads (the thread index inner:
+    consecutive threads read consecutive elements), padded if needed."""
     for red in _reduces(ast):
         rs = axes(ast)
         mine = [r for r in red.src[1:] if r.arg[1] is AxisType.REDUCE]  # type: ignore[index]
+        if _nested(ast, red):
+            continue
         if not mine or any(r.arg[1] is AxisType.GROUP_REDUCE for r in red.src[1:]):  # type: ignore[index]
             continue
         r = mine[-1]  # the innermost: consecutive threads read consecutive elements
@@ -169,12 +247,29 @@ def _to_specials(ast: UOp, ranges: list[UOp], prefix: str, limits: tuple[int, in
     return ast
 
 
+_GRID = (AxisType.LOOP, AxisType.GLOBAL, AxisType.LOCAL, AxisType.WARP)
+
+
 def _uniform_loops(ast: UOp) -> bool:
     """Whether every END that closes an output loop closes all of them (one grid serves every store)."""
-    loops = {r for r in axes(ast) if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL, AxisType.LOCAL)}  # type: ignore[index]
+    loops = {r for r in axes(ast) if r.arg[1] in _GRID}  # type: ignore[index]
     ends = [u for u in ast.toposort() if u.op is Ops.END]
     return all(set(e.src[1:]) & loops in (loops, set()) for e in ends) and \
         all(not (set(red.src[1:]) & loops) for red in _reduces(ast))
+
+
+def apply_gpu_opts(ast: UOp, opts: list[Opt], target: Target) -> UOp:
+    """`opts` applied for a GPU target, then the grid lowered: a TC opt first (lower.wmma; the other opts split
+    what the tile leaves), then the rest in order, then `lower_grid`."""
+    from lower.optimize import apply_opts
+    from lower.wmma import apply_tc
+
+    for o in opts:
+        if o.op is OptOps.TC:
+            if o.arg not in target.tensor_cores:
+                raise KernelOptError(f"{o}: the target's tensor cores are {', '.join(target.tensor_cores) or 'none'}")
+            ast = apply_tc(ast, o.arg)  # type: ignore[arg-type]
+    return lower_grid(apply_opts(ast, [o for o in opts if o.op is not OptOps.TC]), target)
 
 
 def lower_grid(ast: UOp, target: Target) -> UOp:
@@ -195,7 +290,8 @@ def lower_grid(ast: UOp, target: Target) -> UOp:
         ast = _lower_group_reduces(ast, groups)
     rs = axes(ast)
     glob = [r for r in rs if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)][::-1]  # type: ignore[index]
-    loc = [r for r in rs if r.arg[1] is AxisType.LOCAL][::-1]  # type: ignore[index]
+    # the lanes of a warp (tensor cores) are the fastest threads: lidx0
+    loc = [r for r in rs if r.arg[1] is AxisType.WARP] + [r for r in rs if r.arg[1] is AxisType.LOCAL][::-1]  # type: ignore[index]
     if prod(size(r) for r in loc) > MAX_THREADS:
         raise KernelOptError(f"{prod(size(r) for r in loc)} threads per block; at most {MAX_THREADS}")
     ast = _to_specials(ast, glob, "gidx", GRID_LIMITS)
@@ -205,7 +301,8 @@ def lower_grid(ast: UOp, target: Target) -> UOp:
 def _lower_group_reduces(ast: UOp, groups: list[UOp]) -> UOp:
     """REDUCE(body, ..., g) over a GROUP_REDUCE axis g (one per reduction, all of one size: the block's threads)
     becomes: each thread's partial REDUCE over the other ranges, stored to a LOCAL buffer at its thread index,
-    a BARRIER, and every thread's REDUCE of the buffer; the kernel's stores are gated to thread 0."""
+    a BARRIER, and a tree reduction of the buffer (`_tree`; by every thread where n is not a power of two); the
+    kernel's stores are gated to thread 0."""
     n = size(groups[0])
     if any(size(g) != n for g in groups):
         raise KernelOptError("GROUP_REDUCE axes of one kernel must have one size (the threads of the block)")
@@ -222,13 +319,32 @@ def _lower_group_reduces(ast: UOp, groups: list[UOp]) -> UOp:
         buf = UOp(Ops.BUFFER, (UOp.shape_operand((n,)),), BufferArg(slot, red.dtype, None, AddrSpace.LOCAL))
         slot += 1
         bar = UOp(Ops.BARRIER, (buf.index(lid).store(partial),))
-        j = UOp.range(n, next_range_id(ast), AxisType.REDUCE)
-        total = UOp(Ops.REDUCE, (UOp(Ops.AFTER, (buf, bar)).index(j).load(), j), red.arg, red.tag)
+        if n & (n - 1):  # not a power of two: every thread reduces the n partials itself
+            j = UOp.range(n, next_range_id(ast), AxisType.REDUCE)
+            total = UOp(Ops.REDUCE, (UOp(Ops.AFTER, (buf, bar)).index(j).load(), j), red.arg, red.tag)
+        else:
+            total = _tree(buf, bar, lid, n, red.arg[0], red.dtype)  # type: ignore[index]
         ast = ast.substitute({red: total})
     first = lid.eq(0)
     gated = {u: UOp(Ops.STORE, (u.src[0], u.src[1], first if len(u.src) < 3 else u.src[2] & first), u.arg, u.tag)
              for u in ast.toposort() if u.op is Ops.STORE and _is_global_store(u)}
     return ast.substitute(gated)
+
+
+def _tree(buf: UOp, bar: UOp, lid: UOp, n: int, rop: Ops, dtype: object) -> UOp:
+    """The n partials in LOCAL `buf` (stored before BARRIER `bar`) folded in log2(n) rounds: in the round of
+    stride s, thread t < s combines elements t and t + s into t, then the block meets at a BARRIER. A thread only
+    writes its own element and reads one no thread writes that round, so one BARRIER per round suffices."""
+    from lower.rangeify import reduce_identity
+
+    ident = UOp.const(reduce_identity(rop, dtype), dtype)  # type: ignore[arg-type]
+    s = n // 2
+    while s >= 1:
+        cur, active = UOp(Ops.AFTER, (buf, bar)), lid < s
+        mine, other = cur.index(lid).load(), cur.index(lid + s).load(ident, active)
+        bar = UOp(Ops.BARRIER, (cur.index(lid).store(UOp(rop, (mine, other)), active),))
+        s //= 2
+    return UOp(Ops.AFTER, (buf, bar)).index(UOp.const(0)).load()
 
 
 def _is_global_store(st: UOp) -> bool:
@@ -239,4 +355,4 @@ def _is_global_store(st: UOp) -> bool:
         b.arg.addrspace is AddrSpace.GLOBAL
 
 
-__all__ = ["gpu_opts", "lower_grid"]
+__all__ = ["apply_gpu_opts", "gpu_opts", "lower_grid"]

@@ -10,7 +10,8 @@ reduction's ranges. An Opt is (op, axis, arg) and opts compose left to right (se
                            that move with it are gated by r < n, and a reduction over it adds its identity there
   SWAP   j                 exchange the loop order of two output axes (both LOOP-like, same END)
   NOLOCALS                 no LOCAL axes (CPU: always)
-  TC                       tensor cores: no device here has them (raises KernelOptError)
+  TC       shape           tensor cores ("16x8x16 half->float", one of Target.tensor_cores): on a GPU target the
+                           optimize stage applies it first (lower.wmma.apply_tc); apply_opt alone raises
 
 Which targets a split may produce follows the spec's AxisType table: LOCAL from GLOBAL/LOOP, THREAD from
 GLOBAL/LOOP (outer), UPCAST from GLOBAL/LOCAL/LOOP (inner), GROUP_REDUCE from REDUCE, UNROLL from
@@ -177,7 +178,8 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
     if opt.op is OptOps.NOLOCALS:
         return ast
     if opt.op is OptOps.TC:
-        raise KernelOptError("TC: no device here has tensor cores")
+        raise KernelOptError("TC: tensor cores are applied by the optimize stage for a GPU target (lower.wmma), "
+                             "not by apply_opt")
     if opt.axis is None or not 0 <= opt.axis < len(rs):
         raise KernelOptError(f"{opt}: axis out of range; the kernel has {len(rs)} axes")
     r = rs[opt.axis]

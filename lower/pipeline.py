@@ -131,9 +131,9 @@ def optimize(ast: UOp, ctx: Lowering) -> UOp:
     if ctx.debug >= 3 and opts:
         print(f"opts {ctx.name}: {opts}", file=sys.stderr)
     if ctx.target.warp_size:
-        from lower.gpu import lower_grid
+        from lower.gpu import apply_gpu_opts
 
-        return lower_grid(apply_opts(ast, opts), ctx.target)
+        return apply_gpu_opts(ast, opts, ctx.target)
     return lower_threads(apply_opts(ast, opts))
 
 

@@ -96,7 +96,7 @@ def _cases() -> dict[str, Callable[[], tuple[Tensor, np.ndarray]]]:
         return a @ b, av @ bv
 
     def softmax():
-        a, av = _t(6, 300)
+        a, av = _t(3, 72)  # the fused kernel recomputes its row's max and sum per output: kept small
         return a.softmax(-1), _softmax(av)
 
     def layernorm():
@@ -167,18 +167,27 @@ def _kernel(out: Tensor) -> UOp:
 
 
 def test_heuristics_shape() -> None:
-    """Elementwise: 128 threads on the contiguous axis (lidx0), padded when nothing divides; big elementwise
+    """Elementwise: 128 threads on the contiguous axis (lidx0), padded (least) when nothing divides; big elementwise
     kernels upcast per thread; a reduction with few outputs is shared by the threads of a block."""
     a = Tensor(np.zeros((1024, 1024), np.float32), device="python")
     opts = gpu_opts(_kernel(a * 2.0), GPU)
     assert Opt(OptOps.SPLIT, 1, (128, AxisType.LOCAL, False)) in opts
     assert any(o.op is OptOps.SPLIT and o.arg[1] is AxisType.UPCAST for o in opts)  # type: ignore[index]
     b = Tensor(np.zeros((3, 131), np.float32), device="python")
-    assert gpu_opts(_kernel(b * 2.0), GPU)[:2] == [Opt(OptOps.PADTO, 1, 128),
-                                                    Opt(OptOps.SPLIT, 1, (128, AxisType.LOCAL, False))]
+    assert gpu_opts(_kernel(b * 2.0), GPU)[:2] == [Opt(OptOps.PADTO, 1, 32),  # 160 wastes least
+                                                    Opt(OptOps.SPLIT, 1, (32, AxisType.LOCAL, False))]
+    big = Tensor(np.zeros((3, 1000), np.float32), device="python")
+    assert gpu_opts(_kernel(big * 2.0), GPU)[:2] == [Opt(OptOps.PADTO, 1, 128),
+                                                      Opt(OptOps.SPLIT, 1, (128, AxisType.LOCAL, False))]
     c = Tensor(np.zeros((1000,), np.float32), device="python")
     assert any(o.op is OptOps.SPLIT and o.arg[1] is AxisType.GROUP_REDUCE  # type: ignore[index]
                for o in gpu_opts(_kernel(c.sum()), GPU))
+    rows = Tensor(np.zeros((200, 4096), np.float32), device="python")  # 200 long rows: a block per row
+    assert any(o.op is OptOps.SPLIT and o.arg[1] is AxisType.GROUP_REDUCE  # type: ignore[index]
+               for o in gpu_opts(_kernel(rows.sum(1)), GPU))
+    many = Tensor(np.zeros((65536, 256), np.float32), device="python")  # enough rows for a thread each
+    assert not any(o.op is OptOps.SPLIT and o.arg[1] is AxisType.GROUP_REDUCE  # type: ignore[index]
+                   for o in gpu_opts(_kernel(many.sum(1)), GPU))
     assert gpu_opts(_kernel(a * 2.0), GPU, nolocals=True) == []
 
 
@@ -262,3 +271,168 @@ def test_emulator_threads_must_meet_at_one_barrier() -> None:
     loop = UOp(Ops.END, (out.index(t).store(UOp(Ops.AFTER, (sm, bar)).index(t).load()), r))
     with pytest.raises(DeviceError, match="different barriers"):
         PY.compile(_linear(loop), "diverge", GPU)({0: np.zeros(4, np.float32)})
+
+
+def test_group_reduce_tree_and_any_thread_count() -> None:
+    """A full sum shared by 256 threads folds its partials in a tree: one BARRIER after the partials and one per
+    round (8); a thread count that is not a power of two (explicit opts) has every thread fold all partials."""
+    a, av = _t(1000)
+    (tree,) = run(a.sum(), GPU)[1]
+    assert sum(u.op is Ops.BARRIER for u in tree.src) == 9
+    assert [u.shape for u in tree.src if u.op is Ops.BUFFER and u.arg.addrspace is AddrSpace.LOCAL] == [(256,)]  # type: ignore[union-attr]
+    items, _ = schedule([a.sum().uop])
+    (it,) = items
+    assert it.ast is not None
+    lin = lower_kernel(it.ast, GPU, opts=[Opt(OptOps.SPLIT, 0, (10, AxisType.GROUP_REDUCE, False))])
+    assert sum(u.op is Ops.BARRIER for u in lin.src) == 1
+    res = np.zeros(1, np.float32)
+    PY.compile(lin, it.name, GPU)({0: res, 1: av.copy()})
+    np.testing.assert_allclose(res[0], av.sum(), rtol=1e-5)
+
+
+def test_matmul_register_tile() -> None:
+    """A matmul with room for it: 16 x 16 threads a block, each a 4 x 4 register tile (16 stores, scalar), the
+    reduce loop unrolled by 4; the result is numpy's and the plain device's."""
+    (a, av), (b, bv) = _t(64, 12), _t(12, 64)
+    opts = gpu_opts(_kernel(a @ b), GPU)
+    kinds = [o.arg[1] for o in opts if o.op is OptOps.SPLIT]  # type: ignore[index]
+    assert kinds == [AxisType.LOCAL, AxisType.UPCAST, AxisType.LOCAL, AxisType.UPCAST, AxisType.UNROLL], opts
+    got, (lin,) = run(a @ b, GPU)
+    np.testing.assert_allclose(got, av @ bv, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, run(a @ b, PY.default_target())[0], rtol=1e-5, atol=1e-5)
+    assert sum(u.op is Ops.STORE and u.src[0].src[0].arg.addrspace is AddrSpace.GLOBAL  # type: ignore[union-attr]
+               for u in lin.src) == 16
+    assert {u.arg: u.src[0].arg[0] for u in lin.src if u.op is Ops.SPECIAL} == \
+        {"lidx0": 16, "lidx1": 16}  # type: ignore[index]
+
+
+@pytest.mark.parametrize("dt,tc", [("float16", "half"), ("bfloat16", "bfloat16")])
+def test_tensor_cores_run_the_mma_lane_layout(dt: str, tc: str) -> None:
+    """A half (bfloat16) matmul with float accumulation becomes m16n8k16 WMMA, one warp per 16x8 tile, 4 warps a
+    block: numpy's product of the same (rounded) inputs, summed in float32."""
+    dtype = getattr(dtypes, dt)
+    av = rng.standard_normal((64, 48)).astype(np.float32)
+    bv = rng.standard_normal((48, 32)).astype(np.float32)
+    a, b = Tensor(av, device="python").cast(dtype), Tensor(bv, device="python").cast(dtype)
+    for prog in ((a @ b), (a.reshape((64, 48, 1)) * b.reshape((1, 48, 32))).cast(dtypes.float32).sum(1)):
+        items, _ = schedule([prog.uop])
+        ast = [it.ast for it in items if it.kind == "kernel"][-1]
+        assert gpu_opts(ast, GPU)[0] == Opt(OptOps.TC, None, f"16x8x16 {tc}->float")
+    out = prog  # float32 out: no rounding to the inputs' dtype at the end
+    got, lins = run(out, GPU)
+    lin = lins[-1]
+    wmma = [u for u in lin.src if u.op is Ops.WMMA]
+    assert len(wmma) == 1 and wmma[0].arg[:3] == (16, 8, 16)  # type: ignore[index]
+    # 4 x 4 tiles of 16x8 outputs, one warp each: 2 x 2 blocks of 2 x 2 warps
+    assert {u.arg: u.src[0].arg[0] for u in lin.src if u.op is Ops.SPECIAL} == \
+        {"gidx0": 2, "gidx1": 2, "lidx0": 32, "lidx1": 2, "lidx2": 2}  # type: ignore[index]
+    rounded = run(a.cast(dtypes.float32), PY.default_target())[0], run(b.cast(dtypes.float32), PY.default_target())[0]
+    ref = (rounded[0].astype(np.float64) @ rounded[1].astype(np.float64))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)  # the mma's products are exact, its sums float32
+    # the plain kernel rounds each product to the inputs' dtype first (the graph says so): close, not equal
+    tol = 1e-2 if dt == "float16" else 1e-1
+    np.testing.assert_allclose(got, run(out, PY.default_target())[0], rtol=tol, atol=tol)
+
+
+def test_tensor_core_emulation_is_the_ptx_layout() -> None:
+    """The emulator's mma reads and writes lane l's fragment element e where PTX puts it (g = l // 4, t = l % 4):
+    one nonzero A element times one nonzero B element lands in the one D element of the lane the table names."""
+    from devices.python import wmma_m16n8k16
+
+    # (A lane, A e, its row, col) x (B lane, B e, its row, col) -> (D lane, D e); A[row][k] * B[k][col] = D[row][col]
+    table = [
+        ((0, 0, 0, 0), (0, 0, 0, 0), (0, 0)),  # A[0][0] * B[0][0] -> D[0][0]: lane 0, e 0
+        ((5, 6, 9, 10), (5, 2, 10, 1), (4, 3)),  # A[9][10] (l5: g1 t1, e6) * B[10][1] (l5, e2) -> D[9][1]: l4 e3
+        ((31, 7, 15, 15), (31, 3, 15, 7), (31, 3)),  # A[15][15] (l31, e7) * B[15][7] (l31, e3) -> D[15][7]: l31 e3
+        ((2, 1, 0, 5), (10, 1, 5, 2), (1, 0)),  # A[0][5] (l2: t2, e1) * B[5][2] (l10: g2 t2, e1) -> D[0][2]: l1 e0
+    ]
+    for (al, ae, _, _), (bl, be, _, _), (dl, de) in table:
+        a = [[0.0] * 8 for _ in range(32)]
+        b = [[0.0] * 4 for _ in range(32)]
+        c = [[0.0] * 4 for _ in range(32)]
+        a[al][ae], b[bl][be], c[3][1] = 3.0, 5.0, 0.5  # C: lane 3 (g0 t3), e1 = D[0][7]
+        d = wmma_m16n8k16(a, b, c, float)
+        want = {(ln, e): 0.0 for ln in range(32) for e in range(4)}
+        want[(3, 1)] += 0.5
+        want[(dl, de)] += 15.0
+        assert {(ln, e): d[ln][e] for ln in range(32) for e in range(4)} == want
+
+
+def test_truly_nested_reductions_are_not_shared_by_a_block() -> None:
+    """sum over i of (max over j of a[i, j] * i-dependent b[i]) in one kernel: the inner max depends on the outer
+    loop, so a block's threads may not share either (their partials would belong to different i)."""
+    from lower.gpu import _nested
+
+    i, j = UOp.range(300, 1, AxisType.REDUCE), UOp.range(300, 2, AxisType.REDUCE)
+    a = _buf(1, 90000)
+    inner = UOp(Ops.REDUCE, (a.index(i * 300 + j).load(), j), (Ops.MAX, ()))
+    outer = UOp(Ops.REDUCE, (inner, i), (Ops.ADD, ()))
+    ast = UOp.sink(_buf(0, 1).index(UOp.const(0)).store(outer))
+    assert _nested(ast, inner) and _nested(ast, outer)
+    assert gpu_opts(ast, GPU) == []
+    k = UOp.range(300, 3, AxisType.REDUCE)
+    peak = UOp(Ops.REDUCE, (a.index(k).load(), k), (Ops.MAX, ()))  # does not depend on i or j: may be shared
+    flat = UOp(Ops.REDUCE, (a.index(i * 300 + j).load() - peak, i, j), (Ops.ADD, ()))
+    ast2 = UOp.sink(_buf(0, 1).index(UOp.const(0)).store(flat))
+    assert not _nested(ast2, flat) and not _nested(ast2, peak)
+    assert sum(o.op is OptOps.SPLIT and o.arg[1] is AxisType.GROUP_REDUCE for o in gpu_opts(ast2, GPU)) == 2  # type: ignore[index]
+    x = rng.standard_normal(90000).astype(np.float32)
+    res = np.zeros(1, np.float32)
+    PY.compile(lower_kernel(ast2, GPU), "flat", GPU)({0: res, 1: x})
+    np.testing.assert_allclose(res[0], (x.astype(np.float64) - x[:300].max()).sum(), rtol=1e-4)
+
+
+def test_tensor_core_opt_needs_the_targets_tensor_cores() -> None:
+    a = Tensor(np.zeros((32, 32), np.float32), device="python").cast(dtypes.float16)
+    ast = _kernel(a @ a)
+    with pytest.raises(KernelOptError, match="tensor cores are none"):
+        lower_kernel(ast, GPU.with_(tensor_cores=()), opts=[Opt(OptOps.TC, None, "16x8x16 half->float")])
+    with pytest.raises(KernelOptError, match="does not fit products of float16"):
+        lower_kernel(ast, GPU, opts=[Opt(OptOps.TC, None, "16x8x16 bfloat16->float")])
+    b = Tensor(np.zeros((20, 32), np.float32), device="python").cast(dtypes.float16)
+    with pytest.raises(KernelOptError, match="not a multiple of 16"):
+        lower_kernel(_kernel(b @ a), GPU, opts=[Opt(OptOps.TC, None, "16x8x16 half->float")])
+
+
+def _programs() -> dict[str, Callable[[], Tensor]]:
+    def f(*shape: int) -> Tensor:
+        return Tensor(rng.standard_normal(shape).astype(np.float32), device="python")
+
+    def i(*shape: int) -> Tensor:
+        return Tensor(rng.integers(-9, 9, shape).astype(np.int32), device="python")
+
+    return {
+        "argmax": lambda: f(6, 40).argmax(1),
+        "cumsum": lambda: f(5, 33).cumsum(1),
+        "max_pool": lambda: f(1, 2, 8, 8).max_pool2d((2, 2)),
+        "avg_pool": lambda: f(1, 2, 9, 9).avg_pool2d((3, 3)),
+        "pad_flip": lambda: f(4, 6).pad(((1, 2), (0, 3))).flip(0),
+        "cat_where": lambda: (f(3, 5).cat(f(2, 5)) > 0).where(1.0, -1.0),
+        "int_ops": lambda: (i(7, 9) // 4 + i(7, 9) % 3) * 2,
+        "bool_any": lambda: (f(4, 300) > 2.5).any(1),
+        "log_softmax": lambda: f(4, 20).log_softmax(1),
+        "batched_matmul": lambda: f(2, 5, 7) @ f(2, 7, 3),
+        "transpose_sum": lambda: f(6, 8).permute(1, 0).sum(0),
+    }
+
+
+PROGRAMS = _programs()
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_more_programs_on_the_emulated_grid(name: str) -> None:
+    """More of the suite's kinds of kernel: every one lowers for the GPU target, passes analyze (in compile),
+    uses the grid, and computes what the plain python device and the reference evaluator compute."""
+    from tensor.tensor import reference_numpy
+
+    out = PROGRAMS[name]()
+    got, lins = run(out, GPU)
+    plain, _ = run(out, PY.default_target())
+    ref = reference_numpy(out)  # the exact evaluator of the tensor graph (numpy)
+    if got.dtype.kind == "f":
+        np.testing.assert_allclose(got, plain, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    else:
+        np.testing.assert_array_equal(got, plain)
+        np.testing.assert_array_equal(got, ref)
+    assert _specials(lins) & {"gidx0", "lidx0"}, _specials(lins)

@@ -1,0 +1,104 @@
+"""Tensor cores: a matmul-like reduction of half/bfloat16 products with float accumulation becomes WMMA.
+
+`apply_tc(ast, shape)` (OptOps.TC, arg "16x8x16 half->float" or "16x8x16 bfloat16->float", one of the Target's
+`tensor_cores`) rewrites a kernel that stores f(REDUCE(ADD, CAST(x * y, float32), k)) over output axes u (that x
+moves with and y does not) and v (that y moves with and x does not): u splits by 16, v by 8, k by 16; each
+16x8 output tile is one warp (a WARP axis of 32 lanes, lowered to lidx0), the k loop steps 16 at a time and
+issues one m16n8k16 mma per step. Every lane holds the fragments the PTX `mma.sync.aligned.m16n8k16.row.col`
+layout gives it (lane l, g = l // 4, t = l % 4):
+
+  A (16x16, 8 elements e):  row g + 8*((e // 2) % 2), column (k) 2t + e % 2 + 8*(e // 4)
+  B (16x8, 4 elements e):   row (k) 2t + e % 2 + 8*(e // 2), column g
+  C, D (16x8, 4 elements e): row g + 8*(e // 2), column 2t + e % 2
+
+so the kernel reads A's and B's elements straight from memory into STACKs, accumulates in a 4-element REG
+buffer (slot 0: the linearizer numbers its accumulators from 1), and stores each lane's four outputs. The
+products are exact in the mma (the graph rounds each half product to half first), so results may differ from
+the plain kernel in the last bits, like a fused multiply-add. Output axes besides u and v (a batch) stay
+output axes (GLOBAL). Sizes that the tile does not divide raise KernelOptError (pad first).
+"""
+
+from __future__ import annotations
+
+from devices.base import Target
+from lower.optimize import axes, next_range_id, size
+from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
+from rewrite.dtype import AddrSpace
+from rewrite.errors import KernelOptError
+
+TC_SHAPES = {"16x8x16 half->float": dtypes.float16, "16x8x16 bfloat16->float": dtypes.bfloat16}
+M, N, K = 16, 8, 16
+
+
+def tc_shape_for(ast: UOp, target: Target) -> str | None:
+    """The tensor-core shape of `target` that this kernel's reduction can use, if any (sizes must divide)."""
+    try:
+        x, *_ = _match(ast)
+    except KernelOptError:
+        return None
+    return next((s for s in target.tensor_cores if TC_SHAPES.get(s) is x.dtype), None)
+
+
+def _depends(e: UOp, r: UOp) -> bool:
+    return r in e.toposort()
+
+
+def _match(ast: UOp) -> tuple[UOp, UOp, UOp, UOp, UOp, UOp]:
+    """(x, y, red, u, v, k) of a kernel of the TC shape, else KernelOptError saying what does not fit."""
+    reds = [u for u in ast.toposort() if u.op is Ops.REDUCE]
+    ends = [u for u in ast.toposort() if u.op is Ops.END]
+    if len(reds) != 1 or len(ends) != 1:
+        raise KernelOptError("TC: the kernel must have one reduction and one output store")
+    red = reds[0]
+    body = red.src[0]
+    if red.arg[0] is not Ops.ADD or red.dtype is not dtypes.float32 or body.op is not Ops.CAST or \
+            body.src[0].op is not Ops.MUL:  # type: ignore[index]
+        raise KernelOptError("TC: the reduction must be a float32 sum of CAST(x * y)")
+    x, y = body.src[0].src
+    if x.dtype not in (dtypes.float16, dtypes.bfloat16) or y.dtype is not x.dtype:
+        raise KernelOptError(f"TC: the products must be of half or bfloat16, not {x.dtype.name}")
+    ks = red.src[1:]
+    if len(ks) != 1:
+        raise KernelOptError("TC: the reduction must run over one range")
+    k = ks[0]
+    loops = [r for r in axes(ast) if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)]  # type: ignore[index]
+    us = [r for r in loops if _depends(x, r) and not _depends(y, r)]
+    vs = [r for r in loops if _depends(y, r) and not _depends(x, r)]
+    if not us or not vs:
+        raise KernelOptError("TC: needs an output axis only x moves with and one only y moves with")
+    u, v = us[-1], vs[-1]
+    for r, n in ((u, M), (v, N), (k, K)):
+        if size(r) % n:
+            raise KernelOptError(f"TC: axis {r.render()} of size {size(r)} is not a multiple of {n}")
+    return x, y, red, u, v, k
+
+
+def apply_tc(ast: UOp, shape: str) -> UOp:
+    """The kernel with its reduction on tensor cores (module docstring)."""
+    x, y, red, u, v, k = _match(ast)
+    if TC_SHAPES.get(shape) is not x.dtype:
+        raise KernelOptError(f"TC {shape!r} does not fit products of {x.dtype.name}; known: {', '.join(TC_SHAPES)}")
+    (end,) = [e for e in ast.toposort() if e.op is Ops.END]
+    nid = next_range_id(ast)
+    uo, vo = UOp.range(size(u) // M, nid, AxisType.LOOP), UOp.range(size(v) // N, nid + 1, AxisType.LOOP)
+    ko, lane = UOp.range(size(k) // K, nid + 2, AxisType.REDUCE), UOp.range(32, nid + 3, AxisType.WARP)
+    g, t = lane // 4, lane % 4
+    a = [x.substitute({u: uo * M + g + 8 * ((e // 2) % 2), k: ko * K + t * 2 + (e % 2 + 8 * (e // 4))})
+         for e in range(8)]
+    b = [y.substitute({k: ko * K + t * 2 + (e % 2 + 8 * (e // 2)), v: vo * N + g}) for e in range(4)]
+    acc = UOp(Ops.BUFFER, (UOp.shape_operand((4,)),), BufferArg(0, dtypes.float32, None, AddrSpace.REG))
+    outer = [r for r in end.src[1:] if r is not u and r is not v]
+    at = [acc.index(UOp.const(i)) for i in range(4)]
+    inits = [UOp(Ops.AFTER, (p, *outer, uo, vo, lane)).store(UOp.const(0.0, dtypes.float32)) for p in at]
+    cur = [UOp(Ops.AFTER, (p, init, ko)).load() for p, init in zip(at, inits, strict=True)]
+    mma = UOp(Ops.WMMA, (UOp(Ops.STACK, tuple(a)), UOp(Ops.STACK, tuple(b)), UOp(Ops.STACK, tuple(cur))),
+              (M, N, K, x.dtype, dtypes.float32))
+    step = UOp(Ops.END, (UOp(Ops.GROUP, tuple(p.store(UOp(Ops.INDEX, (mma, UOp.const(i)))) for i, p in enumerate(at))),
+                         ko))
+    res = [UOp(Ops.AFTER, (p, step)).load() for p in at]
+    stores = [end.src[0].substitute({red: res[i]}).substitute({u: uo * M + g + 8 * (i // 2), v: vo * N + t * 2 + i % 2})
+              for i in range(4)]
+    return ast.substitute({end: UOp(Ops.END, (UOp(Ops.GROUP, tuple(stores)), *outer, uo, vo, lane))})
+
+
+__all__ = ["TC_SHAPES", "apply_tc", "tc_shape_for"]
