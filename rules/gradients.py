@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from rewrite import Ops, Rule, RuleSet, UOp, op, var
+from rewrite import Ops, Rule, RuleSet, UOp, dtypes, op, var
 from rewrite.derive import fmt_shape, shape_values
 from rewrite.errors import GradientError
 
@@ -60,8 +60,13 @@ def _pow_grad(ctx: UOp, ret: UOp, a: UOp, b: UOp) -> tuple:
 
 
 def _expand_grad(ctx: UOp, ret: UOp, a: UOp) -> tuple:
+    """Sum over the broadcast axes; half-precision gradients are summed in float32 (as the front end's sum)."""
     axes = tuple(i for i, (x, y) in enumerate(zip(a.shape, ret.shape, strict=True)) if x != y)
-    return (ctx.sum(axes) if axes else ctx, None)
+    if not axes:
+        return (ctx, None)
+    if ctx.dtype.itemsize < 4:
+        return (ctx.cast(dtypes.float32).sum(axes).cast(ctx.dtype), None)
+    return (ctx.sum(axes), None)
 
 
 def _permute_grad(ctx: UOp, ret: UOp) -> tuple:
