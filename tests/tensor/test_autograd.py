@@ -69,8 +69,9 @@ def test_mlp_gradients_fuse_into_few_kernels():
     loss = ((x @ w1).relu() @ w2).softmax(1).sum()
     loss.backward()
     items = loss.schedule(w1.grad, w2.grad)
-    # forward + backward of two matmuls: a kernel per reduction at most, not one per op
-    assert 0 < len(items) <= 12, len(items)
+    # forward + backward of two matmuls and a softmax: a kernel per reduction, not one per op (the max that
+    # softmax subtracts is detached, so its tie-splitting gradient, which is zero in total, is not computed)
+    assert 0 < len(items) <= 9, len(items)  # measured: 5 forward + 4 backward
 
 
 # ---------------------------------------------------------------- front-end ops: finite differences (always) and torch
