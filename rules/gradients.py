@@ -89,6 +89,37 @@ def _stack_grad(ctx: UOp, ret: UOp) -> tuple:
     return tuple(ctx.shrink((i, *(0,) * len(rest)), (i + 1, *rest)).reshape(rest) for i in range(len(ret.src)))
 
 
+def _eye(n: int, like: UOp) -> UOp:
+    """The n x n identity in like's dtype, from movement ops only: rows of [1, 0 * n] tiled and cut to n * n."""
+    row = UOp.const(1, like.dtype).reshape((1,)).pad((0,), (n,)).reshape((1, n + 1)).expand((n, n + 1))
+    return row.reshape((n * (n + 1),)).shrink((0,), (n * n,)).reshape((n, n))
+
+
+def _index_grad(ctx: UOp, ret: UOp, a: UOp) -> tuple:
+    """INDEX(a, i_0, ..., i_m-1) reads a[i_0[k_0], i_1[k_1], ...] (an outer product of the index vectors; a
+    ()-shaped index drops its axis). Its gradient adds ctx back at the indexed positions: each indexed axis in
+    turn is contracted with the one-hot rows INDEX(eye(n), i) (O(k * n) per element of the rest; a scatter-add
+    would be O(k)), and its new axis of size n moved to the end; at the end those axes are moved to the front."""
+    idxs = ret.src[1:]
+    g = ctx
+    for axis, i in enumerate(idxs):
+        n = a.shape[axis]
+        onehot = _eye(n, ctx).index(i)  # (k, n) for a (k,) index, (n,) for a () index
+        lead = 1 if i.shape else 0
+        rest = g.shape[lead:]
+        ones = (1,) * len(rest)
+        if lead:
+            k = i.shape[0]
+            full = (k, n, *rest)
+            g = (g.reshape((k, 1, *rest)).expand(full) * onehot.reshape((k, n, *ones)).expand(full)).sum((0,))
+            g = g.reshape((n, *rest))
+        else:
+            g = g.reshape((1, *rest)).expand((n, *rest)) * onehot.reshape((n, *ones)).expand((n, *rest))
+        g = g.permute((*range(1, g.ndim), 0))
+    m, r = len(idxs), g.ndim - len(idxs)
+    return (g.permute((*range(r, r + m), *range(r))), *(None,) * m)
+
+
 def _reduce_axes(ret: UOp) -> tuple[int, ...]:
     return ret.arg[1]
 
@@ -201,6 +232,7 @@ gradients = RuleSet("gradients", [
     Rule("grad-flip",    op.FLIP(a, name=ret),               lambda ctx, ret: (ctx.flip(ret.arg),)),
     Rule("grad-stack",   op.STACK(name=ret),                 _stack_grad),
     Rule("grad-copy",    op.COPY(a, name=ret),               _copy_grad),
+    Rule("grad-index",   op.INDEX(a, name=ret, rest=True),   _index_grad),
     # reductions
     Rule("grad-reduce-add", op.REDUCE(a, name=ret), _reduce_add_grad, when=lambda ret: ret.arg[0] is Ops.ADD),
     Rule("grad-reduce-max", op.REDUCE(a, name=ret), _reduce_max_grad, when=lambda ret: ret.arg[0] is Ops.MAX),

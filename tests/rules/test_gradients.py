@@ -87,6 +87,10 @@ def _cases() -> dict[str, list[Case]]:
         "grad-flip": [Case([L(rnd((2, 3, 2)))], lambda x: x.flip((0, 2)))],
         "grad-stack": [Case([L(rnd(sh)), L(rnd(sh, seed=1)), L(rnd(sh, seed=2))], lambda *xs: UOp.stack(*xs))],
         "grad-copy": [Case([L(rnd(sh))], lambda x: x.copy("python"))],
+        # repeated indices accumulate; a () index drops its axis; indices on two axes read an outer product
+        "grad-index": [Case([L(rnd((4, 3)))], lambda x: x.index(_ivec([2, 0, 2, 3, 2]))),
+                       Case([L(rnd((4, 3, 2)))], lambda x: x.index(UOp.const(1, dtypes.int32), _ivec([2, 2, 0]))),
+                       Case([L(rnd((3, 4)))], lambda x: x.index(_ivec([1, 1]), _ivec([3, 0, 3])))],
         "grad-reduce-add": [Case([L(rnd((2, 3, 4)))], lambda x: x.sum((0, 2))),
                             Case([L(rnd(sh))], lambda x: x.sum())],
         "grad-reduce-max": [Case([L(rnd((2, 3, 4)))], lambda x: x.max((1,))),
@@ -104,6 +108,11 @@ def _cases() -> dict[str, list[Case]]:
         "grad-function": [Case([L(rnd(sh)), L(pos(1))], _fn2)],
     }
     return cases
+
+
+def _ivec(values: list[int]) -> UOp:
+    """A (k,)-shaped int32 index vector made of constants (a STACK of CONSTs)."""
+    return UOp.stack(*(UOp.const(v, dtypes.int32) for v in values))
 
 
 def _abs_uop(x: UOp) -> UOp:
@@ -218,7 +227,9 @@ def _torch_forward(node: UOp, env: dict[UOp, object]):
     if node in env:
         return env[node]
     if op in (Ops.CONST, Ops.VCONST):
-        return torch.tensor(node.arg[0], dtype=torch.float64) if op is Ops.CONST else None
+        if op is Ops.VCONST:
+            return None
+        return torch.tensor(node.arg[0], dtype=torch.float64 if node.dtype.is_float else torch.int64)
     x = [_torch_forward(s, env) for s in src] if op not in (Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK) \
         else [_torch_forward(src[0], env)]
     simple = {Ops.ADD: torch.add, Ops.SUB: torch.sub, Ops.MUL: torch.mul, Ops.DIV: torch.div, Ops.NEG: torch.neg,
@@ -246,6 +257,16 @@ def _torch_forward(node: UOp, env: dict[UOp, object]):
         return torch.nn.functional.pad(x[0], flat)
     if op is Ops.STACK:
         return torch.stack(x)
+    if op is Ops.INDEX:  # an outer product of the index vectors, as rewrite.evaluate reads it
+        vecs = [i for i in x[1:] if i.ndim == 1]
+        key, pos = [], 0
+        for i in x[1:]:
+            if i.ndim == 0:
+                key.append(int(i))
+            else:
+                key.append(i.reshape([-1 if j == pos else 1 for j in range(len(vecs))]))
+                pos += 1
+        return x[0][tuple(key)]
     if op is Ops.REDUCE:
         rop, axes = node.arg
         if rop is Ops.ADD:
