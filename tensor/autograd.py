@@ -90,6 +90,19 @@ def enable_grad() -> Iterator[None]:
         _no_grad_depth[0] = saved
 
 
+def with_requires_grad(fn: F) -> F:
+    """`fn` (a tensor constructor) taking `requires_grad=` too, as torch's and tinygrad's constructors do."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: object, requires_grad: bool = False, **kwargs: object) -> object:
+        t = fn(*args, **kwargs)
+        if requires_grad:
+            t.requires_grad = True  # type: ignore[attr-defined]
+        return t
+
+    return wrapper  # type: ignore[return-value]
+
+
 def _seed(root: Tensor, grad: Tensor | None, what: str) -> UOp:
     if grad is None:
         if root.numel() != 1:
@@ -142,4 +155,5 @@ def backward(root: Tensor, gradient: Tensor | None = None) -> Tensor:
     return root
 
 
-__all__ = ["backward", "cut", "enable_grad", "grad_enabled", "gradient", "no_grad", "set_requires_grad"]
+__all__ = ["backward", "cut", "enable_grad", "grad_enabled", "gradient", "no_grad", "set_requires_grad",
+           "with_requires_grad"]

@@ -247,21 +247,25 @@ class Tensor:
 
     # ------------------------------------------------------------------ creation (tensor.creation, tensor.random)
 
-    full = staticmethod(_cr.full)
-    zeros = staticmethod(_cr.zeros)
-    ones = staticmethod(_cr.ones)
-    empty = staticmethod(_cr.empty)
-    arange = staticmethod(_cr.arange)
-    linspace = staticmethod(_cr.linspace)
-    eye = staticmethod(_cr.eye)
-    full_like, zeros_like, ones_like, empty_like = _cr.full_like, _cr.zeros_like, _cr.ones_like, _cr.empty_like
+    # each takes requires_grad= as well (tensor.autograd.with_requires_grad)
+    _g = _ag.with_requires_grad
+    full = staticmethod(_g(_cr.full))
+    zeros = staticmethod(_g(_cr.zeros))
+    ones = staticmethod(_g(_cr.ones))
+    empty = staticmethod(_g(_cr.empty))
+    arange = staticmethod(_g(_cr.arange))
+    linspace = staticmethod(_g(_cr.linspace))
+    eye = staticmethod(_g(_cr.eye))
+    full_like, zeros_like, ones_like, empty_like = (_g(_cr.full_like), _g(_cr.zeros_like), _g(_cr.ones_like),
+                                                    _g(_cr.empty_like))
     manual_seed = staticmethod(_rnd.manual_seed)
-    rand = staticmethod(_rnd.rand)
-    randn = staticmethod(_rnd.randn)
+    rand = staticmethod(_g(_rnd.rand))
+    randn = staticmethod(_g(_rnd.randn))
     randint = staticmethod(_rnd.randint)
-    uniform = staticmethod(_rnd.uniform)
-    normal = staticmethod(_rnd.normal)
-    rand_like, randn_like = _rnd.rand_like, _rnd.randn_like
+    uniform = staticmethod(_g(_rnd.uniform))
+    normal = staticmethod(_g(_rnd.normal))
+    rand_like, randn_like = _g(_rnd.rand_like), _g(_rnd.randn_like)
+    del _g
 
     # ------------------------------------------------------------------ elementwise (tensor.elementwise, tensor.logic)
 

@@ -290,3 +290,14 @@ def test_half_precision_broadcast_gradient_sums_in_float32():
     (x + b).sum().backward()  # the bias gradient: 4096 ones, exact in float32 (float16 would stop at 2048)
     assert b.grad.dtype == b.dtype
     assert b.grad.numpy()[0] == 4096
+
+
+def test_constructors_take_requires_grad():
+    w = Tensor.randn(3, 2, requires_grad=True)
+    z = Tensor.zeros(2, requires_grad=True)
+    o = Tensor.ones_like(z, requires_grad=True)
+    assert w.requires_grad and z.requires_grad and o.requires_grad and not Tensor.ones(2).requires_grad
+    ((Tensor([[1.0, 2.0, 3.0]]) @ w) * z + o).sum().backward()
+    np.testing.assert_allclose(z.grad.numpy(), (np.array([[1.0, 2.0, 3.0]]) @ w.numpy())[0], rtol=1e-6)
+    np.testing.assert_allclose(o.grad.numpy(), np.ones(2))
+    np.testing.assert_allclose(w.grad.numpy(), np.zeros((3, 2)))  # z is zero
