@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 from rewrite import Ops, Rule, RuleSet, UOp, dtypes, op, var
 from rewrite.derive import fmt_shape, shape_values
@@ -70,7 +71,7 @@ def _expand_grad(ctx: UOp, ret: UOp, a: UOp) -> tuple:
 
 
 def _permute_grad(ctx: UOp, ret: UOp) -> tuple:
-    order = ret.arg
+    order = cast(tuple, ret.arg)
     return (ctx.permute(tuple(order.index(i) for i in range(len(order)))),)
 
 
@@ -121,7 +122,7 @@ def _index_grad(ctx: UOp, ret: UOp, a: UOp) -> tuple:
 
 
 def _reduce_axes(ret: UOp) -> tuple[int, ...]:
-    return ret.arg[1]
+    return cast(tuple, ret.arg)[1]
 
 
 def _reduce_add_grad(ctx: UOp, a: UOp) -> tuple:
@@ -159,7 +160,7 @@ def _is_abs(x: UOp, ret: UOp, m: UOp) -> bool:
     while m.op in (Ops.RESHAPE, Ops.EXPAND):  # a broadcast constant
         m = m.src[0]
     return (m.op is Ops.CONST and ret.dtype is x.dtype and x.dtype.is_float
-            and m.arg[0] == (1 << (x.dtype.bits - 1)) - 1)
+            and cast(tuple, m.arg)[0] == (1 << (x.dtype.bits - 1)) - 1)
 
 
 def _gettuple_grad(ctx: UOp, ret: UOp, fn: UOp) -> tuple:
@@ -179,7 +180,8 @@ def _function_grad(ctx: tuple, fn: UOp) -> tuple:
         p = UOp.param(nargs + len(extra), g.dtype, g.shape, _single_device(g))
         seeds[out] = p if out not in seeds else seeds[out] + p
         extra.append(g)
-    params = {u.arg.slot: u for u in body.toposort() if u.op is Ops.PARAM and isinstance(u.arg.slot, int)}
+    params = {u.arg.slot: u for u in body.toposort()  # type: ignore[attr-defined]
+              if u.op is Ops.PARAM and isinstance(u.arg.slot, int)}  # type: ignore[attr-defined]
     wanted = [k for k in range(nargs) if args[k].dtype.is_float and k in params]
     found = backprop(seeds, [params[k] for k in wanted])
     outs = [g if g is not None else zeros_like(params[k]) for k, g in zip(wanted, found, strict=True)]
@@ -257,7 +259,7 @@ def _accumulate(old: object, new: object) -> object:
     if new is None:
         return old
     if isinstance(old, tuple):  # a FUNCTION's gradient: one entry per output
-        return tuple(_accumulate(x, y) for x, y in zip(old, new, strict=True))  # type: ignore[arg-type]
+        return tuple(_accumulate(x, y) for x, y in zip(old, new, strict=True))  # type: ignore[arg-type, call-overload]
     return old + new  # type: ignore[operator]
 
 
