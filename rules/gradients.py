@@ -20,6 +20,12 @@ evaluated here. Conventions:
   * the gradient of a FUNCTION is a FUNCTION: its body holds the gradients of the body with respect to its
     PARAMs, driven by new PARAMs for the incoming gradients, and it is called on the forward arguments and
     those gradients. Nothing is inlined; the backward body recomputes what it needs from the arguments.
+  * an elementwise unit (a FUNCTION whose arg is an `ElementwiseUnit`) states its own derivative: its body is
+    TUPLE(value, d value / d a_0, ..., d value / d a_n-1), and its gradient is g times those outputs. The front
+    end's accurate exp, tanh, sigmoid, erf, ... are built from BITCAST, shifts and polynomials, whose
+    derivative is not the function's: as units they differentiate as the mathematical function does. The
+    derivative outputs are only computed when a gradient reads them (the Callify stage inlines each GETTUPLE
+    alone). A unit is differentiated once: its derivative outputs have no gradient of their own.
 A float node that receives a gradient but has no rule raises GradientError naming the op and how to go on.
 """
 
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import cast
 
 from rewrite import Ops, Rule, RuleSet, UOp, dtypes, op, var
@@ -40,6 +47,25 @@ fn = var("fn")
 
 def zeros_like(u: UOp) -> UOp:
     return u.const_like(0)
+
+
+@dataclass(frozen=True)
+class ElementwiseUnit:
+    """A FUNCTION's arg: the FUNCTION is the elementwise function `name`, whose body is TUPLE(value, d value /
+    d a_0, ...): one partial derivative per argument, each of the value's shape (see the module docstring)."""
+
+    name: str
+
+
+def unit(name: str, value: UOp, partials: Sequence[UOp], args: Sequence[UOp]) -> UOp:
+    """The value of the elementwise unit FUNCTION(TUPLE(value, *partials), *args) (arg ElementwiseUnit(name)):
+    `value` and `partials` are built over PARAM k standing for args[k] (same shapes and dtypes)."""
+    if len(partials) != len(args) or any(d.shape != value.shape or d.dtype is not value.dtype for d in partials):
+        raise GradientError(f"unit {name}: needs one partial derivative per argument ({len(args)}), each "
+                            f"{fmt_shape(value.shape)} {value.dtype.name} like the value; got "
+                            f"{[(fmt_shape(d.shape), d.dtype.name) for d in partials]}")
+    fn = UOp(Ops.FUNCTION, (UOp(Ops.TUPLE, (value, *partials)), *args), ElementwiseUnit(name))
+    return UOp(Ops.GETTUPLE, (fn,), 0)
 
 
 # ---------------------------------------------------------------- rule bodies (module level: rules are pure)
@@ -168,6 +194,18 @@ def _gettuple_grad(ctx: UOp, ret: UOp, fn: UOp) -> tuple:
     return (tuple(ctx if i == ret.arg else None for i in range(n)),)
 
 
+def _unit_grad(ctx: tuple, fn: UOp) -> tuple:
+    """d/da_k = g * (output 1 + k): the unit's own partial derivatives."""
+    if any(g is not None for g in ctx[1:]):
+        name = cast(ElementwiseUnit, fn.arg).name
+        raise GradientError(f"gradient: the derivative of {name} is itself not differentiable (an elementwise "
+                            f"unit is differentiated once); second derivatives through {name} are not supported")
+    g = ctx[0]
+    if g is None:
+        return (None,) * len(fn.src)
+    return (None, *(g * UOp(Ops.GETTUPLE, (fn,), 1 + k) for k in range(len(fn.src) - 1)))
+
+
 def _function_grad(ctx: tuple, fn: UOp) -> tuple:
     """FUNCTION(TUPLE(outs), args...) -> FUNCTION(TUPLE(d outs / d PARAM k ...), args..., incoming grads...)."""
     body, args = fn.src[0], fn.src[1:]
@@ -245,6 +283,8 @@ gradients = RuleSet("gradients", [
     Rule("grad-detach",              op.DETACH(a, name=ret),             lambda ctx: (None,)),
     # functions
     Rule("grad-gettuple", op.GETTUPLE(fn, name=ret), _gettuple_grad),
+    Rule("grad-elementwise-unit", op.FUNCTION(name="fn"), _unit_grad,
+         when=lambda fn: isinstance(fn.arg, ElementwiseUnit)),
     Rule("grad-function", op.FUNCTION(name="fn"), _function_grad),
 ])
 # fmt: on
@@ -259,7 +299,7 @@ def _accumulate(old: object, new: object) -> object:
     if new is None:
         return old
     if isinstance(old, tuple):  # a FUNCTION's gradient: one entry per output
-        return tuple(_accumulate(x, y) for x, y in zip(old, new, strict=True))  # type: ignore[arg-type, call-overload]
+        return tuple(_accumulate(x, y) for x, y in zip(old, cast(tuple, new), strict=True))
     return old + new  # type: ignore[operator]
 
 
@@ -286,7 +326,7 @@ def _apply(node: UOp, g: object) -> Mapping[UOp, object] | tuple:
             f"gradient: no gradient rule for {node.op.name} ({fmt_shape(node.shape)} {dt}), which lies between "
             f"the loss and a tensor that requires a gradient; detach() the operand that should not be "
             f"differentiated, or add a rule for {node.op.name} to rules.gradients")
-    return res[0]  # type: ignore[index]
+    return cast("Mapping[UOp, object] | tuple", res[0])  # a gradient rule's result, not a rewritten UOp
 
 
 def backprop(seeds: Mapping[UOp, UOp], targets: Sequence[UOp]) -> list[UOp | None]:
@@ -326,4 +366,4 @@ def gradient(root: UOp, targets: Sequence[UOp], seed: UOp | None = None) -> list
     return backprop({root: seed}, targets)
 
 
-__all__ = ["backprop", "gradient", "gradients", "zeros_like"]
+__all__ = ["ElementwiseUnit", "backprop", "gradient", "gradients", "unit", "zeros_like"]

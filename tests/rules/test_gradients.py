@@ -21,7 +21,7 @@ from lower.callify import callify
 from rewrite import Ops, UOp, dtypes
 from rewrite.errors import GradientError
 from rewrite.evaluate import evaluate_graph
-from rules.gradients import backprop, gradient, gradients
+from rules.gradients import ElementwiseUnit, backprop, gradient, gradients, unit
 
 F64 = dtypes.float64
 _slots = itertools.count(1000)
@@ -105,6 +105,7 @@ def _cases() -> dict[str, list[Case]]:
         "grad-contiguous-backward": [Case([L(rnd(sh))], lambda x: UOp(Ops.CONTIGUOUSBACKWARD, (x,)))],
         "grad-detach": [Case([L(rnd(sh))], lambda x: x.detach())],
         "grad-gettuple": [Case([L(rnd(sh)), L(pos(1))], lambda x, y: UOp(Ops.GETTUPLE, (_fn2(x, y),), 1))],
+        "grad-elementwise-unit": [Case([L(rnd(sh))], _unit_cube), Case([L(pos()), L(rnd(sh, seed=1))], _unit_pow)],
         "grad-function": [Case([L(rnd(sh)), L(pos(1))], _fn2)],
     }
     return cases
@@ -126,6 +127,21 @@ def _fn2(x: UOp, y: UOp) -> UOp:
     return UOp(Ops.FUNCTION, (UOp(Ops.TUPLE, ((p0 * p1).sin(), p0 / p1 + p0)), x, y))
 
 
+def _unit_cube(x: UOp) -> UOp:
+    """A unit x**3 whose value goes through an int64 view of x (BITCAST there and back, which has no gradient
+    rule), so only its stated derivative 3 x**2 can give the gradient."""
+    p = UOp.param(0, F64, x.shape, "cpu")
+    same = p.bitcast(dtypes.int64).bitcast(F64)
+    return unit("cube", same * same * same, [p * p * 3.0], [x]).src[0]
+
+
+def _unit_pow(x: UOp, y: UOp) -> UOp:
+    """A two-argument unit x**y with its two partial derivatives."""
+    p0, p1 = UOp.param(0, F64, x.shape, "cpu"), UOp.param(1, F64, y.shape, "cpu")
+    v = p0.pow(p1)
+    return unit("pow", v, [p1 * p0.pow(p1 - 1.0), v * p0.log2() * float(np.log(2.0))], [x, y]).src[0]
+
+
 CASES = _cases()
 RULE_NAMES = [r.name for r in gradients]
 
@@ -138,6 +154,9 @@ def test_every_rule_has_a_case():
 
 
 def _outputs(node: UOp) -> list[UOp]:
+    """The outputs a gradient flows into: a unit's value only (its other outputs are its derivatives)."""
+    if node.op is Ops.FUNCTION and isinstance(node.arg, ElementwiseUnit):
+        return [UOp(Ops.GETTUPLE, (node,), 0)]
     if node.op is Ops.FUNCTION:
         return [UOp(Ops.GETTUPLE, (node,), i) for i in range(len(node.src[0].src))]
     return [node]
@@ -170,6 +189,8 @@ def _seed_leaves(node: UOp, seed: int) -> tuple[list[Leaf], object]:
     ws = [Leaf(rnd(o.shape, seed=seed + i), o.dtype if o.dtype.is_float else F64, _dev(o)) for i, o in
           enumerate(outs)]
     ctx = tuple(w.uop for w in ws) if node.op is Ops.FUNCTION else ws[0].uop
+    if isinstance(node.arg, ElementwiseUnit):  # no gradient flows into the derivative outputs
+        ctx = (ws[0].uop, *(None,) * (len(node.src[0].src) - 1))
     return ws, ctx
 
 
@@ -310,7 +331,7 @@ def test_rule_matches_torch(name: str):
             np.testing.assert_allclose(ev(grads[lf.uop], inputs), want, rtol=1e-9, atol=1e-9,
                                        err_msg=f"{name} case {ci} leaf {k}")
         compared += 1
-    if name not in ("grad-function", "grad-gettuple", "grad-detach"):
+    if name not in ("grad-function", "grad-gettuple", "grad-detach", "grad-elementwise-unit"):
         assert compared, f"{name}: no case was compared with torch"
 
 
@@ -358,6 +379,34 @@ def test_nested_function_gradient():
     (g,) = gradient(UOp(Ops.GETTUPLE, (outer,), 0).sum(), [x.uop])
     # sqrt(x*x) = |x| = x for x > 0
     np.testing.assert_allclose(ev(g, {x.uop: x.data}), np.ones(3), rtol=1e-12)
+
+
+def test_unit_gradient_uses_its_derivative_and_stays_a_call():
+    x = Leaf(rnd((2, 3)))
+    f = _unit_cube(x.uop)
+    inlined = callify([UOp(Ops.GETTUPLE, (f,), 0)])[0]
+    with pytest.raises(GradientError, match="BITCAST"):  # the body alone has no gradient
+        gradient(inlined.sum(), [x.uop])
+    (g,) = gradient(UOp(Ops.GETTUPLE, (f,), 0).sum(), [x.uop])
+    assert any(u.op is Ops.GETTUPLE and u.arg == 1 and u.src[0] is f for u in g.toposort())
+    np.testing.assert_allclose(ev(g, {x.uop: x.data}), 3 * x.data**2, rtol=1e-12)
+
+
+def test_unit_second_derivative_raises_typed_error():
+    x = Leaf(rnd((2, 3)))
+    f = _unit_cube(x.uop)
+    (g,) = gradient(UOp(Ops.GETTUPLE, (f,), 0).sum(), [x.uop])
+    with pytest.raises(GradientError, match=r"cube.*second derivatives"):
+        gradient(g.sum(), [x.uop])
+
+
+def test_unit_checks_its_partials():
+    x = Leaf(rnd((2, 3)))
+    p = UOp.param(0, F64, (2, 3), "cpu")
+    with pytest.raises(GradientError, match="one partial derivative per argument"):
+        unit("bad", p * p, [], [x.uop])
+    with pytest.raises(GradientError, match="float32"):
+        unit("bad", p * p, [(p * 2.0).cast(dtypes.float32)], [x.uop])
 
 
 def test_no_rule_raises_typed_error():

@@ -98,6 +98,7 @@ OPS: list[tuple[str, Callable[[Tensor], Tensor], tuple, tuple]] = [
     ("sin-cos-tan", lambda t: t.sin() + t.cos() * t.tan(), (2, 3), (-1, 1)),
     ("sqrt-rsqrt", lambda t: t.sqrt() + t.rsqrt(), (2, 3), (0.5, 2)),
     ("sigmoid-tanh", lambda t: t.sigmoid() * t.tanh(), (2, 3), (-2, 2)),
+    ("erf-elu-relu", lambda t: t.erf() + t.elu(0.7) + t.relu() * 3, (2, 3), (-2, 2)),
     ("gelu-silu-softplus", lambda t: t.gelu() + t.silu() + t.softplus(), (2, 3), (-2, 2)),
     ("pow-div", lambda t: (t ** 2.5) / (t + 3) + 2.0 ** t + t ** t, (2, 3), (0.5, 2)),
     ("abs-clip", lambda t: t.abs() * 2 + t.clip(-0.5, 0.5), (2, 3), (-1, 1)),
@@ -153,6 +154,7 @@ _TORCH: dict[str, Callable] = {
     "sin-cos-tan": lambda t, T: t.sin() + t.cos() * t.tan(),
     "sqrt-rsqrt": lambda t, T: t.sqrt() + t.rsqrt(),
     "sigmoid-tanh": lambda t, T: t.sigmoid() * t.tanh(),
+    "erf-elu-relu": lambda t, T: T.erf(t) + T.nn.functional.elu(t, 0.7) + t.relu() * 3,
     "gelu-silu-softplus": lambda t, T: (T.nn.functional.gelu(t, approximate="tanh") + T.nn.functional.silu(t)
                                         + T.nn.functional.softplus(t)),
     "pow-div": lambda t, T: (t ** 2.5) / (t + 3) + 2.0 ** t + t ** t,
@@ -180,6 +182,63 @@ _TORCH: dict[str, Callable] = {
 
 def test_every_op_has_a_torch_counterpart():
     assert {o[0] for o in OPS} == set(_TORCH)
+
+
+# ---------------------------------------------------------------- the accurate functions differentiate as the math
+
+# name, function, its derivative in float64 numpy, the points (the extremes where a naive derivative breaks)
+_WIDE = np.array([-100.0, -30.0, -5.0, -1.0, -1e-3, -1e-30, 0.0, 1e-30, 1e-3, 0.5, 1.0, 5.0, 30.0, 80.0])
+_SP = lambda x: 1 / (1 + np.exp(-x))
+_DSP = lambda x: np.exp(-np.abs(x)) / (1 + np.exp(-np.abs(x))) ** 2  # s(x) s(-x), no cancellation
+UNITS: list[tuple[str, Callable[[Tensor], Tensor], Callable[[np.ndarray], np.ndarray], np.ndarray]] = [
+    ("exp", lambda t: t.exp(), np.exp, _WIDE[_WIDE < 80]),
+    ("sigmoid", lambda t: t.sigmoid(), _DSP, _WIDE),
+    ("tanh", lambda t: t.tanh(), lambda x: 1 / np.cosh(x) ** 2, _WIDE),
+    ("silu", lambda t: t.silu(), lambda x: _SP(x) + x * _DSP(x), _WIDE),
+    ("softplus", lambda t: t.softplus(), _SP, _WIDE),
+    ("elu", lambda t: t.elu(), lambda x: np.where(x > 0, 1.0, np.exp(np.minimum(x, 0))), _WIDE),
+    ("erf", lambda t: t.erf(), lambda x: 2 / np.sqrt(np.pi) * np.exp(-x * x), _WIDE),
+    ("cos", lambda t: t.cos(), lambda x: -np.sin(x), _WIDE),
+    ("tan", lambda t: t.tan(), lambda x: 1 / np.cos(x) ** 2, np.array([-1.5, -0.7, 0.0, 1e-20, 0.3, 1.2, 4.0])),
+    ("log", lambda t: t.log(), lambda x: 1 / x, np.array([1e-30, 1e-3, 0.5, 1.0, 7.0, 1e30])),
+]
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-13), (np.float32, 4e-7)])
+@pytest.mark.parametrize("name,f,df,xs", UNITS, ids=[u[0] for u in UNITS])
+def test_accurate_function_gradient_is_the_derivative(name, f, df, xs, dtype, tol):
+    """The gradient of each accurate function (a unit with its own derivative) is the mathematical derivative,
+    finite and accurate also where the function saturates or underflows."""
+    t = Tensor(xs.astype(dtype), requires_grad=True)
+    f(t).sum().backward()
+    got = t.grad.numpy().astype(np.float64)
+    want = df(xs.astype(dtype).astype(np.float64))
+    assert np.all(np.isfinite(got)), (name, got)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=1e-300 if dtype == np.float64 else 1e-37)
+
+
+def test_accurate_function_forward_kernels_are_unchanged():
+    """A unit is inlined: the forward alone is one kernel and never computes the derivative output."""
+    x = Tensor(rnd(64, seed=1))
+    items = (x.tanh() + x.exp()).schedule()
+    assert len(items) == 1
+    loss_items = (x.tanh() + x.exp()).sum().schedule()
+    assert len(loss_items) == 1
+
+
+def test_relu_gradient_at_zero_is_zero_like_torch():
+    xs = np.array([-2.0, -0.0, 0.0, 1e-300, 3.0, np.nan])
+    t = Tensor(xs, requires_grad=True)
+    out = t.relu()
+    out.sum().backward()
+    got = t.grad.numpy()
+    np.testing.assert_array_equal(got[:5], [0.0, 0.0, 0.0, 1.0, 1.0])
+    np.testing.assert_array_equal(out.numpy()[:5], [0.0, 0.0, 0.0, 1e-300, 3.0])
+    assert np.isnan(out.numpy()[5])
+    torch = pytest.importorskip("torch")
+    tx = torch.tensor(xs[:5], requires_grad=True)
+    tx.relu().sum().backward()
+    np.testing.assert_array_equal(got[:5], tx.grad.numpy())
 
 
 # ---------------------------------------------------------------- API behaviour
