@@ -97,7 +97,7 @@ def with_requires_grad(fn: F) -> F:
     def wrapper(*args: object, requires_grad: bool = False, **kwargs: object) -> object:
         t = fn(*args, **kwargs)
         if requires_grad:
-            t.requires_grad = True  # type: ignore[attr-defined]
+            t.requires_grad = True
         return t
 
     return wrapper  # type: ignore[return-value]

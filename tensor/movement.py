@@ -77,7 +77,7 @@ def _pad_pairs(x: Tensor, padding: Sequence, what: str) -> list[tuple[int, int]]
             raise ShapeError(f"{what}: each per-axis entry must be a (before, after) pair, got {padding!r}")
         if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for p in out for v in p):
             raise ShapeError(f"{what}: padding amounts must be ints, got {padding!r}")
-        return [(int(b), int(a)) for b, a in out]  # type: ignore[misc]
+        return [(int(b), int(a)) for b, a in out]
     if not all(isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in pads):
         raise ShapeError(f"{what}: padding must be ints or (before, after) pairs, got {padding!r}")
     if len(pads) % 2 or len(pads) > 2 * x.ndim:
