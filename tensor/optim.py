@@ -91,8 +91,8 @@ class Optimizer:
         raise NotImplementedError
 
     def step(self, *also: Tensor) -> None:
-        """Apply one update to every parameter that has a gradient, realizing the new parameters and state (and
-        `also`, e.g. the loss) in one realize."""
+        """Apply one update to every parameter that has a gradient, realizing the new parameters and state, `also`
+        (e.g. the loss) and the modules' pending buffers (BatchNorm's running statistics) in one realize."""
         what = type(self).__name__
         missing = [i for i, p in enumerate(self.params) if p.grad is None]
         if len(missing) == len(self.params):
@@ -111,7 +111,9 @@ class Optimizer:
                 np_, ns = self._update(i, p, g, self.state[i], cp)
                 new.append((p, np_))
                 new.extend((self.state[i][k], v) for k, v in ns.items())
-        Tensor.realize(*(v for _, v in new), *also)
+        from tensor.modules import pending_buffers
+
+        Tensor.realize(*(v for _, v in new), *also, *pending_buffers(clear=True))
         for t, v in new:
             t.uop = v.uop
         self.steps += 1
