@@ -76,3 +76,14 @@ def test_first_steps_match_torch():
     for k, v in tmodel.state_dict().items():
         i, name = k.split(".")
         np.testing.assert_allclose(sd[f"layers.{i}.{name}"].numpy(), v.numpy(), rtol=1e-3, atol=1e-4, err_msg=k)
+
+
+def test_train_digits_script_saves_and_reloads(tmp_path):
+    pytest.importorskip("sklearn.datasets")
+    from tensor import train_digits
+    from tensor.state import safe_load
+
+    path = tmp_path / "digits.safetensors"
+    acc = train_digits.main(["--epochs", "3", "--save", str(path)])  # raises if the reloaded model differs
+    assert acc > 0.9
+    assert set(safe_load(path)) == {"layers.0.weight", "layers.0.bias", "layers.2.weight", "layers.2.bias"}
