@@ -218,8 +218,7 @@ def _function_grad(ctx: tuple, fn: UOp) -> tuple:
         p = UOp.param(nargs + len(extra), g.dtype, g.shape, _single_device(g))
         seeds[out] = p if out not in seeds else seeds[out] + p
         extra.append(g)
-    params = {u.arg.slot: u for u in body.toposort()  # type: ignore[attr-defined]
-              if u.op is Ops.PARAM and isinstance(u.arg.slot, int)}  # type: ignore[attr-defined]
+    params = _own_params(body)
     wanted = [k for k in range(nargs) if args[k].dtype.is_float and k in params]
     found = backprop(seeds, [params[k] for k in wanted])
     outs = [g if g is not None else zeros_like(params[k]) for k, g in zip(wanted, found, strict=True)]
@@ -230,6 +229,22 @@ def _function_grad(ctx: tuple, fn: UOp) -> tuple:
     for i, k in enumerate(wanted):
         grads[k + 1] = UOp(Ops.GETTUPLE, (bwd,), i)
     return tuple(grads)
+
+
+def _own_params(body: UOp) -> dict[int, UOp]:
+    """slot -> PARAM for the positional PARAMs a FUNCTION body binds: not those inside a nested FUNCTION's or
+    CALL's body (an elementwise unit inside a traced function has its own PARAM 0, often of another shape)."""
+    out: dict[int, UOp] = {}
+    seen, todo = {body}, [body]
+    while todo:
+        u = todo.pop()
+        if u.op is Ops.PARAM and isinstance(slot := getattr(u.arg, "slot", None), int):
+            out[slot] = u
+        for x in u.src[1:] if u.op in (Ops.FUNCTION, Ops.CALL) else u.src:
+            if x not in seen:
+                seen.add(x)
+                todo.append(x)
+    return out
 
 
 def _single_device(u: UOp) -> str | None:

@@ -327,6 +327,19 @@ def test_function_gradient_through_tensor_api():
     np.testing.assert_allclose(y.grad.numpy(), np.exp(xn * yn) * xn - 2 * (xn - yn), rtol=1e-12)
 
 
+def test_function_with_a_unit_inside_differentiates_its_own_params():
+    """The unit's body has its own PARAM 0 (here of shape ()): the traced function's PARAM 0 is a's, not that one."""
+    @function
+    def f(a, b):
+        return a * b.sum().exp()
+
+    x, y = Tensor(rnd(3, seed=1), requires_grad=True), Tensor(rnd(2, seed=2), requires_grad=True)
+    f(x, y).sum().backward()
+    xn, yn = x.numpy(), y.numpy()
+    np.testing.assert_allclose(x.grad.numpy(), np.full(3, np.exp(yn.sum())), rtol=1e-12)
+    np.testing.assert_allclose(y.grad.numpy(), np.full(2, xn.sum() * np.exp(yn.sum())), rtol=1e-12)
+
+
 def test_lazy_parameter():
     w = Tensor.rand(4, 3).requires_grad_()
     loss = (w * w).sum()
