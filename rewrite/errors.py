@@ -77,3 +77,7 @@ class KnobError(CompilerError, ValueError):
 
 class PluginError(CompilerError, RuntimeError):
     """A plug-in the engine looks up at run time (the simplifier behind UOp.simplify) is not registered."""
+
+
+class GradientError(CompilerError):
+    """A graph that cannot be differentiated: an op with no gradient rule on the path, or a bad seed."""

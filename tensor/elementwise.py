@@ -24,7 +24,7 @@ from typing import cast as type_cast
 import numpy as np
 
 import tensor.tensor as tt
-import tensor.transcendental as _tr
+import tensor.units as _un
 from rewrite.dtype import DType, dtypes, promote
 from rewrite.errors import DeviceError, DTypeError
 from rewrite.ops import Ops
@@ -306,11 +306,16 @@ def _float_math(x: Tensor, fn: Callable[[UOp], UOp]) -> Tensor:
     return wrap(fn(x.uop), x.device)
 
 
+def _unit_math(x: Tensor, fn: _un.Unary) -> Tensor:
+    """`_float_math` of an accurate function that differentiates as a unit (tensor.units)."""
+    return _float_math(x, lambda u: fn(u, x.device))
+
+
 _LN_2 = math.log(2.0)
 
 
 def exp(x: Tensor) -> Tensor:
-    return _float_math(x, _tr.exp_uop)
+    return _unit_math(x, _un.exp)
 
 
 def exp2(x: Tensor) -> Tensor:
@@ -330,11 +335,11 @@ def sin(x: Tensor) -> Tensor:
 
 
 def cos(x: Tensor) -> Tensor:
-    return _float_math(x, _tr.cos_uop)
+    return _unit_math(x, _un.cos)
 
 
 def tan(x: Tensor) -> Tensor:
-    return _float_math(x, _tr.tan_uop)
+    return _unit_math(x, _un.tan)
 
 
 def sqrt(x: Tensor) -> Tensor:
@@ -413,7 +418,7 @@ def round_(x: Tensor) -> Tensor:
 
 
 def erf(x: Tensor) -> Tensor:
-    return _float_math(x, _tr.erf_uop)
+    return _unit_math(x, _un.erf)
 
 
 __all__ = [

@@ -23,7 +23,7 @@ from rewrite.ops import Ops
 from rewrite.uop import UOp
 from tensor import elementwise as ew
 from tensor import logic as lg
-from tensor import transcendental as _tr
+from tensor import units as _un
 from tensor.elementwise import common_device, const_uop, expand_uop
 from tensor.helpers import broadcast_shape
 from tensor.reduce import reduce_uop
@@ -311,15 +311,16 @@ def avg_pool2d(x: Tensor, kernel_size: IntOrTuple = (2, 2), stride: IntOrTuple |
 
 
 def relu(x: Tensor) -> Tensor:
-    return ew.maximum(x, 0)
+    """max(x, 0) with torch's gradient at 0 (none: the where sends it to the constant); nan stays nan."""
+    return ew.where(lg.le(x, 0), 0, x)
 
 
 def sigmoid(x: Tensor) -> Tensor:
-    return ew._float_math(x, _tr.sigmoid_uop)
+    return ew._unit_math(x, _un.sigmoid)
 
 
 def tanh(x: Tensor) -> Tensor:
-    return ew._float_math(x, _tr.tanh_uop)
+    return ew._unit_math(x, _un.tanh)
 
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -338,14 +339,13 @@ def gelu(x: Tensor, approximate: str = "tanh") -> Tensor:
 
 
 def silu(x: Tensor) -> Tensor:
-    return ew._float_math(x, _tr.silu_uop)
+    return ew._unit_math(x, _un.silu)
 
 
 def softplus(x: Tensor, beta: float = 1.0) -> Tensor:
     """log(1 + exp(beta*x)) / beta, computed as max(bx, 0) + log(1 + exp(-|bx|)) so it never overflows."""
     bx = ew.mul(ew.floatify(x), beta)
-    return ew.mul(ew.add(ew.maximum(bx, 0.0), ew._float_math(ew.neg(ew.abs_(bx)),
-                                                             lambda u: _tr.log1p_uop(_tr.exp_uop(u)))), 1.0 / beta)
+    return ew.mul(ew.add(ew.maximum(bx, 0.0), ew._unit_math(ew.neg(ew.abs_(bx)), _un.log1p_exp)), 1.0 / beta)
 
 
 def leaky_relu(x: Tensor, neg_slope: float = 0.01) -> Tensor:
@@ -353,7 +353,10 @@ def leaky_relu(x: Tensor, neg_slope: float = 0.01) -> Tensor:
 
 
 def elu(x: Tensor, alpha: float = 1.0) -> Tensor:
-    return ew.where(lg.gt(x, 0), x, ew.mul(ew._float_math(x, _tr.expm1_uop), alpha))
+    # expm1 of min(x, 0): the unused branch's derivative e**x would be inf for a large x, and 0 * inf = nan
+    xf = ew.floatify(x)
+    neg = ew.where(lg.gt(xf, 0), 0.0, xf)
+    return ew.where(lg.gt(xf, 0), xf, ew.mul(ew._unit_math(neg, _un.expm1), alpha))
 
 
 def relu6(x: Tensor) -> Tensor:

@@ -238,9 +238,10 @@ def cumsum(x: Tensor, axis: int | None = 0) -> Tensor:
 
 
 def _shifted(x: Tensor, axis: int) -> tuple[Tensor, Tensor]:
-    """x - max(x) along axis (in a float dtype), and the max itself with keepdim."""
+    """x - max(x) along axis (in a float dtype), and the max itself with keepdim. The max is detached: the results
+    do not depend on the shift, so its gradient is zero and the backward pass need not compute it."""
     xf = x if x.dtype.is_float else x.cast(dtypes.default_float)
-    m = max_(xf, axis, keepdim=True)
+    m = max_(xf, axis, keepdim=True).detach()
     return xf - m, m
 
 
@@ -261,7 +262,7 @@ def logsumexp(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
     """log(sum(exp(x))) without overflow: the max is taken out first (an infinite max is taken out as 0)."""
     axes = norm_axes(axis, x.ndim, "logsumexp", x.shape)
     xf = x if x.dtype.is_float else x.cast(dtypes.default_float)
-    m = tt.Tensor._wrap(reduce_uop(xf.uop, Ops.MAX, axes, True), x.device)
+    m = tt.Tensor._wrap(reduce_uop(xf.uop, Ops.MAX, axes, True).detach(), x.device)  # shift: no gradient
     m = m.isinf().where(0.0, m)
     lse = sum_((xf - m).exp(), axes, keepdim=True).log() + m
     return lse if keepdim else tt.Tensor._wrap(_drop(lse.uop, axes, False), x.device)

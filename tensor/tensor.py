@@ -23,8 +23,10 @@ from rewrite.derive import fmt_shape
 from rewrite.dtype import DType, dtypes
 from rewrite.env import Context
 from rewrite.errors import DTypeError, ShapeError
+from rewrite.ops import Ops
 from rewrite.semantics import exec_cast
 from rewrite.uop import UOp
+from tensor import autograd as _ag
 from tensor import buffers
 from tensor import creation as _cr
 from tensor import elementwise as _ew
@@ -64,15 +66,23 @@ def _scalar_const(v: int | float | bool | np.generic, dtype: DType | None) -> UO
 class Tensor:
     """A lazy n-dimensional array (see the module docstring)."""
 
-    __slots__ = ("__weakref__", "_device", "uop")
+    __slots__ = ("__weakref__", "_device", "_requires_grad", "grad", "uop")
     uop: UOp
     _device: str
+    grad: Tensor | None
 
-    def __init__(self, data: object, dtype: object = None, device: str | None = None) -> None:
+    def __init__(self, data: object, dtype: object = None, device: str | None = None,
+                 requires_grad: bool = False) -> None:
+        self.grad, self._requires_grad = None, False
+        self._init(data, dtype, device)
+        if requires_grad:
+            self.requires_grad = True
+
+    def _init(self, data: object, dtype: object, device: str | None) -> None:
         dt = None if dtype is None else to_dtype(dtype, "Tensor")
         if isinstance(data, UOp):
             dev = canonical_device(device) if device is not None else canonical_device(_uop_device(data))
-            self.uop, self._device = (data if dt is None else data.cast(dt)), dev
+            self.uop, self._device = _ag.cut(data if dt is None else data.cast(dt)), dev
             return
         dev = canonical_device(device)
         if isinstance(data, Tensor):
@@ -98,8 +108,26 @@ class Tensor:
     @staticmethod
     def _wrap(u: UOp, device: str) -> Tensor:
         t = object.__new__(Tensor)
-        t.uop, t._device = u, device
+        t.uop, t._device, t.grad, t._requires_grad = _ag.cut(u), device, None, False
         return t
+
+    # ------------------------------------------------------------------ autograd (tensor.autograd)
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag: bool) -> None:
+        _ag.set_requires_grad(self, bool(flag))
+        self._requires_grad = bool(flag)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        self.requires_grad = requires_grad
+        return self
+
+    backward = _ag.backward
+    gradient = _ag.gradient
 
     # ------------------------------------------------------------------ properties
 
@@ -206,7 +234,12 @@ class Tensor:
         return Tensor._wrap(self.uop.contiguous(), self.device)
 
     def detach(self) -> Tensor:
+        """The same value with no gradient through it (DETACH)."""
         return Tensor._wrap(self.uop.detach(), self.device)
+
+    def contiguous_backward(self) -> Tensor:
+        """The same value; the gradient flowing back through it is made contiguous (CONTIGUOUSBACKWARD)."""
+        return Tensor._wrap(UOp(Ops.CONTIGUOUSBACKWARD, (self.uop,)), self.device)
 
     def clone(self) -> Tensor:
         """A copy with its own storage once realized."""
@@ -214,21 +247,25 @@ class Tensor:
 
     # ------------------------------------------------------------------ creation (tensor.creation, tensor.random)
 
-    full = staticmethod(_cr.full)
-    zeros = staticmethod(_cr.zeros)
-    ones = staticmethod(_cr.ones)
-    empty = staticmethod(_cr.empty)
-    arange = staticmethod(_cr.arange)
-    linspace = staticmethod(_cr.linspace)
-    eye = staticmethod(_cr.eye)
-    full_like, zeros_like, ones_like, empty_like = _cr.full_like, _cr.zeros_like, _cr.ones_like, _cr.empty_like
+    # each takes requires_grad= as well (tensor.autograd.with_requires_grad)
+    _g = _ag.with_requires_grad
+    full = staticmethod(_g(_cr.full))
+    zeros = staticmethod(_g(_cr.zeros))
+    ones = staticmethod(_g(_cr.ones))
+    empty = staticmethod(_g(_cr.empty))
+    arange = staticmethod(_g(_cr.arange))
+    linspace = staticmethod(_g(_cr.linspace))
+    eye = staticmethod(_g(_cr.eye))
+    full_like, zeros_like, ones_like, empty_like = (_g(_cr.full_like), _g(_cr.zeros_like), _g(_cr.ones_like),
+                                                    _g(_cr.empty_like))
     manual_seed = staticmethod(_rnd.manual_seed)
-    rand = staticmethod(_rnd.rand)
-    randn = staticmethod(_rnd.randn)
+    rand = staticmethod(_g(_rnd.rand))
+    randn = staticmethod(_g(_rnd.randn))
     randint = staticmethod(_rnd.randint)
-    uniform = staticmethod(_rnd.uniform)
-    normal = staticmethod(_rnd.normal)
-    rand_like, randn_like = _rnd.rand_like, _rnd.randn_like
+    uniform = staticmethod(_g(_rnd.uniform))
+    normal = staticmethod(_g(_rnd.normal))
+    rand_like, randn_like = _g(_rnd.rand_like), _g(_rnd.randn_like)
+    del _g
 
     # ------------------------------------------------------------------ elementwise (tensor.elementwise, tensor.logic)
 

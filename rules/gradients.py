@@ -1,0 +1,384 @@
+"""Reverse-mode differentiation as declarative rules: one named gradient rule per primitive op.
+
+A gradient rule matches a forward node and, given the gradient flowing into that node (`ctx`, a UOp of the
+node's dtype and shape), returns the gradients of its sources: a tuple aligned with `node.src` (None for a
+source that gets none: a WHERE's condition, a movement op's shape operands), or a dict {descendant: gradient}
+for a rule that steps over a non-differentiable idiom (|x| is built from BITCAST and AND). Rules are written
+like the math (`grad-mul`: d(a*b) = (g*b, g*a)); their right-hand sides compute, so they are callables over
+the captures and `ctx`. Binary patterns are `ordered=True`: the result is aligned with the sources.
+
+`gradient(root, targets)` walks the forward graph once in reverse topological order and applies the rules, so
+the result is a lazy UOp graph over the same nodes that the normal pipeline realizes and fuses; nothing is
+evaluated here. Conventions:
+  * only floating-point sources receive gradients (an integer or bool source is a constant to the derivative);
+  * DETACH stops the gradient; CONTIGUOUSBACKWARD makes the gradient flowing through it contiguous;
+  * ties go halves: MAX(a, b) with a == b gives g/2 to each side (as torch.maximum and tinygrad), and REDUCE
+    MAX splits g evenly among the elements equal to the maximum (as torch.amax and tinygrad);
+  * REDUCE MUL is exact with zeros: the gradient of an element is the product of the others, also when the
+    product is zero (torch does the same);
+  * POW(a, b): d/da = b * a**(b-1), d/db = ret * ln(a), taken as 0 where a == 0 (torch's choice);
+  * the gradient of a FUNCTION is a FUNCTION: its body holds the gradients of the body with respect to its
+    PARAMs, driven by new PARAMs for the incoming gradients, and it is called on the forward arguments and
+    those gradients. Nothing is inlined; the backward body recomputes what it needs from the arguments.
+  * an elementwise unit (a FUNCTION whose arg is an `ElementwiseUnit`) states its own derivative: its body is
+    TUPLE(value, d value / d a_0, ..., d value / d a_n-1), and its gradient is g times those outputs. The front
+    end's accurate exp, tanh, sigmoid, erf, ... are built from BITCAST, shifts and polynomials, whose
+    derivative is not the function's: as units they differentiate as the mathematical function does. The
+    derivative outputs are only computed when a gradient reads them (the Callify stage inlines each GETTUPLE
+    alone). A unit is differentiated once: its derivative outputs have no gradient of their own.
+A float node that receives a gradient but has no rule raises GradientError naming the op and how to go on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import cast
+
+from rewrite import Ops, Rule, RuleSet, UOp, dtypes, op, var
+from rewrite.derive import fmt_shape, shape_values
+from rewrite.errors import GradientError
+
+_LN2 = math.log(2.0)
+a, b, c, s, s2 = var("a"), var("b"), var("c"), var("s"), var("s2")
+fn = var("fn")
+
+
+def zeros_like(u: UOp) -> UOp:
+    return u.const_like(0)
+
+
+@dataclass(frozen=True)
+class ElementwiseUnit:
+    """A FUNCTION's arg: the FUNCTION is the elementwise function `name`, whose body is TUPLE(value, d value /
+    d a_0, ...): one partial derivative per argument, each of the value's shape (see the module docstring)."""
+
+    name: str
+
+
+def unit(name: str, value: UOp, partials: Sequence[UOp], args: Sequence[UOp]) -> UOp:
+    """The value of the elementwise unit FUNCTION(TUPLE(value, *partials), *args) (arg ElementwiseUnit(name)):
+    `value` and `partials` are built over PARAM k standing for args[k] (same shapes and dtypes)."""
+    if len(partials) != len(args) or any(d.shape != value.shape or d.dtype is not value.dtype for d in partials):
+        raise GradientError(f"unit {name}: needs one partial derivative per argument ({len(args)}), each "
+                            f"{fmt_shape(value.shape)} {value.dtype.name} like the value; got "
+                            f"{[(fmt_shape(d.shape), d.dtype.name) for d in partials]}")
+    fn = UOp(Ops.FUNCTION, (UOp(Ops.TUPLE, (value, *partials)), *args), ElementwiseUnit(name))
+    return UOp(Ops.GETTUPLE, (fn,), 0)
+
+
+# ---------------------------------------------------------------- rule bodies (module level: rules are pure)
+
+
+def _cos(a: UOp) -> UOp:
+    return (a.const_like(math.pi / 2) - a).sin()
+
+
+def _max_grad(ctx: UOp, a: UOp, b: UOp) -> tuple:
+    zero, half = zeros_like(ctx), ctx * 0.5
+    return ((a > b).where(ctx, a.eq(b).where(half, zero)), (b > a).where(ctx, a.eq(b).where(half, zero)))
+
+
+def _pow_grad(ctx: UOp, ret: UOp, a: UOp, b: UOp) -> tuple:
+    da = ctx * b * a.pow(b - 1.0)
+    db = a.eq(0.0).where(zeros_like(ctx), ctx * ret * a.log2() * _LN2)
+    return (da, db)
+
+
+def _expand_grad(ctx: UOp, ret: UOp, a: UOp) -> tuple:
+    """Sum over the broadcast axes; half-precision gradients are summed in float32 (as the front end's sum)."""
+    axes = tuple(i for i, (x, y) in enumerate(zip(a.shape, ret.shape, strict=True)) if x != y)
+    if not axes:
+        return (ctx, None)
+    if ctx.dtype.itemsize < 4:
+        return (ctx.cast(dtypes.float32).sum(axes).cast(ctx.dtype), None)
+    return (ctx.sum(axes), None)
+
+
+def _permute_grad(ctx: UOp, ret: UOp) -> tuple:
+    order = cast(tuple, ret.arg)
+    return (ctx.permute(tuple(order.index(i) for i in range(len(order)))),)
+
+
+def _pad_grad(ctx: UOp, ret: UOp, a: UOp) -> tuple:
+    lo = shape_values(ret.src[1])
+    return (ctx.shrink(lo, tuple(x + d for x, d in zip(lo, a.shape, strict=True))), None, None)
+
+
+def _shrink_grad(ctx: UOp, ret: UOp, a: UOp) -> tuple:
+    lo, hi = shape_values(ret.src[1]), shape_values(ret.src[2])
+    return (ctx.pad(lo, tuple(d - e for d, e in zip(a.shape, hi, strict=True))), None, None)
+
+
+def _stack_grad(ctx: UOp, ret: UOp) -> tuple:
+    rest = ctx.shape[1:]
+    return tuple(ctx.shrink((i, *(0,) * len(rest)), (i + 1, *rest)).reshape(rest) for i in range(len(ret.src)))
+
+
+def _eye(n: int, like: UOp) -> UOp:
+    """The n x n identity in like's dtype, from movement ops only: rows of [1, 0 * n] tiled and cut to n * n."""
+    row = UOp.const(1, like.dtype).reshape((1,)).pad((0,), (n,)).reshape((1, n + 1)).expand((n, n + 1))
+    return row.reshape((n * (n + 1),)).shrink((0,), (n * n,)).reshape((n, n))
+
+
+def _index_grad(ctx: UOp, ret: UOp, a: UOp) -> tuple:
+    """INDEX(a, i_0, ..., i_m-1) reads a[i_0[k_0], i_1[k_1], ...] (an outer product of the index vectors; a
+    ()-shaped index drops its axis). Its gradient adds ctx back at the indexed positions: each indexed axis in
+    turn is contracted with the one-hot rows INDEX(eye(n), i) (O(k * n) per element of the rest; a scatter-add
+    would be O(k)), and its new axis of size n moved to the end; at the end those axes are moved to the front."""
+    idxs = ret.src[1:]
+    g = ctx
+    for axis, i in enumerate(idxs):
+        n = a.shape[axis]
+        onehot = _eye(n, ctx).index(i)  # (k, n) for a (k,) index, (n,) for a () index
+        lead = 1 if i.shape else 0
+        rest = g.shape[lead:]
+        ones = (1,) * len(rest)
+        if lead:
+            k = i.shape[0]
+            full = (k, n, *rest)
+            g = (g.reshape((k, 1, *rest)).expand(full) * onehot.reshape((k, n, *ones)).expand(full)).sum((0,))
+            g = g.reshape((n, *rest))
+        else:
+            g = g.reshape((1, *rest)).expand((n, *rest)) * onehot.reshape((n, *ones)).expand((n, *rest))
+        g = g.permute((*range(1, g.ndim), 0))
+    m, r = len(idxs), g.ndim - len(idxs)
+    return (g.permute((*range(r, r + m), *range(r))), *(None,) * m)
+
+
+def _reduce_axes(ret: UOp) -> tuple[int, ...]:
+    return cast(tuple, ret.arg)[1]
+
+
+def _reduce_add_grad(ctx: UOp, a: UOp) -> tuple:
+    return (ctx.expand(a.shape),)
+
+
+def _reduce_max_grad(ctx: UOp, ret: UOp, a: UOp) -> tuple:
+    hit = a.eq(ret.expand(a.shape)).cast(a.dtype)
+    count = hit.sum(_reduce_axes(ret)).expand(a.shape)
+    return (hit / count * ctx.expand(a.shape),)
+
+
+def _reduce_mul_grad(ctx: UOp, ret: UOp, a: UOp) -> tuple:
+    axes = _reduce_axes(ret)
+    is_zero = a.eq(0.0)
+    zeros = is_zero.cast(a.dtype).sum(axes).expand(a.shape)  # zeros in each reduced group
+    nonzero_prod = is_zero.where(a.const_like(1.0), a).prod(axes).expand(a.shape)
+    others = zeros.eq(0.0).where(ret.expand(a.shape) / a,
+                                 (zeros.eq(1.0) & is_zero).where(nonzero_prod, zeros_like(a)))
+    return (others * ctx.expand(a.shape),)
+
+
+def _copy_grad(ctx: UOp, a: UOp) -> tuple:
+    dev = a.device
+    return (ctx if dev is None or ctx.device == dev else ctx.copy(dev),)
+
+
+def _abs_grad(ctx: UOp, x: UOp) -> dict:
+    """|x| as the front end builds it (clear the sign bit): g * sign(x), 0 at x == 0 (as torch)."""
+    zero = zeros_like(ctx)
+    return {x: (x > 0.0).where(ctx, (x < 0.0).where(-ctx, zero))}
+
+
+def _is_abs(x: UOp, ret: UOp, m: UOp) -> bool:
+    while m.op in (Ops.RESHAPE, Ops.EXPAND):  # a broadcast constant
+        m = m.src[0]
+    return (m.op is Ops.CONST and ret.dtype is x.dtype and x.dtype.is_float
+            and cast(tuple, m.arg)[0] == (1 << (x.dtype.bits - 1)) - 1)
+
+
+def _gettuple_grad(ctx: UOp, ret: UOp, fn: UOp) -> tuple:
+    n = len(fn.src[0].src)
+    return (tuple(ctx if i == ret.arg else None for i in range(n)),)
+
+
+def _unit_grad(ctx: tuple, fn: UOp) -> tuple:
+    """d/da_k = g * (output 1 + k): the unit's own partial derivatives."""
+    if any(g is not None for g in ctx[1:]):
+        name = cast(ElementwiseUnit, fn.arg).name
+        raise GradientError(f"gradient: the derivative of {name} is itself not differentiable (an elementwise "
+                            f"unit is differentiated once); second derivatives through {name} are not supported")
+    g = ctx[0]
+    if g is None:
+        return (None,) * len(fn.src)
+    return (None, *(g * UOp(Ops.GETTUPLE, (fn,), 1 + k) for k in range(len(fn.src) - 1)))
+
+
+def _function_grad(ctx: tuple, fn: UOp) -> tuple:
+    """FUNCTION(TUPLE(outs), args...) -> FUNCTION(TUPLE(d outs / d PARAM k ...), args..., incoming grads...)."""
+    body, args = fn.src[0], fn.src[1:]
+    nargs = len(args)
+    seeds: dict[UOp, UOp] = {}
+    extra: list[UOp] = []
+    for out, g in zip(body.src, ctx, strict=True):
+        if g is None:
+            continue
+        p = UOp.param(nargs + len(extra), g.dtype, g.shape, _single_device(g))
+        seeds[out] = p if out not in seeds else seeds[out] + p
+        extra.append(g)
+    params = _own_params(body)
+    wanted = [k for k in range(nargs) if args[k].dtype.is_float and k in params]
+    found = backprop(seeds, [params[k] for k in wanted])
+    outs = [g if g is not None else zeros_like(params[k]) for k, g in zip(wanted, found, strict=True)]
+    if not outs:
+        return (None,) * len(fn.src)
+    bwd = UOp(Ops.FUNCTION, (UOp(Ops.TUPLE, tuple(outs)), *args, *extra))
+    grads: list[UOp | None] = [None] * len(fn.src)
+    for i, k in enumerate(wanted):
+        grads[k + 1] = UOp(Ops.GETTUPLE, (bwd,), i)
+    return tuple(grads)
+
+
+def _own_params(body: UOp) -> dict[int, UOp]:
+    """slot -> PARAM for the positional PARAMs a FUNCTION body binds: not those inside a nested FUNCTION's or
+    CALL's body (an elementwise unit inside a traced function has its own PARAM 0, often of another shape)."""
+    out: dict[int, UOp] = {}
+    seen, todo = {body}, [body]
+    while todo:
+        u = todo.pop()
+        if u.op is Ops.PARAM and isinstance(slot := getattr(u.arg, "slot", None), int):
+            out[slot] = u
+        for x in u.src[1:] if u.op in (Ops.FUNCTION, Ops.CALL) else u.src:
+            if x not in seen:
+                seen.add(x)
+                todo.append(x)
+    return out
+
+
+def _single_device(u: UOp) -> str | None:
+    d = u.device
+    return d if isinstance(d, str) else None
+
+
+# ---------------------------------------------------------------- the rules
+
+ret = "ret"
+# fmt: off
+gradients = RuleSet("gradients", [
+    # elementwise arithmetic
+    Rule("grad-add",  op.ADD(a, b, name=ret, ordered=True),  lambda ctx: (ctx, ctx)),
+    Rule("grad-sub",  op.SUB(a, b, name=ret, ordered=True),  lambda ctx: (ctx, -ctx)),
+    Rule("grad-mul",  op.MUL(a, b, name=ret, ordered=True),  lambda ctx, a, b: (ctx * b, ctx * a)),
+    Rule("grad-neg",  op.NEG(a, name=ret),                   lambda ctx: (-ctx,)),
+    Rule("grad-div",  op.DIV(a, b, name=ret, ordered=True),  lambda ctx, ret, b: (ctx / b, -ctx * ret / b)),
+    Rule("grad-recip", op.RECIP(a, name=ret),                lambda ctx, ret: (-ctx * ret * ret,)),
+    Rule("grad-mulacc", op.MULACC(a, b, c, name=ret),        lambda ctx, a, b: (ctx * b, ctx * a, ctx)),
+    Rule("grad-max",  op.MAX(a, b, name=ret, ordered=True),  _max_grad),
+    Rule("grad-where", op.WHERE(c, a, b, name=ret),
+         lambda ctx, c: (None, c.where(ctx, zeros_like(ctx)), c.where(zeros_like(ctx), ctx))),
+    Rule("grad-cast", op.CAST(a, name=ret),                  lambda ctx, a: (ctx.cast(a.dtype),)),
+    Rule("grad-trunc", op.TRUNC(a, name=ret),                lambda ctx: (zeros_like(ctx),)),
+    # transcendental
+    Rule("grad-exp2", op.EXP2(a, name=ret),                  lambda ctx, ret: (ctx * ret * _LN2,)),
+    Rule("grad-log2", op.LOG2(a, name=ret),                  lambda ctx, a: (ctx / (a * _LN2),)),
+    Rule("grad-sin",  op.SIN(a, name=ret),                   lambda ctx, a: (ctx * _cos(a),)),
+    Rule("grad-sqrt", op.SQRT(a, name=ret),                  lambda ctx, ret: (ctx / (ret * 2.0),)),
+    Rule("grad-pow",  op.POW(a, b, name=ret, ordered=True),  _pow_grad),
+    # an idiom over non-differentiable ops: |x| = bitcast(bitcast(x) & 0x7f..f)
+    Rule("grad-abs",  op.BITCAST(op.AND(op.BITCAST(var("x")), var("m")), name=ret), _abs_grad, when=_is_abs),
+    # movement
+    Rule("grad-reshape", op.RESHAPE(a, s, name=ret),         lambda ctx, a: (ctx.reshape(a.shape), None)),
+    Rule("grad-expand",  op.EXPAND(a, s, name=ret),          _expand_grad),
+    Rule("grad-permute", op.PERMUTE(a, name=ret),            _permute_grad),
+    Rule("grad-pad",     op.PAD(a, s, s2, name=ret),         _pad_grad),
+    Rule("grad-shrink",  op.SHRINK(a, s, s2, name=ret),      _shrink_grad),
+    Rule("grad-flip",    op.FLIP(a, name=ret),               lambda ctx, ret: (ctx.flip(ret.arg),)),
+    Rule("grad-stack",   op.STACK(name=ret),                 _stack_grad),
+    Rule("grad-copy",    op.COPY(a, name=ret),               _copy_grad),
+    Rule("grad-index",   op.INDEX(a, name=ret, rest=True),   _index_grad),
+    # reductions
+    Rule("grad-reduce-add", op.REDUCE(a, name=ret), _reduce_add_grad, when=lambda ret: ret.arg[0] is Ops.ADD),
+    Rule("grad-reduce-max", op.REDUCE(a, name=ret), _reduce_max_grad, when=lambda ret: ret.arg[0] is Ops.MAX),
+    Rule("grad-reduce-mul", op.REDUCE(a, name=ret), _reduce_mul_grad, when=lambda ret: ret.arg[0] is Ops.MUL),
+    # markers
+    Rule("grad-contiguous",          op.CONTIGUOUS(a, name=ret),         lambda ctx: (ctx,)),
+    Rule("grad-contiguous-backward", op.CONTIGUOUSBACKWARD(a, name=ret), lambda ctx: (ctx.contiguous(),)),
+    Rule("grad-detach",              op.DETACH(a, name=ret),             lambda ctx: (None,)),
+    # functions
+    Rule("grad-gettuple", op.GETTUPLE(fn, name=ret), _gettuple_grad),
+    Rule("grad-elementwise-unit", op.FUNCTION(name="fn"), _unit_grad,
+         when=lambda fn: isinstance(fn.arg, ElementwiseUnit)),
+    Rule("grad-function", op.FUNCTION(name="fn"), _function_grad),
+])
+# fmt: on
+
+
+# ---------------------------------------------------------------- the walk
+
+
+def _accumulate(old: object, new: object) -> object:
+    if old is None:
+        return new
+    if new is None:
+        return old
+    if isinstance(old, tuple):  # a FUNCTION's gradient: one entry per output
+        return tuple(_accumulate(x, y) for x, y in zip(old, cast(tuple, new), strict=True))
+    return old + new  # type: ignore[operator]
+
+
+def _data_src(u: UOp) -> tuple[UOp, ...]:
+    """The sources a gradient can flow into: a FUNCTION's body is not one (its arguments are)."""
+    return u.src[1:] if u.op is Ops.FUNCTION else u.src
+
+
+def _receives(u: UOp) -> bool:
+    return u.dtype.is_float or (u.op in (Ops.FUNCTION, Ops.GETTUPLE) and _function_of(u) is not None)
+
+
+def _function_of(u: UOp) -> UOp | None:
+    f = u if u.op is Ops.FUNCTION else u.src[0] if u.op is Ops.GETTUPLE else None
+    return f if f is not None and f.op is Ops.FUNCTION else None
+
+
+def _apply(node: UOp, g: object) -> Mapping[UOp, object] | tuple:
+    m = gradients.matcher(node.op)
+    res = m(node, g) if m is not None else None
+    if res is None:
+        dt = node.dtype.name
+        raise GradientError(
+            f"gradient: no gradient rule for {node.op.name} ({fmt_shape(node.shape)} {dt}), which lies between "
+            f"the loss and a tensor that requires a gradient; detach() the operand that should not be "
+            f"differentiated, or add a rule for {node.op.name} to rules.gradients")
+    return cast("Mapping[UOp, object] | tuple", res[0])  # a gradient rule's result, not a rewritten UOp
+
+
+def backprop(seeds: Mapping[UOp, UOp], targets: Sequence[UOp]) -> list[UOp | None]:
+    """The gradients of sum(root * seed for each root, seed in seeds) with respect to each target: one lazy UOp
+    per target (None when no path leads from a root to it). The forward graph is walked once, parents first."""
+    topo = (UOp.sink(*seeds) if len(seeds) != 1 else next(iter(seeds))).toposort()
+    wanted = set(targets)
+    on_path: dict[UOp, bool] = {}
+    for n in topo:  # children first: a node is on a path if one of its data sources is (DETACH cuts)
+        on_path[n] = n in wanted or (n.op is not Ops.DETACH and any(on_path.get(x, False) for x in _data_src(n)))
+    grads: dict[UOp, object] = dict(seeds)
+    for n in reversed(topo):
+        g = grads.get(n)
+        if g is None or not on_path[n] or not any(on_path.get(x, False) for x in _data_src(n)):
+            continue
+        res = _apply(n, g)
+        pairs = res.items() if isinstance(res, Mapping) else zip(n.src, res, strict=True)
+        for x, gx in pairs:
+            if gx is not None and on_path.get(x, False) and _receives(x):
+                grads[x] = _accumulate(grads.get(x), gx)
+        if n not in wanted:
+            del grads[n]  # keeps memory to the frontier (a target's gradient is the answer)
+    return [grads.get(t) for t in targets]  # type: ignore[misc]
+
+
+def gradient(root: UOp, targets: Sequence[UOp], seed: UOp | None = None) -> list[UOp | None]:
+    """d root / d target for each target, as lazy UOps; `seed` is the gradient flowing into root (default: ones,
+    so a scalar root gives the plain derivative)."""
+    if seed is None:
+        seed = root.const_like(1)
+    elif seed.shape != root.shape or seed.dtype is not root.dtype:
+        raise GradientError(f"gradient: the seed is {fmt_shape(seed.shape)} {seed.dtype.name} but the root is "
+                            f"{fmt_shape(root.shape)} {root.dtype.name}; pass a seed of the root's shape and dtype")
+    if not root.dtype.is_float:
+        raise GradientError(f"gradient: the root is {root.dtype.name}; only a floating-point value has a gradient "
+                            f"(cast it to a float dtype first)")
+    return backprop({root: seed}, targets)
+
+
+__all__ = ["ElementwiseUnit", "backprop", "gradient", "gradients", "unit", "zeros_like"]

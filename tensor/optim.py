@@ -1,0 +1,240 @@
+"""Optimizers: SGD (momentum, dampening, nesterov, weight decay), Adam, AdamW and LAMB, with torch's semantics.
+
+A step builds each parameter's update (and its state's: momentum buffers, moments) as one lazy graph under
+no_grad() and realizes them all in one realize, so the scheduler fuses the elementwise updates; each parameter
+Tensor is then rebound to its new buffer (the Tensor object stays the same, so a model and its optimizer keep
+sharing it).
+
+Scalars never reach a kernel as constants: the learning rate, the betas, epsilon, weight decay and the
+per-step bias corrections are read from one small host buffer uploaded at every step. A kernel is compiled for
+the structure of the step, and a graph with the same structure replays the cached plan, so changing the
+learning rate (a schedule) or any other hyperparameter between steps compiles nothing. The scalars are kept in
+the widest float dtype of the parameters, so float64 training is exact to float64.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+import tensor.tensor as tt
+from rewrite import DType, dtypes
+from rewrite.errors import DTypeError, GradientError
+from tensor.autograd import no_grad
+
+Tensor = tt.Tensor
+
+
+def _check_params(params: Iterable[Tensor], what: str) -> list[Tensor]:
+    ps = list(dict.fromkeys(params))  # a parameter listed twice is updated once
+    if not ps:
+        raise ValueError(f"{what}: got an empty parameter list; pass the model's parameters "
+                         f"(tensor.state.get_parameters(model))")
+    for i, p in enumerate(ps):
+        if not isinstance(p, Tensor):
+            raise TypeError(f"{what}: parameter {i} is a {type(p).__name__}, not a Tensor")
+        if not p.dtype.is_float:
+            raise DTypeError(f"{what}: parameter {i} is {p.dtype.name} {list(p.shape)}; only floating-point "
+                             f"tensors can be optimized")
+        if not p.requires_grad:
+            p.requires_grad = True
+    return ps
+
+
+def _check_range(what: str, name: str, value: float, lo: float, hi: float, hi_open: bool = False) -> None:
+    ok = lo <= value < hi if hi_open else lo <= value <= hi
+    if not ok or math.isnan(value):
+        bound = f"[{lo}, {hi})" if hi_open else f"[{lo}, {hi}]"
+        raise ValueError(f"{what}: {name}={value} is outside {bound}")
+
+
+class Optimizer:
+    """The base: `params`, `zero_grad()`, `step()`; subclasses name their scalars (`_SCALARS`) and build the
+    update of one parameter from its gradient, its state and the scalars (`_update`)."""
+
+    _SCALARS: tuple[str, ...] = ("lr",)
+    _STATE: tuple[str, ...] = ()
+
+    def __init__(self, params: Iterable[Tensor], lr: float) -> None:
+        what = type(self).__name__
+        self.params = _check_params(params, what)
+        self.lr = lr
+        self.steps = 0  # completed steps (Adam's t - 1)
+        self.dtype: DType = max((p.dtype for p in self.params), key=lambda d: d.itemsize)
+        if self.dtype.itemsize < 4:
+            self.dtype = dtypes.float32
+        self.state: list[dict[str, Tensor]] = [
+            {k: Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device).realize() for k in self._STATE}
+            for p in self.params]
+
+    def zero_grad(self) -> None:
+        """Forget the accumulated gradients (each parameter's .grad becomes None)."""
+        for p in self.params:
+            p.grad = None
+
+    def _scalar_values(self) -> dict[str, float]:
+        return {k: float(getattr(self, k)) for k in self._SCALARS}
+
+    def _scalars(self, device: str) -> dict[str, Tensor]:
+        """This step's scalars as 0-d tensors, all read from one host buffer (new data, same structure)."""
+        vals = self._scalar_values()
+        for k, v in vals.items():
+            if not math.isfinite(v):
+                raise ValueError(f"{type(self).__name__}: {k}={v} is not finite")
+        buf = Tensor(np.array(list(vals.values()), dtype=_np_dtype(self.dtype)), device=device)
+        return {k: buf[i] for i, k in enumerate(vals)}
+
+    def _update(self, i: int, p: Tensor, g: Tensor, s: dict[str, Tensor], c: dict[str, Tensor]
+                ) -> tuple[Tensor, dict[str, Tensor]]:
+        raise NotImplementedError
+
+    def step(self, *also: Tensor) -> None:
+        """Apply one update to every parameter that has a gradient, realizing the new parameters and state, `also`
+        (e.g. the loss) and the modules' pending buffers (BatchNorm's running statistics) in one realize."""
+        what = type(self).__name__
+        missing = [i for i, p in enumerate(self.params) if p.grad is None]
+        if len(missing) == len(self.params):
+            raise GradientError(f"{what}.step: no parameter has a gradient; call loss.backward() first")
+        new: list[tuple[Tensor, Tensor]] = []
+        with no_grad():
+            scal: dict[str, dict[str, Tensor]] = {}
+            for i, p in enumerate(self.params):
+                if p.grad is None:
+                    continue
+                c = scal.get(p.device)
+                if c is None:
+                    c = scal[p.device] = self._scalars(p.device)
+                cp = {k: v.cast(p.dtype) if v.dtype is not p.dtype else v for k, v in c.items()}
+                g = p.grad if p.grad.dtype is p.dtype else p.grad.cast(p.dtype)
+                np_, ns = self._update(i, p, g, self.state[i], cp)
+                new.append((p, np_))
+                new.extend((self.state[i][k], v) for k, v in ns.items())
+        from tensor.modules import pending_buffers
+
+        Tensor.realize(*(v for _, v in new), *also, *pending_buffers(clear=True))
+        for t, v in new:
+            t.uop = v.uop
+        self.steps += 1
+
+
+def _np_dtype(dt: DType) -> np.dtype:
+    return np.dtype({dtypes.float64: np.float64, dtypes.float32: np.float32}.get(dt, np.float32))
+
+
+class SGD(Optimizer):
+    """torch.optim.SGD: g += wd*p; b = momentum*b + (1 - dampening)*g (b = g at the first step); g = g +
+    momentum*b with nesterov, else b; p -= lr*g."""
+
+    _SCALARS = ("lr", "momentum", "_damp", "weight_decay")
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False) -> None:
+        _check_range("SGD", "lr", lr, 0.0, math.inf)
+        _check_range("SGD", "momentum", momentum, 0.0, math.inf)
+        _check_range("SGD", "weight_decay", weight_decay, 0.0, math.inf)
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError(f"SGD: nesterov needs momentum > 0 and dampening = 0, got momentum={momentum}, "
+                             f"dampening={dampening}")
+        self._STATE = ("momentum_buffer",) if momentum else ()
+        super().__init__(params, lr)
+        self.momentum, self.dampening, self.weight_decay, self.nesterov = momentum, dampening, weight_decay, nesterov
+
+    @property
+    def _damp(self) -> float:
+        # the buffer starts at 0, so the first step's b = momentum*0 + (1 - 0)*g = g, as torch sets it
+        return self.dampening if self.steps else 0.0
+
+    def _update(self, i: int, p: Tensor, g: Tensor, s: dict[str, Tensor], c: dict[str, Tensor]
+                ) -> tuple[Tensor, dict[str, Tensor]]:
+        if self.weight_decay:
+            g = g + c["weight_decay"] * p
+        if not self.momentum:
+            return p - c["lr"] * g, {}
+        b = c["momentum"] * s["momentum_buffer"] + (1.0 - c["_damp"]) * g
+        step = g + c["momentum"] * b if self.nesterov else b
+        return p - c["lr"] * step, {"momentum_buffer": b}
+
+
+class Adam(Optimizer):
+    """torch.optim.Adam (decoupled=False: L2 weight decay added to the gradient) and AdamW (decoupled=True:
+    p *= 1 - lr*wd before the update): m = b1*m + (1-b1)*g, v = b2*v + (1-b2)*g*g,
+    p -= lr/(1-b1**t) * m / (sqrt(v)/sqrt(1-b2**t) + eps)."""
+
+    _SCALARS = ("lr", "b1", "b2", "eps", "weight_decay", "_step_size", "_sqrt_bc2")
+    _STATE = ("m", "v")
+    decoupled = False
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, betas: Sequence[float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0) -> None:
+        what = type(self).__name__
+        _check_range(what, "lr", lr, 0.0, math.inf)
+        _check_range(what, "betas[0]", betas[0], 0.0, 1.0, hi_open=True)
+        _check_range(what, "betas[1]", betas[1], 0.0, 1.0, hi_open=True)
+        _check_range(what, "eps", eps, 0.0, math.inf)
+        _check_range(what, "weight_decay", weight_decay, 0.0, math.inf)
+        super().__init__(params, lr)
+        self.b1, self.b2, self.eps, self.weight_decay = float(betas[0]), float(betas[1]), eps, weight_decay
+
+    @property
+    def _step_size(self) -> float:
+        return float(self.lr) / (1.0 - self.b1 ** (self.steps + 1))
+
+    @property
+    def _sqrt_bc2(self) -> float:
+        return math.sqrt(1.0 - self.b2 ** (self.steps + 1))
+
+    def _moments(self, g: Tensor, s: dict[str, Tensor], c: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        m = c["b1"] * s["m"] + (1.0 - c["b1"]) * g
+        v = c["b2"] * s["v"] + (1.0 - c["b2"]) * (g * g)
+        return m, v
+
+    def _update(self, i: int, p: Tensor, g: Tensor, s: dict[str, Tensor], c: dict[str, Tensor]
+                ) -> tuple[Tensor, dict[str, Tensor]]:
+        if self.decoupled:
+            p = p * (1.0 - c["lr"] * c["weight_decay"])
+        elif self.weight_decay:
+            g = g + c["weight_decay"] * p
+        m, v = self._moments(g, s, c)
+        return p - c["_step_size"] * (m / (v.sqrt() / c["_sqrt_bc2"] + c["eps"])), {"m": m, "v": v}
+
+
+class AdamW(Adam):
+    """torch.optim.AdamW: Adam with decoupled weight decay (default 0.01)."""
+
+    decoupled = True
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, betas: Sequence[float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.01) -> None:
+        super().__init__(params, lr, betas, eps, weight_decay)
+
+
+class LAMB(Adam):
+    """LAMB (You et al. 2019, as tinygrad's): r = m_hat / (sqrt(v_hat) + eps) + wd*p, then
+    p -= lr * trust * r with trust = |p| / |r| (1 where either norm is 0)."""
+
+    _SCALARS = ("lr", "b1", "b2", "eps", "weight_decay", "_bc1", "_bc2")
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, betas: Sequence[float] = (0.9, 0.999),
+                 eps: float = 1e-6, weight_decay: float = 0.0) -> None:
+        super().__init__(params, lr, betas, eps, weight_decay)
+
+    @property
+    def _bc1(self) -> float:
+        return 1.0 - self.b1 ** (self.steps + 1)
+
+    @property
+    def _bc2(self) -> float:
+        return 1.0 - self.b2 ** (self.steps + 1)
+
+    def _update(self, i: int, p: Tensor, g: Tensor, s: dict[str, Tensor], c: dict[str, Tensor]
+                ) -> tuple[Tensor, dict[str, Tensor]]:
+        m, v = self._moments(g, s, c)
+        r = (m / c["_bc1"]) / ((v / c["_bc2"]).sqrt() + c["eps"]) + c["weight_decay"] * p
+        pn, rn = (p * p).sum().sqrt(), (r * r).sum().sqrt()
+        trust = ((pn > 0) & (rn > 0)).where(pn / rn, 1.0)
+        return p - c["lr"] * trust * r, {"m": m, "v": v}
+
+
+__all__ = ["LAMB", "SGD", "Adam", "AdamW", "Optimizer"]
