@@ -1,6 +1,8 @@
 """`python -m benchmarks [suite ...] [--quick] [--json PATH]`: run benchmark suites, print tables, write JSON.
 
-With no suite named, every registered suite runs. Results go to `results/bench-<suite>.json` (one file per
+With no suite named, every registered suite runs. `python -m benchmarks gpu [...]` runs the cuda kernels against
+torch CUDA instead (benchmarks/gpu.py: its own table and options; it says so and exits 0 without a GPU).
+Results go to `results/bench-<suite>.json` (one file per
 suite) unless `--json PATH` names one file for the whole run. Progress goes to stderr, tables to stdout.
 """
 
@@ -27,6 +29,11 @@ def load_suites() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["gpu"]:
+        from benchmarks import gpu
+
+        return gpu.main(argv[1:])
     load_suites()
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description="Run benchmark suites.")
     ap.add_argument("suites", nargs="*", metavar="suite", help=f"suites to run (default: all of {', '.join(SUITES)})")

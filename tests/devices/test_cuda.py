@@ -152,6 +152,33 @@ def test_conv2d(lowering: str) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_conv2d_benchmark_shape(lowering: str) -> None:
+    """conv2d (8,64,56,56) x (64,64,3,3), padding 1: the benchmark's case (blocks of 56 x 2 threads), against a
+    float64 oracle; the cpu device's kernel for the same graph too."""
+    x = rng(1).standard_normal((8, 64, 56, 56)).astype(np.float32)
+    w = rng(2).standard_normal((64, 64, 3, 3)).astype(np.float32)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = sum(np.einsum("nchw,oc->nohw", xp[:, :, i:i + 56, j:j + 56], w[:, :, i, j].astype(np.float64))
+               for i in range(3) for j in range(3))
+    got = Tensor(x, device="cuda").conv2d(Tensor(w, device="cuda"), padding=1).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(Tensor(x).conv2d(Tensor(w), padding=1).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_16_bit_floats_accumulate_in_float32(lowering: str, dtype: str) -> None:
+    """matmul with K = 4096 and sums of 4096 values in float16/bfloat16: products and sums in float32, one rounding
+    at the end, against a float64 oracle (benchmark: matmul 4096 had 16-bit products, an error of 0.05 / 0.43)."""
+    from tests.tensor.test_half_accumulation import _check, _got, _rounded
+
+    a, b = rng(1).standard_normal((64, 4096)), rng(2).standard_normal((4096, 64))
+    ta, tb = (Tensor(v.astype(np.float32), device="cuda").cast(dtype) for v in (a, b))
+    _check(_got(ta @ tb, dtype), _rounded(a, dtype) @ _rounded(b, dtype), dtype, 1e-3)
+    u = rng(3).random((8, 4096))
+    _check(_got(Tensor(u.astype(np.float32), device="cuda").cast(dtype).sum(1), dtype), _rounded(u, dtype).sum(1),
+           dtype, 1e-3)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_half_and_bfloat16(lowering: str, dtype: str) -> None:
     a, b = rng(1).standard_normal((48, 40)).astype(np.float32), rng(2).standard_normal((40, 24)).astype(np.float32)

@@ -110,6 +110,10 @@ def _cases() -> dict[str, Callable[[], tuple[Tensor, np.ndarray]]]:
         (x, xv), (w, wv) = _t(2, 3, 6, 6), _t(4, 3, 3, 3)
         return x.conv2d(w), _conv(xv, wv)
 
+    def conv2d_padded():  # the block of conv2d (8,64,56,56) on the GPU: 56 x 2 threads, gates on both edges
+        (x, xv), (w, wv) = _t(1, 1, 56, 56), _t(1, 1, 3, 3)
+        return x.conv2d(w, padding=1), _conv(np.pad(xv, ((0, 0), (0, 0), (1, 1), (1, 1))), wv)
+
     def gather():
         a, av = _t(5, 7)
         iv = rng.integers(0, 7, (5, 3)).astype(np.int32)
@@ -120,7 +124,7 @@ def _cases() -> dict[str, Callable[[], tuple[Tensor, np.ndarray]]]:
         return a.exp2() - 1.0, np.exp2(av) - 1.0
 
     return {f.__name__: f for f in (elementwise, full_sum, row_max, matmul, softmax, layernorm,
-                                    conv2d, gather, nondividing)}
+                                    conv2d, conv2d_padded, gather, nondividing)}
 
 
 CASES = _cases()
