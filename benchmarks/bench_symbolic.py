@@ -32,7 +32,7 @@ result is checked against the original expression at random points of its variab
 is written to the user's cache: in-process runs use CACHE=0 (the memory cache still works), the
 disk-cache rows use a temporary CACHEDIR.
 
-Families (issue 14): tests/rules/family_cases.py's table, one line per family: node counts after our fast rules,
+Families (issue 14): benchmarks/symbolic_family_cases.py's table, one line per family: node counts after our fast rules,
 our full simplifier and tinygrad's, how many cases ours is larger or smaller, wrong results.
 
 Budget (the issue): a kernel's index batch simplified in at most 5 ms median once warm, 50 ms cold.

@@ -1,4 +1,4 @@
-"""The `symbolic` suite's issue-14 families: tests/rules/family_cases.py's table through our fast rules, our
+"""The `symbolic` suite's issue-14 families: benchmarks/symbolic_family_cases.py's table through our fast rules, our
 full simplifier (UOp.simplify, one call per expression) and tinygrad's, with node counts per family, how many
 cases each side wins, and results checked against the original at random points."""
 
@@ -14,7 +14,7 @@ from benchmarks.symbolic_tinygrad import Untranslatable, tinygrad_each, to_tinyg
 def family_lines(peer: bool) -> list[str]:
     """One line per family: cases, nodes in -> fast, full, tinygrad; cases where full is larger / smaller than
     tinygrad; wrong results per simplifier."""
-    from tests.rules.family_cases import CASES, FAMILIES, build
+    from benchmarks.symbolic_family_cases import CASES, FAMILIES, build
 
     lines = []
     for fam in FAMILIES:

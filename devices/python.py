@@ -302,7 +302,7 @@ class PythonKernel:
                 sp, b = dims[name]
                 tv[self.prog.pos[sp]], t = t % b, t // b
         while states[0][1] is not None:
-            states = [(tv, self._run(tv, pc)) for tv, pc in states]
+            states = [(tv, None if pc is None else self._run(tv, pc)) for tv, pc in states]
             at = {pc for _, pc in states}
             if len(at) > 1:
                 where = ", ".join("the end" if pc is None else self.prog.where(self.instrs[self.step_pos[pc - 1]])

@@ -51,7 +51,7 @@ BLOCK_LIMITS = (1024, 1024, 64)
 
 
 def _loop_axes(ast: UOp) -> list[int]:
-    return [i for i, r in enumerate(axes(ast)) if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)]  # type: ignore[index]
+    return [i for i, r in enumerate(axes(ast)) if r.axis_type in (AxisType.LOOP, AxisType.GLOBAL)]
 
 
 def _store_strides(ast: UOp, r: UOp) -> list[int | None]:
@@ -124,8 +124,8 @@ def gpu_opts(ast: UOp, target: Target, nolocals: bool = False) -> list[Opt]:
                 ast, _, _ = _split_pair(ast, opts, r2, k2, AxisType.LOCAL)
                 threads *= k2
         if not reds and size(outer) % UPCAST_ELEMENTS == 0 and \
-                prod(size(q) for q in axes(ast) if q.arg[1] is AxisType.LOOP) >= \
-                UPCAST_ELEMENTS * MIN_BLOCKS_PER_CORE * target.cores:  # type: ignore[index]
+                prod(size(q) for q in axes(ast) if q.axis_type is AxisType.LOOP) >= \
+                UPCAST_ELEMENTS * MIN_BLOCKS_PER_CORE * target.cores:
             ast, _, _ = _split_pair(ast, opts, outer, UPCAST_ELEMENTS, AxisType.UPCAST)
     except KernelOptError:
         return opts
@@ -142,7 +142,7 @@ def _tc_opts(ast: UOp, shape: str) -> list[Opt]:
 
     opts = [Opt(OptOps.TC, None, shape)]
     ast = apply_tc(ast, shape)
-    for r in [r for r in axes(ast) if r.arg[1] is AxisType.LOOP][-2:][::-1]:  # type: ignore[index]
+    for r in [r for r in axes(ast) if r.axis_type is AxisType.LOOP][-2:][::-1]:
         if size(r) % TC_WARPS == 0:
             ast, _, _ = _split_pair(ast, opts, r, TC_WARPS, AxisType.LOCAL)
     return opts
@@ -154,7 +154,7 @@ def _register_tile(ast: UOp, opts: list[Opt]) -> list[Opt] | None:
     (UPCAST outside the LOCAL part, so the threads of a warp still read consecutive elements), and the reduce loop
     unrolled by TILE. None (and `opts` unchanged) where the kernel is not of that shape or the sizes do not divide."""
     reds = _reduces(ast)
-    if len(reds) != 1 or reds[0].arg[0] is not Ops.ADD or reds[0].src[0].op is not Ops.MUL:  # type: ignore[index]
+    if len(reds) != 1 or reds[0].reduce_op is not Ops.ADD or reds[0].src[0].op is not Ops.MUL:
         return None
     loops = _loop_axes(ast)
     if len(loops) < 2:
@@ -164,7 +164,7 @@ def _register_tile(ast: UOp, opts: list[Opt]) -> list[Opt] | None:
     v, u = rs[order[0]], rs[order[1]]
     shape = next(((lv, lu) for lv, lu in ((16, 16), (16, 8), (8, 8))
                   if size(v) % (lv * TILE) == 0 and size(u) % (lu * TILE) == 0), None)
-    ks = [r for r in reds[0].src[1:] if r.arg[1] is AxisType.REDUCE]  # type: ignore[index]
+    ks = [r for r in reds[0].src[1:] if r.axis_type is AxisType.REDUCE]
     if shape is None or not ks:
         return None
     mine: list[Opt] = []
@@ -195,10 +195,10 @@ def _group_opts(ast: UOp, opts: list[Opt]) -> list[Opt]:
     consecutive threads read consecutive elements), padded if needed."""
     for red in _reduces(ast):
         rs = axes(ast)
-        mine = [r for r in red.src[1:] if r.arg[1] is AxisType.REDUCE]  # type: ignore[index]
+        mine = [r for r in red.src[1:] if r.axis_type is AxisType.REDUCE]
         if _nested(ast, red):
             continue
-        if not mine or any(r.arg[1] is AxisType.GROUP_REDUCE for r in red.src[1:]):  # type: ignore[index]
+        if not mine or any(r.axis_type is AxisType.GROUP_REDUCE for r in red.src[1:]):
             continue
         r = mine[-1]  # the innermost: consecutive threads read consecutive elements
         n = size(r)
@@ -208,7 +208,7 @@ def _group_opts(ast: UOp, opts: list[Opt]) -> list[Opt]:
             o = Opt(OptOps.PADTO, rs.index(r), GROUP_THREADS)
             ast = apply_opt(ast, o)
             opts.append(o)
-            r = next(q for q in axes(ast) if q.arg[0] == r.arg[0])  # type: ignore[index]
+            r = next(q for q in axes(ast) if q.range_id == r.range_id)
         ast, _, _ = _split_pair(ast, opts, r, GROUP_THREADS, AxisType.GROUP_REDUCE)
     return opts
 
@@ -252,7 +252,7 @@ _GRID = (AxisType.LOOP, AxisType.GLOBAL, AxisType.LOCAL, AxisType.WARP)
 
 def _uniform_loops(ast: UOp) -> bool:
     """Whether every END that closes an output loop closes all of them (one grid serves every store)."""
-    loops = {r for r in axes(ast) if r.arg[1] in _GRID}  # type: ignore[index]
+    loops = {r for r in axes(ast) if r.axis_type in _GRID}
     ends = [u for u in ast.toposort() if u.op is Ops.END]
     return all(set(e.src[1:]) & loops in (loops, set()) for e in ends) and \
         all(not (set(red.src[1:]) & loops) for red in _reduces(ast))
@@ -268,18 +268,18 @@ def apply_gpu_opts(ast: UOp, opts: list[Opt], target: Target) -> UOp:
         if o.op is OptOps.TC:
             if o.arg not in target.tensor_cores:
                 raise KernelOptError(f"{o}: the target's tensor cores are {', '.join(target.tensor_cores) or 'none'}")
-            ast = apply_tc(ast, o.arg)  # type: ignore[arg-type]
+            ast = apply_tc(ast, str(o.arg))
     return lower_grid(apply_opts(ast, [o for o in opts if o.op is not OptOps.TC]), target)
 
 
 def lower_grid(ast: UOp, target: Target) -> UOp:
     """A kernel's GROUP_REDUCE, GLOBAL, LOCAL and output LOOP axes lowered to the GPU grid (module docstring)."""
     rs = axes(ast)
-    kinds = {r.arg[1] for r in rs}  # type: ignore[index]
+    kinds = {r.axis_type for r in rs}
     if AxisType.THREAD in kinds:
         raise KernelOptError("THREAD axes are for cpu targets; a GPU kernel uses GLOBAL and LOCAL axes")
-    groups = [r for r in rs if r.arg[1] is AxisType.GROUP_REDUCE]  # type: ignore[index]
-    locals_ = [r for r in rs if r.arg[1] is AxisType.LOCAL]  # type: ignore[index]
+    groups = [r for r in rs if r.axis_type is AxisType.GROUP_REDUCE]
+    locals_ = [r for r in rs if r.axis_type is AxisType.LOCAL]
     if groups and locals_:
         raise KernelOptError("a kernel with GROUP_REDUCE axes cannot also have LOCAL output axes (not supported)")
     if not _uniform_loops(ast):
@@ -289,9 +289,9 @@ def lower_grid(ast: UOp, target: Target) -> UOp:
     if groups:
         ast = _lower_group_reduces(ast, groups)
     rs = axes(ast)
-    glob = [r for r in rs if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)][::-1]  # type: ignore[index]
+    glob = [r for r in rs if r.axis_type in (AxisType.LOOP, AxisType.GLOBAL)][::-1]
     # the lanes of a warp (tensor cores) are the fastest threads: lidx0
-    loc = [r for r in rs if r.arg[1] is AxisType.WARP] + [r for r in rs if r.arg[1] is AxisType.LOCAL][::-1]  # type: ignore[index]
+    loc = [r for r in rs if r.axis_type is AxisType.WARP] + [r for r in rs if r.axis_type is AxisType.LOCAL][::-1]
     if prod(size(r) for r in loc) > MAX_THREADS:
         raise KernelOptError(f"{prod(size(r) for r in loc)} threads per block; at most {MAX_THREADS}")
     ast = _to_specials(ast, glob, "gidx", GRID_LIMITS)

@@ -1,21 +1,21 @@
 """Tensor cores: a matmul-like reduction of half/bfloat16 products with float accumulation becomes WMMA.
 
 `apply_tc(ast, shape)` (OptOps.TC, arg "16x8x16 half->float" or "16x8x16 bfloat16->float", one of the Target's
-`tensor_cores`) rewrites a kernel that stores f(REDUCE(ADD, CAST(x * y, float32), k)) over output axes u (that x
-moves with and y does not) and v (that y moves with and x does not): u splits by 16, v by 8, k by 16; each
-16x8 output tile is one warp (a WARP axis of 32 lanes, lowered to lidx0), the k loop steps 16 at a time and
-issues one m16n8k16 mma per step. Every lane holds the fragments the PTX `mma.sync.aligned.m16n8k16.row.col`
-layout gives it (lane l, g = l // 4, t = l % 4):
+`tensor_cores`) rewrites a kernel that stores f(REDUCE(ADD, float(x) * float(y), k)) (or CAST(x * y, float32)) over
+output axes u (that x moves with and y does not) and v (that y moves with and x does not): u splits by 16, v by 8,
+k by 16; each 16x8 output tile is one warp (a WARP axis of 32 lanes, lowered to lidx0), the k loop steps 16 at a
+time and issues one m16n8k16 mma per step. Every lane holds the fragments the PTX
+`mma.sync.aligned.m16n8k16.row.col` layout gives it (lane l, g = l // 4, t = l % 4):
 
   A (16x16, 8 elements e):  row g + 8*((e // 2) % 2), column (k) 2t + e % 2 + 8*(e // 4)
   B (16x8, 4 elements e):   row (k) 2t + e % 2 + 8*(e // 2), column g
   C, D (16x8, 4 elements e): row g + 8*(e // 2), column 2t + e % 2
 
-so the kernel reads A's and B's elements straight from memory into STACKs, accumulates in a 4-element REG
-buffer (slot 0: the linearizer numbers its accumulators from 1), and stores each lane's four outputs. The
-products are exact in the mma (the graph rounds each half product to half first), so results may differ from
-the plain kernel in the last bits, like a fused multiply-add. Output axes besides u and v (a batch) stay
-output axes (GLOBAL). Sizes that the tile does not divide raise KernelOptError (pad first).
+so the kernel reads A's and B's elements straight from memory into STACKs, accumulates in a 4-element REG buffer
+(slot 0: the linearizer numbers its accumulators from 1), and stores each lane's four outputs. The products are
+exact in the mma, as in the graph's float32 products of widened operands; only the order of the float32 additions
+differs from the plain kernel (the last bits, like a fused multiply-add). Output axes besides u and v (a batch)
+stay output axes (GLOBAL). Sizes that the tile does not divide raise KernelOptError (pad first).
 """
 
 from __future__ import annotations
@@ -51,17 +51,22 @@ def _match(ast: UOp) -> tuple[UOp, UOp, UOp, UOp, UOp, UOp]:
         raise KernelOptError("TC: the kernel must have one reduction and one output store")
     red = reds[0]
     body = red.src[0]
-    if red.arg[0] is not Ops.ADD or red.dtype is not dtypes.float32 or body.op is not Ops.CAST or \
-            body.src[0].op is not Ops.MUL:  # type: ignore[index]
-        raise KernelOptError("TC: the reduction must be a float32 sum of CAST(x * y)")
-    x, y = body.src[0].src
+    if red.reduce_op is not Ops.ADD or red.dtype is not dtypes.float32:
+        raise KernelOptError("TC: the reduction must be a float32 sum")
+    if body.op is Ops.MUL and all(s.op is Ops.CAST for s in body.src):
+        x, y = (s.src[0] for s in body.src)  # operands widened before the product (exact, as in the mma)
+    elif body.op is Ops.CAST and body.src[0].op is Ops.MUL:
+        x, y = body.src[0].src
+    else:
+        raise KernelOptError("TC: the reduction must sum float32 products x * y of half or bfloat16 operands "
+                             "(cast to float32 before or after the product)")
     if x.dtype not in (dtypes.float16, dtypes.bfloat16) or y.dtype is not x.dtype:
         raise KernelOptError(f"TC: the products must be of half or bfloat16, not {x.dtype.name}")
     ks = red.src[1:]
     if len(ks) != 1:
         raise KernelOptError("TC: the reduction must run over one range")
     k = ks[0]
-    loops = [r for r in axes(ast) if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)]  # type: ignore[index]
+    loops = [r for r in axes(ast) if r.axis_type in (AxisType.LOOP, AxisType.GLOBAL)]
     us = [r for r in loops if _depends(x, r) and not _depends(y, r)]
     vs = [r for r in loops if _depends(y, r) and not _depends(x, r)]
     if not us or not vs:

@@ -1,4 +1,4 @@
-"""Issue 14's simplification families (tests/rules/family_cases.py) through the full simplifier: each row must
+"""Issue 14's simplification families (benchmarks/symbolic_family_cases.py) through the full simplifier: each row must
 reach its exact form or node budget, equal the input at every point of its variables' boxes (brute force, the
 fast tier's result too), and be a fixed point of the simplifier."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 import rules  # noqa: F401  # registers UOp.simplify
+from benchmarks.symbolic_family_cases import CASES, FAMILIES, build
 from rewrite.uop import UOp
 from rules.symbolic import simplify_fast
-from tests.rules.family_cases import CASES, FAMILIES, build
 from tests.rules.symcheck import grid, grid_eval, leaves, point_env
 
 
