@@ -13,6 +13,7 @@ from typing import cast
 from devices.linear import Program, base_of, buffer_arg, const_value, is_global
 from rewrite.dtype import DType, dtypes
 from rewrite.errors import CompileError
+from rewrite.interval import float_to_int_in_range
 from rewrite.ops import GroupOp, Ops
 from rewrite.semantics import round_to
 from rewrite.uop import ConstValue, UOp
@@ -293,6 +294,8 @@ def render_cast(x: UOp, y: UOp, ctx: CContext) -> str:
     if dst is dtypes.bool:
         return f"({a}!=0)"
     if src.is_float and dst.is_int:
+        if float_to_int_in_range(x):  # finite and in range where not NaN: C's cast is exact; NaN gives 0
+            return f"(({ctx.ctype(dst)})({a}!={a}?0:{a}))"
         return f"(({ctx.ctype(dst)}){ctx.helper('f2i_wrap')}((double){a}))"
     if dst is dtypes.bfloat16:
         return f"{ctx.helper('bf16_round')}((float){a})"

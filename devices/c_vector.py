@@ -45,6 +45,7 @@ from devices.c_scalar import CContext, const_text, ctype, render_alu, render_bit
 from devices.linear import base_of, const_value, is_global, lanes
 from rewrite.dsl import Rule, RuleSet, op, var
 from rewrite.dtype import DType, dtypes
+from rewrite.interval import float_to_int_in_range
 from rewrite.ops import GroupOp, Ops
 from rewrite.uop import ConstValue, UOp
 
@@ -260,6 +261,9 @@ def render_vector_alu(x: UOp, ctx: CContext) -> str:
     return native if native is not None else _per_lane(x, ctx, lambda lc: render_alu(x, lc))
 
 
+_FLOAT_BITS = {dtypes.float32: dtypes.int32, dtypes.float64: dtypes.int64}
+
+
 def render_vector_cast(x: UOp, y: UOp, ctx: CContext) -> str:
     src, dst, n, a = y.dtype, x.dtype, lanes(x), ctx[y]
     if src is dst or (src is dtypes.bfloat16 and dst is dtypes.float32):
@@ -269,6 +273,11 @@ def render_vector_cast(x: UOp, y: UOp, ctx: CContext) -> str:
         return f"__builtin_convertvector(({a}!={zero}), {vtype(dtypes.bool, n, ctx)})"
     if src is dtypes.bool:  # masks are -1 for true; negated they are the 0/1 a C cast of a _Bool gives
         return f"__builtin_convertvector(-{_atom(a)}, {vtype(dst, n, ctx)})"
+    if src.is_float and dst.is_int and src.scalar in _FLOAT_BITS and float_to_int_in_range(x):
+        # finite and in range where not NaN: one conversion, NaN lanes zeroed first (they give 0)
+        bits = vtype(_FLOAT_BITS[src.scalar], n, ctx)
+        keep = f"(({vtype(src, n, ctx)})(({bits}){_atom(a)} & ({bits})({_atom(a)}=={_atom(a)})))"
+        return f"__builtin_convertvector({keep}, {vtype(dst, n, ctx)})"
     if src.is_float and dst.is_int:  # out of range and nan lanes are undefined in C; the helper wraps them
         return _per_lane(x, ctx, lambda lc: render_cast(x, y, lc))
     e = f"__builtin_convertvector({unparen(a)}, {vtype(dst, n, ctx)})"

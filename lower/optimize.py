@@ -31,6 +31,7 @@ from typing import Generic, TypeVar
 from devices.base import Target
 from rewrite import AxisType, Ops, UOp, dtypes
 from rewrite.errors import KernelOptError
+from rewrite.interval import float_to_int_in_range
 
 
 class OptOps(Enum):
@@ -269,10 +270,24 @@ def lower_threads(ast: UOp) -> UOp:
 # Unrolling reductions into lanes stays on: a vector of partial sums is what gcc will not do by itself (sum 16M:
 # 2.9 ms vs 7.3 ms).
 UPCAST_OUTPUTS = False
-# ops whose lane code is per-lane today (casts between sizes) or that decompose into such: a reduction over them
-# stays a scalar loop. EXP2, LOG2 and SIN decompose into lane-friendly polynomials on the cpu device (softmax 4096^2
-# with its sum of exp in lanes: 14 ms, against 19 ms as a scalar loop)
-_LANE_UNFRIENDLY = frozenset({Ops.POW, Ops.CAST, Ops.BITCAST, Ops.IDIV, Ops.MOD})
+# ops whose lane code is per-lane today or that decompose into such: a reduction over them stays a scalar loop.
+# EXP2, LOG2 and SIN decompose into lane-friendly polynomials on the cpu device (softmax 4096^2 with its sum of exp
+# in lanes: 14 ms, against 19 ms as a scalar loop)
+_LANE_UNFRIENDLY = frozenset({Ops.POW, Ops.IDIV, Ops.MOD})
+
+
+def _lane_unfriendly(u: UOp) -> bool:
+    """Would `u` run lane by lane in vector code? Besides _LANE_UNFRIENDLY: a cast between sizes, a cast from
+    float to int that may leave the int's range (the wrapping helper), and a cast or bitcast to or from bool or
+    bfloat16. A same-size cast or bitcast (exp's exponent bits) is one vector instruction."""
+    if u.op in _LANE_UNFRIENDLY:
+        return True
+    if u.op not in (Ops.CAST, Ops.BITCAST):
+        return False
+    src, dst = u.src[0].dtype.scalar, u.dtype.scalar
+    if dtypes.bool in (src, dst) or dtypes.bfloat16 in (src, dst) or src.itemsize != dst.itemsize:
+        return True
+    return u.op is Ops.CAST and src.is_float and dst.is_int and not float_to_int_in_range(u)
 MIN_WORK_PER_THREAD = 1 << 17
 
 
@@ -395,7 +410,7 @@ def _register_tile(ast: UOp, opts: list[Opt], target: Target) -> UOp | None:
     if len(reds) != 1 or reds[0].reduce_op is not Ops.ADD:
         return None
     body = _topo(reds[0].src[0])
-    if any(u.op in _LANE_UNFRIENDLY and u.dtype is not dtypes.index for u in body):  # index math folds after splits
+    if any(_lane_unfriendly(u) and u.dtype is not dtypes.index for u in body):  # index math folds after splits
         return None
     loads = [u.src[1] for u in body if u.op is Ops.INDEX and u.src[0].op is Ops.BUFFER and len(u.src) == 2]
     stores = [u.src[0].src[1] for u in _topo(ast) if u.op is Ops.STORE and u.src[0].op is Ops.INDEX]
@@ -469,7 +484,7 @@ def hand_coded(ast: UOp, target: Target, threads: int | None = None, vectors: bo
             ast, up = _split_first(ast, opts, loops[::-1][:1], AxisType.UPCAST, factors)
         for red in [u for u in _topo(ast) if u.op is Ops.REDUCE]:
             body = _topo(red.src[0])
-            if (up is not None and up in body) or any(u.op in _LANE_UNFRIENDLY for u in body):
+            if (up is not None and up in body) or any(_lane_unfriendly(u) for u in body):
                 continue
             cur = axes(ast)
             pick = [cur.index(r) for r in red.src[1:] if r in cur and r.axis_type is AxisType.REDUCE

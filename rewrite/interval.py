@@ -464,6 +464,21 @@ def _cast(u: UOp) -> Interval:
     return _fit(to, int(lo), int(hi))
 
 
+def float_to_int_in_range(u: UOp) -> bool:
+    """Is `u` a CAST from float to a sized int whose source, where it is not NaN, is finite and truncates into
+    the int's range? Then a plain conversion instruction (C's cast, x86 cvttps2dq) is exact there, and only a
+    NaN source (which gives 0) needs care: no wrapping helper, and the conversion vectorizes."""
+    if u.op is not Ops.CAST or not u.src[0].dtype.scalar.is_float:
+        return False
+    to = u.dtype.scalar
+    if to.kind not in ("i", "u"):
+        return False
+    lo, hi = compute_min_max(u.src[0])
+    if math.isinf(lo) or math.isinf(hi) or lo != lo or hi != hi:
+        return False
+    return bool(to.min <= math.trunc(lo) and math.trunc(hi) <= to.max)
+
+
 # ---------------------------------------------------------------- the table
 
 # fmt: off

@@ -50,7 +50,9 @@ def _exp_scaled(x: UOp) -> tuple[UOp, UOp, int]:
     c1, c2 = _LN2_SPLIT[dt]
     lo, hi, bias, mant, idt, shift = _EXP_RANGE[dt]
     k = _floor(x * _LOG2_E)
-    k = x.ne(x).where(x.const_like(0.0), (k < lo).where(x.const_like(float(lo)), (k > hi).where(float(hi), k)))
+    # clamped as MAX then MIN (not a chain of selects) so interval analysis bounds k: its cast to int is then a
+    # plain conversion that vectorizes (rewrite.interval.float_to_int_in_range)
+    k = x.ne(x).where(x.const_like(0.0), k.maximum(float(lo)).minimum(float(hi)))
     r = (x - k * c1) - k * c2
     p = (r * _LOG2_E).exp2()
     ki = k.cast(idt)

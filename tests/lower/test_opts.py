@@ -209,3 +209,31 @@ def test_padto_masks_the_extra_iterations(opts: list[Opt]) -> None:
     neg = {1: -np.abs(_inputs(maxed)[1]) - 1.0}
     got = _run(maxed, "cpu", [Opt(OptOps.PADTO, 1, 16)], neg)
     np.testing.assert_array_equal(got, neg[1].reshape(6, 10).max(1))
+
+
+@pytest.mark.parametrize("level", ["x86-64-v2", "x86-64-v3"])
+def test_sum_of_exp_unrolls_into_lanes(level: str) -> None:
+    """exp's exponent is a float clamped to [-151, 128] and cast to int32 (tensor.transcendental): interval
+    analysis bounds it, so the cast is one conversion instruction and not the per-lane wrapping helper, and a
+    reduction over exp still unrolls into vector lanes (softmax 4096^2 was a scalar loop calling f2i_wrap per
+    element: 711 ms). NaN inputs still give exp(nan) = nan; cpu == python running the same program."""
+    from tensor.transcendental import exp_uop
+
+    target = cpu_target(level)
+    lanes = target.lanes(4)
+    a = new_buffer(dtypes.float32, (4, 64), "cpu")
+    it = _kernel(exp_uop(a).sum((1,)))
+    opts = hand_coded(it.ast, target, threads=1)
+    assert any(o.op is OptOps.SPLIT and o.arg[1] is AxisType.UNROLL for o in opts), opts  # type: ignore[index]
+    src = get_device("cpu").render(lower_kernel(it.ast, target, opts=opts), "sumexp")
+    assert "f2i_wrap" not in src and "__builtin_convertvector" in src and f"i32x{lanes}" in src
+    if not target.runs_here:
+        return
+    arrays = _inputs(it)
+    arrays[1][:8] = [np.nan, np.inf, -np.inf, 88.0, 89.0, -100.0, -104.0, 0.0]
+    arrays[1][64:] *= 30.0
+    got = _run(it, "cpu", opts, arrays, target)
+    np.testing.assert_array_equal(got, _run(it, "python", opts, arrays, lowered_for=target))
+    want = np.exp(arrays[1].astype(np.float64)).reshape(4, 64).sum(1)
+    assert np.isnan(got[0]) and np.isinf(got[3])
+    np.testing.assert_allclose(got[1:3], want[1:3], rtol=1e-5)
