@@ -13,7 +13,8 @@ name. What is CUDA's own (the rules before devices.c_render.SCALAR_RULES):
            bfloat16 through __nv_bfloat16, float16 through half).
 
 Everything else is the C text of devices.c_scalar in the CUDA dialect (`devices.c_scalar.Dialect`): `bool`,
-`half` (cuda_fp16.h) with every op's result rounded back to half, bfloat16 as float registers rounded after each
+`half` (cuda_fp16.h) with every op's result rounded back to half (a float -> half CAST is __float2half_rn /
+__double2half: one rounding to nearest even), bfloat16 as float registers rounded after each
 op and uint16 bits in memory, helpers as `__device__` functions. Exactness as in C: nvcc is run with
 -fmad=false (no contraction into FMA), IEEE division and square root (nvcc's defaults, never --use_fast_math);
 SQRT and MULACC use the correctly rounded intrinsics __fsqrt_rn / __fmaf_rn (and the double ones). EXP2, LOG2,
@@ -21,10 +22,11 @@ SIN and POW call CUDA's math library (exp2f: 2 ulp, log2f: 1 ulp, sinf: 2 ulp, p
 CUDA C Programming Guide), so float32 there may differ from the reference by a few ulp.
 
 Vector values (shape (n,), devices/__init__.py) become n scalars, one C value per lane (`ctx.lanes`): a VCONST
-is n literals, an INDEX of a buffer by a vector n lvalues (`acc0[0]`, ..., `data1[i + 256]`; a REG buffer indexed
-by constants stays a small array, which nvcc keeps in registers), a LOAD, ALU, CAST or BITCAST n declared scalars
-made by the scalar rules lane by lane, a STORE n stores, a STACK its sources, INDEX(v, CONST k) lane k of v. A
-scalar operand of a vector op is the same text in every lane.
+is n literals, an INDEX of a buffer by a vector n lvalues (`acc0[0]`, ..., `data1[i+256]`; a REG buffer indexed
+by constants stays a small array, which nvcc keeps in registers), a LOAD n declared scalars, an ALU, CAST or
+BITCAST n values made by the scalar rules lane by lane (declared, or inlined into a single user in the same
+block), a STORE n stores, a STACK its sources, INDEX(v, CONST k) lane k of v. A scalar operand of a vector op
+is the same text in every lane.
 
   WMMA     inline PTX `mma.sync.aligned.m16n8k16.row.col.f32.{f16|bf16}.{f16|bf16}.f32`, D read-modify-written
            in place of C ("+f"). Fragment elements are packed in pairs into .b32 registers, the even element in
@@ -133,10 +135,20 @@ def _render_atomic_add(idx: UOp, val: UOp, ctx: CContext) -> str:
     raise CompileError(f"{ctx.prog.where(idx)}: CUDA has no atomicAdd for {dt.name}; accumulate in a wider type")
 
 
+def _render_cast_half(x: UOp, y: UOp, ctx: CContext) -> str:
+    """A float -> float16 CAST rounds once, to nearest even, from the source's own precision (rewrite.semantics):
+    __float2half_rn for float32 and bfloat16 (a float register), __double2half for float64."""
+    ctx.define("#fp16", "#include <cuda_fp16.h>")
+    fn = "__double2half" if y.dtype is dtypes.float64 else "__float2half_rn"
+    return f"{fn}({unparen(ctx[y])})"
+
+
 # CUDA's own instructions first; SCALAR_RULES takes the rest (SPECIALs are named by the signature)
 CUDA_RULES = RuleSet("cuda-render", [
     Rule("cuda-buffer-local", op.BUFFER(name="x", rest=True), _render_local,
          when=lambda x: buffer_arg(x).addrspace == AddrSpace.LOCAL),
+    Rule("cuda-cast-half", op.CAST(var("y"), name="x"), _render_cast_half,
+         when=lambda x, y: x.dtype is dtypes.float16 and y.dtype in (dtypes.float32, dtypes.float64, dtypes.bfloat16)),
     Rule("cuda-barrier", op.BARRIER(rest=True), lambda: "__syncthreads();"),
     Rule("cuda-atomic-add", op.ATOMICADD(var("idx"), var("val")), _render_atomic_add),
 ]) + SCALAR_RULES
@@ -216,14 +228,21 @@ def _render_wmma(u: UOp, ctx: CudaContext, lines: list[str], pad: str) -> None:
     lines.append(pad + "    : " + ", ".join(f'"r"({r})' for r in regs) + ");")
 
 
+def _inlined(u: UOp, ctx: CudaContext) -> bool:
+    """Is this vector ALU value written into its one user's lanes (as the C renderer inlines a scalar)?"""
+    users = ctx.prog.users.get(u, [])
+    depth = 1 + max((ctx.depth.get(s, 0) for s in u.src), default=0)
+    return len(users) == 1 and ctx.prog.block[ctx.prog.pos[users[0]]] == ctx.prog.block[ctx.prog.pos[u]] and depth <= 48
+
+
 def _render_vector(u: UOp, ctx: CudaContext, lines: list[str], indent: int) -> None:
     """A vector instruction (or a lane read of one) as per-lane scalars; see the module docstring."""
     pad = "  " * indent
     if u.op is Ops.INDEX and is_vector(u.src[0]) and not is_vector(u):
-        k = u.src[1]
-        if k.op is not Ops.CONST:
+        sel = u.src[1]
+        if sel.op is not Ops.CONST:
             raise CompileError(f"{ctx.prog.where(u)}: a lane of a vector is read by a constant INDEX")
-        ctx.names[u] = ctx.lane(u.src[0], int(cast(int, const_value(k))))
+        ctx.names[u] = ctx.lane(u.src[0], int(cast(int, const_value(sel))))
         return
     if u.op is Ops.WMMA:
         _render_wmma(u, ctx, lines, pad)
@@ -255,6 +274,10 @@ def _render_vector(u: UOp, ctx: CudaContext, lines: list[str], indent: int) -> N
             lines.extend(pad + t for t in out)
         elif u.op is Ops.INDEX:
             ctx.lanes[u] = out
+        elif u.op is not Ops.LOAD and _inlined(u, ctx):
+            ctx.lanes[u] = out
+            ctx.depth[u] = 1 + max((ctx.depth.get(s, 0) for s in u.src), default=0)
+            return
         else:
             names = [ctx.fresh("val" if u.op is Ops.LOAD else "alu") for _ in range(n)]
             lines.extend(f"{pad}{ctx.ctype(u.dtype)} {nm} = {unparen(t)};" for nm, t in zip(names, out, strict=True))
