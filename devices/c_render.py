@@ -165,28 +165,35 @@ def render_body(prog: Program, ctx: CContext, rules: RuleSet, lines: list[str], 
     """Append the statements of a checked program to `lines`, each instruction rendered by the first rule of
     `rules` that matches it; the values' names go into `ctx`. Shared by every C-like renderer."""
     for u in prog.instrs:
-        if u.op in (Ops.VCONST, Ops.STACK) and u not in prog.uses:
-            continue  # a BUFFER's shape operand that a linearizer listed; no value reads it
-        fn = rules.matcher(u.op)
-        hit = fn(u, ctx) if fn is not None else None
-        if hit is None:
-            raise CompileError(f"{prog.where(u)}: the {ctx.dialect.name} renderer has no rule for {u.op.name} here")
-        text = cast(str, cast(tuple, hit)[0])
-        if u.op in VALUE_OPS or u.op is Ops.STACK or (u.op in (Ops.LOAD, Ops.CUSTOM) and u.dtype is not dtypes.void):
-            ctx.depth[u] = 1 + max((ctx.depth.get(s, 0) for s in u.src), default=0)
-            if _named(u, prog, ctx):
-                nm = ctx.fresh("val" if u.op is Ops.LOAD else "alu")
-                lines.append("  " * indent + f"{value_type(u, ctx)} {nm} = {unparen(text)};")
-                ctx.names[u], ctx.depth[u] = nm, 0
-            else:
-                ctx.names[u] = text
-        elif u.op in _NAMED_BY_RULE or (u.op is Ops.BUFFER and is_global(u)):
+        indent = render_instr(u, prog, ctx, rules, lines, indent)
+
+
+def render_instr(u: UOp, prog: Program, ctx: CContext, rules: RuleSet, lines: list[str], indent: int) -> int:
+    """Render one instruction of `prog` (see render_body): a value is named or inlined, a statement appended to
+    `lines` at `indent`; returns the indentation after it."""
+    if u.op in (Ops.VCONST, Ops.STACK) and u not in prog.uses:
+        return indent  # a BUFFER's shape operand that a linearizer listed; no value reads it
+    fn = rules.matcher(u.op)
+    hit = fn(u, ctx) if fn is not None else None
+    if hit is None:
+        raise CompileError(f"{prog.where(u)}: the {ctx.dialect.name} renderer has no rule for {u.op.name} here")
+    text = cast(str, cast(tuple, hit)[0])
+    if u.op in VALUE_OPS or u.op is Ops.STACK or (u.op in (Ops.LOAD, Ops.CUSTOM) and u.dtype is not dtypes.void):
+        ctx.depth[u] = 1 + max((ctx.depth.get(s, 0) for s in u.src), default=0)
+        if _named(u, prog, ctx):
+            nm = ctx.fresh("val" if u.op is Ops.LOAD else "alu")
+            lines.append("  " * indent + f"{value_type(u, ctx)} {nm} = {unparen(text)};")
+            ctx.names[u], ctx.depth[u] = nm, 0
+        else:
             ctx.names[u] = text
-        else:  # statements; braces set the indentation
-            for line in filter(None, text.split("\n")):
-                indent -= line.startswith("}")
-                lines.append("  " * indent + (line if u.op is not Ops.CUSTOM else line + ";"))
-                indent += line.endswith("{")
+    elif u.op in _NAMED_BY_RULE or (u.op is Ops.BUFFER and is_global(u)):
+        ctx.names[u] = text
+    else:  # statements; braces set the indentation
+        for line in filter(None, text.split("\n")):
+            indent -= line.startswith("}")
+            lines.append("  " * indent + (line if u.op is not Ops.CUSTOM else line + ";"))
+            indent += line.endswith("{")
+    return indent
 
 
 def render_source(funcs: list[str], helpers: dict[str, str]) -> str:
@@ -195,4 +202,4 @@ def render_source(funcs: list[str], helpers: dict[str, str]) -> str:
 
 
 __all__ = ["C_ALU_OPS", "C_RULES", "SCALAR_RULES", "CContext", "ctype", "is_reserved", "render_body",
-           "render_function", "render_source", "storage_type"]
+           "render_function", "render_instr", "render_source", "storage_type"]

@@ -13,20 +13,34 @@ name. What is CUDA's own (the rules before devices.c_render.SCALAR_RULES):
            bfloat16 through __nv_bfloat16, float16 through half).
 
 Everything else is the C text of devices.c_scalar in the CUDA dialect (`devices.c_scalar.Dialect`): `bool`,
-`half` (cuda_fp16.h) with every op's result rounded back to half, bfloat16 as float registers rounded after each
+`half` (cuda_fp16.h) with every op's result rounded back to half (a float -> half CAST is __float2half_rn /
+__double2half: one rounding to nearest even), bfloat16 as float registers rounded after each
 op and uint16 bits in memory, helpers as `__device__` functions. Exactness as in C: nvcc is run with
 -fmad=false (no contraction into FMA), IEEE division and square root (nvcc's defaults, never --use_fast_math);
 SQRT and MULACC use the correctly rounded intrinsics __fsqrt_rn / __fmaf_rn (and the double ones). EXP2, LOG2,
 SIN and POW call CUDA's math library (exp2f: 2 ulp, log2f: 1 ulp, sinf: 2 ulp, powf: 4 ulp at most, per the
 CUDA C Programming Guide), so float32 there may differ from the reference by a few ulp.
 
-Values are scalars in this first version: a program with vector lanes is refused (CompileError).
+Vector values (shape (n,), devices/__init__.py) become n scalars, one C value per lane (`ctx.lanes`): a VCONST
+is n literals, an INDEX of a buffer by a vector n lvalues (`acc0[0]`, ..., `data1[i+256]`; a REG buffer indexed
+by constants stays a small array, which nvcc keeps in registers), a LOAD n declared scalars, an ALU, CAST or
+BITCAST n values made by the scalar rules lane by lane (declared, or inlined into a single user in the same
+block), a STORE n stores, a STACK its sources, INDEX(v, CONST k) lane k of v. A scalar operand of a vector op
+is the same text in every lane.
+
+  WMMA     inline PTX `mma.sync.aligned.m16n8k16.row.col.f32.{f16|bf16}.{f16|bf16}.f32`, D read-modify-written
+           in place of C ("+f"). Fragment elements are packed in pairs into .b32 registers, the even element in
+           the low half (A: 8 values = 4 registers, B: 4 = 2); C and D are 4 float registers, in the lane layout
+           of devices/__init__.py, which is PTX's own. A bfloat16 value is a float register holding a bfloat16
+           value, so its bits are the float's upper 16 bits (exact).
 """
 
 from __future__ import annotations
 
-from devices.c_render import SCALAR_RULES, render_body
-from devices.c_scalar import C_DIALECT, CContext, Dialect, is_reserved, unparen
+from typing import cast
+
+from devices.c_render import SCALAR_RULES, render_instr
+from devices.c_scalar import C_DIALECT, CContext, Dialect, const_text, is_reserved, unparen
 from devices.linear import Program, base_of, buffer_arg, const_value, is_global
 from rewrite.dsl import Rule, RuleSet, op, var
 from rewrite.dtype import AddrSpace, dtypes
@@ -86,6 +100,11 @@ class CudaContext(CContext):
         super().__init__(prog, helpers, CUDA_DIALECT)
         offsets, total = shared_layout(prog)
         self.dynamic: dict[UOp, int] | None = offsets if total > STATIC_SHARED_LIMIT else None
+        self.lanes: dict[UOp, list[str]] = {}  # the per-lane C text of each vector value
+
+    def lane(self, u: UOp, k: int) -> str:
+        """Lane k of u: its own text for a vector value, the same scalar for every lane otherwise."""
+        return self.lanes[u][k] if u in self.lanes else self.names[u]
 
     def take(self, want: str) -> str:
         name = super().take(want)
@@ -116,10 +135,20 @@ def _render_atomic_add(idx: UOp, val: UOp, ctx: CContext) -> str:
     raise CompileError(f"{ctx.prog.where(idx)}: CUDA has no atomicAdd for {dt.name}; accumulate in a wider type")
 
 
+def _render_cast_half(x: UOp, y: UOp, ctx: CContext) -> str:
+    """A float -> float16 CAST rounds once, to nearest even, from the source's own precision (rewrite.semantics):
+    __float2half_rn for float32 and bfloat16 (a float register), __double2half for float64."""
+    ctx.define("#fp16", "#include <cuda_fp16.h>")
+    fn = "__double2half" if y.dtype is dtypes.float64 else "__float2half_rn"
+    return f"{fn}({unparen(ctx[y])})"
+
+
 # CUDA's own instructions first; SCALAR_RULES takes the rest (SPECIALs are named by the signature)
 CUDA_RULES = RuleSet("cuda-render", [
     Rule("cuda-buffer-local", op.BUFFER(name="x", rest=True), _render_local,
          when=lambda x: buffer_arg(x).addrspace == AddrSpace.LOCAL),
+    Rule("cuda-cast-half", op.CAST(var("y"), name="x"), _render_cast_half,
+         when=lambda x, y: x.dtype is dtypes.float16 and y.dtype in (dtypes.float32, dtypes.float64, dtypes.bfloat16)),
     Rule("cuda-barrier", op.BARRIER(rest=True), lambda: "__syncthreads();"),
     Rule("cuda-atomic-add", op.ATOMICADD(var("idx"), var("val")), _render_atomic_add),
 ]) + SCALAR_RULES
@@ -161,16 +190,120 @@ def _signature(prog: Program, name: str, ctx: CContext) -> list[str]:
     return lines
 
 
+def is_vector(u: UOp) -> bool:
+    """A value of several lanes (a BUFFER, or an AFTER of one, is memory, not a value)."""
+    return u.shape != () and base_of(u).op is not Ops.BUFFER
+
+
+# the vector instructions rendered lane by lane with the scalar rules
+_LANEWISE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.LOAD, Ops.INDEX, Ops.STORE}
+_MMA_TYPE = {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}
+_PACK = {
+    dtypes.float16: "static __device__ __forceinline__ uint32_t pack_f16x2(half lo, half hi) {\n"
+                    "  return (uint32_t)__half_as_ushort(lo) | ((uint32_t)__half_as_ushort(hi) << 16);\n}",
+    dtypes.bfloat16: "static __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {\n"
+                     "  return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u);\n}",
+}
+
+
+def _render_wmma(u: UOp, ctx: CudaContext, lines: list[str], pad: str) -> None:
+    a, b, c = u.src
+    dt = cast(tuple, u.arg)[3]
+    if dt not in _MMA_TYPE or a.shape != (8,) or b.shape != (4,) or c.shape != (4,) or u.dtype is not dtypes.float32:
+        raise CompileError(f"{ctx.prog.where(u)}: the CUDA renderer makes WMMA m16n8k16 of float16 or bfloat16 "
+                           f"fragments (8, 4) into float32 (4), not {u.arg} with {a.shape}, {b.shape}, {c.shape}")
+    pack = ctx.define(f"pack_{_MMA_TYPE[dt]}x2", _PACK[dt]) if dt is dtypes.bfloat16 else "pack_f16x2"
+    if dt is dtypes.float16:
+        ctx.define("#fp16", "#include <cuda_fp16.h>")
+        ctx.define(pack, _PACK[dt])
+    d = [ctx.fresh("wmma") for _ in range(4)]
+    ctx.lanes[u] = d
+    lines.append(pad + "float " + ", ".join(f"{n} = {unparen(ctx.lane(c, e))}" for e, n in enumerate(d)) + ";")
+    regs = [f"{pack}({unparen(ctx.lane(x, 2 * i))}, {unparen(ctx.lane(x, 2 * i + 1))})"
+            for x, n in ((a, 4), (b, 2)) for i in range(n)]
+    t = _MMA_TYPE[dt]
+    lines.append(pad + f'asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32 {{%0, %1, %2, %3}}, '
+                 f'{{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};"')
+    lines.append(pad + "    : " + ", ".join(f'"+f"({n})' for n in d))
+    lines.append(pad + "    : " + ", ".join(f'"r"({r})' for r in regs) + ");")
+
+
+def _inlined(u: UOp, ctx: CudaContext) -> bool:
+    """Is this vector ALU value written into its one user's lanes (as the C renderer inlines a scalar)?"""
+    users = ctx.prog.users.get(u, [])
+    depth = 1 + max((ctx.depth.get(s, 0) for s in u.src), default=0)
+    return len(users) == 1 and ctx.prog.block[ctx.prog.pos[users[0]]] == ctx.prog.block[ctx.prog.pos[u]] and depth <= 48
+
+
+def _render_vector(u: UOp, ctx: CudaContext, lines: list[str], indent: int) -> None:
+    """A vector instruction (or a lane read of one) as per-lane scalars; see the module docstring."""
+    pad = "  " * indent
+    if u.op is Ops.INDEX and is_vector(u.src[0]) and not is_vector(u):
+        sel = u.src[1]
+        if sel.op is not Ops.CONST:
+            raise CompileError(f"{ctx.prog.where(u)}: a lane of a vector is read by a constant INDEX")
+        ctx.names[u] = ctx.lane(u.src[0], int(cast(int, const_value(sel))))
+        return
+    if u.op is Ops.WMMA:
+        _render_wmma(u, ctx, lines, pad)
+        return
+    n = int(u.shape[0]) if u.shape else max(int(s.shape[0]) for s in u.src if is_vector(s))
+    if u.op is Ops.VCONST:
+        ctx.lanes[u] = [const_text(v, u.dtype, "half") for v in cast(tuple, u.arg)[0]]
+    elif u.op is Ops.STACK:
+        ctx.lanes[u] = [ctx[s] for s in u.src]
+    elif u.op is Ops.AFTER:
+        ctx.lanes[u] = ctx.lanes[u.src[0]]
+    elif u.op in _LANEWISE:
+        fn = CUDA_RULES.matcher(u.op)
+        saved = {s: ctx.names[s] for s in u.src if s in ctx.names}
+        out: list[str] = []
+        for k in range(n):
+            for s in u.src:
+                ctx.names[s] = ctx.lane(s, k)
+            hit = fn(u, ctx) if fn is not None else None
+            if hit is None:
+                raise CompileError(f"{ctx.prog.where(u)}: the CUDA renderer has no rule for {u.op.name} here")
+            out.append(cast(str, cast(tuple, hit)[0]))
+        for s in u.src:
+            if s in saved:
+                ctx.names[s] = saved[s]
+            else:
+                ctx.names.pop(s, None)
+        if u.op is Ops.STORE:
+            lines.extend(pad + t for t in out)
+        elif u.op is Ops.INDEX:
+            ctx.lanes[u] = out
+        elif u.op is not Ops.LOAD and _inlined(u, ctx):
+            ctx.lanes[u] = out
+            ctx.depth[u] = 1 + max((ctx.depth.get(s, 0) for s in u.src), default=0)
+            return
+        else:
+            names = [ctx.fresh("val" if u.op is Ops.LOAD else "alu") for _ in range(n)]
+            lines.extend(f"{pad}{ctx.ctype(u.dtype)} {nm} = {unparen(t)};" for nm, t in zip(names, out, strict=True))
+            ctx.lanes[u] = names
+    else:
+        raise CompileError(f"{ctx.prog.where(u)}: the CUDA renderer has no vector form of {u.op.name} "
+                           f"(shape {u.shape})")
+    ctx.depth[u] = 0
+
+
+def _vector_instr(u: UOp, prog: Program) -> bool:
+    if u.op in (Ops.VCONST, Ops.STACK) and u not in prog.uses:
+        return False  # a BUFFER's shape operand
+    return u.op is Ops.WMMA or is_vector(u) or (u.op in (Ops.STORE, Ops.INDEX) and is_vector(u.src[0]))
+
+
 def render_kernel(prog: Program, name: str, helpers: dict[str, str]) -> str:
     """One CUDA kernel for a checked program; helpers (and headers) it needs are added to `helpers`."""
-    for u in prog.instrs:
-        listed_shape = u.op in (Ops.VCONST, Ops.STACK) and u not in prog.uses  # a BUFFER's shape operand
-        if u.shape != () and base_of(u).op is not Ops.BUFFER and not listed_shape:
-            raise CompileError(f"{prog.where(u)}: the CUDA renderer takes scalar values only (shape ()), got "
-                               f"shape {u.shape}; lower for the GPU target without vector lanes")
     ctx = CudaContext(prog, helpers)
     lines = _signature(prog, name, ctx)
-    render_body(prog, ctx, CUDA_RULES, lines)
+    indent = 1
+    for u in prog.instrs:
+        if _vector_instr(u, prog):
+            _render_vector(u, ctx, lines, indent)
+        else:
+            indent = render_instr(u, prog, ctx, CUDA_RULES, lines, indent)
     lines.append("}")
     if any(u.dtype.scalar is dtypes.float16 for u in prog.instrs):
         helpers.setdefault("#fp16", "#include <cuda_fp16.h>")

@@ -23,7 +23,7 @@ from rewrite.errors import CompileError, DeviceError
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 from tensor import Tensor
-from tests.devices.builder import ALL_DTYPES, buf, elementwise, linear
+from tests.devices.builder import ALL_DTYPES, buf, elementwise, linear, reg
 from tests.devices.cuda_programs import big_shared, big_shared_expected, block_sum, grid_elementwise, special
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not installed")
@@ -161,11 +161,101 @@ def test_cache_off_still_compiles(tmp_path: os.PathLike) -> None:
 # ---------------------------------------------------------------- errors
 
 
-def test_vector_lanes_are_refused_with_a_clear_error() -> None:
-    out = buf(0, dtypes.int32, 4)
-    lin = linear(out, out.index(UOp.vconst([0, 1, 2, 3])).store(UOp.vconst([1, 2, 3, 4], dtypes.int32)))
-    with pytest.raises(CompileError, match="scalar values only"):
-        DEVICE.render(lin, "vec")
+def test_vector_lanes_render_as_per_lane_scalars() -> None:
+    """A gather of 4 lanes, an ADD with a broadcast scalar and a scatter: 4 loads, 4 sums, 4 stores, and a REG
+    vector accumulator indexed by a VCONST is a small array indexed by constants."""
+    out, x, acc = buf(0, dtypes.int32, 4), buf(1, dtypes.int32, 4), reg(2, dtypes.int32, 4)
+    lanes = UOp.vconst([0, 1, 2, 3])
+    held = acc.index(lanes)
+    put = held.store(x.index(UOp.vconst([3, 2, 1, 0])).load() + UOp.const(7, dtypes.int32))
+    got = UOp(Ops.AFTER, (held, put)).load()
+    lin = linear(out, out.index(lanes).store(got))
+    src = DEVICE.render(lin, "vec")
+    for text in ("int32_t acc0[4];", "int32_t val0 = data1[3];", "int32_t val3 = data1[0];", "acc0[0] = val0+7;",
+                 "acc0[3] = val3+7;", "int32_t val4 = acc0[0];", "data0[3] = val7;"):
+        assert text in src, (text, src)
+
+
+def _mma_program(dt: object) -> UOp:
+    """One warp's m16n8k16 WMMA with fragments loaded lane by lane: A from data1, B data2, C data3, D to data0."""
+    lane = special("lidx0", 32)
+    out, a, b, c = buf(0, dtypes.float32, 128), buf(1, dt, 256), buf(2, dt, 128), buf(3, dtypes.float32, 128)  # type: ignore[arg-type]
+    frag = [UOp(Ops.STACK, tuple(x.index(lane * n + e).load() for e in range(n))) for x, n in ((a, 8), (b, 4), (c, 4))]
+    mma = UOp(Ops.WMMA, tuple(frag), (16, 8, 16, dt, dtypes.float32))
+    return linear(out, *(out.index(lane * 4 + e).store(UOp(Ops.INDEX, (mma, UOp.const(e)))) for e in range(4)))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("dt,ptx", [(dtypes.float16, "f16"), (dtypes.bfloat16, "bf16")])
+def test_wmma_is_inline_ptx_with_the_documented_packing(tmp_path: os.PathLike, dt: object, ptx: str) -> None:
+    """A's 8 elements are 4 .b32 registers {a0,a1} {a2,a3} {a4,a5} {a6,a7}, B's 4 are 2, the even element in the
+    low half; C is D's 4 floats in place, and D's lane e is what INDEX(wmma, e) reads."""
+    with Context(CACHEDIR=str(tmp_path)):
+        ks = [DEVICE.compile(_mma_program(dt), "mma", gpu_target(sm)) for sm in SMS]
+    src = ks[0].src
+    assert all(k.cubin[:4] == b"\x7fELF" for k in ks)
+    assert f'asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{ptx}.{ptx}.f32 {{%0, %1, %2, %3}}, ' \
+           '{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"' in src
+    pack = f"pack_{ptx}x2"
+    regs = ", ".join(f'"r"({pack}(val{2 * i}, val{2 * i + 1}))' for i in range(6))
+    assert f": {regs});" in src  # val0..7 are A's elements 0..7 (data1[8 lane + e]), val8..11 B's
+    assert "float wmma0 = val12, wmma1 = val13, wmma2 = val14, wmma3 = val15;" in src
+    assert ': "+f"(wmma0), "+f"(wmma1), "+f"(wmma2), "+f"(wmma3)' in src
+    assert [f"data0[{i}] = wmma{e};" for e, i in enumerate(("alu1", "alu3", "alu4", "alu5"))] == \
+        [ln.strip() for ln in src.splitlines() if ln.strip().startswith("data0[")]
+    # the even element is the low half of the register
+    lo_hi = {"f16": "(uint32_t)__half_as_ushort(lo) | ((uint32_t)__half_as_ushort(hi) << 16)",
+             "bf16": "(__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u)"}[ptx]
+    assert lo_hi in src
+
+
+def _vector_kernels() -> list[tuple[str, UOp]]:
+    """The kernels whose GPU lowering makes vector values: a float32 matmul with the register tile (a REG
+    accumulator indexed by a VCONST), attention, and half/bfloat16 matmuls on the tensor cores (WMMA)."""
+    rng = np.random.default_rng(0)
+    out: list[tuple[str, UOp]] = []
+    for case, dtype in ((Case("matmul", "matmul", "matmul", (256,)), "float32"),
+                        (Case("attention", "attention", "attention", (1, 2, 64, 64)), "float32"),
+                        (Case("matmul", "matmul", "matmul", (64,)), "float16"),
+                        (Case("matmul", "matmul", "matmul", (64,)), "bfloat16")):
+        xs = [Tensor(rng.standard_normal(s).astype(np.float32)).cast(dtype) for s in case.shapes()]
+        items, _ = schedule([tensor_graph(case, xs).uop])
+        out += [(f"{case.key}_{dtype}_{it.name}", it.ast) for it in items if it.kind == "kernel" and it.ast is not None]
+    return out
+
+
+@needs_nvcc
+@pytest.mark.parametrize("sm", SMS)
+def test_register_tiles_attention_and_tensor_cores_compile(tmp_path: os.PathLike, sm: str) -> None:
+    """The GPU heuristics' kernels with vector values (the benchmark's ERRORs before the vector renderer)."""
+    progs = lowered(_vector_kernels(), sm, "gpu")
+    vector = [name for lin, name in progs if any(u.shape != () and u.op is Ops.VCONST and u.arg[0] == (0, 1, 2, 3)  # type: ignore[index]
+                                               for u in lin.src)]
+    assert any(n.startswith("matmul_float32") for n in vector) and any(n.startswith("attention") for n in vector)
+    with Context(CACHEDIR=str(tmp_path)):
+        ks = DEVICE.compile_batch(progs, gpu_target(sm))
+    assert len(ks) == len(progs) and all(k.cubin[:4] == b"\x7fELF" for k in ks)
+    src = ks[0].src
+    for t in ("f16", "bf16"):
+        assert f"mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32" in src
+    by = {k.name: k.src for k in ks}
+    tile = next(by[n] for n in vector if n.startswith("matmul_float32"))
+    assert "float acc" in tile and "[4];" in tile
+
+
+def test_float_to_half_rounds_to_nearest_even_and_products_are_float32() -> None:
+    """The noopt half matmul: operands converted with __float2half_rn, multiplied and summed in float32 (fmaf), the
+    result rounded once with __float2half_rn; never a C cast from float to half, never a half product."""
+    a, b = np.ones((64, 256), np.float32), np.ones((256, 64), np.float32)
+    items, _ = schedule([(Tensor(a).cast("float16") @ Tensor(b).cast("float16")).uop])
+    ((name, ast),) = [(it.name, it.ast) for it in items if it.kind == "kernel" and it.ast is not None]
+    (lin, _), = lowered([(name, ast)], "sm_90", "noopt")
+    src = DEVICE.render(lin, name)
+    assert "acc0[0] = __fmaf_rn((float)__float2half_rn(val0), (float)__float2half_rn(val1), val2);" in src
+    assert "= __float2half_rn(val3);" in src and "(half)" not in src
+    lin64 = linear(buf(0, dtypes.float16, 8), buf(0, dtypes.float16, 8).index(UOp.const(0)).store(
+        buf(1, dtypes.float64, 8).index(UOp.const(0)).load().cast(dtypes.float16)))
+    assert "data0[0] = __double2half(val0);" in DEVICE.render(lin64, "d2h")
 
 
 def test_cpu_specials_are_refused_on_the_gpu() -> None:
