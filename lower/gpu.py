@@ -8,6 +8,10 @@
   second one from the next output axis. Elementwise kernels with enough blocks give each thread UPCAST_ELEMENTS
   elements a block apart (still coalesced with scalar code). A sum of products gets a per-thread register tile
   (UPCAST on two output axes) and its reduce loop UNROLLed.
+- reductions that leave an output axis free (softmax's, layernorm's columns: the row statistics are used by
+  every column): a block per row. The block's threads share each reduction (GROUP_REDUCE, padded), then take
+  the contiguous free axis in strides of the block (a LOCAL split by the same thread count; the rest of the axis
+  is a loop inside the thread), so the reductions run once per row, not once per output.
 - long reductions (GROUP_MIN_REDUCE) with few outputs (GROUP_MAX_OUTPUTS_PER_CORE per multiprocessor: a full
   sum, row statistics) split the reduce across the threads of a block (GROUP_REDUCE); a block per output.
 - a half/bfloat16 matmul-like reduction with float accumulation, on a target with tensor cores: TC (lower.wmma).
@@ -16,8 +20,10 @@
 
 `lower_grid(ast, target)` then lowers the kernel's axes to the GPU's indices (devices/__init__.py, the LINEAR
 contract): a GROUP_REDUCE becomes per-thread partials stored to a LOCAL buffer, a BARRIER, and a tree reduction
-of that buffer in log2(threads) rounds, a BARRIER each (the output store gated to thread 0); the output LOOP
-axes are GLOBAL; GLOBAL axes become SPECIAL("gidx0".."gidx2") and LOCAL/GROUP_REDUCE axes
+of that buffer in log2(threads) rounds, a BARRIER each (the output store gated to thread 0, unless a LOCAL
+output axis spreads the stores over the same threads: then every thread reads the result from the buffer and the
+output axes the reductions do not depend on stay loops inside the thread); the other output LOOP axes are
+GLOBAL; GLOBAL axes become SPECIAL("gidx0".."gidx2") and LOCAL/GROUP_REDUCE axes
 SPECIAL("lidx0".."lidx2"), innermost first (the fastest-varying axis is x); more axes than three merge into the
 last dimension (div/mod of one index), or all into x where y or z would pass their limit.
 
