@@ -212,10 +212,11 @@ def _shared_row_opts(ast: UOp, opts: list[Opt]) -> bool:
     every column of the row): the block's threads share each reduction (GROUP_REDUCE, GROUP_THREADS threads, a
     block per row) and then take the contiguous free axis in strides of the block (LOCAL, the same threads; the
     rest of it a loop inside the thread). False (and `opts` unchanged) where a reduction cannot be shared (nested,
-    or no REDUCE axis of at least SHARED_MIN_REDUCE) or there is no free output axis."""
+    or no REDUCE axis of at least SHARED_MIN_REDUCE), there is no free output axis, or the stores close different
+    output loops (no one grid serves them)."""
     free = _free_loops(ast)
     reds = _reduces(ast)
-    if not free or any(_nested(ast, red) for red in reds):
+    if not free or not _uniform_loops(ast) or any(_nested(ast, red) for red in reds):
         return False
     if any(not [r for r in red.src[1:] if r.axis_type is AxisType.REDUCE] for red in reds):
         return False
