@@ -8,6 +8,10 @@
   second one from the next output axis. Elementwise kernels with enough blocks give each thread UPCAST_ELEMENTS
   elements a block apart (still coalesced with scalar code). A sum of products gets a per-thread register tile
   (UPCAST on two output axes) and its reduce loop UNROLLed.
+- reductions that leave an output axis free (softmax's, layernorm's columns: the row statistics are used by
+  every column): a block per row. The block's threads share each reduction (GROUP_REDUCE, padded), then take
+  the contiguous free axis in strides of the block (a LOCAL split by the same thread count; the rest of the axis
+  is a loop inside the thread), so the reductions run once per row, not once per output.
 - long reductions (GROUP_MIN_REDUCE) with few outputs (GROUP_MAX_OUTPUTS_PER_CORE per multiprocessor: a full
   sum, row statistics) split the reduce across the threads of a block (GROUP_REDUCE); a block per output.
 - a half/bfloat16 matmul-like reduction with float accumulation, on a target with tensor cores: TC (lower.wmma).
@@ -16,8 +20,10 @@
 
 `lower_grid(ast, target)` then lowers the kernel's axes to the GPU's indices (devices/__init__.py, the LINEAR
 contract): a GROUP_REDUCE becomes per-thread partials stored to a LOCAL buffer, a BARRIER, and a tree reduction
-of that buffer in log2(threads) rounds, a BARRIER each (the output store gated to thread 0); the output LOOP
-axes are GLOBAL; GLOBAL axes become SPECIAL("gidx0".."gidx2") and LOCAL/GROUP_REDUCE axes
+of that buffer in log2(threads) rounds, a BARRIER each (the output store gated to thread 0, unless a LOCAL
+output axis spreads the stores over the same threads: then every thread reads the result from the buffer and the
+output axes the reductions do not depend on stay loops inside the thread); the other output LOOP axes are
+GLOBAL; GLOBAL axes become SPECIAL("gidx0".."gidx2") and LOCAL/GROUP_REDUCE axes
 SPECIAL("lidx0".."lidx2"), innermost first (the fastest-varying axis is x); more axes than three merge into the
 last dimension (div/mod of one index), or all into x where y or z would pass their limit.
 
@@ -44,6 +50,9 @@ GROUP_MIN_REDUCE = 256  # a reduction this long with few outputs is shared by th
 # "few outputs": at most this many per multiprocessor (one block each). With more, one thread per output already
 # fills the GPU; with fewer, a thread per output would leave most multiprocessors idle for a long serial loop
 GROUP_MAX_OUTPUTS_PER_CORE = 64
+# a kernel whose reductions (this long at least) leave an output axis free (softmax's columns) shares them in a
+# block per row, of GROUP_THREADS threads or the most of 128, 64, 32 the reduction fills
+SHARED_MIN_REDUCE = 32
 TILE = 4  # a sum of products' per-thread register tile is TILE x TILE outputs, its reduce loop unrolled by TILE
 # grid size limits per dimension (x, y, z) for blocks and for the threads of a block
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
@@ -96,6 +105,8 @@ def gpu_opts(ast: UOp, target: Target, nolocals: bool = False) -> list[Opt]:
 
         if (tc := tc_shape_for(ast, target)) is not None:
             return _tc_opts(ast, tc)
+        if reds and _shared_row_opts(ast, opts):
+            return opts
         if reds and outputs <= target.cores * GROUP_MAX_OUTPUTS_PER_CORE and _group_opts(ast, opts):
             return opts
         if not loops:
@@ -189,6 +200,47 @@ def _nested(ast: UOp, red: UOp) -> bool:
     return False
 
 
+def _free_loops(ast: UOp) -> list[UOp]:
+    """The output LOOP axes no reduction depends on (softmax's column): a thread per index of one would redo
+    the reductions."""
+    used = {u for red in _reduces(ast) for u in red.toposort() if u.op is Ops.RANGE}
+    return [r for r in axes(ast) if r.axis_type is AxisType.LOOP and r not in used]
+
+
+def _shared_row_opts(ast: UOp, opts: list[Opt]) -> bool:
+    """A kernel whose reductions do not depend on some output axes (softmax, layernorm: row statistics used by
+    every column of the row): the block's threads share each reduction (GROUP_REDUCE, GROUP_THREADS threads, a
+    block per row) and then take the contiguous free axis in strides of the block (LOCAL, the same threads; the
+    rest of it a loop inside the thread). False (and `opts` unchanged) where a reduction cannot be shared (nested,
+    or no REDUCE axis of at least SHARED_MIN_REDUCE), there is no free output axis, or the stores close different
+    output loops (no one grid serves them)."""
+    free = _free_loops(ast)
+    reds = _reduces(ast)
+    if not free or not _uniform_loops(ast) or any(_nested(ast, red) for red in reds):
+        return False
+    if any(not [r for r in red.src[1:] if r.axis_type is AxisType.REDUCE] for red in reds):
+        return False
+    shortest = min(size([r for r in red.src[1:] if r.axis_type is AxisType.REDUCE][-1]) for red in reds)
+    if shortest < SHARED_MIN_REDUCE:
+        return False
+    threads = next(t for t in (GROUP_THREADS, 128, 64, 32) if t <= shortest)
+    mine: list[Opt] = []
+    ids = list(dict.fromkeys([r for r in red.src[1:] if r.axis_type is AxisType.REDUCE][-1].range_id
+                             for red in reds))
+    col_id = _fastest(ast, [axes(ast).index(r) for r in free])[0]
+    col = axes(ast)[col_id].range_id
+    for rid, kind in [(i, AxisType.GROUP_REDUCE) for i in ids] + [(col, AxisType.LOCAL)]:
+        r = next(q for q in axes(ast) if q.range_id == rid)
+        if size(r) % threads:
+            o = Opt(OptOps.PADTO, axes(ast).index(r), threads)
+            ast = apply_opt(ast, o)
+            mine.append(o)
+            r = next(q for q in axes(ast) if q.range_id == rid)
+        ast, _, _ = _split_pair(ast, mine, r, threads, kind)
+    opts += mine
+    return True
+
+
 def _group_opts(ast: UOp, opts: list[Opt]) -> list[Opt]:
     """Each reduction (not nested in or around another that depends on its loop) whose innermost range has at
     least GROUP_MIN_REDUCE iterations has it split across GROUP_THREADS threads (the thread index inner:
@@ -280,16 +332,20 @@ def lower_grid(ast: UOp, target: Target) -> UOp:
         raise KernelOptError("THREAD axes are for cpu targets; a GPU kernel uses GLOBAL and LOCAL axes")
     groups = [r for r in rs if r.axis_type is AxisType.GROUP_REDUCE]
     locals_ = [r for r in rs if r.axis_type is AxisType.LOCAL]
-    if groups and locals_:
-        raise KernelOptError("a kernel with GROUP_REDUCE axes cannot also have LOCAL output axes (not supported)")
+    if groups and locals_ and (len(locals_) > 1 or size(locals_[0]) != size(groups[0])):
+        raise KernelOptError("a kernel with GROUP_REDUCE axes takes one LOCAL output axis, of the GROUP_REDUCE "
+                             "axes' size (the same threads)")
     if not _uniform_loops(ast):
         if groups or locals_ or AxisType.GLOBAL in kinds:
             raise KernelOptError("GLOBAL/LOCAL axes need every store of the kernel to close the same output loops")
         return ast  # several stores over different loops: one thread runs them all
+    serial: set[UOp] = set()
     if groups:
-        ast = _lower_group_reduces(ast, groups)
+        if locals_:  # the output axes the reductions do not depend on are loops inside each thread
+            serial = set(_free_loops(ast))
+        ast = _lower_group_reduces(ast, groups, locals_[0] if locals_ else None)
     rs = axes(ast)
-    glob = [r for r in rs if r.axis_type in (AxisType.LOOP, AxisType.GLOBAL)][::-1]
+    glob = [r for r in rs if r.axis_type in (AxisType.LOOP, AxisType.GLOBAL) and r not in serial][::-1]
     # the lanes of a warp (tensor cores) are the fastest threads: lidx0
     loc = [r for r in rs if r.axis_type is AxisType.WARP] + [r for r in rs if r.axis_type is AxisType.LOCAL][::-1]
     if prod(size(r) for r in loc) > MAX_THREADS:
@@ -298,11 +354,12 @@ def lower_grid(ast: UOp, target: Target) -> UOp:
     return _to_specials(ast, loc, "lidx", BLOCK_LIMITS)
 
 
-def _lower_group_reduces(ast: UOp, groups: list[UOp]) -> UOp:
+def _lower_group_reduces(ast: UOp, groups: list[UOp], local: UOp | None = None) -> UOp:
     """REDUCE(body, ..., g) over a GROUP_REDUCE axis g (one per reduction, all of one size: the block's threads)
     becomes: each thread's partial REDUCE over the other ranges, stored to a LOCAL buffer at its thread index,
     a BARRIER, and a tree reduction of the buffer (`_tree`; by every thread where n is not a power of two); the
-    kernel's stores are gated to thread 0."""
+    kernel's stores are gated to thread 0, unless a LOCAL output axis `local` spreads them over the same threads
+    (every thread reads the reductions' results from the LOCAL buffers)."""
     n = size(groups[0])
     if any(size(g) != n for g in groups):
         raise KernelOptError("GROUP_REDUCE axes of one kernel must have one size (the threads of the block)")
@@ -325,6 +382,8 @@ def _lower_group_reduces(ast: UOp, groups: list[UOp]) -> UOp:
         else:
             total = _tree(buf, bar, lid, n, red.arg[0], red.dtype)  # type: ignore[index]
         ast = ast.substitute({red: total})
+    if local is not None:
+        return replace_range(ast, local, (), lid)
     first = lid.eq(0)
     gated = {u: UOp(Ops.STORE, (u.src[0], u.src[1], first if len(u.src) < 3 else u.src[2] & first), u.arg, u.tag)
              for u in ast.toposort() if u.op is Ops.STORE and _is_global_store(u)}

@@ -215,6 +215,12 @@ def test_illegal_gpu_shapes_say_why() -> None:
         lower_grid(apply_opts(ast, [Opt(OptOps.SPLIT, 1, (2048, AxisType.LOCAL, False))]), GPU)
     with pytest.raises(KernelOptError, match="cpu targets"):
         lower_grid(apply_opts(ast, [Opt(OptOps.SPLIT, 0, (2, AxisType.THREAD, True))]), GPU)
+    sm = _kernel(Tensor(np.zeros((4, 256), np.float32), device="python").softmax(-1))
+    opts = gpu_opts(sm, GPU)
+    assert opts[-1].op is OptOps.SPLIT and opts[-1].arg == (256, AxisType.LOCAL, False)
+    other = [*opts[:-1], Opt(OptOps.SPLIT, opts[-1].axis, (128, AxisType.LOCAL, False))]  # not the block's threads
+    with pytest.raises(KernelOptError, match="of the GROUP_REDUCE axes' size"):
+        lower_kernel(sm, GPU, opts=other)
 
 
 # ------------------------------------------------------------------------------------------ the emulator
@@ -398,6 +404,61 @@ def test_tensor_core_opt_needs_the_targets_tensor_cores() -> None:
         lower_kernel(_kernel(b @ a), GPU, opts=[Opt(OptOps.TC, None, "16x8x16 half->float")])
 
 
+def _layernorm(a: Tensor) -> Tensor:
+    d = a - a.mean(-1, keepdim=True)
+    return d * ((d * d).mean(-1, keepdim=True) + 1e-5).rsqrt()
+
+
+def _layernorm_np(v: np.ndarray) -> np.ndarray:
+    return (v - v.mean(-1, keepdims=True)) / np.sqrt(v.var(-1, keepdims=True) + 1e-5)
+
+
+@pytest.mark.parametrize("name,shape", [("softmax", (4, 300)), ("layernorm", (3, 1000))])
+def test_row_reductions_are_shared_by_a_block_per_row(name: str, shape: tuple[int, int]) -> None:
+    """softmax and layernorm fuse their row statistics into the elementwise kernel. On the GPU each row is one
+    block of 256 threads: the threads share the row's reductions (LOCAL buffers, BARRIERs, outside any loop), then
+    each takes the columns lidx0 + 256 k in a loop of its own; the result is numpy's and the plain device's."""
+    from lower.gpu import _is_global_store
+
+    f, ref = (lambda a: a.softmax(-1), _softmax) if name == "softmax" else (_layernorm, _layernorm_np)
+    a, av = _t(*shape)
+    got, lins = run(f(a), GPU)
+    np.testing.assert_allclose(got, ref(av), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, run(f(a), PY.default_target())[0], rtol=1e-5, atol=1e-5)
+    (lin,) = lins
+    assert {u.arg: u.src[0].arg[0] for u in lin.src if u.op is Ops.SPECIAL} == \
+        {"gidx0": shape[0], "lidx0": 256}  # type: ignore[index]
+    depth, barrier_depths, stores = 0, set(), []
+    for u in lin.src:
+        depth += (u.op is Ops.RANGE) - (u.op is Ops.END)
+        if u.op is Ops.BARRIER:
+            barrier_depths.add(depth)
+        if u.op is Ops.STORE and _is_global_store(u):
+            stores.append(depth)
+    assert barrier_depths == {0} and stores == [1]  # the reductions once per block; the columns a loop
+
+
+@pytest.mark.parametrize("name,shape", [("softmax", (4096, 4096)), ("layernorm", (16384, 1024))])
+def test_row_reductions_cost_per_element_not_per_row(name: str, shape: tuple[int, int]) -> None:
+    """The benchmark shapes, lowered (not run): the estimated work of the GPU kernel is a few dozen ALU ops and
+    four passes over memory per element (read for the max/mean, read for the sum/variance, read and write the
+    output); a thread per output that recomputes its row's reductions would be O(cols) per element."""
+    from lower.estimate import estimate
+
+    f = (lambda a: a.softmax(-1)) if name == "softmax" else _layernorm
+    a = Tensor(np.zeros(shape, np.float32), device="python")
+    (lin,) = [lower_kernel(it.ast, GPU) for it in schedule([f(a).uop])[0] if it.kind == "kernel"]
+    e, n = estimate(lin), prod(shape)
+    assert e.flops <= 64 * n, e.flops / n
+    assert e.mem_bytes <= 4 * 4 * n, e.mem_bytes / n
+
+
+def _cross_entropy(logits: Tensor, target: np.ndarray) -> Tensor:
+    """Mean cross entropy against class indices `target` (its one-hot built on the host)."""
+    onehot = np.eye(logits.shape[1], dtype=np.float32)[target]
+    return -(logits.log_softmax(1) * Tensor(onehot, device="python")).sum() / logits.shape[0]
+
+
 def _programs() -> dict[str, Callable[[], Tensor]]:
     def f(*shape: int) -> Tensor:
         return Tensor(rng.standard_normal(shape).astype(np.float32), device="python")
@@ -415,6 +476,9 @@ def _programs() -> dict[str, Callable[[], Tensor]]:
         "int_ops": lambda: (i(7, 9) // 4 + i(7, 9) % 3) * 2,
         "bool_any": lambda: (f(4, 300) > 2.5).any(1),
         "log_softmax": lambda: f(4, 20).log_softmax(1),
+        "log_softmax_wide": lambda: f(4, 300).log_softmax(1),  # a block per row (shared row reductions)
+        "argmax_wide": lambda: f(3, 500).argmax(1),
+        "cross_entropy": lambda: _cross_entropy(f(4, 300), np.array([0, 299, 7, 150])),
         "batched_matmul": lambda: f(2, 5, 7) @ f(2, 7, 3),
         "transpose_sum": lambda: f(6, 8).permute(1, 0).sum(0),
     }
