@@ -36,6 +36,7 @@ from tensor import nn as _nn
 from tensor import random as _rnd
 from tensor import reduce as _rd
 from tensor.helpers import canonical_device, norm_axis, np_dtype, to_dtype
+from tensor.symbolic import unbind_graph
 
 
 def _infer_dtype(a: np.ndarray, from_python: bool) -> DType:
@@ -380,10 +381,14 @@ def _realize(tensors: list[Tensor]) -> None:
     import lower
 
     for dev, group in _by_device(tensors).items():
+        roots = list(dict.fromkeys(t.uop for t in group))
+        stripped, var_vals, back = unbind_graph(roots)
         with Context(DEVICE=dev):
-            outs = lower.realize(list(dict.fromkeys(t.uop for t in group)))
+            outs = lower.realize(stripped, var_vals) if var_vals else lower.realize(roots)
+        by_root = {r: outs[s] for r, s in zip(roots, stripped, strict=True)}
         for t in group:
-            t.uop = outs[t.uop]
+            res = by_root[t.uop]
+            t.uop = back.get(res, res)
 
 
 def reference_numpy(t: Tensor) -> np.ndarray:
