@@ -197,8 +197,7 @@ class UOp:
     @property
     def var_bounds(self) -> tuple[int, int]:
         """A variable's inclusive bounds [lo, hi]."""
-        lo, hi = self.src[1].arg[0], self.src[2].arg[0]
-        return int(lo), int(hi)
+        return int(self.src[1].value), int(self.src[2].value)
 
     @staticmethod
     def param(slot: int, dtype: DType, shape: Sequence[int | UOp] = (),

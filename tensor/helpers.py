@@ -157,9 +157,8 @@ def same_size(a: int | UOp, b: int | UOp) -> bool:
     """Whether two sizes, either symbolic, are equal for every value of their variables."""
     if isinstance(a, int) and isinstance(b, int):
         return a == b
-    d = (a - b) if isinstance(a, UOp) else (b - a)
-    z = d.simplify()
-    return z.op is Ops.CONST and z.arg[0] == 0
+    z = (a - b).simplify() if isinstance(a, UOp) else (b - a).simplify() if isinstance(b, UOp) else None
+    return z is not None and z.op is Ops.CONST and z.value == 0
 
 
 def _resolve_symbolic(shape: tuple, numel: int | UOp, old: tuple, what: str) -> Shape:
@@ -176,7 +175,7 @@ def _resolve_symbolic(shape: tuple, numel: int | UOp, old: tuple, what: str) -> 
             raise ShapeError(f"{what}: cannot infer -1 in {fmt_shape(shape)} next to a 0")
         fill = (numel // known).simplify() if isinstance(numel, UOp) else numel // known
         if isinstance(fill, UOp) and fill.op is Ops.CONST:
-            fill = int(fill.arg[0])
+            fill = int(fill.value)
         shape = tuple(fill if isinstance(d, int) and d == -1 else d for d in shape)
         known = math.prod(shape)
     if not same_size(known, numel):

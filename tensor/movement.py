@@ -21,7 +21,7 @@ from rewrite.ops import Ops
 from rewrite.uop import UOp
 from tensor.elementwise import common_device, const_uop
 from tensor.helpers import AxisError, norm_axes, norm_axis, resolve_reshape, shape_arg
-from tensor.symbolic import bound_value
+from tensor.symbolic import bound_value, need_concrete
 
 if TYPE_CHECKING:
     from tensor.tensor import Tensor
@@ -59,7 +59,7 @@ def expand(x: Tensor, *shape: int) -> Tensor:
     src = (1,) * (len(sh) - x.ndim) + x.shape
     new = tuple(s if t == -1 else t for s, t in zip(src, sh, strict=True))
     for i, (s, t) in enumerate(zip(src, new, strict=True)):
-        if t < 0 or (s != t and s != 1):
+        if (isinstance(t, int) and t < 0) or (s is not t and s != t and s != 1):
             raise ShapeError(f"expand: cannot expand {fmt_shape(x.shape)} to {fmt_shape(sh)}: axis {i} has size {s}, "
                              f"and only size-1 axes can be expanded")
     return _wrap(x, x.uop.reshape(src).expand(new))
@@ -107,7 +107,7 @@ def pad(x: Tensor, padding: Sequence, value: float | int | bool = 0, mode: str =
     return _wrap(x, UOp(Ops.WHERE, (inside, padded, const_uop(value, x.dtype, padded.shape))))
 
 
-def shrink(x: Tensor, arg: Sequence[tuple[int, int] | None]) -> Tensor:
+def shrink(x: Tensor, arg: Sequence[tuple[int | UOp, int | UOp] | None]) -> Tensor:
     """Keep [begin, end) on each axis (None keeps the whole axis)."""
     if len(arg) != x.ndim:
         raise ShapeError(f"shrink: {len(arg)} ranges for a tensor of shape {fmt_shape(x.shape)} ({x.ndim} axes)")
@@ -118,8 +118,8 @@ def shrink(x: Tensor, arg: Sequence[tuple[int, int] | None]) -> Tensor:
             # symbolic: checked at the variables' bound values (every realize binds them again)
             bv, ev, dv = (bound_value(v, "shrink") for v in (b, e, d))
             if not 0 <= bv <= ev <= dv:
-                raise ShapeError(f"shrink: range ({b}, {e}) = ({bv}, {ev}) on axis {i} is not inside [0, {dv}] of "
-                                 f"{fmt_shape(x.shape)}; need 0 <= begin <= end <= size")
+                raise ShapeError(f"shrink: range {fmt_shape((b, e))} = ({bv}, {ev}) on axis {i} is not inside "
+                                 f"[0, {dv}] of {fmt_shape(x.shape)}; need 0 <= begin <= end <= size")
             begin.append(b)
             end.append(e)
             continue
@@ -375,7 +375,7 @@ def stack(x: Tensor | Sequence[Tensor], *others: Tensor, dim: int = 0) -> Tensor
 
 def repeat(x: Tensor, *repeats: int) -> Tensor:
     """Tile the tensor (torch's repeat, numpy's tile): a new axis per repeated one, expanded, then merged."""
-    reps = shape_arg(repeats, "repeat")
+    reps = need_concrete(shape_arg(repeats, "repeat"), "repeat")
     if len(reps) < x.ndim:
         raise ShapeError(f"repeat: {len(reps)} repeat counts for a tensor of shape {fmt_shape(x.shape)}; need at "
                          f"least {x.ndim}")

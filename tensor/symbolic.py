@@ -10,6 +10,7 @@ size.
 
 from __future__ import annotations
 
+from rewrite.derive import fmt_shape
 from rewrite.dtype import DType, dtypes
 from rewrite.errors import VariableError
 from rewrite.ops import Ops
@@ -48,7 +49,7 @@ def need_concrete(shape: tuple, what: str) -> tuple[int, ...]:
     """`shape` when every dimension is an int; else a VariableError saying that `what` needs a concrete shape."""
     if all(isinstance(d, int) for d in shape):
         return shape
-    raise VariableError(f"{what} needs a concrete shape, got a symbolic one {shape}; shrink or reshape to "
+    raise VariableError(f"{what} needs a concrete shape, got the symbolic {fmt_shape(shape)}; shrink or reshape to "
                         f"concrete sizes first")
 
 

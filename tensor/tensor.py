@@ -22,7 +22,7 @@ import numpy as np
 from rewrite.derive import fmt_shape
 from rewrite.dtype import DType, dtypes
 from rewrite.env import Context
-from rewrite.errors import DTypeError, ShapeError
+from rewrite.errors import DTypeError, ShapeError, VariableError
 from rewrite.ops import Ops
 from rewrite.semantics import exec_cast
 from rewrite.uop import UOp
@@ -166,6 +166,8 @@ class Tensor:
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")
+        if isinstance(self.shape[0], UOp):
+            raise VariableError(f"len() needs a concrete size, axis 0 of {fmt_shape(self.shape)} is symbolic")
         return self.shape[0]
 
     def __iter__(self) -> Iterator[Tensor]:
@@ -209,6 +211,8 @@ class Tensor:
         return self.numpy().tolist()
 
     def item(self) -> int | float | bool:
+        if isinstance(self.numel(), UOp):
+            raise VariableError(f"item needs a concrete shape, got {fmt_shape(self.shape)}; reduce first")
         if self.numel() != 1:
             raise ShapeError(f"item: the tensor has {self.numel()} elements, shape {fmt_shape(self.shape)}; item() "
                              f"needs exactly one (index or reduce first)")
