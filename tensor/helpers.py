@@ -161,6 +161,17 @@ def same_size(a: int | UOp, b: int | UOp) -> bool:
     return z is not None and z.op is Ops.CONST and z.value == 0
 
 
+def _mul(a: int | UOp, b: int | UOp) -> int | UOp:
+    """A product of sizes, either symbolic, with no factor of 1 (so messages read `n`, not `(n*1)`)."""
+    if isinstance(a, int) and a == 1:
+        return b
+    if isinstance(b, int) and b == 1:
+        return a
+    if isinstance(a, int) and isinstance(b, int):
+        return a * b
+    return a * b if isinstance(a, UOp) else b * a
+
+
 def _resolve_symbolic(shape: tuple, numel: int | UOp, old: tuple, what: str) -> Shape:
     if sum(isinstance(d, int) and d == -1 for d in shape) > 1:
         raise ShapeError(f"{what}: only one dimension can be -1 (inferred), got {fmt_shape(shape)}")
@@ -169,7 +180,7 @@ def _resolve_symbolic(shape: tuple, numel: int | UOp, old: tuple, what: str) -> 
         if isinstance(d, int) and d < -1:
             raise ShapeError(f"{what}: negative dimension {d} in {fmt_shape(shape)}")
         if not (isinstance(d, int) and d == -1):
-            known = d * known if isinstance(d, UOp) else known * d
+            known = _mul(known, d)
     if any(isinstance(d, int) and d == -1 for d in shape):
         if isinstance(known, int) and known == 0:
             raise ShapeError(f"{what}: cannot infer -1 in {fmt_shape(shape)} next to a 0")
@@ -180,7 +191,7 @@ def _resolve_symbolic(shape: tuple, numel: int | UOp, old: tuple, what: str) -> 
         known = math.prod(shape)
     if not same_size(known, numel):
         raise ShapeError(f"{what}: cannot reshape {fmt_shape(old)} to {fmt_shape(shape)}: the element counts "
-                         f"{numel} and {known} are not provably equal")
+                         f"{fmt_shape((numel,))[1:-2]} and {fmt_shape((known,))[1:-2]} are not provably equal")
     return shape
 
 
