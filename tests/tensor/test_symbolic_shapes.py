@@ -143,3 +143,13 @@ def test_two_values_in_one_realize() -> None:
 def test_ops_that_need_a_concrete_shape(what: str, op: Callable[[UOp], object]) -> None:
     with pytest.raises(VariableError, match=rf"{what}.* needs? a concrete"):
         op(Variable("c", 1, 10).bind(4))
+
+
+def test_traced_realize_binds_results_too() -> None:
+    """TRACE=1 schedules afresh (no plan replay); its results carry the bound shape and the right values."""
+    n = fresh()
+    with Context(TRACE=1):
+        y = (Tensor(A)[:n.bind(11)] * 2).realize()
+        assert y.shape[0].unbind() == (n, 11)
+        np.testing.assert_allclose(y.numpy(), A[:11] * 2, rtol=1e-6)
+        np.testing.assert_allclose(y.sum(0).numpy(), (A[:11] * 2).sum(0), rtol=1e-5)
