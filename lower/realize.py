@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,7 +20,7 @@ from lower import buffers
 from lower.estimate import Estimate, estimate
 from lower.memory import plan
 from lower.schedule import ScheduleItem, schedule
-from lower.schedule_cache import PlanCache, build_plan, lowering_knobs, replay, signature
+from lower.schedule_cache import PlanCache, bind_shape, build_plan, lowering_knobs, replay, resolve, signature
 from lower.stages import lower_kernel
 from rewrite import UOp
 from rewrite.env import getenv
@@ -42,22 +43,22 @@ def _device_of(buf: UOp) -> str:
     return d if isinstance(d, str) else str(getenv("DEVICE"))
 
 
-def _raw(buf: UOp) -> Any:
+def _raw(buf: UOp, var_vals: dict[str, int] | None = None) -> Any:
     """The storage array of `buf` as allocated (its own dtype), allocating it on first use."""
     if not buffers.has_data(buf):
         from devices import get_device
 
         n = 1
         for d in buf.shape:
-            n *= d
+            n *= resolve(d, var_vals or {})
         dev = get_device(_device_of(buf))
         buffers.store(buf, dev.alloc(n, buf.dtype), owner=dev)
     return buffers.lookup(buf)
 
 
-def _array(buf: UOp) -> Any:
+def _array(buf: UOp, var_vals: dict[str, int] | None = None) -> Any:
     want = _np_dtype(buf.dtype)
-    arr = _raw(buf)
+    arr = _raw(buf, var_vals)
     # a BUFFER may name another's storage with a different dtype (a bitcast that changes the element size)
     return arr if arr.dtype == want else arr.view(want)
 
@@ -103,9 +104,12 @@ def compile_kernels(wanted: Sequence[tuple[UOp, str, str, tuple | None]]) -> lis
     return [_compiled[_kernel_key(ast, d)] for ast, d, _, _ in wanted]
 
 
-def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None) -> None:
-    """Run `items` in order. Buffers in `keep` (the results someone holds) get their own storage; the
-    schedule's other intermediates share storage by lifetime (lower.memory) and are dropped at the end."""
+def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None,
+                 var_vals: dict[str, int] | None = None) -> None:
+    """Run `items` in order with the variables' values `var_vals`. Buffers in `keep` (the results someone holds)
+    get their own storage; the schedule's other intermediates share storage by lifetime (lower.memory) and are
+    dropped at the end."""
+    vv = dict(var_vals or {})
     debug = int(getenv("DEBUG"))
     t0 = time.perf_counter()
     shared = plan(items, keep or set())
@@ -113,16 +117,20 @@ def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None) -> Non
         for b in it.bufs:
             owner = shared.get(buffers.slot(b))
             if owner is not None and buffers.slot(owner) != buffers.slot(b) and not buffers.has_data(b):
-                buffers.store(b, _raw(owner))
+                buffers.store(b, _raw(owner, vv))
         if it.kind == "copy":
             dst, src = it.bufs
-            _array(dst)[:] = _array(src)
+            _array(dst, vv)[:] = _array(src, vv)
             continue
         assert it.ast is not None
         dev = _device_of(it.bufs[0])
         kernel = get_kernel(it.ast, dev, it.name, it.bufs)
         st = time.perf_counter()
-        kernel({i: _array(b) for i, b in enumerate(it.bufs)})
+        arrays = {i: _array(b, vv) for i, b in enumerate(it.bufs)}
+        if vv:
+            kernel(arrays, vv)
+        else:
+            kernel(arrays)
         if debug >= 2:
             dt = time.perf_counter() - st
             est = _estimates.get(_kernel_key(it.ast, dev), Estimate(0, 0))
@@ -135,12 +143,16 @@ def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None) -> Non
               file=sys.stderr)
 
 
-def realize(roots: list[UOp]) -> dict[UOp, UOp]:
+def realize(roots: list[UOp], var_vals: dict[str, int] | None = None) -> dict[UOp, UOp]:
     """Compute `roots`; returns, for each, the BUFFER (of the root's shape) holding its value. A graph with the
-    structure of one realized before replays that one's plan (schedule, kernels, memory plan)."""
+    structure of one realized before replays that one's plan (schedule, kernels, memory plan). `var_vals` gives
+    the values of the graph's (unbound) variables by name; they are not part of any cache key, and results come
+    back with their shapes' variables bound to them."""
     if int(getenv("TRACE")):  # tracing wants the scheduling rules to fire, so nothing is replayed
         items, outs = schedule(roots)
-        run_schedule(items, keep=set(outs.values()))
+        run_schedule(items, keep=set(outs.values()), var_vals=var_vals)
+        if var_vals:  # the results' shapes name the values, as a replay's do
+            outs = {r: _rebind(b, var_vals) for r, b in outs.items()}
         return outs
     key, inputs = signature(roots)
     if (p := plans.get(key)) is None:
@@ -151,4 +163,19 @@ def realize(roots: list[UOp]) -> dict[UOp, UOp]:
         ests = [_estimates.get(_kernel_key(a, d), Estimate(0, 0)) for a, d, _, _ in wanted]
         p = build_plan(roots, inputs, items, outs, kernels, ests)
         plans.put(key, p)
-    return replay(p, roots, inputs)
+    return replay(p, roots, inputs, var_vals)
+
+
+def _rebind(buf: UOp, var_vals: dict[str, int]) -> UOp:
+    """`buf` with its shape's variables bound, naming the same storage (kept alive by holding `buf`)."""
+    shape = bind_shape(buf.shape, var_vals)
+    if shape == buf.shape:
+        return buf
+    new = buffers.new_buffer(buf.dtype, shape, _device_of(buf))
+    buffers.store(new, buffers.lookup(buf))
+    _keep_alive[buffers.slot(new)] = buf  # until `new` is garbage
+    weakref.finalize(new, _keep_alive.pop, buffers.slot(new), None)
+    return new
+
+
+_keep_alive: dict[int, UOp] = {}

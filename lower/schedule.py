@@ -41,12 +41,11 @@ class ScheduleItem:
         return f"ScheduleItem({self.kind} {self.name}, {len(self.bufs)} buffers)"
 
 
-def _size(shape: tuple) -> int:
-    n = 1
+def _size(shape: tuple) -> int | UOp:
+    """The element count of `shape`: an int, or an index expression over its variables."""
+    n: int | UOp = 1
     for d in shape:
-        if not isinstance(d, int):
-            raise NotImplementedError("symbolic shapes cannot be realized yet")
-        n *= d
+        n = d * n if isinstance(d, UOp) else n * d
     return n
 
 

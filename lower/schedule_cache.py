@@ -13,8 +13,10 @@ a buffer somebody holds) and the intermediates' storage per the memory plan, lau
 order and returns the intermediates' storage to the allocator. Data is looked up at every replay, so new data
 under the same buffers is read; nothing of a plan holds a buffer or its data between calls.
 
-Symbolic variables: a PARAM variable is part of the structure (its name, dtype and bounds); the lowering does
-not realize graphs with variables yet, so no variable values are bound here. TRACE=1 bypasses the cache, so
+Symbolic variables: a PARAM variable is part of the structure (its name, dtype and bounds), never its value;
+a replay takes the values (`var_vals`, by name), sizes symbolic buffers with them and passes them to every
+kernel, so one plan and one compiled kernel serve every value. Result buffers come back with their variables
+bound (`UOp.bind`) to the replay's values. TRACE=1 bypasses the cache, so
 the scheduling rules are traced at every realize.
 """
 
@@ -76,11 +78,38 @@ def signature(roots: list[UOp]) -> tuple[tuple, list[UOp]]:
     return tuple(parts), inputs
 
 
-def _count(b: UOp) -> int:
-    n = 1
+def _count(b: UOp) -> int | UOp:
+    """The element count of a BUFFER: an int, or an index expression over its variables."""
+    n: int | UOp = 1
     for d in b.shape:
-        n *= d
+        n = d * n if isinstance(d, UOp) else n * d
     return n
+
+
+def resolve(n: int | UOp, var_vals: dict[str, int]) -> int:
+    """A symbolic count or dimension evaluated with the realize's variable values."""
+    if isinstance(n, int):
+        return n
+    from rewrite.errors import EvalError, VariableError
+
+    try:
+        return int(n.evaluate(dict(var_vals)))
+    except EvalError as e:
+        raise VariableError(f"realize: a symbolic size needs a value: {e}; bind it: n = UOp.variable(name, lo, hi)"
+                            f".bind(value)") from None
+
+
+def bind_shape(shape: tuple, var_vals: dict[str, int]) -> tuple:
+    """`shape` with each variable in it bound to its value in `var_vals`."""
+    if all(isinstance(d, int) for d in shape):
+        return shape
+    out = []
+    for d in shape:
+        if isinstance(d, UOp):
+            d = d.substitute({v: v.bind(var_vals[name]) for v in d.variables()
+                              if (name := v.buf_arg.slot) in var_vals})
+        out.append(d)
+    return tuple(out)
 
 
 def _device_of(b: UOp) -> str:
@@ -96,10 +125,11 @@ def np_dtype(dtype: Any) -> Any:
 
 @dataclass(frozen=True)
 class Alloc:
-    """Storage to allocate at each replay: `count` elements of `dtype` on `device`."""
+    """Storage to allocate at each replay: `count` elements of `dtype` on `device` (an expression over the
+    variables when the buffer's size is symbolic)."""
 
     dtype: Any
-    count: int
+    count: int | UOp
     device: str
 
 
@@ -188,31 +218,33 @@ def build_plan(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], o
     return Plan(n_in, tuple(input_allocs), tuple(out_specs), tuple(temps), tuple(steps), tuple(root_ix))
 
 
-def _alloc(a: Alloc) -> tuple[Any, np.ndarray]:
+def _alloc(a: Alloc, var_vals: dict[str, int] | None = None) -> tuple[Any, np.ndarray]:
     from devices import get_device
 
     dev = get_device(a.device)
-    return dev, dev.alloc(a.count, a.dtype)
+    return dev, dev.alloc(resolve(a.count, var_vals or {}), a.dtype)
 
 
-def replay(p: Plan, roots: list[UOp], inputs: list[UOp]) -> dict[UOp, UOp]:
-    """Run plan `p` on a graph with its key: `inputs` are that graph's buffers by position."""
+def replay(p: Plan, roots: list[UOp], inputs: list[UOp], var_vals: dict[str, int] | None = None) -> dict[UOp, UOp]:
+    """Run plan `p` on a graph with its key: `inputs` are that graph's buffers by position, `var_vals` the values
+    of its variables by name."""
+    vv = dict(var_vals or {})
     debug = int(getenv("DEBUG"))
     t0 = time.perf_counter()
     arrays: list[np.ndarray] = []
     for b, a in zip(inputs, p.input_allocs, strict=True):
         if not buffers.has_data(b):  # an empty tensor: storage on first use, as a fresh schedule would
-            dev, arr = _alloc(a)
+            dev, arr = _alloc(a, vv)
             buffers.store(b, arr, owner=dev)
         arrays.append(buffers.lookup(b))
     out_bufs: list[UOp] = []
     for dtype, shape, device in p.outs:
-        b = buffers.new_buffer(dtype, shape, device)
-        dev, arr = _alloc(Alloc(dtype, _count(b), device))
+        b = buffers.new_buffer(dtype, bind_shape(shape, vv), device)
+        dev, arr = _alloc(Alloc(dtype, _count(b), device), vv)
         buffers.store(b, arr, owner=dev)
         out_bufs.append(b)
         arrays.append(arr)
-    temps = [_alloc(a) for a in p.temps]
+    temps = [_alloc(a, vv) for a in p.temps]
     arrays += [arr for _, arr in temps]
     try:
         for st in p.steps:
@@ -221,7 +253,10 @@ def replay(p: Plan, roots: list[UOp], inputs: list[UOp]) -> dict[UOp, UOp]:
                 views[0][:] = views[1]
                 continue
             t1 = time.perf_counter()
-            st.kernel(dict(enumerate(views)))
+            if vv:
+                st.kernel(dict(enumerate(views)), vv)
+            else:
+                st.kernel(dict(enumerate(views)))
             if debug >= 2:
                 dt_s = time.perf_counter() - t1
                 print(f"*** {st.device:6s} {st.name:28s} out {st.out_shape:>10s}  {dt_s * 1e3:9.3f} ms  "
@@ -270,4 +305,4 @@ class PlanCache:
         return len(self._plans)
 
 
-__all__ = ["Plan", "PlanCache", "build_plan", "lowering_knobs", "replay", "signature"]
+__all__ = ["Plan", "PlanCache", "bind_shape", "build_plan", "lowering_knobs", "replay", "resolve", "signature"]

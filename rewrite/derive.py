@@ -77,11 +77,18 @@ def broadcast(op: Ops, shapes: list[tuple]) -> tuple:
 
 
 def prod(dims: tuple) -> object:
-    """Product of dimensions: an int when all are ints, else (int part, sorted symbolic factors)."""
+    """Product of dimensions: an int when all are ints, else (int part, sorted symbolic factors); a symbolic
+    dimension that is a product (`n * 4`) counts as its factors, so (n, 4) and (n * 4,) hold as many elements."""
     n, sym = 1, []
-    for d in dims:
+    stack = list(dims)
+    while stack:
+        d = stack.pop()
         if isinstance(d, int):
             n *= d
+        elif d.op is Ops.MUL:
+            stack.extend(d.src)
+        elif d.op is Ops.CONST and isinstance(d.arg[0], int):
+            n *= d.arg[0]
         else:
             sym.append(d)
     return n if not sym else (n, tuple(sorted(sym, key=id)))

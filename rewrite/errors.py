@@ -43,6 +43,11 @@ class EvalError(CompilerError):
     """The reference evaluator met an op or value it cannot evaluate (unbound variable, division by zero)."""
 
 
+class VariableError(CompilerError, ValueError):
+    """A symbolic variable that is unbound where a value is needed, bound outside its range, bound to two values
+    in one realize, or a symbolic shape where an op needs a concrete one."""
+
+
 class DeviceError(CompilerError):
     """An unknown or unavailable device, or a failed launch."""
 

@@ -173,6 +173,32 @@ class UOp:
         return UOp(Ops.PARAM, (UOp.shape_operand(()), UOp.const(lo, dtype), UOp.const(hi, dtype)),
                    ParamArg(name, dtype))
 
+    def bind(self, value: int) -> UOp:
+        """This variable bound to `value`: the same name and bounds, with the value in its tag. Shapes built from
+        it stay symbolic (so graphs and kernels are shared across values); a realize passes the value on."""
+        from rewrite.errors import VariableError
+
+        if self.op is not Ops.PARAM or not isinstance(self.buf_arg.slot, str):
+            raise VariableError(f"bind: only a variable (UOp.variable) can be bound, got {self.short()}")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise VariableError(f"bind: variable {self.buf_arg.slot!r} takes an int, got {value!r}")
+        lo, hi = self.var_bounds
+        if not lo <= value <= hi:
+            raise VariableError(f"bind: variable {self.buf_arg.slot!r} = {value} is outside its range [{lo}, {hi}]")
+        return self.replace(tag=("bind", int(value)))
+
+    def unbind(self) -> tuple[UOp, int | None]:
+        """A variable without its binding, and the bound value (None when it was not bound)."""
+        t = self.tag
+        if self.op is Ops.PARAM and isinstance(t, tuple) and len(t) == 2 and t[0] == "bind":
+            return self.replace(tag=None), int(t[1])
+        return self, None
+
+    @property
+    def var_bounds(self) -> tuple[int, int]:
+        """A variable's inclusive bounds [lo, hi]."""
+        return int(self.src[1].value), int(self.src[2].value)
+
     @staticmethod
     def param(slot: int, dtype: DType, shape: Sequence[int | UOp] = (),
               device: str | tuple[str, ...] | None = None) -> UOp:

@@ -1,8 +1,10 @@
-"""The front end: a lazy `Tensor` over UOps, the `@function` decorator, `dtypes`, and `no_grad`."""
+"""The front end: a lazy `Tensor` over UOps, the `@function` decorator, `dtypes`, `no_grad`, and `Variable` (a
+symbolic dimension once bound: `Variable("n", 1, 1024).bind(37)`)."""
 
 from rewrite.dtype import dtypes
 from tensor.autograd import enable_grad, no_grad
 from tensor.function import function
+from tensor.symbolic import Variable
 from tensor.tensor import Tensor
 
-__all__ = ["Tensor", "dtypes", "enable_grad", "function", "no_grad"]
+__all__ = ["Tensor", "Variable", "dtypes", "enable_grad", "function", "no_grad"]

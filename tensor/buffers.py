@@ -18,6 +18,7 @@ from rewrite.dtype import DType, dtypes
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 from tensor.helpers import np_dtype
+from tensor.symbolic import concrete_shape
 
 
 def round_bfloat16(a: np.ndarray) -> np.ndarray:
@@ -59,11 +60,12 @@ def has_data(buf: UOp) -> bool:
 def host_array(buf: UOp) -> np.ndarray:
     """A new host array of the buffer's shape (bfloat16 as float32)."""
     raw = np.asarray(registry.lookup(buf))
-    n = int(np.prod(buf.shape, dtype=np.int64))
+    shape = concrete_shape(buf.shape, "numpy")  # a symbolic shape at its variables' bound values
+    n = int(np.prod(shape, dtype=np.int64))
     flat = raw.reshape(-1)[:n]
     if buf.dtype is dtypes.bfloat16:
-        return from_bfloat16_bits(flat).reshape(buf.shape)
-    return np.array(flat, dtype=np_dtype(buf.dtype), copy=True).reshape(buf.shape)
+        return from_bfloat16_bits(flat).reshape(shape)
+    return np.array(flat, dtype=np_dtype(buf.dtype), copy=True).reshape(shape)
 
 
 def inputs_of(root: UOp) -> dict[UOp, np.ndarray]:

@@ -15,11 +15,13 @@ import numpy as np
 import tensor.tensor as tt
 from devices.memory import physical_memory
 from rewrite.dtype import DType, dtypes
-from rewrite.errors import ArgumentError, DTypeError, OutOfMemoryError, ShapeError
+from rewrite.errors import ArgumentError, DTypeError, OutOfMemoryError, ShapeError, VariableError
 from rewrite.semantics import exec_cast
+from rewrite.uop import UOp
 from tensor import buffers
 from tensor.elementwise import const_uop, scalar_dtype
 from tensor.helpers import canonical_device, check_shape, np_dtype, shape_arg, to_dtype
+from tensor.symbolic import need_concrete
 
 if TYPE_CHECKING:
     from tensor.tensor import Tensor
@@ -35,9 +37,10 @@ def full(shape: tuple | int, fill_value: Scalar, dtype: object = None, device: s
     """A tensor of `shape` filled with `fill_value` (dtype from the value when not given)."""
     if not isinstance(fill_value, (bool, int, float, np.generic)):
         raise TypeError(f"full: fill_value must be a Python number, got {type(fill_value).__name__}")
-    if not isinstance(shape, (int, np.integer, tuple, list)) or isinstance(shape, bool):
+    if not isinstance(shape, (int, np.integer, tuple, list, UOp)) or isinstance(shape, bool):
         raise ShapeError(f"full: shape must be an int or a sequence of ints, got {type(shape).__name__} {shape!r}")
-    sh = check_shape(shape_arg((shape,) if isinstance(shape, (int, np.integer)) else tuple(shape), "full"), "full")
+    one = isinstance(shape, (int, np.integer, UOp))
+    sh = check_shape(shape_arg((shape,) if one else tuple(shape), "full"), "full")  # type: ignore[arg-type]
     v = fill_value.item() if isinstance(fill_value, np.generic) else fill_value
     dt = _dt(dtype, scalar_dtype(v))
     return tt.Tensor._wrap(const_uop(exec_cast(v, scalar_dtype(v), dt), dt, sh), canonical_device(device))
@@ -53,7 +56,7 @@ def ones(*shape: int, dtype: object = None, device: str | None = None) -> Tensor
 
 def empty(*shape: int, dtype: object = None, device: str | None = None) -> Tensor:
     """A fresh buffer; its contents are unspecified (zeros here)."""
-    sh = check_shape(shape_arg(shape, "empty"), "empty")
+    sh = need_concrete(check_shape(shape_arg(shape, "empty"), "empty"), "empty (it allocates a buffer now)")
     dt = _dt(dtype, dtypes.default_float)
     dev = canonical_device(device)
     nbytes = math.prod(sh) * np_dtype(dt).itemsize
@@ -97,6 +100,9 @@ def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype: o
     if stop is None:
         start, stop = 0, start
     for v in (start, stop, step):
+        if isinstance(v, UOp):
+            raise VariableError("arange needs a concrete start, stop and step; for a symbolic length n, take "
+                                "Tensor.arange(hi)[:n] with hi the variable's upper bound")
         if not isinstance(v, (int, float)):
             raise TypeError(f"arange: start, stop and step must be numbers, got {type(v).__name__} {v!r}")
     if not all(math.isfinite(v) for v in (start, stop, step)):

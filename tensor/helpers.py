@@ -15,6 +15,8 @@ from rewrite.derive import fmt_shape
 from rewrite.dtype import DType, dtypes
 from rewrite.env import knob_str
 from rewrite.errors import DeviceError, DTypeError, ShapeError
+from rewrite.ops import Ops
+from rewrite.uop import UOp
 
 Shape = tuple[int, ...]
 
@@ -83,9 +85,11 @@ def shape_arg(args: tuple, what: str) -> tuple:
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
         args = tuple(args[0])
     for d in args:
+        if isinstance(d, UOp) and d.shape == () and (d.dtype.is_int or d.dtype is dtypes.index):
+            continue  # a symbolic dimension (a bound variable, or an expression of some)
         if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
             raise ShapeError(f"{what}: shape entries must be ints, got {type(d).__name__} {d!r} in {args!r}")
-    return tuple(int(d) for d in args)
+    return tuple(d if isinstance(d, UOp) else int(d) for d in args)
 
 
 MAX_NUMEL = 1 << 62  # element counts and offsets are 64-bit integers in kernels
@@ -94,6 +98,8 @@ MAX_NUMEL = 1 << 62  # element counts and offsets are 64-bit integers in kernels
 def check_shape(shape: tuple, what: str) -> Shape:
     n = 1
     for d in shape:
+        if isinstance(d, UOp):  # symbolic: its variables' ranges keep it >= 0 (tensor.symbolic)
+            continue
         if d < 0:
             raise ShapeError(f"{what}: negative dimension {d} in shape {fmt_shape(shape)}")
         if isinstance(d, int):
@@ -128,6 +134,8 @@ def norm_axes(axis: int | Sequence[int] | None, ndim: int, what: str, shape: tup
 
 def resolve_reshape(shape: tuple, numel: int, old: tuple, what: str = "reshape") -> Shape:
     """Fill in one -1 entry and check that the element count is kept."""
+    if isinstance(numel, UOp) or any(isinstance(d, UOp) for d in shape):
+        return _resolve_symbolic(shape, numel, old, what)
     if sum(d == -1 for d in shape) > 1:
         raise ShapeError(f"{what}: only one dimension can be -1 (inferred), got {fmt_shape(shape)}")
     for d in shape:
@@ -142,6 +150,48 @@ def resolve_reshape(shape: tuple, numel: int, old: tuple, what: str = "reshape")
     if math.prod(shape) != numel:
         raise ShapeError(f"{what}: cannot reshape {fmt_shape(old)} ({numel} elements) to {fmt_shape(shape)} "
                          f"({math.prod(shape)} elements); the element count must stay the same")
+    return shape
+
+
+def same_size(a: int | UOp, b: int | UOp) -> bool:
+    """Whether two sizes, either symbolic, are equal for every value of their variables."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    z = (a - b).simplify() if isinstance(a, UOp) else (b - a).simplify() if isinstance(b, UOp) else None
+    return z is not None and z.op is Ops.CONST and z.value == 0
+
+
+def _mul(a: int | UOp, b: int | UOp) -> int | UOp:
+    """A product of sizes, either symbolic, with no factor of 1 (so messages read `n`, not `(n*1)`)."""
+    if isinstance(a, int) and a == 1:
+        return b
+    if isinstance(b, int) and b == 1:
+        return a
+    if isinstance(a, int) and isinstance(b, int):
+        return a * b
+    return a * b if isinstance(a, UOp) else b * a
+
+
+def _resolve_symbolic(shape: tuple, numel: int | UOp, old: tuple, what: str) -> Shape:
+    if sum(isinstance(d, int) and d == -1 for d in shape) > 1:
+        raise ShapeError(f"{what}: only one dimension can be -1 (inferred), got {fmt_shape(shape)}")
+    known: int | UOp = 1
+    for d in shape:
+        if isinstance(d, int) and d < -1:
+            raise ShapeError(f"{what}: negative dimension {d} in {fmt_shape(shape)}")
+        if not (isinstance(d, int) and d == -1):
+            known = _mul(known, d)
+    if any(isinstance(d, int) and d == -1 for d in shape):
+        if isinstance(known, int) and known == 0:
+            raise ShapeError(f"{what}: cannot infer -1 in {fmt_shape(shape)} next to a 0")
+        fill = (numel // known).simplify() if isinstance(numel, UOp) else numel // known
+        if isinstance(fill, UOp) and fill.op is Ops.CONST:
+            fill = int(fill.value)
+        shape = tuple(fill if isinstance(d, int) and d == -1 else d for d in shape)
+        known = math.prod(shape)
+    if not same_size(known, numel):
+        raise ShapeError(f"{what}: cannot reshape {fmt_shape(old)} to {fmt_shape(shape)}: the element counts "
+                         f"{fmt_shape((numel,))[1:-2]} and {fmt_shape((known,))[1:-2]} are not provably equal")
     return shape
 
 

@@ -16,11 +16,12 @@ import numpy as np
 import tensor.tensor as tt
 from rewrite.derive import fmt_shape
 from rewrite.dtype import dtypes, promote
-from rewrite.errors import ArgumentError, ShapeError
+from rewrite.errors import ArgumentError, ShapeError, VariableError
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 from tensor.elementwise import common_device, const_uop
 from tensor.helpers import AxisError, norm_axes, norm_axis, resolve_reshape, shape_arg
+from tensor.symbolic import bound_value, need_concrete
 
 if TYPE_CHECKING:
     from tensor.tensor import Tensor
@@ -58,7 +59,7 @@ def expand(x: Tensor, *shape: int) -> Tensor:
     src = (1,) * (len(sh) - x.ndim) + x.shape
     new = tuple(s if t == -1 else t for s, t in zip(src, sh, strict=True))
     for i, (s, t) in enumerate(zip(src, new, strict=True)):
-        if t < 0 or (s != t and s != 1):
+        if (isinstance(t, int) and t < 0) or (s is not t and s != t and s != 1):
             raise ShapeError(f"expand: cannot expand {fmt_shape(x.shape)} to {fmt_shape(sh)}: axis {i} has size {s}, "
                              f"and only size-1 axes can be expanded")
     return _wrap(x, x.uop.reshape(src).expand(new))
@@ -106,19 +107,32 @@ def pad(x: Tensor, padding: Sequence, value: float | int | bool = 0, mode: str =
     return _wrap(x, UOp(Ops.WHERE, (inside, padded, const_uop(value, x.dtype, padded.shape))))
 
 
-def shrink(x: Tensor, arg: Sequence[tuple[int, int] | None]) -> Tensor:
+def shrink(x: Tensor, arg: Sequence[tuple[int | UOp, int | UOp] | None]) -> Tensor:
     """Keep [begin, end) on each axis (None keeps the whole axis)."""
     if len(arg) != x.ndim:
         raise ShapeError(f"shrink: {len(arg)} ranges for a tensor of shape {fmt_shape(x.shape)} ({x.ndim} axes)")
     begin, end = [], []
     for i, (r, d) in enumerate(zip(arg, x.shape, strict=True)):
-        b, e = (0, d) if r is None else (int(r[0]), int(r[1]))
+        b, e = (0, d) if r is None else (_dim(r[0]), _dim(r[1]))
+        if any(isinstance(v, UOp) for v in (b, e, d)):
+            # symbolic: checked at the variables' bound values (every realize binds them again)
+            bv, ev, dv = (bound_value(v, "shrink") for v in (b, e, d))
+            if not 0 <= bv <= ev <= dv:
+                raise ShapeError(f"shrink: range {fmt_shape((b, e))} = ({bv}, {ev}) on axis {i} is not inside "
+                                 f"[0, {dv}] of {fmt_shape(x.shape)}; need 0 <= begin <= end <= size")
+            begin.append(b)
+            end.append(e)
+            continue
         if not 0 <= b <= e <= d:
             raise ShapeError(f"shrink: range ({b}, {e}) on axis {i} is not inside [0, {d}] of {fmt_shape(x.shape)}; "
                              f"need 0 <= begin <= end <= size")
         begin.append(b)
         end.append(e)
     return _wrap(x, x.uop.shrink(begin, end))
+
+
+def _dim(v: object) -> int | UOp:
+    return v if isinstance(v, UOp) else int(v)  # type: ignore[call-overload]  # int() raises for a non-number
 
 
 def shrink_to(x: Tensor, *shape: int | None) -> Tensor:
@@ -184,6 +198,8 @@ def unflatten(x: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
 def getitem(x: Tensor, index: object) -> Tensor:
     """Basic indexing: ints, slices (any step), None and one Ellipsis. An int out of range raises IndexError."""
     idx = index if isinstance(index, tuple) else (index,)
+    if any(isinstance(i, slice) and any(isinstance(v, UOp) for v in (i.start, i.stop, i.step)) for i in idx):
+        return _symbolic_getitem(x, idx)
     for i in idx:
         if isinstance(i, bool) or not (i is None or i is Ellipsis or isinstance(i, (int, np.integer, slice))):
             kind = "a Tensor" if isinstance(i, tt.Tensor) else type(i).__name__
@@ -211,6 +227,16 @@ def getitem(x: Tensor, index: object) -> Tensor:
             final.append(1)
             continue
         size = x.shape[axis]
+        if isinstance(size, UOp):  # a symbolic axis is kept whole (x[:n] shrinks it: _symbolic_getitem)
+            if not (isinstance(i, slice) and i.start is None and i.stop is None and i.step in (None, 1)):
+                raise VariableError(f"getitem: axis {axis} has symbolic size {size}; only ':' can index it")
+            flips.append(False)
+            begin.append(0)
+            end.append(size)
+            strided.append((1, 1))
+            final.append(size)
+            axis += 1
+            continue
         if isinstance(i, slice):
             if i.step == 0:
                 raise IndexError(f"getitem: slice step cannot be zero (index {i!r} on axis of size {size})")
@@ -246,6 +272,28 @@ def getitem(x: Tensor, index: object) -> Tensor:
                 for j, d in enumerate((n, s) if n > 1 and s > 1 else (n,))]
         u = u.shrink([0] * len(split), keep)
     return _wrap(x, u.reshape(tuple(final)))
+
+
+def _symbolic_getitem(x: Tensor, idx: tuple) -> Tensor:
+    """Indexing with a symbolic slice (`x[:n]`, `x[a:b]`, step 1 only): the symbolic axes shrink first, then the
+    rest indexes as usual."""
+    if any(i is None or i is Ellipsis for i in idx) or len(idx) > x.ndim:
+        raise VariableError("getitem: a symbolic slice works only with ints and slices, one per leading axis (no "
+                            "None or ...); use shrink")
+    ranges: list[tuple[int | UOp, int | UOp] | None] = [None] * x.ndim
+    rest: list = []
+    for k, i in enumerate(idx):
+        if isinstance(i, slice) and any(isinstance(v, UOp) for v in (i.start, i.stop, i.step)):
+            if i.step is not None and not (isinstance(i.step, int) and i.step == 1):
+                raise VariableError(f"getitem: a symbolic slice needs step 1, got {i!r}")
+            for v in (i.start, i.stop):
+                if isinstance(v, int) and v < 0:
+                    raise VariableError(f"getitem: a symbolic slice takes no negative bounds, got {i!r}")
+            ranges[k] = (0 if i.start is None else i.start, x.shape[k] if i.stop is None else i.stop)
+            rest.append(slice(None))
+        else:
+            rest.append(i)
+    return getitem(shrink(x, ranges), tuple(rest))
 
 
 def index_select(x: Tensor, dim: int, index: Tensor) -> Tensor:
@@ -327,7 +375,7 @@ def stack(x: Tensor | Sequence[Tensor], *others: Tensor, dim: int = 0) -> Tensor
 
 def repeat(x: Tensor, *repeats: int) -> Tensor:
     """Tile the tensor (torch's repeat, numpy's tile): a new axis per repeated one, expanded, then merged."""
-    reps = shape_arg(repeats, "repeat")
+    reps = need_concrete(shape_arg(repeats, "repeat"), "repeat")
     if len(reps) < x.ndim:
         raise ShapeError(f"repeat: {len(reps)} repeat counts for a tensor of shape {fmt_shape(x.shape)}; need at "
                          f"least {x.ndim}")

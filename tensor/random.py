@@ -23,6 +23,7 @@ from rewrite.uop import UOp
 from tensor.elementwise import const_uop
 from tensor.helpers import canonical_device, check_shape, shape_arg, to_dtype
 from tensor.reduce import arange_uop
+from tensor.symbolic import need_concrete
 
 if TYPE_CHECKING:
     from tensor.tensor import Tensor
@@ -68,7 +69,7 @@ def _uniform01(shape: tuple[int, ...], dt: DType) -> UOp:
 
 
 def _shape(shape: tuple, what: str) -> tuple[int, ...]:
-    return check_shape(shape_arg(shape, what), what)
+    return need_concrete(check_shape(shape_arg(shape, what), what), what)
 
 
 def rand(*shape: int, dtype: object = None, device: str | None = None) -> Tensor:

@@ -114,7 +114,8 @@ def all_(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
     return _wrap(x, UOp(Ops.NOT, (reduce_uop(UOp(Ops.NOT, (to_bool(x).uop,)), Ops.MAX, axes, keepdim),)))
 
 
-def _count(x: Tensor, axes: tuple[int, ...]) -> int:
+def _count(x: Tensor, axes: tuple[int, ...]) -> int | UOp:
+    """The number of elements reduced: an int, or an index expression when an axis is symbolic."""
     return math.prod(x.shape[a] for a in axes)
 
 
@@ -129,7 +130,14 @@ def mean(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
     acc = dtypes.float32 if out in _HALF else out
     s = reduce_uop(x.uop.cast(acc), Ops.ADD, axes, keepdim)
     n = _count(x, axes)
+    if isinstance(n, UOp):  # a symbolic count: 0 elements give 0/0 = nan, as below
+        return _wrap(x, (s / _sym_scalar(n, s)).cast(out))
     return _wrap(x, (s / s.const_like(n) if n else s * s.const_like(math.nan)).cast(out))
+
+
+def _sym_scalar(n: UOp, like: UOp) -> UOp:
+    """A symbolic count as a value of `like`'s dtype, broadcast to its shape."""
+    return ew.expand_uop(n.cast(like.dtype), like.shape)
 
 
 def var(x: Tensor, axis: Axis = None, keepdim: bool = False, correction: int = 1) -> Tensor:
@@ -139,9 +147,12 @@ def var(x: Tensor, axis: Axis = None, keepdim: bool = False, correction: int = 1
     acc = dtypes.float32 if out in _HALF else out
     xf = x.uop.cast(acc)
     n = _count(x, axes)
-    m = reduce_uop(xf, Ops.ADD, axes, True) / UOp.const(max(n, 1), acc)
+    total = reduce_uop(xf, Ops.ADD, axes, True)
+    m = total / (_sym_scalar(n, total) if isinstance(n, UOp) else UOp.const(max(n, 1), acc))
     d = xf - ew.expand_uop(m, xf.shape)
     s = reduce_uop(d * d, Ops.ADD, axes, keepdim)
+    if isinstance(n, UOp):
+        return _wrap(x, (s / _sym_scalar(n - correction, s)).cast(out))
     return _wrap(x, (s / s.const_like(max(n - correction, 0))).cast(out))
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from rewrite.derive import fmt_shape
 from rewrite.dtype import DType, dtypes
 from rewrite.env import Context
-from rewrite.errors import DTypeError, ShapeError
+from rewrite.errors import DTypeError, ShapeError, VariableError
 from rewrite.ops import Ops
 from rewrite.semantics import exec_cast
 from rewrite.uop import UOp
@@ -36,6 +36,7 @@ from tensor import nn as _nn
 from tensor import random as _rnd
 from tensor import reduce as _rd
 from tensor.helpers import canonical_device, norm_axis, np_dtype, to_dtype
+from tensor.symbolic import unbind_graph
 
 
 def _infer_dtype(a: np.ndarray, from_python: bool) -> DType:
@@ -165,6 +166,8 @@ class Tensor:
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")
+        if isinstance(self.shape[0], UOp):
+            raise VariableError(f"len() needs a concrete size, axis 0 of {fmt_shape(self.shape)} is symbolic")
         return self.shape[0]
 
     def __iter__(self) -> Iterator[Tensor]:
@@ -208,6 +211,8 @@ class Tensor:
         return self.numpy().tolist()
 
     def item(self) -> int | float | bool:
+        if isinstance(self.numel(), UOp):
+            raise VariableError(f"item needs a concrete shape, got {fmt_shape(self.shape)}; reduce first")
         if self.numel() != 1:
             raise ShapeError(f"item: the tensor has {self.numel()} elements, shape {fmt_shape(self.shape)}; item() "
                              f"needs exactly one (index or reduce first)")
@@ -380,10 +385,14 @@ def _realize(tensors: list[Tensor]) -> None:
     import lower
 
     for dev, group in _by_device(tensors).items():
+        roots = list(dict.fromkeys(t.uop for t in group))
+        stripped, var_vals, back = unbind_graph(roots)
         with Context(DEVICE=dev):
-            outs = lower.realize(list(dict.fromkeys(t.uop for t in group)))
+            outs = lower.realize(stripped, var_vals) if var_vals else lower.realize(roots)
+        by_root = {r: outs[s] for r, s in zip(roots, stripped, strict=True)}
         for t in group:
-            t.uop = outs[t.uop]
+            res = by_root[t.uop]
+            t.uop = back.get(res, res)
 
 
 def reference_numpy(t: Tensor) -> np.ndarray:
