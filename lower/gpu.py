@@ -14,7 +14,8 @@
   is a loop inside the thread), so the reductions run once per row, not once per output.
 - long reductions (GROUP_MIN_REDUCE) with few outputs (GROUP_MAX_OUTPUTS_PER_CORE per multiprocessor: a full
   sum, row statistics) split the reduce across the threads of a block (GROUP_REDUCE); a block per output.
-- a half/bfloat16 matmul-like reduction with float accumulation, on a target with tensor cores: TC (lower.wmma).
+- a half/bfloat16 matmul-like reduction with float accumulation, on a target with tensor cores: TC (lower.wmma),
+  up to 4 x 4 mma tiles a warp (TC_WARP_TILES) and 2 x 2 warps a block.
 - `nolocals` (the NOLOCALS knob): no LOCAL or GROUP_REDUCE axis; every output axis is GLOBAL, one thread per
   block.
 
@@ -144,15 +145,27 @@ def gpu_opts(ast: UOp, target: Target, nolocals: bool = False) -> list[Opt]:
 
 
 TC_WARPS = 2  # warps of a tensor-core block along each of the tile's axes (2 x 2 warps, 128 threads)
+TC_WARP_TILES = (4, 2, 1)  # mma tiles per warp along each axis, the largest that fits first
+
+
+def _warp_tiles(tiles: int) -> int:
+    """How many of an axis's `tiles` mma tiles one warp takes: the largest of TC_WARP_TILES that leaves a count
+    the block's TC_WARPS divide, else the largest that divides."""
+    fits = [n for n in TC_WARP_TILES if tiles % n == 0]
+    return next((n for n in fits if tiles // n % TC_WARPS == 0), fits[0])
 
 
 def _tc_opts(ast: UOp, shape: str) -> list[Opt]:
-    """TC, then the block's warps: TC_WARPS x TC_WARPS neighbouring 16x8 tiles (LOCAL splits of the tile axes,
-    lidx1 and lidx2 beside the warp's lanes on lidx0), where the tile counts divide."""
-    from lower.wmma import apply_tc
+    """TC with a warp tile of tm x tn mma tiles (each A fragment used tn times, each B fragment tm times: the
+    global loads per mma fall from 12 to (8 tm + 4 tn) / (tm tn) a lane), then the block's warps: TC_WARPS x
+    TC_WARPS neighbouring warp tiles (LOCAL splits of the tile axes, lidx1 and lidx2 beside the warp's lanes on
+    lidx0), where the tile counts divide."""
+    from lower.wmma import M, N, apply_tc, tc_tile_axes
 
-    opts = [Opt(OptOps.TC, None, shape)]
-    ast = apply_tc(ast, shape)
+    u, v = tc_tile_axes(ast)
+    tm, tn = _warp_tiles(size(u) // M), _warp_tiles(size(v) // N)
+    opts = [Opt(OptOps.TC, None, (shape, tm, tn))]
+    ast = apply_tc(ast, shape, tm, tn)
     for r in [r for r in axes(ast) if r.axis_type is AxisType.LOOP][-2:][::-1]:
         if size(r) % TC_WARPS == 0:
             ast, _, _ = _split_pair(ast, opts, r, TC_WARPS, AxisType.LOCAL)
@@ -314,13 +327,14 @@ def apply_gpu_opts(ast: UOp, opts: list[Opt], target: Target) -> UOp:
     """`opts` applied for a GPU target, then the grid lowered: a TC opt first (lower.wmma; the other opts split
     what the tile leaves), then the rest in order, then `lower_grid`."""
     from lower.optimize import apply_opts
-    from lower.wmma import apply_tc
+    from lower.wmma import apply_tc, tc_arg
 
     for o in opts:
         if o.op is OptOps.TC:
-            if o.arg not in target.tensor_cores:
+            shape, tm, tn = tc_arg(o.arg)
+            if shape not in target.tensor_cores:
                 raise KernelOptError(f"{o}: the target's tensor cores are {', '.join(target.tensor_cores) or 'none'}")
-            ast = apply_tc(ast, str(o.arg))
+            ast = apply_tc(ast, shape, tm, tn)
     return lower_grid(apply_opts(ast, [o for o in opts if o.op is not OptOps.TC]), target)
 
 

@@ -10,8 +10,9 @@ reduction's ranges. An Opt is (op, axis, arg) and opts compose left to right (se
                            that move with it are gated by r < n, and a reduction over it adds its identity there
   SWAP   j                 exchange the loop order of two output axes (both LOOP-like, same END)
   NOLOCALS                 no LOCAL axes (CPU: always)
-  TC       shape           tensor cores ("16x8x16 half->float", one of Target.tensor_cores): on a GPU target the
-                           optimize stage applies it first (lower.wmma.apply_tc); apply_opt alone raises
+  TC       shape           tensor cores ("16x8x16 half->float", one of Target.tensor_cores, or (shape, tm, tn):
+                           tm x tn mma tiles a warp): on a GPU target the optimize stage applies it first
+                           (lower.wmma.apply_tc); apply_opt alone raises
 
 Which targets a split may produce follows the spec's AxisType table: LOCAL from GLOBAL/LOOP, THREAD from
 GLOBAL/LOOP (outer), UPCAST from GLOBAL/LOCAL/LOOP (inner), GROUP_REDUCE from REDUCE, UNROLL from

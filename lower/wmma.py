@@ -1,18 +1,22 @@
 """Tensor cores: a matmul-like reduction of half/bfloat16 products with float accumulation becomes WMMA.
 
-`apply_tc(ast, shape)` (OptOps.TC, arg "16x8x16 half->float" or "16x8x16 bfloat16->float", one of the Target's
-`tensor_cores`) rewrites a kernel that stores f(REDUCE(ADD, float(x) * float(y), k)) (or CAST(x * y, float32)) over
-output axes u (that x moves with and y does not) and v (that y moves with and x does not): u splits by 16, v by 8,
-k by 16; each 16x8 output tile is one warp (a WARP axis of 32 lanes, lowered to lidx0), the k loop steps 16 at a
-time and issues one m16n8k16 mma per step. Every lane holds the fragments the PTX
-`mma.sync.aligned.m16n8k16.row.col` layout gives it (lane l, g = l // 4, t = l % 4):
+`apply_tc(ast, shape, tm, tn)` (OptOps.TC, arg "16x8x16 half->float" or "16x8x16 bfloat16->float", one of the
+Target's `tensor_cores`, or (shape, tm, tn)) rewrites a kernel that stores f(REDUCE(ADD, float(x) * float(y), k))
+(or CAST(x * y, float32)) over output axes u (that x moves with and y does not) and v (that y moves with and x does
+not): u splits by 16, v by 8, k by 16; each 16x8 output tile is one warp (a WARP axis of 32 lanes, lowered to
+lidx0), the k loop steps 16 at a time and issues one m16n8k16 mma per step. With a warp tile of tm x tn (u splits
+by 16 tm, v by 8 tn) each warp owns tm x tn such tiles: per k step it loads tm A and tn B fragments and issues
+tm tn mmas, each A fragment used tn times and each B fragment tm times (4 x 4: 48 loads a lane for 16 mmas, where
+1 x 1 takes 12 for one). Every lane holds the fragments the PTX `mma.sync.aligned.m16n8k16.row.col` layout gives
+it (lane l, g = l // 4, t = l % 4):
 
   A (16x16, 8 elements e):  row g + 8*((e // 2) % 2), column (k) 2t + e % 2 + 8*(e // 4)
   B (16x8, 4 elements e):   row (k) 2t + e % 2 + 8*(e // 2), column g
   C, D (16x8, 4 elements e): row g + 8*(e // 2), column 2t + e % 2
 
-so the kernel reads A's and B's elements straight from memory into STACKs, accumulates in a 4-element REG buffer
-(slot 0: the linearizer numbers its accumulators from 1), and stores each lane's four outputs. The products are
+so the kernel reads A's and B's elements straight from memory into STACKs, accumulates in a 4 tm tn-element REG
+buffer (tile (i, j) at 4 (i tn + j); slot 0: the linearizer numbers its accumulators from 1), and stores each
+lane's 4 tm tn outputs. The products are
 exact in the mma, as in the graph's float32 products of widened operands; only the order of the float32 additions
 differs from the plain kernel (the last bits, like a fused multiply-add). Output axes besides u and v (a batch)
 stay output axes (GLOBAL). Sizes that the tile does not divide raise KernelOptError (pad first).
@@ -37,6 +41,12 @@ def tc_shape_for(ast: UOp, target: Target) -> str | None:
     except KernelOptError:
         return None
     return next((s for s in target.tensor_cores if TC_SHAPES.get(s) is x.dtype), None)
+
+
+def tc_tile_axes(ast: UOp) -> tuple[UOp, UOp]:
+    """The output axes (u, v) that the mma tiles split by 16 and by 8."""
+    _, _, _, u, v, _ = _match(ast)
+    return u, v
 
 
 def _depends(e: UOp, r: UOp) -> bool:
@@ -78,32 +88,57 @@ def _match(ast: UOp) -> tuple[UOp, UOp, UOp, UOp, UOp, UOp]:
     return x, y, red, u, v, k
 
 
-def apply_tc(ast: UOp, shape: str) -> UOp:
-    """The kernel with its reduction on tensor cores (module docstring)."""
+def tc_arg(arg: object) -> tuple[str, int, int]:
+    """A TC opt's arg as (shape, tm, tn): the shape alone ("16x8x16 half->float") is a warp tile of one mma tile;
+    (shape, tm, tn) gives each warp tm x tn of them."""
+    if isinstance(arg, str):
+        return arg, 1, 1
+    if isinstance(arg, tuple) and len(arg) == 3 and isinstance(arg[0], str) and \
+            all(isinstance(n, int) and n >= 1 for n in arg[1:]):
+        return arg[0], arg[1], arg[2]
+    raise KernelOptError(f"TC: the arg must be a shape or (shape, tm, tn), not {arg!r}")
+
+
+def apply_tc(ast: UOp, shape: str, tm: int = 1, tn: int = 1) -> UOp:
+    """The kernel with its reduction on tensor cores (module docstring); each warp computes tm x tn mma tiles
+    (a (16 tm) x (8 tn) output tile), its tm A fragments and tn B fragments loaded once per k step and each
+    used tn (tm) times."""
     x, y, red, u, v, k = _match(ast)
     if TC_SHAPES.get(shape) is not x.dtype:
         raise KernelOptError(f"TC {shape!r} does not fit products of {x.dtype.name}; known: {', '.join(TC_SHAPES)}")
+    for r, n, w in ((u, M, tm), (v, N, tn)):
+        if size(r) % (n * w):
+            raise KernelOptError(f"TC: axis {r.render()} of size {size(r)} is not a multiple of {n} x {w}")
     (end,) = [e for e in ast.toposort() if e.op is Ops.END]
     nid = next_range_id(ast)
-    uo, vo = UOp.range(size(u) // M, nid, AxisType.LOOP), UOp.range(size(v) // N, nid + 1, AxisType.LOOP)
+    wm, wn = M * tm, N * tn
+    uo, vo = UOp.range(size(u) // wm, nid, AxisType.LOOP), UOp.range(size(v) // wn, nid + 1, AxisType.LOOP)
     ko, lane = UOp.range(size(k) // K, nid + 2, AxisType.REDUCE), UOp.range(32, nid + 3, AxisType.WARP)
     g, t = lane // 4, lane % 4
-    a = [x.substitute({u: uo * M + g + 8 * ((e // 2) % 2), k: ko * K + t * 2 + (e % 2 + 8 * (e // 4))})
-         for e in range(8)]
-    b = [y.substitute({k: ko * K + t * 2 + (e % 2 + 8 * (e // 2)), v: vo * N + g}) for e in range(4)]
-    acc = UOp(Ops.BUFFER, (UOp.shape_operand((4,)),), BufferArg(0, dtypes.float32, None, AddrSpace.REG))
+    a = [UOp(Ops.STACK, tuple(x.substitute({u: uo * wm + (i * M + g + 8 * ((e // 2) % 2)),
+                                            k: ko * K + t * 2 + (e % 2 + 8 * (e // 4))}) for e in range(8)))
+         for i in range(tm)]
+    b = [UOp(Ops.STACK, tuple(y.substitute({k: ko * K + t * 2 + (e % 2 + 8 * (e // 2)), v: vo * wn + (j * N + g)})
+                              for e in range(4)))
+         for j in range(tn)]
+    nacc = 4 * tm * tn  # tile (i, j)'s four floats at 4 (i tn + j)
+    acc = UOp(Ops.BUFFER, (UOp.shape_operand((nacc,)),), BufferArg(0, dtypes.float32, None, AddrSpace.REG))
     outer = [r for r in end.src[1:] if r is not u and r is not v]
-    at = [acc.index(UOp.const(i)) for i in range(4)]
+    at = [acc.index(UOp.const(i)) for i in range(nacc)]
     inits = [UOp(Ops.AFTER, (p, *outer, uo, vo, lane)).store(UOp.const(0.0, dtypes.float32)) for p in at]
     cur = [UOp(Ops.AFTER, (p, init, ko)).load() for p, init in zip(at, inits, strict=True)]
-    mma = UOp(Ops.WMMA, (UOp(Ops.STACK, tuple(a)), UOp(Ops.STACK, tuple(b)), UOp(Ops.STACK, tuple(cur))),
-              (M, N, K, x.dtype, dtypes.float32))
-    step = UOp(Ops.END, (UOp(Ops.GROUP, tuple(p.store(UOp(Ops.INDEX, (mma, UOp.const(i)))) for i, p in enumerate(at))),
-                         ko))
+    upd = []
+    for i in range(tm):
+        for j in range(tn):
+            o = 4 * (i * tn + j)
+            mma = UOp(Ops.WMMA, (a[i], b[j], UOp(Ops.STACK, tuple(cur[o:o + 4]))), (M, N, K, x.dtype, dtypes.float32))
+            upd += [at[o + e].store(UOp(Ops.INDEX, (mma, UOp.const(e)))) for e in range(4)]
+    step = UOp(Ops.END, (UOp(Ops.GROUP, tuple(upd)), ko))
     res = [UOp(Ops.AFTER, (p, step)).load() for p in at]
-    stores = [end.src[0].substitute({red: res[i]}).substitute({u: uo * M + g + 8 * (i // 2), v: vo * N + t * 2 + i % 2})
-              for i in range(4)]
+    stores = [end.src[0].substitute({red: res[4 * (i * tn + j) + e]})
+              .substitute({u: uo * wm + (i * M + g + 8 * (e // 2)), v: vo * wn + (j * N + t * 2 + e % 2)})
+              for i in range(tm) for j in range(tn) for e in range(4)]
     return ast.substitute({end: UOp(Ops.END, (UOp(Ops.GROUP, tuple(stores)), *outer, uo, vo, lane))})
 
 
-__all__ = ["TC_SHAPES", "apply_tc", "tc_shape_for"]
+__all__ = ["TC_SHAPES", "apply_tc", "tc_arg", "tc_shape_for", "tc_tile_axes"]
