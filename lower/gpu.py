@@ -105,7 +105,7 @@ def gpu_opts(ast: UOp, target: Target, nolocals: bool = False) -> list[Opt]:
         from lower.wmma import tc_shape_for
 
         if (tc := tc_shape_for(ast, target)) is not None:
-            return _tc_opts(ast, tc)
+            return _tc_opts(ast, tc, outputs, target.cores)
         if reds and _shared_row_opts(ast, opts):
             return opts
         if reds and outputs <= target.cores * GROUP_MAX_OUTPUTS_PER_CORE and _group_opts(ast, opts):
@@ -155,15 +155,18 @@ def _warp_tiles(tiles: int) -> int:
     return next((n for n in fits if tiles // n % TC_WARPS == 0), fits[0])
 
 
-def _tc_opts(ast: UOp, shape: str) -> list[Opt]:
+def _tc_opts(ast: UOp, shape: str, outputs: int, cores: int) -> list[Opt]:
     """TC with a warp tile of tm x tn mma tiles (each A fragment used tn times, each B fragment tm times: the
     global loads per mma fall from 12 to (8 tm + 4 tn) / (tm tn) a lane), then the block's warps: TC_WARPS x
     TC_WARPS neighbouring warp tiles (LOCAL splits of the tile axes, lidx1 and lidx2 beside the warp's lanes on
-    lidx0), where the tile counts divide."""
+    lidx0), where the tile counts divide. The warp tile halves (the larger side first) while the blocks would not
+    fill the `cores` multiprocessors: a small matmul keeps its parallelism."""
     from lower.wmma import M, N, apply_tc, tc_tile_axes
 
     u, v = tc_tile_axes(ast)
     tm, tn = _warp_tiles(size(u) // M), _warp_tiles(size(v) // N)
+    while (tm > 1 or tn > 1) and outputs // (M * tm * N * tn * TC_WARPS * TC_WARPS) < cores:
+        tm, tn = (tm // 2, tn) if tm >= tn else (tm, tn // 2)
     opts = [Opt(OptOps.TC, None, (shape, tm, tn))]
     ast = apply_tc(ast, shape, tm, tn)
     for r in [r for r in axes(ast) if r.axis_type is AxisType.LOOP][-2:][::-1]:

@@ -243,6 +243,22 @@ def test_register_tiles_attention_and_tensor_cores_compile(tmp_path: os.PathLike
     assert "float acc" in tile and "[4];" in tile
 
 
+@needs_nvcc
+@pytest.mark.parametrize("sm", SMS)
+def test_tensor_core_warp_tiles_compile(tmp_path: os.PathLike, sm: str) -> None:
+    """A 2048 half matmul on the heuristics' tensor-core warp tiles (4 x 4 mmas a warp, 2 x 2 warps a block):
+    16 inline mma.sync a k step, each of the 4 A fragments loaded once (8 half loads a lane), compiled by nvcc."""
+    x = Tensor(np.zeros((2048, 2048), np.float32)).cast("float16")
+    items, _ = schedule([(x.contiguous() @ x.contiguous()).uop])
+    name, ast = [(it.name, it.ast) for it in items if it.kind == "kernel" and it.ast is not None][-1]
+    lin = lower_kernel(ast, gpu_target(sm), name=name)
+    assert sum(u.op is Ops.WMMA for u in lin.src) == 16
+    with Context(CACHEDIR=str(tmp_path)):
+        (k,) = DEVICE.compile_batch([(lin, name)], gpu_target(sm))
+    assert k.cubin[:4] == b"\x7fELF"
+    assert k.src.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == 16
+
+
 def test_float_to_half_rounds_to_nearest_even_and_products_are_float32() -> None:
     """The noopt half matmul: operands converted with __float2half_rn, multiplied and summed in float32 (fmaf), the
     result rounded once with __float2half_rn; never a C cast from float to half, never a half product."""

@@ -318,9 +318,8 @@ def test_matmul_register_tile() -> None:
 
 @pytest.mark.parametrize("dt,tc", [("float16", "half"), ("bfloat16", "bfloat16")])
 def test_tensor_cores_run_the_mma_lane_layout(dt: str, tc: str) -> None:
-    """A half (bfloat16) matmul with float accumulation becomes m16n8k16 WMMA, one warp per 2 x 2 16x8 tiles (each
-    A and B fragment loaded once a k step and used twice), 4 warps a block: numpy's product of the same (rounded)
-    inputs, summed in float32."""
+    """A half (bfloat16) matmul with float accumulation becomes m16n8k16 WMMA, one warp per 16x8 tile, 4 warps a
+    block: numpy's product of the same (rounded) inputs, summed in float32."""
     dtype = getattr(dtypes, dt)
     av = rng.standard_normal((64, 48)).astype(np.float32)
     bv = rng.standard_normal((48, 32)).astype(np.float32)
@@ -328,20 +327,15 @@ def test_tensor_cores_run_the_mma_lane_layout(dt: str, tc: str) -> None:
     for prog in ((a @ b), (a.reshape((64, 48, 1)) * b.reshape((1, 48, 32))).cast(dtypes.float32).sum(1)):
         items, _ = schedule([prog.uop])
         ast = [it.ast for it in items if it.kind == "kernel"][-1]
-        assert gpu_opts(ast, GPU)[0] == Opt(OptOps.TC, None, (f"16x8x16 {tc}->float", 2, 2))
+        assert gpu_opts(ast, GPU)[0] == Opt(OptOps.TC, None, (f"16x8x16 {tc}->float", 1, 1))
     out = prog  # float32 out: no rounding to the inputs' dtype at the end
     got, lins = run(out, GPU)
     lin = lins[-1]
     wmma = [u for u in lin.src if u.op is Ops.WMMA]
-    assert len(wmma) == 4 and all(w.arg[:3] == (16, 8, 16) for w in wmma)  # type: ignore[index]
-    # a warp's 2 x 2 mmas share 2 A fragments (one a tile row) and 2 B fragments (one a tile column): 2 x 8 + 2 x 4
-    # global loads a lane and k step, where one warp per tile loads 4 x (8 + 4)
-    assert len({w.src[0] for w in wmma}) == 2 and len({w.src[1] for w in wmma}) == 2
-    assert sum(u.op is Ops.LOAD and u.src[0].src[0].op is Ops.BUFFER and  # type: ignore[union-attr]
-               u.src[0].src[0].arg.addrspace is AddrSpace.GLOBAL for u in lin.src) == 24  # type: ignore[union-attr]
-    # 4 x 4 tiles of 16x8 outputs, 2 x 2 a warp: one block of 2 x 2 warps (the size-1 grid axes drop out)
+    assert len(wmma) == 1 and wmma[0].arg[:3] == (16, 8, 16)  # type: ignore[index]
+    # 4 x 4 tiles of 16x8 outputs, one warp each: 2 x 2 blocks of 2 x 2 warps
     assert {u.arg: u.src[0].arg[0] for u in lin.src if u.op is Ops.SPECIAL} == \
-        {"lidx0": 32, "lidx1": 2, "lidx2": 2}  # type: ignore[index]
+        {"gidx0": 2, "gidx1": 2, "lidx0": 32, "lidx1": 2, "lidx2": 2}  # type: ignore[index]
     rounded = run(a.cast(dtypes.float32), PY.default_target())[0], run(b.cast(dtypes.float32), PY.default_target())[0]
     ref = (rounded[0].astype(np.float64) @ rounded[1].astype(np.float64))
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)  # the mma's products are exact, its sums float32
@@ -352,9 +346,10 @@ def test_tensor_cores_run_the_mma_lane_layout(dt: str, tc: str) -> None:
 
 @pytest.mark.parametrize("tiles", [None, "16x8x16 half->float", ("16x8x16 half->float", 2, 4)])
 def test_tensor_core_warp_tiles(tiles: object) -> None:
-    """A batched half matmul (2 x 128x32 @ 32x64): the heuristics give each warp 4 x 4 mma tiles (a 64x32 output
-    tile: 4 A and 4 B fragments a k step feed 16 mmas), the bare shape one tile a warp, (shape, 2, 4) 2 x 4; all of
-    them numpy's float32 sums of the rounded inputs."""
+    """A batched half matmul (2 x 128x32 @ 32x64): on one multiprocessor the heuristics give each warp 4 x 4 mma
+    tiles (a 64x32 output tile: 4 A and 4 B fragments a k step feed 16 mmas; on sm_90's 132 the blocks would be
+    too few, so one tile a warp), the bare shape one tile a warp, (shape, 2, 4) 2 x 4; all of them numpy's float32
+    sums of the rounded inputs."""
     a32, b32 = rng.standard_normal((2, 128, 32)).astype(np.float32), rng.standard_normal((2, 32, 64)).astype(np.float32)
     a = Tensor(a32, device="python").cast(dtypes.float16)
     b = Tensor(b32, device="python").cast(dtypes.float16)
@@ -362,10 +357,14 @@ def test_tensor_core_warp_tiles(tiles: object) -> None:
     tm, tn = {None: (4, 4), "16x8x16 half->float": (1, 1)}.get(tiles, (2, 4))  # type: ignore[call-overload]
     if tiles is None:
         items, _ = schedule([out.uop])
-        assert gpu_opts(items[-1].ast, GPU)[0] == Opt(OptOps.TC, None, ("16x8x16 half->float", 4, 4))
-    got, lins = run(out, GPU, None if tiles is None else [Opt(OptOps.TC, None, tiles)])
+        assert gpu_opts(items[-1].ast, GPU.with_(cores=1))[0] == Opt(OptOps.TC, None, ("16x8x16 half->float", 4, 4))
+        assert gpu_opts(items[-1].ast, GPU)[0] == Opt(OptOps.TC, None, ("16x8x16 half->float", 1, 1))
+    got, lins = run(out, GPU.with_(cores=1), None if tiles is None else [Opt(OptOps.TC, None, tiles)])
     wmma = [u for u in lins[-1].src if u.op is Ops.WMMA]
     assert len(wmma) == tm * tn and len({w.src[0] for w in wmma}) == tm and len({w.src[1] for w in wmma}) == tn
+    # a lane's global loads a k step: 8 for each A fragment, 4 for each B fragment (not 12 for each mma)
+    assert sum(u.op is Ops.LOAD and u.src[0].src[0].op is Ops.BUFFER and  # type: ignore[union-attr]
+               u.src[0].src[0].arg.addrspace is AddrSpace.GLOBAL for u in lins[-1].src) == 8 * tm + 4 * tn  # type: ignore[union-attr]
     ra, rb = (a32.astype(np.float16).astype(np.float64), b32.astype(np.float16).astype(np.float64))
     np.testing.assert_allclose(got, ra @ rb, rtol=1e-5, atol=1e-5)
 
