@@ -123,8 +123,10 @@ class UOp:
         return u
 
     def __del__(self) -> None:
-        with contextlib.suppress(TypeError, AttributeError):  # AttributeError, TypeError: interpreter shutdown
+        try:
             _intern.pop(self._key, None)
+        except (TypeError, AttributeError):  # interpreter shutdown: module globals (even contextlib) may be None
+            pass
 
     def __reduce__(self) -> tuple:
         return (UOp, (self.op, self.src, self.arg, self.tag))
