@@ -23,7 +23,6 @@ import argparse
 import importlib
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,7 +33,7 @@ import numpy as np
 
 from benchmarks.bert_model import MINILM, BertConfig, check, forward_numpy, forward_ours, forward_torch, weights
 from benchmarks.kernel_peers import have
-from benchmarks.kernel_worker import worker_env
+from benchmarks.kernel_worker import run_module
 from benchmarks.runner import Bench, Result, suite
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -127,20 +126,8 @@ def run_worker(cfg: BertConfig, timeout: float = 1800) -> tuple[dict[str, Any] |
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "out.npy")
         cache = os.path.join(d, "cache")  # an empty kernel cache: every kernel is compiled
-        cmd = [sys.executable, "-m", "benchmarks.bench_model", "--worker", "--out", out, "--config",
-               json.dumps(asdict(cfg))]
-        try:
-            r = subprocess.run(cmd, cwd=ROOT, env=worker_env({"CACHEDIR": cache}), capture_output=True, text=True,
-                               timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None, None, f"timed out after {timeout:.0f} s"
-        if r.returncode != 0:
-            tail = (r.stderr or r.stdout).strip().splitlines()[-3:]
-            return None, None, f"exit {r.returncode}: " + " | ".join(tail)
-        line = next((ln for ln in reversed(r.stdout.splitlines()) if ln.startswith("{")), None)
-        if line is None:
-            return None, None, "no result line"
-        return json.loads(line), (np.load(out) if os.path.exists(out) else None), ""
+        return run_module(["benchmarks.bench_model", "--worker", "--out", out, "--config", json.dumps(asdict(cfg))],
+                          {"CACHEDIR": cache}, timeout, out)
 
 
 # ---------------------------------------------------------------------------- the suite

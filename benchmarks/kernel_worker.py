@@ -96,26 +96,31 @@ def worker_env(env: dict[str, str]) -> dict[str, str]:
     return full_env
 
 
+def run_module(args: list[str], env: dict[str, str], timeout: float, out: str
+               ) -> tuple[dict[str, Any] | None, np.ndarray | None, str]:
+    """Run `python -m <args>` in a fresh interpreter under worker_env(env); returns (the last JSON line it prints,
+    the array it saved at `out` if any, error text)."""
+    try:
+        r = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=worker_env(env), capture_output=True,
+                           text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, None, f"timed out after {timeout:.0f} s"
+    if r.returncode != 0:
+        tail = (r.stderr or r.stdout).strip().splitlines()[-3:]
+        return None, None, f"exit {r.returncode}: " + " | ".join(tail)
+    line = next((ln for ln in reversed(r.stdout.splitlines()) if ln.startswith("{")), None)
+    if line is None:
+        return None, None, "no result line"
+    return json.loads(line), (np.load(out) if os.path.exists(out) else None), ""
+
+
 def run_worker(engine: str, case: Case, runs: int, env: dict[str, str], timeout: float = 900
                ) -> tuple[dict[str, Any] | None, np.ndarray | None, str]:
     """Run `worker` in a fresh interpreter; returns (its JSON, its first result, error text)."""
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "out.npy")
-        cmd = [sys.executable, "-m", "benchmarks.kernel_worker", "--worker", engine, "--case", case.key,
-               "--runs", str(runs), "--out", out]
-        full_env = worker_env(env)
-        try:
-            r = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None, None, f"timed out after {timeout:.0f} s"
-        if r.returncode != 0:
-            tail = (r.stderr or r.stdout).strip().splitlines()[-3:]
-            return None, None, f"exit {r.returncode}: " + " | ".join(tail)
-        line = next((ln for ln in reversed(r.stdout.splitlines()) if ln.startswith("{")), None)
-        if line is None:
-            return None, None, "no result line"
-        arr = np.load(out) if os.path.exists(out) else None
-        return json.loads(line), arr, ""
+        return run_module(["benchmarks.kernel_worker", "--worker", engine, "--case", case.key, "--runs", str(runs),
+                           "--out", out], env, timeout, out)
 
 
 def result_from_json(d: dict[str, Any]) -> Result:

@@ -134,6 +134,19 @@ def point_env(env: dict[str, np.ndarray], i: int) -> dict[str, int | bool]:
     return {k: v[i].item() for k, v in env.items()}
 
 
+def same_values(u: UOp, s: UOp) -> None:
+    """`s` (a rewrite of `u`) has u's value wherever u is defined, and its [vmin, vmax] holds every such value:
+    checked at every point of the variables' boxes (grid)."""
+    env = grid(leaves(u))
+    n = len(next(iter(env.values()))) if env else 1
+    v0, d0 = grid_eval(u, env, n)
+    v1, d1 = grid_eval(s, env, n)
+    bad = d0 & (~d1 | (v0 != v1))
+    assert not bad.any(), f"{u.render()} -> {s.render()} differs at {point_env(env, int(bad.argmax()))}"
+    out = d0 & ((v0 < s.vmin) | (v0 > s.vmax))
+    assert not out.any(), f"{s.render()}: [{s.vmin}, {s.vmax}] misses a value at {point_env(env, int(out.argmax()))}"
+
+
 def fits_int64(u: UOp) -> bool:
     """Every constant of `u` is far enough inside int64 for grid_eval's products not to overflow."""
     return all(abs(n.arg[0]) < 2**40 for n in u.toposort() if n.op is Ops.CONST and not isinstance(n.arg[0], bool))

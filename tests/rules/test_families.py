@@ -10,7 +10,7 @@ import rules  # noqa: F401  # registers UOp.simplify
 from benchmarks.symbolic_family_cases import CASES, FAMILIES, build
 from rewrite.uop import UOp
 from rules.symbolic import simplify_fast
-from tests.rules.symcheck import grid, grid_eval, leaves, point_env
+from tests.rules.symcheck import same_values
 
 
 def nodes(u: UOp) -> int:
@@ -18,17 +18,6 @@ def nodes(u: UOp) -> int:
     from benchmarks.symbolic_simplifiers import nodes as count
 
     return count(u)
-
-
-def same_values(u: UOp, s: UOp) -> None:
-    env = grid(leaves(u))
-    n = len(next(iter(env.values()))) if env else 1
-    v0, d0 = grid_eval(u, env, n)
-    v1, d1 = grid_eval(s, env, n)
-    bad = d0 & (~d1 | (v0 != v1))
-    assert not bad.any(), f"{u.render()} -> {s.render()} differs at {point_env(env, int(bad.argmax()))}"
-    out = d0 & ((v0 < s.vmin) | (v0 > s.vmax))
-    assert not out.any(), f"{s.render()}: [{s.vmin}, {s.vmax}] misses a value at {point_env(env, int(out.argmax()))}"
 
 
 @pytest.mark.parametrize(("family", "expr", "boxes", "expected"), CASES, ids=[f"{c[0]}: {c[1]}" for c in CASES])
