@@ -31,3 +31,20 @@ def test_fuzz_programs(mode: str) -> None:
     n = COUNTS[mode] * (50 if LONG else 1)
     reports = fuzz(range(offset, offset + n), mode, on_fail=print if LONG else None)
     assert not reports, f"{len(reports)} of {n} programs fail in mode {mode}; the first:\n{reports[0]}"
+
+
+def test_shrinker_prints_a_minimal_repro() -> None:
+    """A planted oracle bug in one op of a longer program shrinks to that op alone, and the report names the seed."""
+    import dataclasses
+
+    from tests.tensor.fuzz_programs import Op, generate, report, run_one, shrink
+
+    p = generate(7)
+    bad = Op("{0}.abs()", "np.abs({0}) + 1", (len(p.inputs) + len(p.ops) - 1,))
+    p = dataclasses.replace(p, ops=(*p.ops, bad))
+    assert run_one(p, "python") is not None
+    s = shrink(p, "python")
+    assert len(s.ops) == 1 and s.ops[0] == dataclasses.replace(bad, args=(0,)), s.ops
+    assert all(len(inp.data) == 1 for inp in s.inputs), s.inputs
+    text = report(p, "python", "planted", s)
+    assert "seed=7" in text and "v1 = np.abs(v0) + 1" in text, text
