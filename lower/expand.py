@@ -155,10 +155,8 @@ def _fold_lanes(v: UOp, op: Ops, axes_k: list[int], coords: list[tuple[int, ...]
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, c in enumerate(coords):
         groups.setdefault(key(c), []).append(i)
-    if v.shape == ():  # the body did not depend on its unrolled lanes after all: fold n copies
-        vals = {k: v for k in groups}
-    else:
-        vals = {k: _fold(lambda a, b: UOp(op, (a, b)), [_lane(v, i) for i in idx]) for k, idx in groups.items()}
+    # a body that does not depend on its unrolled lanes after all (a constant) folds n copies of itself
+    vals = {k: _fold(lambda a, b: UOp(op, (a, b)), [_lane(v, i) for i in idx]) for k, idx in groups.items()}
     if len(vals) == 1:
         return next(iter(vals.values()))
     return UOp(Ops.STACK, tuple(vals[key(c)] for c in coords))

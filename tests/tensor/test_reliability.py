@@ -101,3 +101,15 @@ def test_semantics_examples() -> None:
              (Ops.CDIV, u8, 5, 0, 0), (Ops.CMOD, i32, 5, 0, 0), (Ops.IDIV, i32, -(2 ** 31), -1, -(2 ** 31))]
     for op, dt, x, y, want in table:
         assert exec_alu(op, dt, x, y) == want, (op, dt, x, y)
+
+
+@pytest.mark.parametrize("knobs", MODES)
+def test_unrolled_reduce_of_a_constant_counts_every_lane(knobs: dict) -> None:
+    """Found by the program fuzzer: a sum over a window lying wholly in a pad is a sum of a constant; with the
+    reduce axis unrolled into 4 lanes the constant was folded once instead of 4 times (gave 1.0, not 4.0)."""
+    a = np.zeros(3)
+    got = run(lambda: (Tensor(a).pad([(0, 4)])[3:7] + 1).sum(), knobs)
+    assert got == 4.0, got
+    b = np.zeros((1, 3))
+    got = run(lambda: (Tensor(b).pad([(0, 2), (0, 1)])[2:3] + 1).sum(1), knobs)
+    np.testing.assert_array_equal(got, [4.0])

@@ -1,0 +1,501 @@
+"""A seeded differential fuzzer of random Tensor programs against numpy (issue 13).
+
+A program is 1-3 random inputs (float32 or float64 per program, some int32; ranks 1-4, sizes from {1, 2, 3, 5, 7})
+and a random DAG of 2-8 ops: elementwise float and int ops, casts, comparisons, where, movement (permute,
+reshape, flips, strided slices with negative steps, expand), pad, cat, reductions, matmul, cumsum and softmax.
+Each op is one line of Tensor code and one line of numpy code, so the program runs from the same text on both
+sides and prints itself as a repro. The oracle runs float programs in float64 and compares with a tolerance for
+the program's dtype; int results compare exactly.
+
+Discontinuous ops (float -> int casts, comparisons and the `where` they feed) only read "exact" floats: values
+built from the inputs (multiples of 1/4) by ops that round nothing in either dtype, so an oracle that rounds
+differently cannot flip them. Every op that would leave the range [-1e5, 1e5] or make a non-finite value is
+rejected while generating, so no NaN is compared.
+
+`run_batch` realizes many programs' outputs with one `realize` (one schedule, one batched compile per device);
+a program that fails there is re-run alone, and `shrink` reduces a failing program while it still fails.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable
+
+import numpy as np
+
+from rewrite.env import Context
+from tensor import Tensor
+
+SIZES = (1, 2, 3, 5, 7)
+LIMIT = 1e5
+RTOL = {"float32": 2e-5, "float64": 1e-10}
+ATOL = {"float32": 2e-5, "float64": 1e-10}
+MODES: dict[str, dict] = {"cpu": {}, "noopt": {"NOOPT": 1}, "python": {"DEVICE": "python"}}
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    """One line: `v{out} = <tcode>` on the Tensor side, `v{out} = <ncode>` in numpy; args are value indices."""
+
+    tcode: str
+    ncode: str
+    args: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Input:
+    shape: tuple[int, ...]
+    dtype: str  # "float" (the program's float dtype) or "int32"
+    data: tuple  # flattened values
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    seed: int
+    fdt: str  # float32 or float64
+    inputs: tuple[Input, ...]
+    ops: tuple[Op, ...]
+
+    def input_array(self, i: int, oracle: bool) -> np.ndarray:
+        inp = self.inputs[i]
+        dt = ("float64" if oracle else self.fdt) if inp.dtype == "float" else inp.dtype
+        return np.array(inp.data, dtype=dt).reshape(inp.shape)
+
+    def lines(self, kind: str) -> list[str]:
+        n = len(self.inputs)
+        out = []
+        for k, op in enumerate(self.ops):
+            code = op.tcode if kind == "t" else op.ncode
+            out.append(f"v{n + k} = " + code.format(*[f"v{a}" for a in op.args]))
+        return out
+
+    def repro(self, knobs: str = "") -> str:
+        """Standalone Python that runs the program with uopc (inside `Context(knobs)`) and the float64 oracle."""
+        n = len(self.inputs)
+        head = ["import numpy as np", "from rewrite.env import Context", "from tensor import Tensor",
+                f"FDT, TDT = np.float64, '{self.fdt}'"]
+        if any("np_softmax" in op.ncode for op in self.ops):
+            head.append("def np_softmax(x, axis):\n    e = np.exp(x - x.max(axis=axis, keepdims=True))\n"
+                        "    return e / e.sum(axis=axis, keepdims=True)")
+        for i, inp in enumerate(self.inputs):
+            dt = f"np.{self.fdt}" if inp.dtype == "float" else "np.int32"
+            head.append(f"a{i} = np.array({list(inp.data)!r}, dtype={dt}).reshape({inp.shape})")
+        t = [f"    v{i} = Tensor(a{i})" for i in range(n)] + ["    " + line for line in self.lines("t")]
+        o = [f"v{i} = a{i}.astype(FDT) if a{i}.dtype.kind == 'f' else a{i}" for i in range(n)] + self.lines("n")
+        last = f"v{n + len(self.ops) - 1}"
+        return "\n".join([*head, f"with Context({knobs}):", *t, f"    got = {last}.numpy()", "# numpy oracle", *o,
+                          f"want = np.asarray({last})", "print(got, want, sep='\\n')"])
+
+
+def np_softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _env(fdt: str, oracle: bool) -> dict:
+    return {"np": np, "FDT": np.float64 if oracle else np.dtype(fdt).type, "TDT": fdt, "np_softmax": np_softmax}
+
+
+def eval_numpy(p: Program, oracle: bool = True) -> np.ndarray:
+    env = _env(p.fdt, oracle)
+    for i in range(len(p.inputs)):
+        env[f"v{i}"] = p.input_array(i, oracle)
+    with np.errstate(all="ignore"):
+        exec("\n".join(p.lines("n")), env)
+    return np.asarray(env[f"v{len(p.inputs) + len(p.ops) - 1}"])
+
+
+def build_tensor(p: Program) -> Tensor:
+    env = _env(p.fdt, False)
+    env["Tensor"] = Tensor
+    for i in range(len(p.inputs)):
+        env[f"v{i}"] = Tensor(p.input_array(i, False))
+    exec("\n".join(p.lines("t")), env)
+    return env[f"v{len(p.inputs) + len(p.ops) - 1}"]
+
+
+def mismatch(p: Program, got: np.ndarray) -> str | None:
+    """Why `got` is not the program's result (None when it is)."""
+    want = eval_numpy(p)
+    if got.shape != want.shape:
+        return f"shape {got.shape} != {want.shape}"
+    if want.dtype.kind in "iub":
+        if got.dtype.kind not in "iub" or not np.array_equal(got, want):
+            return f"int result differs:\n got {got.ravel()[:16]}\nwant {want.ravel()[:16]}"
+        return None
+    if got.dtype != np.dtype(p.fdt):
+        return f"dtype {got.dtype} != {p.fdt}"
+    tol = np.abs(want).max(initial=1.0) * ATOL[p.fdt]
+    err = np.abs(got.astype(np.float64) - want)
+    if not np.all(err <= tol + RTOL[p.fdt] * np.abs(want)):
+        # a second chance against numpy in the program's own dtype (rounding each op as uopc does)
+        alt = eval_numpy(p, oracle=False).astype(np.float64)
+        if np.all(np.abs(got - alt) <= tol + RTOL[p.fdt] * np.abs(want)):
+            return None
+        i = int(np.argmax(err - RTOL[p.fdt] * np.abs(want)))
+        return f"float result differs at flat {i}: got {got.ravel()[i]!r} want {want.ravel()[i]!r}"
+    return None
+
+
+# ---------------------------------------------------------------- generation
+
+
+@dataclasses.dataclass
+class _Val:
+    shape: tuple[int, ...]
+    kind: str  # "f" or "i"
+    exact: bool
+    ref: np.ndarray
+
+
+def _candidates(rng: random.Random, vals: list[_Val], fdt: str) -> Op | None:
+    """One random op over `vals` (None when the pick does not apply)."""
+    n = len(vals)
+    ai = n - 1 if rng.random() < 0.6 else rng.randrange(n)
+    a = vals[ai]
+    nd = len(a.shape)
+    others = [j for j, v in enumerate(vals) if v.kind == a.kind and _broadcasts(a.shape, v.shape)]
+    bi = rng.choice(others) if others else ai
+    kind = rng.choice(["unary", "unary", "binary", "binary", "int", "cast", "cmp", "move", "move", "move", "pad",
+                       "cat", "reduce", "reduce", "matmul", "cumsum", "softmax"] + ["int", "cmp"] * (a.kind == "i"))
+    if kind == "unary":
+        if a.kind != "f":
+            return Op("-{0}", "-{0}", (ai,)) if rng.random() < 0.5 else Op("{0}.abs()", "np.abs({0})", (ai,))
+        t, m = rng.choice([("-{0}", "-{0}"), ("{0}.abs()", "np.abs({0})"), ("{0}.relu()", "np.maximum({0}, 0)"),
+                           ("{0}.clip(-8, 8).exp()", "np.exp(np.clip({0}, -8, 8))"),
+                           ("({0}.abs() + 1).log()", "np.log(np.abs({0}) + 1)"),
+                           ("({0}.abs() + 0.5).sqrt()", "np.sqrt(np.abs({0}) + 0.5)"),
+                           ("{0}.sin()", "np.sin({0})"), ("{0}.tanh()", "np.tanh({0})"),
+                           ("{0}.sigmoid()", "1 / (1 + np.exp(-{0}))"), ("{0}.square()", "np.square({0})"),
+                           ("({0}.abs() + 1).reciprocal()", "1 / (np.abs({0}) + 1)"), ("{0} * 0.5", "{0} * 0.5"),
+                           ("{0}.floor()", "np.floor({0})"), ("{0}.ceil()", "np.ceil({0})")])
+        if t in ("{0}.floor()", "{0}.ceil()") and not a.exact:
+            return None
+        if t == "{0}.sin()" and np.abs(a.ref).max() > 64:  # ill-conditioned: float32 rounding of x moves sin(x)
+            return None
+        return Op(t, m, (ai,))
+    if kind == "binary":
+        ops = [("{0} + {1}", "{0} + {1}"), ("{0} - {1}", "{0} - {1}"), ("{0} * {1}", "{0} * {1}"),
+               ("{0}.maximum({1})", "np.maximum({0}, {1})"), ("{0}.minimum({1})", "np.minimum({0}, {1})")]
+        if a.kind == "f":
+            ops.append(("{0} / ({1}.abs() + 1)", "{0} / (np.abs({1}) + 1)"))
+        t, m = rng.choice(ops)
+        return Op(t, m, (ai, bi))
+    if kind == "int":
+        if a.kind != "i":
+            return None
+        c = rng.choice([1, 2, 3, 5, -3, -2])
+        s = rng.randrange(4)
+        t, m = rng.choice([(f"{{0}} // {c}", f"{{0}} // {c}"), (f"{{0}} % {c}", f"{{0}} % {c}"),
+                           ("{0} & {1}", "{0} & {1}"), ("{0} | {1}", "{0} | {1}"), ("{0} ^ {1}", "{0} ^ {1}"),
+                           (f"{{0}} << {s}", f"{{0}} << {s}"), (f"{{0}} >> {s}", f"{{0}} >> {s}"),
+                           ("{0} // ({1}.abs() + 1)", "{0} // (np.abs({1}) + 1)"),
+                           ("{0} % ({1}.abs() + 1)", "{0} % (np.abs({1}) + 1)")])
+        return Op(t, m, (ai, bi) if "{1}" in t else (ai,))
+    if kind == "cast":
+        if a.kind == "i":
+            return Op("{0}.cast(TDT)", "{0}.astype(FDT)", (ai,))
+        if not a.exact:
+            return None
+        return Op("{0}.cast('int32')", "{0}.astype(np.int32)", (ai,))
+    if kind == "cmp":
+        if a.kind == "f" and not (a.exact and vals[bi].exact):
+            return None
+        c = rng.choice(["<", "<=", "==", "!=", ">"])
+        if rng.random() < 0.5:
+            return Op(f"({{0}} {c} {{1}}).cast('int32')", f"({{0}} {c} {{1}}).astype(np.int32)", (ai, bi))
+        return Op(f"({{0}} {c} {{1}}).where({{0}}, {{1}})", f"np.where({{0}} {c} {{1}}, {{0}}, {{1}})", (ai, bi))
+    if kind == "move":
+        return _movement(rng, a, ai)
+    if kind == "pad":
+        pads = [(rng.randrange(3), rng.randrange(3)) for _ in range(nd)]
+        v = rng.choice([0, 1, -2])
+        return Op(f"{{0}}.pad({pads}, value={v})", f"np.pad({{0}}, {pads}, constant_values={v})", (ai,))
+    if kind == "cat":
+        d = rng.randrange(nd)
+        js = [j for j, v in enumerate(vals) if v.kind == a.kind and len(v.shape) == nd
+              and all(v.shape[k] == a.shape[k] for k in range(nd) if k != d)]
+        j = rng.choice(js)
+        if j == ai and rng.random() < 0.5:
+            return Op(f"{{0}}.cat({{0}}.flip({d}), dim={d})", f"np.concatenate([{{0}}, np.flip({{0}}, {d})], axis={d})",
+                      (ai,))
+        return Op(f"{{0}}.cat({{1}}, dim={d})", f"np.concatenate([{{0}}, {{1}}], axis={d})", (ai, j))
+    if kind == "reduce":
+        ax = rng.choice([None, *range(nd)])
+        kd = rng.random() < 0.5
+        opts = [("sum", "sum"), ("max", "max"), ("min", "min")] + ([("mean", "mean")] if a.kind == "f" else [])
+        t, m = rng.choice(opts)
+        return Op(f"{{0}}.{t}(axis={ax}, keepdim={kd})", f"{{0}}.{m}(axis={ax}, keepdims={kd})", (ai,))
+    if kind == "matmul":
+        if a.kind != "f":
+            return None
+        js = [j for j, v in enumerate(vals) if v.kind == "f" and _mm_ok(a.shape, v.shape)]
+        if js:
+            return Op("{0} @ {1}", "{0} @ {1}", (ai, rng.choice(js)))
+        if nd >= 2:
+            return Op("{0} @ {0}.transpose(-1, -2)", "{0} @ np.swapaxes({0}, -1, -2)", (ai,))
+        return Op("{0} @ {0}", "{0} @ {0}", (ai,))
+    if kind == "cumsum":
+        d = rng.randrange(nd)
+        return Op(f"{{0}}.cumsum({d})", f"np.cumsum({{0}}, axis={d})", (ai,))
+    if a.kind != "f":
+        return None
+    d = rng.randrange(nd)
+    return Op(f"{{0}}.softmax({d})", f"np_softmax({{0}}, {d})", (ai,))
+
+
+def _broadcasts(a: tuple, b: tuple) -> bool:
+    """b broadcasts to a's shape without changing it."""
+    return len(b) <= len(a) and all(y in (1, x) for x, y in zip(a[::-1], b[::-1], strict=False))
+
+
+def _mm_ok(a: tuple, b: tuple) -> bool:
+    if len(a) == 0 or len(b) == 0:
+        return False
+    k = a[-1]
+    kb = b[0] if len(b) == 1 else b[-2]
+    if k != kb:
+        return False
+    if len(a) >= 2 and len(b) >= 2:
+        return _broadcasts(a[:-2], b[:-2]) or _broadcasts(b[:-2], a[:-2])
+    return True
+
+
+def _movement(rng: random.Random, a: _Val, ai: int) -> Op:
+    nd = len(a.shape)
+    pick = rng.choice(["permute", "reshape", "flip", "slice", "slice", "expand"])
+    if pick == "permute" and nd >= 2:
+        order = list(range(nd))
+        rng.shuffle(order)
+        o = tuple(order)
+        return Op(f"{{0}}.permute{o}", f"np.transpose({{0}}, {o})", (ai,))
+    if pick == "reshape":
+        numel = int(np.prod(a.shape))
+        shape = _random_factor(rng, numel)
+        return Op(f"{{0}}.reshape{shape}", f"{{0}}.reshape({shape})", (ai,))
+    if pick == "flip":
+        axes = tuple(sorted(rng.sample(range(nd), rng.randint(1, nd))))
+        return Op(f"{{0}}.flip({axes})", f"np.flip({{0}}, {axes})", (ai,))
+    if pick == "expand" and 1 in a.shape:
+        shape = tuple(rng.choice(SIZES) if s == 1 else s for s in a.shape)
+        return Op(f"{{0}}.expand{shape}", f"np.broadcast_to({{0}}, {shape})", (ai,))
+    parts = []
+    for s in a.shape:
+        step = rng.choice([1, 1, 2, 3, -1, -2])
+        lo = rng.randrange(s)
+        hi = rng.randrange(lo, s) + 1
+        if step < 0:
+            lo, hi = hi - 1, lo - 1
+            parts.append(f"{lo}:{hi if hi >= 0 else ''}:{step}")
+        else:
+            parts.append(f"{lo}:{hi}:{step}")
+    idx = ", ".join(parts)
+    return Op(f"{{0}}[{idx}]", f"{{0}}[{idx}]", (ai,))
+
+
+def _random_factor(rng: random.Random, numel: int) -> tuple[int, ...]:
+    dims, left = [], numel
+    for _ in range(rng.randint(0, 3)):
+        divs = [d for d in range(2, left + 1) if left % d == 0]
+        if not divs:
+            break
+        d = rng.choice(divs)
+        dims.append(d)
+        left //= d
+    dims.append(left)
+    rng.shuffle(dims)
+    if rng.random() < 0.3:
+        dims.insert(rng.randrange(len(dims) + 1), 1)
+    return tuple(dims[:4]) if int(np.prod(dims[:4])) == numel else (numel,)
+
+
+def _random_input(rng: random.Random, shape: tuple[int, ...], kind: str) -> Input:
+    n = int(np.prod(shape))
+    if kind == "f":
+        return Input(shape, "float", tuple(rng.randint(-16, 16) / 4 for _ in range(n)))
+    return Input(shape, "int32", tuple(rng.randint(-20, 20) for _ in range(n)))
+
+
+def _random_shape(rng: random.Random) -> tuple[int, ...]:
+    return tuple(rng.choice(SIZES) for _ in range(rng.randint(1, 4)))
+
+
+def _value_of(ref: np.ndarray, kind: str, exact: bool) -> _Val | None:
+    if ref.ndim == 0 or ref.size == 0 or ref.ndim > 4 or ref.dtype.kind == "b":
+        return None
+    if not np.all(np.isfinite(ref)) or np.abs(ref).max() > LIMIT:
+        return None
+    return _Val(ref.shape, "i" if ref.dtype.kind in "iu" else "f", exact, ref)
+
+
+_ROUNDS = ("sin", "tanh", "exp", "log", "sqrt", "sigmoid", "reciprocal", "/", "mean", "softmax", "@", "*")
+
+
+def generate(seed: int) -> Program:
+    rng = random.Random(seed)
+    fdt = rng.choice(["float32", "float64"])
+    base = _random_shape(rng)
+    inputs = []
+    for _ in range(rng.randint(1, 3)):
+        r = rng.random()
+        shape = base if r < 0.5 else tuple(1 if rng.random() < 0.3 else s for s in base) if r < 0.75 \
+            else _random_shape(rng)
+        inputs.append(_random_input(rng, shape, "f" if rng.random() < 0.7 else "i"))
+    p = Program(seed, fdt, tuple(inputs), ())
+    vals = [_Val(inp.shape, "f" if inp.dtype == "float" else "i", True, p.input_array(i, True))
+            for i, inp in enumerate(inputs)]
+    ops: list[Op] = []
+    want = rng.randint(2, 8)
+    tries = 0
+    while len(ops) < want and tries < 200:
+        tries += 1
+        op = _candidates(rng, vals, fdt)
+        if op is None:
+            continue
+        q = dataclasses.replace(p, ops=(*ops, op))
+        try:
+            ref = eval_numpy(q)
+        except (ValueError, IndexError, TypeError):
+            continue
+        exact = all(vals[j].exact for j in op.args) and not any(s in op.tcode for s in _ROUNDS)
+        exact = exact or ref.dtype.kind in "iu"
+        v = _value_of(ref, "", (exact and ref.dtype.kind == "f") or ref.dtype.kind in "iu")
+        if v is None:
+            continue
+        if v.kind == "f" and ref.dtype != np.float64:
+            continue
+        ops.append(op)
+        vals.append(v)
+    return dataclasses.replace(p, ops=tuple(ops))
+
+
+# ---------------------------------------------------------------- running
+
+
+def run_one(p: Program, mode: str) -> str | None:
+    """Why `p` fails in `mode` run alone (None when it passes)."""
+    try:
+        with Context(**MODES[mode]):
+            got = build_tensor(p).numpy()
+    except Exception as e:
+        return f"raised {type(e).__name__}: {e}"
+    return mismatch(p, got)
+
+
+def run_batch(progs: list[Program], mode: str) -> list[tuple[Program, str]]:
+    """Realize all programs' outputs together (one schedule, batched compiles); failures re-run alone."""
+    failures: list[tuple[Program, str]] = []
+    with Context(**MODES[mode]):
+        outs: list[Tensor | None] = []
+        for p in progs:
+            try:
+                outs.append(build_tensor(p))
+            except Exception:
+                outs.append(None)
+        live = [t for t in outs if t is not None]
+        try:
+            if live:
+                live[0].realize(*live[1:])
+            results = [None if t is None else t.numpy() for t in outs]
+        except Exception:
+            results = [None] * len(outs)
+    for p, got in zip(progs, results, strict=True):
+        why = mismatch(p, got) if got is not None else run_one(p, mode)
+        if why is not None and got is not None:
+            why = run_one(p, mode)  # confirm alone
+        if why is not None:
+            failures.append((p, why))
+    return failures
+
+
+def _still_fails(p: Program, mode: str) -> bool:
+    if not p.ops:
+        return False
+    try:
+        ref = eval_numpy(p)
+    except Exception:
+        return False
+    if ref.ndim == 0 and ref.dtype.kind == "b":
+        return False
+    if ref.dtype.kind == "f" and (not np.all(np.isfinite(ref))):
+        return False
+    return run_one(p, mode) is not None
+
+
+def _drop_op(p: Program, k: int, sub: int) -> Program:
+    """Without op k; later uses of its value read value `sub` instead."""
+    n = len(p.inputs)
+    old = n + k
+
+    def remap(a: int) -> int:
+        if a == old:
+            return sub
+        return a - 1 if a > old else a
+
+    ops = tuple(dataclasses.replace(o, args=tuple(remap(a) for a in o.args)) for i, o in enumerate(p.ops) if i != k)
+    return dataclasses.replace(p, ops=ops)
+
+
+def _shrink_steps(p: Program) -> list[Program]:
+    n = len(p.inputs)
+    out = [dataclasses.replace(p, ops=p.ops[:k]) for k in range(1, len(p.ops))]  # an earlier value as the output
+    for k, op in enumerate(p.ops):
+        for a in dict.fromkeys(op.args):
+            out.append(_drop_op(p, k, a))
+    for i, inp in enumerate(p.inputs):
+        for d, s in enumerate(inp.shape):
+            for smaller in (1, 2, 3):
+                if smaller < s:
+                    shape = (*inp.shape[:d], smaller, *inp.shape[d + 1:])
+                    arr = np.array(inp.data).reshape(inp.shape)[tuple(slice(0, smaller) if j == d else slice(None)
+                                                                      for j in range(len(shape)))]
+                    new = Input(shape, inp.dtype, tuple(arr.ravel().tolist()))
+                    out.append(dataclasses.replace(p, inputs=(*p.inputs[:i], new, *p.inputs[i + 1:])))
+        for fill in (1, 0):
+            if any(x != fill for x in inp.data):
+                new = Input(inp.shape, inp.dtype, tuple(type(x)(fill) for x in inp.data))
+                out.append(dataclasses.replace(p, inputs=(*p.inputs[:i], new, *p.inputs[i + 1:])))
+    # unused inputs go
+    used = {a for o in p.ops for a in o.args}
+    for i in range(n):
+        if i not in used:
+            ops = tuple(dataclasses.replace(o, args=tuple(a - 1 if a > i else a for a in o.args)) for o in p.ops)
+            out.append(dataclasses.replace(p, inputs=p.inputs[:i] + p.inputs[i + 1:], ops=ops))
+    return out
+
+
+def shrink(p: Program, mode: str, budget: int = 300) -> Program:
+    """The smallest program found (greedy: first smaller candidate that still fails) within `budget` runs."""
+    tried = 0
+    progress = True
+    while progress and tried < budget:
+        progress = False
+        for q in _shrink_steps(p):
+            tried += 1
+            if _still_fails(q, mode):
+                p, progress = q, True
+                break
+            if tried >= budget:
+                break
+    return p
+
+
+def report(p: Program, mode: str, why: str, shrunk: Program | None = None) -> str:
+    s = shrunk or p
+    knobs = ", ".join(f"{k}={v!r}" for k, v in MODES[mode].items())
+    return (f"fuzz program seed={p.seed} fails in mode {mode} ({knobs or 'defaults'}): {why}\n"
+            f"minimal repro:\n{s.repro(knobs)}\n")
+
+
+def fuzz(seeds: range, mode: str, batch: int = 150, on_fail: Callable[[str], None] | None = None) -> list[str]:
+    """Run the programs of `seeds` in `mode`; the shrunk reports of the failures."""
+    reports = []
+    for lo in range(seeds.start, seeds.stop, batch):
+        progs = [generate(s) for s in range(lo, min(lo + batch, seeds.stop))]
+        for p, why in run_batch(progs, mode):
+            r = report(p, mode, why, shrink(p, mode))
+            reports.append(r)
+            if on_fail:
+                on_fail(r)
+    return reports
