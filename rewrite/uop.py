@@ -15,7 +15,6 @@ BufferArg; CAST/BITCAST dtype; PERMUTE axis order; FLIP one bool per axis; REDUC
 
 from __future__ import annotations
 
-import contextlib
 import math
 import weakref
 from collections.abc import Callable
@@ -123,7 +122,7 @@ class UOp:
         return u
 
     def __del__(self) -> None:
-        try:
+        try:  # noqa: SIM105  # contextlib.suppress needs the contextlib global, which shutdown may have cleared
             _intern.pop(self._key, None)
         except (TypeError, AttributeError):  # interpreter shutdown: module globals (even contextlib) may be None
             pass
