@@ -1,0 +1,33 @@
+"""The `train` suite's smallest row in-process: ours against torch on the same steps, the row's fields sane."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from benchmarks.bench_train import TINY, loss_check, mlp_row
+from benchmarks.kernel_peers import have
+from benchmarks.runner import Bench
+
+
+def test_loss_check_tolerance() -> None:
+    assert loss_check([1.0, 2.0], [1.0, 2.0 * (1 + 5e-5)])[0]
+    assert not loss_check([1.0, 2.0], [1.0, 2.1])[0]
+
+
+def test_tiny_mlp_row() -> None:
+    b = Bench("train", quick=True)
+    out = mlp_row(b, TINY, cold=False, check_steps=3, runs=3)
+    names = [r.name for r in b.results]
+    assert f"{TINY.label}: step/ours" in names
+    ours = b.results[names.index(f"{TINY.label}: step/ours")]
+    assert len(ours.samples) == 3 and all(0 < s < 10_000 for s in ours.samples) and ours.unit == "ms"
+    assert len(out["ours_losses"]) == 3 and all(math.isfinite(v) and v > 0 for v in out["ours_losses"])
+    assert out["ours_losses"][-1] < out["ours_losses"][0]  # training lowers the loss on a fixed batch
+    if not have("torch"):
+        assert out["check_ok"] is None
+        pytest.skip("torch not installed: no loss check")
+    assert out["check_ok"], out
+    assert out["rel_err"] <= 1e-4
+    assert f"{TINY.label}: step/torch" in names and len(b.comparisons) == 1
