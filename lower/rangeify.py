@@ -198,7 +198,7 @@ class KernelBuilder:
         if n in self.buffers and (not top or op is Ops.BUFFER):
             ld = self.load(self.buffers[n], n.shape, idx, valid)
             return [], lambda _v: ld
-        if op is Ops.CONST or (op is Ops.PARAM and isinstance(n.buf_arg.slot, str)):  # a scalar, or a variable
+        if op is Ops.CONST or n.is_variable:  # a scalar, or a variable
             return [], lambda _v: n
         if op in (Ops.DETACH, Ops.CONTIGUOUSBACKWARD, Ops.AFTER, Ops.CONTIGUOUS):
             k = (n.src[0], idx, valid)

@@ -127,10 +127,7 @@ def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None,
         kernel = get_kernel(it.ast, dev, it.name, it.bufs)
         st = time.perf_counter()
         arrays = {i: _array(b, vv) for i, b in enumerate(it.bufs)}
-        if vv:
-            kernel(arrays, vv)
-        else:
-            kernel(arrays)
+        kernel(arrays, vv)
         if debug >= 2:
             dt = time.perf_counter() - st
             est = _estimates.get(_kernel_key(it.ast, dev), Estimate(0, 0))

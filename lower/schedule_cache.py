@@ -253,10 +253,7 @@ def replay(p: Plan, roots: list[UOp], inputs: list[UOp], var_vals: dict[str, int
                 views[0][:] = views[1]
                 continue
             t1 = time.perf_counter()
-            if vv:
-                st.kernel(dict(enumerate(views)), vv)
-            else:
-                st.kernel(dict(enumerate(views)))
+            st.kernel(dict(enumerate(views)), vv)
             if debug >= 2:
                 dt_s = time.perf_counter() - t1
                 print(f"*** {st.device:6s} {st.name:28s} out {st.out_shape:>10s}  {dt_s * 1e3:9.3f} ms  "

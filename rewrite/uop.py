@@ -179,7 +179,7 @@ class UOp:
         it stay symbolic (so graphs and kernels are shared across values); a realize passes the value on."""
         from rewrite.errors import VariableError
 
-        if self.op is not Ops.PARAM or not isinstance(self.buf_arg.slot, str):
+        if not self.is_variable:
             raise VariableError(f"bind: only a variable (UOp.variable) can be bound, got {self.short()}")
         if isinstance(value, bool) or not isinstance(value, int):
             raise VariableError(f"bind: variable {self.buf_arg.slot!r} takes an int, got {value!r}")
@@ -194,6 +194,11 @@ class UOp:
         if self.op is Ops.PARAM and isinstance(t, tuple) and len(t) == 2 and t[0] == "bind":
             return self.replace(tag=None), int(t[1])
         return self, None
+
+    @property
+    def is_variable(self) -> bool:
+        """A symbolic int variable (a PARAM named by a string, as UOp.variable makes)."""
+        return self.op is Ops.PARAM and isinstance(self.buf_arg.slot, str)
 
     @property
     def var_bounds(self) -> tuple[int, int]:
@@ -499,8 +504,7 @@ class UOp:
 
     def variables(self) -> list[UOp]:
         """Symbolic variables (named PARAMs) this node depends on, by name."""
-        vs = {u: slot for u in self.toposort() if u.op is Ops.PARAM and isinstance(slot := u.buf_arg.slot, str)}
-        return sorted(vs, key=vs.__getitem__)
+        return sorted((u for u in self.toposort() if u.is_variable), key=lambda u: str(u.buf_arg.slot))
 
     def ranges(self) -> list[UOp]:
         return [u for u in self.toposort() if u.op is Ops.RANGE]

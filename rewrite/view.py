@@ -57,7 +57,7 @@ class View:
                 valid = valid & (UOp.const(lo - 1) < i if isinstance(lo, int) else (i < lo).ne(True))
             if not (isinstance(hi, int) and i.vmax < hi):
                 valid = valid & (i < hi)
-            if isinstance(lo, int) and isinstance(hi, int) and i.op is Ops.PARAM and isinstance(i.buf_arg.slot, str):
+            if isinstance(lo, int) and isinstance(hi, int) and i.is_variable:
                 nlo, nhi = max(lo, int(i.vmin)), min(hi - 1, int(i.vmax))  # a variable's bounds are ints
                 if nlo > nhi:
                     return UOp.const(0), UOp.const(False)

@@ -22,10 +22,6 @@ def Variable(name: str, lo: int, hi: int, dtype: DType = dtypes.index) -> UOp:  
     return UOp.variable(name, lo, hi, dtype)
 
 
-def is_var(u: UOp) -> bool:
-    return u.op is Ops.PARAM and isinstance(u.buf_arg.slot, str)
-
-
 def bound_value(d: int | UOp, what: str) -> int:
     """A dimension's value: an int as is, a symbolic one evaluated with its variables' bound values."""
     if isinstance(d, int):
@@ -68,7 +64,7 @@ def unbind_graph(roots: list[UOp]) -> tuple[list[UOp], dict[str, int], dict[UOp,
             seen.add(u)
             if u.op is Ops.BUFFER and not all(isinstance(d, int) for d in u.shape):
                 buffers.append(u)
-            if not is_var(u):
+            if not u.is_variable:
                 continue
             var, val = u.unbind()
             name = str(var.buf_arg.slot)
