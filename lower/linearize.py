@@ -189,3 +189,20 @@ def _emit(scope: UOp | None, placed: dict[UOp | None, list[UOp]], out: list[UOp]
 
 
 __all__ = ["linearize", "reduce_to_acc"]
+
+
+def listing(linear: UOp) -> str:
+    """The LINEAR program one instruction a line, in program order, indented by loop depth:
+    `  %7 = LOAD:float32(%5) arg`; a source that is not an instruction prints as its short form."""
+    pos = {u: i for i, u in enumerate(linear.src)}
+    lines, depth = [], 0
+    for i, u in enumerate(linear.src):
+        if u.op is Ops.END:
+            depth = max(depth - 1, 0)
+        srcs = ", ".join(f"%{pos[s]}" if s in pos else s.short() for s in u.src)
+        arg = "" if u.arg is None else f" {u.arg!r}"
+        sh = "" if u.shape == () else str(u.shape)
+        lines.append(f"{'  ' * depth}%{i} = {u.op.name}:{u.dtype.name}{sh}({srcs}){arg}")
+        if u.op is Ops.RANGE:
+            depth += 1
+    return "\n".join(lines)

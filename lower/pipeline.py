@@ -30,6 +30,7 @@ from devices import get_device
 from devices.base import Target
 from rewrite import Ops, RuleSet, UOp, dtypes, graph_rewrite
 from rewrite.env import getenv
+from rewrite.viz import capture as viz_capture
 
 # ------------------------------------------------------------------------------------------ the context
 
@@ -130,6 +131,8 @@ def optimize(ast: UOp, ctx: Lowering) -> UOp:
             opts = hand_coded(ast, ctx.target)
     if ctx.debug >= 3 and opts:
         print(f"opts {ctx.name}: {opts}", file=sys.stderr)
+    if (rec := viz_capture.ACTIVE) is not None:
+        rec.note(ctx.name, opts=[str(o) for o in opts])
     if ctx.target.warp_size:
         from lower.gpu import apply_gpu_opts
 
@@ -275,7 +278,12 @@ def _stages(scope: str) -> tuple[Stage, ...]:
 
 
 def _run_stage(st: Stage, graph: UOp, ctx: Lowering) -> UOp:
-    out = st.run(graph, ctx)
+    if (rec := viz_capture.ACTIVE) is not None:
+        begun = rec.stage_begin()
+        out = st.run(graph, ctx)
+        rec.stage_end(begun, st.name, st.scope, "" if st.scope == "graph" else ctx.name, graph, out)
+    else:
+        out = st.run(graph, ctx)
     if ctx.spec and st.spec:
         from rewrite.spec import check
 

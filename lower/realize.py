@@ -15,15 +15,17 @@ from typing import Any
 
 import numpy as np
 
-from devices import target_for
+from devices import get_device, target_for
 from lower import buffers
 from lower.estimate import Estimate, estimate
+from lower.linearize import listing
 from lower.memory import plan
 from lower.schedule import ScheduleItem, schedule
 from lower.schedule_cache import PlanCache, bind_shape, build_plan, lowering_knobs, replay, resolve, signature
 from lower.stages import lower_kernel
 from rewrite import UOp
 from rewrite.env import getenv
+from rewrite.viz import capture as viz_capture
 
 _compiled: dict[tuple, Any] = {}  # (ast, device, target key, lowering knobs) -> compiled kernel
 _estimates: dict[tuple, Estimate] = {}
@@ -77,8 +79,6 @@ def get_kernel(ast: UOp, device_name: str, name: str, bufs: tuple | None = None)
 def compile_kernels(wanted: Sequence[tuple[UOp, str, str, tuple | None]]) -> list[Any]:
     """The compiled kernel for each (ast, device, name, bufs): from memory, or lowered and then compiled, the new
     ones of a device in one batch when it can compile several at once (one compiler start instead of one each)."""
-    from devices import get_device
-
     new: dict[tuple, tuple[UOp, str]] = {}  # key -> (LINEAR, name), in first-use order
     for ast, device_name, name, bufs in wanted:
         key = _kernel_key(ast, device_name)
@@ -88,6 +88,10 @@ def compile_kernels(wanted: Sequence[tuple[UOp, str, str, tuple | None]]) -> lis
         if getenv("DEBUG") >= 3:
             print(f"--- {name} ({device_name})\n{linear}", file=sys.stderr)
         new[key] = (linear, name)
+        if (rec := viz_capture.ACTIVE) is not None:
+            est = estimate(linear)
+            rec.kernel(key, name, device_name, linear=listing(linear), flops=est.flops, mem_bytes=est.mem_bytes,
+                       source=get_device(device_name).render(linear, name, target_for(device_name)))
     by_dev: dict[str, list[tuple]] = {}
     for key in new:
         by_dev.setdefault(key[1], []).append(key)
@@ -128,6 +132,8 @@ def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None,
         st = time.perf_counter()
         arrays = {i: _array(b, vv) for i, b in enumerate(it.bufs)}
         kernel(arrays, vv)
+        if (rec := viz_capture.ACTIVE) is not None:
+            rec.run(_kernel_key(it.ast, dev), it.name, dev, time.perf_counter() - st)
         if debug >= 2:
             dt = time.perf_counter() - st
             est = _estimates.get(_kernel_key(it.ast, dev), Estimate(0, 0))
@@ -145,12 +151,11 @@ def realize(roots: list[UOp], var_vals: dict[str, int] | None = None) -> dict[UO
     structure of one realized before replays that one's plan (schedule, kernels, memory plan). `var_vals` gives
     the values of the graph's (unbound) variables by name; they are not part of any cache key, and results come
     back with their shapes' variables bound to them."""
+    if (rec := viz_capture.ACTIVE) is not None:
+        with rec.realize("realize"):
+            return _realize_fresh(roots, var_vals)
     if int(getenv("TRACE")):  # tracing wants the scheduling rules to fire, so nothing is replayed
-        items, outs = schedule(roots)
-        run_schedule(items, keep=set(outs.values()), var_vals=var_vals)
-        if var_vals:  # the results' shapes name the values, as a replay's do
-            outs = {r: _rebind(b, var_vals) for r, b in outs.items()}
-        return outs
+        return _realize_fresh(roots, var_vals)
     key, inputs = signature(roots)
     if (p := plans.get(key)) is None:
         items, outs = schedule(roots)
@@ -161,6 +166,15 @@ def realize(roots: list[UOp], var_vals: dict[str, int] | None = None) -> dict[UO
         p = build_plan(roots, inputs, items, outs, kernels, ests)
         plans.put(key, p)
     return replay(p, roots, inputs, var_vals)
+
+
+def _realize_fresh(roots: list[UOp], var_vals: dict[str, int] | None) -> dict[UOp, UOp]:
+    """Schedule, lower and run with no plan replayed, so every stage and rule runs (for TRACE and VIZ)."""
+    items, outs = schedule(roots)
+    run_schedule(items, keep=set(outs.values()), var_vals=var_vals)
+    if var_vals:  # the results' shapes name the values, as a replay's do
+        outs = {r: _rebind(b, var_vals) for r, b in outs.items()}
+    return outs
 
 
 def _rebind(buf: UOp, var_vals: dict[str, int]) -> UOp:

@@ -3,6 +3,7 @@
 from rewrite.dsl import Pat, Rule, RuleSet, const, fold, op, var
 from rewrite.dtype import AddrSpace, DType, PtrDType, dtypes, promote
 from rewrite.engine import graph_rewrite, substitute
+from rewrite.env import knob_int as _knob_int
 from rewrite.errors import (
     ArityError,
     CompilerError,
@@ -19,6 +20,11 @@ from rewrite.errors import (
 from rewrite.ops import AxisType, GroupOp, Ops
 from rewrite.trace import tracing
 from rewrite.uop import BufferArg, ParamArg, UOp
+
+if _knob_int("VIZ"):  # the viewer records from the first rewrite on (rewrite.viz); off, nothing is imported
+    from rewrite.viz.capture import start_from_env
+
+    start_from_env()
 
 __all__ = [
     "AddrSpace", "ArityError", "AxisType", "BufferArg", "CompilerError", "DType", "DTypeError", "EvalError",

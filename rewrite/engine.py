@@ -85,7 +85,8 @@ class _Run:
         if self.steps > self.max_steps:
             raise self.loop_error(f"more than {self.max_steps} rule firings")
         if self.log is not None:
-            self.log.record(self.stage, self.rs.rules[k].name, n, r)
+            rule = self.rs.rules[k]
+            self.log.record(self.stage, rule.name, n, r, rule.location)
         return r
 
     def loop_error(self, what: str, cycle: Sequence[UOp] = ()) -> RewriteLoopError:

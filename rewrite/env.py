@@ -98,7 +98,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "5 generated source; on stderr", lo=0, hi=5),
     Knob("TRACE", int, 0, "1 record every rule firing and print a summary at exit, 2 list every firing", lo=0, hi=2),
     Knob("SPEC", int, 0, "1 check the graph against rewrite/spec.py between pipeline stages", lo=0),
-    Knob("VIZ", int, 0, "1 record the graph at every stage for the viewer", lo=0),
+    Knob("VIZ", int, 0, "1 record rule firings, every stage's graphs and the kernels for the viewer; at exit write "
+         "the trace and serve it (docs/viz.md)", lo=0),
+    Knob("VIZ_OUT", str, "", "with VIZ=1: write the trace to this file at exit and do not serve it"),
     Knob("DEVICE", str, "cpu", "the default device: cpu, python or cuda, optionally :n"),
     Knob("CPU_TARGET", str, "native", "the cpu target to compile for (native or empty: the host)",
          choices=("", "native", "x86-64-v2", "x86-64-v3", "x86-64-v4", "aarch64")),
@@ -119,7 +121,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
 
 # the declared knobs by type, for the static types of `getenv` (a test checks these agree with KNOBS)
 IntKnob = Literal["DEBUG", "TRACE", "SPEC", "VIZ", "BEAM", "CACHE", "EGGLOG", "CACHE_SIZE"]
-StrKnob = Literal["DEVICE", "CPU_TARGET", "CACHEDIR", "CC", "SANITIZE"]
+StrKnob = Literal["DEVICE", "CPU_TARGET", "CACHEDIR", "CC", "SANITIZE", "VIZ_OUT"]
 BoolKnob = Literal["NOOPT", "NOLOCALS"]
 
 _overrides: dict[str, KnobValue] = {}
@@ -170,6 +172,7 @@ class Knobs:
     trace: int
     spec: int
     viz: int
+    viz_out: str
     device: str
     cpu_target: str
     beam: int
@@ -190,6 +193,7 @@ def knobs() -> Knobs:
         trace=knob_int("TRACE"),
         spec=knob_int("SPEC"),
         viz=knob_int("VIZ"),
+        viz_out=knob_str("VIZ_OUT"),
         device=knob_str("DEVICE"),
         cpu_target=knob_str("CPU_TARGET"),
         beam=knob_int("BEAM"),

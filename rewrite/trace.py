@@ -28,6 +28,7 @@ class Firing:
     rule: str
     before: UOp
     after: UOp
+    where: str = ""  # the rule's definition, file:line
 
     def __str__(self) -> str:
         return f"[{self.stage}] {self.rule}: {_short(self.before)} -> {_short(self.after)}"
@@ -45,8 +46,8 @@ class TraceLog:
     def __init__(self) -> None:
         self.firings: list[Firing] = []
 
-    def record(self, stage: str, rule: str, before: UOp, after: UOp) -> None:
-        self.firings.append(Firing(stage, rule, before, after))
+    def record(self, stage: str, rule: str, before: UOp, after: UOp, where: str = "") -> None:
+        self.firings.append(Firing(stage, rule, before, after, where))
 
     def made(self, node: UOp) -> list[Firing]:
         """The chain of firings that produced `node`, oldest first: the firing whose result is `node`, then the

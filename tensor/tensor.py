@@ -26,6 +26,7 @@ from rewrite.errors import DTypeError, ShapeError, VariableError
 from rewrite.ops import Ops
 from rewrite.semantics import exec_cast
 from rewrite.uop import UOp
+from rewrite.viz import capture as viz_capture
 from tensor import autograd as _ag
 from tensor import buffers
 from tensor import creation as _cr
@@ -76,6 +77,8 @@ class Tensor:
                  requires_grad: bool = False) -> None:
         self.grad, self._requires_grad = None, False
         self._init(data, dtype, device)
+        if (rec := viz_capture.ACTIVE) is not None:  # VIZ: which Tensor call made this graph's new nodes
+            rec.created(self.uop)
         if requires_grad:
             self.requires_grad = True
 
@@ -110,6 +113,8 @@ class Tensor:
     def _wrap(u: UOp, device: str) -> Tensor:
         t = object.__new__(Tensor)
         t.uop, t._device, t.grad, t._requires_grad = _ag.cut(u), device, None, False
+        if (rec := viz_capture.ACTIVE) is not None:
+            rec.created(t.uop)
         return t
 
     # ------------------------------------------------------------------ autograd (tensor.autograd)
