@@ -25,6 +25,7 @@ from collections.abc import Callable
 from rewrite import AxisType, DType, Ops, UOp, dtypes
 from rewrite.derive import shape_values
 from rewrite.uop import ConstValue
+from rewrite.viz import capture as viz_capture
 
 
 class NeedsRealize(Exception):
@@ -417,6 +418,9 @@ def build_kernel(node: UOp, out_buf: UOp, buffers: dict[UOp, UOp], fused: dict[U
             ranges.append(r)
             idx.append(r)
     val = kb.value(node, tuple(idx))
+    if (rec := viz_capture.ACTIVE) is not None:  # VIZ: each kernel node from the tensor node it computes
+        for (tensor_node, _, _), kernel_node in kb.memo.items():
+            rec.derive(kernel_node, tensor_node, "rangeify: the kernel's value of a tensor node")
     if fused is not None:
         fused.update(kb.fused)
     st = out_buf.index(flat_index(tuple(idx), shape)).store(val)

@@ -235,6 +235,9 @@ def _localize(ast: UOp) -> ScheduleItem:
     outs = list(dict.fromkeys(s.src[0].src[0] for s in stores if s.src[0].op is Ops.INDEX))
     order = outs + [b for b in glob if b not in outs]
     mapping = {b: UOp.buffer(i, b.dtype, b.shape, None) for i, b in enumerate(order)}
+    if (rec := viz_capture.ACTIVE) is not None:
+        for b, local_buf in mapping.items():
+            rec.derive(local_buf, b, "rangeify: a global buffer as the kernel's local slot")
     local = ast.substitute(mapping)
     return ScheduleItem("kernel", tuple(order), local, kernel_name(local))
 

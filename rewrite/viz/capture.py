@@ -9,6 +9,8 @@ A `Recorder` holds
   stages (`StageRecord`: the stage's graph before and after, and the slice of `log.firings` it made) and its
   kernel runs (`RunRecord`);
 - `kernels`: one `KernelRecord` per compiled kernel (opts, LINEAR listing, source, work estimate);
+- `derived`: links the rules do not make: a node a stage's function built from another (a kernel's REDUCE from
+  the tensor REDUCE it computes), kept as new node -> (old node, how);
 - `callsite_of`: for each tensor-graph node, the index in `callsites` of the Tensor call that created it (the
   first user-code frame outside this project's packages, and the Tensor method called).
 """
@@ -80,6 +82,7 @@ class Recorder:
         self.kernel_ix: dict[Hashable, int] = {}
         self.callsites: list[str] = []
         self.callsite_of: dict[UOp, int] = {}
+        self.derived: dict[UOp, tuple[UOp, str]] = {}
         self._callsite_ix: dict[str, int] = {}
         self._open: list[RealizeRecord] = []
         self._notes: dict[str, dict[str, KernelInfo]] = {}
@@ -113,6 +116,11 @@ class Recorder:
         ms = (time.perf_counter() - t0) * 1e3
         self._current().stages.append(StageRecord(name, scope, kernel, before, after, first, len(self.log.firings),
                                                   ms))
+
+    def derive(self, new: UOp, old: UOp, how: str) -> None:
+        """`new` was built from `old` by a function (not a rule); the first link reported for `new` stays."""
+        if new is not old:
+            self.derived.setdefault(new, (old, how))
 
     # -- kernels (reported by lower/) --
 

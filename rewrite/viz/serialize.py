@@ -7,6 +7,7 @@
      "rules":     [[name, "file:line", source line], ...]
      "stages":    [graph_rewrite stage name, ...]
      "firings":   [[stage index, rule index, before id, after id], ...]   in the order they fired
+     "derived":   [[new id, old id, how], ...]                built by a function from another node (not a rule)
      "kernels":   [{"name", "device", "opts", "linear", "source", "flops", "mem_bytes", ...}, ...]
      "realizes":  [{"label", "stages": [{"name", "scope", "kernel", "before", "after", "firings": [first, last],
                     "ms"}], "runs": [{"kernel", "ms", "gbs", "gflops"}]}, ...]}
@@ -136,6 +137,7 @@ def to_json(rec: Recorder) -> dict:
                          "gbs": round(float(mem) / sec / 1e9, 3) if isinstance(mem, int | float) else 0,
                          "gflops": round(float(flops) / sec / 1e9, 3) if isinstance(flops, int | float) else 0})
         realizes.append({"label": r.label, "stages": stages, "runs": runs})
+    derived = [[table.add(new), table.add(old), how] for new, (old, how) in rec.derived.items()]
     node_callsite = {str(i): rec.callsite_of[u] for u, i in table.ids.items() if u in rec.callsite_of}
     return {
         "version": VERSION,
@@ -146,6 +148,7 @@ def to_json(rec: Recorder) -> dict:
         "rules": rules,
         "stages": list(stage_names),
         "firings": firings,
+        "derived": derived,
         "kernels": [{"name": k.name, "device": k.device, **k.info} for k in rec.kernels],
         "realizes": realizes,
     }

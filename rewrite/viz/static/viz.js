@@ -47,33 +47,38 @@ function reach(root) { // every node id under root (cached per root)
 
 // ------------------------------------------------------------------------------------------ provenance
 
-// The nodes `id` derives from by rewriting: itself, the inputs of the firings that made it, and the node it was
-// rebuilt from (same op and arg, sources that derive to its sources), transitively; memoized.
-function derivesFrom(id, depth = 0) {
-  idx.derives = idx.derives || new Map();
-  let s = idx.derives.get(id);
-  if (s) return s;
-  s = new Set([id]);
-  idx.derives.set(id, s); // a cycle through id sees the partial set
-  if (depth > 60) return s;
-  for (const f of madeBy().get(id) || []) for (const x of derivesFrom(T.firings[f][2], depth + 1)) s.add(x);
-  const r = rebuiltFrom(id, depth);
-  if (r !== null) for (const x of derivesFrom(r, depth + 1)) s.add(x);
-  return s;
+// How a node came to be, one step back: the input of the first firing whose result it is, else the node a stage's
+// function built it from (T.derived), else the node it was rebuilt from (the engine rebuilds a node when a source was rewritten: same op and arg, and each source either
+// the same or one that rewrote into this one's). Memoized; the work is bounded by the graph under the node, and
+// the recursion by MAX_DEPTH (deeper: treated as unknown) so a long chain cannot overflow the stack.
+const MAX_DEPTH = 400, MAX_CHAIN = 64;
+function previous(id, depth = 0) {
+  idx.prev = idx.prev || new Map();
+  if (idx.prev.has(id)) return idx.prev.get(id);
+  if (depth > MAX_DEPTH) return null;
+  idx.prev.set(id, null); // a cycle back to id finds nothing
+  if (!idx.derived) idx.derived = new Map((T.derived || []).map(([n, o, how]) => [n, { kind: "derived", from: o, how }]));
+  const fl = madeBy().get(id);
+  const p = fl ? { kind: "firing", firing: fl[0], from: T.firings[fl[0]][2] } : idx.derived.get(id) || rebuiltFrom(id, depth);
+  idx.prev.set(id, p);
+  return p;
 }
-
-function rebuiltFrom(id, depth = 0) {
+function chain(id, depth = 0) { // id and the nodes it was made from, newest first (at most MAX_CHAIN)
+  const out = [id];
+  for (let p = previous(id, depth + 1); p && out.length < MAX_CHAIN && !out.includes(p.from); p = previous(p.from, depth + 1)) out.push(p.from);
+  return out;
+}
+function rebuiltFrom(id, depth) {
   const n = T.nodes[id], ss = n[4];
-  if (!ss.length) return null;
+  if (!ss.length || T.node_callsite[id] !== undefined) return null;
   const cons = consumers();
+  const chains = ss.map((s) => chain(s, depth));
   for (let j = 0; j < ss.length; j++) {
-    const from = derivesFrom(ss[j], depth + 1);
-    for (const p of from) {
-      if (p === ss[j]) continue;
+    for (const p of chains[j].slice(1)) {
       for (const y of cons[p] || []) {
         const m = T.nodes[y];
         if (y === id || m[0] !== n[0] || m[1] !== n[1] || m[4].length !== ss.length) continue;
-        if (m[4].every((s, k) => s === ss[k] || derivesFrom(ss[k], depth + 1).has(s))) return y;
+        if (m[4].every((s, k) => chains[k].includes(s))) return { kind: "rebuilt", from: y };
       }
     }
   }
@@ -95,16 +100,14 @@ function introducedBy(id) { // the first recorded stage whose output holds `id` 
 function provenance(id) {
   const steps = [], seen = new Set();
   let x = id;
-  while (x !== null && !seen.has(x) && steps.length < 200) {
+  while (!seen.has(x) && steps.length < 200) {
     seen.add(x);
     const site = T.node_callsite[x];
     if (site !== undefined) { steps.push({ kind: "tensor", node: x, site }); break; }
-    const fl = madeBy().get(x);
-    if (fl) { const f = fl[0]; steps.push({ kind: "firing", node: x, firing: f }); x = T.firings[f][2]; continue; }
-    const y = rebuiltFrom(x);
-    if (y !== null) { steps.push({ kind: "rebuilt", node: x, from: y }); x = y; continue; }
-    steps.push({ kind: "origin", node: x, stage: introducedBy(x) });
-    break;
+    const p = previous(x);
+    if (!p) { steps.push({ kind: "origin", node: x, stage: introducedBy(x) }); break; }
+    steps.push({ ...p, node: x });
+    x = p.from;
   }
   return steps;
 }
@@ -260,16 +263,20 @@ class GraphView {
   }
 }
 
-function graphPane(parent, root, title) {
-  const pane = document.createElement("div");
-  pane.className = "pane";
-  const total = reach(root).size;
-  pane.innerHTML = `<div class="pane-head"><b>${esc(title)}</b> <span class="muted">${total} nodes</span>` +
-    `<button class="more-btn">show more</button></div><div class="graph"></div>`;
-  parent.appendChild(pane);
-  const view = new GraphView($(".graph", pane), root, title);
-  $(".more-btn", pane).onclick = () => view.more();
-  return view;
+function graphPanes(parent, graphs) { // side-by-side panes, laid out before any is drawn (each fits its own width)
+  const panes = graphs.map(([root, title]) => {
+    const pane = document.createElement("div");
+    pane.className = "pane";
+    pane.innerHTML = `<div class="pane-head"><b>${esc(title)}</b> <span class="muted">${reach(root).size} nodes</span>` +
+      `<button class="more-btn">show more</button></div><div class="graph"></div>`;
+    parent.appendChild(pane);
+    return pane;
+  });
+  return panes.map((pane, i) => {
+    const view = new GraphView($(".graph", pane), graphs[i][0], graphs[i][1]);
+    $(".more-btn", pane).onclick = () => view.more();
+    return view;
+  });
 }
 
 // ------------------------------------------------------------------------------------------ tooltip, node info
@@ -293,10 +300,11 @@ function showNode(id) {
   const items = steps.map((s) => {
     if (s.kind === "tensor") return `<li class="prov-tensor">created by the Tensor call <span class="mono">${esc(T.callsites[s.site])}</span></li>`;
     if (s.kind === "firing") {
-      const f = T.firings[s.kind === "firing" ? s.firing : 0], rule = T.rules[f[1]];
+      const f = T.firings[s.firing], rule = T.rules[f[1]];
       return `<li class="prov-firing link" data-firing="${s.firing}">${nodeLink(s.node)} made by rule <span class="rule">${esc(rule[0])}</span> ` +
         `(firing #${s.firing}, ${esc(T.stages[f[0]])}) <span class="loc">${esc(rule[1])}</span></li>`;
     }
+    if (s.kind === "derived") return `<li class="prov-derived">${nodeLink(s.node)} built from ${nodeLink(s.from)} by ${esc(s.how)}</li>`;
     if (s.kind === "rebuilt") return `<li class="prov-rebuilt">${nodeLink(s.node)} rebuilt from ${nodeLink(s.from)} (a source was rewritten)</li>`;
     const st = s.stage ? T.realizes[s.stage[0]].stages[s.stage[1]] : null;
     return `<li class="prov-origin">${nodeLink(s.node)} ` + (st ? `made by stage <b>${esc(st.name)}</b>${st.kernel ? " (" + esc(st.kernel) + ")" : ""} (a function, not a rule)` : "not made by any recorded rule or stage") + "</li>";
@@ -355,8 +363,7 @@ function showStage(r, s) {
   const [first, last] = st.firings;
   main.innerHTML = `<h2 id="view-title">stage ${esc(st.name)}${st.kernel ? " · kernel " + esc(st.kernel) : ""} · ${last - first} firings · ${fmt(st.ms)} ms</h2>` +
     `<div class="graphs"></div><h3>rule firings in order</h3><div id="firing-list"></div>`;
-  graphPane($(".graphs", main), st.before, "before");
-  graphPane($(".graphs", main), st.after, "after");
+  graphPanes($(".graphs", main), [[st.before, "before"], [st.after, "after"]]);
   pager($("#firing-list"), last - first, (a, b) => (last > first ? firingRows(first, last, a, b) : `<p class="muted">no rule fired in this stage</p>`));
 }
 
@@ -372,8 +379,7 @@ function showFiring(i) {
   main.innerHTML = `<h2 id="view-title">firing #${i}: <span class="rule">${esc(rule[0])}</span> in ${esc(T.stages[f[0]])}</h2>` +
     `<div class="loc" id="rule-loc">${esc(rule[1])}</div><pre class="box" id="rule-src">${esc(rule[2] || "")}</pre>` +
     `<div class="graphs"></div>`;
-  graphPane($(".graphs", main), f[2], `before: ${nodeLine(f[2])}`);
-  graphPane($(".graphs", main), f[3], `after: ${nodeLine(f[3])}`);
+  graphPanes($(".graphs", main), [[f[2], `before: ${nodeLine(f[2])}`], [f[3], `after: ${nodeLine(f[3])}`]]);
 }
 
 function showKernel(r, j) {
