@@ -15,8 +15,8 @@ unioned with its constant, which also folds every constant expression through fl
 (subsumed where no other rule needs the matched node); constants oriented right and floated out of sums;
 div/mod cancelling guarded by intervals; `(a+b)//m` and `(a+b)%m` split when the remainders cannot carry;
 nested `//` and `%`; recombination `x//c*c + x%c -> x` and its remainder forms `x - x%c -> (x//c)*c`,
-`x - (x//c)*c -> x%c` (either side may carry the tighter interval); comparisons moved onto the variable; max, where, and,
-or folding. Associativity, commutativity and distribution appear only in the bounded forms above. Two
+`x - (x//c)*c -> x%c` (either side may carry the tighter interval); comparisons moved onto the variable;
+max, where, and, or folding. Associativity, commutativity and distribution appear only in the bounded forms above. Two
 different constants in one e-class, or an empty interval, panic (a tripwire: the inputs come back unchanged).
 The DSL rules (`eqsat`) are checked like the fast ones by the soundness test generated from the rule list
 (tests/rules/test_soundness.py: small boxes, wide boxes, z3), so their guards must also run on Python values:
