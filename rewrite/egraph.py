@@ -430,6 +430,14 @@ class Saturator:
     def clear_memory(self) -> None:
         self._mem.clear()
 
+    def forget(self) -> None:
+        """Clear the memory cache and take the e-graph back to the rules alone: the next batch is saturated
+        from scratch (for measuring it)."""
+        self._mem.clear()
+        with self._lock:
+            if self._eg is not None:
+                self._reset()
+
     def cached(self, u: UOp) -> Result | None:
         """The in-memory result for `u`, if any (no e-graph, no disk)."""
         return self._mem.get(u)
