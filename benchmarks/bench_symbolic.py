@@ -32,6 +32,11 @@ result is checked against the original expression at random points of its variab
 is written to the user's cache: in-process runs use CACHE=0 (the memory cache still works), the
 disk-cache rows use a temporary CACHEDIR.
 
+E-graph ON (issue 14): per batch, saturation forced on every expression of the fast result (not only what
+rules.worth_saturating lets through), warm (the persistent e-graph already holds the batch: a repeated layer)
+and fresh (an e-graph holding the rules alone); per expression, one e-graph call for each random fast result
+that worth_saturating lets through, from a fresh e-graph. Both in the budget lines next to the full simplifier.
+
 Families (issue 14): benchmarks/symbolic_family_cases.py's table, one line per family: node counts after our fast rules,
 our full simplifier and tinygrad's, how many cases ours is larger or smaller, wrong results.
 
@@ -53,9 +58,12 @@ from benchmarks.symbolic_simplifiers import (
     clear_memory_cache,
     fast_batch,
     fast_each,
+    forget_egraph,
     full_batch,
     full_each,
     no_disk_cache,
+    saturate_all,
+    saturate_each,
     total_nodes,
 )
 from benchmarks.symbolic_tinygrad import Untranslatable, tinygrad_batch, tinygrad_each, tinygrad_version, to_tinygrad
@@ -144,7 +152,9 @@ def symbolic(b: Bench) -> None:
                         " median ms with a verdict for each (cpu is what to believe when fgn is high)")
     for w in batches:
         rows = [("fast", w.stats["r_fast"], WARM_BUDGET_MS), ("warm cached", w.stats["r_cached"], WARM_BUDGET_MS),
-                ("warm uncached", w.stats["r_uncached"], WARM_BUDGET_MS)]
+                ("warm uncached", w.stats["r_uncached"], WARM_BUDGET_MS),
+                ("e-graph ON all, warm", w.stats["r_sat_warm"], WARM_BUDGET_MS),
+                ("e-graph ON all, fresh", w.stats["r_sat_fresh"], WARM_BUDGET_MS)]
         rows += [(label, r, COLD_BUDGET_MS) for label, r in cold.get(w.name, [])]
         budget_lines.append(f"  {w.name:<12} " + "; ".join(_budget(label, r, lim) for label, r, lim in rows)
                             + ("" if w.kernel else " (not a kernel batch: outside the budget)"))
@@ -198,10 +208,20 @@ def _batch_figures(b: Bench, w: Workload, tg: tuple[list[Any], dict[Any, Any]] |
     jobs = [_per_batch(f"{w.name}/fast", lambda _: fast_batch(exprs), runs),
             _per_batch(f"{w.name}/full warm cached", lambda _: full_batch(exprs), runs),
             _per_batch(f"{w.name}/full warm uncached", lambda _: full_batch(exprs), runs, clear_memory_cache)]
+    # saturation ON for the whole batch (every expression of the fast result, not only what worth_saturating
+    # lets through): warm (the e-graph already holds the batch from earlier runs: a repeated layer) and fresh
+    # (an e-graph holding the rules alone, the first time this batch is seen)
+    fast_all = [u for u in dict.fromkeys(fast_batch(exprs)) if u.src]
+    sat_jobs = [_per_batch(f"{w.name}/e-graph ON all {len(fast_all)}, warm", lambda _: saturate_all(fast_all), runs,
+                           clear_memory_cache),
+                _per_batch(f"{w.name}/e-graph ON all {len(fast_all)}, fresh", lambda _: saturate_all(fast_all), runs,
+                           forget_egraph)]
     if tg is not None:
         texprs = tg[0]
         jobs.append(_per_batch(f"{w.name}/tinygrad", lambda _: tinygrad_batch(texprs), runs))
-    res = b.measure_together(jobs)
+    res = b.measure_together(jobs + sat_jobs)
+    w.stats.update(r_sat_warm=res[-2], r_sat_fresh=res[-1])
+    res = res[:-2]
     fast, cached, uncached = res[:3]
     fast_out = fast_batch(exprs)
     results: dict[str, Sequence[Any]] = {"fast": fast_out, "full": full_out}
@@ -230,6 +250,12 @@ def _pool_figures(b: Bench, w: Workload, tg: tuple[list[Any], dict[Any, Any]] | 
     if tg is not None:
         texprs = tg[0]
         jobs.append(_per_expr(f"{w.name}/tinygrad", lambda _: tinygrad_each(texprs), n, fast_runs))
+    from rules import worth_saturating
+
+    needy = [u for u in dict.fromkeys(fast_each(exprs)) if worth_saturating(u)]
+    if needy:  # the e-graph alone, one call per fast result that needs it, from an e-graph holding the rules alone
+        jobs.append(_per_expr(f"{w.name}/e-graph per expr that needs it ({len(needy)})",
+                              lambda _: saturate_each(needy), len(needy), slow_runs, forget_egraph))
     res = b.measure_together(jobs)
     w.stats.update(**{"in": total_nodes(exprs), "fast": total_nodes(fast_each(exprs)),
                       "full": total_nodes(full_each(exprs))})

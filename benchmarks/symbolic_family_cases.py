@@ -82,6 +82,14 @@ CASES: list[tuple[str, str, str, int | str]] = [
     ("where", "(c < 5).where((a < 3).where((c < 5).where(a, b), 4), 0)", "a=0:9 b=0:9 c=0:9",
      "((c<5) ? ((a<3) ? a : 4) : 0)"),
     ("where", "(c < 5).where(a, (4 < c).where(b, a))",       "a=0:9 b=0:9 c=0:9", "((c<5) ? a : b)"),
+    # a value less its remainder (or its rounded-down part): only the e-graph has these two-way forms, and
+    # their exact interval decides comparisons the term-by-term interval cannot
+    ("remainder", "x + (x%4)*-1",                   "x=0:100",          "((x//4)*4)"),
+    ("remainder", "x + (x//4)*-4",                  "x=0:100",          "(x%4)"),
+    ("remainder", "x%4 + x*-1",                     "x=0:100",          "((x//4)*-4)"),
+    ("remainder", "(r1*4) + ((r1*4)%8)*-1",         "r1=R16",           "((r1//2)*8)"),
+    ("remainder", "(x + (x%4)*-1) < 0",             "x=0:100",          "False"),
+    ("remainder", "(x + (x//4)*-4) < 4",            "x=-50:50",         "True"),
     # xor identities, bool and int
     ("xor", "(p ^ q) ^ q",                          "p=B q=B",          "p"),
     ("xor", "q ^ (p ^ q)",                          "p=B q=B",          "p"),

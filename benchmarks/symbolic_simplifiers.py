@@ -68,6 +68,29 @@ def no_disk_cache() -> Iterator[None]:
         yield
 
 
+def saturate_all(fast: Sequence[UOp]) -> object:
+    """Saturation forced on every expression of a fast-rules result (not only what rules.worth_saturating lets
+    through): what the e-graph costs when it runs on a whole kernel batch."""
+    from rules.eqsat import saturator
+
+    return saturator().run(fast)
+
+
+def saturate_each(fast: Sequence[UOp]) -> object:
+    """One e-graph call per expression (the e-graph persists across them, as in one process)."""
+    from rules.eqsat import saturator
+
+    sat = saturator()
+    return [sat.run([u]) for u in fast]
+
+
+def forget_egraph() -> None:
+    """An empty memory cache and an e-graph holding the rules alone: the next batch starts from scratch."""
+    from rules.eqsat import saturator
+
+    saturator().forget()
+
+
 def clear_memory_cache() -> None:
     from rules.eqsat import saturator
 

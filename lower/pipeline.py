@@ -81,12 +81,14 @@ _SATURATE_OPS = frozenset({Ops.IDIV, Ops.MOD, Ops.CMPLT, Ops.CMPNE})
 
 
 def _index_exprs(ast: UOp) -> list[UOp]:
-    """The kernel's index expressions (addresses and gates) that still hold a div, mod or comparison."""
+    """The kernel's index expressions (addresses, load gates and WHERE conditions) that still hold a div, mod or
+    comparison."""
     out: dict[UOp, None] = {}
     holds: dict[UOp, bool] = {}  # node -> it or a node below it is a div, mod or comparison (one walk, not one each)
     for u in ast.toposort():
         holds[u] = u.op in _SATURATE_OPS or any(holds[s] for s in u.src)
-        cands = (u.src[1],) if u.op is Ops.INDEX and len(u.src) == 2 else u.src[2:] if u.op is Ops.LOAD else ()
+        cands = (u.src[1],) if u.op is Ops.INDEX and len(u.src) == 2 else u.src[2:] if u.op is Ops.LOAD else \
+            u.src[:1] if u.op is Ops.WHERE else ()
         for e in cands:
             if holds[e] and e.shape == () and (e.dtype is dtypes.index or e.dtype is dtypes.bool):
                 out[e] = None

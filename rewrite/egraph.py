@@ -1,10 +1,12 @@
 """The egglog bridge: batches of index expressions saturated in one e-graph and read back as UOps.
 
-`Saturator` owns one persistent egglog e-graph per process with its rules loaded once as text; each batch
-runs between `(push)` and `(pop)`, with an iteration cap, a size budget checked between iterations (egglog
-has no node limit and a blow-up aborts the process) and a time budget, then one packed extraction. What
-comes back is always an equal form (the e-graph only ever holds equalities); if a budget stops the run, the
-best form found so far. A panic (a tripwire rule, an overflow in an action) gives the inputs back unchanged.
+`Saturator` owns one persistent egglog e-graph per process with its rules loaded once as text. Batches go into
+it one after another, without `(push)`/`(pop)` per batch (they cost more than a small batch's saturation); it
+goes back to the rules alone when it has grown or a batch did not finish. Each batch runs with an iteration
+cap, a size budget checked between iterations (egglog has no node limit and a blow-up aborts the process) and
+a time budget, then one packed extraction. What comes back is always an equal form (the e-graph only ever
+holds equalities); if a budget stops the run, the best form found so far. A panic (a tripwire rule, an
+overflow in an action) gives the inputs back unchanged.
 Results are cached in memory by UOp and on disk by a hash of the expression's text and the program
 (`CACHE=0` turns the disk cache off), so the cache survives across processes. Each row carries a checksum of
 its key and content: a row that does not verify is deleted and saturated again; a file that is not a readable
@@ -133,6 +135,7 @@ class Schedule:
     iterations: int = 8
     max_size: int = 20_000  # e-graph tuples (nodes plus lo/hi rows), from (print-size)
     seconds: float = 2.0
+    reset_size: int = 1_500  # tuples left by earlier batches above which the next batch starts from the rules
     analysis: str = "analysis"
     rewrites: tuple[str, ...] = ("rw",)
 
@@ -202,32 +205,47 @@ class Saturator:
         self._mem: dict[UOp, Result] = {}
         self._db: sqlite3.Connection | None = None
         self._db_key: tuple[int, str] = (-1, "")
+        self._stale, self._batch = False, 0
+        self.resets = 0  # times the e-graph went back to the rules alone
         self.last = Stats()
         self.panics = 0  # batches (or halves of them) that panicked since this saturator was made
 
     # -- the persistent e-graph --
     def _egraph(self) -> Any:
+        """The e-graph, with the rules loaded and a snapshot of that state pushed (what `_reset` returns to)."""
         if self._eg is None:
             eg = egglog_bindings().EGraph()
             eg.run_program(*_parse(eg, self.program))
             self._cmds = {k: _parse(eg, t) for k, t in {
                 "push": "(push)", "pop": "(pop)", "step": self.schedule.step_text(),
                 "final": f"(run-schedule (saturate (run {self.schedule.analysis})))"}.items()}
-            self._eg = eg
+            eg.run_program(*self._cmds["push"])
+            self._eg, self._stale, self._batch = eg, False, 0
         return self._eg
 
+    def _reset(self) -> None:
+        """Back to the rules alone: `(pop)` then `(push)` again (~1.5 ms together, so not per batch)."""
+        eg = self._eg
+        eg.run_program(*self._cmds["pop"])
+        eg.run_program(*self._cmds["push"])
+        self._stale = False
+        self.resets += 1
+
     @staticmethod
-    def _insert(b: Any, exprs: list[Expr]) -> tuple[list, str]:
+    def _insert(b: Any, exprs: list[Expr], tag: str = "") -> tuple[list, list[str], str]:
         """Commands that add every root, as binding objects (egglog 13.2 parses text in time quadratic in its
-        length, and each top-level command costs ~0.2 ms): one packed list of the roots per chunk."""
+        length, and each top-level command costs ~0.2 ms): each root bound to a name (its e-class is read back
+        through it) and one packed list of the roots per chunk. Names carry `tag`, unique per batch in one
+        e-graph's life, since egglog refuses to bind a name twice."""
         sp = b.PanicSpan()
         lit = b.Lit
         call, i64, let = b.Call, b.Int, (lambda name, e: b.ActionCommand(b.Let(sp, name, e)))
         cmds: list = []
-        roots = []
+        names: list[str] = []
         leaves: dict[tuple, object] = {}  # the same constant or leaf in many roots is built once
         for i, e in enumerate(exprs):
             objs: list = []
+            last = len(e.nodes) - 1
             for j, n in enumerate(e.nodes):
                 if n[0] == "Num" or n[0] == "Var":
                     if (o := leaves.get(n)) is None:
@@ -236,34 +254,46 @@ class Saturator:
                         o = leaves[n] = call(sp, n[0], args)
                 else:
                     o = call(sp, n[0], [objs[k] for k in n[1:]])
-                if e.named[j]:
-                    cmds.append(let(f"$e{i}_{j}", o))
-                    o = b.Var(sp, f"$e{i}_{j}")
+                if e.named[j] or j == last:
+                    name = f"$r{tag}{i}" if j == last else f"$e{tag}{i}_{j}"
+                    cmds.append(let(name, o))
+                    o = b.Var(sp, name)
                 objs.append(o)
-            roots.append(objs[-1])
+            names.append(f"$r{tag}{i}")
         # the list nests as deep as it is long, so it is built in chunks from the back, each ending in the next
-        tail, name = call(sp, "PNil", []), "$pack0"
-        for k in reversed(range(0, len(roots), PACK_CHUNK)):
-            pack = tail
-            for r in reversed(roots[k : k + PACK_CHUNK]):
-                pack = call(sp, "PCons", [r, pack])
-            name = f"$pack{k // PACK_CHUNK}"
-            cmds.append(let(name, pack))
-            tail = b.Var(sp, name)
-        return cmds, name
+        tail, pack = call(sp, "PNil", []), f"$pack{tag}0"
+        for k in reversed(range(0, len(names), PACK_CHUNK)):
+            lst = tail
+            for r in reversed(names[k : k + PACK_CHUNK]):
+                lst = call(sp, "PCons", [b.Var(sp, r), lst])
+            pack = f"$pack{tag}{k // PACK_CHUNK}"
+            cmds.append(let(pack, lst))
+            tail = b.Var(sp, pack)
+        return cmds, names, pack
 
     def _run(self, exprs: list[Expr]) -> list[Result]:
-        """One batch in the e-graph; raises on a panic (the caller splits the batch)."""
+        """One batch in the e-graph; raises on a panic (the caller splits the batch).
+
+        The e-graph is not cleared between batches: `(push)`/`(pop)` cost ~1.5 ms, more than a small batch's
+        whole saturation, and a batch whose terms are already there (repeated layers, lanes of one kernel)
+        saturates at once. It holds only equalities, and a leaf carries its interval, so what earlier batches
+        left is true here too. It is reset to the rules alone when it grows past `schedule.reset_size` (the
+        cost of an egglog 13.2 iteration grows with the e-graph, not only with what is new) and after any batch
+        that did not saturate or failed, so unfinished work never leaks into the next batch."""
         b = egglog_bindings()
         eg = self._egraph()
         sch, st, t0 = self.schedule, Stats(roots=len(exprs)), time.perf_counter()
         self.last = st
         sp = b.PanicSpan()
-        cmds, pack = self._insert(b, exprs)
-        eg.run_program(*self._cmds["push"])
+        if self._stale:
+            self._reset()
+        self._batch += 1
+        cmds, names, pack = self._insert(b, exprs, f"b{self._batch}_")
+        ok = False
         try:
             eg.run_program(*cmds)
             st.stop = "iterations"
+            deadline = t0 + sch.seconds
             for _ in range(sch.iterations):
                 out = eg.run_program(*self._cmds["step"])
                 st.iterations += 1
@@ -274,7 +304,7 @@ class Saturator:
                 if st.size > sch.max_size:
                     st.stop = "size"
                     break
-                if time.perf_counter() - t0 > sch.seconds:
+                if time.perf_counter() > deadline:
                     st.stop = "time"
                     break
             if st.stop in ("iterations", "saturated"):
@@ -287,16 +317,16 @@ class Saturator:
                 roots.append(head)
             results = []
             settled = st.stop != "time"
-            for e, r in zip(exprs, roots, strict=True):
-                # the extracted term is made of e-nodes of the root's class (smaller than the root's own term),
-                # so evaluating it finds that class and adds nothing
-                _, val = eg.eval_expr(td.term_to_expr(r, sp))
-                lo, hi = eg.lookup_function("lo", [val]), eg.lookup_function("hi", [val])
-                results.append(Result(e.uop, eg.value_to_i64(lo) if lo is not None else None,
-                                      eg.value_to_i64(hi) if hi is not None else None, from_termdag(td, r), settled))
+            lookup, to_i64 = eg.lookup_function, eg.value_to_i64
+            for e, r, name in zip(exprs, roots, names, strict=True):
+                _, val = eg.eval_expr(b.Var(sp, name))
+                lo, hi = lookup("lo", [val]), lookup("hi", [val])
+                results.append(Result(e.uop, to_i64(lo) if lo is not None else None,
+                                      to_i64(hi) if hi is not None else None, from_termdag(td, r), settled))
+            ok = True
             return results
         finally:
-            eg.run_program(*self._cmds["pop"])
+            self._stale = not ok or st.stop != "saturated" or st.size > sch.reset_size
             st.seconds = time.perf_counter() - t0
 
     def _run_split(self, exprs: list[Expr]) -> list[Result]:
@@ -344,8 +374,10 @@ class Saturator:
         """Cached results for `exprs`, each row checked against its checksum: a row that does not verify (edited
         or damaged) is deleted and its expression saturated again."""
         db = self._disk()
+        if db is None:
+            return {}
         keys = {self._disk_key(e): i for i, e in enumerate(exprs) if e.stable}
-        if db is None or not keys:
+        if not keys:
             return {}
         found: dict[int, Result] = {}
         bad: list[str] = []
@@ -378,6 +410,8 @@ class Saturator:
 
     def _disk_put(self, pairs: list[tuple[Expr, Result]]) -> None:
         db = self._disk()
+        if db is None:
+            return
         rows = []
         for e, r in pairs:
             if e.stable and r.nodes is not None and r.settled:
@@ -385,7 +419,7 @@ class Saturator:
                 d: dict[str, Any] = {"lo": r.lo, "hi": r.hi, "n": r.nodes}
                 d["c"] = _row_sum(k, d)
                 rows.append((k, json.dumps(d)))
-        if db is None or not rows:
+        if not rows:
             return
         try:
             with db:
@@ -395,6 +429,14 @@ class Saturator:
 
     def clear_memory(self) -> None:
         self._mem.clear()
+
+    def forget(self) -> None:
+        """Clear the memory cache and take the e-graph back to the rules alone: the next batch is saturated
+        from scratch (for measuring it)."""
+        self._mem.clear()
+        with self._lock:
+            if self._eg is not None:
+                self._reset()
 
     def cached(self, u: UOp) -> Result | None:
         """The in-memory result for `u`, if any (no e-graph, no disk)."""

@@ -14,8 +14,9 @@ The rules ("lin" style): interval analysis (`lo`/`hi` lattice functions, one rul
 unioned with its constant, which also folds every constant expression through floor division); identities
 (subsumed where no other rule needs the matched node); constants oriented right and floated out of sums;
 div/mod cancelling guarded by intervals; `(a+b)//m` and `(a+b)%m` split when the remainders cannot carry;
-nested `//` and `%`; recombination `x//c*c + x%c -> x`; comparisons moved onto the variable; max, where, and,
-or folding. Associativity, commutativity and distribution appear only in the bounded forms above. Two
+nested `//` and `%`; recombination `x//c*c + x%c -> x` and its remainder forms `x - x%c -> (x//c)*c`,
+`x - (x//c)*c -> x%c` (either side may carry the tighter interval); comparisons moved onto the variable;
+max, where, and, or folding. Associativity, commutativity and distribution appear only in the bounded forms above. Two
 different constants in one e-class, or an empty interval, panic (a tripwire: the inputs come back unchanged).
 The DSL rules (`eqsat`) are checked like the fast ones by the soundness test generated from the rule list
 (tests/rules/test_soundness.py: small boxes, wide boxes, z3), so their guards must also run on Python values:
@@ -29,6 +30,7 @@ from collections.abc import Sequence
 from rewrite.dsl import Pat, Rule, RuleSet, const, fold, op, var
 from rewrite.egraph import Saturator, Schedule, floor_div, floor_mod
 from rewrite.egraph_export import Export, export_rules
+from rewrite.ops import Ops
 from rewrite.uop import ConstValue, UOp
 from rules.divmod import divides
 
@@ -199,6 +201,15 @@ eqsat = RuleSet("eqsat", [
     Rule("recombine",       ordered((x // c0) * c0) + x % c0, x),
     Rule("recombine-scaled", ordered((x // c0) * c1) + ordered((x % c0) * c2), x * c2,
          when=lambda c0, c1, c2: c1 == c0 * c2),
+    # x less its remainder is its quotient times the divisor, and back: either form can carry the tighter
+    # interval (x - x%4 over [0, 100] is [-3, 100] term by term, (x//4)*4 is [0, 100]), and the e-class keeps both
+    Rule("sub-mod",         x + (x % c0) * -1,          (x // c0) * c0, when=lambda c0: c0 != 0),
+    Rule("sub-div",         x + (x // c0) * c1,         x % c0, when=lambda c0, c1: (c0 != 0) & (c1 == -c0)),
+    Rule("mod-sub",         x % c0 + x * -1,            (x // c0) * fold(-c0), when=lambda c0: c0 != 0),
+    Rule("sub-mod-scaled",  ordered(x * c2) + (x % c0) * c1, (x // c0) * fold(c0 * c2),
+         when=lambda c0, c1, c2: (c0 != 0) & (c1 == -c2)),
+    Rule("sub-div-scaled",  ordered(x * c2) + (x // c0) * c1, (x % c0) * c2,
+         when=lambda c0, c1, c2: (c0 != 0) & (c1 == -(c0 * c2))),
     # comparisons: move constants off the variable's side
     Rule("lt-add-const",    ordered((x + c0) < c1),     x < fold(c1 - c0)),
     Rule("lt-mul-const",    ordered((x * c0) < c1),     x < fold(-((-c1) // c0)), when=lambda c0: c0 > 0),
@@ -274,5 +285,62 @@ def egraph_bounds(u: UOp) -> tuple[ConstValue, ConstValue]:
     return lo, hi
 
 
+def _leaf_box(u: UOp) -> tuple[int, int] | None:
+    if u.op is Ops.PARAM and len(u.src) == 3 and all(s.op is Ops.CONST for s in u.src[1:]):
+        return int(u.src[1].value), int(u.src[2].value)
+    if u.op is Ops.RANGE and u.src[0].op is Ops.CONST and u.src[0].value > 0:
+        return 0, int(u.src[0].value) - 1
+    return None
+
+
+def tier_disagreements(exprs: Sequence[UOp], points: int = 16, seed: int = 0) -> list[str]:
+    """The fast tier and saturation checked against each other (a debug and test oracle): for each expression,
+    the fast rules' result f and the full result g (saturation of f, then the fast rules again, as
+    rules.simplify does). One line for every g with more nodes than f, every one of `points` random assignments
+    of the variables and ranges within their boxes where the input, f and g differ (an op that fails, such as a
+    division by zero, counts as one more value), and every value of f outside the e-graph's interval of f.
+    Expressions over other leaves (loads, casts) are skipped."""
+    import random
+
+    from rewrite.errors import EvalError
+    from rewrite.evaluate import evaluate
+    from rewrite.render import render
+    from rules.symbolic import simplify_fast
+
+    rng = random.Random(seed)
+    fast = [simplify_fast(e) for e in exprs]
+    sat = saturator().run(fast)
+    out: list[str] = []
+    for e, f, r in zip(exprs, fast, sat, strict=True):
+        g = simplify_fast(r.uop)
+        if len(g.toposort()) > len(f.toposort()):
+            out.append(f"larger: {render(e)}: fast {render(f)}, e-graph {render(g)}")
+        leaves = [n for n in e.toposort() if n.op in (Ops.PARAM, Ops.RANGE, Ops.SPECIAL)]
+        boxes = [_leaf_box(n) for n in leaves]
+        known = set(leaves)
+        if any(b is None for b in boxes) or any(n.op in (Ops.PARAM, Ops.RANGE, Ops.SPECIAL) and n not in known
+                                                for n in g.toposort()):
+            continue
+        for _ in range(points):
+            env: dict[str, int | float | bool] = {}
+            for n, box in zip(leaves, boxes, strict=True):
+                v = rng.randint(*box) if box is not None else 0
+                env[render(n)] = bool(v) if n.dtype.is_bool else v
+            vals: list[object] = []
+            for u in (e, f, g):
+                try:
+                    vals.append(evaluate(u, env))
+                except EvalError as err:
+                    vals.append(f"error {type(err).__name__}")
+            if not vals[0] == vals[1] == vals[2]:
+                out.append(f"differ at {env}: {render(e)} = {vals[0]}, fast {render(f)} = {vals[1]}, "
+                           f"e-graph {render(g)} = {vals[2]}")
+                break
+            if isinstance(vals[1], int) and r.lo is not None and r.hi is not None and not r.lo <= vals[1] <= r.hi:
+                out.append(f"outside the e-graph's interval [{r.lo}, {r.hi}] at {env}: {render(f)} = {vals[1]}")
+                break
+    return out
+
+
 __all__ = ["ANALYSIS", "RAW_RULES", "SCHEDULE", "egraph_bounds", "eqsat", "ordered", "program", "saturate",
-           "saturate_batch", "saturator", "skipped_rules"]
+           "saturate_batch", "saturator", "skipped_rules", "tier_disagreements"]

@@ -36,3 +36,23 @@ def test_egraph_bounds_remove_a_gate() -> None:
     assert n in fast.toposort(), f"the fast rules alone already removed the conjunct: {fast.render()}"
     assert n not in full.toposort(), f"the e-graph kept the conjunct: {full.render()}"
     assert full is plain, f"{full.render()} != {plain.render()}"
+
+
+def test_egraph_bounds_remove_a_block_start_mask() -> None:
+    """An elementwise kernel over 16 elements whose value is masked by `(r - r%4) < 13` (the start of each
+    4-element block is below 13: always true). Term by term the fast rules give r - r%4 over r in [0, 15] the
+    interval [-3, 15], so they keep the WHERE; the e-graph holds the equivalent (r//4)*4 with [0, 12], the class's
+    interval is the tighter one, the comparison is the constant True, and the WHERE goes."""
+    items, _ = schedule([(Tensor.empty(16) + 1).uop])
+    ast = next(it.ast for it in items if it.kind == "kernel" and it.ast is not None)
+    store = next(u for u in ast.toposort() if u.op is Ops.STORE)
+    r = next(u for u in ast.toposort() if u.op is Ops.RANGE)
+    value = store.src[1]
+    mask = (r - r % 4) < 13
+    masked = ast.substitute({value: mask.where(value, UOp.const(0.0, value.dtype))})
+    target = target_for("python")
+    fast = symbolic(masked, Lowering(target, egglog=False))
+    full = symbolic(masked, Lowering(target, egglog=True))
+    assert any(u.op is Ops.WHERE for u in fast.toposort()), "the fast rules alone already removed the mask"
+    assert not any(u.op is Ops.WHERE for u in full.toposort()), f"the e-graph kept the mask: {full.render()}"
+    assert full is symbolic(ast, Lowering(target, egglog=True))

@@ -53,7 +53,8 @@ def test_family_case_through_the_egraph(family: str, expr: str, boxes: str, expe
 
 def test_every_family_has_cases() -> None:
     counts = {f: sum(c[0] == f for c in CASES) for f in FAMILIES}
-    assert set(counts) == {"nested-div", "symbolic-gcd", "recombine", "neg-div-const", "comparisons", "where", "xor"}
+    assert set(counts) == {"nested-div", "symbolic-gcd", "recombine", "neg-div-const", "comparisons", "where", "xor",
+                           "remainder"}
     assert min(counts.values()) >= 6, counts
 
 
