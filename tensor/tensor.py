@@ -30,6 +30,7 @@ from tensor import autograd as _ag
 from tensor import buffers
 from tensor import creation as _cr
 from tensor import elementwise as _ew
+from tensor import inplace as _ip
 from tensor import logic as _lg
 from tensor import movement as _mv
 from tensor import nn as _nn
@@ -76,6 +77,7 @@ class Tensor:
                  requires_grad: bool = False) -> None:
         self.grad, self._requires_grad = None, False
         self._init(data, dtype, device)
+        _ip.track(self)
         if requires_grad:
             self.requires_grad = True
 
@@ -110,6 +112,7 @@ class Tensor:
     def _wrap(u: UOp, device: str) -> Tensor:
         t = object.__new__(Tensor)
         t.uop, t._device, t.grad, t._requires_grad = _ag.cut(u), device, None, False
+        _ip.track(t)
         return t
 
     # ------------------------------------------------------------------ autograd (tensor.autograd)
@@ -323,6 +326,11 @@ class Tensor:
     def __invert__(self) -> Tensor: return _lg.bitwise_not(self)
     def __matmul__(self, y: Tensor) -> Tensor: return _nn.matmul(self, y)
     def __rmatmul__(self, y: Tensor) -> Tensor: return _nn.matmul(Tensor(y, device=self.device), self)
+    # in place (tensor.inplace): a realized tensor's buffer is written; torch's dtype rule
+    assign = _ip.assign
+    __iadd__, __isub__, __imul__, __itruediv__ = _ip.iadd, _ip.isub, _ip.imul, _ip.itruediv
+    __ifloordiv__, __imod__, __ipow__ = _ip.ifloordiv, _ip.imod, _ip.ipow
+    __iand__, __ior__, __ixor__, __ilshift__, __irshift__ = _ip.iand, _ip.ior, _ip.ixor, _ip.ilshift, _ip.irshift
     # == builds a Tensor, so hashing stays identity (Tensors are dict keys in @function and the schedule)
     __hash__ = object.__hash__
     # numpy arrays and scalars on the left defer to our reflected operators instead of iterating the Tensor
@@ -384,6 +392,9 @@ def _realize(tensors: list[Tensor]) -> None:
     tensors are realized with that device as the default."""
     import lower
 
+    assigns = _ip.assignments(tensors)
+    if assigns is not None:
+        tensors = tensors + assigns.extra()
     for dev, group in _by_device(tensors).items():
         roots = list(dict.fromkeys(t.uop for t in group))
         stripped, var_vals, back = unbind_graph(roots)
@@ -393,6 +404,8 @@ def _realize(tensors: list[Tensor]) -> None:
         for t in group:
             res = by_root[t.uop]
             t.uop = back.get(res, res)
+    if assigns is not None:
+        assigns.finish()
 
 
 def reference_numpy(t: Tensor) -> np.ndarray:
