@@ -114,6 +114,32 @@ def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
     for node in pending:  # every node known to be realized has its buffer before any consumer is built
         if node not in out_of:
             out_of[node] = new_buffer(node.dtype, node.shape, node.device if isinstance(node.device, str) else device)
+    while True:
+        _split(pending, kernels, inline, shared_nodes, out_of, device)
+        if not stores:
+            order = sorted(kernels, key=lambda k: topo_index.get(k, -1))
+            break
+        order, stuck = _order_with_stores(kernels, stores, out_of, topo_index)
+        free = [s for s in stuck if s.src[1] not in out_of]
+        if not stuck:
+            break
+        if not free:
+            raise CompilerError("assign: a kernel reads a buffer both before and after an assignment to it, so no "
+                                "order of the kernels is right; realize one of the two values first "
+                                "(x.contiguous().realize())")
+        # the cycle is broken by computing one store's value into a temporary first: the store then only copies
+        s = min(free, key=lambda u: topo_index.get(u, -1))
+        del kernels[s]
+        v = s.src[1]
+        out_of[v] = new_buffer(v.dtype, v.shape, v.device if isinstance(v.device, str) else device)
+        pending += [s, s.src[1]]
+    return [kernels[k] for k in order], {r: out_of[r] for r in roots}
+
+
+def _split(pending: list[UOp], kernels: dict[UOp, ScheduleItem], inline: dict[UOp, dict[UOp, None]],
+           shared_nodes: dict[UOp, None], out_of: dict[UOp, UOp], device: str) -> None:
+    """The worklist of schedule_split: a kernel (or copy) for every node in `pending` and for every node found
+    to need its own buffer on the way."""
     while pending:
         node = pending.pop()
         if node in kernels:
@@ -154,11 +180,6 @@ def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
             for k in users:
                 del kernels[k], inline[k]
             pending += users + shared
-    if stores:
-        order = _order_with_stores(kernels, stores, out_of, topo_index)
-    else:
-        order = sorted(kernels, key=lambda k: topo_index.get(k, -1))
-    return [kernels[k] for k in order], {r: out_of[r] for r in roots}
 
 
 def _assigns(topo: dict[UOp, int], out_of: dict[UOp, UOp]) -> dict[UOp, UOp]:
@@ -207,9 +228,11 @@ def _store_kernel(node: UOp, out_of: dict[UOp, UOp], pending: list[UOp]) -> Sche
 
 
 def _order_with_stores(kernels: dict[UOp, ScheduleItem], stores: dict[UOp, UOp], out_of: dict[UOp, UOp],
-                       topo_index: dict[UOp, int]) -> list[UOp]:
+                       topo_index: dict[UOp, int]) -> tuple[list[UOp], list[UOp]]:
     """The kernels in an order that runs each before the kernels that read what it writes, and every kernel
-    that reads an assignment's target before the store that overwrites it (the old value is read first)."""
+    that reads an assignment's target before the store that overwrites it (the old value is read first). When
+    no such order exists (two assignments that each read the other's old value: `p -= lr * m; m.assign(m * b + p)`),
+    also the stores left on a cycle."""
     realized = {n: b for n, b in out_of.items() if n not in stores}
     producer: dict[UOp, list[UOp]] = {k: [k] for k in kernels if k.op is not Ops.STORE}
     for n in topo_index:  # reading an AFTER waits for its stores and for those of the target it follows
@@ -240,10 +263,7 @@ def _order_with_stores(kernels: dict[UOp, ScheduleItem], stores: dict[UOp, UOp],
             missing[u] -= 1
             if missing[u] == 0:
                 heapq.heappush(ready, (topo_index.get(u, -1), id(u), u))
-    if len(out) != len(kernels):
-        raise CompilerError("assign: a kernel reads a buffer both before and after an assignment to it, so no order "
-                            "of the kernels is right; realize one of the two values first (x.contiguous().realize())")
-    return out
+    return out, [k for k in kernels if missing[k] and k.op is Ops.STORE]
 
 
 def kernel_limits(device: str) -> tuple[int, int]:
