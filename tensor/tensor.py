@@ -29,13 +29,16 @@ from rewrite.uop import UOp
 from tensor import autograd as _ag
 from tensor import buffers
 from tensor import creation as _cr
+from tensor import einsum as _es
 from tensor import elementwise as _ew
+from tensor import indexing as _ix
 from tensor import inplace as _ip
 from tensor import logic as _lg
 from tensor import movement as _mv
 from tensor import nn as _nn
 from tensor import random as _rnd
 from tensor import reduce as _rd
+from tensor import sorting as _so
 from tensor.helpers import canonical_device, norm_axis, np_dtype, to_dtype
 from tensor.symbolic import unbind_graph
 
@@ -279,7 +282,7 @@ class Tensor:
 
     add, sub, mul, div, floordiv, mod, pow = _ew.add, _ew.sub, _ew.mul, _ew.div, _ew.floordiv, _ew.mod, _ew.pow_
     remainder, floor_divide = _ew.mod, _ew.floordiv
-    neg, maximum, minimum, where, clip, clamp = _ew.neg, _ew.maximum, _ew.minimum, _ew.where, _ew.clip, _ew.clip
+    neg, maximum, minimum, where = _ew.neg, _ew.maximum, _ew.minimum, _ew.where
     lt, gt, le, ge, eq, ne = _lg.lt, _lg.gt, _lg.le, _lg.ge, _lg.eq, _lg.ne
     logical_not, logical_and, logical_or, logical_xor = (_lg.logical_not, _lg.logical_and, _lg.logical_or,
                                                          _lg.logical_xor)
@@ -291,6 +294,7 @@ class Tensor:
     sqrt, rsqrt, reciprocal, square, erf = _ew.sqrt, _ew.rsqrt, _ew.reciprocal, _ew.square, _ew.erf
     abs, sign, trunc, floor, ceil, round = _ew.abs_, _ew.sign, _ew.trunc, _ew.floor, _ew.ceil, _ew.round_
     isnan, isinf, isfinite = _lg.isnan, _lg.isinf, _lg.isfinite
+    clamp = clip = _ix.clamp  # torch's keywords min=, max=; positional as numpy's clip
 
     def __add__(self, y: _ew.Operand) -> Tensor: return _ew.add(self, y)
     def __radd__(self, y: _ew.Operand) -> Tensor: return _ew.add(y, self)
@@ -344,7 +348,10 @@ class Tensor:
     transpose, squeeze, unsqueeze, flatten, unflatten = (_mv.transpose, _mv.squeeze, _mv.unsqueeze, _mv.flatten,
                                                          _mv.unflatten)
     cat, stack, repeat, split, chunk, gather = _mv.cat, _mv.stack, _mv.repeat, _mv.split, _mv.chunk, _mv.gather
-    __getitem__ = _mv.getitem
+    __getitem__ = _ix.getitem
+    one_hot, masked_fill, tril, triu = _ix.one_hot, _ix.masked_fill, _ix.tril, _ix.triu
+    sort, argsort, topk = _so.sort, _so.argsort, _so.topk
+    einsum = staticmethod(_es.einsum)
     index_select = _mv.index_select
 
     @property
