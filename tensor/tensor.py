@@ -38,6 +38,7 @@ from tensor import movement as _mv
 from tensor import nn as _nn
 from tensor import random as _rnd
 from tensor import reduce as _rd
+from tensor import scatter as _sc
 from tensor import sorting as _so
 from tensor.helpers import canonical_device, norm_axis, np_dtype, to_dtype
 from tensor.symbolic import unbind_graph
@@ -351,6 +352,7 @@ class Tensor:
     __getitem__ = _ix.getitem
     one_hot, masked_fill, tril, triu = _ix.one_hot, _ix.masked_fill, _ix.tril, _ix.triu
     sort, argsort, topk = _so.sort, _so.argsort, _so.topk
+    scatter, scatter_reduce, scatter_add, __setitem__ = _sc.scatter, _sc.scatter_reduce, _sc.scatter_add, _sc.setitem
     einsum = staticmethod(_es.einsum)
     index_select = _mv.index_select
 
