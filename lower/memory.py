@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from lower.buffers import slot
+from lower.buffers import has_data, slot
 from lower.schedule import ScheduleItem
 from rewrite import UOp
 
@@ -39,7 +39,8 @@ def plan(items: list[ScheduleItem], keep: set[UOp]) -> dict[int, UOp]:
             first.setdefault(s, i)
             last[s] = i
             rep.setdefault(s, b)
-    inter = {s for s in first if s in produced and s not in kept}
+    # a buffer that already holds data is an assignment's target, written in place: never shared
+    inter = {s for s in first if s in produced and s not in kept and not has_data(rep[s])}
     ends: dict[int, list[int]] = defaultdict(list)
     for s in inter:
         ends[last[s]].append(s)

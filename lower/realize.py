@@ -21,7 +21,7 @@ from lower.estimate import Estimate, estimate
 from lower.linearize import listing
 from lower.memory import plan
 from lower.schedule import ScheduleItem, schedule
-from lower.schedule_cache import PlanCache, bind_shape, build_plan, lowering_knobs, replay, resolve, signature
+from lower.schedule_cache import PlanCache, bind_shape, build_plan, lowering_knobs, replay, resolve, signature, writable
 from lower.stages import lower_kernel
 from rewrite import UOp
 from rewrite.env import getenv
@@ -127,6 +127,8 @@ def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None,
             _array(dst, vv)[:] = _array(src, vv)
             continue
         assert it.ast is not None
+        if buffers.has_data(it.bufs[0]):  # an assignment's target, written in place
+            writable(it.bufs[0])
         dev = _device_of(it.bufs[0])
         kernel = get_kernel(it.ast, dev, it.name, it.bufs)
         st = time.perf_counter()

@@ -15,6 +15,7 @@ in which buffers they touch are the same UOp and share their compiled code.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 from devices import target_for
@@ -105,8 +106,10 @@ def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
     for u in topo_index:
         if u.op is Ops.BUFFER:
             out_of[u] = u
+    stores = _assigns(topo_index, out_of)  # STORE -> the BUFFER it writes in place (AFTER nodes alias it)
     want: list[UOp] = [u for u in topo_index if u.op in (Ops.CONTIGUOUS, Ops.COPY)]
-    want += [r for r in roots if r.op is not Ops.BUFFER]
+    want += [r for r in roots if r.op is not Ops.BUFFER and r not in out_of]
+    want += list(stores)
     for u in want:
         if u.op is Ops.COPY and u.src[0] not in out_of:
             want.append(u.src[0])
@@ -118,6 +121,32 @@ def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
     for node in pending:  # every node known to be realized has its buffer before any consumer is built
         if node not in out_of:
             out_of[node] = new_buffer(node.dtype, node.shape, node.device if isinstance(node.device, str) else device)
+    while True:
+        _split(pending, kernels, inline, shared_nodes, out_of, device)
+        if not stores:
+            order = sorted(kernels, key=lambda k: topo_index.get(k, -1))
+            break
+        order, stuck = _order_with_stores(kernels, stores, out_of, topo_index)
+        free = [s for s in stuck if s.src[1] not in out_of]
+        if not stuck:
+            break
+        if not free:
+            raise CompilerError("assign: a kernel reads a buffer both before and after an assignment to it, so no "
+                                "order of the kernels is right; realize one of the two values first "
+                                "(x.contiguous().realize())")
+        # the cycle is broken by computing one store's value into a temporary first: the store then only copies
+        s = min(free, key=lambda u: topo_index.get(u, -1))
+        del kernels[s]
+        v = s.src[1]
+        out_of[v] = new_buffer(v.dtype, v.shape, v.device if isinstance(v.device, str) else device)
+        pending += [s, s.src[1]]
+    return [kernels[k] for k in order], {r: out_of[r] for r in roots}
+
+
+def _split(pending: list[UOp], kernels: dict[UOp, ScheduleItem], inline: dict[UOp, dict[UOp, None]],
+           shared_nodes: dict[UOp, None], out_of: dict[UOp, UOp], device: str) -> None:
+    """The worklist of schedule_split: a kernel (or copy) for every node in `pending` and for every node found
+    to need its own buffer on the way."""
     while pending:
         node = pending.pop()
         if node in kernels:
@@ -131,6 +160,10 @@ def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
                 pending += [node, src]
                 continue
             kernels[node] = ScheduleItem("copy", (out_of[node], out_of[src]), None, f"copy {src.device}->{node.device}")
+            continue
+        if node.op is Ops.STORE:
+            if (item := _store_kernel(node, out_of, pending)) is not None:
+                kernels[node] = item
             continue
         dev = node.device if isinstance(node.device, str) else device
         if (cut := split_point(node, out_of, *kernel_limits(dev))) is not None:
@@ -154,8 +187,90 @@ def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
             for k in users:
                 del kernels[k], inline[k]
             pending += users + shared
-    items = sorted(kernels.items(), key=lambda kv: topo_index.get(kv[0], -1))
-    return [it for _, it in items], {r: out_of[r] for r in roots}
+
+
+def _assigns(topo: dict[UOp, int], out_of: dict[UOp, UOp]) -> dict[UOp, UOp]:
+    """Assignments in the graph: each AFTER(target, STORE(target, value), ...) is its target's BUFFER once the
+    stores have run (an alias in `out_of`, no kernel of its own); returns each STORE with the BUFFER it writes.
+    A target is a BUFFER or an AFTER on one (a second assignment to the same buffer)."""
+    stores: dict[UOp, UOp] = {}
+    for u in topo:  # sources first, so an AFTER's target is resolved before the AFTER
+        if u.op is not Ops.AFTER:
+            continue
+        tgt = out_of.get(u.src[0]) if u.src[0].op in (Ops.BUFFER, Ops.AFTER) else None
+        if tgt is None:
+            raise CompilerError(f"assign: an AFTER must follow a BUFFER (a realized tensor) or another AFTER on one, "
+                                f"got {u.src[0].short()}; realize the target before assigning to it")
+        out_of[u] = tgt
+        for s in u.src[1:]:
+            if s.op is not Ops.STORE:
+                continue
+            if s.src[0] is not u.src[0] or len(s.src) != 2:
+                raise CompilerError(f"assign: AFTER(t, STORE(t, value)) must store into its own target without a "
+                                    f"gate, got STORE into {s.src[0].short()} with {len(s.src)} sources")
+            stores[s] = tgt
+            out_of[s] = tgt
+    return stores
+
+
+def _store_kernel(node: UOp, out_of: dict[UOp, UOp], pending: list[UOp]) -> ScheduleItem | None:
+    """The kernel writing an assignment's value into its target buffer, or None after queueing the value to be
+    realized first: when the value reads the target anywhere but at the element being written (a flip, a
+    matmul, a shift), writing in place would change elements that are still to be read."""
+    value, tgt = node.src[1], out_of[node]
+    flat_out = _flat(tgt)
+    flat = {n: _flat(b) for n, b in out_of.items() if n is not node}
+    try:  # CONTIGUOUS at the top: a value realized elsewhere is loaded, not recomputed
+        ast = build_kernel(UOp(Ops.CONTIGUOUS, (value,)), flat_out, flat)
+    except NeedsRealize as e:
+        pending += [node, e.node]
+        return None
+    topo = ast.toposort()
+    written = {u.src[0] for u in topo if u.op is Ops.STORE}
+    reads = {u for u in topo if u.op is Ops.INDEX and u.src[0] is flat_out and u not in written}
+    if reads - written and value not in out_of:
+        pending += [node, value]
+        return None
+    return _localize(ast)
+
+
+def _order_with_stores(kernels: dict[UOp, ScheduleItem], stores: dict[UOp, UOp], out_of: dict[UOp, UOp],
+                       topo_index: dict[UOp, int]) -> tuple[list[UOp], list[UOp]]:
+    """The kernels in an order that runs each before the kernels that read what it writes, and every kernel
+    that reads an assignment's target before the store that overwrites it (the old value is read first). When
+    no such order exists (two assignments that each read the other's old value: `p -= lr * m; m.assign(m * b + p)`),
+    also the stores left on a cycle."""
+    realized = {n: b for n, b in out_of.items() if n not in stores}
+    producer: dict[UOp, list[UOp]] = {k: [k] for k in kernels if k.op is not Ops.STORE}
+    for n in topo_index:  # reading an AFTER waits for its stores and for those of the target it follows
+        if n.op is Ops.AFTER:
+            producer[n] = [s for s in n.src[1:] if s in kernels] + producer.get(n.src[0], [])
+    deps: dict[UOp, set[UOp]] = {}
+    readers: dict[UOp, list[UOp]] = {}  # realized node -> the kernels that read it
+    for k in kernels:
+        top = UOp(Ops.CONTIGUOUS, (k.src[1],)) if k.op is Ops.STORE else k
+        leaves = [u for u in _region(top, realized) if u in realized and u is not k]
+        deps[k] = {p for leaf in leaves for p in producer.get(leaf, ()) if p is not k}
+        for leaf in leaves:
+            readers.setdefault(leaf, []).append(k)
+    for s in stores:  # the old value is read before it is overwritten
+        deps[s].update(r for r in readers.get(s.src[0], ()) if r is not s)
+    users: dict[UOp, list[UOp]] = {k: [] for k in kernels}
+    for k, ds in deps.items():
+        for d in ds:
+            users[d].append(k)
+    missing = {k: len(ds) for k, ds in deps.items()}
+    ready = [(topo_index.get(k, -1), id(k), k) for k, n in missing.items() if n == 0]
+    heapq.heapify(ready)
+    out: list[UOp] = []
+    while ready:
+        _, _, k = heapq.heappop(ready)
+        out.append(k)
+        for u in users[k]:
+            missing[u] -= 1
+            if missing[u] == 0:
+                heapq.heappush(ready, (topo_index.get(u, -1), id(u), u))
+    return out, [k for k in kernels if missing[k] and k.op is Ops.STORE]
 
 
 def kernel_limits(device: str) -> tuple[int, int]:

@@ -159,6 +159,7 @@ class Plan:
     temps: tuple[Alloc, ...]
     steps: tuple[Step, ...]
     roots: tuple[int, ...]
+    written_inputs: tuple[int, ...] = ()  # inputs that a kernel writes in place (assignments' targets)
 
 
 def build_plan(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], outs: dict[UOp, UOp],
@@ -215,7 +216,18 @@ def build_plan(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], o
             continue
         steps.append(Step("kernel", kernels[kernel_ix], refs, it.name, dev, shape, estimates[kernel_ix]))
         kernel_ix += 1
-    return Plan(n_in, tuple(input_allocs), tuple(out_specs), tuple(temps), tuple(steps), tuple(root_ix))
+    written = tuple(sorted({st.refs[0][0] for st in steps if st.refs and st.refs[0][0] < n_in}))
+    return Plan(n_in, tuple(input_allocs), tuple(out_specs), tuple(temps), tuple(steps), tuple(root_ix), written)
+
+
+def writable(buf: UOp) -> Any:
+    """The storage of `buf`, made writable: input data is kept read-only (tensor.buffers), so a buffer that an
+    assignment writes in place gets its own writable copy first."""
+    arr = buffers.lookup(buf)
+    if isinstance(arr, np.ndarray) and not arr.flags.writeable:
+        arr = arr.copy()
+        buffers.store(buf, arr)
+    return arr
 
 
 def _alloc(a: Alloc, var_vals: dict[str, int] | None = None) -> tuple[Any, np.ndarray]:
@@ -237,6 +249,8 @@ def replay(p: Plan, roots: list[UOp], inputs: list[UOp], var_vals: dict[str, int
             dev, arr = _alloc(a, vv)
             buffers.store(b, arr, owner=dev)
         arrays.append(buffers.lookup(b))
+    for i in p.written_inputs:
+        arrays[i] = writable(inputs[i])
     out_bufs: list[UOp] = []
     for dtype, shape, device in p.outs:
         b = buffers.new_buffer(dtype, bind_shape(shape, vv), device)

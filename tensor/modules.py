@@ -227,10 +227,9 @@ class Embedding(Module):
         if not isinstance(idx, Tensor) or idx.dtype.is_float or idx.dtype.is_bool:
             got = idx.dtype.name if isinstance(idx, Tensor) else type(idx).__name__
             raise DTypeError(f"Embedding: indices must be an integer Tensor, got {got}")
-        n, d = self.weight.shape
-        # one-hot rows contracted with the table: O(indices x vocabulary x dim) (a gather would be O(indices x dim))
-        onehot = (idx.reshape(*idx.shape, 1) == Tensor.arange(n, dtype=idx.dtype)).cast(self.weight.dtype)
-        return (onehot @ self.weight).reshape(*idx.shape, d)
+        d = self.weight.shape[1]
+        # rows read at loaded positions (an INDEX): O(indices x dim), not a one-hot contraction over the vocabulary
+        return self.weight.index_select(0, idx.reshape(-1)).reshape(*idx.shape, d)
 
 
 class Dropout(Module):

@@ -1,9 +1,10 @@
 """Optimizers: SGD (momentum, dampening, nesterov, weight decay), Adam, AdamW and LAMB, with torch's semantics.
 
 A step builds each parameter's update (and its state's: momentum buffers, moments) as one lazy graph under
-no_grad() and realizes them all in one realize, so the scheduler fuses the elementwise updates; each parameter
-Tensor is then rebound to its new buffer (the Tensor object stays the same, so a model and its optimizer keep
-sharing it).
+no_grad() and assigns it (tensor.inplace): one realize writes every parameter's and state's new value into its
+own buffer, so a step allocates no parameter-sized memory, and the scheduler fuses the elementwise updates. The
+gradients are realized in the same realize (they read the old parameters, so they are computed before the
+stores overwrite them).
 
 Scalars never reach a kernel as constants: the learning rate, the betas, epsilon, weight decay and the
 per-step bias corrections are read from one small host buffer uploaded at every step. A kernel is compiled for
@@ -90,13 +91,9 @@ class Optimizer:
                 ) -> tuple[Tensor, dict[str, Tensor]]:
         raise NotImplementedError
 
-    def step(self, *also: Tensor) -> None:
-        """Apply one update to every parameter that has a gradient, realizing the new parameters and state, `also`
-        (e.g. the loss) and the modules' pending buffers (BatchNorm's running statistics) in one realize."""
-        what = type(self).__name__
-        missing = [i for i, p in enumerate(self.params) if p.grad is None]
-        if len(missing) == len(self.params):
-            raise GradientError(f"{what}.step: no parameter has a gradient; call loss.backward() first")
+    def _assign_updates(self) -> list[Tensor]:
+        """Assign every parameter's and state's new value (lazy); returns the assigned tensors. The values'
+        graphs live only in the assignments: no lazy tensor of this step outlives it to read the old buffers."""
         new: list[tuple[Tensor, Tensor]] = []
         with no_grad():
             scal: dict[str, dict[str, Tensor]] = {}
@@ -111,11 +108,24 @@ class Optimizer:
                 np_, ns = self._update(i, p, g, self.state[i], cp)
                 new.append((p, np_))
                 new.extend((self.state[i][k], v) for k, v in ns.items())
+            for t, v in new:  # in place: each parameter's and state's buffer is overwritten, none allocated
+                t.assign(v)
+        return [t for t, _ in new]
+
+    def step(self, *also: Tensor) -> None:
+        """Apply one update to every parameter that has a gradient, realizing the new parameters and state, `also`
+        (e.g. the loss) and the modules' pending buffers (BatchNorm's running statistics) in one realize."""
+        what = type(self).__name__
+        missing = [i for i, p in enumerate(self.params) if p.grad is None]
+        if len(missing) == len(self.params):
+            raise GradientError(f"{what}.step: no parameter has a gradient; call loss.backward() first")
+        targets = self._assign_updates()
         from tensor.modules import pending_buffers
 
-        Tensor.realize(*(v for _, v in new), *also, *pending_buffers(clear=True))
-        for t, v in new:
-            t.uop = v.uop
+        # the gradients are realized too: they read the old parameters, and a lazy reader of a buffer that is
+        # overwritten would get a snapshot copy of it (tensor.inplace)
+        grads = [p.grad for p in self.params if p.grad is not None and not p.grad.is_realized]
+        Tensor.realize(*targets, *grads, *also, *pending_buffers(clear=True))
         self.steps += 1
 
 

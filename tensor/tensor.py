@@ -30,12 +30,17 @@ from rewrite.viz import capture as viz_capture
 from tensor import autograd as _ag
 from tensor import buffers
 from tensor import creation as _cr
+from tensor import einsum as _es
 from tensor import elementwise as _ew
+from tensor import indexing as _ix
+from tensor import inplace as _ip
 from tensor import logic as _lg
 from tensor import movement as _mv
 from tensor import nn as _nn
 from tensor import random as _rnd
 from tensor import reduce as _rd
+from tensor import scatter as _sc
+from tensor import sorting as _so
 from tensor.helpers import canonical_device, norm_axis, np_dtype, to_dtype
 from tensor.symbolic import unbind_graph
 
@@ -77,6 +82,7 @@ class Tensor:
                  requires_grad: bool = False) -> None:
         self.grad, self._requires_grad = None, False
         self._init(data, dtype, device)
+        _ip.track(self)
         if (rec := viz_capture.ACTIVE) is not None:  # VIZ: which Tensor call made this graph's new nodes
             rec.created(self.uop)
         if requires_grad:
@@ -113,6 +119,7 @@ class Tensor:
     def _wrap(u: UOp, device: str) -> Tensor:
         t = object.__new__(Tensor)
         t.uop, t._device, t.grad, t._requires_grad = _ag.cut(u), device, None, False
+        _ip.track(t)
         if (rec := viz_capture.ACTIVE) is not None:
             rec.created(t.uop)
         return t
@@ -281,7 +288,7 @@ class Tensor:
 
     add, sub, mul, div, floordiv, mod, pow = _ew.add, _ew.sub, _ew.mul, _ew.div, _ew.floordiv, _ew.mod, _ew.pow_
     remainder, floor_divide = _ew.mod, _ew.floordiv
-    neg, maximum, minimum, where, clip, clamp = _ew.neg, _ew.maximum, _ew.minimum, _ew.where, _ew.clip, _ew.clip
+    neg, maximum, minimum, where = _ew.neg, _ew.maximum, _ew.minimum, _ew.where
     lt, gt, le, ge, eq, ne = _lg.lt, _lg.gt, _lg.le, _lg.ge, _lg.eq, _lg.ne
     logical_not, logical_and, logical_or, logical_xor = (_lg.logical_not, _lg.logical_and, _lg.logical_or,
                                                          _lg.logical_xor)
@@ -293,6 +300,7 @@ class Tensor:
     sqrt, rsqrt, reciprocal, square, erf = _ew.sqrt, _ew.rsqrt, _ew.reciprocal, _ew.square, _ew.erf
     abs, sign, trunc, floor, ceil, round = _ew.abs_, _ew.sign, _ew.trunc, _ew.floor, _ew.ceil, _ew.round_
     isnan, isinf, isfinite = _lg.isnan, _lg.isinf, _lg.isfinite
+    clamp = clip = _ix.clamp  # torch's keywords min=, max=; positional as numpy's clip
 
     def __add__(self, y: _ew.Operand) -> Tensor: return _ew.add(self, y)
     def __radd__(self, y: _ew.Operand) -> Tensor: return _ew.add(y, self)
@@ -328,6 +336,11 @@ class Tensor:
     def __invert__(self) -> Tensor: return _lg.bitwise_not(self)
     def __matmul__(self, y: Tensor) -> Tensor: return _nn.matmul(self, y)
     def __rmatmul__(self, y: Tensor) -> Tensor: return _nn.matmul(Tensor(y, device=self.device), self)
+    # in place (tensor.inplace): a realized tensor's buffer is written; torch's dtype rule
+    assign = _ip.assign
+    __iadd__, __isub__, __imul__, __itruediv__ = _ip.iadd, _ip.isub, _ip.imul, _ip.itruediv
+    __ifloordiv__, __imod__, __ipow__ = _ip.ifloordiv, _ip.imod, _ip.ipow
+    __iand__, __ior__, __ixor__, __ilshift__, __irshift__ = _ip.iand, _ip.ior, _ip.ixor, _ip.ilshift, _ip.irshift
     # == builds a Tensor, so hashing stays identity (Tensors are dict keys in @function and the schedule)
     __hash__ = object.__hash__
     # numpy arrays and scalars on the left defer to our reflected operators instead of iterating the Tensor
@@ -341,7 +354,11 @@ class Tensor:
     transpose, squeeze, unsqueeze, flatten, unflatten = (_mv.transpose, _mv.squeeze, _mv.unsqueeze, _mv.flatten,
                                                          _mv.unflatten)
     cat, stack, repeat, split, chunk, gather = _mv.cat, _mv.stack, _mv.repeat, _mv.split, _mv.chunk, _mv.gather
-    __getitem__ = _mv.getitem
+    __getitem__ = _ix.getitem
+    one_hot, masked_fill, tril, triu = _ix.one_hot, _ix.masked_fill, _ix.tril, _ix.triu
+    sort, argsort, topk = _so.sort, _so.argsort, _so.topk
+    scatter, scatter_reduce, scatter_add, __setitem__ = _sc.scatter, _sc.scatter_reduce, _sc.scatter_add, _sc.setitem
+    einsum = staticmethod(_es.einsum)
     index_select = _mv.index_select
 
     @property
@@ -389,6 +406,9 @@ def _realize(tensors: list[Tensor]) -> None:
     tensors are realized with that device as the default."""
     import lower
 
+    assigns = _ip.assignments(tensors)
+    if assigns is not None:
+        tensors = tensors + assigns.extra()
     for dev, group in _by_device(tensors).items():
         roots = list(dict.fromkeys(t.uop for t in group))
         stripped, var_vals, back = unbind_graph(roots)
@@ -398,6 +418,8 @@ def _realize(tensors: list[Tensor]) -> None:
         for t in group:
             res = by_root[t.uop]
             t.uop = back.get(res, res)
+    if assigns is not None:
+        assigns.finish()
 
 
 def reference_numpy(t: Tensor) -> np.ndarray:

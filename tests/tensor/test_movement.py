@@ -183,9 +183,10 @@ def test_getitem_errors(idx: object, msg: str) -> None:
         Tensor.zeros(3, 4)[idx]
 
 
-def test_getitem_rejects_tensors_and_floats() -> None:
-    with pytest.raises(TypeError, match="gather"):
-        Tensor.zeros(3)[Tensor([0, 1])]
+def test_getitem_rejects_float_indices() -> None:
+    """Integer and bool tensors index (tests/tensor/test_indexing.py); float ones and float scalars do not."""
+    with pytest.raises(IndexError, match="integer or bool"):
+        Tensor.zeros(3)[Tensor([0.0, 1.0])]
     with pytest.raises(TypeError, match="float"):
         Tensor.zeros(3)[1.5]
 
