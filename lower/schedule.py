@@ -16,6 +16,7 @@ in which buffers they touch are the same UOp and share their compiled code.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from devices import target_for
 from lower.buffers import new_buffer
@@ -77,14 +78,34 @@ def schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
         if st.name == "rangeify":
             break
         graph = _run_stage(st, graph, ctx)
-    items, outs = schedule_split(list(graph.src))
+    from lower.multi import flat_roots
+
+    items, outs = schedule_split(flat_roots(list(graph.src)))
     if ctx.spec:
         from rewrite.spec import check
 
         for it in items:
             if it.ast is not None:
                 check(it.ast, "kernel")
-    return items, {g: outs[r] for g, r in zip(roots, graph.src, strict=True)}
+    return items, {g: outs[r] if r.op is not Ops.TUPLE else assemble(r, outs)
+                   for g, r in zip(roots, graph.src, strict=True)}
+
+
+def assemble(pieces: UOp, outs: dict[UOp, UOp]) -> UOp:
+    """The result of a root on a device tuple, `TUPLE(piece...)` with arg ("shards", axis, devices): a BUFFER on
+    the tuple whose shards are the pieces' buffers, seen through `lower.multi.buffer_view` (so the result has
+    the root's shape and axis)."""
+    from lower import buffers
+    from lower.multi import buffer_view, local_shape, storage_shape
+
+    _, axis, devs = cast("tuple[str, int | None, tuple[str, ...]]", pieces.arg)
+    first = pieces.src[0]
+    n = len(devs)
+    shape = tuple(d * n if i == axis else d for i, d in enumerate(first.shape)) if axis is not None else first.shape
+    buf = new_buffer(first.dtype, storage_shape(shape, axis, n), devs)
+    buffers.store_shards(buf, tuple(outs[p] for p in pieces.src))
+    assert local_shape(shape, axis, n) == first.shape
+    return buffer_view(buf, shape, axis)
 
 
 def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
