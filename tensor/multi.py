@@ -176,5 +176,19 @@ def numpy_of(x: Tensor) -> object:
     return to(x, devs[0]).numpy()
 
 
-__all__ = ["allgather", "allreduce", "broadcast", "copy", "gather", "reduce", "reduce_scatter", "replicate_uop",
+__all__ = ["allgather", "allreduce", "broadcast", "copy", "gather", "reduce", "reduce_scatter", "replicate_params",
+           "replicate_uop",
            "replicated", "scatter", "shard", "shard_like", "shard_uop", "to"]
+
+
+def replicate_params(tensors: list[Tensor], devices: Device) -> None:
+    """Move each tensor (a model's parameters, an optimizer's state) to every device of `devices`, replicated and
+    realized, in place: the Tensor objects stay the same, so a model and its optimizer keep sharing them. The
+    start of data-parallel training: shard the batch (x.shard(devices, 0)) and the backward pass's reduction over
+    the batch axis (the shard axis) allreduces every gradient (lower.multi), so each device holds the same
+    gradients and takes the same step."""
+    devs = _devices(devices, "replicate_params")
+    new = [to(t, devs) for t in tensors]
+    Tensor.realize(*new)
+    for t, v in zip(tensors, new, strict=True):
+        t.uop, t._device = v.uop, devs

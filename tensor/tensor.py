@@ -83,6 +83,8 @@ class Tensor:
         dt = None if dtype is None else to_dtype(dtype, "Tensor")
         if isinstance(data, UOp):
             dev = canonical_device(device) if device is not None else canonical_device(data.device)
+            if isinstance(dev, tuple):
+                _ = data.axis  # as in _wrap
             self.uop, self._device = _ag.cut(data if dt is None else data.cast(dt)), dev
             return
         dev = canonical_device(device)
@@ -115,6 +117,8 @@ class Tensor:
 
     @staticmethod
     def _wrap(u: UOp, device: Device) -> Tensor:
+        if isinstance(device, tuple):
+            _ = u.axis  # a layout that cannot be (a reshape across the shard boundary) is reported at the call
         t = object.__new__(Tensor)
         t.uop, t._device, t.grad, t._requires_grad = _ag.cut(u), device, None, False
         return t
