@@ -267,3 +267,13 @@ def test_pipeline_has_the_multi_stage() -> None:
     assert root.op is Ops.TUPLE and root.arg == ("shards", 0, CPU2)
     assert [p.device for p in root.src] == list(CPU2)
     assert not any(isinstance(u.device, tuple) for u in out.toposort())
+
+
+def test_gradient_through_replication_is_not_multiplied_by_the_device_count() -> None:
+    x = Tensor(np.arange(4, dtype=np.float32), requires_grad=True)
+    b = np.arange(8, dtype=np.float32).reshape(2, 4)
+    loss = (x.to(CPU2) * Tensor(b).shard(CPU2, 0)).sum()
+    loss.backward()
+    assert x.grad is not None and x.grad.device == "cpu"
+    np.testing.assert_array_equal(x.grad.numpy(), b.sum(0))
+    np.testing.assert_array_equal(loss.numpy(), (np.arange(4) * b).sum())
