@@ -11,9 +11,9 @@ whose sources are already expanded; it builds the node's pieces from its sources
 tagged `("shards", k)`, the spec's tag for temporary processing, with the pieces kept under k in the typed
 context (`MultiContext`). The tagged node keeps the global shape, so every parent can still be built; a parent
 on a single device (a COPY to one) gets its real single-device graph straight away. Finally `multi_expand` puts
-each root on a device tuple in the SINK as `TUPLE(piece_0, ..., piece_{n-1})` with arg `("shards", axis,
-devices)`: the scheduler gives each piece a buffer and joins them into one BUFFER on the tuple
-(`assemble`).
+each root on a device tuple in the SINK as `TUPLE(root, piece_0, ..., piece_{n-1})`, the root it stands for (its
+shape, axis and devices; the spec checker allows no arg and no tag after a stage) and its pieces: the
+scheduler gives each piece a buffer and joins them into one BUFFER on the tuple (lower.schedule.assemble).
 
 What each op becomes, per device i (c = S[a] // n, the block size on the shard axis):
   elementwise      the op on the sources' pieces; a replicated (or device-less) source is cut to block i of the
@@ -327,7 +327,7 @@ def _needs_expansion(roots: list[UOp]) -> bool:
 
 def multi_expand(graph: UOp) -> UOp:
     """The graph stage: `graph` (a SINK of roots) with every node on a device tuple replaced by per-device
-    pieces; a root on a tuple becomes `TUPLE(pieces...)` with arg ("shards", axis, devices)."""
+    pieces; a root on a tuple becomes `TUPLE(root, pieces...)`."""
     if not _needs_expansion(list(graph.src)):
         return graph
     ctx = MultiContext()
@@ -341,15 +341,15 @@ def multi_expand(graph: UOp) -> UOp:
         devs = cast(Devices, orig.device)
         # a device-less piece (a constant) is computed on its device and copied into place
         ps = tuple(p if p.device is not None else p.copy(d) for p, d in zip(ps, devs, strict=True))
-        roots.append(UOp(Ops.TUPLE, ps, ("shards", orig.axis, devs)))
+        roots.append(UOp(Ops.TUPLE, (orig, *ps)))
     return graph_rewrite(UOp.sink(*roots), single_replicated_rules, name="replicated")
 
 
 def flat_roots(roots: list[UOp]) -> list[UOp]:
-    """The roots with each TUPLE of pieces replaced by its pieces."""
+    """The roots with each `TUPLE(root, pieces...)` replaced by its pieces."""
     out: list[UOp] = []
     for r in roots:
-        out += list(r.src) if r.op is Ops.TUPLE else [r]
+        out += list(r.src[1:]) if r.op is Ops.TUPLE else [r]
     return out
 
 

@@ -92,19 +92,18 @@ def schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
 
 
 def assemble(pieces: UOp, outs: dict[UOp, UOp]) -> UOp:
-    """The result of a root on a device tuple, `TUPLE(piece...)` with arg ("shards", axis, devices): a BUFFER on
+    """The result of a root on a device tuple, `TUPLE(root, piece...)` (lower.multi): a BUFFER on
     the tuple whose shards are the pieces' buffers, seen through `lower.multi.buffer_view` (so the result has
     the root's shape and axis)."""
     from lower import buffers
     from lower.multi import buffer_view, local_shape, storage_shape
 
-    _, axis, devs = cast("tuple[str, int | None, tuple[str, ...]]", pieces.arg)
-    first = pieces.src[0]
+    root, parts = pieces.src[0], pieces.src[1:]
+    axis, devs, shape = root.axis, cast("tuple[str, ...]", root.device), root.shape
     n = len(devs)
-    shape = tuple(d * n if i == axis else d for i, d in enumerate(first.shape)) if axis is not None else first.shape
-    buf = new_buffer(first.dtype, storage_shape(shape, axis, n), devs)
-    buffers.store_shards(buf, tuple(outs[p] for p in pieces.src))
-    assert local_shape(shape, axis, n) == first.shape
+    buf = new_buffer(root.dtype, storage_shape(shape, axis, n), devs)
+    buffers.store_shards(buf, tuple(outs[p] for p in parts))
+    assert all(local_shape(shape, axis, n) == p.shape for p in parts)
     return buffer_view(buf, shape, axis)
 
 
