@@ -3,6 +3,10 @@
 Slots are global and never reused, so a BUFFER UOp names one piece of storage for the life of the process.
 The front end stores input data here; realize allocates outputs here; memory planning may let several
 intermediate slots share one array (their lifetimes do not overlap).
+
+A BUFFER on an n-tuple device (the full-size buffer across the devices, sharded on axis 0) holds no array of
+its own: it names n shard BUFFERs, one per device, each of the local shape (shape[0] // n, *shape[1:]), which
+hold the data (`store_shards`, `shards`).
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ from rewrite.dtype import AddrSpace
 _slots = itertools.count(1_000)  # small numbers are left for kernel-local slots in printed graphs
 _data: dict[int, Any] = {}
 _owner: dict[int, Any] = {}  # slot -> the allocator its array came from (it gets the array back)
+_shards: dict[int, tuple[UOp, ...]] = {}  # slot of a BUFFER on a device tuple -> its per-device BUFFERs
 
 
-def new_buffer(dtype: DType, shape: tuple, device: str) -> UOp:
+def new_buffer(dtype: DType, shape: tuple, device: str | tuple[str, ...]) -> UOp:
     """A fresh BUFFER UOp (unique slot) with no data yet; its data is freed when the UOp is garbage."""
     slot = next(_slots)
     buf = UOp.buffer(slot, dtype, shape, device)
@@ -28,6 +33,7 @@ def new_buffer(dtype: DType, shape: tuple, device: str) -> UOp:
 
 
 def _release(slot: int) -> None:
+    _shards.pop(slot, None)
     arr, owner = _data.pop(slot, None), _owner.pop(slot, None)
     if owner is not None and arr is not None:
         owner.free(arr)
@@ -42,6 +48,20 @@ def store(buf: UOp, array: Any, owner: Any = None) -> None:
         _owner[s] = owner
 
 
+def store_shards(buf: UOp, parts: tuple[UOp, ...]) -> None:
+    """Attach the per-device BUFFERs of `buf`, a BUFFER on a device tuple (they live as long as it does)."""
+    _shards[slot(buf)] = parts
+
+
+def shards(buf: UOp) -> tuple[UOp, ...]:
+    """The per-device BUFFERs of a BUFFER on a device tuple."""
+    try:
+        return _shards[slot(buf)]
+    except KeyError:
+        raise KeyError(f"buffer {buf.short()} on {buf.device} has no shards: it was never realized or was freed") \
+            from None
+
+
 def lookup(buf: UOp) -> Any:
     try:
         return _data[slot(buf)]
@@ -50,7 +70,8 @@ def lookup(buf: UOp) -> Any:
 
 
 def has_data(buf: UOp) -> bool:
-    return slot(buf) in _data
+    s = slot(buf)
+    return s in _data or s in _shards
 
 
 def slot(buf: UOp) -> int:

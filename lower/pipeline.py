@@ -221,6 +221,13 @@ def callify(graph: UOp, ctx: Lowering) -> UOp:
     return UOp.sink(*inline(_roots(graph)))
 
 
+def multi(graph: UOp, ctx: Lowering) -> UOp:
+    """Nodes on device tuples become per-device pieces (lower.multi); a root on a tuple becomes a TUPLE of them."""
+    from lower.multi import multi_expand
+
+    return multi_expand(graph)
+
+
 def split_reduce(graph: UOp, ctx: Lowering) -> UOp:
     from lower.split_reduce import split_reductions
 
@@ -229,9 +236,10 @@ def split_reduce(graph: UOp, ctx: Lowering) -> UOp:
 
 def rangeify(graph: UOp, ctx: Lowering) -> UOp:
     """The kernel split: the schedule's kernels as a SINK of their ASTs (lower.schedule keeps the buffers)."""
+    from lower.multi import flat_roots
     from lower.schedule import schedule_split
 
-    items, _ = schedule_split(_roots(graph))
+    items, _ = schedule_split(flat_roots(_roots(graph)))
     return UOp.sink(*(it.ast for it in items if it.kind == "kernel" and it.ast is not None))
 
 
@@ -241,6 +249,8 @@ def rangeify(graph: UOp, ctx: Lowering) -> UOp:
 PIPELINE: tuple[Stage, ...] = (
     Stage("callify", "graph", "lower.callify.callify_rules", "tensor", callify,
           "FUNCTION calls inlined: one graph of BUFFER leaves"),
+    Stage("multi", "graph", "lower.multi.multi_rules (the pieces kept in a MultiContext)", "tensor", multi,
+          "nodes on device tuples become per-device pieces joined by COPYs"),
     Stage("split-reduce", "graph", "function: picks which reductions to split by their sizes", "tensor",
           split_reduce, "large reductions with small outputs become two kernels"),
     Stage("rangeify", "graph", "function: the kernel split is a worklist over the whole graph (to become rules)",

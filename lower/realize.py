@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from devices import get_device, target_for
+from devices.base import Target
 from lower import buffers
 from lower.estimate import Estimate, estimate
 from lower.linearize import listing
@@ -65,47 +66,49 @@ def _array(buf: UOp, var_vals: dict[str, int] | None = None) -> Any:
     return arr if arr.dtype == want else arr.view(want)
 
 
-def _kernel_key(ast: UOp, device_name: str) -> tuple:
-    return (ast, device_name, target_for(device_name).key, lowering_knobs()[1:])
+def _kernel_key(ast: UOp, device_name: str, target: Target | None = None) -> tuple:
+    return (ast, device_name, (target or target_for(device_name)).key, lowering_knobs()[1:])
 
 
-def get_kernel(ast: UOp, device_name: str, name: str, bufs: tuple | None = None) -> Any:
-    key = _kernel_key(ast, device_name)
+def get_kernel(ast: UOp, device_name: str, name: str, bufs: tuple | None = None, target: Target | None = None) -> Any:
+    """The compiled kernel of `ast` for `device_name` (for `target`, default the device's own)."""
+    key = _kernel_key(ast, device_name, target)
     if (k := _compiled.get(key)) is None:
-        k = compile_kernels([(ast, device_name, name, bufs)])[0]
+        k = compile_kernels([(ast, device_name, name, bufs)], target)[0]
     return k
 
 
-def compile_kernels(wanted: Sequence[tuple[UOp, str, str, tuple | None]]) -> list[Any]:
+def compile_kernels(wanted: Sequence[tuple[UOp, str, str, tuple | None]], target: Target | None = None) -> list[Any]:
     """The compiled kernel for each (ast, device, name, bufs): from memory, or lowered and then compiled, the new
-    ones of a device in one batch when it can compile several at once (one compiler start instead of one each)."""
+    ones of a device in one batch when it can compile several at once (one compiler start instead of one each).
+    `target` replaces the devices' default Target (for the kernels of one device)."""
     new: dict[tuple, tuple[UOp, str]] = {}  # key -> (LINEAR, name), in first-use order
     for ast, device_name, name, bufs in wanted:
-        key = _kernel_key(ast, device_name)
+        key = _kernel_key(ast, device_name, target)
         if key in _compiled or key in new:
             continue
-        linear = lower_kernel(ast, target_for(device_name), bufs=bufs, name=name)
+        linear = lower_kernel(ast, target or target_for(device_name), bufs=bufs, name=name)
         if getenv("DEBUG") >= 3:
             print(f"--- {name} ({device_name})\n{linear}", file=sys.stderr)
         new[key] = (linear, name)
         if (rec := viz_capture.ACTIVE) is not None:
             est = estimate(linear)
             rec.kernel(key, name, device_name, linear=listing(linear), flops=est.flops, mem_bytes=est.mem_bytes,
-                       source=get_device(device_name).render(linear, name, target_for(device_name)))
+                       source=get_device(device_name).render(linear, name, target or target_for(device_name)))
     by_dev: dict[str, list[tuple]] = {}
     for key in new:
         by_dev.setdefault(key[1], []).append(key)
     for device_name, keys in by_dev.items():
-        dev, target = get_device(device_name), target_for(device_name)
+        dev, tgt = get_device(device_name), target or target_for(device_name)
         batch = getattr(dev, "compile_batch", None)
         if batch is not None and len(keys) > 1:
-            ks = batch([new[key] for key in keys], target)
+            ks = batch([new[key] for key in keys], tgt)
         else:
-            ks = [dev.compile(*new[key], target) for key in keys]
+            ks = [dev.compile(*new[key], tgt) for key in keys]
         for key, k in zip(keys, ks, strict=True):
             _compiled[key] = k
             _estimates[key] = estimate(new[key][0])
-    return [_compiled[_kernel_key(ast, d)] for ast, d, _, _ in wanted]
+    return [_compiled[_kernel_key(ast, d, target)] for ast, d, _, _ in wanted]
 
 
 def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None,
@@ -159,6 +162,13 @@ def realize(roots: list[UOp], var_vals: dict[str, int] | None = None) -> dict[UO
     if int(getenv("TRACE")):  # tracing wants the scheduling rules to fire, so nothing is replayed
         return _realize_fresh(roots, var_vals)
     key, inputs = signature(roots)
+    if any(isinstance(r.device, tuple) for r in roots) or any(isinstance(b.device, tuple) for b in inputs):
+        # results or inputs on a device tuple live in shard buffers that a plan does not bind: no replay
+        from lower.parallel import keep_of, run_parallel
+
+        items, outs = schedule(roots)
+        run_parallel(items, keep_of(outs), var_vals)
+        return outs
     if (p := plans.get(key)) is None:
         items, outs = schedule(roots)
         wanted = [(it.ast, _device_of(it.bufs[0]), it.name, it.bufs) for it in items

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from typing import cast
 
 from devices import target_for
 from lower.buffers import new_buffer
@@ -79,20 +80,39 @@ def schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
         if st.name == "rangeify":
             break
         graph = _run_stage(st, graph, ctx)
+    from lower.multi import flat_roots
+
     if (rec := viz_capture.ACTIVE) is not None:  # the kernel split is the rangeify stage: the viewer shows it as one
         begun = rec.stage_begin()
-        items, outs = schedule_split(list(graph.src))
+        items, outs = schedule_split(flat_roots(list(graph.src)))
         asts = UOp.sink(*(it.ast for it in items if it.kind == "kernel" and it.ast is not None))
         rec.stage_end(begun, "rangeify", "graph", "", graph, asts)
     else:
-        items, outs = schedule_split(list(graph.src))
+        items, outs = schedule_split(flat_roots(list(graph.src)))
     if ctx.spec:
         from rewrite.spec import check
 
         for it in items:
             if it.ast is not None:
                 check(it.ast, "kernel")
-    return items, {g: outs[r] for g, r in zip(roots, graph.src, strict=True)}
+    return items, {g: outs[r] if r.op is not Ops.TUPLE else assemble(r, outs)
+                   for g, r in zip(roots, graph.src, strict=True)}
+
+
+def assemble(pieces: UOp, outs: dict[UOp, UOp]) -> UOp:
+    """The result of a root on a device tuple, `TUPLE(root, piece...)` (lower.multi): a BUFFER on
+    the tuple whose shards are the pieces' buffers, seen through `lower.multi.buffer_view` (so the result has
+    the root's shape and axis)."""
+    from lower import buffers
+    from lower.multi import buffer_view, local_shape, storage_shape
+
+    root, parts = pieces.src[0], pieces.src[1:]
+    axis, devs, shape = root.axis, cast("tuple[str, ...]", root.device), root.shape
+    n = len(devs)
+    buf = new_buffer(root.dtype, storage_shape(shape, axis, n), devs)
+    buffers.store_shards(buf, tuple(outs[p] for p in parts))
+    assert all(local_shape(shape, axis, n) == p.shape for p in parts)
+    return buffer_view(buf, shape, axis)
 
 
 def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:

@@ -15,6 +15,11 @@ class ShapeError(UOpError, ValueError):
     """Shapes that do not fit the op (broadcast mismatch, bad reshape, expand of a non-1 axis, bad axis)."""
 
 
+class ShardingError(ShapeError):
+    """A multi-device layout that does not fit the op: a shape not divisible by the device count, a reshape that
+    splits the shard boundary, operands sharded on different axes or living on different device tuples."""
+
+
 class DTypeError(UOpError, TypeError):
     """Operand dtypes that the op does not accept."""
 

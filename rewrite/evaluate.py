@@ -302,6 +302,9 @@ def _eval_tensor(u: UOp, vals: list[np.ndarray], inputs: dict[UOp, np.ndarray]) 
         out = np.full(_ints(u, u.shape), round_to(u.dtype, 0), dtype=object)
         out[tuple(slice(b, b + d) for b, d in zip(begin, vals[0].shape, strict=True))] = vals[0]
         return out
+    if op is Ops.REPLICATED:  # equal along its axes (on a device tuple: across devices): the first slice
+        axes = u.int_tuple_arg
+        return vals[0][tuple(slice(0, 1) if i in axes else slice(None) for i in range(vals[0].ndim))]
     if op is Ops.STACK:
         return np.stack(vals)
     if op is Ops.INDEX:
@@ -312,7 +315,7 @@ def _eval_tensor(u: UOp, vals: list[np.ndarray], inputs: dict[UOp, np.ndarray]) 
         return vals[0]
     raise EvalError(
         f"evaluate_graph: cannot evaluate {op.name}; tensor graphs hold BUFFER/PARAM inputs, CONST, "
-        f"VCONST, movement ops, ALU ops, CAST, BITCAST, REDUCE, markers, AFTER and COPY"
+        f"VCONST, movement ops, REPLICATED, ALU ops, CAST, BITCAST, REDUCE, markers, AFTER and COPY"
     )
 
 

@@ -47,9 +47,16 @@ def addrspace_of(u: UOp) -> AddrSpace | None:
 
 
 def axis_of(root: UOp) -> int | None:
-    """The multi-device sharding axis (seed 001): BUFFER on an n-tuple device has axis 0; RESHAPE keeps the
-    shard boundary; PERMUTE follows the permutation; REDUCE or REPLICATED on it, and COPY, drop it; ALU ops
-    inherit from their sources."""
+    """The multi-device sharding axis (seed 001): BUFFER on an n-tuple device has axis 0; RESHAPE remaps it to
+    the axis that keeps the shard boundary; PERMUTE follows the permutation; REDUCE or REPLICATED on it drop it;
+    ALU ops inherit from their sources; everything else keeps its source's.
+
+    COPY: to an n-tuple device it reshards with axis 0, to a single device the axis is NULL. (The spec's axis
+    paragraph says COPY gives NULL; its collectives section says COPY to an n-tuple device reshards with axis 0
+    and every collective relies on that, so the collectives' reading wins for tuple targets.)
+
+    A RESHAPE of a sharded value whose new shape has no axis at the shard boundary (the devices' pieces would not
+    be contiguous blocks of one axis) raises ShardingError: NULL would claim the data is replicated."""
     for u in _nodes_needing(root, "axis"):
         a = _axis_step(u)
         if u._props is None:
@@ -62,7 +69,9 @@ def _axis_step(u: UOp) -> int | None:
     op = u.op
     if op in (Ops.BUFFER, Ops.PARAM):
         return 0 if isinstance(u.buf_arg.device, tuple) else None
-    if op is Ops.COPY or not u.src:
+    if op is Ops.COPY:
+        return 0 if isinstance(u.arg, tuple) else None
+    if not u.src:
         return None
     a = u.src[0]._props["axis"] if u.src[0]._props else None
     if op is Ops.PERMUTE:
@@ -71,22 +80,41 @@ def _axis_step(u: UOp) -> int | None:
         axes = u.reduce_axes if op is Ops.REDUCE else u.int_tuple_arg
         return None if a in axes else a
     if op is Ops.RESHAPE:
-        return None if a is None else _reshape_axis(u.src[0].shape, u.shape, a)
+        if a is None:
+            return None
+        dev = u.device
+        n = len(dev) if isinstance(dev, tuple) else 1
+        b = reshape_axis(u.src[0].shape, u.shape, a, n)
+        if b is None:
+            from rewrite.derive import fmt_shape
+            from rewrite.errors import ShardingError
+
+            raise ShardingError(
+                f"RESHAPE: {fmt_shape(u.src[0].shape)} sharded on axis {a} over {n} devices cannot become "
+                f"{fmt_shape(u.shape)}: no axis of the new shape keeps the shard boundary (each device's piece "
+                f"must stay one block of one axis); replicate first (.to(devices)) or reshape so that the shard "
+                f"axis and everything after it stay together")
+        return b
     if op in GroupOp.ALU:
         return next((s._props["axis"] for s in u.src if s._props and s._props.get("axis") is not None), None)
     return a
 
 
-def _reshape_axis(old: tuple, new: tuple, axis: int) -> int | None:
-    """The axis of `new` that starts at the same flat offset as `axis` of `old`, keeping the shard boundary."""
+def reshape_axis(old: tuple, new: tuple, axis: int, n: int) -> int | None:
+    """The axis of `new` at the shard boundary of `axis` of `old` (sharded n ways), or None when none is: device
+    k holds the flat elements whose offset within each block of prod(old[axis:]) lies in the k-th n-th of it, so
+    the new axis b must span the same block (prod(new[b:]) == prod(old[axis:])) and split n ways
+    (new[b] % n == 0)."""
     if not all(isinstance(d, int) for d in (*old, *new)):
         return None
-    stride_before = 1
-    for d in old[:axis]:
-        stride_before *= d
+    block = 1
+    for d in old[axis:]:
+        block *= d
     acc = 1
-    for i, d in enumerate(new):
-        if (acc == stride_before and d % old[axis] == 0) or (acc == stride_before and d == old[axis]):
-            return i
-        acc *= d
+    for b in range(len(new) - 1, -1, -1):
+        acc *= new[b]
+        if acc == block and new[b] % n == 0:
+            return b
+        if acc > block:
+            return None
     return None

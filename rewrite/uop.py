@@ -211,7 +211,7 @@ class UOp:
         return UOp(Ops.PARAM, (UOp.shape_operand(shape),), ParamArg(slot, dtype, device))
 
     @staticmethod
-    def buffer(slot: int, dtype: DType, shape: Sequence[int | UOp], device: str | None = None,
+    def buffer(slot: int, dtype: DType, shape: Sequence[int | UOp], device: str | tuple[str, ...] | None = None,
                addrspace: AddrSpace = AddrSpace.GLOBAL) -> UOp:
         return UOp(Ops.BUFFER, (UOp.shape_operand(shape),), BufferArg(slot, dtype, device, addrspace))
 

@@ -111,6 +111,12 @@ def _shrink_grad(ctx: UOp, ret: UOp, a: UOp) -> tuple:
     return (ctx.pad(lo, tuple(d - e for d, e in zip(a.shape, hi, strict=True))), None, None)
 
 
+def _replicated_grad(ctx: UOp, a: UOp) -> tuple:
+    """REPLICATED keeps the first slice of its axes (the rest are equal copies; on a shard axis, device 0's
+    block), so the gradient lands in that slice and the copies get zero: a broadcast's gradient is g, not n*g."""
+    return (ctx.pad((0,) * len(a.shape), tuple(d - c for d, c in zip(a.shape, ctx.shape, strict=True))),)
+
+
 def _stack_grad(ctx: UOp, ret: UOp) -> tuple:
     rest = ctx.shape[1:]
     return tuple(ctx.shrink((i, *(0,) * len(rest)), (i + 1, *rest)).reshape(rest) for i in range(len(ret.src)))
@@ -287,6 +293,7 @@ gradients = RuleSet("gradients", [
     Rule("grad-flip",    op.FLIP(a, name=ret),               lambda ctx, ret: (ctx.flip(ret.arg),)),
     Rule("grad-stack",   op.STACK(name=ret),                 _stack_grad),
     Rule("grad-copy",    op.COPY(a, name=ret),               _copy_grad),
+    Rule("grad-replicated", op.REPLICATED(a, name=ret),      _replicated_grad),
     Rule("grad-index",   op.INDEX(a, name=ret, rest=True),   _index_grad),
     # reductions
     Rule("grad-reduce-add", op.REDUCE(a, name=ret), _reduce_add_grad, when=lambda ret: ret.arg[0] is Ops.ADD),

@@ -20,7 +20,7 @@ from rewrite.semantics import exec_cast
 from rewrite.uop import UOp
 from tensor import buffers
 from tensor.elementwise import const_uop, scalar_dtype
-from tensor.helpers import canonical_device, check_shape, np_dtype, shape_arg, to_dtype
+from tensor.helpers import Device, canonical_device, check_shape, np_dtype, shape_arg, to_dtype
 from tensor.symbolic import need_concrete
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def _dt(dtype: object, default: DType) -> DType:
     return default if dtype is None else to_dtype(dtype)
 
 
-def full(shape: tuple | int, fill_value: Scalar, dtype: object = None, device: str | None = None) -> Tensor:
+def full(shape: tuple | int, fill_value: Scalar, dtype: object = None, device: Device | None = None) -> Tensor:
     """A tensor of `shape` filled with `fill_value` (dtype from the value when not given)."""
     if not isinstance(fill_value, (bool, int, float, np.generic)):
         raise TypeError(f"full: fill_value must be a Python number, got {type(fill_value).__name__}")
@@ -46,15 +46,15 @@ def full(shape: tuple | int, fill_value: Scalar, dtype: object = None, device: s
     return tt.Tensor._wrap(const_uop(exec_cast(v, scalar_dtype(v), dt), dt, sh), canonical_device(device))
 
 
-def zeros(*shape: int, dtype: object = None, device: str | None = None) -> Tensor:
+def zeros(*shape: int, dtype: object = None, device: Device | None = None) -> Tensor:
     return full(shape_arg(shape, "zeros"), 0, _dt(dtype, dtypes.default_float), device)
 
 
-def ones(*shape: int, dtype: object = None, device: str | None = None) -> Tensor:
+def ones(*shape: int, dtype: object = None, device: Device | None = None) -> Tensor:
     return full(shape_arg(shape, "ones"), 1, _dt(dtype, dtypes.default_float), device)
 
 
-def empty(*shape: int, dtype: object = None, device: str | None = None) -> Tensor:
+def empty(*shape: int, dtype: object = None, device: Device | None = None) -> Tensor:
     """A fresh buffer; its contents are unspecified (zeros here)."""
     sh = need_concrete(check_shape(shape_arg(shape, "empty"), "empty"), "empty (it allocates a buffer now)")
     dt = _dt(dtype, dtypes.default_float)
@@ -67,26 +67,28 @@ def empty(*shape: int, dtype: object = None, device: str | None = None) -> Tenso
     except MemoryError:
         raise OutOfMemoryError(f"empty: shape {sh} of {dt.name} needs {nbytes} bytes, more than the memory "
                                f"available ({physical_memory()} bytes in this machine); use a smaller shape") from None
+    if isinstance(dev, tuple):
+        return tt.Tensor(data, dt, dev)
     return tt.Tensor._wrap(buffers.new_buffer(data, dt, dev), dev)
 
 
-def full_like(x: Tensor, fill_value: Scalar, dtype: object = None, device: str | None = None) -> Tensor:
+def full_like(x: Tensor, fill_value: Scalar, dtype: object = None, device: Device | None = None) -> Tensor:
     return full(x.shape, fill_value, _dt(dtype, x.dtype), device or x.device)
 
 
-def zeros_like(x: Tensor, dtype: object = None, device: str | None = None) -> Tensor:
+def zeros_like(x: Tensor, dtype: object = None, device: Device | None = None) -> Tensor:
     return full(x.shape, 0, _dt(dtype, x.dtype), device or x.device)
 
 
-def ones_like(x: Tensor, dtype: object = None, device: str | None = None) -> Tensor:
+def ones_like(x: Tensor, dtype: object = None, device: Device | None = None) -> Tensor:
     return full(x.shape, 1, _dt(dtype, x.dtype), device or x.device)
 
 
-def empty_like(x: Tensor, dtype: object = None, device: str | None = None) -> Tensor:
+def empty_like(x: Tensor, dtype: object = None, device: Device | None = None) -> Tensor:
     return empty(*x.shape, dtype=_dt(dtype, x.dtype), device=device or x.device)
 
 
-def _index_tensor(n: int, dtype: DType, device: str) -> Tensor:
+def _index_tensor(n: int, dtype: DType, device: Device) -> Tensor:
     """[0, 1, ..., n-1] in an integer dtype (floats count in int32 and cast: exact below 2**24)."""
     from tensor.reduce import arange_uop
 
@@ -95,7 +97,7 @@ def _index_tensor(n: int, dtype: DType, device: str) -> Tensor:
 
 
 def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype: object = None,
-           device: str | None = None) -> Tensor:
+           device: Device | None = None) -> Tensor:
     """[start, start+step, ...) up to stop, as numpy; ints give default_int, any float gives default_float."""
     if stop is None:
         start, stop = 0, start
@@ -121,7 +123,7 @@ def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype: o
     return (idx + start if start != 0 else idx).cast(dt)
 
 
-def linspace(start: Scalar, stop: Scalar, steps: int, dtype: object = None, device: str | None = None) -> Tensor:
+def linspace(start: Scalar, stop: Scalar, steps: int, dtype: object = None, device: Device | None = None) -> Tensor:
     """`steps` evenly spaced values from start to stop inclusive (the last one is exactly stop, as numpy)."""
     if not isinstance(steps, int) or steps < 0:
         raise ValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
@@ -135,7 +137,7 @@ def linspace(start: Scalar, stop: Scalar, steps: int, dtype: object = None, devi
     return (idx == steps - 1).where(float(stop), vals).cast(dt)
 
 
-def eye(n: int, m: int | None = None, dtype: object = None, device: str | None = None) -> Tensor:
+def eye(n: int, m: int | None = None, dtype: object = None, device: Device | None = None) -> Tensor:
     """The n x m identity: ones where the row index equals the column index."""
     m = n if m is None else m
     if not isinstance(n, int) or not isinstance(m, int) or n < 0 or m < 0:

@@ -26,10 +26,10 @@ import numpy as np
 import tensor.tensor as tt
 import tensor.units as _un
 from rewrite.dtype import DType, dtypes, promote
-from rewrite.errors import DeviceError, DTypeError
+from rewrite.errors import DeviceError, DTypeError, ShardingError
 from rewrite.ops import Ops
 from rewrite.uop import UOp
-from tensor.helpers import broadcast_shape, to_dtype
+from tensor.helpers import Device, broadcast_shape, to_dtype
 
 if TYPE_CHECKING:
     from tensor.tensor import Tensor
@@ -50,7 +50,7 @@ def _is_scalar(x: object) -> TypeGuard[Scalar]:
     return isinstance(x, (bool, int, float)) and not isinstance(x, np.generic)
 
 
-def as_tensor(x: object, device: str, what: str) -> Tensor | Scalar:
+def as_tensor(x: object, device: Device, what: str) -> Tensor | Scalar:
     """A Tensor, or a Python scalar kept weak; numpy arrays, numpy scalars and lists become Tensors."""
     if isinstance(x, tt.Tensor) or _is_scalar(x):
         return x
@@ -85,16 +85,21 @@ def expand_uop(u: UOp, shape: tuple) -> UOp:
     return u.reshape((1,) * (len(shape) - len(u.shape)) + u.shape).expand(shape)
 
 
-def common_device(what: str, tensors: list[Tensor]) -> str:
+def common_device(what: str, tensors: list[Tensor]) -> Device:
     devs = {t.device for t in tensors}
     if len(devs) > 1:
-        raise DeviceError(f"{what}: operands live on different devices ({', '.join(sorted(devs))}); move them to one "
-                          f"device with .to(device) first")
+        if any(isinstance(d, tuple) for d in devs):
+            raise ShardingError(f"{what}: operands live on different devices or device tuples "
+                                f"({', '.join(sorted(map(str, devs)))}); put them on one tuple first: "
+                                f"x.to(devices) replicates x, x.shard(devices, axis) splits it, x.shard_like(y) lays "
+                                f"it out as y")
+        raise DeviceError(f"{what}: operands live on different devices ({', '.join(sorted(map(str, devs)))}); move "
+                          f"them to one device with .to(device) first")
     return tensors[0].device
 
 
-def operands(what: str, xs: tuple, dtype: DType | None = None, device: str | None = None
-             ) -> tuple[list[UOp], DType, tuple, str]:
+def operands(what: str, xs: tuple, dtype: DType | None = None, device: Device | None = None
+             ) -> tuple[list[UOp], DType, tuple, Device]:
     """Cast every operand to the promoted (or given) dtype and broadcast all to one shape."""
     dev = device or next(x.device for x in xs if isinstance(x, tt.Tensor))
     conv = [as_tensor(x, dev, what) for x in xs]
@@ -116,7 +121,7 @@ def weak_const(what: str, v: Scalar, dt: DType, shape: tuple) -> UOp:
     return const_uop(v, dt, shape)
 
 
-def wrap(u: UOp, device: str) -> Tensor:
+def wrap(u: UOp, device: Device) -> Tensor:
     return tt.Tensor(u, device=device)
 
 

@@ -19,6 +19,7 @@ from rewrite.ops import Ops
 from rewrite.uop import UOp
 
 Shape = tuple[int, ...]
+Device = str | tuple[str, ...]  # one device, or an n-tuple of devices holding a sharded or replicated tensor
 
 
 class AxisError(ShapeError, IndexError):
@@ -62,17 +63,32 @@ def np_dtype(dt: DType) -> np.dtype:
 
 
 def default_device() -> str:
-    return canonical_device(knob_str("DEVICE"))
+    return one_device(knob_str("DEVICE"))
 
 
-def canonical_device(device: str | None) -> str:
-    """A known device name in lower case ("cpu", "python", "cuda", "cuda:1"); DeviceError lists the known ones."""
+def canonical_device(device: Device | None) -> Device:
+    """A known device name in lower case ("cpu", "python", "cuda", "cuda:1"), or a tuple of distinct ones (a
+    multi-device tensor: `("cpu:0", "cpu:1")`); DeviceError lists the known ones."""
+    if isinstance(device, (tuple, list)):
+        devs = tuple(one_device(d) for d in device)
+        if not devs:
+            raise DeviceError("device: an empty device tuple; give one device or a tuple such as ('cpu:0', 'cpu:1')")
+        if len(set(devs)) != len(devs):
+            raise DeviceError(f"device: {devs} names a device twice; a device tuple holds one piece per device, so "
+                              f"use distinct devices such as ('cpu:0', 'cpu:1')")
+        return devs
+    return one_device(device)
+
+
+def one_device(device: object) -> str:
+    """A single known device name in lower case (see canonical_device)."""
     from devices import known_devices
 
     if device is None:
-        return default_device()
+        return str(default_device())
     if not isinstance(device, str):
-        raise DeviceError(f"device must be a str such as 'cpu', got {type(device).__name__} {device!r}")
+        raise DeviceError(f"device must be a str such as 'cpu' or a tuple of them such as ('cpu:0', 'cpu:1'), got "
+                          f"{type(device).__name__} {device!r}")
     d = device.strip().lower()
     base, _, num = d.partition(":")
     if base not in known_devices() or (num and not num.isdigit()):

@@ -75,7 +75,7 @@ def getitem(x: Tensor, index: object) -> Tensor:
     return take(y, [a for a, _ in data], [t for _, t in data])
 
 
-def _index_rank(i: object, device: str) -> int:
+def _index_rank(i: object, device: object) -> int:
     """How many axes an index consumes: a bool mask one per dimension, an integer index one."""
     if isinstance(i, tt.Tensor):
         return max(1, i.ndim) if i.dtype.is_bool else 1

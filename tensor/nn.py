@@ -25,7 +25,7 @@ from tensor import elementwise as ew
 from tensor import logic as lg
 from tensor import units as _un
 from tensor.elementwise import common_device, const_uop, expand_uop
-from tensor.helpers import broadcast_shape
+from tensor.helpers import Device, broadcast_shape
 from tensor.reduce import reduce_uop
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ def matmul(x: Tensor, w: Tensor) -> Tensor:
     return tt.Tensor._wrap(out.reshape(shape), dev)
 
 
-def _panels(b: UOp, m: int, dev: str) -> UOp:
+def _panels(b: UOp, m: int, dev: Device) -> UOp:
     """b (..., K, N) read through a copy stored as column panels (..., N/P, K, P), P = the panel width of the
     device's target (lower.optimize.matmul_panel_bytes): a register tile then reads P consecutive elements per step
     of K, and the rows of a panel are adjacent in memory instead of N elements apart. Only when the copy pays for
@@ -88,7 +88,7 @@ def _panels(b: UOp, m: int, dev: str) -> UOp:
 
     k, n = b.shape[-2], b.shape[-1]
     size = b.dtype.itemsize
-    target = target_for(dev)
+    target = target_for(dev if isinstance(dev, str) else dev[0])
     panel = 0 if target.interpreted else matmul_panel_bytes(target) // size
     if not panel or n % panel or n <= panel or k < 64 or m < 16:
         return b
@@ -96,6 +96,8 @@ def _panels(b: UOp, m: int, dev: str) -> UOp:
         return b
     nb = b.ndim - 2
     swap = (*range(nb), nb + 1, nb, nb + 2)  # (.., K, N/P, P) <-> (.., N/P, K, P): its own inverse
+    if isinstance(dev, tuple) and isinstance(b.device, tuple) and b.axis == b.ndim - 1 and (n // panel) % len(dev):
+        return b  # the panels would split the devices' blocks of N (rewrite.props.reshape_axis)
     packed = b.reshape((*b.shape[:-2], k, n // panel, panel)).permute(swap).contiguous()
     return packed.permute(swap).reshape(b.shape)
 
@@ -109,13 +111,15 @@ def _permuted(x: UOp) -> bool:
     return False
 
 
-def _channels_last(w: UOp, groups: int, positions: int, dev: str) -> UOp:
+def _channels_last(w: UOp, groups: int, positions: int, dev: Device) -> UOp:
     """conv2d's weight (Cout, Cin/g, *kernel) read through a copy with the output channel innermost, so a register
     tile can load a vector of output channels per tap (lower.optimize: the channels are the lanes, the output
     positions the rows). Only where it pays: the target packs operands (a compiled target with vector registers),
     whole vectors of output channels per group, and many output positions reusing the small copy."""
     from devices import target_for
 
+    if isinstance(dev, tuple):
+        return w
     target = target_for(dev)
     cout, rest = w.shape[0], w.shape[1:]
     lanes = target.lanes(w.dtype.itemsize)

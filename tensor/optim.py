@@ -24,6 +24,7 @@ import tensor.tensor as tt
 from rewrite import DType, dtypes
 from rewrite.errors import DTypeError, GradientError
 from tensor.autograd import no_grad
+from tensor.helpers import Device
 
 Tensor = tt.Tensor
 
@@ -78,7 +79,7 @@ class Optimizer:
     def _scalar_values(self) -> dict[str, float]:
         return {k: float(getattr(self, k)) for k in self._SCALARS}
 
-    def _scalars(self, device: str) -> dict[str, Tensor]:
+    def _scalars(self, device: Device) -> dict[str, Tensor]:
         """This step's scalars as 0-d tensors, all read from one host buffer (new data, same structure)."""
         vals = self._scalar_values()
         for k, v in vals.items():
@@ -96,7 +97,7 @@ class Optimizer:
         graphs live only in the assignments: no lazy tensor of this step outlives it to read the old buffers."""
         new: list[tuple[Tensor, Tensor]] = []
         with no_grad():
-            scal: dict[str, dict[str, Tensor]] = {}
+            scal: dict[Device, dict[str, Tensor]] = {}
             for i, p in enumerate(self.params):
                 if p.grad is None:
                     continue

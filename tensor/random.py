@@ -21,7 +21,7 @@ from rewrite.errors import ArgumentError, DTypeError
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 from tensor.elementwise import const_uop
-from tensor.helpers import canonical_device, check_shape, shape_arg, to_dtype
+from tensor.helpers import Device, canonical_device, check_shape, shape_arg, to_dtype
 from tensor.reduce import arange_uop
 from tensor.symbolic import need_concrete
 
@@ -72,13 +72,13 @@ def _shape(shape: tuple, what: str) -> tuple[int, ...]:
     return need_concrete(check_shape(shape_arg(shape, what), what), what)
 
 
-def rand(*shape: int, dtype: object = None, device: str | None = None) -> Tensor:
+def rand(*shape: int, dtype: object = None, device: Device | None = None) -> Tensor:
     """Uniform in [0, 1)."""
     dt = _float_dtype(dtype, "rand")
     return tt.Tensor._wrap(_uniform01(_shape(shape, "rand"), dt), canonical_device(device))
 
 
-def randn(*shape: int, dtype: object = None, device: str | None = None) -> Tensor:
+def randn(*shape: int, dtype: object = None, device: Device | None = None) -> Tensor:
     """Standard normal: sqrt(-2 ln(1 - u1)) * cos(2 pi u2), computed in float32 (float64 for float64)."""
     dt = _float_dtype(dtype, "randn")
     sh = _shape(shape, "randn")
@@ -90,7 +90,7 @@ def randn(*shape: int, dtype: object = None, device: str | None = None) -> Tenso
 
 
 def randint(*shape: int, low: int = 0, high: int = 10, dtype: object = dtypes.int32,
-            device: str | None = None) -> Tensor:
+            device: Device | None = None) -> Tensor:
     """Uniform integers in [low, high) (tinygrad's signature): 64 random bits modulo the range, so the bias is
     below range / 2**64."""
     dt = to_dtype(dtype, "randint")
@@ -104,7 +104,7 @@ def randint(*shape: int, low: int = 0, high: int = 10, dtype: object = dtypes.in
 
 
 def uniform(*shape: int, low: float = 0.0, high: float = 1.0, dtype: object = None,
-            device: str | None = None) -> Tensor:
+            device: Device | None = None) -> Tensor:
     if not (isinstance(low, (int, float)) and isinstance(high, (int, float)) and math.isfinite(low)
             and math.isfinite(high) and low <= high):
         raise ArgumentError(f"uniform: need finite numbers low <= high, got low={low!r}, high={high!r}")
@@ -112,18 +112,18 @@ def uniform(*shape: int, low: float = 0.0, high: float = 1.0, dtype: object = No
 
 
 def normal(*shape: int, mean: float = 0.0, std: float = 1.0, dtype: object = None,
-           device: str | None = None) -> Tensor:
+           device: Device | None = None) -> Tensor:
     if not (isinstance(mean, (int, float)) and isinstance(std, (int, float)) and math.isfinite(mean)
             and math.isfinite(std) and std >= 0):
         raise ArgumentError(f"normal: need a finite mean and a finite std >= 0, got mean={mean!r}, std={std!r}")
     return randn(*shape, dtype=dtype, device=device) * std + mean
 
 
-def rand_like(x: Tensor, dtype: object = None, device: str | None = None) -> Tensor:
+def rand_like(x: Tensor, dtype: object = None, device: Device | None = None) -> Tensor:
     return rand(*x.shape, dtype=dtype or (x.dtype if x.dtype.is_float else None), device=device or x.device)
 
 
-def randn_like(x: Tensor, dtype: object = None, device: str | None = None) -> Tensor:
+def randn_like(x: Tensor, dtype: object = None, device: Device | None = None) -> Tensor:
     return randn(*x.shape, dtype=dtype or (x.dtype if x.dtype.is_float else None), device=device or x.device)
 
 

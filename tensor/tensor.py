@@ -41,7 +41,7 @@ from tensor import random as _rnd
 from tensor import reduce as _rd
 from tensor import scatter as _sc
 from tensor import sorting as _so
-from tensor.helpers import canonical_device, norm_axis, np_dtype, to_dtype
+from tensor.helpers import Device, canonical_device, norm_axis, np_dtype, to_dtype
 from tensor.symbolic import unbind_graph
 
 
@@ -75,10 +75,10 @@ class Tensor:
 
     __slots__ = ("__weakref__", "_device", "_requires_grad", "grad", "uop")
     uop: UOp
-    _device: str
+    _device: Device
     grad: Tensor | None
 
-    def __init__(self, data: object, dtype: object = None, device: str | None = None,
+    def __init__(self, data: object, dtype: object = None, device: Device | None = None,
                  requires_grad: bool = False) -> None:
         self.grad, self._requires_grad = None, False
         self._init(data, dtype, device)
@@ -88,13 +88,21 @@ class Tensor:
         if requires_grad:
             self.requires_grad = True
 
-    def _init(self, data: object, dtype: object, device: str | None) -> None:
+    def _init(self, data: object, dtype: object, device: Device | None) -> None:
         dt = None if dtype is None else to_dtype(dtype, "Tensor")
         if isinstance(data, UOp):
-            dev = canonical_device(device) if device is not None else canonical_device(_uop_device(data))
+            dev = canonical_device(device) if device is not None else canonical_device(data.device)
+            if isinstance(dev, tuple):
+                _ = data.axis  # as in _wrap
             self.uop, self._device = _ag.cut(data if dt is None else data.cast(dt)), dev
             return
         dev = canonical_device(device)
+        if isinstance(dev, tuple) and isinstance(data, (list, tuple, np.ndarray)):  # on the first device, replicated
+            from tensor.multi import replicate_uop
+
+            self._init(data, dtype, dev[0])
+            self.uop, self._device = replicate_uop(self.uop, dev), dev
+            return
         if isinstance(data, Tensor):
             moved = data if data.device == dev else data.to(dev)
             self.uop, self._device = (moved.uop if dt is None else moved.uop.cast(dt)), dev
@@ -110,13 +118,16 @@ class Tensor:
             inferred = _infer_dtype(arr, not isinstance(data, np.ndarray))
             target = dt or inferred
             src = arr.astype(np_dtype(target)) if target is not dtypes.bfloat16 else arr.astype(np.float32)
+            assert isinstance(dev, str)  # a device tuple was handled above
             self.uop, self._device = buffers.new_buffer(src, target, dev), dev
             return
         raise TypeError(f"Tensor: cannot make a tensor from {type(data).__name__}; use a number, a (nested) list, "
                         f"an ndarray or a Tensor")
 
     @staticmethod
-    def _wrap(u: UOp, device: str) -> Tensor:
+    def _wrap(u: UOp, device: Device) -> Tensor:
+        if isinstance(device, tuple):
+            _ = u.axis  # a layout that cannot be (a reshape across the shard boundary) is reported at the call
         t = object.__new__(Tensor)
         t.uop, t._device, t.grad, t._requires_grad = _ag.cut(u), device, None, False
         _ip.track(t)
@@ -157,7 +168,8 @@ class Tensor:
         return len(self.uop.shape)
 
     @property
-    def device(self) -> str:
+    def device(self) -> Device:
+        """The device name, or the tuple of devices of a multi-device tensor (tensor.multi)."""
         return self._device
 
     def numel(self) -> int:
@@ -195,6 +207,11 @@ class Tensor:
 
     @property
     def is_realized(self) -> bool:
+        if isinstance(self._device, tuple):
+            from lower.multi import view_base
+
+            base = view_base(self.uop)
+            return base is not None and buffers.has_data(base)
         return buffers.has_data(self.uop)
 
     def realize(self, *others: Tensor) -> Tensor:
@@ -210,13 +227,15 @@ class Tensor:
 
         items: list = []
         for dev, group in _by_device([self, *others]).items():
-            with Context(DEVICE=dev):
-                items += lower.schedule(list(dict.fromkeys(t.uop for t in group)))[0]
+            with Context(DEVICE=dev if isinstance(dev, str) else dev[0]):
+                items += lower.schedule(list(dict.fromkeys(_root(t) for t in group)))[0]
         return items
 
     def numpy(self) -> np.ndarray:
-        """The data as a new ndarray (bfloat16 comes back as float32)."""
+        """The data as a new ndarray (bfloat16 comes back as float32); a multi-device tensor's is gathered."""
         self.realize()
+        if isinstance(self._device, tuple):
+            return self.to(self._device[0]).numpy()
         return buffers.host_array(self.uop)
 
     def tolist(self) -> list | int | float | bool:
@@ -242,10 +261,36 @@ class Tensor:
     def __float__(self) -> float:
         return float(self.item())
 
-    def to(self, device: str) -> Tensor:
-        """The same data on another device (a COPY); self when it is already there."""
-        dev = canonical_device(device)
-        return self if dev == self.device else Tensor._wrap(self.uop.copy(dev), dev)
+    def to(self, device: Device) -> Tensor:
+        """The same data on another device (a COPY), or replicated on every device of a tuple; self when it is
+        already there (tensor.multi)."""
+        from tensor.multi import to
+
+        return to(self, device)
+
+    def shard(self, devices: Device, axis: int | None = 0) -> Tensor:
+        """Split along `axis` over a device tuple (axis=None replicates); see tensor.multi."""
+        from tensor.multi import shard
+
+        return shard(self, devices, axis)
+
+    def shard_like(self, y: Tensor) -> Tensor:
+        """Laid out as y: y's devices and shard axis."""
+        from tensor.multi import shard_like
+
+        return shard_like(self, y)
+
+    def copy(self, device: Device) -> Tensor:
+        """The spec's COPY: to a device tuple it reshards with axis 0; to one device it gathers."""
+        from tensor.multi import copy
+
+        return copy(self, device)
+
+    def replicated(self, *axes: int) -> Tensor:
+        """The spec's REPLICATED (the axes, all equal, are dropped)."""
+        from tensor.multi import replicated
+
+        return replicated(self, *axes)
 
     def contiguous(self) -> Tensor:
         return Tensor._wrap(self.uop.contiguous(), self.device)
@@ -387,15 +432,17 @@ class Tensor:
     def bool(self) -> Tensor: return _ew.cast(self, dtypes.bool)
 
 
-def _uop_device(u: UOp) -> str | None:
-    d = u.device
-    if isinstance(d, tuple):
-        raise NotImplementedError("Tensor: multi-device (sharded) UOps are not supported by the front end yet")
-    return d
+def _root(t: Tensor) -> UOp:
+    """The graph to realize for t: a device-less graph (constants) on a device tuple is replicated there."""
+    if isinstance(t.device, tuple) and not isinstance(t.uop.device, tuple):
+        from tensor.multi import replicate_uop
+
+        return replicate_uop(t.uop, t.device)
+    return t.uop
 
 
-def _by_device(tensors: list[Tensor]) -> dict[str, list[Tensor]]:
-    groups: dict[str, list[Tensor]] = {}
+def _by_device(tensors: list[Tensor]) -> dict[Device, list[Tensor]]:
+    groups: dict[Device, list[Tensor]] = {}
     for t in tensors:
         groups.setdefault(t.device, []).append(t)
     return groups
@@ -410,13 +457,13 @@ def _realize(tensors: list[Tensor]) -> None:
     if assigns is not None:
         tensors = tensors + assigns.extra()
     for dev, group in _by_device(tensors).items():
-        roots = list(dict.fromkeys(t.uop for t in group))
+        roots = list(dict.fromkeys(_root(t) for t in group))
         stripped, var_vals, back = unbind_graph(roots)
-        with Context(DEVICE=dev):
+        with Context(DEVICE=dev if isinstance(dev, str) else dev[0]):
             outs = lower.realize(stripped, var_vals) if var_vals else lower.realize(roots)
         by_root = {r: outs[s] for r, s in zip(roots, stripped, strict=True)}
         for t in group:
-            res = by_root[t.uop]
+            res = by_root[_root(t)]
             t.uop = back.get(res, res)
     if assigns is not None:
         assigns.finish()

@@ -34,12 +34,12 @@ class Unary:
         self.name, self.value, self.derivative = name, value, derivative
         self.body = functools.lru_cache(maxsize=256)(self._body)
 
-    def _body(self, dtype: DType, shape: tuple, device: str | None) -> UOp:
+    def _body(self, dtype: DType, shape: tuple, device: str | tuple[str, ...] | None) -> UOp:
         p = UOp.param(0, dtype, shape, device)
         v = self.value(p)
         return unit(self.name, v, [self.derivative(p, v)], [p]).src[0].src[0]
 
-    def __call__(self, x: UOp, device: str | None) -> UOp:
+    def __call__(self, x: UOp, device: str | tuple[str, ...] | None) -> UOp:
         """The unit applied to x, which lives on `device` (the Tensor's)."""
         fn = UOp(Ops.FUNCTION, (self.body(x.dtype, x.shape, device), x), ElementwiseUnit(self.name))
         return UOp(Ops.GETTUPLE, (fn,), 0)

@@ -223,7 +223,8 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ("knob-DEVICE-nope", with_env(lambda: Tensor.ones(2), DEVICE="nope"), DeviceError,
      r"unknown device 'nope'; known devices: cpu, cuda, python"),
     ("device-unknown", lambda: Tensor.ones(2, device="gpu"), DeviceError, r"unknown device 'gpu'"),
-    ("device-not-str", lambda: Tensor.ones(2, device=3), DeviceError, r"device must be a str such as 'cpu', got int"),
+    ("device-not-str", lambda: Tensor.ones(2, device=3), DeviceError,
+     r"device must be a str such as 'cpu' or a tuple of them such as \('cpu:0', 'cpu:1'\), got int"),
     ("device-mixed", lambda: m() + m().to("python"), DeviceError, r"operands live on different devices"),
 ]
 

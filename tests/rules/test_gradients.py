@@ -87,6 +87,8 @@ def _cases() -> dict[str, list[Case]]:
         "grad-flip": [Case([L(rnd((2, 3, 2)))], lambda x: x.flip((0, 2)))],
         "grad-stack": [Case([L(rnd(sh)), L(rnd(sh, seed=1)), L(rnd(sh, seed=2))], lambda *xs: UOp.stack(*xs))],
         "grad-copy": [Case([L(rnd(sh))], lambda x: x.copy("python"))],
+        "grad-replicated": [Case([L(rnd((3, 4)))], lambda x: x.replicated(0)),
+                            Case([L(rnd((2, 3, 2)))], lambda x: x.replicated(0, 2))],
         # repeated indices accumulate; a () index drops its axis; indices on two axes read an outer product
         "grad-index": [Case([L(rnd((4, 3)))], lambda x: x.index(_ivec([2, 0, 2, 3, 2]))),
                        Case([L(rnd((4, 3, 2)))], lambda x: x.index(UOp.const(1, dtypes.int32), _ivec([2, 2, 0]))),
@@ -269,6 +271,8 @@ def _torch_forward(node: UOp, env: dict[UOp, object]):
         return x[0].permute(node.arg)
     if op is Ops.FLIP:
         return x[0].flip([i for i, f in enumerate(node.arg) if f])
+    if op is Ops.REPLICATED:  # the first slice of the replicated axes
+        return x[0][tuple(slice(0, 1) if i in node.arg else slice(None) for i in range(x[0].dim()))]
     if op in (Ops.PAD, Ops.SHRINK):
         from rewrite.derive import shape_values
         lo, hi = shape_values(src[1]), shape_values(src[2])

@@ -1,0 +1,383 @@
+"""Multi-device expansion: a graph over n-tuple devices becomes per-device graphs joined by COPYs.
+
+A value on a device tuple D = (d_0, ..., d_{n-1}) has a global shape S and a sharding axis (the `axis`
+property, rewrite.props): with axis a, device i holds the i-th of n equal blocks of axis a (local shape S with
+S[a] // n); with axis NULL every device holds all of S (replicated). After this stage no node lives on a device
+tuple: each one is replaced by its n per-device pieces, and the scheduler sees ordinary single-device kernels
+and COPYs, which run concurrently device by device (lower.parallel).
+
+The rule set `multi_rules` runs children first. A rule fires on a node on a device tuple (or a COPY out of one)
+whose sources are already expanded; it builds the node's pieces from its sources' pieces and returns the node
+tagged `("shards", k)`, the spec's tag for temporary processing, with the pieces kept under k in the typed
+context (`MultiContext`). The tagged node keeps the global shape, so every parent can still be built; a parent
+on a single device (a COPY to one) gets its real single-device graph straight away. Finally `multi_expand` puts
+each root on a device tuple in the SINK as `TUPLE(root, piece_0, ..., piece_{n-1})`, the root it stands for (its
+shape, axis and devices; the spec checker allows no arg and no tag after a stage) and its pieces: the
+scheduler gives each piece a buffer and joins them into one BUFFER on the tuple (lower.schedule.assemble).
+
+What each op becomes, per device i (c = S[a] // n, the block size on the shard axis):
+  elementwise      the op on the sources' pieces; a replicated (or device-less) source is cut to block i of the
+                   shard axis first, a source broadcast along it is used as is
+  RESHAPE          the local reshape (the shard boundary is kept: rewrite.props.reshape_axis)
+  PERMUTE, EXPAND  the local op; PAD, SHRINK, FLIP must leave the shard axis alone
+  REDUCE           the local reduce; over the shard axis, then the n partial results combined on every device
+                   in device order (so every device's copy is bitwise the same): an allreduce
+  REPLICATED       on the shard axis (size n: one element per device): each device's piece, now replicated;
+                   on other axes (and on a single device): the first slice, a SHRINK
+  COPY             to a device tuple: block j of axis 0 assembled on d_j from the pieces that overlap it (each
+                   piece's overlap cut out where it lives, copied, padded into place and summed); to one device:
+                   the whole value assembled there (a replicated value's own piece when the device is in D)
+Anything else on a device tuple raises ShardingError.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import cast
+
+from rewrite import Ops, Rule, RuleSet, UOp, graph_rewrite, op
+from rewrite.derive import fmt_shape
+from rewrite.dtype import dtypes
+from rewrite.errors import ShardingError
+from rewrite.ops import GroupOp
+
+Devices = tuple[str, ...]
+
+
+@dataclass
+class MultiContext:
+    """The pieces of every expanded node, by the k of its `("shards", k)` tag."""
+
+    pieces: dict[int, tuple[UOp, ...]] = field(default_factory=dict)
+
+    def tagged(self, u: UOp, pieces: tuple[UOp, ...]) -> UOp:
+        k = len(self.pieces)
+        self.pieces[k] = pieces
+        return u.replace(tag=("shards", k))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a value lives: `devices` a tuple (then `axis` is its shard axis or None for replicated), a single
+    device name, or None for a device-less value (constants), which every device can compute."""
+
+    devices: Devices | str | None
+    axis: int | None
+    shape: tuple
+
+
+def _is_shards(u: UOp) -> bool:
+    return isinstance(u.tag, tuple) and len(u.tag) == 2 and u.tag[0] == "shards"
+
+
+def _pieces(ctx: MultiContext, u: UOp) -> tuple[UOp, ...] | None:
+    return ctx.pieces[cast(tuple, u.tag)[1]] if _is_shards(u) else None
+
+
+def _layout(u: UOp) -> Layout:
+    d = u.device
+    return Layout(d, u.axis if isinstance(d, tuple) else None, u.shape)
+
+
+def _int_shape(u: UOp, what: str) -> tuple[int, ...]:
+    if not all(isinstance(d, int) for d in u.shape):
+        raise ShardingError(f"{what}: multi-device tensors need concrete shapes, got {fmt_shape(u.shape)}")
+    return cast("tuple[int, ...]", u.shape)
+
+
+def local_shape(shape: tuple, axis: int | None, n: int) -> tuple:
+    """The shape of one device's piece."""
+    return shape if axis is None else (*shape[:axis], shape[axis] // n, *shape[axis + 1 :])
+
+
+def _block(shape: tuple, axis: int, n: int, i: int) -> list[tuple[int, int]]:
+    """The box of block i of `axis` split n ways (the full range on every other axis)."""
+    c = shape[axis] // n
+    return [(i * c, (i + 1) * c) if k == axis else (0, d) for k, d in enumerate(shape)]
+
+
+def _combine(a: UOp, b: UOp) -> UOp:
+    return UOp(Ops.OR if a.dtype is dtypes.bool else Ops.ADD, (a, b))
+
+
+def region(ctx: MultiContext, x: UOp, box: list[tuple[int, int]], dev: str) -> UOp:
+    """The part `box` (per axis [lo, hi) of x's global shape) of the value x, as a graph on device `dev`."""
+    pieces, lay = _pieces(ctx, x), _layout(x)
+    begin, end = [lo for lo, _ in box], [hi for _, hi in box]
+    if pieces is None:  # a single device's value, or a device-less one
+        part = x.shrink(begin, end)
+        return part if lay.devices is None or lay.devices == dev else part.copy(dev)
+    devs = cast(Devices, lay.devices)
+    if lay.axis is None:  # replicated: the local piece when dev holds one
+        i = devs.index(dev) if dev in devs else 0
+        part = pieces[i].shrink(begin, end)
+        return part if devs[i] == dev else part.copy(dev)
+    a, n = lay.axis, len(devs)
+    c = lay.shape[a] // n
+    lo, hi = box[a]
+    out: UOp | None = None
+    for i in range(n):
+        s, e = max(lo, i * c), min(hi, (i + 1) * c)
+        if s >= e:
+            continue
+        part = pieces[i].shrink([s - i * c if k == a else b for k, b in enumerate(begin)],
+                                [e - i * c if k == a else b for k, b in enumerate(end)])
+        if devs[i] != dev:
+            part = part.copy(dev)
+        part = part.pad([s - lo if k == a else 0 for k in range(len(box))],
+                        [hi - e if k == a else 0 for k in range(len(box))])
+        out = part if out is None else _combine(out, part)
+    assert out is not None  # box is inside the shape, so some block overlaps it
+    return out
+
+
+def _devices_of(u: UOp, what: str) -> Devices:
+    devs: Devices | None = None
+    for s in u.src:
+        d = s.device
+        if isinstance(d, str):
+            raise ShardingError(f"{what}: operands live on {d} and on a device tuple; move them to one place first "
+                                f"(x.to(devices) replicates x, x.shard(devices, axis) splits it)")
+        if isinstance(d, tuple):
+            if devs is not None and d != devs:
+                raise ShardingError(f"{what}: operands live on different device tuples {devs} and {d}; move one "
+                                    f"with .to({devs}) or .shard({devs}, axis)")
+            devs = d
+    assert devs is not None  # the rule only fires on a node with a tuple-device source
+    return devs
+
+
+def _elementwise(ctx: MultiContext, u: UOp) -> UOp:
+    devs = _devices_of(u, u.op.name)
+    n, b, shape = len(devs), u.axis, u.shape
+    if b is not None:
+        _check_divisible(u.op.name, shape, b, devs)
+    srcs_per_dev: list[list[UOp]] = [[] for _ in range(n)]
+    for s in u.src:
+        ps, lay = _pieces(ctx, s), _layout(s)
+        bs = None if b is None else b - (len(shape) - len(s.shape))
+        for i in range(n):
+            if ps is not None and lay.axis == bs and bs is not None:
+                srcs_per_dev[i].append(ps[i])
+            elif bs is None or bs < 0 or s.shape[bs] == 1:  # broadcast along the shard axis, or none
+                if ps is not None and lay.axis is not None:
+                    raise ShardingError(_mismatch(u, s, b))
+                srcs_per_dev[i].append(ps[i] if ps is not None else s)
+            elif lay.axis is None:
+                srcs_per_dev[i].append(region(ctx, s, _block(_int_shape(s, u.op.name), bs, n, i), devs[i]))
+            else:
+                raise ShardingError(_mismatch(u, s, b))
+    return ctx.tagged(u, tuple(u.replace(src=tuple(ss), tag=None) for ss in srcs_per_dev))
+
+
+def _mismatch(u: UOp, s: UOp, b: int | None) -> str:
+    return (f"{u.op.name}: an operand {fmt_shape(s.shape)} is sharded on axis {s.axis} but the result "
+            f"{fmt_shape(u.shape)} on axis {b}; reshard it with .shard(devices, {b}) (or replicate with .to(devices))")
+
+
+def _check_divisible(what: str, shape: tuple, axis: int, devs: Devices) -> None:
+    d = shape[axis]
+    if not isinstance(d, int) or d % len(devs) != 0:
+        raise ShardingError(f"{what}: axis {axis} of {fmt_shape(shape)} has {d} elements, not divisible by the "
+                            f"{len(devs)} devices {devs}; pad it to a multiple of {len(devs)} or shard another axis")
+
+
+def _movement(ctx: MultiContext, u: UOp) -> UOp:
+    x = u.src[0]
+    ps = _pieces(ctx, x)
+    if ps is None:  # a single-device source can not meet a tuple-device op
+        raise ShardingError(f"{u.op.name}: source on {x.device} in a graph on a device tuple")
+    devs = cast(Devices, x.device)
+    n, a, b = len(devs), x.axis, u.axis
+    if u.op is Ops.RESHAPE:
+        new = local_shape(u.shape, b, n)
+        out = tuple(p.reshape(new) for p in ps)
+    elif u.op is Ops.PERMUTE:
+        out = tuple(p.permute(u.int_tuple_arg) for p in ps)
+    elif u.op is Ops.EXPAND:
+        new = local_shape(u.shape, b, n)
+        out = tuple(p.expand(new) for p in ps)
+    elif u.op in (Ops.PAD, Ops.SHRINK):
+        lo, hi = (cast(tuple, s.arg)[0] if s.op is Ops.VCONST else None for s in u.src[1:3])
+        if lo is None or hi is None:
+            raise ShardingError(f"{u.op.name}: symbolic bounds on a device tuple are not supported")
+        if a is not None and (lo[a] != 0 or hi[a] != (0 if u.op is Ops.PAD else x.shape[a])):
+            raise ShardingError(f"{u.op.name}: {fmt_shape(x.shape)} sharded on axis {a} over {n} devices cannot be "
+                                f"padded or cut along the shard axis; shard another axis, or replicate first "
+                                f"(.to(devices))")
+        if u.op is Ops.PAD:
+            out = tuple(p.pad(lo, hi) for p in ps)
+        else:
+            out = tuple(p.shrink(lo, local_shape(hi, a, n)) for p in ps)
+    elif u.op is Ops.FLIP:
+        if a is not None and u.flip_flags[a]:
+            raise ShardingError(f"FLIP: {fmt_shape(x.shape)} sharded on axis {a} cannot be flipped along it; "
+                                f"replicate first (.to(devices))")
+        out = tuple(p.flip(u.flip_flags) for p in ps)
+    else:
+        raise ShardingError(f"{u.op.name}: not supported on a device tuple yet")
+    return ctx.tagged(u, out)
+
+
+def _reduce(ctx: MultiContext, u: UOp) -> UOp:
+    x = u.src[0]
+    ps = cast("tuple[UOp, ...]", _pieces(ctx, x))
+    devs = cast(Devices, x.device)
+    partial = tuple(p.reduce(u.reduce_op, u.reduce_axes) for p in ps)
+    if x.axis is None or x.axis not in u.reduce_axes:
+        return ctx.tagged(u, partial)
+    out = []
+    for i, d in enumerate(devs):  # every device sums the partials in device order: bitwise equal copies
+        acc: UOp | None = None
+        for j, p in enumerate(partial):
+            q = p if i == j else p.copy(d)
+            acc = q if acc is None else UOp(u.reduce_op, (acc, q))
+        out.append(cast(UOp, acc))
+    return ctx.tagged(u, tuple(out))
+
+
+def first_slice(x: UOp, axes: tuple[int, ...]) -> UOp:
+    """REPLICATED on one device: the value is the same along `axes`, so its first slice."""
+    return x.shrink([0] * len(x.shape), [1 if i in axes else d for i, d in enumerate(x.shape)])
+
+
+def _replicated(ctx: MultiContext, u: UOp) -> UOp:
+    x = u.src[0]
+    ps = cast("tuple[UOp, ...]", _pieces(ctx, x))
+    devs, a = cast(Devices, x.device), x.axis
+    axes = u.int_tuple_arg
+    if a is not None and a in axes and x.shape[a] != len(devs):
+        raise ShardingError(f"REPLICATED: axis {a} of {fmt_shape(x.shape)} is the shard axis over {len(devs)} "
+                            f"devices, so it must have exactly {len(devs)} elements (one per device), not "
+                            f"{x.shape[a]}")
+    rest = tuple(i for i in axes if i != a)
+    return ctx.tagged(u, tuple(first_slice(p, rest) if rest else p for p in ps))
+
+
+def _copy(ctx: MultiContext, u: UOp) -> UOp:
+    x, target = u.src[0], u.arg
+    shape = _int_shape(x, "COPY")
+    full = [(0, d) for d in shape]
+    if isinstance(target, str):
+        return region(ctx, x, full, target)
+    devs = cast(Devices, target)
+    if not shape:
+        raise ShardingError(f"COPY: a 0-d value cannot be sharded over {devs}; reshape it to (1,) and replicate "
+                            f"it (.to(devices))")
+    _check_divisible("COPY", shape, 0, devs)
+    return ctx.tagged(u, tuple(region(ctx, x, _block(shape, 0, len(devs), j), d) for j, d in enumerate(devs)))
+
+
+def _buffer(ctx: MultiContext, u: UOp) -> UOp:
+    from lower import buffers
+
+    devs = cast(Devices, u.buf_arg.device)
+    shape = _int_shape(u, "BUFFER")
+    _check_divisible("BUFFER", shape, 0, devs)
+    try:
+        parts = buffers.shards(u)
+    except KeyError as e:
+        raise ShardingError(f"BUFFER on {devs}: {e.args[0]}") from None
+    local = local_shape(shape, 0, len(devs))
+    return ctx.tagged(u, tuple(p.reshape(local) for p in parts))
+
+
+def _on_tuple(u: UOp) -> bool:
+    """Not expanded yet, and on a device tuple (or a COPY out of one, or an op mixing one with other devices)."""
+    return u.tag is None and (isinstance(u.device, tuple) or any(isinstance(s.device, tuple) for s in u.src))
+
+
+def _unsupported(u: UOp) -> UOp:
+    raise ShardingError(f"{u.op.name}: not supported on a device tuple {u.device} yet (multi-device graphs take "
+                        f"elementwise, movement, REDUCE, REPLICATED, COPY and CONTIGUOUS ops)")
+
+
+_ELEMENTWISE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUSBACKWARD}
+
+# fmt: off
+multi_rules = RuleSet("multi", [
+    Rule("shard-buffer",      op.BUFFER(name="u"),                                   _buffer,      when=_on_tuple),
+    Rule("shard-copy",        op.COPY(name="u"),                                     _copy,        when=_on_tuple),
+    Rule("shard-elementwise", op[_ELEMENTWISE](name="u"),                            _elementwise, when=_on_tuple),
+    Rule("shard-reduce",      op.REDUCE(name="u"),                                   _reduce,      when=_on_tuple),
+    Rule("shard-replicated",  op.REPLICATED(name="u"),                               _replicated,  when=_on_tuple),
+    Rule("shard-movement",    op[Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP](name="u"),
+         _movement, when=_on_tuple),
+    Rule("shard-unsupported", op[set(Ops) - {Ops.SINK, Ops.TUPLE}](name="u"),         _unsupported, when=_on_tuple),
+])
+# fmt: on
+
+
+def _replicated_single(u: UOp) -> UOp:
+    return first_slice(u.src[0], u.int_tuple_arg)
+
+
+def _on_one_device(u: UOp) -> bool:
+    return not isinstance(u.device, tuple)
+
+
+single_replicated_rules = RuleSet("replicated", [
+    Rule("replicated-first-slice", op.REPLICATED(name="u"), _replicated_single, when=_on_one_device),
+])
+
+
+def _needs_expansion(roots: list[UOp]) -> bool:
+    return any(isinstance(u.device, tuple) or u.op is Ops.REPLICATED for r in roots for u in r.toposort())
+
+
+def multi_expand(graph: UOp) -> UOp:
+    """The graph stage: `graph` (a SINK of roots) with every node on a device tuple replaced by per-device
+    pieces; a root on a tuple becomes `TUPLE(root, pieces...)`."""
+    if not _needs_expansion(list(graph.src)):
+        return graph
+    ctx = MultiContext()
+    out = graph_rewrite(graph, multi_rules, ctx, name="multi")
+    roots = []
+    for r, orig in zip(out.src, graph.src, strict=True):
+        ps = _pieces(ctx, r)
+        if ps is None:
+            roots.append(r)
+            continue
+        devs = cast(Devices, orig.device)
+        # a device-less piece (a constant) is computed on its device and copied into place
+        ps = tuple(p if p.device is not None else p.copy(d) for p, d in zip(ps, devs, strict=True))
+        roots.append(UOp(Ops.TUPLE, (orig, *ps)))
+    return graph_rewrite(UOp.sink(*roots), single_replicated_rules, name="replicated")
+
+
+def flat_roots(roots: list[UOp]) -> list[UOp]:
+    """The roots with each `TUPLE(root, pieces...)` replaced by its pieces."""
+    out: list[UOp] = []
+    for r in roots:
+        out += list(r.src[1:]) if r.op is Ops.TUPLE else [r]
+    return out
+
+
+def storage_shape(shape: tuple, axis: int | None, n: int) -> tuple:
+    """The shape of the BUFFER on the device tuple that holds a value of `shape` sharded on `axis` (axis 0 is
+    the BUFFER's own): the shape itself for axis 0, else (n, *local shape), one block per device."""
+    return shape if axis == 0 else (n, *local_shape(shape, axis, n))
+
+
+def buffer_view(buf: UOp, shape: tuple, axis: int | None) -> UOp:
+    """The value of `shape` sharded on `axis` that the tuple BUFFER `buf` (storage_shape) holds: `buf` itself for
+    axis 0, the per-device blocks moved into place for another axis, one block replicated for NULL."""
+    if axis == 0:
+        return buf
+    if axis is None:
+        return buf.replicated(0).reshape(shape)
+    order = (*range(1, axis + 1), 0, *range(axis + 1, len(shape) + 1))
+    return buf.permute(order).reshape(shape)
+
+
+def view_base(u: UOp) -> UOp | None:
+    """The tuple BUFFER under a `buffer_view`, or None when `u` is not one."""
+    x = u
+    while x.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.REPLICATED):
+        x = x.src[0]
+    return x if x.op is Ops.BUFFER and isinstance(x.device, tuple) and u is buffer_view(
+        x, u.shape, u.axis) else None
+
+
+__all__ = ["Layout", "MultiContext", "buffer_view", "first_slice", "flat_roots", "local_shape", "multi_expand",
+           "multi_rules", "region", "storage_shape", "view_base"]

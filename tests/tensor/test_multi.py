@@ -1,0 +1,279 @@
+"""Multi-device tensors (tensor.multi, lower.multi, lower.parallel): the `axis` property rule by rule, the spec's
+collectives written literally and checked against numpy on cpu and python device tuples, shard / to / shard_like,
+tensor-parallel matmul (column and row parallel) and a data-parallel training step against one device, and the
+errors for bad layouts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lower import buffers
+from lower.multi import view_base
+from rewrite import Ops, UOp, dtypes
+from rewrite.errors import DeviceError, ShardingError
+from tensor import Tensor
+from tensor import multi as M
+
+CPU2 = ("cpu:0", "cpu:1")
+CPU4 = ("cpu:0", "cpu:1", "cpu:2", "cpu:3")
+PY2 = ("python:0", "python:1")
+f32 = dtypes.float32
+
+
+def buf(shape: tuple, device: str | tuple[str, ...] = CPU2, slot: int = 0) -> UOp:
+    return UOp.buffer(slot, f32, shape, device)
+
+
+# ---------------------------------------------------------------- the axis property, rule by rule
+
+X = buf((4, 3))
+S8 = buf((8,))
+# fmt: off
+AXIS = [
+    ("buffer on a tuple",             lambda: X,                                  0),
+    ("buffer on one device",          lambda: buf((4, 3), "cpu:0"),               None),
+    ("permute follows",               lambda: X.permute((1, 0)),                  1),
+    ("reduce on the shard axis",      lambda: X.sum([0]),                         None),
+    ("reduce elsewhere",              lambda: X.sum([1]),                         0),
+    ("reduce after permute",          lambda: X.permute((1, 0)).sum([0]),         1),
+    ("replicated on the shard axis",  lambda: X.replicated(0),                    None),
+    ("replicated elsewhere",          lambda: X.replicated(1),                    0),
+    ("copy to a tuple reshards",      lambda: buf((8,), "cpu:0").copy(CPU2),      0),
+    ("copy of a sharded axis 1",      lambda: X.permute((1, 0)).copy(("cpu:2", "cpu:3")).permute((1, 0)), 1),
+    ("copy to one device",            lambda: X.copy("cpu:0"),                    None),
+    ("alu inherits",                  lambda: X + X,                              0),
+    ("alu inherits from either",      lambda: buf((4, 3), "cpu:0", 1) * X,        0),
+    ("flip keeps",                    lambda: X.flip([1]),                        0),
+    ("expand keeps",                  lambda: X.reshape((4, 1, 3)).expand((4, 2, 3)), 0),
+    ("(8,) -> (2,4)",                 lambda: S8.reshape((2, 4)),                 0),
+    ("(8,) -> (4,2)",                 lambda: S8.reshape((4, 2)),                 0),
+    ("(8,) -> (1,8)",                 lambda: S8.reshape((1, 8)),                 1),
+    ("(8,) -> (8,1)",                 lambda: S8.reshape((8, 1)),                 0),
+    ("(8,) -> (2,2,2)",               lambda: S8.reshape((2, 2, 2)),              0),
+    ("(4,3) -> (12,)",                lambda: X.reshape((12,)),                   0),
+    ("(4,3) -> (1,4,3)",              lambda: X.reshape((1, 4, 3)),               1),
+    ("(4,3) -> (2,6)",                lambda: X.reshape((2, 6)),                  0),
+    ("(3,4) axis 1 -> (3,2,2)",       lambda: X.permute((1, 0)).reshape((3, 2, 2)), 1),
+    ("(8,) on 4 -> (4,2)",            lambda: buf((8,), CPU4).reshape((4, 2)),    0),
+    ("spec reduce_scatter reshape",   lambda: buf((8,)).reshape((2, 2, 2)).permute((1, 0, 2)), 1),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize(("name", "make", "axis"), AXIS, ids=[a[0] for a in AXIS])
+def test_axis(name, make, axis) -> None:
+    assert make().axis == axis
+
+
+@pytest.mark.parametrize(("make", "words"), [
+    (lambda: buf((8,), CPU4).reshape((2, 4)), ["RESHAPE", "(8,)", "(2, 4)", "4 devices"]),
+    (lambda: X.permute((1, 0)).reshape((12,)), ["RESHAPE", "(3, 4)", "axis 1", "(12,)"]),
+])
+def test_reshape_that_splits_the_shard_boundary_raises(make, words) -> None:
+    with pytest.raises(ShardingError) as e:
+        _ = make().axis
+    assert all(w in str(e.value) for w in words)
+
+
+# ---------------------------------------------------------------- the spec's collectives, literally
+
+
+@pytest.mark.parametrize("D", [CPU2, PY2, CPU4], ids=["cpu2", "python2", "cpu4"])
+def test_collectives(D) -> None:
+    n = len(D)
+    s = 2 * n
+    rng = np.random.default_rng(n)
+    t = rng.integers(-9, 9, s).astype(np.float32)
+    T = Tensor(t, device=D[0])
+    checks = [  # (result, expected numpy, devices, axis)
+        (M.broadcast(T, D), t, D, None),
+        (M.scatter(T, D), t, D, 0),
+    ]
+    full = rng.integers(-9, 9, n * s).astype(np.float32)  # (n*s,) on D, axis 0: device i holds full[i*s:(i+1)*s]
+    TD = Tensor(full, device=D[0]).shard(D, 0)
+    checks += [
+        (M.gather(TD), full, D[0], None),
+        (M.reduce(TD), full.reshape(n, s).sum(0), D[0], None),
+        (M.allgather(TD), full, D, None),
+        (M.reduce_scatter(TD), full.reshape(n, s).sum(0), D, 0),
+        (M.allreduce(TD), full.reshape(n, s).sum(0), D, None),
+    ]
+    for got, want, dev, axis in checks:
+        assert got.device == dev
+        assert got.shape == want.shape
+        assert (got.uop.axis if isinstance(got.device, tuple) else None) == axis
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_replicated_copies_are_bitwise_equal_on_every_device() -> None:
+    t = np.random.default_rng(1).standard_normal(64).astype(np.float32)
+    r = M.allreduce(Tensor(t).shard(CPU2, 0)).realize()
+    base = view_base(r.uop)
+    assert base is not None
+    a, b = (buffers.lookup(p) for p in buffers.shards(base))
+    np.testing.assert_array_equal(a, b)
+
+
+# ---------------------------------------------------------------- shard, to, shard_like
+
+
+def test_shard_to_shard_like() -> None:
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    x = Tensor(a)
+    for axis in (0, 1, -1):
+        s = x.shard(CPU2, axis)
+        assert s.device == CPU2 and s.uop.axis == axis % 2 and s.shape == (4, 6)
+        np.testing.assert_array_equal(s.numpy(), a)
+        np.testing.assert_array_equal((s * 2 + 1).numpy(), a * 2 + 1)
+        np.testing.assert_array_equal(s.sum(1).numpy(), a.sum(1))
+        np.testing.assert_array_equal(s.sum(0).numpy(), a.sum(0))
+        like = Tensor(a + 1).shard_like(s)
+        assert like.uop.axis == s.uop.axis
+        np.testing.assert_array_equal((s + like).numpy(), 2 * a + 1)
+    r = x.to(CPU2)
+    assert r.uop.axis is None and r.device == CPU2
+    np.testing.assert_array_equal(r.numpy(), a)
+    np.testing.assert_array_equal(x.shard(CPU2, None).numpy(), a)
+    back = x.shard(CPU2, 1).to("cpu:1")
+    assert back.device == "cpu:1"
+    np.testing.assert_array_equal(back.numpy(), a)
+    # a sharded operand meets a replicated one: each device takes its block of the replicated one
+    np.testing.assert_array_equal((x.shard(CPU2, 1) - r).numpy(), np.zeros_like(a))
+    # resharding from axis 1 to axis 0, and data made directly on a tuple (replicated)
+    np.testing.assert_array_equal(x.shard(CPU2, 1).shard(CPU2, 0).numpy(), a)
+    t = Tensor(a.tolist(), device=CPU2)
+    assert t.uop.axis is None
+    np.testing.assert_array_equal(t.numpy(), a)
+    z = Tensor.zeros(4, 2, device=CPU2) + 3
+    np.testing.assert_array_equal(z.numpy(), np.full((4, 2), 3, np.float32))
+
+
+def test_realized_result_is_a_buffer_on_the_tuple() -> None:
+    a = np.arange(12, dtype=np.float32).reshape(2, 6)
+    for axis in (0, 1, None):
+        s = (Tensor(a).shard(CPU2, axis) + 0).realize()
+        assert s.is_realized and s.uop.axis == axis
+        base = view_base(s.uop)
+        assert base is not None and base.op is Ops.BUFFER and base.device == CPU2
+        assert len(buffers.shards(base)) == 2
+        np.testing.assert_array_equal((s * 1).numpy(), a)
+
+
+def test_independent_devices_run_without_waiting_on_each_other() -> None:
+    from lower.parallel import dependencies, shared_targets
+
+    x = Tensor(np.ones(64, np.float32), device="cpu:0").shard(CPU2, 0)
+    items = ((x * 2).exp() + 1).schedule()
+    kernels = [i for i, it in enumerate(items) if it.kind == "kernel"]
+    storage = {buffers.slot(b): buffers.slot(b) for it in items for b in it.bufs}
+    deps = dependencies(items, storage)
+    on = {i: items[i].bufs[0].device for i in range(len(items))}
+    for k in kernels:  # a kernel waits only for items of its own device (its input's copy lands there)
+        assert all(on[d] == on[k] for d in deps[k]), (items, deps)
+    assert {on[k] for k in kernels} == set(CPU2)
+    targets = shared_targets(items, {i: str(on[i]) for i in range(len(items))})
+    from devices import target_for
+
+    assert all(t.cores == max(1, target_for("cpu").cores // 2) for t in targets.values())
+
+
+# ---------------------------------------------------------------- tensor-parallel matmul, data-parallel training
+
+
+@pytest.mark.parametrize("D", [CPU2, PY2], ids=["cpu", "python"])
+def test_tensor_parallel_matmul(D) -> None:
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((8, 6)).astype(np.float32)
+    w = rng.standard_normal((6, 4)).astype(np.float32)
+    one = (Tensor(a) @ Tensor(w)).numpy()
+    col = Tensor(a).to(D) @ Tensor(w).shard(D, 1)  # column parallel: each device a block of output columns
+    row = Tensor(a).shard(D, 1) @ Tensor(w).shard(D, 0)  # row parallel: partial products, allreduced
+    assert col.uop.axis == 1 and row.uop.axis is None
+    np.testing.assert_allclose(col.numpy(), one, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(row.numpy(), one, rtol=1e-6, atol=1e-6)
+    # the Megatron pair: column parallel, then row parallel on its sharded output, one allreduce at the end
+    w2 = rng.standard_normal((4, 5)).astype(np.float32)
+    mlp = (col.relu() @ Tensor(w2).shard(D, 0)).numpy()
+    np.testing.assert_allclose(mlp, np.maximum(one, 0) @ w2, rtol=1e-5, atol=1e-5)
+
+
+def test_data_parallel_training_step_matches_one_device() -> None:
+    from tensor.modules import Linear
+    from tensor.optim import AdamW
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 4)).astype(np.float32)
+    y = rng.standard_normal((8, 3)).astype(np.float32)
+    results = []
+    for multi in (False, True):
+        Tensor.manual_seed(0)
+        layers = [Linear(4, 16), Linear(16, 3)]
+        params = [p for layer in layers for p in layer.parameters()]
+        opt = AdamW(params, lr=0.01)
+        X, Y = Tensor(x), Tensor(y)
+        if multi:
+            M.replicate_params(params + [t for s in opt.state for t in s.values()], CPU2)
+            X, Y = X.shard(CPU2, 0), Y.shard(CPU2, 0)
+        for _ in range(2):
+            loss = ((layers[1](layers[0](X).relu()) - Y) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            if multi:  # the gradients were allreduced: replicated on every device
+                assert all(p.grad is not None and p.grad.uop.axis is None for p in params)
+            opt.step(loss)
+        results.append([p.numpy() for p in params] + [loss.numpy()])
+    for a, b in zip(*results, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def _raises(exc, fn, words) -> None:
+    with pytest.raises(exc) as e:
+        fn()
+    assert all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_bad_input_errors() -> None:
+    a = Tensor(np.ones((4, 6), np.float32))
+    _raises(ShardingError, lambda: a.shard(CPU4, 1), ["shard", "(4, 6)", "6 elements", "divisible", "4 devices"])
+    _raises(ShardingError, lambda: Tensor(np.ones(5, np.float32)).copy(CPU2), ["COPY", "(5,)", "multiple of 2"])
+    _raises(ShardingError, lambda: a.shard(CPU2, 0) + a.shard(("cpu:2", "cpu:3"), 0),
+            ["add", "device tuples", "cpu:2", ".to(devices)"])
+    _raises(ShardingError, lambda: a.shard(CPU2, 0) + a, ["add", "cpu", "shard_like"])
+    _raises(ShardingError, lambda: (a.shard(CPU2, 0) + a.shard(CPU2, 1)).realize(),
+            ["ADD", "sharded on axis 1", "axis 0", ".shard(devices, 0)"])
+    _raises(ShardingError, lambda: a.shard(CPU2, 1).reshape(24), ["RESHAPE", "(4, 6)", "(24,)", "shard boundary"])
+    _raises(ShardingError, lambda: a.shard(CPU2, 0).pad(((1, 1), None)).realize(),
+            ["PAD", "shard axis", "replicate first"])
+    _raises(DeviceError, lambda: Tensor([1.0], device=("cpu:0", "cpu:0")), ["names a device twice"])
+    _raises(DeviceError, lambda: Tensor([1.0], device=("cpu:0", "gpu:1")), ["unknown device", "gpu:1"])
+    _raises(DeviceError, lambda: a.shard("cpu:0"), ["shard", "tuple of devices"])
+    _raises(DeviceError, lambda: M.gather(a), ["gather", "device tuple"])
+    _raises(ShardingError, lambda: M.reduce_scatter(Tensor(np.ones(6, np.float32)).shard(CPU2, 0)),
+            ["reduce_scatter", "3 elements", "divisible"])
+    _raises(ShardingError, lambda: Tensor(3.0).shard(CPU2, 0), ["0-d", "axis=None"])
+
+
+def test_pipeline_has_the_multi_stage() -> None:
+    from lower.pipeline import STAGE_NAMES, compile
+
+    assert STAGE_NAMES.index("callify") < STAGE_NAMES.index("multi") < STAGE_NAMES.index("rangeify")
+    x = Tensor(np.ones(8, np.float32)).shard(CPU2, 0)
+    out = compile((x + 1).uop, "cpu", upto="multi")
+    (root,) = out.src
+    assert root.op is Ops.TUPLE and root.src[0] is (x + 1).uop  # the root it stands for, then its pieces
+    assert [p.device for p in root.src[1:]] == list(CPU2)
+    assert not any(isinstance(u.device, tuple) for p in root.src[1:] for u in p.toposort())
+
+
+def test_gradient_through_replication_is_not_multiplied_by_the_device_count() -> None:
+    x = Tensor(np.arange(4, dtype=np.float32), requires_grad=True)
+    b = np.arange(8, dtype=np.float32).reshape(2, 4)
+    loss = (x.to(CPU2) * Tensor(b).shard(CPU2, 0)).sum()
+    loss.backward()
+    assert x.grad is not None and x.grad.device == "cpu"
+    np.testing.assert_array_equal(x.grad.numpy(), b.sum(0))
+    np.testing.assert_array_equal(loss.numpy(), (np.arange(4) * b).sum())
