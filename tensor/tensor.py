@@ -181,7 +181,7 @@ class Tensor:
         realized tensor is a buffer that later ops read instead of fusing its computation."""
         tail = f", device='{self.device}', dtype={self.dtype!r}{', requires_grad=True' if self.requires_grad else ''})"
         if self.is_realized or (self.uop.op is Ops.CONST and not self.shape):  # a number needs no kernel
-            host = buffers.host_array(self.uop) if self.is_realized else np.array(self.uop.arg[0], np_dtype(self.dtype))
+            host = buffers.host_array(self.uop) if self.is_realized else np.array(self.uop.value, np_dtype(self.dtype))
             values = np.array2string(host, separator=", ", prefix="Tensor(", threshold=1000, edgeitems=3)
             symbolic = any(isinstance(d, UOp) for d in self.shape)
             return f"Tensor({values}{f', shape={fmt_shape(self.shape)}' if symbolic else ''}{tail}"
