@@ -15,10 +15,13 @@ from rewrite.errors import (
     ShapeError,
     SpecViolation,
     UOpError,
+    install_excepthook,
 )
 from rewrite.ops import AxisType, GroupOp, Ops
 from rewrite.trace import tracing
 from rewrite.uop import BufferArg, ParamArg, UOp
+
+install_excepthook()  # an uncaught CompilerError is one line unless DEBUG>=1 (rewrite.errors.install_excepthook)
 
 __all__ = [
     "AddrSpace", "ArityError", "AxisType", "BufferArg", "CompilerError", "DType", "DTypeError", "EvalError",
