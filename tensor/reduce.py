@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, overload
 import tensor.tensor as tt
 from rewrite.derive import fmt_shape
 from rewrite.dtype import DType, dtypes
-from rewrite.errors import ShapeError
+from rewrite.errors import ShapeError, VariableError
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 from tensor import elementwise as ew
@@ -140,7 +140,7 @@ def _extreme(x: Tensor, dim: Axis | Tensor, keepdim: bool | None, axis: Axis, ke
     if dim is not None and not isinstance(dim, (tuple, list)):  # one int dim: torch's (values, indices)
         a = norm_axis(dim, x.ndim, what, x.shape)  # type: ignore[arg-type]  # norm_axis rejects a non-int
         _check_nonempty(x, (a,), what)
-        return ValuesIndices(values(x, (a,), keep), _arg(x, a, keep, f"arg{what}", what == "min"))
+        return ValuesIndices(values(x, (a,), keep), _arg(x, a, keep, f"{what}(dim)", what == "min"))
     axes = norm_axes(dim if dim is not None else axis, x.ndim, what, x.shape)
     _check_nonempty(x, axes, what)
     return values(x, axes, keep)
@@ -248,6 +248,10 @@ def _first_max_index(u: UOp, axis: int, keepdim: bool) -> UOp:
 
 def _arg(x: Tensor, axis: int | None, keepdim: bool, what: str, reverse: bool) -> Tensor:
     u = _order_reversed(x.uop) if reverse else x.uop
+    sizes = x.shape if axis is None else (x.shape[norm_axis(axis, x.ndim, what, x.shape)],)
+    if any(isinstance(d, UOp) for d in sizes):
+        raise VariableError(f"{what}: positions along a symbolic axis are not supported (shape "
+                            f"{fmt_shape(x.shape)}, axis {axis}); max(axis=...) and min(axis=...) give the values")
     if axis is None:
         if x.numel() == 0:
             raise ShapeError(f"{what}: cannot take the {what} of an empty tensor of shape {fmt_shape(x.shape)}")

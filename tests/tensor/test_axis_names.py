@@ -144,3 +144,17 @@ def test_defaults_unchanged() -> None:
     close(t.softmax(), torch.from_numpy(A).softmax(-1))
     close(Tensor.cat(t, t), np.concatenate([A, A]))
     close(Tensor.stack(t, t), np.stack([A, A]))
+
+
+def test_indices_along_a_symbolic_axis_are_a_clear_error() -> None:
+    from rewrite.errors import VariableError
+    from tensor import Variable
+
+    x = Tensor(A[0])
+    n = Variable("n", 1, 4).bind(3)
+    with pytest.raises(VariableError, match=r"max\(dim\): positions along a symbolic axis"):
+        x[:n].max(0)
+    np.testing.assert_allclose(x[:n].max(axis=0).numpy(), A[0][:3].max(0))
+    values, indices = x[:n].max(1)  # a concrete axis of a symbolic tensor
+    np.testing.assert_allclose(values.numpy(), A[0][:3].max(1))
+    np.testing.assert_array_equal(indices.numpy(), A[0][:3].argmax(1))
