@@ -5,7 +5,7 @@ that unpacks a packed argument array (every argument as one 64-bit word) and cal
 that wrapper once per core_id in [0, n) on the calling thread plus the pool's workers and returns when all are
 done. ctypes drops the GIL for the call, so other Python threads keep running.
 
-Why native and why this protocol (measured on the project's 2-vCPU VM, shared/anchors/machine-limits.md):
+Why native and why this protocol (measured on the project's shared 2-vCPU VM):
 waking a sleeping thread costs 3-27 us there (libgomp's spin-then-sleep policy even stalled ~6 ms after a 10 ms
 idle gap), and a thread that only spins loses its vCPU for a whole scheduler slice (4+ ms) whenever another
 process holds the other core. So:

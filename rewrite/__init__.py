@@ -16,6 +16,7 @@ from rewrite.errors import (
     ShapeError,
     SpecViolation,
     UOpError,
+    install_excepthook,
 )
 from rewrite.ops import AxisType, GroupOp, Ops
 from rewrite.trace import tracing
@@ -25,6 +26,7 @@ if _knob_int("VIZ"):  # the viewer records from the first rewrite on (rewrite.vi
     from rewrite.viz.capture import start_from_env
 
     start_from_env()
+install_excepthook()  # an uncaught CompilerError is one line unless DEBUG>=1 (rewrite.errors.install_excepthook)
 
 __all__ = [
     "AddrSpace", "ArityError", "AxisType", "BufferArg", "CompilerError", "DType", "DTypeError", "EvalError",

@@ -94,8 +94,9 @@ _BOOL_TEXT = {
 
 # fmt: off
 KNOBS: dict[str, Knob] = {k.name: k for k in (
-    Knob("DEBUG", int, 0, "1 kernel count and timing, 2 a line per kernel, 3 applied opts, 4 UOp listings, "
-         "5 generated source; on stderr", lo=0, hi=5),
+    Knob("DEBUG", int, 0, "on stderr: 1 kernel count and time per realize, 2 a line per kernel, 3 applied opts, "
+         "LINEAR listings and compile times, 4 generated source, 5 every stage's output; >=1 full tracebacks",
+         lo=0, hi=5),
     Knob("TRACE", int, 0, "1 record every rule firing and print a summary at exit, 2 list every firing", lo=0, hi=2),
     Knob("SPEC", int, 0, "1 check the graph against rewrite/spec.py between pipeline stages", lo=0),
     Knob("VIZ", int, 0, "1 record rule firings, every stage's graphs and the kernels for the viewer; at exit write "

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import traceback
+from types import TracebackType
+
 
 class CompilerError(Exception):
     """Base of every error this project raises on purpose."""
@@ -91,3 +96,56 @@ class PluginError(CompilerError, RuntimeError):
 
 class GradientError(CompilerError):
     """A graph that cannot be differentiated: an op with no gradient rule on the path, or a bad seed."""
+
+
+# ---------------------------------------------------------------- how an uncaught error is shown
+
+_PACKAGES = ("rewrite", "rules", "lower", "devices", "tensor")
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _ours(filename: str) -> bool:
+    path = os.path.abspath(filename)
+    return any(path.startswith(os.path.join(_ROOT, p) + os.sep) for p in _PACKAGES)
+
+
+def short_report(err: CompilerError, tb: TracebackType | None) -> str:
+    """One line for an uncaught project error: its type, the first line of its message, and the caller's line
+    that led to it (the innermost traceback frame outside this project's packages)."""
+    lines = str(err).splitlines() or [""]
+    where = ""
+    for frame, lineno in traceback.walk_tb(tb):
+        if not _ours(frame.f_code.co_filename):
+            where = f"{os.path.basename(frame.f_code.co_filename)}:{lineno}; "
+    more = f" [+{len(lines) - 1} lines]" if len(lines) > 1 else ""
+    return f"{type(err).__name__}: {lines[0]}{more} ({where}DEBUG=1 shows the traceback)"
+
+
+def _excepthook(kind: type[BaseException], err: BaseException, tb: TracebackType | None) -> None:
+    if isinstance(err, CompilerError):
+        from rewrite.env import knob_int  # env imports this module
+
+        try:
+            full = knob_int("DEBUG") >= 1
+        except CompilerError:  # a DEBUG value that is not allowed: show everything
+            full = True
+        if not full:
+            print(short_report(err, tb), file=sys.stderr)
+            return
+    _previous_hook(kind, err, tb)
+
+
+_previous_hook = sys.excepthook
+
+
+def install_excepthook() -> None:
+    """Show an uncaught project error (a CompilerError) as one line on stderr, the full traceback under DEBUG>=1.
+
+    Why a sys.excepthook: it runs only for an exception that nothing caught, just before the interpreter exits (or
+    the REPL prompts again), so it changes no control flow: `except ShapeError` works, pytest and IPython report
+    errors their own way (neither calls sys.excepthook), and every other exception goes to the hook that was
+    installed before, unchanged. Installed once, when `rewrite` is imported; a hook set later by someone else wins."""
+    global _previous_hook
+    if sys.excepthook is not _excepthook:
+        _previous_hook = sys.excepthook
+        sys.excepthook = _excepthook

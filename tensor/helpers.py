@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -20,6 +21,7 @@ from rewrite.uop import UOp
 
 Shape = tuple[int, ...]
 Device = str | tuple[str, ...]  # one device, or an n-tuple of devices holding a sharded or replicated tensor
+T = TypeVar("T")
 
 
 class AxisError(ShapeError, IndexError):
@@ -148,6 +150,14 @@ def norm_axes(axis: int | Sequence[int] | None, ndim: int, what: str, shape: tup
     return tuple(sorted(axes))
 
 
+def alias_arg(what: str, name: str, value: T, alias: str, alias_value: T) -> T:
+    """One argument that numpy and torch spell differently (axis / dim, keepdims / keepdim): whichever was given,
+    None when neither was. Both given is a TypeError naming both, as Python's own for a repeated argument."""
+    if value is not None and alias_value is not None:
+        raise TypeError(f"{what}() got both {name}= and {alias}=, two spellings of one argument; give one of them")
+    return alias_value if value is None else value
+
+
 def resolve_reshape(shape: tuple, numel: int, old: tuple, what: str = "reshape") -> Shape:
     """Fill in one -1 entry and check that the element count is kept."""
     if isinstance(numel, UOp) or any(isinstance(d, UOp) for d in shape):
@@ -230,5 +240,5 @@ def broadcast_shape(shapes: Sequence[tuple], what: str) -> Shape:
     return tuple(out)
 
 
-__all__ = ["AxisError", "broadcast_shape", "canonical_device", "check_shape", "default_device", "norm_axes",
-           "norm_axis", "np_dtype", "resolve_reshape", "shape_arg", "to_dtype"]
+__all__ = ["AxisError", "alias_arg", "broadcast_shape", "canonical_device", "check_shape", "default_device",
+           "norm_axes", "norm_axis", "np_dtype", "resolve_reshape", "shape_arg", "to_dtype"]

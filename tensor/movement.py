@@ -20,7 +20,7 @@ from rewrite.errors import ArgumentError, ShapeError, VariableError
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 from tensor.elementwise import common_device, const_uop
-from tensor.helpers import AxisError, norm_axes, norm_axis, resolve_reshape, shape_arg
+from tensor.helpers import AxisError, alias_arg, norm_axes, norm_axis, resolve_reshape, shape_arg
 from tensor.symbolic import bound_value, need_concrete
 
 if TYPE_CHECKING:
@@ -143,9 +143,11 @@ def shrink_to(x: Tensor, *shape: int | None) -> Tensor:
     return shrink(x, [None if s is None else (0, s) for s in sh])
 
 
-def flip(x: Tensor, axis: int | Sequence[int] | None = None) -> Tensor:
-    """Reverse the order along the given axes (all of them when None)."""
-    axes = norm_axes(axis, x.ndim, "flip", x.shape)
+def flip(x: Tensor, axis: int | Sequence[int] | None = None, *, dims: int | Sequence[int] | None = None,
+         dim: int | Sequence[int] | None = None) -> Tensor:
+    """Reverse the order along the given axes (all of them when None); torch spells them `dims`."""
+    axes = norm_axes(alias_arg("flip", "axis", axis, "dims", alias_arg("flip", "dims", dims, "dim", dim)), x.ndim,
+                     "flip", x.shape)
     return _wrap(x, x.uop.flip(tuple(i in axes for i in range(x.ndim)))) if axes else x
 
 
@@ -165,15 +167,19 @@ def reverse_axes(x: Tensor) -> Tensor:
     return _wrap(x, x.uop.permute(tuple(reversed(range(x.ndim)))))
 
 
-def squeeze(x: Tensor, dim: int | Sequence[int] | None = None) -> Tensor:
+def squeeze(x: Tensor, dim: int | Sequence[int] | None = None, *, axis: int | Sequence[int] | None = None) -> Tensor:
     """Drop size-1 axes (all, or the given ones; a given axis that is not size 1 stays, as in torch)."""
+    dim = alias_arg("squeeze", "dim", dim, "axis", axis)
     axes = set(norm_axes(dim, x.ndim, "squeeze", x.shape)) if dim is not None else set(range(x.ndim))
     return _wrap(x, x.uop.reshape(tuple(d for i, d in enumerate(x.shape) if not (i in axes and d == 1))))
 
 
-def unsqueeze(x: Tensor, dim: int) -> Tensor:
-    """Insert a size-1 axis at `dim` (-ndim-1 <= dim <= ndim)."""
-    d = norm_axis(dim, x.ndim + 1, "unsqueeze", x.shape)
+def unsqueeze(x: Tensor, dim: int | None = None, *, axis: int | None = None) -> Tensor:
+    """Insert a size-1 axis at `dim` or `axis` (-ndim-1 <= dim <= ndim)."""
+    given = alias_arg("unsqueeze", "dim", dim, "axis", axis)
+    if given is None:
+        raise TypeError("unsqueeze() missing the axis to insert: give dim= (or axis=)")
+    d = norm_axis(given, x.ndim + 1, "unsqueeze", x.shape)
     return _wrap(x, x.uop.reshape((*x.shape[:d], 1, *x.shape[d:])))
 
 
@@ -328,16 +334,17 @@ def _tensors(x: Tensor | Sequence[Tensor], others: tuple) -> list[Tensor]:
     return [x, *others]
 
 
-def cat(x: Tensor | Sequence[Tensor], *others: Tensor, dim: int = 0) -> Tensor:
-    """Join along an existing axis: each piece is padded to the full length at its offset and selected where a
-    padded mask of its extent is true (a select, not a sum of zero-padded pieces, so -0.0 and nan survive)."""
+def cat(x: Tensor | Sequence[Tensor], *others: Tensor, dim: int | None = None, axis: int | None = None) -> Tensor:
+    """Join along an existing axis, `dim` or `axis` (default 0): each piece is padded to the full length at its
+    offset and selected where a padded mask of its extent is true (a select, not a sum of zero-padded pieces, so
+    -0.0 and nan survive)."""
     ts = _tensors(x, others)
     if not ts:
         raise ArgumentError("cat: needs at least one tensor")
     ref = ts[0]
     if ref.ndim == 0:
         raise ShapeError("cat: zero-dimensional tensors cannot be concatenated; use stack")
-    d = norm_axis(dim, ref.ndim, "cat", ref.shape)
+    d = norm_axis(alias_arg("cat", "dim", dim, "axis", axis) or 0, ref.ndim, "cat", ref.shape)
     for t in ts[1:]:
         if t.ndim != ref.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, ref.shape, strict=True)) if i != d):
             raise ShapeError(f"cat: shapes {', '.join(fmt_shape(t.shape) for t in ts)} differ outside axis {d}; all "
@@ -361,15 +368,15 @@ def cat(x: Tensor | Sequence[Tensor], *others: Tensor, dim: int = 0) -> Tensor:
     return tt.Tensor._wrap(out, dev)
 
 
-def stack(x: Tensor | Sequence[Tensor], *others: Tensor, dim: int = 0) -> Tensor:
-    """Join along a new axis at `dim`."""
+def stack(x: Tensor | Sequence[Tensor], *others: Tensor, dim: int | None = None, axis: int | None = None) -> Tensor:
+    """Join along a new axis at `dim` or `axis` (default 0)."""
     ts = _tensors(x, others)
     if not ts:
         raise ArgumentError("stack: needs at least one tensor")
     for t in ts[1:]:
         if t.shape != ts[0].shape:
             raise ShapeError(f"stack: all shapes must be equal, got {', '.join(fmt_shape(t.shape) for t in ts)}")
-    d = norm_axis(dim, ts[0].ndim + 1, "stack", ts[0].shape)
+    d = norm_axis(alias_arg("stack", "dim", dim, "axis", axis) or 0, ts[0].ndim + 1, "stack", ts[0].shape)
     return cat([unsqueeze(t, d) for t in ts], dim=d)
 
 
@@ -387,9 +394,11 @@ def repeat(x: Tensor, *repeats: int) -> Tensor:
     return _wrap(x, u.reshape(tuple(r * s for r, s in zip(reps, src, strict=True))))
 
 
-def split(x: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
-    """Pieces of `sizes` elements along dim (an int: equal pieces, the last one smaller)."""
-    d = norm_axis(dim, x.ndim, "split", x.shape)
+def split(x: Tensor, sizes: int | Sequence[int], dim: int | None = None, *, axis: int | None = None
+          ) -> tuple[Tensor, ...]:
+    """Pieces of `sizes` elements along `dim` or `axis` (default 0; an int size: equal pieces, the last one
+    smaller)."""
+    d = norm_axis(alias_arg("split", "dim", dim, "axis", axis) or 0, x.ndim, "split", x.shape)
     n = x.shape[d]
     if isinstance(sizes, int):
         if sizes <= 0:
@@ -407,11 +416,11 @@ def split(x: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, 
     return tuple(out)
 
 
-def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
-    """At most `chunks` pieces of ceil(n / chunks) elements (torch's rule)."""
+def chunk(x: Tensor, chunks: int, dim: int | None = None, *, axis: int | None = None) -> tuple[Tensor, ...]:
+    """At most `chunks` pieces of ceil(n / chunks) elements (torch's rule) along `dim` or `axis` (default 0)."""
     if not isinstance(chunks, int) or chunks <= 0:
         raise ValueError(f"chunk: chunks must be a positive int, got {chunks!r}")
-    d = norm_axis(dim, x.ndim, "chunk", x.shape)
+    d = norm_axis(alias_arg("chunk", "dim", dim, "axis", axis) or 0, x.ndim, "chunk", x.shape)
     return split(x, max(1, math.ceil(x.shape[d] / chunks)), d)
 
 

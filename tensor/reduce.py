@@ -9,6 +9,12 @@ keepdim) plus elementwise ops and views:
   returns first), take the max of n - position, so the smallest position wins. No special op.
 * cumsum is the spec's prefix_sum (pad, tile, reshape, shrink, sum) along the last axis, with a permute around it.
 
+Axis arguments take both spellings: numpy's `axis=` / `keepdims=` and torch's `dim=` / `keepdim=` (both of one
+pair given is a TypeError naming both). max and min follow torch when given one int dimension, positionally or as
+`dim=`: `t.max(1)` is a `ValuesIndices(values, indices)` named tuple (torch.return_types.max; the index of the
+first maximum, or of the first nan); `t.max(axis=1)` is numpy's, the values only, as is `t.max()` and a tuple of
+axes; `t.max(other)` with a Tensor is `maximum`, as torch.max(a, b).
+
 Accumulation dtypes follow numpy: sum, prod and cumsum of bool and signed ints give int64, of unsigned ints
 uint64; float16 and bfloat16 accumulate in float32 and round back; mean of ints is default_float.
 """
@@ -17,16 +23,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from enum import Enum
+from typing import TYPE_CHECKING, Literal, NamedTuple, overload
 
 import tensor.tensor as tt
 from rewrite.derive import fmt_shape
 from rewrite.dtype import DType, dtypes
-from rewrite.errors import ShapeError
+from rewrite.errors import ShapeError, VariableError
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 from tensor import elementwise as ew
-from tensor.helpers import norm_axes, norm_axis, to_dtype
+from tensor.helpers import alias_arg, norm_axes, norm_axis, to_dtype
 from tensor.logic import to_bool
 
 if TYPE_CHECKING:
@@ -34,6 +41,18 @@ if TYPE_CHECKING:
 
 Axis = int | Sequence[int] | None
 _HALF = (dtypes.float16, dtypes.bfloat16)
+
+
+class ValuesIndices(NamedTuple):
+    """What `t.max(dim)` and `t.min(dim)` return, as torch.return_types.max: the values and their (first) index."""
+
+    values: Tensor
+    indices: Tensor
+
+
+def _axis_keep(what: str, axis: Axis, dim: Axis, keepdim: bool | None, keepdims: bool | None) -> tuple[Axis, bool]:
+    """The axes and keepdim, whichever spelling (numpy's or torch's) was used."""
+    return alias_arg(what, "axis", axis, "dim", dim), bool(alias_arg(what, "keepdim", keepdim, "keepdims", keepdims))
 
 
 def _wrap(x: Tensor, u: UOp) -> Tensor:
@@ -63,8 +82,10 @@ def _reduce(x: Tensor, op: Ops, axis: Axis, keepdim: bool, what: str, acc: DType
     return _wrap(x, reduce_uop(x.uop.cast(acc), op, axes, keepdim).cast(out))
 
 
-def sum_(x: Tensor, axis: Axis = None, keepdim: bool = False, dtype: object = None) -> Tensor:
+def sum_(x: Tensor, axis: Axis = None, keepdim: bool | None = None, dtype: object = None, *, dim: Axis = None,
+         keepdims: bool | None = None) -> Tensor:
     """Sum over `axis` (all axes when None); `dtype` sets the accumulation and result dtype."""
+    axis, keepdim = _axis_keep("sum", axis, dim, keepdim, keepdims)
     if dtype is not None:
         dt = to_dtype(dtype, "sum")
         return _reduce(x, Ops.MAX if dt.is_bool else Ops.ADD, axis, keepdim, "sum", dt, dt)  # a bool sum is any()
@@ -72,7 +93,9 @@ def sum_(x: Tensor, axis: Axis = None, keepdim: bool = False, dtype: object = No
     return _reduce(x, Ops.ADD, axis, keepdim, "sum", acc, x.dtype if x.dtype in _HALF else acc)
 
 
-def prod(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+def prod(x: Tensor, axis: Axis = None, keepdim: bool | None = None, *, dim: Axis = None,
+         keepdims: bool | None = None) -> Tensor:
+    axis, keepdim = _axis_keep("prod", axis, dim, keepdim, keepdims)
     acc = sum_acc_dtype(x.dtype)
     return _reduce(x, Ops.MUL, axis, keepdim, "prod", acc, x.dtype if x.dtype in _HALF else acc)
 
@@ -83,10 +106,44 @@ def _check_nonempty(x: Tensor, axes: tuple[int, ...], what: str) -> None:
                          f"result of {what} over no elements is undefined")
 
 
-def max_(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
-    axes = norm_axes(axis, x.ndim, "max", x.shape)
-    _check_nonempty(x, axes, "max")
+@overload
+def max_(x: Tensor, dim: int, keepdim: bool | None = None, *, keepdims: bool | None = None) -> ValuesIndices: ...
+@overload
+def max_(x: Tensor, dim: Tensor) -> Tensor: ...
+@overload
+def max_(x: Tensor, dim: Sequence[int] | None = None, keepdim: bool | None = None, *, axis: Axis = None,
+         keepdims: bool | None = None) -> Tensor: ...
+def max_(x: Tensor, dim: Axis | Tensor = None, keepdim: bool | None = None, *, axis: Axis = None,
+         keepdims: bool | None = None) -> Tensor | ValuesIndices:
+    """The maximum: torch's (values, indices) for one int `dim`, else the values over `axis` (module docstring)."""
+    return _extreme(x, dim, keepdim, axis, keepdims, "max")
+
+
+def _max_values(x: Tensor, axes: tuple[int, ...], keepdim: bool) -> Tensor:
     return _wrap(x, reduce_uop(x.uop, Ops.MAX, axes, keepdim))
+
+
+def _min_values(x: Tensor, axes: tuple[int, ...], keepdim: bool) -> Tensor:
+    return _wrap(x, _order_reversed(reduce_uop(_order_reversed(x.uop), Ops.MAX, axes, keepdim)))
+
+
+def _extreme(x: Tensor, dim: Axis | Tensor, keepdim: bool | None, axis: Axis, keepdims: bool | None,
+             what: Literal["max", "min"]) -> Tensor | ValuesIndices:
+    if isinstance(dim, tt.Tensor):  # torch.max(a, b)
+        if keepdim is not None or axis is not None or keepdims is not None:
+            raise TypeError(f"{what}(other): an elementwise {what} takes no axis or keepdim")
+        return ew.maximum(x, dim) if what == "max" else ew.minimum(x, dim)
+    keep = bool(alias_arg(what, "keepdim", keepdim, "keepdims", keepdims))
+    if dim is not None and axis is not None:
+        raise TypeError(f"{what}() got both dim= and axis=, two spellings of one argument; give one of them")
+    values = _max_values if what == "max" else _min_values
+    if dim is not None and not isinstance(dim, (tuple, list)):  # one int dim: torch's (values, indices)
+        a = norm_axis(dim, x.ndim, what, x.shape)  # type: ignore[arg-type]  # norm_axis rejects a non-int
+        _check_nonempty(x, (a,), what)
+        return ValuesIndices(values(x, (a,), keep), _arg(x, a, keep, f"{what}(dim)", what == "min"))
+    axes = norm_axes(dim if dim is not None else axis, x.ndim, what, x.shape)
+    _check_nonempty(x, axes, what)
+    return values(x, axes, keep)
 
 
 def _order_reversed(u: UOp) -> UOp:
@@ -98,18 +155,29 @@ def _order_reversed(u: UOp) -> UOp:
     return u ^ u.const_like(-1)
 
 
-def min_(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
-    axes = norm_axes(axis, x.ndim, "min", x.shape)
-    _check_nonempty(x, axes, "min")
-    return _wrap(x, _order_reversed(reduce_uop(_order_reversed(x.uop), Ops.MAX, axes, keepdim)))
+@overload
+def min_(x: Tensor, dim: int, keepdim: bool | None = None, *, keepdims: bool | None = None) -> ValuesIndices: ...
+@overload
+def min_(x: Tensor, dim: Tensor) -> Tensor: ...
+@overload
+def min_(x: Tensor, dim: Sequence[int] | None = None, keepdim: bool | None = None, *, axis: Axis = None,
+         keepdims: bool | None = None) -> Tensor: ...
+def min_(x: Tensor, dim: Axis | Tensor = None, keepdim: bool | None = None, *, axis: Axis = None,
+         keepdims: bool | None = None) -> Tensor | ValuesIndices:
+    """The minimum: torch's (values, indices) for one int `dim`, else the values over `axis` (module docstring)."""
+    return _extreme(x, dim, keepdim, axis, keepdims, "min")
 
 
-def any_(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+def any_(x: Tensor, axis: Axis = None, keepdim: bool | None = None, *, dim: Axis = None,
+         keepdims: bool | None = None) -> Tensor:
+    axis, keepdim = _axis_keep("any", axis, dim, keepdim, keepdims)
     axes = norm_axes(axis, x.ndim, "any", x.shape)
     return _wrap(x, reduce_uop(to_bool(x).uop, Ops.MAX, axes, keepdim))
 
 
-def all_(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+def all_(x: Tensor, axis: Axis = None, keepdim: bool | None = None, *, dim: Axis = None,
+         keepdims: bool | None = None) -> Tensor:
+    axis, keepdim = _axis_keep("all", axis, dim, keepdim, keepdims)
     axes = norm_axes(axis, x.ndim, "all", x.shape)
     return _wrap(x, UOp(Ops.NOT, (reduce_uop(UOp(Ops.NOT, (to_bool(x).uop,)), Ops.MAX, axes, keepdim),)))
 
@@ -123,8 +191,10 @@ def _float_dtype(x: Tensor) -> DType:
     return x.dtype if x.dtype.is_float else dtypes.default_float
 
 
-def mean(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+def mean(x: Tensor, axis: Axis = None, keepdim: bool | None = None, *, dim: Axis = None,
+         keepdims: bool | None = None) -> Tensor:
     """Sum / count; integer and bool inputs give default_float. Over no elements it is nan."""
+    axis, keepdim = _axis_keep("mean", axis, dim, keepdim, keepdims)
     axes = norm_axes(axis, x.ndim, "mean", x.shape)
     out = _float_dtype(x)
     acc = dtypes.float32 if out in _HALF else out
@@ -140,8 +210,10 @@ def _sym_scalar(n: UOp, like: UOp) -> UOp:
     return ew.expand_uop(n.cast(like.dtype), like.shape)
 
 
-def var(x: Tensor, axis: Axis = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+def var(x: Tensor, axis: Axis = None, keepdim: bool | None = None, correction: int = 1, *, dim: Axis = None,
+        keepdims: bool | None = None) -> Tensor:
     """Variance with Bessel's correction by default (torch and tinygrad; numpy's ddof=0 is correction=0)."""
+    axis, keepdim = _axis_keep("var", axis, dim, keepdim, keepdims)
     axes = norm_axes(axis, x.ndim, "var", x.shape)
     out = _float_dtype(x)
     acc = dtypes.float32 if out in _HALF else out
@@ -156,7 +228,9 @@ def var(x: Tensor, axis: Axis = None, keepdim: bool = False, correction: int = 1
     return _wrap(x, (s / s.const_like(max(n - correction, 0))).cast(out))
 
 
-def std(x: Tensor, axis: Axis = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+def std(x: Tensor, axis: Axis = None, keepdim: bool | None = None, correction: int = 1, *, dim: Axis = None,
+        keepdims: bool | None = None) -> Tensor:
+    axis, keepdim = _axis_keep("std", axis, dim, keepdim, keepdims)
     return ew.sqrt(var(x, axis, keepdim, correction))
 
 
@@ -174,6 +248,10 @@ def _first_max_index(u: UOp, axis: int, keepdim: bool) -> UOp:
 
 def _arg(x: Tensor, axis: int | None, keepdim: bool, what: str, reverse: bool) -> Tensor:
     u = _order_reversed(x.uop) if reverse else x.uop
+    sizes = x.shape if axis is None else (x.shape[norm_axis(axis, x.ndim, what, x.shape)],)
+    if any(isinstance(d, UOp) for d in sizes):
+        raise VariableError(f"{what}: positions along a symbolic axis are not supported (shape "
+                            f"{fmt_shape(x.shape)}, axis {axis}); max(axis=...) and min(axis=...) give the values")
     if axis is None:
         if x.numel() == 0:
             raise ShapeError(f"{what}: cannot take the {what} of an empty tensor of shape {fmt_shape(x.shape)}")
@@ -184,13 +262,17 @@ def _arg(x: Tensor, axis: int | None, keepdim: bool, what: str, reverse: bool) -
     return _wrap(x, _first_max_index(u, a, keepdim))
 
 
-def argmax(x: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
+def argmax(x: Tensor, axis: int | None = None, keepdim: bool | None = None, *, dim: int | None = None,
+           keepdims: bool | None = None) -> Tensor:
     """Index of the first maximum (over the flattened tensor when axis is None), int64 as numpy and torch."""
-    return _arg(x, axis, keepdim, "argmax", False)
+    a, keep = _axis_keep("argmax", axis, dim, keepdim, keepdims)
+    return _arg(x, a, keep, "argmax", False)  # type: ignore[arg-type]  # one int: norm_axis checks
 
 
-def argmin(x: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
-    return _arg(x, axis, keepdim, "argmin", True)
+def argmin(x: Tensor, axis: int | None = None, keepdim: bool | None = None, *, dim: int | None = None,
+           keepdims: bool | None = None) -> Tensor:
+    a, keep = _axis_keep("argmin", axis, dim, keepdim, keepdims)
+    return _arg(x, a, keep, "argmin", True)  # type: ignore[arg-type]  # one int: norm_axis checks
 
 
 # ---------------------------------------------------------------- prefix sums and arange
@@ -230,8 +312,17 @@ def arange_uop(n: int, dtype: DType) -> UOp:
     return (hi + lo).reshape((a * b,)).shrink((0,), (n,))
 
 
-def cumsum(x: Tensor, axis: int | None = 0) -> Tensor:
-    """Inclusive cumulative sum along `axis` (the flattened tensor when None), accumulating as sum does."""
+class _Default(Enum):
+    AXIS = "axis 0"  # cumsum's default, apart from None (the flattened tensor), so that dim= can be told apart
+
+
+def cumsum(x: Tensor, axis: int | Literal[_Default.AXIS] | None = _Default.AXIS, *,
+           dim: int | Literal[_Default.AXIS] | None = _Default.AXIS) -> Tensor:
+    """Inclusive cumulative sum along `axis` or `dim` (default 0; the flattened tensor when None), accumulating as
+    sum does."""
+    if axis is not _Default.AXIS and dim is not _Default.AXIS:
+        raise TypeError("cumsum() got both axis= and dim=, two spellings of one argument; give one of them")
+    axis = axis if axis is not _Default.AXIS else dim if dim is not _Default.AXIS else 0
     if axis is None:
         x = tt.Tensor._wrap(x.uop.reshape((x.numel(),)), x.device)
         axis = 0
@@ -252,25 +343,33 @@ def _shifted(x: Tensor, axis: int) -> tuple[Tensor, Tensor]:
     """x - max(x) along axis (in a float dtype), and the max itself with keepdim. The max is detached: the results
     do not depend on the shift, so its gradient is zero and the backward pass need not compute it."""
     xf = x if x.dtype.is_float else x.cast(dtypes.default_float)
-    m = max_(xf, axis, keepdim=True).detach()
+    m = max_(xf, axis=axis, keepdim=True).detach()
     return xf - m, m
 
 
-def softmax(x: Tensor, axis: int = -1) -> Tensor:
-    a = norm_axis(axis, x.ndim, "softmax", x.shape)
+def softmax(x: Tensor, axis: int | None = None, *, dim: int | None = None) -> Tensor:
+    """exp(x) / sum(exp(x)) along `axis` or `dim` (default: the last axis)."""
+    a = norm_axis(_last(alias_arg("softmax", "axis", axis, "dim", dim)), x.ndim, "softmax", x.shape)
     s, _ = _shifted(x, a)
     e = s.exp()
     return e / sum_(e, a, keepdim=True)
 
 
-def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
-    a = norm_axis(axis, x.ndim, "log_softmax", x.shape)
+def _last(axis: int | None) -> int:
+    return -1 if axis is None else axis
+
+
+def log_softmax(x: Tensor, axis: int | None = None, *, dim: int | None = None) -> Tensor:
+    """log(softmax(x)) along `axis` or `dim` (default: the last axis), without forming softmax."""
+    a = norm_axis(_last(alias_arg("log_softmax", "axis", axis, "dim", dim)), x.ndim, "log_softmax", x.shape)
     s, _ = _shifted(x, a)
     return s - sum_(s.exp(), a, keepdim=True).log()
 
 
-def logsumexp(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+def logsumexp(x: Tensor, axis: Axis = None, keepdim: bool | None = None, *, dim: Axis = None,
+              keepdims: bool | None = None) -> Tensor:
     """log(sum(exp(x))) without overflow: the max is taken out first (an infinite max is taken out as 0)."""
+    axis, keepdim = _axis_keep("logsumexp", axis, dim, keepdim, keepdims)
     axes = norm_axes(axis, x.ndim, "logsumexp", x.shape)
     xf = x if x.dtype.is_float else x.cast(dtypes.default_float)
     m = tt.Tensor._wrap(reduce_uop(xf.uop, Ops.MAX, axes, True).detach(), x.device)  # shift: no gradient
@@ -279,5 +378,6 @@ def logsumexp(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
     return lse if keepdim else tt.Tensor._wrap(_drop(lse.uop, axes, False), x.device)
 
 
-__all__ = ["all_", "any_", "arange_uop", "argmax", "argmin", "cumsum", "log_softmax", "logsumexp", "max_", "mean",
-           "min_", "prefix_sum_last", "prod", "reduce_uop", "softmax", "std", "sum_", "sum_acc_dtype", "var"]
+__all__ = ["ValuesIndices", "all_", "any_", "arange_uop", "argmax", "argmin", "cumsum", "log_softmax", "logsumexp",
+           "max_", "mean", "min_", "prefix_sum_last", "prod", "reduce_uop", "softmax", "std", "sum_",
+           "sum_acc_dtype", "var"]

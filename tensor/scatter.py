@@ -66,7 +66,7 @@ def scatter(x: Tensor, dim: int, index: Tensor, src: Tensor | float | int) -> Te
     d, hit, sv, _ = _hits(x, dim, index, s.cast(x.dtype), "scatter")
     k = hit.shape[-2]
     j = tt.Tensor.arange(k, device=x.device).reshape(k, 1)
-    last = hit.where(j, -1).max(-2, keepdim=True)  # the last j that hits each p wins
+    last = hit.where(j, -1).max(axis=-2, keepdim=True)  # the last j that hits each p wins
     pick = hit & (j == last)
     out = pick.where(sv, tt.Tensor(0, dtype=x.dtype, device=x.device)).sum(-2).cast(x.dtype)
     return _back(x, d, out, hit.any(-2))
@@ -102,7 +102,7 @@ def scatter_reduce(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str,
         else:
             ident_t = tt.Tensor(dt.min if reduce == "amax" else dt.max, dtype=dt, device=x.device)
         filled = hit.where(sv, ident_t)
-        red = filled.max(-2) if reduce == "amax" else filled.min(-2)
+        red = filled.max(axis=-2) if reduce == "amax" else filled.min(axis=-2)
         if include_self:
             red = red.maximum(xs) if reduce == "amax" else red.minimum(xs)
         out = red

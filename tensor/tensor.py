@@ -200,8 +200,16 @@ class Tensor:
         return (self[i] for i in range(self.shape[0]))
 
     def __repr__(self) -> str:
-        state = "realized" if self.is_realized else "lazy"
-        return f"<Tensor {fmt_shape(self.shape)} {self.dtype.name} on {self.device}, {state}>"
+        """A realized tensor shows its values, as torch prints them (summarized past 1000 elements); an unrealized
+        one shows its shape. Printing never realizes: that would run kernels as a side effect of looking, and a
+        realized tensor is a buffer that later ops read instead of fusing its computation."""
+        tail = f", device='{self.device}', dtype={self.dtype!r}{', requires_grad=True' if self.requires_grad else ''})"
+        if self.is_realized or (self.uop.op is Ops.CONST and not self.shape):  # a number needs no kernel
+            host = buffers.host_array(self.uop) if self.is_realized else np.array(self.uop.value, np_dtype(self.dtype))
+            values = np.array2string(host, separator=", ", prefix="Tensor(", threshold=1000, edgeitems=3)
+            symbolic = any(isinstance(d, UOp) for d in self.shape)
+            return f"Tensor({values}{f', shape={fmt_shape(self.shape)}' if symbolic else ''}{tail}"
+        return f"Tensor(<unrealized>, shape={fmt_shape(self.shape)}{tail}"
 
     # ------------------------------------------------------------------ realization
 

@@ -195,7 +195,7 @@ def test_random_shapes(r: int, c: int, op: str) -> None:
     y = rng(c).standard_normal((1, c)).astype(np.float32)
     t = Tensor(x, device="cuda")
     got = {"sum0": lambda: t.sum(0), "sum1": lambda: t.sum(1), "add": lambda: t + Tensor(y, device="cuda"),
-           "max1": lambda: t.max(1)}[op]().numpy()
+           "max1": lambda: t.max(axis=1)}[op]().numpy()
     want = {"sum0": lambda: x.sum(0), "sum1": lambda: x.sum(1), "add": lambda: x + y, "max1": lambda: x.max(1)}[op]()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 

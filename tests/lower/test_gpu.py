@@ -89,7 +89,7 @@ def _cases() -> dict[str, Callable[[], tuple[Tensor, np.ndarray]]]:
 
     def row_max():
         a, av = _t(3, 500)
-        return a.max(1), av.max(1)
+        return a.max(axis=1), av.max(1)
 
     def matmul():
         (a, av), (b, bv) = _t(12, 40), _t(40, 20)

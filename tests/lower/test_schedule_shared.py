@@ -82,7 +82,7 @@ def test_statistic_read_by_two_roots_is_computed_once() -> None:
     an, bn = rng.standard_normal((4, 8), dtype=np.float32), rng.standard_normal((4, 8), dtype=np.float32)
     a, b = Tensor(an), Tensor(bn)
     s = a.sum(-1, keepdim=True)
-    outs = [(b * s).sum(-1), (b + s).max(-1)]
+    outs = [(b * s).sum(-1), (b + s).max(axis=-1)]
     items, _ = schedule([o.uop for o in outs])
     reduces = sum(sum(u.op is Ops.REDUCE for u in it.ast.toposort()) for it in items if it.kind == "kernel")
     assert reduces == 3  # the shared sum once, then each root's own reduction

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import pathlib
+import re
 import typing
 
 import pytest
@@ -164,7 +165,39 @@ def test_every_knob_the_code_reads_is_declared():
     assert reads > 10 and not undeclared, undeclared
 
 
-def test_readme_documents_every_knob():
+def _readme_knob_rows() -> dict[str, str]:
+    """The README's knob table: the first cell of each row (`NAME`, `NAME=...`) by knob name."""
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## Environment knobs") :]
-    assert all(f"`{name}" in section for name in KNOBS), [n for n in KNOBS if f"`{n}" not in section]
+    rows = {}
+    for line in section.splitlines():
+        if m := re.match(r"\| `([A-Z_]+)([^`]*)` \|", line):
+            rows[m.group(1)] = m.group(2)
+    return rows
+
+
+def test_readme_knob_table_is_the_declared_knobs():
+    """Every declared knob has a row in the README's table, and every row is a declared knob."""
+    rows = _readme_knob_rows()
+    assert set(rows) == set(KNOBS), (set(rows) ^ set(KNOBS))
+
+
+def test_readme_knob_levels_are_the_allowed_ones():
+    """A row that lists an int knob's levels (`DEBUG=1..5`, `TRACE=1|2`) lists exactly its non-zero values; a row
+    with one value (`CACHE=0`) names an allowed one."""
+    checked = 0
+    for name, spec in _readme_knob_rows().items():
+        k = KNOBS[name]
+        if k.kind is not int or not spec.startswith("=") or k.hi is None:
+            continue
+        text = spec[1:].replace("\\|", "|")
+        if ".." not in text and "|" not in text:  # one value (CACHE=0): an allowed one
+            k.parse(text)
+            continue
+        if m := re.fullmatch(r"(\d+)\.\.(\d+)", text):
+            levels = set(range(int(m.group(1)), int(m.group(2)) + 1))
+        else:
+            levels = {int(v) for v in text.split("|")}
+        assert levels == set(range(max(k.lo or 0, 1), k.hi + 1)), (name, spec)
+        checked += 1
+    assert checked >= 2  # DEBUG and TRACE at least

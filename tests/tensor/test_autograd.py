@@ -107,7 +107,7 @@ OPS: list[tuple[str, Callable[[Tensor], Tensor], tuple, tuple]] = [
     ("log-softmax", lambda t: t.log_softmax(0), (3, 4), (-2, 2)),
     ("logsumexp", lambda t: t.logsumexp(1, keepdim=True), (3, 4), (-2, 2)),
     ("mean-var-std", lambda t: t.mean(0) + t.var(1, keepdim=True) + t.std(), (3, 4), (-2, 2)),
-    ("max-min-keepdim", lambda t: t.max(1, keepdim=True) * t.min(0), (3, 4), (-2, 2)),
+    ("max-min-keepdim", lambda t: t.max(axis=1, keepdim=True) * t.min(axis=0), (3, 4), (-2, 2)),
     ("prod", lambda t: t.prod(1), (3, 4), (-2, 2)),
     ("broadcast", lambda t: t.reshape(3, 1, 4) * t.reshape(1, 3, 4) + t[:, :1], (3, 4), (-1, 1)),
     ("matmul", lambda t: t @ t.T @ t, (3, 4), (-1, 1)),

@@ -12,7 +12,7 @@ from tests.tensor.util import arrays, close, shapes
 SET = settings(max_examples=25, deadline=None)
 
 
-# ---- verbatim from the spec (seeds/001, "Common Ops as Compositions") ----
+# ---- verbatim from the spec (seed 001, "Common Ops as Compositions") ----
 
 # gemm:  $C[M,N] = A[M,K] @ B[K,N]$
 def gemm(A, B):

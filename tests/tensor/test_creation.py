@@ -58,7 +58,7 @@ def test_properties() -> None:
     assert t.shape == (2, 3, 4) and t.ndim == 3 and t.numel() == 24 and len(t) == 2
     assert t.size() == (2, 3, 4) and t.size(-1) == 4
     assert t.element_size() == 2 and t.nbytes() == 48
-    assert "float16" in repr(t) and "lazy" in repr(t)
+    assert "float16" in repr(t) and "unrealized" in repr(t)
     with pytest.raises(TypeError, match="0-d"):
         len(Tensor(1.0))
 

@@ -38,7 +38,8 @@ CASES: dict[str, Case] = {
     "getitem": lambda T, d: T(A)[None, 1, ..., None] + T(A)[-1:, ::2].sum(),
     "cat_stack_repeat": lambda T, d: T(A).cat(T(A) * 2, dim=1).stack(T(A).repeat(1, 2)),
     "gather": lambda T, d: T(A).gather(1, T(np.array([[0, 3], [1, 1], [2, 0]], np.int32))),
-    "reductions": lambda T, d: T(A).sum(1) + T(A).max(1) + T(A).min(1) + T(A).prod(1) + T(A).mean(1) + T(A).std(1),
+    "reductions": lambda T, d: (T(A).sum(1) + T(A).max(axis=1) + T(A).min(axis=1) + T(A).prod(1) + T(A).mean(1)
+                                + T(A).std(1)),
     "int_sum": lambda T, d: T(I).sum(0),
     "argmax_argmin": lambda T, d: T(A).argmax(1) * 10 + T(A).argmin(1),
     "cumsum": lambda T, d: T(A).cumsum(1) + T(I).cumsum(1),

@@ -37,8 +37,8 @@ def test_float_sum_max_min_mean(case: tuple) -> None:
     a, axis, keep = case
     t = Tensor(a)
     close(t.sum(axis, keepdim=keep), a.sum(axis, keepdims=keep), rtol=1e-5, atol=1e-4)
-    close(t.max(axis, keepdim=keep), a.max(axis, keepdims=keep))
-    close(t.min(axis, keepdim=keep), a.min(axis, keepdims=keep))
+    close(t.max(axis=axis, keepdim=keep), a.max(axis, keepdims=keep))
+    close(t.min(axis=axis, keepdim=keep), a.min(axis, keepdims=keep))
     close(t.mean(axis, keepdim=keep), a.mean(axis, keepdims=keep), rtol=1e-5, atol=1e-4)
 
 
@@ -60,8 +60,8 @@ def test_int_reductions_accumulate_like_numpy(dt: str, data: st.DataObject) -> N
     close(s, expected)
     with np.errstate(over="ignore"):
         close(t.prod(axis, keepdim=keep), a.prod(axis, keepdims=keep))
-    close(t.max(axis, keepdim=keep), a.max(axis, keepdims=keep))
-    close(t.min(axis, keepdim=keep), a.min(axis, keepdims=keep))
+    close(t.max(axis=axis, keepdim=keep), a.max(axis, keepdims=keep))
+    close(t.min(axis=axis, keepdim=keep), a.min(axis, keepdims=keep))
     m = t.mean(axis, keepdim=keep)
     assert m.dtype is dtypes.float32
     close(m, a.mean(axis, keepdims=keep).astype(np.float32), rtol=1e-5, atol=1e-5)
@@ -74,11 +74,11 @@ def test_min_max_extremes_and_nan() -> None:
     u = np.array([0, 7, 2**32 - 1], dtype=np.uint32)
     close(Tensor(u).min(), u.min())
     f = np.array([[1.0, np.nan], [-np.inf, 2.0]], dtype=np.float32)
-    close(Tensor(f).max(1), f.max(1))
-    close(Tensor(f).min(1), f.min(1))
+    close(Tensor(f).max(axis=1), f.max(1))
+    close(Tensor(f).min(axis=1), f.min(1))
     b = np.array([[True, False], [True, True]])
-    close(Tensor(b).min(1), b.min(1))
-    close(Tensor(b).max(0), b.max(0))
+    close(Tensor(b).min(axis=1), b.min(1))
+    close(Tensor(b).max(axis=0), b.max(0))
 
 
 def test_sum_dtype_argument_and_half_accumulation() -> None:

@@ -62,7 +62,7 @@ CASES: list[tuple[str, Callable[[UOp, Tensor], Tensor], Callable[[int], np.ndarr
     ("mean", lambda n, x: x[:n].mean(), lambda v: A[:v].mean()),
     ("mean-axis0", lambda n, x: x[:n].mean(0), lambda v: A[:v].mean(0)),
     ("var-axis0", lambda n, x: x[:n].var(0), lambda v: A[:v].var(0, ddof=1)),
-    ("max", lambda n, x: x[:n].max(0), lambda v: A[:v].max(0)),
+    ("max", lambda n, x: x[:n].max(axis=0), lambda v: A[:v].max(0)),
     ("reshape-flat", lambda n, x: x[:n].reshape(n * 4), lambda v: A[:v].reshape(-1)),
     ("reshape-infer", lambda n, x: (x[:n] + 0).reshape(-1).sum(), lambda v: A[:v].sum()),
     ("softmax", lambda n, x: x[:n, 0].softmax(), lambda v: softmax_np(A[:v, 0])),
