@@ -1,8 +1,10 @@
 """Suite `kernels`: what our generated CPU kernels achieve on common ops, against this machine's limits and peers.
 
-Cases (full run): add 16M, a fused elementwise chain 16M, sum 16M, softmax 4096x4096, layernorm 16384x1024,
+Cases (`--full`): add 16M, a fused elementwise chain 16M, sum 16M, softmax 4096x4096, layernorm 16384x1024,
 matmul 512/1024/2048, conv2d 3x3 (8,64,56,56) -> 64 channels (pad 1), attention (batch 8, 8 heads, 512 tokens,
-head dim 64). `--quick`: add 1M, sum 1M, softmax 512x512, matmul 256, conv2d (1,32,28,28) -> 32.
+head dim 64). The default run: add 16M, sum 16M, softmax 4096x4096, matmul 1024, conv2d (kernel_cases.DEFAULT).
+`--quick`: add 1M, softmax 512x512, matmul 256 (kernel_cases.QUICK; sum 1M and conv2d (1,32,28,28) -> 32 are
+keys KERNEL_CASES can name).
 All float32, inputs standard normal from a fixed seed, built with `tensor.Tensor` on the default device (cpu).
 
 For each case:
@@ -35,9 +37,9 @@ FLOP counts: add 1 and the chain 7 per element; sum 1; softmax 5 (max, subtract,
 (mean, subtract, square, mean, scale, weight, bias); matmul 2n^3; conv 2*B*Co*H*W*Ci*9; attention the QK^T and
 PV products, 2*B*H*T*T*D each, plus 6 per score for the 1/sqrt(D) scale and the softmax.
 
-Run as `python -m benchmarks kernels [--quick]`; `KERNEL_CASES=sum_16M,add_16M python -m benchmarks kernels` runs
-only the named cases (keys as in benchmarks.kernel_cases). `python -m benchmarks.bench_kernels --worker ...` is
-the subprocess side (one case, one engine; prints one JSON line).
+Run as `python -m benchmarks kernels [--quick | --full]`; `KERNEL_CASES=sum_16M,add_16M python -m benchmarks
+kernels` runs only the named cases (keys as in benchmarks.kernel_cases). `python -m benchmarks.bench_kernels
+--worker ...` is the subprocess side (one case, one engine; prints one JSON line).
 """
 
 from __future__ import annotations

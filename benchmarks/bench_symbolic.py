@@ -35,6 +35,8 @@ disk-cache rows use a temporary CACHEDIR.
 Families (issue 14): benchmarks/symbolic_family_cases.py's table, one line per family: node counts after our fast rules,
 our full simplifier and tinygrad's, how many cases ours is larger or smaller, wrong results.
 
+`--quick` times only the softmax kernel's batches and the random batch (QUICK_BATCHES), with fewer runs.
+
 Budget (the issue): a kernel's index batch simplified in at most 5 ms median once warm, 50 ms cold.
 """
 
@@ -62,6 +64,7 @@ from benchmarks.symbolic_tinygrad import Untranslatable, tinygrad_batch, tinygra
 from benchmarks.symbolic_workloads import Workload, build_workloads, kernel_graphs, random_batch
 
 WARM_BUDGET_MS, COLD_BUDGET_MS = 5.0, 50.0
+QUICK_BATCHES = ("softmax", "random")  # the batches --quick times (workload names start with these)
 
 
 # ---------------------------------------------------------------------------------------------- the suite
@@ -74,6 +77,8 @@ def symbolic(b: Bench) -> None:
     load0 = os.getloadavg()
     b.say("building workloads")
     batches, pools = build_workloads()
+    if q:  # --quick: one kernel's batches (as they are, and padded to 50) and the random batch
+        batches = [w for w in batches if w.name.split()[0] in QUICK_BATCHES]
     peer = tinygrad_version()
     if peer is None:
         b.note("tinygrad is not installed: no peer figures (pip install tinygrad==0.14.0)")

@@ -105,10 +105,13 @@ def _cases(quick: bool) -> list[Case]:
 DEFAULT = ("add_16M", "sum_16M", "softmax_4096", "matmul_1024", "conv")
 
 
+QUICK = ("add_1M", "softmax_512", "matmul_256")
+
+
 def cases_for(mode: str) -> list[Case]:
     """The cases a run in `mode` (quick, default, full) times."""
-    if mode == "quick":
-        return _cases(True)
+    if mode == "quick":  # one memory-bound, one fused reduction, one compute-bound (conv and sum 1M: --full)
+        return [c for c in _cases(True) if c.key in QUICK]
     full = _cases(False)
     return full if mode == "full" else [c for c in full if c.key in DEFAULT]
 
