@@ -9,7 +9,8 @@ a thread waking up ten times a second would take the GIL and a core from the cod
 
 The estimate of the time left: the rest of the current suite from its own pace (its cases so far) or, before
 its first case ends, from how long it took last time; later suites from last time's duration, or the typical
-duration their registration gives, or the mean of the suites finished in this run. Last time's durations and
+duration their registration gives, or the mean duration of this run's suites so far (the current one projected
+to its end). Last time's durations and
 case counts are kept per mode in the project's cache directory (benchmarks.checked_cache: a damaged file is
 ignored and rewritten), keyed by CPU model, core count and target, since they describe this machine.
 """
@@ -144,7 +145,10 @@ class Progress:
             left = None if exp_wall is None else max(0.0, exp_wall - in_suite)
         if left is None:
             return None
-        mean_done = sum(self.suite_walls) / len(self.suite_walls) if self.suite_walls else None
+        # a later suite nothing is known about: as long as the suites so far took on average (this one included,
+        # projected to its end) -- rough, but a first run on a new machine still gets an estimate
+        walls = [*self.suite_walls, in_suite + left]
+        mean_done = sum(walls) / len(walls)
         for s in self.suites[self.suite_i + 1:]:
             w = self._expected(s)[0]
             w = w if w is not None else mean_done
