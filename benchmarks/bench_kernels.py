@@ -213,7 +213,8 @@ def _run_case(b: Bench, case: Case, row: Row, lim: machine_limits.Limits, peers:
     # and a third only when the two disagree by more than 10% (a slow case is known well enough from one)
     repeats = 1 if q or one > 0.5 else 3 if b.full else 2
     while len(colds) < repeats or (repeats == 2 and len(colds) == 2 and _disagree(colds)):
-        b.say(f"ours cold, fresh process {len(colds) + 1}/{repeats}")
+        extra = " (the first two disagree by > 10%)" if len(colds) >= repeats else f"/{repeats}"
+        b.say(f"ours cold, fresh process {len(colds) + 1}{extra}")
         res, _, err = run_worker("ours", case, 0, {"CACHE": "0"})
         if res is None:
             raise RuntimeError(f"cold subprocess failed: {err}")

@@ -101,7 +101,7 @@ class Progress:
     def end_case(self) -> None:
         self.case_walls.append(time.perf_counter() - self.t_case)
         self.cases_done = min(self.cases_done + 1, self.cases_total)
-        self.case = ""
+        self.case, self.step = "", ""
         self._show()
 
     def end_suite(self, record: bool = True) -> float:
@@ -143,6 +143,8 @@ class Progress:
             left = in_suite / self.cases_done * (self.cases_total - self.cases_done)
         else:
             left = None if exp_wall is None else max(0.0, exp_wall - in_suite)
+        if left is None and self.suite_walls:  # nothing known of this suite yet: as long as the others so far
+            left = max(0.0, sum(self.suite_walls) / len(self.suite_walls) - in_suite)
         if left is None:
             return None
         # a later suite nothing is known about: as long as the suites so far took on average (this one included,
