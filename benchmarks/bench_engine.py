@@ -1,6 +1,7 @@
 """Suite `engine`: how fast graph_rewrite and UOp interning are, against tinygrad 0.14 on the same graphs and rules.
 
-Figures (medians of >= 5 runs, a fresh graph built untimed before each run):
+Figures (medians of >= 3 runs, more until they agree (benchmarks.runner.converged), a fresh graph built untimed
+before each run; sizes per mode in SIZES, in each row's info and note):
   (a) a random integer expression DAG (index dtype, seeded; + * // % max < where over 8 bounded variables)
       rewritten with SYMBOLIC, the 40-rule set below: nodes of the input graph visited per second, and rule
       firings per second (firings counted in a separate traced run);
@@ -144,12 +145,17 @@ def tinygrad_version() -> str | None:
     return metadata.version("tinygrad")
 
 
+# nodes in the dag, the chain, and built for interning, per mode: rates per node hardly change past ~10k nodes
+# (the walk and the matcher are linear), so the default run's sizes are a third of --full's 100k/200k/200k
+SIZES = {"quick": (10_000, 20_000, 20_000), "default": (30_000, 60_000, 100_000),
+         "full": (100_000, 200_000, 200_000)}
+
+
 @suite("engine")
 def engine(b: Bench) -> None:
-    q = b.quick
-    dag = engine_graphs.random_dag(10_000 if q else 100_000, seed=1)
-    deep = engine_graphs.chain(20_000 if q else 200_000)
-    n_intern = 20_000 if q else 200_000
+    n_dag, n_chain, n_intern = SIZES[b.mode]
+    dag = engine_graphs.random_dag(n_dag, seed=1)
+    deep = engine_graphs.chain(n_chain)
     peer = tinygrad_version()
     if peer is None:
         b.note("tinygrad is not installed: no peer figures (pip install tinygrad==0.14.0)")
@@ -164,7 +170,11 @@ def engine(b: Bench) -> None:
     if peer is not None:
         tg.rewrite(tg.build(warm))
 
-    for label, steps in (("dag", dag), ("chain", deep)):
+    cases: list[tuple[str, list[tuple]]] = [("dag", dag), ("chain", deep), ("intern", [])]
+    for label, steps in b.cases(cases, lambda c: f"{c[0]} ({len(c[1]) or n_intern} nodes)"):
+        if label == "intern":
+            _interning(b, n_intern, peer is not None)
+            continue
         g = build(steps)
         n_in, out = len(g.toposort()), rewrite(g)
         size_in, size_out = expr_size(g), expr_size(out)
@@ -194,8 +204,6 @@ def engine(b: Bench) -> None:
             b.compare(f"{label} rewrite (nodes/s)", ours, theirs[0], "tinygrad")
             b.compare(f"{label} rewrite, peer gc paused", ours, theirs[1], "tinygrad")
         b.note(line)
-
-    _interning(b, n_intern, peer is not None)
 
 
 def _interning(b: Bench, n: int, with_peer: bool) -> None:

@@ -1,8 +1,10 @@
 """Suite `kernels`: what our generated CPU kernels achieve on common ops, against this machine's limits and peers.
 
-Cases (full run): add 16M, a fused elementwise chain 16M, sum 16M, softmax 4096x4096, layernorm 16384x1024,
+Cases (`--full`): add 16M, a fused elementwise chain 16M, sum 16M, softmax 4096x4096, layernorm 16384x1024,
 matmul 512/1024/2048, conv2d 3x3 (8,64,56,56) -> 64 channels (pad 1), attention (batch 8, 8 heads, 512 tokens,
-head dim 64). `--quick`: add 1M, sum 1M, softmax 512x512, matmul 256, conv2d (1,32,28,28) -> 32.
+head dim 64). The default run: add 16M, sum 16M, softmax 4096x4096, matmul 1024, conv2d (kernel_cases.DEFAULT).
+`--quick`: add 1M, softmax 512x512, matmul 256 (kernel_cases.QUICK; sum 1M and conv2d (1,32,28,28) -> 32 are
+keys KERNEL_CASES can name).
 All float32, inputs standard normal from a fixed seed, built with `tensor.Tensor` on the default device (cpu).
 
 For each case:
@@ -35,55 +37,31 @@ FLOP counts: add 1 and the chain 7 per element; sum 1; softmax 5 (max, subtract,
 (mean, subtract, square, mean, scale, weight, bias); matmul 2n^3; conv 2*B*Co*H*W*Ci*9; attention the QK^T and
 PV products, 2*B*H*T*T*D each, plus 6 per score for the 1/sqrt(D) scale and the softmax.
 
-Run as `python -m benchmarks kernels [--quick]`; `KERNEL_CASES=sum_16M,add_16M python -m benchmarks kernels` runs
-only the named cases (keys as in benchmarks.kernel_cases). `python -m benchmarks.bench_kernels --worker ...` is
-the subprocess side (one case, one engine; prints one JSON line).
+Run as `python -m benchmarks kernels [--quick | --full]`; `KERNEL_CASES=sum_16M,add_16M python -m benchmarks
+kernels` runs only the named cases (keys as in benchmarks.kernel_cases). `python -m benchmarks.bench_kernels
+--worker ...` is the subprocess side (one case, one engine; prints one JSON line).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import statistics
 import sys
+import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from benchmarks import limits as machine_limits
-from benchmarks.kernel_cases import Case, _cases, all_cases, check, reference
+from benchmarks.kernel_cases import Case, all_cases, cases_for, check, reference
 from benchmarks.kernel_peers import Engine, NumpyPeer, Ours, TorchPeer, have, our_threads
 from benchmarks.kernel_worker import result_from_json, run_worker
-from benchmarks.runner import Bench, Progress, Result, fmt_value, suite
+from benchmarks.report import caption
+from benchmarks.runner import Bench, Result, fmt_value, suite
 from devices import target_for
 
 # ---------------------------------------------------------------------------- the suite
-
-
-class _Bar:
-    """Wraps the runner's status line with a progress bar over the cases (the runner's own line says which
-    run of which figure is going on; this adds how far the whole suite is)."""
-
-    def __init__(self, inner: Progress, total: int) -> None:
-        self.inner, self.total, self.done_n, self.case = inner, total, 0, ""
-
-    def update(self, msg: str) -> None:
-        filled = round(20 * self.done_n / max(self.total, 1))
-        self.inner.update(f"[{'#' * filled}{'.' * (20 - filled)}] {self.done_n}/{self.total} {self.case} | {msg}")
-
-    def done(self) -> None:
-        self.inner.done()
-
-
-@contextlib.contextmanager
-def _progress_bar(b: Bench, total: int) -> Iterator[_Bar]:
-    bar = _Bar(b.progress, total)
-    b.progress = bar  # type: ignore[assignment]
-    try:
-        yield bar
-    finally:
-        b.progress = bar.inner
 
 
 @dataclass
@@ -117,6 +95,11 @@ def _n_runs(one_call_s: float, quick: bool) -> int:
     return int(max(5, min(30 if not quick else 15, budget / max(one_call_s, 1e-6))))
 
 
+def _disagree(colds: list[dict], by: float = 0.1) -> bool:
+    a, b = (float(c["first_s"]) for c in colds[:2])
+    return abs(a - b) > by * min(a, b)
+
+
 def _time_one(fn: Callable[[object], object]) -> float:
     t0 = time.perf_counter()
     fn(None)
@@ -125,7 +108,7 @@ def _time_one(fn: Callable[[object], object]) -> float:
 
 @suite("kernels")
 def kernels(b: Bench) -> None:
-    cases = selected_cases(b.quick, os.environ.get("KERNEL_CASES", ""))
+    cases = selected_cases(b.mode, os.environ.get("KERNEL_CASES", ""))
     target = target_for("cpu")  # what our kernels are compiled for: the host's, or the level CPU_TARGET names
     b.note(f"target: {target}")
     lim = machine_limits.load(quick=b.quick, say=b.say, target=target)
@@ -150,32 +133,35 @@ def kernels(b: Bench) -> None:
         b.note("tinygrad's CPU backend needs clang, which is not installed: no tinygrad column "
                "(apt-get install -y clang)")
     rows: list[Row] = []
-    with _progress_bar(b, len(cases)) as bar:
-        for case in cases:
-            bar.case = case.title
-            row = Row(case)
-            try:
-                _run_case(b, case, row, lim, peers, tg)
-            except Exception as e:  # one broken case must not cost the others' figures
-                row.error = f"{type(e).__name__}: {e}"[:300]
-            rows.append(row)
-            bar.done_n += 1
-    for line in summary_table(rows, [p.name for p in peers] + (["tinygrad"] if tg else [])):
-        b.note(line)
-    b.note("ratios: ours/peer throughput from steady medians (>1 = ours faster); cold: first call in a fresh process, "
-           "no kernel cache (+import: with the engine's import before it); "
-           "% of the FMA peak (GFLOP/s cases) or DRAM triad (GB/s cases) for the threads our kernels used")
-    png = plot(rows, os.path.join("results", "bench-kernels.png"), str(target))
-    if png:
-        b.note(f"plot: {png}")
-    elif not have("matplotlib"):
-        b.note("matplotlib is not installed: no plot")
+    peer_names = [p.name for p in peers] + (["tinygrad"] if tg else [])
+
+    def summarize() -> None:  # at the end of the suite, or with the rows so far when the run is interrupted
+        head, table = summary_table(rows, peer_names)
+        b.table("per case" + (" (interrupted: the cases so far)" if b.partial else ""), head, table)
+        b.note("ratios: ours/peer throughput from steady medians (>1 = ours faster); cold: first call in a fresh "
+               "process, no kernel cache (+import: with the engine's import before it); % of the FMA peak "
+               "(GFLOP/s cases) or DRAM triad (GB/s cases) for the threads our kernels used")
+        png = plot(rows, os.path.join("results", "bench-kernels.png"), str(target), caption(b.run), b.partial)
+        if png:
+            b.note(f"plot: {png}" + (" (partial)" if b.partial else ""))
+        elif not have("matplotlib"):
+            b.note("matplotlib is not installed: no plot")
+
+    b.at_end(summarize)
+    for case in b.cases(cases, lambda c: c.title):
+        row = Row(case)
+        rows.append(row)
+        try:
+            _run_case(b, case, row, lim, peers, tg)
+        except Exception as e:  # one broken case must not cost the others' figures
+            row.error = f"{type(e).__name__}: {e}"[:300]
 
 
-def selected_cases(quick: bool, names: str) -> list[Case]:
-    """The suite's cases, or only those named (comma-separated keys, any of benchmarks.kernel_cases)."""
+def selected_cases(mode: str, names: str) -> list[Case]:
+    """The cases of `mode` (benchmarks.kernel_cases.cases_for), or only those named (comma-separated keys, any
+    of benchmarks.kernel_cases)."""
     if not names.strip():
-        return _cases(quick)
+        return cases_for(mode)
     known = all_cases()
     keys = [k.strip() for k in names.split(",") if k.strip()]
     unknown = [k for k in keys if k not in known]
@@ -222,10 +208,13 @@ def _run_case(b: Bench, case: Case, row: Row, lim: machine_limits.Limits, peers:
     del ours, rerun
 
     # cold: a fresh interpreter with the disk caches off, so every kernel is really compiled
-    colds = []
-    repeats = 1 if q or one > 0.5 else 3  # each repeat costs a process start and three calls
-    for i in range(repeats):
-        b.say(f"ours cold, fresh process {i + 1}/{repeats}")
+    colds: list[dict] = []
+    # each repeat costs a process start and three calls: one in --quick, all three in --full; by default two,
+    # and a third only when the two disagree by more than 10% (a slow case is known well enough from one)
+    repeats = 1 if q or one > 0.5 else 3 if b.full else 2
+    while len(colds) < repeats or (repeats == 2 and len(colds) == 2 and _disagree(colds)):
+        extra = " (the first two disagree by > 10%)" if len(colds) >= repeats else f"/{repeats}"
+        b.say(f"ours cold, fresh process {len(colds) + 1}{extra}")
         res, _, err = run_worker("ours", case, 0, {"CACHE": "0"})
         if res is None:
             raise RuntimeError(f"cold subprocess failed: {err}")
@@ -295,14 +284,15 @@ def _pct(r: Row) -> str:
     return f"{r.pct:.1f}% DRAM {r.threads}T{cache}"
 
 
-def summary_table(rows: list[Row], peer_names: list[str]) -> list[str]:
+def summary_table(rows: list[Row], peer_names: list[str]) -> tuple[list[str], list[list[str]]]:
+    """The per-case table's header and rows (a case cut short by an interrupt shows as `interrupted`)."""
     head = ["case", "check", "kern/thr", "cold ms", "+import", "compile", "steady ms", "IQR", "exec ms", "rate",
             "% limit"]
     head += [f"vs {p}" for p in peer_names] + (["tg cold ms", "+import"] if "tinygrad" in peer_names else [])
     table = [head]
     for r in rows:
         if r.error or r.steady is None:
-            table.append([r.case.title, "ERROR", r.error[:60]] + [""] * (len(head) - 3))
+            table.append([r.case.title, "ERROR" if r.error else "interrupted", r.error[:60]] + [""] * (len(head) - 3))
             continue
         unit = "GFLOP/s" if r.case.compute_bound else "GB/s"
         q1, q3 = r.steady.iqr
@@ -319,19 +309,13 @@ def summary_table(rows: list[Row], peer_names: list[str]) -> list[str]:
             line.append("-" if r.tg_cold is None else fmt_value(r.tg_cold))
             line.append("-" if r.tg_cold_import is None else fmt_value(r.tg_cold_import))
         table.append(line)
-    widths = [max(len(t[i]) for t in table) for i in range(len(head))]
-    out = []
-    for k, t in enumerate(table):
-        out.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(t, widths,
-                                                                                                   strict=True))))
-        if k == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return ["", *out]
+    return head, table[1:]
 
 
-def plot(rows: list[Row], path: str, target: str = "") -> str | None:
-    """A bar chart of throughput ratios against numpy (ours and each other peer), log scale, the cpu target in
-    its title and metadata; None without matplotlib."""
+def plot(rows: list[Row], path: str, target: str = "", caption: str = "", partial: bool = False) -> str | None:
+    """A bar chart of throughput ratios against numpy (ours and each other peer), log scale; its title says what
+    ran where (`caption`: CPU, Target, threads, load, mode, date; benchmarks.report.caption) and whether the run
+    was interrupted (`partial`), and the PNG's metadata holds the full target; None without matplotlib."""
     if not have("matplotlib"):
         return None
     import matplotlib
@@ -358,12 +342,14 @@ def plot(rows: list[Row], path: str, target: str = "") -> str | None:
     ax.set_xticks(range(len(good)))
     ax.set_xticklabels([r.case.title for r in good], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("throughput / numpy's (log)")
-    ax.set_title("kernels: steady-state throughput relative to numpy" + (f"\n{target}" if target else ""),
-                 fontsize=9)
+    title = "kernels: steady-state throughput relative to numpy" + (" (PARTIAL: run interrupted)" if partial else "")
+    sub = textwrap.fill(caption or target, width=int(fig.get_figwidth() * 15))
+    ax.set_title(title + (f"\n{sub}" if sub else ""), fontsize=8)
     ax.legend(fontsize=8)
     fig.tight_layout()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fig.savefig(path, dpi=110, metadata={"Description": f"target: {target}"} if target else None)
+    meta = {"Description": f"target: {target}" if target else "", "Comment": caption}
+    fig.savefig(path, dpi=110, metadata={k: v for k, v in meta.items() if v} or None)
     plt.close(fig)
     return path
 

@@ -142,6 +142,7 @@ def model(b: Bench) -> None:
     b.say("numpy float64 reference")
     ref = forward_numpy(cfg, w, np.float64)
 
+    b.case("ours cold", of=4 if have("torch") else 3)
     b.say("ours cold (fresh process, empty kernel cache)")
     res, arr, err = run_worker(cfg)
     if res is None:
@@ -164,6 +165,7 @@ def model(b: Bench) -> None:
                f"{parts.get('compiler processes', 0):.2f} s summed); second call "
                f"{res['again_s']:.3f} s; check {'ok' if ok else 'FAIL'} (rel err {rel:.1e})")
 
+    b.case("ours steady")
     b.say("ours warm-up")
     ours = OursModel(cfg, w)
     out = ours.run()
@@ -177,7 +179,7 @@ def model(b: Bench) -> None:
            f"{cfg.flops() / 1e9 / (steady.median / 1e3):.1f} GFLOP/s of matmul work")
     del ours
 
-    b.say("numpy")
+    b.case("numpy")
     npo = forward_numpy(cfg, w)
     b.note(f"numpy float32: check {'ok' if check(npo, ref)[0] else 'FAIL'} (rel err {check(npo, ref)[1]:.1e})")
     pr = b.measure("steady forward/numpy", lambda _: forward_numpy(cfg, w), work=1, unit="ms", per_item=1e3,
@@ -186,7 +188,7 @@ def model(b: Bench) -> None:
     if have("torch"):
         import torch
 
-        b.say("torch eager")
+        b.case("torch eager")
         torch.set_num_threads(os.cpu_count() or 1)
         tw = {k: torch.from_numpy(v) for k, v in w.items()}
 

@@ -40,6 +40,8 @@ that worth_saturating lets through, from a fresh e-graph. Both in the budget lin
 Families (issue 14): benchmarks/symbolic_family_cases.py's table, one line per family: node counts after our fast rules,
 our full simplifier and tinygrad's, how many cases ours is larger or smaller, wrong results.
 
+`--quick` times only the softmax kernel's batches and the random batch (QUICK_BATCHES), with fewer runs.
+
 Budget (the issue): a kernel's index batch simplified in at most 5 ms median once warm, 50 ms cold.
 """
 
@@ -70,6 +72,7 @@ from benchmarks.symbolic_tinygrad import Untranslatable, tinygrad_batch, tinygra
 from benchmarks.symbolic_workloads import Workload, build_workloads, kernel_graphs, random_batch
 
 WARM_BUDGET_MS, COLD_BUDGET_MS = 5.0, 50.0
+QUICK_BATCHES = ("softmax", "random")  # the batches --quick times (workload names start with these)
 
 
 # ---------------------------------------------------------------------------------------------- the suite
@@ -82,6 +85,8 @@ def symbolic(b: Bench) -> None:
     load0 = os.getloadavg()
     b.say("building workloads")
     batches, pools = build_workloads()
+    if q:  # --quick: one kernel's batches (as they are, and padded to 50) and the random batch
+        batches = [w for w in batches if w.name.split()[0] in QUICK_BATCHES]
     peer = tinygrad_version()
     if peer is None:
         b.note("tinygrad is not installed: no peer figures (pip install tinygrad==0.14.0)")
@@ -104,31 +109,46 @@ def symbolic(b: Bench) -> None:
                 b.note(f"{w.name}: not translatable to tinygrad ({e})")
 
     budget_lines: list[str] = []
-    with no_disk_cache():
-        # most rows last under the 50 ms LoadMeter needs for a reading of its own: one reading over them all
-        meter = LoadMeter()
-        for w in batches:
-            _batch_figures(b, w, tg.get(w.name), fast_runs, saturator)
-        for w in pools:
-            _pool_figures(b, w, tg.get(w.name), fast_runs, slow_runs)
+    cold: dict[str, list[tuple[str, Result]]] = {}
+    parts: dict[str, str] = {}
+    sched: list[Result] = []
+    graphs: dict[str, Any] = {}
+    family: list[str] = []
+    # the padded kernel batches, and the random batch: it needs the e-graph, so its cold figures show what
+    # loading egglog costs (empty disk cache) and what the disk cache spares (filled by an earlier process)
+    cold_batches = [w for w in batches if w.padded or not w.kernel]
+
+    def cold_rows(w: Workload) -> None:
+        first, total = run_cold(b, f"{w.name}/full cold CACHE=0", w.exprs, {"CACHE": "0"}, cold_runs)
+        cold[w.name] = [("cold import+first, empty cache", total), ("cold first batch", first)]
+        if not q or not w.kernel:
+            _, disk = run_cold(b, f"{w.name}/full cold disk-cached", w.exprs, {"CACHE": "1"}, cold_runs, prime=True)
+            cold[w.name].append(("cold import+first, disk cache filled", disk))
+        if not q:
+            parts[w.name] = cold_parts(b, w.name, w.exprs, cold_runs)
+
+    def schedule_rows() -> None:
         # the workloads are what rangeify emits, so how long it takes to emit them is part of the picture
-        graphs = kernel_graphs()
-        sched = b.measure_together([Timed(f"{name} schedule (rangeify)", lambda _, g=g: schedule([g]), 1,
-                                          "ms/graph", runs=fast_runs, per_item=1e3) for name, g in graphs.items()])
-        fgn_warm = meter.foreign()
-        cold: dict[str, list[tuple[str, Result]]] = {}
-        parts: dict[str, str] = {}
-        # the padded kernel batches, and the random batch: it needs the e-graph, so its cold figures show what
-        # loading egglog costs (empty disk cache) and what the disk cache spares (filled by an earlier process)
-        for w in (w for w in batches if w.padded or not w.kernel):
-            first, total = run_cold(b, f"{w.name}/full cold CACHE=0", w.exprs, {"CACHE": "0"}, cold_runs)
-            cold[w.name] = [("cold import+first, empty cache", total), ("cold first batch", first)]
-            if not q or not w.kernel:
-                _, disk = run_cold(b, f"{w.name}/full cold disk-cached", w.exprs, {"CACHE": "1"}, cold_runs,
-                                   prime=True)
-                cold[w.name].append(("cold import+first, disk cache filled", disk))
-            if not q:
-                parts[w.name] = cold_parts(b, w.name, w.exprs, cold_runs)
+        graphs.update(kernel_graphs())
+        sched.extend(b.measure_together([Timed(f"{name} schedule (rangeify)", lambda _, g=g: schedule([g]), 1,
+                                                "ms/graph", runs=fast_runs, per_item=1e3)
+                                          for name, g in graphs.items()]))
+
+    steps: list[tuple[str, Callable[[], object]]] = \
+        [(f"warm {w.name}", lambda w=w: _batch_figures(b, w, tg.get(w.name), fast_runs, saturator)) for w in batches]
+    steps += [(f"per-expr {w.name}", lambda w=w: _pool_figures(b, w, tg.get(w.name), fast_runs, slow_runs))
+              for w in pools]
+    steps.append(("schedule", schedule_rows))
+    steps += [(f"cold {w.name}", lambda w=w: cold_rows(w)) for w in cold_batches]
+    steps.append(("families", lambda: family.extend(family_lines(peer is not None))))
+    # most rows last under the 50 ms LoadMeter needs for a reading of its own: one reading over them all
+    meter = LoadMeter()
+    fgn_warm: float | None = None
+    with no_disk_cache():
+        for label, step in b.cases(steps, lambda st: st[0]):
+            step()
+            if label == "schedule":
+                fgn_warm = meter.foreign()
 
     b.note("kN: a kernel's own index expressions and gates before the symbolic stage; xN: the same kernel's "
            "padded to ~50 with upcast/unroll lanes; random: seeded generator; per-expr: one call per expression "
@@ -140,9 +160,8 @@ def symbolic(b: Bench) -> None:
                 + f"; egglog: {s['sat'] or 'not needed (rules.worth_saturating: nothing it could shrink)'}"
                 + f"; wrong results: {s['bad']}")
         b.note(line)
-    with no_disk_cache():
-        for ln in family_lines(peer is not None):
-            b.note(ln)
+    for ln in family:
+        b.note(ln)
     for w in pools:
         s = w.stats
         b.note(f"{w.name:<12} nodes {s['in']:>5} -> fast {s['fast']:>4}, full {s['full']:>4}"

@@ -217,7 +217,9 @@ def train(b: Bench) -> None:
     cfg = QUICK if b.quick else FULL
     b.note(f"MLP {'-'.join(map(str, cfg.sizes))} ReLU, batch {cfg.batch}, AdamW lr {cfg.lr} wd {cfg.weight_decay}, "
            f"float32, same init weights and batch in ours and torch")
+    b.case(cfg.label, of=2)
     mlp_row(b, cfg, runs=5 if b.quick else 7)
+    b.case("digits")
     digits_row(b, 3 if b.quick else 12)
 
 

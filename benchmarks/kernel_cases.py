@@ -99,6 +99,23 @@ def _cases(quick: bool) -> list[Case]:
             Case("attention", "attention 8x8x512x64", "attention", (8, 8, 512, 64))]
 
 
+# the default run's cases: one of each kind of kernel at the full list's sizes (so its figures compare with a full
+# run's): memory-bound elementwise and reduction, a row-wise fused reduction, a compute-bound matmul and conv.
+# The rest (the elementwise chain, layernorm, matmul 512 and 2048, attention) are in `--full`.
+DEFAULT = ("add_16M", "sum_16M", "softmax_4096", "matmul_1024", "conv")
+
+
+QUICK = ("add_1M", "softmax_512", "matmul_256")
+
+
+def cases_for(mode: str) -> list[Case]:
+    """The cases a run in `mode` (quick, default, full) times."""
+    if mode == "quick":  # one memory-bound, one fused reduction, one compute-bound (conv and sum 1M: --full)
+        return [c for c in _cases(True) if c.key in QUICK]
+    full = _cases(False)
+    return full if mode == "full" else [c for c in full if c.key in DEFAULT]
+
+
 def all_cases() -> dict[str, Case]:
     return {c.key: c for c in _cases(False) + _cases(True)}
 

@@ -18,17 +18,17 @@ The kernel benchmarks quote every figure as a percentage of what this machine ca
 
 Both come from one small C program (a Python string below) compiled with `cc -O3 -fopenmp` and the Target's
 instruction-set flags (`-march=x86-64-v3`, ...; `-march=native` for the host's own). Results are cached as
-JSON under rewrite.env.cache_dir(), keyed by CPU model, core count and the Target, because they are a property
-of the machine and the instructions used, not of the code. A quick measurement is upgraded by the next full one;
-`python -m benchmarks.limits --remeasure` (or REMEASURE_LIMITS=1 for any run) measures again; CACHE=0 (the
-project's knob for all its disk caches) measures every time and stores nothing.
+JSON under rewrite.env.cache_dir(), keyed by CPU model, core count, the Target and FORMAT, because they are a
+property of the machine and the instructions used, not of the code; a file that is corrupt (checksum) or holds
+figures that make no sense is measured again (benchmarks.checked_cache, `valid`). A quick measurement is
+upgraded by the next full one; `python -m benchmarks.limits --remeasure` (or REMEASURE_LIMITS=1 for any run)
+measures again; CACHE=0 (the project's knob for all its disk caches) measures every time and stores nothing.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
+import math
 import os
 import shutil
 import subprocess
@@ -37,11 +37,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from benchmarks import checked_cache
 from devices import target_for
 from devices.base import Target
-from rewrite.env import cache_dir, getenv
+from rewrite.env import getenv
 
-FORMAT = 2  # bump when the program or the meaning of a figure changes: old cache files are then ignored
+FORMAT = 3  # bump when the program, the meaning of a figure or the file's layout changes: old files are ignored
 
 # Each row prints `name threads unit median best sample...`. Timing is wall clock around a barrier-fenced
 # parallel region, so an all-thread figure is the whole team's work over the slowest thread's time.
@@ -329,8 +330,7 @@ def machine_key(target: Target | None = None) -> str:
 
 
 def cache_path(target: Target | None = None) -> str:
-    h = hashlib.sha256(machine_key(target).encode()).hexdigest()[:16]
-    return os.path.join(cache_dir(), f"limits-{h}.json")
+    return checked_cache.path_for("limits", machine_key(target))
 
 
 def chain_counts(target: Target) -> tuple[int, int]:
@@ -465,32 +465,37 @@ def measure(quick: bool = False, say: object = None, target: Target | None = Non
 def load(quick: bool = False, remeasure: bool = False, say: object = None, target: Target | None = None) -> Limits:
     """The cached limits of this machine for `target` (default: the cpu device's), measuring them first when there
     are none (or only quick ones, or ones taken under foreign load while the machine is quiet now, and this is a
-    full run; or `remeasure`, or REMEASURE_LIMITS=1, or CACHE=0)."""
+    full run; or `remeasure`, or REMEASURE_LIMITS=1, or CACHE=0). A cache file is believed only when it is intact
+    (benchmarks.checked_cache: format, key, checksum) and its figures are sane (`valid`); otherwise it is measured
+    again and rewritten."""
     target = target or target_for("cpu")
     remeasure = remeasure or bool(int(os.environ.get("REMEASURE_LIMITS", "0") or 0))
-    use_cache = bool(int(getenv("CACHE")))
-    path = cache_path(target)
-    if use_cache and not remeasure and os.path.exists(path):
+    key, path = machine_key(target), cache_path(target)
+    d = None if remeasure else checked_cache.read(path, key, FORMAT)
+    if d is not None:
         try:
-            with open(path) as f:
-                d = json.load(f)
-            usable = d.get("format") == FORMAT and d.get("key") == machine_key(target) and \
-                (quick or not d.get("quick"))
-            # figures taken under foreign load are replaced by a full run that finds the machine quiet now
-            noisy = not quick and (d.get("fgn") or 0) > 0.5 and (foreign_load(1.0) or 0) < 0.3
-            if usable and not noisy:
-                lim = Limits.from_json(d)
-                lim.cached = True
-                return lim
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # unreadable or from an older layout: measure again
+            lim: Limits | None = Limits.from_json(d)
+        except (KeyError, TypeError, ValueError):
+            lim = None
+        # figures taken under foreign load are replaced by a full run that finds the machine quiet now
+        noisy = not quick and (d.get("fgn") or 0) > 0.5 and (foreign_load(1.0) or 0) < 0.3
+        if lim is not None and valid(lim, target) and (quick or not lim.quick) and not noisy:
+            lim.cached = True
+            return lim
     lim = measure(quick, say, target)
-    if use_cache:
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(lim.to_json(), f, indent=1)
-        os.replace(tmp, path)
+    checked_cache.write(path, key, FORMAT, lim.to_json())
     return lim
+
+
+def valid(lim: Limits, target: Target) -> bool:
+    """Whether `lim` holds what the kernels suite reads, as finite positive figures: a multiply-add peak row (the
+    target's own, or one Limits.peak falls back to) and the DRAM triad, each at 1 thread."""
+    nums = [v for r in lim.rows for v in (r.median, r.best, *r.samples)]
+    if not lim.rows or not all(isinstance(v, int | float) and math.isfinite(v) and v > 0 for v in nums):
+        return False
+    names = {(r.name, r.threads) for r in lim.rows}
+    peaks = (row_names(target)[0], *_PEAK_ROWS)
+    return any((p, 1) in names for p in peaks) and ("triad", 1) in names
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,11 @@ A suite is a function registered with `@suite("name")` that takes a `Bench` and 
         ...
         b.compare("dag rewrite", ours=r, peer=peer_result, peer_name="tinygrad")
 
+A suite walks its cases with `for case in b.cases(cases, label)` (the progress bar counts them), reports the
+step it is on with `b.say(...)`, and registers output built from its results (a plot) with `b.at_end(fn)`, which
+runs when the suite ends or is interrupted (`b.partial`). Adding a suite is one file `benchmarks/bench_NAME.py`
+with one `@suite("NAME")` function (benchmarks/__main__.py imports every bench_*.py).
+
 Every figure is the median of several runs, with min/max and the interquartile range, plus `fgn`: the CPU
 load of *other* processes while it ran (this machine is shared; see anchors/machine-limits.md), so a noisy
 row can be recognized instead of believed. Each figure is also computed from the process's CPU time
@@ -19,28 +24,32 @@ from __future__ import annotations
 
 import gc
 import os
-import platform
 import statistics
-import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
+
+from benchmarks.progress import Progress
 
 T = TypeVar("T")
 SuiteFn = Callable[["Bench"], None]
 
 SUITES: dict[str, SuiteFn] = {}
+TYPICAL_S: dict[str, dict[str, float]] = {}  # suite -> mode -> seconds: the progress bar's first-run estimate
 
 
-def suite(name: str) -> Callable[[SuiteFn], SuiteFn]:
-    """Register a suite under `name` (what `python -m benchmarks NAME` runs)."""
+def suite(name: str, typical_s: dict[str, float] | None = None) -> Callable[[SuiteFn], SuiteFn]:
+    """Register a suite under `name` (what `python -m benchmarks NAME` runs). `typical_s` (per mode, seconds on a
+    quiet 2-core machine) lets the progress bar estimate the time left before this machine has run the suite."""
 
     def register(fn: SuiteFn) -> SuiteFn:
         if name in SUITES and SUITES[name] is not fn:
             raise ValueError(f"benchmark suite {name!r} is registered twice: {SUITES[name].__module__} and "
                              f"{fn.__module__}; pick another name")
         SUITES[name] = fn
+        if typical_s:
+            TYPICAL_S[name] = dict(typical_s)
         return fn
 
     return register
@@ -170,43 +179,87 @@ class Timed:
     info: dict[str, object] | None = None
 
 
-class Progress:
-    """One status line on stderr, rewritten in place on a terminal, one line per update otherwise."""
+# Adaptive repeats: a figure stops being re-run once it has MIN_RUNS runs and the standard error of their mean is
+# under REL_SE of their median, or its runs have taken MAX_S[mode] seconds of wall time (a slow figure is known
+# well enough from a few runs); a job's `runs` is the most it gets. Every run still counts: nothing is dropped.
+MIN_RUNS = 3
+REL_SE = 0.025
+MAX_S = {"quick": 1.0, "default": 4.0, "full": 15.0}
+MODES = ("quick", "default", "full")
 
-    def __init__(self, stream: object = None) -> None:
-        self.stream = stream or sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.width = 0
 
-    def update(self, msg: str) -> None:
-        if self.tty:
-            pad = max(0, self.width - len(msg))
-            self.stream.write("\r" + msg + " " * pad)  # type: ignore[attr-defined]
-            self.width = len(msg)
-        else:
-            self.stream.write(msg + "\n")  # type: ignore[attr-defined]
-        self.stream.flush()  # type: ignore[attr-defined]
-
-    def done(self) -> None:
-        if self.tty and self.width:
-            self.stream.write("\r" + " " * self.width + "\r")  # type: ignore[attr-defined]
-            self.stream.flush()  # type: ignore[attr-defined]
-            self.width = 0
+def converged(samples: list[float], min_runs: int = MIN_RUNS, rel_se: float = REL_SE) -> bool:
+    """Whether `samples` pin their median down well enough: at least `min_runs` of them, and the standard error
+    of their mean at most `rel_se` of their median."""
+    n = len(samples)
+    if n < max(2, min_runs):
+        return False
+    med = statistics.median(samples)
+    return med > 0 and statistics.stdev(samples) / n**0.5 <= rel_se * med
 
 
 class Bench:
-    """What a suite records into. `quick` asks for small sizes; `runs` is the number of timed runs per figure."""
+    """What a suite records into. `mode` is quick (small sizes), default, or full (every case, exhaustive sizes);
+    `quick` is `mode == "quick"`. `runs` is the most timed runs a figure gets (see converged); `run` is the run's
+    description (machine, target, threads, load, mode, date: benchmarks.report.run_info) for plots' titles."""
 
-    def __init__(self, suite_name: str, quick: bool, progress: Progress | None = None) -> None:
-        self.suite, self.quick = suite_name, quick
+    def __init__(self, suite_name: str, quick: bool = False, progress: Progress | None = None,
+                 mode: str | None = None, run: dict[str, object] | None = None) -> None:
+        self.mode = mode or ("quick" if quick else "default")
+        if self.mode not in MODES:
+            raise ValueError(f"benchmark mode {self.mode!r}: expected one of {', '.join(MODES)}")
+        self.suite, self.quick, self.full = suite_name, self.mode == "quick", self.mode == "full"
         self.runs = 5
+        self.max_s = MAX_S[self.mode]
         self.results: list[Result] = []
         self.comparisons: list[Comparison] = []
         self.notes: list[str] = []
+        self.tables: list[tuple[str, list[str], list[list[str]]]] = []
         self.progress = progress or Progress()
+        self.run = run if run is not None else {"mode": self.mode}
+        self.partial = False  # set when the run was interrupted before the suite finished
+        self._at_end: list[Callable[[], None]] = []
+        self._case_open = False
+
+    def cases(self, items: Sequence[T], label: Callable[[T], str] = str) -> Iterator[T]:
+        """Iterate over the suite's cases, telling the progress display how many there are and which one runs."""
+        self.progress.set_cases(len(items))
+        for it in items:
+            self.progress.begin_case(label(it))
+            yield it
+            self.progress.end_case()
+
+    def case(self, label: str, of: int | None = None) -> None:
+        """The next case starts (the previous one, if any, ends): for a suite written as straight-line steps
+        rather than a loop; `of` (with the first) says how many there are."""
+        if of is not None:
+            self.progress.set_cases(of)
+        if self._case_open:
+            self.progress.end_case()
+        self.progress.begin_case(label)
+        self._case_open = True
+
+    def at_end(self, fn: Callable[[], None]) -> None:
+        """Call `fn` when the suite ends, finished or interrupted (`partial` tells which): for output built from
+        the results so far, such as a plot."""
+        self._at_end.append(fn)
+
+    def finish(self, partial: bool = False) -> None:
+        """Run the at_end callbacks once (the runner calls this)."""
+        self.partial = partial
+        if self._case_open and not partial:
+            self.progress.end_case()
+        self._case_open = False
+        fns, self._at_end = self._at_end, []
+        for fn in fns:
+            fn()
+
+    def table(self, title: str, header: list[str], rows: list[list[str]]) -> None:
+        """A table of the suite's own (a summary per case), printed after its figures and kept in the JSON."""
+        self.tables.append((title, header, rows))
 
     def say(self, msg: str) -> None:
-        self.progress.update(f"[{self.suite}] {msg}")
+        self.progress.update(msg)
 
     def note(self, msg: str) -> None:
         """A line printed under the suite's table (what was compared, caveats)."""
@@ -214,15 +267,19 @@ class Bench:
 
     def time_runs(self, jobs: list[Timed]) -> list[tuple[list[float], list[float], float | None]]:
         """Wall and CPU seconds of each run of each job, and each job's median foreign load. The jobs take
-        turns run by run (A B A B ...), so a change in the machine's load falls on all of them alike. Setup
-        and teardown are not timed; garbage of the previous run is collected first."""
-        n = max(j.runs or self.runs for j in jobs)
+        turns run by run (A B A B ...), so a change in the machine's load falls on all of them alike; a job
+        leaves the rotation once its figure has converged (or used its time, see MAX_S), after at least
+        MIN_RUNS runs, and at the latest after its `runs` (default `self.runs`). Setup and teardown are not
+        timed; garbage of the previous run is collected first."""
+        most = [job.runs or self.runs for job in jobs]
+        least = [min(m, MIN_RUNS) for m in most]
         out: list[tuple[list[float], list[float], list[float]]] = [([], [], []) for _ in jobs]
-        for i in range(n):
-            for job, (wall, cpu, loads) in zip(jobs, out, strict=True):
-                if i >= (job.runs or self.runs):
-                    continue
-                self.say(f"{job.name}: run {i + 1}/{n}" + (f" (last {wall[-1]:.3f} s)" if wall else ""))
+        active = list(range(len(jobs)))
+        i = 0
+        while active:
+            for k in active:
+                job, (wall, cpu, loads) = jobs[k], out[k]
+                self.say(f"{job.name}: run {i + 1}/{most[k]}" + (f" (last {wall[-1]:.3f} s)" if wall else ""))
                 state = job.setup() if job.setup is not None else None
                 gc.collect()
                 meter = LoadMeter()
@@ -236,6 +293,9 @@ class Bench:
                 if job.teardown is not None:
                     job.teardown(state, res)
                 del state, res
+            i += 1
+            active = [k for k in active if i < most[k] and
+                      (i < least[k] or not (converged(out[k][0]) or sum(out[k][0]) >= self.max_s))]
         return [(w, c, statistics.median(ld) if ld else None) for w, c, ld in out]
 
     def measure(self, name: str, fn: Callable[[T], object], *, work: float, unit: str,
@@ -279,30 +339,7 @@ class Bench:
         return c
 
 
-# ---------------------------------------------------------------------------- machine info and output
-
-
-def machine_info() -> dict[str, object]:
-    cpu = platform.processor() or "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
-    from devices import target_for
-
-    info: dict[str, object] = {
-        "cpu": cpu, "cores": os.cpu_count(), "target": str(target_for("cpu")), "python": platform.python_version(),
-        "implementation": platform.python_implementation(), "platform": platform.platform(),
-    }
-    from importlib import metadata
-
-    for pkg in ("numpy", "tinygrad", "egglog"):
-        try:
-            info[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            info[pkg] = None
-    return info
+# ---------------------------------------------------------------------------- numbers for tables
 
 
 def fmt_value(v: float) -> str:
@@ -316,42 +353,3 @@ def fmt_value(v: float) -> str:
     if a >= 100:
         return f"{v:.0f}"
     return f"{v:.3g}"
-
-
-def format_table(b: Bench) -> str:
-    rows = [("figure", "median", "unit", "min..max", "IQR", "runs", "fgn", "cpu")]
-    for r in b.results:
-        lo, hi = r.spread
-        q1, q3 = r.iqr
-        cm = r.cpu_median
-        rows.append((r.name, fmt_value(r.median), r.unit, f"{fmt_value(lo)}..{fmt_value(hi)}",
-                     f"{fmt_value(q1)}..{fmt_value(q3)}", str(len(r.samples)),
-                     "-" if r.fgn is None else f"{r.fgn:.2f}", "-" if cm is None else fmt_value(cm)))
-    out = [_grid(rows)]
-    if b.comparisons:
-        crow = [("comparison", "ours", "peer", "unit", "ours vs peer", "by cpu time")]
-        for c in b.comparisons:
-            sc = c.speedup_cpu
-            crow.append((c.label, fmt_value(c.ours.median), f"{fmt_value(c.peer.median)} ({c.peer_name})", c.ours.unit,
-                         f"{c.speedup:.2f}x {'faster' if c.speedup >= 1 else 'slower'}",
-                         "-" if sc is None else f"{sc:.2f}x"))
-        out.append(_grid(crow))
-    out.extend(f"  {n}" for n in b.notes)
-    return "\n".join(out)
-
-
-def _grid(rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = []
-    for k, r in enumerate(rows):
-        cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))]
-        lines.append("  ".join(cells))
-        if k == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def suite_json(b: Bench, machine: dict[str, object], started: str, wall: float) -> dict[str, object]:
-    return {"suite": b.suite, "quick": b.quick, "started": started, "wall_s": wall, "machine": machine,
-            "results": [r.to_json() for r in b.results], "comparisons": [c.to_json() for c in b.comparisons],
-            "notes": b.notes}

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.runner import Bench, LoadMeter, Result
+from benchmarks.runner import Bench, LoadMeter, Result, converged
 from benchmarks.symbolic_simplifiers import fast_batch, full_batch
 
 # the project is imported inside functions: the cold-start child process imports this module first and
@@ -75,6 +75,7 @@ def cold_child(path: str, parts: bool = False) -> None:
     print(json.dumps(out))
 
 
+_TIMED = ("import", "first", "fast", "egglog_load", "rest")  # a child's timed steps: [wall, cpu] each
 _CHILD = "import sys; from benchmarks.symbolic_cold import cold_child; cold_child(sys.argv[1], sys.argv[2] == 'parts')"
 
 
@@ -111,13 +112,18 @@ class ColdRunner:
         return json.loads(p.stdout.strip().splitlines()[-1]), (None if f is None else max(0.0, f - kids / wall))
 
     def many(self, b: Bench, label: str, runs: int, parts: bool = False) -> tuple[list[dict[str, Any]], float | None]:
-        data, loads = [], []
+        """Up to `runs` children: fewer once MIN_RUNS of them agree (benchmarks.runner.converged, on the import
+        and first batch's wall time)."""
+        data: list[dict[str, Any]] = []
+        loads = []
         for i in range(runs):
             b.say(f"{label}: cold process {i + 1}/{runs}")
             d, fgn = self.spawn(parts)
             data.append(d)
             if fgn is not None:
                 loads.append(fgn)
+            if converged([sum(x[k][0] for k in _TIMED if k in x) for x in data]):
+                break
         return data, (statistics.median(loads) if loads else None)
 
 
@@ -146,5 +152,6 @@ def cold_parts(b: Bench, label: str, exprs: list[UOp], runs: int) -> str:
     med = {k: 1e3 * statistics.median(d[k][1] for d in data) for k in ("import", "fast", "egglog_load", "rest")}
     return (f"import {med['import']:.0f}, fast rules' first pass {med['fast']:.0f}, egglog load + tiny e-graph "
             f"{med['egglog_load']:.0f}, then the full batch {med['rest']:.0f} (its e-graph: "
-            f"{data[0]['sat_roots']} roots) [CPU ms, median of {runs}, fgn {'-' if fgn is None else f'{fgn:.2f}'}]")
+            f"{data[0]['sat_roots']} roots) [CPU ms, median of {len(data)}, "
+            f"fgn {'-' if fgn is None else f'{fgn:.2f}'}]")
 

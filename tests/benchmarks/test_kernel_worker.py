@@ -27,7 +27,10 @@ def test_worker_reports_import_and_first_call_apart() -> None:
 
 
 def test_cases_by_name() -> None:
-    assert [c.key for c in bk.selected_cases(False, "")] == [c.key for c in kc._cases(False)]
-    assert [c.key for c in bk.selected_cases(True, "sum_16M, add_1M")] == ["sum_16M", "add_1M"]
+    assert [c.key for c in bk.selected_cases("full", "")] == [c.key for c in kc._cases(False)]
+    assert [c.key for c in bk.selected_cases("quick", "")] == list(kc.QUICK)
+    default = [c.key for c in bk.selected_cases("default", "")]
+    assert default == [k for k in (c.key for c in kc._cases(False)) if k in kc.DEFAULT] and len(default) >= 4
+    assert [c.key for c in bk.selected_cases("quick", "sum_16M, add_1M")] == ["sum_16M", "add_1M"]
     with pytest.raises(ValueError, match="unknown case"):
-        bk.selected_cases(False, "sum_16M,nope")
+        bk.selected_cases("default", "sum_16M,nope")
