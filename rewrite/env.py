@@ -117,11 +117,13 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          lo=0),
     Knob("SANITIZE", str, "", "address: cpu kernels built with AddressSanitizer, buffers allocated at their exact "
          "size (load with libasan preloaded: see devices/cpu.py)", choices=("", "address")),
+    Knob("MPI_TIMEOUT", int, 300, "seconds an MPI collective may take before every rank is aborted (devices/mpi.py)",
+         lo=1),
 )}
 # fmt: on
 
 # the declared knobs by type, for the static types of `getenv` (a test checks these agree with KNOBS)
-IntKnob = Literal["DEBUG", "TRACE", "SPEC", "VIZ", "BEAM", "CACHE", "EGGLOG", "CACHE_SIZE"]
+IntKnob = Literal["DEBUG", "TRACE", "SPEC", "VIZ", "BEAM", "CACHE", "EGGLOG", "CACHE_SIZE", "MPI_TIMEOUT"]
 StrKnob = Literal["DEVICE", "CPU_TARGET", "CACHEDIR", "CC", "SANITIZE", "VIZ_OUT"]
 BoolKnob = Literal["NOOPT", "NOLOCALS"]
 

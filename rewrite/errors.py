@@ -62,6 +62,11 @@ class DeviceError(CompilerError):
     """An unknown or unavailable device, or a failed launch."""
 
 
+class CollectiveError(DeviceError):
+    """A cross-process (MPI) transfer or collective that cannot run: mpi4py missing, a bad rank, a shape that does
+    not fit the collective. A collective that never finishes is not an error but an abort (devices/mpi.py)."""
+
+
 class CudaError(DeviceError):
     """A CUDA driver call failed (`call`: the driver function, `code`: its CUresult, `name`: cuGetErrorName's)."""
 

@@ -1,0 +1,225 @@
+"""Scale-out across processes through MPI (OpenMPI + mpi4py): each rank is a process that owns its devices.
+
+This module is the transport: a `Comm` over `MPI.COMM_WORLD` whose collectives move numpy arrays (a device
+buffer's host view) with MPI's own algorithms: `allreduce`, `allgather`, `reduce_scatter`, `bcast`, `gather`,
+`reduce`, and point-to-point `send`/`recv`. Nothing here is a home-made transport; it only adds what a compiler's
+runtime needs around MPI:
+
+- Never a hang. Every call runs under a watchdog: if it has not finished after `MPI_TIMEOUT` seconds (a rank died,
+  or a rank skipped the collective), the rank prints one line naming the call, its rank, the sizes and the fix,
+  and aborts the whole job (`MPI_Abort`), so every rank exits non-zero. The call itself is MPI's blocking one, so
+  the watchdog costs nothing on the fast path (a non-blocking call polled from Python would stall MPI's progress
+  between polls).
+- An uncaught exception on one rank aborts the job too (as `python -m mpi4py` does), instead of leaving the other
+  ranks blocked in their next collective.
+- Typed errors: a shape or dtype that differs from what the call needs is a `CollectiveError` naming both.
+
+`world()` is None when the process was not started by an MPI launcher (no `mpirun`), so single-process programs
+never import mpi4py or initialise MPI.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from rewrite.env import knob_int
+from rewrite.errors import CollectiveError
+
+# environment variables that MPI launchers set in every rank they start (OpenMPI, MPICH/Hydra, Slurm's PMI)
+_LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
+
+_REDUCE_OPS = ("sum", "prod", "max", "min")
+
+
+def launched_by_mpi() -> bool:
+    """True when an MPI launcher started this process (cheap: reads the environment, does not initialise MPI)."""
+    return any(v in os.environ for v in _LAUNCHER_VARS)
+
+
+class Comm:
+    """The ranks of one MPI communicator. Arrays passed in are C-contiguous numpy arrays (copied if not)."""
+
+    def __init__(self, comm: Any, timeout: float) -> None:
+        self._comm = comm
+        self.rank: int = comm.Get_rank()
+        self.size: int = comm.Get_size()
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        return f"Comm(rank={self.rank}, size={self.size}, timeout={self.timeout:g}s)"
+
+    # ---- collectives ---------------------------------------------------------------------------------------------
+
+    def allreduce(self, x: np.ndarray, op: str = "sum") -> np.ndarray:
+        """The elementwise reduction of `x` over all ranks, on every rank."""
+        x, mop = _contig(x), _mpi_op(op)
+        out = np.empty_like(x)
+        with self._watch("allreduce", x):
+            self._comm.Allreduce(x, out, op=mop)
+        return out
+
+    def allgather(self, x: np.ndarray) -> np.ndarray:
+        """Every rank's `x` stacked along a new leading axis (size, *x.shape), on every rank."""
+        x = _contig(x)
+        out = np.empty((self.size, *x.shape), x.dtype)
+        with self._watch("allgather", x):
+            self._comm.Allgather(x, out)
+        return out
+
+    def reduce_scatter(self, x: np.ndarray, op: str = "sum") -> np.ndarray:
+        """Reduce `x` (leading axis = size blocks) over ranks; rank r gets block r, of shape x.shape[1:]."""
+        x = _contig(x)
+        if x.ndim == 0 or x.shape[0] != self.size:
+            raise CollectiveError(f"reduce_scatter: the input's leading axis must be the rank count {self.size}, "
+                                  f"got shape {x.shape}; reshape it to ({self.size}, -1) first")
+        mop = _mpi_op(op)
+        out = np.empty(x.shape[1:], x.dtype)
+        with self._watch("reduce_scatter", x):
+            self._comm.Reduce_scatter_block(x, out, op=mop)
+        return out
+
+    def bcast(self, x: np.ndarray, root: int = 0) -> np.ndarray:
+        """Rank `root`'s `x` on every rank (every rank passes an array of the same shape and dtype)."""
+        self._check_rank("bcast", root)
+        buf = _contig(x).copy() if self.rank != root else _contig(x)
+        with self._watch("bcast", buf):
+            self._comm.Bcast(buf, root=root)
+        return buf
+
+    def gather(self, x: np.ndarray, root: int = 0) -> np.ndarray | None:
+        """Every rank's `x` stacked along a new leading axis on rank `root`; None on the other ranks."""
+        self._check_rank("gather", root)
+        x = _contig(x)
+        out = np.empty((self.size, *x.shape), x.dtype) if self.rank == root else None
+        with self._watch("gather", x):
+            self._comm.Gather(x, out, root=root)
+        return out
+
+    def reduce(self, x: np.ndarray, op: str = "sum", root: int = 0) -> np.ndarray | None:
+        """The elementwise reduction of `x` over ranks on rank `root`; None on the other ranks."""
+        self._check_rank("reduce", root)
+        x, mop = _contig(x), _mpi_op(op)
+        out = np.empty_like(x) if self.rank == root else None
+        with self._watch("reduce", x):
+            self._comm.Reduce(x, out, op=mop, root=root)
+        return out
+
+    def barrier(self) -> None:
+        with self._watch("barrier", None):
+            self._comm.Barrier()
+
+    # ---- point to point ------------------------------------------------------------------------------------------
+
+    def send(self, x: np.ndarray, dest: int, tag: int = 0) -> None:
+        self._check_rank("send", dest)
+        x = _contig(x)
+        with self._watch(f"send to rank {dest}", x):
+            self._comm.Send(x, dest=dest, tag=tag)
+
+    def recv(self, shape: tuple[int, ...], dtype: np.dtype | type, source: int, tag: int = 0) -> np.ndarray:
+        self._check_rank("recv", source)
+        out = np.empty(shape, dtype)
+        with self._watch(f"recv from rank {source}", out):
+            self._comm.Recv(out, source=source, tag=tag)
+        return out
+
+    def sendrecv(self, x: np.ndarray, peer: int, tag: int = 0) -> np.ndarray:
+        """Exchange equal-shaped arrays with `peer` (both ranks call it): no deadlock whatever the order."""
+        self._check_rank("sendrecv", peer)
+        x = _contig(x)
+        out = np.empty_like(x)
+        with self._watch(f"sendrecv with rank {peer}", x):
+            self._comm.Sendrecv(x, dest=peer, sendtag=tag, recvbuf=out, source=peer, recvtag=tag)
+        return out
+
+    # ---- helpers -------------------------------------------------------------------------------------------------
+
+    def _check_rank(self, what: str, r: int) -> None:
+        if not (isinstance(r, int) and 0 <= r < self.size):
+            raise CollectiveError(f"{what}: rank {r!r} is not one of this job's ranks 0..{self.size - 1}")
+
+    @contextmanager
+    def _watch(self, what: str, x: np.ndarray | None) -> Iterator[None]:
+        """Run the enclosed MPI call under the watchdog: past `timeout` seconds the job is aborted with a message."""
+        size = "" if x is None else f" of {x.nbytes} bytes ({x.dtype}{list(x.shape)})"
+        message = (f"uopc: rank {self.rank}/{self.size}: MPI {what}{size} did not finish in {self.timeout:g} s: a rank "
+                   "died or never reached this call; aborting every rank (raise MPI_TIMEOUT if the call is just slow)")
+        done = threading.Event()
+        watchdog = threading.Thread(target=_watchdog, args=(done, self.timeout, message, self._abort), daemon=True)
+        watchdog.start()
+        try:
+            yield
+        finally:
+            done.set()
+
+    def _abort(self, code: int) -> None:
+        self._comm.Abort(code)
+
+
+def _watchdog(done: threading.Event, timeout: float, message: str, abort: Callable[[int], None]) -> None:
+    if done.wait(timeout):
+        return
+    print(message, file=sys.stderr, flush=True)
+    abort(1)
+    time.sleep(5)  # Abort tears the job down; if the launcher does not, leave anyway
+    os._exit(1)
+
+
+def _contig(x: np.ndarray) -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        raise CollectiveError(f"MPI collectives move numpy arrays, got {type(x).__name__}")
+    return np.ascontiguousarray(x)
+
+
+def _mpi_op(op: str) -> Any:
+    if op not in _REDUCE_OPS:
+        raise CollectiveError(f"reduction {op!r} is not one of {', '.join(_REDUCE_OPS)}")
+    from mpi4py import MPI
+
+    return {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}[op]
+
+
+_world: Comm | None = None
+_world_lock = threading.Lock()
+
+
+def world() -> Comm | None:
+    """This job's communicator, or None when no MPI launcher started the process (then MPI is never initialised).
+
+    The first call initialises MPI and installs the abort-on-uncaught-exception hook."""
+    global _world
+    if not launched_by_mpi():
+        return None
+    with _world_lock:
+        if _world is None:
+            try:
+                from mpi4py import MPI
+            except ImportError as e:
+                raise CollectiveError("this process was started by an MPI launcher but mpi4py is not installed: "
+                                      "pip install mpi4py (and OpenMPI: apt-get install openmpi-bin "
+                                      "libopenmpi-dev)") from e
+            _world = Comm(MPI.COMM_WORLD, float(knob_int("MPI_TIMEOUT")))
+            _install_excepthook(_world)
+    return _world
+
+
+def _install_excepthook(comm: Comm) -> None:
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        previous(kind, value, tb)
+        if comm.size > 1:
+            print(f"uopc: rank {comm.rank}/{comm.size}: uncaught {kind.__name__}; aborting every rank",
+                  file=sys.stderr, flush=True)
+            comm._abort(1)
+
+    sys.excepthook = hook
