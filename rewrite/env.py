@@ -187,6 +187,7 @@ class Knobs:
     cc: str
     cache_size: int
     sanitize: str
+    mpi_timeout: int
 
 
 def knobs() -> Knobs:
@@ -208,6 +209,7 @@ def knobs() -> Knobs:
         cc=knob_str("CC"),
         cache_size=knob_int("CACHE_SIZE"),
         sanitize=knob_str("SANITIZE"),
+        mpi_timeout=knob_int("MPI_TIMEOUT"),
     )
 
 
