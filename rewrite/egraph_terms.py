@@ -262,6 +262,58 @@ def from_termdag(termdag: object, root_id: int) -> list[Node]:
     return nodes
 
 
+def build_term(termdag: object, root_id: int, expr: Expr, memo: dict[tuple, UOp]) -> UOp:
+    """`build(from_termdag(termdag, root_id), expr)` without the node list in between: the UOp of the extracted
+    term `root_id`. `memo` maps (term id, kind, int dtype) to its UOp and may be shared by the roots of one
+    extraction (a leaf key names the same UOp in every expression); raises Untranslatable like `build`."""
+    get = termdag.get  # type: ignore[attr-defined]  # egglog's TermDag: its bindings have no type stubs
+    idt = expr.int_dtype
+    leaves = expr.leaves
+    root_kind = "b" if expr.uop.dtype is dtypes.bool else "i"
+    stack: list[tuple[int, str, bool]] = [(root_id, root_kind, False)]
+    try:
+        while stack:
+            tid, kind, done = stack.pop()
+            key = (tid, kind, idt)
+            if key in memo and not done:
+                continue
+            t = get(tid)
+            name = t.name
+            if name == "Num":
+                v = get(t.args[0]).value.value
+                if kind == "b":
+                    if v not in (0, 1):
+                        raise Untranslatable(f"Num {v} where a bool belongs")
+                    memo[key] = UOp.const(bool(v))
+                else:
+                    if not idt.min <= v <= idt.max:
+                        raise Untranslatable(f"Num {v} does not fit {idt.name}")
+                    memo[key] = UOp.const(v, idt)
+                continue
+            if name == "Var":
+                k = get(t.args[0]).value.value
+                leaf = leaves.get(k)
+                if leaf is None or (leaf.dtype is dtypes.bool) != (kind == "b"):
+                    raise Untranslatable(f"leaf {k!r} unknown here or of the wrong kind")
+                memo[key] = leaf
+                continue
+            kinds, res = KINDS[name]
+            if res != "=" and res != kind:
+                raise Untranslatable(f"{name} where a {'bool' if kind == 'b' else 'int'} belongs")
+            want = [kind if c == "=" else c for c in kinds]
+            if not done:
+                stack.append((tid, kind, True))
+                stack.extend((a, c, False) for a, c in zip(t.args, want, strict=True) if (a, c, idt) not in memo)
+                continue
+            memo[key] = UOp(OP_OF[name], tuple(memo[(a, c, idt)] for a, c in zip(t.args, want, strict=True)))
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:  # a dtype clash, a malformed term
+        raise Untranslatable(f"cannot rebuild the extracted term: {e}") from e
+    out = memo[(root_id, root_kind, idt)]
+    if idt is not dtypes.index and not all(_no_wrap(n) for n in out.toposort()):
+        raise Untranslatable(f"the result may wrap around in {idt.name}")
+    return out
+
+
 def build(nodes: Sequence[Node], expr: Expr) -> UOp:
     """The UOp for an extracted node list; raises Untranslatable on anything that does not fit `expr`."""
     idt = expr.int_dtype
@@ -310,4 +362,4 @@ def build(nodes: Sequence[Node], expr: Expr) -> UOp:
 
 
 __all__ = ["CTORS", "DEFAULT_COSTS", "I64_MAX", "I64_MIN", "KINDS", "OP_OF", "Expr", "Node", "Untranslatable", "build",
-           "floor_div", "floor_mod", "from_termdag", "sort_decls", "translate"]
+           "build_term", "floor_div", "floor_mod", "from_termdag", "sort_decls", "translate"]
