@@ -535,7 +535,9 @@ class Saturator:
                 if u.op in (Ops.CONST, Ops.PARAM, Ops.RANGE, Ops.SPECIAL) or u.op not in CTORS:
                     out[u] = Result(u)  # a leaf, or an op the sort lacks, is its own simplest form
                     continue
-                if (ex := self._exprs.get(u, False)) is False:
+                if u in self._exprs:
+                    ex = self._exprs[u]
+                else:
                     try:
                         ex = translate(u)
                     except Untranslatable:
