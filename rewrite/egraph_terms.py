@@ -22,7 +22,7 @@ import hashlib
 import re
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rewrite.dtype import DType, dtypes
 from rewrite.ops import Ops
@@ -87,6 +87,9 @@ class Expr:
     named: list[bool]  # a shared subterm big enough to bind once by name instead of spelling it out per use
     leaves: dict[str, UOp]
     stable: bool  # every leaf key is structural, so the disk cache may hold it
+    # an op node's interval from rewrite.interval (None: a leaf, or not strictly inside i64), given to the e-graph
+    # with the node so that its interval analysis starts from it instead of climbing up from the leaves
+    bounds: list[tuple[int, int] | None] = field(default_factory=list)
 
     def canonical(self) -> str:
         return "\n".join([f"{self.uop.dtype.name} {self.int_dtype.name}", *map(repr, self.nodes)])
@@ -203,13 +206,18 @@ def translate(u: UOp) -> Expr:
     size: list[int] = []
     leaves: dict[str, UOp] = {}
     stable = True
+    bounds: list[tuple[int, int] | None] = []
     for n in order:
+        iv: tuple[int, int] | None = None
         if is_op(n):
             if idt is not dtypes.index and not _no_wrap(n):
                 raise Untranslatable(f"{n.short()} may wrap around in {idt.name}")
             kids = tuple(idx[s] for s in n.src)
             node: tuple = (CTORS[n.op][0], *kids)
             size.append(1 + sum(size[k] for k in kids))
+            lo, hi = n.min_max
+            if isinstance(lo, (int, bool)) and isinstance(hi, (int, bool)) and I64_MIN < lo <= hi < I64_MAX:
+                iv = (int(lo), int(hi))
         elif n.op is Ops.CONST and (n.dtype is idt or n.dtype is dtypes.bool):
             v = int(n.value)
             if not I64_MIN <= v <= I64_MAX:
@@ -228,10 +236,11 @@ def translate(u: UOp) -> Expr:
             raise Untranslatable(f"{n.short()} has dtype {n.dtype.name}, not {idt.name} or bool")
         idx[n] = len(nodes)
         nodes.append(node)
+        bounds.append(iv)
     # egglog walks a term as a tree, so a big subterm used twice is bound once (a DAG of shared sums would
     # otherwise be spelled out exponentially)
     named_flags = [refs[n] > 1 and size[i] > 16 and n is not u for i, n in enumerate(order)]
-    return Expr(u, idt, nodes, named_flags, leaves, stable)
+    return Expr(u, idt, nodes, named_flags, leaves, stable, bounds)
 
 
 # ---------------------------------------------------------------------------------------------- terms back
