@@ -61,26 +61,25 @@ PACK_CHUNK = 200  # roots per packed list term (egglog recurses on term depth)
 
 # how a batch gets into the e-graph: rows of relations read with `input`, made into terms by the `load` rules.
 # N i is the e-class of node number i (unextractable); LN holds an op node (id, constructor code, operand
-# numbers; Num keeps its value in the first), LV a leaf (id, key, lo, hi), LB an op node's interval as the
-# fast tier's analysis gives it (the e-graph's own analysis only tightens it), LR the roots of one packed list
+# numbers; Num keeps its value in the first; a leaf has code -1 and its key, lo and hi; an op node with a last
+# column of 1 carries its interval as the fast tier's analysis gives it, which the e-graph's own analysis only
+# tightens: one relation, so one `input` per batch for all nodes), LR the roots of one packed list
 # (pack, position, id; id -1 ends the list). `collect` makes the list PK p 0 of PB (root, lo, hi, rest) or, for
 # a root without an interval, the dearer PC (root, rest), so one extraction gives every root and its interval.
 _CODES: dict[str, int] = {"Num": 0, **{c: i + 1 for i, (c, _, _) in enumerate(CTORS.values())}}
 LOAD_PROGRAM = "\n".join([
     "(constructor N (i64) Idx :unextractable)",
-    "(relation LV (i64 String i64 i64))",
-    "(relation LN (i64 i64 i64 i64 i64))",
+    "(relation LN (i64 i64 i64 i64 i64 String i64 i64 i64))",
     "(relation LR (i64 i64 i64))",
-    "(relation LB (i64 i64 i64))",
     "(constructor PK (i64 i64) PList :unextractable)",
     "(constructor PB (Idx i64 i64 PList) PList)",
     "(constructor PC (Idx PList) PList :cost 1000000)",
     "(ruleset load)",
     "(ruleset collect)",
-    '(rule ((LV i k l h)) ((union (N i) (Var k l h))) :ruleset load :name "load-var")',
-    '(rule ((LN i 0 v x y)) ((union (N i) (Num v))) :ruleset load :name "load-num")',
-    '(rule ((LB i l h)) ((set (lo (N i)) l) (set (hi (N i)) h)) :ruleset load :name "load-bounds")',
-    *(f'(rule ((LN i {_CODES[c]} a b d)) ((union (N i) ({c} {" ".join(f"(N {v})" for v in "abd"[:len(k)])})))'
+    '(rule ((LN i -1 a b d k l h f)) ((union (N i) (Var k l h))) :ruleset load :name "load-var")',
+    '(rule ((LN i 0 v b d k l h f)) ((union (N i) (Num v))) :ruleset load :name "load-num")',
+    '(rule ((LN i c a b d k l h 1)) ((set (lo (N i)) l) (set (hi (N i)) h)) :ruleset load :name "load-bounds")',
+    *(f'(rule ((LN i {_CODES[c]} a b d k l h f)) ((union (N i) ({c} {" ".join(f"(N {v})" for v in "abd"[:len(k)])})))'
       f' :ruleset load :name "load-{c.lower()}")' for c, k, _ in CTORS.values()),
     "(rule ((LR p j i) (= e (N i)) (= l (lo e)) (= h (hi e))) ((union (PK p j) (PB e l h (PK p (+ j 1)))))"
     ' :ruleset collect :name "collect")',
@@ -275,16 +274,14 @@ class Saturator:
         self._ids, self._packs = {}, 0
         self.resets += 1
 
-    def _rows(self, exprs: list[Expr]) -> tuple[list[int], str, str, str]:
-        """The e-class number of every root, and the LV / LN / LB rows of the nodes the e-graph does not hold yet.
+    def _rows(self, exprs: list[Expr]) -> tuple[list[int], str]:
+        """The e-class number of every root, and the LN rows of the nodes the e-graph does not hold yet.
 
         Nodes are hash-consed by structure over the e-graph's whole life (`_ids`, cleared when it resets), so a
         subterm shared by many roots, or already loaded by an earlier batch, is sent once: a warm batch sends
         no rows at all."""
         ids, codes = self._ids, _CODES
-        lv: list[str] = []
         ln: list[str] = []
-        lb: list[str] = []
         roots: list[int] = []
         for e in exprs:
             g: list[int] = []
@@ -295,17 +292,16 @@ class Saturator:
                 if i is None:
                     i = ids[key] = len(ids)
                     if n[0] == "Var":
-                        lv.append(f"{i}\t{n[1]}\t{n[2]}\t{n[3]}\n")
+                        ln.append(f"{i}\t-1\t0\t0\t0\t{n[1]}\t{n[2]}\t{n[3]}\t0\n")
                     elif n[0] == "Num":
-                        ln.append(f"{i}\t0\t{n[1]}\t0\t0\n")
+                        ln.append(f"{i}\t0\t{n[1]}\t0\t0\t-\t0\t0\t0\n")
                     else:
                         kids = key[1:] + (0,) * (4 - len(key))
-                        ln.append(f"{i}\t{codes[n[0]]}\t{kids[0]}\t{kids[1]}\t{kids[2]}\n")
-                        if iv is not None:
-                            lb.append(f"{i}\t{iv[0]}\t{iv[1]}\n")
+                        bnd = "0\t0\t0" if iv is None else f"{iv[0]}\t{iv[1]}\t1"
+                        ln.append(f"{i}\t{codes[n[0]]}\t{kids[0]}\t{kids[1]}\t{kids[2]}\t-\t{bnd}\n")
                 g.append(i)
             roots.append(g[-1])
-        return roots, "".join(lv), "".join(ln), "".join(lb)
+        return roots, "".join(ln)
 
     def _input(self, b: Any, table: str, text: str) -> Any:
         """An `(input table file)` command for rows written to this saturator's scratch file for `table`.
@@ -348,7 +344,7 @@ class Saturator:
             self._reset()
         ok = False
         try:
-            roots, lv, ln, lb = self._rows(exprs)
+            roots, ln = self._rows(exprs)
             packs: list[int] = []
             lr: list[str] = []
             for k in range(0, len(roots), PACK_CHUNK):
@@ -358,9 +354,9 @@ class Saturator:
                 chunk = roots[k : k + PACK_CHUNK]
                 lr += [f"{p}\t{j}\t{i}\n" for j, i in enumerate(chunk)]
                 lr.append(f"{p}\t{len(chunk)}\t-1\n")
-            cmds = [self._input(b, t, text) for t, text in (("LV", lv), ("LN", ln), ("LB", lb)) if text]
+            cmds = [self._input(b, "LN", ln)] if ln else []
             cmds.append(self._input(b, "LR", "".join(lr)))
-            if lv or ln:
+            if ln:
                 cmds += self._cmds["load"]
             eg.run_program(*cmds)
             st.stop = "iterations"
