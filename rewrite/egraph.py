@@ -60,12 +60,14 @@ from rewrite.uop import UOp
 PACK_CHUNK = 200  # roots per packed list term (egglog recurses on term depth)
 
 # how a batch gets into the e-graph: rows of relations read with `input`, made into terms by the `load` rules.
-# N i is the e-class of node number i (unextractable); LN holds an op node (id, constructor code, operand
-# numbers; Num keeps its value in the first; a leaf has code -1 and its key, lo and hi; an op node with a last
-# column of 1 carries its interval as the fast tier's analysis gives it, which the e-graph's own analysis only
-# tightens: one relation, so one `input` per batch for all nodes), LR the roots of one packed list
-# (pack, position, id; id -1 ends the list). `collect` makes the list PK p 0 of PB (root, lo, hi, rest) or, for
-# a root without an interval, the dearer PC (root, rest), so one extraction gives every root and its interval.
+# N i is the e-class of node number i (unextractable). LN holds every node, so one `input` per batch loads
+# them all: (id, constructor code, operand numbers, key, lo, hi, has-interval); a constant has code 0 and its
+# value as first operand, a leaf code -1 and its key. A node with has-interval 1 comes with its interval (a
+# leaf its box, a constant its value, an op node what the fast tier's analysis gives), which the e-graph's own
+# analysis only tightens, so its first run over new nodes finds little to change. LR holds the roots of one
+# packed list (pack, position, id; id -1 ends the list). `collect` makes the list PK p 0 of PB (root, lo, hi,
+# rest) or, for a root without an interval, the dearer PC (root, rest): one extraction gives every root and
+# its interval.
 _CODES: dict[str, int] = {"Num": 0, **{c: i + 1 for i, (c, _, _) in enumerate(CTORS.values())}}
 LOAD_PROGRAM = "\n".join([
     "(constructor N (i64) Idx :unextractable)",
@@ -292,9 +294,9 @@ class Saturator:
                 if i is None:
                     i = ids[key] = len(ids)
                     if n[0] == "Var":
-                        ln.append(f"{i}\t-1\t0\t0\t0\t{n[1]}\t{n[2]}\t{n[3]}\t0\n")
+                        ln.append(f"{i}\t-1\t0\t0\t0\t{n[1]}\t{n[2]}\t{n[3]}\t1\n")
                     elif n[0] == "Num":
-                        ln.append(f"{i}\t0\t{n[1]}\t0\t0\t-\t0\t0\t0\n")
+                        ln.append(f"{i}\t0\t{n[1]}\t0\t0\t-\t{n[1]}\t{n[1]}\t1\n")
                     else:
                         kids = key[1:] + (0,) * (4 - len(key))
                         bnd = "0\t0\t0" if iv is None else f"{iv[0]}\t{iv[1]}\t1"
