@@ -84,7 +84,6 @@ class Expr:
     uop: UOp
     int_dtype: DType
     nodes: list[tuple]  # ("Num", v) | ("Var", key, lo, hi) | (constructor, child index, ...)
-    named: list[bool]  # a shared subterm big enough to bind once by name instead of spelling it out per use
     leaves: dict[str, UOp]
     stable: bool  # every leaf key is structural, so the disk cache may hold it
     # an op node's interval from rewrite.interval (None: a leaf, or not strictly inside i64), given to the e-graph
@@ -169,7 +168,7 @@ def _no_wrap(u: UOp) -> bool:
 
 
 def translate(u: UOp) -> Expr:
-    """The let-program and root term of `u`; raises Untranslatable when it is not a scalar int/bool expression."""
+    """The node list (children first) and node intervals of `u`; raises Untranslatable when it is not a scalar int/bool expression."""
     if u.shape != () or u.dtype.count != 1 or not (u.dtype.is_int or u.dtype.is_bool):
         raise Untranslatable(f"{u.short()} is not a scalar int or bool expression")
     idt = _int_dtype(u)
@@ -184,7 +183,6 @@ def translate(u: UOp) -> Expr:
                 and len(n.src) == len(spec[1]) and all(kind_ok(s, k, n) for s, k in zip(n.src, spec[1], strict=True)))
 
     order: list[UOp] = []
-    refs: dict[UOp, int] = {u: 1}
     visited: set[UOp] = set()
     stack: list[tuple[UOp, bool]] = [(u, False)]
     while stack:
@@ -198,12 +196,10 @@ def translate(u: UOp) -> Expr:
         stack.append((n, True))
         if is_op(n):
             for s in reversed(n.src):
-                refs[s] = refs.get(s, 0) + 1
                 if s not in visited:
                     stack.append((s, False))
     idx: dict[UOp, int] = {}
     nodes: list[tuple] = []
-    size: list[int] = []
     leaves: dict[str, UOp] = {}
     stable = True
     bounds: list[tuple[int, int] | None] = []
@@ -214,7 +210,6 @@ def translate(u: UOp) -> Expr:
                 raise Untranslatable(f"{n.short()} may wrap around in {idt.name}")
             kids = tuple(idx[s] for s in n.src)
             node: tuple = (CTORS[n.op][0], *kids)
-            size.append(1 + sum(size[k] for k in kids))
             lo, hi = n.min_max
             if isinstance(lo, (int, bool)) and isinstance(hi, (int, bool)) and I64_MIN < lo <= hi < I64_MAX:
                 iv = (int(lo), int(hi))
@@ -223,7 +218,6 @@ def translate(u: UOp) -> Expr:
             if not I64_MIN <= v <= I64_MAX:
                 raise Untranslatable(f"constant {v} does not fit in i64")
             node = ("Num", v)
-            size.append(1)
         elif n.dtype is idt or n.dtype is dtypes.bool:
             named = (n.op is Ops.PARAM and isinstance(getattr(n.arg, "slot", None), str)) or n.op in (Ops.RANGE,
                                                                                                       Ops.SPECIAL)
@@ -231,16 +225,12 @@ def translate(u: UOp) -> Expr:
             stable = stable and ok
             leaves[key] = n
             node = ("Var", key, *_bounds(n))
-            size.append(1)
         else:
             raise Untranslatable(f"{n.short()} has dtype {n.dtype.name}, not {idt.name} or bool")
         idx[n] = len(nodes)
         nodes.append(node)
         bounds.append(iv)
-    # egglog walks a term as a tree, so a big subterm used twice is bound once (a DAG of shared sums would
-    # otherwise be spelled out exponentially)
-    named_flags = [refs[n] > 1 and size[i] > 16 and n is not u for i, n in enumerate(order)]
-    return Expr(u, idt, nodes, named_flags, leaves, stable, bounds)
+    return Expr(u, idt, nodes, leaves, stable, bounds)
 
 
 # ---------------------------------------------------------------------------------------------- terms back
