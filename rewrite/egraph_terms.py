@@ -168,7 +168,8 @@ def _no_wrap(u: UOp) -> bool:
 
 
 def translate(u: UOp) -> Expr:
-    """The node list (children first) and node intervals of `u`; raises Untranslatable when it is not a scalar int/bool expression."""
+    """The node list (children first) and node intervals of `u`; raises Untranslatable when it is not a scalar
+    int or bool expression."""
     if u.shape != () or u.dtype.count != 1 or not (u.dtype.is_int or u.dtype.is_bool):
         raise Untranslatable(f"{u.short()} is not a scalar int or bool expression")
     idt = _int_dtype(u)
