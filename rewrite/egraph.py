@@ -2,9 +2,11 @@
 
 `Saturator` owns one persistent egglog e-graph per process with its rules loaded once as text. Batches go into
 it one after another, without `(push)`/`(pop)` per batch (they cost more than a small batch's saturation); it
-goes back to the rules alone when it has grown or a batch did not finish. Each batch runs with an iteration
-cap, a size budget checked between iterations (egglog has no node limit and a blow-up aborts the process) and
-a time budget, then one packed extraction. What comes back is always an equal form (the e-graph only ever
+goes back to the rules alone when it has grown or a batch did not finish. A batch goes in as rows of relations
+(egglog's `input`), hash-consed against everything the e-graph already holds, so shared subterms and terms of
+earlier batches are sent once. Each batch runs with an iteration cap, a size budget checked between iterations
+(egglog has no node limit and a blow-up aborts the process) and a time budget, then one packed extraction that
+carries every root's interval. What comes back is always an equal form (the e-graph only ever
 holds equalities); if a budget stops the run, the best form found so far. A panic (a tripwire rule, an
 overflow in an action) gives the inputs back unchanged.
 Results are cached in memory by UOp and on disk by a hash of the expression's text and the program
@@ -21,11 +23,14 @@ in egglog 13.2 and 14.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -41,6 +46,7 @@ from rewrite.egraph_terms import (
     Node,
     Untranslatable,
     build,
+    build_term,
     floor_div,
     floor_mod,
     from_termdag,
@@ -52,6 +58,36 @@ from rewrite.ops import Ops
 from rewrite.uop import UOp
 
 PACK_CHUNK = 200  # roots per packed list term (egglog recurses on term depth)
+
+# how a batch gets into the e-graph: rows of relations read with `input`, made into terms by the `load` rules.
+# N i is the e-class of node number i (unextractable). LN holds every node, so one `input` per batch loads
+# them all: (id, constructor code, operand numbers, key, lo, hi, has-interval); a constant has code 0 and its
+# value as first operand, a leaf code -1 and its key. A node with has-interval 1 comes with its interval (a
+# leaf its box, a constant its value, an op node what the fast tier's analysis gives), which the e-graph's own
+# analysis only tightens, so its first run over new nodes finds little to change. LR holds the roots of one
+# packed list (pack, position, id; id -1 ends the list). `collect` makes the list PK p 0 of PB (root, lo, hi,
+# rest) or, for a root without an interval, the dearer PC (root, rest): one extraction gives every root and
+# its interval.
+_CODES: dict[str, int] = {"Num": 0, **{c: i + 1 for i, (c, _, _) in enumerate(CTORS.values())}}
+LOAD_PROGRAM = "\n".join([
+    "(constructor N (i64) Idx :unextractable)",
+    "(relation LN (i64 i64 i64 i64 i64 String i64 i64 i64))",
+    "(relation LR (i64 i64 i64))",
+    "(constructor PK (i64 i64) PList :unextractable)",
+    "(constructor PB (Idx i64 i64 PList) PList)",
+    "(constructor PC (Idx PList) PList :cost 1000000)",
+    "(ruleset load)",
+    "(ruleset collect)",
+    '(rule ((LN i -1 a b d k l h f)) ((union (N i) (Var k l h))) :ruleset load :name "load-var")',
+    '(rule ((LN i 0 v b d k l h f)) ((union (N i) (Num v))) :ruleset load :name "load-num")',
+    '(rule ((LN i c a b d k l h 1)) ((set (lo (N i)) l) (set (hi (N i)) h)) :ruleset load :name "load-bounds")',
+    *(f'(rule ((LN i {_CODES[c]} a b d k l h f)) ((union (N i) ({c} {" ".join(f"(N {v})" for v in "abd"[:len(k)])})))'
+      f' :ruleset load :name "load-{c.lower()}")' for c, k, _ in CTORS.values()),
+    "(rule ((LR p j i) (= e (N i)) (= l (lo e)) (= h (hi e))) ((union (PK p j) (PB e l h (PK p (+ j 1)))))"
+    ' :ruleset collect :name "collect")',
+    '(rule ((LR p j i) (= e (N i))) ((union (PK p j) (PC e (PK p (+ j 1))))) :ruleset collect :name "collect-pc")',
+    '(rule ((LR p j i) (= i -1)) ((union (PK p j) (PNil))) :ruleset collect :name "collect-end")',
+]) + "\n"
 
 _BINDINGS: list[Any] = []
 
@@ -161,6 +197,7 @@ class Result:
     hi: int | None = None
     nodes: list[Node] | None = field(default=None, repr=False)
     settled: bool = True  # not cut short by the time budget, which depends on the machine: may go to disk
+    built: bool = False  # `uop` is already the extracted term rebuilt (no need to build it from `nodes`)
 
 
 _CORRUPT = object()  # _open_db's answer for a file that is not a usable SQLite database
@@ -197,15 +234,20 @@ class Saturator:
     def __init__(self, name: str, program: str, schedule: Schedule | None = None,
                  costs: dict[str, int] | None = None) -> None:
         self.name, self.schedule = name, schedule or Schedule()
-        self.program = sort_decls(costs) + program
+        self.program = sort_decls(costs) + LOAD_PROGRAM + program
         self.version = hashlib.sha256(f"{self.program}\n{self.schedule!r}".encode()).hexdigest()[:24]
         self._eg: Any = None
         self._cmds: dict[str, list] = {}
         self._lock = threading.RLock()
         self._mem: dict[UOp, Result] = {}
+        self._exprs: dict[UOp, Expr | None] = {}  # translations (None: untranslatable), kept until `forget`
         self._db: sqlite3.Connection | None = None
         self._db_key: tuple[int, str] = (-1, "")
-        self._stale, self._batch = False, 0
+        self._stale = False
+        self._ids: dict[tuple, int] = {}  # node (children by number) -> its number, over the e-graph's life
+        self._packs = 0
+        self._dir: str | None = None
+        self._files: dict[str, Any] = {}  # table -> its open scratch file
         self.resets = 0  # times the e-graph went back to the rules alone
         self.last = Stats()
         self.panics = 0  # batches (or halves of them) that panicked since this saturator was made
@@ -218,9 +260,11 @@ class Saturator:
             eg.run_program(*_parse(eg, self.program))
             self._cmds = {k: _parse(eg, t) for k, t in {
                 "push": "(push)", "pop": "(pop)", "step": self.schedule.step_text(),
-                "final": f"(run-schedule (saturate (run {self.schedule.analysis})))"}.items()}
+                "load": "(run-schedule (run load))", "collect": "(run-schedule (run collect))",
+                "final": f"(run-schedule (saturate (run {self.schedule.analysis})) (run collect))"}.items()}
             eg.run_program(*self._cmds["push"])
-            self._eg, self._stale, self._batch = eg, False, 0
+            self._eg, self._stale = eg, False
+            self._ids, self._packs = {}, 0
         return self._eg
 
     def _reset(self) -> None:
@@ -229,49 +273,57 @@ class Saturator:
         eg.run_program(*self._cmds["pop"])
         eg.run_program(*self._cmds["push"])
         self._stale = False
+        self._ids, self._packs = {}, 0
         self.resets += 1
 
-    @staticmethod
-    def _insert(b: Any, exprs: list[Expr], tag: str = "") -> tuple[list, list[str], str]:
-        """Commands that add every root, as binding objects (egglog 13.2 parses text in time quadratic in its
-        length, and each top-level command costs ~0.2 ms): each root bound to a name (its e-class is read back
-        through it) and one packed list of the roots per chunk. Names carry `tag`, unique per batch in one
-        e-graph's life, since egglog refuses to bind a name twice."""
-        sp = b.PanicSpan()
-        lit = b.Lit
-        call, i64, let = b.Call, b.Int, (lambda name, e: b.ActionCommand(b.Let(sp, name, e)))
-        cmds: list = []
-        names: list[str] = []
-        leaves: dict[tuple, object] = {}  # the same constant or leaf in many roots is built once
-        for i, e in enumerate(exprs):
-            objs: list = []
-            last = len(e.nodes) - 1
-            for j, n in enumerate(e.nodes):
-                if n[0] == "Num" or n[0] == "Var":
-                    if (o := leaves.get(n)) is None:
-                        args = [lit(sp, i64(n[1]))] if n[0] == "Num" else \
-                            [lit(sp, b.String(n[1])), lit(sp, i64(n[2])), lit(sp, i64(n[3]))]
-                        o = leaves[n] = call(sp, n[0], args)
-                else:
-                    o = call(sp, n[0], [objs[k] for k in n[1:]])
-                if e.named[j] or j == last:
-                    name = f"$r{tag}{i}" if j == last else f"$e{tag}{i}_{j}"
-                    cmds.append(let(name, o))
-                    o = b.Var(sp, name)
-                objs.append(o)
-            names.append(f"$r{tag}{i}")
-        # the list nests as deep as it is long, so it is built in chunks from the back, each ending in the next
-        tail, pack = call(sp, "PNil", []), f"$pack{tag}0"
-        for k in reversed(range(0, len(names), PACK_CHUNK)):
-            lst = tail
-            for r in reversed(names[k : k + PACK_CHUNK]):
-                lst = call(sp, "PCons", [b.Var(sp, r), lst])
-            pack = f"$pack{tag}{k // PACK_CHUNK}"
-            cmds.append(let(pack, lst))
-            tail = b.Var(sp, pack)
-        return cmds, names, pack
+    def _rows(self, exprs: list[Expr]) -> tuple[list[int], str]:
+        """The e-class number of every root, and the LN rows of the nodes the e-graph does not hold yet.
 
-    def _run(self, exprs: list[Expr]) -> list[Result]:
+        Nodes are hash-consed by structure over the e-graph's whole life (`_ids`, cleared when it resets), so a
+        subterm shared by many roots, or already loaded by an earlier batch, is sent once: a warm batch sends
+        no rows at all."""
+        ids, codes = self._ids, _CODES
+        ln: list[str] = []
+        roots: list[int] = []
+        for e in exprs:
+            g: list[int] = []
+            bounds = e.bounds or [None] * len(e.nodes)
+            for n, iv in zip(e.nodes, bounds, strict=True):
+                key = n if n[0] == "Num" or n[0] == "Var" else (n[0], *[g[k] for k in n[1:]])
+                i = ids.get(key)
+                if i is None:
+                    i = ids[key] = len(ids)
+                    if n[0] == "Var":
+                        ln.append(f"{i}\t-1\t0\t0\t0\t{n[1]}\t{n[2]}\t{n[3]}\t1\n")
+                    elif n[0] == "Num":
+                        ln.append(f"{i}\t0\t{n[1]}\t0\t0\t-\t{n[1]}\t{n[1]}\t1\n")
+                    else:
+                        kids = key[1:] + (0,) * (4 - len(key))
+                        bnd = "0\t0\t0" if iv is None else f"{iv[0]}\t{iv[1]}\t1"
+                        ln.append(f"{i}\t{codes[n[0]]}\t{kids[0]}\t{kids[1]}\t{kids[2]}\t-\t{bnd}\n")
+                g.append(i)
+            roots.append(g[-1])
+        return roots, "".join(ln)
+
+    def _input(self, b: Any, table: str, text: str) -> Any:
+        """An `(input table file)` command for rows written to this saturator's scratch file for `table`.
+        egglog 13.2 has no bulk insert in its Python bindings; a file of rows read by `input` and turned into
+        terms by the `load` rules costs ~1 us per node, where the same terms as actions cost ~4-5 us. The file
+        stays open and is overwritten in place: opening with truncation costs ~0.2 ms CPU (and up to ms of
+        wall time) on ext4, rewriting ~0.013 ms."""
+        f = self._files.get(table)
+        if f is None or f.closed or not os.path.exists(f.name):
+            if self._dir is None or not os.path.isdir(self._dir):
+                self._dir = tempfile.mkdtemp(prefix="uopc-egraph-")
+                atexit.register(shutil.rmtree, self._dir, True)
+            f = self._files[table] = open(os.path.join(self._dir, f"{table}.tsv"), "w+")  # noqa: SIM115
+        f.seek(0)
+        f.write(text)
+        f.truncate()
+        f.flush()
+        return b.Input(b.PanicSpan(), table, f.name)
+
+    def _run(self, exprs: list[Expr], nodes: bool = False) -> list[Result]:
         """One batch in the e-graph; raises on a panic (the caller splits the batch).
 
         The e-graph is not cleared between batches: `(push)`/`(pop)` cost ~1.5 ms, more than a small batch's
@@ -279,7 +331,12 @@ class Saturator:
         saturates at once. It holds only equalities, and a leaf carries its interval, so what earlier batches
         left is true here too. It is reset to the rules alone when it grows past `schedule.reset_size` (the
         cost of an egglog 13.2 iteration grows with the e-graph, not only with what is new) and after any batch
-        that did not saturate or failed, so unfinished work never leaks into the next batch."""
+        that did not saturate or failed, so unfinished work never leaks into the next batch.
+
+        Commands per batch: the new nodes and the roots as rows (`input`), one `load` run, the rule iterations,
+        one final analysis with the `collect` run (each root with its interval, packed in lists of PACK_CHUNK),
+        one extraction per list. Each result holds the rebuilt UOp (the input where the term does not fit it),
+        and the extracted node list only when `nodes` asks for it (the disk cache stores it)."""
         b = egglog_bindings()
         eg = self._egraph()
         sch, st, t0 = self.schedule, Stats(roots=len(exprs)), time.perf_counter()
@@ -287,10 +344,22 @@ class Saturator:
         sp = b.PanicSpan()
         if self._stale:
             self._reset()
-        self._batch += 1
-        cmds, names, pack = self._insert(b, exprs, f"b{self._batch}_")
         ok = False
         try:
+            roots, ln = self._rows(exprs)
+            packs: list[int] = []
+            lr: list[str] = []
+            for k in range(0, len(roots), PACK_CHUNK):
+                self._packs += 1
+                p = self._packs
+                packs.append(p)
+                chunk = roots[k : k + PACK_CHUNK]
+                lr += [f"{p}\t{j}\t{i}\n" for j, i in enumerate(chunk)]
+                lr.append(f"{p}\t{len(chunk)}\t-1\n")
+            cmds = [self._input(b, "LN", ln)] if ln else []
+            cmds.append(self._input(b, "LR", "".join(lr)))
+            if ln:
+                cmds += self._cmds["load"]
             eg.run_program(*cmds)
             st.stop = "iterations"
             deadline = t0 + sch.seconds
@@ -307,32 +376,42 @@ class Saturator:
                 if time.perf_counter() > deadline:
                     st.stop = "time"
                     break
-            if st.stop in ("iterations", "saturated"):
-                eg.run_program(*self._cmds["final"])
-            best = eg.run_program(b.Extract(sp, b.Var(sp, pack), b.Lit(sp, b.Int(0))))[-1]
-            td, tid = best.termdag, best.term
-            roots: list[int] = []
-            while td.get(tid).name == "PCons":
-                head, tid = td.get(tid).args
-                roots.append(head)
-            results = []
+            eg.run_program(*self._cmds["final" if st.stop in ("iterations", "saturated") else "collect"])
+            results: list[Result] = []
             settled = st.stop != "time"
-            lookup, to_i64 = eg.lookup_function, eg.value_to_i64
-            for e, r, name in zip(exprs, roots, names, strict=True):
-                _, val = eg.eval_expr(b.Var(sp, name))
-                lo, hi = lookup("lo", [val]), lookup("hi", [val])
-                results.append(Result(e.uop, to_i64(lo) if lo is not None else None,
-                                      to_i64(hi) if hi is not None else None, from_termdag(td, r), settled))
+            zero = b.Lit(sp, b.Int(0))
+            it = iter(exprs)
+            for p in packs:
+                memo: dict[tuple, UOp] = {}  # shared by the roots of one extraction
+                best = eg.run_program(b.Extract(sp, b.Call(sp, "PK", [b.Lit(sp, b.Int(p)), zero]), zero))[-1]
+                td, tid = best.termdag, best.term
+                get = td.get
+                t = get(tid)
+                while t.name != "PNil":
+                    if t.name == "PB":
+                        r, lo_t, hi_t, tid = t.args
+                        lo, hi = get(lo_t).value.value, get(hi_t).value.value
+                    else:  # PC: a root without an interval
+                        (r, tid), lo, hi = t.args, None, None
+                    e = next(it)
+                    try:
+                        u = build_term(td, r, e, memo)
+                    except Untranslatable:
+                        u = e.uop
+                    results.append(Result(u, lo, hi, from_termdag(td, r) if nodes else None, settled, True))
+                    t = get(tid)
+            if len(results) != len(exprs):
+                raise RuntimeError(f"egglog gave back {len(results)} roots for {len(exprs)}")
             ok = True
             return results
         finally:
             self._stale = not ok or st.stop != "saturated" or st.size > sch.reset_size
             st.seconds = time.perf_counter() - t0
 
-    def _run_split(self, exprs: list[Expr]) -> list[Result]:
+    def _run_split(self, exprs: list[Expr], nodes: bool = False) -> list[Result]:
         """A batch that panics is split in halves, so one bad expression does not cost the others."""
         try:
-            return self._run(exprs)
+            return self._run(exprs, nodes)
         except BaseException as e:  # pyo3 turns a Rust panic into PanicException, a BaseException
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
@@ -343,7 +422,7 @@ class Saturator:
             if len(exprs) == 1:
                 return [Result(exprs[0].uop)]
             mid = len(exprs) // 2
-            return self._run_split(exprs[:mid]) + self._run_split(exprs[mid:])
+            return self._run_split(exprs[:mid], nodes) + self._run_split(exprs[mid:], nodes)
 
     # -- caches --
     def _disk(self) -> sqlite3.Connection | None:
@@ -434,6 +513,7 @@ class Saturator:
         """Clear the memory cache and take the e-graph back to the rules alone: the next batch is saturated
         from scratch (for measuring it)."""
         self._mem.clear()
+        self._exprs.clear()
         with self._lock:
             if self._eg is not None:
                 self._reset()
@@ -460,20 +540,34 @@ class Saturator:
                 if u.op in (Ops.CONST, Ops.PARAM, Ops.RANGE, Ops.SPECIAL) or u.op not in CTORS:
                     out[u] = Result(u)  # a leaf, or an op the sort lacks, is its own simplest form
                     continue
-                try:
-                    todo.append(translate(u))
-                except Untranslatable:
+                if u in self._exprs:
+                    ex = self._exprs[u]
+                else:
+                    try:
+                        ex = translate(u)
+                    except Untranslatable:
+                        ex = None
+                    except (TypeError, ValueError, ImportError):  # an interval the local analysis cannot give
+                        ex = None
+                    if len(self._exprs) > 200_000:
+                        self._exprs.clear()
+                    self._exprs[u] = ex
+                if ex is None:
                     out[u] = Result(u)
-                except (TypeError, ValueError, ImportError):  # an interval the local analysis cannot give
-                    out[u] = Result(u)
-            disk = self._disk_get(todo) if todo else {}
+                else:
+                    todo.append(ex)
+            db = self._disk() if todo else None
+            disk = self._disk_get(todo) if db is not None else {}
             fresh = [e for i, e in enumerate(todo) if i not in disk]
-            done = self._run_split(fresh) if fresh else []
-            self._disk_put([(e, r) for e, r in zip(fresh, done, strict=True)])
+            done = self._run_split(fresh, db is not None) if fresh else []
+            if db is not None:
+                self._disk_put([(e, r) for e, r in zip(fresh, done, strict=True)])
             by_expr = dict(zip((id(e) for e in fresh), done, strict=True))
             for i, e in enumerate(todo):
                 r = disk.get(i) or by_expr[id(e)]
-                if r.nodes is not None:
+                if r.built:
+                    r = Result(r.uop, r.lo, r.hi, r.nodes, r.settled)
+                elif r.nodes is not None:
                     try:
                         r = Result(build(r.nodes, e), r.lo, r.hi, r.nodes)
                     except Untranslatable:

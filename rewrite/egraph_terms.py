@@ -22,7 +22,7 @@ import hashlib
 import re
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rewrite.dtype import DType, dtypes
 from rewrite.ops import Ops
@@ -84,9 +84,11 @@ class Expr:
     uop: UOp
     int_dtype: DType
     nodes: list[tuple]  # ("Num", v) | ("Var", key, lo, hi) | (constructor, child index, ...)
-    named: list[bool]  # a shared subterm big enough to bind once by name instead of spelling it out per use
     leaves: dict[str, UOp]
     stable: bool  # every leaf key is structural, so the disk cache may hold it
+    # an op node's interval from rewrite.interval (None: a leaf, or not strictly inside i64), given to the e-graph
+    # with the node so that its interval analysis starts from it instead of climbing up from the leaves
+    bounds: list[tuple[int, int] | None] = field(default_factory=list)
 
     def canonical(self) -> str:
         return "\n".join([f"{self.uop.dtype.name} {self.int_dtype.name}", *map(repr, self.nodes)])
@@ -166,7 +168,8 @@ def _no_wrap(u: UOp) -> bool:
 
 
 def translate(u: UOp) -> Expr:
-    """The let-program and root term of `u`; raises Untranslatable when it is not a scalar int/bool expression."""
+    """The node list (children first) and node intervals of `u`; raises Untranslatable when it is not a scalar
+    int or bool expression."""
     if u.shape != () or u.dtype.count != 1 or not (u.dtype.is_int or u.dtype.is_bool):
         raise Untranslatable(f"{u.short()} is not a scalar int or bool expression")
     idt = _int_dtype(u)
@@ -181,7 +184,6 @@ def translate(u: UOp) -> Expr:
                 and len(n.src) == len(spec[1]) and all(kind_ok(s, k, n) for s, k in zip(n.src, spec[1], strict=True)))
 
     order: list[UOp] = []
-    refs: dict[UOp, int] = {u: 1}
     visited: set[UOp] = set()
     stack: list[tuple[UOp, bool]] = [(u, False)]
     while stack:
@@ -195,27 +197,28 @@ def translate(u: UOp) -> Expr:
         stack.append((n, True))
         if is_op(n):
             for s in reversed(n.src):
-                refs[s] = refs.get(s, 0) + 1
                 if s not in visited:
                     stack.append((s, False))
     idx: dict[UOp, int] = {}
     nodes: list[tuple] = []
-    size: list[int] = []
     leaves: dict[str, UOp] = {}
     stable = True
+    bounds: list[tuple[int, int] | None] = []
     for n in order:
+        iv: tuple[int, int] | None = None
         if is_op(n):
             if idt is not dtypes.index and not _no_wrap(n):
                 raise Untranslatable(f"{n.short()} may wrap around in {idt.name}")
             kids = tuple(idx[s] for s in n.src)
             node: tuple = (CTORS[n.op][0], *kids)
-            size.append(1 + sum(size[k] for k in kids))
+            lo, hi = n.min_max
+            if isinstance(lo, (int, bool)) and isinstance(hi, (int, bool)) and I64_MIN < lo <= hi < I64_MAX:
+                iv = (int(lo), int(hi))
         elif n.op is Ops.CONST and (n.dtype is idt or n.dtype is dtypes.bool):
             v = int(n.value)
             if not I64_MIN <= v <= I64_MAX:
                 raise Untranslatable(f"constant {v} does not fit in i64")
             node = ("Num", v)
-            size.append(1)
         elif n.dtype is idt or n.dtype is dtypes.bool:
             named = (n.op is Ops.PARAM and isinstance(getattr(n.arg, "slot", None), str)) or n.op in (Ops.RANGE,
                                                                                                       Ops.SPECIAL)
@@ -223,15 +226,12 @@ def translate(u: UOp) -> Expr:
             stable = stable and ok
             leaves[key] = n
             node = ("Var", key, *_bounds(n))
-            size.append(1)
         else:
             raise Untranslatable(f"{n.short()} has dtype {n.dtype.name}, not {idt.name} or bool")
         idx[n] = len(nodes)
         nodes.append(node)
-    # egglog walks a term as a tree, so a big subterm used twice is bound once (a DAG of shared sums would
-    # otherwise be spelled out exponentially)
-    named_flags = [refs[n] > 1 and size[i] > 16 and n is not u for i, n in enumerate(order)]
-    return Expr(u, idt, nodes, named_flags, leaves, stable)
+        bounds.append(iv)
+    return Expr(u, idt, nodes, leaves, stable, bounds)
 
 
 # ---------------------------------------------------------------------------------------------- terms back
@@ -260,6 +260,58 @@ def from_termdag(termdag: object, root_id: int) -> list[Node]:
             stack.append((tid, True))
             stack.extend((a, False) for a in reversed(t.args) if a not in local)
     return nodes
+
+
+def build_term(termdag: object, root_id: int, expr: Expr, memo: dict[tuple, UOp]) -> UOp:
+    """`build(from_termdag(termdag, root_id), expr)` without the node list in between: the UOp of the extracted
+    term `root_id`. `memo` maps (term id, kind, int dtype) to its UOp and may be shared by the roots of one
+    extraction (a leaf key names the same UOp in every expression); raises Untranslatable like `build`."""
+    get = termdag.get  # type: ignore[attr-defined]  # egglog's TermDag: its bindings have no type stubs
+    idt = expr.int_dtype
+    leaves = expr.leaves
+    root_kind = "b" if expr.uop.dtype is dtypes.bool else "i"
+    stack: list[tuple[int, str, bool]] = [(root_id, root_kind, False)]
+    try:
+        while stack:
+            tid, kind, done = stack.pop()
+            key = (tid, kind, idt)
+            if key in memo and not done:
+                continue
+            t = get(tid)
+            name = t.name
+            if name == "Num":
+                v = get(t.args[0]).value.value
+                if kind == "b":
+                    if v not in (0, 1):
+                        raise Untranslatable(f"Num {v} where a bool belongs")
+                    memo[key] = UOp.const(bool(v))
+                else:
+                    if not idt.min <= v <= idt.max:
+                        raise Untranslatable(f"Num {v} does not fit {idt.name}")
+                    memo[key] = UOp.const(v, idt)
+                continue
+            if name == "Var":
+                k = get(t.args[0]).value.value
+                leaf = leaves.get(k)
+                if leaf is None or (leaf.dtype is dtypes.bool) != (kind == "b"):
+                    raise Untranslatable(f"leaf {k!r} unknown here or of the wrong kind")
+                memo[key] = leaf
+                continue
+            kinds, res = KINDS[name]
+            if res != "=" and res != kind:
+                raise Untranslatable(f"{name} where a {'bool' if kind == 'b' else 'int'} belongs")
+            want = [kind if c == "=" else c for c in kinds]
+            if not done:
+                stack.append((tid, kind, True))
+                stack.extend((a, c, False) for a, c in zip(t.args, want, strict=True) if (a, c, idt) not in memo)
+                continue
+            memo[key] = UOp(OP_OF[name], tuple(memo[(a, c, idt)] for a, c in zip(t.args, want, strict=True)))
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:  # a dtype clash, a malformed term
+        raise Untranslatable(f"cannot rebuild the extracted term: {e}") from e
+    out = memo[(root_id, root_kind, idt)]
+    if idt is not dtypes.index and not all(_no_wrap(n) for n in out.toposort()):
+        raise Untranslatable(f"the result may wrap around in {idt.name}")
+    return out
 
 
 def build(nodes: Sequence[Node], expr: Expr) -> UOp:
@@ -310,4 +362,4 @@ def build(nodes: Sequence[Node], expr: Expr) -> UOp:
 
 
 __all__ = ["CTORS", "DEFAULT_COSTS", "I64_MAX", "I64_MIN", "KINDS", "OP_OF", "Expr", "Node", "Untranslatable", "build",
-           "floor_div", "floor_mod", "from_termdag", "sort_decls", "translate"]
+           "build_term", "floor_div", "floor_mod", "from_termdag", "sort_decls", "translate"]
