@@ -301,7 +301,7 @@ def test_minimum_edge_values() -> None:
 @given(arrays("float32"), st.floats(-50, 0, width=32), st.floats(0, 50, width=32))
 def test_clip(a: np.ndarray, lo: float, hi: float) -> None:
     close(Tensor(a).clip(lo, hi), np.clip(a, np.float32(lo), np.float32(hi)))
-    close(Tensor(a).clamp(min_=lo), np.maximum(a, np.float32(lo)))
+    close(Tensor(a).clamp(min=lo), np.maximum(a, np.float32(lo)))
     close(Tensor(a).clip(None, hi), np.minimum(a, np.float32(hi)))
     ai = a.astype(np.int32)
     close(Tensor(ai).clip(-3, 3), np.clip(ai, -3, 3), dtype=dtypes.int32)
