@@ -420,8 +420,6 @@ def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
     at the positions sum(pos_k * stride_k) (pos_d = index, the others the element's own), an INDEX whose positions
     the kernel loads, so the forward is O(index elements) and the backward a scatter-add of that size (after a
     zero fill of x's shape). A position outside 0..x.shape[dim]-1 reads 0 (a kernel never reads out of bounds)."""
-    from tensor.reduce import arange_uop
-
     d = norm_axis(dim, x.ndim, "gather", x.shape)
     if not isinstance(index, tt.Tensor) or not index.dtype.is_int:
         raise TypeError("gather: index must be an integer Tensor")
@@ -432,17 +430,27 @@ def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
     n, m, shape = x.numel(), index.numel(), tuple(index.shape)
     if m == 0 or n == 0:
         return _wrap(x, const_uop(0, x.dtype, shape))
+    pos = flat_positions(tuple(x.shape), d, index)
+    return _wrap(x, UOp(Ops.INDEX, (x.uop.reshape((n,)), pos)).reshape(shape))
+
+
+def flat_positions(shape: tuple, d: int, index: Tensor) -> UOp:
+    """The (index.numel(),) flat positions in a tensor of `shape` that index names along axis d (gather's and
+    scatter's addressing): index there, each element's own position on the other axes; -1 (skipped by a
+    scatter, read as 0 by INDEX) where index leaves 0..shape[d]-1."""
+    from tensor.reduce import arange_uop
+
+    n, ishape = math.prod(shape), tuple(index.shape)
     dt = dtypes.int64 if n >= 2**31 or index.dtype.itemsize == 8 else dtypes.int32
-    strides = [math.prod(x.shape[k + 1:]) for k in range(x.ndim)]
+    strides = [math.prod(shape[k + 1:]) for k in range(len(shape))]
     i = index.uop if index.dtype is dt else index.uop.cast(dt)
-    inside = (i.const_like(-1) < i) & (i < i.const_like(x.shape[d]))
+    inside = (i.const_like(-1) < i) & (i < i.const_like(shape[d]))
     pos = i * i.const_like(strides[d]) if strides[d] != 1 else i
-    for k, size in enumerate(shape):
+    for k, size in enumerate(ishape):
         if k != d and size > 1:
             own = arange_uop(size, dt) * strides[k] if strides[k] != 1 else arange_uop(size, dt)
-            pos = pos + own.reshape(tuple(size if j == k else 1 for j in range(len(shape)))).expand(shape)
-    pos = inside.where(pos, pos.const_like(-1))
-    return _wrap(x, UOp(Ops.INDEX, (x.uop.reshape((n,)), pos.reshape((m,)))).reshape(shape))
+            pos = pos + own.reshape(tuple(size if j == k else 1 for j in range(len(ishape)))).expand(ishape)
+    return inside.where(pos, pos.const_like(-1)).reshape((math.prod(ishape),))
 
 
 __all__ = ["cat", "chunk", "expand", "flatten", "flip", "gather", "getitem", "index_select", "pad", "permute",
