@@ -90,3 +90,25 @@ def test_store_forms_are_checked():
     view = UOp(Ops.INDEX, (t, i))
     with pytest.raises(CompilerError, match="one ADD"):
         indexed_store(UOp(Ops.STORE, (view, view * 2.0)))
+
+
+def test_index_select_backward_is_a_scatter_add_like_torch():
+    torch = pytest.importorskip("torch")
+    vocab, row = 50, 8
+    w = rng.standard_normal((vocab, row)).astype(np.float32)
+    ids = np.array([3, 7, 3, 49, 0, 3, 7], np.int64)  # duplicates accumulate
+    g = rng.standard_normal((len(ids), row)).astype(np.float32)
+    W = Tensor(w).requires_grad_()
+    (W.index_select(0, Tensor(ids.astype(np.int32))) * Tensor(g)).sum().backward()
+    wt = torch.tensor(w, requires_grad=True)
+    (wt.index_select(0, torch.tensor(ids)) * torch.tensor(g)).sum().backward()
+    assert W.grad is not None
+    np.testing.assert_allclose(W.grad.numpy(), wt.grad.numpy(), rtol=1e-6, atol=1e-6)
+    # no kernel does vocabulary x indices work (a one-hot contraction): each is at most the zero fill or a copy
+    W.grad = None
+    (W.index_select(0, Tensor(ids.astype(np.int32))) * Tensor(g)).sum().backward()
+    assert W.grad is not None
+    items, _ = schedule([W.grad.uop])
+    for it in items:
+        if it.ast is not None:
+            assert int(np.prod([int(r.src[0].value) for r in axes(it.ast)])) <= vocab * row, it.name
