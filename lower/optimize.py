@@ -175,6 +175,12 @@ def replace_range(ast: UOp, r: UOp, parts: tuple[UOp, ...], expr: UOp | None) ->
     return done[ast]
 
 
+def _serial_store_loop(ast: UOp, r: UOp) -> bool:
+    """A REDUCE-type range that an END closes rather than a REDUCE: the ordered loop of a store through loaded
+    positions (lower.rangeify.build_store_kernel), which may write one element at several iterations."""
+    return r.axis_type is AxisType.REDUCE and any(u.op is Ops.END and r in u.src[1:] for u in _topo(ast))
+
+
 def apply_opt(ast: UOp, opt: Opt) -> UOp:
     rs = axes(ast)
     if opt.op is OptOps.NOLOCALS:
@@ -193,6 +199,9 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
             raise KernelOptError(f"{opt}: {k} does not divide the axis size {n}")
         if rtype not in _SPLIT_FROM.get(target, set()):
             raise KernelOptError(f"{opt}: a {target.name} axis cannot be split from a {rtype.name} axis")
+        if target is not AxisType.REDUCE and _serial_store_loop(ast, r):
+            raise KernelOptError(f"{opt}: axis {opt.axis} is the serial loop of a store through loaded positions "
+                                 f"(a scatter): its iterations must run in order, not as lanes or threads")
         nid = next_range_id(ast)
         if top:
             a, b = UOp.range(k, nid, target), UOp.range(n // k, nid + 1, rtype)

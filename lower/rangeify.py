@@ -427,5 +427,34 @@ def build_kernel(node: UOp, out_buf: UOp, buffers: dict[UOp, UOp], fused: dict[U
     return UOp.sink(UOp(Ops.END, (st, *ranges)) if ranges else st)
 
 
-__all__ = ["KernelBuilder", "NeedsRealize", "build_kernel", "flat_index", "reshape_groups", "reshape_index",
-           "unflatten"]
+def build_store_kernel(view: UOp, value: UOp, out_buf: UOp, buffers: dict[UOp, UOp]) -> UOp:
+    """The kernel of STORE(view, value) with view = INDEX(t, i) (rewrite.stores): for each j of i's axis, in
+    order, and each position r of the rest, out_buf[i[j], r] = value[j, r] when i[j] is inside t's first axis.
+    The j axis is a serial loop (a REDUCE-type RANGE closed by the END: never split across threads or lanes,
+    lower.optimize), so a value that reads the element it writes (a scatter-add) sees every earlier j's update
+    and duplicate positions accumulate without a race; the rest axes are ordinary output loops (different r
+    never touch the same element). The work is O(len(i) x row): no range spans t's first axis."""
+    counter = [0]
+    kb = KernelBuilder(buffers, counter)
+    t, index = view.src
+    ranges: list[UOp] = []
+    idx: list[UOp] = []
+    for axis, d in enumerate(view.shape):
+        if d == 1:
+            idx.append(UOp.const(0))
+            continue
+        counter[0] += 1
+        r = UOp.range(d, counter[0], AxisType.REDUCE if axis == 0 else AxisType.LOOP)
+        ranges.append(r)
+        idx.append(r)
+    pos = kb.value(index, (idx[0],))
+    pos = pos if pos.dtype is dtypes.index else pos.cast(dtypes.index)
+    inside = (UOp.const(-1) < pos) & (pos < t.shape[0])
+    at = out_buf.index(flat_index((pos, *idx[1:]), t.shape))
+    val = kb.value(value, tuple(idx))
+    st = UOp(Ops.STORE, (at, val, inside))
+    return UOp.sink(UOp(Ops.END, (st, *ranges)) if ranges else st)
+
+
+__all__ = ["KernelBuilder", "NeedsRealize", "build_kernel", "build_store_kernel", "flat_index", "reshape_groups",
+           "reshape_index", "unflatten"]

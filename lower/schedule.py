@@ -21,10 +21,11 @@ from typing import cast
 
 from devices import target_for
 from lower.buffers import new_buffer
-from lower.rangeify import _ELEMENTWISE, _EXPENSIVE, NeedsRealize, build_kernel
+from lower.rangeify import _ELEMENTWISE, _EXPENSIVE, NeedsRealize, build_kernel, build_store_kernel
 from rewrite import Ops, UOp
 from rewrite.dtype import AddrSpace
 from rewrite.errors import CompilerError
+from rewrite.stores import indexed_store
 from rewrite.viz import capture as viz_capture
 
 _COUNTED = _ELEMENTWISE | {Ops.CAST, Ops.BITCAST, Ops.REDUCE}
@@ -118,6 +119,8 @@ def assemble(pieces: UOp, outs: dict[UOp, UOp]) -> UOp:
 def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     """The kernel split (the pipeline's rangeify stage) of graph stages' output `roots`: the items in dependency
     order, and for each root its BUFFER."""
+    given = roots
+    roots = _own_buffers(roots)
     topo_index: dict[UOp, int] = {}
     for r in roots:
         for u in r.toposort():
@@ -160,7 +163,34 @@ def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
         v = s.src[1]
         out_of[v] = new_buffer(v.dtype, v.shape, v.device if isinstance(v.device, str) else device)
         pending += [s, s.src[1]]
-    return [kernels[k] for k in order], {r: out_of[r] for r in roots}
+    return [kernels[k] for k in order], {g: out_of[r] for g, r in zip(given, roots, strict=True)}
+
+
+def _own_buffers(roots: list[UOp]) -> list[UOp]:
+    """`roots` with each store into a lazy value (rewrite.stores: AFTER(t, STORE(INDEX(t, i), ...)) with t not
+    a BUFFER) given a fresh buffer: AFTER(B', STORE(INDEX(B', i), ...)) with B' = AFTER(B, STORE(B, t)), the
+    copy of t that the stores then update in place."""
+    if not any(u.op is Ops.AFTER for r in roots for u in r.toposort()):
+        return roots
+    new: dict[UOp, UOp] = {}
+    for u in UOp.sink(*roots).toposort():
+        src = tuple(new.get(s, s) for s in u.src)
+        if u.op is Ops.AFTER and src[0].op not in (Ops.BUFFER, Ops.AFTER):
+            t = src[0]
+            b = new_buffer(t.dtype, t.shape, t.device if isinstance(t.device, str) else default_device(roots))
+            base = UOp(Ops.AFTER, (b, UOp(Ops.STORE, (b, t))))
+            stores = []
+            for s in src[1:]:
+                st = indexed_store(s) if s.op is Ops.STORE else None
+                if st is None:
+                    raise CompilerError(f"assign: an AFTER on a lazy value must store through an INDEX of it (a "
+                                        f"scatter), got {s.short()}; realize the target before assigning to it")
+                view = UOp(Ops.INDEX, (base, st.index))
+                stores.append(UOp(Ops.STORE, (view, view + st.value if st.accumulate else st.value)))
+            new[u] = UOp(Ops.AFTER, (base, *stores), u.arg, u.tag)
+        elif src != u.src:
+            new[u] = UOp(u.op, src, u.arg, u.tag)
+    return [new.get(r, r) for r in roots]
 
 
 def _split(pending: list[UOp], kernels: dict[UOp, ScheduleItem], inline: dict[UOp, dict[UOp, None]],
@@ -225,9 +255,11 @@ def _assigns(topo: dict[UOp, int], out_of: dict[UOp, UOp]) -> dict[UOp, UOp]:
         for s in u.src[1:]:
             if s.op is not Ops.STORE:
                 continue
-            if s.src[0] is not u.src[0] or len(s.src) != 2:
-                raise CompilerError(f"assign: AFTER(t, STORE(t, value)) must store into its own target without a "
-                                    f"gate, got STORE into {s.src[0].short()} with {len(s.src)} sources")
+            st = indexed_store(s)
+            if (s.src[0] is not u.src[0] if st is None else st.target is not u.src[0]) or len(s.src) != 2:
+                raise CompilerError(f"assign: AFTER(t, STORE(t, value)) or AFTER(t, STORE(INDEX(t, i), value)) must "
+                                    f"store into its own target without a gate, got STORE into {s.src[0].short()} "
+                                    f"with {len(s.src)} sources")
             stores[s] = tgt
             out_of[s] = tgt
     return stores
@@ -240,8 +272,13 @@ def _store_kernel(node: UOp, out_of: dict[UOp, UOp], pending: list[UOp]) -> Sche
     value, tgt = node.src[1], out_of[node]
     flat_out = _flat(tgt)
     flat = {n: _flat(b) for n, b in out_of.items() if n is not node}
+    st = indexed_store(node)
     try:  # CONTIGUOUS at the top: a value realized elsewhere is loaded, not recomputed
-        ast = build_kernel(UOp(Ops.CONTIGUOUS, (value,)), flat_out, flat)
+        if st is None:
+            ast = build_kernel(UOp(Ops.CONTIGUOUS, (value,)), flat_out, flat)
+        else:
+            ast = build_store_kernel(st.view, value, flat_out, flat)
+            value = st.value  # what is realized first if it reads the target elsewhere
     except NeedsRealize as e:
         pending += [node, e.node]
         return None
@@ -268,13 +305,15 @@ def _order_with_stores(kernels: dict[UOp, ScheduleItem], stores: dict[UOp, UOp],
     deps: dict[UOp, set[UOp]] = {}
     readers: dict[UOp, list[UOp]] = {}  # realized node -> the kernels that read it
     for k in kernels:
-        top = UOp(Ops.CONTIGUOUS, (k.src[1],)) if k.op is Ops.STORE else k
+        top = k if k.op is not Ops.STORE else UOp(Ops.CONTIGUOUS, (k.src[1],)) if k.src[0].op is not Ops.INDEX else \
+            UOp(Ops.SINK, (k.src[0], k.src[1]))  # a store through an INDEX also reads its positions
         leaves = [u for u in _region(top, realized) if u in realized and u is not k]
         deps[k] = {p for leaf in leaves for p in producer.get(leaf, ()) if p is not k}
         for leaf in leaves:
             readers.setdefault(leaf, []).append(k)
     for s in stores:  # the old value is read before it is overwritten
-        deps[s].update(r for r in readers.get(s.src[0], ()) if r is not s)
+        tgt = s.src[0].src[0] if s.src[0].op is Ops.INDEX else s.src[0]
+        deps[s].update(r for r in readers.get(tgt, ()) if r is not s)
     users: dict[UOp, list[UOp]] = {k: [] for k in kernels}
     for k, ds in deps.items():
         for d in ds:

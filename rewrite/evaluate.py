@@ -23,6 +23,7 @@ from rewrite.errors import EvalError
 from rewrite.ops import GroupOp, Ops
 from rewrite.render import render
 from rewrite.semantics import exec_alu, exec_bitcast, exec_cast, from_bytes, python_value_ok, round_to, to_bytes
+from rewrite.stores import indexed_store
 from rewrite.uop import UOp
 
 Value = int | float | bool
@@ -167,12 +168,19 @@ def evaluate(u: UOp, env: dict[str, Value]) -> Value:
 
 # ---------------------------------------------------------------- tensor graphs
 
-_ONE_SRC = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.AFTER, Ops.COPY})
+_ONE_SRC = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.COPY})
 
 
 def _data_srcs(u: UOp) -> tuple[UOp, ...]:
     if u.op in (Ops.PARAM, Ops.BUFFER):
         return ()
+    if u.op is Ops.AFTER:  # the target, then per store its positions and value (rewrite.stores)
+        out = [u.src[0]]
+        for s in u.src[1:]:
+            if s.op is Ops.STORE:
+                st = indexed_store(s)
+                out += [s.src[1]] if st is None else [st.index, st.value]
+        return tuple(out)
     return u.src[:1] if u.op in _ONE_SRC else u.src
 
 
@@ -268,6 +276,35 @@ def _reduce(u: UOp, a: np.ndarray) -> np.ndarray:
     return _objects(out, _ints(u, u.shape))
 
 
+def _after(u: UOp, vals: list[np.ndarray]) -> np.ndarray:
+    """AFTER(t, stores...): t after its stores, in order: a whole store replaces it, a store through an INDEX
+    writes (or adds) row by row in index order (rewrite.stores)."""
+    out, k = vals[0].copy(), 1
+    for s in u.src[1:]:
+        if s.op is not Ops.STORE:
+            continue
+        st = indexed_store(s)
+        if st is None:
+            out, k = np.broadcast_to(vals[k], out.shape).copy(), k + 1
+            continue
+        pos, v = vals[k].reshape(-1).tolist(), vals[k + 1]
+        k += 2
+        dt = u.dtype.scalar
+        for j, p in enumerate(pos):
+            if isinstance(p, _Poison):
+                raise p.error
+            if not 0 <= p < out.shape[0]:
+                continue  # a position outside the target is skipped, as a kernel's gated store does
+            if not st.accumulate:
+                out[p] = v[j]
+            elif out.ndim == 1:
+                out[p] = _apply(Ops.ADD, dt, (out[p], v[j]))
+            else:
+                out[p] = _objects([_apply(Ops.ADD, dt, (a, b)) for a, b in zip(
+                    out[p].reshape(-1).tolist(), v[j].reshape(-1).tolist(), strict=True)], out.shape[1:])
+    return out
+
+
 def _eval_tensor(u: UOp, vals: list[np.ndarray], inputs: dict[UOp, np.ndarray]) -> np.ndarray:
     op = u.op
     if op in (Ops.BUFFER, Ops.PARAM):
@@ -311,7 +348,9 @@ def _eval_tensor(u: UOp, vals: list[np.ndarray], inputs: dict[UOp, np.ndarray]) 
         return _index(u, vals)
     if op is Ops.REDUCE:
         return _reduce(u, vals[0])
-    if op in GroupOp.Marker or op in (Ops.AFTER, Ops.COPY):
+    if op is Ops.AFTER:
+        return _after(u, vals)
+    if op in GroupOp.Marker or op is Ops.COPY:
         return vals[0]
     raise EvalError(
         f"evaluate_graph: cannot evaluate {op.name}; tensor graphs hold BUFFER/PARAM inputs, CONST, "

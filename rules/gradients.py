@@ -39,6 +39,7 @@ from typing import cast
 from rewrite import Ops, Rule, RuleSet, UOp, dtypes, op, var
 from rewrite.derive import fmt_shape, shape_values
 from rewrite.errors import GradientError
+from rewrite.stores import indexed_store, scatter_add, scatter_store
 
 _LN2 = math.log(2.0)
 a, b, c, s, s2 = var("a"), var("b"), var("c"), var("s"), var("s2")
@@ -122,35 +123,61 @@ def _stack_grad(ctx: UOp, ret: UOp) -> tuple:
     return tuple(ctx.shrink((i, *(0,) * len(rest)), (i + 1, *rest)).reshape(rest) for i in range(len(ret.src)))
 
 
-def _eye(n: int, like: UOp) -> UOp:
-    """The n x n identity in like's dtype, from movement ops only: rows of [1, 0 * n] tiled and cut to n * n."""
-    row = UOp.const(1, like.dtype).reshape((1,)).pad((0,), (n,)).reshape((1, n + 1)).expand((n, n + 1))
-    return row.reshape((n * (n + 1),)).shrink((0,), (n * n,)).reshape((n, n))
-
-
 def _index_grad(ctx: UOp, ret: UOp, a: UOp) -> tuple:
     """INDEX(a, i_0, ..., i_m-1) reads a[i_0[k_0], i_1[k_1], ...] (an outer product of the index vectors; a
-    ()-shaped index drops its axis). Its gradient adds ctx back at the indexed positions: each indexed axis in
-    turn is contracted with the one-hot rows INDEX(eye(n), i) (O(k * n) per element of the rest; a scatter-add
-    would be O(k)), and its new axis of size n moved to the end; at the end those axes are moved to the front."""
+    ()-shaped index drops its axis). Its gradient adds ctx back at the positions read: a scatter-add
+    (rewrite.stores) of ctx's rows into zeros of a's shape, at the flat positions sum(i_j * stride_j) over the
+    indexed axes. O(indices x row) after the zero fill; duplicates accumulate. A position outside its axis (a
+    read of 0) adds nothing: with several indices it is sent to -1, which the scatter skips."""
     idxs = ret.src[1:]
-    g = ctx
-    for axis, i in enumerate(idxs):
-        n = a.shape[axis]
-        onehot = _eye(n, ctx).index(i)  # (k, n) for a (k,) index, (n,) for a () index
-        lead = 1 if i.shape else 0
-        rest = g.shape[lead:]
-        ones = (1,) * len(rest)
-        if lead:
-            k = i.shape[0]
-            full = (k, n, *rest)
-            g = (g.reshape((k, 1, *rest)).expand(full) * onehot.reshape((k, n, *ones)).expand(full)).sum((0,))
-            g = g.reshape((n, *rest))
+    m = len(idxs)
+    sizes, rest = a.shape[:m], a.shape[m:]
+    lead = tuple(i.shape[0] for i in idxs if i.shape)
+    n = math.prod(sizes)
+    dt = dtypes.int64 if n >= 2**31 or any(i.dtype.itemsize == 8 for i in idxs) else dtypes.int32
+    flat: UOp | None = None
+    inside: UOp | None = None
+    stride, pos = 1, len(lead)
+    for i, size in zip(reversed(idxs), reversed(sizes), strict=True):
+        if i.shape:
+            pos -= 1
+            i = i.reshape(tuple(size_k if k == pos else 1 for k, size_k in enumerate(lead))).expand(lead) \
+                if len(lead) > 1 else i
         else:
-            g = g.reshape((1, *rest)).expand((n, *rest)) * onehot.reshape((n, *ones)).expand((n, *rest))
-        g = g.permute((*range(1, g.ndim), 0))
-    m, r = len(idxs), g.ndim - len(idxs)
-    return (g.permute((*range(r, r + m), *range(r))), *(None,) * m)
+            i = i.reshape((1,) * len(lead)).expand(lead) if lead else i
+        i = i.cast(dt) if i.dtype is not dt else i
+        if m > 1:
+            ok = (i.const_like(-1) < i) & (i < i.const_like(size))
+            inside = ok if inside is None else inside & ok
+        term = i if stride == 1 else i * i.const_like(stride)
+        flat = term if flat is None else flat + term
+        stride *= size
+    assert flat is not None
+    if inside is not None:
+        flat = inside.where(flat, flat.const_like(-1))
+    k = math.prod(lead)
+    zeros = UOp.const(0, ctx.dtype).reshape((1,) * (1 + len(rest))).expand((n, *rest))
+    g = scatter_add(zeros, flat.reshape((k,)), ctx.reshape((k, *rest)))
+    return (g.reshape(a.shape), *(None,) * m)
+
+
+def _after_store_grad(ctx: UOp, ret: UOp) -> dict[UOp, UOp]:
+    """AFTER(t, STORE(INDEX(t, i), ...)) (rewrite.stores): a scatter-add passes ctx to t whole and gives each
+    added row v[j] the gradient at its position, INDEX(ctx, i); a plain scatter gives t ctx with the written
+    rows zeroed and each written row the gradient at its position (for duplicates every one, as torch's
+    index_put does)."""
+    out: dict[UOp, UOp] = {}
+    for s in ret.src[1:]:
+        st = indexed_store(s)
+        if st is None:
+            raise GradientError(f"gradient: AFTER {ret.short()} holds a whole-buffer store (an assignment); only "
+                                f"scatters through an INDEX are differentiable")
+        got = UOp(Ops.INDEX, (ctx, st.index))
+        out[st.value] = got if st.value not in out else out[st.value] + got
+        if not st.accumulate:
+            ctx = scatter_store(ctx, st.index, ctx.const_like(0).index(st.index))
+    out[ret.src[0]] = ctx
+    return out
 
 
 def _reduce_axes(ret: UOp) -> tuple[int, ...]:
@@ -295,6 +322,8 @@ gradients = RuleSet("gradients", [
     Rule("grad-copy",    op.COPY(a, name=ret),               _copy_grad),
     Rule("grad-replicated", op.REPLICATED(a, name=ret),      _replicated_grad),
     Rule("grad-index",   op.INDEX(a, name=ret, rest=True),   _index_grad),
+    Rule("grad-scatter", op.AFTER(a, name=ret, rest=True),   _after_store_grad,
+         when=lambda ret: any(indexed_store(s) is not None for s in ret.src[1:])),
     # reductions
     Rule("grad-reduce-add", op.REDUCE(a, name=ret), _reduce_add_grad, when=lambda ret: ret.arg[0] is Ops.ADD),
     Rule("grad-reduce-max", op.REDUCE(a, name=ret), _reduce_max_grad, when=lambda ret: ret.arg[0] is Ops.MAX),

@@ -210,7 +210,7 @@ def triu(x: Tensor, diagonal: int = 0) -> Tensor:
 def clamp(x: Tensor, min: object = None, max: object = None) -> Tensor:  # torch's keyword names
     """torch.clamp: min=, max= (either may be omitted; numbers or tensors)."""
     if min is None and max is None:
-        raise ValueError("clamp: give at least one of min= and max=")
+        raise ValueError("clamp (clip): give at least one of min= and max=")
     return _ew.clip(x, min, max)  # type: ignore[arg-type]
 
 

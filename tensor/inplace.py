@@ -31,6 +31,7 @@ import tensor.tensor as tt
 from rewrite.derive import fmt_shape
 from rewrite.errors import DTypeError, GradientError, ShapeError
 from rewrite.ops import Ops
+from rewrite.stores import in_place
 from rewrite.uop import UOp
 from tensor import autograd as _ag
 from tensor import elementwise as _ew
@@ -146,7 +147,7 @@ class Assignments:
         versions: dict[UOp, UOp] = {}  # every version node (target BUFFER or AFTER) -> its BUFFER
         overwritten: set[UOp] = set()
         for u in _topo([t.uop for t in roots]):
-            if u.op is Ops.AFTER:
+            if u.op is Ops.AFTER and in_place(u):  # a scatter into a lazy value writes a fresh buffer
                 buf = versions.get(u.src[0], u.src[0])
                 versions[u.src[0]] = versions[u] = buf
                 overwritten.add(u.src[0])

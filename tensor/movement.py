@@ -425,10 +425,10 @@ def chunk(x: Tensor, chunks: int, dim: int | None = None, *, axis: int | None = 
 
 
 def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
-    """out[..., i, ...] = x[..., index[..., i, ...], ...] along `dim` (torch's gather), by a one-hot mask over the
-    gathered axis and a reduction: no data-dependent addressing in the graph."""
-    from tensor.reduce import arange_uop
-
+    """out[..., i, ...] = x[..., index[..., i, ...], ...] along `dim` (torch's gather): a read of x's flat storage
+    at the positions sum(pos_k * stride_k) (pos_d = index, the others the element's own), an INDEX whose positions
+    the kernel loads, so the forward is O(index elements) and the backward a scatter-add of that size (after a
+    zero fill of x's shape). A position outside 0..x.shape[dim]-1 reads 0 (a kernel never reads out of bounds)."""
     d = norm_axis(dim, x.ndim, "gather", x.shape)
     if not isinstance(index, tt.Tensor) or not index.dtype.is_int:
         raise TypeError("gather: index must be an integer Tensor")
@@ -436,16 +436,30 @@ def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
         raise ShapeError(f"gather: index shape {fmt_shape(index.shape)} must have the rank of {fmt_shape(x.shape)} "
                          f"and be no larger outside axis {d}")
     common_device("gather", [x, index])
-    k = x.shape[d]
-    xs = x.uop.shrink([0] * x.ndim, [k if i == d else s for i, s in enumerate(index.shape)])
-    # x: (..., 1, K, ...) against index: (..., D, 1, ...), compared with positions (1.., 1, K, 1..)
-    full_shape = (*index.shape[:d + 1], k, *index.shape[d + 1:])
-    xu = xs.reshape((*xs.shape[:d], 1, *xs.shape[d:])).expand(full_shape)
-    iu = index.uop.reshape((*index.shape[:d + 1], 1, *index.shape[d + 1:])).expand(full_shape)
-    pos = arange_uop(k, index.dtype).reshape((1,) * (d + 1) + (k,) + (1,) * (x.ndim - d - 1)).expand(full_shape)
-    picked = UOp(Ops.WHERE, (iu.eq(pos), xu, const_uop(0, x.dtype, full_shape)))
-    red = picked.reduce(Ops.MAX if x.dtype.is_bool else Ops.ADD, (d + 1,))
-    return _wrap(x, red.reshape(index.shape))
+    n, m, shape = x.numel(), index.numel(), tuple(index.shape)
+    if m == 0 or n == 0:
+        return _wrap(x, const_uop(0, x.dtype, shape))
+    pos = flat_positions(tuple(x.shape), d, index)
+    return _wrap(x, UOp(Ops.INDEX, (x.uop.reshape((n,)), pos)).reshape(shape))
+
+
+def flat_positions(shape: tuple, d: int, index: Tensor) -> UOp:
+    """The (index.numel(),) flat positions in a tensor of `shape` that index names along axis d (gather's and
+    scatter's addressing): index there, each element's own position on the other axes; -1 (skipped by a
+    scatter, read as 0 by INDEX) where index leaves 0..shape[d]-1."""
+    from tensor.reduce import arange_uop
+
+    n, ishape = math.prod(shape), tuple(index.shape)
+    dt = dtypes.int64 if n >= 2**31 or index.dtype.itemsize == 8 else dtypes.int32
+    strides = [math.prod(shape[k + 1:]) for k in range(len(shape))]
+    i = index.uop if index.dtype is dt else index.uop.cast(dt)
+    inside = (i.const_like(-1) < i) & (i < i.const_like(shape[d]))
+    pos = i * i.const_like(strides[d]) if strides[d] != 1 else i
+    for k, size in enumerate(ishape):
+        if k != d and size > 1:
+            own = arange_uop(size, dt) * strides[k] if strides[k] != 1 else arange_uop(size, dt)
+            pos = pos + own.reshape(tuple(size if j == k else 1 for j in range(len(ishape)))).expand(ishape)
+    return inside.where(pos, pos.const_like(-1)).reshape((math.prod(ishape),))
 
 
 __all__ = ["cat", "chunk", "expand", "flatten", "flip", "gather", "getitem", "index_select", "pad", "permute",

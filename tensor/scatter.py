@@ -1,11 +1,13 @@
 """scatter, scatter_reduce (sum, prod, mean, amax, amin; include_self) and `x[idx] = v` (__setitem__).
 
-Writes at data positions are built from a hit mask: element j of the index hits output position p along `dim`
-when index[j] == p, and each output position reduces the values that hit it (where(hit, src, identity)). That
-is exact on duplicate indices and differentiable with the ordinary rules, but costs O(index size x axis size)
-(a real scatter-add kernel would be O(index size)). `scatter` keeps the last write of duplicates (torch leaves
-the winner unspecified). `x[idx] = v` is `x.assign(...)` of the updated value: in place on a realized tensor
-(tensor.inplace), by pad and select for ints and step-1 slices, by a scatter over the flat positions otherwise.
+scatter, scatter_add and scatter_reduce's sum and mean write through loaded positions (rewrite.stores): one
+kernel whose loop over the index runs in order, O(index size) after a copy of x, exact on duplicate indices
+(they accumulate; `scatter` keeps the last write, torch leaves the winner unspecified), differentiable by the
+scatter gradient rule. prod, amax and amin have no accumulating store (ATOMICADD is the only read-modify-write
+op), so they are built from a hit mask: element j of the index hits output position p along `dim` when
+index[j] == p, and each position reduces the values that hit it (where(hit, src, identity)): O(index size x axis
+size). `x[idx] = v` is `x.assign(...)` of the updated value: in place on a realized tensor (tensor.inplace), by
+pad and select for ints and step-1 slices, by a scatter over the flat positions otherwise.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ import tensor.tensor as tt
 from rewrite.derive import fmt_shape
 from rewrite.dtype import dtypes
 from rewrite.errors import ShapeError
+from rewrite.stores import scatter_add as _scatter_add_uop
+from rewrite.stores import scatter_store
+from rewrite.uop import UOp
+from tensor import movement as _mv
 from tensor.helpers import norm_axis
 
 if TYPE_CHECKING:
@@ -60,16 +66,25 @@ def _back(x: Tensor, d: int, out: Tensor, touched: Tensor) -> Tensor:
     return touched.where(out, x)
 
 
+def _stored(x: Tensor, dim: int, index: Tensor, src: Tensor, what: str) -> tuple[UOp, UOp, UOp] | None:
+    """(x's flat storage, the flat positions, src's values in index's order) for a store through loaded
+    positions, after the checks of _hits; None when there is nothing to write."""
+    _hits(x, dim, index, src, what)  # the shape and range checks
+    if index.numel() == 0:
+        return None
+    d = norm_axis(dim, x.ndim, what, x.shape)
+    src = src.shrink([(0, s) for s in index.shape]) if tuple(src.shape) != tuple(index.shape) else src
+    pos = _mv.flat_positions(tuple(x.shape), d, index)
+    return x.uop.reshape((x.numel(),)), pos, src.uop.reshape((index.numel(),))
+
+
 def scatter(x: Tensor, dim: int, index: Tensor, src: Tensor | float | int) -> Tensor:
     """torch.scatter: a copy of x with x[..., index[..., j, ...], ...] = src[..., j, ...] along dim."""
     s = src if isinstance(src, tt.Tensor) else tt.Tensor.full(tuple(index.shape), src, dtype=x.dtype, device=x.device)
-    d, hit, sv, _ = _hits(x, dim, index, s.cast(x.dtype), "scatter")
-    k = hit.shape[-2]
-    j = tt.Tensor.arange(k, device=x.device).reshape(k, 1)
-    last = hit.where(j, -1).max(axis=-2, keepdim=True)  # the last j that hits each p wins
-    pick = hit & (j == last)
-    out = pick.where(sv, tt.Tensor(0, dtype=x.dtype, device=x.device)).sum(-2).cast(x.dtype)
-    return _back(x, d, out, hit.any(-2))
+    if (parts := _stored(x, dim, index, s.cast(x.dtype), "scatter")) is None:
+        return x
+    base, pos, vals = parts
+    return tt.Tensor._wrap(scatter_store(base, pos, vals).reshape(tuple(x.shape)), x.device)
 
 
 def scatter_reduce(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True) -> Tensor:
@@ -77,6 +92,8 @@ def scatter_reduce(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str,
     own value with include_self) by sum, prod, mean, amax or amin; positions nobody names keep x."""
     if reduce not in _REDUCES:
         raise ValueError(f"scatter_reduce: reduce must be one of {', '.join(_REDUCES)}, got {reduce!r}")
+    if reduce in ("sum", "mean") and not x.dtype.is_bool:
+        return _scatter_sum(x, dim, index, src.cast(x.dtype), reduce, include_self)
     d, hit, sv, _ = _hits(x, dim, index, src.cast(x.dtype), "scatter_reduce")
     touched = hit.any(-2)
     xs = x.transpose(d, -1)
@@ -107,6 +124,26 @@ def scatter_reduce(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str,
             red = red.maximum(xs) if reduce == "amax" else red.minimum(xs)
         out = red
     return _back(x, d, out, touched)
+
+
+def _scatter_sum(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool) -> Tensor:
+    """scatter_reduce's sum and mean by scatter-adds: of src, and for the mean of ones (the counts)."""
+    if (parts := _stored(x, dim, index, src, "scatter_reduce")) is None:
+        return x
+    base, pos, vals = parts
+    zero = vals.const_like(0)
+    start = base if include_self else scatter_store(base, pos, zero)
+    out = _scatter_add_uop(start, pos, vals)
+    if reduce == "mean":
+        dt = x.dtype
+        init = UOp.const(1 if include_self else 0, dt).reshape((1,)).expand(base.shape)
+        cnt = _scatter_add_uop(init, pos, vals.const_like(1))
+        touched = scatter_store(UOp.const(False, dtypes.bool).reshape((1,)).expand(base.shape), pos,
+                                UOp.const(True, dtypes.bool).reshape((1,)).expand(vals.shape))
+        safe = touched.where(cnt, cnt.const_like(1))
+        mean = out / safe if dt.is_float else out // safe
+        out = touched.where(mean, base)
+    return tt.Tensor._wrap(out.reshape(tuple(x.shape)), x.device)
 
 
 def scatter_add(x: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:

@@ -21,6 +21,7 @@ from lower.callify import callify
 from rewrite import Ops, UOp, dtypes
 from rewrite.errors import GradientError
 from rewrite.evaluate import evaluate_graph
+from rewrite.stores import indexed_store, scatter_add, scatter_store
 from rules.gradients import ElementwiseUnit, backprop, gradient, gradients, unit
 
 F64 = dtypes.float64
@@ -93,6 +94,13 @@ def _cases() -> dict[str, list[Case]]:
         "grad-index": [Case([L(rnd((4, 3)))], lambda x: x.index(_ivec([2, 0, 2, 3, 2]))),
                        Case([L(rnd((4, 3, 2)))], lambda x: x.index(UOp.const(1, dtypes.int32), _ivec([2, 2, 0]))),
                        Case([L(rnd((3, 4)))], lambda x: x.index(_ivec([1, 1]), _ivec([3, 0, 3])))],
+        # a scatter-add with duplicate positions (they accumulate) and a plain scatter (written rows of t get 0)
+        "grad-scatter": [Case([L(rnd((4, 3))), L(rnd((5, 3), seed=1))],
+                              lambda t, v: scatter_add(t, _ivec([2, 0, 2, 3, 2]), v)),
+                         Case([L(rnd((4, 3))), L(rnd((3, 3), seed=1))],
+                              lambda t, v: scatter_store(t, _ivec([3, 0, 1]), v)),
+                         Case([L(rnd((5,))), L(rnd((4,), seed=1))],
+                              lambda t, v: scatter_add(t, _ivec([1, 1, 4, 1]), v))],
         "grad-reduce-add": [Case([L(rnd((2, 3, 4)))], lambda x: x.sum((0, 2))),
                             Case([L(rnd(sh))], lambda x: x.sum())],
         "grad-reduce-max": [Case([L(rnd((2, 3, 4)))], lambda x: x.max((1,))),
@@ -282,6 +290,11 @@ def _torch_forward(node: UOp, env: dict[UOp, object]):
         return torch.nn.functional.pad(x[0], flat)
     if op is Ops.STACK:
         return torch.stack(x)
+    if op is Ops.AFTER:  # a scatter (rewrite.stores): torch's index_add / index_put
+        st = indexed_store(src[1])
+        assert st is not None
+        t, i, v = env[src[0]], _torch_forward(st.index, env).long(), _torch_forward(st.value, env)
+        return t.index_add(0, i, v) if st.accumulate else t.index_put((i,), v)
     if op is Ops.INDEX:  # an outer product of the index vectors, as rewrite.evaluate reads it
         vecs = [i for i in x[1:] if i.ndim == 1]
         key, pos = [], 0
