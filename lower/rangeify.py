@@ -310,6 +310,8 @@ class KernelBuilder:
         return [k], lambda v: cond.where(v[0], zero)
 
     def expand_reduce(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None, top: bool) -> tuple[list[Key], Callable]:
+        if (closed := self.collapsed(n, idx, valid)) is not None:
+            return [], lambda _v: closed
         if not top and _uses_reduce_range(idx, valid):
             raise NeedsRealize(n)
         rop, axes = n.reduce_op, n.reduce_axes
@@ -330,6 +332,41 @@ class KernelBuilder:
         if not top:
             self.fused[n] = None
         return [k], lambda v: UOp(Ops.REDUCE, (v[0], *ranges), (rop, ()))
+
+    def collapsed(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp | None:
+        """An integer sum over one axis of a value computed from constants alone (the spec's arange, a prefix sum
+        of ones) in closed form (lower.reduce_collapse): no REDUCE, no loop, and nothing to realize when it is
+        read inside another reduction. None for every other reduction."""
+        src = n.src[0]
+        axes = [a for a in n.reduce_axes if src.shape[a] != 1]
+        if n.reduce_op is not Ops.ADD or len(axes) != 1 or not n.dtype.is_int or not _constant_only(src, self.buffers):
+            return None
+        from lower.reduce_collapse import collapse_sum
+        from rules import simplify_fast
+
+        new = list(idx)
+        for a in n.reduce_axes:
+            new[a] = UOp.const(0)
+        r = self.new_range(src.shape[axes[0]], AxisType.REDUCE)
+        new[axes[0]] = r
+        v = simplify_fast(KernelBuilder(self.buffers, self.range_ids).value(src, tuple(new), valid))
+        out = collapse_sum(v, r)
+        return None if out is None else simplify_fast(out)
+
+
+def _constant_only(u: UOp, buffers: dict[UOp, UOp]) -> bool:
+    """Whether the tensor graph `u` reads no memory: CONST/VCONST leaves under movement and ALU ops only."""
+    seen: set[UOp] = set()
+    stack = [u]
+    while stack:
+        x = stack.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        if x in buffers or x.op in (Ops.BUFFER, Ops.PARAM, Ops.INDEX, Ops.REDUCE, Ops.COPY, Ops.LOAD):
+            return False
+        stack.extend(x.src)
+    return True
 
 
 _ELEMENTWISE = frozenset(o for o in Ops if o.name in {

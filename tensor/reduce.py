@@ -295,21 +295,29 @@ def prefix_sum_last(u: UOp) -> UOp:
     return x.reduce(Ops.ADD, (k + 1,)).reshape((*lead, n))
 
 
-# below this size arange is the spec's prefix sum of ones (O(n^2) adds if nothing folds it); above it, two
-# smaller aranges are combined as row * width + column, which keeps the work linear in n
+# below this size arange is the spec's prefix sum of ones; above it, two smaller aranges are combined as
+# row * width + column, so that evaluating the graph as written (rewrite.evaluate) stays linear in n
 _ARANGE_DIRECT = 16
 
 
-def arange_uop(n: int, dtype: DType) -> UOp:
-    """[0, 1, ..., n-1] in an integer dtype, from CONST, views, ADD/MUL and REDUCE only."""
+def _arange_index(n: int) -> UOp:
     if n <= _ARANGE_DIRECT:
-        ones = UOp.const(1, dtype).reshape((1,)).expand((n,))
+        ones = UOp.const(1, dtypes.index).reshape((1,)).expand((n,))
         return prefix_sum_last(ones) - 1 if n else ones
     b = math.isqrt(n - 1) + 1
     a = -(-n // b)
-    hi = (arange_uop(a, dtype) * b).reshape((a, 1)).expand((a, b))
-    lo = arange_uop(b, dtype).reshape((1, b)).expand((a, b))
+    hi = (_arange_index(a) * b).reshape((a, 1)).expand((a, b))
+    lo = _arange_index(b).reshape((1, b)).expand((a, b))
     return (hi + lo).reshape((a * b,)).shrink((0,), (n,))
+
+
+def arange_uop(n: int, dtype: DType) -> UOp:
+    """[0, 1, ..., n-1] in an integer dtype, from CONST, views, ADD/MUL and REDUCE only.
+
+    Counted in `dtypes.index` and cast once: rangeify collapses each prefix sum of ones to its output index
+    (lower.reduce_collapse) and the exact index math then folds row * width + column back to the kernel's
+    RANGE, so the kernel stores `cast(i)` with no reduction."""
+    return _arange_index(n).cast(dtype)
 
 
 class _Default(Enum):
