@@ -262,9 +262,11 @@ class Sequential(Module):
         return x
 
 
-def cross_entropy(logits: Tensor, target: Tensor, label_smoothing: float = 0.0) -> Tensor:
+def cross_entropy(logits: Tensor, target: Tensor, label_smoothing: float = 0.0, ignore_index: int = -100) -> Tensor:
     """Mean cross entropy of (N, C) logits against (N,) integer class indices (torch.nn.functional.cross_entropy
-    with reduction='mean')."""
+    with reduction='mean'): rows whose target is `ignore_index` add nothing and are not counted (all ignored: nan,
+    as torch). The target's log-probability is a gather (one read per row), so only log_softmax is O(N x C); with
+    label_smoothing e, a row's loss is (1 - e) * -logp[target] + e * mean over classes of -logp."""
     if logits.ndim != 2 or target.shape != (logits.shape[0],):
         raise ShapeError(f"cross_entropy: logits {fmt_shape(logits.shape)} and target {fmt_shape(target.shape)}; "
                          f"they must be (N, C) and (N,)")
@@ -274,10 +276,12 @@ def cross_entropy(logits: Tensor, target: Tensor, label_smoothing: float = 0.0) 
         raise ValueError(f"cross_entropy: label_smoothing={label_smoothing} must be in [0, 1]")
     n, c = logits.shape
     logp = logits.log_softmax(1)
-    onehot = (target.reshape(n, 1) == Tensor.arange(c, dtype=target.dtype)).cast(logp.dtype)
+    keep = target != ignore_index
+    picked = logp.gather(1, keep.where(target, 0).reshape(n, 1)).reshape(n)
+    loss = -picked
     if label_smoothing:
-        onehot = onehot * (1.0 - label_smoothing) + label_smoothing / c
-    return -(logp * onehot).sum() / n
+        loss = loss * (1.0 - label_smoothing) - logp.sum(1) * (label_smoothing / c)
+    return keep.where(loss, 0.0).sum() / keep.sum().cast(logp.dtype)
 
 
 __all__ = ["BatchNorm2d", "Conv2d", "Dropout", "Embedding", "LayerNorm", "Linear", "Module", "Sequential",

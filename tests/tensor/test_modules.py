@@ -187,6 +187,47 @@ def test_cross_entropy_matches_torch_with_label_smoothing():
     np.testing.assert_allclose(lt.grad.numpy(), tl.grad.numpy(), rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("smoothing", [0.0, 0.2])
+@pytest.mark.parametrize("ignore", [None, -100, 3])
+def test_cross_entropy_matches_torch_float32_with_ignore_index(smoothing: float, ignore: int | None):
+    torch = pytest.importorskip("torch")
+    n, c = 256, 10
+    logits = rnd(n, c, seed=4).astype(np.float32) * 3
+    target = np.random.default_rng(5).integers(0, c, n)
+    if ignore is not None:
+        target[::7] = ignore  # every 7th row ignored (for ignore=3, also the rows whose class is 3)
+    kw = {} if ignore is None else {"ignore_index": ignore}
+    lt = Tensor(logits, requires_grad=True)
+    loss = cross_entropy(lt, Tensor(target.astype(np.int32)), label_smoothing=smoothing, **kw)
+    loss.backward()
+    tl = torch.tensor(logits, requires_grad=True)
+    tloss = torch.nn.functional.cross_entropy(tl, torch.tensor(target), label_smoothing=smoothing, **kw)
+    tloss.backward()
+    np.testing.assert_allclose(loss.item(), tloss.item(), rtol=1e-5)
+    assert lt.grad is not None
+    np.testing.assert_allclose(lt.grad.numpy(), tl.grad.numpy(), rtol=1e-4, atol=1e-7)
+
+
+def test_cross_entropy_reads_one_logit_per_row():
+    """The target's log-probability is a gather: no kernel of N x C work (forward or backward) reads the target,
+    as a one-hot mask (target == arange(C)) contraction would; those kernels are log_softmax's and its gradient's."""
+    from lower import schedule
+    from lower.optimize import axes
+
+    n, c = 64, 3000
+    t = Tensor(np.random.default_rng(0).integers(0, c, n).astype(np.int32)).realize()
+    x = Tensor(rnd(n, c, seed=1).astype(np.float32), requires_grad=True)
+    loss = cross_entropy(x, t)
+    loss.backward()
+    assert x.grad is not None
+    slot = t.uop.buf_arg.slot
+    items, _ = schedule([loss.uop, x.grad.uop])
+    big = [it for it in items if it.ast is not None and np.prod([int(r.src[0].value) for r in axes(it.ast)]) >= n * c]
+    assert big
+    for it in big:
+        assert all(b.buf_arg.slot != slot for b in it.bufs), it.name
+
+
 def test_optimizer_step_realizes_batchnorm_statistics():
     bn = BatchNorm2d(2)
     x = Tensor(rnd(3, 2, 2, 2, seed=1).astype(np.float32))
