@@ -250,6 +250,10 @@ def _padto(ast: UOp, r: UOp, opt: Opt) -> UOp:
         elif u.op is Ops.STORE and u.src[0].op is Ops.INDEX and dep[u.src[0]]:
             gate = valid if len(src) < 3 else (src[2] & valid)
             new = UOp(Ops.STORE, (src[0], src[1], gate), u.arg, u.tag)
+        elif u.op is Ops.ATOMICADD and dep[u]:  # no gate: the padded threads add the identity (lower.atomics)
+            from lower.atomics import gated_atomic_add
+
+            new = gated_atomic_add(src[0], src[1], valid)
         elif u.op is Ops.REDUCE and p in u.src[1:]:
             ident = UOp.const(reduce_identity(u.reduce_op, u.dtype), u.dtype)
             new = UOp(Ops.REDUCE, (valid.where(src[0], ident), *src[1:]), u.arg, u.tag)

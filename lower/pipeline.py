@@ -114,9 +114,14 @@ def symbolic(ast: UOp, ctx: Lowering) -> UOp:
 def optimize(ast: UOp, ctx: Lowering) -> UOp:
     """Choose OptOps (ctx.opts if given; else none under NOOPT or on an interpreted target; BEAM=n search; else
     the hand-coded heuristics for the target), apply them, and lower THREAD axes to core_id SPECIALs (on a GPU
-    target, with warps: the GPU heuristics of lower.gpu, and GLOBAL/LOCAL/GROUP_REDUCE axes to the grid)."""
+    target, with warps: scatter-adds made ATOMICADD first, the GPU heuristics of lower.gpu, and
+    GLOBAL/LOCAL/GROUP_REDUCE axes to the grid)."""
     from lower.optimize import apply_opts, hand_coded, lower_threads
 
+    if ctx.target.warp_size:  # a scatter-add's serial index loop becomes parallel threads (lower.atomics)
+        from lower.atomics import atomic_scatter
+
+        ast = atomic_scatter(ast)
     opts: list | None = list(ctx.opts) if ctx.opts is not None else None
     if opts is None:
         if ctx.noopt or ctx.target.interpreted:

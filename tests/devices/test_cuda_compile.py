@@ -335,3 +335,30 @@ def test_the_gpu_tests_programs_on_the_emulator() -> None:
     a, b, o = np.arange(1000, dtype=np.float32), np.full(1000, 3, np.float32), np.zeros(1000, np.float32)
     py.compile(grid_elementwise(1000, 128), "grid_ew")({0: o, 1: a, 2: b})
     np.testing.assert_array_equal(o, a * b + a)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("sm", SMS)
+def test_scatter_add_compiles_to_atomic_add(tmp_path: os.PathLike, sm: str) -> None:
+    """A scatter-add on a GPU target: every (position, column) pair a thread adding with atomicAdd (lower.atomics),
+    no loop over the positions; float16 keeps the serial loop (no atomicAdd)."""
+    from rewrite.stores import scatter_add
+
+    idx = Tensor(np.array([3, 0, 3, 3, 9, -1], np.int32))
+    progs = []
+    for dt in ("float32", "int32", "float16"):
+        src = Tensor(np.ones((6, 40), np.float32)).cast(dt)
+        zero = UOp.const(0, src.dtype).reshape((1, 1)).expand((10, 40))
+        items, _ = schedule([scatter_add(zero, idx.uop, src.uop)])
+        progs += [(lower_kernel(it.ast, gpu_target(sm), name=f"{dt}_{it.name}"), f"{dt}_{it.name}") for it in items
+                  if it.kind == "kernel" and it.ast is not None]
+    with Context(CACHEDIR=str(tmp_path)):
+        ks = DEVICE.compile_batch(progs, gpu_target(sm))
+    assert all(k.cubin[:4] == b"\x7fELF" for k in ks)
+    atomic = [name for lin, name in progs if any(u.op is Ops.ATOMICADD for u in lin.src)]
+    assert sorted(n.split("_")[0] for n in atomic) == ["float32", "int32"]
+    assert all(not any(u.op is Ops.RANGE for u in lin.src) for lin, name in progs if name in atomic)
+    half = [lin for lin, name in progs if name.startswith("float16") and any(u.op is Ops.LOAD for u in lin.src)]
+    assert any(any(u.op is Ops.RANGE for u in lin.src) for lin in half)  # the serial loop over positions
+    src = "\n".join(k.src for k in ks)
+    assert "atomicAdd(&data0[" in src and "(-0.0f));" in src

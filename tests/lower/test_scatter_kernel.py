@@ -10,6 +10,7 @@ import pytest
 from devices.base import gpu_target
 from lower import schedule
 from lower.optimize import Opt, OptOps, apply_opt, axes
+from lower.stages import lower_kernel
 from rewrite import AxisType, Ops, UOp, dtypes
 from rewrite.errors import CompilerError, KernelOptError
 from rewrite.evaluate import evaluate_graph
@@ -112,3 +113,55 @@ def test_index_select_backward_is_a_scatter_add_like_torch():
     for it in items:
         if it.ast is not None:
             assert int(np.prod([int(r.src[0].value) for r in axes(it.ast)])) <= vocab * row, it.name
+
+
+def _scatter_add_tensor(v: int, src: np.ndarray, idx: np.ndarray, device: str) -> Tensor:
+    i, s = Tensor(idx, device=device), Tensor(src, device=device)
+    z = UOp.const(0, s.dtype).reshape((1,) * src.ndim).expand((v, *src.shape[1:]))
+    return Tensor._wrap(scatter_add(z, i.uop, s.uop), device)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64, np.float64])
+def test_gpu_scatter_add_is_atomic_and_parallel_in_the_emulator(dtype: type):
+    """On a GPU target the index loop is threads and the accumulation ATOMICADD (lower.atomics): heavy duplicates
+    and positions outside the buffer, against numpy's in-order accumulation."""
+    v, k, row = 5, 300, 3
+    idx = rng.integers(-1, v + 1, k).astype(np.int32)  # every row hit ~50 times; -1 and v are skipped
+    src = (rng.standard_normal((k, row)) * 8).astype(dtype)
+    out = _scatter_add_tensor(v, src, idx, "python")
+    got, lins = run(out, gpu_target().with_(device="python"))
+    want = _numpy(v, src.astype(np.float64), idx, True)
+    if np.issubdtype(dtype, np.integer):
+        np.testing.assert_array_equal(got, want.astype(dtype))
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    (lin,) = [lin for lin in lins if any(u.op is Ops.ATOMICADD for u in lin.src)]
+    assert not any(u.op is Ops.RANGE for u in lin.src)  # j and the row are both grid axes: no loop over positions
+    assert not any(u.op is Ops.STORE for u in lin.src)
+
+
+def test_gpu_scatter_add_skips_outside_positions_without_touching_negative_zero():
+    """An outside position adds -0.0 to element 0: -0.0 stays -0.0 (adding +0.0 would make it +0.0)."""
+    idx = np.array([-1, 2, 2, 7], np.int32)
+    src = np.array([[5.0], [1.0], [2.0], [9.0]], np.float32)
+    base = np.array([[-0.0], [1.0], [0.0]], np.float32)
+    t = Tensor(base, device="python")
+    out = Tensor._wrap(scatter_add(t.uop, Tensor(idx, device="python").uop, Tensor(src, device="python").uop),
+                       "python")
+    got, _ = run(out, gpu_target().with_(device="python"))
+    np.testing.assert_array_equal(got, [[-0.0], [1.0], [3.0]])
+    assert np.signbit(got[0, 0])
+
+
+def test_narrow_floats_and_the_cpu_keep_the_serial_loop():
+    idx = np.array([1, 1, 0, 1], np.int32)
+    src = np.ones((4, 2), np.float32)
+    half = _scatter_add_tensor(3, src.astype(np.float16), idx, "python")
+    got, lins = run(half, gpu_target().with_(device="python"))
+    np.testing.assert_array_equal(got, [[1, 1], [3, 3], [0, 0]])
+    assert not any(u.op is Ops.ATOMICADD for lin in lins for u in lin.src)
+    items, _ = schedule([_scatter_add_tensor(3, src, idx, "cpu").uop])
+    for it in items:
+        if it.ast is not None:
+            lin = lower_kernel(it.ast, "cpu")
+            assert not any(u.op is Ops.ATOMICADD for u in lin.src)
