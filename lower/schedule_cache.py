@@ -287,6 +287,7 @@ class PlanCache:
         self.limit = limit
         self._plans: collections.OrderedDict[tuple, Plan] = collections.OrderedDict()
         self.hits = self.misses = 0
+        self.kernels_run = 0  # kernels launched by the plans replayed (what a benchmark reports per step)
 
     def get(self, key: tuple) -> Plan | None:
         p = self._plans.get(key)
