@@ -1,17 +1,24 @@
-"""Suite `train`: training steps end to end (forward, backward, optimizer update), against PyTorch eager.
+"""Suite `train`: training steps end to end (forward, backward, AdamW update), ours against PyTorch eager and
+tinygrad (TinyJit) in the same run.
 
-Rows:
-  mlp      an MLP (784-512-512-10, ReLU, batch 256, AdamW lr 1e-3 wd 0.01, float32; `--quick`: 784-128-10,
-           batch 64) on one fixed random batch, the same initial weights (numpy, seeded) in ours and torch:
+Rows (the models in benchmarks.train_models, the same initial weights and batch in every framework):
+  mlp          784-512-512-10, ReLU, batch 256 (`--quick`: 784-128-10, batch 64);
+  cnn          the digits CNN (tensor.train_digits --cnn's layers), batch 100;
+  transformer  two transformer blocks (d 128, 4 heads, GELU MLP) over 8 x 64 tokens (`--quick`: d 64, 4 x 32);
+each with:
     cold     the first step in a fresh process whose kernel cache is an empty temporary CACHEDIR (graph,
-             scheduling, lowering, the C compiler and the run), and the second step of that process;
+             scheduling, lowering, the C compiler and the run), and the second step of that process; tinygrad's
+             the same (its first TinyJit call, CACHELEVEL=0);
     steady   one whole step after the check's steps (graph built again, plan replayed): median of N runs,
-             timed in turns with torch eager doing the identical step (all threads);
-    check    the loss of each of the first K steps, ours against torch: max relative difference <= 1e-4.
+             timed in turns with torch eager and tinygrad doing the identical step (all threads);
+    kernels  the kernels one steady step launches, ours and tinygrad's;
+    check    the loss of each of the first K steps, ours against torch: max relative difference <= 1e-4; and
+             the gradients of every parameter at the initial weights, ours against torch (benchmarks.train_models
+             .grad_error) <= 1e-4.
   digits   `python -m tensor.train_digits`'s MLP (64-64-10, Adam, sklearn digits) trained for its default 12
            epochs (`--quick`: 3): wall time to its held-out accuracy, and that accuracy (needs scikit-learn).
 
-`python -m benchmarks.bench_train --worker --config JSON` is the cold row's subprocess side (one JSON line).
+`python -m benchmarks.bench_train --worker ENGINE --config JSON` is the cold row's subprocess side (one JSON line).
 """
 
 from __future__ import annotations
@@ -24,101 +31,30 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
-
-import numpy as np
 
 from benchmarks.kernel_peers import have
 from benchmarks.kernel_worker import run_module
 from benchmarks.runner import Bench, Result, Timed, suite
+from benchmarks.train_models import (
+    ModelConfig,
+    OursTrainer,
+    TinygradTrainer,
+    TorchTrainer,
+    Trainer,
+    cnn_config,
+    grad_error,
+    mlp_config,
+    transformer_config,
+)
 
 CHECK_RTOL = 1e-4
+GRAD_RTOL = 1e-4
 
-
-@dataclass(frozen=True)
-class MLPConfig:
-    sizes: tuple[int, ...] = (784, 512, 512, 10)
-    batch: int = 256
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    seed: int = 0
-
-    @property
-    def label(self) -> str:
-        return f"mlp {'-'.join(map(str, self.sizes))} b{self.batch}"
-
-
-FULL = MLPConfig()
-QUICK = MLPConfig(sizes=(784, 128, 10), batch=64)
-TINY = MLPConfig(sizes=(64, 32, 10), batch=16)  # the test's row
-
-
-def init(cfg: MLPConfig) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-    """Initial weights (torch.nn.Linear's uniform bound, weight then bias per layer) and one batch (x, y)."""
-    rng = np.random.default_rng(cfg.seed)
-    params: list[np.ndarray] = []
-    for fin, fout in zip(cfg.sizes, cfg.sizes[1:], strict=False):
-        bound = 1.0 / np.sqrt(fin)
-        params.append(rng.uniform(-bound, bound, (fout, fin)).astype(np.float32))
-        params.append(rng.uniform(-bound, bound, (fout,)).astype(np.float32))
-    x = rng.standard_normal((cfg.batch, cfg.sizes[0])).astype(np.float32)
-    y = rng.integers(0, cfg.sizes[-1], cfg.batch).astype(np.int32)
-    return params, x, y
-
-
-class OursStep:
-    """Our model, optimizer and batch; `step` is one training step (the loss realized with the update)."""
-
-    def __init__(self, cfg: MLPConfig) -> None:
-        from tensor.modules import Linear, Sequential
-        from tensor.optim import AdamW
-        from tensor.tensor import Tensor
-
-        params, x, y = init(cfg)
-        layers: list[Any] = []
-        for fin, fout in zip(cfg.sizes, cfg.sizes[1:], strict=False):
-            layers += [Linear(fin, fout), Tensor.relu]
-        self.model = Sequential(*layers[:-1])
-        self.model.load_state_dict(dict(zip(self.model.state_dict(), params, strict=True)))
-        self.opt = AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        self.x, self.y = Tensor(x).realize(), Tensor(y).realize()
-
-    def step(self, _: object = None) -> float:
-        from tensor.modules import cross_entropy
-
-        self.opt.zero_grad()
-        loss = cross_entropy(self.model(self.x), self.y)
-        loss.backward()
-        self.opt.step(loss)
-        return loss.item()
-
-
-class TorchStep:
-    """The identical step in PyTorch eager."""
-
-    def __init__(self, cfg: MLPConfig) -> None:
-        import torch
-
-        torch.set_num_threads(os.cpu_count() or 1)
-        params, x, y = init(cfg)
-        layers: list[Any] = []
-        for fin, fout in zip(cfg.sizes, cfg.sizes[1:], strict=False):
-            layers += [torch.nn.Linear(fin, fout), torch.nn.ReLU()]
-        self.model = torch.nn.Sequential(*layers[:-1])
-        with torch.no_grad():
-            for p, v in zip(self.model.parameters(), params, strict=True):
-                p.copy_(torch.from_numpy(v))
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        self.x, self.y = torch.from_numpy(x), torch.from_numpy(y).long()
-        self.f = torch.nn.functional
-
-    def step(self, _: object = None) -> float:
-        self.opt.zero_grad()
-        loss = self.f.cross_entropy(self.model(self.x), self.y)
-        loss.backward()
-        self.opt.step()
-        return float(loss.item())
+FULL = mlp_config(quick=False)
+QUICK = mlp_config(quick=True)
+TINY = ModelConfig("mlp", 16, (64, 32, 10))  # the test's row
 
 
 def loss_check(ours: list[float], peer: list[float]) -> tuple[bool, float]:
@@ -129,12 +65,14 @@ def loss_check(ours: list[float], peer: list[float]) -> tuple[bool, float]:
 # ---------------------------------------------------------------------------- subprocess side (cold)
 
 
-def worker(cfg: MLPConfig) -> dict[str, Any]:
+def worker(engine: str, cfg: ModelConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
-    import tensor  # noqa: F401 -- the user's first line
-
+    if engine == "ours":
+        import tensor  # noqa: F401 -- the user's first line
+    else:
+        import tinygrad  # noqa: F401
     import_s = time.perf_counter() - t0
-    m = OursStep(cfg)
+    m: Trainer = OursTrainer(cfg) if engine == "ours" else TinygradTrainer(cfg)
     t0 = time.perf_counter()
     loss = m.step()
     first = time.perf_counter() - t0
@@ -144,55 +82,84 @@ def worker(cfg: MLPConfig) -> dict[str, Any]:
     return {"import_s": import_s, "first_s": first, "again_s": again, "loss": loss}
 
 
-def run_worker(cfg: MLPConfig, timeout: float = 900) -> tuple[dict[str, Any] | None, str]:
+def run_worker(cfg: ModelConfig, engine: str = "ours", timeout: float = 900) -> tuple[dict[str, Any] | None, str]:
     with tempfile.TemporaryDirectory() as d:
-        res, _, err = run_module(["benchmarks.bench_train", "--worker", "--config", json.dumps(asdict(cfg))],
-                                 {"CACHEDIR": os.path.join(d, "cache")}, timeout, os.path.join(d, "none.npy"))
+        env = {"CACHEDIR": os.path.join(d, "cache")} if engine == "ours" else {"CACHELEVEL": "0"}
+        res, _, err = run_module(["benchmarks.bench_train", "--worker", engine, "--config", json.dumps(asdict(cfg))],
+                                 env, timeout, os.path.join(d, "none.npy"))
         return res, err
 
 
 # ---------------------------------------------------------------------------- the rows
 
 
-def mlp_row(b: Bench, cfg: MLPConfig, *, cold: bool = True, check_steps: int = 3, runs: int = 5) -> dict[str, Any]:
-    """Record the MLP row's figures into b; returns the check's outcome (what the test asserts on)."""
+def _cold(b: Bench, cfg: ModelConfig, engine: str) -> dict[str, Any] | None:
     name = cfg.label
-    out: dict[str, Any] = {"config": asdict(cfg)}
+    b.say(f"{name}: {engine} cold first step (fresh process, empty kernel cache)")
+    res, err = run_worker(cfg, engine)
+    if res is None:
+        b.note(f"{name}: {engine} cold run failed: {err}")
+        return None
+    sfx = "" if engine == "ours" else f"/{engine}"
+    b.record(Result(f"{name}: cold first step{sfx}", "s", [res["first_s"]], False, None, res))
+    b.record(Result(f"{name}: cold second step{sfx}", "ms", [1e3 * res["again_s"]], False, None))
+    b.note(f"{name}: {engine} cold first step {res['first_s']:.2f} s (+{res['import_s']:.2f} s import), "
+           f"second step {1e3 * res['again_s']:.1f} ms")
+    return res
+
+
+def model_row(b: Bench, cfg: ModelConfig, *, cold: bool = True, check_steps: int = 3, runs: int = 5,
+              peers: tuple[str, ...] = ("torch", "tinygrad")) -> dict[str, Any]:
+    """Record one model's figures into b; returns the checks' outcome (what the test asserts on)."""
+    name = cfg.label
+    out: dict[str, Any] = {"config": asdict(cfg), "load": os.getloadavg()}
+    peers = tuple(p for p in peers if have(p))
     if cold:
-        b.say(f"{name}: cold first step (fresh process, empty kernel cache)")
-        res, err = run_worker(cfg)
-        if res is None:
-            b.note(f"{name}: cold run failed: {err}")
-        else:
-            b.record(Result(f"{name}: cold first step", "s", [res["first_s"]], False, None, res))
-            b.record(Result(f"{name}: cold second step", "ms", [1e3 * res["again_s"]], False, None))
-            b.note(f"{name}: cold first step {res['first_s']:.2f} s (+{res['import_s']:.2f} s import), "
-                   f"second step {1e3 * res['again_s']:.1f} ms")
-    b.say(f"{name}: ours, first {check_steps} steps")
-    ours = OursStep(cfg)
+        for engine in ("ours", *(p for p in peers if p == "tinygrad")):
+            res = _cold(b, cfg, engine)
+            if res is not None:
+                out[f"cold_{engine}_s"] = res["first_s"]
+    b.say(f"{name}: ours, gradients and first {check_steps} steps")
+    ours = OursTrainer(cfg)
+    grads = ours.grads()
     out["ours_losses"] = [ours.step() for _ in range(check_steps)]
     jobs = [Timed(f"{name}: step/ours", ours.step, 1, "ms", per_item=1e3, runs=runs)]
-    peer: TorchStep | None = None
-    if have("torch"):
-        b.say(f"{name}: torch, first {check_steps} steps")
-        peer = TorchStep(cfg)
-        out["torch_losses"] = [peer.step() for _ in range(check_steps)]
-        ok, rel = loss_check(out["ours_losses"], out["torch_losses"])
-        out.update(check_ok=ok, rel_err=rel)
-        b.note(f"{name}: loss of steps 1..{check_steps} ours vs torch: max rel diff {rel:.1e} -> "
-               f"{'ok' if ok else 'FAIL'} (<= {CHECK_RTOL:g}); ours {out['ours_losses'][-1]:.6f}, "
-               f"torch {out['torch_losses'][-1]:.6f}")
-        jobs.append(Timed(f"{name}: step/torch", peer.step, 1, "ms", per_item=1e3, runs=runs))
-    else:
-        out.update(check_ok=None, rel_err=None)
-        b.note(f"{name}: torch not installed: no torch column, no loss check")
+    engines: list[Trainer] = [ours]
+    out.update(check_ok=None, rel_err=None, grad_ok=None, grad_err=None)
+    for peer in peers:
+        b.say(f"{name}: {peer}, first {check_steps} steps")
+        t: Trainer = TorchTrainer(cfg) if peer == "torch" else TinygradTrainer(cfg)
+        if peer == "torch":
+            gerr = grad_error(grads, t.grads())
+            out.update(grad_ok=gerr <= GRAD_RTOL, grad_err=gerr)
+        losses = [t.step() for _ in range(check_steps)]
+        out[f"{peer}_losses"] = losses
+        if peer == "torch":
+            ok, rel = loss_check(out["ours_losses"], losses)
+            out.update(check_ok=ok, rel_err=rel)
+            b.note(f"{name}: loss of steps 1..{check_steps} ours vs torch: max rel diff {rel:.1e} -> "
+                   f"{'ok' if ok else 'FAIL'} (<= {CHECK_RTOL:g}); gradients at the initial weights: max rel diff "
+                   f"{gerr:.1e} -> {'ok' if gerr <= GRAD_RTOL else 'FAIL'} (<= {GRAD_RTOL:g})")
+        jobs.append(Timed(f"{name}: step/{peer}", t.step, 1, "ms", per_item=1e3, runs=runs))
+        engines.append(t)
+    if "torch" not in peers:
+        b.note(f"{name}: torch not installed: no torch column, no loss or gradient check")
     results = b.measure_together(jobs)
     results[0].info.update(out)
     out["steady_ms"] = results[0].median
-    if peer is not None:
-        b.compare(f"{name}: AdamW step vs torch eager", results[0], results[1], "torch")
-        out["torch_ms"] = results[1].median
+    for e, r in zip(engines[1:], results[1:], strict=True):
+        b.compare(f"{name}: AdamW step vs {e.name}", results[0], r, e.name)
+        out[f"{e.name}_ms"] = r.median
+    kern = {e.name: e.kernels for e in engines if e.kernels is not None}
+    out["kernels"] = kern
+    b.note(f"{name}: kernels per steady step: " + ", ".join(f"{k} {v}" for k, v in kern.items()) +
+           f" (load average {out['load'][0]:.1f})")
     return out
+
+
+def mlp_row(b: Bench, cfg: ModelConfig, *, cold: bool = True, check_steps: int = 3, runs: int = 5) -> dict[str, Any]:
+    """The MLP row against torch alone (the test's)."""
+    return model_row(b, cfg, cold=cold, check_steps=check_steps, runs=runs, peers=("torch",))
 
 
 def digits_row(b: Bench, epochs: int) -> None:
@@ -214,11 +181,12 @@ def digits_row(b: Bench, epochs: int) -> None:
 
 @suite("train")
 def train(b: Bench) -> None:
-    cfg = QUICK if b.quick else FULL
-    b.note(f"MLP {'-'.join(map(str, cfg.sizes))} ReLU, batch {cfg.batch}, AdamW lr {cfg.lr} wd {cfg.weight_decay}, "
-           f"float32, same init weights and batch in ours and torch")
-    b.case(cfg.label, of=2)
-    mlp_row(b, cfg, runs=5 if b.quick else 7)
+    cfgs = [mlp_config(b.quick), cnn_config(b.quick), transformer_config(b.quick)]
+    b.note("AdamW lr 1e-3 wd 0.01, float32, the same initial weights and batch in ours, torch eager and tinygrad "
+           "(TinyJit, its CPU device)")
+    for i, cfg in enumerate(cfgs):
+        b.case(cfg.label, of=len(cfgs) + 1 if i == 0 else None)
+        model_row(b, cfg, runs=5 if b.quick else 7)
     b.case("digits")
     digits_row(b, 3 if b.quick else 12)
 
@@ -227,12 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_train",
                                  description="subprocess side of the train suite (run the suite with "
                                              "`python -m benchmarks train`)")
-    ap.add_argument("--worker", action="store_true", required=True)
-    ap.add_argument("--config", required=True, help="MLPConfig fields as JSON")
+    ap.add_argument("--worker", choices=("ours", "tinygrad"), required=True)
+    ap.add_argument("--config", required=True, help="ModelConfig fields as JSON")
     args = ap.parse_args(argv)
     fields = json.loads(args.config)
     fields["sizes"] = tuple(fields["sizes"])
-    print(json.dumps(worker(MLPConfig(**fields))))
+    print(json.dumps(worker(args.worker, ModelConfig(**fields))))
     return 0
 
 

@@ -177,6 +177,7 @@ def realize(roots: list[UOp], var_vals: dict[str, int] | None = None) -> dict[UO
         ests = [_estimates.get(_kernel_key(a, d), Estimate(0, 0)) for a, d, _, _ in wanted]
         p = build_plan(roots, inputs, items, outs, kernels, ests)
         plans.put(key, p)
+    plans.kernels_run += sum(st.kind == "kernel" for st in p.steps)
     return replay(p, roots, inputs, var_vals)
 
 

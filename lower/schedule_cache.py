@@ -56,23 +56,18 @@ def signature(roots: list[UOp]) -> tuple[tuple, list[UOp]]:
     parts: list[tuple] = []
     inputs: list[UOp] = []
     slot_pos: dict[int, int] = {}
-    for r in roots:
-        if r in pos:
-            continue
-        for u in r.toposort():
-            if u in pos:
-                continue
-            src = tuple(pos[s] for s in u.src)
-            pos[u] = len(parts)
-            a = u.arg
-            if u.op is _BUFFER and type(a) is BufferArg and a.addrspace is _GLOBAL:
-                k = slot_pos.get(a.slot)
-                if k is None:
-                    k = slot_pos[a.slot] = len(inputs)
-                    inputs.append(u)
-                parts.append((_BUFFER, k, a.dtype, a.device, src))
-            else:
-                parts.append((u._key[0], u._key[2:], src))  # the intern key: the arg with its value types
+    for u in UOp.toposort_of(roots):
+        src = tuple(pos[s] for s in u.src)
+        pos[u] = len(parts)
+        a = u.arg
+        if u.op is _BUFFER and type(a) is BufferArg and a.addrspace is _GLOBAL:
+            k = slot_pos.get(a.slot)
+            if k is None:
+                k = slot_pos[a.slot] = len(inputs)
+                inputs.append(u)
+            parts.append((_BUFFER, k, a.dtype, a.device, src))
+        else:
+            parts.append((u._key[0], u._key[2:], src))  # the intern key: the arg with its value types
     parts.append(tuple(pos[r] for r in roots))
     parts.append(lowering_knobs())
     return tuple(parts), inputs
@@ -292,6 +287,7 @@ class PlanCache:
         self.limit = limit
         self._plans: collections.OrderedDict[tuple, Plan] = collections.OrderedDict()
         self.hits = self.misses = 0
+        self.kernels_run = 0  # kernels launched by the plans replayed (what a benchmark reports per step)
 
     def get(self, key: tuple) -> Plan | None:
         p = self._plans.get(key)

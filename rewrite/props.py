@@ -14,7 +14,9 @@ _NO_DEVICE = frozenset({Ops.CONST, Ops.VCONST, Ops.RANGE, Ops.SPECIAL, Ops.BINAR
 
 
 def _nodes_needing(root: UOp, name: str) -> list[UOp]:
-    return [u for u in root.toposort() if u._props is None or name not in u._props]
+    """The nodes under root without the property, children first. A node that has it is not walked into: the
+    property is set for every node below one before that one (the loops below go children first)."""
+    return root.toposort_of((root,), lambda u: u._props is not None and name in u._props)
 
 
 def device_of(root: UOp) -> str | tuple[str, ...] | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, NamedTuple, TypeVar, cast
 
 from rewrite.derive import derive, fmt_shape, shape_values
@@ -485,9 +485,18 @@ class UOp:
 
     def toposort(self) -> list[UOp]:
         """Every node reachable from self, children before parents."""
+        return UOp.toposort_of((self,))
+
+    @staticmethod
+    def toposort_of(roots: Iterable[UOp], skip: Callable[[UOp], bool] | None = None) -> list[UOp]:
+        """Every node reachable from any of `roots`, children before parents, each once: one walk for a graph
+        with many roots (a training step's parameters, states and loss share most of theirs), where a walk per
+        root would visit the shared part once per root. A node for which `skip` is true is left out together
+        with everything reachable only through it."""
         out: list[UOp] = []
         seen: set[UOp] = set()
-        stack: list[tuple[UOp, bool]] = [(self, False)]
+        stack: list[tuple[UOp, bool]] = [(r, False) for r in reversed(tuple(roots))
+                                         if skip is None or not skip(r)]
         while stack:
             u, done = stack.pop()
             if done:
@@ -498,7 +507,7 @@ class UOp:
             seen.add(u)
             stack.append((u, True))
             for s in reversed(u.src):
-                if s not in seen:
+                if s not in seen and (skip is None or not skip(s)):
                     stack.append((s, False))
         return out
 

@@ -222,6 +222,46 @@ def _is_abs(x: UOp, ret: UOp, m: UOp) -> bool:
             and cast(tuple, m.arg)[0] == (1 << (x.dtype.bits - 1)) - 1)
 
 
+_VIEWS = (Ops.EXPAND, Ops.RESHAPE, Ops.PERMUTE, Ops.CAST)
+
+
+def _layout_copy_source(v: UOp) -> UOp | None:
+    """x when v is a copy of x in another layout read back in x's own (`reshape(permute(contiguous(permute(
+    reshape(x)))))` with the permutes inverse to each other and the outer shape x's: matmul's column panels,
+    tensor.nn._panels), else None."""
+    outer = v.src[0] if v.op is Ops.RESHAPE else v
+    if outer.op is not Ops.PERMUTE or outer.src[0].op is not Ops.CONTIGUOUS:
+        return None
+    inner = outer.src[0].src[0]
+    if inner.op is not Ops.PERMUTE:
+        return None
+    q, p = cast(tuple, outer.arg), cast(tuple, inner.arg)
+    if any(p[q[i]] != i for i in range(len(q))):
+        return None
+    x = inner.src[0]
+    if (x.op is Ops.RESHAPE) != (v.op is Ops.RESHAPE):
+        return None
+    x = x.src[0] if x.op is Ops.RESHAPE else x
+    return x if x.shape == v.shape else None
+
+
+def _read_through(u: UOp) -> UOp:
+    """u with a layout copy in its chain of views replaced by the copy's source. The gradient of a product reads
+    the other operand, and a copy made for the forward's access pattern (matmul's column panels of w) is the
+    wrong one for the backward's (dY @ w^T reads w along its rows): read w itself, whose own layout the
+    backward's register tile then uses."""
+    v = u
+    while v.op in _VIEWS:
+        if (x := _layout_copy_source(v)) is not None:
+            return u.substitute({v: x})
+        v = v.src[0]
+    return u
+
+
+def _mul_grad(ctx: UOp, a: UOp, b: UOp) -> tuple:
+    return (ctx * _read_through(b), ctx * _read_through(a))
+
+
 def _gettuple_grad(ctx: UOp, ret: UOp, fn: UOp) -> tuple:
     n = len(fn.src[0].src)
     return (tuple(ctx if i == ret.arg else None for i in range(n)),)
@@ -293,7 +333,7 @@ gradients = RuleSet("gradients", [
     # elementwise arithmetic
     Rule("grad-add",  op.ADD(a, b, name=ret, ordered=True),  lambda ctx: (ctx, ctx)),
     Rule("grad-sub",  op.SUB(a, b, name=ret, ordered=True),  lambda ctx: (ctx, -ctx)),
-    Rule("grad-mul",  op.MUL(a, b, name=ret, ordered=True),  lambda ctx, a, b: (ctx * b, ctx * a)),
+    Rule("grad-mul",  op.MUL(a, b, name=ret, ordered=True),  _mul_grad),
     Rule("grad-neg",  op.NEG(a, name=ret),                   lambda ctx: (-ctx,)),
     Rule("grad-div",  op.DIV(a, b, name=ret, ordered=True),  lambda ctx, ret, b: (ctx / b, -ctx * ret / b)),
     Rule("grad-recip", op.RECIP(a, name=ret),                lambda ctx, ret: (-ctx * ret * ret,)),

@@ -181,12 +181,7 @@ class Assignments:
 
 
 def _topo(roots: list[UOp]) -> list[UOp]:
-    seen: dict[UOp, None] = {}
-    for r in roots:
-        if r not in seen:
-            for u in r.toposort():
-                seen.setdefault(u, None)
-    return list(seen)
+    return UOp.toposort_of(roots)
 
 
 def _reads(tensors: list[Tensor], versions: set[UOp]) -> list[tuple[Tensor, set[UOp]]]:

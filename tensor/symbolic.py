@@ -55,26 +55,21 @@ def unbind_graph(roots: list[UOp]) -> tuple[list[UOp], dict[str, int], dict[UOp,
     variable and for two values of one variable."""
     vals: dict[str, int] = {}
     mapping: dict[UOp, UOp] = {}
-    seen: set[UOp] = set()
     buffers: list[UOp] = []
-    for r in roots:
-        for u in r.toposort():
-            if u in seen:
-                continue
-            seen.add(u)
-            if u.op is Ops.BUFFER and not all(isinstance(d, int) for d in u.shape):
-                buffers.append(u)
-            if not u.is_variable:
-                continue
-            var, val = u.unbind()
-            name = str(var.buf_arg.slot)
-            if val is None:
-                raise VariableError(f"realize: variable {name!r} is unbound; bind it to a value: "
-                                    f"UOp.variable({name!r}, lo, hi).bind(value)")
-            if vals.setdefault(name, val) != val:
-                raise VariableError(f"realize: variable {name!r} is bound to two values, {vals[name]} and {val}, in "
-                                    f"one realize; realize them separately")
-            mapping[u] = var
+    for u in UOp.toposort_of(roots):
+        if u.op is Ops.BUFFER and not all(isinstance(d, int) for d in u.shape):
+            buffers.append(u)
+        if not u.is_variable:
+            continue
+        var, val = u.unbind()
+        name = str(var.buf_arg.slot)
+        if val is None:
+            raise VariableError(f"realize: variable {name!r} is unbound; bind it to a value: "
+                                f"UOp.variable({name!r}, lo, hi).bind(value)")
+        if vals.setdefault(name, val) != val:
+            raise VariableError(f"realize: variable {name!r} is bound to two values, {vals[name]} and {val}, in "
+                                f"one realize; realize them separately")
+        mapping[u] = var
     if not mapping:
         return roots, {}, {}
     back = {b.substitute(mapping): b for b in buffers}

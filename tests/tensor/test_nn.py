@@ -286,3 +286,30 @@ def test_gelu_exact_and_relu_int() -> None:
     close(Tensor(i).relu(), np.maximum(i, 0), dtype=dtypes.int32)
     with pytest.raises(ValueError, match="approximate"):
         Tensor(a).gelu(approximate="fast")
+
+
+def test_matmul_backward_reads_w_not_its_panels() -> None:
+    """x @ w.T reads w through a panel copy (tensor.nn._panels), laid out for the forward's tile; the gradient of x
+    (dY @ w) reads w itself (rules.gradients: a product's gradient reads through a layout copy), and both
+    gradients equal numpy's."""
+    from rewrite import Ops, UOp
+
+    rng = np.random.default_rng(5)
+    xa, wa = rng.standard_normal((32, 96)).astype(np.float32), rng.standard_normal((128, 96)).astype(np.float32)
+    x, w = Tensor(xa, requires_grad=True), Tensor(wa, requires_grad=True)
+    out = x @ w.T
+    assert any(u.op is Ops.CONTIGUOUS for u in out.uop.toposort())  # the forward packs
+    (out * out).sum().backward()
+    assert x.grad is not None and w.grad is not None
+    fwd = set(out.uop.toposort())
+
+    def reads_copy(u: UOp) -> bool:
+        while u.op in (Ops.EXPAND, Ops.RESHAPE, Ops.PERMUTE, Ops.CAST):
+            u = u.src[0]
+        return u.op is Ops.CONTIGUOUS
+
+    products = [u for u in x.grad.uop.toposort() if u.op is Ops.MUL and u not in fwd]
+    assert products and not any(reads_copy(s) for u in products for s in u.src)
+    gy = 2 * (xa.astype(np.float64) @ wa.T.astype(np.float64))
+    close(x.grad, (gy @ wa).astype(np.float32), rtol=1e-4, atol=1e-4)
+    close(w.grad, (gy.T @ xa).astype(np.float32), rtol=1e-4, atol=1e-4)
