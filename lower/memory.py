@@ -5,8 +5,10 @@ A buffer is intermediate when the schedule itself creates it and nobody outside 
 does. Walking the items in order, a buffer takes storage freed by an earlier buffer of the same byte size
 on the same device whose lifetime has ended (best fit by size would fragment less; same-size reuse is what
 kernels' repeated shapes give in practice and is exact). Another device's storage is not that device's memory,
-and in a multi-device schedule, whose devices run at once, one array shared by two devices would make one wait
-for the other.
+and in a multi-device schedule, whose devices run at once (lower.parallel), one array shared by two devices would
+make one wait for the other. For the same reason the two ends of a copy keep their own storage: a copy runs on
+its destination's thread, so a source array reused by its own device's next kernel would make that kernel wait
+for the other device.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ def plan(items: list[ScheduleItem], keep: set[UOp]) -> dict[int, UOp]:
             last[s] = i
             rep.setdefault(s, b)
     # a buffer that already holds data is an assignment's target, written in place: never shared
-    inter = {s for s in first if s in produced and s not in kept and not has_data(rep[s])}
+    copied = {slot(b) for it in items if it.kind == "copy" for b in it.bufs}
+    inter = {s for s in first if s in produced and s not in kept and s not in copied and not has_data(rep[s])}
     ends: dict[int, list[int]] = defaultdict(list)
     for s in inter:
         ends[last[s]].append(s)
