@@ -18,7 +18,8 @@ Rows:
     sum over shards     the implicit one: T (n*s,) sharded on axis 0, T.reshape(n, s).sum(0), which the lowering
                         turns into an allreduce (lower.multi)
     numpy               the in-process ideal, measured in the same run: the n shards added with numpy into one
-                        result, which is then copied n - 1 times (every device holds the sum), fresh arrays each run
+                        result, which is then copied n - 1 times (every device holds the sum), into arrays allocated
+                        once (our allocator pools memory too; fresh arrays would time the kernel's page faults)
                       Bus bandwidth as NCCL counts it: 2 (n - 1) / n * S bytes per second; each form is compared with
                       numpy. The check: max |result - numpy sum| over every device's copy.
 """
@@ -75,11 +76,13 @@ MIB = 1 << 20
 SIZES = {"quick": (1, 4), "default": (1, 4, 16, 64, 256), "full": (1, 4, 16, 64, 256)}  # MiB per device
 
 
-def _numpy_allreduce(shards: list[np.ndarray]) -> list[np.ndarray]:
-    total = shards[0] + shards[1]
+def _numpy_allreduce(shards: list[np.ndarray], outs: list[np.ndarray]) -> list[np.ndarray]:
+    np.add(shards[0], shards[1], out=outs[0])
     for s in shards[2:]:
-        total += s
-    return [total] + [total.copy() for _ in shards[1:]]
+        outs[0] += s
+    for o in outs[1:]:
+        np.copyto(o, outs[0])
+    return outs
 
 
 def _allreduce_rows(b: Bench, mib: int) -> None:
@@ -93,7 +96,8 @@ def _allreduce_rows(b: Bench, mib: int) -> None:
         data = np.random.default_rng(1).standard_normal(n * size, dtype=np.float32)
         T = Tensor(data).shard(D, 0).realize()
         shards = [np.ascontiguousarray(x) for x in data.reshape(n, size)]
-        want = _numpy_allreduce(shards)[0]
+        outs = [np.empty_like(s) for s in shards]  # allocated once, as our pooled allocator gives memory back
+        want = _numpy_allreduce(shards, outs)[0].copy()
 
         def implicit(_: object, T: Tensor = T) -> Tensor:
             return T.reshape(n, size).sum(0).realize()
@@ -110,7 +114,7 @@ def _allreduce_rows(b: Bench, mib: int) -> None:
         jobs = [Timed(f"{tag} spec", spec, busbw, "GB/s", info={"max_abs_err": errs["spec"], "devices": list(D)}),
                 Timed(f"{tag} sum over shards", implicit, busbw, "GB/s",
                       info={"max_abs_err": errs["sum over shards"], "devices": list(D)}),
-                Timed(f"{tag} numpy", lambda _, s=shards: _numpy_allreduce(s), busbw, "GB/s")]
+                Timed(f"{tag} numpy", lambda _, s=shards, o=outs: _numpy_allreduce(s, o), busbw, "GB/s")]
         spec_r, impl_r, np_r = b.measure_together(jobs)
         b.compare(f"{tag} spec", spec_r, np_r, "numpy")
         b.compare(f"{tag} sum over shards", impl_r, np_r, "numpy")
