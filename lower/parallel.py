@@ -34,6 +34,7 @@ from typing import cast
 from devices import target_for
 from devices.base import Target
 from lower import buffers
+from lower.copyview import copy_into
 from lower.memory import plan
 from lower.schedule import ScheduleItem
 from rewrite import Ops, UOp
@@ -263,7 +264,7 @@ def run_parallel(items: list[ScheduleItem], keep: set[UOp], var_vals: dict[str, 
     def step(k: int) -> None:
         it = items[k]
         if it.kind == "copy":
-            _array(it.bufs[0], vv)[:] = _array(it.bufs[1], vv)
+            copy_into(_array(it.bufs[0], vv), _array(it.bufs[1], vv), it.view)
         else:
             kernels[k]({i: _array(b, vv) for i, b in enumerate(it.bufs)}, vv)  # type: ignore[operator]
 

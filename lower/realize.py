@@ -20,6 +20,7 @@ import numpy as np
 from devices import get_device, target_for
 from devices.base import Target
 from lower import buffers
+from lower.copyview import copy_into
 from lower.estimate import Estimate, estimate
 from lower.linearize import listing
 from lower.memory import plan
@@ -139,7 +140,7 @@ def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None,
                 buffers.store(b, _raw(owner, vv))
         if it.kind == "copy":
             dst, src = it.bufs
-            _array(dst, vv)[:] = _array(src, vv)
+            copy_into(_array(dst, vv), _array(src, vv), it.view)
             continue
         assert it.ast is not None
         if buffers.has_data(it.bufs[0]):  # an assignment's target, written in place

@@ -21,10 +21,11 @@ from typing import cast
 
 from devices import target_for
 from lower.buffers import new_buffer
+from lower.copyview import View, source_view
 from lower.rangeify import _ELEMENTWISE, _EXPENSIVE, NeedsRealize, build_kernel
 from rewrite import Ops, UOp
 from rewrite.dtype import AddrSpace
-from rewrite.errors import CompilerError
+from rewrite.errors import CompilerError, DeviceError
 from rewrite.viz import capture as viz_capture
 
 _COUNTED = _ELEMENTWISE | {Ops.CAST, Ops.BITCAST, Ops.REDUCE}
@@ -33,12 +34,14 @@ _COUNTED = _ELEMENTWISE | {Ops.CAST, Ops.BITCAST, Ops.REDUCE}
 @dataclass(frozen=True)
 class ScheduleItem:
     """A kernel (`ast` is a SINK over local slots, `bufs[i]` the global BUFFER for local slot i) or a copy
-    (`bufs` = (destination, source))."""
+    (`bufs` = (destination, source); `view`, when set, the window of the source's flat buffer it copies, else
+    all of it)."""
 
     kind: str
     bufs: tuple[UOp, ...]
     ast: UOp | None = None
     name: str = ""
+    view: View | None = None
 
     def __repr__(self) -> str:
         return f"ScheduleItem({self.kind} {self.name}, {len(self.bufs)} buffers)"
@@ -131,8 +134,8 @@ def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
     want += [r for r in roots if r.op is not Ops.BUFFER and r not in out_of]
     want += list(stores)
     for u in want:
-        if u.op is Ops.COPY and u.src[0] not in out_of:
-            want.append(u.src[0])
+        if u.op is Ops.COPY and (src := _copy_source(u)[0]) not in out_of:
+            want.append(src)
     pending = list(dict.fromkeys(want))
     kernels: dict[UOp, ScheduleItem] = {}
     inline: dict[UOp, dict[UOp, None]] = {}  # realized node -> what its kernel computes inline (build_kernel)
@@ -175,11 +178,12 @@ def _split(pending: list[UOp], kernels: dict[UOp, ScheduleItem], inline: dict[UO
             dev = node.device if isinstance(node.device, str) else device
             out_of[node] = new_buffer(node.dtype, node.shape, dev)
         if node.op is Ops.COPY:
-            src = node.src[0]
+            src, view = _copy_source(node)
             if src not in out_of:
                 pending += [node, src]
                 continue
-            kernels[node] = ScheduleItem("copy", (out_of[node], out_of[src]), None, f"copy {src.device}->{node.device}")
+            kernels[node] = ScheduleItem("copy", (out_of[node], out_of[src]), None,
+                                         f"copy {src.device}->{node.device}", view)
             continue
         if node.op is Ops.STORE:
             if (item := _store_kernel(node, out_of, pending)) is not None:
@@ -207,6 +211,30 @@ def _split(pending: list[UOp], kernels: dict[UOp, ScheduleItem], inline: dict[UO
             for k in users:
                 del kernels[k], inline[k]
             pending += users + shared
+
+
+def _copy_source(copy: UOp) -> tuple[UOp, View | None]:
+    """What a COPY reads: the value under its source's movement ops and the window of it (lower.copyview), so
+    a slice is copied straight out of the buffer; or the source itself, realized first (None: all of it)."""
+    src = copy.src[0]
+    found = source_view(src)
+    if found is None or found[0] is src:
+        return src, None
+    base, view = found
+    if not isinstance(base.device, str) or base.device != src.device or not _host_memory(base.device):
+        return src, None
+    return base, view
+
+
+def _host_memory(device: str) -> bool:
+    """Whether the device's buffers are host numpy arrays, which a copy can slice (a GPU's are copied whole)."""
+    from devices import get_device
+    from devices.memory import Allocator
+
+    try:
+        return isinstance(get_device(device), Allocator)
+    except DeviceError:
+        return False
 
 
 def _assigns(topo: dict[UOp, int], out_of: dict[UOp, UOp]) -> dict[UOp, UOp]:

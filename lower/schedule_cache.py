@@ -38,6 +38,7 @@ from typing import Any, cast
 import numpy as np
 
 from lower import buffers
+from lower.copyview import View, copy_into
 from lower.estimate import Estimate
 from lower.memory import plan as memory_plan
 from lower.schedule import ScheduleItem
@@ -166,6 +167,7 @@ class Step:
     device: str
     out_shape: str
     est: Estimate
+    view: View | None = None  # a copy's window of its source (lower.copyview)
 
 
 @dataclass(frozen=True)
@@ -261,7 +263,7 @@ def build_plan(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], o
         shape = "x".join(str(d) for d in it.bufs[0].shape)
         dev = _device_of(it.bufs[0])
         if it.kind == "copy":
-            steps.append(Step("copy", None, refs, it.name, dev, shape, Estimate(0, 0)))
+            steps.append(Step("copy", None, refs, it.name, dev, shape, Estimate(0, 0), it.view))
             continue
         steps.append(Step("kernel", kernels[kernel_ix], refs, it.name, dev, shape, estimates[kernel_ix]))
         kernel_ix += 1
@@ -319,7 +321,7 @@ def replay(p: Plan, roots: list[UOp], inputs: list[UOp], var_vals: dict[str, int
         st = p.steps[k]
         views = [a if a.dtype == dt else a.view(dt) for a, dt in ((arrays[i], dt) for i, dt in st.refs)]
         if st.kind == "copy":
-            views[0][:] = views[1]
+            copy_into(views[0], views[1], st.view)
             return
         t1 = time.perf_counter()
         st.kernel(dict(enumerate(views)), vv)
