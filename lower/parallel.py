@@ -264,7 +264,7 @@ def run_parallel(items: list[ScheduleItem], keep: set[UOp], var_vals: dict[str, 
     def step(k: int) -> None:
         it = items[k]
         if it.kind == "copy":
-            copy_into(_array(it.bufs[0], vv), _array(it.bufs[1], vv), it.view)
+            copy_into(_array(it.bufs[0], vv), _array(it.bufs[1], vv), it.view, it.dst_view)
         else:
             kernels[k]({i: _array(b, vv) for i, b in enumerate(it.bufs)}, vv)  # type: ignore[operator]
 

@@ -140,7 +140,7 @@ def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None,
                 buffers.store(b, _raw(owner, vv))
         if it.kind == "copy":
             dst, src = it.bufs
-            copy_into(_array(dst, vv), _array(src, vv), it.view)
+            copy_into(_array(dst, vv), _array(src, vv), it.view, it.dst_view)
             continue
         assert it.ast is not None
         if buffers.has_data(it.bufs[0]):  # an assignment's target, written in place

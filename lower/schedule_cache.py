@@ -168,6 +168,7 @@ class Step:
     out_shape: str
     est: Estimate
     view: View | None = None  # a copy's window of its source (lower.copyview)
+    dst_view: View | None = None  # and of its destination
 
 
 @dataclass(frozen=True)
@@ -263,7 +264,8 @@ def build_plan(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], o
         shape = "x".join(str(d) for d in it.bufs[0].shape)
         dev = _device_of(it.bufs[0])
         if it.kind == "copy":
-            steps.append(Step("copy", None, refs, it.name, dev, shape, Estimate(0, 0), it.view))
+            steps.append(Step("copy", None, refs, it.name, dev, shape, Estimate(0, 0), it.view,
+                              it.dst_view))
             continue
         steps.append(Step("kernel", kernels[kernel_ix], refs, it.name, dev, shape, estimates[kernel_ix]))
         kernel_ix += 1
@@ -321,7 +323,7 @@ def replay(p: Plan, roots: list[UOp], inputs: list[UOp], var_vals: dict[str, int
         st = p.steps[k]
         views = [a if a.dtype == dt else a.view(dt) for a, dt in ((arrays[i], dt) for i, dt in st.refs)]
         if st.kind == "copy":
-            copy_into(views[0], views[1], st.view)
+            copy_into(views[0], views[1], st.view, st.dst_view)
             return
         t1 = time.perf_counter()
         st.kernel(dict(enumerate(views)), vv)
