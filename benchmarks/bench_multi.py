@@ -6,7 +6,7 @@ Rows:
     column-parallel     A replicated and B split by columns over (cpu:0, cpu:1): each device computes its block of
                         C's columns (no communication; C stays sharded)
     row-parallel        A split by columns and B by rows: each device a partial product, then the allreduce
-                        (each device sums both partials) leaves C replicated
+                        (reduce_scatter + allgather, lower.multi.allreduce) leaves C replicated
     compared 2 devices against 1: the devices share the host's cores (each cpu device of a schedule is compiled
     for its share, lower.parallel), so on one host this measures the overhead of splitting, not a speedup from
     more hardware. The check: max |C - C_1device| / max |C_1device|, in the row's info.
