@@ -75,9 +75,11 @@ class DevicePool:
         with self._lock:  # every queue gets this realize's work at once: the same order on every device
             for q, fn, ev in zip(self._queues, work[1:], done, strict=True):
                 q.put(job(fn, ev))
-        work[0]()
-        for ev in done:
-            ev.wait()
+        try:
+            work[0]()
+        finally:  # the others may still use this realize's storage: it is freed only after they stopped
+            for ev in done:
+                ev.wait()
 
     def close(self) -> None:
         for q in self._queues:
@@ -144,10 +146,10 @@ def run_steps(devices: Sequence[str], deps: Sequence[Sequence[int]], step: Calla
                     break
                 try:
                     step(k)
-                except BaseException as e:  # reported on the caller's thread
-                    errors.append(e)
                 finally:
                     done[k].set()
+        except BaseException as e:  # reported on the caller's thread (a Ctrl-C while waiting too), others stop
+            errors.append(e)
         finally:
             for k in ks:  # on an error, release whoever waits on this device's items
                 done[k].set()
