@@ -6,15 +6,22 @@ Rows:
     column-parallel     A replicated and B split by columns over (cpu:0, cpu:1): each device computes its block of
                         C's columns (no communication; C stays sharded)
     row-parallel        A split by columns and B by rows: each device a partial product, then the allreduce
-                        (each device sums both partials) leaves C replicated
+                        (reduce_scatter + allgather, lower.multi.allreduce) leaves C replicated
     compared 2 devices against 1: the devices share the host's cores (each cpu device of a schedule is compiled
     for its share, lower.parallel), so on one host this measures the overhead of splitting, not a speedup from
     more hardware. The check: max |C - C_1device| / max |C_1device|, in the row's info.
-  allreduce n x S     the spec's allreduce (reduce_scatter + allgather, written literally) of a float32 vector of
-                      S elements per device (`--quick`: 2^18; full: 2^22), `ALLREDUCE_TRANSPORTS` lists the
-                      device tuples it runs on: in-process cpu devices here; a transport across processes
-                      (MPI) adds its entry (a name and a function giving the tuple) and gets the same row.
-                      Bus bandwidth as NCCL counts it: 2 (n - 1) / n * S * 4 bytes per second.
+  allreduce n x S     float32, S bytes per device from 1 MiB to 256 MiB (`--quick`: 1 and 4 MiB; default: 1, 4, 16,
+                      64, 256 MiB), two forms on each device tuple of `ALLREDUCE_TRANSPORTS` (in-process cpu devices
+                      here; a transport across processes (MPI) adds its entry, a name and a function giving the tuple,
+                      and gets the same rows):
+    spec                the spec's allreduce (reduce_scatter + allgather written literally with COPY, tensor.multi)
+    sum over shards     the implicit one: T (n*s,) sharded on axis 0, T.reshape(n, s).sum(0), which the lowering
+                        turns into an allreduce (lower.multi)
+    numpy               the in-process ideal, measured in the same run: the n shards added with numpy into one
+                        result, which is then copied n - 1 times (every device holds the sum), into arrays allocated
+                        once (our allocator pools memory too; fresh arrays would time the kernel's page faults)
+                      Bus bandwidth as NCCL counts it: 2 (n - 1) / n * S bytes per second; each form is compared with
+                      numpy. The check: max |result - numpy sum| over every device's copy.
 """
 
 from __future__ import annotations
@@ -65,25 +72,68 @@ def _matmul_rows(b: Bench, n: int) -> None:
     b.note(f"matmul {n}: max relative error vs 1 device: " + ", ".join(f"{k} {v:.1e}" for k, v in checks.items()))
 
 
-def _allreduce_rows(b: Bench, size: int) -> None:
+MIB = 1 << 20
+SIZES = {"quick": (1, 4), "default": (1, 4, 16, 64, 256), "full": (1, 4, 16, 64, 256)}  # MiB per device
+
+
+def _numpy_allreduce(shards: list[np.ndarray], outs: list[np.ndarray]) -> list[np.ndarray]:
+    np.add(shards[0], shards[1], out=outs[0])
+    for s in shards[2:]:
+        outs[0] += s
+    for o in outs[1:]:
+        np.copyto(o, outs[0])
+    return outs
+
+
+def _allreduce_rows(b: Bench, mib: int) -> None:
     from tensor import Tensor
     from tensor.multi import allreduce
 
+    size = mib * MIB // 4
     for name, devices in ALLREDUCE_TRANSPORTS.items():
         D = devices()
         n = len(D)
         data = np.random.default_rng(1).standard_normal(n * size, dtype=np.float32)
         T = Tensor(data).shard(D, 0).realize()
-        want = data.reshape(n, size).sum(0)
-        got = allreduce(T).numpy()
-        ok = float(np.abs(got - want).max())
+        shards = [np.ascontiguousarray(x) for x in data.reshape(n, size)]
+        outs = [np.empty_like(s) for s in shards]  # allocated once, as our pooled allocator gives memory back
+        want = _numpy_allreduce(shards, outs)[0].copy()
+
+        def implicit(_: object, T: Tensor = T) -> Tensor:
+            return T.reshape(n, size).sum(0).realize()
+
+        def spec(_: object, T: Tensor = T) -> Tensor:
+            return allreduce(T).realize()
+
+        errs = {}
+        for form, fn in (("spec", spec), ("sum over shards", implicit)):
+            got = fn(None)  # compiles, and checks every device's copy
+            errs[form] = max(float(np.abs(_shard_values(got, i) - want).max()) for i in range(n))
         busbw = 2 * (n - 1) / n * size * 4 / 1e9
-        r = b.measure(f"allreduce {n}x{size} {name}", lambda _, T=T: allreduce(T).realize(), work=busbw, unit="GB/s",
-                      info={"max_abs_err": ok, "devices": list(D)})
-        b.note(f"allreduce {name}: {n} devices x {size} float32, bus bandwidth {r.median:.2f} GB/s, max |err| {ok:.1e}")
+        tag = f"allreduce {n}x{mib}MiB {name}"
+        jobs = [Timed(f"{tag} spec", spec, busbw, "GB/s", info={"max_abs_err": errs["spec"], "devices": list(D)}),
+                Timed(f"{tag} sum over shards", implicit, busbw, "GB/s",
+                      info={"max_abs_err": errs["sum over shards"], "devices": list(D)}),
+                Timed(f"{tag} numpy", lambda _, s=shards, o=outs: _numpy_allreduce(s, o), busbw, "GB/s")]
+        spec_r, impl_r, np_r = b.measure_together(jobs)
+        b.compare(f"{tag} spec", spec_r, np_r, "numpy")
+        b.compare(f"{tag} sum over shards", impl_r, np_r, "numpy")
+        b.note(f"{tag}: bus bandwidth spec {spec_r.median:.2f}, sum over shards {impl_r.median:.2f}, numpy "
+               f"{np_r.median:.2f} GB/s; max |err| {max(errs.values()):.1e}")
+
+
+def _shard_values(t: object, i: int) -> np.ndarray:
+    """Device i's copy of a replicated tensor on a device tuple, as it is stored (no gather)."""
+    from lower import buffers
+    from lower.multi import view_base
+
+    base = view_base(t.uop)  # type: ignore[attr-defined]
+    assert base is not None, "a realized tensor on a device tuple is a view of a BUFFER there"
+    return np.asarray(buffers.lookup(buffers.shards(base)[i])).reshape(-1)
 
 
 @suite("multi")
 def multi(b: Bench) -> None:
     _matmul_rows(b, 1024 if b.quick else 4096)
-    _allreduce_rows(b, 1 << 18 if b.quick else 1 << 22)
+    for mib in SIZES[b.mode]:
+        _allreduce_rows(b, mib)

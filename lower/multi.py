@@ -21,7 +21,8 @@ What each op becomes, per device i (c = S[a] // n, the block size on the shard a
   RESHAPE          the local reshape (the shard boundary is kept: rewrite.props.reshape_axis)
   PERMUTE, EXPAND  the local op; PAD, SHRINK, FLIP must leave the shard axis alone
   REDUCE           the local reduce; over the shard axis, then the n partial results combined on every device
-                   in device order (so every device's copy is bitwise the same): an allreduce
+                   (`allreduce`: reduce_scatter + allgather, each chunk combined once in device order, so every
+                   device's copy is bitwise the same)
   REPLICATED       on the shard axis (size n: one element per device): each device's piece, now replicated;
                    on other axes (and on a single device): the first slice, a SHRINK
   COPY             to a device tuple: block j of axis 0 assembled on d_j from the pieces that overlap it (each
@@ -223,17 +224,63 @@ def _reduce(ctx: MultiContext, u: UOp) -> UOp:
     x = u.src[0]
     ps = cast("tuple[UOp, ...]", _pieces(ctx, x))
     devs = cast(Devices, x.device)
-    partial = tuple(p.reduce(u.reduce_op, u.reduce_axes) for p in ps)
+    # a reduction over axes of one element is its source (REDUCE keeps the axes): a shard combined as it is
+    partial = tuple(p if all(p.shape[a] == 1 for a in u.reduce_axes) else p.reduce(u.reduce_op, u.reduce_axes)
+                    for p in ps)
     if x.axis is None or x.axis not in u.reduce_axes:
         return ctx.tagged(u, partial)
-    out = []
-    for i, d in enumerate(devs):  # every device sums the partials in device order: bitwise equal copies
+    return ctx.tagged(u, allreduce(partial, devs, u.reduce_op))
+
+
+# ------------------------------------------------------------------ the allreduce over the shard axis
+
+ALLREDUCE_CHUNK_MIN = 1 << 14
+"""Elements per device below which the allreduce is direct (every device combines every partial): for small
+values the extra copies and kernels of reduce_scatter + allgather cost more time than the data they save."""
+
+
+def allreduce(partials: tuple[UOp, ...], devs: Devices, op: Ops) -> tuple[UOp, ...]:
+    """The partial results `partials[i]` (one per device of `devs`, same shape) combined with `op` on every
+    device, each device's copy bitwise the same. Reduce_scatter + allgather: the partials are cut into n chunks
+    of their flat form, device j combines chunk j of every partial in device order and sends it to the others,
+    which moves 2 (n - 1) / n of a partial per device instead of n - 1. A partial that does not split into n
+    chunks of ALLREDUCE_CHUNK_MIN elements or more takes the direct form."""
+    n, shape = len(devs), partials[0].shape
+    size = 1
+    for d in shape:
+        size = size * d if isinstance(d, int) else -1
+    if n == 1 or size < 0 or size % n or size // n < ALLREDUCE_CHUNK_MIN:
+        return _allreduce_direct(partials, devs, op)
+    c = size // n
+    flat = [p.reshape((size,)) for p in partials]
+    chunks = []
+    for j, d in enumerate(devs):  # reduce_scatter: device j combines chunk j, in device order
         acc: UOp | None = None
-        for j, p in enumerate(partial):
+        for i, p in enumerate(flat):
+            q = p.shrink([j * c], [(j + 1) * c])
+            q = q if i == j else q.copy(d)
+            acc = q if acc is None else UOp(op, (acc, q))
+        chunks.append(cast(UOp, acc))
+    out = []
+    for i, d in enumerate(devs):  # allgather: each chunk copied into place on every device
+        full: UOp | None = None
+        for j, ch in enumerate(chunks):
+            q = (ch if i == j else ch.copy(d)).pad([j * c], [size - (j + 1) * c])
+            full = q if full is None else _combine(full, q)
+        out.append(cast(UOp, full).reshape(shape))
+    return tuple(out)
+
+
+def _allreduce_direct(partials: tuple[UOp, ...], devs: Devices, op: Ops) -> tuple[UOp, ...]:
+    """Every device combines every partial, in device order (so every device's copy is bitwise the same)."""
+    out = []
+    for i, d in enumerate(devs):
+        acc: UOp | None = None
+        for j, p in enumerate(partials):
             q = p if i == j else p.copy(d)
-            acc = q if acc is None else UOp(u.reduce_op, (acc, q))
+            acc = q if acc is None else UOp(op, (acc, q))
         out.append(cast(UOp, acc))
-    return ctx.tagged(u, tuple(out))
+    return tuple(out)
 
 
 def first_slice(x: UOp, axes: tuple[int, ...]) -> UOp:
@@ -379,5 +426,5 @@ def view_base(u: UOp) -> UOp | None:
         x, u.shape, u.axis) else None
 
 
-__all__ = ["Layout", "MultiContext", "buffer_view", "first_slice", "flat_roots", "local_shape", "multi_expand",
-           "multi_rules", "region", "storage_shape", "view_base"]
+__all__ = ["ALLREDUCE_CHUNK_MIN", "Layout", "MultiContext", "allreduce", "buffer_view", "first_slice", "flat_roots",
+           "local_shape", "multi_expand", "multi_rules", "region", "storage_shape", "view_base"]

@@ -1,4 +1,4 @@
-"""Run a multi-device schedule with the devices working at once: one thread per device.
+"""Run a multi-device schedule with the devices working at once: one persistent thread per device.
 
 Each kernel runs on the thread of its device and each copy on the thread of its destination, in schedule
 order; an item waits only for the items it depends on through storage: the last write of everything it reads
@@ -8,25 +8,156 @@ different devices overlap. Each cpu device of the schedule gets its share of the
 compiled for a Target with `cores // number of cpu devices` threads (`shared_targets`), so n devices use the
 cores once between them instead of n times.
 
+The threads are a `DevicePool`, made once per set of devices and kept (`pool_for`): starting threads at every
+realize cost milliseconds on a loaded machine. The first device's items run on the caller's thread, the others
+on the pool's threads, which sleep on a queue between realizes. One realize's work enters every queue under one
+lock, so two realizes from two threads queue in the same order on every device and never wait on each other in
+a cycle. A forked child drops the pools (their threads do not exist there) and makes new ones on first use.
+
 `keep_of` names the buffers a schedule's results hold (a result on a device tuple holds its shards' buffers),
 which the memory plan must leave alone.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
+import os
+import queue
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import cast
 
 from devices import target_for
 from devices.base import Target
 from lower import buffers
+from lower.copyview import copy_into
 from lower.memory import plan
 from lower.schedule import ScheduleItem
 from rewrite import Ops, UOp
 from rewrite.env import getenv
+
+
+class DevicePool:
+    """Persistent threads for a set of devices: `run(work)` runs work[0] on the caller's thread and work[i] on
+    the thread of devices[i], all at once, and returns when all are done."""
+
+    def __init__(self, devices: tuple[str, ...]) -> None:
+        self.devices = devices
+        self._lock = threading.Lock()
+        self._queues: list[queue.SimpleQueue[Callable[[], None] | None]] = [queue.SimpleQueue() for _ in devices[1:]]
+        self._threads = [threading.Thread(target=self._serve, args=(q,), name=f"device {d}", daemon=True)
+                         for d, q in zip(devices[1:], self._queues, strict=True)]
+        for t in self._threads:
+            t.start()
+
+    @staticmethod
+    def _serve(q: queue.SimpleQueue[Callable[[], None] | None]) -> None:
+        while (job := q.get()) is not None:
+            job()
+
+    def run(self, work: Sequence[Callable[[], None]]) -> None:
+        """Run `work[i]` for devices[i] (a callable per device, none may raise) and wait for all of them."""
+        assert len(work) == len(self.devices), (len(work), self.devices)
+        done = [threading.Event() for _ in work[1:]]
+
+        def job(fn: Callable[[], None], ev: threading.Event) -> Callable[[], None]:
+            def go() -> None:
+                try:
+                    fn()
+                finally:
+                    ev.set()
+            return go
+
+        with self._lock:  # every queue gets this realize's work at once: the same order on every device
+            for q, fn, ev in zip(self._queues, work[1:], done, strict=True):
+                q.put(job(fn, ev))
+        try:
+            work[0]()
+        finally:  # the others may still use this realize's storage: it is freed only after they stopped
+            for ev in done:
+                ev.wait()
+
+    def close(self) -> None:
+        for q in self._queues:
+            q.put(None)
+        for t in self._threads:
+            t.join(timeout=1.0)
+
+
+_pools: dict[tuple[str, ...], DevicePool] = {}
+_pools_lock = threading.Lock()
+
+
+def pool_for(devices: tuple[str, ...]) -> DevicePool:
+    """The pool of `devices` (in this order), made on first use and kept."""
+    with _pools_lock:
+        p = _pools.get(devices)
+        if p is None:
+            p = _pools[devices] = DevicePool(devices)
+        return p
+
+
+def pools() -> dict[tuple[str, ...], DevicePool]:
+    """The pools made so far, by device set (for tests and DEBUG)."""
+    return dict(_pools)
+
+
+def _close_pools() -> None:
+    with _pools_lock:
+        for p in _pools.values():
+            p.close()
+        _pools.clear()
+
+
+def _forget_pools() -> None:  # in a forked child: the threads are the parent's
+    global _pools_lock
+    _pools.clear()
+    _pools_lock = threading.Lock()
+
+
+atexit.register(_close_pools)
+os.register_at_fork(after_in_child=_forget_pools)
+
+
+def run_steps(devices: Sequence[str], deps: Sequence[Sequence[int]], step: Callable[[int], None]) -> None:
+    """Run step k (0 <= k < len(devices)) on the thread of `devices[k]`, each device's steps in order, a step
+    after the steps `deps[k]` (earlier ones) have run; the first error is raised here once every device stopped.
+    Steps all on one device run on the caller's thread."""
+    per_dev: dict[str, list[int]] = {}
+    for k, d in enumerate(devices):
+        per_dev.setdefault(d, []).append(k)
+    if len(per_dev) <= 1:
+        for k in range(len(devices)):
+            step(k)
+        return
+    done = [threading.Event() for _ in devices]
+    errors: list[BaseException] = []
+
+    def run_device(ks: list[int]) -> None:
+        try:
+            for k in ks:
+                for d in deps[k]:
+                    done[d].wait()
+                if errors:
+                    break
+                try:
+                    step(k)
+                finally:
+                    done[k].set()
+        except BaseException as e:  # reported on the caller's thread (a Ctrl-C while waiting too), others stop
+            errors.append(e)
+        finally:
+            for k in ks:  # on an error, release whoever waits on this device's items
+                done[k].set()
+
+    order = tuple(sorted(per_dev))  # one pool per set of devices, whatever order the schedule meets them in
+    pool_for(order).run([functools.partial(run_device, per_dev[d]) for d in order])
+    if errors:
+        raise errors[0]
 
 
 def keep_of(outs: dict[UOp, UOp]) -> set[UOp]:
@@ -91,10 +222,30 @@ def dependencies(items: list[ScheduleItem], storage: dict[int, int]) -> list[set
     return deps
 
 
+def compile_for_devices(items: list[ScheduleItem]) -> tuple[list[object], list[tuple]]:
+    """The compiled kernel of each kernel item of a multi-device schedule, in item order, each for its device's
+    share of the cores (`shared_targets`), every device's new kernels in one batch; and each one's cache key
+    (lower.realize's `_kernel_key`, for its estimate)."""
+    from lower.realize import _device_of, _kernel_key, compile_kernels
+
+    dev_of = {k: _device_of(it.bufs[0]) for k, it in enumerate(items)}
+    targets = shared_targets(items, dev_of)
+    kernels: dict[int, object] = {}
+    keys: dict[int, tuple] = {}
+    for d, tgt in targets.items():
+        ks = [k for k, it in enumerate(items) if it.kind == "kernel" and dev_of[k] == d]
+        wanted = [(items[k].ast, d, items[k].name, items[k].bufs) for k in ks]
+        kernels.update(zip(ks, compile_kernels(wanted, tgt), strict=True))  # type: ignore[arg-type]  # kernels have ASTs
+        keys.update((k, _kernel_key(cast(UOp, items[k].ast), d, tgt)) for k in ks)
+    order = sorted(kernels)
+    return [kernels[k] for k in order], [keys[k] for k in order]
+
+
 def run_parallel(items: list[ScheduleItem], keep: set[UOp], var_vals: dict[str, int] | None = None) -> None:
     """Run `items` with one thread per device (see the module docstring); buffers in `keep` get their own
-    storage, the other intermediates share it by lifetime (lower.memory)."""
-    from lower.realize import _array, _device_of, _raw, compile_kernels
+    storage, the other intermediates share it by lifetime (lower.memory). The path with no plan kept (TRACE,
+    VIZ); lower.realize replays plans of multi-device graphs through `run_steps` as well."""
+    from lower.realize import _array, _device_of, _raw
 
     vv = dict(var_vals or {})
     t0 = time.perf_counter()
@@ -107,52 +258,25 @@ def run_parallel(items: list[ScheduleItem], keep: set[UOp], var_vals: dict[str, 
             if owner is not None and buffers.slot(owner) != s and not buffers.has_data(b):
                 buffers.store(b, _raw(owner, vv))
             storage[s] = id(_raw(b, vv))  # one array, one key (shared by the plan or by a bitcast's alias)
-    dev_of = {k: _device_of(it.bufs[0]) for k, it in enumerate(items)}
-    targets = shared_targets(items, dev_of)
-    kernels: dict[int, object] = {}
-    for d, tgt in targets.items():  # each device's new kernels compiled in one batch
-        ks = [k for k, it in enumerate(items) if it.kind == "kernel" and dev_of[k] == d]
-        wanted = [(items[k].ast, d, items[k].name, items[k].bufs) for k in ks]
-        kernels.update(zip(ks, compile_kernels(wanted, tgt), strict=True))  # type: ignore[arg-type]  # kernels have ASTs
+    kernel_list, _ = compile_for_devices(items)
+    kernel_ix = [k for k, it in enumerate(items) if it.kind == "kernel"]
+    kernels = dict(zip(kernel_ix, kernel_list, strict=True))
     deps = dependencies(items, storage)
-    done = [threading.Event() for _ in items]
-    errors: list[BaseException] = []
 
-    def run_device(ks: list[int]) -> None:
-        for k in ks:
-            for d in deps[k]:
-                done[d].wait()
-            if errors:
-                break
-            it = items[k]
-            try:
-                if it.kind == "copy":
-                    _array(it.bufs[0], vv)[:] = _array(it.bufs[1], vv)
-                else:
-                    kernels[k]({i: _array(b, vv) for i, b in enumerate(it.bufs)}, vv)  # type: ignore[operator]
-            except BaseException as e:  # reported on the caller's thread
-                errors.append(e)
-            finally:
-                done[k].set()
-        for k in ks:  # on an error, release whoever waits on this device's items
-            done[k].set()
+    def step(k: int) -> None:
+        it = items[k]
+        if it.kind == "copy":
+            copy_into(_array(it.bufs[0], vv), _array(it.bufs[1], vv), it.view, it.dst_view)
+        else:
+            kernels[k]({i: _array(b, vv) for i, b in enumerate(it.bufs)}, vv)  # type: ignore[operator]
 
-    per_dev: dict[str, list[int]] = {}
-    for k in range(len(items)):
-        per_dev.setdefault(dev_of[k], []).append(k)
-    threads = [threading.Thread(target=run_device, args=(ks,), name=f"device {d}") for d, ks in per_dev.items()]
-    for t in threads[1:]:
-        t.start()
-    if threads:
-        threads[0].run()  # the first device on this thread
-    for t in threads[1:]:
-        t.join()
-    if errors:
-        raise errors[0]
+    devs = [_device_of(it.bufs[0]) for it in items]
+    run_steps(devs, [sorted(d) for d in deps], step)
     if int(getenv("DEBUG")) >= 1:
         nk = sum(it.kind == "kernel" for it in items)
-        print(f"ran {nk} kernels, {len(items) - nk} copies on {len(per_dev)} devices in "
+        print(f"ran {nk} kernels, {len(items) - nk} copies on {len(set(devs))} devices in "
               f"{(time.perf_counter() - t0) * 1e3:.2f} ms", file=sys.stderr)
 
 
-__all__ = ["dependencies", "keep_of", "run_parallel", "shared_targets"]
+__all__ = ["DevicePool", "compile_for_devices", "dependencies", "keep_of", "pool_for", "pools", "run_parallel",
+           "run_steps", "shared_targets"]

@@ -2,6 +2,8 @@
 
 `realize` keeps each schedule it runs as a replayable plan keyed by the graph's structure (lower.schedule_cache):
 a later realize of a graph with the same structure, whatever buffers it reads, skips scheduling and lowering.
+That holds for multi-device graphs too (inputs and results on device tuples); a schedule whose items span
+several devices runs them at once, one thread per device (lower.parallel).
 On a miss, the schedule's new kernels are lowered and then compiled together (one compiler run per device when
 the device can batch)."""
 
@@ -18,11 +20,22 @@ import numpy as np
 from devices import get_device, target_for
 from devices.base import Target
 from lower import buffers
+from lower.copyview import copy_into
 from lower.estimate import Estimate, estimate
 from lower.linearize import listing
 from lower.memory import plan
 from lower.schedule import ScheduleItem, schedule
-from lower.schedule_cache import PlanCache, bind_shape, build_plan, lowering_knobs, replay, resolve, signature, writable
+from lower.schedule_cache import (
+    PlanCache,
+    bind_shape,
+    build_plan,
+    flat_inputs,
+    lowering_knobs,
+    replay,
+    resolve,
+    signature,
+    writable,
+)
 from lower.stages import lower_kernel
 from rewrite import UOp
 from rewrite.env import getenv
@@ -127,7 +140,7 @@ def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None,
                 buffers.store(b, _raw(owner, vv))
         if it.kind == "copy":
             dst, src = it.bufs
-            _array(dst, vv)[:] = _array(src, vv)
+            copy_into(_array(dst, vv), _array(src, vv), it.view, it.dst_view)
             continue
         assert it.ast is not None
         if buffers.has_data(it.bufs[0]):  # an assignment's target, written in place
@@ -162,29 +175,41 @@ def realize(roots: list[UOp], var_vals: dict[str, int] | None = None) -> dict[UO
     if int(getenv("TRACE")):  # tracing wants the scheduling rules to fire, so nothing is replayed
         return _realize_fresh(roots, var_vals)
     key, inputs = signature(roots)
-    if any(isinstance(r.device, tuple) for r in roots) or any(isinstance(b.device, tuple) for b in inputs):
-        # results or inputs on a device tuple live in shard buffers that a plan does not bind: no replay
-        from lower.parallel import keep_of, run_parallel
-
-        items, outs = schedule(roots)
-        run_parallel(items, keep_of(outs), var_vals)
-        return outs
+    try:
+        flat, shared_shards = flat_inputs(inputs)
+    except KeyError:  # a tuple buffer without shards: the multi stage says what is wrong
+        schedule(roots)
+        raise
+    if shared_shards is not None:
+        key = (*key, shared_shards)
     if (p := plans.get(key)) is None:
         items, outs = schedule(roots)
-        wanted = [(it.ast, _device_of(it.bufs[0]), it.name, it.bufs) for it in items
-                  if it.kind == "kernel" and it.ast is not None]  # a kernel item always has its AST
-        kernels = compile_kernels(wanted)
-        ests = [_estimates.get(_kernel_key(a, d), Estimate(0, 0)) for a, d, _, _ in wanted]
-        p = build_plan(roots, inputs, items, outs, kernels, ests)
+        multi = len({_device_of(it.bufs[0]) for it in items}) > 1
+        if multi:  # each device's kernels for its share of the cores
+            from lower.parallel import compile_for_devices
+
+            kernels, keys = compile_for_devices(items)
+        else:
+            wanted = [(it.ast, _device_of(it.bufs[0]), it.name, it.bufs) for it in items
+                      if it.kind == "kernel" and it.ast is not None]  # a kernel item always has its AST
+            kernels = compile_kernels(wanted)
+            keys = [_kernel_key(a, d) for a, d, _, _ in wanted]
+        ests = [_estimates.get(k, Estimate(0, 0)) for k in keys]
+        p = build_plan(roots, flat, items, outs, kernels, ests)
         plans.put(key, p)
     plans.kernels_run += sum(st.kind == "kernel" for st in p.steps)
-    return replay(p, roots, inputs, var_vals)
+    return replay(p, roots, flat, var_vals)
 
 
 def _realize_fresh(roots: list[UOp], var_vals: dict[str, int] | None) -> dict[UOp, UOp]:
     """Schedule, lower and run with no plan replayed, so every stage and rule runs (for TRACE and VIZ)."""
     items, outs = schedule(roots)
-    run_schedule(items, keep=set(outs.values()), var_vals=var_vals)
+    if len({_device_of(it.bufs[0]) for it in items}) > 1:
+        from lower.parallel import keep_of, run_parallel
+
+        run_parallel(items, keep_of(outs), var_vals)
+    else:
+        run_schedule(items, keep=set(outs.values()), var_vals=var_vals)
     if var_vals:  # the results' shapes name the values, as a replay's do
         outs = {r: _rebind(b, var_vals) for r, b in outs.items()}
     return outs

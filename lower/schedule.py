@@ -16,11 +16,12 @@ in which buffers they touch are the same UOp and share their compiled code.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 from devices import target_for
 from lower.buffers import new_buffer
+from lower.copyview import View, concat_parts, copy_source
 from lower.rangeify import _ELEMENTWISE, _EXPENSIVE, NeedsRealize, build_kernel, build_store_kernel
 from rewrite import Ops, UOp
 from rewrite.dtype import AddrSpace
@@ -34,12 +35,15 @@ _COUNTED = _ELEMENTWISE | {Ops.CAST, Ops.BITCAST, Ops.REDUCE}
 @dataclass(frozen=True)
 class ScheduleItem:
     """A kernel (`ast` is a SINK over local slots, `bufs[i]` the global BUFFER for local slot i) or a copy
-    (`bufs` = (destination, source))."""
+    (`bufs` = (destination, source); `view`, when set, the window of the source's flat buffer it copies, else
+    all of it; `dst_view`, when set, the window of the destination it fills, else all of it)."""
 
     kind: str
     bufs: tuple[UOp, ...]
     ast: UOp | None = None
     name: str = ""
+    view: View | None = None
+    dst_view: View | None = None  # a copy into a window of its destination (one part of a concatenation)
 
     def __repr__(self) -> str:
         return f"ScheduleItem({self.kind} {self.name}, {len(self.bufs)} buffers)"
@@ -134,9 +138,14 @@ def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
     want += [r for r in roots if r.op is not Ops.BUFFER and r not in out_of]
     want += list(stores)
     for u in want:
-        if u.op is Ops.COPY and u.src[0] not in out_of:
-            want.append(u.src[0])
+        if u.op is Ops.COPY and (src := copy_source(u)[0]) not in out_of:
+            want.append(src)
     pending = list(dict.fromkeys(want))
+    users: dict[UOp, int] = {}
+    for u in topo_index:
+        for x in u.src:
+            users[x] = users.get(x, 0) + 1
+    parts = Concats(users, enabled=not stores)  # assignments order kernels by what they read: no absorbed COPYs
     kernels: dict[UOp, ScheduleItem] = {}
     inline: dict[UOp, dict[UOp, None]] = {}  # realized node -> what its kernel computes inline (build_kernel)
     shared_nodes: dict[UOp, None] = {}  # nodes realized because several kernels would compute them
@@ -145,7 +154,7 @@ def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
         if node not in out_of:
             out_of[node] = new_buffer(node.dtype, node.shape, node.device if isinstance(node.device, str) else device)
     while True:
-        _split(pending, kernels, inline, shared_nodes, out_of, device)
+        _split(pending, kernels, inline, shared_nodes, out_of, device, parts)
         if not stores:
             order = sorted(kernels, key=lambda k: topo_index.get(k, -1))
             break
@@ -163,7 +172,8 @@ def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
         v = s.src[1]
         out_of[v] = new_buffer(v.dtype, v.shape, v.device if isinstance(v.device, str) else device)
         pending += [s, s.src[1]]
-    return [kernels[k] for k in order], {g: out_of[r] for g, r in zip(given, roots, strict=True)}
+    return ([it for k in order for it in (*parts.before.get(k, ()), kernels[k])],
+            {g: out_of[r] for g, r in zip(given, roots, strict=True)})
 
 
 def _own_buffers(roots: list[UOp]) -> list[UOp]:
@@ -194,22 +204,36 @@ def _own_buffers(roots: list[UOp]) -> list[UOp]:
 
 
 def _split(pending: list[UOp], kernels: dict[UOp, ScheduleItem], inline: dict[UOp, dict[UOp, None]],
-           shared_nodes: dict[UOp, None], out_of: dict[UOp, UOp], device: str) -> None:
+           shared_nodes: dict[UOp, None], out_of: dict[UOp, UOp], device: str, parts: Concats) -> None:
     """The worklist of schedule_split: a kernel (or copy) for every node in `pending` and for every node found
-    to need its own buffer on the way."""
+    to need its own buffer on the way. A concatenation is copies (`parts`, lower.copyview.concat_parts)."""
     while pending:
         node = pending.pop()
-        if node in kernels:
+        if node in kernels or node in parts.absorbed:
             continue
         if node not in out_of:
             dev = node.device if isinstance(node.device, str) else device
             out_of[node] = new_buffer(node.dtype, node.shape, dev)
         if node.op is Ops.COPY:
-            src = node.src[0]
+            src, view = copy_source(node)
             if src not in out_of:
                 pending += [node, src]
                 continue
-            kernels[node] = ScheduleItem("copy", (out_of[node], out_of[src]), None, f"copy {src.device}->{node.device}")
+            kernels[node] = ScheduleItem("copy", (out_of[node], out_of[src]), None,
+                                         f"copy {src.device}->{node.device}", view)
+            continue
+        if parts.enabled and (cat := concat_parts(node, out_of, parts.users)) is not None:
+            srcs = [src for src, _, _, _ in cat]
+            if missing := [x for x in srcs if x not in out_of]:
+                pending += [node, *missing]
+                continue
+            copies = [ScheduleItem("copy", (out_of[node], out_of[src]), None, f"copy {src.device}->{node.device}", v, w)
+                      for src, v, w, _ in cat]
+            for _, _, _, absorbed in cat:  # a COPY read straight from its source gets no buffer of its own
+                if absorbed is not None:
+                    parts.absorbed.add(absorbed)
+                    kernels.pop(absorbed, None)
+            kernels[node], parts.before[node] = copies[-1], copies[:-1]
             continue
         if node.op is Ops.STORE:
             if (item := _store_kernel(node, out_of, pending)) is not None:
@@ -237,6 +261,17 @@ def _split(pending: list[UOp], kernels: dict[UOp, ScheduleItem], inline: dict[UO
             for k in users:
                 del kernels[k], inline[k]
             pending += users + shared
+
+
+@dataclass
+class Concats:
+    """The copies that fill a realized concatenation before its last one (which stands in `kernels`), the COPYs
+    they read straight from their sources, and how many nodes use each node (a COPY used once can be absorbed)."""
+
+    users: dict[UOp, int]
+    enabled: bool = True
+    before: dict[UOp, list[ScheduleItem]] = field(default_factory=dict)
+    absorbed: set[UOp] = field(default_factory=set)
 
 
 def _assigns(topo: dict[UOp, int], out_of: dict[UOp, UOp]) -> dict[UOp, UOp]:

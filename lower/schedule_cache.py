@@ -13,6 +13,13 @@ a buffer somebody holds) and the intermediates' storage per the memory plan, lau
 order and returns the intermediates' storage to the allocator. Data is looked up at every replay, so new data
 under the same buffers is read; nothing of a plan holds a buffer or its data between calls.
 
+Multi-device graphs: a BUFFER on a device tuple is a position like any other (its device tuple is part of the
+key); at a replay it stands for its shard buffers (`flat_inputs`), which take consecutive positions of the
+plan's storage, and the key also records which shard buffers repeat. A result on a device tuple is rebuilt at
+every replay from fresh shard buffers (`TupleResult`), as lower.schedule.assemble builds it. A plan whose steps
+span several devices keeps, per step, the earlier steps it must wait for (lower.parallel.dependencies over
+the plan's storage) and replays on the per-device threads (lower.parallel.run_steps).
+
 Symbolic variables: a PARAM variable is part of the structure (its name, dtype and bounds), never its value;
 a replay takes the values (`var_vals`, by name), sizes symbolic buffers with them and passes them to every
 kernel, so one plan and one compiled kernel serve every value. Result buffers come back with their variables
@@ -26,11 +33,12 @@ import collections
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from lower import buffers
+from lower.copyview import View, copy_into
 from lower.estimate import Estimate
 from lower.memory import plan as memory_plan
 from lower.schedule import ScheduleItem
@@ -71,6 +79,20 @@ def signature(roots: list[UOp]) -> tuple[tuple, list[UOp]]:
     parts.append(tuple(pos[r] for r in roots))
     parts.append(lowering_knobs())
     return tuple(parts), inputs
+
+
+def flat_inputs(inputs: list[UOp]) -> tuple[list[UOp], tuple | None]:
+    """The single-device buffers behind a graph's `inputs` (`signature`'s): a BUFFER on a device tuple stands for
+    its shards, in device order. With an input on a device tuple, also the pattern in which shard buffers repeat
+    (part of the key: two tuple buffers may share a shard); None when there is none. KeyError: a tuple buffer
+    with no shards (never realized, or freed)."""
+    if not any(isinstance(b.buf_arg.device, tuple) for b in inputs):
+        return inputs, None
+    flat: list[UOp] = []
+    for b in inputs:
+        flat += buffers.shards(b) if isinstance(b.buf_arg.device, tuple) else [b]
+    first: dict[int, int] = {}
+    return flat, tuple(first.setdefault(buffers.slot(b), k) for k, b in enumerate(flat))
 
 
 def _count(b: UOp) -> int | UOp:
@@ -140,42 +162,72 @@ class Step:
     device: str
     out_shape: str
     est: Estimate
+    view: View | None = None  # a copy's window of its source (lower.copyview)
+    dst_view: View | None = None  # and of its destination
+
+
+@dataclass(frozen=True)
+class TupleResult:
+    """A result on a device tuple: a fresh BUFFER on `devices` whose shards are the storage indices `parts`, seen
+    with the root's `shape` and shard `axis` (lower.multi.buffer_view)."""
+
+    dtype: Any
+    shape: tuple
+    axis: int | None
+    devices: tuple[str, ...]
+    parts: tuple[int, ...]
 
 
 @dataclass(frozen=True)
 class Plan:
     """Storage indices: [0, n_inputs) the graph's buffers by position, then `outs` (fresh at every replay, kept
-    by the caller), then `temps` (freed after the replay). `roots[j]` is the storage index of root j's result and
-    `root_bufs[j]` says how to make its BUFFER: None when the root is an input buffer itself."""
+    by the caller), then `temps` (freed after the replay). `roots[j]` is the storage index of root j's result (an
+    input's index when the root is an input buffer itself), or for a root on a device tuple how to assemble it.
+    `deps` (multi-device plans only): for each step, the earlier steps it waits for."""
 
     n_inputs: int
     input_allocs: tuple[Alloc, ...]  # for inputs that have no data yet (an empty tensor)
     outs: tuple[tuple[Any, tuple, str], ...]  # (dtype, shape, device) of each fresh result BUFFER
     temps: tuple[Alloc, ...]
     steps: tuple[Step, ...]
-    roots: tuple[int, ...]
+    roots: tuple[int | TupleResult, ...]
     written_inputs: tuple[int, ...] = ()  # inputs that a kernel writes in place (assignments' targets)
+    deps: tuple[tuple[int, ...], ...] | None = None
 
 
 def build_plan(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], outs: dict[UOp, UOp],
                kernels: list[Any], estimates: list[Estimate]) -> Plan:
-    """The replayable form of a schedule. `kernels[i]` / `estimates[i]` belong to the i-th kernel item."""
-    in_pos = {buffers.slot(b): k for k, b in enumerate(inputs)}
+    """The replayable form of a schedule. `inputs` are the graph's buffers by position, flattened (`flat_inputs`);
+    `kernels[i]` / `estimates[i]` belong to the i-th kernel item."""
+    from lower.multi import view_base
+    from lower.parallel import dependencies, keep_of
+
+    in_pos: dict[int, int] = {}
+    for k, b in enumerate(inputs):
+        in_pos.setdefault(buffers.slot(b), k)
     n_in = len(inputs)
     out_pos: dict[int, int] = {}
     out_specs: list[tuple[Any, tuple, str]] = []
-    root_ix: list[int] = []
-    for r in roots:
-        b = outs[r]
+
+    def result(b: UOp) -> int:
         s = buffers.slot(b)
         if s in in_pos:
-            root_ix.append(in_pos[s])
-            continue
+            return in_pos[s]
         if s not in out_pos:
             out_pos[s] = len(out_specs)
             out_specs.append((b.dtype, b.shape, _device_of(b)))
-        root_ix.append(n_in + out_pos[s])
-    shared = memory_plan(items, set(outs.values()))
+        return n_in + out_pos[s]
+
+    root_ix: list[int | TupleResult] = []
+    for r in roots:
+        b = outs[r]
+        base = view_base(b) if isinstance(r.device, tuple) else None
+        if base is None:
+            root_ix.append(result(b))
+            continue
+        parts = tuple(result(p) for p in buffers.shards(base))
+        root_ix.append(TupleResult(b.dtype, b.shape, b.axis, cast("tuple[str, ...]", base.device), parts))
+    shared = memory_plan(items, keep_of(outs))
     temp_pos: dict[int, int] = {}  # owner slot -> temp index
     temps: list[Alloc] = []
     first_seen: dict[int, UOp] = {}
@@ -184,7 +236,7 @@ def build_plan(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], o
             first_seen.setdefault(buffers.slot(b), b)
     input_allocs = [Alloc(b.dtype, _count(b), _device_of(b)) for b in inputs]
 
-    base = n_in + len(out_specs)
+    base_ix = n_in + len(out_specs)
 
     def storage(b: UOp) -> int:
         s = buffers.slot(b)
@@ -198,7 +250,7 @@ def build_plan(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], o
             rep = first_seen.get(o, owner)
             temp_pos[o] = len(temps)
             temps.append(Alloc(rep.dtype, _count(rep), _device_of(rep)))
-        return base + temp_pos[o]
+        return base_ix + temp_pos[o]
 
     steps: list[Step] = []
     kernel_ix = 0
@@ -207,12 +259,18 @@ def build_plan(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], o
         shape = "x".join(str(d) for d in it.bufs[0].shape)
         dev = _device_of(it.bufs[0])
         if it.kind == "copy":
-            steps.append(Step("copy", None, refs, it.name, dev, shape, Estimate(0, 0)))
+            steps.append(Step("copy", None, refs, it.name, dev, shape, Estimate(0, 0), it.view,
+                              it.dst_view))
             continue
         steps.append(Step("kernel", kernels[kernel_ix], refs, it.name, dev, shape, estimates[kernel_ix]))
         kernel_ix += 1
     written = tuple(sorted({st.refs[0][0] for st in steps if st.refs and st.refs[0][0] < n_in}))
-    return Plan(n_in, tuple(input_allocs), tuple(out_specs), tuple(temps), tuple(steps), tuple(root_ix), written)
+    deps = None
+    if len({st.device for st in steps}) > 1:
+        where = {buffers.slot(b): storage(b) for it in items for b in it.bufs}
+        deps = tuple(tuple(sorted(d)) for d in dependencies(items, where))
+    return Plan(n_in, tuple(input_allocs), tuple(out_specs), tuple(temps), tuple(steps), tuple(root_ix), written,
+                deps)
 
 
 def writable(buf: UOp) -> Any:
@@ -233,8 +291,8 @@ def _alloc(a: Alloc, var_vals: dict[str, int] | None = None) -> tuple[Any, np.nd
 
 
 def replay(p: Plan, roots: list[UOp], inputs: list[UOp], var_vals: dict[str, int] | None = None) -> dict[UOp, UOp]:
-    """Run plan `p` on a graph with its key: `inputs` are that graph's buffers by position, `var_vals` the values
-    of its variables by name."""
+    """Run plan `p` on a graph with its key: `inputs` are that graph's buffers by position (flattened:
+    `flat_inputs`), `var_vals` the values of its variables by name."""
     vv = dict(var_vals or {})
     debug = int(getenv("DEBUG"))
     t0 = time.perf_counter()
@@ -255,29 +313,55 @@ def replay(p: Plan, roots: list[UOp], inputs: list[UOp], var_vals: dict[str, int
         arrays.append(arr)
     temps = [_alloc(a, vv) for a in p.temps]
     arrays += [arr for _, arr in temps]
+
+    def run(k: int) -> None:
+        st = p.steps[k]
+        views = [a if a.dtype == dt else a.view(dt) for a, dt in ((arrays[i], dt) for i, dt in st.refs)]
+        if st.kind == "copy":
+            copy_into(views[0], views[1], st.view, st.dst_view)
+            return
+        t1 = time.perf_counter()
+        st.kernel(dict(enumerate(views)), vv)
+        if debug >= 2:
+            dt_s = time.perf_counter() - t1
+            print(f"*** {st.device:6s} {st.name:28s} out {st.out_shape:>10s}  {dt_s * 1e3:9.3f} ms  "
+                  f"{st.est.mem_bytes / dt_s / 1e9:7.2f} GB/s  {st.est.flops / dt_s / 1e9:7.2f} GFLOP/s",
+                  file=sys.stderr)
+
     try:
-        for st in p.steps:
-            views = [a if a.dtype == dt else a.view(dt) for a, dt in ((arrays[i], dt) for i, dt in st.refs)]
-            if st.kind == "copy":
-                views[0][:] = views[1]
-                continue
-            t1 = time.perf_counter()
-            st.kernel(dict(enumerate(views)), vv)
-            if debug >= 2:
-                dt_s = time.perf_counter() - t1
-                print(f"*** {st.device:6s} {st.name:28s} out {st.out_shape:>10s}  {dt_s * 1e3:9.3f} ms  "
-                      f"{st.est.mem_bytes / dt_s / 1e9:7.2f} GB/s  {st.est.flops / dt_s / 1e9:7.2f} GFLOP/s",
-                      file=sys.stderr)
+        if p.deps is None:
+            for k in range(len(p.steps)):
+                run(k)
+        else:
+            from lower.parallel import run_steps
+
+            run_steps([st.device for st in p.steps], p.deps, run)
     finally:
-        del arrays
+        arrays.clear()
         for dev, arr in temps:
             dev.free(arr)
     if debug >= 1:
         nk = sum(s.kind == "kernel" for s in p.steps)
-        print(f"ran {nk} kernels, {len(p.steps) - nk} copies in {(time.perf_counter() - t0) * 1e3:.2f} ms",
+        on = f" on {len({s.device for s in p.steps})} devices" if p.deps is not None else ""
+        print(f"ran {nk} kernels, {len(p.steps) - nk} copies{on} in {(time.perf_counter() - t0) * 1e3:.2f} ms",
               file=sys.stderr)
     n_in = p.n_inputs
-    return {r: (inputs[i] if i < n_in else out_bufs[i - n_in]) for r, i in zip(roots, p.roots, strict=True)}
+
+    def buffer_of(i: int) -> UOp:
+        return inputs[i] if i < n_in else out_bufs[i - n_in]
+
+    res: dict[UOp, UOp] = {}
+    for r, ix in zip(roots, p.roots, strict=True):
+        res[r] = buffer_of(ix) if isinstance(ix, int) else _assemble(ix, [buffer_of(i) for i in ix.parts])
+    return res
+
+
+def _assemble(t: TupleResult, parts: list[UOp]) -> UOp:
+    from lower.multi import buffer_view, storage_shape
+
+    buf = buffers.new_buffer(t.dtype, storage_shape(t.shape, t.axis, len(t.devices)), t.devices)
+    buffers.store_shards(buf, tuple(parts))
+    return buffer_view(buf, t.shape, t.axis)
 
 
 class PlanCache:
@@ -312,4 +396,5 @@ class PlanCache:
         return len(self._plans)
 
 
-__all__ = ["Plan", "PlanCache", "bind_shape", "build_plan", "lowering_knobs", "replay", "resolve", "signature"]
+__all__ = ["Plan", "PlanCache", "TupleResult", "bind_shape", "build_plan", "flat_inputs", "lowering_knobs", "replay",
+           "resolve", "signature"]
