@@ -59,10 +59,15 @@ class Comm:
 
     # ---- collectives ---------------------------------------------------------------------------------------------
 
-    def allreduce(self, x: np.ndarray, op: str = "sum") -> np.ndarray:
-        """The elementwise reduction of `x` over all ranks, on every rank."""
+    def allreduce(self, x: np.ndarray, op: str = "sum", out: np.ndarray | None = None) -> np.ndarray:
+        """The elementwise reduction of `x` over all ranks, on every rank (written into `out` when given: a
+        C-contiguous array of x's size and dtype)."""
         x, mop = _contig(x), _mpi_op(op)
-        out = np.empty_like(x)
+        if out is None:
+            out = np.empty_like(x)
+        elif out.size != x.size or out.dtype != x.dtype or not out.flags.c_contiguous:
+            raise CollectiveError(f"allreduce: out must be a C-contiguous {x.dtype} array of {x.size} elements, got "
+                                  f"{out.dtype}{list(out.shape)}")
         with self._watch("allreduce", x):
             self._comm.Allreduce(x, out, op=mop)
         return out
@@ -210,6 +215,12 @@ def world() -> Comm | None:
             _world = Comm(MPI.COMM_WORLD, float(knob_int("MPI_TIMEOUT")))
             _install_excepthook(_world)
     return _world
+
+
+def rank_and_size() -> tuple[int, int]:
+    """(this process's rank, the number of ranks): (0, 1) when no MPI launcher started it."""
+    c = world()
+    return (0, 1) if c is None else (c.rank, c.size)
 
 
 def _install_excepthook(comm: Comm) -> None:

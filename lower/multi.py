@@ -21,7 +21,9 @@ What each op becomes, per device i (c = S[a] // n, the block size on the shard a
   RESHAPE          the local reshape (the shard boundary is kept: rewrite.props.reshape_axis)
   PERMUTE, EXPAND  the local op; PAD, SHRINK, FLIP must leave the shard axis alone
   REDUCE           the local reduce; over the shard axis, then the n partial results combined on every device
-                   in device order (so every device's copy is bitwise the same): an allreduce
+                   in device order (so every device's copy is bitwise the same): an allreduce; on a tuple with
+                   one device per MPI rank that combination is made its own kernel (CONTIGUOUS), which
+                   lower.mpi_exec recognises and runs as one MPI Allreduce
   REPLICATED       on the shard axis (size n: one element per device): each device's piece, now replicated;
                    on other axes (and on a single device): the first slice, a SHRINK
   COPY             to a device tuple: block j of axis 0 assembled on d_j from the pieces that overlap it (each
@@ -35,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import cast
 
+from devices import spans_ranks
 from rewrite import Ops, Rule, RuleSet, UOp, graph_rewrite, op
 from rewrite.derive import fmt_shape
 from rewrite.dtype import dtypes
@@ -232,7 +235,8 @@ def _reduce(ctx: MultiContext, u: UOp) -> UOp:
         for j, p in enumerate(partial):
             q = p if i == j else p.copy(d)
             acc = q if acc is None else UOp(u.reduce_op, (acc, q))
-        out.append(cast(UOp, acc))
+        # across MPI ranks the combination is its own kernel, which lower.mpi_exec runs as one MPI Allreduce
+        out.append(cast(UOp, acc).contiguous() if spans_ranks(devs) else cast(UOp, acc))
     return ctx.tagged(u, tuple(out))
 
 

@@ -21,6 +21,7 @@ from lower import buffers
 from lower.estimate import Estimate, estimate
 from lower.linearize import listing
 from lower.memory import plan
+from lower.mpi_exec import on_ranks
 from lower.schedule import ScheduleItem, schedule
 from lower.schedule_cache import PlanCache, bind_shape, build_plan, lowering_knobs, replay, resolve, signature, writable
 from lower.stages import lower_kernel
@@ -162,6 +163,12 @@ def realize(roots: list[UOp], var_vals: dict[str, int] | None = None) -> dict[UO
     if int(getenv("TRACE")):  # tracing wants the scheduling rules to fire, so nothing is replayed
         return _realize_fresh(roots, var_vals)
     key, inputs = signature(roots)
+    if on_ranks([*roots, *inputs]):  # devices of several MPI ranks: each rank runs its part (lower.mpi_exec)
+        from lower.mpi_exec import run_ranks
+
+        items, outs = schedule(roots)
+        run_ranks(items, var_vals)
+        return outs
     if any(isinstance(r.device, tuple) for r in roots) or any(isinstance(b.device, tuple) for b in inputs):
         # results or inputs on a device tuple live in shard buffers that a plan does not bind: no replay
         from lower.parallel import keep_of, run_parallel
