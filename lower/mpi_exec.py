@@ -22,6 +22,7 @@ Recognised collectives, each run as one MPI call on this rank's piece instead of
               of P_j from the device of rank... in device order, and whose copies nobody else reads, is one
               member; the n members together become `Allreduce(P_r) -> output` on rank r, run where the first
               member ran (every P_j is computed before it, every reader of an output after its own member).
+              When P_r is only a copy of another buffer (a block of one row summed), that buffer is reduced.
 Everything else moves point to point (the spec's literal allgather and reduce_scatter among them).
 
 Matching is checked: the first time a rank runs a schedule it allgathers a digest of it (every item's kind,
@@ -154,8 +155,55 @@ def allreduces(items: list[ScheduleItem], nranks: int) -> dict[int, tuple[list[i
     return out
 
 
+def _identity_input(it: ScheduleItem) -> UOp | None:
+    """The input of a kernel that only copies one buffer of its output's size and dtype, else None."""
+    if it.kind != "kernel" or it.ast is None or len(it.bufs) != 2:
+        return None
+    stores = [u for u in it.ast.toposort() if u.op is Ops.STORE]
+    if len(stores) != 1 or len(stores[0].src) != 2:
+        return None
+    idx, val = stores[0].src
+    same = (idx.op is Ops.INDEX and val.op is Ops.LOAD and len(val.src) == 1 and val.src[0].op is Ops.INDEX
+            and val.src[0].src[1:] == idx.src[1:])
+    out, src = it.bufs
+    return src if same and src.dtype == out.dtype and _size(src) == _size(out) else None
+
+
+def _elide_copies(items: list[ScheduleItem], steps: list[Step]) -> list[Step]:
+    """An allreduce whose own input a kernel only copied from another buffer (the partial sum over a block of
+    one row, lower.multi) reads that buffer instead, and the copy kernel is dropped, when nothing else reads
+    its output."""
+    read: dict[int, int] = {}
+    for s in steps:
+        it = items[s.item]
+        bufs = s.bufs[1:] if s.kind == "allreduce" else it.bufs[:1] if s.kind == "send" else it.bufs[1:]
+        for b in bufs:
+            read[buffers.slot(b)] = read.get(buffers.slot(b), 0) + 1
+    producer = {buffers.slot(items[s.item].bufs[0]): i for i, s in enumerate(steps) if s.kind == "kernel"}
+    drop: set[int] = set()
+    out = list(steps)
+    for i, s in enumerate(steps):
+        if s.kind != "allreduce":
+            continue
+        own = buffers.slot(s.bufs[1])
+        p = producer.get(own)
+        if p is None or read.get(own) != 1 or p in drop:
+            continue
+        src = _identity_input(items[steps[p].item])
+        written_between = src is not None and any(
+            buffers.slot(items[t.item].bufs[0]) == buffers.slot(src) for t in steps[p + 1:i] if t.kind != "send")
+        if src is not None and not written_between:
+            drop.add(p)
+            out[i] = Step("allreduce", s.item, bufs=(s.bufs[0], src), op=s.op)
+    return [s for i, s in enumerate(out) if i not in drop]
+
+
 def plan_steps(items: list[ScheduleItem], rank: int, nranks: int) -> list[Step]:
     """This rank's part of `items` (module docstring), recognised collectives in place of what they replace."""
+    return _elide_copies(items, _plan_steps(items, rank, nranks))
+
+
+def _plan_steps(items: list[ScheduleItem], rank: int, nranks: int) -> list[Step]:
     collectives = allreduces(items, nranks) if nranks > 1 else {}
     replaced = {k for ks, _ in collectives.values() for k in ks}
     steps: list[Step] = []
@@ -181,7 +229,7 @@ def plan_steps(items: list[ScheduleItem], rank: int, nranks: int) -> list[Step]:
             if dst is None or dst == rank:
                 steps.append(Step("copy", k))
         elif dst is None:
-            steps.append(Step("bcast", k, peer=src))
+            steps.append(Step("bcast", k, peer=src) if nranks > 1 else Step("copy", k))
         elif rank == src:
             steps.append(Step("send", k, peer=dst))
         elif rank == dst:
