@@ -62,7 +62,6 @@ def allreduce_rows(c: Comm, sizes_mib: list[int], runs: int) -> list[dict]:
         busbw = 2 * (n - 1) / n * s * 4 / 1e9
         out.append({"mib": mib, "ranks": n, "max_abs_err": err, "ours": [busbw / t for t in t_ours],
                     "peer": [busbw / t for t in t_peer]})
-        del T, local, peer_out, want
     return out
 
 

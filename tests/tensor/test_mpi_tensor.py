@@ -120,7 +120,7 @@ def test_the_shard_axis_reduction_is_one_allreduce_on_each_rank(monkeypatch: pyt
     from lower.mpi_exec import allreduces, plan_steps
 
     items = _schedule_on_two_ranks(monkeypatch, lambda D: Tensor(np.ones((4, 6), np.float32)).shard(D, 0).sum(0))
-    (first, (replaced, op)), = allreduces(items, 2).items()
+    (_first, (replaced, op)), = allreduces(items, 2).items()
     assert op == "sum" and sorted(items[k].kind for k in replaced) == ["copy", "copy", "kernel", "kernel"]
     for rank in (0, 1):
         steps = plan_steps(items, rank, 2)
