@@ -22,7 +22,8 @@ Recognised collectives, each run as one MPI call on this rank's piece instead of
               of P_j from the device of rank... in device order, and whose copies nobody else reads, is one
               member; the n members together become `Allreduce(P_r) -> output` on rank r, run where the first
               member ran (every P_j is computed before it, every reader of an output after its own member).
-              When P_r is only a copy of another buffer (a block of one row summed), that buffer is reduced.
+              When P_r is only a copy of another buffer (a block of one row summed), that buffer is reduced;
+              when the output is only copied into another buffer (the root's), the Allreduce writes there.
 Everything else moves point to point (the spec's literal allgather and reduce_scatter among them).
 
 Matching is checked: the first time a rank runs a schedule it allgathers a digest of it (every item's kind,
@@ -195,6 +196,21 @@ def _elide_copies(items: list[ScheduleItem], steps: list[Step]) -> list[Step]:
         if src is not None and not written_between:
             drop.add(p)
             out[i] = Step("allreduce", s.item, bufs=(s.bufs[0], src), op=s.op)
+    # the other side: a kernel that only copies the allreduce's output somewhere (the root's own buffer) takes the
+    # allreduce's place, written straight into
+    for i, s in enumerate(out):
+        if s.kind != "allreduce" or i in drop:
+            continue
+        res = buffers.slot(s.bufs[0])
+        users = [j for j, t in enumerate(out) if j > i and j not in drop and t.kind != "allreduce" and any(
+            buffers.slot(b) == res for b in (items[t.item].bufs[:1] if t.kind == "send" else items[t.item].bufs[1:]))]
+        if len(users) != 1 or out[users[0]].kind != "kernel":
+            continue
+        cp = items[out[users[0]].item]
+        src = _identity_input(cp)
+        if src is not None and buffers.slot(src) == res and not buffers.has_data(cp.bufs[0]):
+            drop.add(users[0])
+            out[i] = Step("allreduce", s.item, bufs=(cp.bufs[0], s.bufs[1]), op=s.op)
     return [s for i, s in enumerate(out) if i not in drop]
 
 
@@ -263,9 +279,8 @@ def check_matching(comm: Comm, items: list[ScheduleItem]) -> None:
 
 
 def run_ranks(items: list[ScheduleItem], var_vals: dict[str, int] | None = None) -> None:
-    """Run this rank's part of `items` (module docstring)."""
-    from lower.realize import _array, compile_kernels
-    from lower.schedule_cache import writable
+    """Run this rank's part of `items` (module docstring); DEBUG=2 prints each step's time."""
+    from lower.realize import compile_kernels
 
     comm = world()
     rank, nranks = (0, 1) if comm is None else (comm.rank, comm.size)
@@ -283,34 +298,47 @@ def run_ranks(items: list[ScheduleItem], var_vals: dict[str, int] | None = None)
     kern = [s.item for s in steps if s.kind == "kernel"]
     wanted = [(items[k].ast, _dev(items[k].bufs[0]), items[k].name, items[k].bufs) for k in kern]
     kernels = dict(zip(kern, compile_kernels(wanted), strict=True))  # type: ignore[arg-type]  # kernels have ASTs
+    debug = int(getenv("DEBUG"))
     for s in steps:
         it = items[s.item]
-        if s.kind == "kernel":
-            if buffers.has_data(it.bufs[0]):  # an assignment's target, written in place
-                writable(it.bufs[0])
-            kernels[s.item]({i: _array(b, vv) for i, b in enumerate(it.bufs)}, vv)
-            continue
-        assert comm is not None or s.kind == "copy"
-        c = cast(Comm, comm)
-        if s.kind == "copy":
-            _array(it.bufs[0], vv)[:] = _array(it.bufs[1], vv)
-        elif s.kind == "send":
-            c.send(_array(it.bufs[1], vv), s.peer, tag=s.item % _TAGS)
-        elif s.kind == "recv":
-            dst = _array(it.bufs[0], vv)
-            dst[:] = c.recv(dst.shape, dst.dtype, s.peer, tag=s.item % _TAGS)
-        elif s.kind == "bcast":
-            dst = _array(it.bufs[0], vv)
-            dst[:] = c.bcast(_array(it.bufs[1], vv) if rank == s.peer else dst, root=s.peer)
-        elif s.kind == "allreduce":
-            out, own = (_flat(_array(b, vv), _size(b)) for b in s.bufs)
-            c.allreduce(own, s.op, out=out)
-    if int(getenv("DEBUG")) >= 1:
+        st = time.perf_counter()
+        _run_step(s, it, kernels, comm, rank, vv)
+        if debug >= 2:
+            what = it.name if s.kind == "kernel" else f"{s.kind} {s.op or ''}{'' if s.peer < 0 else f' rank {s.peer}'}"
+            print(f"rank {rank}: {what:28s} {(time.perf_counter() - st) * 1e3:9.3f} ms", file=sys.stderr)
+    if debug >= 1:
         counts: dict[str, int] = {}
         for s in steps:
             counts[s.kind] = counts.get(s.kind, 0) + 1
         print(f"rank {rank}/{nranks}: ran " + ", ".join(f"{v} {k}" for k, v in counts.items()) +
               f" of {len(items)} items in {(time.perf_counter() - t0) * 1e3:.2f} ms", file=sys.stderr)
+
+
+def _run_step(s: Step, it: ScheduleItem, kernels: dict[int, Any], comm: Comm | None, rank: int,
+              vv: dict[str, int]) -> None:
+    from lower.realize import _array
+    from lower.schedule_cache import writable
+
+    if s.kind == "kernel":
+        if buffers.has_data(it.bufs[0]):  # an assignment's target, written in place
+            writable(it.bufs[0])
+        kernels[s.item]({i: _array(b, vv) for i, b in enumerate(it.bufs)}, vv)
+        return
+    assert comm is not None or s.kind == "copy"
+    c = cast(Comm, comm)
+    if s.kind == "copy":
+        _array(it.bufs[0], vv)[:] = _array(it.bufs[1], vv)
+    elif s.kind == "send":
+        c.send(_array(it.bufs[1], vv), s.peer, tag=s.item % _TAGS)
+    elif s.kind == "recv":
+        dst = _array(it.bufs[0], vv)
+        dst[:] = c.recv(dst.shape, dst.dtype, s.peer, tag=s.item % _TAGS)
+    elif s.kind == "bcast":
+        dst = _array(it.bufs[0], vv)
+        dst[:] = c.bcast(_array(it.bufs[1], vv) if rank == s.peer else dst, root=s.peer)
+    elif s.kind == "allreduce":
+        out, own = (_flat(_array(b, vv), _size(b)) for b in s.bufs)
+        c.allreduce(own, s.op, out=out)
 
 
 def _flat(a: Any, n: int) -> np.ndarray:

@@ -62,6 +62,16 @@ def test_a_rank_that_raises_midway_takes_every_rank_down_fast() -> None:
     assert "uncaught ValueError; aborting every rank" in p.stderr
 
 
+@needs_mpi
+def test_the_readme_example_runs_under_mpirun() -> None:
+    full = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    cmd = ["mpirun", "-n", "2", "--oversubscribe", sys.executable, "-m", "tensor.examples.mpi_data_parallel"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=full)
+    assert p.returncode == 0, p.stdout + p.stderr
+    losses = re.findall(r"rank \d/2: loss (\S+)", p.stdout)
+    assert len(losses) == 2 and losses[0] == losses[1] and float(losses[0]) < 0.05, p.stdout
+
+
 # ---------------------------------------------------------------- in this process (no mpirun)
 
 @pytest.mark.parametrize(("name", "rank", "local"), [("cpu", None, "cpu"), ("cpu@1", 1, "cpu"),
