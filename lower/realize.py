@@ -190,6 +190,11 @@ def realize(roots: list[UOp], var_vals: dict[str, int] | None = None) -> dict[UO
 def _realize_fresh(roots: list[UOp], var_vals: dict[str, int] | None) -> dict[UOp, UOp]:
     """Schedule, lower and run with no plan replayed, so every stage and rule runs (for TRACE and VIZ)."""
     items, outs = schedule(roots)
+    if on_ranks([*roots, *(b for it in items for b in it.bufs)]):
+        from lower.mpi_exec import run_ranks
+
+        run_ranks(items, var_vals)
+        return outs
     run_schedule(items, keep=set(outs.values()), var_vals=var_vals)
     if var_vals:  # the results' shapes name the values, as a replay's do
         outs = {r: _rebind(b, var_vals) for r, b in outs.items()}
