@@ -81,9 +81,21 @@ def _dev(b: UOp) -> str:
     return d if isinstance(d, str) else str(getenv("DEVICE"))
 
 
+_combined: dict[UOp, tuple[str, list[int]] | None] = {}
+_identity: dict[UOp, bool] = {}
+
+
 def combined_slots(ast: UOp) -> tuple[str, list[int]] | None:
     """For a kernel that only combines its inputs elementwise with one op (out[i] = in_a[i] + in_b[i] + ...):
     the op's MPI name and the input slots in order; else None."""
+    if ast not in _combined:
+        if len(_combined) > 4096:
+            _combined.clear()
+        _combined[ast] = _combined_slots(ast)
+    return _combined[ast]
+
+
+def _combined_slots(ast: UOp) -> tuple[str, list[int]] | None:
     stores = [u for u in ast.toposort() if u.op is Ops.STORE]
     if len(stores) != 1 or len(stores[0].src) != 2:
         return None
@@ -160,14 +172,18 @@ def _identity_input(it: ScheduleItem) -> UOp | None:
     """The input of a kernel that only copies one buffer of its output's size and dtype, else None."""
     if it.kind != "kernel" or it.ast is None or len(it.bufs) != 2:
         return None
-    stores = [u for u in it.ast.toposort() if u.op is Ops.STORE]
-    if len(stores) != 1 or len(stores[0].src) != 2:
-        return None
-    idx, val = stores[0].src
-    same = (idx.op is Ops.INDEX and val.op is Ops.LOAD and len(val.src) == 1 and val.src[0].op is Ops.INDEX
-            and val.src[0].src[1:] == idx.src[1:])
+    if it.ast not in _identity:
+        if len(_identity) > 4096:
+            _identity.clear()
+        stores = [u for u in it.ast.toposort() if u.op is Ops.STORE]
+        same = len(stores) == 1 and len(stores[0].src) == 2
+        if same:
+            idx, val = stores[0].src
+            same = (idx.op is Ops.INDEX and val.op is Ops.LOAD and len(val.src) == 1 and val.src[0].op is Ops.INDEX
+                    and val.src[0].src[1:] == idx.src[1:])
+        _identity[it.ast] = same
     out, src = it.bufs
-    return src if same and src.dtype == out.dtype and _size(src) == _size(out) else None
+    return src if _identity[it.ast] and src.dtype == out.dtype and _size(src) == _size(out) else None
 
 
 def _elide_copies(items: list[ScheduleItem], steps: list[Step]) -> list[Step]:
@@ -278,8 +294,9 @@ def check_matching(comm: Comm, items: list[ScheduleItem]) -> None:
     _agreed.add(d)
 
 
-def run_ranks(items: list[ScheduleItem], var_vals: dict[str, int] | None = None) -> None:
-    """Run this rank's part of `items` (module docstring); DEBUG=2 prints each step's time."""
+def run_ranks(items: list[ScheduleItem], var_vals: dict[str, int] | None = None, checked: bool = False) -> None:
+    """Run this rank's part of `items` (module docstring); DEBUG=2 prints each step's time. `checked`: the ranks
+    are known to agree on this schedule (a replayed one, lower.mpi_cache)."""
     from lower.realize import compile_kernels
 
     comm = world()
@@ -292,7 +309,7 @@ def run_ranks(items: list[ScheduleItem], var_vals: dict[str, int] | None = None)
                                       f"with `mpirun -n {r + 1}` or more")
     vv = dict(var_vals or {})
     t0 = time.perf_counter()
-    if comm is not None and nranks > 1:
+    if comm is not None and nranks > 1 and not checked:
         check_matching(comm, items)
     steps = plan_steps(items, rank, nranks)
     kern = [s.item for s in steps if s.kind == "kernel"]

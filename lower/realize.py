@@ -164,11 +164,9 @@ def realize(roots: list[UOp], var_vals: dict[str, int] | None = None) -> dict[UO
         return _realize_fresh(roots, var_vals)
     key, inputs = signature(roots)
     if on_ranks([*roots, *inputs]):  # devices of several MPI ranks: each rank runs its part (lower.mpi_exec)
-        from lower.mpi_exec import run_ranks
+        from lower.mpi_cache import realize_ranks
 
-        items, outs = schedule(roots)
-        run_ranks(items, var_vals)
-        return outs
+        return realize_ranks(roots, var_vals, (key, inputs))
     if any(isinstance(r.device, tuple) for r in roots) or any(isinstance(b.device, tuple) for b in inputs):
         # results or inputs on a device tuple live in shard buffers that a plan does not bind: no replay
         from lower.parallel import keep_of, run_parallel

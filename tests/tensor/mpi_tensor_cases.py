@@ -111,9 +111,12 @@ def data_parallel() -> None:
     x = rng.standard_normal((4 * n, 4)).astype(np.float32)
     y = rng.standard_normal((4 * n, 3)).astype(np.float32)
     one = _train(None, x, y)
+    from lower import mpi_cache
+
     for local in (False, True):
         for a, b in zip(_train(M.ranks(), x, y, local), one, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert mpi_cache.stats["hits"] > 0, mpi_cache.stats   # the second step replayed the first one's schedule
     print(f"rank {r}/{n}: data_parallel ok", flush=True)
 
 

@@ -102,6 +102,19 @@ def test_without_mpirun_there_is_one_rank() -> None:
     np.testing.assert_array_equal(M.from_local(a, M.ranks(), 1).numpy(), a)
 
 
+def test_a_graph_of_the_same_structure_replays_its_schedule() -> None:
+    from lower import mpi_cache
+
+    D = M.ranks()
+    w = Tensor(np.ones((3, 2), np.float32)).to(D).realize()
+    before = dict(mpi_cache.stats)
+    for k in range(3):  # new data each time, the same structure: scheduled once
+        a = np.arange(12, dtype=np.float32).reshape(4, 3) * (k + 1)
+        y = (Tensor(a).shard(D, 0) @ w).sum(0)
+        np.testing.assert_allclose(y.numpy(), (a @ np.ones((3, 2), np.float32)).sum(0))
+    assert mpi_cache.stats["hits"] - before["hits"] >= 4  # the product, and numpy()'s gather, twice each
+
+
 def test_bad_inputs_across_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
     import devices.mpi
 
