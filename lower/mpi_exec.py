@@ -18,13 +18,19 @@ Recognised collectives, each run as one MPI call on this rank's piece instead of
               tuple with one device on each rank of the job. lower.multi builds it as: the partial results P_j on
               d_j; for each device d_i, copies of every P_j (j != i) to d_i and a kernel (its own, CONTIGUOUS)
               that combines the n values in device order. A kernel whose AST is exactly that combination (one
-              STORE of an ADD/MAX/MUL tree of n LOADs at the store's index), whose n inputs are P_i and copies
-              of P_j from the device of rank... in device order, and whose copies nobody else reads, is one
-              member; the n members together become `Allreduce(P_r) -> output` on rank r, run where the first
+              STORE of an ADD/MAX/MUL tree of n LOADs at the store's index), whose n inputs are, in device
+              order, its own P_i and copies of the other P_j (one from each rank's device, read by nothing
+              else), is one member; the n members (one per rank, over the same P_j) together become
+              `Allreduce(P_r) -> output` on rank r, run where the first
               member ran (every P_j is computed before it, every reader of an output after its own member).
               When P_r is only a copy of another buffer (a block of one row summed), that buffer is reduced;
               when the output is only copied into another buffer (the root's), the Allreduce writes there.
+              MPI picks its own summation order: with more than 2 ranks a float sum may round differently
+              from the in-process device-order sum (every rank still gets the same bits from MPI's algorithms).
+              tensor.multi.allreduce on such a tuple is written as this reduction.
 Everything else moves point to point (the spec's literal allgather and reduce_scatter among them).
+
+Schedules are replayed by structure (lower.mpi_cache), so a training loop schedules its step once.
 
 Matching is checked: the first time a rank runs a schedule it allgathers a digest of it (every item's kind,
 name, and its buffers' devices, shapes and dtypes); ranks whose digest differs from rank 0's raise a
