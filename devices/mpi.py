@@ -244,6 +244,8 @@ def world() -> Comm | None:
 
     The first call initialises MPI and installs the abort-on-uncaught-exception hook."""
     global _world
+    if _world is not None:
+        return _world
     if not launched_by_mpi():
         return None
     with _world_lock:
@@ -261,6 +263,8 @@ def world() -> Comm | None:
 
 def rank_and_size() -> tuple[int, int]:
     """(this process's rank, the number of ranks): (0, 1) when no MPI launcher started it."""
+    if _world is not None:
+        return _world.rank, _world.size
     c = world()
     return (0, 1) if c is None else (c.rank, c.size)
 

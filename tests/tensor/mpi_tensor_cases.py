@@ -30,6 +30,13 @@ def shard_to() -> None:
     a = np.arange(n * n * 6, dtype=np.float32).reshape(n * 2, n * 3)
     x = Tensor(a).shard(D, 0)
     _eq(x.numpy(), a)
+    from lower import buffers
+    from lower.multi import view_base
+
+    base = view_base(x.uop)
+    assert base is not None
+    held = [buffers.has_data(s) for s in buffers.shards(base)]
+    assert held == [k == r for k in range(n)], held   # only this rank's block is allocated here
     _eq(Tensor(a).shard(D, 1).numpy(), a)
     _eq((x * 2 + 1).numpy(), a * 2 + 1)
     _eq(x.to(D).numpy(), a)               # resharded to replicated: every rank's block goes to every rank
