@@ -127,6 +127,20 @@ def data_parallel() -> None:
     print(f"rank {r}/{n}: data_parallel ok", flush=True)
 
 
+def several_per_rank() -> None:
+    """Two cpu devices on each rank: moves inside a rank are local copies, across ranks Send/Recv."""
+    r, n = _rank()
+    D = tuple(f"cpu:{i}@{k}" for k in range(n) for i in range(2))
+    a = np.arange(16 * n, dtype=np.float32).reshape(4 * n, 4)
+    x = Tensor(a).shard(D, 0)
+    _eq(x.sum(0).numpy(), a.sum(0))
+    _eq((x * 2).numpy(), a * 2)
+    _eq(M.allgather(Tensor(a.reshape(-1)).shard(D, 0)).numpy(), a.reshape(-1))
+    w = np.ones((4, 2 * n), np.float32)
+    _eq((Tensor(a).to(D) @ Tensor(w).shard(D, 1)).numpy(), a @ w)
+    print(f"rank {r}/{n}: several_per_rank ok", flush=True)
+
+
 def mismatched_programs() -> None:
     """Rank 0 sums a tensor of another length than the others: the schedule check names the ranks."""
     r, n = _rank()
@@ -148,6 +162,6 @@ def raises_midway() -> None:
 
 
 if __name__ == "__main__":
-    cases = {f.__name__: f for f in (shard_to, collectives, matmul, data_parallel, mismatched_programs,
-                                     raises_midway)}
+    cases = {f.__name__: f for f in (shard_to, collectives, matmul, data_parallel, several_per_rank,
+                                     mismatched_programs, raises_midway)}
     cases[sys.argv[1]]()

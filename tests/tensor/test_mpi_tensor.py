@@ -45,6 +45,11 @@ def test_programs_across_ranks_match_numpy(case: str, n: int) -> None:
 
 
 @needs_mpi
+def test_several_devices_per_rank() -> None:
+    _ok(mpirun(2, "several_per_rank"), "several_per_rank", 2)
+
+
+@needs_mpi
 def test_ranks_running_different_programs_fail_with_the_ranks_named() -> None:
     p = mpirun(2, "mismatched_programs", MPI_TIMEOUT="60")
     assert p.returncode != 0
