@@ -13,9 +13,11 @@ template is made; graphs with symbolic variables are scheduled every time.
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from lower import buffers
+from lower.mpi_exec import Step
 from lower.schedule import ScheduleItem, schedule
 from lower.schedule_cache import signature
 from rewrite import Ops, UOp
@@ -30,13 +32,16 @@ class Template:
     items: tuple[tuple[str, tuple[Role, ...], UOp | None, str], ...]  # kind, buffer roles, ast, name
     fresh: tuple[tuple[object, tuple, object], ...]  # (dtype, shape, device) of each ("new", j)
     results: tuple[tuple, ...]  # per root: ("buf", role) | ("view", dtype, storage shape, devices, shard roles)
+    steps: tuple[tuple[Step, tuple[Role, ...]], ...]  # this rank's steps (lower.mpi_exec), their buffers' roles
+    kernels: dict[int, Any]  # item position -> compiled kernel
 
 
 _templates: collections.OrderedDict[tuple, Template] = collections.OrderedDict()
 stats = {"hits": 0, "misses": 0}
 
 
-def _make(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], outs: dict[UOp, UOp]) -> Template | None:
+def _make(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], outs: dict[UOp, UOp], steps: list[Step],
+          kernels: dict[int, Any]) -> Template | None:
     from lower.multi import view_base
 
     role: dict[int, Role] = {}
@@ -70,7 +75,8 @@ def _make(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], outs: 
         else:
             results.append(("view", base.dtype, base.shape, base.device, tuple(of(s) for s in buffers.shards(base))))
     tmpl_items = tuple((it.kind, tuple(of(b) for b in it.bufs), it.ast, it.name) for it in items)
-    return Template(tmpl_items, tuple(fresh), tuple(results))
+    tmpl_steps = tuple((replace(st, bufs=()), tuple(of(b) for b in st.bufs)) for st in steps)
+    return Template(tmpl_items, tuple(fresh), tuple(results), tmpl_steps, kernels)
 
 
 def realize_ranks(roots: list[UOp], var_vals: dict[str, int] | None = None,
@@ -84,8 +90,8 @@ def realize_ranks(roots: list[UOp], var_vals: dict[str, int] | None = None,
     t = _templates.get(key) if not var_vals else None
     if t is None:
         items, outs = schedule(roots)
-        run_ranks(items, var_vals)  # checks the ranks agree before anything is kept
-        if not var_vals and (made := _make(roots, inputs, items, outs)) is not None:
+        steps, kernels = run_ranks(items, var_vals)  # checks the ranks agree before anything is kept
+        if not var_vals and (made := _make(roots, inputs, items, outs, steps, kernels)) is not None:
             _templates[key] = made
             while len(_templates) > MAX_TEMPLATES:
                 _templates.popitem(last=False)
@@ -101,7 +107,8 @@ def realize_ranks(roots: list[UOp], var_vals: dict[str, int] | None = None,
         return b if b.shape == shape else UOp(Ops.BUFFER, (UOp.shape_operand(shape),), b.buf_arg)
 
     items = [ScheduleItem(kind, tuple(get(r) for r in rs), ast, name) for kind, rs, ast, name in t.items]
-    run_ranks(items, var_vals, checked=True)
+    steps = [replace(st, bufs=tuple(get(r) for r in rs)) if rs else st for st, rs in t.steps]
+    run_ranks(items, var_vals, checked=True, plan=(steps, t.kernels))
     out: dict[UOp, UOp] = {}
     for root, res in zip(roots, t.results, strict=True):
         if res[0] == "buf":

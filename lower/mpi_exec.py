@@ -300,27 +300,33 @@ def check_matching(comm: Comm, items: list[ScheduleItem]) -> None:
     _agreed.add(d)
 
 
-def run_ranks(items: list[ScheduleItem], var_vals: dict[str, int] | None = None, checked: bool = False) -> None:
-    """Run this rank's part of `items` (module docstring); DEBUG=2 prints each step's time. `checked`: the ranks
-    are known to agree on this schedule (a replayed one, lower.mpi_cache)."""
+def run_ranks(items: list[ScheduleItem], var_vals: dict[str, int] | None = None, checked: bool = False,
+              plan: tuple[list[Step], dict[int, Any]] | None = None) -> tuple[list[Step], dict[int, Any]]:
+    """Run this rank's part of `items` (module docstring); DEBUG=2 prints each step's time. `checked` and `plan`
+    come from a replay (lower.mpi_cache): the ranks are known to agree on this schedule, and its steps and
+    compiled kernels are known. Returns the steps and kernels it ran."""
     from lower.realize import compile_kernels
 
     comm = world()
     rank, nranks = (0, 1) if comm is None else (comm.rank, comm.size)
-    for it in items:
-        for b in it.bufs:
-            r = rank_of(_dev(b))
-            if r is not None and r >= nranks:
-                raise CollectiveError(f"{it.name}: buffer on {_dev(b)}, but this job has {nranks} rank(s); start it "
-                                      f"with `mpirun -n {r + 1}` or more")
+    if not checked:
+        for it in items:
+            for b in it.bufs:
+                r = rank_of(_dev(b))
+                if r is not None and r >= nranks:
+                    raise CollectiveError(f"{it.name}: buffer on {_dev(b)}, but this job has {nranks} rank(s); "
+                                          f"start it with `mpirun -n {r + 1}` or more")
     vv = dict(var_vals or {})
     t0 = time.perf_counter()
     if comm is not None and nranks > 1 and not checked:
         check_matching(comm, items)
-    steps = plan_steps(items, rank, nranks)
-    kern = [s.item for s in steps if s.kind == "kernel"]
-    wanted = [(items[k].ast, _dev(items[k].bufs[0]), items[k].name, items[k].bufs) for k in kern]
-    kernels = dict(zip(kern, compile_kernels(wanted), strict=True))  # type: ignore[arg-type]  # kernels have ASTs
+    if plan is None:
+        steps = plan_steps(items, rank, nranks)
+        kern = [s.item for s in steps if s.kind == "kernel"]
+        wanted = [(items[k].ast, _dev(items[k].bufs[0]), items[k].name, items[k].bufs) for k in kern]
+        kernels = dict(zip(kern, compile_kernels(wanted), strict=True))  # type: ignore[arg-type]  # kernels have ASTs
+    else:
+        steps, kernels = plan
     debug = int(getenv("DEBUG"))
     for s in steps:
         it = items[s.item]
@@ -335,6 +341,7 @@ def run_ranks(items: list[ScheduleItem], var_vals: dict[str, int] | None = None,
             counts[s.kind] = counts.get(s.kind, 0) + 1
         print(f"rank {rank}/{nranks}: ran " + ", ".join(f"{v} {k}" for k, v in counts.items()) +
               f" of {len(items)} items in {(time.perf_counter() - t0) * 1e3:.2f} ms", file=sys.stderr)
+    return steps, kernels
 
 
 def _run_step(s: Step, it: ScheduleItem, kernels: dict[int, Any], comm: Comm | None, rank: int,
