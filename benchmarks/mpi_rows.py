@@ -11,7 +11,9 @@ the slowest rank's time (an allreduce of the times with max). `python -m benchma
                       arrays of the same size, timed in turns with ours. Bus bandwidth as NCCL counts it:
                       2 (n - 1) / n * bytes / second.
   dp step             one data-parallel training step (forward, backward, AdamW) of an MLP 784-512-512-10 on a
-                      global batch of 256 split over the ranks (each rank's rows from from_local), seconds per step.
+                      global batch of 256 split over the ranks (each rank's rows from from_local), seconds per step
+                      (wall, slowest rank) and the CPU seconds of the busiest rank (on a shared machine the ranks
+                      may not get a core each; CPU time shows the work each rank does).
 """
 
 from __future__ import annotations
@@ -27,11 +29,17 @@ from devices.mpi import Comm, world
 
 
 def _timed(c: Comm, fn: Callable[[], object]) -> float:
+    return _timed_cpu(c, fn)[0]
+
+
+def _timed_cpu(c: Comm, fn: Callable[[], object]) -> tuple[float, float]:
+    """Wall seconds of fn on the slowest rank, and the most CPU seconds (this process's threads) a rank used."""
     c.barrier()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     fn()
-    dt = time.perf_counter() - t0
-    return float(c.allreduce(np.array([dt]), "max")[0])
+    dt, dc = time.perf_counter() - t0, time.process_time() - c0
+    w, cpu = c.allreduce(np.array([dt, dc]), "max")
+    return float(w), float(cpu)
 
 
 def allreduce_rows(c: Comm, sizes_mib: list[int], runs: int) -> list[dict]:
@@ -92,7 +100,8 @@ def dp_step_row(c: Comm, runs: int, batch: int = 256) -> dict:
 
     for _ in range(2):  # compile and warm
         step()
-    return {"ranks": n, "batch": batch, "seconds": [_timed(c, step) for _ in range(runs)]}
+    times = [_timed_cpu(c, step) for _ in range(runs)]
+    return {"ranks": n, "batch": batch, "seconds": [w for w, _ in times], "cpu_seconds": [cpu for _, cpu in times]}
 
 
 def main(mode: str) -> None:
