@@ -14,7 +14,25 @@ _NO_DEVICE = frozenset({Ops.CONST, Ops.VCONST, Ops.RANGE, Ops.SPECIAL, Ops.BINAR
 
 
 def _nodes_needing(root: UOp, name: str) -> list[UOp]:
-    return [u for u in root.toposort() if u._props is None or name not in u._props]
+    """The nodes under `root` (itself included) that lack property `name`, sources first. The walk stops at nodes
+    that have it: a new node over a large graph whose properties are known costs its own few nodes, not a walk of
+    the whole graph (a training step asks for each new node's device and axis as it is built)."""
+    out: list[UOp] = []
+    seen: set[int] = set()
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+        u, expanded = stack.pop()
+        if expanded:
+            out.append(u)
+            continue
+        if id(u) in seen:
+            continue
+        seen.add(id(u))
+        if u._props is not None and name in u._props:
+            continue
+        stack.append((u, True))
+        stack.extend((s, False) for s in reversed(u.src) if id(s) not in seen)
+    return out
 
 
 def device_of(root: UOp) -> str | tuple[str, ...] | None:
