@@ -22,15 +22,30 @@ Rows:
                         once (our allocator pools memory too; fresh arrays would time the kernel's page faults)
                       Bus bandwidth as NCCL counts it: 2 (n - 1) / n * S bytes per second; each form is compared with
                       numpy. The check: max |result - numpy sum| over every device's copy.
+  MPI rows            across processes (benchmarks/mpi_rows.py, timed by every rank at once with a fixed run count,
+                      which the adaptive runner cannot give an MPI job): launched as `mpirun -n 2` (and `-n 1` for
+                      the 1-rank step) unless this process already runs under mpirun; skipped, with a line saying
+                      why, when mpirun or mpi4py is missing.
+    allreduce S MiB 2 ranks   bus bandwidth of tensor.multi.allreduce on ranks() (one MPI Allreduce) vs mpi4py's
+                              Allreduce on numpy arrays of the same size, in turns in the same job (`--quick`: 1, 4,
+                              16 MiB; full: 1 to 256 MiB); the target is ours >= 90% of mpi4py's
+    dp step n ranks           a data-parallel AdamW step of an MLP 784-512-512-10, global batch 256 split over n
+                              ranks (1 and 2): steps per second, and the scaling 2 ranks vs 1
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 
 import numpy as np
 
-from benchmarks.runner import Bench, Timed, suite
+from benchmarks.runner import Bench, Result, Timed, suite
 
 # name -> the device tuple an allreduce row runs on
 ALLREDUCE_TRANSPORTS: dict[str, Callable[[], tuple[str, ...]]] = {
@@ -132,8 +147,76 @@ def _shard_values(t: object, i: int) -> np.ndarray:
     return np.asarray(buffers.lookup(buffers.shards(base)[i])).reshape(-1)
 
 
+def _mpi_job(n: int, mode: str) -> dict:
+    """benchmarks/mpi_rows.py's figures from `mpirun -n n`, or from this job when it already runs under mpirun."""
+    from devices.mpi import launched_by_mpi, world
+
+    if launched_by_mpi():
+        from benchmarks import mpi_rows
+
+        c = world()
+        assert c is not None
+        return {"dp": mpi_rows.dp_step_row(c, 3 if mode == "quick" else 10),
+                "allreduce": mpi_rows.allreduce_rows(c, [1, 4, 16] if mode == "quick" else [1, 4, 16, 64, 256],
+                                                     5 if mode == "quick" else 10) if c.size > 1 else []}
+    env = dict(os.environ)
+    if hasattr(os, "geteuid") and os.geteuid() == 0:  # OpenMPI refuses root unless told
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    cmd = ["mpirun", "-n", str(n), "--oversubscribe", sys.executable, "-m", "benchmarks.mpi_rows", mode]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    line = next((ln for ln in p.stdout.splitlines() if ln.startswith("MPIROWS ")), None)
+    if p.returncode != 0 or line is None:
+        raise RuntimeError(f"{' '.join(cmd)} failed (exit {p.returncode}):\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+    return dict(json.loads(line[len("MPIROWS "):]))
+
+
+def _record(b: Bench, name: str, unit: str, samples: list[float], info: dict) -> Result:
+    r = Result(name, unit, samples, True, None, info)
+    b.results.append(r)
+    return r
+
+
+def _mpi_rows(b: Bench) -> None:
+    from devices.mpi import launched_by_mpi, world
+
+    if not launched_by_mpi() and (shutil.which("mpirun") is None or importlib.util.find_spec("mpi4py") is None):
+        b.note("MPI rows skipped: needs OpenMPI's mpirun and mpi4py (apt-get install openmpi-bin libopenmpi-dev; "
+               "pip install mpi4py)")
+        return
+    mode = "quick" if b.quick else "full"
+    under = world() if launched_by_mpi() else None
+    two = _mpi_job(2, mode)
+    one = _mpi_job(1, mode) if under is None else None
+    if under is not None and under.rank != 0:
+        return
+    for row in two["allreduce"]:
+        n, mib = row["ranks"], row["mib"]
+        info = {"max_abs_err_vs_mpi4py": row["max_abs_err"], "ranks": n}
+        ours = _record(b, f"allreduce {mib} MiB {n} ranks MPI", "GB/s", row["ours"], info)
+        peer = _record(b, f"allreduce {mib} MiB {n} ranks mpi4py Allreduce", "GB/s", row["peer"], info)
+        b.compare(f"allreduce {mib} MiB {n} ranks", ours, peer, "mpi4py Allreduce")
+        b.note(f"allreduce {mib} MiB over {n} ranks: bus bandwidth ours {ours.median:.2f} GB/s, mpi4py "
+               f"{peer.median:.2f} GB/s ({ours.median / peer.median:.0%}), max |err| {row['max_abs_err']:.1e}")
+    steps = {}
+    for res in (one, two):
+        if res is None:
+            continue
+        dp = res["dp"]
+        r = _record(b, f"dp step MLP 784-512-512-10 batch {dp['batch']} {dp['ranks']} ranks", "steps/s",
+                    [1 / s for s in dp["seconds"]], {"ranks": dp["ranks"], "cpu_seconds": dp["cpu_seconds"]})
+        r.cpu_samples = [1 / s for s in dp["cpu_seconds"]]
+        steps[dp["ranks"]] = r
+    if 1 in steps and 2 in steps:
+        b.compare("dp step 2 ranks", steps[2], steps[1], "1 rank")
+        t1, t2 = 1 / steps[1].median * 1e3, 1 / steps[2].median * 1e3
+        c1, c2 = (1 / (steps[k].cpu_median or 1) * 1e3 for k in (1, 2))
+        b.note(f"data-parallel step: 1 rank {t1:.0f} ms, 2 ranks {t2:.0f} ms: {t1 / t2:.2f}x (each rank bound to a "
+               f"core by mpirun); CPU per rank {c1:.0f} ms vs {c2:.0f} ms: {c1 / c2:.2f}x")
+
+
 @suite("multi")
 def multi(b: Bench) -> None:
     _matmul_rows(b, 1024 if b.quick else 4096)
     for mib in SIZES[b.mode]:
         _allreduce_rows(b, mib)
+    _mpi_rows(b)

@@ -73,6 +73,10 @@ A device declares `supported_ops`; lowering decomposes the rest (rules/decomposi
 
 Registry: `get_device(name)` returns the device object ("cpu", "python", "cuda");
 `DEVICE` picks the default.
+
+Devices of other processes (MPI ranks, devices/mpi.py): `NAME@r` is rank r's device NAME ("cpu@1", "cpu:0@1").
+A name without `@` is a device every rank has (its own, each rank holding the same data there). `rank_of` and
+`local_name` split a name; the device object is the same (`get_device("cpu@1")` is the cpu device).
 `target_for(name)` is the device's default Target (devices.base): for cpu, the host's as detected, or the level
 `CPU_TARGET` names. Lowering takes a Target as an argument; nothing below reads the environment for it.
 """
@@ -90,8 +94,25 @@ _PLANNED: dict[str, str] = {}
 _loaded: dict[str, Any] = {}
 
 
+def rank_of(name: str) -> int | None:
+    """The MPI rank that owns device `name` ("cpu@1" -> 1), or None for a device every rank has ("cpu")."""
+    _, at, r = name.partition("@")
+    return int(r) if at and r.isdigit() else None
+
+
+def spans_ranks(devices: tuple[str, ...]) -> bool:
+    """Whether a device tuple has one device on each of several MPI ranks (no rank twice, none unranked)."""
+    ranks = [rank_of(d) for d in devices]
+    return len(ranks) > 1 and None not in ranks and len(set(ranks)) == len(ranks)
+
+
+def local_name(name: str) -> str:
+    """The device's name inside its own rank ("cpu:0@1" -> "cpu:0")."""
+    return name.partition("@")[0]
+
+
 def get_device(name: str) -> Any:
-    key = name.split(":")[0].lower()
+    key = local_name(name).split(":")[0].lower()
     if key in _PLANNED:
         raise DeviceError(f"device {name!r}: {_PLANNED[key]}")
     if key not in _MODULES:
@@ -102,7 +123,7 @@ def get_device(name: str) -> Any:
 
 
 def target_for(name: str) -> Target:
-    """The default Target of device `name` (e.g. "cpu", "cpu:1", "python")."""
+    """The default Target of device `name` (e.g. "cpu", "cpu:1", "cpu@1", "python")."""
     return get_device(name).default_target()  # type: ignore[no-any-return]  # registry entries are modules' DEVICE
 
 

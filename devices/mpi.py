@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -59,10 +59,15 @@ class Comm:
 
     # ---- collectives ---------------------------------------------------------------------------------------------
 
-    def allreduce(self, x: np.ndarray, op: str = "sum") -> np.ndarray:
-        """The elementwise reduction of `x` over all ranks, on every rank."""
+    def allreduce(self, x: np.ndarray, op: str = "sum", out: np.ndarray | None = None) -> np.ndarray:
+        """The elementwise reduction of `x` over all ranks, on every rank (written into `out` when given: a
+        C-contiguous array of x's size and dtype)."""
         x, mop = _contig(x), _mpi_op(op)
-        out = np.empty_like(x)
+        if out is None:
+            out = np.empty_like(x)
+        elif out.size != x.size or out.dtype != x.dtype or not out.flags.c_contiguous:
+            raise CollectiveError(f"allreduce: out must be a C-contiguous {x.dtype} array of {x.size} elements, got "
+                                  f"{out.dtype}{list(out.shape)}")
         with self._watch("allreduce", x):
             self._comm.Allreduce(x, out, op=mop)
         return out
@@ -149,25 +154,67 @@ class Comm:
 
     @contextmanager
     def _watch(self, what: str, x: np.ndarray | None) -> Iterator[None]:
-        """Run the enclosed MPI call under the watchdog: past `timeout` seconds the job is aborted with a message."""
-        size = "" if x is None else f" of {x.nbytes} bytes ({x.dtype}{list(x.shape)})"
-        message = (f"uopc: rank {self.rank}/{self.size}: MPI {what}{size} did not finish in {self.timeout:g} s: a rank "
-                   "died or never reached this call; aborting every rank (raise MPI_TIMEOUT if the call is just slow)")
-        done = threading.Event()
-        watchdog = threading.Thread(target=_watchdog, args=(done, self.timeout, message, self._abort), daemon=True)
-        watchdog.start()
+        """Run the enclosed MPI call under the watchdog: past `timeout` seconds the job is aborted with a message.
+        The message is only formatted when it is needed."""
+        token = self._watchdog.arm(self.timeout, lambda: self._timeout_message(what, x))
         try:
             yield
         finally:
-            done.set()
+            self._watchdog.disarm(token)
+
+    def _timeout_message(self, what: str, x: np.ndarray | None) -> str:
+        size = "" if x is None else f" of {x.nbytes} bytes ({x.dtype}{list(x.shape)})"
+        return (f"uopc: rank {self.rank}/{self.size}: MPI {what}{size} did not finish in {self.timeout:g} s: a rank "
+                "died or never reached this call; aborting every rank (raise MPI_TIMEOUT if the call is just slow)")
+
+    @property
+    def _watchdog(self) -> _Watchdog:
+        wd = self.__dict__.get("_wd")
+        if wd is None:
+            wd = self.__dict__["_wd"] = _Watchdog(self._abort)
+        return cast(_Watchdog, wd)
 
     def _abort(self, code: int) -> None:
         self._comm.Abort(code)
 
 
-def _watchdog(done: threading.Event, timeout: float, message: str, abort: Callable[[int], None]) -> None:
-    if done.wait(timeout):
-        return
+class _Watchdog:
+    """One thread per communicator that aborts the job when an armed call passes its deadline. Arming a call is a
+    lock and a dict entry: the thread wakes on its own every `poll` seconds instead of being notified (a thread
+    started per call, or a notify that hands it the GIL, cost milliseconds per call on a loaded host)."""
+
+    def __init__(self, abort: Callable[[int], None], poll: float = 0.5) -> None:
+        self._abort = abort
+        self._poll = poll
+        self._lock = threading.Lock()
+        self._armed: dict[int, tuple[float, Callable[[], str]]] = {}
+        self._next = 0
+        self._thread: threading.Thread | None = None
+
+    def arm(self, timeout: float, message: Callable[[], str]) -> int:
+        with self._lock:
+            self._next += 1
+            self._armed[self._next] = (time.monotonic() + timeout, message)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="uopc MPI watchdog", daemon=True)
+                self._thread.start()
+            return self._next
+
+    def disarm(self, token: int) -> None:
+        with self._lock:
+            self._armed.pop(token, None)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self._poll)
+            now = time.monotonic()
+            with self._lock:
+                late = [m for deadline, m in self._armed.values() if deadline <= now]
+            if late:
+                _expire(late[0](), self._abort)
+
+
+def _expire(message: str, abort: Callable[[int], None]) -> None:
     print(message, file=sys.stderr, flush=True)
     abort(1)
     time.sleep(5)  # Abort tears the job down; if the launcher does not, leave anyway
@@ -197,6 +244,8 @@ def world() -> Comm | None:
 
     The first call initialises MPI and installs the abort-on-uncaught-exception hook."""
     global _world
+    if _world is not None:
+        return _world
     if not launched_by_mpi():
         return None
     with _world_lock:
@@ -210,6 +259,14 @@ def world() -> Comm | None:
             _world = Comm(MPI.COMM_WORLD, float(knob_int("MPI_TIMEOUT")))
             _install_excepthook(_world)
     return _world
+
+
+def rank_and_size() -> tuple[int, int]:
+    """(this process's rank, the number of ranks): (0, 1) when no MPI launcher started it."""
+    if _world is not None:
+        return _world.rank, _world.size
+    c = world()
+    return (0, 1) if c is None else (c.rank, c.size)
 
 
 def _install_excepthook(comm: Comm) -> None:

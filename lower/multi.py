@@ -22,7 +22,9 @@ What each op becomes, per device i (c = S[a] // n, the block size on the shard a
   PERMUTE, EXPAND  the local op; PAD, SHRINK, FLIP must leave the shard axis alone
   REDUCE           the local reduce; over the shard axis, then the n partial results combined on every device
                    (`allreduce`: reduce_scatter + allgather, each chunk combined once in device order, so every
-                   device's copy is bitwise the same)
+                   device's copy is bitwise the same); on a tuple with one device per MPI rank it is the direct
+                   form with the combination its own kernel (CONTIGUOUS), which lower.mpi_exec recognises and
+                   runs as one MPI Allreduce
   REPLICATED       on the shard axis (size n: one element per device): each device's piece, now replicated;
                    on other axes (and on a single device): the first slice, a SHRINK
   COPY             to a device tuple: block j of axis 0 assembled on d_j from the pieces that overlap it (each
@@ -36,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import cast
 
+from devices import spans_ranks
 from rewrite import Ops, Rule, RuleSet, UOp, graph_rewrite, op
 from rewrite.derive import fmt_shape
 from rewrite.dtype import dtypes
@@ -244,12 +247,13 @@ def allreduce(partials: tuple[UOp, ...], devs: Devices, op: Ops) -> tuple[UOp, .
     device, each device's copy bitwise the same. Reduce_scatter + allgather: the partials are cut into n chunks
     of their flat form, device j combines chunk j of every partial in device order and sends it to the others,
     which moves 2 (n - 1) / n of a partial per device instead of n - 1. A partial that does not split into n
-    chunks of ALLREDUCE_CHUNK_MIN elements or more takes the direct form."""
+    chunks of ALLREDUCE_CHUNK_MIN elements or more takes the direct form, and so does a tuple across MPI ranks
+    (one MPI Allreduce runs it: lower.mpi_exec)."""
     n, shape = len(devs), partials[0].shape
     size = 1
     for d in shape:
         size = size * d if isinstance(d, int) else -1
-    if n == 1 or size < 0 or size % n or size // n < ALLREDUCE_CHUNK_MIN:
+    if n == 1 or size < 0 or size % n or size // n < ALLREDUCE_CHUNK_MIN or spans_ranks(devs):
         return _allreduce_direct(partials, devs, op)
     c = size // n
     flat = [p.reshape((size,)) for p in partials]
@@ -279,7 +283,8 @@ def _allreduce_direct(partials: tuple[UOp, ...], devs: Devices, op: Ops) -> tupl
         for j, p in enumerate(partials):
             q = p if i == j else p.copy(d)
             acc = q if acc is None else UOp(op, (acc, q))
-        out.append(cast(UOp, acc))
+        # across MPI ranks the combination is its own kernel, which lower.mpi_exec runs as one MPI Allreduce
+        out.append(cast(UOp, acc).contiguous() if spans_ranks(devs) else cast(UOp, acc))
     return tuple(out)
 
 

@@ -24,6 +24,7 @@ from lower.copyview import copy_into
 from lower.estimate import Estimate, estimate
 from lower.linearize import listing
 from lower.memory import plan
+from lower.mpi_exec import on_ranks
 from lower.schedule import ScheduleItem, schedule
 from lower.schedule_cache import (
     PlanCache,
@@ -175,6 +176,10 @@ def realize(roots: list[UOp], var_vals: dict[str, int] | None = None) -> dict[UO
     if int(getenv("TRACE")):  # tracing wants the scheduling rules to fire, so nothing is replayed
         return _realize_fresh(roots, var_vals)
     key, inputs = signature(roots)
+    if on_ranks([*roots, *inputs]):  # devices of several MPI ranks: each rank runs its part (lower.mpi_exec)
+        from lower.mpi_cache import realize_ranks
+
+        return realize_ranks(roots, var_vals, (key, inputs))
     try:
         flat, shared_shards = flat_inputs(inputs)
     except KeyError:  # a tuple buffer without shards: the multi stage says what is wrong
@@ -204,6 +209,11 @@ def realize(roots: list[UOp], var_vals: dict[str, int] | None = None) -> dict[UO
 def _realize_fresh(roots: list[UOp], var_vals: dict[str, int] | None) -> dict[UOp, UOp]:
     """Schedule, lower and run with no plan replayed, so every stage and rule runs (for TRACE and VIZ)."""
     items, outs = schedule(roots)
+    if on_ranks([*roots, *(b for it in items for b in it.bufs)]):
+        from lower.mpi_exec import run_ranks
+
+        run_ranks(items, var_vals)
+        return outs
     if len({_device_of(it.bufs[0]) for it in items}) > 1:
         from lower.parallel import keep_of, run_parallel
 

@@ -92,9 +92,19 @@ def one_device(device: object) -> str:
         raise DeviceError(f"device must be a str such as 'cpu' or a tuple of them such as ('cpu:0', 'cpu:1'), got "
                           f"{type(device).__name__} {device!r}")
     d = device.strip().lower()
-    base, _, num = d.partition(":")
-    if base not in known_devices() or (num and not num.isdigit()):
-        raise DeviceError(f"unknown device {device!r}; known devices: {', '.join(known_devices())}")
+    name, at, rank = d.partition("@")
+    base, _, num = name.partition(":")
+    if base not in known_devices() or (num and not num.isdigit()) or (at and not rank.isdigit()):
+        raise DeviceError(f"unknown device {device!r}; known devices: {', '.join(known_devices())} (optionally "
+                          f"':n' for the n-th, '@r' for MPI rank r's: 'cpu:1', 'cpu@1')")
+    if at:
+        from devices.mpi import rank_and_size
+
+        _, size = rank_and_size()
+        if int(rank) >= size:
+            raise DeviceError(f"device {device!r} names MPI rank {rank}, but this job has {size} rank"
+                              f"{'s' if size > 1 else ''} (0..{size - 1}); start it with `mpirun -n {int(rank) + 1}` "
+                              f"or more, or use tensor.multi.ranks() for one device per rank")
     return d
 
 

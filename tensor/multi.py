@@ -166,8 +166,62 @@ def reduce_scatter(T: Tensor) -> Tensor:
 
 
 def allreduce(T: Tensor) -> Tensor:
-    """reduce_scatter + allgather: the devices' (s,) blocks summed, on every device: (s,) on D, axis None."""
+    """reduce_scatter + allgather: the devices' (s,) blocks summed, on every device: (s,) on D, axis None. On a
+    tuple with one device per MPI rank it is the same sum written as the reduction over the shard axis
+    (`T.reshape(n, s).sum(0)`), which runs as one MPI Allreduce (lower.mpi_exec)."""
+    from devices import spans_ranks
+
+    D, n = _n(T, "allreduce")
+    if spans_ranks(D):
+        return T.reshape(n, T.shape[0] // n).sum(0)
     return allgather(reduce_scatter(T))
+
+
+# ------------------------------------------------------------------ across MPI ranks
+
+
+def ranks(device: str = "cpu") -> tuple[str, ...]:
+    """One device per MPI rank of this job: `("cpu@0", ..., "cpu@{n-1}")` (`device` may be "cpu:1", "cuda", ...);
+    `("cpu@0",)` when the process was not started by `mpirun`, so one program runs on 1 or n ranks."""
+    from devices.mpi import rank_and_size
+
+    return tuple(f"{device}@{r}" for r in range(rank_and_size()[1]))
+
+
+def from_local(local: object, devices: Device, axis: int = 0) -> Tensor:
+    """A tensor on `devices` (one device per rank, as from `ranks()`) made of every rank's own `local` array: the
+    block of rank r's device along `axis` is rank r's `local`, so the global shape is local's with that axis
+    n times longer. Each rank passes its own data (the batch it loaded); nothing is sent."""
+    import numpy as np
+
+    from devices import rank_of
+    from devices.mpi import rank_and_size
+    from lower import buffers as registry
+    from lower.multi import buffer_view, storage_shape
+    from tensor.buffers import to_storage
+    from tensor.tensor import _infer_dtype
+
+    devs = _devices(devices, "from_local")
+    rank, _ = rank_and_size()
+    owners = [rank_of(d) for d in devs]
+    if None in owners or len(set(owners)) != len(owners):
+        raise DeviceError(f"from_local: needs one device per MPI rank, such as tensor.multi.ranks(), got {devs}")
+    if rank not in owners:
+        raise DeviceError(f"from_local: {devs} has no device of this rank ({rank}); include one per rank")
+    arr = np.asarray(local)
+    if arr.ndim == 0:
+        raise ShardingError("from_local: a 0-d array has no axis to stack the ranks' blocks along; reshape it to (1,)")
+    a = norm_axis(axis, arr.ndim, "from_local", arr.shape)
+    n = len(devs)
+    shape = (*arr.shape[:a], arr.shape[a] * n, *arr.shape[a + 1 :])
+    dtype = _infer_dtype(arr, False)
+    store = storage_shape(shape, a, n)
+    part = (store[0] // n, *store[1:])
+    parts = tuple(registry.new_buffer(dtype, part, d) for d in devs)
+    registry.store(parts[owners.index(rank)], to_storage(arr if a == 0 else arr.reshape(part), dtype))
+    buf = registry.new_buffer(dtype, store, devs)
+    registry.store_shards(buf, parts)
+    return Tensor._wrap(buffer_view(buf, shape, a), devs)
 
 
 def numpy_of(x: Tensor) -> object:
@@ -176,8 +230,8 @@ def numpy_of(x: Tensor) -> object:
     return to(x, devs[0]).numpy()
 
 
-__all__ = ["allgather", "allreduce", "broadcast", "copy", "gather", "reduce", "reduce_scatter", "replicate_params",
-           "replicate_uop",
+__all__ = ["allgather", "allreduce", "broadcast", "copy", "from_local", "gather", "ranks", "reduce", "reduce_scatter",
+           "replicate_params", "replicate_uop",
            "replicated", "scatter", "shard", "shard_like", "shard_uop", "to"]
 
 

@@ -240,8 +240,14 @@ class Tensor:
         return items
 
     def numpy(self) -> np.ndarray:
-        """The data as a new ndarray (bfloat16 comes back as float32); a multi-device tensor's is gathered."""
+        """The data as a new ndarray (bfloat16 comes back as float32); a multi-device tensor's is gathered. Under
+        MPI, a tensor on ranks' devices (`cpu@r`) is gathered onto every rank: a collective that every rank calls."""
         self.realize()
+        from devices import local_name, rank_of
+
+        devs = self._device if isinstance(self._device, tuple) else (self._device,)
+        if any(rank_of(d) is not None for d in devs):
+            return self.to(local_name(devs[0])).numpy()
         if isinstance(self._device, tuple):
             return self.to(self._device[0]).numpy()
         return buffers.host_array(self.uop)

@@ -1,0 +1,120 @@
+"""The MPI rows of `python -m benchmarks multi` (bench_multi.py): timed by every rank of an `mpirun` job at once.
+
+The runner's adaptive timing (a job leaves the rotation once its figure converges) would let ranks run different
+numbers of collectives, so these rows use a fixed number of runs, the same on every rank, and count each run as
+the slowest rank's time (an allreduce of the times with max). `python -m benchmarks.mpi_rows quick|full` under
+`mpirun` prints one line `MPIROWS <json>` on rank 0 for bench_multi.py to record.
+
+  allreduce S MiB     tensor.multi.allreduce of a float32 vector of S MiB per rank (made with from_local: each
+                      rank's own data), ours: the shard-axis reduction that lower.mpi_exec runs as one MPI
+                      Allreduce, plus the schedule and the Python around it; peer: mpi4py's `Allreduce` on numpy
+                      arrays of the same size, timed in turns with ours. Bus bandwidth as NCCL counts it:
+                      2 (n - 1) / n * bytes / second.
+  dp step             one data-parallel training step (forward, backward, AdamW) of an MLP 784-512-512-10 on a
+                      global batch of 256 split over the ranks (each rank's rows from from_local), seconds per step
+                      (wall, slowest rank) and the CPU seconds of the busiest rank (on a shared machine the ranks
+                      may not get a core each; CPU time shows the work each rank does).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from devices.mpi import Comm, world
+
+
+def _timed(c: Comm, fn: Callable[[], object]) -> float:
+    return _timed_cpu(c, fn)[0]
+
+
+def _timed_cpu(c: Comm, fn: Callable[[], object]) -> tuple[float, float]:
+    """Wall seconds of fn on the slowest rank, and the most CPU seconds (this process's threads) a rank used."""
+    c.barrier()
+    t0, c0 = time.perf_counter(), time.process_time()
+    fn()
+    dt, dc = time.perf_counter() - t0, time.process_time() - c0
+    w, cpu = c.allreduce(np.array([dt, dc]), "max")
+    return float(w), float(cpu)
+
+
+def allreduce_rows(c: Comm, sizes_mib: list[int], runs: int) -> list[dict]:
+    from tensor import multi as M
+
+    D, n = M.ranks(), c.size
+    out = []
+    for mib in sizes_mib:
+        s = mib * (1 << 20) // 4
+        local = np.random.default_rng(c.rank).standard_normal(s, dtype=np.float32)
+        T = M.from_local(local, D)
+        peer_out = np.empty_like(local)
+
+        def ours() -> None:
+            M.allreduce(T).realize()
+
+        def peer() -> None:
+            c._comm.Allreduce(local, peer_out)
+
+        peer()
+        want = peer_out.copy()
+        err = float(np.abs(M.allreduce(T).numpy() - want).max())
+        ours()
+        t_ours, t_peer = [], []
+        for _ in range(runs):  # in turns, so a change in the machine's load falls on both
+            t_ours.append(_timed(c, ours))
+            t_peer.append(_timed(c, peer))
+        busbw = 2 * (n - 1) / n * s * 4 / 1e9
+        out.append({"mib": mib, "ranks": n, "max_abs_err": err, "ours": [busbw / t for t in t_ours],
+                    "peer": [busbw / t for t in t_peer]})
+    return out
+
+
+def dp_step_row(c: Comm, runs: int, batch: int = 256) -> dict:
+    from tensor import Tensor
+    from tensor import multi as M
+    from tensor.modules import Linear
+    from tensor.optim import AdamW
+
+    D, n = M.ranks(), c.size
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, 784)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, batch)]
+    k = batch // n
+    X, Y = M.from_local(x[c.rank * k:(c.rank + 1) * k], D), M.from_local(y[c.rank * k:(c.rank + 1) * k], D)
+    Tensor.manual_seed(0)
+    layers = [Linear(784, 512), Linear(512, 512), Linear(512, 10)]
+    params = [p for layer in layers for p in layer.parameters()]
+    opt = AdamW(params, lr=1e-3)
+    M.replicate_params(params + [t for st in opt.state for t in st.values()], D)
+
+    def step() -> None:
+        loss = ((layers[2](layers[1](layers[0](X).relu()).relu()) - Y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step(loss)
+        Tensor.realize(loss, *params)
+
+    for _ in range(2):  # compile and warm
+        step()
+    times = [_timed_cpu(c, step) for _ in range(runs)]
+    return {"ranks": n, "batch": batch, "seconds": [w for w, _ in times], "cpu_seconds": [cpu for _, cpu in times]}
+
+
+def main(mode: str) -> None:
+    c = world()
+    if c is None:
+        raise SystemExit("benchmarks.mpi_rows runs under mpirun: mpirun -n 2 python -m benchmarks.mpi_rows quick")
+    quick = mode == "quick"
+    rows: dict[str, object] = {"dp": dp_step_row(c, 3 if quick else 10)}
+    if c.size > 1:
+        rows["allreduce"] = allreduce_rows(c, [1, 4, 16] if quick else [1, 4, 16, 64, 256], 5 if quick else 10)
+    if c.rank == 0:
+        print("MPIROWS " + json.dumps(rows), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "quick")

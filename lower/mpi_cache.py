@@ -1,0 +1,124 @@
+"""Replaying a schedule on MPI ranks' devices: a realize whose graph has the structure of an earlier one reuses its
+schedule (lower.mpi_exec runs it), as lower.schedule_cache does for one process.
+
+A template is the earlier schedule with every buffer named by its role: the k-th input of the graph (its
+position in `schedule_cache.signature`), the i-th shard of a tuple input, or a fresh buffer (dtype, shape,
+device) that each replay creates anew (its storage comes on first use, on this rank's devices only). Results
+are rebuilt the same way: a fresh buffer, an input, or a tuple BUFFER made of fresh shards seen through
+`lower.multi.buffer_view`. Kernel ASTs are over local slots, so the items' ASTs and their compiled kernels are
+reused as they are. The ranks' agreement on the schedule (lower.mpi_exec.check_matching) is checked when the
+template is made; graphs with symbolic variables are scheduled every time.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, replace
+from typing import Any
+
+from lower import buffers
+from lower.mpi_exec import Step
+from lower.schedule import ScheduleItem, schedule
+from lower.schedule_cache import signature
+from rewrite import Ops, UOp
+
+MAX_TEMPLATES = 128
+
+Role = tuple  # ("in", k, shape) | ("shard", k, i, shape) | ("new", j, shape): a buffer, and the shape a use sees
+
+
+@dataclass(frozen=True)
+class Template:
+    items: tuple[tuple[str, tuple[Role, ...], UOp | None, str], ...]  # kind, buffer roles, ast, name
+    fresh: tuple[tuple[object, tuple, object], ...]  # (dtype, shape, device) of each ("new", j)
+    results: tuple[tuple, ...]  # per root: ("buf", role) | ("view", dtype, storage shape, devices, shard roles)
+    steps: tuple[tuple[Step, tuple[Role, ...]], ...]  # this rank's steps (lower.mpi_exec), their buffers' roles
+    kernels: dict[int, Any]  # item position -> compiled kernel
+
+
+_templates: collections.OrderedDict[tuple, Template] = collections.OrderedDict()
+stats = {"hits": 0, "misses": 0}
+
+
+def _make(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], outs: dict[UOp, UOp], steps: list[Step],
+          kernels: dict[int, Any]) -> Template | None:
+    from lower.multi import view_base
+
+    role: dict[int, Role] = {}
+    for k, b in enumerate(inputs):
+        role[buffers.slot(b)] = ("in", k)
+        if isinstance(b.device, tuple):
+            try:
+                for i, sh in enumerate(buffers.shards(b)):
+                    role.setdefault(buffers.slot(sh), ("shard", k, i))
+            except KeyError:
+                return None
+    fresh: list[tuple[object, tuple, object]] = []
+
+    def of(b: UOp) -> Role:  # the buffer's role and the shape this use sees it with (one slot, several shapes)
+        s = buffers.slot(b)
+        if s not in role:
+            role[s] = ("new", len(fresh))
+            fresh.append((b.dtype, b.shape, b.buf_arg.device))
+        return (*role[s], b.shape)
+
+    results: list[tuple] = []
+    for r in roots:  # results first: a fresh buffer is made with the shape its holder sees
+        o = outs[r]
+        base = view_base(o) if isinstance(r.device, tuple) else None
+        if base is None:
+            results.append(("buf", of(o)))
+        elif buffers.slot(base) in role:
+            if o is not base:
+                return None
+            results.append(("buf", of(base)))  # an input tuple buffer, seen as it is
+        else:
+            results.append(("view", base.dtype, base.shape, base.device, tuple(of(s) for s in buffers.shards(base))))
+    tmpl_items = tuple((it.kind, tuple(of(b) for b in it.bufs), it.ast, it.name) for it in items)
+    tmpl_steps = tuple((replace(st, bufs=()), tuple(of(b) for b in st.bufs)) for st in steps)
+    return Template(tmpl_items, tuple(fresh), tuple(results), tmpl_steps, kernels)
+
+
+def realize_ranks(roots: list[UOp], var_vals: dict[str, int] | None = None,
+                  sig: tuple[tuple, list[UOp]] | None = None) -> dict[UOp, UOp]:
+    """Realize `roots` (a graph on ranks' devices): this rank's part of its schedule, replayed when it can be.
+    `sig` is `schedule_cache.signature(roots)` when the caller has it."""
+    from lower.mpi_exec import run_ranks
+    from lower.multi import buffer_view
+
+    key, inputs = sig or signature(roots)
+    t = _templates.get(key) if not var_vals else None
+    if t is None:
+        items, outs = schedule(roots)
+        steps, kernels = run_ranks(items, var_vals)  # checks the ranks agree before anything is kept
+        if not var_vals and (made := _make(roots, inputs, items, outs, steps, kernels)) is not None:
+            _templates[key] = made
+            while len(_templates) > MAX_TEMPLATES:
+                _templates.popitem(last=False)
+        stats["misses"] += 1
+        return outs
+    stats["hits"] += 1
+    _templates.move_to_end(key)
+    fresh = [buffers.new_buffer(dt, shape, dev) for dt, shape, dev in t.fresh]  # type: ignore[arg-type]
+
+    def get(r: Role) -> UOp:
+        b = inputs[r[1]] if r[0] == "in" else buffers.shards(inputs[r[1]])[r[2]] if r[0] == "shard" else fresh[r[1]]
+        shape = r[-1]
+        return b if b.shape == shape else UOp(Ops.BUFFER, (UOp.shape_operand(shape),), b.buf_arg)
+
+    items = [ScheduleItem(kind, tuple(get(r) for r in rs), ast, name) for kind, rs, ast, name in t.items]
+    steps = [replace(st, bufs=tuple(get(r) for r in rs)) if rs else st for st, rs in t.steps]
+    run_ranks(items, var_vals, checked=True, plan=(steps, t.kernels))
+    out: dict[UOp, UOp] = {}
+    for root, res in zip(roots, t.results, strict=True):
+        if res[0] == "buf":
+            out[root] = get(res[1])
+            continue
+        _, dtype, shape, devs, shard_roles = res
+        buf = buffers.new_buffer(dtype, shape, devs)
+        buffers.store_shards(buf, tuple(get(r) for r in shard_roles))
+        out[root] = buffer_view(buf, root.shape, root.axis)
+    return out
+
+
+__all__ = ["Template", "realize_ranks", "stats"]

@@ -1,0 +1,167 @@
+"""Programs that tests/tensor/test_mpi_tensor.py runs under `mpirun`: `python -m tests.tensor.mpi_tensor_cases CASE`.
+
+Every rank runs the same program (SPMD) on `tensor.multi.ranks()`, one cpu device per rank, and checks its results
+against numpy; a mismatch raises, and the uncaught error takes every rank down with a non-zero exit."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from devices.mpi import world
+from tensor import Tensor
+from tensor import multi as M
+
+
+def _rank() -> tuple[int, int]:
+    c = world()
+    assert c is not None, "run me under mpirun"
+    return c.rank, c.size
+
+
+def _eq(got: np.ndarray, want: np.ndarray, tol: float = 0.0) -> None:
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+def shard_to() -> None:
+    r, n = _rank()
+    D = M.ranks()
+    a = np.arange(n * n * 6, dtype=np.float32).reshape(n * 2, n * 3)
+    x = Tensor(a).shard(D, 0)
+    _eq(x.numpy(), a)
+    from lower import buffers
+    from lower.multi import view_base
+
+    base = view_base(x.uop)
+    assert base is not None
+    held = [buffers.has_data(s) for s in buffers.shards(base)]
+    assert held == [k == r for k in range(n)], held   # only this rank's block is allocated here
+    _eq(Tensor(a).shard(D, 1).numpy(), a)
+    _eq((x * 2 + 1).numpy(), a * 2 + 1)
+    _eq(x.to(D).numpy(), a)               # resharded to replicated: every rank's block goes to every rank
+    _eq(x.to("cpu@0").numpy(), a)         # gathered on rank 0, then (numpy) onto every rank
+    _eq(x.shard_like(Tensor(a).to(D)).numpy(), a)
+    z = Tensor(a).to(D)
+    _eq(z.shard(D, 0).numpy(), a)
+    _eq(x.sum(1).numpy(), a.sum(1))       # a reduce off the shard axis stays on each rank
+    _eq(x.sum(0).numpy(), a.sum(0))       # on the shard axis: an MPI allreduce
+    _eq(x.max(axis=0).numpy(), a.max(0))
+    mine = M.from_local(np.full((2, 3), r, np.float32), D, 0)
+    _eq(mine.numpy(), np.repeat(np.arange(n, dtype=np.float32), 2)[:, None] * np.ones((1, 3), np.float32))
+    cols = M.from_local(np.full((2, 1), r, np.int32), D, 1)
+    _eq(cols.numpy(), np.tile(np.arange(n, dtype=np.int32), (2, 1)))
+    print(f"rank {r}/{n}: shard_to ok", flush=True)
+
+
+def collectives() -> None:
+    r, n = _rank()
+    D = M.ranks()
+    s = 4 * n
+    data = np.arange(n * s, dtype=np.float32) * 0.5 - 3
+    blocks = data.reshape(n, s)
+    T = Tensor(data).shard(D, 0)
+    _eq(M.broadcast(Tensor(blocks[0]), D).numpy(), blocks[0])
+    _eq(M.scatter(Tensor(data), D).numpy(), data)
+    _eq(M.gather(T).numpy(), data)
+    _eq(M.reduce(T).numpy(), blocks.sum(0))
+    _eq(M.allgather(T).numpy(), data)
+    _eq(M.reduce_scatter(T).numpy(), blocks.sum(0))
+    _eq(M.allreduce(T).numpy(), blocks.sum(0), 1e-6)
+    _eq(M.allgather(M.reduce_scatter(T)).numpy(), blocks.sum(0), 1e-6)   # the spec's allreduce, literally
+    print(f"rank {r}/{n}: collectives ok", flush=True)
+
+
+def matmul() -> None:
+    r, n = _rank()
+    D = M.ranks()
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((4 * n, 6 * n)).astype(np.float32)
+    w = rng.standard_normal((6 * n, 4 * n)).astype(np.float32)
+    w2 = rng.standard_normal((4 * n, 5)).astype(np.float32)
+    col = Tensor(a).to(D) @ Tensor(w).shard(D, 1)
+    row = Tensor(a).shard(D, 1) @ Tensor(w).shard(D, 0)
+    _eq(col.numpy(), a @ w, 1e-4)
+    _eq(row.numpy(), a @ w, 1e-4)
+    _eq((col.relu() @ Tensor(w2).shard(D, 0)).numpy(), np.maximum(a @ w, 0) @ w2, 1e-4)
+    print(f"rank {r}/{n}: matmul ok", flush=True)
+
+
+def _train(D: tuple[str, ...] | None, x: np.ndarray, y: np.ndarray, local: bool = False) -> list[np.ndarray]:
+    from tensor.modules import Linear
+    from tensor.optim import AdamW
+
+    Tensor.manual_seed(0)
+    layers = [Linear(4, 16), Linear(16, 3)]
+    params = [p for layer in layers for p in layer.parameters()]
+    opt = AdamW(params, lr=0.01)
+    X, Y = Tensor(x), Tensor(y)
+    if D is not None:
+        M.replicate_params(params + [t for st in opt.state for t in st.values()], D)
+        if local:  # each rank contributes its own rows
+            r, n = _rank()
+            k = x.shape[0] // n
+            X, Y = M.from_local(x[r * k:(r + 1) * k], D), M.from_local(y[r * k:(r + 1) * k], D)
+        else:
+            X, Y = X.shard(D, 0), Y.shard(D, 0)
+    for _ in range(2):
+        loss = ((layers[1](layers[0](X).relu()) - Y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step(loss)
+    return [p.numpy() for p in params] + [loss.numpy()]
+
+
+def data_parallel() -> None:
+    r, n = _rank()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4 * n, 4)).astype(np.float32)
+    y = rng.standard_normal((4 * n, 3)).astype(np.float32)
+    one = _train(None, x, y)
+    from lower import mpi_cache
+
+    for local in (False, True):
+        for a, b in zip(_train(M.ranks(), x, y, local), one, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert mpi_cache.stats["hits"] > 0, mpi_cache.stats   # the second step replayed the first one's schedule
+    print(f"rank {r}/{n}: data_parallel ok", flush=True)
+
+
+def several_per_rank() -> None:
+    """Two cpu devices on each rank: moves inside a rank are local copies, across ranks Send/Recv."""
+    r, n = _rank()
+    D = tuple(f"cpu:{i}@{k}" for k in range(n) for i in range(2))
+    a = np.arange(16 * n, dtype=np.float32).reshape(4 * n, 4)
+    x = Tensor(a).shard(D, 0)
+    _eq(x.sum(0).numpy(), a.sum(0))
+    _eq((x * 2).numpy(), a * 2)
+    _eq(M.allgather(Tensor(a.reshape(-1)).shard(D, 0)).numpy(), a.reshape(-1))
+    w = np.ones((4, 2 * n), np.float32)
+    _eq((Tensor(a).to(D) @ Tensor(w).shard(D, 1)).numpy(), a @ w)
+    print(f"rank {r}/{n}: several_per_rank ok", flush=True)
+
+
+def mismatched_programs() -> None:
+    """Rank 0 sums a tensor of another length than the others: the schedule check names the ranks."""
+    r, n = _rank()
+    k = 2 if r == 0 else 4
+    Tensor(np.ones(k * n, np.float32)).shard(M.ranks(), 0).sum(0).numpy()
+    print("unreachable: the ranks ran different programs", flush=True)
+
+
+def raises_midway() -> None:
+    """The last rank raises after the first collective: every rank must exit non-zero, fast."""
+    r, n = _rank()
+    D = M.ranks()
+    x = Tensor(np.ones(2 * n, np.float32)).shard(D, 0)
+    x.sum(0).numpy()
+    if r == n - 1:
+        raise ValueError("deliberate failure on the last rank")
+    (x * 2).sum(0).numpy()
+    print("unreachable: the other ranks finished without the last one", flush=True)
+
+
+if __name__ == "__main__":
+    cases = {f.__name__: f for f in (shard_to, collectives, matmul, data_parallel, several_per_rank,
+                                     mismatched_programs, raises_midway)}
+    cases[sys.argv[1]]()
