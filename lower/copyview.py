@@ -138,7 +138,7 @@ def source_view(src: UOp) -> tuple[UOp, View] | None:
     return base, v
 
 
-def _window(a: Any, v: View) -> Any:
+def window(a: Any, v: View) -> Any:
     if v.contiguous:
         return a[v.offset : v.offset + v.size]
     return np.lib.stride_tricks.as_strided(a[v.offset :], v.shape, tuple(st * a.itemsize for st in v.strides))
@@ -147,7 +147,7 @@ def _window(a: Any, v: View) -> Any:
 def copy_into(dst: Any, src: Any, v: View | None, dst_view: View | None = None) -> None:
     """Copy the window `v` of the flat array `src` (all of it when None) into the window `dst_view` of the flat
     array `dst` (all of it when None); both windows have the same number of elements."""
-    s = src if v is None else _window(src, v)
+    s = src if v is None else window(src, v)
     if dst_view is None:  # the whole destination, which may be a device's buffer that is only written whole
         if s.ndim == 1:
             dst[:] = s
@@ -156,7 +156,7 @@ def copy_into(dst: Any, src: Any, v: View | None, dst_view: View | None = None) 
         else:
             dst[:] = np.ascontiguousarray(s).reshape(-1)
         return
-    d = _window(dst, dst_view)
+    d = window(dst, dst_view)
     if s.shape == d.shape:
         d[...] = s
     elif d.ndim == 1:
@@ -269,4 +269,4 @@ def _tiles(boxes: list[tuple[tuple[int, ...], tuple[int, ...]]], shape: tuple[in
     return True
 
 
-__all__ = ["View", "concat_parts", "copy_into", "copy_source", "host_memory", "source_view"]
+__all__ = ["View", "concat_parts", "copy_into", "copy_source", "host_memory", "source_view", "window"]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from lower import buffers
+from lower.copyview import View
 from lower.mpi_exec import Step
 from lower.schedule import ScheduleItem, schedule
 from lower.schedule_cache import signature
@@ -29,7 +30,8 @@ Role = tuple  # ("in", k, shape) | ("shard", k, i, shape) | ("new", j, shape): a
 
 @dataclass(frozen=True)
 class Template:
-    items: tuple[tuple[str, tuple[Role, ...], UOp | None, str], ...]  # kind, buffer roles, ast, name
+    # kind, buffer roles, ast, name, source window, destination window (lower.schedule.ScheduleItem)
+    items: tuple[tuple[str, tuple[Role, ...], UOp | None, str, View | None, View | None], ...]
     fresh: tuple[tuple[object, tuple, object], ...]  # (dtype, shape, device) of each ("new", j)
     results: tuple[tuple, ...]  # per root: ("buf", role) | ("view", dtype, storage shape, devices, shard roles)
     steps: tuple[tuple[Step, tuple[Role, ...]], ...]  # this rank's steps (lower.mpi_exec), their buffers' roles
@@ -74,7 +76,7 @@ def _make(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], outs: 
             results.append(("buf", of(base)))  # an input tuple buffer, seen as it is
         else:
             results.append(("view", base.dtype, base.shape, base.device, tuple(of(s) for s in buffers.shards(base))))
-    tmpl_items = tuple((it.kind, tuple(of(b) for b in it.bufs), it.ast, it.name) for it in items)
+    tmpl_items = tuple((it.kind, tuple(of(b) for b in it.bufs), it.ast, it.name, it.view, it.dst_view) for it in items)
     tmpl_steps = tuple((replace(st, bufs=()), tuple(of(b) for b in st.bufs)) for st in steps)
     return Template(tmpl_items, tuple(fresh), tuple(results), tmpl_steps, kernels)
 
@@ -106,7 +108,8 @@ def realize_ranks(roots: list[UOp], var_vals: dict[str, int] | None = None,
         shape = r[-1]
         return b if b.shape == shape else UOp(Ops.BUFFER, (UOp.shape_operand(shape),), b.buf_arg)
 
-    items = [ScheduleItem(kind, tuple(get(r) for r in rs), ast, name) for kind, rs, ast, name in t.items]
+    items = [ScheduleItem(kind, tuple(get(r) for r in rs), ast, name, view, dst_view)
+             for kind, rs, ast, name, view, dst_view in t.items]
     steps = [replace(st, bufs=tuple(get(r) for r in rs)) if rs else st for st, rs in t.steps]
     run_ranks(items, var_vals, checked=True, plan=(steps, t.kernels))
     out: dict[UOp, UOp] = {}

@@ -50,6 +50,7 @@ import numpy as np
 from devices import rank_of
 from devices.mpi import Comm, world
 from lower import buffers
+from lower.copyview import View, copy_into, window
 from lower.schedule import ScheduleItem
 from rewrite import Ops, UOp
 from rewrite.env import getenv
@@ -356,19 +357,30 @@ def _run_step(s: Step, it: ScheduleItem, kernels: dict[int, Any], comm: Comm | N
         return
     assert comm is not None or s.kind == "copy"
     c = cast(Comm, comm)
+    # a copy item may read a window of its source (`view`) and fill a window of its destination (`dst_view`):
+    # what travels between ranks is exactly the source window, received into the destination window
     if s.kind == "copy":
-        _array(it.bufs[0], vv)[:] = _array(it.bufs[1], vv)
+        copy_into(_array(it.bufs[0], vv), _array(it.bufs[1], vv), it.view, it.dst_view)
     elif s.kind == "send":
-        c.send(_array(it.bufs[1], vv), s.peer, tag=s.item % _TAGS)
+        c.send(_sent(_array(it.bufs[1], vv), it.view), s.peer, tag=s.item % _TAGS)
     elif s.kind == "recv":
         dst = _array(it.bufs[0], vv)
-        dst[:] = c.recv(dst.shape, dst.dtype, s.peer, tag=s.item % _TAGS)
+        n = it.dst_view.size if it.dst_view is not None else int(np.prod(dst.shape))
+        copy_into(dst, c.recv((n,), dst.dtype, s.peer, tag=s.item % _TAGS), None, it.dst_view)
     elif s.kind == "bcast":
         dst = _array(it.bufs[0], vv)
-        dst[:] = c.bcast(_array(it.bufs[1], vv) if rank == s.peer else dst, root=s.peer)
+        n = it.dst_view.size if it.dst_view is not None else int(np.prod(dst.shape))
+        got = c.bcast(_sent(_array(it.bufs[1], vv), it.view) if rank == s.peer else np.empty(n, dst.dtype),
+                      root=s.peer)
+        copy_into(dst, got, None, it.dst_view)
     elif s.kind == "allreduce":
         out, own = (_flat(_array(b, vv), _size(b)) for b in s.bufs)
         c.allreduce(own, s.op, out=out)
+
+
+def _sent(src: Any, view: View | None) -> np.ndarray:
+    """The flat, contiguous elements a copy reads from its source (its window, or all of it)."""
+    return np.ascontiguousarray(src if view is None else window(src, view)).reshape(-1)
 
 
 def _flat(a: Any, n: int) -> np.ndarray:
