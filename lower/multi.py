@@ -374,7 +374,7 @@ single_replicated_rules = RuleSet("replicated", [
 
 
 def _needs_expansion(roots: list[UOp]) -> bool:
-    return any(isinstance(u.device, tuple) or u.op is Ops.REPLICATED for r in roots for u in r.toposort())
+    return any(isinstance(u.device, tuple) or u.op is Ops.REPLICATED for u in UOp.toposort_of(roots))
 
 
 def multi_expand(graph: UOp) -> UOp:

@@ -42,7 +42,8 @@ split_reduce_rules = RuleSet("split-reduce", [
 
 
 def split_reductions(roots: list[UOp]) -> list[UOp]:
-    if not any(u.op is Ops.REDUCE for r in roots for u in r.toposort()):
+    if not any(u.op is Ops.REDUCE for u in UOp.toposort_of(roots)):
         return roots
     # bottom_up: the rule sees each original REDUCE before its rewritten parts, which it must not split again
-    return [graph_rewrite(r, split_reduce_rules, name="split-reduce", walk=True) for r in roots]
+    # one walk over all roots (they share most of their graph)
+    return list(graph_rewrite(UOp.sink(*roots), split_reduce_rules, name="split-reduce", walk=True).src)
