@@ -207,6 +207,13 @@ def _split(pending: list[UOp], kernels: dict[UOp, ScheduleItem], inline: dict[UO
            shared_nodes: dict[UOp, None], out_of: dict[UOp, UOp], device: str, parts: Concats) -> None:
     """The worklist of schedule_split: a kernel (or copy) for every node in `pending` and for every node found
     to need its own buffer on the way. A concatenation is copies (`parts`, lower.copyview.concat_parts)."""
+    flats: dict[UOp, UOp] = {}  # each buffer's 1-D view, made once (every kernel's build reads all of them)
+
+    def flat_of(b: UOp) -> UOp:
+        if (f := flats.get(b)) is None:
+            f = flats[b] = _flat(b)
+        return f
+
     while pending:
         node = pending.pop()
         if node in kernels or node in parts.absorbed:
@@ -243,7 +250,7 @@ def _split(pending: list[UOp], kernels: dict[UOp, ScheduleItem], inline: dict[UO
         if (cut := split_point(node, out_of, *kernel_limits(dev))) is not None:
             pending += [node, cut]  # realized first, so this kernel reads it instead of fusing it
             continue
-        flat = {n: _flat(b) for n, b in out_of.items() if n is not node}
+        flat = {n: flat_of(b) for n, b in out_of.items() if n is not node}
         fused: dict[UOp, None] = {}
         try:
             ast = build_kernel(node, _flat(out_of[node]), flat, fused, frozenset(shared_nodes))
