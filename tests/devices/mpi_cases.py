@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -49,27 +51,27 @@ def collectives() -> None:
     print(f"rank {r}/{n}: collectives ok", flush=True)
 
 
-def rank_dies() -> None:
-    """The last rank leaves without joining the allreduce: the others must abort, not hang."""
+def _last_rank_skips_the_allreduce(leave: Callable[[], None]) -> None:
     c = world()
     assert c is not None
     if c.rank == c.size - 1:
-        os._exit(0)
+        leave()
     c.allreduce(np.ones(4, np.float32))
     print("unreachable: the allreduce finished without the last rank", flush=True)
+
+
+def rank_dies() -> None:
+    """The last rank leaves without joining the allreduce: the others must abort, not hang."""
+    _last_rank_skips_the_allreduce(lambda: os._exit(0))
 
 
 def rank_stalls() -> None:
     """The last rank is stuck elsewhere and never joins the allreduce: the watchdog must abort the job."""
-    c = world()
-    assert c is not None
-    if c.rank == c.size - 1:
-        import time
-
+    def stall() -> None:
         time.sleep(120)
         os._exit(0)
-    c.allreduce(np.ones(4, np.float32))
-    print("unreachable: the allreduce finished without the last rank", flush=True)
+
+    _last_rank_skips_the_allreduce(stall)
 
 
 def rank_raises() -> None:

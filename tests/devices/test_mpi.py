@@ -18,15 +18,21 @@ import pytest
 from devices.mpi import launched_by_mpi, world
 from rewrite.errors import CollectiveError
 
-pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None or importlib.util.find_spec("mpi4py") is None,
-                                reason="needs OpenMPI's mpirun and mpi4py (apt-get install openmpi-bin; pip install "
-                                       "mpi4py)")
+needs_mpi = pytest.mark.skipif(shutil.which("mpirun") is None or importlib.util.find_spec("mpi4py") is None,
+                               reason="needs OpenMPI's mpirun and mpi4py (apt-get install openmpi-bin; pip install "
+                                      "mpi4py)")
+pytestmark = needs_mpi
+
+
+def run_mpi(n: int, module: str, case: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+    """`mpirun -n n` (oversubscribed, allowed as root) of `python -m module case`, its output captured."""
+    full = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **env}
+    cmd = ["mpirun", "-n", str(n), "--oversubscribe", sys.executable, "-m", module, case]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full)
 
 
 def mpirun(n: int, case: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
-    full = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **env}
-    cmd = ["mpirun", "-n", str(n), "--oversubscribe", sys.executable, "-m", "tests.devices.mpi_cases", case]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full)
+    return run_mpi(n, "tests.devices.mpi_cases", case, timeout, **env)
 
 
 @pytest.mark.parametrize("n", [2, 4])

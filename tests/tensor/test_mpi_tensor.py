@@ -5,10 +5,8 @@ errors. The mpirun tests are skipped only when OpenMPI's `mpirun` or mpi4py is m
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -20,16 +18,11 @@ from devices import local_name, rank_of, spans_ranks
 from rewrite.errors import DeviceError, ShardingError
 from tensor import Tensor
 from tensor import multi as M
-
-needs_mpi = pytest.mark.skipif(shutil.which("mpirun") is None or importlib.util.find_spec("mpi4py") is None,
-                               reason="needs OpenMPI's mpirun and mpi4py (apt-get install openmpi-bin; pip install "
-                                      "mpi4py)")
+from tests.devices.test_mpi import needs_mpi, run_mpi
 
 
 def mpirun(n: int, case: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
-    full = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **env}
-    cmd = ["mpirun", "-n", str(n), "--oversubscribe", sys.executable, "-m", "tests.tensor.mpi_tensor_cases", case]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full)
+    return run_mpi(n, "tests.tensor.mpi_tensor_cases", case, timeout, **env)
 
 
 def _ok(p: subprocess.CompletedProcess, case: str, n: int) -> None:
