@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from lower import schedule
 from rewrite.errors import DTypeError, ShapeError
@@ -64,6 +63,7 @@ def test_tensor_index_is_a_gather_not_a_reduction() -> None:
 
 
 def test_indexing_gradient_matches_torch_with_duplicates() -> None:
+    torch = pytest.importorskip("torch")  # the oracle, where installed
     w = np.random.default_rng(1).standard_normal((6, 3)).astype(np.float32)
     idx = [4, 1, 4, -1, 0]
     x = Tensor(w, requires_grad=True)
@@ -74,6 +74,7 @@ def test_indexing_gradient_matches_torch_with_duplicates() -> None:
 
 
 def test_embedding_reads_rows_and_trains_like_torch() -> None:
+    torch = pytest.importorskip("torch")  # the oracle, where installed
     emb = Embedding(10, 4)
     ids = np.array([[1, 9, 1], [0, 3, 3]], dtype=np.int32)
     out = emb(Tensor(ids))
@@ -91,6 +92,7 @@ def test_embedding_reads_rows_and_trains_like_torch() -> None:
 
 
 def test_one_hot_masked_fill_tril_triu_clamp() -> None:
+    torch = pytest.importorskip("torch")  # the oracle, where installed
     c = np.array([[0, 3], [2, 2]], dtype=np.int64)
     np.testing.assert_array_equal(Tensor(c).one_hot(5).numpy(), torch.nn.functional.one_hot(torch.tensor(c), 5))
     np.testing.assert_array_equal(Tensor(c).one_hot().numpy(), torch.nn.functional.one_hot(torch.tensor(c)))
