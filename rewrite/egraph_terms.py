@@ -262,6 +262,15 @@ def from_termdag(termdag: object, root_id: int) -> list[Node]:
     return nodes
 
 
+def _operand_kinds(name: str, kind: str) -> list[str]:
+    """The kinds ("i" int, "b" bool) of the operands of `name` in a place of kind `kind`; Untranslatable when `name`
+    cannot stand there (both extractions check the e-graph's term against the op table KINDS this way)."""
+    kinds, res = KINDS[name]
+    if res != "=" and res != kind:
+        raise Untranslatable(f"{name} where a {'bool' if kind == 'b' else 'int'} belongs")
+    return [kind if k == "=" else k for k in kinds]
+
+
 def build_term(termdag: object, root_id: int, expr: Expr, memo: dict[tuple, UOp]) -> UOp:
     """`build(from_termdag(termdag, root_id), expr)` without the node list in between: the UOp of the extracted
     term `root_id`. `memo` maps (term id, kind, int dtype) to its UOp and may be shared by the roots of one
@@ -297,10 +306,7 @@ def build_term(termdag: object, root_id: int, expr: Expr, memo: dict[tuple, UOp]
                     raise Untranslatable(f"leaf {k!r} unknown here or of the wrong kind")
                 memo[key] = leaf
                 continue
-            kinds, res = KINDS[name]
-            if res != "=" and res != kind:
-                raise Untranslatable(f"{name} where a {'bool' if kind == 'b' else 'int'} belongs")
-            want = [kind if c == "=" else c for c in kinds]
+            want = _operand_kinds(name, kind)
             if not done:
                 stack.append((tid, kind, True))
                 stack.extend((a, c, False) for a, c in zip(t.args, want, strict=True) if (a, c, idt) not in memo)
@@ -344,10 +350,7 @@ def build(nodes: Sequence[Node], expr: Expr) -> UOp:
                     raise Untranslatable(f"leaf {node[1]!r} unknown here or of the wrong kind")
                 memo[(i, kind)] = leaf
                 continue
-            kinds, res = KINDS[name]
-            if res != "=" and res != kind:
-                raise Untranslatable(f"{name} where a {'bool' if kind == 'b' else 'int'} belongs")
-            want = [kind if k == "=" else k for k in kinds]
+            want = _operand_kinds(name, kind)
             if not done:
                 stack.append((i, kind, True))
                 stack.extend((c, k, False) for c, k in zip(node[1:], want, strict=True))
