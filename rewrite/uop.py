@@ -7,7 +7,8 @@ and cached. Nothing here recurses on Python's stack.
 
 Args by op (the spec's tables): CONST (value, dtype); VCONST (values, dtype); PARAM ParamArg; BUFFER
 BufferArg; CAST/BITCAST dtype; PERMUTE axis order; FLIP one bool per axis; REDUCE (op, axes); RANGE
-(id, AxisType); GETTUPLE index; COPY device; SPECIAL name; CUSTOM (fmt, dtype).
+(id, AxisType); GETTUPLE index; COPY device; SPECIAL name; CUSTOM (fmt, dtype). The PARAM and BUFFER records,
+constant normalization and the intern key live in rewrite.uop_args.
 
 `simplify()` runs a plug-in: the symbolic rules live in rules/, above this layer, so they register themselves
 (`rules` at import, or the package's `uopc.simplifier` entry point on first use); see `register_simplifier`.
@@ -15,87 +16,25 @@ BufferArg; CAST/BITCAST dtype; PERMUTE axis order; FLIP one bool per axis; REDUC
 
 from __future__ import annotations
 
-import math
 import weakref
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, NamedTuple, TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from rewrite.derive import derive, fmt_shape, shape_values
 from rewrite.dtype import AddrSpace, DType, PtrDType, dtypes
 from rewrite.errors import ArityError, DTypeError, PluginError
 from rewrite.ops import AxisType, GroupOp, Ops
+from rewrite.uop_args import BufferArg, ConstValue, ParamArg, intern_key, normalize_const
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-ConstValue = int | float | bool
 _T = TypeVar("_T")
-
-
-class ParamArg(NamedTuple):
-    """PARAM's arg: `slot` is a position (FUNCTION parameter) or a name (a symbolic variable)."""
-
-    slot: int | str
-    dtype: DType
-    device: str | tuple[str, ...] | None = None
-    addrspace: AddrSpace = AddrSpace.GLOBAL
-
-
-class BufferArg(NamedTuple):
-    slot: int
-    dtype: DType
-    device: str | tuple[str, ...] | None = None
-    addrspace: AddrSpace = AddrSpace.GLOBAL
 
 
 _intern: dict[tuple, weakref.ref] = {}
 _NOTSET = object()
-
-
-def _value_sig(v: object) -> object:
-    t = type(v)
-    return (t, math.copysign(1.0, cast(float, v)) < 0) if t is float and v == 0.0 else t
-
-
-_CONST, _VCONST, _PARAM, _BUFFER = Ops.CONST, Ops.VCONST, Ops.PARAM, Ops.BUFFER  # module globals: cheaper lookups
-_INDEX = dtypes.index
-
-
-def _key(op: Ops, src: tuple, arg: object, tag: object) -> tuple:
-    # 1 == 1.0 == True and 0.0 == -0.0 compare and hash alike, so a constant's key also spells out each value's
-    # type and the sign of a float zero; otherwise a raw CONST(True, int32) would be handed back for const(1, int32)
-    if (op is _CONST or op is _VCONST) and type(arg) is tuple and len(arg) == 2:
-        v = arg[0]
-        return (op, src, arg, tag, tuple(map(_value_sig, v)) if type(v) is tuple else _value_sig(v))
-    if op is _PARAM or op is _BUFFER:  # ParamArg and BufferArg are NamedTuples: equal when their fields are
-        return (op, src, arg, tag, type(arg))
-    return (op, src, arg, tag)
-
-
-def normalize_const(value: ConstValue, dtype: DType) -> ConstValue:
-    """The Python value a CONST of `dtype` holds: bool, wrapped int, or float (NaN is the one math.nan)."""
-    if dtype is _INDEX and type(value) is int:  # the common case in index math: nothing to wrap or round
-        return value
-    k = dtype.scalar.kind
-    if k == "b":
-        return bool(value)
-    if k in ("i", "u", "x"):
-        if isinstance(value, float):
-            if not value.is_integer():
-                raise DTypeError(f"CONST: {value!r} is not an integer, so it cannot be a {dtype.name} constant")
-            value = int(value)
-        v = int(value)
-        if k == "x":
-            return v
-        bits = dtype.scalar.bits
-        v &= (1 << bits) - 1
-        return v - (1 << bits) if k == "i" and v >= 1 << (bits - 1) else v
-    if k == "f":
-        from rewrite.semantics import round_to
-
-        f = round_to(dtype.scalar, float(value))
-        return math.nan if f != f else f
-    raise DTypeError(f"CONST: {dtype.name} cannot hold a constant")
+_CONST, _INDEX = Ops.CONST, dtypes.index  # module globals: cheaper lookups
 
 
 class UOp:
@@ -111,7 +50,7 @@ class UOp:
     _props: dict | None
 
     def __new__(cls, op: Ops, src: tuple[UOp, ...] = (), arg: object = None, tag: object = None) -> UOp:
-        key = _key(op, src, arg, tag)
+        key = intern_key(op, src, arg, tag)
         if (ref := _intern.get(key)) is not None and (u := ref()) is not None:
             return u
         dtype, shape = derive(op, src, arg)
