@@ -1,6 +1,7 @@
 """The front end: a lazy `Tensor` over UOps, the `@function` decorator, `dtypes`, `no_grad`, and `Variable` (a
 symbolic dimension once bound: `Variable("n", 1, 1024).bind(37)`)."""
 
+import tensor.modules  # noqa: F401  # loads tensor.layers after tensor.modules, whichever is imported first
 from rewrite.dtype import dtypes
 from tensor.autograd import enable_grad, no_grad
 from tensor.function import function

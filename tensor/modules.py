@@ -286,3 +286,5 @@ def cross_entropy(logits: Tensor, target: Tensor, label_smoothing: float = 0.0, 
 
 __all__ = ["BatchNorm2d", "Conv2d", "Dropout", "Embedding", "LayerNorm", "Linear", "Module", "Sequential",
            "cross_entropy", "pending_buffers", "realize_pending"]
+
+from tensor.layers import *  # noqa: E402, F403  # the further layers (tensor.layers), found here with the first ones

@@ -266,6 +266,61 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrT
     return res
 
 
+def conv1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1, padding: IntOrTuple = 0,
+           dilation: IntOrTuple = 1, groups: int = 1) -> Tensor:
+    """torch's conv1d: x (N, Cin, L), weight (Cout, Cin/groups, k); conv2d with one spatial axis."""
+    if weight.ndim != 3:
+        raise ShapeError(f"conv1d: weight {fmt_shape(weight.shape)} must be (Cout, Cin/groups, k)")
+    return conv2d(x, weight, bias, stride, padding, dilation, groups)
+
+
+def conv_transpose2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1,
+                     padding: IntOrTuple = 0, output_padding: IntOrTuple = 0, groups: int = 1,
+                     dilation: IntOrTuple = 1) -> Tensor:
+    """torch's conv_transpose2d (the gradient of conv2d with respect to its input), x (N, Cin, *spatial), weight
+    (Cin, Cout/groups, *kernel); any number of spatial axes (weight.ndim - 2). Output size per axis:
+    (L - 1)*stride - 2*padding + dilation*(k - 1) + output_padding + 1.
+
+    Built as a stride-1 conv2d: the input spread out with stride - 1 zeros between elements, padded by
+    dilation*(k - 1) - padding on each side (a crop where negative) plus output_padding after, convolved with the
+    kernel flipped in space and its channel axes swapped within each group."""
+    ns = weight.ndim - 2
+    what = "conv_transpose2d"
+    if ns < 1 or x.ndim != ns + 2:
+        raise ShapeError(f"{what}: input {fmt_shape(x.shape)} and weight {fmt_shape(weight.shape)} do not fit: need "
+                         f"input (N, Cin, *spatial) and weight (Cin, Cout/groups, *kernel) with as many spatial axes")
+    n, cin, *spatial = x.shape
+    wcin, cout_g, *ks = weight.shape
+    if groups < 1 or cin != wcin or cin % groups:
+        raise ShapeError(f"{what}: input has {cin} channels and weight {fmt_shape(weight.shape)} with "
+                         f"groups={groups}: need Cin == weight.shape[0] and Cin % groups == 0")
+    ss, ds = _tuple(stride, ns, what, "stride"), _tuple(dilation, ns, what, "dilation")
+    ps, ops = _tuple(padding, ns, what, "padding"), _tuple(output_padding, ns, what, "output_padding")
+    if any(v <= 0 for v in (*ss, *ds)) or any(v < 0 for v in (*ps, *ops)):
+        raise ShapeError(f"{what}: strides and dilations must be positive and paddings >= 0, got stride={ss}, "
+                         f"dilation={ds}, padding={ps}, output_padding={ops}")
+    if any(o >= s and o >= d for o, s, d in zip(ops, ss, ds, strict=True)):
+        raise ShapeError(f"{what}: output_padding {ops} must be smaller than the stride {ss} or the dilation {ds}")
+    for length, k, s, d, p, o in zip(spatial, ks, ss, ds, ps, ops, strict=True):
+        if (length - 1) * s - 2 * p + d * (k - 1) + o + 1 <= 0:
+            raise ShapeError(f"{what}: input spatial shape {fmt_shape(tuple(spatial))} with kernel {tuple(ks)}, "
+                             f"stride {ss}, padding {ps}: the output would be empty; use less padding")
+    dt = promote(x.dtype, weight.dtype)
+    xs = x.cast(dt) if x.dtype is not dt else x
+    if any(s > 1 for s in ss):  # spread: (.., L) -> (.., L, s) with zeros after each element, then drop the tail
+        inter = [v for length, s in zip(spatial, ss, strict=True) for v in (length, 1)]
+        xs = xs.reshape(n, cin, *inter)
+        xs = xs.pad([(0, 0), (0, 0), *[(0, v) for s in ss for v in (0, s - 1)]])
+        xs = xs.reshape(n, cin, *[length * s for length, s in zip(spatial, ss, strict=True)])
+        xs = xs.shrink([None, None, *[(0, (length - 1) * s + 1) for length, s in zip(spatial, ss, strict=True)]])
+    edge = [d * (k - 1) - p for k, d, p in zip(ks, ds, ps, strict=True)]
+    xs = xs.pad([(0, 0), (0, 0), *[(e, e + o) for e, o in zip(edge, ops, strict=True)]])
+    g = groups
+    w = weight.reshape(g, cin // g, cout_g, *ks).transpose(1, 2).reshape(g * cout_g, cin // g, *ks)
+    w = w.flip(tuple(range(2, 2 + ns)))
+    return conv2d(xs, w, bias, 1, 0, ds, g)
+
+
 def _pool_args(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, dilation: IntOrTuple,
                padding: IntOrTuple | Sequence[tuple[int, int]], ceil_mode: bool, what: str) -> tuple:
     ks = _tuple(kernel_size, 2 if isinstance(kernel_size, int) else len(tuple(kernel_size)), what, "kernel_size")
@@ -374,5 +429,5 @@ def hardtanh(x: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
     return ew.clip(x, min_val, max_val)
 
 
-__all__ = ["avg_pool2d", "conv2d", "elu", "gelu", "hardtanh", "leaky_relu", "matmul", "max_pool2d", "relu", "relu6",
-           "sigmoid", "silu", "softplus", "tanh", "windows"]
+__all__ = ["avg_pool2d", "conv1d", "conv2d", "conv_transpose2d", "elu", "gelu", "hardtanh", "leaky_relu", "matmul",
+           "max_pool2d", "relu", "relu6", "sigmoid", "silu", "softplus", "tanh", "windows"]

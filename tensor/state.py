@@ -113,4 +113,13 @@ def safe_load(path: str | os.PathLike[str], device: str | None = None) -> dict[s
     return {k: Tensor(v, device=device) for k, v in load_file(os.fspath(path)).items()}
 
 
-__all__ = ["StateDictError", "get_parameters", "get_state_dict", "load_state_dict", "safe_load", "safe_save"]
+def torch_load(path: str | os.PathLike[str], device: str | None = None) -> dict[str, Tensor]:
+    """The tensors of a PyTorch checkpoint (`torch.save(model.state_dict(), path)`) by name, read with numpy and
+    a restricted unpickler; torch need not be installed (tensor.torch_load)."""
+    from tensor.torch_load import torch_load as load
+
+    return load(path, device)
+
+
+__all__ = ["StateDictError", "get_parameters", "get_state_dict", "load_state_dict", "safe_load", "safe_save",
+           "torch_load"]

@@ -27,12 +27,14 @@ from rewrite.ops import Ops
 from rewrite.semantics import exec_cast
 from rewrite.uop import UOp
 from rewrite.viz import capture as viz_capture
+from tensor import attention as _at
 from tensor import autograd as _ag
 from tensor import buffers
 from tensor import creation as _cr
 from tensor import einsum as _es
 from tensor import elementwise as _ew
 from tensor import indexing as _ix
+from tensor import init as _wi
 from tensor import inplace as _ip
 from tensor import logic as _lg
 from tensor import movement as _mv
@@ -341,6 +343,8 @@ class Tensor:
     uniform = staticmethod(_g(_rnd.uniform))
     normal = staticmethod(_g(_rnd.normal))
     rand_like, randn_like = _g(_rnd.rand_like), _g(_rnd.randn_like)
+    kaiming_uniform, kaiming_normal = staticmethod(_g(_wi.kaiming_uniform)), staticmethod(_g(_wi.kaiming_normal))
+    glorot_uniform, glorot_normal = staticmethod(_g(_wi.xavier_uniform)), staticmethod(_g(_wi.xavier_normal))
     del _g
 
     # ------------------------------------------------------------------ elementwise (tensor.elementwise, tensor.logic)
@@ -436,6 +440,8 @@ class Tensor:
     relu, sigmoid, tanh, gelu, silu, swish, softplus = (_nn.relu, _nn.sigmoid, _nn.tanh, _nn.gelu, _nn.silu, _nn.silu,
                                                         _nn.softplus)
     leaky_relu, elu, relu6, hardtanh = _nn.leaky_relu, _nn.elu, _nn.relu6, _nn.hardtanh
+    conv1d, conv_transpose2d = _nn.conv1d, _nn.conv_transpose2d
+    scaled_dot_product_attention = _at.scaled_dot_product_attention
 
     # dtype shorthands last: inside this class body they shadow the builtins of the same names
     def float(self) -> Tensor: return _ew.cast(self, dtypes.float32)
