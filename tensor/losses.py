@@ -8,9 +8,10 @@ log_softmax is O(elements x classes). Inputs are (N, C), (N, C, d1, ...) or unba
 (N, d1, ...) or (); with reduction='mean' the sum is divided by the summed weight of the targets not ignored (the
 count when there are no weights), as torch does, so an all-ignored batch is nan.
 
-binary_cross_entropy_with_logits is computed as (1 - t) * x + (1 + (pos_weight - 1) * t) * softplus(-x), never
-exponentiating a large positive number; binary_cross_entropy clamps each log at -100 as torch does. Inputs are
-lazy, so binary_cross_entropy does not check that they lie in [0, 1] (torch raises at run time).
+binary_cross_entropy_with_logits is computed as (1 - t) * x + (1 + (pos_weight - 1) * t) * softplus(-x), with
+softplus(-x) = max(-x, 0) + log(1 + exp(-|x|)), never exponentiating a large positive number;
+binary_cross_entropy clamps each log at -100 as torch does. Inputs are lazy, so binary_cross_entropy does not
+check that they lie in [0, 1] (torch raises at run time).
 """
 
 from __future__ import annotations
@@ -125,13 +126,13 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tens
     per class as torch)."""
     what = "binary_cross_entropy_with_logits"
     x, t = _pointwise(what, input, target, reduction)
-    sp = softplus(-x)
+    m, tail = (-x).maximum(0.0), softplus(-x.abs())  # softplus(-x) = m + tail, tail = log(1 + e^-|x|) <= log 2
     if pos_weight is None:
-        loss = (1.0 - t) * x + sp
+        loss = ((1.0 - t) * x + m) + tail  # the large terms cancel first, so a tiny loss keeps its digits (torch)
     else:
         pw = _as_tensor(what, "pos_weight", pos_weight, x)
         try:
-            loss = (1.0 - t) * x + (1.0 + (pw - 1.0) * t) * sp
+            loss = (1.0 - t) * x + (1.0 + (pw - 1.0) * t) * (m + tail)
         except ShapeError as e:
             raise ShapeError(f"{what}: pos_weight {fmt_shape(pw.shape)} does not broadcast to the input "
                              f"{fmt_shape(x.shape)} (give one weight per class, the last axis)") from e
