@@ -300,7 +300,7 @@ class MultiheadAttention(Module):
             out = out.transpose(0, 1)
         weights = None
         if need_weights:
-            weights = w.mean(1) if average_attn_weights else w
+            weights = wd.mean(1) if average_attn_weights else wd  # after dropout, as torch returns them
             if unbatched:
                 weights = weights.squeeze(0)
         return out, weights

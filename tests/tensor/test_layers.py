@@ -276,6 +276,27 @@ def test_multihead_attention_unbatched_kdim_vdim_and_self_attention() -> None:
     np.testing.assert_allclose(sa.forward(Tensor(x)).numpy(), sa(Tensor(x))[0].numpy(), rtol=1e-6)
 
 
+def test_multihead_attention_dropout_in_training_only() -> None:
+    Tensor.manual_seed(3)
+    m = _double(MultiheadAttention(8, 2, dropout=0.5, batch_first=True))
+    sd = _mha_state(m)
+    x = rnd(4, 16, 8, seed=1)
+    out, w = m(Tensor(x), Tensor(x), Tensor(x), average_attn_weights=False)
+    w = w.numpy()  # (N, H, L, S), dropped and rescaled as torch returns them
+    kept = w != 0
+    assert 0.45 < kept.mean() < 0.55
+    e = 8
+    v = x @ sd["in_proj_weight"][2 * e:].T + sd["in_proj_bias"][2 * e:]
+    vh = v.reshape(4, 16, 2, 4).transpose(0, 2, 1, 3)
+    want = (w @ vh).transpose(0, 2, 1, 3).reshape(4, 16, 8) @ sd["out_proj.weight"].T + sd["out_proj.bias"]
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-10, atol=1e-12)  # the output used those weights
+    m.eval()
+    out, w = m(Tensor(x), Tensor(x), Tensor(x))
+    np.testing.assert_allclose(w.numpy().sum(-1), 1.0, rtol=1e-12)  # no dropout in eval
+    np.testing.assert_allclose(out.numpy(), ref.mha(x, x, x, sd["in_proj_weight"], sd["in_proj_bias"],
+                                                    sd["out_proj.weight"], sd["out_proj.bias"], 2)[0], rtol=1e-10)
+
+
 def test_layer_errors_name_the_layer_and_shapes() -> None:
     with pytest.raises(ShapeError, match=r"Conv1d: the input is \(2, 3, 5, 5\).*\(N, 4, L\)"):
         Conv1d(4, 2, 3)(Tensor(np.zeros((2, 3, 5, 5), np.float32)))
