@@ -82,12 +82,15 @@ def _handmade() -> tuple[bytes, dict[str, np.ndarray]]:
         ("mask", _tensor("BoolStorage", "4", 3, 0, (3,), (1,))),
         ("double", _tensor("DoubleStorage", "5", 2, 0, (2,), (1,))),
         ("empty", _tensor("FloatStorage", "0", 24, 0, (0, 3), (3, 1))),
+        ("param", _global("torch._utils", "_rebuild_parameter")  # an nn.Parameter (state_dict(keep_vars=True))
+         + _tuple([_tensor("FloatStorage", "0", 24, 0, (2,), (1,)), b"\x88", _global("collections", "OrderedDict")
+                   + b")R"]) + b"R"),
     ]
     bf = (bf_bits.astype(np.uint32) << 16).view(np.float32)
     want = {"weight": BASE[1:3, :3], "t": BASE.T, "strided": BASE.reshape(-1)[[1, 3, 13, 15]].reshape(2, 2),
             "half": np.array([0.5, -1, 2], np.float16), "bf": bf, "scalar": np.array(-3, np.int64),
             "mask": np.array([True, False, True]), "double": np.array([2.0, 4.0]),
-            "empty": np.zeros((0, 3), np.float32)}
+            "empty": np.zeros((0, 3), np.float32), "param": BASE.reshape(-1)[:2]}
     return _zip(_state_pickle(entries), storages), want
 
 
@@ -111,6 +114,7 @@ def test_handmade_checkpoint_reads_with_views_and_dtypes(tmp_path) -> None:
     torch = pytest.importorskip("torch")
     theirs = torch.load(path, weights_only=True)  # the handmade file is a real torch checkpoint
     for k, v in theirs.items():
+        v = v.detach()  # "param" comes back as an nn.Parameter
         np.testing.assert_array_equal(v.float().numpy() if k == "bf" else v.numpy(), got[k], err_msg=k)
 
 
