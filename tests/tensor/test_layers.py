@@ -39,6 +39,8 @@ CT_CASES = [  # cin, cout, kernel, stride, padding, output_padding, dilation, gr
     (4, 6, 3, 2, 1, 1, 1, 2, (3, 2)),
     (2, 3, (2, 3), (1, 2), 0, (0, 1), (2, 1), 1, (2, 3)),
     (3, 3, 3, 3, 4, 2, 2, 3, (3, 3)),  # padding beyond dilation*(k-1): the input is cropped
+    (2, 4, 3, 1, 2, 1, 2, 2, (3, 4)),  # stride 1: no phases; padding crops, output_padding extends
+    (2, 2, 4, (2, 4), (1, 0), (1, 3), (2, 1), 1, (2, 2)),  # stride 4 with 4 taps: every phase has one tap
 ]
 
 
