@@ -111,8 +111,15 @@ def test_handmade_checkpoint_reads_with_views_and_dtypes(tmp_path) -> None:
     lin.load_state_dict({"weight": ts["weight"], "bias": ts["double"]})  # float64 cast to the layer's float32
     np.testing.assert_allclose(lin(Tensor(np.eye(3, dtype=np.float32))).numpy(), BASE[1:3, :3].T + np.array([2.0, 4.0]))
     assert torch_load_numpy(io.BytesIO(data)).keys() == want.keys()  # a file object works too
+
+
+def test_handmade_checkpoint_is_a_real_torch_checkpoint(tmp_path) -> None:
     torch = pytest.importorskip("torch")
-    theirs = torch.load(path, weights_only=True)  # the handmade file is a real torch checkpoint
+    data, _ = _handmade()
+    path = tmp_path / "m.pt"
+    path.write_bytes(data)
+    got = torch_load_numpy(path)
+    theirs = torch.load(path, weights_only=True)
     for k, v in theirs.items():
         v = v.detach()  # "param" comes back as an nn.Parameter
         np.testing.assert_array_equal(v.float().numpy() if k == "bf" else v.numpy(), got[k], err_msg=k)
