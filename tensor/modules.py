@@ -251,7 +251,10 @@ class Dropout(Module):
 
 
 class Sequential(Module):
-    """Apply the layers (modules or functions of a Tensor) in order; state names are `layers.<i>.<name>`."""
+    """Apply the layers (modules or functions of a Tensor) in order; state names are `<i>.<name>`, as torch's
+    Sequential names them, so its state dicts load as they are."""
+
+    state_inline = ("layers",)
 
     def __init__(self, *layers: object) -> None:
         self.layers = list(layers)

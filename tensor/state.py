@@ -46,9 +46,10 @@ def _walk(obj: object, prefix: str, out: dict[str, Tensor], seen: set[int]) -> N
         for k, v in obj.items():
             _walk(v, f"{prefix}{k}.", out, seen)
     elif hasattr(obj, "__dict__") and not isinstance(obj, _NOT_MODELS):
+        inline = getattr(type(obj), "state_inline", ())  # attributes named without their own name (Sequential)
         for k, v in vars(obj).items():
             if not k.startswith("_"):
-                _walk(v, f"{prefix}{k}.", out, seen)
+                _walk(v, prefix if k in inline else f"{prefix}{k}.", out, seen)
 
 
 def get_state_dict(model: object, prefix: str = "") -> dict[str, Tensor]:

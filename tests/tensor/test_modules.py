@@ -135,26 +135,26 @@ def test_state_dict_names_load_and_safetensors_round_trip(tmp_path):
     Tensor.manual_seed(0)
     m = Sequential(Linear(3, 4), Tensor.relu, BatchNorm2d(2), Linear(4, 2, bias=False))
     sd = m.state_dict()
-    assert list(sd) == ["layers.0.weight", "layers.0.bias", "layers.2.weight", "layers.2.bias",
-                        "layers.2.running_mean", "layers.2.running_var", "layers.2.num_batches_tracked",
-                        "layers.3.weight"]
+    assert list(sd) == ["0.weight", "0.bias", "2.weight", "2.bias",
+                        "2.running_mean", "2.running_var", "2.num_batches_tracked",
+                        "3.weight"]
     assert [id(p) for p in get_parameters(m)] == [id(sd[k]) for k in sd if "running" not in k and "num" not in k]
     path = tmp_path / "m.safetensors"
     safe_save(sd, path)
     Tensor.manual_seed(5)
     m2 = Sequential(Linear(3, 4), Tensor.relu, BatchNorm2d(2), Linear(4, 2, bias=False))
     p2 = get_parameters(m2)
-    assert not np.array_equal(m2.layers[0].weight.numpy(), sd["layers.0.weight"].numpy())
+    assert not np.array_equal(m2.layers[0].weight.numpy(), sd["0.weight"].numpy())
     m2.load_state_dict(safe_load(path))
     for k, v in m2.state_dict().items():
         np.testing.assert_array_equal(v.numpy(), sd[k].numpy(), err_msg=k)
         assert v.dtype == sd[k].dtype
     assert get_parameters(m2)[0] is p2[0]  # the same Tensor objects, rebound
-    with pytest.raises(StateDictError, match=r"missing keys \['layers.3.weight'\]"):
-        load_state_dict(m2, {k: v for k, v in sd.items() if k != "layers.3.weight"})
-    with pytest.raises(ShapeError, match=r"layers.0.bias.*\(5,\).*\(4,\)"):
-        load_state_dict(m2, {**sd, "layers.0.bias": np.zeros(5, np.float32)})
-    load_state_dict(m2, {"layers.0.bias": np.full(4, 2.0)}, strict=False)
+    with pytest.raises(StateDictError, match=r"missing keys \['3.weight'\]"):
+        load_state_dict(m2, {k: v for k, v in sd.items() if k != "3.weight"})
+    with pytest.raises(ShapeError, match=r"0.bias.*\(5,\).*\(4,\)"):
+        load_state_dict(m2, {**sd, "0.bias": np.zeros(5, np.float32)})
+    load_state_dict(m2, {"0.bias": np.full(4, 2.0)}, strict=False)
     np.testing.assert_array_equal(m2.layers[0].bias.numpy(), np.full(4, 2.0, np.float32))
 
 

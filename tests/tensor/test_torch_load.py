@@ -14,7 +14,7 @@ import pytest
 
 from rewrite.dtype import dtypes
 from tensor import Tensor
-from tensor.modules import BatchNorm2d, Conv2d, LayerNorm, Linear, Module, MultiheadAttention
+from tensor.modules import BatchNorm2d, Conv2d, LayerNorm, Linear, Module, MultiheadAttention, Sequential
 from tensor.state import get_state_dict, torch_load
 from tensor.torch_load import TorchLoadError, UnsafePickleError, torch_load_numpy
 from tests.tensor.test_modules import rnd
@@ -221,3 +221,16 @@ def test_torch_saved_state_dict_loads_into_our_modules(tmp_path) -> None:
     for k, v in extra.items():
         np.testing.assert_array_equal(got[k], v.float().numpy() if k == "bf" else v.numpy(), err_msg=k)
         assert got[k].dtype == (np.float32 if k == "bf" else v.numpy().dtype), k
+
+
+def test_torch_sequential_state_dict_loads_into_our_sequential(tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(1)
+    theirs = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3))
+    torch.save(theirs.state_dict(), tmp_path / "seq.pt")
+    ours = Sequential(Linear(5, 7), Tensor.relu, Linear(7, 3))
+    assert list(ours.state_dict()) == list(theirs.state_dict())  # 0.weight, 0.bias, 2.weight, 2.bias
+    ours.load_state_dict(torch_load(tmp_path / "seq.pt"))
+    x = np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32)
+    want = theirs(torch.from_numpy(x)).detach().numpy()
+    np.testing.assert_allclose(ours(Tensor(x)).numpy(), want, rtol=1e-5, atol=1e-6)

@@ -59,9 +59,8 @@ def test_first_steps_match_torch():
     tmodel = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
     sd = model.state_dict()
     with torch.no_grad():
-        for k, v in tmodel.state_dict().items():
-            i, name = k.split(".")
-            v.copy_(torch.tensor(sd[f"layers.{i}.{name}"].numpy()))
+        for k, v in tmodel.state_dict().items():  # the same names as torch's Sequential
+            v.copy_(torch.tensor(sd[k].numpy()))
     opt, topt = Adam(model.parameters(), lr=LR), torch.optim.Adam(tmodel.parameters(), lr=LR)
     for b in _batches(len(xtr), 1):
         opt.zero_grad()
@@ -74,8 +73,7 @@ def test_first_steps_match_torch():
         topt.step()
         np.testing.assert_allclose(loss.item(), tloss.item(), rtol=1e-5)
     for k, v in tmodel.state_dict().items():
-        i, name = k.split(".")
-        np.testing.assert_allclose(sd[f"layers.{i}.{name}"].numpy(), v.numpy(), rtol=1e-3, atol=1e-4, err_msg=k)
+        np.testing.assert_allclose(sd[k].numpy(), v.numpy(), rtol=1e-3, atol=1e-4, err_msg=k)
 
 
 def test_train_digits_script_saves_and_reloads(tmp_path):
@@ -86,4 +84,4 @@ def test_train_digits_script_saves_and_reloads(tmp_path):
     path = tmp_path / "digits.safetensors"
     acc = train_digits.main(["--epochs", "3", "--save", str(path)])  # raises if the reloaded model differs
     assert acc > 0.9
-    assert set(safe_load(path)) == {"layers.0.weight", "layers.0.bias", "layers.2.weight", "layers.2.bias"}
+    assert set(safe_load(path)) == {"0.weight", "0.bias", "2.weight", "2.bias"}
