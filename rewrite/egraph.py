@@ -166,7 +166,11 @@ def _parse(eg: Any, text: str) -> list:
 
 @dataclass(frozen=True)
 class Schedule:
-    """Each iteration is `(saturate (run analysis)) (run <rewrites>)`; the budgets are checked between them."""
+    """Each iteration is `(run <rewrites>) (saturate (run analysis))`, so the analysis is saturated whenever an
+    iteration ends; the budgets are checked between them. The nodes of a batch arrive with their intervals (the
+    fast tier's analysis), so the first rewrites need no analysis run before them: that run, over every new node,
+    cost as much as the rewrites' own when it found nothing to tighten, which it almost never did. It runs first
+    only for a batch with an op node that came without an interval."""
 
     iterations: int = 8
     max_size: int = 20_000  # e-graph tuples (nodes plus lo/hi rows), from (print-size)
@@ -177,7 +181,7 @@ class Schedule:
 
     def step_text(self) -> str:
         rw = " ".join(f"(run {r})" for r in self.rewrites)
-        return f"(run-schedule (saturate (run {self.analysis})) {rw}) (print-size)"
+        return f"(run-schedule {rw} (saturate (run {self.analysis}))) (print-size)"
 
 
 @dataclass
@@ -261,7 +265,7 @@ class Saturator:
             self._cmds = {k: _parse(eg, t) for k, t in {
                 "push": "(push)", "pop": "(pop)", "step": self.schedule.step_text(),
                 "load": "(run-schedule (run load))", "collect": "(run-schedule (run collect))",
-                "final": f"(run-schedule (saturate (run {self.schedule.analysis})) (run collect))"}.items()}
+                "analysis": f"(run-schedule (saturate (run {self.schedule.analysis})))"}.items()}
             eg.run_program(*self._cmds["push"])
             self._eg, self._stale = eg, False
             self._ids, self._packs = {}, 0
@@ -276,8 +280,9 @@ class Saturator:
         self._ids, self._packs = {}, 0
         self.resets += 1
 
-    def _rows(self, exprs: list[Expr]) -> tuple[list[int], str]:
-        """The e-class number of every root, and the LN rows of the nodes the e-graph does not hold yet.
+    def _rows(self, exprs: list[Expr]) -> tuple[list[int], str, bool]:
+        """The e-class number of every root, the LN rows of the nodes the e-graph does not hold yet, and whether
+        one of those is an op node without an interval (the analysis must run before the first rewrites).
 
         Nodes are hash-consed by structure over the e-graph's whole life (`_ids`, cleared when it resets), so a
         subterm shared by many roots, or already loaded by an earlier batch, is sent once: a warm batch sends
@@ -285,6 +290,7 @@ class Saturator:
         ids, codes = self._ids, _CODES
         ln: list[str] = []
         roots: list[int] = []
+        unbounded = False
         for e in exprs:
             g: list[int] = []
             bounds = e.bounds or [None] * len(e.nodes)
@@ -300,10 +306,11 @@ class Saturator:
                     else:
                         kids = key[1:] + (0,) * (4 - len(key))
                         bnd = "0\t0\t0" if iv is None else f"{iv[0]}\t{iv[1]}\t1"
+                        unbounded = unbounded or iv is None
                         ln.append(f"{i}\t{codes[n[0]]}\t{kids[0]}\t{kids[1]}\t{kids[2]}\t-\t{bnd}\n")
                 g.append(i)
             roots.append(g[-1])
-        return roots, "".join(ln)
+        return roots, "".join(ln), unbounded
 
     def _input(self, b: Any, table: str, text: str) -> Any:
         """An `(input table file)` command for rows written to this saturator's scratch file for `table`.
@@ -334,7 +341,7 @@ class Saturator:
         that did not saturate or failed, so unfinished work never leaks into the next batch.
 
         Commands per batch: the new nodes and the roots as rows (`input`), one `load` run, the rule iterations,
-        one final analysis with the `collect` run (each root with its interval, packed in lists of PACK_CHUNK),
+        the `collect` run (each root with its interval, packed in lists of PACK_CHUNK),
         one extraction per list. Each result holds the rebuilt UOp (the input where the term does not fit it),
         and the extracted node list only when `nodes` asks for it (the disk cache stores it)."""
         b = egglog_bindings()
@@ -346,7 +353,7 @@ class Saturator:
             self._reset()
         ok = False
         try:
-            roots, ln = self._rows(exprs)
+            roots, ln, unbounded = self._rows(exprs)
             packs: list[int] = []
             lr: list[str] = []
             for k in range(0, len(roots), PACK_CHUNK):
@@ -360,6 +367,8 @@ class Saturator:
             cmds.append(self._input(b, "LR", "".join(lr)))
             if ln:
                 cmds += self._cmds["load"]
+            if unbounded:
+                cmds += self._cmds["analysis"]
             eg.run_program(*cmds)
             st.stop = "iterations"
             deadline = t0 + sch.seconds
@@ -376,7 +385,7 @@ class Saturator:
                 if time.perf_counter() > deadline:
                     st.stop = "time"
                     break
-            eg.run_program(*self._cmds["final" if st.stop in ("iterations", "saturated") else "collect"])
+            eg.run_program(*self._cmds["collect"])  # every iteration ended with the analysis saturated
             results: list[Result] = []
             settled = st.stop != "time"
             zero = b.Lit(sp, b.Int(0))
