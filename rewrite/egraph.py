@@ -42,6 +42,7 @@ from rewrite.egraph_terms import (
     DEFAULT_COSTS,
     I64_MAX,
     I64_MIN,
+    POW2_TWINS,
     Expr,
     Node,
     Untranslatable,
@@ -50,6 +51,7 @@ from rewrite.egraph_terms import (
     floor_div,
     floor_mod,
     from_termdag,
+    is_pow2,
     sort_decls,
     translate,
 )
@@ -69,6 +71,8 @@ PACK_CHUNK = 200  # roots per packed list term (egglog recurses on term depth)
 # rest) or, for a root without an interval, the dearer PC (root, rest): one extraction gives every root and
 # its interval.
 _CODES: dict[str, int] = {"Num": 0, **{c: i + 1 for i, (c, _, _) in enumerate(CTORS.values())}}
+# a Div or Mod by a positive power of two comes with the code of its extraction twin and is loaded as both
+_TWIN_CODES: dict[str, int] = {of: len(_CODES) + j for j, of in enumerate(POW2_TWINS.values())}
 LOAD_PROGRAM = "\n".join([
     "(constructor N (i64) Idx :unextractable)",
     "(relation LN (i64 i64 i64 i64 i64 String i64 i64 i64))",
@@ -83,6 +87,9 @@ LOAD_PROGRAM = "\n".join([
     '(rule ((LN i c a b d k l h 1)) ((set (lo (N i)) l) (set (hi (N i)) h)) :ruleset load :name "load-bounds")',
     *(f'(rule ((LN i {_CODES[c]} a b d k l h f)) ((union (N i) ({c} {" ".join(f"(N {v})" for v in "abd"[:len(k)])})))'
       f' :ruleset load :name "load-{c.lower()}")' for c, k, _ in CTORS.values()),
+    *(f'(rule ((LN i {_TWIN_CODES[of]} a b d k l h f)) ((union (N i) ({of} (N a) (N b)))'
+      f' (union (N i) ({twin} (N a) (N b)))) :ruleset load :name "load-{twin.lower()}")'
+      for twin, of in POW2_TWINS.items()),
     "(rule ((LR p j i) (= e (N i)) (= l (lo e)) (= h (hi e))) ((union (PK p j) (PB e l h (PK p (+ j 1)))))"
     ' :ruleset collect :name "collect")',
     '(rule ((LR p j i) (= e (N i))) ((union (PK p j) (PC e (PK p (+ j 1))))) :ruleset collect :name "collect-pc")',
@@ -287,7 +294,7 @@ class Saturator:
         Nodes are hash-consed by structure over the e-graph's whole life (`_ids`, cleared when it resets), so a
         subterm shared by many roots, or already loaded by an earlier batch, is sent once: a warm batch sends
         no rows at all."""
-        ids, codes = self._ids, _CODES
+        ids, codes, twins = self._ids, _CODES, _TWIN_CODES
         ln: list[str] = []
         roots: list[int] = []
         unbounded = False
@@ -305,9 +312,12 @@ class Saturator:
                         ln.append(f"{i}\t0\t{n[1]}\t0\t0\t-\t{n[1]}\t{n[1]}\t1\n")
                     else:
                         kids = key[1:] + (0,) * (4 - len(key))
+                        code = codes[n[0]]
+                        if n[0] in twins and e.nodes[n[2]][0] == "Num" and is_pow2(e.nodes[n[2]][1]):
+                            code = twins[n[0]]
                         bnd = "0\t0\t0" if iv is None else f"{iv[0]}\t{iv[1]}\t1"
                         unbounded = unbounded or iv is None
-                        ln.append(f"{i}\t{codes[n[0]]}\t{kids[0]}\t{kids[1]}\t{kids[2]}\t-\t{bnd}\n")
+                        ln.append(f"{i}\t{code}\t{kids[0]}\t{kids[1]}\t{kids[2]}\t-\t{bnd}\n")
                 g.append(i)
             roots.append(g[-1])
         return roots, "".join(ln), unbounded

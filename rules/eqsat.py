@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from rewrite.dsl import Pat, Rule, RuleSet, const, fold, op, var
 from rewrite.egraph import Saturator, Schedule, floor_div, floor_mod
 from rewrite.egraph_export import Export, export_rules
+from rewrite.egraph_terms import pow2_rules
 from rewrite.ops import Ops
 from rewrite.uop import ConstValue, UOp
 from rules.divmod import divides
@@ -98,6 +99,9 @@ ANALYSIS = "\n".join([
     _iv("iv-where-true", f"(= e (Where c a b)) (= 1 (lo c)) {_A}", "la", "ha"),
     _iv("iv-where-false", "(= e (Where c a b)) (= 0 (hi c)) (= lb (lo b)) (= hb (hi b))", "lb", "hb"),
     "(rule ((= v (lo e)) (= v (hi e))) ((union e (Num v))) :ruleset analysis :name \"iv-point\")",
+    # a division or modulo by a power of two the rules made gets its cheaper extraction twin (loaded ones come
+    # with it): in the analysis, which every iteration saturates, so it costs no iteration of its own
+    pow2_rules("analysis"),
     # once a class of constants holds its Num, hide the sums and products in it: rules that reassociate or
     # collect would otherwise keep building new constants out of them (Div and Mod stay visible, since guards
     # look their intervals up by structure)
