@@ -239,6 +239,13 @@ def _row_sum(key: str, d: dict) -> str:
     return hashlib.sha256(f"{key}\n{body}".encode()).hexdigest()[:24]
 
 
+def _unchanged(e: Expr, nodes: bool) -> Result:
+    """The result for a root the e-graph did not change: the input, with the interval it was loaded with."""
+    iv = e.bounds[-1] if e.bounds else None
+    return Result(e.uop, iv[0] if iv else None, iv[1] if iv else None,
+                  [(n[0], n[1]) if n[0] == "Var" else n for n in e.nodes] if nodes else None, True, True)
+
+
 class Saturator:
     """A rule program (egglog text, declaring rule sets named by `schedule`) and its bounded schedule."""
 
@@ -287,9 +294,10 @@ class Saturator:
         self._ids, self._packs = {}, 0
         self.resets += 1
 
-    def _rows(self, exprs: list[Expr]) -> tuple[list[int], str, bool]:
-        """The e-class number of every root, the LN rows of the nodes the e-graph does not hold yet, and whether
-        one of those is an op node without an interval (the analysis must run before the first rewrites).
+    def _rows(self, exprs: list[Expr]) -> tuple[list[int], str, bool, bool]:
+        """The e-class number of every root, the LN rows of the nodes the e-graph does not hold yet, whether one
+        of those is an op node without an interval (the analysis must run before the first rewrites), and whether
+        some node of the batch was in the e-graph before it (its e-class may hold forms found earlier).
 
         Nodes are hash-consed by structure over the e-graph's whole life (`_ids`, cleared when it resets), so a
         subterm shared by many roots, or already loaded by an earlier batch, is sent once: a warm batch sends
@@ -298,13 +306,17 @@ class Saturator:
         ln: list[str] = []
         roots: list[int] = []
         unbounded = False
+        n0 = len(ids)
+        reused = False
         for e in exprs:
             g: list[int] = []
             bounds = e.bounds or [None] * len(e.nodes)
             for n, iv in zip(e.nodes, bounds, strict=True):
                 key = n if n[0] == "Num" or n[0] == "Var" else (n[0], *[g[k] for k in n[1:]])
                 i = ids.get(key)
-                if i is None:
+                if i is not None:
+                    reused = reused or i < n0
+                else:
                     i = ids[key] = len(ids)
                     if n[0] == "Var":
                         ln.append(f"{i}\t-1\t0\t0\t0\t{n[1]}\t{n[2]}\t{n[3]}\t1\n")
@@ -320,7 +332,7 @@ class Saturator:
                         ln.append(f"{i}\t{code}\t{kids[0]}\t{kids[1]}\t{kids[2]}\t-\t{bnd}\n")
                 g.append(i)
             roots.append(g[-1])
-        return roots, "".join(ln), unbounded
+        return roots, "".join(ln), unbounded, reused
 
     def _input(self, b: Any, table: str, text: str) -> Any:
         """An `(input table file)` command for rows written to this saturator's scratch file for `table`.
@@ -363,7 +375,7 @@ class Saturator:
             self._reset()
         ok = False
         try:
-            roots, ln, unbounded = self._rows(exprs)
+            roots, ln, unbounded, reused = self._rows(exprs)
             packs: list[int] = []
             lr: list[str] = []
             for k in range(0, len(roots), PACK_CHUNK):
@@ -373,13 +385,11 @@ class Saturator:
                 chunk = roots[k : k + PACK_CHUNK]
                 lr += [f"{p}\t{j}\t{i}\n" for j, i in enumerate(chunk)]
                 lr.append(f"{p}\t{len(chunk)}\t-1\n")
-            cmds = [self._input(b, "LN", ln)] if ln else []
-            cmds.append(self._input(b, "LR", "".join(lr)))
-            if ln:
-                cmds += self._cmds["load"]
+            cmds = [self._input(b, "LN", ln), *self._cmds["load"]] if ln else []
             if unbounded:
                 cmds += self._cmds["analysis"]
-            eg.run_program(*cmds)
+            if cmds:
+                eg.run_program(*cmds)
             st.stop = "iterations"
             deadline = t0 + sch.seconds
             for _ in range(sch.iterations):
@@ -395,7 +405,14 @@ class Saturator:
                 if time.perf_counter() > deadline:
                     st.stop = "time"
                     break
-            eg.run_program(*self._cmds["collect"])  # every iteration ended with the analysis saturated
+            if st.stop == "saturated" and st.iterations == 1 and not reused and not unbounded:
+                # nothing changed the e-graph after the load, and the batch's nodes were all new to it: every
+                # e-class holds just its loaded node (and a twin priced lower, read back as the same op), so
+                # extraction would give back each input and the collect run its loaded interval
+                ok = True
+                return [_unchanged(e, nodes) for e in exprs]
+            # every iteration ended with the analysis saturated
+            eg.run_program(self._input(b, "LR", "".join(lr)), *self._cmds["collect"])
             results: list[Result] = []
             settled = st.stop != "time"
             zero = b.Lit(sp, b.Int(0))
