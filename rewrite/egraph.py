@@ -73,6 +73,8 @@ PACK_CHUNK = 200  # roots per packed list term (egglog recurses on term depth)
 _CODES: dict[str, int] = {"Num": 0, **{c: i + 1 for i, (c, _, _) in enumerate(CTORS.values())}}
 # a Div or Mod by a positive power of two comes with the code of its extraction twin and is loaded as both
 _TWIN_CODES: dict[str, int] = {of: len(_CODES) + j for j, of in enumerate(POW2_TWINS.values())}
+_TWIN_OF: dict[str, str] = {of: twin for twin, of in POW2_TWINS.items()}
+_TABLES = frozenset([c for c, _, _ in CTORS.values()] + list(POW2_TWINS))  # the op constructors' tables
 LOAD_PROGRAM = "\n".join([
     "(constructor N (i64) Idx :unextractable)",
     "(relation LN (i64 i64 i64 i64 i64 String i64 i64 i64))",
@@ -263,6 +265,7 @@ class Saturator:
         self._db_key: tuple[int, str] = (-1, "")
         self._stale = False
         self._ids: dict[tuple, int] = {}  # node (children by number) -> its number, over the e-graph's life
+        self._sizes: dict[str, int] = {}  # rows per constructor table after the last batch (print-size)
         self._packs = 0
         self._dir: str | None = None
         self._files: dict[str, Any] = {}  # table -> its open scratch file
@@ -282,7 +285,7 @@ class Saturator:
                 "analysis": f"(run-schedule (saturate (run {self.schedule.analysis})))"}.items()}
             eg.run_program(*self._cmds["push"])
             self._eg, self._stale = eg, False
-            self._ids, self._packs = {}, 0
+            self._ids, self._packs, self._sizes = {}, 0, {}
         return self._eg
 
     def _reset(self) -> None:
@@ -291,13 +294,15 @@ class Saturator:
         eg.run_program(*self._cmds["pop"])
         eg.run_program(*self._cmds["push"])
         self._stale = False
-        self._ids, self._packs = {}, 0
+        self._ids, self._packs, self._sizes = {}, 0, {}
         self.resets += 1
 
-    def _rows(self, exprs: list[Expr]) -> tuple[list[int], str, bool, bool]:
+    def _rows(self, exprs: list[Expr]) -> tuple[list[int], str, bool, bool, dict[str, int]]:
         """The e-class number of every root, the LN rows of the nodes the e-graph does not hold yet, whether one
-        of those is an op node without an interval (the analysis must run before the first rewrites), and whether
-        some node of the batch was in the e-graph before it (its e-class may hold forms found earlier).
+        of those is an op node without an interval (the analysis must run before the first rewrites), whether
+        some op node or single-point variable of the batch was in the e-graph before it (its e-class may hold
+        forms found earlier; a constant, or a variable of a wider box, is the cheapest member of any e-class it
+        is in), and how many rows the new op nodes add to each constructor table if none of them is there yet.
 
         Nodes are hash-consed by structure over the e-graph's whole life (`_ids`, cleared when it resets), so a
         subterm shared by many roots, or already loaded by an earlier batch, is sent once: a warm batch sends
@@ -308,6 +313,7 @@ class Saturator:
         unbounded = False
         n0 = len(ids)
         reused = False
+        added: dict[str, int] = {}
         for e in exprs:
             g: list[int] = []
             bounds = e.bounds or [None] * len(e.nodes)
@@ -315,7 +321,8 @@ class Saturator:
                 key = n if n[0] == "Num" or n[0] == "Var" else (n[0], *[g[k] for k in n[1:]])
                 i = ids.get(key)
                 if i is not None:
-                    reused = reused or i < n0
+                    if i < n0 and n[0] != "Num" and (n[0] != "Var" or n[2] == n[3]):
+                        reused = True
                 else:
                     i = ids[key] = len(ids)
                     if n[0] == "Var":
@@ -330,9 +337,13 @@ class Saturator:
                         bnd = "0\t0\t0" if iv is None else f"{iv[0]}\t{iv[1]}\t1"
                         unbounded = unbounded or iv is None
                         ln.append(f"{i}\t{code}\t{kids[0]}\t{kids[1]}\t{kids[2]}\t-\t{bnd}\n")
+                        added[n[0]] = added.get(n[0], 0) + 1
+                        if code != codes[n[0]]:
+                            twin = _TWIN_OF[n[0]]
+                            added[twin] = added.get(twin, 0) + 1
                 g.append(i)
             roots.append(g[-1])
-        return roots, "".join(ln), unbounded, reused
+        return roots, "".join(ln), unbounded, reused, added
 
     def _input(self, b: Any, table: str, text: str) -> Any:
         """An `(input table file)` command for rows written to this saturator's scratch file for `table`.
@@ -375,7 +386,8 @@ class Saturator:
             self._reset()
         ok = False
         try:
-            roots, ln, unbounded, reused = self._rows(exprs)
+            roots, ln, unbounded, reused, added = self._rows(exprs)
+            before = self._sizes
             packs: list[int] = []
             lr: list[str] = []
             for k in range(0, len(roots), PACK_CHUNK):
@@ -395,7 +407,9 @@ class Saturator:
             for _ in range(sch.iterations):
                 out = eg.run_program(*self._cmds["step"])
                 st.iterations += 1
-                st.size = sum(n for _, n in out[-1].sizes)
+                sizes = out[-1].sizes
+                st.size = sum(n for _, n in sizes)
+                self._sizes = {k: n for k, n in sizes if k in _TABLES}
                 if not out[0].report.updated:
                     st.stop = "saturated"
                     break
@@ -405,10 +419,12 @@ class Saturator:
                 if time.perf_counter() > deadline:
                     st.stop = "time"
                     break
-            if st.stop == "saturated" and st.iterations == 1 and not reused and not unbounded:
-                # nothing changed the e-graph after the load, and the batch's nodes were all new to it: every
-                # e-class holds just its loaded node (and a twin priced lower, read back as the same op), so
-                # extraction would give back each input and the collect run its loaded interval
+            if (st.stop == "saturated" and st.iterations == 1 and not reused and not unbounded
+                    and all(self._sizes.get(k, 0) - before.get(k, 0) == added.get(k, 0) for k in _TABLES)):
+                # nothing changed the e-graph after the load, and every op node of the batch is a new e-node
+                # (each constructor table grew by exactly the batch's new nodes: none was made earlier by a
+                # rule): every e-class of an op node holds just its loaded node (and a twin priced lower, read
+                # back as the same op), so extraction would give back each input and collect its loaded interval
                 ok = True
                 return [_unchanged(e, nodes) for e in exprs]
             # every iteration ended with the analysis saturated

@@ -400,6 +400,11 @@ def test_unchanged_batch_skips_extraction_but_not_earlier_forms():
         calls.clear()
         later = nested + 1  # its subterm `nested` is in the e-graph, with x // 8 in its e-class
         assert sat.run([later])[0].uop.render() == (x // 8 + 1).render() and "Extract" in calls
+        # all new to the batch bookkeeping, but made earlier by a rule (div-add-const on (x + 5) // 4): its
+        # e-class holds the cheaper form, which only an extraction finds
+        assert sat.run([(x + 5) // 4])[0].uop.render() == ((x + 5) // 4).render()
+        made = (x + 1) // 4 + 1
+        assert sat.run([made])[0].uop.render() == ((x + 5) // 4).render()
 
 
 def test_batch_longer_than_one_packed_list(monkeypatch):
