@@ -6,9 +6,10 @@ goes back to the rules alone when it has grown or a batch did not finish. A batc
 (egglog's `input`), hash-consed against everything the e-graph already holds, so shared subterms and terms of
 earlier batches are sent once. Each batch runs with an iteration cap, a size budget checked between iterations
 (egglog has no node limit and a blow-up aborts the process) and a time budget, then one packed extraction that
-carries every root's interval. What comes back is always an equal form (the e-graph only ever
-holds equalities); if a budget stops the run, the best form found so far. A panic (a tripwire rule, an
-overflow in an action) gives the inputs back unchanged.
+carries every root's interval; a batch of new nodes that the rules leave unchanged needs no extraction (its
+inputs are the answer). Extraction prices a division or modulo by a power of two as a shift or a mask. What
+comes back is always an equal form (the e-graph only ever holds equalities); if a budget stops the run, the
+best form found so far. A panic (a tripwire rule, an overflow in an action) gives the inputs back unchanged.
 Results are cached in memory by UOp and on disk by a hash of the expression's text and the program
 (`CACHE=0` turns the disk cache off), so the cache survives across processes. Each row carries a checksum of
 its key and content: a row that does not verify is deleted and saturated again; a file that is not a readable

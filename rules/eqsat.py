@@ -2,9 +2,10 @@
 
 What holds after `saturate(u)`: the result equals `u` for every value of its variables within their bounds
 (floor `//` and `%`, as rewrite.semantics defines them), and it is the cheapest form the e-graph found within
-its budget (fewest ops; `//` and `%` dear), or `u` itself when nothing cheaper turned up, the expression is not
-an index expression, or a tripwire fired. `egraph_bounds(u)` is an interval of `u` at least as tight as
-`[u.vmin, u.vmax]`: the e-graph's interval is the intersection over every equivalent form it found.
+its budget (fewest ops; `//` and `%` dear unless by a power of two), or `u` itself when nothing cheaper turned
+up, the expression is not an index expression, or a tripwire fired. `egraph_bounds(u)` is an interval of `u`
+at least as tight as `[u.vmin, u.vmax]`: the e-graph's interval is the intersection over every equivalent form
+it found.
 
 Where it runs: after the fast directional rules (rules.symbolic), on the index expressions of one kernel at a
 time (`saturate_batch`), behind an in-memory and an on-disk cache. It assumes canonical sums from the fast
