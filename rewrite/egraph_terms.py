@@ -194,16 +194,21 @@ def translate(u: UOp) -> Expr:
         raise Untranslatable(f"{u.short()} is not a scalar int or bool expression")
     idt = _int_dtype(u)
 
-    def kind_ok(n: UOp, kind: str, parent: UOp) -> bool:
-        want = idt if kind == "i" else dtypes.bool if kind == "b" else parent.dtype
-        return n.dtype is want
+    bool_ = dtypes.bool
 
     def is_op(n: UOp) -> bool:
+        """An op of the sort whose operands have the kinds its constructor takes (i: idt, b: bool, =: its own)."""
         spec = CTORS.get(n.op)
-        return (spec is not None and n.shape == () and (n.dtype is idt or n.dtype is dtypes.bool)
-                and len(n.src) == len(spec[1]) and all(kind_ok(s, k, n) for s, k in zip(n.src, spec[1], strict=True)))
+        if spec is None or (n.dtype is not idt and n.dtype is not bool_) or n.shape != ():
+            return False
+        kinds, src = spec[1], n.src
+        if len(src) != len(kinds):
+            return False
+        return all(s.dtype is (idt if k == "i" else bool_ if k == "b" else n.dtype)
+                   for s, k in zip(src, kinds, strict=True))
 
     order: list[UOp] = []
+    ops: set[UOp] = set()  # the nodes of `order` that are ops of the sort (is_op, decided once per node)
     visited: set[UOp] = set()
     stack: list[tuple[UOp, bool]] = [(u, False)]
     while stack:
@@ -216,6 +221,7 @@ def translate(u: UOp) -> Expr:
         visited.add(n)
         stack.append((n, True))
         if is_op(n):
+            ops.add(n)
             for s in reversed(n.src):
                 if s not in visited:
                     stack.append((s, False))
@@ -226,7 +232,7 @@ def translate(u: UOp) -> Expr:
     bounds: list[tuple[int, int] | None] = []
     for n in order:
         iv: tuple[int, int] | None = None
-        if is_op(n):
+        if n in ops:
             if idt is not dtypes.index and not _no_wrap(n):
                 raise Untranslatable(f"{n.short()} may wrap around in {idt.name}")
             kids = tuple(idx[s] for s in n.src)
