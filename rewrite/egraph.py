@@ -6,9 +6,10 @@ goes back to the rules alone when it has grown or a batch did not finish. A batc
 (egglog's `input`), hash-consed against everything the e-graph already holds, so shared subterms and terms of
 earlier batches are sent once. Each batch runs with an iteration cap, a size budget checked between iterations
 (egglog has no node limit and a blow-up aborts the process) and a time budget, then one packed extraction that
-carries every root's interval. What comes back is always an equal form (the e-graph only ever
-holds equalities); if a budget stops the run, the best form found so far. A panic (a tripwire rule, an
-overflow in an action) gives the inputs back unchanged.
+carries every root's interval; a batch of new nodes that the rules leave unchanged needs no extraction (its
+inputs are the answer). Extraction prices a division or modulo by a power of two as a shift or a mask. What
+comes back is always an equal form (the e-graph only ever holds equalities); if a budget stops the run, the
+best form found so far. A panic (a tripwire rule, an overflow in an action) gives the inputs back unchanged.
 Results are cached in memory by UOp and on disk by a hash of the expression's text and the program
 (`CACHE=0` turns the disk cache off), so the cache survives across processes. Each row carries a checksum of
 its key and content: a row that does not verify is deleted and saturated again; a file that is not a readable
@@ -42,6 +43,7 @@ from rewrite.egraph_terms import (
     DEFAULT_COSTS,
     I64_MAX,
     I64_MIN,
+    POW2_TWINS,
     Expr,
     Node,
     Untranslatable,
@@ -50,6 +52,7 @@ from rewrite.egraph_terms import (
     floor_div,
     floor_mod,
     from_termdag,
+    is_pow2,
     sort_decls,
     translate,
 )
@@ -69,6 +72,10 @@ PACK_CHUNK = 200  # roots per packed list term (egglog recurses on term depth)
 # rest) or, for a root without an interval, the dearer PC (root, rest): one extraction gives every root and
 # its interval.
 _CODES: dict[str, int] = {"Num": 0, **{c: i + 1 for i, (c, _, _) in enumerate(CTORS.values())}}
+# a Div or Mod by a positive power of two comes with the code of its extraction twin and is loaded as both
+_TWIN_CODES: dict[str, int] = {of: len(_CODES) + j for j, of in enumerate(POW2_TWINS.values())}
+_TWIN_OF: dict[str, str] = {of: twin for twin, of in POW2_TWINS.items()}
+_TABLES = frozenset([c for c, _, _ in CTORS.values()] + list(POW2_TWINS))  # the op constructors' tables
 LOAD_PROGRAM = "\n".join([
     "(constructor N (i64) Idx :unextractable)",
     "(relation LN (i64 i64 i64 i64 i64 String i64 i64 i64))",
@@ -83,6 +90,9 @@ LOAD_PROGRAM = "\n".join([
     '(rule ((LN i c a b d k l h 1)) ((set (lo (N i)) l) (set (hi (N i)) h)) :ruleset load :name "load-bounds")',
     *(f'(rule ((LN i {_CODES[c]} a b d k l h f)) ((union (N i) ({c} {" ".join(f"(N {v})" for v in "abd"[:len(k)])})))'
       f' :ruleset load :name "load-{c.lower()}")' for c, k, _ in CTORS.values()),
+    *(f'(rule ((LN i {_TWIN_CODES[of]} a b d k l h f)) ((union (N i) ({of} (N a) (N b)))'
+      f' (union (N i) ({twin} (N a) (N b)))) :ruleset load :name "load-{twin.lower()}")'
+      for twin, of in POW2_TWINS.items()),
     "(rule ((LR p j i) (= e (N i)) (= l (lo e)) (= h (hi e))) ((union (PK p j) (PB e l h (PK p (+ j 1)))))"
     ' :ruleset collect :name "collect")',
     '(rule ((LR p j i) (= e (N i))) ((union (PK p j) (PC e (PK p (+ j 1))))) :ruleset collect :name "collect-pc")',
@@ -166,7 +176,11 @@ def _parse(eg: Any, text: str) -> list:
 
 @dataclass(frozen=True)
 class Schedule:
-    """Each iteration is `(saturate (run analysis)) (run <rewrites>)`; the budgets are checked between them."""
+    """Each iteration is `(run <rewrites>) (saturate (run analysis))`, so the analysis is saturated whenever an
+    iteration ends; the budgets are checked between them. The nodes of a batch arrive with their intervals (the
+    fast tier's analysis), so the first rewrites need no analysis run before them: that run, over every new node,
+    cost as much as the rewrites' own when it found nothing to tighten, which it almost never did. It runs first
+    only for a batch with an op node that came without an interval."""
 
     iterations: int = 8
     max_size: int = 20_000  # e-graph tuples (nodes plus lo/hi rows), from (print-size)
@@ -177,7 +191,7 @@ class Schedule:
 
     def step_text(self) -> str:
         rw = " ".join(f"(run {r})" for r in self.rewrites)
-        return f"(run-schedule (saturate (run {self.analysis})) {rw}) (print-size)"
+        return f"(run-schedule {rw} (saturate (run {self.analysis}))) (print-size)"
 
 
 @dataclass
@@ -228,6 +242,13 @@ def _row_sum(key: str, d: dict) -> str:
     return hashlib.sha256(f"{key}\n{body}".encode()).hexdigest()[:24]
 
 
+def _unchanged(e: Expr, nodes: bool) -> Result:
+    """The result for a root the e-graph did not change: the input, with the interval it was loaded with."""
+    iv = e.bounds[-1] if e.bounds else None
+    return Result(e.uop, iv[0] if iv else None, iv[1] if iv else None,
+                  [(n[0], n[1]) if n[0] == "Var" else n for n in e.nodes] if nodes else None, True, True)
+
+
 class Saturator:
     """A rule program (egglog text, declaring rule sets named by `schedule`) and its bounded schedule."""
 
@@ -245,6 +266,7 @@ class Saturator:
         self._db_key: tuple[int, str] = (-1, "")
         self._stale = False
         self._ids: dict[tuple, int] = {}  # node (children by number) -> its number, over the e-graph's life
+        self._sizes: dict[str, int] = {}  # rows per constructor table after the last batch (print-size)
         self._packs = 0
         self._dir: str | None = None
         self._files: dict[str, Any] = {}  # table -> its open scratch file
@@ -261,10 +283,10 @@ class Saturator:
             self._cmds = {k: _parse(eg, t) for k, t in {
                 "push": "(push)", "pop": "(pop)", "step": self.schedule.step_text(),
                 "load": "(run-schedule (run load))", "collect": "(run-schedule (run collect))",
-                "final": f"(run-schedule (saturate (run {self.schedule.analysis})) (run collect))"}.items()}
+                "analysis": f"(run-schedule (saturate (run {self.schedule.analysis})))"}.items()}
             eg.run_program(*self._cmds["push"])
             self._eg, self._stale = eg, False
-            self._ids, self._packs = {}, 0
+            self._ids, self._packs, self._sizes = {}, 0, {}
         return self._eg
 
     def _reset(self) -> None:
@@ -273,25 +295,36 @@ class Saturator:
         eg.run_program(*self._cmds["pop"])
         eg.run_program(*self._cmds["push"])
         self._stale = False
-        self._ids, self._packs = {}, 0
+        self._ids, self._packs, self._sizes = {}, 0, {}
         self.resets += 1
 
-    def _rows(self, exprs: list[Expr]) -> tuple[list[int], str]:
-        """The e-class number of every root, and the LN rows of the nodes the e-graph does not hold yet.
+    def _rows(self, exprs: list[Expr]) -> tuple[list[int], str, bool, bool, dict[str, int]]:
+        """The e-class number of every root, the LN rows of the nodes the e-graph does not hold yet, whether one
+        of those is an op node without an interval (the analysis must run before the first rewrites), whether
+        some op node or single-point variable of the batch was in the e-graph before it (its e-class may hold
+        forms found earlier; a constant, or a variable of a wider box, is the cheapest member of any e-class it
+        is in), and how many rows the new op nodes add to each constructor table if none of them is there yet.
 
         Nodes are hash-consed by structure over the e-graph's whole life (`_ids`, cleared when it resets), so a
         subterm shared by many roots, or already loaded by an earlier batch, is sent once: a warm batch sends
         no rows at all."""
-        ids, codes = self._ids, _CODES
+        ids, codes, twins = self._ids, _CODES, _TWIN_CODES
         ln: list[str] = []
         roots: list[int] = []
+        unbounded = False
+        n0 = len(ids)
+        reused = False
+        added: dict[str, int] = {}
         for e in exprs:
             g: list[int] = []
             bounds = e.bounds or [None] * len(e.nodes)
             for n, iv in zip(e.nodes, bounds, strict=True):
                 key = n if n[0] == "Num" or n[0] == "Var" else (n[0], *[g[k] for k in n[1:]])
                 i = ids.get(key)
-                if i is None:
+                if i is not None:
+                    if i < n0 and n[0] != "Num" and (n[0] != "Var" or n[2] == n[3]):
+                        reused = True
+                else:
                     i = ids[key] = len(ids)
                     if n[0] == "Var":
                         ln.append(f"{i}\t-1\t0\t0\t0\t{n[1]}\t{n[2]}\t{n[3]}\t1\n")
@@ -299,11 +332,19 @@ class Saturator:
                         ln.append(f"{i}\t0\t{n[1]}\t0\t0\t-\t{n[1]}\t{n[1]}\t1\n")
                     else:
                         kids = key[1:] + (0,) * (4 - len(key))
+                        code = codes[n[0]]
+                        if n[0] in twins and e.nodes[n[2]][0] == "Num" and is_pow2(e.nodes[n[2]][1]):
+                            code = twins[n[0]]
                         bnd = "0\t0\t0" if iv is None else f"{iv[0]}\t{iv[1]}\t1"
-                        ln.append(f"{i}\t{codes[n[0]]}\t{kids[0]}\t{kids[1]}\t{kids[2]}\t-\t{bnd}\n")
+                        unbounded = unbounded or iv is None
+                        ln.append(f"{i}\t{code}\t{kids[0]}\t{kids[1]}\t{kids[2]}\t-\t{bnd}\n")
+                        added[n[0]] = added.get(n[0], 0) + 1
+                        if code != codes[n[0]]:
+                            twin = _TWIN_OF[n[0]]
+                            added[twin] = added.get(twin, 0) + 1
                 g.append(i)
             roots.append(g[-1])
-        return roots, "".join(ln)
+        return roots, "".join(ln), unbounded, reused, added
 
     def _input(self, b: Any, table: str, text: str) -> Any:
         """An `(input table file)` command for rows written to this saturator's scratch file for `table`.
@@ -334,7 +375,7 @@ class Saturator:
         that did not saturate or failed, so unfinished work never leaks into the next batch.
 
         Commands per batch: the new nodes and the roots as rows (`input`), one `load` run, the rule iterations,
-        one final analysis with the `collect` run (each root with its interval, packed in lists of PACK_CHUNK),
+        the `collect` run (each root with its interval, packed in lists of PACK_CHUNK),
         one extraction per list. Each result holds the rebuilt UOp (the input where the term does not fit it),
         and the extracted node list only when `nodes` asks for it (the disk cache stores it)."""
         b = egglog_bindings()
@@ -346,7 +387,8 @@ class Saturator:
             self._reset()
         ok = False
         try:
-            roots, ln = self._rows(exprs)
+            roots, ln, unbounded, reused, added = self._rows(exprs)
+            before = self._sizes
             packs: list[int] = []
             lr: list[str] = []
             for k in range(0, len(roots), PACK_CHUNK):
@@ -356,17 +398,19 @@ class Saturator:
                 chunk = roots[k : k + PACK_CHUNK]
                 lr += [f"{p}\t{j}\t{i}\n" for j, i in enumerate(chunk)]
                 lr.append(f"{p}\t{len(chunk)}\t-1\n")
-            cmds = [self._input(b, "LN", ln)] if ln else []
-            cmds.append(self._input(b, "LR", "".join(lr)))
-            if ln:
-                cmds += self._cmds["load"]
-            eg.run_program(*cmds)
+            cmds = [self._input(b, "LN", ln), *self._cmds["load"]] if ln else []
+            if unbounded:
+                cmds += self._cmds["analysis"]
+            if cmds:
+                eg.run_program(*cmds)
             st.stop = "iterations"
             deadline = t0 + sch.seconds
             for _ in range(sch.iterations):
                 out = eg.run_program(*self._cmds["step"])
                 st.iterations += 1
-                st.size = sum(n for _, n in out[-1].sizes)
+                sizes = out[-1].sizes
+                st.size = sum(n for _, n in sizes)
+                self._sizes = {k: n for k, n in sizes if k in _TABLES}
                 if not out[0].report.updated:
                     st.stop = "saturated"
                     break
@@ -376,7 +420,16 @@ class Saturator:
                 if time.perf_counter() > deadline:
                     st.stop = "time"
                     break
-            eg.run_program(*self._cmds["final" if st.stop in ("iterations", "saturated") else "collect"])
+            if (st.stop == "saturated" and st.iterations == 1 and not reused and not unbounded
+                    and all(self._sizes.get(k, 0) - before.get(k, 0) == added.get(k, 0) for k in _TABLES)):
+                # nothing changed the e-graph after the load, and every op node of the batch is a new e-node
+                # (each constructor table grew by exactly the batch's new nodes: none was made earlier by a
+                # rule): every e-class of an op node holds just its loaded node (and a twin priced lower, read
+                # back as the same op), so extraction would give back each input and collect its loaded interval
+                ok = True
+                return [_unchanged(e, nodes) for e in exprs]
+            # every iteration ended with the analysis saturated
+            eg.run_program(self._input(b, "LR", "".join(lr)), *self._cmds["collect"])
             results: list[Result] = []
             settled = st.stop != "time"
             zero = b.Lit(sp, b.Int(0))

@@ -40,14 +40,33 @@ CTORS: dict[Ops, tuple[str, str, str]] = {
     Ops.NOT: ("Not", "b", "b"), Ops.AND: ("And", "bb", "b"), Ops.OR: ("Or", "bb", "b"),
     Ops.WHERE: ("Where", "b==", "="),
 }
+# extraction-only twins of a division or modulo whose divisor is a positive power of two: the same operands and
+# value, priced as what the kernel pays for them (an arithmetic shift, a mask) instead of a general division.
+# Every such Div/Mod in the e-graph is unioned with its twin (at load, and by `pow2_rules` for nodes the rules
+# make); no rule matches a twin, and it reads back as the op it stands for.
+POW2_TWINS: dict[str, str] = {"DivP2": "Div", "ModP2": "Mod"}
 OP_OF: dict[str, Ops] = {c: o for o, (c, _, _) in CTORS.items()}
 KINDS: dict[str, tuple[str, str]] = {c: (k, r) for c, k, r in CTORS.values()}
+for _twin, _of in POW2_TWINS.items():
+    OP_OF[_twin], KINDS[_twin] = OP_OF[_of], KINDS[_of]
 
-# extraction cost per constructor (literals add 1 each): fewer ops first, and division and modulo are dear
+# extraction cost per constructor (literals add 1 each): fewer ops first, and division and modulo are dear unless
+# the divisor is a power of two (a shift or a mask costs what an add does)
 DEFAULT_COSTS: dict[str, int] = {
     "Num": 1, "Var": 1, "Add": 2, "Sub": 2, "Mul": 2, "Neg": 2, "Div": 6, "Mod": 6, "Max": 3, "Lt": 2, "Ne": 2,
-    "Gt": 2, "Ge": 2, "Le": 2, "Eq": 2, "Not": 1, "And": 2, "Or": 2, "Where": 3,
+    "Gt": 2, "Ge": 2, "Le": 2, "Eq": 2, "Not": 1, "And": 2, "Or": 2, "Where": 3, "DivP2": 2, "ModP2": 2,
 }
+
+
+def is_pow2(c: int) -> bool:
+    """Is `c` a positive power of two (a divisor that is a shift or a mask)?"""
+    return c > 0 and c & (c - 1) == 0
+
+
+def pow2_rules(ruleset: str) -> str:
+    """egglog rules that union every Div and Mod by a positive power of two with its extraction twin."""
+    return "".join(f"(rule ((= e ({of} x (Num c))) (> c 0) (= 0 (& c (- c 1)))) ((union e ({twin} x (Num c))))"
+                   f" :ruleset {ruleset} :name \"twin-{twin.lower()}\")\n" for twin, of in POW2_TWINS.items())
 
 
 def sort_decls(costs: dict[str, int] | None = None) -> str:
@@ -56,6 +75,7 @@ def sort_decls(costs: dict[str, int] | None = None) -> str:
     c = {**DEFAULT_COSTS, **(costs or {})}
     variants = [f"(Num i64 :cost {c['Num']})", f"(Var String i64 i64 :cost {c['Var']})"]
     variants += [f"({name} {' '.join(['Idx'] * len(kinds))} :cost {c[name]})" for name, kinds, _ in CTORS.values()]
+    variants += [f"({twin} Idx Idx :cost {c[twin]})" for twin in POW2_TWINS]
     return ("(datatype Idx\n  " + "\n  ".join(variants) + ")\n(datatype PList (PNil) (PCons Idx PList))\n"
             "(function lo (Idx) i64 :merge (max old new))\n(function hi (Idx) i64 :merge (min old new))\n")
 
@@ -174,16 +194,21 @@ def translate(u: UOp) -> Expr:
         raise Untranslatable(f"{u.short()} is not a scalar int or bool expression")
     idt = _int_dtype(u)
 
-    def kind_ok(n: UOp, kind: str, parent: UOp) -> bool:
-        want = idt if kind == "i" else dtypes.bool if kind == "b" else parent.dtype
-        return n.dtype is want
+    bool_ = dtypes.bool
 
     def is_op(n: UOp) -> bool:
+        """An op of the sort whose operands have the kinds its constructor takes (i: idt, b: bool, =: its own)."""
         spec = CTORS.get(n.op)
-        return (spec is not None and n.shape == () and (n.dtype is idt or n.dtype is dtypes.bool)
-                and len(n.src) == len(spec[1]) and all(kind_ok(s, k, n) for s, k in zip(n.src, spec[1], strict=True)))
+        if spec is None or (n.dtype is not idt and n.dtype is not bool_) or n.shape != ():
+            return False
+        kinds, src = spec[1], n.src
+        if len(src) != len(kinds):
+            return False
+        return all(s.dtype is (idt if k == "i" else bool_ if k == "b" else n.dtype)
+                   for s, k in zip(src, kinds, strict=True))
 
     order: list[UOp] = []
+    ops: set[UOp] = set()  # the nodes of `order` that are ops of the sort (is_op, decided once per node)
     visited: set[UOp] = set()
     stack: list[tuple[UOp, bool]] = [(u, False)]
     while stack:
@@ -196,6 +221,7 @@ def translate(u: UOp) -> Expr:
         visited.add(n)
         stack.append((n, True))
         if is_op(n):
+            ops.add(n)
             for s in reversed(n.src):
                 if s not in visited:
                     stack.append((s, False))
@@ -206,7 +232,7 @@ def translate(u: UOp) -> Expr:
     bounds: list[tuple[int, int] | None] = []
     for n in order:
         iv: tuple[int, int] | None = None
-        if is_op(n):
+        if n in ops:
             if idt is not dtypes.index and not _no_wrap(n):
                 raise Untranslatable(f"{n.short()} may wrap around in {idt.name}")
             kids = tuple(idx[s] for s in n.src)
@@ -364,5 +390,6 @@ def build(nodes: Sequence[Node], expr: Expr) -> UOp:
     return out
 
 
-__all__ = ["CTORS", "DEFAULT_COSTS", "I64_MAX", "I64_MIN", "KINDS", "OP_OF", "Expr", "Node", "Untranslatable", "build",
-           "build_term", "floor_div", "floor_mod", "from_termdag", "sort_decls", "translate"]
+__all__ = ["CTORS", "DEFAULT_COSTS", "I64_MAX", "I64_MIN", "KINDS", "OP_OF", "POW2_TWINS", "Expr", "Node",
+           "Untranslatable", "build", "build_term", "floor_div", "floor_mod", "from_termdag", "is_pow2", "pow2_rules",
+           "sort_decls", "translate"]

@@ -2,9 +2,10 @@
 
 What holds after `saturate(u)`: the result equals `u` for every value of its variables within their bounds
 (floor `//` and `%`, as rewrite.semantics defines them), and it is the cheapest form the e-graph found within
-its budget (fewest ops; `//` and `%` dear), or `u` itself when nothing cheaper turned up, the expression is not
-an index expression, or a tripwire fired. `egraph_bounds(u)` is an interval of `u` at least as tight as
-`[u.vmin, u.vmax]`: the e-graph's interval is the intersection over every equivalent form it found.
+its budget (fewest ops; `//` and `%` dear unless by a power of two), or `u` itself when nothing cheaper turned
+up, the expression is not an index expression, or a tripwire fired. `egraph_bounds(u)` is an interval of `u`
+at least as tight as `[u.vmin, u.vmax]`: the e-graph's interval is the intersection over every equivalent form
+it found.
 
 Where it runs: after the fast directional rules (rules.symbolic), on the index expressions of one kernel at a
 time (`saturate_batch`), behind an in-memory and an on-disk cache. It assumes canonical sums from the fast
@@ -30,6 +31,7 @@ from collections.abc import Sequence
 from rewrite.dsl import Pat, Rule, RuleSet, const, fold, op, var
 from rewrite.egraph import Saturator, Schedule, floor_div, floor_mod
 from rewrite.egraph_export import Export, export_rules
+from rewrite.egraph_terms import pow2_rules
 from rewrite.ops import Ops
 from rewrite.uop import ConstValue, UOp
 from rules.divmod import divides
@@ -98,6 +100,9 @@ ANALYSIS = "\n".join([
     _iv("iv-where-true", f"(= e (Where c a b)) (= 1 (lo c)) {_A}", "la", "ha"),
     _iv("iv-where-false", "(= e (Where c a b)) (= 0 (hi c)) (= lb (lo b)) (= hb (hi b))", "lb", "hb"),
     "(rule ((= v (lo e)) (= v (hi e))) ((union e (Num v))) :ruleset analysis :name \"iv-point\")",
+    # a division or modulo by a power of two the rules made gets its cheaper extraction twin (loaded ones come
+    # with it): in the analysis, which every iteration saturates, so it costs no iteration of its own
+    pow2_rules("analysis"),
     # once a class of constants holds its Num, hide the sums and products in it: rules that reassociate or
     # collect would otherwise keep building new constants out of them (Div and Mod stay visible, since guards
     # look their intervals up by structure)

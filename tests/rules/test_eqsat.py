@@ -375,6 +375,38 @@ def test_batch_equals_individual():
     assert [r.render() for r in batch] == [r.render() for r in single]
 
 
+def test_unchanged_batch_skips_extraction_but_not_earlier_forms():
+    """A batch the rules leave alone comes back as its inputs, with the intervals they were loaded with, and
+    without an extraction; a batch whose nodes the e-graph already held is extracted, since their e-classes
+    may hold forms an earlier batch found."""
+    x = V("x", 0, 100)
+    sat = Saturator("unchanged", eqsat.program()[0], eqsat.SCHEDULE)
+    plain = [x // 3 + 1, (x % 7) * 2]  # nothing to shrink
+    calls: list[str] = []
+    with Context(CACHE=0):
+        eg = sat._egraph()
+
+        class Spy:  # counts extractions
+            def run_program(self, *cmds):
+                calls.extend(type(c).__name__ for c in cmds)
+                return eg.run_program(*cmds)
+
+        sat._eg = Spy()
+        res = sat.run(plain)
+        assert [r.uop for r in res] == plain and sat.last.iterations == 1 and "Extract" not in calls
+        assert [(r.lo, r.hi) for r in res] == [(u.vmin, u.vmax) for u in plain]
+        nested = (x // 2) // 4
+        assert sat.run([nested])[0].uop.render() == (x // 8).render()
+        calls.clear()
+        later = nested + 1  # its subterm `nested` is in the e-graph, with x // 8 in its e-class
+        assert sat.run([later])[0].uop.render() == (x // 8 + 1).render() and "Extract" in calls
+        # all new to the batch bookkeeping, but made earlier by a rule (div-add-const on (x + 5) // 4): its
+        # e-class holds the cheaper form, which only an extraction finds
+        assert sat.run([(x + 5) // 4])[0].uop.render() == ((x + 5) // 4).render()
+        made = (x + 1) // 4 + 1
+        assert sat.run([made])[0].uop.render() == ((x + 5) // 4).render()
+
+
 def test_batch_longer_than_one_packed_list(monkeypatch):
     import rewrite.egraph
 
