@@ -20,6 +20,7 @@ never import mpi4py or initialise MPI.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import threading
@@ -68,8 +69,12 @@ class Comm:
         elif out.size != x.size or out.dtype != x.dtype or not out.flags.c_contiguous:
             raise CollectiveError(f"allreduce: out must be a C-contiguous {x.dtype} array of {x.size} elements, got "
                                   f"{out.dtype}{list(out.shape)}")
-        with self._watch("allreduce", x):
+        wd = self._watchdog
+        token = wd.arm(self.timeout, lambda: self._timeout_message("allreduce", x))
+        try:
             self._comm.Allreduce(x, out, op=mop)
+        finally:
+            wd.disarm(token)
         return out
 
     def allgather(self, x: np.ndarray) -> np.ndarray:
@@ -179,37 +184,43 @@ class Comm:
 
 
 class _Watchdog:
-    """One thread per communicator that aborts the job when an armed call passes its deadline. Arming a call is a
-    lock and a dict entry: the thread wakes on its own every `poll` seconds instead of being notified (a thread
-    started per call, or a notify that hands it the GIL, cost milliseconds per call on a loaded host)."""
+    """One thread per communicator that aborts the job when an armed call passes its deadline. Arming a call is one
+    dict entry under the GIL (no lock: the calls come from one thread, and the thread only reads a snapshot of the
+    entries); the thread wakes on its own every `poll` seconds instead of being notified (a thread started per
+    call, or a notify that hands it the GIL, cost milliseconds per call on a loaded host)."""
 
     def __init__(self, abort: Callable[[int], None], poll: float = 0.5) -> None:
         self._abort = abort
         self._poll = poll
-        self._lock = threading.Lock()
         self._armed: dict[int, tuple[float, Callable[[], str]]] = {}
-        self._next = 0
+        self._tokens = itertools.count(1)
         self._thread: threading.Thread | None = None
+        self._start = threading.Lock()
 
     def arm(self, timeout: float, message: Callable[[], str]) -> int:
-        with self._lock:
-            self._next += 1
-            self._armed[self._next] = (time.monotonic() + timeout, message)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="uopc MPI watchdog", daemon=True)
-                self._thread.start()
-            return self._next
+        token = next(self._tokens)
+        self._armed[token] = (time.monotonic() + timeout, message)
+        if self._thread is None:
+            with self._start:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="uopc MPI watchdog", daemon=True)
+                    self._thread.start()
+        return token
 
     def disarm(self, token: int) -> None:
-        with self._lock:
-            self._armed.pop(token, None)
+        self._armed.pop(token, None)
 
     def _run(self) -> None:
         while True:
             time.sleep(self._poll)
             now = time.monotonic()
-            with self._lock:
-                late = [m for deadline, m in self._armed.values() if deadline <= now]
+            while True:
+                try:  # a snapshot: the calling thread may arm or disarm meanwhile
+                    armed = tuple(self._armed.values())
+                    break
+                except RuntimeError:
+                    continue
+            late = [m for deadline, m in armed if deadline <= now]
             if late:
                 _expire(late[0](), self._abort)
 
@@ -228,11 +239,17 @@ def _contig(x: np.ndarray) -> np.ndarray:
 
 
 def _mpi_op(op: str) -> Any:
+    if (mop := _MPI_OPS.get(op)) is not None:
+        return mop
     if op not in _REDUCE_OPS:
         raise CollectiveError(f"reduction {op!r} is not one of {', '.join(_REDUCE_OPS)}")
     from mpi4py import MPI
 
-    return {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}[op]
+    _MPI_OPS.update({"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN})
+    return _MPI_OPS[op]
+
+
+_MPI_OPS: dict[str, Any] = {}
 
 
 _world: Comm | None = None

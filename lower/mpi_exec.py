@@ -42,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -301,57 +302,74 @@ def check_matching(comm: Comm, items: list[ScheduleItem]) -> None:
     _agreed.add(d)
 
 
-def run_ranks(items: list[ScheduleItem], var_vals: dict[str, int] | None = None, checked: bool = False,
+def run_ranks(items: Sequence[ScheduleItem], var_vals: dict[str, int] | None = None,
               plan: tuple[list[Step], dict[int, Any]] | None = None) -> tuple[list[Step], dict[int, Any]]:
-    """Run this rank's part of `items` (module docstring); DEBUG=2 prints each step's time. `checked` and `plan`
-    come from a replay (lower.mpi_cache): the ranks are known to agree on this schedule, and its steps and
-    compiled kernels are known. Returns the steps and kernels it ran."""
+    """Schedule and run this rank's part of `items` (module docstring), checking first that every rank runs the
+    same schedule; DEBUG=2 prints each step's time. Returns the steps and kernels it ran, for a replay
+    (lower.mpi_cache, which runs them again with `run_steps`)."""
     from lower.realize import compile_kernels
 
     comm = world()
     rank, nranks = (0, 1) if comm is None else (comm.rank, comm.size)
-    if not checked:
-        for it in items:
-            for b in it.bufs:
-                r = rank_of(_dev(b))
-                if r is not None and r >= nranks:
-                    raise CollectiveError(f"{it.name}: buffer on {_dev(b)}, but this job has {nranks} rank(s); "
-                                          f"start it with `mpirun -n {r + 1}` or more")
-    vv = dict(var_vals or {})
-    t0 = time.perf_counter()
-    if comm is not None and nranks > 1 and not checked:
-        check_matching(comm, items)
+    for it in items:
+        for b in it.bufs:
+            r = rank_of(_dev(b))
+            if r is not None and r >= nranks:
+                raise CollectiveError(f"{it.name}: buffer on {_dev(b)}, but this job has {nranks} rank(s); "
+                                      f"start it with `mpirun -n {r + 1}` or more")
+    if comm is not None and nranks > 1:
+        check_matching(comm, list(items))
     if plan is None:
-        steps = plan_steps(items, rank, nranks)
+        steps = plan_steps(list(items), rank, nranks)
         kern = [s.item for s in steps if s.kind == "kernel"]
         wanted = [(items[k].ast, _dev(items[k].bufs[0]), items[k].name, items[k].bufs) for k in kern]
         kernels = dict(zip(kern, compile_kernels(wanted), strict=True))  # type: ignore[arg-type]  # kernels have ASTs
     else:
         steps, kernels = plan
+    run_steps(steps, items, kernels, var_vals, len(items))
+    return steps, kernels
+
+
+def run_steps(steps: Sequence[Step], items: Sequence[ScheduleItem] | Mapping[int, ScheduleItem],
+              kernels: dict[int, Any], var_vals: dict[str, int] | None = None, total: int = 0) -> None:
+    """Run `steps` (plan_steps) in order; `items` holds the item of every step but an allreduce (which needs none)
+    by position. Nothing is checked here: the caller has (run_ranks, or a replay of what it ran)."""
+    from lower.realize import _array as array
+
+    comm = world()
+    rank = 0 if comm is None else comm.rank
+    vv = dict(var_vals) if var_vals else {}
     debug = int(getenv("DEBUG"))
-    for s in steps:
-        it = items[s.item]
-        st = time.perf_counter()
-        _run_step(s, it, kernels, comm, rank, vv)
-        if debug >= 2:
-            what = it.name if s.kind == "kernel" else f"{s.kind} {s.op or ''}{'' if s.peer < 0 else f' rank {s.peer}'}"
+    if debug < 2:  # the fast path: no timing
+        for s in steps:
+            _run_step(s, None if s.kind == "allreduce" else items[s.item], kernels, comm, rank, vv, array)
+    else:
+        for s in steps:
+            it = None if s.kind == "allreduce" else items[s.item]
+            st = time.perf_counter()
+            _run_step(s, it, kernels, comm, rank, vv, array)
+            what = it.name if it is not None and s.kind == "kernel" else \
+                f"{s.kind} {s.op or ''}{'' if s.peer < 0 else f' rank {s.peer}'}"
             print(f"rank {rank}: {what:28s} {(time.perf_counter() - st) * 1e3:9.3f} ms", file=sys.stderr)
     if debug >= 1:
         counts: dict[str, int] = {}
         for s in steps:
             counts[s.kind] = counts.get(s.kind, 0) + 1
-        print(f"rank {rank}/{nranks}: ran " + ", ".join(f"{v} {k}" for k, v in counts.items()) +
-              f" of {len(items)} items in {(time.perf_counter() - t0) * 1e3:.2f} ms", file=sys.stderr)
-    return steps, kernels
+        print(f"rank {rank}/{1 if comm is None else comm.size}: ran " +
+              ", ".join(f"{v} {k}" for k, v in counts.items()) + f" of {total or len(items)} items", file=sys.stderr)
 
 
-def _run_step(s: Step, it: ScheduleItem, kernels: dict[int, Any], comm: Comm | None, rank: int,
-              vv: dict[str, int]) -> None:
-    from lower.realize import _array
-    from lower.schedule_cache import writable
-
+def _run_step(s: Step, it: ScheduleItem | None, kernels: dict[int, Any], comm: Comm | None, rank: int,
+              vv: dict[str, int], _array: Callable[[UOp, dict[str, int]], Any]) -> None:
+    if s.kind == "allreduce":
+        out, own = s.bufs
+        cast(Comm, comm).allreduce(_flat(_array(own, vv), own), s.op, out=_flat(_array(out, vv), out))
+        return
+    assert it is not None
     if s.kind == "kernel":
         if buffers.has_data(it.bufs[0]):  # an assignment's target, written in place
+            from lower.schedule_cache import writable
+
             writable(it.bufs[0])
         kernels[s.item]({i: _array(b, vv) for i, b in enumerate(it.bufs)}, vv)
         return
@@ -373,9 +391,6 @@ def _run_step(s: Step, it: ScheduleItem, kernels: dict[int, Any], comm: Comm | N
         got = c.bcast(_sent(_array(it.bufs[1], vv), it.view) if rank == s.peer else np.empty(n, dst.dtype),
                       root=s.peer)
         copy_into(dst, got, None, it.dst_view)
-    elif s.kind == "allreduce":
-        out, own = (_flat(_array(b, vv), _size(b)) for b in s.bufs)
-        c.allreduce(own, s.op, out=out)
 
 
 def _sent(src: Any, view: View | None) -> np.ndarray:
@@ -383,9 +398,17 @@ def _sent(src: Any, view: View | None) -> np.ndarray:
     return np.ascontiguousarray(src if view is None else window(src, view)).reshape(-1)
 
 
-def _flat(a: Any, n: int) -> np.ndarray:
-    return cast(np.ndarray, a).reshape(-1)[:n]
+def _flat(a: Any, b: UOp) -> np.ndarray:
+    """The first elements of `b`'s storage array `a`, as many as `b` has, flat."""
+    n = _counts.get(b.shape)
+    if n is None:
+        n = _counts[b.shape] = _size(b)
+    flat = cast(np.ndarray, a).reshape(-1)
+    return flat if flat.size == n else flat[:n]
+
+
+_counts: dict[tuple, int] = {}  # shape -> element count (a replay's allreduce asks for the same shapes again)
 
 
 __all__ = ["Step", "allreduces", "check_matching", "combined_slots", "digest", "on_ranks", "plan_steps",
-           "run_ranks"]
+           "run_ranks", "run_steps"]
