@@ -18,7 +18,7 @@ from typing import Any
 
 from lower import buffers
 from lower.copyview import View
-from lower.mpi_exec import Step
+from lower.mpi_exec import COLLECTIVES, Step
 from lower.schedule import ScheduleItem, schedule
 from lower.schedule_cache import signature
 from rewrite import Ops, UOp
@@ -78,7 +78,7 @@ def _make(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], outs: 
         else:
             results.append(("view", base.dtype, base.shape, base.device, tuple(of(s) for s in buffers.shards(base))))
     tmpl_items = {k: (it.kind, tuple(of(b) for b in it.bufs), it.ast, it.name, it.view, it.dst_view)
-                  for k, it in enumerate(items) if k in {st.item for st in steps if st.kind != "allreduce"}}
+                  for k, it in enumerate(items) if k in {st.item for st in steps if st.kind not in COLLECTIVES}}
     tmpl_steps = tuple((replace(st, bufs=()), tuple(of(b) for b in st.bufs)) for st in steps)
     return Template(tmpl_items, tuple(fresh), tuple(results), tmpl_steps, kernels)
 

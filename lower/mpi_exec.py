@@ -43,7 +43,7 @@ import hashlib
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import numpy as np
@@ -74,8 +74,9 @@ def on_ranks(bufs: list[UOp]) -> bool:
 
 @dataclass(frozen=True)
 class Step:
-    """What this rank does for one item: `kind` is kernel, copy, send, recv, bcast, allreduce; `peer` the other
-    rank (send, recv), the root (bcast); for an allreduce, `bufs` = (output, input) and `op` the reduction."""
+    """What this rank does for one item: `kind` is kernel, copy, send, recv, bcast, or a collective (allreduce,
+    allgather, reduce_scatter: COLLECTIVES); `peer` the other rank (send, recv), the root (bcast); for a
+    collective, `bufs` = (output, input) and `op` the reduction (none for an allgather)."""
 
     kind: str
     item: int
@@ -194,47 +195,55 @@ def _identity_input(it: ScheduleItem) -> UOp | None:
     return src if _identity[it.ast] and src.dtype == out.dtype and _size(src) == _size(out) else None
 
 
+COLLECTIVES = ("allreduce", "allgather", "reduce_scatter")  # steps whose `bufs` are (output, input)
+
+
+def _reads(s: Step, items: list[ScheduleItem]) -> tuple[UOp, ...]:
+    return s.bufs[1:] if s.kind in COLLECTIVES else items[s.item].bufs[1:]
+
+
+def _writes(s: Step, items: list[ScheduleItem]) -> UOp | None:
+    return s.bufs[0] if s.kind in COLLECTIVES else None if s.kind == "send" else items[s.item].bufs[0]
+
+
 def _elide_copies(items: list[ScheduleItem], steps: list[Step]) -> list[Step]:
-    """An allreduce whose own input a kernel only copied from another buffer (the partial sum over a block of
-    one row, lower.multi) reads that buffer instead, and the copy kernel is dropped, when nothing else reads
-    its output."""
+    """A collective whose input a kernel only copied from another buffer (the partial sum over a block of one
+    row, lower.multi) reads that buffer instead, and the copy kernel is dropped, when nothing else reads its
+    output; and a kernel that only copies a collective's output into another buffer (the root's own) is dropped,
+    the collective writing there instead, when it is the output's only reader."""
     read: dict[int, int] = {}
     for s in steps:
-        it = items[s.item]
-        bufs = s.bufs[1:] if s.kind == "allreduce" else it.bufs[:1] if s.kind == "send" else it.bufs[1:]
-        for b in bufs:
+        for b in _reads(s, items):
             read[buffers.slot(b)] = read.get(buffers.slot(b), 0) + 1
     producer = {buffers.slot(items[s.item].bufs[0]): i for i, s in enumerate(steps) if s.kind == "kernel"}
     drop: set[int] = set()
     out = list(steps)
     for i, s in enumerate(steps):
-        if s.kind != "allreduce":
+        if s.kind not in COLLECTIVES:
             continue
         own = buffers.slot(s.bufs[1])
         p = producer.get(own)
-        if p is None or read.get(own) != 1 or p in drop:
+        if p is None or p > i or read.get(own) != 1 or p in drop:
             continue
         src = _identity_input(items[steps[p].item])
         written_between = src is not None and any(
-            buffers.slot(items[t.item].bufs[0]) == buffers.slot(src) for t in steps[p + 1:i] if t.kind != "send")
+            (w := _writes(t, items)) is not None and buffers.slot(w) == buffers.slot(src) for t in steps[p + 1:i])
         if src is not None and not written_between:
             drop.add(p)
-            out[i] = Step("allreduce", s.item, bufs=(s.bufs[0], src), op=s.op)
-    # the other side: a kernel that only copies the allreduce's output somewhere (the root's own buffer) takes the
-    # allreduce's place, written straight into
+            out[i] = replace(s, bufs=(s.bufs[0], src))
     for i, s in enumerate(out):
-        if s.kind != "allreduce" or i in drop:
+        if s.kind not in COLLECTIVES or i in drop:
             continue
         res = buffers.slot(s.bufs[0])
-        users = [j for j, t in enumerate(out) if j > i and j not in drop and t.kind != "allreduce" and any(
-            buffers.slot(b) == res for b in (items[t.item].bufs[:1] if t.kind == "send" else items[t.item].bufs[1:]))]
-        if len(users) != 1 or out[users[0]].kind != "kernel":
+        users = [j for j, t in enumerate(out) if j != i and j not in drop and any(
+            buffers.slot(b) == res for b in _reads(t, items))]
+        if len(users) != 1 or users[0] < i or out[users[0]].kind != "kernel":
             continue
         cp = items[out[users[0]].item]
         src = _identity_input(cp)
         if src is not None and buffers.slot(src) == res and not buffers.has_data(cp.bufs[0]):
             drop.add(users[0])
-            out[i] = Step("allreduce", s.item, bufs=(cp.bufs[0], s.bufs[1]), op=s.op)
+            out[i] = replace(s, bufs=(cp.bufs[0], s.bufs[1]))
     return [s for i, s in enumerate(out) if i not in drop]
 
 
@@ -244,10 +253,21 @@ def plan_steps(items: list[ScheduleItem], rank: int, nranks: int) -> list[Step]:
 
 
 def _plan_steps(items: list[ScheduleItem], rank: int, nranks: int) -> list[Step]:
+    from lower.mpi_gather import Group, allgathers, reduce_scatters
+
     collectives = allreduces(items, nranks) if nranks > 1 else {}
     replaced = {k for ks, _ in collectives.values() for k in ks}
+    groups: dict[int, Group] = {}
+    if nranks > 1:
+        for found in (allgathers(items, nranks), reduce_scatters(items, nranks)):
+            for at, group in found.items():
+                if at not in groups and at not in collectives and not replaced.intersection(group.members):
+                    groups[at] = group
+                    replaced.update(group.members)
     steps: list[Step] = []
     for k, it in enumerate(items):
+        if (g := groups.get(k)) is not None:
+            steps.append(Step(g.kind, k, bufs=g.per_rank[rank], op=g.op))
         if k in collectives:
             ks, op = collectives[k]
             for m in ks:  # this rank's member: its output, and its own input (the one not copied in)
@@ -293,7 +313,7 @@ def check_matching(comm: Comm, items: list[ScheduleItem]) -> None:
     d = digest(items)
     if d in _agreed:
         return
-    every = comm.allgather(np.frombuffer(d, np.uint8))
+    every = comm.allgather(np.frombuffer(d, np.uint8), what="schedule check (allgather)")
     bad = [r for r in range(comm.size) if not np.array_equal(every[r], every[0])]
     if bad:
         raise CollectiveError(f"MPI ranks run different programs: the schedule of rank(s) {bad} differs from rank "
@@ -342,10 +362,10 @@ def run_steps(steps: Sequence[Step], items: Sequence[ScheduleItem] | Mapping[int
     debug = int(getenv("DEBUG"))
     if debug < 2:  # the fast path: no timing
         for s in steps:
-            _run_step(s, None if s.kind == "allreduce" else items[s.item], kernels, comm, rank, vv, array)
+            _run_step(s, None if s.kind in COLLECTIVES else items[s.item], kernels, comm, rank, vv, array)
     else:
         for s in steps:
-            it = None if s.kind == "allreduce" else items[s.item]
+            it = None if s.kind in COLLECTIVES else items[s.item]
             st = time.perf_counter()
             _run_step(s, it, kernels, comm, rank, vv, array)
             what = it.name if it is not None and s.kind == "kernel" else \
@@ -361,9 +381,15 @@ def run_steps(steps: Sequence[Step], items: Sequence[ScheduleItem] | Mapping[int
 
 def _run_step(s: Step, it: ScheduleItem | None, kernels: dict[int, Any], comm: Comm | None, rank: int,
               vv: dict[str, int], _array: Callable[[UOp, dict[str, int]], Any]) -> None:
-    if s.kind == "allreduce":
+    if s.kind in COLLECTIVES:
         out, own = s.bufs
-        cast(Comm, comm).allreduce(_flat(_array(own, vv), own), s.op, out=_flat(_array(out, vv), out))
+        x, y = _flat(_array(own, vv), own), _flat(_array(out, vv), out)
+        if s.kind == "allreduce":
+            cast(Comm, comm).allreduce(x, s.op, out=y)
+        elif s.kind == "allgather":
+            cast(Comm, comm).allgather(x, out=y)
+        else:
+            cast(Comm, comm).reduce_scatter(x, s.op, out=y)
         return
     assert it is not None
     if s.kind == "kernel":

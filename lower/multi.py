@@ -231,8 +231,65 @@ def _reduce(ctx: MultiContext, u: UOp) -> UOp:
     partial = tuple(p if all(p.shape[a] == 1 for a in u.reduce_axes) else p.reduce(u.reduce_op, u.reduce_axes)
                     for p in ps)
     if x.axis is None or x.axis not in u.reduce_axes:
+        if spans_ranks(devs) and u.reduce_op is Ops.ADD and u.dtype is not dtypes.bool:
+            split = [_sum_of_parts(p, u.reduce_axes, d) for p, d in zip(ps, devs, strict=True)]
+            if all(q is not None for q in split):
+                return ctx.tagged(u, cast("tuple[UOp, ...]", tuple(split)))
         return ctx.tagged(u, partial)
     return ctx.tagged(u, allreduce(partial, devs, u.reduce_op))
+
+
+def _sum_of_parts(p: UOp, axes: tuple[int, ...], dev: str) -> UOp | None:
+    """The sum over `axes` of a piece that COPY assembled from parts padded into place (`region`: an ADD of PADs,
+    each part one element long on every axis of `axes`, padded only along them, no two at the same place), maybe
+    CAST (a sum that widens its dtype), as the ADD of the parts themselves in the same order, its own kernel
+    (CONTIGUOUS), each part copied (one that lives here too), a CAST done where the part's data lives, before it
+    is cut and copied: the form of the spec's reduce_scatter across MPI ranks that lower.mpi_gather runs as one
+    MPI Reduce_scatter. Adding the parts is the sum over the axes, the padding being zeros; as the parts do not
+    overlap, casting each is casting their sum. None when `p` is not of that form."""
+    dtype = p.dtype
+    while p.op is Ops.CAST:
+        p = p.src[0]
+    leaves: list[UOp] = []
+    stack = [p]
+    while stack:
+        u = stack.pop()
+        if u.op is Ops.ADD and u.shape == p.shape:
+            stack.extend(reversed(u.src))
+        else:
+            leaves.append(u)
+    if len(leaves) < 2:
+        return None
+    parts, places = [], set()
+    for leaf in leaves:
+        q, lo = leaf, (0,) * len(p.shape)
+        if leaf.op is Ops.PAD:
+            pads = _bounds(leaf)
+            if pads is None or any((pads[0][k] or pads[1][k]) and k not in axes for k in range(len(p.shape))):
+                return None
+            q, lo = leaf.src[0], tuple(pads[0])
+        if len(q.shape) != len(p.shape) or any(q.shape[a] != 1 for a in axes):
+            return None
+        places.add(tuple(lo[a] for a in axes))
+        z = q.src[0] if q.op is Ops.COPY else q
+        if z.dtype is not dtype:  # cast where the data lives, the whole source at once (one kernel, not one a part)
+            b = _bounds(z) if z.op is Ops.SHRINK else None
+            z = z.cast(dtype) if b is None else z.src[0].cast(dtype).contiguous().shrink(*b)
+        parts.append(z.copy(dev))
+    if len(places) != len(leaves):
+        return None
+    acc = parts[0]
+    for q in parts[1:]:
+        acc = UOp(Ops.ADD, (acc, q))
+    return acc.contiguous()
+
+
+def _bounds(u: UOp) -> tuple[list[int], list[int]] | None:
+    """A SHRINK's begin and end (a PAD's before and after), None when they are symbolic."""
+    lo, hi = u.src[1:3]
+    if lo.op is not Ops.VCONST or hi.op is not Ops.VCONST:
+        return None
+    return list(cast(tuple, lo.arg)[0]), list(cast(tuple, hi.arg)[0])
 
 
 # ------------------------------------------------------------------ the allreduce over the shard axis
