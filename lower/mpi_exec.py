@@ -28,7 +28,9 @@ Recognised collectives, each run as one MPI call on this rank's piece instead of
               MPI picks its own summation order: with more than 2 ranks a float sum may round differently
               from the in-process device-order sum (every rank still gets the same bits from MPI's algorithms).
               tensor.multi.allreduce on such a tuple is written as this reduction.
-Everything else moves point to point (the spec's literal allgather and reduce_scatter among them).
+  allgather, reduce_scatter   the spec's forms (tensor.multi) on such a tuple: one MPI Allgather /
+              Reduce_scatter_block each (lower.mpi_gather says exactly which schedules).
+Everything else moves point to point.
 
 Schedules are replayed by structure (lower.mpi_cache), so a training loop schedules its step once.
 
