@@ -47,6 +47,8 @@ def shard_to() -> None:
     _eq(x.sum(1).numpy(), a.sum(1))       # a reduce off the shard axis stays on each rank
     _eq(x.sum(0).numpy(), a.sum(0))       # on the shard axis: an MPI allreduce
     _eq(x.max(axis=0).numpy(), a.max(0))
+    _eq(x.pad(((1, 2 * n - 1), None)).numpy(), np.pad(a, ((1, 2 * n - 1), (0, 0))))   # along the shard axis: moved
+    _eq(x.flip(0).shrink(((1, 1 + n), None)).numpy(), a[::-1][1:1 + n])               # between the ranks
     mine = M.from_local(np.full((2, 3), r, np.float32), D, 0)
     _eq(mine.numpy(), np.repeat(np.arange(n, dtype=np.float32), 2)[:, None] * np.ones((1, 3), np.float32))
     cols = M.from_local(np.full((2, 1), r, np.int32), D, 1)
