@@ -135,6 +135,14 @@ def test_pad_shrink_flip_along_the_shard_axis(D, name, op, ref) -> None:
         np.testing.assert_array_equal(block, want.reshape(n, -1)[i], err_msg=d)
 
 
+def test_gradient_through_flip_and_pad_along_the_shard_axis() -> None:
+    a = np.arange(24, dtype=np.float32).reshape(8, 3)
+    w = np.random.default_rng(0).standard_normal((12, 3)).astype(np.float32)
+    x = Tensor(a, requires_grad=True)
+    (x.shard(CPU2, 0).flip(0).pad(((2, 2), None)) * Tensor(w).shard(CPU2, 0)).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), w[2:10][::-1])   # d/dx of sum(pad(flip(x)) * w)
+
+
 def test_pad_shrink_flip_along_the_shard_axis_need_a_divisible_result() -> None:
     x = Tensor(np.ones((4, 6), np.float32)).shard(CPU2, 0)
     _raises(ShardingError, lambda: x.pad(((1, 0), None)).realize(), ["PAD", "(5, 6)", "not divisible", "2 devices"])
