@@ -77,8 +77,9 @@ def _make(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], outs: 
             results.append(("buf", of(base)))  # an input tuple buffer, seen as it is
         else:
             results.append(("view", base.dtype, base.shape, base.device, tuple(of(s) for s in buffers.shards(base))))
+    used = {st.item for st in steps if st.kind not in COLLECTIVES}
     tmpl_items = {k: (it.kind, tuple(of(b) for b in it.bufs), it.ast, it.name, it.view, it.dst_view)
-                  for k, it in enumerate(items) if k in {st.item for st in steps if st.kind not in COLLECTIVES}}
+                  for k, it in enumerate(items) if k in used}
     tmpl_steps = tuple((replace(st, bufs=()), tuple(of(b) for b in st.bufs)) for st in steps)
     return Template(tmpl_items, tuple(fresh), tuple(results), tmpl_steps, kernels)
 

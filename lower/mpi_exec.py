@@ -324,8 +324,8 @@ def check_matching(comm: Comm, items: list[ScheduleItem]) -> None:
     _agreed.add(d)
 
 
-def run_ranks(items: Sequence[ScheduleItem], var_vals: dict[str, int] | None = None,
-              plan: tuple[list[Step], dict[int, Any]] | None = None) -> tuple[list[Step], dict[int, Any]]:
+def run_ranks(items: Sequence[ScheduleItem],
+              var_vals: dict[str, int] | None = None) -> tuple[list[Step], dict[int, Any]]:
     """Schedule and run this rank's part of `items` (module docstring), checking first that every rank runs the
     same schedule; DEBUG=2 prints each step's time. Returns the steps and kernels it ran, for a replay
     (lower.mpi_cache, which runs them again with `run_steps`)."""
@@ -341,13 +341,10 @@ def run_ranks(items: Sequence[ScheduleItem], var_vals: dict[str, int] | None = N
                                       f"start it with `mpirun -n {r + 1}` or more")
     if comm is not None and nranks > 1:
         check_matching(comm, list(items))
-    if plan is None:
-        steps = plan_steps(list(items), rank, nranks)
-        kern = [s.item for s in steps if s.kind == "kernel"]
-        wanted = [(items[k].ast, _dev(items[k].bufs[0]), items[k].name, items[k].bufs) for k in kern]
-        kernels = dict(zip(kern, compile_kernels(wanted), strict=True))  # type: ignore[arg-type]  # kernels have ASTs
-    else:
-        steps, kernels = plan
+    steps = plan_steps(list(items), rank, nranks)
+    kern = [s.item for s in steps if s.kind == "kernel"]
+    wanted = [(items[k].ast, _dev(items[k].bufs[0]), items[k].name, items[k].bufs) for k in kern]
+    kernels = dict(zip(kern, compile_kernels(wanted), strict=True))  # type: ignore[arg-type]  # kernels have ASTs
     run_steps(steps, items, kernels, var_vals, len(items))
     return steps, kernels
 
