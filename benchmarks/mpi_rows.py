@@ -8,8 +8,9 @@ the slowest rank's time (an allreduce of the times with max). `python -m benchma
   allreduce S MiB     tensor.multi.allreduce of a float32 vector of S MiB per rank (made with from_local: each
                       rank's own data), ours: the shard-axis reduction that lower.mpi_exec runs as one MPI
                       Allreduce, plus the schedule and the Python around it; peer: mpi4py's `Allreduce` on numpy
-                      arrays of the same size, timed in turns with ours. Bus bandwidth as NCCL counts it:
-                      2 (n - 1) / n * bytes / second.
+                      arrays of the same size, timed in turns with ours (3 times the runs up to 16 MiB, where a
+                      run takes milliseconds and the machine's noise is larger than the difference). Bus
+                      bandwidth as NCCL counts it: 2 (n - 1) / n * bytes / second.
   dp step             one data-parallel training step (forward, backward, AdamW) of an MLP 784-512-512-10 on a
                       global batch of 256 split over the ranks (each rank's rows from from_local), seconds per step
                       (wall, slowest rank) and the CPU seconds of the busiest rank (on a shared machine the ranks
@@ -64,7 +65,7 @@ def allreduce_rows(c: Comm, sizes_mib: list[int], runs: int) -> list[dict]:
         err = float(np.abs(M.allreduce(T).numpy() - want).max())
         ours()
         t_ours, t_peer = [], []
-        for _ in range(runs):  # in turns, so a change in the machine's load falls on both
+        for _ in range(runs if mib > 16 else 3 * runs):  # in turns, so a change in the machine's load falls on both
             t_ours.append(_timed(c, ours))
             t_peer.append(_timed(c, peer))
         busbw = 2 * (n - 1) / n * s * 4 / 1e9

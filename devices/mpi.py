@@ -20,6 +20,8 @@ never import mpi4py or initialise MPI.
 
 from __future__ import annotations
 
+import collections
+import itertools
 import os
 import sys
 import threading
@@ -53,6 +55,7 @@ class Comm:
         self.rank: int = comm.Get_rank()
         self.size: int = comm.Get_size()
         self.timeout = timeout
+        self.calls: collections.Counter[str] = collections.Counter()  # MPI calls made, by name (Allreduce, Send..)
 
     def __repr__(self) -> str:
         return f"Comm(rank={self.rank}, size={self.size}, timeout={self.timeout:g}s)"
@@ -68,27 +71,44 @@ class Comm:
         elif out.size != x.size or out.dtype != x.dtype or not out.flags.c_contiguous:
             raise CollectiveError(f"allreduce: out must be a C-contiguous {x.dtype} array of {x.size} elements, got "
                                   f"{out.dtype}{list(out.shape)}")
-        with self._watch("allreduce", x):
+        self.calls["Allreduce"] += 1
+        wd = self._watchdog
+        token = wd.arm(self.timeout, lambda: self._timeout_message("allreduce", x))
+        try:
             self._comm.Allreduce(x, out, op=mop)
+        finally:
+            wd.disarm(token)
         return out
 
-    def allgather(self, x: np.ndarray) -> np.ndarray:
-        """Every rank's `x` stacked along a new leading axis (size, *x.shape), on every rank."""
+    def allgather(self, x: np.ndarray, out: np.ndarray | None = None, what: str = "allgather") -> np.ndarray:
+        """Every rank's `x` stacked along a new leading axis (size, *x.shape), on every rank (written into `out`
+        when given: a C-contiguous array of size times x's size, x's dtype). `what` names the call in a timeout
+        message; a call with another name is counted under it too (`calls`), as the schedule check's is."""
         x = _contig(x)
-        out = np.empty((self.size, *x.shape), x.dtype)
-        with self._watch("allgather", x):
+        if out is None:
+            out = np.empty((self.size, *x.shape), x.dtype)
+        elif out.size != self.size * x.size or out.dtype != x.dtype or not out.flags.c_contiguous:
+            raise CollectiveError(f"allgather: out must be a C-contiguous {x.dtype} array of {self.size} x {x.size} "
+                                  f"elements, got {out.dtype}{list(out.shape)}")
+        with self._watch("Allgather" if what == "allgather" else what, what, x):
             self._comm.Allgather(x, out)
         return out
 
-    def reduce_scatter(self, x: np.ndarray, op: str = "sum") -> np.ndarray:
-        """Reduce `x` (leading axis = size blocks) over ranks; rank r gets block r, of shape x.shape[1:]."""
+    def reduce_scatter(self, x: np.ndarray, op: str = "sum", out: np.ndarray | None = None) -> np.ndarray:
+        """Reduce `x` (leading axis = size blocks) over ranks; rank r gets block r, of shape x.shape[1:]. With
+        `out` (a C-contiguous array of x's dtype with one block's elements), x may have any shape whose size
+        divides into `size` blocks, and block r of its flat form lands in `out`."""
         x = _contig(x)
-        if x.ndim == 0 or x.shape[0] != self.size:
-            raise CollectiveError(f"reduce_scatter: the input's leading axis must be the rank count {self.size}, "
-                                  f"got shape {x.shape}; reshape it to ({self.size}, -1) first")
+        if out is None:
+            if x.ndim == 0 or x.shape[0] != self.size:
+                raise CollectiveError(f"reduce_scatter: the input's leading axis must be the rank count {self.size}, "
+                                      f"got shape {x.shape}; reshape it to ({self.size}, -1) first")
+            out = np.empty(x.shape[1:], x.dtype)
+        elif x.size != self.size * out.size or out.dtype != x.dtype or not out.flags.c_contiguous:
+            raise CollectiveError(f"reduce_scatter: out must be a C-contiguous {x.dtype} array of {x.size} / "
+                                  f"{self.size} elements, got {out.dtype}{list(out.shape)}")
         mop = _mpi_op(op)
-        out = np.empty(x.shape[1:], x.dtype)
-        with self._watch("reduce_scatter", x):
+        with self._watch("Reduce_scatter_block", "reduce_scatter", x):
             self._comm.Reduce_scatter_block(x, out, op=mop)
         return out
 
@@ -96,7 +116,7 @@ class Comm:
         """Rank `root`'s `x` on every rank (every rank passes an array of the same shape and dtype)."""
         self._check_rank("bcast", root)
         buf = _contig(x).copy() if self.rank != root else _contig(x)
-        with self._watch("bcast", buf):
+        with self._watch("Bcast", "bcast", buf):
             self._comm.Bcast(buf, root=root)
         return buf
 
@@ -105,7 +125,7 @@ class Comm:
         self._check_rank("gather", root)
         x = _contig(x)
         out = np.empty((self.size, *x.shape), x.dtype) if self.rank == root else None
-        with self._watch("gather", x):
+        with self._watch("Gather", "gather", x):
             self._comm.Gather(x, out, root=root)
         return out
 
@@ -114,12 +134,12 @@ class Comm:
         self._check_rank("reduce", root)
         x, mop = _contig(x), _mpi_op(op)
         out = np.empty_like(x) if self.rank == root else None
-        with self._watch("reduce", x):
+        with self._watch("Reduce", "reduce", x):
             self._comm.Reduce(x, out, op=mop, root=root)
         return out
 
     def barrier(self) -> None:
-        with self._watch("barrier", None):
+        with self._watch("Barrier", "barrier", None):
             self._comm.Barrier()
 
     # ---- point to point ------------------------------------------------------------------------------------------
@@ -127,13 +147,13 @@ class Comm:
     def send(self, x: np.ndarray, dest: int, tag: int = 0) -> None:
         self._check_rank("send", dest)
         x = _contig(x)
-        with self._watch(f"send to rank {dest}", x):
+        with self._watch("Send", f"send to rank {dest}", x):
             self._comm.Send(x, dest=dest, tag=tag)
 
     def recv(self, shape: tuple[int, ...], dtype: np.dtype | type, source: int, tag: int = 0) -> np.ndarray:
         self._check_rank("recv", source)
         out = np.empty(shape, dtype)
-        with self._watch(f"recv from rank {source}", out):
+        with self._watch("Recv", f"recv from rank {source}", out):
             self._comm.Recv(out, source=source, tag=tag)
         return out
 
@@ -142,7 +162,7 @@ class Comm:
         self._check_rank("sendrecv", peer)
         x = _contig(x)
         out = np.empty_like(x)
-        with self._watch(f"sendrecv with rank {peer}", x):
+        with self._watch("Sendrecv", f"sendrecv with rank {peer}", x):
             self._comm.Sendrecv(x, dest=peer, sendtag=tag, recvbuf=out, source=peer, recvtag=tag)
         return out
 
@@ -153,9 +173,10 @@ class Comm:
             raise CollectiveError(f"{what}: rank {r!r} is not one of this job's ranks 0..{self.size - 1}")
 
     @contextmanager
-    def _watch(self, what: str, x: np.ndarray | None) -> Iterator[None]:
+    def _watch(self, name: str, what: str, x: np.ndarray | None) -> Iterator[None]:
         """Run the enclosed MPI call under the watchdog: past `timeout` seconds the job is aborted with a message.
-        The message is only formatted when it is needed."""
+        The message is only formatted when it is needed; the call is counted in `calls` under `name`."""
+        self.calls[name] += 1
         token = self._watchdog.arm(self.timeout, lambda: self._timeout_message(what, x))
         try:
             yield
@@ -179,37 +200,43 @@ class Comm:
 
 
 class _Watchdog:
-    """One thread per communicator that aborts the job when an armed call passes its deadline. Arming a call is a
-    lock and a dict entry: the thread wakes on its own every `poll` seconds instead of being notified (a thread
-    started per call, or a notify that hands it the GIL, cost milliseconds per call on a loaded host)."""
+    """One thread per communicator that aborts the job when an armed call passes its deadline. Arming a call is one
+    dict entry under the GIL (no lock: the calls come from one thread, and the thread only reads a snapshot of the
+    entries); the thread wakes on its own every `poll` seconds instead of being notified (a thread started per
+    call, or a notify that hands it the GIL, cost milliseconds per call on a loaded host)."""
 
     def __init__(self, abort: Callable[[int], None], poll: float = 0.5) -> None:
         self._abort = abort
         self._poll = poll
-        self._lock = threading.Lock()
         self._armed: dict[int, tuple[float, Callable[[], str]]] = {}
-        self._next = 0
+        self._tokens = itertools.count(1)
         self._thread: threading.Thread | None = None
+        self._start = threading.Lock()
 
     def arm(self, timeout: float, message: Callable[[], str]) -> int:
-        with self._lock:
-            self._next += 1
-            self._armed[self._next] = (time.monotonic() + timeout, message)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="uopc MPI watchdog", daemon=True)
-                self._thread.start()
-            return self._next
+        token = next(self._tokens)
+        self._armed[token] = (time.monotonic() + timeout, message)
+        if self._thread is None:
+            with self._start:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="uopc MPI watchdog", daemon=True)
+                    self._thread.start()
+        return token
 
     def disarm(self, token: int) -> None:
-        with self._lock:
-            self._armed.pop(token, None)
+        self._armed.pop(token, None)
 
     def _run(self) -> None:
         while True:
             time.sleep(self._poll)
             now = time.monotonic()
-            with self._lock:
-                late = [m for deadline, m in self._armed.values() if deadline <= now]
+            while True:
+                try:  # a snapshot: the calling thread may arm or disarm meanwhile
+                    armed = tuple(self._armed.values())
+                    break
+                except RuntimeError:
+                    continue
+            late = [m for deadline, m in armed if deadline <= now]
             if late:
                 _expire(late[0](), self._abort)
 
@@ -228,11 +255,17 @@ def _contig(x: np.ndarray) -> np.ndarray:
 
 
 def _mpi_op(op: str) -> Any:
+    if (mop := _MPI_OPS.get(op)) is not None:
+        return mop
     if op not in _REDUCE_OPS:
         raise CollectiveError(f"reduction {op!r} is not one of {', '.join(_REDUCE_OPS)}")
     from mpi4py import MPI
 
-    return {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}[op]
+    _MPI_OPS.update({"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN})
+    return _MPI_OPS[op]
+
+
+_MPI_OPS: dict[str, Any] = {}
 
 
 _world: Comm | None = None

@@ -18,7 +18,7 @@ from typing import Any
 
 from lower import buffers
 from lower.copyview import View
-from lower.mpi_exec import Step
+from lower.mpi_exec import COLLECTIVES, Step
 from lower.schedule import ScheduleItem, schedule
 from lower.schedule_cache import signature
 from rewrite import Ops, UOp
@@ -30,8 +30,9 @@ Role = tuple  # ("in", k, shape) | ("shard", k, i, shape) | ("new", j, shape): a
 
 @dataclass(frozen=True)
 class Template:
-    # kind, buffer roles, ast, name, source window, destination window (lower.schedule.ScheduleItem)
-    items: tuple[tuple[str, tuple[Role, ...], UOp | None, str, View | None, View | None], ...]
+    # the items this rank's steps run, by position: kind, buffer roles, ast, name, source window, destination window
+    # (lower.schedule.ScheduleItem); the other items are not needed again
+    items: dict[int, tuple[str, tuple[Role, ...], UOp | None, str, View | None, View | None]]
     fresh: tuple[tuple[object, tuple, object], ...]  # (dtype, shape, device) of each ("new", j)
     results: tuple[tuple, ...]  # per root: ("buf", role) | ("view", dtype, storage shape, devices, shard roles)
     steps: tuple[tuple[Step, tuple[Role, ...]], ...]  # this rank's steps (lower.mpi_exec), their buffers' roles
@@ -76,7 +77,9 @@ def _make(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], outs: 
             results.append(("buf", of(base)))  # an input tuple buffer, seen as it is
         else:
             results.append(("view", base.dtype, base.shape, base.device, tuple(of(s) for s in buffers.shards(base))))
-    tmpl_items = tuple((it.kind, tuple(of(b) for b in it.bufs), it.ast, it.name, it.view, it.dst_view) for it in items)
+    used = {st.item for st in steps if st.kind not in COLLECTIVES}
+    tmpl_items = {k: (it.kind, tuple(of(b) for b in it.bufs), it.ast, it.name, it.view, it.dst_view)
+                  for k, it in enumerate(items) if k in used}
     tmpl_steps = tuple((replace(st, bufs=()), tuple(of(b) for b in st.bufs)) for st in steps)
     return Template(tmpl_items, tuple(fresh), tuple(results), tmpl_steps, kernels)
 
@@ -86,7 +89,6 @@ def realize_ranks(roots: list[UOp], var_vals: dict[str, int] | None = None,
     """Realize `roots` (a graph on ranks' devices): this rank's part of its schedule, replayed when it can be.
     `sig` is `schedule_cache.signature(roots)` when the caller has it."""
     from lower.mpi_exec import run_ranks
-    from lower.multi import buffer_view
 
     key, inputs = sig or signature(roots)
     t = _templates.get(key) if not var_vals else None
@@ -101,17 +103,35 @@ def realize_ranks(roots: list[UOp], var_vals: dict[str, int] | None = None,
         return outs
     stats["hits"] += 1
     _templates.move_to_end(key)
-    fresh = [buffers.new_buffer(dt, shape, dev) for dt, shape, dev in t.fresh]  # type: ignore[arg-type]
+    return _replay(t, roots, inputs, var_vals)
+
+
+def _replay(t: Template, roots: list[UOp], inputs: list[UOp], var_vals: dict[str, int] | None) -> dict[UOp, UOp]:
+    """Run the template's steps on this call's buffers: only the buffers a step or a result names are made, each
+    once (the schedule and the ranks' agreement on it were checked when the template was made)."""
+    from lower.mpi_exec import run_steps
+    from lower.multi import buffer_view
+
+    fresh: dict[int, UOp] = {}
+    seen: dict[Role, UOp] = {}
 
     def get(r: Role) -> UOp:
-        b = inputs[r[1]] if r[0] == "in" else buffers.shards(inputs[r[1]])[r[2]] if r[0] == "shard" else fresh[r[1]]
+        if (got := seen.get(r)) is not None:
+            return got
+        if r[0] == "new":
+            if (b := fresh.get(r[1])) is None:
+                dt, shape, dev = t.fresh[r[1]]
+                b = fresh[r[1]] = buffers.new_buffer(dt, shape, dev)
+        else:
+            b = inputs[r[1]] if r[0] == "in" else buffers.shards(inputs[r[1]])[r[2]]
         shape = r[-1]
-        return b if b.shape == shape else UOp(Ops.BUFFER, (UOp.shape_operand(shape),), b.buf_arg)
+        got = seen[r] = b if b.shape == shape else UOp(Ops.BUFFER, (UOp.shape_operand(shape),), b.buf_arg)
+        return got
 
-    items = [ScheduleItem(kind, tuple(get(r) for r in rs), ast, name, view, dst_view)
-             for kind, rs, ast, name, view, dst_view in t.items]
+    items = {k: ScheduleItem(kind, tuple(get(r) for r in rs), ast, name, view, dst_view)
+             for k, (kind, rs, ast, name, view, dst_view) in t.items.items()}
     steps = [replace(st, bufs=tuple(get(r) for r in rs)) if rs else st for st, rs in t.steps]
-    run_ranks(items, var_vals, checked=True, plan=(steps, t.kernels))
+    run_steps(steps, items, t.kernels, var_vals)
     out: dict[UOp, UOp] = {}
     for root, res in zip(roots, t.results, strict=True):
         if res[0] == "buf":

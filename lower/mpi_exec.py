@@ -28,7 +28,9 @@ Recognised collectives, each run as one MPI call on this rank's piece instead of
               MPI picks its own summation order: with more than 2 ranks a float sum may round differently
               from the in-process device-order sum (every rank still gets the same bits from MPI's algorithms).
               tensor.multi.allreduce on such a tuple is written as this reduction.
-Everything else moves point to point (the spec's literal allgather and reduce_scatter among them).
+  allgather, reduce_scatter   the spec's forms (tensor.multi) on such a tuple: one MPI Allgather /
+              Reduce_scatter_block each (lower.mpi_gather says exactly which schedules).
+Everything else moves point to point.
 
 Schedules are replayed by structure (lower.mpi_cache), so a training loop schedules its step once.
 
@@ -42,7 +44,8 @@ from __future__ import annotations
 import hashlib
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import numpy as np
@@ -73,8 +76,9 @@ def on_ranks(bufs: list[UOp]) -> bool:
 
 @dataclass(frozen=True)
 class Step:
-    """What this rank does for one item: `kind` is kernel, copy, send, recv, bcast, allreduce; `peer` the other
-    rank (send, recv), the root (bcast); for an allreduce, `bufs` = (output, input) and `op` the reduction."""
+    """What this rank does for one item: `kind` is kernel, copy, send, recv, bcast, or a collective (allreduce,
+    allgather, reduce_scatter: COLLECTIVES); `peer` the other rank (send, recv), the root (bcast); for a
+    collective, `bufs` = (output, input) and `op` the reduction (none for an allgather)."""
 
     kind: str
     item: int
@@ -193,47 +197,55 @@ def _identity_input(it: ScheduleItem) -> UOp | None:
     return src if _identity[it.ast] and src.dtype == out.dtype and _size(src) == _size(out) else None
 
 
+COLLECTIVES = ("allreduce", "allgather", "reduce_scatter")  # steps whose `bufs` are (output, input)
+
+
+def _reads(s: Step, items: list[ScheduleItem]) -> tuple[UOp, ...]:
+    return s.bufs[1:] if s.kind in COLLECTIVES else items[s.item].bufs[1:]
+
+
+def _writes(s: Step, items: list[ScheduleItem]) -> UOp | None:
+    return s.bufs[0] if s.kind in COLLECTIVES else None if s.kind == "send" else items[s.item].bufs[0]
+
+
 def _elide_copies(items: list[ScheduleItem], steps: list[Step]) -> list[Step]:
-    """An allreduce whose own input a kernel only copied from another buffer (the partial sum over a block of
-    one row, lower.multi) reads that buffer instead, and the copy kernel is dropped, when nothing else reads
-    its output."""
+    """A collective whose input a kernel only copied from another buffer (the partial sum over a block of one
+    row, lower.multi) reads that buffer instead, and the copy kernel is dropped, when nothing else reads its
+    output; and a kernel that only copies a collective's output into another buffer (the root's own) is dropped,
+    the collective writing there instead, when it is the output's only reader."""
     read: dict[int, int] = {}
     for s in steps:
-        it = items[s.item]
-        bufs = s.bufs[1:] if s.kind == "allreduce" else it.bufs[:1] if s.kind == "send" else it.bufs[1:]
-        for b in bufs:
+        for b in _reads(s, items):
             read[buffers.slot(b)] = read.get(buffers.slot(b), 0) + 1
     producer = {buffers.slot(items[s.item].bufs[0]): i for i, s in enumerate(steps) if s.kind == "kernel"}
     drop: set[int] = set()
     out = list(steps)
     for i, s in enumerate(steps):
-        if s.kind != "allreduce":
+        if s.kind not in COLLECTIVES:
             continue
         own = buffers.slot(s.bufs[1])
         p = producer.get(own)
-        if p is None or read.get(own) != 1 or p in drop:
+        if p is None or p > i or read.get(own) != 1 or p in drop:
             continue
         src = _identity_input(items[steps[p].item])
         written_between = src is not None and any(
-            buffers.slot(items[t.item].bufs[0]) == buffers.slot(src) for t in steps[p + 1:i] if t.kind != "send")
+            (w := _writes(t, items)) is not None and buffers.slot(w) == buffers.slot(src) for t in steps[p + 1:i])
         if src is not None and not written_between:
             drop.add(p)
-            out[i] = Step("allreduce", s.item, bufs=(s.bufs[0], src), op=s.op)
-    # the other side: a kernel that only copies the allreduce's output somewhere (the root's own buffer) takes the
-    # allreduce's place, written straight into
+            out[i] = replace(s, bufs=(s.bufs[0], src))
     for i, s in enumerate(out):
-        if s.kind != "allreduce" or i in drop:
+        if s.kind not in COLLECTIVES or i in drop:
             continue
         res = buffers.slot(s.bufs[0])
-        users = [j for j, t in enumerate(out) if j > i and j not in drop and t.kind != "allreduce" and any(
-            buffers.slot(b) == res for b in (items[t.item].bufs[:1] if t.kind == "send" else items[t.item].bufs[1:]))]
-        if len(users) != 1 or out[users[0]].kind != "kernel":
+        users = [j for j, t in enumerate(out) if j != i and j not in drop and any(
+            buffers.slot(b) == res for b in _reads(t, items))]
+        if len(users) != 1 or users[0] < i or out[users[0]].kind != "kernel":
             continue
         cp = items[out[users[0]].item]
         src = _identity_input(cp)
         if src is not None and buffers.slot(src) == res and not buffers.has_data(cp.bufs[0]):
             drop.add(users[0])
-            out[i] = Step("allreduce", s.item, bufs=(cp.bufs[0], s.bufs[1]), op=s.op)
+            out[i] = replace(s, bufs=(cp.bufs[0], s.bufs[1]))
     return [s for i, s in enumerate(out) if i not in drop]
 
 
@@ -243,10 +255,21 @@ def plan_steps(items: list[ScheduleItem], rank: int, nranks: int) -> list[Step]:
 
 
 def _plan_steps(items: list[ScheduleItem], rank: int, nranks: int) -> list[Step]:
+    from lower.mpi_gather import Group, allgathers, reduce_scatters
+
     collectives = allreduces(items, nranks) if nranks > 1 else {}
     replaced = {k for ks, _ in collectives.values() for k in ks}
+    groups: dict[int, Group] = {}
+    if nranks > 1:
+        for found in (allgathers(items, nranks), reduce_scatters(items, nranks)):
+            for at, group in found.items():
+                if at not in groups and at not in collectives and not replaced.intersection(group.members):
+                    groups[at] = group
+                    replaced.update(group.members)
     steps: list[Step] = []
     for k, it in enumerate(items):
+        if (g := groups.get(k)) is not None:
+            steps.append(Step(g.kind, k, bufs=g.per_rank[rank], op=g.op))
         if k in collectives:
             ks, op = collectives[k]
             for m in ks:  # this rank's member: its output, and its own input (the one not copied in)
@@ -292,7 +315,7 @@ def check_matching(comm: Comm, items: list[ScheduleItem]) -> None:
     d = digest(items)
     if d in _agreed:
         return
-    every = comm.allgather(np.frombuffer(d, np.uint8))
+    every = comm.allgather(np.frombuffer(d, np.uint8), what="schedule check (allgather)")
     bad = [r for r in range(comm.size) if not np.array_equal(every[r], every[0])]
     if bad:
         raise CollectiveError(f"MPI ranks run different programs: the schedule of rank(s) {bad} differs from rank "
@@ -301,57 +324,77 @@ def check_matching(comm: Comm, items: list[ScheduleItem]) -> None:
     _agreed.add(d)
 
 
-def run_ranks(items: list[ScheduleItem], var_vals: dict[str, int] | None = None, checked: bool = False,
-              plan: tuple[list[Step], dict[int, Any]] | None = None) -> tuple[list[Step], dict[int, Any]]:
-    """Run this rank's part of `items` (module docstring); DEBUG=2 prints each step's time. `checked` and `plan`
-    come from a replay (lower.mpi_cache): the ranks are known to agree on this schedule, and its steps and
-    compiled kernels are known. Returns the steps and kernels it ran."""
+def run_ranks(items: Sequence[ScheduleItem],
+              var_vals: dict[str, int] | None = None) -> tuple[list[Step], dict[int, Any]]:
+    """Schedule and run this rank's part of `items` (module docstring), checking first that every rank runs the
+    same schedule; DEBUG=2 prints each step's time. Returns the steps and kernels it ran, for a replay
+    (lower.mpi_cache, which runs them again with `run_steps`)."""
     from lower.realize import compile_kernels
 
     comm = world()
     rank, nranks = (0, 1) if comm is None else (comm.rank, comm.size)
-    if not checked:
-        for it in items:
-            for b in it.bufs:
-                r = rank_of(_dev(b))
-                if r is not None and r >= nranks:
-                    raise CollectiveError(f"{it.name}: buffer on {_dev(b)}, but this job has {nranks} rank(s); "
-                                          f"start it with `mpirun -n {r + 1}` or more")
-    vv = dict(var_vals or {})
-    t0 = time.perf_counter()
-    if comm is not None and nranks > 1 and not checked:
-        check_matching(comm, items)
-    if plan is None:
-        steps = plan_steps(items, rank, nranks)
-        kern = [s.item for s in steps if s.kind == "kernel"]
-        wanted = [(items[k].ast, _dev(items[k].bufs[0]), items[k].name, items[k].bufs) for k in kern]
-        kernels = dict(zip(kern, compile_kernels(wanted), strict=True))  # type: ignore[arg-type]  # kernels have ASTs
-    else:
-        steps, kernels = plan
+    for it in items:
+        for b in it.bufs:
+            r = rank_of(_dev(b))
+            if r is not None and r >= nranks:
+                raise CollectiveError(f"{it.name}: buffer on {_dev(b)}, but this job has {nranks} rank(s); "
+                                      f"start it with `mpirun -n {r + 1}` or more")
+    if comm is not None and nranks > 1:
+        check_matching(comm, list(items))
+    steps = plan_steps(list(items), rank, nranks)
+    kern = [s.item for s in steps if s.kind == "kernel"]
+    wanted = [(items[k].ast, _dev(items[k].bufs[0]), items[k].name, items[k].bufs) for k in kern]
+    kernels = dict(zip(kern, compile_kernels(wanted), strict=True))  # type: ignore[arg-type]  # kernels have ASTs
+    run_steps(steps, items, kernels, var_vals, len(items))
+    return steps, kernels
+
+
+def run_steps(steps: Sequence[Step], items: Sequence[ScheduleItem] | Mapping[int, ScheduleItem],
+              kernels: dict[int, Any], var_vals: dict[str, int] | None = None, total: int = 0) -> None:
+    """Run `steps` (plan_steps) in order; `items` holds the item of every step but an allreduce (which needs none)
+    by position. Nothing is checked here: the caller has (run_ranks, or a replay of what it ran)."""
+    from lower.realize import _array as array
+
+    comm = world()
+    rank = 0 if comm is None else comm.rank
+    vv = dict(var_vals) if var_vals else {}
     debug = int(getenv("DEBUG"))
-    for s in steps:
-        it = items[s.item]
-        st = time.perf_counter()
-        _run_step(s, it, kernels, comm, rank, vv)
-        if debug >= 2:
-            what = it.name if s.kind == "kernel" else f"{s.kind} {s.op or ''}{'' if s.peer < 0 else f' rank {s.peer}'}"
+    if debug < 2:  # the fast path: no timing
+        for s in steps:
+            _run_step(s, None if s.kind in COLLECTIVES else items[s.item], kernels, comm, rank, vv, array)
+    else:
+        for s in steps:
+            it = None if s.kind in COLLECTIVES else items[s.item]
+            st = time.perf_counter()
+            _run_step(s, it, kernels, comm, rank, vv, array)
+            what = it.name if it is not None and s.kind == "kernel" else \
+                f"{s.kind} {s.op or ''}{'' if s.peer < 0 else f' rank {s.peer}'}"
             print(f"rank {rank}: {what:28s} {(time.perf_counter() - st) * 1e3:9.3f} ms", file=sys.stderr)
     if debug >= 1:
         counts: dict[str, int] = {}
         for s in steps:
             counts[s.kind] = counts.get(s.kind, 0) + 1
-        print(f"rank {rank}/{nranks}: ran " + ", ".join(f"{v} {k}" for k, v in counts.items()) +
-              f" of {len(items)} items in {(time.perf_counter() - t0) * 1e3:.2f} ms", file=sys.stderr)
-    return steps, kernels
+        print(f"rank {rank}/{1 if comm is None else comm.size}: ran " +
+              ", ".join(f"{v} {k}" for k, v in counts.items()) + f" of {total or len(items)} items", file=sys.stderr)
 
 
-def _run_step(s: Step, it: ScheduleItem, kernels: dict[int, Any], comm: Comm | None, rank: int,
-              vv: dict[str, int]) -> None:
-    from lower.realize import _array
-    from lower.schedule_cache import writable
-
+def _run_step(s: Step, it: ScheduleItem | None, kernels: dict[int, Any], comm: Comm | None, rank: int,
+              vv: dict[str, int], _array: Callable[[UOp, dict[str, int]], Any]) -> None:
+    if s.kind in COLLECTIVES:
+        out, own = s.bufs
+        x, y = _flat(_array(own, vv), own), _flat(_array(out, vv), out)
+        if s.kind == "allreduce":
+            cast(Comm, comm).allreduce(x, s.op, out=y)
+        elif s.kind == "allgather":
+            cast(Comm, comm).allgather(x, out=y)
+        else:
+            cast(Comm, comm).reduce_scatter(x, s.op, out=y)
+        return
+    assert it is not None
     if s.kind == "kernel":
         if buffers.has_data(it.bufs[0]):  # an assignment's target, written in place
+            from lower.schedule_cache import writable
+
             writable(it.bufs[0])
         kernels[s.item]({i: _array(b, vv) for i, b in enumerate(it.bufs)}, vv)
         return
@@ -373,9 +416,6 @@ def _run_step(s: Step, it: ScheduleItem, kernels: dict[int, Any], comm: Comm | N
         got = c.bcast(_sent(_array(it.bufs[1], vv), it.view) if rank == s.peer else np.empty(n, dst.dtype),
                       root=s.peer)
         copy_into(dst, got, None, it.dst_view)
-    elif s.kind == "allreduce":
-        out, own = (_flat(_array(b, vv), _size(b)) for b in s.bufs)
-        c.allreduce(own, s.op, out=out)
 
 
 def _sent(src: Any, view: View | None) -> np.ndarray:
@@ -383,9 +423,17 @@ def _sent(src: Any, view: View | None) -> np.ndarray:
     return np.ascontiguousarray(src if view is None else window(src, view)).reshape(-1)
 
 
-def _flat(a: Any, n: int) -> np.ndarray:
-    return cast(np.ndarray, a).reshape(-1)[:n]
+def _flat(a: Any, b: UOp) -> np.ndarray:
+    """The first elements of `b`'s storage array `a`, as many as `b` has, flat."""
+    n = _counts.get(b.shape)
+    if n is None:
+        n = _counts[b.shape] = _size(b)
+    flat = cast(np.ndarray, a).reshape(-1)
+    return flat if flat.size == n else flat[:n]
+
+
+_counts: dict[tuple, int] = {}  # shape -> element count (a replay's allreduce asks for the same shapes again)
 
 
 __all__ = ["Step", "allreduces", "check_matching", "combined_slots", "digest", "on_ranks", "plan_steps",
-           "run_ranks"]
+           "run_ranks", "run_steps"]

@@ -19,7 +19,9 @@ What each op becomes, per device i (c = S[a] // n, the block size on the shard a
   elementwise      the op on the sources' pieces; a replicated (or device-less) source is cut to block i of the
                    shard axis first, a source broadcast along it is used as is
   RESHAPE          the local reshape (the shard boundary is kept: rewrite.props.reshape_axis)
-  PERMUTE, EXPAND  the local op; PAD, SHRINK, FLIP must leave the shard axis alone
+  PERMUTE, EXPAND  the local op; PAD, SHRINK, FLIP too, except along the shard axis: the result stays sharded
+                   on it (its length there must divide by n), so device i's block of it is made from the part of
+                   the source it comes from (`region`), padded or flipped in place (`_reblock`)
   REDUCE           the local reduce; over the shard axis, then the n partial results combined on every device
                    (`allreduce`: reduce_scatter + allgather, each chunk combined once in device order, so every
                    device's copy is bitwise the same); on a tuple with one device per MPI rank it is the direct
@@ -206,21 +208,55 @@ def _movement(ctx: MultiContext, u: UOp) -> UOp:
         if lo is None or hi is None:
             raise ShardingError(f"{u.op.name}: symbolic bounds on a device tuple are not supported")
         if a is not None and (lo[a] != 0 or hi[a] != (0 if u.op is Ops.PAD else x.shape[a])):
-            raise ShardingError(f"{u.op.name}: {fmt_shape(x.shape)} sharded on axis {a} over {n} devices cannot be "
-                                f"padded or cut along the shard axis; shard another axis, or replicate first "
-                                f"(.to(devices))")
-        if u.op is Ops.PAD:
+            out = _reblock(ctx, u, x, devs, a, lo, hi)
+        elif u.op is Ops.PAD:
             out = tuple(p.pad(lo, hi) for p in ps)
         else:
             out = tuple(p.shrink(lo, local_shape(hi, a, n)) for p in ps)
     elif u.op is Ops.FLIP:
         if a is not None and u.flip_flags[a]:
-            raise ShardingError(f"FLIP: {fmt_shape(x.shape)} sharded on axis {a} cannot be flipped along it; "
-                                f"replicate first (.to(devices))")
-        out = tuple(p.flip(u.flip_flags) for p in ps)
+            out = _reblock(ctx, u, x, devs, a, (), ())
+        else:
+            out = tuple(p.flip(u.flip_flags) for p in ps)
     else:
         raise ShardingError(f"{u.op.name}: not supported on a device tuple yet")
     return ctx.tagged(u, out)
+
+
+def _reblock(ctx: MultiContext, u: UOp, x: UOp, devs: Devices, a: int, lo: tuple, hi: tuple) -> tuple[UOp, ...]:
+    """PAD, SHRINK or FLIP (`u`, with bounds lo and hi) of x along its shard axis a: the result is sharded on a
+    too, so device i's piece is block i of the result, made from the part of x it comes from (`region`: cut where
+    it lives, copied, put in place), padded where it reaches past x (PAD), flipped (FLIP), with the op's part on
+    the other axes done locally."""
+    n, shape = len(devs), _int_shape(x, u.op.name)
+    _check_divisible(u.op.name, u.shape, a, devs)
+    size, c = shape[a], cast(int, u.shape[a]) // n
+    other = range(len(shape))
+    out = []
+    for i, d in enumerate(devs):
+        k0, k1 = i * c, (i + 1) * c  # block i of the result, along a
+        if u.op is Ops.SHRINK:
+            s0, s1 = lo[a] + k0, lo[a] + k1
+        elif u.op is Ops.PAD:
+            s0, s1 = max(k0 - lo[a], 0), min(k1 - lo[a], size)
+        else:
+            s0, s1 = size - k1, size - k0
+        if s0 >= s1:  # all padding
+            zero = UOp.const(0, x.dtype).reshape((1,) * len(shape))
+            block = zero.expand(tuple(c if k == a else dim for k, dim in enumerate(shape)))
+        else:
+            block = region(ctx, x, [(s0, s1) if k == a else (0, dim) for k, dim in enumerate(shape)], d)
+            if u.op is Ops.PAD and (s0 + lo[a] > k0 or s1 + lo[a] < k1):
+                block = block.pad([s0 + lo[a] - k0 if k == a else 0 for k in other],
+                                  [k1 - s1 - lo[a] if k == a else 0 for k in other])
+        if u.op is Ops.SHRINK:
+            block = block.shrink([0 if k == a else lo[k] for k in other], [c if k == a else hi[k] for k in other])
+        elif u.op is Ops.PAD and any(lo[k] or hi[k] for k in other if k != a):
+            block = block.pad([0 if k == a else lo[k] for k in other], [0 if k == a else hi[k] for k in other])
+        elif u.op is Ops.FLIP:
+            block = block.flip(u.flip_flags)
+        out.append(block)
+    return tuple(out)
 
 
 def _reduce(ctx: MultiContext, u: UOp) -> UOp:
@@ -231,8 +267,65 @@ def _reduce(ctx: MultiContext, u: UOp) -> UOp:
     partial = tuple(p if all(p.shape[a] == 1 for a in u.reduce_axes) else p.reduce(u.reduce_op, u.reduce_axes)
                     for p in ps)
     if x.axis is None or x.axis not in u.reduce_axes:
+        if spans_ranks(devs) and u.reduce_op is Ops.ADD and u.dtype is not dtypes.bool:
+            split = [_sum_of_parts(p, u.reduce_axes, d) for p, d in zip(ps, devs, strict=True)]
+            if all(q is not None for q in split):
+                return ctx.tagged(u, cast("tuple[UOp, ...]", tuple(split)))
         return ctx.tagged(u, partial)
     return ctx.tagged(u, allreduce(partial, devs, u.reduce_op))
+
+
+def _sum_of_parts(p: UOp, axes: tuple[int, ...], dev: str) -> UOp | None:
+    """The sum over `axes` of a piece that COPY assembled from parts padded into place (`region`: an ADD of PADs,
+    each part one element long on every axis of `axes`, padded only along them, no two at the same place), maybe
+    CAST (a sum that widens its dtype), as the ADD of the parts themselves in the same order, its own kernel
+    (CONTIGUOUS), each part copied (one that lives here too), a CAST done where the part's data lives, before it
+    is cut and copied: the form of the spec's reduce_scatter across MPI ranks that lower.mpi_gather runs as one
+    MPI Reduce_scatter. Adding the parts is the sum over the axes, the padding being zeros; as the parts do not
+    overlap, casting each is casting their sum. None when `p` is not of that form."""
+    dtype = p.dtype
+    while p.op is Ops.CAST:
+        p = p.src[0]
+    leaves: list[UOp] = []
+    stack = [p]
+    while stack:
+        u = stack.pop()
+        if u.op is Ops.ADD and u.shape == p.shape:
+            stack.extend(reversed(u.src))
+        else:
+            leaves.append(u)
+    if len(leaves) < 2:
+        return None
+    parts, places = [], set()
+    for leaf in leaves:
+        q, lo = leaf, (0,) * len(p.shape)
+        if leaf.op is Ops.PAD:
+            pads = _bounds(leaf)
+            if pads is None or any((pads[0][k] or pads[1][k]) and k not in axes for k in range(len(p.shape))):
+                return None
+            q, lo = leaf.src[0], tuple(pads[0])
+        if len(q.shape) != len(p.shape) or any(q.shape[a] != 1 for a in axes):
+            return None
+        places.add(tuple(lo[a] for a in axes))
+        z = q.src[0] if q.op is Ops.COPY else q
+        if z.dtype is not dtype:  # cast where the data lives, the whole source at once (one kernel, not one a part)
+            b = _bounds(z) if z.op is Ops.SHRINK else None
+            z = z.cast(dtype) if b is None else z.src[0].cast(dtype).contiguous().shrink(*b)
+        parts.append(z.copy(dev))
+    if len(places) != len(leaves):
+        return None
+    acc = parts[0]
+    for q in parts[1:]:
+        acc = UOp(Ops.ADD, (acc, q))
+    return acc.contiguous()
+
+
+def _bounds(u: UOp) -> tuple[list[int], list[int]] | None:
+    """A SHRINK's begin and end (a PAD's before and after), None when they are symbolic."""
+    lo, hi = u.src[1:3]
+    if lo.op is not Ops.VCONST or hi.op is not Ops.VCONST:
+        return None
+    return list(cast(tuple, lo.arg)[0]), list(cast(tuple, hi.arg)[0])
 
 
 # ------------------------------------------------------------------ the allreduce over the shard axis

@@ -47,6 +47,8 @@ def shard_to() -> None:
     _eq(x.sum(1).numpy(), a.sum(1))       # a reduce off the shard axis stays on each rank
     _eq(x.sum(0).numpy(), a.sum(0))       # on the shard axis: an MPI allreduce
     _eq(x.max(axis=0).numpy(), a.max(0))
+    _eq(x.pad(((1, 2 * n - 1), None)).numpy(), np.pad(a, ((1, 2 * n - 1), (0, 0))))   # along the shard axis: moved
+    _eq(x.flip(0).shrink(((1, 1 + n), None)).numpy(), a[::-1][1:1 + n])               # between the ranks
     mine = M.from_local(np.full((2, 3), r, np.float32), D, 0)
     _eq(mine.numpy(), np.repeat(np.arange(n, dtype=np.float32), 2)[:, None] * np.ones((1, 3), np.float32))
     cols = M.from_local(np.full((2, 1), r, np.int32), D, 1)
@@ -136,6 +138,8 @@ def several_per_rank() -> None:
     _eq(x.sum(0).numpy(), a.sum(0))
     _eq((x * 2).numpy(), a * 2)
     _eq(M.allgather(Tensor(a.reshape(-1)).shard(D, 0)).numpy(), a.reshape(-1))
+    flat = np.arange(2 * n * 2 * n * 3, dtype=np.float32)   # not one device per rank: point to point, still the sum
+    _eq(M.reduce_scatter(Tensor(flat).shard(D, 0)).numpy(), flat.reshape(2 * n, -1).sum(0))
     w = np.ones((4, 2 * n), np.float32)
     _eq((Tensor(a).to(D) @ Tensor(w).shard(D, 1)).numpy(), a @ w)
     print(f"rank {r}/{n}: several_per_rank ok", flush=True)
@@ -161,7 +165,58 @@ def raises_midway() -> None:
     print("unreachable: the other ranks finished without the last one", flush=True)
 
 
+def _local(t: Tensor) -> np.ndarray:
+    """This rank's own piece of a tensor on ranks(), as it is stored here (nothing gathered)."""
+    from lower import buffers
+    from lower.multi import view_base
+
+    base = view_base(t.uop)
+    assert base is not None, "a realized tensor on a device tuple is a view of a BUFFER there"
+    r, _ = _rank()
+    return np.asarray(buffers.lookup(buffers.shards(base)[r])).reshape(-1)
+
+
+def _made(before: dict[str, int]) -> dict[str, int]:
+    c = world()
+    assert c is not None
+    return {k: v - before.get(k, 0) for k, v in c.calls.items() if v != before.get(k, 0)}
+
+
+def one_call_collectives() -> None:
+    """The spec's allgather and reduce_scatter (tensor.multi) across ranks run as one MPI call each (counted on
+    this rank), the first time (scheduled, after the schedule check) and replayed, and their results are numpy's
+    on every rank, for float and integer dtypes."""
+    r, n = _rank()
+    c = world()
+    assert c is not None
+    D = M.ranks()
+    s = 6 * n
+    rng = np.random.default_rng(7)
+    for dt in (np.float32, np.float64, np.int32, np.int64):
+        for k in range(2):  # scheduled, then replayed (lower.mpi_cache)
+            data = (rng.standard_normal(n * s) * 50).astype(dt)
+            T = M.from_local(data.reshape(n, s)[r], D)  # each rank's own block: nothing is sent to make T
+            before = dict(c.calls)
+            g = M.allgather(T).realize()
+            made = _made(before)
+            check = made.pop("schedule check (allgather)", 0)
+            assert made == {"Allgather": 1} and check == (1 if k == 0 else 0), (dt, k, made, check)
+            _eq(_local(g), data)                 # this rank holds all of it
+            before = dict(c.calls)
+            rs = M.reduce_scatter(T).realize()
+            made = _made(before)
+            made.pop("schedule check (allgather)", 0)
+            assert made == {"Reduce_scatter_block": 1}, (dt, k, made)
+            want = data.reshape(n, s).sum(0, dtype=dt)
+            tol = 1e-5 * float(np.abs(data).max()) * n if np.dtype(dt).kind == "f" else 0.0
+            _eq(_local(rs), want.reshape(n, s // n)[r], tol)   # this rank's chunk of the sum
+            _eq(g.numpy(), data)
+            _eq(rs.numpy(), want, tol)
+            _eq(M.allgather(M.reduce_scatter(T)).numpy(), want, tol)   # the spec's allreduce, both recognised
+    print(f"rank {r}/{n}: one_call_collectives ok", flush=True)
+
+
 if __name__ == "__main__":
     cases = {f.__name__: f for f in (shard_to, collectives, matmul, data_parallel, several_per_rank,
-                                     mismatched_programs, raises_midway)}
+                                     mismatched_programs, raises_midway, one_call_collectives)}
     cases[sys.argv[1]]()

@@ -32,7 +32,7 @@ def _ok(p: subprocess.CompletedProcess, case: str, n: int) -> None:
 
 @needs_mpi
 @pytest.mark.parametrize("n", [2, 4])
-@pytest.mark.parametrize("case", ["shard_to", "collectives", "matmul", "data_parallel"])
+@pytest.mark.parametrize("case", ["shard_to", "collectives", "matmul", "data_parallel", "one_call_collectives"])
 def test_programs_across_ranks_match_numpy(case: str, n: int) -> None:
     _ok(mpirun(n, case), case, n)
 
@@ -156,12 +156,32 @@ def test_the_shard_axis_reduction_is_one_allreduce_on_each_rank(monkeypatch: pyt
 def test_other_moves_are_point_to_point(monkeypatch: pytest.MonkeyPatch) -> None:
     from lower.mpi_exec import plan_steps
 
-    items = _schedule_on_two_ranks(monkeypatch, lambda D: M.allgather(Tensor(np.ones(4, np.float32)).shard(D, 0)))
-    for rank in (0, 1):
+    items = _schedule_on_two_ranks(monkeypatch, lambda D: Tensor(np.ones((4, 4), np.float32)).shard(D, 0).shard(D, 1))
+    for rank in (0, 1):  # a reshard: blocks of each rank's piece to the other rank
         kinds = [s.kind for s in plan_steps(items, rank, 2)]
-        assert "send" in kinds and "recv" in kinds and "allreduce" not in kinds
+        assert "send" in kinds and "recv" in kinds and not set(kinds) & {"allreduce", "allgather", "reduce_scatter"}
     gathered = _schedule_on_two_ranks(monkeypatch, lambda D: Tensor(np.ones(4, np.float32)).shard(D, 0).to("cpu"))
     assert [s.kind for s in plan_steps(gathered, 1, 2)].count("bcast") == 2   # each rank's block to every rank
+
+
+@pytest.mark.parametrize(("make", "kind"), [(M.allgather, "allgather"), (M.reduce_scatter, "reduce_scatter")])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_the_spec_allgather_and_reduce_scatter_are_one_collective_on_each_rank(
+        monkeypatch: pytest.MonkeyPatch, make, kind: str, dtype: type) -> None:  # type: ignore[no-untyped-def]
+    from lower import buffers
+    from lower.mpi_exec import plan_steps
+
+    items = _schedule_on_two_ranks(monkeypatch, lambda D: make(Tensor(np.ones(8, dtype)).shard(D, 0)))
+    for rank in (0, 1):
+        steps = plan_steps(items, rank, 2)
+        assert [s.kind for s in steps].count(kind) == 1 and not any(s.kind in ("send", "recv") for s in steps)
+        (coll,) = (s for s in steps if s.kind == kind)
+        res = buffers.slot(coll.bufs[0])
+        assert all(rank_of(b.buf_arg.device) == rank for b in coll.bufs)
+        n_out, n_src = (int(np.prod(b.shape)) for b in coll.bufs)
+        assert (n_out, n_src) == ((8, 4) if kind == "allgather" else (2, 4))   # the result here, this rank's piece
+        # the kernels left on this rank only make its piece (a cast for int32's widening sum), none reads the result
+        assert all(buffers.slot(b) != res for s in steps if s.kind == "kernel" for b in items[s.item].bufs)
 
 
 def test_combined_slots_only_matches_a_pure_combination(monkeypatch: pytest.MonkeyPatch) -> None:

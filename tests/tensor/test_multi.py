@@ -106,6 +106,49 @@ def test_collectives(D) -> None:
         np.testing.assert_array_equal(got.numpy(), want)
 
 
+PAD_SHRINK_FLIP = [  # (name, op on a tensor, the same on a numpy array); the value (4n, 6) sharded on axis 0
+    ("pad",              lambda x, n: x.pad(((1, 3), None)),             lambda a, n: np.pad(a, ((1, 3), (0, 0)))),
+    ("pad whole blocks", lambda x, n: x.pad(((2 * n, 2 * n), (1, 0))),
+     lambda a, n: np.pad(a, ((2 * n, 2 * n), (1, 0)))),
+    ("shrink",           lambda x, n: x.shrink(((1, 1 + 2 * n), (1, 4))), lambda a, n: a[1:1 + 2 * n, 1:4]),
+    ("shrink a block",   lambda x, n: x.shrink(((n, 2 * n), None)),      lambda a, n: a[n:2 * n]),
+    ("flip",             lambda x, n: x.flip(0),                         lambda a, n: a[::-1]),
+    ("flip both",        lambda x, n: x.flip((0, 1)),                    lambda a, n: a[::-1, ::-1]),
+    ("flip then pad",    lambda x, n: x.flip(0).pad(((n, n), None)) * 2,
+     lambda a, n: np.pad(a[::-1], ((n, n), (0, 0))) * 2),
+]
+
+
+@pytest.mark.parametrize("D", [CPU2, PY2, CPU4], ids=["cpu2", "python2", "cpu4"])
+@pytest.mark.parametrize(("name", "op", "ref"), PAD_SHRINK_FLIP, ids=[p[0] for p in PAD_SHRINK_FLIP])
+def test_pad_shrink_flip_along_the_shard_axis(D, name, op, ref) -> None:
+    n = len(D)
+    a = np.random.default_rng(n).integers(-9, 9, (4 * n, 6)).astype(np.float32)
+    got = op(Tensor(a).shard(D, 0), n)
+    want = ref(a, n)
+    assert got.device == D and got.uop.axis == 0 and got.shape == want.shape   # still sharded on the axis
+    np.testing.assert_array_equal(got.numpy(), want)
+    base = view_base(got.realize().uop)
+    assert base is not None
+    for i, d in enumerate(D):  # each device holds its block of the result
+        block = np.asarray(buffers.lookup(buffers.shards(base)[i])).reshape(-1)
+        np.testing.assert_array_equal(block, want.reshape(n, -1)[i], err_msg=d)
+
+
+def test_gradient_through_flip_and_pad_along_the_shard_axis() -> None:
+    a = np.arange(24, dtype=np.float32).reshape(8, 3)
+    w = np.random.default_rng(0).standard_normal((12, 3)).astype(np.float32)
+    x = Tensor(a, requires_grad=True)
+    (x.shard(CPU2, 0).flip(0).pad(((2, 2), None)) * Tensor(w).shard(CPU2, 0)).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), w[2:10][::-1])   # d/dx of sum(pad(flip(x)) * w)
+
+
+def test_pad_shrink_flip_along_the_shard_axis_need_a_divisible_result() -> None:
+    x = Tensor(np.ones((4, 6), np.float32)).shard(CPU2, 0)
+    _raises(ShardingError, lambda: x.pad(((1, 0), None)).realize(), ["PAD", "(5, 6)", "not divisible", "2 devices"])
+    _raises(ShardingError, lambda: x.shrink(((0, 3), None)).realize(), ["SHRINK", "(3, 6)", "not divisible"])
+
+
 def test_replicated_copies_are_bitwise_equal_on_every_device() -> None:
     t = np.random.default_rng(1).standard_normal(64).astype(np.float32)
     r = M.allreduce(Tensor(t).shard(CPU2, 0)).realize()
@@ -246,8 +289,6 @@ def test_bad_input_errors() -> None:
     _raises(ShardingError, lambda: (a.shard(CPU2, 0) + a.shard(CPU2, 1)).realize(),
             ["ADD", "sharded on axis 1", "axis 0", ".shard(devices, 0)"])
     _raises(ShardingError, lambda: a.shard(CPU2, 1).reshape(24), ["RESHAPE", "(4, 6)", "(24,)", "shard boundary"])
-    _raises(ShardingError, lambda: a.shard(CPU2, 0).pad(((1, 1), None)).realize(),
-            ["PAD", "shard axis", "replicate first"])
     _raises(DeviceError, lambda: Tensor([1.0], device=("cpu:0", "cpu:0")), ["names a device twice"])
     _raises(DeviceError, lambda: Tensor([1.0], device=("cpu:0", "gpu:1")), ["unknown device", "gpu:1"])
     _raises(DeviceError, lambda: a.shard("cpu:0"), ["shard", "tuple of devices"])
