@@ -10,8 +10,10 @@ each with:
     cold     the first step in a fresh process whose kernel cache is an empty temporary CACHEDIR (graph,
              scheduling, lowering, the C compiler and the run), and the second step of that process; tinygrad's
              the same (its first TinyJit call, CACHELEVEL=0);
-    steady   one whole step after the check's steps (graph built again, plan replayed): median of N runs,
-             timed in turns with torch eager and tinygrad doing the identical step (all threads);
+    steady   one whole step after the check's steps, under tensor.jit (the kernels captured at the second step
+             replayed, as tinygrad's TinyJit does): median of N runs, timed in turns with torch eager and tinygrad
+             doing the identical step (all threads), and with ours without jit ("ours eager": the graph built,
+             hashed and its cached plan replayed at every step; its losses must equal the jit's bit for bit);
     kernels  the kernels one steady step launches, ours and tinygrad's;
     check    the loss of each of the first K steps, ours against torch: max relative difference <= 1e-4; and
              the gradients of every parameter at the initial weights, ours against torch (benchmarks.train_models
@@ -110,7 +112,7 @@ def _cold(b: Bench, cfg: ModelConfig, engine: str) -> dict[str, Any] | None:
 
 
 def model_row(b: Bench, cfg: ModelConfig, *, cold: bool = True, check_steps: int = 3, runs: int = 5,
-              peers: tuple[str, ...] = ("torch", "tinygrad")) -> dict[str, Any]:
+              peers: tuple[str, ...] = ("torch", "tinygrad"), eager: bool = True) -> dict[str, Any]:
     """Record one model's figures into b; returns the checks' outcome (what the test asserts on)."""
     name = cfg.label
     out: dict[str, Any] = {"config": asdict(cfg), "load": os.getloadavg()}
@@ -126,6 +128,12 @@ def model_row(b: Bench, cfg: ModelConfig, *, cold: bool = True, check_steps: int
     out["ours_losses"] = [ours.step() for _ in range(check_steps)]
     jobs = [Timed(f"{name}: step/ours", ours.step, 1, "ms", per_item=1e3, runs=runs)]
     engines: list[Trainer] = [ours]
+    if eager:  # the same step without tensor.jit: the graph built and hashed again at every step
+        again = OursTrainer(cfg, jit=False)
+        out["eager_same"] = [again.step() for _ in range(check_steps)] == out["ours_losses"]
+        b.note(f"{name}: ours without jit (graph rebuilt each step): the same losses bit for bit: "
+               f"{'yes' if out['eager_same'] else 'NO'}")
+        eager_job = Timed(f"{name}: step/ours eager", again.step, 1, "ms", per_item=1e3, runs=runs)
     out.update(check_ok=None, rel_err=None, grad_ok=None, grad_err=None)
     for peer in peers:
         b.say(f"{name}: {peer}, first {check_steps} steps")
@@ -145,7 +153,11 @@ def model_row(b: Bench, cfg: ModelConfig, *, cold: bool = True, check_steps: int
         engines.append(t)
     if "torch" not in peers:
         b.note(f"{name}: torch not installed: no torch column, no loss or gradient check")
+    if eager:
+        jobs.append(eager_job)
     results = b.measure_together(jobs)
+    if eager:
+        out["eager_ms"] = results.pop().median
     results[0].info.update(out)
     out["steady_ms"] = results[0].median
     for e, r in zip(engines[1:], results[1:], strict=True):

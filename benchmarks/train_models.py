@@ -202,17 +202,24 @@ class Trainer:
 
 
 class OursTrainer(Trainer):
+    """Ours; `jit=True` (the default, as tinygrad's TinyJit): the step under tensor.jit, which replays the captured
+    kernels from the third step on; `jit=False`: every step builds the graph again and replays the cached plan."""
+
     name = "ours"
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, jit: bool = True) -> None:
+        from tensor.jit import jit as capture
         from tensor.optim import AdamW
         from tensor.tensor import Tensor
 
         params, x, y = init(cfg)
         self.cfg = cfg
+        if not jit:
+            self.name = "ours eager"
         self.params = [Tensor(v, requires_grad=True).realize() for v in params]
         self.opt = AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.x, self.y = Tensor(x).realize(), Tensor(y).realize()
+        self._step = capture(self._train_step) if jit else self._train_step
 
     def _loss(self) -> Any:
         from tensor.modules import cross_entropy
@@ -223,13 +230,16 @@ class OursTrainer(Trainer):
         from lower.realize import plans
 
         before = plans.kernels_run
+        out = self._step().item()
+        self.kernels = plans.kernels_run - before
+        return out
+
+    def _train_step(self) -> Any:
         self.opt.zero_grad()
         loss = self._loss()
         loss.backward()
         self.opt.step(loss)
-        out = loss.item()
-        self.kernels = plans.kernels_run - before
-        return out
+        return loss
 
     def grads(self) -> list[np.ndarray]:
         from tensor.tensor import Tensor

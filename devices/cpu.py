@@ -434,14 +434,20 @@ class CPUDevice(Allocator):
             what = f"kernel {kernels[chunk[0]][1]!r}" if len(chunk) == 1 else f"{len(chunk)} kernels"
             srcs.append((src, what))
         compiler = self.compiler_for(tgt)
-        if len(srcs) == 1:
+        # the thread pool these kernels launch on is built (once per cache) alongside them, not after them
+        parallel = any(e is not None and _parallel(p) for e, p in zip(entries, progs, strict=True))
+        build_pool = tgt.runs_here and parallel and cpu_pool.unbuilt()
+        if len(srcs) == 1 and not build_pool:
             libs = [compiler.load(*srcs[0], tgt)]
         else:
             from concurrent.futures import ThreadPoolExecutor
 
             _ = compiler.cc, compiler.is_clang  # find and identify the compiler once, before the threads
-            with ThreadPoolExecutor(len(srcs)) as pool:  # each thread waits on its own compiler process
+            with ThreadPoolExecutor(len(srcs) + build_pool) as pool:  # each thread waits on its own compiler process
+                built = pool.submit(cpu_pool.prepare) if build_pool else None
                 libs = list(pool.map(lambda sw: compiler.load(sw[0], sw[1], tgt), srcs))
+                if built is not None:
+                    built.result()
         out: list[CPUKernel] = []
         lib_of = {i: (lib, src) for chunk, lib, (src, _) in zip(chunks, libs, srcs, strict=True) for i in chunk}
         for i in range(len(kernels)):
@@ -491,6 +497,12 @@ def _chunks(sizes: list[int], workers: int) -> list[list[int]]:
         groups[g].append(i)
         load[g] += sizes[i]
     return [sorted(g) for g in groups if g]
+
+
+def _parallel(prog: Program) -> bool:
+    """Whether a launch of the kernel may take the thread pool: its SPECIALs have more than one id in all."""
+    bounds = [sp.src[0] for sp in prog.specials.values()]
+    return any(b.op is not Ops.CONST for b in bounds) or math.prod(int(const_value(b)) for b in bounds) > 1
 
 
 def _symbol(name: str) -> str:

@@ -323,6 +323,17 @@ def _lib() -> ctypes.CDLL | None:
     return _LIB[0] if _LIB else None
 
 
+def unbuilt() -> bool:
+    """Whether a parallel launch would still have to build (or find in the disk cache) and load the pool."""
+    return not _LIB and not _FAILED and threads() > 1
+
+
+def prepare() -> None:
+    """Build and load the pool now (devices.cpu.compile_batch does it alongside a process's first kernels)."""
+    if threads() > 1:
+        _lib()
+
+
 def pack(args: Sequence[int]) -> ctypes.Array:
     """The argument array an entry wrapper reads: each pointer or integer as one 64-bit word (ctypes keeps
     the low 64 bits of an int, so a negative value arrives as its two's complement)."""
@@ -351,4 +362,4 @@ def workers() -> int:
     return int(_LIB[0].pool_workers()) if _LIB else 0
 
 
-__all__ = ["CALLER_SPIN_US", "SPIN_US", "launch", "pack", "threads", "workers"]
+__all__ = ["CALLER_SPIN_US", "SPIN_US", "launch", "pack", "prepare", "threads", "unbuilt", "workers"]

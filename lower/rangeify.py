@@ -396,6 +396,7 @@ def _broadcast_idx(idx: tuple[UOp, ...], out_shape: tuple, src_shape: tuple) -> 
 
 _EXPENSIVE = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW, Ops.SQRT, Ops.DIV, Ops.RECIP})
 RECOMPUTE_LIMIT = 8
+CHEAP_RECOMPUTE_LIMIT = 32
 
 
 def _recomputed_expensive(n: UOp, src_idx: tuple[UOp, ...], valid: UOp | None, buffers: dict[UOp, UOp]) -> bool:
@@ -403,7 +404,9 @@ def _recomputed_expensive(n: UOp, src_idx: tuple[UOp, ...], valid: UOp | None, b
     once per value of the broadcast axes, which are output loops outside that reduction, so the linearizer cannot
     hoist it. If the source holds transcendental or division work (attention's softmax feeding `@ v`) and the
     broadcast repeats it at least RECOMPUTE_LIMIT times, the source is realized instead: computed once, read
-    back per use."""
+    back per use. So is cheap work that combines two or more loads (a matmul's bias and ReLU feeding the next
+    matmul) repeated at least CHEAP_RECOMPUTE_LIMIT times: its loads and ops inside the loop cost more than one
+    elementwise pass."""
     src = n.src[0]
     factor = 1
     for s, d in zip(src.shape, n.shape, strict=True):
@@ -413,15 +416,23 @@ def _recomputed_expensive(n: UOp, src_idx: tuple[UOp, ...], valid: UOp | None, b
         return False
     seen: set[UOp] = set()
     stack = [src]
+    loads = 0
     while stack:  # the source's own work, stopping at realized nodes and buffers
         u = stack.pop()
-        if u in seen or u in buffers:
+        if u in seen:
             continue
         seen.add(u)
+        if u in buffers:
+            loads += 1
+            continue
         if u.op in _EXPENSIVE:
             return True
+        if u.op is Ops.REDUCE:  # realized by its own rule first; the rebuilt kernel then sees it as a load
+            return False
         stack.extend(u.src)
-    return False
+    # cheap work that combines two or more loaded values (a bias and ReLU on a matmul's output, ReLU's gradient
+    # mask), repeated CHEAP_RECOMPUTE_LIMIT times or more
+    return loads >= 2 and factor >= CHEAP_RECOMPUTE_LIMIT
 
 
 def _uses_reduce_range(idx: tuple[UOp, ...], valid: UOp | None) -> bool:

@@ -290,9 +290,15 @@ def _alloc(a: Alloc, var_vals: dict[str, int] | None = None) -> tuple[Any, np.nd
     return dev, dev.alloc(resolve(a.count, var_vals or {}), a.dtype)
 
 
-def replay(p: Plan, roots: list[UOp], inputs: list[UOp], var_vals: dict[str, int] | None = None) -> dict[UOp, UOp]:
+RECORDERS: list[Any] = []  # callables (plan, inputs, result buffers) told of every replay (tensor.jit's capture)
+
+
+def replay(p: Plan, roots: list[UOp], inputs: list[UOp], var_vals: dict[str, int] | None = None,
+           outs: list[UOp] | None = None) -> dict[UOp, UOp]:
     """Run plan `p` on a graph with its key: `inputs` are that graph's buffers by position (flattened:
-    `flat_inputs`), `var_vals` the values of its variables by name."""
+    `flat_inputs`), `var_vals` the values of its variables by name. `outs` (tensor.jit's replays): write the
+    results into these buffers (an earlier replay's, in order) instead of fresh ones. Every function in
+    `RECORDERS` is told of the replay (p, inputs, result buffers) once it has run."""
     vv = dict(var_vals or {})
     debug = int(getenv("DEBUG"))
     t0 = time.perf_counter()
@@ -305,7 +311,10 @@ def replay(p: Plan, roots: list[UOp], inputs: list[UOp], var_vals: dict[str, int
     for i in p.written_inputs:
         arrays[i] = writable(inputs[i])
     out_bufs: list[UOp] = []
-    for dtype, shape, device in p.outs:
+    for b in outs or ():
+        arrays.append(writable(b))
+    out_bufs += outs or ()
+    for dtype, shape, device in p.outs if outs is None else ():
         b = buffers.new_buffer(dtype, bind_shape(shape, vv), device)
         dev, arr = _alloc(Alloc(dtype, _count(b), device), vv)
         buffers.store(b, arr, owner=dev)
@@ -345,6 +354,10 @@ def replay(p: Plan, roots: list[UOp], inputs: list[UOp], var_vals: dict[str, int
         on = f" on {len({s.device for s in p.steps})} devices" if p.deps is not None else ""
         print(f"ran {nk} kernels, {len(p.steps) - nk} copies{on} in {(time.perf_counter() - t0) * 1e3:.2f} ms",
               file=sys.stderr)
+    for rec in RECORDERS:
+        rec(p, inputs, out_bufs)
+    if outs is not None and not roots:  # a replay for its effect on `outs` alone
+        return {}
     n_in = p.n_inputs
 
     def buffer_of(i: int) -> UOp:

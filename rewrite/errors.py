@@ -103,6 +103,10 @@ class GradientError(CompilerError):
     """A graph that cannot be differentiated: an op with no gradient rule on the path, or a bad seed."""
 
 
+class JitError(CompilerError, RuntimeError):
+    """A tensor.jit function that cannot be replayed: its first calls did different work, or read new data."""
+
+
 # ---------------------------------------------------------------- how an uncaught error is shown
 
 _PACKAGES = ("rewrite", "rules", "lower", "devices", "tensor")

@@ -23,6 +23,7 @@ import numpy as np
 import tensor.tensor as tt
 from rewrite import DType, dtypes
 from rewrite.errors import DTypeError, GradientError
+from tensor import jit
 from tensor.autograd import no_grad
 from tensor.helpers import Device
 
@@ -79,14 +80,19 @@ class Optimizer:
     def _scalar_values(self) -> dict[str, float]:
         return {k: float(getattr(self, k)) for k in self._SCALARS}
 
-    def _scalars(self, device: Device) -> dict[str, Tensor]:
-        """This step's scalars as 0-d tensors, all read from one host buffer (new data, same structure)."""
+    def _scalar_array(self) -> np.ndarray:
         vals = self._scalar_values()
         for k, v in vals.items():
             if not math.isfinite(v):
                 raise ValueError(f"{type(self).__name__}: {k}={v} is not finite")
-        buf = Tensor(np.array(list(vals.values()), dtype=_np_dtype(self.dtype)), device=device)
-        return {k: buf[i] for i, k in enumerate(vals)}
+        return np.array(list(vals.values()), dtype=_np_dtype(self.dtype))
+
+    def _scalars(self, device: Device) -> dict[str, Tensor]:
+        """This step's scalars as 0-d tensors, all read from one host buffer (new data, same structure). Under a
+        tensor.jit capture the buffer is a host input: each replay stores the scalars of its step there."""
+        buf = Tensor(self._scalar_array(), device=device)
+        jit.host_input(buf, self._scalar_array)
+        return {k: buf[i] for i, k in enumerate(self._SCALARS)}
 
     def _update(self, i: int, p: Tensor, g: Tensor, s: dict[str, Tensor], c: dict[str, Tensor]
                 ) -> tuple[Tensor, dict[str, Tensor]]:
@@ -127,6 +133,10 @@ class Optimizer:
         # overwritten would get a snapshot copy of it (tensor.inplace)
         grads = [p.grad for p in self.params if p.grad is not None and not p.grad.is_realized]
         Tensor.realize(*targets, *grads, *also, *pending_buffers(clear=True))
+        self.steps += 1
+        jit.on_replay(self._count_step)
+
+    def _count_step(self) -> None:
         self.steps += 1
 
 

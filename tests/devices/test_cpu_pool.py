@@ -231,3 +231,27 @@ def test_launch_checks_n() -> None:
 
 def _root() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.mark.skipif(cpu_pool.threads() < 2, reason="one CPU: launches never take the pool")
+def test_pool_is_built_alongside_the_first_parallel_kernels() -> None:
+    # a fresh process with an empty cache: compiling a kernel with several ids builds and loads the pool in the same
+    # batch (its compile runs next to the kernels', not after them at the first launch); one id does not
+    code = textwrap.dedent("""
+        import os, tempfile
+        os.environ["CACHEDIR"] = tempfile.mkdtemp()
+        import numpy as np
+        from devices import cpu_pool
+        from devices.cpu import DEVICE
+        from tests.devices.test_cpu_pool import slices
+        DEVICE.compile(slices(1, 64), "one")
+        assert cpu_pool.unbuilt(), "a kernel with one id built the pool"
+        k = DEVICE.compile(slices(4, 16), "four")
+        assert not cpu_pool.unbuilt() and cpu_pool._LIB, "the pool was not built with the kernels"
+        a, out = np.arange(64, dtype=np.int32), np.zeros(64, np.int32)
+        k({0: out, 1: a})
+        assert (out == a * 3 + np.repeat(np.arange(4, dtype=np.int32), 16)).all()
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=_root())
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr

@@ -57,6 +57,25 @@ def test_chained_matmul_realizes_the_inner_product() -> None:
     assert len(kernels(abc)) == 2
 
 
+def _biased_relu_matmul(n: int) -> UOp:
+    """relu(h + bias) @ w for h (16, 32), w (32, n): the ReLU'd operand is broadcast n times in the matmul."""
+    h, bias, w = buf(16, 32), buf(32), buf(32, n)
+    a = (h + bias.reshape((1, 32)).expand((16, 32))).maximum(0.0)
+    return (a.reshape((16, 32, 1)).expand((16, 32, n)) * w.reshape((1, 32, n)).expand((16, 32, n))).sum((1,))
+
+
+def test_cheap_work_on_two_loads_is_realized_before_a_wide_matmul() -> None:
+    # read inside the reduction and repeated 64 times, the bias add and ReLU (two loads) get their own kernel;
+    # the matmul then loads the realized operand and w, nothing else
+    ks = kernels(_biased_relu_matmul(64))
+    assert len(ks) == 2
+    assert loads(ks[1]) == 2
+    # repeated only 8 times, recomputing is cheaper than another pass: one kernel loading h, bias and w
+    ks = kernels(_biased_relu_matmul(8))
+    assert len(ks) == 1
+    assert loads(ks[0]) == 3
+
+
 def test_contiguous_forces_a_kernel() -> None:
     a = buf(8)
     out = (a + 1.0).contiguous() * 2.0
