@@ -11,7 +11,7 @@ from devices import get_device
 from devices.base import Target, cpu_target
 from lower import schedule
 from lower.buffers import new_buffer
-from lower.optimize import Opt, OptOps, apply_opt, axes, hand_coded, size, tile_shapes
+from lower.optimize import Opt, OptOps, apply_opt, axes, hand_coded, size, tile_shape, tile_shapes
 from lower.stages import lower_kernel
 from rewrite import AxisType, Ops, UOp, dtypes
 from rewrite.env import Context
@@ -109,7 +109,7 @@ def _matmul(m: int, k: int, n: int) -> UOp:
 def test_hand_coded_register_tile(level: str) -> None:
     """A matmul gets a register tile sized by the target: columns upcast to 2 vectors of one register's lanes,
     rows to as many copies as the registers hold accumulators for (AVX-512: 8 rows x 2 vectors of 16 lanes;
-    AVX2: 4 x 2 of 8), the column loop outside the row loop; it accumulates in rows x vecs vector registers,
+    AVX2: 6 x 2 of 8, the 32 rows padded to 36 by repeating the last), the column loop outside the row loop; it accumulates in rows x vecs vector registers,
     with fused MULACCs where the target has FMA instructions and with a vector multiply and add where it has
     none (x86-64-v2: a fused one would be a libm fmaf call per lane), and where the host runs the target, cpu ==
     python interpreting the same program."""
@@ -117,10 +117,16 @@ def test_hand_coded_register_tile(level: str) -> None:
     lanes = target.lanes(4)
     it = _kernel(_matmul(32, 24, 64))
     opts = hand_coded(it.ast, target, threads=1)
-    rows, vecs = next((r, v) for r, v in tile_shapes(target) if 32 % r == 0 and 64 % (v * lanes) == 0)
+    rows, vecs = tile_shape(32, 64, lanes, target)
     assert rows * vecs <= target.vector_registers - 4
+    # never fewer useful accumulators than the best tile that divides the rows exactly (32 rows padded to a
+    # multiple of 6 leave 32/36 of a 6x2 tile's 12 accumulators useful: 10.7, more than an exact 4x2's 8)
+    exact = max(r * v for r, v in tile_shapes(target) if 32 % r == 0 and 64 % (v * lanes) == 0)
+    assert rows * vecs * 32 / (-(-32 // rows) * rows) >= exact
     ups = [o.arg[0] for o in opts if o.op is OptOps.SPLIT and o.arg[1] is AxisType.UPCAST]  # type: ignore[index]
     assert sorted(ups) == sorted([vecs, rows, lanes]) and any(o.op is OptOps.SWAP for o in opts), opts
+    pads = [o for o in opts if o.op is OptOps.PADTO]
+    assert pads == ([Opt(OptOps.PADTO, 0, (rows, "repeat"))] if 32 % rows else []), opts
     lin = lower_kernel(it.ast, target, opts=opts)
     fmas = [u for u in lin.src if u.op is Ops.MULACC]
     src = get_device("cpu").render(lin, "tile")
