@@ -340,6 +340,9 @@ def _lane_unfriendly(u: UOp) -> bool:
         return True
     return u.op is Ops.CAST and src.is_float and dst.is_int and not float_to_int_in_range(u)
 MIN_WORK_PER_THREAD = 1 << 17
+# the outermost loop is padded to a multiple of the threads (repeating its last iteration) when it has at least
+# this many iterations per thread, so the padding wastes at most 1/PAD_FOR_THREADS of a thread's work
+PAD_FOR_THREADS = 8
 
 
 def work(ast: UOp) -> int:
@@ -521,7 +524,7 @@ def _register_tile(ast: UOp, opts: list[Opt], target: Target) -> UOp | None:
     # its vecs FMAs; column by column kept every row's broadcast live, rows + rows x vecs registers, and the 6x2
     # tile spilled accumulators); the vector lanes the innermost UPCAST axis (the lanes lower.expand vectorizes;
     # the other UPCAST axes become copies)
-    col_copies = [r for r in axes(ast) if r.axis_type is AxisType.UPCAST and r is not row_copies][0] \
+    col_copies = next(r for r in axes(ast) if r.axis_type is AxisType.UPCAST and r is not row_copies) \
         if vecs > 1 else row_copies
     last_upcast = [r for r in axes(ast) if r.axis_type is AxisType.UPCAST][-1]
     for outer, inner in ((u_out, v_out), (row_copies, col_copies), (lanes, last_upcast)):
@@ -549,6 +552,14 @@ def hand_coded(ast: UOp, target: Target, threads: int | None = None, vectors: bo
         total = work(ast)
         loops = [i for i, r in enumerate(axes(ast)) if r.axis_type is AxisType.LOOP]
         if threads > 1 and total >= threads * MIN_WORK_PER_THREAD and loops:
+            first = size(axes(ast)[loops[0]])
+            if first % threads and first >= PAD_FOR_THREADS * threads:
+                # the outermost loop split even so (its last block repeats its last iteration, stores gated)
+                # rather than an inner one that threads divide: a matmul of 1031 rows split its 24 columns and
+                # left each thread 12, too few for a register tile's vectors
+                o = Opt(OptOps.PADTO, loops[0], (threads, "repeat"))
+                ast = apply_opt(ast, o)
+                opts.append(o)
             ast, _ = _split_first(ast, opts, loops, AxisType.THREAD, [threads], top=True)
         if not vectors:
             return opts
