@@ -441,15 +441,16 @@ def matmul_panel_bytes(target: Target) -> int:
     return TILE_VECTORS * target.vector_bytes
 
 
-def tile_shape(rows_n: int, cols_n: int, width: int, target: Target) -> tuple[int, int] | None:
+def tile_shape(rows_n: int, cols_n: int, width: int, target: Target, pad: bool = True) -> tuple[int, int] | None:
     """The (rows, vecs) register tile for an output of rows_n x cols_n (cols in lanes of `width`): the shape with
     the most useful accumulators, rows x vecs scaled by the share of rows that are real when rows_n is padded to
     a multiple of rows (the padding repeats the last row: PADTO "repeat"); then the least padding, then
     tile_shapes' order. A 6x2 tile padded from 1024 to 1026 rows beats an exact 4x2 (11.98 useful accumulators
-    against 8); 2 rows get a 2x2 tile, not a 6x2 two thirds wasted. None when no vector count divides cols_n."""
+    against 8); 2 rows get a 2x2 tile, not a 6x2 two thirds wasted. Without `pad` only shapes whose rows divide
+    rows_n. None when no shape fits."""
     best: tuple[tuple[float, int, int], tuple[int, int]] | None = None
     for i, (r, k) in enumerate(tile_shapes(target)):
-        if cols_n % (k * width):
+        if cols_n % (k * width) or (not pad and rows_n % r):
             continue
         padded = -(-rows_n // r) * r
         key = (-(r * k * rows_n / padded), padded - rows_n, i)
@@ -505,7 +506,10 @@ def _register_tile(ast: UOp, opts: list[Opt], target: Target) -> UOp | None:
             break
     else:
         return None
-    shape = tile_shape(size(u), size(v), width, target)
+    # padding the rows only where no load's gate moves with them: conv's rows are output columns whose input
+    # reads are gated at the image border, and clamped rows there cost more than the wider tile gained (conv
+    # (8,64,56,56): a 6x2 tile over 56 rows padded to 60 ran at 0.8x of the exact 4x2)
+    shape = tile_shape(size(u), size(v), width, target, pad=not any(u in g for g in gates))
     if shape is None:
         return None
     rows, vecs = shape
