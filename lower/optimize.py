@@ -8,6 +8,9 @@ reduction's ranges. An Opt is (op, axis, arg) and opts compose left to right (se
                            r_outer*k + r_inner (top: r_top*(n/k) + r_rest).
   PADTO  m                 axis n becomes ceil(n/m)*m iterations; the extra ones are masked: loads and stores
                            that move with it are gated by r < n, and a reduction over it adds its identity there
+  PADTO  (m, "repeat")     the same count, but the extra iterations of an output (LOOP/GLOBAL) axis repeat the
+                           last one: every use of r reads min(r, n-1), so loads need no gate (an inner loop's
+                           loads stay plain), and only the stores that depend on r are gated by r < n
   SWAP   j                 exchange the loop order of two output axes (both LOOP-like, same END)
   NOLOCALS                 no LOCAL axes (CPU: always)
   TC       shape           tensor cores ("16x8x16 half->float", one of Target.tensor_cores, or (shape, tm, tn):
@@ -228,6 +231,8 @@ def _padto(ast: UOp, r: UOp, opt: Opt) -> UOp:
     from lower.rangeify import reduce_identity
 
     m, n = opt.arg, size(r)
+    if isinstance(m, tuple) and len(m) == 2 and m[1] == "repeat":
+        return _padto_repeat(ast, r, opt, m[0], n)
     if not isinstance(m, int) or m < 1:
         raise KernelOptError(f"{opt}: the multiple must be a positive int")
     if r.axis_type not in (AxisType.LOOP, AxisType.GLOBAL, AxisType.REDUCE):
@@ -257,6 +262,38 @@ def _padto(ast: UOp, r: UOp, opt: Opt) -> UOp:
         elif u.op is Ops.REDUCE and p in u.src[1:]:
             ident = UOp.const(reduce_identity(u.reduce_op, u.dtype), u.dtype)
             new = UOp(Ops.REDUCE, (valid.where(src[0], ident), *src[1:]), u.arg, u.tag)
+        else:
+            new = u if src == u.src else UOp(u.op, src, u.arg, u.tag)
+        done[u] = new
+    return done[ast]
+
+
+def _padto_repeat(ast: UOp, r: UOp, opt: Opt, m: object, n: int) -> UOp:
+    """PADTO (m, "repeat"): r padded to a multiple of m, the extra iterations computing what the last one does
+    (every use reads min(r, n-1)) with the stores that depend on r gated by r < n. The extra work is never
+    stored, so it needs no identity and its loads no gate: they read rows that exist."""
+    if not isinstance(m, int) or m < 1:
+        raise KernelOptError(f"{opt}: the multiple must be a positive int")
+    if r.axis_type not in (AxisType.LOOP, AxisType.GLOBAL):
+        raise KernelOptError(f"{opt}: only output (LOOP or GLOBAL) axes can repeat their last iteration, not "
+                             f"{r.axis_type.name}; pad a reduction with PADTO m (its identity)")
+    padded = -(-n // m) * m
+    if padded == n:
+        return ast
+    p = UOp.range(padded, r.range_id, r.axis_type)
+    valid = p < n
+    ast = replace_range(ast, r, (p,), valid.where(p, UOp.const(n - 1, dtypes.index)))
+    done: dict[UOp, UOp] = {}
+    dep: dict[UOp, bool] = {}
+    for u in ast.toposort():
+        dep[u] = u is p or any(dep[s] for s in u.src)
+        src = tuple(done.get(s, s) for s in u.src)
+        if u.op is Ops.STORE and dep[u]:
+            new = UOp(Ops.STORE, (src[0], src[1], valid if len(src) < 3 else (src[2] & valid)), u.arg, u.tag)
+        elif u.op is Ops.ATOMICADD and dep[u]:
+            from lower.atomics import gated_atomic_add
+
+            new = gated_atomic_add(src[0], src[1], valid)
         else:
             new = u if src == u.src else UOp(u.op, src, u.arg, u.tag)
         done[u] = new
@@ -303,6 +340,9 @@ def _lane_unfriendly(u: UOp) -> bool:
         return True
     return u.op is Ops.CAST and src.is_float and dst.is_int and not float_to_int_in_range(u)
 MIN_WORK_PER_THREAD = 1 << 17
+# the outermost loop is padded to a multiple of the threads (repeating its last iteration) when it has at least
+# this many iterations per thread, so the padding wastes at most 1/PAD_FOR_THREADS of a thread's work
+PAD_FOR_THREADS = 8
 
 
 def work(ast: UOp) -> int:
@@ -401,6 +441,24 @@ def matmul_panel_bytes(target: Target) -> int:
     return TILE_VECTORS * target.vector_bytes
 
 
+def tile_shape(rows_n: int, cols_n: int, width: int, target: Target, pad: bool = True) -> tuple[int, int] | None:
+    """The (rows, vecs) register tile for an output of rows_n x cols_n (cols in lanes of `width`): the shape with
+    the most useful accumulators, rows x vecs scaled by the share of rows that are real when rows_n is padded to
+    a multiple of rows (the padding repeats the last row: PADTO "repeat"); then the least padding, then
+    tile_shapes' order. A 6x2 tile padded from 1024 to 1026 rows beats an exact 4x2 (11.98 useful accumulators
+    against 8); 2 rows get a 2x2 tile, not a 6x2 two thirds wasted. Without `pad` only shapes whose rows divide
+    rows_n. None when no shape fits."""
+    best: tuple[tuple[float, int, int], tuple[int, int]] | None = None
+    for i, (r, k) in enumerate(tile_shapes(target)):
+        if cols_n % (k * width) or (not pad and rows_n % r):
+            continue
+        padded = -(-rows_n // r) * r
+        key = (-(r * k * rows_n / padded), padded - rows_n, i)
+        if best is None or key < best[0]:
+            best = (key, (r, k))
+    return None if best is None else best[1]
+
+
 def _split_pair(ast: UOp, opts: list[Opt], r: UOp, k: int, target: AxisType, top: bool = False
                 ) -> tuple[UOp, UOp, UOp]:
     """Split range r by k into `target`; returns (new ast, the part that keeps r's type, the new part)."""
@@ -448,18 +506,32 @@ def _register_tile(ast: UOp, opts: list[Opt], target: Target) -> UOp | None:
             break
     else:
         return None
-    shape = next(((r, k) for r, k in tile_shapes(target) if size(u) % r == 0 and size(v) % (k * width) == 0), None)
+    # padding the rows only where no load's gate moves with them: conv's rows are output columns whose input
+    # reads are gated at the image border, and clamped rows there cost more than the wider tile gained (conv
+    # (8,64,56,56): a 6x2 tile over 56 rows padded to 60 ran at 0.8x of the exact 4x2)
+    shape = tile_shape(size(u), size(v), width, target, pad=not any(u in g for g in gates))
     if shape is None:
         return None
     rows, vecs = shape
+    if size(u) % rows:  # the rows' last block repeats the last row (its stores gated): no gate in the k loop
+        at = axes(ast).index(u)
+        o = Opt(OptOps.PADTO, at, (rows, "repeat"))
+        ast = apply_opt(ast, o)
+        opts.append(o)
+        u = axes(ast)[at]
     ast, v_out, lanes = _split_pair(ast, opts, v, width, AxisType.UPCAST)
     if vecs > 1:
         ast, v_out, _ = _split_pair(ast, opts, v_out, vecs, AxisType.UPCAST)
-    ast, u_out, _ = _split_pair(ast, opts, u, rows, AxisType.UPCAST)
-    # the column-block loop outside the row-block loop, and the vector lanes the innermost UPCAST axis (the lanes
-    # lower.expand vectorizes; the other UPCAST axes become copies)
+    ast, u_out, row_copies = _split_pair(ast, opts, u, rows, AxisType.UPCAST)
+    # the column-block loop outside the row-block loop; the column vectors' copies before the rows' (lower.expand
+    # then emits the FMAs row by row: both column vectors stay in registers and each row's broadcast dies after
+    # its vecs FMAs; column by column kept every row's broadcast live, rows + rows x vecs registers, and the 6x2
+    # tile spilled accumulators); the vector lanes the innermost UPCAST axis (the lanes lower.expand vectorizes;
+    # the other UPCAST axes become copies)
+    col_copies = next(r for r in axes(ast) if r.axis_type is AxisType.UPCAST and r is not row_copies) \
+        if vecs > 1 else row_copies
     last_upcast = [r for r in axes(ast) if r.axis_type is AxisType.UPCAST][-1]
-    for outer, inner in ((u_out, v_out), (lanes, last_upcast)):
+    for outer, inner in ((u_out, v_out), (row_copies, col_copies), (lanes, last_upcast)):
         cur = axes(ast)
         if cur.index(outer) < cur.index(inner):
             o = Opt(OptOps.SWAP, cur.index(outer), cur.index(inner))
@@ -484,6 +556,14 @@ def hand_coded(ast: UOp, target: Target, threads: int | None = None, vectors: bo
         total = work(ast)
         loops = [i for i, r in enumerate(axes(ast)) if r.axis_type is AxisType.LOOP]
         if threads > 1 and total >= threads * MIN_WORK_PER_THREAD and loops:
+            first = size(axes(ast)[loops[0]])
+            if first % threads and first >= PAD_FOR_THREADS * threads:
+                # the outermost loop split even so (its last block repeats its last iteration, stores gated)
+                # rather than an inner one that threads divide: a matmul of 1031 rows split its 24 columns and
+                # left each thread 12, too few for a register tile's vectors
+                o = Opt(OptOps.PADTO, loops[0], (threads, "repeat"))
+                ast = apply_opt(ast, o)
+                opts.append(o)
             ast, _ = _split_first(ast, opts, loops, AxisType.THREAD, [threads], top=True)
         if not vectors:
             return opts

@@ -11,11 +11,12 @@ from devices import get_device
 from devices.base import Target, cpu_target
 from lower import schedule
 from lower.buffers import new_buffer
-from lower.optimize import Opt, OptOps, apply_opt, axes, hand_coded, size, tile_shapes
+from lower.optimize import Opt, OptOps, apply_opt, axes, hand_coded, size, tile_shape, tile_shapes
 from lower.stages import lower_kernel
 from rewrite import AxisType, Ops, UOp, dtypes
 from rewrite.env import Context
 from rewrite.errors import KernelOptError
+from tensor import Tensor
 
 
 def _kernel(out: UOp):
@@ -66,8 +67,9 @@ def opt_lists(draw: st.DrawFn, ast: UOp) -> list[Opt]:
         kind = draw(st.integers(0, 5))
         if kind == 0:  # sometimes a loop swap
             o = Opt(OptOps.SWAP, i, draw(st.integers(0, len(rs) - 1)))
-        elif kind == 1:  # or a pad to a multiple
-            o = Opt(OptOps.PADTO, i, draw(st.sampled_from([3, 4, 16])))
+        elif kind == 1:  # or a pad to a multiple, masked or repeating the last iteration
+            m = draw(st.sampled_from([3, 4, 16]))
+            o = Opt(OptOps.PADTO, i, (m, "repeat") if draw(st.booleans()) else m)
         else:
             n = size(rs[i])
             divs = [d for d in (2, 4, 8, 16) if n % d == 0]
@@ -109,18 +111,24 @@ def _matmul(m: int, k: int, n: int) -> UOp:
 def test_hand_coded_register_tile(level: str) -> None:
     """A matmul gets a register tile sized by the target: columns upcast to 2 vectors of one register's lanes,
     rows to as many copies as the registers hold accumulators for (AVX-512: 8 rows x 2 vectors of 16 lanes;
-    AVX2: 4 x 2 of 8), the column loop outside the row loop; it accumulates in rows x vecs vector registers,
-    with fused MULACCs where the target has FMA instructions and with a vector multiply and add where it has
-    none (x86-64-v2: a fused one would be a libm fmaf call per lane), and where the host runs the target, cpu ==
-    python interpreting the same program."""
+    AVX2: 6 x 2 of 8, the 32 rows padded to 36 by repeating the last), the column loop outside the row loop; it
+    accumulates in rows x vecs vector registers, with fused MULACCs where the target has FMA instructions and
+    with a vector multiply and add where it has none (x86-64-v2: a fused one would be a libm fmaf call per
+    lane), and where the host runs the target, cpu == python interpreting the same program."""
     target = cpu_target(level)
     lanes = target.lanes(4)
     it = _kernel(_matmul(32, 24, 64))
     opts = hand_coded(it.ast, target, threads=1)
-    rows, vecs = next((r, v) for r, v in tile_shapes(target) if 32 % r == 0 and 64 % (v * lanes) == 0)
+    rows, vecs = tile_shape(32, 64, lanes, target)
     assert rows * vecs <= target.vector_registers - 4
+    # never fewer useful accumulators than the best tile that divides the rows exactly (32 rows padded to a
+    # multiple of 6 leave 32/36 of a 6x2 tile's 12 accumulators useful: 10.7, more than an exact 4x2's 8)
+    exact = max(r * v for r, v in tile_shapes(target) if 32 % r == 0 and 64 % (v * lanes) == 0)
+    assert rows * vecs * 32 / (-(-32 // rows) * rows) >= exact
     ups = [o.arg[0] for o in opts if o.op is OptOps.SPLIT and o.arg[1] is AxisType.UPCAST]  # type: ignore[index]
     assert sorted(ups) == sorted([vecs, rows, lanes]) and any(o.op is OptOps.SWAP for o in opts), opts
+    pads = [o for o in opts if o.op is OptOps.PADTO]
+    assert pads == ([Opt(OptOps.PADTO, 0, (rows, "repeat"))] if 32 % rows else []), opts
     lin = lower_kernel(it.ast, target, opts=opts)
     fmas = [u for u in lin.src if u.op is Ops.MULACC]
     src = get_device("cpu").render(lin, "tile")
@@ -209,6 +217,44 @@ def test_padto_masks_the_extra_iterations(opts: list[Opt]) -> None:
     neg = {1: -np.abs(_inputs(maxed)[1]) - 1.0}
     got = _run(maxed, "cpu", [Opt(OptOps.PADTO, 1, 16)], neg)
     np.testing.assert_array_equal(got, neg[1].reshape(6, 10).max(1))
+
+
+@pytest.mark.parametrize("opts", [
+    [Opt(OptOps.PADTO, 0, (4, "repeat"))],  # 6 rows run as 8, the last two repeating row 5
+    [Opt(OptOps.PADTO, 0, (4, "repeat")), Opt(OptOps.SPLIT, 0, (4, AxisType.UPCAST, False))],  # row copies
+    [Opt(OptOps.PADTO, 1, (8, "repeat")), Opt(OptOps.SPLIT, 1, (8, AxisType.UPCAST, False))],  # gated lanes
+    [Opt(OptOps.PADTO, 0, (5, "repeat")), Opt(OptOps.PADTO, 1, (3, "repeat"))]])
+def test_padto_repeat_stores_only_the_real_iterations(opts: list[Opt]) -> None:
+    """PADTO (m, "repeat") on output axes: the extra iterations recompute the last real one (their loads clamp to
+    it, ungated) and store nothing, so the result is exact and cpu == python running the same program."""
+    it = _kernel(_matmul(6, 10, 7))
+    arrays = _inputs(it)
+    want = arrays[1].reshape(6, 10).astype(np.float64) @ arrays[2].reshape(10, 7)
+    got = _run(it, "cpu", opts, arrays)
+    np.testing.assert_array_equal(got, _run(it, "python", opts, arrays))
+    np.testing.assert_allclose(got.reshape(6, 7), want, rtol=1e-5, atol=1e-5)
+    lin = lower_kernel(it.ast, cpu_target("native"), opts=opts)
+    assert not [u for u in lin.src if u.op is Ops.LOAD and len(u.src) >= 3], "a repeating pad gates no load"
+
+
+def test_padto_repeat_in_place_update_runs_once() -> None:
+    """An in-place read-modify-write (x += 1 on a realized buffer, 7 elements padded to 8): the repeated last
+    iteration stores nothing, so element 6 is incremented once, not twice."""
+    x = Tensor(np.arange(7, dtype=np.float32)).realize()
+    (it,) = [i for i in x.assign(x + 1.0).schedule() if i.kind == "kernel"]
+    opts = [Opt(OptOps.PADTO, 0, (8, "repeat"))]
+    k = get_device("cpu").compile(lower_kernel(it.ast, cpu_target("native"), opts=opts), it.name)
+    bufs = {0: np.arange(7, dtype=np.float32)}
+    k(bufs)
+    np.testing.assert_array_equal(bufs[0], np.arange(7, dtype=np.float32) + 1)
+
+
+def test_padto_repeat_refuses_a_reduction() -> None:
+    it = _kernel(dict(_cases())["rowsum"])  # axes (8 loop, 16 reduce)
+    with pytest.raises(KernelOptError, match=r"only output .*REDUCE"):
+        apply_opt(it.ast, Opt(OptOps.PADTO, 1, (5, "repeat")))
+    with pytest.raises(KernelOptError, match="positive int"):
+        apply_opt(it.ast, Opt(OptOps.PADTO, 0, (0, "repeat")))
 
 
 @pytest.mark.parametrize("level", ["x86-64-v2", "x86-64-v3"])

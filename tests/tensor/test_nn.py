@@ -82,6 +82,27 @@ def test_matmul_through_column_panels(case: str, dt: str) -> None:
     close(out, np.matmul(a.astype(np.float64), nb.astype(np.float64)).astype(dt), rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("level", ["native", "x86-64-v2"])
+@pytest.mark.parametrize("shape", [(7, 13, 16), (97, 61, 32), (131, 67, 48), (1031, 64, 24), (5, 3, 8),
+                                   (37, 29, 37), (2, 53, 31, 16), (3, 6, 64)])
+def test_matmul_register_tile_awkward_sizes(level: str, shape: tuple[int, ...]) -> None:
+    """Row counts that no register tile divides (primes, 7, 1031) are padded by repeating the last row
+    (lower.optimize PADTO "repeat"), column counts of 3 or 6 vectors get 1-vector tiles, a prime column count no
+    tile; the result equals numpy's for every target the host runs (SSE without FMA, and the host's own)."""
+    from devices.base import cpu_target
+    from rewrite.env import Context
+
+    if not cpu_target(level).runs_here:
+        pytest.skip(f"{level} code does not run on this host")
+    *batch, m, k, n = shape
+    rng = np.random.default_rng(m * n + k)
+    a = rng.standard_normal((*batch, m, k)).astype(np.float32)
+    b = rng.standard_normal((*batch, k, n)).astype(np.float32)
+    with Context(CPU_TARGET=level):
+        got = (Tensor(a) @ Tensor(b)).numpy()
+    np.testing.assert_allclose(got, np.matmul(a.astype(np.float64), b.astype(np.float64)), rtol=1e-4, atol=1e-4)
+
+
 def test_matmul_errors() -> None:
     with pytest.raises(ShapeError, match=r"matmul: \(2, 3\) @ \(4, 5\): the inner dimensions differ \(3 vs 4\)"):
         Tensor.ones(2, 3) @ Tensor.ones(4, 5)
