@@ -373,6 +373,9 @@ class CPUDevice(Allocator):
         super().__init__()
         self.compiler = Compiler()
         self._cross: dict[str, Compiler] = {}
+        # (LINEAR, symbol) -> (Program, function text, helpers) that render made, taken by the compile of the same
+        # kernel (the pipeline renders, then compiles: the function is made once); bounded, oldest dropped first
+        self._rendered: dict[tuple[UOp, str], tuple[Program, str, dict[str, str]]] = {}
 
     def default_target(self) -> Target:
         """The host's target, or the level CPU_TARGET names."""
@@ -388,9 +391,21 @@ class CPUDevice(Allocator):
     def render(self, linear: UOp, name: str = "kernel", target: Target | None = None) -> str:
         """The C source of one kernel (a whole file: includes, helpers, the function). The text is the same for
         every cpu target: the vector widths are in the LINEAR program, the instruction set in the flags."""
-        prog = analyze(linear, self.name, self.supported_ops, _symbol(name))
+        sym = _symbol(name)
+        prog, func, helpers = self._function(linear, sym)
+        if len(self._rendered) >= RENDERED_KEPT:
+            del self._rendered[next(iter(self._rendered))]
+        self._rendered[(linear, sym)] = (prog, func, helpers)
+        return render_source([func], helpers)
+
+    def _function(self, linear: UOp, sym: str) -> tuple[Program, str, dict[str, str]]:
+        """The analyzed program, C function text and helpers of one kernel under the symbol `sym`: the one render
+        made (taken, so that compile's Program is its own), else made now."""
+        if (made := self._rendered.pop((linear, sym), None)) is not None:
+            return made
+        prog = analyze(linear, self.name, self.supported_ops, sym)
         helpers: dict[str, str] = {}
-        return render_source([render_function(prog, prog.name, helpers)], helpers)
+        return prog, render_function(prog, sym, helpers), helpers
 
     def compile(self, linear: UOp, name: str = "kernel", target: Target | None = None) -> CPUKernel:
         return self.compile_batch([(linear, name)], target)[0]
@@ -408,10 +423,9 @@ class CPUDevice(Allocator):
             if sym in syms:
                 sym = next(f"{sym}_{i}" for i in itertools.count(1) if f"{sym}_{i}" not in syms)
             syms.append(sym)
-            prog = analyze(linear, self.name, self.supported_ops, sym)
+            prog, func, helpers = self._function(linear, sym)
             prog.name = name
-            helpers: dict[str, str] = {}
-            parts.append(([render_function(prog, sym, helpers)], helpers))
+            parts.append(([func], dict(helpers)))
             progs.append(prog)
         # entry wrappers for the kernels with SPECIALs, named clear of every kernel symbol in this file
         entries: list[str | None] = []
@@ -472,6 +486,8 @@ def build_object(src: str, out: str, target: Target, what: str = "kernel", execu
     DEVICE.compiler_for(target)._run(src, out, what, target, extra, executable)
 
 
+# how many rendered kernels the device keeps for their compile (a realize renders a batch, then compiles it)
+RENDERED_KEPT = 1024
 # below this much C source per compiler run, another run costs more in its start than it saves in parallel
 MIN_CHUNK_CHARS = 16_000
 

@@ -372,6 +372,10 @@ class CudaKernel:
 # ---------------------------------------------------------------- the device
 
 
+# (LINEAR, symbol) -> (Program, kernel text, helpers) that render made, taken by the compile of the same kernel
+_rendered: dict[tuple[UOp, str], tuple[Program, str, dict[str, str]]] = {}
+
+
 class CudaDevice:
     """The `cuda` device: CUDA C compiled by nvcc, run through the driver API on GPU 0."""
 
@@ -501,9 +505,21 @@ class CudaDevice:
     # code
     def render(self, linear: UOp, name: str = "kernel", target: Target | None = None) -> str:
         """The .cu source of one kernel (the text is the same for every GPU; the architecture is a flag)."""
-        prog = analyze(linear, self.name, self.supported_ops, kernel_symbol(name))
+        sym = kernel_symbol(name)
+        prog, func, helpers = self._function(linear, sym)
+        if len(_rendered) >= 1024:
+            del _rendered[next(iter(_rendered))]
+        _rendered[(linear, sym)] = (prog, func, helpers)  # the pipeline's compile row comes next: rendered once
+        return render_cuda_source([func], helpers)
+
+    def _function(self, linear: UOp, sym: str) -> tuple[Program, str, dict[str, str]]:
+        """The analyzed program, kernel text and helpers of one kernel under `sym`: the ones render made
+        (taken), else made now."""
+        if (made := _rendered.pop((linear, sym), None)) is not None:
+            return made
+        prog = analyze(linear, self.name, self.supported_ops, sym)
         helpers: dict[str, str] = {}
-        return render_cuda_source([render_kernel(prog, prog.name, helpers)], helpers)
+        return prog, render_kernel(prog, sym, helpers), helpers
 
     def compile(self, linear: UOp, name: str = "kernel", target: Target | None = None) -> CudaKernel:
         return self.compile_batch([(linear, name)], target)[0]
@@ -521,9 +537,10 @@ class CudaDevice:
             if sym in syms:
                 sym = next(f"{sym}_{i}" for i in itertools.count(1) if f"{sym}_{i}" not in syms)
             syms.append(sym)
-            prog = analyze(linear, self.name, self.supported_ops, sym)
+            prog, func, used = self._function(linear, sym)
             prog.name = name
-            funcs.append(render_kernel(prog, sym, helpers))
+            helpers.update(used)
+            funcs.append(func)
             progs.append(prog)
         src = render_cuda_source(funcs, helpers)
         if int(getenv("DEBUG")) >= 4:

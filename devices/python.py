@@ -449,6 +449,10 @@ def _vector_store(p: int, u: UOp, s: list[int]) -> Step:
     return step
 
 
+# (LINEAR, name) -> the analyzed program render made, taken by compile (bounded, oldest dropped first)
+_analyzed: dict[tuple[UOp, str], Program] = {}
+
+
 class PythonDevice(Allocator):
     """The `python` device: compile checks and translates a LINEAR program; kernels run in the interpreter."""
 
@@ -461,11 +465,18 @@ class PythonDevice(Allocator):
 
     def render(self, linear: UOp, name: str = "kernel", target: Target | None = None) -> str:
         """The interpreter's "source": the checked instruction listing it runs."""
-        prog = analyze(linear, self.name, self.supported_ops, name)
+        prog = self._analyze(linear, name)
+        if len(_analyzed) >= 1024:
+            del _analyzed[next(iter(_analyzed))]
+        _analyzed[(linear, name)] = prog  # the pipeline's compile row comes next: it analyzes once
         return f"python kernel {name}:\n" + "\n".join(f"  {i:4d} {u.short()}" for i, u in enumerate(prog.instrs))
 
+    def _analyze(self, linear: UOp, name: str) -> Program:
+        made = _analyzed.pop((linear, name), None)
+        return made if made is not None else analyze(linear, self.name, self.supported_ops, name)
+
     def compile(self, linear: UOp, name: str = "kernel", target: Target | None = None) -> PythonKernel:
-        prog = analyze(linear, self.name, self.supported_ops, name)
+        prog = self._analyze(linear, name)
         for u in prog.instrs:
             if u.op is Ops.CUSTOM:
                 raise CompileError(f"{prog.where(u)}: the python device cannot run CUSTOM code {u.arg!r}")

@@ -7,7 +7,12 @@ it is one), the spec stage its output must satisfy, and the callable that runs i
                    graph stage, rangeify, splits it into kernels (ScheduleItems, each kernel a SINK over RANGEs)
   scope "kernel"   runs on each kernel's AST, from its SINK to its LINEAR program
   scope "program"  runs on a kernel's `PROGRAM(SINK, LINEAR)`: render adds `SOURCE(text)`, compile adds
-                   `BINARY(bytes)`, so a compiled kernel is `PROGRAM(SINK, LINEAR, SOURCE, BINARY)` (seed 001)
+                   `BINARY(bytes)`, so a compiled kernel is `PROGRAM(SINK, LINEAR, SOURCE, BINARY)` (seed 001);
+                   on a SINK of PROGRAMs (lower.realize passes a schedule's new kernels of one device so) each one,
+                   and compile compiles them as one batch (one compiler run per host core for all of them)
+
+`compile()` and `lower.realize` run the same rows: realize's kernels go through `lower_kernel` and then
+`program_stages`, so SPEC, DEBUG, VIZ and the spec checks attach to render and compile there too.
 
 What runs a stage is uniform (`_run_stage`): the stage gets the graph and the typed `Lowering` context (target,
 knobs, per-kernel overrides), and after it, in this order, `SPEC=1` checks the result against the row's spec
@@ -15,13 +20,17 @@ stage (rewrite.spec), `DEBUG>=5` prints the stage's output, and `upto=` may stop
 below this module: `Lowering.from_env(target)` reads the knobs once, and everything else is an argument.
 
 The scheduler's own bookkeeping (buffers for realized nodes, the memory plan) stays in lower.schedule and
-lower.memory; the kernel split itself is still a worklist there (rangeify builds each kernel and asks for a
-realize by exception), to become rules over the whole graph.
+lower.memory. The kernel split's decisions are named rules (lower.split): `realize_rules`, a RuleSet over the
+whole graph, realizes what a node's own op settles (roots, CONTIGUOUS, COPY and its source, assignments, a
+resizing BITCAST's source); the decisions that depend on the kernels around a node are still taken by the
+worklist in lower.schedule while lower.rangeify builds each kernel (it asks for a realize by exception, naming
+the rule), and are recorded under their rule names beside the first ones (`lower.schedule.split_decisions`).
 """
 
 from __future__ import annotations
 
 import sys
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -186,10 +195,17 @@ def linearize(ast: UOp, ctx: Lowering) -> UOp:
 # ------------------------------------------------------------------------------------------ program stages
 
 
+def _name(program: UOp, ctx: Lowering) -> str:
+    return program.arg if isinstance(program.arg, str) else ctx.name
+
+
 def render(program: UOp, ctx: Lowering) -> UOp:
-    """PROGRAM(SINK, LINEAR) gains SOURCE: the device's text for the kernel (a whole compilable file)."""
-    linear = program.src[1]
-    text = ctx.device.render(linear, ctx.name, ctx.target)
+    """PROGRAM(SINK, LINEAR) gains SOURCE: the device's text for the kernel (a whole compilable file). A SINK of
+    PROGRAMs (a batch, as realize makes) becomes the SINK of each one rendered."""
+    if program.op is Ops.SINK:
+        return UOp.sink(*(render(p, ctx) for p in program.src))
+    name = _name(program, ctx)
+    text = ctx.device.render(program.src[1], name, ctx.target)
     if ctx.debug >= 4:
         print(text, file=sys.stderr)
     return UOp(Ops.PROGRAM, (*program.src[:2], UOp(Ops.SOURCE, (), text)), program.arg)
@@ -197,15 +213,35 @@ def render(program: UOp, ctx: Lowering) -> UOp:
 
 def compile_program(program: UOp, ctx: Lowering) -> UOp:
     """PROGRAM(SINK, LINEAR, SOURCE) gains BINARY: what the device made of it (a shared object's bytes on cpu;
-    empty for an interpreter, which runs the LINEAR). The loaded kernel is kept by `loaded(program)`."""
-    kernel = ctx.device.compile(program.src[1], ctx.name, ctx.target)
-    blob = kernel.binary() if hasattr(kernel, "binary") else b""
-    out = UOp(Ops.PROGRAM, (*program.src[:3], UOp(Ops.BINARY, (), blob)), program.arg)
-    _loaded[out] = kernel
-    return out
+    empty for an interpreter, which runs the LINEAR). The loaded kernel is kept by `loaded(program)`.
+
+    A SINK of PROGRAMs is compiled as one batch when the device can (`compile_batch`: one compiler run per host
+    core for the lot instead of one per kernel) and becomes the SINK of the compiled PROGRAMs, in order."""
+    progs = program.src if program.op is Ops.SINK else (program,)
+    device = ctx.device
+    wanted = [(p.src[1], _name(p, ctx)) for p in progs]
+    batch = getattr(device, "compile_batch", None)
+    if batch is not None and len(wanted) > 1:
+        kernels = batch(wanted, ctx.target)
+    else:
+        kernels = [device.compile(linear, name, ctx.target) for linear, name in wanted]
+    blobs: dict[str, bytes] = {}  # kernels of one batch share their shared object: read it once
+    out = []
+    for p, kernel in zip(progs, kernels, strict=True):
+        path = getattr(kernel, "path", None)
+        if path is None or (blob := blobs.get(path)) is None:
+            blob = kernel.binary() if hasattr(kernel, "binary") else b""
+            if path is not None:
+                blobs[path] = blob
+        done = UOp(Ops.PROGRAM, (*p.src[:3], UOp(Ops.BINARY, (), blob)), p.arg)
+        _loaded[done] = kernel
+        out.append(done)
+    return UOp.sink(*out) if program.op is Ops.SINK else out[0]
 
 
-_loaded: dict[UOp, Any] = {}
+# a compiled PROGRAM's loaded kernel, for as long as someone holds the PROGRAM (realize keeps the kernels in its
+# own cache; a PROGRAM from compile() is the caller's)
+_loaded: weakref.WeakKeyDictionary[UOp, Any] = weakref.WeakKeyDictionary()
 
 
 def loaded(program: UOp) -> Any:
@@ -258,7 +294,10 @@ PIPELINE: tuple[Stage, ...] = (
           "nodes on device tuples become per-device pieces joined by COPYs"),
     Stage("split-reduce", "graph", "function: picks which reductions to split by their sizes", "tensor",
           split_reduce, "large reductions with small outputs become two kernels"),
-    Stage("rangeify", "graph", "function: the kernel split is a worklist over the whole graph (to become rules)",
+    Stage("rangeify", "graph", "lower.split.realize_rules (what a node's op settles; the typed SplitContext "
+          "carries the graph's order, computed once) + function: what depends on the kernels around a node "
+          "(reduce in a reduction's loop, expensive broadcast, limits, shared reductions) is still decided by "
+          "lower.schedule's worklist as it builds kernels (lower.rangeify), each decision named as a rule",
           "kernel", rangeify, "kernel split; movement ops become index math over RANGEs"),
     Stage("symbolic", "kernel", "rules.symbolic + rules.eqsat (e-graph, batched per kernel)", "kernel", symbolic,
           "index arithmetic simplified"),
@@ -272,8 +311,10 @@ PIPELINE: tuple[Stage, ...] = (
     Stage("symbolic-late", "kernel", "rules.symbolic", "", symbolic, "what the decompositions made, simplified"),
     Stage("linearize", "kernel", "function: a global order (accumulators, loop placement)", "linear", linearize,
           "the LINEAR program"),
-    Stage("render", "program", "the device's renderer rule set", "", render, "PROGRAM gains SOURCE"),
-    Stage("compile", "program", "function: the device's compiler", "", compile_program, "PROGRAM gains BINARY"),
+    Stage("render", "program", "the device's renderer rule set", "program", render,
+          "PROGRAM gains SOURCE (a SINK of PROGRAMs: each one)"),
+    Stage("compile", "program", "function: the device's compiler; a SINK of PROGRAMs is one batch (one compiler run "
+          "per core for all of them)", "program", compile_program, "PROGRAM gains BINARY"),
 )
 # fmt: on
 STAGE_NAMES = tuple(s.name for s in PIPELINE)
@@ -304,8 +345,10 @@ def _run_stage(st: Stage, graph: UOp, ctx: Lowering) -> UOp:
     if ctx.spec and st.spec:
         from rewrite.spec import check
 
-        # the kernel split's output is a SINK of kernels, each with its own slots and range ids: checked apart
-        for part in (out.src if st.scope == "graph" and st.spec != "tensor" else (out,)):
+        # the kernel split's output is a SINK of kernels, each with its own slots and range ids, and a batch of
+        # programs a SINK of PROGRAMs: each checked apart
+        apart = (st.scope == "graph" and st.spec != "tensor") or (st.scope == "program" and out.op is Ops.SINK)
+        for part in (out.src if apart else (out,)):
             check(part, st.spec)
     if ctx.debug >= 5:
         print(f"--- after {st.name} ({ctx.name})\n{out}", file=sys.stderr)
@@ -342,6 +385,12 @@ def compile_kernel(ast: UOp, target: Target | Any, upto: str | None = None, opts
     if upto is not None and upto in (s.name for s in _stages("kernel")):
         return lower_kernel(ast, ctx.target, upto, opts, None, name)
     program = UOp(Ops.PROGRAM, (ast, lower_kernel(ast, ctx.target, None, opts, None, name)), name)
+    return program_stages(program, ctx, upto)
+
+
+def program_stages(program: UOp, ctx: Lowering, upto: str | None = None) -> UOp:
+    """The program stages (render, compile) on `program`, a `PROGRAM(SINK, LINEAR)` named by its arg, or a SINK of
+    them (a batch: compiled together, lower.realize), stopping after `upto` if it names one of them."""
     for st in _stages("program"):
         program = _run_stage(st, program, ctx)
         if st.name == upto:
@@ -378,4 +427,4 @@ def as_target(where: Target | Any) -> Target:
 
 
 __all__ = ["PIPELINE", "STAGE_NAMES", "Lowering", "Stage", "as_target", "compile", "compile_kernel",
-           "fuses_mulacc", "loaded", "lower_kernel", "print_pipeline"]
+           "fuses_mulacc", "loaded", "lower_kernel", "print_pipeline", "program_stages"]

@@ -11,9 +11,9 @@ and REDUCE opens new REDUCE-type RANGEs for its axes. Buffers
 
 A REDUCE is fused into its consumer unless the consumer would evaluate it inside another reduction's loop
 (its index depends on a REDUCE range): then it would be recomputed per iteration, so it is realized into
-its own kernel (`NeedsRealize`). Likewise an EXPAND of transcendental or division work read inside a reduction
-(softmax feeding a matmul) is realized rather than recomputed per broadcast value. Values that depend only on
-outer loops are hoisted by the linearizer, so
+its own kernel (`NeedsRealize`, naming the split rule that decides it: lower.split). Likewise an EXPAND of
+transcendental or division work read inside a reduction (softmax feeding a matmul) is realized rather than
+recomputed per broadcast value. Values that depend only on outer loops are hoisted by the linearizer, so
 `x - x.max()` or `x.var()` stay one kernel. Identical (node, index) pairs are the same UOp (hash-consing),
 so shared work is computed once per kernel.
 """
@@ -29,8 +29,10 @@ from rewrite.viz import capture as viz_capture
 
 
 class NeedsRealize(Exception):
-    def __init__(self, node: UOp) -> None:
-        self.node = node
+    """`node` must be realized before this kernel can be built, by the split rule named `rule` (lower.split)."""
+
+    def __init__(self, node: UOp, rule: str) -> None:
+        self.node, self.rule = node, rule
 
 
 def _add(a: UOp, b: UOp | int) -> UOp:
@@ -212,7 +214,7 @@ class KernelBuilder:
             dims = zip(idx, src_shape, n.shape, strict=True)
             new = tuple(UOp.const(0) if s == 1 and d != 1 else i for i, s, d in dims)
             if _recomputed_expensive(n, new, valid, self.buffers):
-                raise NeedsRealize(n.src[0])
+                raise NeedsRealize(n.src[0], "realize-expensive-broadcast")
             return [(n.src[0], new, valid)], lambda v: v[0]
         if op is Ops.PERMUTE:
             order = n.int_tuple_arg
@@ -265,7 +267,7 @@ class KernelBuilder:
         realized and read through a BUFFER of the same slot with the new dtype and element count."""
         src = n.src[0]
         if src not in self.buffers:
-            raise NeedsRealize(src)
+            raise NeedsRealize(src, "realize-bitcast-source")
         b = self.buffers[src]
         count = b.shape[0] * b.dtype.itemsize // n.dtype.itemsize
         alias = UOp(Ops.BUFFER, (UOp.shape_operand((count,)),), b.buf_arg._replace(dtype=n.dtype))
@@ -313,7 +315,7 @@ class KernelBuilder:
         if (closed := self.collapsed(n, idx, valid)) is not None:
             return [], lambda _v: closed
         if not top and _uses_reduce_range(idx, valid):
-            raise NeedsRealize(n)
+            raise NeedsRealize(n, "realize-reduce-in-reduce-loop")
         rop, axes = n.reduce_op, n.reduce_axes
         src = n.src[0]
         ranges = []

@@ -4,11 +4,13 @@
 a later realize of a graph with the same structure, whatever buffers it reads, skips scheduling and lowering.
 That holds for multi-device graphs too (inputs and results on device tuples); a schedule whose items span
 several devices runs them at once, one thread per device (lower.parallel).
-On a miss, the schedule's new kernels are lowered and then compiled together (one compiler run per device when
-the device can batch)."""
+On a miss, the schedule's new kernels go through the pipeline's kernel stages and then its program stages (render,
+compile) as one SINK of PROGRAMs per device, which the compile stage compiles together (one compiler run per host
+core when the device can batch), so SPEC=1, DEBUG and VIZ see render and compile as they see every stage."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 import weakref
@@ -17,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from devices import get_device, target_for
+from devices import target_for
 from devices.base import Target
 from lower import buffers
 from lower.copyview import copy_into
@@ -25,6 +27,7 @@ from lower.estimate import Estimate, estimate
 from lower.linearize import listing
 from lower.memory import plan
 from lower.mpi_exec import on_ranks
+from lower.pipeline import Lowering, loaded, program_stages
 from lower.schedule import ScheduleItem, schedule
 from lower.schedule_cache import (
     PlanCache,
@@ -38,7 +41,7 @@ from lower.schedule_cache import (
     writable,
 )
 from lower.stages import lower_kernel
-from rewrite import UOp
+from rewrite import Ops, UOp
 from rewrite.env import getenv
 from rewrite.viz import capture as viz_capture
 
@@ -93,10 +96,11 @@ def get_kernel(ast: UOp, device_name: str, name: str, bufs: tuple | None = None,
 
 
 def compile_kernels(wanted: Sequence[tuple[UOp, str, str, tuple | None]], target: Target | None = None) -> list[Any]:
-    """The compiled kernel for each (ast, device, name, bufs): from memory, or lowered and then compiled, the new
-    ones of a device in one batch when it can compile several at once (one compiler start instead of one each).
-    `target` replaces the devices' default Target (for the kernels of one device)."""
-    new: dict[tuple, tuple[UOp, str]] = {}  # key -> (LINEAR, name), in first-use order
+    """The compiled kernel for each (ast, device, name, bufs): from memory, or through the pipeline (lower_kernel's
+    kernel stages, then the program stages render and compile: lower.pipeline.program_stages), the new ones of a
+    device as one SINK of PROGRAMs that the compile stage compiles in one batch (one compiler start per host core
+    instead of one per kernel). `target` replaces the devices' default Target (for the kernels of one device)."""
+    new: dict[tuple, tuple[UOp, UOp, str]] = {}  # key -> (AST, LINEAR, name), in first-use order
     for ast, device_name, name, bufs in wanted:
         key = _kernel_key(ast, device_name, target)
         if key in _compiled or key in new:
@@ -104,25 +108,37 @@ def compile_kernels(wanted: Sequence[tuple[UOp, str, str, tuple | None]], target
         linear = lower_kernel(ast, target or target_for(device_name), bufs=bufs, name=name)
         if getenv("DEBUG") >= 3:
             print(f"--- {name} ({device_name})\n{linear}", file=sys.stderr)
-        new[key] = (linear, name)
-        if (rec := viz_capture.ACTIVE) is not None:
+        new[key] = (ast, linear, name)
+        if (rec := viz_capture.ACTIVE) is not None:  # now: the notes the kernel stages took under its name join it
             est = estimate(linear)
-            rec.kernel(key, name, device_name, linear=listing(linear), flops=est.flops, mem_bytes=est.mem_bytes,
-                       source=get_device(device_name).render(linear, name, target or target_for(device_name)))
+            rec.kernel(key, name, device_name, linear=listing(linear), flops=est.flops, mem_bytes=est.mem_bytes)
     by_dev: dict[str, list[tuple]] = {}
     for key in new:
         by_dev.setdefault(key[1], []).append(key)
     for device_name, keys in by_dev.items():
-        dev, tgt = get_device(device_name), target or target_for(device_name)
-        batch = getattr(dev, "compile_batch", None)
-        if batch is not None and len(keys) > 1:
-            ks = batch([new[key] for key in keys], tgt)
-        else:
-            ks = [dev.compile(*new[key], tgt) for key in keys]
-        for key, k in zip(keys, ks, strict=True):
-            _compiled[key] = k
-            _estimates[key] = estimate(new[key][0])
+        names = _unique([new[k][2] for k in keys])
+        progs = [UOp(Ops.PROGRAM, new[key][:2], name) for key, name in zip(keys, names, strict=True)]
+        ctx = Lowering.from_env(target or target_for(device_name), name=names[0] if len(names) == 1 else
+                                f"{len(names)} kernels")
+        done = program_stages(progs[0] if len(progs) == 1 else UOp.sink(*progs), ctx)
+        for key, prog in zip(keys, done.src if done.op is Ops.SINK else (done,), strict=True):
+            _compiled[key] = loaded(prog)
+            _estimates[key] = estimate(new[key][1])
+            if (rec := viz_capture.ACTIVE) is not None:
+                rec.kernel(key, new[key][2], device_name, source=str(prog.src[2].arg))
     return [_compiled[_kernel_key(ast, d, target)] for ast, d, _, _ in wanted]
+
+
+def _unique(names: list[str]) -> list[str]:
+    """`names` with a repeated one numbered (`r_8_16`, `r_8_16_1`, ...): the kernels of one batch share a file,
+    so each needs its own symbol, and render then names it as compile will (the device renders it once)."""
+    seen: set[str] = set()
+    out = []
+    for n in names:
+        u = n if n not in seen else next(f"{n}_{i}" for i in itertools.count(1) if f"{n}_{i}" not in seen)
+        seen.add(u)
+        out.append(u)
+    return out
 
 
 def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None,

@@ -1,7 +1,9 @@
 """Scheduling: split a tensor graph into kernels and copies, in dependency order.
 
-Realized nodes (each gets a buffer and a kernel that fills it): the roots asked for, CONTIGUOUS nodes, the
-sources and results of COPY, any REDUCE that rangeify finds would be recomputed inside another reduction's
+Realized nodes (each gets a buffer and a kernel that fills it; every decision is a named rule, lower.split):
+the roots asked for, CONTIGUOUS nodes, the sources and results of COPY, assignments' stores and the source of a
+resizing BITCAST (these first, by `lower.split.realize_rules` over the whole graph); then, found by the worklist
+here as kernels are built, any REDUCE that rangeify finds would be recomputed inside another reduction's
 loop, any node where a kernel would exceed its device's limits (`max_args` buffers, `max_kernel_ops` ops:
 `split_point`), and any REDUCE that more than one kernel would compute inline (a LayerNorm's statistics read by
 the next layer's matmuls and by the next LayerNorm: fused, every later kernel would recompute every earlier
@@ -17,17 +19,21 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from devices import target_for
 from lower.buffers import new_buffer
 from lower.copyview import View, concat_parts, copy_source
 from lower.rangeify import _ELEMENTWISE, _EXPENSIVE, NeedsRealize, build_kernel, build_store_kernel
+from lower.split import ASSIGN_CYCLE, OVER_LIMITS, SHARED_REDUCTION, STORE_VALUE, SplitContext, decide
 from rewrite import Ops, UOp
 from rewrite.dtype import AddrSpace
 from rewrite.errors import CompilerError
 from rewrite.stores import indexed_store
 from rewrite.viz import capture as viz_capture
+
+if TYPE_CHECKING:
+    from lower.pipeline import Lowering
 
 _COUNTED = _ELEMENTWISE | {Ops.CAST, Ops.BITCAST, Ops.REDUCE}
 
@@ -77,15 +83,9 @@ def default_device(roots: list[UOp]) -> str:
 def schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     """The items that realize `roots`, and for each root the BUFFER (of the root's shape) that holds it: the
     pipeline's graph stages (lower.pipeline.PIPELINE) up to the kernel split, then the split itself."""
-    from lower.pipeline import PIPELINE, Lowering, _run_stage
-
-    ctx = Lowering.from_env(target_for(default_device(roots)))
-    graph = UOp.sink(*roots)
-    for st in PIPELINE:
-        if st.name == "rangeify":
-            break
-        graph = _run_stage(st, graph, ctx)
     from lower.multi import flat_roots
+
+    ctx, graph = _graph_stages(roots)
 
     if (rec := viz_capture.ACTIVE) is not None:  # the kernel split is the rangeify stage: the viewer shows it as one
         begun = rec.stage_begin()
@@ -102,6 +102,19 @@ def schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
                 check(it.ast, "kernel")
     return items, {g: outs[r] if r.op is not Ops.TUPLE else assemble(r, outs)
                    for g, r in zip(roots, graph.src, strict=True)}
+
+
+def _graph_stages(roots: list[UOp]) -> tuple[Lowering, UOp]:
+    """The pipeline's graph stages before the kernel split, on the SINK of `roots`, and the context they ran in."""
+    from lower.pipeline import PIPELINE, Lowering, _run_stage
+
+    ctx = Lowering.from_env(target_for(default_device(roots)))
+    graph = UOp.sink(*roots)
+    for st in PIPELINE:
+        if st.name == "rangeify":
+            break
+        graph = _run_stage(st, graph, ctx)
+    return ctx, graph
 
 
 def assemble(pieces: UOp, outs: dict[UOp, UOp]) -> UOp:
@@ -123,24 +136,31 @@ def assemble(pieces: UOp, outs: dict[UOp, UOp]) -> UOp:
 def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     """The kernel split (the pipeline's rangeify stage) of graph stages' output `roots`: the items in dependency
     order, and for each root its BUFFER."""
+    items, outs, _ = _schedule_split(roots)
+    return items, outs
+
+
+def split_decisions(roots: list[UOp]) -> dict[UOp, str]:
+    """The nodes the kernel split of `roots` realizes, each with the name of the rule that decided it (lower.split):
+    what the split did and why, for tests and tools. The graph stages (callify, multi, split-reduce) run first,
+    as in `schedule`."""
+    from lower.multi import flat_roots
+
+    _, graph = _graph_stages(roots)
+    return _schedule_split(flat_roots(list(graph.src)))[2].decided
+
+
+def _schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp], SplitContext]:
     given = roots
     roots = _own_buffers(roots)
     topo_index: dict[UOp, int] = {}
     for r in roots:
         for u in r.toposort():
             topo_index.setdefault(u, len(topo_index))
-    out_of: dict[UOp, UOp] = {}  # realized node -> its BUFFER (node's shape)
-    for u in topo_index:
-        if u.op is Ops.BUFFER:
-            out_of[u] = u
-    stores = _assigns(topo_index, out_of)  # STORE -> the BUFFER it writes in place (AFTER nodes alias it)
-    want: list[UOp] = [u for u in topo_index if u.op in (Ops.CONTIGUOUS, Ops.COPY)]
-    want += [r for r in roots if r.op is not Ops.BUFFER and r not in out_of]
-    want += list(stores)
-    for u in want:
-        if u.op is Ops.COPY and (src := copy_source(u)[0]) not in out_of:
-            want.append(src)
-    pending = list(dict.fromkeys(want))
+    split = decide(roots, topo_index)  # the decisions the nodes themselves settle: lower.split.realize_rules
+    out_of = split.out_of  # realized node -> its BUFFER (node's shape); BUFFER leaves and assignment aliases
+    stores = split.stores  # STORE -> the BUFFER it writes in place (AFTER nodes alias it)
+    pending = split.initial()
     users: dict[UOp, int] = {}
     for u in topo_index:
         for x in u.src:
@@ -154,7 +174,7 @@ def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
         if node not in out_of:
             out_of[node] = new_buffer(node.dtype, node.shape, node.device if isinstance(node.device, str) else device)
     while True:
-        _split(pending, kernels, inline, shared_nodes, out_of, device, parts)
+        _split(pending, kernels, inline, shared_nodes, split, device, parts)
         if not stores:
             order = sorted(kernels, key=lambda k: topo_index.get(k, -1))
             break
@@ -171,9 +191,10 @@ def schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
         del kernels[s]
         v = s.src[1]
         out_of[v] = new_buffer(v.dtype, v.shape, v.device if isinstance(v.device, str) else device)
+        split.mark(v, ASSIGN_CYCLE)
         pending += [s, s.src[1]]
     return ([it for k in order for it in (*parts.before.get(k, ()), kernels[k])],
-            {g: out_of[r] for g, r in zip(given, roots, strict=True)})
+            {g: out_of[r] for g, r in zip(given, roots, strict=True)}, split)
 
 
 def _own_buffers(roots: list[UOp]) -> list[UOp]:
@@ -204,9 +225,11 @@ def _own_buffers(roots: list[UOp]) -> list[UOp]:
 
 
 def _split(pending: list[UOp], kernels: dict[UOp, ScheduleItem], inline: dict[UOp, dict[UOp, None]],
-           shared_nodes: dict[UOp, None], out_of: dict[UOp, UOp], device: str, parts: Concats) -> None:
+           shared_nodes: dict[UOp, None], split: SplitContext, device: str, parts: Concats) -> None:
     """The worklist of schedule_split: a kernel (or copy) for every node in `pending` and for every node found
-    to need its own buffer on the way. A concatenation is copies (`parts`, lower.copyview.concat_parts)."""
+    to need its own buffer on the way (each such decision recorded in `split.decided` under its rule's name,
+    lower.split). A concatenation is copies (`parts`, lower.copyview.concat_parts)."""
+    out_of = split.out_of
     flats: dict[UOp, UOp] = {}  # each buffer's 1-D view, made once (every kernel's build reads all of them)
 
     def flat_of(b: UOp) -> UOp:
@@ -224,6 +247,7 @@ def _split(pending: list[UOp], kernels: dict[UOp, ScheduleItem], inline: dict[UO
         if node.op is Ops.COPY:
             src, view = copy_source(node)
             if src not in out_of:
+                split.mark(src, "realize-copy-source")
                 pending += [node, src]
                 continue
             kernels[node] = ScheduleItem("copy", (out_of[node], out_of[src]), None,
@@ -232,6 +256,8 @@ def _split(pending: list[UOp], kernels: dict[UOp, ScheduleItem], inline: dict[UO
         if parts.enabled and (cat := concat_parts(node, out_of, parts.users)) is not None:
             srcs = [src for src, _, _, _ in cat]
             if missing := [x for x in srcs if x not in out_of]:
+                for x in missing:
+                    split.mark(x, "realize-copy-source")
                 pending += [node, *missing]
                 continue
             copies = [ScheduleItem("copy", (out_of[node], out_of[src]), None, f"copy {src.device}->{node.device}", v, w)
@@ -243,11 +269,12 @@ def _split(pending: list[UOp], kernels: dict[UOp, ScheduleItem], inline: dict[UO
             kernels[node], parts.before[node] = copies[-1], copies[:-1]
             continue
         if node.op is Ops.STORE:
-            if (item := _store_kernel(node, out_of, pending)) is not None:
+            if (item := _store_kernel(node, split, pending)) is not None:
                 kernels[node] = item
             continue
         dev = node.device if isinstance(node.device, str) else device
         if (cut := split_point(node, out_of, *kernel_limits(dev))) is not None:
+            split.mark(cut, OVER_LIMITS)
             pending += [node, cut]  # realized first, so this kernel reads it instead of fusing it
             continue
         flat = {n: flat_of(b) for n, b in out_of.items() if n is not node}
@@ -255,6 +282,7 @@ def _split(pending: list[UOp], kernels: dict[UOp, ScheduleItem], inline: dict[UO
         try:
             ast = build_kernel(node, _flat(out_of[node]), flat, fused, frozenset(shared_nodes))
         except NeedsRealize as e:
+            split.mark(e.node, e.rule)
             pending += [node, e.node]
             continue
         kernels[node] = _localize(ast)
@@ -263,6 +291,7 @@ def _split(pending: list[UOp], kernels: dict[UOp, ScheduleItem], inline: dict[UO
         if shared:  # realized once; every kernel that computes one of them inline is rebuilt to read it
             for r in shared:
                 shared_nodes[r] = None
+                split.mark(r, SHARED_REDUCTION)
                 out_of[r] = new_buffer(r.dtype, r.shape, r.device if isinstance(r.device, str) else device)
             users = [k for k, f in inline.items() if any(r in f for r in shared)]
             for k in users:
@@ -281,36 +310,11 @@ class Concats:
     absorbed: set[UOp] = field(default_factory=set)
 
 
-def _assigns(topo: dict[UOp, int], out_of: dict[UOp, UOp]) -> dict[UOp, UOp]:
-    """Assignments in the graph: each AFTER(target, STORE(target, value), ...) is its target's BUFFER once the
-    stores have run (an alias in `out_of`, no kernel of its own); returns each STORE with the BUFFER it writes.
-    A target is a BUFFER or an AFTER on one (a second assignment to the same buffer)."""
-    stores: dict[UOp, UOp] = {}
-    for u in topo:  # sources first, so an AFTER's target is resolved before the AFTER
-        if u.op is not Ops.AFTER:
-            continue
-        tgt = out_of.get(u.src[0]) if u.src[0].op in (Ops.BUFFER, Ops.AFTER) else None
-        if tgt is None:
-            raise CompilerError(f"assign: an AFTER must follow a BUFFER (a realized tensor) or another AFTER on one, "
-                                f"got {u.src[0].short()}; realize the target before assigning to it")
-        out_of[u] = tgt
-        for s in u.src[1:]:
-            if s.op is not Ops.STORE:
-                continue
-            st = indexed_store(s)
-            if (s.src[0] is not u.src[0] if st is None else st.target is not u.src[0]) or len(s.src) != 2:
-                raise CompilerError(f"assign: AFTER(t, STORE(t, value)) or AFTER(t, STORE(INDEX(t, i), value)) must "
-                                    f"store into its own target without a gate, got STORE into {s.src[0].short()} "
-                                    f"with {len(s.src)} sources")
-            stores[s] = tgt
-            out_of[s] = tgt
-    return stores
-
-
-def _store_kernel(node: UOp, out_of: dict[UOp, UOp], pending: list[UOp]) -> ScheduleItem | None:
+def _store_kernel(node: UOp, split: SplitContext, pending: list[UOp]) -> ScheduleItem | None:
     """The kernel writing an assignment's value into its target buffer, or None after queueing the value to be
     realized first: when the value reads the target anywhere but at the element being written (a flip, a
     matmul, a shift), writing in place would change elements that are still to be read."""
+    out_of = split.out_of
     value, tgt = node.src[1], out_of[node]
     flat_out = _flat(tgt)
     flat = {n: _flat(b) for n, b in out_of.items() if n is not node}
@@ -322,12 +326,14 @@ def _store_kernel(node: UOp, out_of: dict[UOp, UOp], pending: list[UOp]) -> Sche
             ast = build_store_kernel(st.view, value, flat_out, flat)
             value = st.value  # what is realized first if it reads the target elsewhere
     except NeedsRealize as e:
+        split.mark(e.node, e.rule)
         pending += [node, e.node]
         return None
     topo = ast.toposort()
     written = {u.src[0] for u in topo if u.op is Ops.STORE}
     reads = {u for u in topo if u.op is Ops.INDEX and u.src[0] is flat_out and u not in written}
     if reads - written and value not in out_of:
+        split.mark(value, STORE_VALUE)
         pending += [node, value]
         return None
     return _localize(ast)

@@ -15,6 +15,8 @@ dtype or shape cannot be derived, so this module checks what a single constructo
             every value ()-shaped, every REDUCE over RANGEs
     linear  after Linearize: the root is LINEAR, each listed node once and after all of its sources, RANGE/END
             (or REDUCE) and IF/ENDIF properly nested, no RANGE used after its END
+    program after Render / Compile: the root is PROGRAM(SINK, LINEAR[, SOURCE[, BINARY]]), its LINEAR as for
+            `linear`, nothing but kernel ops in it
 
 Every walk is iterative (toposort), so million-node graphs are fine.
 """
@@ -306,6 +308,21 @@ def _bufferview_fits(u: UOp) -> str | None:
     return None
 
 
+_SEED_PROGRAM = (Ops.LINEAR, Ops.SOURCE, Ops.BINARY)
+_PIPELINE_PROGRAM = (Ops.SINK, Ops.LINEAR, Ops.SOURCE, Ops.BINARY)
+
+
+def _program_sources(u: UOp) -> str | None:
+    """A PROGRAM is `PROGRAM(LINEAR, SOURCE, BINARY)` (seed 001) or the pipeline's `PROGRAM(SINK, LINEAR)`, which
+    render and compile grow by a SOURCE and then a BINARY (lower.pipeline)."""
+    ops = tuple(s.op for s in u.src)
+    if ops == _SEED_PROGRAM or (len(ops) >= 2 and ops == _PIPELINE_PROGRAM[: len(ops)]):
+        return None
+    got = ", ".join(o.name for o in ops)
+    return (f"sources must be a LINEAR, a SOURCE and a BINARY, or a SINK and a LINEAR followed by the SOURCE and "
+            f"BINARY that render and compile add; got {got}")
+
+
 # ---------------------------------------------------------------- the per-op table
 
 
@@ -381,7 +398,7 @@ _RULES: dict[Ops, Rule] = {
     Ops.CUSTOM: Rule((0, None), arg=_custom_arg),
     Ops.ATOMICADD: Rule((2, 2)),
     Ops.CUSTOMFUNCTION: Rule((0, None), arg=_any_arg),
-    Ops.PROGRAM: Rule((3, 3), (_op_kind(Ops.LINEAR), _op_kind(Ops.SOURCE), _op_kind(Ops.BINARY)), arg=_any_arg),
+    Ops.PROGRAM: Rule((2, 4), arg=_any_arg, extra=(_program_sources,)),
     Ops.SOURCE: Rule((0, 0), arg=_type_arg(str, "the source text (str)")),
 }
 # fmt: on
@@ -526,6 +543,14 @@ _CLOSERS: dict[Ops, Callable[[UOp], tuple[UOp, ...]]] = {
     Ops.REDUCE: lambda u: u.src[1:],
     Ops.ENDIF: lambda u: u.src[:1],
 }
+def _program_parts(root: UOp) -> Iterator[tuple[UOp, str]]:
+    if root.op is not Ops.PROGRAM:
+        yield root, "stage 'program' needs a PROGRAM root"
+        return
+    linear = root.src[1] if root.src[0].op is Ops.SINK else root.src[0]
+    yield from _linear_order(linear)
+
+
 _KERNEL_VALUES = GroupOp.Elementwise | frozenset({Ops.REDUCE, Ops.LOAD, Ops.BITCAST, Ops.CONST})
 
 
@@ -550,6 +575,7 @@ _STAGES: dict[str, Stage] = {
                     "Rangeify turns movement into index math and resolves FUNCTIONs, copies and markers",
                     (_scalar_value, _reduce_over_ranges)),
     "linear": Stage(_NOT_IN_KERNELS, "a linearized kernel holds only kernel ops", (), (_linear_order,)),
+    "program": Stage(_NOT_IN_KERNELS, "a program's kernel and LINEAR hold only kernel ops", (), (_program_parts,)),
 }
 # fmt: on
 STAGES: tuple[str, ...] = tuple(_STAGES)

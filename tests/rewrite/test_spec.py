@@ -92,6 +92,11 @@ GOOD = [
                                  UOp(Ops.CUSTOM, (UOp.const(1.0),), ("sin({0})", f32))), "kernel"),
     ("program", lambda: UOp(Ops.PROGRAM, (linear_graph(), UOp(Ops.SOURCE, (), "void k() {}"),
                                           UOp(Ops.BINARY, (), b"\x7fELF")), "k"), "any"),
+    ("pipeline program", lambda: UOp(Ops.PROGRAM, (kernel_graph(), linear_graph()), "k"), "program"),
+    ("rendered program", lambda: UOp(Ops.PROGRAM, (kernel_graph(), linear_graph(), UOp(Ops.SOURCE, (), "void k() {}")),
+                                     "k"), "program"),
+    ("compiled program", lambda: UOp(Ops.PROGRAM, (kernel_graph(), linear_graph(), UOp(Ops.SOURCE, (), "void k() {}"),
+                                                   UOp(Ops.BINARY, (), b"\x7fELF")), "k"), "program"),
     ("bufferview", lambda: UOp(Ops.BUFFERVIEW, (buf((16,)),), (4, f32, 48)).load(), "tensor"),
     ("assign", lambda: buf((3,)).after(buf((3,)).store(buf((3,), slot=1))), "tensor"),
     ("load to an address space", lambda: UOp(Ops.LOAD, (buf((4,)),), ("CPU", AddrSpace.LOCAL)), "tensor"),
@@ -193,6 +198,7 @@ BAD = [
     ("if condition", lambda: UOp(Ops.IF, (UOp.const(1),)), "IF", "bool"),
     ("endif source", lambda: UOp(Ops.ENDIF, (STORE,)), "ENDIF", "an IF"),
     ("program sources", lambda: UOp(Ops.PROGRAM, (A, A, A)), "PROGRAM", "a LINEAR"),
+    ("program order", lambda: UOp(Ops.PROGRAM, (linear_graph(), kernel_graph())), "PROGRAM", "a SINK and a LINEAR"),
     ("bufferview source", lambda: UOp(Ops.BUFFERVIEW, (A + A,), (4, f32, 0)), "BUFFERVIEW", "BUFFER"),
     ("shape operand", lambda: forge(Ops.RESHAPE, (A, UOp.vconst([12.0], f32)), None, f32, (12,)), "RESHAPE",
      "index VCONST"),
@@ -373,3 +379,12 @@ def test_local_buffer_in_kernel():
     r = UOp.range(16, 0)
     k = UOp.sink(loc.index(r).store(UOp.const(0.0)).end(r))
     assert violations(k, "kernel") == []
+
+
+def test_program_stage_checks_the_root_and_its_kernel():
+    prog = UOp(Ops.PROGRAM, (kernel_graph(), linear_graph()), "k")
+    assert violations(prog, "program") == []
+    assert any("needs a PROGRAM root" in v for v in violations(prog.src[1], "program"))
+    moved = UOp.sink(*prog.src[0].src, UOp.const(1.0).reshape((1,)).expand((4,)))
+    found = violations(UOp(Ops.PROGRAM, (moved, prog.src[1]), "k"), "program")
+    assert any(v.startswith("EXPAND: ") and "kernel ops" in v for v in found), found

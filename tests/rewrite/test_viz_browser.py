@@ -95,7 +95,7 @@ def test_click_through_stage_firing_provenance_kernel(page, live_trace: pathlib.
         stages = page.locator(".stage-row td:first-child").all_inner_texts()
         graph_stages = [st.name for st in PIPELINE if st.scope == "graph"]   # the table's order, up to the split
         graph_stages = graph_stages[:graph_stages.index("rangeify") + 1]
-        assert stages[:len(graph_stages)] == graph_stages and stages[-1] == "linearize"
+        assert stages[:len(graph_stages)] == graph_stages and stages[-1] == PIPELINE[-1].name
         # stage: both graphs drawn, a bounded number of nodes, the firings listed
         page.click(".stage-row >> text=linearize")
         assert "stage linearize" in page.inner_text("#view-title")
