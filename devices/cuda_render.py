@@ -310,9 +310,29 @@ def render_kernel(prog: Program, name: str, helpers: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
+# What the C library headers would give, written inline: NVRTC has no libc headers (nvcc's do no harm: these
+# typedefs are the LP64 ones stdint.h makes, which C++ allows twice, and the constants are only defined once).
+# CUDA's math functions (exp2f, fabs, fmod, trunc, ...) and memcpy are built into both compilers.
+PRELUDE = """typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long int64_t;
+typedef unsigned long uint64_t;
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#ifndef NAN
+#define NAN __int_as_float(0x7fc00000)
+#endif
+"""
+
+
 def render_cuda_source(kernels: list[str], helpers: dict[str, str]) -> str:
-    """A .cu file: the standard headers, then the CUDA headers and helpers the kernels use, then the kernels."""
-    head = "#include <stdint.h>\n#include <math.h>\n#include <string.h>\n"
+    """A .cu file: the PRELUDE, then the CUDA headers and helpers the kernels use, then the kernels."""
+    head = PRELUDE
     includes = [h for k, h in helpers.items() if k.startswith("#")]
     rest = [h for k, h in helpers.items() if not k.startswith("#")]
     return head + "".join(h + "\n" for h in includes + rest) + "\n" + "\n\n".join(kernels) + "\n"
