@@ -101,6 +101,7 @@ class CudaContext(CContext):
         offsets, total = shared_layout(prog)
         self.dynamic: dict[UOp, int] | None = offsets if total > STATIC_SHARED_LIMIT else None
         self.lanes: dict[UOp, list[str]] = {}  # the per-lane C text of each vector value
+        self.wide: dict[UOp, tuple[str, str]] = {}  # a vector LOAD held in a 16-aligned array: (name, C type)
 
     def lane(self, u: UOp, k: int) -> str:
         """Lane k of u: its own text for a vector value, the same scalar for every lane otherwise."""
@@ -119,7 +120,7 @@ def _render_local(x: UOp, ctx: CudaContext) -> str:
     t = ctx.ctype(x.dtype)
     if ctx.dynamic is not None:
         return f"{t}* {name} = ({t}*)(smem_dynamic + {ctx.dynamic[x]});"
-    return f"__shared__ {t} {name}[{x.shape[0]}];"
+    return f"__shared__ __align__(16) {t} {name}[{x.shape[0]}];"
 
 
 def _render_atomic_add(idx: UOp, val: UOp, ctx: CContext) -> str:
@@ -254,6 +255,8 @@ def _render_vector(u: UOp, ctx: CudaContext, lines: list[str], indent: int) -> N
         ctx.lanes[u] = [ctx[s] for s in u.src]
     elif u.op is Ops.AFTER:
         ctx.lanes[u] = ctx.lanes[u.src[0]]
+    elif _wide_access(u, ctx, lines, pad):
+        return
     elif u.op in _LANEWISE:
         fn = CUDA_RULES.matcher(u.op)
         saved = {s: ctx.names[s] for s in u.src if s in ctx.names}
@@ -286,6 +289,99 @@ def _render_vector(u: UOp, ctx: CudaContext, lines: list[str], indent: int) -> N
         raise CompileError(f"{ctx.prog.where(u)}: the CUDA renderer has no vector form of {u.op.name} "
                            f"(shape {u.shape})")
     ctx.depth[u] = 0
+
+
+def _pow2(u: UOp) -> int:
+    """log2 of a power of two the int value of u is known to be a multiple of (0: nothing known). Only the low
+    bits are reasoned about, which wrap-around arithmetic keeps, so it holds for any int width."""
+    if u.op is Ops.CONST:
+        v = int(cast(int, const_value(u)))
+        return 64 if v == 0 else (v & -v).bit_length() - 1
+    if u.op is Ops.MUL:
+        return min(64, sum(_pow2(s) for s in u.src))
+    if u.op in (Ops.ADD, Ops.SUB):
+        return min(_pow2(s) for s in u.src)
+    if u.op is Ops.SHL and u.src[1].op is Ops.CONST:
+        return min(64, _pow2(u.src[0]) + int(cast(int, const_value(u.src[1]))))
+    if u.op is Ops.AND:
+        return max(_pow2(s) for s in u.src)
+    return 0
+
+
+_WIDE = 16  # bytes of one vector access (uint4)
+
+
+def _wide_place(idx: UOp, ctx: CudaContext) -> tuple[str, str, int] | None:
+    """(buffer text, first element text, element bytes) when the vector INDEX `idx` names n consecutive
+    elements starting at a 16-byte aligned one (cudaMalloc'd GLOBAL buffers and LOCAL arrays are 16-aligned)."""
+    from devices.c_vector import contiguous_start
+
+    index = base_of(idx)
+    if index.op is not Ops.INDEX:
+        return None
+    buf = base_of(index.src[0])
+    if buf.op is not Ops.BUFFER or buffer_arg(buf).addrspace not in (AddrSpace.GLOBAL, AddrSpace.LOCAL):
+        return None
+    size = 2 if buf.dtype is dtypes.bfloat16 and is_global(buf) else \
+        _LOCAL_ITEMSIZE.get(buf.dtype.scalar, buf.dtype.itemsize) if not is_global(buf) else buf.dtype.itemsize
+    start = contiguous_start(index.src[1])
+    n = int(index.src[1].shape[0])
+    if start is None or (n * size) % _WIDE:
+        return None
+    s, k = start
+    if (k * size) % _WIDE or (s is not None and (1 << min(_pow2(s), 8)) * size % _WIDE):
+        return None
+    first = str(k) if s is None else unparen(ctx[s]) if k == 0 else f"{ctx[s]}+{k}"
+    return ctx[buf], first, size
+
+
+def _wide_access(u: UOp, ctx: CudaContext, lines: list[str], pad: str) -> bool:
+    """A vector LOAD (ungated, or gated with a scalar gate and 0 for the off value) or STORE of consecutive
+    aligned elements as 16-byte accesses: a load fills a 16-aligned register array `vl[n]` (its lanes are the
+    vector's values; bfloat16 in global memory is converted per lane), a store of such a loaded array copies it
+    16 bytes at a time. False (nothing written) for any other access: the lanes go one by one."""
+    if u.op is Ops.LOAD and u.shape:
+        if len(u.src) == 3 and (u.src[2].shape != () or u.src[1].op is not Ops.CONST or const_value(u.src[1]) != 0):
+            return False
+        place = _wide_place(u.src[0], ctx)
+        if place is None:
+            return False
+        b, first, size = place
+        buf = base_of(base_of(u.src[0]).src[0])
+        n = int(u.shape[0])
+        stype = "uint16_t" if buf.dtype is dtypes.bfloat16 and is_global(buf) else ctx.ctype(buf.dtype.scalar)
+        arr = ctx.fresh("vl")
+        lines.append(f"{pad}__align__(16) {stype} {arr}[{n}];")
+        per = _WIDE // size
+        for j in range(0, n, per):
+            src = f"*(const uint4*)&{b}[{first}+{j}]" if j else f"*(const uint4*)&{b}[{first}]"
+            if len(u.src) == 3:
+                src = f"{ctx[u.src[2]]} ? {src} : uint4{{0u, 0u, 0u, 0u}}"
+            lines.append(f"{pad}*(uint4*)&{arr}[{j}] = {src};")
+        if buf.dtype is dtypes.bfloat16 and is_global(buf):
+            ctx.helper("bf16_round")
+            ctx.lanes[u] = [f"bf16_to_f32({arr}[{k}])" for k in range(n)]
+        else:
+            ctx.lanes[u] = [f"{arr}[{k}]" for k in range(n)]
+        ctx.wide[u] = (arr, stype)
+        ctx.depth[u] = 0
+        return True
+    if u.op is Ops.STORE and len(u.src) in (2, 3) and u.src[1] in ctx.wide:
+        if len(u.src) == 3 and u.src[2].shape != ():
+            return False
+        place = _wide_place(u.src[0], ctx)
+        dst = base_of(base_of(u.src[0]).src[0])
+        arr, stype = ctx.wide[u.src[1]]
+        dtype = "uint16_t" if dst.dtype is dtypes.bfloat16 and is_global(dst) else ctx.ctype(dst.dtype.scalar)
+        if place is None or dtype != stype:
+            return False
+        b, first, size = place
+        gate = f"if ({unparen(ctx[u.src[2]])}) " if len(u.src) == 3 else ""
+        for j in range(0, int(u.src[1].shape[0]), _WIDE // size):
+            at = f"{first}+{j}" if j else first
+            lines.append(f"{pad}{gate}*(uint4*)&{b}[{at}] = *(const uint4*)&{arr}[{j}];")
+        return True
+    return False
 
 
 def _vector_instr(u: UOp, prog: Program) -> bool:

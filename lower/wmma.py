@@ -35,9 +35,10 @@ M, N, K = 16, 8, 16
 
 
 def tc_shape_for(ast: UOp, target: Target) -> str | None:
-    """The tensor-core shape of `target` that this kernel's reduction can use, if any (sizes must divide)."""
+    """The tensor-core shape of `target` that this kernel's reduction can use, if any (any sizes: the direct
+    form needs multiples of the mma's, the staged one (lower.tc_smem) does not)."""
     try:
-        x, *_ = _match(ast)
+        x, *_ = _match(ast, divisible=False)  # sizes the mma does not divide: lower.tc_smem pads with zeros
     except KernelOptError:
         return None
     return next((s for s in target.tensor_cores if TC_SHAPES.get(s) is x.dtype), None)
@@ -45,7 +46,7 @@ def tc_shape_for(ast: UOp, target: Target) -> str | None:
 
 def tc_tile_axes(ast: UOp) -> tuple[UOp, UOp]:
     """The output axes (u, v) that the mma tiles split by 16 and by 8."""
-    _, _, _, u, v, _ = _match(ast)
+    _, _, _, u, v, _ = _match(ast, divisible=False)
     return u, v
 
 
@@ -53,8 +54,9 @@ def _depends(e: UOp, r: UOp) -> bool:
     return r in e.toposort()
 
 
-def _match(ast: UOp) -> tuple[UOp, UOp, UOp, UOp, UOp, UOp]:
-    """(x, y, red, u, v, k) of a kernel of the TC shape, else KernelOptError saying what does not fit."""
+def _match(ast: UOp, divisible: bool = True) -> tuple[UOp, UOp, UOp, UOp, UOp, UOp]:
+    """(x, y, red, u, v, k) of a kernel of the TC shape, else KernelOptError saying what does not fit (with
+    `divisible`, sizes that are not multiples of the mma's 16, 8 and 16 do not fit)."""
     reds = [u for u in ast.toposort() if u.op is Ops.REDUCE]
     ends = [u for u in ast.toposort() if u.op is Ops.END]
     if len(reds) != 1 or len(ends) != 1:
@@ -82,21 +84,33 @@ def _match(ast: UOp) -> tuple[UOp, UOp, UOp, UOp, UOp, UOp]:
     if not us or not vs:
         raise KernelOptError("TC: needs an output axis only x moves with and one only y moves with")
     u, v = us[-1], vs[-1]
-    for r, n in ((u, M), (v, N), (k, K)):
+    for r, n in ((u, M), (v, N), (k, K)) if divisible else ():
         if size(r) % n:
             raise KernelOptError(f"TC: axis {r.render()} of size {size(r)} is not a multiple of {n}")
     return x, y, red, u, v, k
 
 
-def tc_arg(arg: object) -> tuple[str, int, int]:
-    """A TC opt's arg as (shape, tm, tn): the shape alone ("16x8x16 half->float") is a warp tile of one mma tile;
-    (shape, tm, tn) gives each warp tm x tn of them."""
+def tc_arg(arg: object) -> tuple[str, int, int, tuple[int, int, int] | None]:
+    """A TC opt's arg as (shape, tm, tn, staged): the shape alone ("16x8x16 half->float") is a warp tile of one
+    mma tile; (shape, tm, tn) gives each warp tm x tn of them; (shape, tm, tn, wu, wv, bk) also stages the
+    operands through shared memory for a block of wu x wv warps, bk elements of k a step (lower.tc_smem)."""
     if isinstance(arg, str):
-        return arg, 1, 1
-    if isinstance(arg, tuple) and len(arg) == 3 and isinstance(arg[0], str) and \
+        return arg, 1, 1, None
+    if isinstance(arg, tuple) and len(arg) in (3, 6) and isinstance(arg[0], str) and \
             all(isinstance(n, int) and n >= 1 for n in arg[1:]):
-        return arg[0], arg[1], arg[2]
-    raise KernelOptError(f"TC: the arg must be a shape or (shape, tm, tn), not {arg!r}")
+        staged = (arg[3], arg[4], arg[5]) if len(arg) == 6 else None
+        return arg[0], arg[1], arg[2], staged
+    raise KernelOptError(f"TC: the arg must be a shape, (shape, tm, tn) or (shape, tm, tn, wu, wv, bk), not {arg!r}")
+
+
+def apply_tc_arg(ast: UOp, arg: object) -> UOp:
+    """The kernel with a TC opt's arg applied: lower.tc_smem's staged form for a 6-tuple, else `apply_tc`."""
+    shape, tm, tn, staged = tc_arg(arg)
+    if staged is not None:
+        from lower.tc_smem import apply_tc_staged
+
+        return apply_tc_staged(ast, shape, tm, tn, *staged)
+    return apply_tc(ast, shape, tm, tn)
 
 
 def apply_tc(ast: UOp, shape: str, tm: int = 1, tn: int = 1) -> UOp:
@@ -141,4 +155,4 @@ def apply_tc(ast: UOp, shape: str, tm: int = 1, tn: int = 1) -> UOp:
     return ast.substitute({end: UOp(Ops.END, (UOp(Ops.GROUP, tuple(stores)), *outer, uo, vo, lane))})
 
 
-__all__ = ["TC_SHAPES", "apply_tc", "tc_arg", "tc_shape_for", "tc_tile_axes"]
+__all__ = ["TC_SHAPES", "apply_tc", "apply_tc_arg", "tc_arg", "tc_shape_for", "tc_tile_axes"]

@@ -102,7 +102,8 @@ def test_gpu_shaped_programs_compile(compiler: str, tmp_path: os.PathLike, sm: s
     by = {k.name: k for k in ks}
     src = by["block_sum"].src
     for text in ("__launch_bounds__(128) block_sum(", "const long long gidx0 = blockIdx.x;",
-                 "const long long lidx0 = threadIdx.x;", "__shared__ float smem0[128];", "__syncthreads();",
+                 "const long long lidx0 = threadIdx.x;", "__shared__ __align__(16) float smem0[128];",
+                 "__syncthreads();",
                  "atomicAdd(&data2[0], ", "const float* __restrict__ data1", "float* __restrict__ data0"):
         assert text in src, text
     assert "atomicAdd((unsigned long long*)&data2[0]" in src
@@ -287,17 +288,41 @@ def test_register_tiles_attention_and_tensor_cores_compile(compiler: str, tmp_pa
 @pytest.mark.parametrize("compiler", COMPILERS)
 @pytest.mark.parametrize("sm", SMS)
 def test_tensor_core_warp_tiles_compile(compiler: str, tmp_path: os.PathLike, sm: str) -> None:
-    """A 2048 half matmul on the heuristics' tensor-core warp tiles (4 x 4 mmas a warp, 2 x 2 warps a block):
-    16 inline mma.sync a k step, each of the 4 A fragments loaded once (8 half loads a lane), compiled by nvcc."""
-    x = Tensor(np.zeros((2048, 2048), np.float32)).cast("float16")
-    items, _ = schedule([(x.contiguous() @ x.contiguous()).uop])
-    name, ast = [(it.name, it.ast) for it in items if it.kind == "kernel" and it.ast is not None][-1]
-    lin = lower_kernel(ast, gpu_target(sm), name=name)
-    assert sum(u.op is Ops.WMMA for u in lin.src) == 16
+    """A 4096 half matmul on the heuristics' staged tensor cores (lower.tc_smem: 128 x 128 block tiles of 8 warps,
+    4 x 4 mmas a warp, k 32 a step), and the awkward-size and bfloat16 forms: every operand chunk of the aligned
+    ones one 128-bit load and one 128-bit shared store, 32 inline mma.sync a k step, two barriers."""
+    def kernel(nu: int, nk: int, nv: int, dt: str) -> tuple[str, UOp]:
+        a = Tensor(np.zeros((nu, nk), np.float32)).cast(dt).contiguous()
+        b = Tensor(np.zeros((nk, nv), np.float32)).cast(dt).contiguous()
+        items, _ = schedule([(a @ b).uop])
+        name, ast = [(it.name, it.ast) for it in items if it.kind == "kernel" and it.ast is not None][-1]
+        return f"{name}_{dt}", ast
+
+    progs = [(lower_kernel(ast, gpu_target(sm), name=name), name) for name, ast in
+             (kernel(4096, 4096, 4096, "float16"), kernel(1000, 200, 520, "float16"), kernel(100, 37, 70, "float16"),
+              kernel(512, 512, 512, "bfloat16"))]
+    assert sum(u.op is Ops.WMMA for u in progs[0][0].src) == 32
     with Context(CACHEDIR=str(tmp_path), CUDA_COMPILER=compiler):
-        (k,) = DEVICE.compile_batch([(lin, name)], gpu_target(sm))
-    assert k.cubin[:4] == b"\x7fELF"
-    assert k.src.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == 16
+        ks = DEVICE.compile_batch(progs, gpu_target(sm))
+    assert all(k.cubin[:4] == b"\x7fELF" for k in ks)
+    big, odd, scalar, bf16 = ks
+
+    def body(k: object) -> str:
+        src = k.src[k.src.index(f" {k.symbol}("):]  # type: ignore[attr-defined]
+        return src[:src.index("\n}\n")]
+
+    assert big.launch_dims({}) == ((32, 32, 1), (32, 4, 2))
+    for k, mmas in ((big, 32), (odd, 16), (scalar, 16)):
+        b = body(k)
+        assert b.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == mmas
+        assert b.count("__syncthreads();") == 2 and b.count("__shared__ __align__(16) half smem") == 2
+    # A (128 x 32) and B (32 x 128): 512 chunks of 8 halves each, 2 per thread: 4 loads and 4 stores of 16 bytes
+    assert body(big).count("= *(const uint4*)&data") == 4 and body(big).count("*(uint4*)&smem") == 4
+    assert "? *(const uint4*)&data" in body(odd)  # gated chunks at the edges
+    # A's rows of 37 halves are not 16-byte aligned: element copies; B's 70 neither
+    assert "uint4" not in body(scalar)
+    assert body(bf16).count("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") == 16
+    assert body(bf16).count("= *(const uint4*)&data") == 4  # bfloat16 bits in 16-byte chunks, widened per lane
 
 
 def test_float_to_half_rounds_to_nearest_even_and_products_are_float32() -> None:

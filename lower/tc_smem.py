@@ -1,0 +1,220 @@
+"""Tensor cores fed from shared memory: a block stages its A and B tiles through LOCAL buffers.
+
+`apply_tc_staged(ast, shape, tm, tn, wu, wv, bk)` (OptOps.TC with arg (shape, tm, tn, wu, wv, bk)) rewrites the
+kernel lower.wmma matches (a float32 sum of products x * y of half or bfloat16 over output axes u, v and reduce
+axis k) into one block per BM x BN output tile, BM = 16 tm wu, BN = 8 tn wv: wu x wv warps (LOCAL axes), each a
+(16 tm) x (8 tn) warp tile of m16n8k16 mmas (lower.wmma's lane layout), 32 wu wv threads. The k loop steps bk
+(a multiple of 16) at a time; per step:
+
+1. every thread of the block copies its share of the A tile (BM x bk, x at rows u, columns k) and of the B tile
+   (bk x BN, y at rows k, columns v) from global memory into LOCAL buffers `As` (row-major, rows padded to
+   bk + 8 elements) and `Bs` (row-major, rows padded to BN + 8): chunks of VEC = 8 consecutive elements along
+   the tile's inner axis, consecutive threads on consecutive chunks (coalesced). Where the operand is a plain
+   load that moves by 1 along the chunk's axis and every other step and its offset are multiples of VEC, a
+   chunk is one vector LOAD of 8 lanes (16 bytes: devices.cuda_render makes it one 128-bit access) and one
+   vector STORE; otherwise 8 scalar copies. Elements past the matrix's end (sizes the tile does not divide)
+   are gated loads that read 0, so they add nothing;
+2. a BARRIER; then each warp reads its fragments from `As` / `Bs` (per 16-wide k slice: tm A fragments of 8
+   elements, tn B fragments of 4, in the PTX layout) and issues tm tn mmas per slice, the accumulators in
+   registers as in lower.wmma;
+3. a BARRIER, so no thread overwrites the tiles while another still reads them.
+
+The output stores are lower.wmma's, gated to the matrix where the tile does not divide it. The padding of
+8 elements per row puts the lanes of a fragment read on distinct shared-memory banks (A: row stride bk + 8
+halves is 20 words for bk = 32, so rows g = 0..7 start on banks 0, 20, 8, 28, 16, 4, 24, 12 and t adds 0..3).
+
+Sums are the same as lower.wmma's (the mma's float32 additions, k in order within a slice), so the emulator
+(devices/python.py) checks this kernel exactly as it checks the direct one.
+"""
+
+from __future__ import annotations
+
+from lower.optimize import _stride, next_range_id, size
+from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
+from rewrite.dtype import AddrSpace
+from rewrite.errors import EvalError, KernelOptError
+
+VEC = 8  # elements of one cooperative copy chunk (16 bytes of half / bfloat16)
+PAD = 8  # elements added to every shared-memory row
+
+
+def _gated(e: UOp, valid: UOp, keep: frozenset[UOp] = frozenset()) -> UOp:
+    """`e` with every LOAD and STORE of a GLOBAL buffer gated by `valid` (a gated-off load reads 0), except in
+    the nodes of `keep` (the k loop an output store reads its result from)."""
+    done: dict[UOp, UOp] = {}
+    for u in e.toposort():
+        if u in keep:
+            done[u] = u
+            continue
+        src = tuple(done.get(s, s) for s in u.src)
+        glob = u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX and _is_global(u.src[0].src[0])
+        if glob and u.op is Ops.LOAD:
+            gate = valid if len(src) < 3 else src[2] & valid
+            new = UOp(Ops.LOAD, (src[0], src[1] if len(src) >= 2 else UOp.const(0, u.dtype), gate), u.arg, u.tag)
+        elif glob:
+            new = UOp(Ops.STORE, (src[0], src[1], valid if len(src) < 3 else src[2] & valid), u.arg, u.tag)
+        else:
+            new = u if src == u.src else UOp(u.op, src, u.arg, u.tag)
+        done[u] = new
+    return done[e]
+
+
+def _is_global(b: UOp) -> bool:
+    while b.op is Ops.AFTER:
+        b = b.src[0]
+    return b.op is Ops.BUFFER and isinstance(b.arg, BufferArg) and b.arg.addrspace is AddrSpace.GLOBAL
+
+
+def _vectorizable(x: UOp, inner: UOp) -> bool:
+    """Whether operand x is a plain load of a GLOBAL buffer (or a CAST of one) whose index moves by 1 along
+    `inner` and whose offset and every other range's step are multiples of VEC (so each chunk is VEC aligned
+    consecutive elements)."""
+    if x.op is Ops.CAST:
+        x = x.src[0]
+    if x.op is not Ops.LOAD or len(x.src) != 1 or x.src[0].op is not Ops.INDEX or not _is_global(x.src[0].src[0]):
+        return False
+    idx = x.src[0].src[1]
+    rs = [u for u in idx.toposort() if u.op is Ops.RANGE]
+    if inner not in rs or _stride(idx, inner) != 1:
+        return False
+    if any((s := _stride(idx, r)) is None or (r is not inner and s % VEC) for r in rs):
+        return False
+    from rewrite.render import render
+
+    try:
+        off = idx.evaluate({render(r): 0 for r in rs})
+    except EvalError:
+        return False
+    return isinstance(off, int) and off % VEC == 0
+
+
+def _copy_tile(buf: UOp, x: UOp, rows: tuple[UOp, UOp, int, int], cols: tuple[UOp, UOp, int, int],
+               tid: UOp, threads: int, vector: bool) -> list[UOp]:
+    """The stores that copy a rows x cols tile of operand x into LOCAL `buf` (row-major, rows padded by PAD):
+    rows = (the range of x, the tile's first row, tile rows, the matrix's row count), cols likewise; chunks of
+    VEC consecutive columns, chunk c = tid + threads * i (the chunks past the tile's last are gated off). An
+    element outside the matrix is stored as 0."""
+    (rr, r0, nr, rn), (cr, c0, nc, cn) = rows, cols
+    per_row = nc // VEC
+    chunks = nr * per_row
+    vector = vector and cn % VEC == 0  # then a chunk is in or out of the matrix as a whole
+
+    def both(p: UOp | None, q: UOp | None) -> UOp | None:
+        return q if p is None else p if q is None else p & q
+
+    stores: list[UOp] = []
+    for i in range(-(-chunks // threads)):
+        c = tid + threads * i
+        row, col = c // per_row, (c % per_row) * VEC
+        in_tile = c < chunks if chunks % threads else None
+        in_rows = both(in_tile, r0 + row < rn if rn % nr else None)
+        at = row * (nc + PAD) + col
+        for e in range(1 if vector else VEC):
+            valid = both(in_rows, c0 + col + e < cn if cn % nc else None)
+            src = x.substitute({rr: r0 + row, cr: c0 + col + e})
+            if vector:
+                lanes = UOp.vconst(range(VEC))
+                ld = src.src[0] if src.op is Ops.CAST else src
+                idx = ld.src[0]
+                vidx = UOp(Ops.INDEX, (idx.src[0], idx.src[1] + lanes), idx.arg, idx.tag)
+                val = UOp(Ops.LOAD, (vidx,)) if valid is None else UOp(Ops.LOAD, (vidx, UOp.const(0, ld.dtype), valid))
+                if src.op is Ops.CAST:
+                    val = val.cast(x.dtype)
+                dst = buf.index(at + lanes)
+            else:
+                val = src if valid is None else valid.where(_gated(src, valid), UOp.const(0, x.dtype))
+                dst = buf.index(at + e)
+            stores.append(dst.store(val) if in_tile is None else UOp(Ops.STORE, (dst, val, in_tile)))
+    return stores
+
+
+def staged_shapes(ast: UOp) -> tuple[int, int, int]:
+    """(rows of u, columns of v, the reduction's length) of a kernel lower.wmma matches, sizes not divisible."""
+    from lower.wmma import _match
+
+    _, _, _, u, v, k = _match(ast, divisible=False)
+    return size(u), size(v), size(k)
+
+
+def apply_tc_staged(ast: UOp, shape: str, tm: int, tn: int, wu: int, wv: int, bk: int) -> UOp:
+    """The kernel on tensor cores with A and B tiles staged through shared memory (module docstring)."""
+    from lower.wmma import TC_SHAPES, K, M, N, _match
+
+    x, y, red, u, v, k = _match(ast, divisible=False)
+    if TC_SHAPES.get(shape) is not x.dtype:
+        raise KernelOptError(f"TC {shape!r} does not fit products of {x.dtype.name}; known: {', '.join(TC_SHAPES)}")
+    if bk < K or bk % K or min(tm, tn, wu, wv) < 1 or 32 * wu * wv > 1024:
+        raise KernelOptError(f"TC staged: bk must be a multiple of {K} and 32 wu wv threads at most 1024 "
+                             f"(got tm={tm} tn={tn} wu={wu} wv={wv} bk={bk})")
+    (end,) = [e for e in ast.toposort() if e.op is Ops.END]
+    bm, bn = M * tm * wu, N * tn * wv
+    nu, nv, nk = size(u), size(v), size(k)
+    nid = next_range_id(ast)
+    bu, bv = UOp.range(-(-nu // bm), nid, AxisType.LOOP), UOp.range(-(-nv // bn), nid + 1, AxisType.LOOP)
+    ko = UOp.range(-(-nk // bk), nid + 2, AxisType.REDUCE)
+    ru, rv = UOp.range(wu, nid + 3, AxisType.LOCAL), UOp.range(wv, nid + 4, AxisType.LOCAL)
+    lane = UOp.range(32, nid + 5, AxisType.WARP)
+    threads = 32 * wu * wv
+    tid = lane + (rv + ru * wv) * 32
+    g, t = lane // 4, lane % 4
+    dt = x.dtype
+    sa = UOp(Ops.BUFFER, (UOp.shape_operand((bm * (bk + PAD),)),), BufferArg(0, dt, None, AddrSpace.LOCAL))
+    sb = UOp(Ops.BUFFER, (UOp.shape_operand((bk * (bn + PAD),)),), BufferArg(1, dt, None, AddrSpace.LOCAL))
+    u0, v0, k0 = bu * bm, bv * bn, ko * bk
+    copies = _copy_tile(sa, x, (u, u0, bm, nu), (k, k0, bk, nk), tid, threads, _vectorizable(x, k)) + \
+        _copy_tile(sb, y, (k, k0, bk, nk), (v, v0, bn, nv), tid, threads, _vectorizable(y, v))
+    loaded = UOp(Ops.BARRIER, tuple(copies))
+    ar, br = UOp(Ops.AFTER, (sa, loaded)), UOp(Ops.AFTER, (sb, loaded))
+    nacc = 4 * tm * tn
+    acc = UOp(Ops.BUFFER, (UOp.shape_operand((nacc,)),), BufferArg(0, dtypes.float32, None, AddrSpace.REG))
+    outer = [r for r in end.src[1:] if r is not u and r is not v]
+    at = [acc.index(UOp.const(i)) for i in range(nacc)]
+    inits = [UOp(Ops.AFTER, (p, *outer, bu, bv, ru, rv, lane)).store(UOp.const(0.0, dtypes.float32)) for p in at]
+    cur = [UOp(Ops.AFTER, (p, init, ko)).load() for p, init in zip(at, inits, strict=True)]
+    wr, wc = ru * (M * tm), rv * (N * tn)  # the warp tile's first row and column in the block tile
+    for kk in range(0, bk, K):
+        a = [UOp(Ops.STACK, tuple(ar.index((wr + (i * M + g + 8 * ((e // 2) % 2))) * (bk + PAD) +
+                                           (t * 2 + (kk + e % 2 + 8 * (e // 4)))).load() for e in range(8)))
+             for i in range(tm)]
+        b = [UOp(Ops.STACK, tuple(br.index((t * 2 + (kk + e % 2 + 8 * (e // 2))) * (bn + PAD) +
+                                           (wc + (j * N + g))).load() for e in range(4)))
+             for j in range(tn)]
+        nxt = list(cur)
+        for i in range(tm):
+            for j in range(tn):
+                o = 4 * (i * tn + j)
+                mma = UOp(Ops.WMMA, (a[i], b[j], UOp(Ops.STACK, tuple(nxt[o:o + 4]))), (M, N, K, dt, dtypes.float32))
+                nxt[o:o + 4] = [UOp(Ops.INDEX, (mma, UOp.const(e))) for e in range(4)]
+        cur = nxt
+    upd = [p.store(val) for p, val in zip(at, cur, strict=True)]
+    done = UOp(Ops.BARRIER, tuple(upd))  # every warp has read the tiles before the next step overwrites them
+    step = UOp(Ops.END, (UOp(Ops.GROUP, (*upd, done)), ko))
+    res = [UOp(Ops.AFTER, (p, step)).load() for p in at]
+    loop = frozenset(step.toposort())
+    stores = []
+    for i in range(tm):
+        for j in range(tn):
+            for e in range(4):
+                row, col = u0 + wr + (i * M + g + 8 * (e // 2)), v0 + wc + (j * N + t * 2 + e % 2)
+                st = end.src[0].substitute({red: res[4 * (i * tn + j) + e]}).substitute({u: row, v: col})
+                checks = [c for c, n, blk in ((row < nu, nu, bm), (col < nv, nv, bn)) if n % blk]
+                if checks:
+                    st = _gated(st, checks[0] if len(checks) == 1 else checks[0] & checks[1], loop)
+                stores.append(st)
+    return ast.substitute({end: UOp(Ops.END, (UOp(Ops.GROUP, tuple(stores)), *outer, bu, bv, ru, rv, lane))})
+
+
+def staged_config(nu: int, nv: int, nk: int, batch: int, cores: int) -> tuple[int, int, int, int, int] | None:
+    """(tm, tn, wu, wv, bk) for a staged tensor-core matmul of nu x nv outputs (times `batch`), nk long: 128 x 128
+    block tiles of 2 x 4 warps (64 x 32 outputs each) where that gives each of the `cores` multiprocessors a
+    block, else 64 x 64 tiles of 2 x 2 warps (32 x 32 each); k 32 a step (16 for a reduction that short). None
+    under 64 x 64 outputs (the direct form, lower.wmma, keeps more warps busy there)."""
+    bk = 32 if nk > 16 else 16
+    if nu >= 128 and nv >= 128 and -(-nu // 128) * -(-nv // 128) * batch >= cores:
+        return 4, 4, 2, 4, bk
+    if nu >= 64 and nv >= 64:
+        return 2, 4, 2, 2, bk
+    return None
+
+
+__all__ = ["PAD", "VEC", "apply_tc_staged", "staged_config", "staged_shapes"]
