@@ -51,7 +51,7 @@ from devices.cuda_render import (
 from devices.linear import Program, analyze, special_bound
 from devices.memory import check_vars, np_dtype, size_of
 from rewrite.dtype import DType, dtypes
-from rewrite.env import getenv
+from rewrite.env import getenv, knob_bool
 from rewrite.errors import DeviceError, OutOfMemoryError
 from rewrite.ops import Ops
 from rewrite.uop import UOp
@@ -263,7 +263,7 @@ class CudaDevice:
     def __init__(self) -> None:
         self._driver: Driver | None = None
         self._driver_error: DeviceError | None = None
-        self._target: Target | None = None
+        self._targets: dict[bool, Target] = {}  # by ALLOW_TF32
         self._modules: dict[bytes, ctypes.c_void_p] = {}
         self._pool = _Pool()
         self._lock = threading.Lock()
@@ -295,16 +295,18 @@ class CudaDevice:
         return True, drv.name
 
     def default_target(self) -> Target:
-        """The GPU's target: its compute capability and multiprocessor count, from the driver."""
-        if self._target is None:
+        """The GPU's target: its compute capability and multiprocessor count, from the driver (the tf32 tensor
+        cores only under ALLOW_TF32=1, devices.base.gpu_target)."""
+        tf32 = knob_bool("ALLOW_TF32")
+        if tf32 not in self._targets:
             drv = self.driver
             major, minor = drv.compute_capability()
             sm = f"sm_{major}{minor}"
             if sm not in GPU_TARGET_NAMES:
                 raise DeviceError(f"cuda: the GPU {drv.name!r} is compute capability {major}.{minor}; lowering knows "
                                   f"{', '.join(GPU_TARGET_NAMES)}")
-            self._target = gpu_target(sm, drv.attribute(ATTR_MULTIPROCESSOR_COUNT))
-        return self._target
+            self._targets[tf32] = gpu_target(sm, drv.attribute(ATTR_MULTIPROCESSOR_COUNT), tf32)
+        return self._targets[tf32]
 
     def module(self, cubin: bytes) -> ctypes.c_void_p:
         with self._lock:

@@ -32,7 +32,8 @@ is the same text in every lane.
            in place of C ("+f"). Fragment elements are packed in pairs into .b32 registers, the even element in
            the low half (A: 8 values = 4 registers, B: 4 = 2); C and D are 4 float registers, in the lane layout
            of devices/__init__.py, which is PTX's own. A bfloat16 value is a float register holding a bfloat16
-           value, so its bits are the float's upper 16 bits (exact).
+           value, so its bits are the float's upper 16 bits (exact). WMMA (16, 8, 8, float32, float32): the
+           tf32 m16n8k8 mma, 4 A and 2 B elements a lane, each rounded by `cvt.rna.tf32.f32` into its register.
 """
 
 from __future__ import annotations
@@ -198,7 +199,7 @@ def is_vector(u: UOp) -> bool:
 
 # the vector instructions rendered lane by lane with the scalar rules
 _LANEWISE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.LOAD, Ops.INDEX, Ops.STORE}
-_MMA_TYPE = {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}
+_MMA_TYPE = {dtypes.float16: "f16", dtypes.bfloat16: "bf16", dtypes.float32: "tf32"}
 _PACK = {
     dtypes.float16: "static __device__ __forceinline__ uint32_t pack_f16x2(half lo, half hi) {\n"
                     "  return (uint32_t)__half_as_ushort(lo) | ((uint32_t)__half_as_ushort(hi) << 16);\n}",
@@ -207,23 +208,37 @@ _PACK = {
 }
 
 
+_TF32 = ("static __device__ __forceinline__ uint32_t to_tf32(float x) {\n"
+         "  uint32_t r; asm(\"cvt.rna.tf32.f32 %0, %1;\" : \"=r\"(r) : \"f\"(x)); return r;\n}")
+
+
 def _render_wmma(u: UOp, ctx: CudaContext, lines: list[str], pad: str) -> None:
     a, b, c = u.src
-    dt = cast(tuple, u.arg)[3]
-    if dt not in _MMA_TYPE or a.shape != (8,) or b.shape != (4,) or c.shape != (4,) or u.dtype is not dtypes.float32:
+    arg = cast(tuple, u.arg)
+    dt = arg[3]
+    shapes = ((8,), (4,)) if arg[2] == 16 else ((4,), (2,))
+    if dt not in _MMA_TYPE or (arg[2] == 8) != (dt is dtypes.float32) or (a.shape, b.shape) != shapes or \
+            c.shape != (4,) or u.dtype is not dtypes.float32:
         raise CompileError(f"{ctx.prog.where(u)}: the CUDA renderer makes WMMA m16n8k16 of float16 or bfloat16 "
-                           f"fragments (8, 4) into float32 (4), not {u.arg} with {a.shape}, {b.shape}, {c.shape}")
-    pack = ctx.define(f"pack_{_MMA_TYPE[dt]}x2", _PACK[dt]) if dt is dtypes.bfloat16 else "pack_f16x2"
-    if dt is dtypes.float16:
-        ctx.define("#fp16", "#include <cuda_fp16.h>")
-        ctx.define(pack, _PACK[dt])
+                           f"fragments (8, 4) and m16n8k8 of float32 (tf32) fragments (4, 2) into float32 (4), not "
+                           f"{u.arg} with {a.shape}, {b.shape}, {c.shape}")
     d = [ctx.fresh("wmma") for _ in range(4)]
     ctx.lanes[u] = d
     lines.append(pad + "float " + ", ".join(f"{n} = {unparen(ctx.lane(c, e))}" for e, n in enumerate(d)) + ";")
-    regs = [f"{pack}({unparen(ctx.lane(x, 2 * i))}, {unparen(ctx.lane(x, 2 * i + 1))})"
-            for x, n in ((a, 4), (b, 2)) for i in range(n)]
     t = _MMA_TYPE[dt]
-    lines.append(pad + f'asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32 {{%0, %1, %2, %3}}, '
+    if dt is dtypes.float32:  # each element rounded to tf32 (to nearest, ties away), one per register
+        fn = ctx.define("to_tf32", _TF32)
+        regs = [f"{fn}({unparen(ctx.lane(x, i))})" for x, n in ((a, 4), (b, 2)) for i in range(n)]
+        shape = "m16n8k8"
+    else:
+        pack = ctx.define(f"pack_{t}x2", _PACK[dt]) if dt is dtypes.bfloat16 else "pack_f16x2"
+        if dt is dtypes.float16:
+            ctx.define("#fp16", "#include <cuda_fp16.h>")
+            ctx.define(pack, _PACK[dt])
+        regs = [f"{pack}({unparen(ctx.lane(x, 2 * i))}, {unparen(ctx.lane(x, 2 * i + 1))})"
+                for x, n in ((a, 4), (b, 2)) for i in range(n)]
+        shape = "m16n8k16"
+    lines.append(pad + f'asm volatile("mma.sync.aligned.{shape}.row.col.f32.{t}.{t}.f32 {{%0, %1, %2, %3}}, '
                  f'{{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};"')
     lines.append(pad + "    : " + ", ".join(f'"+f"({n})' for n in d))
     lines.append(pad + "    : " + ", ".join(f'"r"({r})' for r in regs) + ");")

@@ -167,13 +167,13 @@ def _tc_opts(ast: UOp, shape: str, outputs: int, cores: int) -> list[Opt]:
     where the tile counts divide. The warp tile halves (the larger side first) while the blocks would not fill
     the multiprocessors: a small matmul keeps its parallelism. [] where neither fits."""
     from lower.tc_smem import staged_config, staged_shapes
-    from lower.wmma import M, N, apply_tc, tc_tile_axes
+    from lower.wmma import LAYOUTS, M, N, apply_tc, tc_tile_axes
 
     nu, nv, nk = staged_shapes(ast)
     if (cfg := staged_config(nu, nv, nk, outputs // (nu * nv), cores)) is not None:
         return [Opt(OptOps.TC, None, (shape, *cfg))]
     u, v = tc_tile_axes(ast)
-    if size(u) % M or size(v) % N or nk % 16:
+    if size(u) % M or size(v) % N or nk % LAYOUTS[shape].k:
         return []
     tm, tn = _warp_tiles(size(u) // M), _warp_tiles(size(v) // N)
     while (tm > 1 or tn > 1) and outputs // (M * tm * N * tn * TC_WARPS * TC_WARPS) < cores:

@@ -31,11 +31,16 @@ from __future__ import annotations
 
 from lower.optimize import _stride, next_range_id, size
 from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
-from rewrite.dtype import AddrSpace
+from rewrite.dtype import AddrSpace, DType
 from rewrite.errors import EvalError, KernelOptError
 
 VEC = 8  # elements of one cooperative copy chunk (16 bytes of half / bfloat16)
-PAD = 8  # elements added to every shared-memory row
+
+
+def pad_for(dt: DType) -> int:
+    """Elements added to every shared-memory row: 16 bytes (8 halves, 4 floats), which keeps rows 16-byte
+    aligned and puts the rows a fragment read touches on different banks."""
+    return 16 // dt.itemsize
 
 
 def _gated(e: UOp, valid: UOp, keep: frozenset[UOp] = frozenset()) -> UOp:
@@ -90,7 +95,7 @@ def _vectorizable(x: UOp, inner: UOp) -> bool:
 
 def _copy_tile(buf: UOp, x: UOp, rows: tuple[UOp, UOp, int, int], cols: tuple[UOp, UOp, int, int],
                tid: UOp, threads: int, vector: bool) -> list[UOp]:
-    """The stores that copy a rows x cols tile of operand x into LOCAL `buf` (row-major, rows padded by PAD):
+    """The stores that copy a rows x cols tile of operand x into LOCAL `buf` (row-major, rows padded by pad_for):
     rows = (the range of x, the tile's first row, tile rows, the matrix's row count), cols likewise; chunks of
     VEC consecutive columns, chunk c = tid + threads * i (the chunks past the tile's last are gated off). An
     element outside the matrix is stored as 0."""
@@ -108,7 +113,7 @@ def _copy_tile(buf: UOp, x: UOp, rows: tuple[UOp, UOp, int, int], cols: tuple[UO
         row, col = c // per_row, (c % per_row) * VEC
         in_tile = c < chunks if chunks % threads else None
         in_rows = both(in_tile, r0 + row < rn if rn % nr else None)
-        at = row * (nc + PAD) + col
+        at = row * (nc + pad_for(x.dtype)) + col
         for e in range(1 if vector else VEC):
             valid = both(in_rows, c0 + col + e < cn if cn % nc else None)
             src = x.substitute({rr: r0 + row, cr: c0 + col + e})
@@ -138,13 +143,14 @@ def staged_shapes(ast: UOp) -> tuple[int, int, int]:
 
 def apply_tc_staged(ast: UOp, shape: str, tm: int, tn: int, wu: int, wv: int, bk: int) -> UOp:
     """The kernel on tensor cores with A and B tiles staged through shared memory (module docstring)."""
-    from lower.wmma import TC_SHAPES, K, M, N, _match
+    from lower.wmma import LAYOUTS, TC_SHAPES, M, N, _match
 
     x, y, red, u, v, k = _match(ast, divisible=False)
     if TC_SHAPES.get(shape) is not x.dtype:
         raise KernelOptError(f"TC {shape!r} does not fit products of {x.dtype.name}; known: {', '.join(TC_SHAPES)}")
-    if bk < K or bk % K or min(tm, tn, wu, wv) < 1 or 32 * wu * wv > 1024:
-        raise KernelOptError(f"TC staged: bk must be a multiple of {K} and 32 wu wv threads at most 1024 "
+    lay = LAYOUTS[shape]
+    if bk < 16 or bk % 16 or min(tm, tn, wu, wv) < 1 or 32 * wu * wv > 1024:
+        raise KernelOptError(f"TC staged: bk must be a multiple of 16 and 32 wu wv threads at most 1024 "
                              f"(got tm={tm} tn={tn} wu={wu} wv={wv} bk={bk})")
     (end,) = [e for e in ast.toposort() if e.op is Ops.END]
     bm, bn = M * tm * wu, N * tn * wv
@@ -158,8 +164,9 @@ def apply_tc_staged(ast: UOp, shape: str, tm: int, tn: int, wu: int, wv: int, bk
     tid = lane + (rv + ru * wv) * 32
     g, t = lane // 4, lane % 4
     dt = x.dtype
-    sa = UOp(Ops.BUFFER, (UOp.shape_operand((bm * (bk + PAD),)),), BufferArg(0, dt, None, AddrSpace.LOCAL))
-    sb = UOp(Ops.BUFFER, (UOp.shape_operand((bk * (bn + PAD),)),), BufferArg(1, dt, None, AddrSpace.LOCAL))
+    pad = pad_for(dt)
+    sa = UOp(Ops.BUFFER, (UOp.shape_operand((bm * (bk + pad),)),), BufferArg(0, dt, None, AddrSpace.LOCAL))
+    sb = UOp(Ops.BUFFER, (UOp.shape_operand((bk * (bn + pad),)),), BufferArg(1, dt, None, AddrSpace.LOCAL))
     u0, v0, k0 = bu * bm, bv * bn, ko * bk
     copies = _copy_tile(sa, x, (u, u0, bm, nu), (k, k0, bk, nk), tid, threads, _vectorizable(x, k)) + \
         _copy_tile(sb, y, (k, k0, bk, nk), (v, v0, bn, nv), tid, threads, _vectorizable(y, v))
@@ -172,18 +179,19 @@ def apply_tc_staged(ast: UOp, shape: str, tm: int, tn: int, wu: int, wv: int, bk
     inits = [UOp(Ops.AFTER, (p, *outer, bu, bv, ru, rv, lane)).store(UOp.const(0.0, dtypes.float32)) for p in at]
     cur = [UOp(Ops.AFTER, (p, init, ko)).load() for p, init in zip(at, inits, strict=True)]
     wr, wc = ru * (M * tm), rv * (N * tn)  # the warp tile's first row and column in the block tile
-    for kk in range(0, bk, K):
-        a = [UOp(Ops.STACK, tuple(ar.index((wr + (i * M + g + 8 * ((e // 2) % 2))) * (bk + PAD) +
-                                           (t * 2 + (kk + e % 2 + 8 * (e // 4)))).load() for e in range(8)))
+    for kk in range(0, bk, lay.k):
+        a = [UOp(Ops.STACK, tuple(ar.index((wr + (i * M + row)) * (bk + pad) + (kk + col)).load()
+                                  for row, col in (lay.a(e, g, t) for e in range(lay.na))))
              for i in range(tm)]
-        b = [UOp(Ops.STACK, tuple(br.index((t * 2 + (kk + e % 2 + 8 * (e // 2))) * (bn + PAD) +
-                                           (wc + (j * N + g))).load() for e in range(4)))
+        b = [UOp(Ops.STACK, tuple(br.index((kk + row) * (bn + pad) + (wc + (j * N + col))).load()
+                                  for row, col in (lay.b(e, g, t) for e in range(lay.nb))))
              for j in range(tn)]
         nxt = list(cur)
         for i in range(tm):
             for j in range(tn):
                 o = 4 * (i * tn + j)
-                mma = UOp(Ops.WMMA, (a[i], b[j], UOp(Ops.STACK, tuple(nxt[o:o + 4]))), (M, N, K, dt, dtypes.float32))
+                c = UOp(Ops.STACK, tuple(nxt[o:o + 4]))
+                mma = UOp(Ops.WMMA, (a[i], b[j], c), (M, N, lay.k, dt, dtypes.float32))
                 nxt[o:o + 4] = [UOp(Ops.INDEX, (mma, UOp.const(e))) for e in range(4)]
         cur = nxt
     upd = [p.store(val) for p, val in zip(at, cur, strict=True)]
@@ -217,4 +225,4 @@ def staged_config(nu: int, nv: int, nk: int, batch: int, cores: int) -> tuple[in
     return None
 
 
-__all__ = ["PAD", "VEC", "apply_tc_staged", "staged_config", "staged_shapes"]
+__all__ = ["VEC", "apply_tc_staged", "staged_config", "staged_shapes"]

@@ -325,6 +325,31 @@ def test_tensor_core_warp_tiles_compile(compiler: str, tmp_path: os.PathLike, sm
     assert body(bf16).count("= *(const uint4*)&data") == 4  # bfloat16 bits in 16-byte chunks, widened per lane
 
 
+@pytest.mark.parametrize("compiler", COMPILERS)
+@pytest.mark.parametrize("sm", SMS)
+def test_tf32_tensor_cores_compile(compiler: str, tmp_path: os.PathLike, sm: str) -> None:
+    """float32 matmuls on a target with tf32 (ALLOW_TF32=1): staged (2048) and direct (32 x 16 x 24), every A
+    and B element rounded by cvt.rna.tf32.f32 into the m16n8k8 mma's registers."""
+    def kernel(nu: int, nk: int, nv: int) -> tuple[UOp, str]:
+        a = Tensor(np.zeros((nu, nk), np.float32)).contiguous()
+        b = Tensor(np.zeros((nk, nv), np.float32)).contiguous()
+        items, _ = schedule([(a @ b).uop])
+        name, ast = [(it.name, it.ast) for it in items if it.kind == "kernel" and it.ast is not None][-1]
+        return lower_kernel(ast, gpu_target(sm, tf32=True), name=name), name
+
+    progs = [kernel(2048, 2048, 2048), kernel(32, 24, 16)]
+    assert [sum(u.op is Ops.WMMA for u in lin.src) for lin, _ in progs] == [4 * 4 * 4, 1]
+    with Context(CACHEDIR=str(tmp_path), CUDA_COMPILER=compiler):
+        ks = DEVICE.compile_batch(progs, gpu_target(sm, tf32=True))
+    assert all(k.cubin[:4] == b"\x7fELF" for k in ks)
+    src = ks[0].src
+    assert src.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") == 64 + 1
+    assert 'asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));' in src
+    # the helper, then each mma its 4 A and 2 B registers (not volatile: the compiler may share the repeats)
+    assert src.count("to_tf32(") == 1 + 6 * (64 + 1)
+    assert "= *(const uint4*)&data" in src  # 8 floats a chunk: two 16-byte loads
+
+
 def test_float_to_half_rounds_to_nearest_even_and_products_are_float32() -> None:
     """The noopt half matmul: operands converted with __float2half_rn, multiplied and summed in float32 (fmaf), the
     result rounded once with __float2half_rn; never a C cast from float to half, never a half product."""

@@ -10,7 +10,7 @@ import pytest
 from lower import schedule
 from lower.gpu import gpu_opts
 from lower.optimize import Opt, OptOps
-from lower.tc_smem import PAD, apply_tc_staged
+from lower.tc_smem import apply_tc_staged, pad_for
 from rewrite import Ops, UOp, dtypes
 from rewrite.dtype import AddrSpace
 from rewrite.errors import KernelOptError
@@ -68,7 +68,8 @@ def test_staged_tensor_cores_match_numpy(nu: int, nk: int, nv: int, cfg: tuple, 
                     e.src[0].src[0].src[1].op is Ops.BARRIER, e
                 assert e.src[0].src[0].src[0].arg.addrspace is AddrSpace.LOCAL  # type: ignore[union-attr]
     locals_ = [u for u in lin.src if u.op is Ops.BUFFER and u.arg.addrspace is AddrSpace.LOCAL]  # type: ignore[union-attr]
-    assert sorted(u.shape[0] for u in locals_) == sorted([16 * tm * wu * (bk + PAD), bk * (8 * tn * wv + PAD)])
+    pad = pad_for(getattr(dtypes, dt))
+    assert sorted(u.shape[0] for u in locals_) == sorted([16 * tm * wu * (bk + pad), bk * (8 * tn * wv + pad)])
     assert sum(u.op is Ops.BARRIER for u in lin.src) == 2
     specials = {u.arg: u.src[0].arg[0] for u in lin.src if u.op is Ops.SPECIAL}  # type: ignore[index]
     assert specials["lidx0"] == 32 and specials.get("lidx1", 1) * specials.get("lidx2", 1) == wu * wv
@@ -127,3 +128,66 @@ def test_staged_shapes_that_cannot_be_built_say_why() -> None:
         apply_tc_staged(ast, HALF, 1, 1, 8, 8, 32)
     with pytest.raises(KernelOptError, match="does not fit products of float16"):
         apply_tc_staged(ast, "16x8x16 bfloat16->float", 2, 4, 2, 2, 32)
+
+
+# ---------------------------------------------------------------- tf32
+
+
+def _tf32_np(x: np.ndarray) -> np.ndarray:
+    """numpy's tf32 rounding: to nearest on the 13 dropped bits, ties away from zero (sign-magnitude bits)."""
+    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    special = (bits & 0x7F800000) == 0x7F800000
+    out = ((bits + 0x1000) & 0xFFFFE000).astype(np.uint32).view(np.float32)
+    return np.where(special, x.astype(np.float32), out)
+
+
+def test_tf32_rounding_is_to_nearest_ties_away() -> None:
+    from devices.python import tf32_round
+
+    ulp = 2.0 ** -10
+    assert tf32_round(1.0 + ulp / 2) == 1.0 + ulp  # a tie goes away from zero
+    assert tf32_round(-(1.0 + ulp / 2)) == -(1.0 + ulp)
+    assert tf32_round(1.0 + ulp / 2 - 2.0 ** -23) == 1.0  # just under the tie: down
+    assert tf32_round(float(np.finfo(np.float32).max)) == float("inf")  # the carry leaves the finite range
+    assert np.isnan(tf32_round(float("nan"))) and tf32_round(float("-inf")) == float("-inf")
+    xs = np.concatenate([rng.standard_normal(2000).astype(np.float32) * 10.0 ** rng.integers(-40, 38, 2000),
+                         np.float32([0.0, -0.0, 1e-45, -3e-39])]).astype(np.float32)
+    got = np.array([tf32_round(float(x)) for x in xs], np.float32)
+    np.testing.assert_array_equal(got, _tf32_np(xs))
+    assert all(int(b) & 0x1FFF == 0 for b in got.view(np.uint32))  # 10 mantissa bits left
+
+
+def test_tf32_tensor_cores_are_opt_in() -> None:
+    """float32 matmuls run on tf32 tensor cores only where the target was made with tf32 (gpu_target(tf32=True),
+    or ALLOW_TF32=1 when the device makes its target): float32 stays float32 by default."""
+    from devices.base import gpu_target
+    from rewrite.env import Context
+
+    assert not any("tf32" in s for s in gpu_target().tensor_cores)
+    with Context(ALLOW_TF32=True):
+        assert "16x8x8 tf32->float" in gpu_target("sm_80").tensor_cores
+    a = Tensor(np.zeros((256, 256), np.float32))
+    items, _ = schedule([(a.contiguous() @ a.contiguous()).uop])
+    ast = [it for it in items if it.kind == "kernel"][-1].ast
+    assert all(o.op is not OptOps.TC for o in gpu_opts(ast, GPU))
+    assert gpu_opts(ast, gpu_target(tf32=True).with_(device="python")) == \
+        [Opt(OptOps.TC, None, ("16x8x8 tf32->float", 2, 4, 2, 2, 32))]
+
+
+@pytest.mark.parametrize("nu,nk,nv,staged", [(72, 40, 80, True), (32, 24, 16, False), (48, 13, 21, True)])
+def test_tf32_tensor_cores_match_numpy_of_rounded_inputs(nu: int, nk: int, nv: int, staged: bool) -> None:
+    """m16n8k8 tf32 mmas, staged through shared memory (any sizes) or direct: exactly numpy's product of the
+    tf32-rounded inputs summed in float32 (to the last bits of the sum's order), not the float32 product."""
+    from devices.base import gpu_target
+
+    tf32 = gpu_target(tf32=True).with_(device="python")
+    av, bv = rng.standard_normal((nu, nk)).astype(np.float32), rng.standard_normal((nk, nv)).astype(np.float32)
+    a, b = Tensor(av, device="python").contiguous(), Tensor(bv, device="python").contiguous()
+    opt = Opt(OptOps.TC, None, ("16x8x8 tf32->float", 1, 2, 2, 2, 16) if staged else "16x8x8 tf32->float")
+    got, lins = run(a @ b, tf32, [opt])
+    wmma = [u for u in lins[-1].src if u.op is Ops.WMMA]
+    assert wmma and all(w.arg[:4] == (16, 8, 8, dtypes.float32) for w in wmma)  # type: ignore[index]
+    assert len(wmma) == (1 * 2 * 2 if staged else 1)
+    ref = _tf32_np(av).astype(np.float64) @ _tf32_np(bv).astype(np.float64)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    assert np.abs(got - av.astype(np.float64) @ bv).max() > 1e-4  # tf32, not float32
