@@ -1,27 +1,34 @@
 """Tensor cores fed from shared memory: a block stages its A and B tiles through LOCAL buffers.
 
 `apply_tc_staged(ast, shape, tm, tn, wu, wv, bk)` (OptOps.TC with arg (shape, tm, tn, wu, wv, bk)) rewrites the
-kernel lower.wmma matches (a float32 sum of products x * y of half or bfloat16 over output axes u, v and reduce
-axis k) into one block per BM x BN output tile, BM = 16 tm wu, BN = 8 tn wv: wu x wv warps (LOCAL axes), each a
-(16 tm) x (8 tn) warp tile of m16n8k16 mmas (lower.wmma's lane layout), 32 wu wv threads. The k loop steps bk
-(a multiple of 16) at a time; per step:
+kernel lower.wmma matches (a float32 sum of products x * y of half, bfloat16, or float32 for tf32, over output
+axes u, v and reduce axis k) into one block per BM x BN output tile, BM = 16 tm wu, BN = 8 tn wv: wu x wv
+warps (LOCAL axes), each a (16 tm) x (8 tn) warp tile of mmas (m16n8k16, or m16n8k8 for tf32; lower.wmma's
+lane layouts), 32 wu wv threads. The k loop steps bk (a multiple of 16) at a time:
 
 1. every thread of the block copies its share of the A tile (BM x bk, x at rows u, columns k) and of the B tile
    (bk x BN, y at rows k, columns v) from global memory into LOCAL buffers `As` (row-major, rows padded to
-   bk + 8 elements) and `Bs` (row-major, rows padded to BN + 8): chunks of VEC = 8 consecutive elements along
-   the tile's inner axis, consecutive threads on consecutive chunks (coalesced). Where the operand is a plain
-   load that moves by 1 along the chunk's axis and every other step and its offset are multiples of VEC, a
-   chunk is one vector LOAD of 8 lanes (16 bytes: devices.cuda_render makes it one 128-bit access) and one
-   vector STORE; otherwise 8 scalar copies. Elements past the matrix's end (sizes the tile does not divide)
-   are gated loads that read 0, so they add nothing;
-2. a BARRIER; then each warp reads its fragments from `As` / `Bs` (per 16-wide k slice: tm A fragments of 8
-   elements, tn B fragments of 4, in the PTX layout) and issues tm tn mmas per slice, the accumulators in
+   bk + pad_for(dtype) elements) and `Bs` (rows padded to BN + pad): chunks of VEC = 8 consecutive elements
+   along the tile's inner axis, consecutive threads on consecutive chunks (coalesced). Where the operand is a
+   plain load (or a CAST of one) that moves by 1 along the chunk's axis and every other step and its offset are
+   multiples of VEC, a chunk is one vector LOAD of 8 lanes (16 bytes of half: devices.cuda_render makes it
+   128-bit accesses) and one vector STORE; otherwise 8 scalar copies. Elements past the matrix's end (sizes the
+   tile does not divide) are gated loads that read 0, so they add nothing;
+2. a BARRIER; then each warp reads its fragments from `As` / `Bs` (per k slice of the mma: tm A fragments, tn
+   B fragments, in the PTX layout of lower.wmma.LAYOUTS) and issues tm tn mmas per slice, the accumulators in
    registers as in lower.wmma;
 3. a BARRIER, so no thread overwrites the tiles while another still reads them.
 
+With more than one k step the copies are pipelined through registers: the first step's tiles are copied
+before the loop; each step issues the global loads of the next step's tiles first (gated off at the last
+step; the fragment reads wait for them in the graph, so the linearizer puts them first), then its mmas from
+shared memory, a BARRIER, the stores of the loaded tiles, and a BARRIER: the global latency hides behind the
+mmas with one shared buffer per operand (three BARRIERs in all).
+
 The output stores are lower.wmma's, gated to the matrix where the tile does not divide it. The padding of
-8 elements per row puts the lanes of a fragment read on distinct shared-memory banks (A: row stride bk + 8
-halves is 20 words for bk = 32, so rows g = 0..7 start on banks 0, 20, 8, 28, 16, 4, 24, 12 and t adds 0..3).
+16 bytes per row puts the lanes of a fragment read on distinct shared-memory banks (A in half: row stride
+bk + 8 halves is 20 words for bk = 32, so rows g = 0..7 start on banks 0, 20, 8, 28, 16, 4, 24, 12 and t adds
+0..3). B's fragment pairs are a row apart (no ldmatrix.trans yet), so they are read one 16-bit element at a time.
 
 Sums are the same as lower.wmma's (the mma's float32 additions, k in order within a slice), so the emulator
 (devices/python.py) checks this kernel exactly as it checks the direct one.
@@ -94,11 +101,11 @@ def _vectorizable(x: UOp, inner: UOp) -> bool:
 
 
 def _copy_tile(buf: UOp, x: UOp, rows: tuple[UOp, UOp, int, int], cols: tuple[UOp, UOp, int, int],
-               tid: UOp, threads: int, vector: bool) -> list[UOp]:
+               tid: UOp, threads: int, vector: bool, only: UOp | None = None) -> list[UOp]:
     """The stores that copy a rows x cols tile of operand x into LOCAL `buf` (row-major, rows padded by pad_for):
     rows = (the range of x, the tile's first row, tile rows, the matrix's row count), cols likewise; chunks of
     VEC consecutive columns, chunk c = tid + threads * i (the chunks past the tile's last are gated off). An
-    element outside the matrix is stored as 0."""
+    element outside the matrix is stored as 0. With `only`, nothing is loaded or stored where it is false."""
     (rr, r0, nr, rn), (cr, c0, nc, cn) = rows, cols
     per_row = nc // VEC
     chunks = nr * per_row
@@ -111,7 +118,7 @@ def _copy_tile(buf: UOp, x: UOp, rows: tuple[UOp, UOp, int, int], cols: tuple[UO
     for i in range(-(-chunks // threads)):
         c = tid + threads * i
         row, col = c // per_row, (c % per_row) * VEC
-        in_tile = c < chunks if chunks % threads else None
+        in_tile = both(only, c < chunks if chunks % threads else None)
         in_rows = both(in_tile, r0 + row < rn if rn % nr else None)
         at = row * (nc + pad_for(x.dtype)) + col
         for e in range(1 if vector else VEC):
@@ -167,11 +174,23 @@ def apply_tc_staged(ast: UOp, shape: str, tm: int, tn: int, wu: int, wv: int, bk
     pad = pad_for(dt)
     sa = UOp(Ops.BUFFER, (UOp.shape_operand((bm * (bk + pad),)),), BufferArg(0, dt, None, AddrSpace.LOCAL))
     sb = UOp(Ops.BUFFER, (UOp.shape_operand((bk * (bn + pad),)),), BufferArg(1, dt, None, AddrSpace.LOCAL))
-    u0, v0, k0 = bu * bm, bv * bn, ko * bk
-    copies = _copy_tile(sa, x, (u, u0, bm, nu), (k, k0, bk, nk), tid, threads, _vectorizable(x, k)) + \
-        _copy_tile(sb, y, (k, k0, bk, nk), (v, v0, bn, nv), tid, threads, _vectorizable(y, v))
-    loaded = UOp(Ops.BARRIER, tuple(copies))
-    ar, br = UOp(Ops.AFTER, (sa, loaded)), UOp(Ops.AFTER, (sb, loaded))
+    u0, v0 = bu * bm, bv * bn
+    vec_x, vec_y = _vectorizable(x, k), _vectorizable(y, v)
+
+    def copies(a_to: UOp, b_to: UOp, k0: UOp, only: UOp | None = None) -> list[UOp]:
+        return _copy_tile(a_to, x, (u, u0, bm, nu), (k, k0, bk, nk), tid, threads, vec_x, only) + \
+            _copy_tile(b_to, y, (k, k0, bk, nk), (v, v0, bn, nv), tid, threads, vec_y, only)
+
+    steps = -(-nk // bk)
+    ahead: list[UOp] = []
+    if steps > 1:  # the first tiles before the loop; each step loads the next ones before its mmas run
+        loaded = UOp(Ops.BARRIER, tuple(copies(sa, sb, UOp.const(0))))
+        ahead = copies(sa, sb, (ko + 1) * bk, ko < steps - 1)  # stored after the mmas (below)
+        early = tuple(st.src[1] for st in ahead)  # the fragment reads wait for these loads: they are issued first
+        ar, br = UOp(Ops.AFTER, (sa, loaded, ko, *early)), UOp(Ops.AFTER, (sb, loaded, ko, *early))
+    else:
+        loaded = UOp(Ops.BARRIER, tuple(copies(sa, sb, ko * bk)))
+        ar, br = UOp(Ops.AFTER, (sa, loaded)), UOp(Ops.AFTER, (sb, loaded))
     nacc = 4 * tm * tn
     acc = UOp(Ops.BUFFER, (UOp.shape_operand((nacc,)),), BufferArg(0, dtypes.float32, None, AddrSpace.REG))
     outer = [r for r in end.src[1:] if r is not u and r is not v]
@@ -196,6 +215,10 @@ def apply_tc_staged(ast: UOp, shape: str, tm: int, tn: int, wu: int, wv: int, bk
         cur = nxt
     upd = [p.store(val) for p, val in zip(at, cur, strict=True)]
     done = UOp(Ops.BARRIER, tuple(upd))  # every warp has read the tiles before the next step overwrites them
+    if steps > 1:  # the next step's tiles, stored once every warp is done with these (none after the last step)
+        later = {sa: UOp(Ops.AFTER, (sa, done)), sb: UOp(Ops.AFTER, (sb, done))}
+        done = UOp(Ops.BARRIER, tuple(UOp(Ops.STORE, (later[st.src[0].src[0]].index(st.src[0].src[1]), *st.src[1:]))
+                                      for st in ahead))
     step = UOp(Ops.END, (UOp(Ops.GROUP, (*upd, done)), ko))
     res = [UOp(Ops.AFTER, (p, step)).load() for p in at]
     loop = frozenset(step.toposort())
