@@ -1,8 +1,10 @@
 """`python -m benchmarks gpu [--quick] [--json PATH] [--cases a,b]`: our cuda kernels against torch CUDA, in one run.
 
 For each case of the kernel suite (benchmarks.kernel_cases, at GPU sizes, plus matmul 4096 in float16 and
-bfloat16) the inputs are put on the GPU once, the graph is realized once (first call: lowering and nvcc, cold when
-the kernel cache is empty) and checked against torch, then each of our kernels is timed alone with CUDA events
+bfloat16, and float32 plain and on tf32 tensor cores: dtype "tf32" runs ours under ALLOW_TF32=1 and torch with
+allow_tf32, both on float32 inputs) the inputs are put on the GPU once, the graph is realized once (first call:
+lowering and the compile by NVRTC or nvcc, cold when the kernel cache is empty) and checked
+against torch, then each of our kernels is timed alone with CUDA events
 on its buffers (mean of `reps` back-to-back launches), and the sum is compared with torch eager's time for the
 same expression (also CUDA events, after a warm-up). torch runs with TF32 and reduced-precision reductions off
 (`strict_torch`): cuDNN's default TF32 convolutions are off by ~1e-3 per product, which read as a 0.03 error of
@@ -46,6 +48,8 @@ def gpu_cases(quick: bool) -> list[tuple[Case, str]]:
             (Case("matmul_1024", "matmul 1024", "matmul", (1024,)), "float32"),
             (Case("matmul_4096_fp16", "matmul 4096 fp16", "matmul", (4096,)), "float16"),
             (Case("matmul_4096_bf16", "matmul 4096 bf16", "matmul", (4096,)), "bfloat16"),
+            (Case("matmul_4096", "matmul 4096", "matmul", (4096,)), "float32"),
+            (Case("matmul_4096_tf32", "matmul 4096 tf32", "matmul", (4096,)), "tf32"),
             (Case("conv", "conv2d (8,64,56,56)->64", "conv", (8, 64, 56, 56, 64)), "float32"),
             (Case("attention", "attention 8x8x512x64", "attention", (8, 8, 512, 64)), "float32")]
 
@@ -93,6 +97,9 @@ def ours(case: Case, dtype: str, xs: list[np.ndarray], reps: int) -> dict[str, A
     from rewrite.env import Context
     from tensor import Tensor
 
+    if dtype == "tf32":
+        with Context(ALLOW_TF32=True):
+            return ours(case, "float32", xs, reps)
     ts = [Tensor(x, device="cuda").cast(dtype) if dtype != "float32" else Tensor(x, device="cuda") for x in xs]
     for t in ts:
         t.realize()
@@ -149,7 +156,9 @@ def torch_run(case: Case, dtype: str, xs: list[np.ndarray], reps: int) -> dict[s
     import torch
 
     strict_torch()
-    tdt = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+    if dtype == "tf32":  # torch's float32 matmul on tf32 tensor cores, as ours under ALLOW_TF32=1
+        torch.backends.cuda.matmul.allow_tf32 = True
+    tdt = {"float32": torch.float32, "tf32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
     ts = [torch.from_numpy(x).to("cuda").to(tdt) for x in xs]
 
     def run() -> Any:
@@ -202,7 +211,11 @@ def main(argv: list[str] | None = None) -> int:
         have_torch = bool(torch.cuda.is_available())
     except ImportError:
         have_torch = False
-    print(f"device: {why}; target: {target}; torch CUDA: {have_torch}", flush=True)
+    from devices.cuda_compile import cuda_compiler
+
+    comp = cuda_compiler()
+    print(f"device: {why}; target: {target}; compiler: {comp.name} {comp.version}; torch CUDA: {have_torch}",
+          flush=True)
     bw = copy_bandwidth(DEVICE)
     tbw = torch_copy_bandwidth() if have_torch else math.nan
     print(f"device-to-device copy: ours {bw:.0f} GB/s, torch {tbw:.0f} GB/s (read + write bytes)", flush=True)
@@ -224,10 +237,10 @@ def main(argv: list[str] | None = None) -> int:
             if have_torch and o["out"] is not None:
                 t = torch_run(case, dtype, xs, args.reps)
                 row["torch_ms"] = t["ms"]
-                tol = 5e-2 if dtype != "float32" else 1e-3
+                tol = 5e-2 if dtype != "float32" else 1e-3  # tf32: inputs rounded to 10 mantissa bits
                 err = float(np.max(np.abs(o["out"] - t["out"]) / (np.abs(t["out"]) + 1)))
                 row["max_rel_err"], row["ok"] = err, err < tol
-            itemsize = 4 if dtype == "float32" else 2
+            itemsize = 4 if dtype in ("float32", "tf32") else 2
             mem, flops = _bytes_and_flops(case, itemsize)
             ms = row["ms"]
             row["gbs"] = mem / (ms * 1e-3) / 1e9 if ms == ms and ms > 0 else math.nan
@@ -250,8 +263,8 @@ def main(argv: list[str] | None = None) -> int:
           "%copy: elementwise bytes/s against the measured device-to-device copy", flush=True)
     os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
     with open(args.json, "w") as f:
-        json.dump({"device": why, "target": str(target), "copy_gbs": bw, "torch_copy_gbs": tbw, "rows": rows}, f,
-                  indent=1, default=str)
+        json.dump({"device": why, "target": str(target), "compiler": f"{comp.name} {comp.version}", "copy_gbs": bw,
+                   "torch_copy_gbs": tbw, "rows": rows}, f, indent=1, default=str)
     return 0
 
 

@@ -56,13 +56,19 @@ GPU kernels (lowered for a Target with warp_size > 0, e.g. devices.base.gpu_targ
            lidx0 % 32, a warp is 32 consecutive lidx0; g = l // 4, t = l % 4). A = STACK of 8 scalars, element
            e = A[g + 8*((e//2)%2)][2t + e%2 + 8*(e//4)] (registers {a0,a1} {a2,a3} {a4,a5} {a6,a7}); B = STACK
            of 4, e = B[2t + e%2 + 8*(e//2)][g] ({b0,b1} {b2,b3}); C = STACK of 4 float32, e = C[g + 8*(e//2)]
-           [2t + e%2]. The value has shape (4,), D in C's layout, read only as INDEX(wmma, CONST e). Every thread
-           of the block reaches it (like a BARRIER). The STACKs and this are the only vector values of a GPU
-           kernel; the accumulator is a REG buffer of 4 float32 (slot 0) read and written by scalar INDEXes.
+           [2t + e%2]. The value has shape (4,), D in C's layout, read only as INDEX(wmma, CONST e).
+           arg (16, 8, 8, float32, float32): the tf32 mma (`...m16n8k8.row.col.f32.tf32.tf32.f32`): A = STACK
+           of 4 float32, e = A[g + 8*(e%2)][t + 4*(e//2)]; B = STACK of 2, e = B[t + 4*e][g]; each A and B
+           element is first rounded to tf32 (10 mantissa bits, to nearest, ties away from zero); C and D as
+           above. Every thread of the block reaches it (like a BARRIER). The accumulator is a REG buffer of
+           float32 read and written by scalar INDEXes.
 
-  GPU kernels use scalar values only (WMMA's fragments aside): UPCAST/UNROLL axes become separate scalar
-  instructions (copies of the code, lower.expand), never vector lanes, so a GPU renderer needs no vector types
-  or VCONST values (a BUFFER's shape operand aside), and STACK only as a WMMA operand.
+  GPU kernels use scalar values only, with two exceptions: WMMA's fragments, and the 8-lane copy chunks of a
+  tensor-core kernel staged through shared memory (lower.tc_smem): a LOAD of INDEX(global, base + VCONST(0..7))
+  (ungated, or gated by a scalar with 0 for the off value; where the operand is cast in the kernel, a CAST of
+  it) and a STORE of it to INDEX(local, base' + VCONST(0..7)). The cuda renderer makes such an access one
+  16-byte access where it can prove base 16-byte aligned (devices.cuda_render), else lane by lane.
+  UPCAST/UNROLL axes become separate scalar instructions (copies of the code, lower.expand), never vector lanes.
   A store every thread of a block would make alike (the result of a reduction shared by the block) is gated
   to lidx0 == 0. Loads and stores past a padded axis's end carry a gate (never an out-of-bounds access).
   The python device emulates the grid exactly (devices/python.py): blocks one by one, the threads of a block

@@ -21,6 +21,7 @@ import platform
 from dataclasses import dataclass, field, fields, replace
 from typing import Protocol
 
+from rewrite.env import knob_bool
 from rewrite.errors import DeviceError
 from rewrite.ops import Ops
 
@@ -246,15 +247,19 @@ _SM_FACTS: dict[str, tuple[int, int, int, tuple[str, ...]]] = {
 GPU_TARGET_NAMES = tuple(_SM_FACTS)
 
 
-def gpu_target(sm: str = "sm_90", multiprocessors: int | None = None) -> Target:
+def gpu_target(sm: str = "sm_90", multiprocessors: int | None = None, tf32: bool | None = None) -> Target:
     """The cuda Target for compute capability `sm` ("sm_80", "sm_90", ...). `cores` is the multiprocessor count
     (the device module passes the count it reads from the driver; the usual part's otherwise), `vector_bytes` the
     widest load one thread issues (128-bit), `vector_registers` the registers one thread may use, and
     `local_memory_bytes` the shared memory one block may hold. Code for it runs only on a GPU of that capability
-    or newer, which the cuda device checks; `runs_here` says False, since no host CPU runs it."""
+    or newer, which the cuda device checks; `runs_here` says False, since no host CPU runs it. The tf32 tensor
+    cores are among `tensor_cores` only with `tf32` (default: the ALLOW_TF32 knob), since they round float32
+    inputs to 10 mantissa bits: float32 matmuls stay float32 unless asked (like torch's allow_tf32)."""
     if sm not in _SM_FACTS:
         raise DeviceError(f"cuda target {sm!r} is not known; use one of {', '.join(GPU_TARGET_NAMES)}")
     sms, l2, smem, tcs = _SM_FACTS[sm]
+    if not (knob_bool("ALLOW_TF32") if tf32 is None else tf32):
+        tcs = tuple(t for t in tcs if "tf32" not in t)
     return Target("cuda", sm, sm, "cuda", (f"-arch={sm}",), vector_bytes=16, vector_registers=255, fma=True,
                   cores=multiprocessors or sms, cache_line=128, l1d_bytes=smem, l2_bytes=l2, l3_bytes=0,
                   max_args=256, warp_size=32, local_memory_bytes=smem, tensor_cores=tcs)

@@ -1,12 +1,10 @@
-"""The CUDA device: LINEAR programs rendered to CUDA C (devices.cuda_render), compiled by nvcc to a cubin, loaded
-and launched through the driver API (devices.cuda_driver).
+"""The CUDA device: LINEAR programs rendered to CUDA C (devices.cuda_render), compiled to a cubin by NVRTC or nvcc
+(devices.cuda_compile: NVRTC where its library loads, else nvcc; the CUDA_COMPILER knob picks one), loaded and
+launched through the driver API (devices.cuda_driver).
 
-Compile: `nvcc -cubin -arch=sm_XX -O3 -fmad=false` (the Target's compile flags name the architecture; exactness
-flags as devices.cuda_render says). Compiling needs nvcc only, not a GPU: CI compiles every GPU-shaped kernel here.
-The cubin is kept on disk under rewrite.env.cache_dir()/cuda, keyed by a hash of the source, the Target's key,
-the flags and nvcc's version, with devices.objcache's checksummed footer (a damaged or truncated entry is compiled
-again) and its size bound; CACHE=0 compiles without the disk cache. `compile_batch` puts several kernels in one
-.cu file (one nvcc start) and one module.
+Compiling needs no GPU: CI compiles every GPU-shaped kernel. The cubin is kept on disk, keyed by the source, the
+Target, the compiler's name, version and flags (devices.cuda_compile). `compile_batch` puts several kernels in
+one .cu file (one compile) and one module.
 
 Memory: a buffer is a `CudaBuffer` (a device pointer, its size in bytes, and the numpy dtype its elements have),
 from a pool of freed allocations by byte size. It reads like the host arrays the rest of the system passes around
@@ -26,23 +24,16 @@ so. `available()` tells (with the reason) without raising.
 from __future__ import annotations
 
 import collections
-import contextlib
 import ctypes
-import hashlib
 import itertools
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import threading
-import time
 from collections.abc import Sequence
 
 import numpy as np
 
-from devices import objcache
 from devices.base import GPU_TARGET_NAMES, Target, gpu_target
+from devices.cuda_compile import NVCC, NVRTC, CudaCompiler, cuda_compiler
 from devices.cuda_driver import (
     ATTR_MULTIPROCESSOR_COUNT,
     FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -60,128 +51,17 @@ from devices.cuda_render import (
 from devices.linear import Program, analyze, special_bound
 from devices.memory import check_vars, np_dtype, size_of
 from rewrite.dtype import DType, dtypes
-from rewrite.env import cache_dir, getenv
-from rewrite.errors import CompileError, DeviceError, OutOfMemoryError
+from rewrite.env import getenv, knob_bool
+from rewrite.errors import DeviceError, OutOfMemoryError
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 
-_FLAGS = ("-cubin", "-O3", "-fmad=false", "-ftz=false", "-prec-div=true", "-prec-sqrt=true")
 _CT = {
     dtypes.bool: ctypes.c_bool, dtypes.int8: ctypes.c_int8, dtypes.uint8: ctypes.c_uint8,
     dtypes.int16: ctypes.c_int16, dtypes.uint16: ctypes.c_uint16, dtypes.int32: ctypes.c_int32,
     dtypes.uint32: ctypes.c_uint32, dtypes.int64: ctypes.c_int64, dtypes.uint64: ctypes.c_uint64,
     dtypes.index: ctypes.c_longlong,
 }
-
-
-# ---------------------------------------------------------------- compiling
-
-
-class NVCC:
-    """nvcc, found on PATH once; compiles CUDA source to cubin bytes through the disk cache."""
-
-    def __init__(self) -> None:
-        self._path: str | None = None
-        self._version = ""
-        self._lock = threading.Lock()
-
-    @property
-    def path(self) -> str:
-        if self._path is None:
-            found = shutil.which("nvcc")
-            if found is None:
-                raise CompileError("cuda: nvcc is not on PATH; install the CUDA toolkit (or add its bin folder to "
-                                   "PATH) to compile CUDA kernels")
-            try:
-                out = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=60).stdout
-            except (OSError, subprocess.TimeoutExpired) as e:
-                raise CompileError(f"cuda: cannot run {found} --version: {e}") from None
-            self._path, self._version = found, out.strip().splitlines()[-1] if out.strip() else found
-        return self._path
-
-    @property
-    def version(self) -> str:
-        _ = self.path
-        return self._version
-
-    def flags(self, target: Target) -> tuple[str, ...]:
-        if target.arch != "cuda":
-            raise CompileError(f"cuda: cannot compile for the {target.device} target {target.isa}; use "
-                               f"devices.base.gpu_target(sm)")
-        return _FLAGS + target.compile_flags
-
-    def key(self, src: str, target: Target) -> str:
-        ident = "\0".join((self.version, target.key, *self.flags(target)))
-        return hashlib.sha256((ident + "\0" + src).encode()).hexdigest()[:32]
-
-    def cubin(self, src: str, target: Target, what: str = "kernel") -> bytes:
-        """The cubin of `src` for `target`: from the disk cache when it verifies, else compiled (and cached)."""
-        key = self.key(src, target)
-        t0 = time.perf_counter()
-        if not int(getenv("CACHE")):
-            return self._uncached(src, target, what)
-        d = ""
-        try:
-            d = os.path.join(cache_dir(), "cuda")
-            os.makedirs(d, exist_ok=True)
-        except OSError as e:
-            objcache.warn_unwritable(d or "the cache directory", e)
-            return self._uncached(src, target, what)
-        objcache.sweep_once(d)
-        path = os.path.join(d, f"{key}.cubin")
-        if objcache.verify(path, key):
-            with open(path, "rb") as f:
-                data = f.read()[:-objcache.FOOTER]
-            objcache.touch(path)
-            if int(getenv("DEBUG")) >= 3:
-                print(f"cuda: {what}: disk cache hit", file=sys.stderr)
-            return data
-        if os.path.exists(path) and int(getenv("DEBUG")) >= 1:
-            print(f"cuda: cached cubin for {what} does not verify (truncated or damaged): compiling it again",
-                  file=sys.stderr)
-        try:
-            tmp = objcache.temp_path(d, key)
-        except OSError as e:
-            objcache.warn_unwritable(d, e)
-            return self._uncached(src, target, what)
-        try:
-            self._run(src, tmp, target, what)
-            with open(tmp, "rb") as f:
-                data = f.read()
-            objcache.seal(tmp, key)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        objcache.note_write(d, path, int(getenv("CACHE_SIZE")), suffix=".cubin")
-        if int(getenv("DEBUG")) >= 3:
-            print(f"cuda: {what}: compiled in {(time.perf_counter() - t0) * 1e3:.1f} ms", file=sys.stderr)
-        return data
-
-    def _uncached(self, src: str, target: Target, what: str) -> bytes:
-        with tempfile.TemporaryDirectory() as d:
-            out = os.path.join(d, "k.cubin")
-            self._run(src, out, target, what)
-            with open(out, "rb") as f:
-                return f.read()
-
-    def _run(self, src: str, out: str, target: Target, what: str) -> None:
-        with tempfile.TemporaryDirectory() as d:
-            cu = os.path.join(d, "k.cu")
-            with open(cu, "w") as f:
-                f.write(src)
-            cmd = [self.path, *self.flags(target), "-o", out, cu]
-            try:
-                r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-            except subprocess.TimeoutExpired:
-                raise CompileError(f"cuda: nvcc took over 600 s on {what}") from None
-            except OSError as e:
-                raise CompileError(f"cuda: cannot run nvcc: {e}") from None
-        if r.returncode != 0:
-            numbered = "\n".join(f"{i:4d} | {line}" for i, line in enumerate(src.splitlines(), 1))
-            raise CompileError(f"cuda: nvcc failed on {what} for {target.isa} (exit {r.returncode}):\n"
-                               f"{r.stderr.strip()}\n--- source ---\n{numbered}")
 
 
 # ---------------------------------------------------------------- memory
@@ -385,13 +265,17 @@ class CudaDevice:
     device_memory = True  # buffers live on the GPU (CudaBuffer), not in host arrays
 
     def __init__(self) -> None:
-        self.compiler = NVCC()
         self._driver: Driver | None = None
         self._driver_error: DeviceError | None = None
-        self._target: Target | None = None
+        self._targets: dict[bool, Target] = {}  # by ALLOW_TF32
         self._modules: dict[bytes, ctypes.c_void_p] = {}
         self._pool = _Pool()
         self._lock = threading.Lock()
+
+    @property
+    def compiler(self) -> CudaCompiler:
+        """NVRTC or nvcc (devices.cuda_compile.cuda_compiler: the CUDA_COMPILER knob, else NVRTC where it loads)."""
+        return cuda_compiler()
 
     # the GPU
     @property
@@ -415,16 +299,18 @@ class CudaDevice:
         return True, drv.name
 
     def default_target(self) -> Target:
-        """The GPU's target: its compute capability and multiprocessor count, from the driver."""
-        if self._target is None:
+        """The GPU's target: its compute capability and multiprocessor count, from the driver (the tf32 tensor
+        cores only under ALLOW_TF32=1, devices.base.gpu_target)."""
+        tf32 = knob_bool("ALLOW_TF32")
+        if tf32 not in self._targets:
             drv = self.driver
             major, minor = drv.compute_capability()
             sm = f"sm_{major}{minor}"
             if sm not in GPU_TARGET_NAMES:
                 raise DeviceError(f"cuda: the GPU {drv.name!r} is compute capability {major}.{minor}; lowering knows "
                                   f"{', '.join(GPU_TARGET_NAMES)}")
-            self._target = gpu_target(sm, drv.attribute(ATTR_MULTIPROCESSOR_COUNT))
-        return self._target
+            self._targets[tf32] = gpu_target(sm, drv.attribute(ATTR_MULTIPROCESSOR_COUNT), tf32)
+        return self._targets[tf32]
 
     def module(self, cubin: bytes) -> ctypes.c_void_p:
         with self._lock:
@@ -552,4 +438,4 @@ class CudaDevice:
 
 DEVICE = CudaDevice()
 
-__all__ = ["DEVICE", "NVCC", "CudaBuffer", "CudaDevice", "CudaKernel"]
+__all__ = ["DEVICE", "NVCC", "NVRTC", "CudaBuffer", "CudaDevice", "CudaKernel"]

@@ -32,7 +32,8 @@ is the same text in every lane.
            in place of C ("+f"). Fragment elements are packed in pairs into .b32 registers, the even element in
            the low half (A: 8 values = 4 registers, B: 4 = 2); C and D are 4 float registers, in the lane layout
            of devices/__init__.py, which is PTX's own. A bfloat16 value is a float register holding a bfloat16
-           value, so its bits are the float's upper 16 bits (exact).
+           value, so its bits are the float's upper 16 bits (exact). WMMA (16, 8, 8, float32, float32): the
+           tf32 m16n8k8 mma, 4 A and 2 B elements a lane, each rounded by `cvt.rna.tf32.f32` into its register.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ class CudaContext(CContext):
         offsets, total = shared_layout(prog)
         self.dynamic: dict[UOp, int] | None = offsets if total > STATIC_SHARED_LIMIT else None
         self.lanes: dict[UOp, list[str]] = {}  # the per-lane C text of each vector value
+        self.wide: dict[UOp, tuple[str, str]] = {}  # a vector LOAD held in a 16-aligned array: (name, C type)
 
     def lane(self, u: UOp, k: int) -> str:
         """Lane k of u: its own text for a vector value, the same scalar for every lane otherwise."""
@@ -119,7 +121,7 @@ def _render_local(x: UOp, ctx: CudaContext) -> str:
     t = ctx.ctype(x.dtype)
     if ctx.dynamic is not None:
         return f"{t}* {name} = ({t}*)(smem_dynamic + {ctx.dynamic[x]});"
-    return f"__shared__ {t} {name}[{x.shape[0]}];"
+    return f"__shared__ __align__(16) {t} {name}[{x.shape[0]}];"
 
 
 def _render_atomic_add(idx: UOp, val: UOp, ctx: CContext) -> str:
@@ -197,7 +199,7 @@ def is_vector(u: UOp) -> bool:
 
 # the vector instructions rendered lane by lane with the scalar rules
 _LANEWISE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.LOAD, Ops.INDEX, Ops.STORE}
-_MMA_TYPE = {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}
+_MMA_TYPE = {dtypes.float16: "f16", dtypes.bfloat16: "bf16", dtypes.float32: "tf32"}
 _PACK = {
     dtypes.float16: "static __device__ __forceinline__ uint32_t pack_f16x2(half lo, half hi) {\n"
                     "  return (uint32_t)__half_as_ushort(lo) | ((uint32_t)__half_as_ushort(hi) << 16);\n}",
@@ -206,23 +208,37 @@ _PACK = {
 }
 
 
+_TF32 = ("static __device__ __forceinline__ uint32_t to_tf32(float x) {\n"
+         "  uint32_t r; asm(\"cvt.rna.tf32.f32 %0, %1;\" : \"=r\"(r) : \"f\"(x)); return r;\n}")
+
+
 def _render_wmma(u: UOp, ctx: CudaContext, lines: list[str], pad: str) -> None:
     a, b, c = u.src
-    dt = cast(tuple, u.arg)[3]
-    if dt not in _MMA_TYPE or a.shape != (8,) or b.shape != (4,) or c.shape != (4,) or u.dtype is not dtypes.float32:
+    arg = cast(tuple, u.arg)
+    dt = arg[3]
+    shapes = ((8,), (4,)) if arg[2] == 16 else ((4,), (2,))
+    if dt not in _MMA_TYPE or (arg[2] == 8) != (dt is dtypes.float32) or (a.shape, b.shape) != shapes or \
+            c.shape != (4,) or u.dtype is not dtypes.float32:
         raise CompileError(f"{ctx.prog.where(u)}: the CUDA renderer makes WMMA m16n8k16 of float16 or bfloat16 "
-                           f"fragments (8, 4) into float32 (4), not {u.arg} with {a.shape}, {b.shape}, {c.shape}")
-    pack = ctx.define(f"pack_{_MMA_TYPE[dt]}x2", _PACK[dt]) if dt is dtypes.bfloat16 else "pack_f16x2"
-    if dt is dtypes.float16:
-        ctx.define("#fp16", "#include <cuda_fp16.h>")
-        ctx.define(pack, _PACK[dt])
+                           f"fragments (8, 4) and m16n8k8 of float32 (tf32) fragments (4, 2) into float32 (4), not "
+                           f"{u.arg} with {a.shape}, {b.shape}, {c.shape}")
     d = [ctx.fresh("wmma") for _ in range(4)]
     ctx.lanes[u] = d
     lines.append(pad + "float " + ", ".join(f"{n} = {unparen(ctx.lane(c, e))}" for e, n in enumerate(d)) + ";")
-    regs = [f"{pack}({unparen(ctx.lane(x, 2 * i))}, {unparen(ctx.lane(x, 2 * i + 1))})"
-            for x, n in ((a, 4), (b, 2)) for i in range(n)]
     t = _MMA_TYPE[dt]
-    lines.append(pad + f'asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32 {{%0, %1, %2, %3}}, '
+    if dt is dtypes.float32:  # each element rounded to tf32 (to nearest, ties away), one per register
+        fn = ctx.define("to_tf32", _TF32)
+        regs = [f"{fn}({unparen(ctx.lane(x, i))})" for x, n in ((a, 4), (b, 2)) for i in range(n)]
+        shape = "m16n8k8"
+    else:
+        pack = ctx.define(f"pack_{t}x2", _PACK[dt]) if dt is dtypes.bfloat16 else "pack_f16x2"
+        if dt is dtypes.float16:
+            ctx.define("#fp16", "#include <cuda_fp16.h>")
+            ctx.define(pack, _PACK[dt])
+        regs = [f"{pack}({unparen(ctx.lane(x, 2 * i))}, {unparen(ctx.lane(x, 2 * i + 1))})"
+                for x, n in ((a, 4), (b, 2)) for i in range(n)]
+        shape = "m16n8k16"
+    lines.append(pad + f'asm volatile("mma.sync.aligned.{shape}.row.col.f32.{t}.{t}.f32 {{%0, %1, %2, %3}}, '
                  f'{{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};"')
     lines.append(pad + "    : " + ", ".join(f'"+f"({n})' for n in d))
     lines.append(pad + "    : " + ", ".join(f'"r"({r})' for r in regs) + ");")
@@ -254,6 +270,8 @@ def _render_vector(u: UOp, ctx: CudaContext, lines: list[str], indent: int) -> N
         ctx.lanes[u] = [ctx[s] for s in u.src]
     elif u.op is Ops.AFTER:
         ctx.lanes[u] = ctx.lanes[u.src[0]]
+    elif _wide_access(u, ctx, lines, pad):
+        return
     elif u.op in _LANEWISE:
         fn = CUDA_RULES.matcher(u.op)
         saved = {s: ctx.names[s] for s in u.src if s in ctx.names}
@@ -288,6 +306,99 @@ def _render_vector(u: UOp, ctx: CudaContext, lines: list[str], indent: int) -> N
     ctx.depth[u] = 0
 
 
+def _pow2(u: UOp) -> int:
+    """log2 of a power of two the int value of u is known to be a multiple of (0: nothing known). Only the low
+    bits are reasoned about, which wrap-around arithmetic keeps, so it holds for any int width."""
+    if u.op is Ops.CONST:
+        v = int(cast(int, const_value(u)))
+        return 64 if v == 0 else (v & -v).bit_length() - 1
+    if u.op is Ops.MUL:
+        return min(64, sum(_pow2(s) for s in u.src))
+    if u.op in (Ops.ADD, Ops.SUB):
+        return min(_pow2(s) for s in u.src)
+    if u.op is Ops.SHL and u.src[1].op is Ops.CONST:
+        return min(64, _pow2(u.src[0]) + int(cast(int, const_value(u.src[1]))))
+    if u.op is Ops.AND:
+        return max(_pow2(s) for s in u.src)
+    return 0
+
+
+_WIDE = 16  # bytes of one vector access (uint4)
+
+
+def _wide_place(idx: UOp, ctx: CudaContext) -> tuple[str, str, int] | None:
+    """(buffer text, first element text, element bytes) when the vector INDEX `idx` names n consecutive
+    elements starting at a 16-byte aligned one (cudaMalloc'd GLOBAL buffers and LOCAL arrays are 16-aligned)."""
+    from devices.c_vector import contiguous_start
+
+    index = base_of(idx)
+    if index.op is not Ops.INDEX:
+        return None
+    buf = base_of(index.src[0])
+    if buf.op is not Ops.BUFFER or buffer_arg(buf).addrspace not in (AddrSpace.GLOBAL, AddrSpace.LOCAL):
+        return None
+    size = 2 if buf.dtype is dtypes.bfloat16 and is_global(buf) else \
+        _LOCAL_ITEMSIZE.get(buf.dtype.scalar, buf.dtype.itemsize) if not is_global(buf) else buf.dtype.itemsize
+    start = contiguous_start(index.src[1])
+    n = int(index.src[1].shape[0])
+    if start is None or (n * size) % _WIDE:
+        return None
+    s, k = start
+    if (k * size) % _WIDE or (s is not None and (1 << min(_pow2(s), 8)) * size % _WIDE):
+        return None
+    first = str(k) if s is None else unparen(ctx[s]) if k == 0 else f"{ctx[s]}+{k}"
+    return ctx[buf], first, size
+
+
+def _wide_access(u: UOp, ctx: CudaContext, lines: list[str], pad: str) -> bool:
+    """A vector LOAD (ungated, or gated with a scalar gate and 0 for the off value) or STORE of consecutive
+    aligned elements as 16-byte accesses: a load fills a 16-aligned register array `vl[n]` (its lanes are the
+    vector's values; bfloat16 in global memory is converted per lane), a store of such a loaded array copies it
+    16 bytes at a time. False (nothing written) for any other access: the lanes go one by one."""
+    if u.op is Ops.LOAD and u.shape:
+        if len(u.src) == 3 and (u.src[2].shape != () or u.src[1].op is not Ops.CONST or const_value(u.src[1]) != 0):
+            return False
+        place = _wide_place(u.src[0], ctx)
+        if place is None:
+            return False
+        b, first, size = place
+        buf = base_of(base_of(u.src[0]).src[0])
+        n = int(u.shape[0])
+        stype = "uint16_t" if buf.dtype is dtypes.bfloat16 and is_global(buf) else ctx.ctype(buf.dtype.scalar)
+        arr = ctx.fresh("vl")
+        lines.append(f"{pad}__align__(16) {stype} {arr}[{n}];")
+        per = _WIDE // size
+        for j in range(0, n, per):
+            src = f"*(const uint4*)&{b}[{first}+{j}]" if j else f"*(const uint4*)&{b}[{first}]"
+            if len(u.src) == 3:
+                src = f"{ctx[u.src[2]]} ? {src} : uint4{{0u, 0u, 0u, 0u}}"
+            lines.append(f"{pad}*(uint4*)&{arr}[{j}] = {src};")
+        if buf.dtype is dtypes.bfloat16 and is_global(buf):
+            ctx.helper("bf16_round")
+            ctx.lanes[u] = [f"bf16_to_f32({arr}[{k}])" for k in range(n)]
+        else:
+            ctx.lanes[u] = [f"{arr}[{k}]" for k in range(n)]
+        ctx.wide[u] = (arr, stype)
+        ctx.depth[u] = 0
+        return True
+    if u.op is Ops.STORE and len(u.src) in (2, 3) and u.src[1] in ctx.wide:
+        if len(u.src) == 3 and u.src[2].shape != ():
+            return False
+        place = _wide_place(u.src[0], ctx)
+        dst = base_of(base_of(u.src[0]).src[0])
+        arr, stype = ctx.wide[u.src[1]]
+        dtype = "uint16_t" if dst.dtype is dtypes.bfloat16 and is_global(dst) else ctx.ctype(dst.dtype.scalar)
+        if place is None or dtype != stype:
+            return False
+        b, first, size = place
+        gate = f"if ({unparen(ctx[u.src[2]])}) " if len(u.src) == 3 else ""
+        for j in range(0, int(u.src[1].shape[0]), _WIDE // size):
+            at = f"{first}+{j}" if j else first
+            lines.append(f"{pad}{gate}*(uint4*)&{b}[{at}] = *(const uint4*)&{arr}[{j}];")
+        return True
+    return False
+
+
 def _vector_instr(u: UOp, prog: Program) -> bool:
     if u.op in (Ops.VCONST, Ops.STACK) and u not in prog.uses:
         return False  # a BUFFER's shape operand
@@ -310,9 +421,29 @@ def render_kernel(prog: Program, name: str, helpers: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
+# What the C library headers would give, written inline: NVRTC has no libc headers (nvcc's do no harm: these
+# typedefs are the LP64 ones stdint.h makes, which C++ allows twice, and the constants are only defined once).
+# CUDA's math functions (exp2f, fabs, fmod, trunc, ...) and memcpy are built into both compilers.
+PRELUDE = """typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long int64_t;
+typedef unsigned long uint64_t;
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#ifndef NAN
+#define NAN __int_as_float(0x7fc00000)
+#endif
+"""
+
+
 def render_cuda_source(kernels: list[str], helpers: dict[str, str]) -> str:
-    """A .cu file: the standard headers, then the CUDA headers and helpers the kernels use, then the kernels."""
-    head = "#include <stdint.h>\n#include <math.h>\n#include <string.h>\n"
+    """A .cu file: the PRELUDE, then the CUDA headers and helpers the kernels use, then the kernels."""
+    head = PRELUDE
     includes = [h for k, h in helpers.items() if k.startswith("#")]
     rest = [h for k, h in helpers.items() if not k.startswith("#")]
     return head + "".join(h + "\n" for h in includes + rest) + "\n" + "\n\n".join(kernels) + "\n"

@@ -51,7 +51,7 @@ MAX_LANES = 64
 # what may be a vector (BUFFER has its own shape rule; VCONST and STACK are checked where they are read)
 _MAY_BE_VECTOR = VALUE_OPS | frozenset({Ops.INDEX, Ops.LOAD, Ops.AFTER, Ops.WMMA})
 # WMMA arg (M, N, K, input dtype, accumulator dtype) -> the fragment lanes of A, B and C per thread of a warp
-WMMA_FRAGMENTS = {(16, 8, 16): (8, 4, 4)}
+WMMA_FRAGMENTS = {(16, 8, 16): (8, 4, 4), (16, 8, 8): (4, 2, 4)}  # m16n8k8: tf32 (float32 inputs)
 _VECTOR_MAKERS = frozenset({Ops.VCONST, Ops.STACK})
 # values visible everywhere in the kernel, wherever they are listed (C renders them inline or as parameters)
 _KERNEL_WIDE = frozenset({Ops.CONST, Ops.VCONST, Ops.PARAM, Ops.SPECIAL})

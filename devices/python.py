@@ -17,8 +17,8 @@ own values and REG buffers and they share the block's LOCAL buffers (fresh per b
 element no thread has stored is an error). The threads run in lockstep from BARRIER to BARRIER: each runs to
 the next BARRIER in turn, and all must stop at the same one (else DeviceError), which is exactly what
 `__syncthreads()` guarantees and no more. ATOMICADD reads, adds and writes in one step. A WMMA is a meeting
-point like a BARRIER: when every thread has its fragments, each warp's mma runs (`wmma_m16n8k16`, the PTX
-lane layout) and each lane gets its four results.
+point like a BARRIER: when every thread has its fragments, each warp's mma runs (`wmma_m16n8k16`, or
+`wmma_m16n8k8_tf32` for float32 inputs rounded to tf32; the PTX lane layouts) and each lane gets its four results.
 
 Vectors (shape (n,)) are tuples of n lane values, and every lane goes through the same semantics table as a
 scalar would; a scalar operand of a vector op is used for every lane. A vector INDEX of a buffer holds n
@@ -30,6 +30,7 @@ value stays. INDEX(vector, CONST k) is lane k; STACK makes a tuple of scalars; V
 from __future__ import annotations
 
 import itertools
+import struct
 import sys
 from collections.abc import Callable
 from math import prod
@@ -318,10 +319,10 @@ class PythonKernel:
         if len(threads) % 32:
             raise DeviceError(f"{self.prog.where(u)}: WMMA needs whole warps; the block has {len(threads)} threads")
         p, acc = self.prog.pos[u], u.arg[4]  # type: ignore[index]
+        mma = wmma_m16n8k8_tf32 if u.arg[2] == 8 else wmma_m16n8k16  # type: ignore[index]
         for w in range(0, len(threads), 32):
             lanes = [tv[p] for tv in threads[w:w + 32]]
-            d = wmma_m16n8k16([x[0] for x in lanes], [x[1] for x in lanes], [x[2] for x in lanes],
-                              lambda x: round_to(acc, x))
+            d = mma([x[0] for x in lanes], [x[1] for x in lanes], [x[2] for x in lanes], lambda x: round_to(acc, x))
             for tv, out in zip(threads[w:w + 32], d, strict=True):
                 tv[p] = out
 
@@ -363,6 +364,40 @@ def wmma_m16n8k16(a: list, b: list, c: list, round_acc: Callable[[float], float]
         for j in range(8):
             s = cm[i][j]
             for k in range(16):
+                s = round_acc(s + am[i][k] * bm[k][j])
+            d[i][j] = s
+    return [tuple(d[ln // 4 + 8 * (e // 2)][(ln % 4) * 2 + e % 2] for e in range(4)) for ln in range(32)]
+
+
+def tf32_round(x: float) -> float:
+    """x (a float32 value) rounded to tf32's 10 mantissa bits, to nearest with ties away from zero (PTX
+    cvt.rna.tf32.f32); nan and inf stay as they are, a carry past the largest finite value gives inf."""
+    bits = struct.unpack("<I", struct.pack("<f", x))[0]
+    if bits & 0x7F800000 == 0x7F800000:
+        return x
+    return struct.unpack("<f", struct.pack("<I", ((bits + 0x1000) & 0xFFFFE000) & 0xFFFFFFFF))[0]
+
+
+def wmma_m16n8k8_tf32(a: list, b: list, c: list, round_acc: Callable[[float], float]) -> list[tuple]:
+    """One warp's m16n8k8 tf32 mma (PTX mma.sync ... .tf32): 4 A, 2 B, 4 C elements a lane (g = l // 4,
+    t = l % 4): A[g + 8*(e%2)][t + 4*(e//2)], B[t + 4*e][g], C and D as in wmma_m16n8k16. The float32 inputs
+    are rounded to tf32 first (tf32_round: the renderer's cvt.rna.tf32.f32), their products are exact, and
+    every partial sum is rounded by `round_acc` (k in order)."""
+    am = [[0.0] * 8 for _ in range(16)]
+    bm = [[0.0] * 8 for _ in range(8)]
+    cm = [[0.0] * 8 for _ in range(16)]
+    for ln in range(32):
+        g, t = ln // 4, ln % 4
+        for e in range(4):
+            am[g + 8 * (e % 2)][t + 4 * (e // 2)] = tf32_round(a[ln][e])
+            cm[g + 8 * (e // 2)][t * 2 + e % 2] = c[ln][e]
+        for e in range(2):
+            bm[t + 4 * e][g] = tf32_round(b[ln][e])
+    d = [[0.0] * 8 for _ in range(16)]
+    for i in range(16):
+        for j in range(8):
+            s = cm[i][j]
+            for k in range(8):
                 s = round_acc(s + am[i][k] * bm[k][j])
             d[i][j] = s
     return [tuple(d[ln // 4 + 8 * (e // 2)][(ln % 4) * 2 + e % 2] for e in range(4)) for ln in range(32)]

@@ -14,8 +14,10 @@
   is a loop inside the thread), so the reductions run once per row, not once per output.
 - long reductions (GROUP_MIN_REDUCE) with few outputs (GROUP_MAX_OUTPUTS_PER_CORE per multiprocessor: a full
   sum, row statistics) split the reduce across the threads of a block (GROUP_REDUCE); a block per output.
-- a half/bfloat16 matmul-like reduction with float accumulation, on a target with tensor cores: TC (lower.wmma),
-  up to 4 x 4 mma tiles a warp (TC_WARP_TILES) and 2 x 2 warps a block.
+- a half/bfloat16 matmul-like reduction with float accumulation, on a target with tensor cores: TC. From 64 x 64
+  outputs on, staged through shared memory (lower.tc_smem: 128 x 128 block tiles of 8 warps, or 64 x 64 of 4,
+  any sizes); smaller ones direct from global memory (lower.wmma), up to 4 x 4 mma tiles a warp
+  (TC_WARP_TILES) and 2 x 2 warps a block.
 - `nolocals` (the NOLOCALS knob): no LOCAL or GROUP_REDUCE axis; every output axis is GLOBAL, one thread per
   block.
 
@@ -104,8 +106,8 @@ def gpu_opts(ast: UOp, target: Target, nolocals: bool = False) -> list[Opt]:
         outputs = prod(size(axes(ast)[i]) for i in loops)
         from lower.wmma import tc_shape_for
 
-        if (tc := tc_shape_for(ast, target)) is not None:
-            return _tc_opts(ast, tc, outputs, target.cores)
+        if (tc := tc_shape_for(ast, target)) is not None and (tco := _tc_opts(ast, tc, outputs, target.cores)):
+            return tco
         if reds and _shared_row_opts(ast, opts):
             return opts
         if reds and outputs <= target.cores * GROUP_MAX_OUTPUTS_PER_CORE and _group_opts(ast, opts):
@@ -156,14 +158,23 @@ def _warp_tiles(tiles: int) -> int:
 
 
 def _tc_opts(ast: UOp, shape: str, outputs: int, cores: int) -> list[Opt]:
-    """TC with a warp tile of tm x tn mma tiles (each A fragment used tn times, each B fragment tm times: the
-    global loads per mma fall from 12 to (8 tm + 4 tn) / (tm tn) a lane), then the block's warps: TC_WARPS x
-    TC_WARPS neighbouring warp tiles (LOCAL splits of the tile axes, lidx1 and lidx2 beside the warp's lanes on
-    lidx0), where the tile counts divide. The warp tile halves (the larger side first) while the blocks would not
-    fill the `cores` multiprocessors: a small matmul keeps its parallelism."""
-    from lower.wmma import M, N, apply_tc, tc_tile_axes
+    """A matmul of at least 64 x 64 outputs: its A and B tiles staged through shared memory (lower.tc_smem) in
+    128 x 128 block tiles of 2 x 4 warps where that gives every one of the `cores` multiprocessors a block, else
+    64 x 64 of 2 x 2 warps (any sizes: the edges are gated). Smaller ones (with sizes the mma divides): TC with
+    a warp tile of tm x tn mma tiles (each A fragment used tn times, each B fragment tm times: the global loads
+    per mma fall from 12 to (8 tm + 4 tn) / (tm tn) a lane), then the block's warps: TC_WARPS x TC_WARPS
+    neighbouring warp tiles (LOCAL splits of the tile axes, lidx1 and lidx2 beside the warp's lanes on lidx0),
+    where the tile counts divide. The warp tile halves (the larger side first) while the blocks would not fill
+    the multiprocessors: a small matmul keeps its parallelism. [] where neither fits."""
+    from lower.tc_smem import staged_config, staged_shapes
+    from lower.wmma import LAYOUTS, M, N, apply_tc, tc_tile_axes
 
+    nu, nv, nk = staged_shapes(ast)
+    if (cfg := staged_config(nu, nv, nk, outputs // (nu * nv), cores)) is not None:
+        return [Opt(OptOps.TC, None, (shape, *cfg))]
     u, v = tc_tile_axes(ast)
+    if size(u) % M or size(v) % N or nk % LAYOUTS[shape].k:
+        return []
     tm, tn = _warp_tiles(size(u) // M), _warp_tiles(size(v) // N)
     while (tm > 1 or tn > 1) and outputs // (M * tm * N * tn * TC_WARPS * TC_WARPS) < cores:
         tm, tn = (tm // 2, tn) if tm >= tn else (tm, tn // 2)
@@ -330,14 +341,14 @@ def apply_gpu_opts(ast: UOp, opts: list[Opt], target: Target) -> UOp:
     """`opts` applied for a GPU target, then the grid lowered: a TC opt first (lower.wmma; the other opts split
     what the tile leaves), then the rest in order, then `lower_grid`."""
     from lower.optimize import apply_opts
-    from lower.wmma import apply_tc, tc_arg
+    from lower.wmma import apply_tc_arg, tc_arg
 
     for o in opts:
         if o.op is OptOps.TC:
-            shape, tm, tn = tc_arg(o.arg)
+            shape = tc_arg(o.arg)[0]
             if shape not in target.tensor_cores:
                 raise KernelOptError(f"{o}: the target's tensor cores are {', '.join(target.tensor_cores) or 'none'}")
-            ast = apply_tc(ast, shape, tm, tn)
+            ast = apply_tc_arg(ast, o.arg)
     return lower_grid(apply_opts(ast, [o for o in opts if o.op is not OptOps.TC]), target)
 
 

@@ -24,20 +24,45 @@ stay output axes (GLOBAL). Sizes that the tile does not divide raise KernelOptEr
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from devices.base import Target
 from lower.optimize import axes, next_range_id, size
 from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
 from rewrite.dtype import AddrSpace
 from rewrite.errors import KernelOptError
 
-TC_SHAPES = {"16x8x16 half->float": dtypes.float16, "16x8x16 bfloat16->float": dtypes.bfloat16}
+TC_SHAPES = {"16x8x16 half->float": dtypes.float16, "16x8x16 bfloat16->float": dtypes.bfloat16,
+             "16x8x8 tf32->float": dtypes.float32}
 M, N, K = 16, 8, 16
 
 
+@dataclass(frozen=True)
+class Layout:
+    """One mma shape's fragments (PTX mma.sync, lane l, g = l // 4, t = l % 4): k, A's and B's element counts
+    per lane, and where element e of each sits: a(e, g, t) = (row, k), b(e, g, t) = (k, column). C and D are the
+    same for every shape: element e at (g + 8 (e // 2), 2t + e % 2)."""
+
+    k: int
+    na: int
+    nb: int
+    a: Callable[[int, UOp, UOp], tuple[UOp | int, UOp | int]]
+    b: Callable[[int, UOp, UOp], tuple[UOp | int, UOp | int]]
+
+
+_M16N8K16 = Layout(16, 8, 4, lambda e, g, t: (g + 8 * ((e // 2) % 2), t * 2 + (e % 2 + 8 * (e // 4))),
+                   lambda e, g, t: (t * 2 + (e % 2 + 8 * (e // 2)), g))
+# tf32 (m16n8k8): A elements (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4); B (t, g), (t + 4, g)
+_M16N8K8 = Layout(8, 4, 2, lambda e, g, t: (g + 8 * (e % 2), t + 4 * (e // 2)), lambda e, g, t: (t + 4 * e, g))
+LAYOUTS = {"16x8x16 half->float": _M16N8K16, "16x8x16 bfloat16->float": _M16N8K16, "16x8x8 tf32->float": _M16N8K8}
+
+
 def tc_shape_for(ast: UOp, target: Target) -> str | None:
-    """The tensor-core shape of `target` that this kernel's reduction can use, if any (sizes must divide)."""
+    """The tensor-core shape of `target` that this kernel's reduction can use, if any (any sizes: the direct
+    form needs multiples of the mma's, the staged one (lower.tc_smem) does not)."""
     try:
-        x, *_ = _match(ast)
+        x, *_ = _match(ast, divisible=False)  # sizes the mma does not divide: lower.tc_smem pads with zeros
     except KernelOptError:
         return None
     return next((s for s in target.tensor_cores if TC_SHAPES.get(s) is x.dtype), None)
@@ -45,7 +70,7 @@ def tc_shape_for(ast: UOp, target: Target) -> str | None:
 
 def tc_tile_axes(ast: UOp) -> tuple[UOp, UOp]:
     """The output axes (u, v) that the mma tiles split by 16 and by 8."""
-    _, _, _, u, v, _ = _match(ast)
+    _, _, _, u, v, _ = _match(ast, divisible=False)
     return u, v
 
 
@@ -53,8 +78,9 @@ def _depends(e: UOp, r: UOp) -> bool:
     return r in e.toposort()
 
 
-def _match(ast: UOp) -> tuple[UOp, UOp, UOp, UOp, UOp, UOp]:
-    """(x, y, red, u, v, k) of a kernel of the TC shape, else KernelOptError saying what does not fit."""
+def _match(ast: UOp, divisible: bool = True) -> tuple[UOp, UOp, UOp, UOp, UOp, UOp]:
+    """(x, y, red, u, v, k) of a kernel of the TC shape, else KernelOptError saying what does not fit (with
+    `divisible`, sizes that are not multiples of the mma's 16, 8 and 16 do not fit)."""
     reds = [u for u in ast.toposort() if u.op is Ops.REDUCE]
     ends = [u for u in ast.toposort() if u.op is Ops.END]
     if len(reds) != 1 or len(ends) != 1:
@@ -67,11 +93,13 @@ def _match(ast: UOp) -> tuple[UOp, UOp, UOp, UOp, UOp, UOp]:
         x, y = (s.src[0] for s in body.src)  # operands widened before the product (exact, as in the mma)
     elif body.op is Ops.CAST and body.src[0].op is Ops.MUL:
         x, y = body.src[0].src
+    elif body.op is Ops.MUL and body.dtype is dtypes.float32:
+        x, y = body.src  # float32 products: tf32 tensor cores
     else:
-        raise KernelOptError("TC: the reduction must sum float32 products x * y of half or bfloat16 operands "
-                             "(cast to float32 before or after the product)")
-    if x.dtype not in (dtypes.float16, dtypes.bfloat16) or y.dtype is not x.dtype:
-        raise KernelOptError(f"TC: the products must be of half or bfloat16, not {x.dtype.name}")
+        raise KernelOptError("TC: the reduction must sum float32 products x * y of half, bfloat16 or float32 "
+                             "operands (half and bfloat16 cast to float32 before or after the product)")
+    if x.dtype not in (dtypes.float16, dtypes.bfloat16, dtypes.float32) or y.dtype is not x.dtype:
+        raise KernelOptError(f"TC: the products must be of half, bfloat16 or float32, not {x.dtype.name}")
     ks = red.src[1:]
     if len(ks) != 1:
         raise KernelOptError("TC: the reduction must run over one range")
@@ -82,21 +110,33 @@ def _match(ast: UOp) -> tuple[UOp, UOp, UOp, UOp, UOp, UOp]:
     if not us or not vs:
         raise KernelOptError("TC: needs an output axis only x moves with and one only y moves with")
     u, v = us[-1], vs[-1]
-    for r, n in ((u, M), (v, N), (k, K)):
+    for r, n in ((u, M), (v, N)) if divisible else ():  # k: apply_tc checks it against the shape's k
         if size(r) % n:
             raise KernelOptError(f"TC: axis {r.render()} of size {size(r)} is not a multiple of {n}")
     return x, y, red, u, v, k
 
 
-def tc_arg(arg: object) -> tuple[str, int, int]:
-    """A TC opt's arg as (shape, tm, tn): the shape alone ("16x8x16 half->float") is a warp tile of one mma tile;
-    (shape, tm, tn) gives each warp tm x tn of them."""
+def tc_arg(arg: object) -> tuple[str, int, int, tuple[int, int, int] | None]:
+    """A TC opt's arg as (shape, tm, tn, staged): the shape alone ("16x8x16 half->float") is a warp tile of one
+    mma tile; (shape, tm, tn) gives each warp tm x tn of them; (shape, tm, tn, wu, wv, bk) also stages the
+    operands through shared memory for a block of wu x wv warps, bk elements of k a step (lower.tc_smem)."""
     if isinstance(arg, str):
-        return arg, 1, 1
-    if isinstance(arg, tuple) and len(arg) == 3 and isinstance(arg[0], str) and \
+        return arg, 1, 1, None
+    if isinstance(arg, tuple) and len(arg) in (3, 6) and isinstance(arg[0], str) and \
             all(isinstance(n, int) and n >= 1 for n in arg[1:]):
-        return arg[0], arg[1], arg[2]
-    raise KernelOptError(f"TC: the arg must be a shape or (shape, tm, tn), not {arg!r}")
+        staged = (arg[3], arg[4], arg[5]) if len(arg) == 6 else None
+        return arg[0], arg[1], arg[2], staged
+    raise KernelOptError(f"TC: the arg must be a shape, (shape, tm, tn) or (shape, tm, tn, wu, wv, bk), not {arg!r}")
+
+
+def apply_tc_arg(ast: UOp, arg: object) -> UOp:
+    """The kernel with a TC opt's arg applied: lower.tc_smem's staged form for a 6-tuple, else `apply_tc`."""
+    shape, tm, tn, staged = tc_arg(arg)
+    if staged is not None:
+        from lower.tc_smem import apply_tc_staged
+
+        return apply_tc_staged(ast, shape, tm, tn, *staged)
+    return apply_tc(ast, shape, tm, tn)
 
 
 def apply_tc(ast: UOp, shape: str, tm: int = 1, tn: int = 1) -> UOp:
@@ -106,20 +146,21 @@ def apply_tc(ast: UOp, shape: str, tm: int = 1, tn: int = 1) -> UOp:
     x, y, red, u, v, k = _match(ast)
     if TC_SHAPES.get(shape) is not x.dtype:
         raise KernelOptError(f"TC {shape!r} does not fit products of {x.dtype.name}; known: {', '.join(TC_SHAPES)}")
-    for r, n, w in ((u, M, tm), (v, N, tn)):
+    lay = LAYOUTS[shape]
+    for r, n, w in ((u, M, tm), (v, N, tn), (k, lay.k, 1)):
         if size(r) % (n * w):
             raise KernelOptError(f"TC: axis {r.render()} of size {size(r)} is not a multiple of {n} x {w}")
     (end,) = [e for e in ast.toposort() if e.op is Ops.END]
     nid = next_range_id(ast)
     wm, wn = M * tm, N * tn
     uo, vo = UOp.range(size(u) // wm, nid, AxisType.LOOP), UOp.range(size(v) // wn, nid + 1, AxisType.LOOP)
-    ko, lane = UOp.range(size(k) // K, nid + 2, AxisType.REDUCE), UOp.range(32, nid + 3, AxisType.WARP)
+    ko, lane = UOp.range(size(k) // lay.k, nid + 2, AxisType.REDUCE), UOp.range(32, nid + 3, AxisType.WARP)
     g, t = lane // 4, lane % 4
-    a = [UOp(Ops.STACK, tuple(x.substitute({u: uo * wm + (i * M + g + 8 * ((e // 2) % 2)),
-                                            k: ko * K + t * 2 + (e % 2 + 8 * (e // 4))}) for e in range(8)))
+    a = [UOp(Ops.STACK, tuple(x.substitute({u: uo * wm + (i * M + row), k: ko * lay.k + col})
+                              for row, col in (lay.a(e, g, t) for e in range(lay.na))))
          for i in range(tm)]
-    b = [UOp(Ops.STACK, tuple(y.substitute({k: ko * K + t * 2 + (e % 2 + 8 * (e // 2)), v: vo * wn + (j * N + g)})
-                              for e in range(4)))
+    b = [UOp(Ops.STACK, tuple(y.substitute({k: ko * lay.k + row, v: vo * wn + (j * N + col)})
+                              for row, col in (lay.b(e, g, t) for e in range(lay.nb))))
          for j in range(tn)]
     nacc = 4 * tm * tn  # tile (i, j)'s four floats at 4 (i tn + j)
     acc = UOp(Ops.BUFFER, (UOp.shape_operand((nacc,)),), BufferArg(0, dtypes.float32, None, AddrSpace.REG))
@@ -131,7 +172,8 @@ def apply_tc(ast: UOp, shape: str, tm: int = 1, tn: int = 1) -> UOp:
     for i in range(tm):
         for j in range(tn):
             o = 4 * (i * tn + j)
-            mma = UOp(Ops.WMMA, (a[i], b[j], UOp(Ops.STACK, tuple(cur[o:o + 4]))), (M, N, K, x.dtype, dtypes.float32))
+            c = UOp(Ops.STACK, tuple(cur[o:o + 4]))
+            mma = UOp(Ops.WMMA, (a[i], b[j], c), (M, N, lay.k, x.dtype, dtypes.float32))
             upd += [at[o + e].store(UOp(Ops.INDEX, (mma, UOp.const(e)))) for e in range(4)]
     step = UOp(Ops.END, (UOp(Ops.GROUP, tuple(upd)), ko))
     res = [UOp(Ops.AFTER, (p, step)).load() for p in at]
@@ -141,4 +183,4 @@ def apply_tc(ast: UOp, shape: str, tm: int = 1, tn: int = 1) -> UOp:
     return ast.substitute({end: UOp(Ops.END, (UOp(Ops.GROUP, tuple(stores)), *outer, uo, vo, lane))})
 
 
-__all__ = ["TC_SHAPES", "apply_tc", "tc_arg", "tc_shape_for", "tc_tile_axes"]
+__all__ = ["LAYOUTS", "TC_SHAPES", "Layout", "apply_tc", "apply_tc_arg", "tc_arg", "tc_shape_for", "tc_tile_axes"]

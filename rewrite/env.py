@@ -117,6 +117,10 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          lo=0),
     Knob("SANITIZE", str, "", "address: cpu kernels built with AddressSanitizer, buffers allocated at their exact "
          "size (load with libasan preloaded: see devices/cpu.py)", choices=("", "address")),
+    Knob("CUDA_COMPILER", str, "", "the cuda device's compiler: nvrtc or nvcc (empty: NVRTC where its library "
+         "loads, else nvcc)", choices=("", "nvrtc", "nvcc")),
+    Knob("ALLOW_TF32", bool, False, "GPU targets: float32 matmuls may run on tf32 tensor cores (inputs rounded to 10 "
+         "mantissa bits, float32 sums; like torch's allow_tf32)"),
     Knob("MPI_TIMEOUT", int, 300, "seconds an MPI collective may take before every rank is aborted (devices/mpi.py)",
          lo=1),
 )}
@@ -124,8 +128,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
 
 # the declared knobs by type, for the static types of `getenv` (a test checks these agree with KNOBS)
 IntKnob = Literal["DEBUG", "TRACE", "SPEC", "VIZ", "BEAM", "CACHE", "EGGLOG", "CACHE_SIZE", "MPI_TIMEOUT"]
-StrKnob = Literal["DEVICE", "CPU_TARGET", "CACHEDIR", "CC", "SANITIZE", "VIZ_OUT"]
-BoolKnob = Literal["NOOPT", "NOLOCALS"]
+StrKnob = Literal["DEVICE", "CPU_TARGET", "CACHEDIR", "CC", "SANITIZE", "VIZ_OUT", "CUDA_COMPILER"]
+BoolKnob = Literal["NOOPT", "NOLOCALS", "ALLOW_TF32"]
 
 _overrides: dict[str, KnobValue] = {}
 
@@ -187,6 +191,8 @@ class Knobs:
     cc: str
     cache_size: int
     sanitize: str
+    cuda_compiler: str
+    allow_tf32: bool
     mpi_timeout: int
 
 
@@ -209,6 +215,8 @@ def knobs() -> Knobs:
         cc=knob_str("CC"),
         cache_size=knob_int("CACHE_SIZE"),
         sanitize=knob_str("SANITIZE"),
+        cuda_compiler=knob_str("CUDA_COMPILER"),
+        allow_tf32=knob_bool("ALLOW_TF32"),
         mpi_timeout=knob_int("MPI_TIMEOUT"),
     )
 

@@ -1,6 +1,6 @@
-"""The cuda device without a GPU: CUDA C rendered from LINEAR and compiled by nvcc for sm_80 and sm_90 (the
-kernel suite's kernels and hand-built GPU-shaped programs), the cubin disk cache, and the typed errors. Skips only
-where nvcc is absent; needs no GPU."""
+"""The cuda device without a GPU: CUDA C rendered from LINEAR and compiled by nvcc and by NVRTC for sm_80 and
+sm_90 (the kernel suite's kernels and hand-built GPU-shaped programs), the cubin disk cache, and the typed errors. Each
+compiler's tests skip only where it is absent; needs no GPU."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from benchmarks.kernel_cases import Case, tensor_graph
 from devices import get_device, objcache
 from devices.base import gpu_target
 from devices.cuda import DEVICE, NVCC
+from devices.cuda_compile import nvrtc_available
 from lower.pipeline import lower_kernel
 from lower.schedule import schedule
 from rewrite.dtype import dtypes
@@ -27,6 +28,10 @@ from tests.devices.builder import ALL_DTYPES, buf, elementwise, linear, reg
 from tests.devices.cuda_programs import big_shared, big_shared_expected, block_sum, grid_elementwise, special
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not installed")
+needs_nvrtc = pytest.mark.skipif(not nvrtc_available()[0], reason="NVRTC is not installed (pip install uopc[gpu]: "
+                                 "the nvidia-cuda-nvrtc and nvidia-cuda-runtime wheels)")
+# every compile test runs with both compilers; each skips only where its compiler is missing
+COMPILERS = [pytest.param("nvcc", marks=needs_nvcc), pytest.param("nvrtc", marks=needs_nvrtc)]
 SMS = ("sm_80", "sm_90")
 
 # the kernel suite's computations at small sizes, plus half/bfloat16 variants
@@ -54,14 +59,15 @@ def lowered(kernels: list[tuple[str, UOp]], sm: str, lowering: str) -> list[tupl
     return [(lower_kernel(ast, gpu_target(sm), opts=opts, name=name), name) for name, ast in kernels]
 
 
-@needs_nvcc
+@pytest.mark.parametrize("compiler", COMPILERS)
 @pytest.mark.parametrize("sm", SMS)
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("lowering", ["gpu", "noopt"])
-def test_the_kernel_suite_compiles_for_the_gpu(tmp_path: os.PathLike, sm: str, dtype: str, lowering: str) -> None:
+def test_the_kernel_suite_compiles_for_the_gpu(compiler: str, tmp_path: os.PathLike, sm: str, dtype: str,
+                                               lowering: str) -> None:
     progs = lowered(suite_kernels(dtype), sm, lowering)
     assert len(progs) >= len(SUITE)
-    with Context(CACHEDIR=str(tmp_path)):
+    with Context(CACHEDIR=str(tmp_path), CUDA_COMPILER=compiler):
         ks = DEVICE.compile_batch(progs, gpu_target(sm))
     assert len(ks) == len(progs) and all(k.cubin[:4] == b"\x7fELF" for k in ks)
     threads = [math.prod(k.launch_dims({})[1]) for k in ks]
@@ -88,15 +94,16 @@ GPU_PROGRAMS = {
 }
 
 
-@needs_nvcc
+@pytest.mark.parametrize("compiler", COMPILERS)
 @pytest.mark.parametrize("sm", SMS)
-def test_gpu_shaped_programs_compile(tmp_path: os.PathLike, sm: str) -> None:
-    with Context(CACHEDIR=str(tmp_path)):
+def test_gpu_shaped_programs_compile(compiler: str, tmp_path: os.PathLike, sm: str) -> None:
+    with Context(CACHEDIR=str(tmp_path), CUDA_COMPILER=compiler):
         ks = DEVICE.compile_batch([(mk(), name) for name, mk in GPU_PROGRAMS.items()], gpu_target(sm))
     by = {k.name: k for k in ks}
     src = by["block_sum"].src
     for text in ("__launch_bounds__(128) block_sum(", "const long long gidx0 = blockIdx.x;",
-                 "const long long lidx0 = threadIdx.x;", "__shared__ float smem0[128];", "__syncthreads();",
+                 "const long long lidx0 = threadIdx.x;", "__shared__ __align__(16) float smem0[128];",
+                 "__syncthreads();",
                  "atomicAdd(&data2[0], ", "const float* __restrict__ data1", "float* __restrict__ data0"):
         assert text in src, text
     assert "atomicAdd((unsigned long long*)&data2[0]" in src
@@ -107,15 +114,15 @@ def test_gpu_shaped_programs_compile(tmp_path: os.PathLike, sm: str) -> None:
     assert big.dynamic_shared == 65536 and "extern __shared__ __align__(16) unsigned char smem_dynamic[];" in big.src
 
 
-@needs_nvcc
+@pytest.mark.parametrize("compiler", COMPILERS)
 @pytest.mark.parametrize("dt", [d for d in ALL_DTYPES if d is not dtypes.bool])
-def test_every_dtype_renders_and_compiles(tmp_path: os.PathLike, dt: object) -> None:
+def test_every_dtype_renders_and_compiles(compiler: str, tmp_path: os.PathLike, dt: object) -> None:
     """Arithmetic, comparison, cast and max on every dtype: the CUDA dialect's types and helpers compile."""
     progs = [(elementwise(lambda a, b: (a + b) * a - b, dt, [dt, dt]), "arith"),  # type: ignore[arg-type]
              (elementwise(lambda a, b: a.maximum(b), dt, [dt, dt]), "maximum"),  # type: ignore[arg-type]
              (elementwise(lambda a: (a < a * 2).where(a, a.cast(dtypes.float32).cast(a.dtype)), dt, [dt]),  # type: ignore[arg-type]
               "where_cast")]
-    with Context(CACHEDIR=str(tmp_path)):
+    with Context(CACHEDIR=str(tmp_path), CUDA_COMPILER=compiler):
         ks = DEVICE.compile_batch(progs, gpu_target("sm_80"))
     assert [k.symbol for k in ks] == ["arith", "maximum", "where_cast"]
 
@@ -152,6 +159,40 @@ def test_cubin_cache_hits_and_rebuilds_a_damaged_entry(tmp_path: os.PathLike) ->
 
 
 @needs_nvcc
+@needs_nvrtc
+def test_nvrtc_source_needs_no_libc_and_the_cache_key_names_the_compiler(tmp_path: os.PathLike,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVRTC has no C library headers: the source includes none (only cuda_fp16.h / cuda_bf16.h, from the include
+    folder NVRTC is given). The compiler's name, version and flags are part of the cache key: NVRTC and nvcc never
+    share an entry, and a new NVRTC version compiles again."""
+    from devices.cuda_compile import NVRTC, cuda_compiler
+
+    src = DEVICE.render(block_sum(4, 32, dtypes.float16), "k")
+    includes = [ln for ln in src.splitlines() if ln.startswith("#include")]
+    assert includes == ["#include <cuda_fp16.h>"], includes
+    assert "typedef long int64_t;" in src
+    nv, rtc = NVCC(), NVRTC()
+    assert rtc.key(src, gpu_target("sm_90")) != nv.key(src, gpu_target("sm_90"))
+    assert rtc.key(src, gpu_target("sm_90")) != rtc.key(src, gpu_target("sm_80"))
+    flags = rtc.flags(gpu_target("sm_80"))
+    assert "--gpu-architecture=sm_80" in flags and "-fmad=false" in flags
+    with Context(CACHEDIR=str(tmp_path)):
+        first = rtc.cubin(src, gpu_target("sm_90"))
+        assert first[:4] == b"\x7fELF" and len(os.listdir(os.path.join(str(tmp_path), "cuda"))) == 1
+        monkeypatch.setattr(rtc, "_version", "99.0")
+        assert rtc.cubin(src, gpu_target("sm_90")) == first  # the same bytes, compiled again under a new key
+        assert len(os.listdir(os.path.join(str(tmp_path), "cuda"))) == 2
+        assert type(cuda_compiler()).__name__ == "NVRTC"  # the default where it loads
+    with Context(CUDA_COMPILER="nvcc"):
+        assert type(cuda_compiler()).__name__ == "NVCC" and type(DEVICE.compiler).__name__ == "NVCC"
+    bad = src.replace("__syncthreads();", "__syncthreads() oops;")
+    with pytest.raises(CompileError, match=r"NVRTC .* failed on kernel for sm_90:\n.*error"), Context(CACHE=0):
+        rtc.cubin(bad, gpu_target("sm_90"))
+    monkeypatch.setattr(rtc, "_include", None)
+    with pytest.raises(CompileError, match=r"needs cuda_fp16\.h"), Context(CACHE=0):
+        rtc.cubin(src, gpu_target("sm_90"))
+
+
 def test_cache_off_still_compiles(tmp_path: os.PathLike) -> None:
     with Context(CACHEDIR=str(tmp_path), CACHE=0):
         k = DEVICE.compile(grid_elementwise(64, 32), "nocache", gpu_target("sm_80"))
@@ -185,12 +226,13 @@ def _mma_program(dt: object) -> UOp:
     return linear(out, *(out.index(lane * 4 + e).store(UOp(Ops.INDEX, (mma, UOp.const(e)))) for e in range(4)))
 
 
-@needs_nvcc
+@pytest.mark.parametrize("compiler", COMPILERS)
 @pytest.mark.parametrize("dt,ptx", [(dtypes.float16, "f16"), (dtypes.bfloat16, "bf16")])
-def test_wmma_is_inline_ptx_with_the_documented_packing(tmp_path: os.PathLike, dt: object, ptx: str) -> None:
+def test_wmma_is_inline_ptx_with_the_documented_packing(compiler: str, tmp_path: os.PathLike, dt: object,
+                                                        ptx: str) -> None:
     """A's 8 elements are 4 .b32 registers {a0,a1} {a2,a3} {a4,a5} {a6,a7}, B's 4 are 2, the even element in the
     low half; C is D's 4 floats in place, and D's lane e is what INDEX(wmma, e) reads."""
-    with Context(CACHEDIR=str(tmp_path)):
+    with Context(CACHEDIR=str(tmp_path), CUDA_COMPILER=compiler):
         ks = [DEVICE.compile(_mma_program(dt), "mma", gpu_target(sm)) for sm in SMS]
     src = ks[0].src
     assert all(k.cubin[:4] == b"\x7fELF" for k in ks)
@@ -224,15 +266,15 @@ def _vector_kernels() -> list[tuple[str, UOp]]:
     return out
 
 
-@needs_nvcc
+@pytest.mark.parametrize("compiler", COMPILERS)
 @pytest.mark.parametrize("sm", SMS)
-def test_register_tiles_attention_and_tensor_cores_compile(tmp_path: os.PathLike, sm: str) -> None:
+def test_register_tiles_attention_and_tensor_cores_compile(compiler: str, tmp_path: os.PathLike, sm: str) -> None:
     """The GPU heuristics' kernels with vector values (the benchmark's ERRORs before the vector renderer)."""
     progs = lowered(_vector_kernels(), sm, "gpu")
     vector = [name for lin, name in progs if any(u.shape != () and u.op is Ops.VCONST and u.arg[0] == (0, 1, 2, 3)  # type: ignore[index]
                                                for u in lin.src)]
     assert any(n.startswith("matmul_float32") for n in vector) and any(n.startswith("attention") for n in vector)
-    with Context(CACHEDIR=str(tmp_path)):
+    with Context(CACHEDIR=str(tmp_path), CUDA_COMPILER=compiler):
         ks = DEVICE.compile_batch(progs, gpu_target(sm))
     assert len(ks) == len(progs) and all(k.cubin[:4] == b"\x7fELF" for k in ks)
     src = ks[0].src
@@ -243,20 +285,71 @@ def test_register_tiles_attention_and_tensor_cores_compile(tmp_path: os.PathLike
     assert "float acc" in tile and "[4];" in tile
 
 
-@needs_nvcc
+@pytest.mark.parametrize("compiler", COMPILERS)
 @pytest.mark.parametrize("sm", SMS)
-def test_tensor_core_warp_tiles_compile(tmp_path: os.PathLike, sm: str) -> None:
-    """A 2048 half matmul on the heuristics' tensor-core warp tiles (4 x 4 mmas a warp, 2 x 2 warps a block):
-    16 inline mma.sync a k step, each of the 4 A fragments loaded once (8 half loads a lane), compiled by nvcc."""
-    x = Tensor(np.zeros((2048, 2048), np.float32)).cast("float16")
-    items, _ = schedule([(x.contiguous() @ x.contiguous()).uop])
-    name, ast = [(it.name, it.ast) for it in items if it.kind == "kernel" and it.ast is not None][-1]
-    lin = lower_kernel(ast, gpu_target(sm), name=name)
-    assert sum(u.op is Ops.WMMA for u in lin.src) == 16
-    with Context(CACHEDIR=str(tmp_path)):
-        (k,) = DEVICE.compile_batch([(lin, name)], gpu_target(sm))
-    assert k.cubin[:4] == b"\x7fELF"
-    assert k.src.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == 16
+def test_tensor_core_warp_tiles_compile(compiler: str, tmp_path: os.PathLike, sm: str) -> None:
+    """A 4096 half matmul on the heuristics' staged tensor cores (lower.tc_smem: 128 x 128 block tiles of 8 warps,
+    4 x 4 mmas a warp, k 32 a step), and the awkward-size and bfloat16 forms: every operand chunk of the aligned
+    ones one 128-bit load and one 128-bit shared store, 32 inline mma.sync a k step, two barriers."""
+    def kernel(nu: int, nk: int, nv: int, dt: str) -> tuple[str, UOp]:
+        a = Tensor(np.zeros((nu, nk), np.float32)).cast(dt).contiguous()
+        b = Tensor(np.zeros((nk, nv), np.float32)).cast(dt).contiguous()
+        items, _ = schedule([(a @ b).uop])
+        name, ast = [(it.name, it.ast) for it in items if it.kind == "kernel" and it.ast is not None][-1]
+        return f"{name}_{dt}", ast
+
+    progs = [(lower_kernel(ast, gpu_target(sm), name=name), name) for name, ast in
+             (kernel(4096, 4096, 4096, "float16"), kernel(1000, 200, 520, "float16"), kernel(100, 37, 70, "float16"),
+              kernel(512, 512, 512, "bfloat16"))]
+    assert sum(u.op is Ops.WMMA for u in progs[0][0].src) == 32
+    with Context(CACHEDIR=str(tmp_path), CUDA_COMPILER=compiler):
+        ks = DEVICE.compile_batch(progs, gpu_target(sm))
+    assert all(k.cubin[:4] == b"\x7fELF" for k in ks)
+    big, odd, scalar, bf16 = ks
+
+    def body(k: object) -> str:
+        src = k.src[k.src.index(f" {k.symbol}("):]  # type: ignore[attr-defined]
+        return src[:src.index("\n}\n")]
+
+    assert big.launch_dims({}) == ((32, 32, 1), (32, 4, 2))
+    for k, mmas in ((big, 32), (odd, 16), (scalar, 16)):
+        b = body(k)
+        assert b.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == mmas
+        assert b.count("__syncthreads();") == 3 and b.count("__shared__ __align__(16) half smem") == 2
+    # A (128 x 32) and B (32 x 128): 512 chunks of 8 halves each, 2 per thread: 4 loads and 4 stores of 16 bytes,
+    # before the loop (the first k step) and in it (the next step's, loaded before the mmas, stored after them)
+    assert body(big).count("*(const uint4*)&data") == 8 and body(big).count("*(uint4*)&smem") == 8
+    assert body(big).count("? *(const uint4*)&data") == 4  # the loads ahead: none after the last step
+    assert "? *(const uint4*)&data" in body(odd)  # gated chunks at the edges
+    # A's rows of 37 halves are not 16-byte aligned: element copies; B's 70 neither
+    assert "uint4" not in body(scalar)
+    assert body(bf16).count("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") == 16
+    assert body(bf16).count("*(const uint4*)&data") == 8  # bfloat16 bits in 16-byte chunks, widened per lane
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+@pytest.mark.parametrize("sm", SMS)
+def test_tf32_tensor_cores_compile(compiler: str, tmp_path: os.PathLike, sm: str) -> None:
+    """float32 matmuls on a target with tf32 (ALLOW_TF32=1): staged (2048) and direct (32 x 16 x 24), every A
+    and B element rounded by cvt.rna.tf32.f32 into the m16n8k8 mma's registers."""
+    def kernel(nu: int, nk: int, nv: int) -> tuple[UOp, str]:
+        a = Tensor(np.zeros((nu, nk), np.float32)).contiguous()
+        b = Tensor(np.zeros((nk, nv), np.float32)).contiguous()
+        items, _ = schedule([(a @ b).uop])
+        name, ast = [(it.name, it.ast) for it in items if it.kind == "kernel" and it.ast is not None][-1]
+        return lower_kernel(ast, gpu_target(sm, tf32=True), name=name), name
+
+    progs = [kernel(2048, 2048, 2048), kernel(32, 24, 16)]
+    assert [sum(u.op is Ops.WMMA for u in lin.src) for lin, _ in progs] == [4 * 4 * 4, 1]
+    with Context(CACHEDIR=str(tmp_path), CUDA_COMPILER=compiler):
+        ks = DEVICE.compile_batch(progs, gpu_target(sm, tf32=True))
+    assert all(k.cubin[:4] == b"\x7fELF" for k in ks)
+    src = ks[0].src
+    assert src.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") == 64 + 1
+    assert 'asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));' in src
+    # the helper, then each mma its 4 A and 2 B registers (not volatile: the compiler may share the repeats)
+    assert src.count("to_tf32(") == 1 + 6 * (64 + 1)
+    assert "= *(const uint4*)&data" in src  # 8 floats a chunk: two 16-byte loads
 
 
 def test_float_to_half_rounds_to_nearest_even_and_products_are_float32() -> None:
@@ -337,9 +430,9 @@ def test_the_gpu_tests_programs_on_the_emulator() -> None:
     np.testing.assert_array_equal(o, a * b + a)
 
 
-@needs_nvcc
+@pytest.mark.parametrize("compiler", COMPILERS)
 @pytest.mark.parametrize("sm", SMS)
-def test_scatter_add_compiles_to_atomic_add(tmp_path: os.PathLike, sm: str) -> None:
+def test_scatter_add_compiles_to_atomic_add(compiler: str, tmp_path: os.PathLike, sm: str) -> None:
     """A scatter-add on a GPU target: every (position, column) pair a thread adding with atomicAdd (lower.atomics),
     no loop over the positions; float16 keeps the serial loop (no atomicAdd)."""
     from rewrite.stores import scatter_add
@@ -352,7 +445,7 @@ def test_scatter_add_compiles_to_atomic_add(tmp_path: os.PathLike, sm: str) -> N
         items, _ = schedule([scatter_add(zero, idx.uop, src.uop)])
         progs += [(lower_kernel(it.ast, gpu_target(sm), name=f"{dt}_{it.name}"), f"{dt}_{it.name}") for it in items
                   if it.kind == "kernel" and it.ast is not None]
-    with Context(CACHEDIR=str(tmp_path)):
+    with Context(CACHEDIR=str(tmp_path), CUDA_COMPILER=compiler):
         ks = DEVICE.compile_batch(progs, gpu_target(sm))
     assert all(k.cubin[:4] == b"\x7fELF" for k in ks)
     atomic = [name for lin, name in progs if any(u.op is Ops.ATOMICADD for u in lin.src)]

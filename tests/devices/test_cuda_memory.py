@@ -105,7 +105,7 @@ def host_driver(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> Iterator[H
 
     monkeypatch.setattr(CudaKernel, "function", loading)
     monkeypatch.setattr(DEVICE, "_driver", drv)
-    monkeypatch.setattr(DEVICE, "_target", None)
+    monkeypatch.setattr(DEVICE, "_targets", {})
     monkeypatch.setattr(DEVICE, "_modules", {})
     monkeypatch.setattr(DEVICE, "_pool", _Pool())
     import importlib

@@ -171,8 +171,8 @@ def _readme_knob_rows() -> dict[str, str]:
     section = readme[readme.index("## Environment knobs") :]
     rows = {}
     for line in section.splitlines():
-        if m := re.match(r"\| `([A-Z_]+)([^`]*)` \|", line):
-            rows[m.group(1)] = m.group(2)
+        if m := re.match(r"\| `([A-Z][A-Z0-9_]*)([^`A-Z0-9_][^`]*)?` \|", line):  # a name may hold digits (ALLOW_TF32)
+            rows[m.group(1)] = m.group(2) or ""
     return rows
 
 

@@ -1,0 +1,251 @@
+"""Tensor cores fed from shared memory: a block stages its A and B tiles through LOCAL buffers.
+
+`apply_tc_staged(ast, shape, tm, tn, wu, wv, bk)` (OptOps.TC with arg (shape, tm, tn, wu, wv, bk)) rewrites the
+kernel lower.wmma matches (a float32 sum of products x * y of half, bfloat16, or float32 for tf32, over output
+axes u, v and reduce axis k) into one block per BM x BN output tile, BM = 16 tm wu, BN = 8 tn wv: wu x wv
+warps (LOCAL axes), each a (16 tm) x (8 tn) warp tile of mmas (m16n8k16, or m16n8k8 for tf32; lower.wmma's
+lane layouts), 32 wu wv threads. The k loop steps bk (a multiple of 16) at a time:
+
+1. every thread of the block copies its share of the A tile (BM x bk, x at rows u, columns k) and of the B tile
+   (bk x BN, y at rows k, columns v) from global memory into LOCAL buffers `As` (row-major, rows padded to
+   bk + pad_for(dtype) elements) and `Bs` (rows padded to BN + pad): chunks of VEC = 8 consecutive elements
+   along the tile's inner axis, consecutive threads on consecutive chunks (coalesced). Where the operand is a
+   plain load (or a CAST of one) that moves by 1 along the chunk's axis and every other step and its offset are
+   multiples of VEC, a chunk is one vector LOAD of 8 lanes (16 bytes of half: devices.cuda_render makes it
+   128-bit accesses) and one vector STORE; otherwise 8 scalar copies. Elements past the matrix's end (sizes the
+   tile does not divide) are gated loads that read 0, so they add nothing;
+2. a BARRIER; then each warp reads its fragments from `As` / `Bs` (per k slice of the mma: tm A fragments, tn
+   B fragments, in the PTX layout of lower.wmma.LAYOUTS) and issues tm tn mmas per slice, the accumulators in
+   registers as in lower.wmma;
+3. a BARRIER, so no thread overwrites the tiles while another still reads them.
+
+With more than one k step the copies are pipelined through registers: the first step's tiles are copied
+before the loop; each step issues the global loads of the next step's tiles first (gated off at the last
+step; the fragment reads wait for them in the graph, so the linearizer puts them first), then its mmas from
+shared memory, a BARRIER, the stores of the loaded tiles, and a BARRIER: the global latency hides behind the
+mmas with one shared buffer per operand (three BARRIERs in all).
+
+The output stores are lower.wmma's, gated to the matrix where the tile does not divide it. The padding of
+16 bytes per row puts the lanes of a fragment read on distinct shared-memory banks (A in half: row stride
+bk + 8 halves is 20 words for bk = 32, so rows g = 0..7 start on banks 0, 20, 8, 28, 16, 4, 24, 12 and t adds
+0..3). B's fragment pairs are a row apart (no ldmatrix.trans yet), so they are read one 16-bit element at a time.
+
+Sums are the same as lower.wmma's (the mma's float32 additions, k in order within a slice), so the emulator
+(devices/python.py) checks this kernel exactly as it checks the direct one.
+"""
+
+from __future__ import annotations
+
+from lower.optimize import _stride, next_range_id, size
+from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
+from rewrite.dtype import AddrSpace, DType
+from rewrite.errors import EvalError, KernelOptError
+
+VEC = 8  # elements of one cooperative copy chunk (16 bytes of half / bfloat16)
+
+
+def pad_for(dt: DType) -> int:
+    """Elements added to every shared-memory row: 16 bytes (8 halves, 4 floats), which keeps rows 16-byte
+    aligned and puts the rows a fragment read touches on different banks."""
+    return 16 // dt.itemsize
+
+
+def _gated(e: UOp, valid: UOp, keep: frozenset[UOp] = frozenset()) -> UOp:
+    """`e` with every LOAD and STORE of a GLOBAL buffer gated by `valid` (a gated-off load reads 0), except in
+    the nodes of `keep` (the k loop an output store reads its result from)."""
+    done: dict[UOp, UOp] = {}
+    for u in e.toposort():
+        if u in keep:
+            done[u] = u
+            continue
+        src = tuple(done.get(s, s) for s in u.src)
+        glob = u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX and _is_global(u.src[0].src[0])
+        if glob and u.op is Ops.LOAD:
+            gate = valid if len(src) < 3 else src[2] & valid
+            new = UOp(Ops.LOAD, (src[0], src[1] if len(src) >= 2 else UOp.const(0, u.dtype), gate), u.arg, u.tag)
+        elif glob:
+            new = UOp(Ops.STORE, (src[0], src[1], valid if len(src) < 3 else src[2] & valid), u.arg, u.tag)
+        else:
+            new = u if src == u.src else UOp(u.op, src, u.arg, u.tag)
+        done[u] = new
+    return done[e]
+
+
+def _is_global(b: UOp) -> bool:
+    while b.op is Ops.AFTER:
+        b = b.src[0]
+    return b.op is Ops.BUFFER and isinstance(b.arg, BufferArg) and b.arg.addrspace is AddrSpace.GLOBAL
+
+
+def _vectorizable(x: UOp, inner: UOp) -> bool:
+    """Whether operand x is a plain load of a GLOBAL buffer (or a CAST of one) whose index moves by 1 along
+    `inner` and whose offset and every other range's step are multiples of VEC (so each chunk is VEC aligned
+    consecutive elements)."""
+    if x.op is Ops.CAST:
+        x = x.src[0]
+    if x.op is not Ops.LOAD or len(x.src) != 1 or x.src[0].op is not Ops.INDEX or not _is_global(x.src[0].src[0]):
+        return False
+    idx = x.src[0].src[1]
+    rs = [u for u in idx.toposort() if u.op is Ops.RANGE]
+    if inner not in rs or _stride(idx, inner) != 1:
+        return False
+    if any((s := _stride(idx, r)) is None or (r is not inner and s % VEC) for r in rs):
+        return False
+    from rewrite.render import render
+
+    try:
+        off = idx.evaluate({render(r): 0 for r in rs})
+    except EvalError:
+        return False
+    return isinstance(off, int) and off % VEC == 0
+
+
+def _copy_tile(buf: UOp, x: UOp, rows: tuple[UOp, UOp, int, int], cols: tuple[UOp, UOp, int, int],
+               tid: UOp, threads: int, vector: bool, only: UOp | None = None) -> list[UOp]:
+    """The stores that copy a rows x cols tile of operand x into LOCAL `buf` (row-major, rows padded by pad_for):
+    rows = (the range of x, the tile's first row, tile rows, the matrix's row count), cols likewise; chunks of
+    VEC consecutive columns, chunk c = tid + threads * i (the chunks past the tile's last are gated off). An
+    element outside the matrix is stored as 0. With `only`, nothing is loaded or stored where it is false."""
+    (rr, r0, nr, rn), (cr, c0, nc, cn) = rows, cols
+    per_row = nc // VEC
+    chunks = nr * per_row
+    vector = vector and cn % VEC == 0  # then a chunk is in or out of the matrix as a whole
+
+    def both(p: UOp | None, q: UOp | None) -> UOp | None:
+        return q if p is None else p if q is None else p & q
+
+    stores: list[UOp] = []
+    for i in range(-(-chunks // threads)):
+        c = tid + threads * i
+        row, col = c // per_row, (c % per_row) * VEC
+        in_tile = both(only, c < chunks if chunks % threads else None)
+        in_rows = both(in_tile, r0 + row < rn if rn % nr else None)
+        at = row * (nc + pad_for(x.dtype)) + col
+        for e in range(1 if vector else VEC):
+            valid = both(in_rows, c0 + col + e < cn if cn % nc else None)
+            src = x.substitute({rr: r0 + row, cr: c0 + col + e})
+            if vector:
+                lanes = UOp.vconst(range(VEC))
+                ld = src.src[0] if src.op is Ops.CAST else src
+                idx = ld.src[0]
+                vidx = UOp(Ops.INDEX, (idx.src[0], idx.src[1] + lanes), idx.arg, idx.tag)
+                val = UOp(Ops.LOAD, (vidx,)) if valid is None else UOp(Ops.LOAD, (vidx, UOp.const(0, ld.dtype), valid))
+                if src.op is Ops.CAST:
+                    val = val.cast(x.dtype)
+                dst = buf.index(at + lanes)
+            else:
+                val = src if valid is None else valid.where(_gated(src, valid), UOp.const(0, x.dtype))
+                dst = buf.index(at + e)
+            stores.append(dst.store(val) if in_tile is None else UOp(Ops.STORE, (dst, val, in_tile)))
+    return stores
+
+
+def staged_shapes(ast: UOp) -> tuple[int, int, int]:
+    """(rows of u, columns of v, the reduction's length) of a kernel lower.wmma matches, sizes not divisible."""
+    from lower.wmma import _match
+
+    _, _, _, u, v, k = _match(ast, divisible=False)
+    return size(u), size(v), size(k)
+
+
+def apply_tc_staged(ast: UOp, shape: str, tm: int, tn: int, wu: int, wv: int, bk: int) -> UOp:
+    """The kernel on tensor cores with A and B tiles staged through shared memory (module docstring)."""
+    from lower.wmma import LAYOUTS, TC_SHAPES, M, N, _match
+
+    x, y, red, u, v, k = _match(ast, divisible=False)
+    if TC_SHAPES.get(shape) is not x.dtype:
+        raise KernelOptError(f"TC {shape!r} does not fit products of {x.dtype.name}; known: {', '.join(TC_SHAPES)}")
+    lay = LAYOUTS[shape]
+    if bk < 16 or bk % 16 or min(tm, tn, wu, wv) < 1 or 32 * wu * wv > 1024:
+        raise KernelOptError(f"TC staged: bk must be a multiple of 16 and 32 wu wv threads at most 1024 "
+                             f"(got tm={tm} tn={tn} wu={wu} wv={wv} bk={bk})")
+    (end,) = [e for e in ast.toposort() if e.op is Ops.END]
+    bm, bn = M * tm * wu, N * tn * wv
+    nu, nv, nk = size(u), size(v), size(k)
+    nid = next_range_id(ast)
+    bu, bv = UOp.range(-(-nu // bm), nid, AxisType.LOOP), UOp.range(-(-nv // bn), nid + 1, AxisType.LOOP)
+    ko = UOp.range(-(-nk // bk), nid + 2, AxisType.REDUCE)
+    ru, rv = UOp.range(wu, nid + 3, AxisType.LOCAL), UOp.range(wv, nid + 4, AxisType.LOCAL)
+    lane = UOp.range(32, nid + 5, AxisType.WARP)
+    threads = 32 * wu * wv
+    tid = lane + (rv + ru * wv) * 32
+    g, t = lane // 4, lane % 4
+    dt = x.dtype
+    pad = pad_for(dt)
+    sa = UOp(Ops.BUFFER, (UOp.shape_operand((bm * (bk + pad),)),), BufferArg(0, dt, None, AddrSpace.LOCAL))
+    sb = UOp(Ops.BUFFER, (UOp.shape_operand((bk * (bn + pad),)),), BufferArg(1, dt, None, AddrSpace.LOCAL))
+    u0, v0 = bu * bm, bv * bn
+    vec_x, vec_y = _vectorizable(x, k), _vectorizable(y, v)
+
+    def copies(a_to: UOp, b_to: UOp, k0: UOp, only: UOp | None = None) -> list[UOp]:
+        return _copy_tile(a_to, x, (u, u0, bm, nu), (k, k0, bk, nk), tid, threads, vec_x, only) + \
+            _copy_tile(b_to, y, (k, k0, bk, nk), (v, v0, bn, nv), tid, threads, vec_y, only)
+
+    steps = -(-nk // bk)
+    ahead: list[UOp] = []
+    if steps > 1:  # the first tiles before the loop; each step loads the next ones before its mmas run
+        loaded = UOp(Ops.BARRIER, tuple(copies(sa, sb, UOp.const(0))))
+        ahead = copies(sa, sb, (ko + 1) * bk, ko < steps - 1)  # stored after the mmas (below)
+        early = tuple(st.src[1] for st in ahead)  # the fragment reads wait for these loads: they are issued first
+        ar, br = UOp(Ops.AFTER, (sa, loaded, ko, *early)), UOp(Ops.AFTER, (sb, loaded, ko, *early))
+    else:
+        loaded = UOp(Ops.BARRIER, tuple(copies(sa, sb, ko * bk)))
+        ar, br = UOp(Ops.AFTER, (sa, loaded)), UOp(Ops.AFTER, (sb, loaded))
+    nacc = 4 * tm * tn
+    acc = UOp(Ops.BUFFER, (UOp.shape_operand((nacc,)),), BufferArg(0, dtypes.float32, None, AddrSpace.REG))
+    outer = [r for r in end.src[1:] if r is not u and r is not v]
+    at = [acc.index(UOp.const(i)) for i in range(nacc)]
+    inits = [UOp(Ops.AFTER, (p, *outer, bu, bv, ru, rv, lane)).store(UOp.const(0.0, dtypes.float32)) for p in at]
+    cur = [UOp(Ops.AFTER, (p, init, ko)).load() for p, init in zip(at, inits, strict=True)]
+    wr, wc = ru * (M * tm), rv * (N * tn)  # the warp tile's first row and column in the block tile
+    for kk in range(0, bk, lay.k):
+        a = [UOp(Ops.STACK, tuple(ar.index((wr + (i * M + row)) * (bk + pad) + (kk + col)).load()
+                                  for row, col in (lay.a(e, g, t) for e in range(lay.na))))
+             for i in range(tm)]
+        b = [UOp(Ops.STACK, tuple(br.index((kk + row) * (bn + pad) + (wc + (j * N + col))).load()
+                                  for row, col in (lay.b(e, g, t) for e in range(lay.nb))))
+             for j in range(tn)]
+        nxt = list(cur)
+        for i in range(tm):
+            for j in range(tn):
+                o = 4 * (i * tn + j)
+                c = UOp(Ops.STACK, tuple(nxt[o:o + 4]))
+                mma = UOp(Ops.WMMA, (a[i], b[j], c), (M, N, lay.k, dt, dtypes.float32))
+                nxt[o:o + 4] = [UOp(Ops.INDEX, (mma, UOp.const(e))) for e in range(4)]
+        cur = nxt
+    upd = [p.store(val) for p, val in zip(at, cur, strict=True)]
+    done = UOp(Ops.BARRIER, tuple(upd))  # every warp has read the tiles before the next step overwrites them
+    if steps > 1:  # the next step's tiles, stored once every warp is done with these (none after the last step)
+        later = {sa: UOp(Ops.AFTER, (sa, done)), sb: UOp(Ops.AFTER, (sb, done))}
+        done = UOp(Ops.BARRIER, tuple(UOp(Ops.STORE, (later[st.src[0].src[0]].index(st.src[0].src[1]), *st.src[1:]))
+                                      for st in ahead))
+    step = UOp(Ops.END, (UOp(Ops.GROUP, (*upd, done)), ko))
+    res = [UOp(Ops.AFTER, (p, step)).load() for p in at]
+    loop = frozenset(step.toposort())
+    stores = []
+    for i in range(tm):
+        for j in range(tn):
+            for e in range(4):
+                row, col = u0 + wr + (i * M + g + 8 * (e // 2)), v0 + wc + (j * N + t * 2 + e % 2)
+                st = end.src[0].substitute({red: res[4 * (i * tn + j) + e]}).substitute({u: row, v: col})
+                checks = [c for c, n, blk in ((row < nu, nu, bm), (col < nv, nv, bn)) if n % blk]
+                if checks:
+                    st = _gated(st, checks[0] if len(checks) == 1 else checks[0] & checks[1], loop)
+                stores.append(st)
+    return ast.substitute({end: UOp(Ops.END, (UOp(Ops.GROUP, tuple(stores)), *outer, bu, bv, ru, rv, lane))})
+
+
+def staged_config(nu: int, nv: int, nk: int, batch: int, cores: int) -> tuple[int, int, int, int, int] | None:
+    """(tm, tn, wu, wv, bk) for a staged tensor-core matmul of nu x nv outputs (times `batch`), nk long: 128 x 128
+    block tiles of 2 x 4 warps (64 x 32 outputs each) where that gives each of the `cores` multiprocessors a
+    block, else 64 x 64 tiles of 2 x 2 warps (32 x 32 each); k 32 a step (16 for a reduction that short). None
+    under 64 x 64 outputs (the direct form, lower.wmma, keeps more warps busy there)."""
+    bk = 32 if nk > 16 else 16
+    if nu >= 128 and nv >= 128 and -(-nu // 128) * -(-nv // 128) * batch >= cores:
+        return 4, 4, 2, 4, bk
+    if nu >= 64 and nv >= 64:
+        return 2, 4, 2, 2, bk
+    return None
+
+
+__all__ = ["VEC", "apply_tc_staged", "staged_config", "staged_shapes"]
