@@ -51,6 +51,7 @@ from devices.base import Target, cpu_target, host_flags
 from devices.c_render import C_ALU_OPS, ctype, is_reserved, render_function, render_source, storage_type
 from devices.linear import Program, analyze, const_value, special_bound
 from devices.memory import Allocator, check_buffers, check_vars, np_dtype
+from devices.toolrun import run_compiler
 from rewrite.dtype import DType, dtypes
 from rewrite.env import cache_dir, getenv
 from rewrite.errors import CompileError, DeviceError
@@ -230,15 +231,7 @@ class Compiler:
             flags = tuple(f for f in flags if f not in ("-shared", "-fPIC"))
             extra = ("-static", *extra)
         cmd = [self.cc, *flags[:-1], *extra, "-x", "c", "-", "-o", out, flags[-1]]
-        try:
-            r = subprocess.run(cmd, input=src, capture_output=True, text=True, timeout=300)
-        except subprocess.TimeoutExpired:
-            raise CompileError(f"cpu: {self.cc} took over 300 s on {what}\n{_numbered(src)}") from None
-        except OSError as e:
-            raise CompileError(f"cpu: cannot run {self.cc}: {e}") from None
-        if r.returncode != 0:
-            raise CompileError(f"cpu: {os.path.basename(self.cc)} failed on {what} (exit {r.returncode}):\n"
-                               f"{r.stderr.strip()}\n--- source ---\n{_numbered(src)}")
+        run_compiler(cmd, "cpu", what, src, 300, stdin=src)
 
     def forget(self) -> None:
         """Drop the in-memory cache (loaded libraries stay mapped while kernels hold them)."""
@@ -291,10 +284,6 @@ def _host() -> str:
 
 
 _HOST: list[str] = []
-
-
-def _numbered(src: str) -> str:
-    return "\n".join(f"{i:4d} | {line}" for i, line in enumerate(src.splitlines(), 1))
 
 
 def entry_source(prog: Program, symbol: str, entry: str) -> str:

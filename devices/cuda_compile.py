@@ -36,15 +36,12 @@ import time
 
 from devices import objcache
 from devices.base import Target
+from devices.toolrun import numbered, run_compiler
 from rewrite.env import cache_dir, getenv, knob_str
 from rewrite.errors import CompileError
 
 # exactness, as devices.cuda_render documents: no contraction into FMA, IEEE division and sqrt, denormals kept
 _EXACT = ("-fmad=false", "-ftz=false", "-prec-div=true", "-prec-sqrt=true")
-
-
-def _numbered(src: str) -> str:
-    return "\n".join(f"{i:4d} | {line}" for i, line in enumerate(src.splitlines(), 1))
 
 
 class CudaCompiler:
@@ -157,15 +154,7 @@ class NVCC(CudaCompiler):
             with open(cu, "w") as f:
                 f.write(src)
             cmd = [self.path, *self.flags(target), "-o", out, cu]
-            try:
-                r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-            except subprocess.TimeoutExpired:
-                raise CompileError(f"cuda: nvcc took over 600 s on {what}") from None
-            except OSError as e:
-                raise CompileError(f"cuda: cannot run nvcc: {e}") from None
-            if r.returncode != 0:
-                raise CompileError(f"cuda: nvcc failed on {what} for {target.isa} (exit {r.returncode}):\n"
-                                   f"{r.stderr.strip()}\n--- source ---\n{_numbered(src)}")
+            run_compiler(cmd, "cuda", what, src, 600, where=f" for {target.isa}")
             with open(out, "rb") as f:
                 return f.read()
 
@@ -277,7 +266,7 @@ class NVRTC(CudaCompiler):
                 log = ctypes.create_string_buffer(n.value)
                 lib.nvrtcGetProgramLog(prog, log)
                 raise CompileError(f"cuda: NVRTC {self.version} failed on {what} for {target.isa}:\n"
-                                   f"{log.value.decode(errors='replace').strip()}\n--- source ---\n{_numbered(src)}")
+                                   f"{log.value.decode(errors='replace').strip()}\n--- source ---\n{numbered(src)}")
             n = ctypes.c_size_t()
             self._check(lib.nvrtcGetCUBINSize(prog, ctypes.byref(n)), "cubin size")
             out = ctypes.create_string_buffer(n.value)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -201,18 +203,24 @@ def test_illegal_opts_say_why() -> None:
         apply_opt(it.ast, Opt(OptOps.PADTO, 0, 0))
 
 
-@pytest.mark.parametrize("opts", [
-    [Opt(OptOps.PADTO, 2, 16)],  # the reduction: the padded steps add 0
-    [Opt(OptOps.PADTO, 1, 16), Opt(OptOps.SPLIT, 1, (16, AxisType.UPCAST, False))],  # gated lanes
-    [Opt(OptOps.PADTO, 0, 8), Opt(OptOps.SPLIT, 0, (8, AxisType.UPCAST, False)),  # copies, and unrolled lanes
-     Opt(OptOps.PADTO, 3, 4), Opt(OptOps.SPLIT, 3, (4, AxisType.UNROLL, False))]])
-def test_padto_masks_the_extra_iterations(opts: list[Opt]) -> None:
+def _matmul_6x10x7_with(opts: list[Opt]) -> Any:
+    """A 6x10 @ 10x7 matmul kernel run with `opts` on cpu: equal to the python device and to numpy."""
     it = _kernel(_matmul(6, 10, 7))
     arrays = _inputs(it)
     want = arrays[1].reshape(6, 10).astype(np.float64) @ arrays[2].reshape(10, 7)
     got = _run(it, "cpu", opts, arrays)
     np.testing.assert_array_equal(got, _run(it, "python", opts, arrays))
     np.testing.assert_allclose(got.reshape(6, 7), want, rtol=1e-5, atol=1e-5)
+    return it
+
+
+@pytest.mark.parametrize("opts", [
+    [Opt(OptOps.PADTO, 2, 16)],  # the reduction: the padded steps add 0
+    [Opt(OptOps.PADTO, 1, 16), Opt(OptOps.SPLIT, 1, (16, AxisType.UPCAST, False))],  # gated lanes
+    [Opt(OptOps.PADTO, 0, 8), Opt(OptOps.SPLIT, 0, (8, AxisType.UPCAST, False)),  # copies, and unrolled lanes
+     Opt(OptOps.PADTO, 3, 4), Opt(OptOps.SPLIT, 3, (4, AxisType.UNROLL, False))]])
+def test_padto_masks_the_extra_iterations(opts: list[Opt]) -> None:
+    _matmul_6x10x7_with(opts)
     maxed = _kernel(new_buffer(dtypes.float32, (6, 10), "cpu").max((1,)))  # MAX's identity is -inf, not 0
     neg = {1: -np.abs(_inputs(maxed)[1]) - 1.0}
     got = _run(maxed, "cpu", [Opt(OptOps.PADTO, 1, 16)], neg)
@@ -227,12 +235,7 @@ def test_padto_masks_the_extra_iterations(opts: list[Opt]) -> None:
 def test_padto_repeat_stores_only_the_real_iterations(opts: list[Opt]) -> None:
     """PADTO (m, "repeat") on output axes: the extra iterations recompute the last real one (their loads clamp to
     it, ungated) and store nothing, so the result is exact and cpu == python running the same program."""
-    it = _kernel(_matmul(6, 10, 7))
-    arrays = _inputs(it)
-    want = arrays[1].reshape(6, 10).astype(np.float64) @ arrays[2].reshape(10, 7)
-    got = _run(it, "cpu", opts, arrays)
-    np.testing.assert_array_equal(got, _run(it, "python", opts, arrays))
-    np.testing.assert_allclose(got.reshape(6, 7), want, rtol=1e-5, atol=1e-5)
+    it = _matmul_6x10x7_with(opts)
     lin = lower_kernel(it.ast, cpu_target("native"), opts=opts)
     assert not [u for u in lin.src if u.op is Ops.LOAD and len(u.src) >= 3], "a repeating pad gates no load"
 
