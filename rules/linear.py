@@ -200,7 +200,29 @@ def _gcd_splits(items: list[tuple[UOp, int]]) -> Iterable[tuple[int, list[tuple[
             yield g, [(t, f) for t, f in items if f % g == 0], [(t, f) for t, f in items if f % g != 0]
 
 
+def _lanes_kept(r: UOp | None, x: UOp) -> UOp | None:
+    """A comparison's rewrite only where it keeps the comparison's shape: after expand the sum may be a lane
+    vector whose lanes live only in terms the rewrite drops (their bounds decide nothing), and a scalar result
+    would no longer be a vector its readers pick lanes from."""
+    return r if r is None or r.shape == x.shape else None
+
+
 def lt_linear(x: UOp, c0: int) -> UOp | None:
+    """`_lt_linear` where it keeps the comparison's lanes."""
+    return _lanes_kept(_lt_linear(x, c0), x)
+
+
+def gt_linear(c0: int, x: UOp) -> UOp | None:
+    """`_gt_linear` where it keeps the comparison's lanes."""
+    return _lanes_kept(_gt_linear(c0, x), x)
+
+
+def ne_linear(x: UOp, c0: int) -> UOp | None:
+    """`_ne_linear` where it keeps the comparison's lanes."""
+    return _lanes_kept(_ne_linear(x, c0), x)
+
+
+def _lt_linear(x: UOp, c0: int) -> UOp | None:
     """sum < c0 with the sum's constant moved right, divided through by a common factor, negated when
     every coefficient is negative.
 
@@ -223,7 +245,7 @@ def lt_linear(x: UOp, c0: int) -> UOp | None:
     return None
 
 
-def gt_linear(c0: int, x: UOp) -> UOp | None:
+def _gt_linear(c0: int, x: UOp) -> UOp | None:
     """c0 < sum, the mirror of lt_linear.
 
     Identity: for g > 0 and every R in [lo, hi], c < g*S + R  <=>  q < S where q = (c - R) // g,
@@ -245,7 +267,7 @@ def gt_linear(c0: int, x: UOp) -> UOp | None:
     return None
 
 
-def ne_linear(x: UOp, c0: int) -> UOp | None:
+def _ne_linear(x: UOp, c0: int) -> UOp | None:
     """sum != c0 with the constant moved right, signs made positive, divided by the coefficients' gcd.
 
     Identity: g*S != c is True when g does not divide c, else S != c/g."""

@@ -286,3 +286,17 @@ def test_sum_of_exp_unrolls_into_lanes(level: str) -> None:
     want = np.exp(arrays[1].astype(np.float64)).reshape(4, 64).sum(1)
     assert np.isnan(got[0]) and np.isinf(got[3])
     np.testing.assert_allclose(got[1:3], want[1:3], rtol=1e-5)
+
+
+def test_padded_upcast_with_unrolled_reduce_keeps_gate_lanes() -> None:
+    """Found by test_random_opts_keep_results: after expand a padded axis's gate is a lane vector whose lanes
+    come only from terms lt-linear may drop; the rewrite must keep the comparison a vector (it made a scalar,
+    and the lane picks of it failed with a ShapeError)."""
+    it = _kernel(dict(_cases())["matmul_wide"])
+    opts = [Opt(OptOps.PADTO, 1, 3), Opt(OptOps.SPLIT, 1, (2, AxisType.UPCAST, False)),
+            Opt(OptOps.SPLIT, 3, (16, AxisType.UNROLL, False))]
+    arrays = _inputs(it)
+    ref = _run(it, "python", [], arrays)
+    got = _run(it, "python", opts, arrays)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(_run(it, "cpu", opts, arrays), got)
