@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rewrite.egglog_io import egglog_bindings, parse_forms, split_commands
 from rewrite.egraph_terms import (
     CTORS,
     DEFAULT_COSTS,
@@ -99,79 +100,7 @@ LOAD_PROGRAM = "\n".join([
     '(rule ((LR p j i) (= i -1)) ((union (PK p j) (PNil))) :ruleset collect :name "collect-end")',
 ]) + "\n"
 
-_BINDINGS: list[Any] = []
-
-
-def egglog_bindings() -> Any:
-    """The `egglog.bindings` extension module, loaded without the `egglog` package around it when that is not
-    imported yet. `import egglog` costs ~0.2 s (measured on 13.2: its DSL, pretty-printer, black and
-    opentelemetry), the extension alone ~15 ms, and the bridge needs only the extension. It is registered
-    under its own name, so a later `import egglog` finds and reuses it (a pyo3 module initializes only once
-    per process). Any surprise (another layout, a loader error) falls back to the ordinary import."""
-    if _BINDINGS:
-        return _BINDINGS[0]
-    import sys
-
-    mod = sys.modules.get("egglog.bindings")
-    if mod is None and "egglog" not in sys.modules:
-        import importlib.machinery
-        import importlib.util
-
-        try:
-            pkg = importlib.util.find_spec("egglog")
-            for d in (pkg.submodule_search_locations or []) if pkg is not None else []:
-                for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-                    path = os.path.join(d, "bindings" + suffix)
-                    if not os.path.exists(path):
-                        continue
-                    spec = importlib.util.spec_from_file_location("egglog.bindings", path)
-                    if spec is None or spec.loader is None:
-                        continue
-                    m = importlib.util.module_from_spec(spec)
-                    sys.modules["egglog.bindings"] = m
-                    spec.loader.exec_module(m)
-                    mod = m
-                    break
-                if mod is not None:
-                    break
-        except Exception:  # any failure here only means the ordinary import below
-            sys.modules.pop("egglog.bindings", None)
-            mod = None
-    if mod is None:
-        from egglog import bindings as mod
-    _BINDINGS.append(mod)
-    return mod
-
-
 # ---------------------------------------------------------------------------------------------- saturation
-
-
-def split_commands(text: str) -> list[str]:
-    """The top-level forms of egglog text. egglog 13.2 copies the whole source into every span it parses, so
-    parsing a long program in one piece is quadratic (0.12 s instead of 5 ms for the eqsat rules)."""
-    out, depth, start, in_str, comment = [], 0, 0, False, False
-    for i, ch in enumerate(text):
-        if comment:
-            comment = ch != "\n"
-        elif in_str:
-            in_str = ch != '"'
-        elif ch == '"':
-            in_str = True
-        elif ch == ";":
-            comment = True
-        elif ch == "(":
-            if depth == 0:
-                start = i
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth == 0:
-                out.append(text[start : i + 1])
-    return out
-
-
-def _parse(eg: Any, text: str) -> list:
-    return [c for form in split_commands(text) for c in eg.parse_program(form)]
 
 
 @dataclass(frozen=True)
@@ -279,8 +208,8 @@ class Saturator:
         """The e-graph, with the rules loaded and a snapshot of that state pushed (what `_reset` returns to)."""
         if self._eg is None:
             eg = egglog_bindings().EGraph()
-            eg.run_program(*_parse(eg, self.program))
-            self._cmds = {k: _parse(eg, t) for k, t in {
+            eg.run_program(*parse_forms(eg, self.program))
+            self._cmds = {k: parse_forms(eg, t) for k, t in {
                 "push": "(push)", "pop": "(pop)", "step": self.schedule.step_text(),
                 "load": "(run-schedule (run load))", "collect": "(run-schedule (run collect))",
                 "analysis": f"(run-schedule (saturate (run {self.schedule.analysis})))"}.items()}
