@@ -1,17 +1,19 @@
 """The CPU device: LINEAR programs rendered to C (devices.c_render), compiled to a shared object, run via ctypes.
 
-Compiler: `CC` if set, else gcc, else clang, else cc (gcc compiles about twice as fast as clang here); for a
-cross target (aarch64 on an x86-64 host) the target's prefixed gcc. Flags: -O2 -fPIC -shared, the Target's
-instruction-set flags (-march=native, -march=x86-64-v3, ...), plus what exactness needs (see c_render):
--ffp-contract=off (no fused multiply-add), -fwrapv (signed ints wrap), -fno-math-errno, and for gcc
--fexcess-precision=standard (a cast to _Float16 rounds). Never -ffast-math.
+Compiler (devices.cpu_compiler): `CC` if set, else gcc, else clang, else cc (gcc compiles about twice as fast
+as clang here); for a cross target (aarch64 on an x86-64 host) the target's prefixed gcc. Flags: -O2 -fPIC
+-shared, the Target's instruction-set flags (-march=native, -march=x86-64-v3, ...), plus what exactness needs
+(see c_render): -ffp-contract=off (no fused multiply-add), -fwrapv (signed ints wrap), -fno-math-errno, and for
+gcc -fexcess-precision=standard (a cast to _Float16 rounds). Never -ffast-math.
 
-Cache: a shared object is keyed by a hash of the source, the compiler's identity, the flags and the Target, kept under
-rewrite.env.cache_dir()/cpu (CACHE=0: no disk cache), verified before use, written atomically and bounded to
-CACHE_SIZE bytes (devices.objcache); in memory the `max_libs` most recently used libraries are kept, and a
+Cache: a shared object is keyed by a hash of the source, the compiler's identity, the flags and the Target, kept
+under rewrite.env.cache_dir()/cpu (CACHE=0: no disk cache), verified before use, written atomically and bounded
+to CACHE_SIZE bytes (devices.objcache); in memory the `max_libs` most recently used libraries are kept, and a
 library is unloaded when no kernel refers to it any more. `compile_batch` puts many kernels in one C file,
 which costs one compiler start for all of them; a batch with enough source is split into one file per host core,
-balanced by source size, compiled in parallel.
+balanced by source size, compiled in parallel. `compile_ahead` starts files of a batch before the batch is
+complete (lower.realize offers each kernel as soon as it is lowered), so the compiler runs on the other cores
+while Python lowers the rest.
 
 Launch: `kernel({slot: array}, {name: int})` checks each array against its BUFFER (dtype, size, contiguity,
 aliasing) and passes pointers in slot order, then the variables by name. A kernel with SPECIALs (e.g. core_id)
@@ -27,263 +29,35 @@ an out-of-bounds access is reported. The ASan runtime must come first in the pro
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import ctypes
-import hashlib
 import itertools
 import math
 import os
-import platform
-import shutil
-import subprocess
 import sys
-import tempfile
 import threading
-import time
-from _ctypes import dlclose as _dlclose
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from devices import cpu_pool, objcache
-from devices.base import Target, cpu_target, host_flags
+from devices import cpu_pool
+from devices.base import Target, cpu_target
 from devices.c_render import C_ALU_OPS, ctype, is_reserved, render_function, render_source, storage_type
+from devices.cpu_compiler import Compiler
 from devices.linear import Program, analyze, const_value, special_bound
 from devices.memory import Allocator, check_buffers, check_vars, np_dtype
-from devices.toolrun import run_compiler
 from rewrite.dtype import DType, dtypes
-from rewrite.env import cache_dir, getenv
-from rewrite.errors import CompileError, DeviceError
+from rewrite.env import getenv
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 
-# an undeclared function must be an error, not an implicit int declaration that fails only at dlopen
-# -fno-trapping-math only drops FP exception-flag bookkeeping (results are unchanged); without it gcc will not
-# vectorize loops with float compares and selects
-_BASE_FLAGS = ("-O2", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math",
-               "-fwrapv",
-               "-Werror=implicit-function-declaration")
 _CT = {
     dtypes.bool: ctypes.c_bool, dtypes.int8: ctypes.c_int8, dtypes.uint8: ctypes.c_uint8,
     dtypes.int16: ctypes.c_int16, dtypes.uint16: ctypes.c_uint16, dtypes.int32: ctypes.c_int32,
     dtypes.uint32: ctypes.c_uint32, dtypes.int64: ctypes.c_int64, dtypes.uint64: ctypes.c_uint64,
     dtypes.index: ctypes.c_longlong,
 }
-
-
-class _Library(ctypes.CDLL):
-    """A kernel's shared object, unloaded (dlclose) when the last reference goes: its CPUKernels and the
-    compiler's in-memory table hold it (a ctypes function pointer holds its library too)."""
-
-    def __del__(self) -> None:
-        handle = getattr(self, "_handle", None)
-        if handle:
-            with contextlib.suppress(Exception):
-                _dlclose(handle)
-
-
-class Compiler:
-    """A C compiler process: finds the compiler once, compiles source to a loaded, cached shared object."""
-
-    max_libs = 256  # kernel libraries kept loaded by the in-memory table (about 40 KB each)
-
-    def __init__(self, prefix: str = "") -> None:
-        self.prefix = prefix  # a cross compiler's triple prefix ("aarch64-linux-gnu-"); "" for the host's
-        self._cc: str | None = None
-        self._ident = ""
-        self._clang: bool | None = None
-        # key -> loaded library, most recently used last; at most max_libs kernel libraries
-        self._libs: collections.OrderedDict[str, ctypes.CDLL] = collections.OrderedDict()
-        self._runtime: dict[str, ctypes.CDLL] = {}  # the device's own libraries, kept for the process
-        self._lock = threading.Lock()
-
-    @property
-    def cc(self) -> str:
-        if self._cc is None:
-            names = ("gcc", "clang", "cc") if not self.prefix else (f"{self.prefix}gcc",)
-            want = (str(getenv("CC", "")) if not self.prefix else "") or \
-                next((c for c in names if shutil.which(c)), names[0] if self.prefix else "")
-            path = shutil.which(want) if want else None
-            if path is None:
-                raise CompileError(f"cpu: no C compiler found (tried {want or 'gcc, clang, cc'}); install gcc or "
-                                   f"clang, or set CC")
-            self._cc, self._ident = path, _identity(path)
-        return self._cc
-
-    @property
-    def is_clang(self) -> bool:
-        """Whether the compiler is clang: from the name it resolves to, or (a name like `cc` that says neither)
-        from its --version line, asked once."""
-        if self._clang is None:
-            name = os.path.basename(os.path.realpath(self.cc)).lower()
-            if "clang" in name or "gcc" in name:
-                self._clang = "clang" in name
-            else:
-                try:
-                    out = subprocess.run([self.cc, "--version"], capture_output=True, text=True, timeout=30).stdout
-                except (OSError, subprocess.TimeoutExpired) as e:
-                    raise CompileError(f"cpu: cannot run {self.cc} --version: {e}") from None
-                self._clang = "clang" in out.lower()
-        return self._clang
-
-    def flags(self, target: Target | None = None) -> tuple[str, ...]:
-        """The command line's flags for `target` (default: the host, -march=native)."""
-        target = target or cpu_target("native")
-        return _BASE_FLAGS + target.compile_flags + (() if self.is_clang else ("-fexcess-precision=standard",)) + \
-            _sanitize_flags() + ("-lm",)
-
-    def key(self, src: str, target: Target) -> str:
-        ident = "\0".join((self.cc, self._ident, _host(), target.key, *self.flags(target)))
-        return hashlib.sha256((ident + "\0" + src).encode()).hexdigest()[:32]
-
-    def load(self, src: str, what: str, target: Target | None = None, runtime: bool = False) -> ctypes.CDLL:
-        """The loaded library for `src` compiled for `target` (default: the host's): from memory, the disk cache,
-        or a fresh compile. `runtime` marks one of the device's own support libraries (the thread pool): it is
-        part of the installation rather than a kernel, so it stays in the disk cache even under CACHE=0 (which is
-        about kernels), and is never unloaded. Kernel libraries are unloaded (dlclose) when the last object
-        referring to them goes: the in-memory table keeps only the `max_libs` most recently used, and each
-        CPUKernel holds its own. Code for a target the host cannot run is refused (DeviceError), not loaded."""
-        target = target or cpu_target("native")
-        if not target.runs_here:
-            raise DeviceError(f"cpu: code for target {target.isa} cannot run on this host ({platform.machine()}, "
-                              f"lacking {', '.join(sorted(target.features - host_flags())) or 'the architecture'}); "
-                              f"compile it with devices.cpu.build_object, or set CPU_TARGET=native")
-        key = self.key(src, target)
-        with self._lock:
-            if (lib := self._libs.get(key)) is not None:
-                self._libs.move_to_end(key)
-                return lib
-            if (lib := self._runtime.get(key)) is not None:
-                return lib
-        int(getenv("CACHE_SIZE"))  # a bad value is an error at once, not at the first write
-        if getenv("SANITIZE"):
-            _check_asan_runtime()
-        t0 = time.perf_counter()
-        on_disk = runtime or int(getenv("CACHE"))
-        cls = ctypes.CDLL if runtime else _Library
-        lib, hit = self._from_disk(src, key, what, cls, target) if on_disk else \
-            (self._uncached(src, what, cls, target), False)
-        if int(getenv("DEBUG")) >= 3:
-            how = "disk cache hit" if hit else "compiled"
-            print(f"cpu: {what}: {how} in {(time.perf_counter() - t0) * 1e3:.1f} ms", file=sys.stderr)
-        with self._lock:
-            if runtime:
-                self._runtime[key] = lib
-            else:
-                self._libs[key] = lib
-                while len(self._libs) > self.max_libs:
-                    self._libs.popitem(last=False)
-        return lib
-
-    def _from_disk(self, src: str, key: str, what: str, cls: type[ctypes.CDLL], target: Target
-                   ) -> tuple[ctypes.CDLL, bool]:
-        """The object from the disk cache when it verifies (objcache), else compiled there; compiled in a
-        temporary directory when the cache directory cannot be written (one warning per process)."""
-        d = ""
-        try:
-            d = os.path.join(cache_dir(), "cpu")
-            os.makedirs(d, exist_ok=True)
-        except OSError as e:
-            objcache.warn_unwritable(d or str(getenv("CACHEDIR")) or "~/.cache/uopc", e)
-            return self._uncached(src, what, cls, target), False
-        objcache.sweep_once(d)
-        path = os.path.join(d, f"{key}.so")
-        if objcache.verify(path, key):
-            try:
-                lib = cls(path)
-                objcache.touch(path)
-                return lib, True
-            except OSError:  # verified but not loadable (e.g. built for another libc): compile it again
-                pass
-        elif os.path.exists(path) and int(getenv("DEBUG")) >= 1:
-            print(f"cpu: cached object for {what} does not verify (truncated or damaged): compiling it again",
-                  file=sys.stderr)
-        try:
-            tmp = objcache.temp_path(d, key)
-        except OSError as e:
-            objcache.warn_unwritable(d, e)
-            return self._uncached(src, what, cls, target), False
-        try:
-            self._run(src, tmp, what, target)
-            objcache.seal(tmp, key)
-            os.replace(tmp, path)  # atomic: a concurrent process sees no file or the whole file
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        objcache.note_write(d, path, int(getenv("CACHE_SIZE")))
-        return cls(path), False
-
-    def _uncached(self, src: str, what: str, cls: type[ctypes.CDLL] = ctypes.CDLL, target: Target | None = None
-                  ) -> ctypes.CDLL:
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "k.so")
-            self._run(src, path, what, target or cpu_target("native"))
-            return cls(path)  # the mapping outlives the file
-
-    def _run(self, src: str, out: str, what: str, target: Target, extra: tuple[str, ...] = (),
-             executable: bool = False) -> None:
-        """Compile `src` for `target` to `out` (a shared object; `extra` flags may ask for something else; with
-        `executable`, a static program: `src` has a main)."""
-        flags = self.flags(target)
-        if executable:
-            flags = tuple(f for f in flags if f not in ("-shared", "-fPIC"))
-            extra = ("-static", *extra)
-        cmd = [self.cc, *flags[:-1], *extra, "-x", "c", "-", "-o", out, flags[-1]]
-        run_compiler(cmd, "cpu", what, src, 300, stdin=src)
-
-    def forget(self) -> None:
-        """Drop the in-memory cache (loaded libraries stay mapped while kernels hold them)."""
-        self._libs.clear()
-
-
-def _sanitize_flags() -> tuple[str, ...]:
-    """SANITIZE=address: AddressSanitizer instrumentation (with exact-size buffers from devices.memory, a read or
-    write past a buffer's end is reported and the process stops)."""
-    return ("-fsanitize=address", "-fno-omit-frame-pointer") if getenv("SANITIZE") == "address" else ()
-
-
-def _check_asan_runtime() -> None:
-    """An ASan-instrumented object needs the ASan runtime loaded first in the process (else it aborts the process
-    at dlopen): say how, instead."""
-    if _ASAN_OK:
-        return
-    try:
-        with open("/proc/self/maps") as f:
-            maps = f.read()
-        loaded = "libasan" in maps or "libclang_rt.asan" in maps
-    except OSError:
-        loaded = True  # cannot tell: let the loader decide
-    if not loaded:
-        raise DeviceError("SANITIZE=address: the AddressSanitizer runtime is not loaded in this process; run python "
-                          "with LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0")
-    _ASAN_OK.append(True)
-
-
-_ASAN_OK: list[bool] = []
-
-
-def _identity(path: str) -> str:
-    """The compiler build, for the cache key, without starting it (`--version` costs a process start, ~3 ms): the
-    binary the path resolves to, with its size and modification time, which an upgrade changes."""
-    real = os.path.realpath(path)
-    try:
-        st = os.stat(real)
-    except OSError:
-        return real
-    return f"{real} {st.st_size} {st.st_mtime_ns}"
-
-
-def _host() -> str:
-    """What -march=native compiles for: a cached object must not be loaded on a CPU lacking its instructions."""
-    if not _HOST:
-        flags = " ".join(sorted(host_flags()))
-        _HOST.append(f"{platform.machine()} {hashlib.sha256(flags.encode()).hexdigest()[:16]}")
-    return _HOST[0]
-
-
-_HOST: list[str] = []
 
 
 def entry_source(prog: Program, symbol: str, entry: str) -> str:
@@ -349,6 +123,78 @@ class CPUKernel:
         cpu_pool.launch(self.entry, args + bounds[1:], total)
 
 
+@dataclass
+class _Part:
+    """One kernel made ready for a C file (CPUDevice._part); `lib` is the compile of its file once begun (by
+    compile_ahead), with `src` that file's text."""
+
+    prog: Program
+    sym: str
+    funcs: list[str]  # its function, then its entry wrapper if any
+    helpers: dict[str, str]
+    entry: str | None
+    target: str  # the Target's key
+    lib: _Job | None = None
+    src: str = ""
+
+
+def _file(parts: Sequence[_Part]) -> tuple[str, str]:
+    """The C file of some kernels, and what to call it in messages."""
+    helpers: dict[str, str] = {}
+    for p in parts:
+        helpers.update(p.helpers)
+    src = render_source([f for p in parts for f in p.funcs], helpers)
+    if int(getenv("DEBUG")) >= 4:
+        print(src, file=sys.stderr)
+    return src, f"kernel {parts[0].prog.name!r}" if len(parts) == 1 else f"{len(parts)} kernels"
+
+
+class _Job:
+    """A compile running on its own thread: the C compiler is another process, so the thread waits on it holding
+    no GIL while Python goes on (lowering the next kernels). At most `_RUNNING.limit` jobs run at once: while
+    kernels are still being lowered, one core fewer than the host has (Python keeps one); for a batch's last
+    files, all of them (compile_batch). Plain threads rather than concurrent.futures, whose import alone (it
+    brings in logging) costs a first realize ~10 ms."""
+
+    def __init__(self, fn: Any, *args: Any) -> None:
+        self._out: Any = None
+        self._err: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn, args), name="cpu-compile", daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Any, args: tuple) -> None:
+        with _RUNNING:
+            _RUNNING.wait_for(lambda: _RUNNING.running < _RUNNING.limit)
+            _RUNNING.running += 1
+        try:
+            self._out = fn(*args)
+        except BaseException as e:  # raised again in the thread that asks for the result
+            self._err = e
+        finally:
+            with _RUNNING:
+                _RUNNING.running -= 1
+                _RUNNING.notify_all()
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._err is not None:
+            raise self._err
+        return self._out
+
+
+class _Limit(threading.Condition):
+    running = 0
+    limit = 1
+
+    def set(self, limit: int) -> None:
+        with self:
+            self.limit = max(1, limit)
+            self.notify_all()
+
+
+_RUNNING = _Limit()
+
+
 class CPUDevice(Allocator):
     """The `cpu` device (the default): C via gcc or clang, loaded with ctypes."""
 
@@ -365,6 +211,10 @@ class CPUDevice(Allocator):
         # (LINEAR, symbol) -> (Program, function text, helpers) that render made, taken by the compile of the same
         # kernel (the pipeline renders, then compiles: the function is made once); bounded, oldest dropped first
         self._rendered: dict[tuple[UOp, str], tuple[Program, str, dict[str, str]]] = {}
+        self._ahead: dict[tuple[UOp, str], _Part] = {}  # (LINEAR, name) -> a kernel compile_ahead took
+        self._queue: list[_Part] = []  # compile_ahead's kernels not yet in a file, all for _queue_target
+        self._queue_target: Target | None = None
+        self._pool_started = False  # the thread pool's build runs in the background already
 
     def default_target(self) -> Target:
         """The host's target, or the level CPU_TARGET names."""
@@ -380,6 +230,8 @@ class CPUDevice(Allocator):
     def render(self, linear: UOp, name: str = "kernel", target: Target | None = None) -> str:
         """The C source of one kernel (a whole file: includes, helpers, the function). The text is the same for
         every cpu target: the vector widths are in the LINEAR program, the instruction set in the flags."""
+        if (ahead := self._ahead.get((linear, name))) is not None:  # analyzed already by compile_ahead
+            return render_source(ahead.funcs[:1], ahead.helpers)
         sym = _symbol(name)
         prog, func, helpers = self._function(linear, sym)
         if len(self._rendered) >= RENDERED_KEPT:
@@ -396,66 +248,111 @@ class CPUDevice(Allocator):
         helpers: dict[str, str] = {}
         return prog, render_function(prog, sym, helpers), helpers
 
+    def _part(self, linear: UOp, name: str, taken: set[str], target: Target) -> _Part:
+        """One kernel made ready for a C file: analyzed, its function rendered under a symbol clear of `taken`
+        (which gets it), and its thread-pool entry wrapper if it has SPECIALs."""
+        sym = _symbol(name)
+        if sym in taken:
+            sym = next(f"{sym}_{i}" for i in itertools.count(1) if f"{sym}_{i}" not in taken)
+        taken.add(sym)
+        prog, func, helpers = self._function(linear, sym)
+        prog.name = name
+        part = _Part(prog, sym, [func], dict(helpers), None, target.key)
+        if prog.specials:  # named clear of every kernel symbol in this file
+            part.entry = next(e for i in itertools.count()
+                              if not {e := f"{sym}__entry{i or ''}", f"{e}_kernel"} & taken)
+            taken.update((part.entry, f"{part.entry}_kernel"))
+            part.funcs.append(entry_source(prog, sym, part.entry))
+        return part
+
     def compile(self, linear: UOp, name: str = "kernel", target: Target | None = None) -> CPUKernel:
         return self.compile_batch([(linear, name)], target)[0]
+
+    def compile_ahead(self, linear: UOp, name: str, target: Target | None = None) -> None:
+        """Begin compiling a kernel before its batch is complete: lower.realize calls this for each kernel as soon
+        as it is lowered, while it lowers the next ones. Kernels gather here until there is about AHEAD_CHARS of
+        C source, then that file compiles in a background thread (the compiler is another process, so waiting on
+        it holds no GIL: it runs on another core while Python lowers). The compile_batch that names the same
+        (LINEAR, name) takes the result; kernels still gathering then join that batch's own files."""
+        tgt = target or self.default_target()
+        if (linear, name) in self._ahead:
+            return
+        if self._queue and self._queue_target is not None and self._queue_target.key != tgt.key:
+            self._flush()
+        self._queue_target = tgt
+        part = self._part(linear, name, {p.sym for p in self._queue}, tgt)
+        self._ahead[(linear, name)] = part
+        while len(self._ahead) > RENDERED_KEPT:  # never claimed (a failed realize): forget the oldest
+            del self._ahead[next(iter(self._ahead))]
+        self._queue.append(part)
+        if tgt.runs_here and part.entry is not None and not self._pool_started and cpu_pool.unbuilt() and \
+                _parallel(part.prog):  # the thread pool it launches on: built alongside, from now
+            self._pool_started = True
+            _RUNNING.set(_compile_workers() - 1)
+            _Job(cpu_pool.prepare)
+        if sum(len(f) for p in self._queue for f in p.funcs) >= AHEAD_CHARS:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Start the gathered kernels' file compiling in the background."""
+        parts, self._queue, tgt = self._queue, [], self._queue_target
+        assert tgt is not None  # set with the queue's first kernel
+        compiler = self.compiler_for(tgt)
+        _ = compiler.cc, compiler.is_clang  # find and identify the compiler here, not in two threads at once
+        src, what = _file(parts)
+        _RUNNING.set(_compile_workers() - 1)  # Python lowering the next kernels keeps a core
+        job = _Job(compiler.load, src, what, tgt)
+        for p in parts:
+            p.lib, p.src = job, src
 
     def compile_batch(self, kernels: Sequence[tuple[UOp, str]], target: Target | None = None) -> list[CPUKernel]:
         """Compile several kernels for `target` (default: the device's) into shared objects: one C file and
         compiler run per chunk, the chunks (as many as the host's cores, when there is enough source to share
-        out) compiled in parallel. Names are made unique."""
+        out) compiled in parallel. Names are made unique. Kernels that compile_ahead began are taken from there:
+        the ones already compiling are waited for, the ones still gathering join this batch's files."""
         tgt = target or self.default_target()
-        progs: list[Program] = []
-        syms: list[str] = []
-        parts: list[tuple[list[str], dict[str, str]]] = []  # per kernel: its functions and the helpers they use
+        parts: list[_Part] = []
+        taken: set[str] = set()
         for linear, name in kernels:
-            sym = _symbol(name)
-            if sym in syms:
-                sym = next(f"{sym}_{i}" for i in itertools.count(1) if f"{sym}_{i}" not in syms)
-            syms.append(sym)
-            prog, func, helpers = self._function(linear, sym)
-            prog.name = name
-            parts.append(([func], dict(helpers)))
-            progs.append(prog)
-        # entry wrappers for the kernels with SPECIALs, named clear of every kernel symbol in this file
-        entries: list[str | None] = []
-        for prog, sym, (funcs, _) in zip(progs, syms, parts, strict=True):
-            entry = None
-            if prog.specials:
-                entry = next(e for i in itertools.count()
-                             if not {e := f"{sym}__entry{i or ''}", f"{e}_kernel"} & set(syms))
-                funcs.append(entry_source(prog, sym, entry))
-            entries.append(entry)
-        chunks = _chunks([sum(map(len, f)) for f, _ in parts], _compile_workers())
-        srcs: list[tuple[str, str]] = []
-        for chunk in chunks:
-            helpers = {}
-            for i in chunk:
-                helpers.update(parts[i][1])
-            src = render_source([f for i in chunk for f in parts[i][0]], helpers)
-            if int(getenv("DEBUG")) >= 4:
-                print(src, file=sys.stderr)
-            what = f"kernel {kernels[chunk[0]][1]!r}" if len(chunk) == 1 else f"{len(chunk)} kernels"
-            srcs.append((src, what))
+            part = self._ahead.pop((linear, name), None)
+            if part is not None and part.target != tgt.key:
+                part = None
+            if part is not None and part.lib is None:  # still gathering: it joins this batch
+                self._queue.remove(part)
+                part = self._part(linear, name, taken, tgt) if part.sym in taken else part
+                taken.add(part.sym)
+                if part.entry:
+                    taken.update((part.entry, f"{part.entry}_kernel"))
+            parts.append(part if part is not None else self._part(linear, name, taken, tgt))
+        here = [i for i, p in enumerate(parts) if p.lib is None]
+        chunks = [[here[j] for j in c] for c in _chunks([sum(map(len, parts[i].funcs)) for i in here],
+                                                          _compile_workers())] if here else []
+        srcs = [_file([parts[i] for i in chunk]) for chunk in chunks]
         compiler = self.compiler_for(tgt)
         # the thread pool these kernels launch on is built (once per cache) alongside them, not after them
-        parallel = any(e is not None and _parallel(p) for e, p in zip(entries, progs, strict=True))
-        build_pool = tgt.runs_here and parallel and cpu_pool.unbuilt()
+        parallel = any(p.entry is not None and _parallel(p.prog) for p in parts)
+        build_pool = tgt.runs_here and parallel and cpu_pool.unbuilt() and not self._pool_started
+        _RUNNING.set(_compile_workers())  # lowering is done: the last files (and any still waiting) take every core
         if len(srcs) == 1 and not build_pool:
             libs = [compiler.load(*srcs[0], tgt)]
         else:
-            from concurrent.futures import ThreadPoolExecutor
-
             _ = compiler.cc, compiler.is_clang  # find and identify the compiler once, before the threads
-            with ThreadPoolExecutor(len(srcs) + build_pool) as pool:  # each thread waits on its own compiler process
-                built = pool.submit(cpu_pool.prepare) if build_pool else None
-                libs = list(pool.map(lambda sw: compiler.load(sw[0], sw[1], tgt), srcs))
-                if built is not None:
-                    built.result()
-        out: list[CPUKernel] = []
+            built = _Job(cpu_pool.prepare) if build_pool else None
+            jobs = [_Job(compiler.load, src, what, tgt) for src, what in srcs]  # each waits on its own compiler
+            libs = [j.result() for j in jobs]
+            if built is not None:
+                built.result()
         lib_of = {i: (lib, src) for chunk, lib, (src, _) in zip(chunks, libs, srcs, strict=True) for i in chunk}
-        for i in range(len(kernels)):
-            lib, src = lib_of[i]
-            out.append(CPUKernel(progs[i], syms[i], src, lib, entries[i]))
+        out: list[CPUKernel] = []
+        for i, p in enumerate(parts):
+            if i in lib_of:
+                lib, src = lib_of[i]
+            else:
+                assert p.lib is not None
+                lib, src = p.lib.result(), p.src
+            out.append(CPUKernel(p.prog, p.sym, src, lib, p.entry))
+        if self._pool_started and parallel:
+            cpu_pool.prepare()  # the background build is done (or waited for) before a kernel launches
         return out
 
     @staticmethod
@@ -477,6 +374,9 @@ def build_object(src: str, out: str, target: Target, what: str = "kernel", execu
 
 # how many rendered kernels the device keeps for their compile (a realize renders a batch, then compiles it)
 RENDERED_KEPT = 1024
+# compile_ahead starts a file once its kernels have this much C source: a compiler start costs ~50 ms of CPU
+# (process, headers, link), so files much smaller than this add more than the overlap saves
+AHEAD_CHARS = 32_000
 # below this much C source per compiler run, another run costs more in its start than it saves in parallel
 MIN_CHUNK_CHARS = 16_000
 

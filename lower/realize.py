@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from devices import target_for
+from devices import get_device, target_for
 from devices.base import Target
 from lower import buffers
 from lower.copyview import copy_into
@@ -100,15 +100,21 @@ def compile_kernels(wanted: Sequence[tuple[UOp, str, str, tuple | None]], target
     kernel stages, then the program stages render and compile: lower.pipeline.program_stages), the new ones of a
     device as one SINK of PROGRAMs that the compile stage compiles in one batch (one compiler start per host core
     instead of one per kernel). `target` replaces the devices' default Target (for the kernels of one device)."""
-    new: dict[tuple, tuple[UOp, UOp, str]] = {}  # key -> (AST, LINEAR, name), in first-use order
-    for ast, device_name, name, bufs in wanted:
-        key = _kernel_key(ast, device_name, target)
-        if key in _compiled or key in new:
-            continue
+    new: dict[tuple, tuple[UOp, UOp, str]] = {}  # key -> (AST, LINEAR, unique name), in first-use order
+    todo = {k: w for w in wanted if (k := _kernel_key(w[0], w[1], target)) not in _compiled}
+    seen: dict[str, set[str]] = {}  # device -> the names its batch uses
+    for key, (ast, device_name, name, bufs) in todo.items():
         linear = lower_kernel(ast, target or target_for(device_name), bufs=bufs, name=name)
         if getenv("DEBUG") >= 3:
             print(f"--- {name} ({device_name})\n{linear}", file=sys.stderr)
+        # a repeated name is numbered (`r_8_16`, `r_8_16_1`, ...): the kernels of one batch share a file, so each
+        # needs its own symbol, and render then names it as compile will (the device renders it once)
+        used = seen.setdefault(device_name, set())
+        name = next(u for i in itertools.count() if (u := f"{name}_{i}" if i else name) not in used)
+        used.add(name)
         new[key] = (ast, linear, name)
+        if len(todo) > 1 and (ahead := getattr(get_device(device_name), "compile_ahead", None)) is not None:
+            ahead(linear, name, target or target_for(device_name))  # compiles while the next kernels lower
         if (rec := viz_capture.ACTIVE) is not None:  # now: the notes the kernel stages took under its name join it
             est = estimate(linear)
             rec.kernel(key, name, device_name, linear=listing(linear), flops=est.flops, mem_bytes=est.mem_bytes)
@@ -116,7 +122,7 @@ def compile_kernels(wanted: Sequence[tuple[UOp, str, str, tuple | None]], target
     for key in new:
         by_dev.setdefault(key[1], []).append(key)
     for device_name, keys in by_dev.items():
-        names = _unique([new[k][2] for k in keys])
+        names = [new[k][2] for k in keys]
         progs = [UOp(Ops.PROGRAM, new[key][:2], name) for key, name in zip(keys, names, strict=True)]
         ctx = Lowering.from_env(target or target_for(device_name), name=names[0] if len(names) == 1 else
                                 f"{len(names)} kernels")
@@ -127,18 +133,6 @@ def compile_kernels(wanted: Sequence[tuple[UOp, str, str, tuple | None]], target
             if (rec := viz_capture.ACTIVE) is not None:
                 rec.kernel(key, new[key][2], device_name, source=str(prog.src[2].arg))
     return [_compiled[_kernel_key(ast, d, target)] for ast, d, _, _ in wanted]
-
-
-def _unique(names: list[str]) -> list[str]:
-    """`names` with a repeated one numbered (`r_8_16`, `r_8_16_1`, ...): the kernels of one batch share a file,
-    so each needs its own symbol, and render then names it as compile will (the device renders it once)."""
-    seen: set[str] = set()
-    out = []
-    for n in names:
-        u = n if n not in seen else next(f"{n}_{i}" for i in itertools.count(1) if f"{n}_{i}" not in seen)
-        seen.add(u)
-        out.append(u)
-    return out
 
 
 def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None,

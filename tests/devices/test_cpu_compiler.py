@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from devices.cpu import Compiler, _identity
+from devices.cpu_compiler import Compiler, _identity
 from rewrite.env import Context
 
 SRC = "int twice(int x) { return 2 * x; }\n"

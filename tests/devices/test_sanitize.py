@@ -52,7 +52,7 @@ def test_an_out_of_bounds_kernel_is_caught(tmp_path):
 
 
 def test_sanitize_without_the_runtime_is_a_typed_error(monkeypatch):
-    import devices.cpu as cpu
+    import devices.cpu_compiler as cpu
     from rewrite.errors import DeviceError
 
     monkeypatch.setattr(cpu, "_ASAN_OK", [])

@@ -1,0 +1,251 @@
+"""The cpu device's C compiler: finding gcc or clang, the command line, and compiling source to a loaded shared
+object through the disk cache (devices.objcache). devices.cpu (the device) re-exports `Compiler`.
+
+Flags: -O2 -fPIC -shared, the Target's instruction-set flags (-march=native, -march=x86-64-v3, ...), plus what
+exactness needs (see c_render): -ffp-contract=off (no fused multiply-add), -fwrapv (signed ints wrap),
+-fno-math-errno, and for gcc -fexcess-precision=standard (a cast to _Float16 rounds). Never -ffast-math.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from _ctypes import dlclose as _dlclose
+
+from devices import objcache
+from devices.base import Target, cpu_target, host_flags
+from devices.toolrun import run_compiler
+from rewrite.env import cache_dir, getenv
+from rewrite.errors import CompileError, DeviceError
+
+# an undeclared function must be an error, not an implicit int declaration that fails only at dlopen
+# -fno-trapping-math only drops FP exception-flag bookkeeping (results are unchanged); without it gcc will not
+# vectorize loops with float compares and selects
+_BASE_FLAGS = ("-O2", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math",
+               "-fwrapv",
+               "-Werror=implicit-function-declaration")
+class _Library(ctypes.CDLL):
+    """A kernel's shared object, unloaded (dlclose) when the last reference goes: its CPUKernels and the
+    compiler's in-memory table hold it (a ctypes function pointer holds its library too)."""
+
+    def __del__(self) -> None:
+        handle = getattr(self, "_handle", None)
+        if handle:
+            with contextlib.suppress(Exception):
+                _dlclose(handle)
+
+
+class Compiler:
+    """A C compiler process: finds the compiler once, compiles source to a loaded, cached shared object."""
+
+    max_libs = 256  # kernel libraries kept loaded by the in-memory table (about 40 KB each)
+
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix  # a cross compiler's triple prefix ("aarch64-linux-gnu-"); "" for the host's
+        self._cc: str | None = None
+        self._ident = ""
+        self._clang: bool | None = None
+        # key -> loaded library, most recently used last; at most max_libs kernel libraries
+        self._libs: collections.OrderedDict[str, ctypes.CDLL] = collections.OrderedDict()
+        self._runtime: dict[str, ctypes.CDLL] = {}  # the device's own libraries, kept for the process
+        self._lock = threading.Lock()
+
+    @property
+    def cc(self) -> str:
+        if self._cc is None:
+            names = ("gcc", "clang", "cc") if not self.prefix else (f"{self.prefix}gcc",)
+            want = (str(getenv("CC", "")) if not self.prefix else "") or \
+                next((c for c in names if shutil.which(c)), names[0] if self.prefix else "")
+            path = shutil.which(want) if want else None
+            if path is None:
+                raise CompileError(f"cpu: no C compiler found (tried {want or 'gcc, clang, cc'}); install gcc or "
+                                   f"clang, or set CC")
+            self._cc, self._ident = path, _identity(path)
+        return self._cc
+
+    @property
+    def is_clang(self) -> bool:
+        """Whether the compiler is clang: from the name it resolves to, or (a name like `cc` that says neither)
+        from its --version line, asked once."""
+        if self._clang is None:
+            name = os.path.basename(os.path.realpath(self.cc)).lower()
+            if "clang" in name or "gcc" in name:
+                self._clang = "clang" in name
+            else:
+                try:
+                    out = subprocess.run([self.cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+                except (OSError, subprocess.TimeoutExpired) as e:
+                    raise CompileError(f"cpu: cannot run {self.cc} --version: {e}") from None
+                self._clang = "clang" in out.lower()
+        return self._clang
+
+    def flags(self, target: Target | None = None) -> tuple[str, ...]:
+        """The command line's flags for `target` (default: the host, -march=native)."""
+        target = target or cpu_target("native")
+        return _BASE_FLAGS + target.compile_flags + (() if self.is_clang else ("-fexcess-precision=standard",)) + \
+            _sanitize_flags() + ("-lm",)
+
+    def key(self, src: str, target: Target) -> str:
+        ident = "\0".join((self.cc, self._ident, _host(), target.key, *self.flags(target)))
+        return hashlib.sha256((ident + "\0" + src).encode()).hexdigest()[:32]
+
+    def load(self, src: str, what: str, target: Target | None = None, runtime: bool = False) -> ctypes.CDLL:
+        """The loaded library for `src` compiled for `target` (default: the host's): from memory, the disk cache,
+        or a fresh compile. `runtime` marks one of the device's own support libraries (the thread pool): it is
+        part of the installation rather than a kernel, so it stays in the disk cache even under CACHE=0 (which is
+        about kernels), and is never unloaded. Kernel libraries are unloaded (dlclose) when the last object
+        referring to them goes: the in-memory table keeps only the `max_libs` most recently used, and each
+        CPUKernel holds its own. Code for a target the host cannot run is refused (DeviceError), not loaded."""
+        target = target or cpu_target("native")
+        if not target.runs_here:
+            raise DeviceError(f"cpu: code for target {target.isa} cannot run on this host ({platform.machine()}, "
+                              f"lacking {', '.join(sorted(target.features - host_flags())) or 'the architecture'}); "
+                              f"compile it with devices.cpu.build_object, or set CPU_TARGET=native")
+        key = self.key(src, target)
+        with self._lock:
+            if (lib := self._libs.get(key)) is not None:
+                self._libs.move_to_end(key)
+                return lib
+            if (lib := self._runtime.get(key)) is not None:
+                return lib
+        int(getenv("CACHE_SIZE"))  # a bad value is an error at once, not at the first write
+        if getenv("SANITIZE"):
+            _check_asan_runtime()
+        t0 = time.perf_counter()
+        on_disk = runtime or int(getenv("CACHE"))
+        cls = ctypes.CDLL if runtime else _Library
+        lib, hit = self._from_disk(src, key, what, cls, target) if on_disk else \
+            (self._uncached(src, what, cls, target), False)
+        if int(getenv("DEBUG")) >= 3:
+            how = "disk cache hit" if hit else "compiled"
+            print(f"cpu: {what}: {how} in {(time.perf_counter() - t0) * 1e3:.1f} ms", file=sys.stderr)
+        with self._lock:
+            if runtime:
+                self._runtime[key] = lib
+            else:
+                self._libs[key] = lib
+                while len(self._libs) > self.max_libs:
+                    self._libs.popitem(last=False)
+        return lib
+
+    def _from_disk(self, src: str, key: str, what: str, cls: type[ctypes.CDLL], target: Target
+                   ) -> tuple[ctypes.CDLL, bool]:
+        """The object from the disk cache when it verifies (objcache), else compiled there; compiled in a
+        temporary directory when the cache directory cannot be written (one warning per process)."""
+        d = ""
+        try:
+            d = os.path.join(cache_dir(), "cpu")
+            os.makedirs(d, exist_ok=True)
+        except OSError as e:
+            objcache.warn_unwritable(d or str(getenv("CACHEDIR")) or "~/.cache/uopc", e)
+            return self._uncached(src, what, cls, target), False
+        objcache.sweep_once(d)
+        path = os.path.join(d, f"{key}.so")
+        if objcache.verify(path, key):
+            try:
+                lib = cls(path)
+                objcache.touch(path)
+                return lib, True
+            except OSError:  # verified but not loadable (e.g. built for another libc): compile it again
+                pass
+        elif os.path.exists(path) and int(getenv("DEBUG")) >= 1:
+            print(f"cpu: cached object for {what} does not verify (truncated or damaged): compiling it again",
+                  file=sys.stderr)
+        try:
+            tmp = objcache.temp_path(d, key)
+        except OSError as e:
+            objcache.warn_unwritable(d, e)
+            return self._uncached(src, what, cls, target), False
+        try:
+            self._run(src, tmp, what, target)
+            objcache.seal(tmp, key)
+            os.replace(tmp, path)  # atomic: a concurrent process sees no file or the whole file
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        objcache.note_write(d, path, int(getenv("CACHE_SIZE")))
+        return cls(path), False
+
+    def _uncached(self, src: str, what: str, cls: type[ctypes.CDLL] = ctypes.CDLL, target: Target | None = None
+                  ) -> ctypes.CDLL:
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "k.so")
+            self._run(src, path, what, target or cpu_target("native"))
+            return cls(path)  # the mapping outlives the file
+
+    def _run(self, src: str, out: str, what: str, target: Target, extra: tuple[str, ...] = (),
+             executable: bool = False) -> None:
+        """Compile `src` for `target` to `out` (a shared object; `extra` flags may ask for something else; with
+        `executable`, a static program: `src` has a main)."""
+        flags = self.flags(target)
+        if executable:
+            flags = tuple(f for f in flags if f not in ("-shared", "-fPIC"))
+            extra = ("-static", *extra)
+        cmd = [self.cc, *flags[:-1], *extra, "-x", "c", "-", "-o", out, flags[-1]]
+        run_compiler(cmd, "cpu", what, src, 300, stdin=src)
+
+    def forget(self) -> None:
+        """Drop the in-memory cache (loaded libraries stay mapped while kernels hold them)."""
+        self._libs.clear()
+
+
+def _sanitize_flags() -> tuple[str, ...]:
+    """SANITIZE=address: AddressSanitizer instrumentation (with exact-size buffers from devices.memory, a read or
+    write past a buffer's end is reported and the process stops)."""
+    return ("-fsanitize=address", "-fno-omit-frame-pointer") if getenv("SANITIZE") == "address" else ()
+
+
+def _check_asan_runtime() -> None:
+    """An ASan-instrumented object needs the ASan runtime loaded first in the process (else it aborts the process
+    at dlopen): say how, instead."""
+    if _ASAN_OK:
+        return
+    try:
+        with open("/proc/self/maps") as f:
+            maps = f.read()
+        loaded = "libasan" in maps or "libclang_rt.asan" in maps
+    except OSError:
+        loaded = True  # cannot tell: let the loader decide
+    if not loaded:
+        raise DeviceError("SANITIZE=address: the AddressSanitizer runtime is not loaded in this process; run python "
+                          "with LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0")
+    _ASAN_OK.append(True)
+
+
+_ASAN_OK: list[bool] = []
+
+
+def _identity(path: str) -> str:
+    """The compiler build, for the cache key, without starting it (`--version` costs a process start, ~3 ms): the
+    binary the path resolves to, with its size and modification time, which an upgrade changes."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError:
+        return real
+    return f"{real} {st.st_size} {st.st_mtime_ns}"
+
+
+def _host() -> str:
+    """What -march=native compiles for: a cached object must not be loaded on a CPU lacking its instructions."""
+    if not _HOST:
+        flags = " ".join(sorted(host_flags()))
+        _HOST.append(f"{platform.machine()} {hashlib.sha256(flags.encode()).hexdigest()[:16]}")
+    return _HOST[0]
+
+
+_HOST: list[str] = []
+
+
+__all__ = ["Compiler"]

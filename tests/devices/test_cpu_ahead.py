@@ -1,0 +1,86 @@
+"""compile_ahead: kernels whose compile begins while later ones are still being lowered (devices.cpu).
+
+The results must be exactly what a plain batch gives: the same kernels, the same source per kernel, the same
+outputs, whichever of them were compiled ahead, still gathering, or never offered ahead."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import devices.cpu as cpu_mod
+from devices.cpu import DEVICE
+from rewrite.dtype import dtypes
+from rewrite.env import Context
+from tests.devices.builder import elementwise
+
+I32 = dtypes.int32
+
+
+def _progs(n: int, tag: str) -> list[tuple]:
+    return [(elementwise(lambda a, k=k: a * (k + 3) + 7, I32, [I32], 5), f"{tag}_{k}") for k in range(n)]
+
+
+def _check(kernels: list, n: int) -> None:
+    x = np.arange(5, dtype=np.int32)
+    for k, kern in enumerate(kernels[:n]):
+        out = np.zeros(5, np.int32)
+        kern({0: out, 1: x})
+        assert out.tolist() == (x * (k + 3) + 7).tolist()
+
+
+def test_kernels_compiled_ahead_are_taken_by_their_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu_mod, "AHEAD_CHARS", 1)  # every kernel starts compiling at once, in its own file
+    progs = _progs(4, "ahead")
+    with Context(CACHE=0):
+        for linear, name in progs[:3]:
+            DEVICE.compile_ahead(linear, name)
+        assert all(DEVICE._ahead[p].lib is not None for p in progs[:3])
+        ks = DEVICE.compile_batch(progs)  # the 4th was never offered ahead: compiled here
+    assert not any(p in DEVICE._ahead for p in progs) and not DEVICE._queue
+    assert len({id(k.lib) for k in ks}) == 4
+    _check(ks, 4)
+
+
+def test_kernels_still_gathering_join_the_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu_mod, "AHEAD_CHARS", 10**9)  # nothing reaches the size to start
+    progs = _progs(3, "gather")
+    with Context(CACHE=0):
+        for linear, name in progs[:2]:
+            DEVICE.compile_ahead(linear, name)
+        assert len(DEVICE._queue) == 2
+        ks = DEVICE.compile_batch(progs)
+    assert not DEVICE._queue and not any(p in DEVICE._ahead for p in progs)
+    assert len({id(k.lib) for k in ks}) == 1  # one file, as without compile_ahead
+    _check(ks, 3)
+
+
+def test_render_is_the_same_text_ahead_or_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu_mod, "AHEAD_CHARS", 10**9)
+    (linear, name), = _progs(1, "same_text")
+    plain = DEVICE.render(linear, name)
+    DEVICE._rendered.clear()
+    DEVICE.compile_ahead(linear, name)
+    assert DEVICE.render(linear, name) == plain
+    with Context(CACHE=0):
+        _check(DEVICE.compile_batch([(linear, name)]), 1)
+
+
+def test_a_realize_of_many_kernels_with_every_kernel_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """lower.realize offers each kernel as it is lowered; with every one started at once the results stay
+    numpy's."""
+    from tensor import Tensor
+
+    monkeypatch.setattr(cpu_mod, "AHEAD_CHARS", 1)
+    started: list[int] = []
+    flush = cpu_mod.CPUDevice._flush
+    monkeypatch.setattr(cpu_mod.CPUDevice, "_flush", lambda self: (started.append(len(self._queue)), flush(self)))
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((13, 17)).astype(np.float32), rng.standard_normal((17, 5)).astype(np.float32)
+    with Context(CACHE=0):
+        x, y = Tensor(a), Tensor(b)
+        h = (x @ y).relu()
+        out = (h - h.mean(0, keepdim=True)).exp().sum(1).numpy()
+    hh = np.maximum(a @ b, 0)
+    np.testing.assert_allclose(out, np.exp(hh - hh.mean(0, keepdims=True)).sum(1), rtol=1e-5)
+    assert len(started) >= 2 and not DEVICE._queue  # several kernels began ahead
