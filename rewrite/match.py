@@ -227,6 +227,9 @@ def _params_of(fn: Callable[..., object]) -> list[str]:
     return list(inspect.signature(fn).parameters)
 
 
+_CODE: dict[str, types.CodeType] = {}  # generated matcher source -> its compiled code
+
+
 def compile_matcher(rules: RuleSet, op: Ops) -> Matcher | None:
     chosen = [(i, r) for i, r in enumerate(rules.rules) if r.lhs.ops is None or op in r.lhs.ops]
     if not chosen:
@@ -239,7 +242,11 @@ def compile_matcher(rules: RuleSet, op: Ops) -> Matcher | None:
         g.rule(i, r, op)
     g.emit(1, "return None")
     src = "\n".join(g.lines)
-    code = compile(src, f"<rules {rules.name} on {op.name}>", "exec")
+    # one rule set is often part of others (symbolic inside symbolic+x, a device's rules inside its renderer's),
+    # whose matchers for an op come out the same text: compiled once (the code is the text's; the objects it
+    # names come from this rule set's own globals; a traceback names the rule set it was first compiled for)
+    if (code := _CODE.get(src)) is None:
+        code = _CODE[src] = compile(src, f"<rules {rules.name} on {op.name}>", "exec")
     exec(code, g.globals)  # the generated matcher; its source is kept on the function (fn.source)
     fn = g.globals["_match"]
     assert isinstance(fn, types.FunctionType)
