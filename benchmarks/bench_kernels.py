@@ -10,6 +10,8 @@ All float32, inputs standard normal from a fixed seed, built with `tensor.Tensor
 For each case:
   cold    the first realize (graph, schedule, lowering, C compile, run) in a fresh subprocess with CACHE=0, so
           no kernel or e-graph comes from disk; `compile` is that minus the same process's next realize;
+          `lower/k` is the Python lowering per kernel within it (graph in, C source out, the compiler excluded:
+          benchmarks.kernel_worker.split_ours), and the summary gives its median over the cases;
           `+import` adds the engine's own import in that process (`import tensor` / `import tinygrad`): the time
           to a first result. The first call alone favours an engine that imports its compiler eagerly (tinygrad
           does; we import lowering modules on first use), so both figures are shown for both engines, see
@@ -76,6 +78,8 @@ class Row:
     cold: float | None = None
     cold_import: float | None = None
     compile: float | None = None
+    lower: float | None = None  # Python lowering per kernel in the cold call (ms): graph in, C source out
+    lower_cpu: float | None = None  # the same in the main thread's CPU time (ms)
     steady: Result | None = None
     exec_: Result | None = None
     rate: float | None = None
@@ -141,6 +145,12 @@ def kernels(b: Bench) -> None:
         b.note("ratios: ours/peer throughput from steady medians (>1 = ours faster); cold: first call in a fresh "
                "process, no kernel cache (+import: with the engine's import before it); % of the FMA peak "
                "(GFLOP/s cases) or DRAM triad (GB/s cases) for the threads our kernels used")
+        lows = sorted((r.lower, r.lower_cpu or 0.0) for r in rows if r.lower is not None)
+        if lows:
+            b.note(f"lower/k: Python lowering per kernel in the cold call (kernel stages + rendering to C, the C "
+                   f"compiler excluded), ms: median over {len(lows)} cases {statistics.median(w for w, _ in lows):.1f}"
+                   f" (main thread CPU {statistics.median(c for _, c in lows):.1f}); the first kernels of a process "
+                   f"also pay for generating the rule sets' matchers and the lowering modules' imports")
         png = plot(rows, os.path.join("results", "bench-kernels.png"), str(target), caption(b.run), b.partial)
         if png:
             b.note(f"plot: {png}" + (" (partial)" if b.partial else ""))
@@ -227,9 +237,18 @@ def _run_case(b: Bench, case: Case, row: Row, lim: machine_limits.Limits, peers:
                                [1e3 * (float(c["import_s"]) + float(c["first_s"])) for c in colds], False, None))
     row.cold, row.cold_import = cold.median, cold_imp.median
     row.compile = statistics.median(1e3 * float(c["compile_s"]) for c in colds)
+    if all("lower_per_kernel_s" in c for c in colds):
+        row.lower = statistics.median(1e3 * float(c["lower_per_kernel_s"]) for c in colds)
+        row.lower_cpu = statistics.median(1e3 * float(c["lower_per_kernel_cpu_s"]) for c in colds)
+        b.record(Result(f"{case.key}/ours cold lowering per kernel", "ms",
+                        [1e3 * float(c["lower_per_kernel_s"]) for c in colds], False, None,
+                        {"cpu_ms": [1e3 * float(c["lower_per_kernel_cpu_s"]) for c in colds],
+                         "kernels": [c["lowered"] for c in colds],
+                         **{f"{k}_ms": [1e3 * float(c.get(f"{k}_s", 0.0)) for c in colds]
+                            for k in ("schedule", "lower", "render", "compile")}}))
     steady.info.update({"rate": row.rate, "rate_unit": unit, "limit": row.limit_name, "limit_value": limit,
                         "pct_of_limit": row.pct, "pct_of_cache_triad": row.pct_cache, "cold_ms": row.cold,
-                        "compile_ms": row.compile})
+                        "compile_ms": row.compile, "lower_ms_per_kernel": row.lower})
 
     # peers: the same case, the same inputs, steady medians the same way
     row.peers, row.peer_ok = {}, {}
@@ -286,8 +305,8 @@ def _pct(r: Row) -> str:
 
 def summary_table(rows: list[Row], peer_names: list[str]) -> tuple[list[str], list[list[str]]]:
     """The per-case table's header and rows (a case cut short by an interrupt shows as `interrupted`)."""
-    head = ["case", "check", "kern/thr", "cold ms", "+import", "compile", "steady ms", "IQR", "exec ms", "rate",
-            "% limit"]
+    head = ["case", "check", "kern/thr", "cold ms", "+import", "compile", "lower/k", "steady ms", "IQR", "exec ms",
+            "rate", "% limit"]
     head += [f"vs {p}" for p in peer_names] + (["tg cold ms", "+import"] if "tinygrad" in peer_names else [])
     table = [head]
     for r in rows:
@@ -298,7 +317,7 @@ def summary_table(rows: list[Row], peer_names: list[str]) -> tuple[list[str], li
         q1, q3 = r.steady.iqr
         line = [r.case.title, "ok" if r.ok else f"FAIL {r.err:.1e}", f"{r.kernels}/{r.threads}",
                 fmt_value(r.cold or 0), fmt_value(r.cold_import or 0), fmt_value(r.compile or 0),
-                fmt_value(r.steady.median),
+                "-" if r.lower is None else fmt_value(r.lower), fmt_value(r.steady.median),
                 f"{fmt_value(q1)}..{fmt_value(q3)}", fmt_value(r.exec_.median) if r.exec_ else "-",
                 f"{fmt_value(r.rate or 0)} {unit}", _pct(r)]
         for p in peer_names:

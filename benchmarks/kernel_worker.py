@@ -39,6 +39,44 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # ---------------------------------------------------------------------------- subprocess side
 
 
+def timed(owner: Any, attr: str, acc: dict[str, float], key: str, count: dict[str, int] | None = None) -> None:
+    """Wrap owner.attr so its wall time adds up in acc[key] and the calling thread's CPU time in acc[key + "_cpu"]
+    (outermost calls only; the CPU time is the figure to trust on a busy machine) and, with `count`, its calls in
+    count[key]."""
+    fn = getattr(owner, attr)
+    depth = [0]
+
+    def wrapped(*a: Any, **k: Any) -> Any:
+        depth[0] += 1
+        t0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            return fn(*a, **k)
+        finally:
+            depth[0] -= 1
+            if depth[0] == 0:
+                acc[key] = acc.get(key, 0.0) + time.perf_counter() - t0
+                acc[key + "_cpu"] = acc.get(key + "_cpu", 0.0) + time.thread_time() - c0
+                if count is not None:
+                    count[key] = count.get(key, 0) + 1
+
+    setattr(owner, attr, wrapped)
+
+
+def split_ours(acc: dict[str, float], count: dict[str, int]) -> None:
+    """Time our pipeline's parts from now on (after `import tensor`): `schedule` (kernel split), `lower` (the
+    kernel stages, graph to LINEAR, per kernel: count["lower"] kernels), `render` (LINEAR to C text: the
+    device's analysis and function rendering), `compile` (the compile stage's batch: the C compiler, wall).
+    Python lowering per kernel, graph in and source out with the compiler excluded, is (lower + render) /
+    kernels."""
+    from devices.cpu import CPUDevice
+
+    realize_mod = importlib.import_module("lower.realize")  # `lower.realize` the attribute is the function
+    timed(realize_mod, "schedule", acc, "schedule")
+    timed(realize_mod, "lower_kernel", acc, "lower", count)
+    timed(CPUDevice, "_function", acc, "render")
+    timed(CPUDevice, "compile_batch", acc, "compile")
+
+
 def worker(engine: str, key: str, runs: int, out_path: str | None) -> dict[str, Any]:
     """One case on one engine in this (fresh) process: the first call cold, then one or two more to separate
     compile from run, then `runs` steady runs (0: none). Writes the first result to `out_path` (.npy) for
@@ -50,12 +88,19 @@ def worker(engine: str, key: str, runs: int, out_path: str | None) -> dict[str, 
     if engine == "tinygrad":  # its device starts apart from the import (ours starts within the first call)
         mod.Device[mod.Device.DEFAULT]
     import_s = time.perf_counter() - t0
+    parts: dict[str, float] = {}
+    count: dict[str, int] = {}
+    if engine == "ours":
+        split_ours(parts, count)
     t0 = time.perf_counter()
     eng: Engine = Ours(case, xs) if engine == "ours" else TinygradPeer(case, xs)
     setup_s = time.perf_counter() - t0  # input upload (and the peer's device start): not the kernel's
+    setup_parts, setup_count = dict(parts), dict(count)
     t0 = time.perf_counter()
     out = eng.run()
     first = time.perf_counter() - t0
+    parts = {k: v - setup_parts.get(k, 0.0) for k, v in parts.items()}
+    lowered = count.get("lower", 0) - setup_count.get("lower", 0)
     if out_path:
         np.save(out_path, eng.result(out))
     del out
@@ -66,6 +111,12 @@ def worker(engine: str, key: str, runs: int, out_path: str | None) -> dict[str, 
         again.append(time.perf_counter() - t0)
     res: dict[str, Any] = {"engine": engine, "case": key, "import_s": import_s, "setup_s": setup_s, "first_s": first,
                               "again_s": again, "compile_s": max(0.0, first - min(again))}
+    if engine == "ours":  # the first call's parts (benchmarks.kernel_worker.split_ours), in seconds
+        res.update({f"{k}_s": v for k, v in parts.items()}, lowered=lowered)
+        if lowered:
+            for sfx in ("", "_cpu"):
+                res[f"lower_per_kernel{sfx}_s"] = (parts.get(f"lower{sfx}", 0.0) + parts.get(f"render{sfx}", 0.0)) \
+                    / lowered
     if runs:
         b = Bench("kernels-worker", False, Progress(open(os.devnull, "w")))  # noqa: SIM115 -- lives as long as b
         res["steady"] = b.measure(f"{case.key}/{engine}", eng.run, work=1, unit="ms", per_item=1e3,
