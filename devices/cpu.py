@@ -273,7 +273,10 @@ class CPUDevice(Allocator):
         as it is lowered, while it lowers the next ones. Kernels gather here until there is about AHEAD_CHARS of
         C source, then that file compiles in a background thread (the compiler is another process, so waiting on
         it holds no GIL: it runs on another core while Python lowers). The compile_batch that names the same
-        (LINEAR, name) takes the result; kernels still gathering then join that batch's own files."""
+        (LINEAR, name) takes the result; kernels still gathering then join that batch's own files. On a host with one
+        core this does nothing (there is nothing to overlap)."""
+        if _compile_workers() < 2:  # no core to overlap on: a file more is only another compiler start
+            return
         tgt = target or self.default_target()
         if (linear, name) in self._ahead:
             return

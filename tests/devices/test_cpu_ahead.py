@@ -84,3 +84,16 @@ def test_a_realize_of_many_kernels_with_every_kernel_ahead(monkeypatch: pytest.M
     hh = np.maximum(a @ b, 0)
     np.testing.assert_allclose(out, np.exp(hh - hh.mean(0, keepdims=True)).sum(1), rtol=1e-5)
     assert len(started) >= 2 and not DEVICE._queue  # several kernels began ahead
+
+
+def test_one_core_compiles_nothing_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no second core there is nothing to overlap: kernels wait for their batch (one file, as before)."""
+    monkeypatch.setattr(cpu_mod, "AHEAD_CHARS", 1)
+    monkeypatch.setattr(cpu_mod, "_compile_workers", lambda: 1)
+    progs = _progs(2, "one_core")
+    with Context(CACHE=0):
+        DEVICE.compile_ahead(*progs[0])
+        assert progs[0] not in DEVICE._ahead and not DEVICE._queue
+        ks = DEVICE.compile_batch(progs)
+    assert ks[0].lib is ks[1].lib
+    _check(ks, 2)
