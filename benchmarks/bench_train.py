@@ -38,7 +38,7 @@ from dataclasses import asdict
 from typing import Any
 
 from benchmarks.kernel_peers import have
-from benchmarks.kernel_worker import run_module
+from benchmarks.kernel_worker import run_module, split_ours
 from benchmarks.runner import Bench, Result, Timed, suite
 from benchmarks.train_models import (
     ModelConfig,
@@ -75,14 +75,22 @@ def worker(engine: str, cfg: ModelConfig) -> dict[str, Any]:
     else:
         import tinygrad  # noqa: F401
     import_s = time.perf_counter() - t0
+    parts: dict[str, float] = {}
+    count: dict[str, int] = {}
+    if engine == "ours":  # the first step's parts: schedule, lower, render, compile (benchmarks.kernel_worker)
+        split_ours(parts, count)
     m: Trainer = OursTrainer(cfg) if engine == "ours" else TinygradTrainer(cfg)
+    parts.clear()
+    count.clear()
     t0 = time.perf_counter()
     loss = m.step()
     first = time.perf_counter() - t0
+    parts = {f"{k}_s": v for k, v in parts.items()}
     t0 = time.perf_counter()
     m.step()
     again = time.perf_counter() - t0
-    return {"import_s": import_s, "first_s": first, "again_s": again, "loss": loss}
+    return {"import_s": import_s, "first_s": first, "again_s": again, "loss": loss, "parts": parts,
+            "lowered": count.get("lower", 0)}
 
 
 def run_worker(cfg: ModelConfig, engine: str = "ours", timeout: float = 900) -> tuple[dict[str, Any] | None, str]:
@@ -106,7 +114,11 @@ def _cold(b: Bench, cfg: ModelConfig, engine: str) -> dict[str, Any] | None:
     sfx = "" if engine == "ours" else f"/{engine}"
     b.record(Result(f"{name}: cold first step{sfx}", "s", [res["first_s"]], False, None, res))
     b.record(Result(f"{name}: cold second step{sfx}", "ms", [1e3 * res["again_s"]], False, None))
-    b.note(f"{name}: {engine} cold first step {res['first_s']:.2f} s (+{res['import_s']:.2f} s import), "
+    p = res.get("parts") or {}
+    split = "" if not p else (f" (schedule {p.get('schedule_s', 0):.2f} s, lower {p.get('lower_s', 0):.2f} s and "
+                              f"render {p.get('render_s', 0):.2f} s for {res.get('lowered', 0)} kernels, compile "
+                              f"{p.get('compile_s', 0):.2f} s waited for at the end)")
+    b.note(f"{name}: {engine} cold first step {res['first_s']:.2f} s (+{res['import_s']:.2f} s import){split}, "
            f"second step {1e3 * res['again_s']:.1f} ms")
     return res
 
