@@ -4,8 +4,9 @@ lower.split, lower.rangeify) leaves every kernel the same.
 `python -m benchmarks.split_digest` prints, for the BERT forward (benchmarks.bert_model, full and --quick shapes),
 the transformer training step and the MLP training step (benchmarks.train_models, quick shapes, one step without
 the jit), the kernel count and one sha256 over every schedule item in order (each kernel's AST structural hash,
-each copy's kind and views). `--time N` also times `lower.schedule.schedule` on the BERT --quick graph and on the
-transformer step's graphs: the median of N calls each (the roots are built once; every call splits them anew).
+each copy's kind and views). `--time N` also times `lower.schedule.schedule` on the BERT --quick graph and on
+the transformer step's graphs: the least and the median CPU time of N calls each (the roots are built once;
+every call splits them anew).
 Run it on the code before and after a change and compare the lines.
 """
 
@@ -73,13 +74,14 @@ def train_roots(kind: str) -> list[list[UOp]]:
     return seen
 
 
-def _median_time(fn: Any, n: int) -> float:
+def _times(fn: Any, n: int) -> tuple[float, float]:
+    """(min, median) over `n` calls of the process's CPU time (steadier than wall time on a shared machine)."""
     times = []
     for _ in range(n):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        times.append(time.process_time() - t0)
+    return min(times), statistics.median(times)
 
 
 def main() -> None:
@@ -101,8 +103,9 @@ def main() -> None:
     if args.time:
         for name in ("bert --quick", "transformer step"):
             batches = cases[name]
-            t = _median_time(lambda b=batches: [schedule(r) for r in b], args.time)
-            print(f"{name:18s} schedule {t * 1000:8.1f} ms (median of {args.time})", flush=True)
+            lo, med = _times(lambda b=batches: [schedule(r) for r in b], args.time)
+            print(f"{name:18s} schedule CPU time min {lo * 1000:7.1f} ms, median {med * 1000:7.1f} ms "
+                  f"({args.time} calls)", flush=True)
 
 
 if __name__ == "__main__":

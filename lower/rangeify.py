@@ -11,9 +11,11 @@ and REDUCE opens new REDUCE-type RANGEs for its axes. Buffers
 
 A REDUCE is fused into its consumer unless the consumer would evaluate it inside another reduction's loop
 (its index depends on a REDUCE range): then it would be recomputed per iteration, so it is realized into
-its own kernel (`NeedsRealize`, naming the split rule that decides it: lower.split). Likewise an EXPAND of
-transcendental or division work read inside a reduction (softmax feeding a matmul) is realized rather than
-recomputed per broadcast value. Values that depend only on outer loops are hoisted by the linearizer, so
+its own kernel. Likewise an EXPAND of transcendental or division work read inside a reduction (softmax feeding
+a matmul) is realized rather than recomputed per broadcast value. These are named rules (rules.rangeify's
+`realize_point_rules`, applied at every site with the builder as their typed context): the first that fires
+stops the build, which returns the `RealizePoint` (the node and the rule's name) for the scheduler to realize
+and build this kernel again (lower.schedule). Values that depend only on outer loops are hoisted by the linearizer, so
 `x - x.max()` or `x.var()` stay one kernel. Identical (node, index) pairs are the same UOp (hash-consing),
 so shared work is computed once per kernel.
 """
@@ -26,13 +28,7 @@ from rewrite import AxisType, DType, Ops, UOp, dtypes
 from rewrite.derive import shape_values
 from rewrite.uop import ConstValue
 from rewrite.viz import capture as viz_capture
-
-
-class NeedsRealize(Exception):
-    """`node` must be realized before this kernel can be built, by the split rule named `rule` (lower.split)."""
-
-    def __init__(self, node: UOp, rule: str) -> None:
-        self.node, self.rule = node, rule
+from rules.rangeify import EXPENSIVE, POINT_OPS, RealizePoint, expand_source_index, realize_point
 
 
 def _add(a: UOp, b: UOp | int) -> UOp:
@@ -134,13 +130,24 @@ def reduce_identity(op: Ops, dtype: DType) -> ConstValue:
 Key = tuple  # (node, idx tuple, valid | None)
 
 
+def _stopped(_v: list[UOp]) -> UOp:
+    raise AssertionError("rangeify: a stopped build combined a value")  # never called: the walk stops first
+
+
 class KernelBuilder:
-    """Builds the scalar value of tensor-level nodes at given indices, for one kernel."""
+    """Builds the scalar value of tensor-level nodes at given indices, for one kernel. It is also the typed
+    context of rules.rangeify's realize-point rules (`Site`): `idx`, `valid` and `top` describe the site being
+    expanded; `point` is the first realize point a rule decided (the build stops there)."""
 
     def __init__(self, buffers: dict[UOp, UOp], range_ids: list[int]) -> None:
         self.buffers = buffers  # realized node (or BUFFER leaf) -> the 1-D BUFFER holding it
         self.range_ids = range_ids  # a shared counter, so range ids are unique within the kernel
         self.memo: dict[Key, UOp] = {}
+        self.point: RealizePoint | None = None
+        self.idx: tuple[UOp, ...] = ()
+        self.valid: UOp | None = None
+        self.top = False
+        self._closed: dict[Key, UOp | None] = {}
         self.fused: dict[UOp, None] = {}  # the REDUCEs computed inline (not the kernel's own root), in order
         self.shared: frozenset[UOp] = frozenset()  # REDUCEs realized because several kernels read them
         self._reads: dict[UOp, bool] = {}
@@ -172,7 +179,8 @@ class KernelBuilder:
         self.range_ids[0] += 1
         return UOp.range(size, self.range_ids[0], axis_type)
 
-    def value(self, root: UOp, idx: tuple[UOp, ...], valid: UOp | None = None) -> UOp:
+    def value(self, root: UOp, idx: tuple[UOp, ...], valid: UOp | None = None) -> UOp | None:
+        """The value of `root` at `idx` under `valid`, or None when a realize-point rule stopped the build."""
         memo = self.memo
         stack: list = [(root, idx, valid)]
         while stack:
@@ -182,6 +190,8 @@ class KernelBuilder:
                     continue
                 node, at, gate = task
                 kids, combine = self.expand(node, at, gate, top=node is root)
+                if self.point is not None:
+                    return None
                 stack.append((task, kids, combine, None))
                 stack.extend(k for k in kids if k not in memo)
             else:
@@ -203,6 +213,13 @@ class KernelBuilder:
             return [], lambda _v: ld
         if op is Ops.CONST or n.is_variable:  # a scalar, or a variable
             return [], lambda _v: n
+        if op in POINT_OPS:
+            self.idx, self.valid, self.top = idx, valid, top
+            point = realize_point(self, n)
+            if self.point is None:  # else a rule's closed-form check stopped in an inner build: that one is first
+                self.point = point
+            if self.point is not None:
+                return [], _stopped
         if op in (Ops.DETACH, Ops.CONTIGUOUSBACKWARD, Ops.AFTER, Ops.CONTIGUOUS):
             k = (n.src[0], idx, valid)
             return [k], lambda v: v[0]
@@ -210,11 +227,7 @@ class KernelBuilder:
             k = (n.src[0], reshape_index(idx, n.shape, n.src[0].shape), valid)
             return [k], lambda v: v[0]
         if op is Ops.EXPAND:
-            src_shape = n.src[0].shape
-            dims = zip(idx, src_shape, n.shape, strict=True)
-            new = tuple(UOp.const(0) if s == 1 and d != 1 else i for i, s, d in dims)
-            if _recomputed_expensive(n, new, valid, self.buffers):
-                raise NeedsRealize(n.src[0], "realize-expensive-broadcast")
+            new = expand_source_index(idx, n.src[0].shape, n.shape)
             return [(n.src[0], new, valid)], lambda v: v[0]
         if op is Ops.PERMUTE:
             order = n.int_tuple_arg
@@ -264,11 +277,9 @@ class KernelBuilder:
 
     def expand_resizing_bitcast(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> tuple[list[Key], Callable]:
         """A bitcast that changes the element size reads the source's memory as the new dtype: the source is
-        realized and read through a BUFFER of the same slot with the new dtype and element count."""
-        src = n.src[0]
-        if src not in self.buffers:
-            raise NeedsRealize(src, "realize-bitcast-source")
-        b = self.buffers[src]
+        realized (rule realize-bitcast-source) and read through a BUFFER of the same slot with the new dtype and
+        element count."""
+        b = self.buffers[n.src[0]]
         count = b.shape[0] * b.dtype.itemsize // n.dtype.itemsize
         alias = UOp(Ops.BUFFER, (UOp.shape_operand((count,)),), b.buf_arg._replace(dtype=n.dtype))
         ld = self.load(alias, n.shape, idx, valid)
@@ -285,6 +296,8 @@ class KernelBuilder:
             at = (idx[pos],) if i.shape else ()
             pos += len(i.shape)
             v = self.value(i, at, valid)
+            if v is None:
+                return [], _stopped
             v = v if v.dtype is dtypes.index else v.cast(dtypes.index)
             d = x.shape[axis]
             new.append(v)
@@ -314,8 +327,6 @@ class KernelBuilder:
     def expand_reduce(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None, top: bool) -> tuple[list[Key], Callable]:
         if (closed := self.collapsed(n, idx, valid)) is not None:
             return [], lambda _v: closed
-        if not top and _uses_reduce_range(idx, valid):
-            raise NeedsRealize(n, "realize-reduce-in-reduce-loop")
         rop, axes = n.reduce_op, n.reduce_axes
         src = n.src[0]
         ranges = []
@@ -338,7 +349,15 @@ class KernelBuilder:
     def collapsed(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp | None:
         """An integer sum over one axis of a value computed from constants alone (the spec's arange, a prefix sum
         of ones) in closed form (lower.reduce_collapse): no REDUCE, no loop, and nothing to realize when it is
-        read inside another reduction. None for every other reduction."""
+        read inside another reduction. None for every other reduction (and when the build stopped). Computed once
+        per site (the realize-point rule asks first)."""
+        key = (n, idx, valid)
+        if key in self._closed:
+            return self._closed[key]
+        out = self._closed[key] = self._collapsed(n, idx, valid)
+        return out
+
+    def _collapsed(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp | None:
         src = n.src[0]
         axes = [a for a in n.reduce_axes if src.shape[a] != 1]
         if n.reduce_op is not Ops.ADD or len(axes) != 1 or not n.dtype.is_int or not _constant_only(src, self.buffers):
@@ -351,8 +370,11 @@ class KernelBuilder:
             new[a] = UOp.const(0)
         r = self.new_range(src.shape[axes[0]], AxisType.REDUCE)
         new[axes[0]] = r
-        v = simplify_fast(KernelBuilder(self.buffers, self.range_ids).value(src, tuple(new), valid))
-        out = collapse_sum(v, r)
+        inner = KernelBuilder(self.buffers, self.range_ids)
+        if (v := inner.value(src, tuple(new), valid)) is None:
+            self.point = inner.point
+            return None
+        out = collapse_sum(simplify_fast(v), r)
         return None if out is None else simplify_fast(out)
 
 
@@ -396,63 +418,14 @@ def _broadcast_idx(idx: tuple[UOp, ...], out_shape: tuple, src_shape: tuple) -> 
     return tuple(UOp.const(0) if s == 1 and out_shape[off + k] != 1 else idx[off + k] for k, s in enumerate(src_shape))
 
 
-_EXPENSIVE = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW, Ops.SQRT, Ops.DIV, Ops.RECIP})
-RECOMPUTE_LIMIT = 8
-CHEAP_RECOMPUTE_LIMIT = 32
-
-
-def _recomputed_expensive(n: UOp, src_idx: tuple[UOp, ...], valid: UOp | None, buffers: dict[UOp, UOp]) -> bool:
-    """An EXPAND read inside a reduction's loop (its source index moves with a REDUCE range) evaluates its source
-    once per value of the broadcast axes, which are output loops outside that reduction, so the linearizer cannot
-    hoist it. If the source holds transcendental or division work (attention's softmax feeding `@ v`) and the
-    broadcast repeats it at least RECOMPUTE_LIMIT times, the source is realized instead: computed once, read
-    back per use. So is cheap work that combines two or more loads (a matmul's bias and ReLU feeding the next
-    matmul) repeated at least CHEAP_RECOMPUTE_LIMIT times: its loads and ops inside the loop cost more than one
-    elementwise pass."""
-    src = n.src[0]
-    factor = 1
-    for s, d in zip(src.shape, n.shape, strict=True):
-        if s == 1 and d != 1:
-            factor *= d if isinstance(d, int) else RECOMPUTE_LIMIT
-    if factor < RECOMPUTE_LIMIT or src in buffers or not _uses_reduce_range(src_idx, valid):
-        return False
-    seen: set[UOp] = set()
-    stack = [src]
-    loads = 0
-    while stack:  # the source's own work, stopping at realized nodes and buffers
-        u = stack.pop()
-        if u in seen:
-            continue
-        seen.add(u)
-        if u in buffers:
-            loads += 1
-            continue
-        if u.op in _EXPENSIVE:
-            return True
-        if u.op is Ops.REDUCE:  # realized by its own rule first; the rebuilt kernel then sees it as a load
-            return False
-        stack.extend(u.src)
-    # cheap work that combines two or more loaded values (a bias and ReLU on a matmul's output, ReLU's gradient
-    # mask), repeated CHEAP_RECOMPUTE_LIMIT times or more
-    return loads >= 2 and factor >= CHEAP_RECOMPUTE_LIMIT
-
-
-def _uses_reduce_range(idx: tuple[UOp, ...], valid: UOp | None) -> bool:
-    for u in (*idx, *(() if valid is None else (valid,))):
-        if u.op is Ops.CONST:
-            continue
-        if any(x.op is Ops.RANGE and x.arg[1] is AxisType.REDUCE for x in u.toposort()):
-            return True
-    return False
-
-
 def build_kernel(node: UOp, out_buf: UOp, buffers: dict[UOp, UOp], fused: dict[UOp, None] | None = None,
-                 shared: frozenset[UOp] = frozenset()) -> UOp:
+                 shared: frozenset[UOp] = frozenset()) -> UOp | RealizePoint:
     """The kernel that computes `node` into `out_buf` (a 1-D BUFFER), reading `buffers` for realized nodes.
     `fused`, if given, receives the nodes the scheduler may want realized when more than one kernel computes
     them inline: the tensor-level REDUCEs computed inline, and the elementwise nodes that combine one of
     `shared` (REDUCEs realized for that reason) with other values (a LayerNorm's centred input: left inline,
-    every later LayerNorm's kernels would recompute the whole chain of earlier ones from its buffers)."""
+    every later LayerNorm's kernels would recompute the whole chain of earlier ones from its buffers). When a
+    realize-point rule fires (rules.rangeify), the result is that `RealizePoint` instead of a kernel."""
     counter = [0]
     kb = KernelBuilder(buffers, counter)
     kb.shared = shared
@@ -468,6 +441,9 @@ def build_kernel(node: UOp, out_buf: UOp, buffers: dict[UOp, UOp], fused: dict[U
             ranges.append(r)
             idx.append(r)
     val = kb.value(node, tuple(idx))
+    if val is None:
+        assert kb.point is not None
+        return kb.point
     if (rec := viz_capture.ACTIVE) is not None:  # VIZ: each kernel node from the tensor node it computes
         for (tensor_node, _, _), kernel_node in kb.memo.items():
             rec.derive(kernel_node, tensor_node, "rangeify: the kernel's value of a tensor node")
@@ -477,13 +453,14 @@ def build_kernel(node: UOp, out_buf: UOp, buffers: dict[UOp, UOp], fused: dict[U
     return UOp.sink(UOp(Ops.END, (st, *ranges)) if ranges else st)
 
 
-def build_store_kernel(view: UOp, value: UOp, out_buf: UOp, buffers: dict[UOp, UOp]) -> UOp:
+def build_store_kernel(view: UOp, value: UOp, out_buf: UOp, buffers: dict[UOp, UOp]) -> UOp | RealizePoint:
     """The kernel of STORE(view, value) with view = INDEX(t, i) (rewrite.stores): for each j of i's axis, in
     order, and each position r of the rest, out_buf[i[j], r] = value[j, r] when i[j] is inside t's first axis.
     The j axis is a serial loop (a REDUCE-type RANGE closed by the END: never split across threads or lanes,
     lower.optimize), so a value that reads the element it writes (a scatter-add) sees every earlier j's update
     and duplicate positions accumulate without a race; the rest axes are ordinary output loops (different r
-    never touch the same element). The work is O(len(i) x row): no range spans t's first axis."""
+    never touch the same element). The work is O(len(i) x row): no range spans t's first axis. A realize point
+    (rules.rangeify) is returned as in `build_kernel`."""
     counter = [0]
     kb = KernelBuilder(buffers, counter)
     t, index = view.src
@@ -498,13 +475,19 @@ def build_store_kernel(view: UOp, value: UOp, out_buf: UOp, buffers: dict[UOp, U
         ranges.append(r)
         idx.append(r)
     pos = kb.value(index, (idx[0],))
+    if pos is None:
+        assert kb.point is not None
+        return kb.point
     pos = pos if pos.dtype is dtypes.index else pos.cast(dtypes.index)
     inside = (UOp.const(-1) < pos) & (pos < t.shape[0])
     at = out_buf.index(flat_index((pos, *idx[1:]), t.shape))
     val = kb.value(value, tuple(idx))
+    if val is None:
+        assert kb.point is not None
+        return kb.point
     st = UOp(Ops.STORE, (at, val, inside))
     return UOp.sink(UOp(Ops.END, (st, *ranges)) if ranges else st)
 
 
-__all__ = ["KernelBuilder", "NeedsRealize", "build_kernel", "build_store_kernel", "flat_index", "reshape_groups",
-           "reshape_index", "unflatten"]
+__all__ = ["EXPENSIVE", "KernelBuilder", "RealizePoint", "build_kernel", "build_store_kernel", "flat_index",
+           "reshape_groups", "reshape_index", "unflatten"]
