@@ -1,121 +1,62 @@
 """Rangeify: turn the tensor-level graph of one realized node into a kernel over RANGEs.
 
-Every value is computed at a tuple of scalar index UOps, one per axis. Walking from the kernel's output
-down, each op maps its output index to its sources' indices: RESHAPE flattens and unflattens (only the
-groups of axes it merges or splits, so the index terms stay small), EXPAND indexes size-1 axes at 0, PERMUTE
-reorders, PAD subtracts its offset and adds a validity condition (loads under it are gated), SHRINK adds its
-offset, FLIP reflects, INDEX reads its source at positions loaded from its index tensors (a gated load),
-and REDUCE opens new REDUCE-type RANGEs for its axes. Buffers
-(inputs, and nodes realized by earlier kernels) are read with LOAD(INDEX(buf, flat index)). The result is
-`SINK(END(STORE(INDEX(out, flat(ranges)), value), ranges...))`, every value of shape ().
+Every value is computed at a tuple of scalar index UOps, one per axis. Walking from the kernel's output down,
+the builder expands each site (a node, the index tuple it is read at, its validity gate) with the first rule of
+`rangeify_rules` that fires on the node, the builder as the rules' typed context (`idx`, `valid`, `top` are the
+site). One rule per op family, each mapping the output index to its sources' indices:
+
+  rangeify-load                a realized node (not the kernel's root) or a BUFFER: LOAD(INDEX(buf, flat index)),
+                               gated by the site's gate
+  rangeify-leaf                a CONST or a symbolic variable: itself
+  realize-*                    the realize points (rules.rangeify.realize_point_rules; see below)
+  rangeify-same-index          DETACH, CONTIGUOUSBACKWARD, AFTER, CONTIGUOUS: the source at the same index
+  rangeify-reshape             flattens and unflattens only the groups of axes it merges or splits
+  rangeify-expand              size-1 axes at 0
+  rangeify-permute             reorders
+  rangeify-shrink              adds its offset
+  rangeify-flip                reflects
+  rangeify-pad                 subtracts its offset and adds a validity condition (loads under it are gated)
+  rangeify-index               reads its source at positions loaded from its index tensors (a gated load)
+  rangeify-reduce              opens new REDUCE-type RANGEs for its axes (or a closed form, lower.reduce_collapse)
+  rangeify-stack, -vconst      pick a source or a value by comparisons on the first index
+  rangeify-resizing-bitcast    reads the realized source's memory as the new dtype
+  rangeify-elementwise         ALU ops, CAST, same-size BITCAST: the sources at the (broadcast) same index
+
+The result is `SINK(END(STORE(INDEX(out, flat(ranges)), value), ranges...))`, every value of shape (). The
+builder walks the sites itself (an explicit stack, a memo keyed by (node, index tuple, gate)): the terms are
+sites, not UOps, so this is not a `graph_rewrite`; identical (node, index) pairs are the same UOp
+(hash-consing), so shared work is computed once per kernel.
 
 A REDUCE is fused into its consumer unless the consumer would evaluate it inside another reduction's loop
 (its index depends on a REDUCE range): then it would be recomputed per iteration, so it is realized into
 its own kernel. Likewise an EXPAND of transcendental or division work read inside a reduction (softmax feeding
-a matmul) is realized rather than recomputed per broadcast value. These are named rules (rules.rangeify's
-`realize_point_rules`, applied at every site with the builder as their typed context): the first that fires
-stops the build, which returns the `RealizePoint` (the node and the rule's name) for the scheduler to realize
-and build this kernel again (lower.schedule). Values that depend only on outer loops are hoisted by the linearizer, so
-`x - x.max()` or `x.var()` stay one kernel. Identical (node, index) pairs are the same UOp (hash-consing),
-so shared work is computed once per kernel.
+a matmul) is realized rather than recomputed per broadcast value. These are the realize-point rules, tried
+before an op's own rule: the first that fires stops the build, which returns the `RealizePoint` (the node and
+the rule's name) for the scheduler to realize and build this kernel again (lower.schedule). Values that depend
+only on outer loops are hoisted by the linearizer, so `x - x.max()` or `x.var()` stay one kernel.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
-from rewrite import AxisType, DType, Ops, UOp, dtypes
+from rewrite import AxisType, DType, Ops, Rule, RuleSet, UOp, dtypes, op, var
 from rewrite.derive import shape_values
 from rewrite.uop import ConstValue
 from rewrite.viz import capture as viz_capture
-from rules.rangeify import EXPENSIVE, POINT_OPS, RealizePoint, expand_source_index, realize_point
-
-
-def _add(a: UOp, b: UOp | int) -> UOp:
-    if isinstance(b, int):
-        return a if b == 0 else a + b
-    if a.op is Ops.CONST and a.value == 0:
-        return b
-    return a + b
-
-
-def _mul(a: UOp, k: int) -> UOp:
-    return UOp.const(0) if k == 0 else a if k == 1 else a * k
-
-
-def flat_index(idx: tuple[UOp, ...], shape: tuple) -> UOp:
-    """Row-major linear offset of `idx` in `shape`."""
-    out, stride = UOp.const(0), 1
-    for i, d in reversed(list(zip(idx, shape, strict=True))):
-        if not (i.op is Ops.CONST and i.arg[0] == 0):
-            out = _add(out, _mul(i, stride))
-        stride *= d
-    return out
-
-
-def unflatten(lin: UOp, shape: tuple) -> tuple[UOp, ...]:
-    """Indices into `shape` of the row-major offset `lin` (assumed in range)."""
-    out: list[UOp] = []
-    stride = 1
-    for k in range(len(shape) - 1, -1, -1):
-        d = shape[k]
-        if d == 1:
-            out.append(UOp.const(0))
-        else:
-            q = lin if stride == 1 else lin // stride
-            out.append(q if k == 0 else q % d)
-        stride *= d
-    return tuple(reversed(out))
-
-
-def reshape_groups(out_shape: tuple, src_shape: tuple) -> list[tuple[list[int], list[int]]] | None:
-    """The axes of a reshape in groups that map onto each other: (out axes, src axes) with equal products,
-    contiguous and in order, size-1 axes left out. None when a size is symbolic or zero (no grouping then)."""
-    if not all(isinstance(d, int) and d > 0 for d in (*out_shape, *src_shape)):
-        return None
-    outs = [i for i, d in enumerate(out_shape) if d != 1]
-    srcs = [j for j, d in enumerate(src_shape) if d != 1]
-    groups: list[tuple[list[int], list[int]]] = []
-    i = j = 0
-    while i < len(outs):
-        go, gs = [outs[i]], [srcs[j]]
-        po, ps = out_shape[outs[i]], src_shape[srcs[j]]
-        i, j = i + 1, j + 1
-        while po != ps:
-            if po < ps:
-                go.append(outs[i])
-                po *= out_shape[outs[i]]
-                i += 1
-            else:
-                gs.append(srcs[j])
-                ps *= src_shape[srcs[j]]
-                j += 1
-        groups.append((go, gs))
-    return groups
-
-
-def reshape_index(idx: tuple[UOp, ...], out_shape: tuple, src_shape: tuple) -> tuple[UOp, ...]:
-    """The source index of a reshape from `src_shape` to `out_shape` read at `idx`. Row-major order splits over
-    groups of axes whose sizes multiply to the same number, so each group is flattened and unflattened on its
-    own: an axis that keeps its size passes through, a split or merge touches only its axes. Equal to
-    `unflatten(flat_index(idx, out_shape), src_shape)` for every in-range index, with much smaller terms."""
-    groups = reshape_groups(out_shape, src_shape)
-    if groups is None:
-        return unflatten(flat_index(idx, out_shape), src_shape)
-    new: list[UOp] = [UOp.const(0)] * len(src_shape)
-    for go, gs in groups:
-        if len(go) == 1 and len(gs) == 1:
-            new[gs[0]] = idx[go[0]]
-            continue
-        lin = flat_index(tuple(idx[i] for i in go), tuple(out_shape[i] for i in go))
-        for j, u in zip(gs, unflatten(lin, tuple(src_shape[j] for j in gs)), strict=True):
-            new[j] = u
-    return tuple(new)
-
-
-def _and(a: UOp | None, b: UOp | None) -> UOp | None:
-    return b if a is None else a if b is None else a & b
-
+from rules.rangeify import (
+    EXPENSIVE,
+    RealizePoint,
+    expand_source_index,
+    flat_index,
+    gate_and,
+    index_add,
+    realize_point_rules,
+    reshape_groups,
+    reshape_index,
+    unflatten,
+)
 
 _IDENTITY: dict[Ops, ConstValue] = {Ops.ADD: 0, Ops.MUL: 1}
 
@@ -148,6 +89,7 @@ class KernelBuilder:
         self.valid: UOp | None = None
         self.top = False
         self._closed: dict[Key, UOp | None] = {}
+        self.fired: list[tuple[UOp, str]] | None = None  # when a list: each site's node and the rule that fired
         self.fused: dict[UOp, None] = {}  # the REDUCEs computed inline (not the kernel's own root), in order
         self.shared: frozenset[UOp] = frozenset()  # REDUCEs realized because several kernels read them
         self._reads: dict[UOp, bool] = {}
@@ -207,144 +149,23 @@ class KernelBuilder:
         return UOp(Ops.LOAD, (at, UOp.const(0, buf.dtype), valid))
 
     def expand(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None, top: bool) -> tuple[list[Key], Callable]:
-        op = n.op
-        if n in self.buffers and (not top or op is Ops.BUFFER):
-            ld = self.load(self.buffers[n], n.shape, idx, valid)
-            return [], lambda _v: ld
-        if op is Ops.CONST or n.is_variable:  # a scalar, or a variable
-            return [], lambda _v: n
-        if op in POINT_OPS:
-            self.idx, self.valid, self.top = idx, valid, top
-            point = realize_point(self, n)
-            if self.point is None:  # else a rule's closed-form check stopped in an inner build: that one is first
-                self.point = point
-            if self.point is not None:
-                return [], _stopped
-        if op in (Ops.DETACH, Ops.CONTIGUOUSBACKWARD, Ops.AFTER, Ops.CONTIGUOUS):
-            k = (n.src[0], idx, valid)
-            return [k], lambda v: v[0]
-        if op is Ops.RESHAPE:
-            k = (n.src[0], reshape_index(idx, n.shape, n.src[0].shape), valid)
-            return [k], lambda v: v[0]
-        if op is Ops.EXPAND:
-            new = expand_source_index(idx, n.src[0].shape, n.shape)
-            return [(n.src[0], new, valid)], lambda v: v[0]
-        if op is Ops.PERMUTE:
-            order = n.int_tuple_arg
-            new = tuple(idx[order.index(k)] for k in range(len(order)))
-            return [(n.src[0], new, valid)], lambda v: v[0]
-        if op is Ops.SHRINK:
-            begin = shape_values(n.src[1])
-            return [(n.src[0], tuple(_add(i, b) for i, b in zip(idx, begin, strict=True)), valid)], lambda v: v[0]
-        if op is Ops.FLIP:
-            dims = zip(idx, n.src[0].shape, n.flip_flags, strict=True)
-            new = tuple(_add(UOp.const(d - 1), i * -1) if f else i for i, d, f in dims)
-            return [(n.src[0], new, valid)], lambda v: v[0]
-        if op is Ops.PAD:
-            return self.expand_pad(n, idx, valid)
-        if op is Ops.INDEX:
-            return self.expand_index(n, idx, valid)
-        if op is Ops.REDUCE:
-            return self.expand_reduce(n, idx, valid, top)
-        if op is Ops.STACK:
-            kids = [(s, idx[1:], valid) for s in n.src]
-
-            def pick(v: list[UOp]) -> UOp:
-                out = v[-1]
-                for i in range(len(v) - 2, -1, -1):
-                    out = idx[0].eq(i).where(v[i], out)
-                return out
-
-            return kids, pick
-        if op is Ops.VCONST:
-            vals = n.vconst_values
-
-            def select(_v: list[UOp]) -> UOp:
-                out = UOp.const(vals[-1], n.dtype)
-                for i in range(len(vals) - 2, -1, -1):
-                    out = idx[0].eq(i).where(UOp.const(vals[i], n.dtype), out)
-                return out
-
-            return [], select
-        if op is Ops.BITCAST and n.dtype.itemsize != n.src[0].dtype.itemsize:
-            return self.expand_resizing_bitcast(n, idx, valid)
-        if op in (Ops.CAST, Ops.BITCAST) or op in _ELEMENTWISE:
-            if not top and self.shared and any(self.reads_shared(_broadcast_of(s)) for s in n.src):
-                self.fused[n] = None  # combines a broadcast shared statistic with other values: may be shared too
-            kids = [(s, _broadcast_idx(idx, n.shape, s.shape), valid) for s in n.src]
-            return kids, lambda v: UOp(op, tuple(v), n.arg)
-        raise NotImplementedError(f"rangeify: no lowering for {op.name} (node {n.short()})")
-
-    def expand_resizing_bitcast(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> tuple[list[Key], Callable]:
-        """A bitcast that changes the element size reads the source's memory as the new dtype: the source is
-        realized (rule realize-bitcast-source) and read through a BUFFER of the same slot with the new dtype and
-        element count."""
-        b = self.buffers[n.src[0]]
-        count = b.shape[0] * b.dtype.itemsize // n.dtype.itemsize
-        alias = UOp(Ops.BUFFER, (UOp.shape_operand((count,)),), b.buf_arg._replace(dtype=n.dtype))
-        ld = self.load(alias, n.shape, idx, valid)
-        return [], lambda _v: ld
-
-    def expand_index(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> tuple[list[Key], Callable]:
-        """INDEX(x, i1, ..., im): a read of x at positions held in data (an embedding's rows). Each index tensor
-        is evaluated at its own output axis (a ()-shaped one at none) and becomes x's index on its axis, so the
-        load's address holds a loaded value. A position outside x's axis reads 0: the read is gated, never out of
-        bounds (a kernel cannot raise; the reference evaluator does)."""
-        x, idxs = n.src[0], n.src[1:]
-        pos, new, cond = 0, [], valid
-        for axis, i in enumerate(idxs):
-            at = (idx[pos],) if i.shape else ()
-            pos += len(i.shape)
-            v = self.value(i, at, valid)
-            if v is None:
-                return [], _stopped
-            v = v if v.dtype is dtypes.index else v.cast(dtypes.index)
-            d = x.shape[axis]
-            new.append(v)
-            inside = (UOp.const(-1) < v) & (v < d)
-            cond = _and(cond, inside)
-        k = (x, (*new, *idx[pos:]), cond)
-        zero = UOp.const(0, n.dtype)
-        return [k], lambda v: cond.where(v[0], zero)  # type: ignore[union-attr]  # an INDEX has an index: cond is set
-
-    def expand_pad(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> tuple[list[Key], Callable]:
-        begin, end = shape_values(n.src[1]), shape_values(n.src[2])
-        src_shape = n.src[0].shape
-        cond: UOp | None = None
-        new = []
-        for i, b, e, d in zip(idx, begin, end, src_shape, strict=True):
-            new.append(_add(i, -b))
-            if b > 0:
-                cond = _and(cond, UOp.const(b - 1) < i)
-            if e > 0:
-                cond = _and(cond, i < b + d)
-        if cond is None:
-            return [(n.src[0], tuple(new), valid)], lambda v: v[0]
-        k = (n.src[0], tuple(new), _and(valid, cond))
-        zero = UOp.const(0, n.dtype)
-        return [k], lambda v: cond.where(v[0], zero)
-
-    def expand_reduce(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None, top: bool) -> tuple[list[Key], Callable]:
-        if (closed := self.collapsed(n, idx, valid)) is not None:
-            return [], lambda _v: closed
-        rop, axes = n.reduce_op, n.reduce_axes
-        src = n.src[0]
-        ranges = []
-        new = list(idx)
-        for a in axes:
-            d = src.shape[a]
-            if d == 1:
-                new[a] = UOp.const(0)
-            else:
-                r = self.new_range(d, AxisType.REDUCE)
-                ranges.append(r)
-                new[a] = r
-        k = (src, tuple(new), valid)
-        if not ranges:
-            return [k], lambda v: v[0]
-        if not top:
-            self.fused[n] = None
-        return [k], lambda v: UOp(Ops.REDUCE, (v[0], *ranges), (rop, ()))
+        """The sources `n` needs at this site and how its value combines theirs: the first rule of
+        `rangeify_rules` that fires on `n` with this builder (at site idx, valid, top) as its context. A
+        realize-point rule's result (or one an inner build met) stops the build."""
+        self.idx, self.valid, self.top = idx, valid, top
+        m = rangeify_rules.matcher(n.op)
+        res = None if m is None else m(n, self)
+        if self.point is not None:  # the REDUCE rule's closed form or an INDEX's positions met a realize point
+            return [], _stopped
+        if res is None:
+            raise NotImplementedError(f"rangeify: no lowering for {n.op.name} (node {n.short()})")
+        out = res[0]
+        if self.fired is not None:
+            self.fired.append((n, rangeify_rules.rules[res[1]].name))
+        if type(out) is RealizePoint:
+            self.point = out
+            return [], _stopped
+        return cast(Expansion, out)
 
     def collapsed(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp | None:
         """An integer sum over one axis of a value computed from constants alone (the spec's arange, a prefix sum
@@ -416,6 +237,198 @@ def _broadcast_idx(idx: tuple[UOp, ...], out_shape: tuple, src_shape: tuple) -> 
         return idx
     off = len(out_shape) - len(src_shape)
     return tuple(UOp.const(0) if s == 1 and out_shape[off + k] != 1 else idx[off + k] for k, s in enumerate(src_shape))
+
+
+# ---------------------------------------------------------------------------- rangeify's rules, one per op family
+# Each callback reads the site (ctx.idx, ctx.valid, ctx.top) before anything else: an INDEX's positions are built
+# by a nested walk that moves the site.
+
+Expansion = tuple[list[Key], Callable[[list[UOp]], UOp]]
+
+
+def _first(v: list[UOp]) -> UOp:
+    return v[0]
+
+
+def _load(ctx: KernelBuilder, n: UOp) -> Expansion | None:
+    """rangeify-load: a realized node (not the kernel's own root) or a BUFFER is a LOAD, gated by the site's gate."""
+    if n not in ctx.buffers or (ctx.top and n.op is not Ops.BUFFER):
+        return None
+    ld = ctx.load(ctx.buffers[n], n.shape, ctx.idx, ctx.valid)
+    return [], lambda _v: ld
+
+
+def _leaf(ctx: KernelBuilder, n: UOp) -> Expansion | None:
+    """rangeify-leaf: a scalar constant or a symbolic variable is itself at every index."""
+    if n.op is Ops.PARAM and not n.is_variable:
+        return None
+    return [], lambda _v: n
+
+
+def _same_index(ctx: KernelBuilder, n: UOp) -> Expansion:
+    """rangeify-same-index: DETACH, CONTIGUOUSBACKWARD, AFTER and CONTIGUOUS read their source where they are read."""
+    return [(n.src[0], ctx.idx, ctx.valid)], _first
+
+
+def _reshape(ctx: KernelBuilder, n: UOp) -> Expansion:
+    return [(n.src[0], reshape_index(ctx.idx, n.shape, n.src[0].shape), ctx.valid)], _first
+
+
+def _expand(ctx: KernelBuilder, n: UOp) -> Expansion:
+    return [(n.src[0], expand_source_index(ctx.idx, n.src[0].shape, n.shape), ctx.valid)], _first
+
+
+def _permute(ctx: KernelBuilder, n: UOp) -> Expansion:
+    order, idx = n.int_tuple_arg, ctx.idx
+    return [(n.src[0], tuple(idx[order.index(k)] for k in range(len(order))), ctx.valid)], _first
+
+
+def _shrink(ctx: KernelBuilder, n: UOp) -> Expansion:
+    begin = shape_values(n.src[1])
+    return [(n.src[0], tuple(index_add(i, b) for i, b in zip(ctx.idx, begin, strict=True)), ctx.valid)], _first
+
+
+def _flip(ctx: KernelBuilder, n: UOp) -> Expansion:
+    dims = zip(ctx.idx, n.src[0].shape, n.flip_flags, strict=True)
+    return [(n.src[0], tuple(index_add(UOp.const(d - 1), i * -1) if f else i for i, d, f in dims), ctx.valid)], _first
+
+
+def _pad(ctx: KernelBuilder, n: UOp) -> Expansion:
+    """rangeify-pad: the source at the index less the padding, under a gate that is false in the padding (where
+    the value is 0 and no load happens)."""
+    idx, valid = ctx.idx, ctx.valid
+    begin, end = shape_values(n.src[1]), shape_values(n.src[2])
+    cond: UOp | None = None
+    new = []
+    for i, b, e, d in zip(idx, begin, end, n.src[0].shape, strict=True):
+        new.append(index_add(i, -b))
+        if b > 0:
+            cond = gate_and(cond, UOp.const(b - 1) < i)
+        if e > 0:
+            cond = gate_and(cond, i < b + d)
+    if cond is None:
+        return [(n.src[0], tuple(new), valid)], _first
+    zero = UOp.const(0, n.dtype)
+    return [(n.src[0], tuple(new), gate_and(valid, cond))], lambda v: cond.where(v[0], zero)
+
+
+def _index(ctx: KernelBuilder, n: UOp) -> Expansion:
+    """rangeify-index: INDEX(x, i1, ..., im), a read of x at positions held in data (an embedding's rows). Each
+    index tensor is evaluated at its own output axis (a ()-shaped one at none) and becomes x's index on its axis,
+    so the load's address holds a loaded value. A position outside x's axis reads 0: the read is gated, never out
+    of bounds (a kernel cannot raise; the reference evaluator does)."""
+    idx, valid = ctx.idx, ctx.valid
+    x, idxs = n.src[0], n.src[1:]
+    pos, new, cond = 0, [], valid
+    for axis, i in enumerate(idxs):
+        at = (idx[pos],) if i.shape else ()
+        pos += len(i.shape)
+        v = ctx.value(i, at, valid)
+        if v is None:
+            return [], _stopped
+        v = v if v.dtype is dtypes.index else v.cast(dtypes.index)
+        new.append(v)
+        cond = gate_and(cond, (UOp.const(-1) < v) & (v < x.shape[axis]))
+    zero = UOp.const(0, n.dtype)
+    return [(x, (*new, *idx[pos:]), cond)], lambda v: cond.where(v[0], zero)  # type: ignore[union-attr]  # an INDEX has an index: cond is set
+
+
+def _reduce(ctx: KernelBuilder, n: UOp) -> Expansion:
+    """rangeify-reduce: the closed form of a constant integer sum, else the source at new REDUCE ranges on the
+    reduced axes (size-1 axes at 0), summed by a REDUCE over them. A REDUCE computed inline is recorded in
+    `fused` (lower.schedule realizes it when several kernels compute it)."""
+    idx, valid, top = ctx.idx, ctx.valid, ctx.top
+    if (closed := ctx.collapsed(n, idx, valid)) is not None:
+        return [], lambda _v: closed
+    src, ranges, new = n.src[0], [], list(idx)
+    for a in n.reduce_axes:
+        d = src.shape[a]
+        if d == 1:
+            new[a] = UOp.const(0)
+        else:
+            r = ctx.new_range(d, AxisType.REDUCE)
+            ranges.append(r)
+            new[a] = r
+    k = (src, tuple(new), valid)
+    if not ranges:
+        return [k], _first
+    if not top:
+        ctx.fused[n] = None
+    arg = (n.reduce_op, ())
+    return [k], lambda v: UOp(Ops.REDUCE, (v[0], *ranges), arg)
+
+
+def _stack(ctx: KernelBuilder, n: UOp) -> Expansion:
+    """rangeify-stack: STACK(a, b, ...) at (i, rest): the i-th source at rest, chosen by comparisons on i."""
+    idx = ctx.idx
+
+    def pick(v: list[UOp]) -> UOp:
+        out = v[-1]
+        for i in range(len(v) - 2, -1, -1):
+            out = idx[0].eq(i).where(v[i], out)
+        return out
+
+    return [(s, idx[1:], ctx.valid) for s in n.src], pick
+
+
+def _vconst(ctx: KernelBuilder, n: UOp) -> Expansion:
+    """rangeify-vconst: a vector constant at i: its i-th value, chosen by comparisons on i."""
+    vals, i0 = n.vconst_values, ctx.idx[0]
+
+    def select(_v: list[UOp]) -> UOp:
+        out = UOp.const(vals[-1], n.dtype)
+        for i in range(len(vals) - 2, -1, -1):
+            out = i0.eq(i).where(UOp.const(vals[i], n.dtype), out)
+        return out
+
+    return [], select
+
+
+def _resizing_bitcast(ctx: KernelBuilder, n: UOp) -> Expansion | None:
+    """rangeify-resizing-bitcast: a bitcast that changes the element size reads the source's memory as the new
+    dtype: the source is realized (rule realize-bitcast-source) and read through a BUFFER of the same slot with
+    the new dtype and element count."""
+    if n.dtype.itemsize == n.src[0].dtype.itemsize:
+        return None
+    b = ctx.buffers[n.src[0]]
+    count = b.shape[0] * b.dtype.itemsize // n.dtype.itemsize
+    alias = UOp(Ops.BUFFER, (UOp.shape_operand((count,)),), b.buf_arg._replace(dtype=n.dtype))
+    ld = ctx.load(alias, n.shape, ctx.idx, ctx.valid)
+    return [], lambda _v: ld
+
+
+def _elementwise(ctx: KernelBuilder, n: UOp) -> Expansion:
+    """rangeify-elementwise: an ALU op, CAST or same-size BITCAST reads its sources at the same index (a source of
+    fewer dimensions or size-1 axes broadcast at 0). One that combines a broadcast shared statistic with other
+    values is recorded in `fused`: it may be shared by several kernels too (lower.schedule)."""
+    idx, valid = ctx.idx, ctx.valid
+    if not ctx.top and ctx.shared and any(ctx.reads_shared(_broadcast_of(s)) for s in n.src):
+        ctx.fused[n] = None
+    op, arg = n.op, n.arg
+    return [(s, _broadcast_idx(idx, n.shape, s.shape), valid) for s in n.src], lambda v: UOp(op, tuple(v), arg)
+
+
+# fmt: off
+rangeify_rules = RuleSet("rangeify", [
+    Rule("rangeify-load", var("n"), _load),
+    Rule("rangeify-leaf", op[Ops.CONST, Ops.PARAM](name="n"), _leaf),
+    *realize_point_rules,
+    Rule("rangeify-same-index", op[Ops.DETACH, Ops.CONTIGUOUSBACKWARD, Ops.AFTER, Ops.CONTIGUOUS](name="n"),
+         _same_index),
+    Rule("rangeify-reshape", op.RESHAPE(name="n"), _reshape),
+    Rule("rangeify-expand", op.EXPAND(name="n"), _expand),
+    Rule("rangeify-permute", op.PERMUTE(name="n"), _permute),
+    Rule("rangeify-shrink", op.SHRINK(name="n"), _shrink),
+    Rule("rangeify-flip", op.FLIP(name="n"), _flip),
+    Rule("rangeify-pad", op.PAD(name="n"), _pad),
+    Rule("rangeify-index", op.INDEX(name="n"), _index),
+    Rule("rangeify-reduce", op.REDUCE(name="n"), _reduce),
+    Rule("rangeify-stack", op.STACK(name="n"), _stack),
+    Rule("rangeify-vconst", op.VCONST(name="n"), _vconst),
+    Rule("rangeify-resizing-bitcast", op.BITCAST(name="n"), _resizing_bitcast),
+    Rule("rangeify-elementwise", op[_ELEMENTWISE | {Ops.CAST, Ops.BITCAST}](name="n"), _elementwise),
+])
+# fmt: on
 
 
 def build_kernel(node: UOp, out_buf: UOp, buffers: dict[UOp, UOp], fused: dict[UOp, None] | None = None,
@@ -490,4 +503,4 @@ def build_store_kernel(view: UOp, value: UOp, out_buf: UOp, buffers: dict[UOp, U
 
 
 __all__ = ["EXPENSIVE", "KernelBuilder", "RealizePoint", "build_kernel", "build_store_kernel", "flat_index",
-           "reshape_groups", "reshape_index", "unflatten"]
+           "rangeify_rules", "reshape_groups", "reshape_index", "unflatten"]

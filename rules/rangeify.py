@@ -1,5 +1,5 @@
-"""Rangeify's realize points: the kernel split's decisions that depend on where a node is read inside a kernel, as
-named rules.
+"""Rangeify's index math (row-major flatten, unflatten, reshape by groups of axes) and its realize points: the
+kernel split's decisions that depend on where a node is read inside a kernel, as named rules.
 
 Rangeify (lower.rangeify) builds a kernel by evaluating tensor-level nodes at index tuples. At each site (a node,
 the index tuple it is read at, its validity gate, whether it is the kernel's own root) it applies
@@ -54,6 +54,98 @@ class RealizePoint:
 def expand_source_index(idx: tuple[UOp, ...], src_shape: tuple, shape: tuple) -> tuple[UOp, ...]:
     """The index an EXPAND from `src_shape` to `shape` reads its source at: broadcast axes at 0."""
     return tuple(UOp.const(0) if s == 1 and d != 1 else i for i, s, d in zip(idx, src_shape, shape, strict=True))
+
+
+# ---------------------------------------------------------------------------- index math (row-major)
+
+
+def index_add(a: UOp, b: UOp | int) -> UOp:
+    if isinstance(b, int):
+        return a if b == 0 else a + b
+    if a.op is Ops.CONST and a.value == 0:
+        return b
+    return a + b
+
+
+def _mul(a: UOp, k: int) -> UOp:
+    return UOp.const(0) if k == 0 else a if k == 1 else a * k
+
+
+def flat_index(idx: tuple[UOp, ...], shape: tuple) -> UOp:
+    """Row-major linear offset of `idx` in `shape`."""
+    out, stride = UOp.const(0), 1
+    for i, d in reversed(list(zip(idx, shape, strict=True))):
+        if not (i.op is Ops.CONST and i.arg[0] == 0):
+            out = index_add(out, _mul(i, stride))
+        stride *= d
+    return out
+
+
+def unflatten(lin: UOp, shape: tuple) -> tuple[UOp, ...]:
+    """Indices into `shape` of the row-major offset `lin` (assumed in range)."""
+    out: list[UOp] = []
+    stride = 1
+    for k in range(len(shape) - 1, -1, -1):
+        d = shape[k]
+        if d == 1:
+            out.append(UOp.const(0))
+        else:
+            q = lin if stride == 1 else lin // stride
+            out.append(q if k == 0 else q % d)
+        stride *= d
+    return tuple(reversed(out))
+
+
+def reshape_groups(out_shape: tuple, src_shape: tuple) -> list[tuple[list[int], list[int]]] | None:
+    """The axes of a reshape in groups that map onto each other: (out axes, src axes) with equal products,
+    contiguous and in order, size-1 axes left out. None when a size is symbolic or zero (no grouping then)."""
+    if not all(isinstance(d, int) and d > 0 for d in (*out_shape, *src_shape)):
+        return None
+    outs = [i for i, d in enumerate(out_shape) if d != 1]
+    srcs = [j for j, d in enumerate(src_shape) if d != 1]
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(outs):
+        go, gs = [outs[i]], [srcs[j]]
+        po, ps = out_shape[outs[i]], src_shape[srcs[j]]
+        i, j = i + 1, j + 1
+        while po != ps:
+            if po < ps:
+                go.append(outs[i])
+                po *= out_shape[outs[i]]
+                i += 1
+            else:
+                gs.append(srcs[j])
+                ps *= src_shape[srcs[j]]
+                j += 1
+        groups.append((go, gs))
+    return groups
+
+
+def reshape_index(idx: tuple[UOp, ...], out_shape: tuple, src_shape: tuple) -> tuple[UOp, ...]:
+    """The source index of a reshape from `src_shape` to `out_shape` read at `idx`. Row-major order splits over
+    groups of axes whose sizes multiply to the same number, so each group is flattened and unflattened on its
+    own: an axis that keeps its size passes through, a split or merge touches only its axes. Equal to
+    `unflatten(flat_index(idx, out_shape), src_shape)` for every in-range index, with much smaller terms."""
+    groups = reshape_groups(out_shape, src_shape)
+    if groups is None:
+        return unflatten(flat_index(idx, out_shape), src_shape)
+    new: list[UOp] = [UOp.const(0)] * len(src_shape)
+    for go, gs in groups:
+        if len(go) == 1 and len(gs) == 1:
+            new[gs[0]] = idx[go[0]]
+            continue
+        lin = flat_index(tuple(idx[i] for i in go), tuple(out_shape[i] for i in go))
+        for j, u in zip(gs, unflatten(lin, tuple(src_shape[j] for j in gs)), strict=True):
+            new[j] = u
+    return tuple(new)
+
+
+def gate_and(a: UOp | None, b: UOp | None) -> UOp | None:
+    return b if a is None else a if b is None else a & b
+
+
+# ---------------------------------------------------------------------------- the realize points
 
 
 EXPENSIVE = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW, Ops.SQRT, Ops.DIV, Ops.RECIP})
@@ -146,6 +238,23 @@ def realize_point(site: Site, n: UOp) -> RealizePoint | None:
     return None if res is None else cast(RealizePoint, res[0])  # what every rule here returns
 
 
-__all__ = ["BITCAST_SOURCE", "EXPENSIVE", "EXPENSIVE_BROADCAST", "POINT_OPS", "REDUCE_IN_REDUCE_LOOP", "RealizePoint",
-           "Site", "expand_source_index", "realize_point", "realize_point_rules", "recomputed_expensive",
-           "uses_reduce_range"]
+__all__ = [
+    "BITCAST_SOURCE",
+    "EXPENSIVE",
+    "EXPENSIVE_BROADCAST",
+    "POINT_OPS",
+    "REDUCE_IN_REDUCE_LOOP",
+    "RealizePoint",
+    "Site",
+    "expand_source_index",
+    "flat_index",
+    "gate_and",
+    "index_add",
+    "realize_point",
+    "realize_point_rules",
+    "recomputed_expensive",
+    "reshape_groups",
+    "reshape_index",
+    "unflatten",
+    "uses_reduce_range",
+]

@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from lower import split
-from lower.rangeify import build_kernel
+from lower.rangeify import KernelBuilder, build_kernel, rangeify_rules
 from lower.schedule import split_decisions
 from rewrite import AxisType, Ops, UOp, dtypes
 from rules.rangeify import (
@@ -109,3 +110,73 @@ def test_the_builder_returns_the_realize_point() -> None:
     assert sum(u.op is Ops.REDUCE for u in kernel.toposort()) == 1
     assert split_decisions([out.uop])[inner.uop] == REDUCE_IN_REDUCE_LOOP
     np.testing.assert_allclose(out.numpy(), (x.sum(1, keepdims=True) * y).sum(0), rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------- the op-family rules of rangeify
+
+
+def _fired(root: UOp) -> list[tuple[UOp, str]]:
+    """Each site the builder expands for `root` (realized BUFFERs as its buffers) and the rule that fired there."""
+    bufs = {u: u for u in root.toposort() if u.op is Ops.BUFFER}
+    kb = KernelBuilder(bufs, [0])
+    kb.fired = []
+    idx = tuple(UOp.range(d, k + 1, AxisType.LOOP) if d != 1 else ZERO for k, d in enumerate(root.shape))
+    assert kb.value(root, idx) is not None
+    return kb.fired
+
+
+def _a(*shape: int, seed: int = 0) -> tuple[np.ndarray, Tensor]:
+    x = _arr(*shape, seed=seed)
+    return x, Tensor(x).realize()
+
+
+def _families() -> list[tuple[str, Tensor, np.ndarray]]:
+    x, a = _a(4, 5)
+    c, col = _a(4, 1, seed=1)
+    ix = np.array([3, 0, 7, 1], np.int32)  # 7 is outside a's 4 rows: reads zeros
+    gathered = np.stack([x[3], x[0], np.zeros(5, np.float32), x[1]])
+    vals = np.array([3, 1, 4, 1, 5], np.int32)
+    return [
+        ("rangeify-load", a + 0, x),
+        ("rangeify-leaf", a + 1.5, x + 1.5),
+        ("rangeify-same-index", a.detach() * 2, x * 2),
+        ("rangeify-reshape", a.reshape(2, 10) * 2, x.reshape(2, 10) * 2),
+        ("rangeify-expand", col.expand(4, 5) * a, c * x),
+        ("rangeify-permute", a.permute(1, 0) * 2, x.T * 2),
+        ("rangeify-shrink", a[1:3, 2:5] * 2, x[1:3, 2:5] * 2),
+        ("rangeify-flip", a.flip(1) * 2, x[:, ::-1] * 2),
+        ("rangeify-pad", a.pad(((1, 0), (0, 2))) * 2, np.pad(x, ((1, 0), (0, 2))) * 2),
+        ("rangeify-index", a.index_select(0, Tensor(ix)) * 2, gathered * 2),
+        ("rangeify-reduce", a.sum(1), x.sum(1)),
+        ("rangeify-stack", Tensor(UOp.stack(UOp.const(2.0), UOp.const(7.0))) * a[0, :2], np.array([2, 7]) * x[0, :2]),
+        ("rangeify-vconst", Tensor(UOp.vconst(list(vals), dtypes.int32)) * 2, vals * 2),
+        ("rangeify-resizing-bitcast", a.bitcast(dtypes.int16), x.view(np.int16)),
+        ("rangeify-elementwise", (a * a).cast(dtypes.float16), (x * x).astype(np.float16)),
+    ]
+
+
+def test_every_op_family_has_one_named_rule_after_the_realize_points() -> None:
+    names = [r.name for r in rangeify_rules]
+    assert names[:2] == ["rangeify-load", "rangeify-leaf"]
+    assert names[2:5] == [r.name for r in realize_point_rules]  # decided before an op's own rule builds it
+    assert {name for name, _, _ in _families()} == set(names) - {r.name for r in realize_point_rules}
+
+
+@pytest.mark.parametrize("case", range(15))
+def test_each_op_family_rule_fires_and_computes_numpys_result(case: int) -> None:
+    name, t, want = _families()[case]
+    fired = {rule for _, rule in _fired(t.uop)}
+    assert name in fired, (name, fired)
+    got = t.numpy()
+    assert got.shape == want.shape
+    if got.dtype.kind == "f":
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-6)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def test_an_op_without_a_rule_is_a_clear_error() -> None:
+    a = Tensor(_arr(3)).realize()
+    bad = UOp(Ops.SINK, (a.uop,))
+    with pytest.raises(NotImplementedError, match="rangeify: no lowering for SINK"):
+        KernelBuilder({}, [0]).value(bad, ())
