@@ -228,9 +228,6 @@ realize_point_rules = RuleSet("realize-point", [
 # fmt: on
 
 
-POINT_OPS = frozenset(o for r in realize_point_rules for o in (r.lhs.ops or ()))  # the ops a rule can fire on
-
-
 def realize_point(site: Site, n: UOp) -> RealizePoint | None:
     """The realize point `realize_point_rules` decide for `n` read at `site`, if any (the first rule that fires)."""
     m = realize_point_rules.matcher(n.op)
@@ -242,7 +239,6 @@ __all__ = [
     "BITCAST_SOURCE",
     "EXPENSIVE",
     "EXPENSIVE_BROADCAST",
-    "POINT_OPS",
     "REDUCE_IN_REDUCE_LOOP",
     "RealizePoint",
     "Site",

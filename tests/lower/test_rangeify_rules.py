@@ -162,9 +162,12 @@ def test_every_op_family_has_one_named_rule_after_the_realize_points() -> None:
     assert {name for name, _, _ in _families()} == set(names) - {r.name for r in realize_point_rules}
 
 
-@pytest.mark.parametrize("case", range(15))
-def test_each_op_family_rule_fires_and_computes_numpys_result(case: int) -> None:
-    name, t, want = _families()[case]
+FAMILIES = [r.name for r in rangeify_rules if r.name not in {p.name for p in realize_point_rules}]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_each_op_family_rule_fires_and_computes_numpys_result(name: str) -> None:
+    ((t, want),) = [(t, want) for n, t, want in _families() if n == name]
     fired = {rule for _, rule in _fired(t.uop)}
     assert name in fired, (name, fired)
     got = t.numpy()
