@@ -1,125 +1,62 @@
 """Rangeify: turn the tensor-level graph of one realized node into a kernel over RANGEs.
 
-Every value is computed at a tuple of scalar index UOps, one per axis. Walking from the kernel's output
-down, each op maps its output index to its sources' indices: RESHAPE flattens and unflattens (only the
-groups of axes it merges or splits, so the index terms stay small), EXPAND indexes size-1 axes at 0, PERMUTE
-reorders, PAD subtracts its offset and adds a validity condition (loads under it are gated), SHRINK adds its
-offset, FLIP reflects, INDEX reads its source at positions loaded from its index tensors (a gated load),
-and REDUCE opens new REDUCE-type RANGEs for its axes. Buffers
-(inputs, and nodes realized by earlier kernels) are read with LOAD(INDEX(buf, flat index)). The result is
-`SINK(END(STORE(INDEX(out, flat(ranges)), value), ranges...))`, every value of shape ().
+Every value is computed at a tuple of scalar index UOps, one per axis. Walking from the kernel's output down,
+the builder expands each site (a node, the index tuple it is read at, its validity gate) with the first rule of
+`rangeify_rules` that fires on the node, the builder as the rules' typed context (`idx`, `valid`, `top` are the
+site). One rule per op family, each mapping the output index to its sources' indices:
+
+  rangeify-load                a realized node (not the kernel's root) or a BUFFER: LOAD(INDEX(buf, flat index)),
+                               gated by the site's gate
+  rangeify-leaf                a CONST or a symbolic variable: itself
+  realize-*                    the realize points (rules.rangeify.realize_point_rules; see below)
+  rangeify-same-index          DETACH, CONTIGUOUSBACKWARD, AFTER, CONTIGUOUS: the source at the same index
+  rangeify-reshape             flattens and unflattens only the groups of axes it merges or splits
+  rangeify-expand              size-1 axes at 0
+  rangeify-permute             reorders
+  rangeify-shrink              adds its offset
+  rangeify-flip                reflects
+  rangeify-pad                 subtracts its offset and adds a validity condition (loads under it are gated)
+  rangeify-index               reads its source at positions loaded from its index tensors (a gated load)
+  rangeify-reduce              opens new REDUCE-type RANGEs for its axes (or a closed form, lower.reduce_collapse)
+  rangeify-stack, -vconst      pick a source or a value by comparisons on the first index
+  rangeify-resizing-bitcast    reads the realized source's memory as the new dtype
+  rangeify-elementwise         ALU ops, CAST, same-size BITCAST: the sources at the (broadcast) same index
+
+The result is `SINK(END(STORE(INDEX(out, flat(ranges)), value), ranges...))`, every value of shape (). The
+builder walks the sites itself (an explicit stack, a memo keyed by (node, index tuple, gate)): the terms are
+sites, not UOps, so this is not a `graph_rewrite`; identical (node, index) pairs are the same UOp
+(hash-consing), so shared work is computed once per kernel.
 
 A REDUCE is fused into its consumer unless the consumer would evaluate it inside another reduction's loop
 (its index depends on a REDUCE range): then it would be recomputed per iteration, so it is realized into
-its own kernel (`NeedsRealize`, naming the split rule that decides it: lower.split). Likewise an EXPAND of
-transcendental or division work read inside a reduction (softmax feeding a matmul) is realized rather than
-recomputed per broadcast value. Values that depend only on outer loops are hoisted by the linearizer, so
-`x - x.max()` or `x.var()` stay one kernel. Identical (node, index) pairs are the same UOp (hash-consing),
-so shared work is computed once per kernel.
+its own kernel. Likewise an EXPAND of transcendental or division work read inside a reduction (softmax feeding
+a matmul) is realized rather than recomputed per broadcast value. These are the realize-point rules, tried
+before an op's own rule: the first that fires stops the build, which returns the `RealizePoint` (the node and
+the rule's name) for the scheduler to realize and build this kernel again (lower.schedule). Values that depend
+only on outer loops are hoisted by the linearizer, so `x - x.max()` or `x.var()` stay one kernel.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
-from rewrite import AxisType, DType, Ops, UOp, dtypes
+from rewrite import AxisType, DType, Ops, Rule, RuleSet, UOp, dtypes, op, var
 from rewrite.derive import shape_values
 from rewrite.uop import ConstValue
 from rewrite.viz import capture as viz_capture
-
-
-class NeedsRealize(Exception):
-    """`node` must be realized before this kernel can be built, by the split rule named `rule` (lower.split)."""
-
-    def __init__(self, node: UOp, rule: str) -> None:
-        self.node, self.rule = node, rule
-
-
-def _add(a: UOp, b: UOp | int) -> UOp:
-    if isinstance(b, int):
-        return a if b == 0 else a + b
-    if a.op is Ops.CONST and a.value == 0:
-        return b
-    return a + b
-
-
-def _mul(a: UOp, k: int) -> UOp:
-    return UOp.const(0) if k == 0 else a if k == 1 else a * k
-
-
-def flat_index(idx: tuple[UOp, ...], shape: tuple) -> UOp:
-    """Row-major linear offset of `idx` in `shape`."""
-    out, stride = UOp.const(0), 1
-    for i, d in reversed(list(zip(idx, shape, strict=True))):
-        if not (i.op is Ops.CONST and i.arg[0] == 0):
-            out = _add(out, _mul(i, stride))
-        stride *= d
-    return out
-
-
-def unflatten(lin: UOp, shape: tuple) -> tuple[UOp, ...]:
-    """Indices into `shape` of the row-major offset `lin` (assumed in range)."""
-    out: list[UOp] = []
-    stride = 1
-    for k in range(len(shape) - 1, -1, -1):
-        d = shape[k]
-        if d == 1:
-            out.append(UOp.const(0))
-        else:
-            q = lin if stride == 1 else lin // stride
-            out.append(q if k == 0 else q % d)
-        stride *= d
-    return tuple(reversed(out))
-
-
-def reshape_groups(out_shape: tuple, src_shape: tuple) -> list[tuple[list[int], list[int]]] | None:
-    """The axes of a reshape in groups that map onto each other: (out axes, src axes) with equal products,
-    contiguous and in order, size-1 axes left out. None when a size is symbolic or zero (no grouping then)."""
-    if not all(isinstance(d, int) and d > 0 for d in (*out_shape, *src_shape)):
-        return None
-    outs = [i for i, d in enumerate(out_shape) if d != 1]
-    srcs = [j for j, d in enumerate(src_shape) if d != 1]
-    groups: list[tuple[list[int], list[int]]] = []
-    i = j = 0
-    while i < len(outs):
-        go, gs = [outs[i]], [srcs[j]]
-        po, ps = out_shape[outs[i]], src_shape[srcs[j]]
-        i, j = i + 1, j + 1
-        while po != ps:
-            if po < ps:
-                go.append(outs[i])
-                po *= out_shape[outs[i]]
-                i += 1
-            else:
-                gs.append(srcs[j])
-                ps *= src_shape[srcs[j]]
-                j += 1
-        groups.append((go, gs))
-    return groups
-
-
-def reshape_index(idx: tuple[UOp, ...], out_shape: tuple, src_shape: tuple) -> tuple[UOp, ...]:
-    """The source index of a reshape from `src_shape` to `out_shape` read at `idx`. Row-major order splits over
-    groups of axes whose sizes multiply to the same number, so each group is flattened and unflattened on its
-    own: an axis that keeps its size passes through, a split or merge touches only its axes. Equal to
-    `unflatten(flat_index(idx, out_shape), src_shape)` for every in-range index, with much smaller terms."""
-    groups = reshape_groups(out_shape, src_shape)
-    if groups is None:
-        return unflatten(flat_index(idx, out_shape), src_shape)
-    new: list[UOp] = [UOp.const(0)] * len(src_shape)
-    for go, gs in groups:
-        if len(go) == 1 and len(gs) == 1:
-            new[gs[0]] = idx[go[0]]
-            continue
-        lin = flat_index(tuple(idx[i] for i in go), tuple(out_shape[i] for i in go))
-        for j, u in zip(gs, unflatten(lin, tuple(src_shape[j] for j in gs)), strict=True):
-            new[j] = u
-    return tuple(new)
-
-
-def _and(a: UOp | None, b: UOp | None) -> UOp | None:
-    return b if a is None else a if b is None else a & b
-
+from rules.rangeify import (
+    EXPENSIVE,
+    RealizePoint,
+    expand_source_index,
+    flat_index,
+    gate_and,
+    index_add,
+    realize_point_rules,
+    reshape_groups,
+    reshape_index,
+    unflatten,
+)
 
 _IDENTITY: dict[Ops, ConstValue] = {Ops.ADD: 0, Ops.MUL: 1}
 
@@ -134,13 +71,25 @@ def reduce_identity(op: Ops, dtype: DType) -> ConstValue:
 Key = tuple  # (node, idx tuple, valid | None)
 
 
+def _stopped(_v: list[UOp]) -> UOp:
+    raise AssertionError("rangeify: a stopped build combined a value")  # never called: the walk stops first
+
+
 class KernelBuilder:
-    """Builds the scalar value of tensor-level nodes at given indices, for one kernel."""
+    """Builds the scalar value of tensor-level nodes at given indices, for one kernel. It is also the typed
+    context of rules.rangeify's realize-point rules (`Site`): `idx`, `valid` and `top` describe the site being
+    expanded; `point` is the first realize point a rule decided (the build stops there)."""
 
     def __init__(self, buffers: dict[UOp, UOp], range_ids: list[int]) -> None:
         self.buffers = buffers  # realized node (or BUFFER leaf) -> the 1-D BUFFER holding it
         self.range_ids = range_ids  # a shared counter, so range ids are unique within the kernel
         self.memo: dict[Key, UOp] = {}
+        self.point: RealizePoint | None = None
+        self.idx: tuple[UOp, ...] = ()
+        self.valid: UOp | None = None
+        self.top = False
+        self._closed: dict[Key, UOp | None] = {}
+        self.fired: list[tuple[UOp, str]] | None = None  # when a list: each site's node and the rule that fired
         self.fused: dict[UOp, None] = {}  # the REDUCEs computed inline (not the kernel's own root), in order
         self.shared: frozenset[UOp] = frozenset()  # REDUCEs realized because several kernels read them
         self._reads: dict[UOp, bool] = {}
@@ -172,7 +121,8 @@ class KernelBuilder:
         self.range_ids[0] += 1
         return UOp.range(size, self.range_ids[0], axis_type)
 
-    def value(self, root: UOp, idx: tuple[UOp, ...], valid: UOp | None = None) -> UOp:
+    def value(self, root: UOp, idx: tuple[UOp, ...], valid: UOp | None = None) -> UOp | None:
+        """The value of `root` at `idx` under `valid`, or None when a realize-point rule stopped the build."""
         memo = self.memo
         stack: list = [(root, idx, valid)]
         while stack:
@@ -182,6 +132,8 @@ class KernelBuilder:
                     continue
                 node, at, gate = task
                 kids, combine = self.expand(node, at, gate, top=node is root)
+                if self.point is not None:
+                    return None
                 stack.append((task, kids, combine, None))
                 stack.extend(k for k in kids if k not in memo)
             else:
@@ -197,148 +149,36 @@ class KernelBuilder:
         return UOp(Ops.LOAD, (at, UOp.const(0, buf.dtype), valid))
 
     def expand(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None, top: bool) -> tuple[list[Key], Callable]:
-        op = n.op
-        if n in self.buffers and (not top or op is Ops.BUFFER):
-            ld = self.load(self.buffers[n], n.shape, idx, valid)
-            return [], lambda _v: ld
-        if op is Ops.CONST or n.is_variable:  # a scalar, or a variable
-            return [], lambda _v: n
-        if op in (Ops.DETACH, Ops.CONTIGUOUSBACKWARD, Ops.AFTER, Ops.CONTIGUOUS):
-            k = (n.src[0], idx, valid)
-            return [k], lambda v: v[0]
-        if op is Ops.RESHAPE:
-            k = (n.src[0], reshape_index(idx, n.shape, n.src[0].shape), valid)
-            return [k], lambda v: v[0]
-        if op is Ops.EXPAND:
-            src_shape = n.src[0].shape
-            dims = zip(idx, src_shape, n.shape, strict=True)
-            new = tuple(UOp.const(0) if s == 1 and d != 1 else i for i, s, d in dims)
-            if _recomputed_expensive(n, new, valid, self.buffers):
-                raise NeedsRealize(n.src[0], "realize-expensive-broadcast")
-            return [(n.src[0], new, valid)], lambda v: v[0]
-        if op is Ops.PERMUTE:
-            order = n.int_tuple_arg
-            new = tuple(idx[order.index(k)] for k in range(len(order)))
-            return [(n.src[0], new, valid)], lambda v: v[0]
-        if op is Ops.SHRINK:
-            begin = shape_values(n.src[1])
-            return [(n.src[0], tuple(_add(i, b) for i, b in zip(idx, begin, strict=True)), valid)], lambda v: v[0]
-        if op is Ops.FLIP:
-            dims = zip(idx, n.src[0].shape, n.flip_flags, strict=True)
-            new = tuple(_add(UOp.const(d - 1), i * -1) if f else i for i, d, f in dims)
-            return [(n.src[0], new, valid)], lambda v: v[0]
-        if op is Ops.PAD:
-            return self.expand_pad(n, idx, valid)
-        if op is Ops.INDEX:
-            return self.expand_index(n, idx, valid)
-        if op is Ops.REDUCE:
-            return self.expand_reduce(n, idx, valid, top)
-        if op is Ops.STACK:
-            kids = [(s, idx[1:], valid) for s in n.src]
-
-            def pick(v: list[UOp]) -> UOp:
-                out = v[-1]
-                for i in range(len(v) - 2, -1, -1):
-                    out = idx[0].eq(i).where(v[i], out)
-                return out
-
-            return kids, pick
-        if op is Ops.VCONST:
-            vals = n.vconst_values
-
-            def select(_v: list[UOp]) -> UOp:
-                out = UOp.const(vals[-1], n.dtype)
-                for i in range(len(vals) - 2, -1, -1):
-                    out = idx[0].eq(i).where(UOp.const(vals[i], n.dtype), out)
-                return out
-
-            return [], select
-        if op is Ops.BITCAST and n.dtype.itemsize != n.src[0].dtype.itemsize:
-            return self.expand_resizing_bitcast(n, idx, valid)
-        if op in (Ops.CAST, Ops.BITCAST) or op in _ELEMENTWISE:
-            if not top and self.shared and any(self.reads_shared(_broadcast_of(s)) for s in n.src):
-                self.fused[n] = None  # combines a broadcast shared statistic with other values: may be shared too
-            kids = [(s, _broadcast_idx(idx, n.shape, s.shape), valid) for s in n.src]
-            return kids, lambda v: UOp(op, tuple(v), n.arg)
-        raise NotImplementedError(f"rangeify: no lowering for {op.name} (node {n.short()})")
-
-    def expand_resizing_bitcast(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> tuple[list[Key], Callable]:
-        """A bitcast that changes the element size reads the source's memory as the new dtype: the source is
-        realized and read through a BUFFER of the same slot with the new dtype and element count."""
-        src = n.src[0]
-        if src not in self.buffers:
-            raise NeedsRealize(src, "realize-bitcast-source")
-        b = self.buffers[src]
-        count = b.shape[0] * b.dtype.itemsize // n.dtype.itemsize
-        alias = UOp(Ops.BUFFER, (UOp.shape_operand((count,)),), b.buf_arg._replace(dtype=n.dtype))
-        ld = self.load(alias, n.shape, idx, valid)
-        return [], lambda _v: ld
-
-    def expand_index(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> tuple[list[Key], Callable]:
-        """INDEX(x, i1, ..., im): a read of x at positions held in data (an embedding's rows). Each index tensor
-        is evaluated at its own output axis (a ()-shaped one at none) and becomes x's index on its axis, so the
-        load's address holds a loaded value. A position outside x's axis reads 0: the read is gated, never out of
-        bounds (a kernel cannot raise; the reference evaluator does)."""
-        x, idxs = n.src[0], n.src[1:]
-        pos, new, cond = 0, [], valid
-        for axis, i in enumerate(idxs):
-            at = (idx[pos],) if i.shape else ()
-            pos += len(i.shape)
-            v = self.value(i, at, valid)
-            v = v if v.dtype is dtypes.index else v.cast(dtypes.index)
-            d = x.shape[axis]
-            new.append(v)
-            inside = (UOp.const(-1) < v) & (v < d)
-            cond = _and(cond, inside)
-        k = (x, (*new, *idx[pos:]), cond)
-        zero = UOp.const(0, n.dtype)
-        return [k], lambda v: cond.where(v[0], zero)  # type: ignore[union-attr]  # an INDEX has an index: cond is set
-
-    def expand_pad(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> tuple[list[Key], Callable]:
-        begin, end = shape_values(n.src[1]), shape_values(n.src[2])
-        src_shape = n.src[0].shape
-        cond: UOp | None = None
-        new = []
-        for i, b, e, d in zip(idx, begin, end, src_shape, strict=True):
-            new.append(_add(i, -b))
-            if b > 0:
-                cond = _and(cond, UOp.const(b - 1) < i)
-            if e > 0:
-                cond = _and(cond, i < b + d)
-        if cond is None:
-            return [(n.src[0], tuple(new), valid)], lambda v: v[0]
-        k = (n.src[0], tuple(new), _and(valid, cond))
-        zero = UOp.const(0, n.dtype)
-        return [k], lambda v: cond.where(v[0], zero)
-
-    def expand_reduce(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None, top: bool) -> tuple[list[Key], Callable]:
-        if (closed := self.collapsed(n, idx, valid)) is not None:
-            return [], lambda _v: closed
-        if not top and _uses_reduce_range(idx, valid):
-            raise NeedsRealize(n, "realize-reduce-in-reduce-loop")
-        rop, axes = n.reduce_op, n.reduce_axes
-        src = n.src[0]
-        ranges = []
-        new = list(idx)
-        for a in axes:
-            d = src.shape[a]
-            if d == 1:
-                new[a] = UOp.const(0)
-            else:
-                r = self.new_range(d, AxisType.REDUCE)
-                ranges.append(r)
-                new[a] = r
-        k = (src, tuple(new), valid)
-        if not ranges:
-            return [k], lambda v: v[0]
-        if not top:
-            self.fused[n] = None
-        return [k], lambda v: UOp(Ops.REDUCE, (v[0], *ranges), (rop, ()))
+        """The sources `n` needs at this site and how its value combines theirs: the first rule of
+        `rangeify_rules` that fires on `n` with this builder (at site idx, valid, top) as its context. A
+        realize-point rule's result (or one an inner build met) stops the build."""
+        self.idx, self.valid, self.top = idx, valid, top
+        m = rangeify_rules.matcher(n.op)
+        res = None if m is None else m(n, self)
+        if self.point is not None:  # the REDUCE rule's closed form or an INDEX's positions met a realize point
+            return [], _stopped
+        if res is None:
+            raise NotImplementedError(f"rangeify: no lowering for {n.op.name} (node {n.short()})")
+        out = res[0]
+        if self.fired is not None:
+            self.fired.append((n, rangeify_rules.rules[res[1]].name))
+        if type(out) is RealizePoint:
+            self.point = out
+            return [], _stopped
+        return cast(Expansion, out)
 
     def collapsed(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp | None:
         """An integer sum over one axis of a value computed from constants alone (the spec's arange, a prefix sum
         of ones) in closed form (lower.reduce_collapse): no REDUCE, no loop, and nothing to realize when it is
-        read inside another reduction. None for every other reduction."""
+        read inside another reduction. None for every other reduction (and when the build stopped). Computed once
+        per site (the realize-point rule asks first)."""
+        key = (n, idx, valid)
+        if key in self._closed:
+            return self._closed[key]
+        out = self._closed[key] = self._collapsed(n, idx, valid)
+        return out
+
+    def _collapsed(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp | None:
         src = n.src[0]
         axes = [a for a in n.reduce_axes if src.shape[a] != 1]
         if n.reduce_op is not Ops.ADD or len(axes) != 1 or not n.dtype.is_int or not _constant_only(src, self.buffers):
@@ -351,8 +191,11 @@ class KernelBuilder:
             new[a] = UOp.const(0)
         r = self.new_range(src.shape[axes[0]], AxisType.REDUCE)
         new[axes[0]] = r
-        v = simplify_fast(KernelBuilder(self.buffers, self.range_ids).value(src, tuple(new), valid))
-        out = collapse_sum(v, r)
+        inner = KernelBuilder(self.buffers, self.range_ids)
+        if (v := inner.value(src, tuple(new), valid)) is None:
+            self.point = inner.point
+            return None
+        out = collapse_sum(simplify_fast(v), r)
         return None if out is None else simplify_fast(out)
 
 
@@ -396,63 +239,206 @@ def _broadcast_idx(idx: tuple[UOp, ...], out_shape: tuple, src_shape: tuple) -> 
     return tuple(UOp.const(0) if s == 1 and out_shape[off + k] != 1 else idx[off + k] for k, s in enumerate(src_shape))
 
 
-_EXPENSIVE = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW, Ops.SQRT, Ops.DIV, Ops.RECIP})
-RECOMPUTE_LIMIT = 8
-CHEAP_RECOMPUTE_LIMIT = 32
+# ---------------------------------------------------------------------------- rangeify's rules, one per op family
+# Each callback reads the site (ctx.idx, ctx.valid, ctx.top) before anything else: an INDEX's positions are built
+# by a nested walk that moves the site.
+
+Expansion = tuple[list[Key], Callable[[list[UOp]], UOp]]
 
 
-def _recomputed_expensive(n: UOp, src_idx: tuple[UOp, ...], valid: UOp | None, buffers: dict[UOp, UOp]) -> bool:
-    """An EXPAND read inside a reduction's loop (its source index moves with a REDUCE range) evaluates its source
-    once per value of the broadcast axes, which are output loops outside that reduction, so the linearizer cannot
-    hoist it. If the source holds transcendental or division work (attention's softmax feeding `@ v`) and the
-    broadcast repeats it at least RECOMPUTE_LIMIT times, the source is realized instead: computed once, read
-    back per use. So is cheap work that combines two or more loads (a matmul's bias and ReLU feeding the next
-    matmul) repeated at least CHEAP_RECOMPUTE_LIMIT times: its loads and ops inside the loop cost more than one
-    elementwise pass."""
-    src = n.src[0]
-    factor = 1
-    for s, d in zip(src.shape, n.shape, strict=True):
-        if s == 1 and d != 1:
-            factor *= d if isinstance(d, int) else RECOMPUTE_LIMIT
-    if factor < RECOMPUTE_LIMIT or src in buffers or not _uses_reduce_range(src_idx, valid):
-        return False
-    seen: set[UOp] = set()
-    stack = [src]
-    loads = 0
-    while stack:  # the source's own work, stopping at realized nodes and buffers
-        u = stack.pop()
-        if u in seen:
-            continue
-        seen.add(u)
-        if u in buffers:
-            loads += 1
-            continue
-        if u.op in _EXPENSIVE:
-            return True
-        if u.op is Ops.REDUCE:  # realized by its own rule first; the rebuilt kernel then sees it as a load
-            return False
-        stack.extend(u.src)
-    # cheap work that combines two or more loaded values (a bias and ReLU on a matmul's output, ReLU's gradient
-    # mask), repeated CHEAP_RECOMPUTE_LIMIT times or more
-    return loads >= 2 and factor >= CHEAP_RECOMPUTE_LIMIT
+def _first(v: list[UOp]) -> UOp:
+    return v[0]
 
 
-def _uses_reduce_range(idx: tuple[UOp, ...], valid: UOp | None) -> bool:
-    for u in (*idx, *(() if valid is None else (valid,))):
-        if u.op is Ops.CONST:
-            continue
-        if any(x.op is Ops.RANGE and x.arg[1] is AxisType.REDUCE for x in u.toposort()):
-            return True
-    return False
+def _load(ctx: KernelBuilder, n: UOp) -> Expansion | None:
+    """rangeify-load: a realized node (not the kernel's own root) or a BUFFER is a LOAD, gated by the site's gate."""
+    if n not in ctx.buffers or (ctx.top and n.op is not Ops.BUFFER):
+        return None
+    ld = ctx.load(ctx.buffers[n], n.shape, ctx.idx, ctx.valid)
+    return [], lambda _v: ld
+
+
+def _leaf(ctx: KernelBuilder, n: UOp) -> Expansion | None:
+    """rangeify-leaf: a scalar constant or a symbolic variable is itself at every index."""
+    if n.op is Ops.PARAM and not n.is_variable:
+        return None
+    return [], lambda _v: n
+
+
+def _same_index(ctx: KernelBuilder, n: UOp) -> Expansion:
+    """rangeify-same-index: DETACH, CONTIGUOUSBACKWARD, AFTER and CONTIGUOUS read their source where they are read."""
+    return [(n.src[0], ctx.idx, ctx.valid)], _first
+
+
+def _reshape(ctx: KernelBuilder, n: UOp) -> Expansion:
+    return [(n.src[0], reshape_index(ctx.idx, n.shape, n.src[0].shape), ctx.valid)], _first
+
+
+def _expand(ctx: KernelBuilder, n: UOp) -> Expansion:
+    return [(n.src[0], expand_source_index(ctx.idx, n.src[0].shape, n.shape), ctx.valid)], _first
+
+
+def _permute(ctx: KernelBuilder, n: UOp) -> Expansion:
+    order, idx = n.int_tuple_arg, ctx.idx
+    return [(n.src[0], tuple(idx[order.index(k)] for k in range(len(order))), ctx.valid)], _first
+
+
+def _shrink(ctx: KernelBuilder, n: UOp) -> Expansion:
+    begin = shape_values(n.src[1])
+    return [(n.src[0], tuple(index_add(i, b) for i, b in zip(ctx.idx, begin, strict=True)), ctx.valid)], _first
+
+
+def _flip(ctx: KernelBuilder, n: UOp) -> Expansion:
+    dims = zip(ctx.idx, n.src[0].shape, n.flip_flags, strict=True)
+    return [(n.src[0], tuple(index_add(UOp.const(d - 1), i * -1) if f else i for i, d, f in dims), ctx.valid)], _first
+
+
+def _pad(ctx: KernelBuilder, n: UOp) -> Expansion:
+    """rangeify-pad: the source at the index less the padding, under a gate that is false in the padding (where
+    the value is 0 and no load happens)."""
+    idx, valid = ctx.idx, ctx.valid
+    begin, end = shape_values(n.src[1]), shape_values(n.src[2])
+    cond: UOp | None = None
+    new = []
+    for i, b, e, d in zip(idx, begin, end, n.src[0].shape, strict=True):
+        new.append(index_add(i, -b))
+        if b > 0:
+            cond = gate_and(cond, UOp.const(b - 1) < i)
+        if e > 0:
+            cond = gate_and(cond, i < b + d)
+    if cond is None:
+        return [(n.src[0], tuple(new), valid)], _first
+    zero = UOp.const(0, n.dtype)
+    return [(n.src[0], tuple(new), gate_and(valid, cond))], lambda v: cond.where(v[0], zero)
+
+
+def _index(ctx: KernelBuilder, n: UOp) -> Expansion:
+    """rangeify-index: INDEX(x, i1, ..., im), a read of x at positions held in data (an embedding's rows). Each
+    index tensor is evaluated at its own output axis (a ()-shaped one at none) and becomes x's index on its axis,
+    so the load's address holds a loaded value. A position outside x's axis reads 0: the read is gated, never out
+    of bounds (a kernel cannot raise; the reference evaluator does)."""
+    idx, valid = ctx.idx, ctx.valid
+    x, idxs = n.src[0], n.src[1:]
+    pos, new, cond = 0, [], valid
+    for axis, i in enumerate(idxs):
+        at = (idx[pos],) if i.shape else ()
+        pos += len(i.shape)
+        v = ctx.value(i, at, valid)
+        if v is None:
+            return [], _stopped
+        v = v if v.dtype is dtypes.index else v.cast(dtypes.index)
+        new.append(v)
+        cond = gate_and(cond, (UOp.const(-1) < v) & (v < x.shape[axis]))
+    zero = UOp.const(0, n.dtype)
+    return [(x, (*new, *idx[pos:]), cond)], lambda v: cond.where(v[0], zero)  # type: ignore[union-attr]  # an INDEX has an index: cond is set
+
+
+def _reduce(ctx: KernelBuilder, n: UOp) -> Expansion:
+    """rangeify-reduce: the closed form of a constant integer sum, else the source at new REDUCE ranges on the
+    reduced axes (size-1 axes at 0), summed by a REDUCE over them. A REDUCE computed inline is recorded in
+    `fused` (lower.schedule realizes it when several kernels compute it)."""
+    idx, valid, top = ctx.idx, ctx.valid, ctx.top
+    if (closed := ctx.collapsed(n, idx, valid)) is not None:
+        return [], lambda _v: closed
+    src, ranges, new = n.src[0], [], list(idx)
+    for a in n.reduce_axes:
+        d = src.shape[a]
+        if d == 1:
+            new[a] = UOp.const(0)
+        else:
+            r = ctx.new_range(d, AxisType.REDUCE)
+            ranges.append(r)
+            new[a] = r
+    k = (src, tuple(new), valid)
+    if not ranges:
+        return [k], _first
+    if not top:
+        ctx.fused[n] = None
+    arg = (n.reduce_op, ())
+    return [k], lambda v: UOp(Ops.REDUCE, (v[0], *ranges), arg)
+
+
+def _stack(ctx: KernelBuilder, n: UOp) -> Expansion:
+    """rangeify-stack: STACK(a, b, ...) at (i, rest): the i-th source at rest, chosen by comparisons on i."""
+    idx = ctx.idx
+
+    def pick(v: list[UOp]) -> UOp:
+        out = v[-1]
+        for i in range(len(v) - 2, -1, -1):
+            out = idx[0].eq(i).where(v[i], out)
+        return out
+
+    return [(s, idx[1:], ctx.valid) for s in n.src], pick
+
+
+def _vconst(ctx: KernelBuilder, n: UOp) -> Expansion:
+    """rangeify-vconst: a vector constant at i: its i-th value, chosen by comparisons on i."""
+    vals, i0 = n.vconst_values, ctx.idx[0]
+
+    def select(_v: list[UOp]) -> UOp:
+        out = UOp.const(vals[-1], n.dtype)
+        for i in range(len(vals) - 2, -1, -1):
+            out = i0.eq(i).where(UOp.const(vals[i], n.dtype), out)
+        return out
+
+    return [], select
+
+
+def _resizing_bitcast(ctx: KernelBuilder, n: UOp) -> Expansion | None:
+    """rangeify-resizing-bitcast: a bitcast that changes the element size reads the source's memory as the new
+    dtype: the source is realized (rule realize-bitcast-source) and read through a BUFFER of the same slot with
+    the new dtype and element count."""
+    if n.dtype.itemsize == n.src[0].dtype.itemsize:
+        return None
+    b = ctx.buffers[n.src[0]]
+    count = b.shape[0] * b.dtype.itemsize // n.dtype.itemsize
+    alias = UOp(Ops.BUFFER, (UOp.shape_operand((count,)),), b.buf_arg._replace(dtype=n.dtype))
+    ld = ctx.load(alias, n.shape, ctx.idx, ctx.valid)
+    return [], lambda _v: ld
+
+
+def _elementwise(ctx: KernelBuilder, n: UOp) -> Expansion:
+    """rangeify-elementwise: an ALU op, CAST or same-size BITCAST reads its sources at the same index (a source of
+    fewer dimensions or size-1 axes broadcast at 0). One that combines a broadcast shared statistic with other
+    values is recorded in `fused`: it may be shared by several kernels too (lower.schedule)."""
+    idx, valid = ctx.idx, ctx.valid
+    if not ctx.top and ctx.shared and any(ctx.reads_shared(_broadcast_of(s)) for s in n.src):
+        ctx.fused[n] = None
+    op, arg = n.op, n.arg
+    return [(s, _broadcast_idx(idx, n.shape, s.shape), valid) for s in n.src], lambda v: UOp(op, tuple(v), arg)
+
+
+# fmt: off
+rangeify_rules = RuleSet("rangeify", [
+    Rule("rangeify-load", var("n"), _load),
+    Rule("rangeify-leaf", op[Ops.CONST, Ops.PARAM](name="n"), _leaf),
+    *realize_point_rules,
+    Rule("rangeify-same-index", op[Ops.DETACH, Ops.CONTIGUOUSBACKWARD, Ops.AFTER, Ops.CONTIGUOUS](name="n"),
+         _same_index),
+    Rule("rangeify-reshape", op.RESHAPE(name="n"), _reshape),
+    Rule("rangeify-expand", op.EXPAND(name="n"), _expand),
+    Rule("rangeify-permute", op.PERMUTE(name="n"), _permute),
+    Rule("rangeify-shrink", op.SHRINK(name="n"), _shrink),
+    Rule("rangeify-flip", op.FLIP(name="n"), _flip),
+    Rule("rangeify-pad", op.PAD(name="n"), _pad),
+    Rule("rangeify-index", op.INDEX(name="n"), _index),
+    Rule("rangeify-reduce", op.REDUCE(name="n"), _reduce),
+    Rule("rangeify-stack", op.STACK(name="n"), _stack),
+    Rule("rangeify-vconst", op.VCONST(name="n"), _vconst),
+    Rule("rangeify-resizing-bitcast", op.BITCAST(name="n"), _resizing_bitcast),
+    Rule("rangeify-elementwise", op[_ELEMENTWISE | {Ops.CAST, Ops.BITCAST}](name="n"), _elementwise),
+])
+# fmt: on
 
 
 def build_kernel(node: UOp, out_buf: UOp, buffers: dict[UOp, UOp], fused: dict[UOp, None] | None = None,
-                 shared: frozenset[UOp] = frozenset()) -> UOp:
+                 shared: frozenset[UOp] = frozenset()) -> UOp | RealizePoint:
     """The kernel that computes `node` into `out_buf` (a 1-D BUFFER), reading `buffers` for realized nodes.
     `fused`, if given, receives the nodes the scheduler may want realized when more than one kernel computes
     them inline: the tensor-level REDUCEs computed inline, and the elementwise nodes that combine one of
     `shared` (REDUCEs realized for that reason) with other values (a LayerNorm's centred input: left inline,
-    every later LayerNorm's kernels would recompute the whole chain of earlier ones from its buffers)."""
+    every later LayerNorm's kernels would recompute the whole chain of earlier ones from its buffers). When a
+    realize-point rule fires (rules.rangeify), the result is that `RealizePoint` instead of a kernel."""
     counter = [0]
     kb = KernelBuilder(buffers, counter)
     kb.shared = shared
@@ -468,6 +454,9 @@ def build_kernel(node: UOp, out_buf: UOp, buffers: dict[UOp, UOp], fused: dict[U
             ranges.append(r)
             idx.append(r)
     val = kb.value(node, tuple(idx))
+    if val is None:
+        assert kb.point is not None
+        return kb.point
     if (rec := viz_capture.ACTIVE) is not None:  # VIZ: each kernel node from the tensor node it computes
         for (tensor_node, _, _), kernel_node in kb.memo.items():
             rec.derive(kernel_node, tensor_node, "rangeify: the kernel's value of a tensor node")
@@ -477,13 +466,14 @@ def build_kernel(node: UOp, out_buf: UOp, buffers: dict[UOp, UOp], fused: dict[U
     return UOp.sink(UOp(Ops.END, (st, *ranges)) if ranges else st)
 
 
-def build_store_kernel(view: UOp, value: UOp, out_buf: UOp, buffers: dict[UOp, UOp]) -> UOp:
+def build_store_kernel(view: UOp, value: UOp, out_buf: UOp, buffers: dict[UOp, UOp]) -> UOp | RealizePoint:
     """The kernel of STORE(view, value) with view = INDEX(t, i) (rewrite.stores): for each j of i's axis, in
     order, and each position r of the rest, out_buf[i[j], r] = value[j, r] when i[j] is inside t's first axis.
     The j axis is a serial loop (a REDUCE-type RANGE closed by the END: never split across threads or lanes,
     lower.optimize), so a value that reads the element it writes (a scatter-add) sees every earlier j's update
     and duplicate positions accumulate without a race; the rest axes are ordinary output loops (different r
-    never touch the same element). The work is O(len(i) x row): no range spans t's first axis."""
+    never touch the same element). The work is O(len(i) x row): no range spans t's first axis. A realize point
+    (rules.rangeify) is returned as in `build_kernel`."""
     counter = [0]
     kb = KernelBuilder(buffers, counter)
     t, index = view.src
@@ -498,13 +488,19 @@ def build_store_kernel(view: UOp, value: UOp, out_buf: UOp, buffers: dict[UOp, U
         ranges.append(r)
         idx.append(r)
     pos = kb.value(index, (idx[0],))
+    if pos is None:
+        assert kb.point is not None
+        return kb.point
     pos = pos if pos.dtype is dtypes.index else pos.cast(dtypes.index)
     inside = (UOp.const(-1) < pos) & (pos < t.shape[0])
     at = out_buf.index(flat_index((pos, *idx[1:]), t.shape))
     val = kb.value(value, tuple(idx))
+    if val is None:
+        assert kb.point is not None
+        return kb.point
     st = UOp(Ops.STORE, (at, val, inside))
     return UOp.sink(UOp(Ops.END, (st, *ranges)) if ranges else st)
 
 
-__all__ = ["KernelBuilder", "NeedsRealize", "build_kernel", "build_store_kernel", "flat_index", "reshape_groups",
-           "reshape_index", "unflatten"]
+__all__ = ["EXPENSIVE", "KernelBuilder", "RealizePoint", "build_kernel", "build_store_kernel", "flat_index",
+           "rangeify_rules", "reshape_groups", "reshape_index", "unflatten"]

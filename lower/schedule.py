@@ -3,8 +3,9 @@
 Realized nodes (each gets a buffer and a kernel that fills it; every decision is a named rule, lower.split):
 the roots asked for, CONTIGUOUS nodes, the sources and results of COPY, assignments' stores and the source of a
 resizing BITCAST (these first, by `lower.split.realize_rules` over the whole graph); then, found by the worklist
-here as kernels are built, any REDUCE that rangeify finds would be recomputed inside another reduction's
-loop, any node where a kernel would exceed its device's limits (`max_args` buffers, `max_kernel_ops` ops:
+here as kernels are built, any node a realize-point rule of rangeify decides (rules.rangeify: a REDUCE that
+would be recomputed inside another reduction's loop, an expensive broadcast, a resizing bitcast's source),
+any node where a kernel would exceed its device's limits (`max_args` buffers, `max_kernel_ops` ops:
 `split_point`), and any REDUCE that more than one kernel would compute inline (a LayerNorm's statistics read by
 the next layer's matmuls and by the next LayerNorm: fused, every later kernel would recompute every earlier
 one's, a cost quadratic in depth); such a REDUCE is realized once and the kernels that fused it are rebuilt to
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, cast
 from devices import target_for
 from lower.buffers import new_buffer
 from lower.copyview import View, concat_parts, copy_source
-from lower.rangeify import _ELEMENTWISE, _EXPENSIVE, NeedsRealize, build_kernel, build_store_kernel
+from lower.rangeify import _ELEMENTWISE, EXPENSIVE, RealizePoint, build_kernel, build_store_kernel
 from lower.split import ASSIGN_CYCLE, OVER_LIMITS, SHARED_REDUCTION, STORE_VALUE, SplitContext, decide
 from rewrite import Ops, UOp
 from rewrite.dtype import AddrSpace
@@ -279,11 +280,10 @@ def _split(pending: list[UOp], kernels: dict[UOp, ScheduleItem], inline: dict[UO
             continue
         flat = {n: flat_of(b) for n, b in out_of.items() if n is not node}
         fused: dict[UOp, None] = {}
-        try:
-            ast = build_kernel(node, _flat(out_of[node]), flat, fused, frozenset(shared_nodes))
-        except NeedsRealize as e:
-            split.mark(e.node, e.rule)
-            pending += [node, e.node]
+        ast = build_kernel(node, _flat(out_of[node]), flat, fused, frozenset(shared_nodes))
+        if isinstance(ast, RealizePoint):  # a realize-point rule (rules.rangeify): that node is realized first,
+            split.mark(ast.node, ast.rule)  # then this kernel is built again reading it
+            pending += [node, ast.node]
             continue
         kernels[node] = _localize(ast)
         inline[node] = fused
@@ -319,15 +319,14 @@ def _store_kernel(node: UOp, split: SplitContext, pending: list[UOp]) -> Schedul
     flat_out = _flat(tgt)
     flat = {n: _flat(b) for n, b in out_of.items() if n is not node}
     st = indexed_store(node)
-    try:  # CONTIGUOUS at the top: a value realized elsewhere is loaded, not recomputed
-        if st is None:
-            ast = build_kernel(UOp(Ops.CONTIGUOUS, (value,)), flat_out, flat)
-        else:
-            ast = build_store_kernel(st.view, value, flat_out, flat)
-            value = st.value  # what is realized first if it reads the target elsewhere
-    except NeedsRealize as e:
-        split.mark(e.node, e.rule)
-        pending += [node, e.node]
+    if st is None:  # CONTIGUOUS at the top: a value realized elsewhere is loaded, not recomputed
+        ast = build_kernel(UOp(Ops.CONTIGUOUS, (value,)), flat_out, flat)
+    else:
+        ast = build_store_kernel(st.view, value, flat_out, flat)
+        value = st.value  # what is realized first if it reads the target elsewhere
+    if isinstance(ast, RealizePoint):
+        split.mark(ast.node, ast.rule)
+        pending += [node, ast.node]
         return None
     topo = ast.toposort()
     written = {u.src[0] for u in topo if u.op is Ops.STORE}
@@ -390,7 +389,7 @@ def kernel_limits(device: str) -> tuple[int, int]:
 
 
 def _op_weight(u: UOp) -> int:
-    if u.op in _EXPENSIVE:
+    if u.op in EXPENSIVE:
         return 16
     return 1 if u.op in _COUNTED else 0
 

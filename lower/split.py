@@ -13,10 +13,13 @@ takes are the ones a node's own op and sources settle:
   realize-bitcast-source    the source of a BITCAST that changes the element size (read as raw memory)
 
 The decisions that depend on the kernels around a node are taken while the kernels are built (lower.schedule's
-worklist, lower.rangeify) and recorded in the same `decided` map under their rule names:
+worklist) and recorded in the same `decided` map under their rule names. The first three are the realize-point
+rules of rules.rangeify (`realize_point_rules`), applied by rangeify at every site of a kernel with the site as
+their typed context; the build returns the rule's `RealizePoint` and the worklist realizes that node first:
 
   realize-reduce-in-reduce-loop    a REDUCE its consumer would evaluate inside another reduction's loop
   realize-expensive-broadcast      transcendental/division work broadcast into a reduction's loop
+  realize-bitcast-source           (again) a resizing BITCAST's source that the rules above left lazy
   realize-over-limits              the cut that keeps a kernel within its Target's max_args / max_kernel_ops
   realize-shared-reduction         a REDUCE (or a value combining one) that more than one kernel would compute
   realize-store-value              an assignment's value that reads its target elsewhere than where it writes
@@ -34,10 +37,9 @@ from lower.copyview import copy_source
 from rewrite import Ops, Rule, RuleSet, UOp, graph_rewrite, op
 from rewrite.errors import CompilerError
 from rewrite.stores import indexed_store
+from rules.rangeify import EXPENSIVE_BROADCAST, REDUCE_IN_REDUCE_LOOP
 
-# the rules the builder and the worklist apply (lower.schedule, lower.rangeify), by name
-REDUCE_IN_REDUCE_LOOP = "realize-reduce-in-reduce-loop"
-EXPENSIVE_BROADCAST = "realize-expensive-broadcast"
+# the rules the worklist applies (lower.schedule), by name; the realize points are rules.rangeify's
 OVER_LIMITS = "realize-over-limits"
 SHARED_REDUCTION = "realize-shared-reduction"
 STORE_VALUE = "realize-store-value"

@@ -1,0 +1,256 @@
+"""Rangeify's index math (row-major flatten, unflatten, reshape by groups of axes) and its realize points: the
+kernel split's decisions that depend on where a node is read inside a kernel, as named rules.
+
+Rangeify (lower.rangeify) builds a kernel by evaluating tensor-level nodes at index tuples. At each site (a node,
+the index tuple it is read at, its validity gate, whether it is the kernel's own root) it applies
+`realize_point_rules` with the engine's matcher for the node's op, the site as the typed context (`Site`). A rule
+that fires returns a `RealizePoint`: the node to realize and the rule's name. The builder stops there; the
+scheduler (lower.schedule) gives that node a buffer and its own kernel and builds this kernel again reading it.
+Nothing is raised: the rule's result is the build's result.
+
+  realize-reduce-in-reduce-loop  a REDUCE read inside another reduction's loop (its index moves with a REDUCE
+                                 range), unless its sum has a closed form (lower.reduce_collapse): fused, it would
+                                 be recomputed per iteration
+  realize-expensive-broadcast    the source of an EXPAND read inside a reduction's loop that holds transcendental
+                                 or division work (or cheap work over two or more loads) repeated by the broadcast
+                                 (attention's softmax feeding `@ v`): computed once, read back per use
+  realize-bitcast-source         the source of a BITCAST that changes the element size, when not realized already
+                                 (it is read as raw memory; lower.split.realize_rules decides most of these first)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, cast
+
+from rewrite import AxisType, Ops, Rule, RuleSet, UOp, op
+
+REDUCE_IN_REDUCE_LOOP = "realize-reduce-in-reduce-loop"
+EXPENSIVE_BROADCAST = "realize-expensive-broadcast"
+BITCAST_SOURCE = "realize-bitcast-source"
+
+
+class Site(Protocol):
+    """The typed context of `realize_point_rules`: where the node is read in the kernel being built."""
+
+    idx: tuple[UOp, ...]  # the index tuple the node is read at
+    valid: UOp | None  # the gate its loads are under, if any
+    top: bool  # whether the node is the kernel's own root
+    buffers: dict[UOp, UOp]  # realized nodes (and BUFFER leaves) -> their buffers
+
+    def collapsed(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp | None:
+        """The closed form of the integer sum `n` at this site, or None (lower.rangeify.KernelBuilder.collapsed)."""
+        ...
+
+
+@dataclass(frozen=True)
+class RealizePoint:
+    """The result of a realize-point rule: `node` gets a buffer and a kernel of its own, by the rule `rule`."""
+
+    node: UOp
+    rule: str
+
+
+def expand_source_index(idx: tuple[UOp, ...], src_shape: tuple, shape: tuple) -> tuple[UOp, ...]:
+    """The index an EXPAND from `src_shape` to `shape` reads its source at: broadcast axes at 0."""
+    return tuple(UOp.const(0) if s == 1 and d != 1 else i for i, s, d in zip(idx, src_shape, shape, strict=True))
+
+
+# ---------------------------------------------------------------------------- index math (row-major)
+
+
+def index_add(a: UOp, b: UOp | int) -> UOp:
+    if isinstance(b, int):
+        return a if b == 0 else a + b
+    if a.op is Ops.CONST and a.value == 0:
+        return b
+    return a + b
+
+
+def _mul(a: UOp, k: int) -> UOp:
+    return UOp.const(0) if k == 0 else a if k == 1 else a * k
+
+
+def flat_index(idx: tuple[UOp, ...], shape: tuple) -> UOp:
+    """Row-major linear offset of `idx` in `shape`."""
+    out, stride = UOp.const(0), 1
+    for i, d in reversed(list(zip(idx, shape, strict=True))):
+        if not (i.op is Ops.CONST and i.arg[0] == 0):
+            out = index_add(out, _mul(i, stride))
+        stride *= d
+    return out
+
+
+def unflatten(lin: UOp, shape: tuple) -> tuple[UOp, ...]:
+    """Indices into `shape` of the row-major offset `lin` (assumed in range)."""
+    out: list[UOp] = []
+    stride = 1
+    for k in range(len(shape) - 1, -1, -1):
+        d = shape[k]
+        if d == 1:
+            out.append(UOp.const(0))
+        else:
+            q = lin if stride == 1 else lin // stride
+            out.append(q if k == 0 else q % d)
+        stride *= d
+    return tuple(reversed(out))
+
+
+def reshape_groups(out_shape: tuple, src_shape: tuple) -> list[tuple[list[int], list[int]]] | None:
+    """The axes of a reshape in groups that map onto each other: (out axes, src axes) with equal products,
+    contiguous and in order, size-1 axes left out. None when a size is symbolic or zero (no grouping then)."""
+    if not all(isinstance(d, int) and d > 0 for d in (*out_shape, *src_shape)):
+        return None
+    outs = [i for i, d in enumerate(out_shape) if d != 1]
+    srcs = [j for j, d in enumerate(src_shape) if d != 1]
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(outs):
+        go, gs = [outs[i]], [srcs[j]]
+        po, ps = out_shape[outs[i]], src_shape[srcs[j]]
+        i, j = i + 1, j + 1
+        while po != ps:
+            if po < ps:
+                go.append(outs[i])
+                po *= out_shape[outs[i]]
+                i += 1
+            else:
+                gs.append(srcs[j])
+                ps *= src_shape[srcs[j]]
+                j += 1
+        groups.append((go, gs))
+    return groups
+
+
+def reshape_index(idx: tuple[UOp, ...], out_shape: tuple, src_shape: tuple) -> tuple[UOp, ...]:
+    """The source index of a reshape from `src_shape` to `out_shape` read at `idx`. Row-major order splits over
+    groups of axes whose sizes multiply to the same number, so each group is flattened and unflattened on its
+    own: an axis that keeps its size passes through, a split or merge touches only its axes. Equal to
+    `unflatten(flat_index(idx, out_shape), src_shape)` for every in-range index, with much smaller terms."""
+    groups = reshape_groups(out_shape, src_shape)
+    if groups is None:
+        return unflatten(flat_index(idx, out_shape), src_shape)
+    new: list[UOp] = [UOp.const(0)] * len(src_shape)
+    for go, gs in groups:
+        if len(go) == 1 and len(gs) == 1:
+            new[gs[0]] = idx[go[0]]
+            continue
+        lin = flat_index(tuple(idx[i] for i in go), tuple(out_shape[i] for i in go))
+        for j, u in zip(gs, unflatten(lin, tuple(src_shape[j] for j in gs)), strict=True):
+            new[j] = u
+    return tuple(new)
+
+
+def gate_and(a: UOp | None, b: UOp | None) -> UOp | None:
+    return b if a is None else a if b is None else a & b
+
+
+# ---------------------------------------------------------------------------- the realize points
+
+
+EXPENSIVE = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW, Ops.SQRT, Ops.DIV, Ops.RECIP})
+RECOMPUTE_LIMIT = 8
+CHEAP_RECOMPUTE_LIMIT = 32
+
+
+def uses_reduce_range(idx: tuple[UOp, ...], valid: UOp | None) -> bool:
+    """Whether an index tuple (or its gate) moves with a REDUCE range: the site is inside a reduction's loop."""
+    for u in (*idx, *(() if valid is None else (valid,))):
+        if u.op is Ops.CONST:
+            continue
+        if any(x.op is Ops.RANGE and x.arg[1] is AxisType.REDUCE for x in u.toposort()):
+            return True
+    return False
+
+
+def recomputed_expensive(n: UOp, idx: tuple[UOp, ...], valid: UOp | None, buffers: dict[UOp, UOp]) -> bool:
+    """An EXPAND read at `idx` inside a reduction's loop (its source index moves with a REDUCE range) evaluates its
+    source once per value of the broadcast axes, which are output loops outside that reduction, so the linearizer cannot
+    hoist it. If the source holds transcendental or division work (attention's softmax feeding `@ v`) and the
+    broadcast repeats it at least RECOMPUTE_LIMIT times, the source is realized instead: computed once, read
+    back per use. So is cheap work that combines two or more loads (a matmul's bias and ReLU feeding the next
+    matmul) repeated at least CHEAP_RECOMPUTE_LIMIT times: its loads and ops inside the loop cost more than one
+    elementwise pass."""
+    src = n.src[0]
+    factor = 1
+    for s, d in zip(src.shape, n.shape, strict=True):
+        if s == 1 and d != 1:
+            factor *= d if isinstance(d, int) else RECOMPUTE_LIMIT
+    if factor < RECOMPUTE_LIMIT or src in buffers:
+        return False
+    if not uses_reduce_range(expand_source_index(idx, src.shape, n.shape), valid):
+        return False
+    seen: set[UOp] = set()
+    stack = [src]
+    loads = 0
+    while stack:  # the source's own work, stopping at realized nodes and buffers
+        u = stack.pop()
+        if u in seen:
+            continue
+        seen.add(u)
+        if u in buffers:
+            loads += 1
+            continue
+        if u.op in EXPENSIVE:
+            return True
+        if u.op is Ops.REDUCE:  # realized by its own rule first; the rebuilt kernel then sees it as a load
+            return False
+        stack.extend(u.src)
+    # cheap work that combines two or more loaded values (a bias and ReLU on a matmul's output, ReLU's gradient
+    # mask), repeated CHEAP_RECOMPUTE_LIMIT times or more
+    return loads >= 2 and factor >= CHEAP_RECOMPUTE_LIMIT
+
+
+def _reduce_in_reduce_loop(ctx: Site, n: UOp) -> RealizePoint | None:
+    if ctx.top or ctx.collapsed(n, ctx.idx, ctx.valid) is not None:  # a closed form has no loop to recompute
+        return None
+    return RealizePoint(n, REDUCE_IN_REDUCE_LOOP) if uses_reduce_range(ctx.idx, ctx.valid) else None
+
+
+def _expensive_broadcast(ctx: Site, n: UOp) -> RealizePoint | None:
+    if recomputed_expensive(n, ctx.idx, ctx.valid, ctx.buffers):
+        return RealizePoint(n.src[0], EXPENSIVE_BROADCAST)
+    return None
+
+
+def _bitcast_source(ctx: Site, n: UOp) -> RealizePoint | None:
+    if n.dtype.itemsize == n.src[0].dtype.itemsize or n.src[0] in ctx.buffers:
+        return None
+    return RealizePoint(n.src[0], BITCAST_SOURCE)
+
+
+# fmt: off
+realize_point_rules = RuleSet("realize-point", [
+    Rule(REDUCE_IN_REDUCE_LOOP, op.REDUCE(name="n"), _reduce_in_reduce_loop),
+    Rule(EXPENSIVE_BROADCAST, op.EXPAND(name="n"), _expensive_broadcast),
+    Rule(BITCAST_SOURCE, op.BITCAST(name="n"), _bitcast_source),
+])
+# fmt: on
+
+
+def realize_point(site: Site, n: UOp) -> RealizePoint | None:
+    """The realize point `realize_point_rules` decide for `n` read at `site`, if any (the first rule that fires)."""
+    m = realize_point_rules.matcher(n.op)
+    res = None if m is None else m(n, site)
+    return None if res is None else cast(RealizePoint, res[0])  # what every rule here returns
+
+
+__all__ = [
+    "BITCAST_SOURCE",
+    "EXPENSIVE",
+    "EXPENSIVE_BROADCAST",
+    "REDUCE_IN_REDUCE_LOOP",
+    "RealizePoint",
+    "Site",
+    "expand_source_index",
+    "flat_index",
+    "gate_and",
+    "index_add",
+    "realize_point",
+    "realize_point_rules",
+    "recomputed_expensive",
+    "reshape_groups",
+    "reshape_index",
+    "unflatten",
+    "uses_reduce_range",
+]
