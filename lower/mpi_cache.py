@@ -8,20 +8,32 @@ are rebuilt the same way: a fresh buffer, an input, or a tuple BUFFER made of fr
 `lower.multi.buffer_view`. Kernel ASTs are over local slots, so the items' ASTs and their compiled kernels are
 reused as they are. The ranks' agreement on the schedule (lower.mpi_exec.check_matching) is checked when the
 template is made; graphs with symbolic variables are scheduled every time.
+
+`allreduce_now` is tensor.multi.allreduce's fast path for a realized tensor: the one MPI Allreduce the replay of
+its graph would run, called at once on the existing buffers (no graph, signature or template); a per-call cost
+of a few microseconds of Python around the MPI call.
 """
 
 from __future__ import annotations
 
 import collections
+import hashlib
+import sys
 from dataclasses import dataclass, replace
 from typing import Any
 
-from lower import buffers
+import numpy as np
+
+from lower import buffers, mpi_exec
 from lower.copyview import View
 from lower.mpi_exec import COLLECTIVES, Step
 from lower.schedule import ScheduleItem, schedule
 from lower.schedule_cache import signature
 from rewrite import Ops, UOp
+from rewrite.env import getenv
+
+_shards, _data = buffers._shards, buffers._data  # allreduce_now reads the registry directly: it runs per call
+_agreed = mpi_exec._agreed  # the digests the ranks have agreed on
 
 MAX_TEMPLATES = 128
 
@@ -144,4 +156,109 @@ def _replay(t: Template, roots: list[UOp], inputs: list[UOp], var_vals: dict[str
     return out
 
 
-__all__ = ["Template", "realize_ranks", "stats"]
+# ------------------------------------------------------------------ one allreduce on realized buffers, at once
+
+_NOW_DTYPES = ("float32", "float64", "int64")  # the sums that keep their dtype (an int32 sum is int64)
+
+
+@dataclass(frozen=True)
+class _Now:
+    """How this rank runs one (op, shape, dtype, devices) of `allreduce_now`."""
+
+    mine: int  # this rank's position in the device tuple
+    count: int  # elements per shard
+    npdtype: Any
+    device: Any  # this rank's device (its allocator)
+    digest: bytes  # what every rank must agree on (lower.mpi_exec.agree)
+    storage: tuple[int, int]  # the result's storage shape (n, count)
+    shape_ops: tuple[UOp, UOp, UOp]  # the shape operands of the result's storage, shards and view: kept alive, so
+    # that building the result's nodes finds them made (UOp interning) instead of deriving them again
+
+
+_now: dict[tuple, _Now | None] = {}  # (op, shape, dtype, devices) -> how, or None: not this path
+
+
+def allreduce_now(x: UOp, op: str = "sum") -> UOp | None:
+    """The allreduce of a realized tensor across the job's ranks, run now as one MPI Allreduce from this rank's
+    shard into a fresh buffer, skipping the graph, the schedule and its replay: tensor.multi.allreduce's fast path.
+    `x` must be a BUFFER on a device tuple with one host-memory device on each rank of the job (in any order), 1-D,
+    of a dtype that MPI reduces and the sum keeps (float32, float64, int64), its shards holding data; the result
+    is what realizing `x.reshape(n, s).sum(0)` gives (lower.mpi_exec runs that as the same Allreduce): a (s,)
+    value replicated on the tuple, seen through `lower.multi.buffer_view`, this rank's shard allocated. None when
+    `x` is anything else, no MPI job runs, or TRACE or VIZ want the lowering to run: the caller then builds the
+    graph. The first call for each (op, shape, dtype, devices) checks that every rank makes the same call
+    (lower.mpi_exec.agree), as a schedule's first run does; a rank that never joins is the watchdog's
+    (devices.mpi), as for every MPI call."""
+    if x.op is not Ops.BUFFER or type(devs := x.buf_arg.device) is not tuple:
+        return None
+    comm = _world()
+    if comm is None or len(devs) != comm.size or len(x.shape) != 1:
+        return None
+    key = (op, x.shape, x.dtype, devs)
+    if (how := _now.get(key)) is None and key not in _now:
+        how = _now[key] = _prepare_now(key, comm.rank, comm.size)
+    if how is None or _tracing():
+        return None
+    parts = _shards.get(buffers.slot(x))
+    if parts is None or (src := _data.get(buffers.slot(parts[how.mine]))) is None or type(src) is not np.ndarray:
+        return None
+    if src.dtype != how.npdtype:  # storage of another dtype, seen as this one (a bitcast)
+        src = src.view(how.npdtype)
+    if how.digest not in _agreed:
+        _agree(comm, how.digest, f"allreduce of {x.dtype.name}{list(x.shape)} on {devs}")
+    out = buffers.new_buffer(x.dtype, how.storage, devs)
+    shards = tuple(buffers.new_buffer(x.dtype, (how.count,), d) for d in devs)
+    buffers.store_shards(out, shards)
+    dst = how.device.alloc(how.count, x.dtype)
+    buffers.store(shards[how.mine], dst, owner=how.device)
+    comm.allreduce(src.reshape(-1)[:how.count], op, out=dst)
+    if _debug():
+        print(f"rank {comm.rank}/{comm.size}: ran 1 allreduce at once ({x.dtype.name}[{how.count}] on "
+              f"{devs[how.mine]})", file=sys.stderr)
+    return UOp(Ops.RESHAPE, (UOp(Ops.REPLICATED, (out,), (0,)), how.shape_ops[2]))  # lower.multi.buffer_view
+
+
+def _prepare_now(key: tuple, rank: int, nranks: int) -> _Now | None:
+    from devices import get_device, rank_of
+    from lower.multi import buffer_view
+    from lower.realize import _np_dtype
+
+    op, shape, dtype, devs = key
+    owners = [rank_of(d) for d in devs]
+    if (dtype.name not in _NOW_DTYPES or not isinstance(shape[0], int) or shape[0] % nranks
+            or sorted(o for o in owners if o is not None) != list(range(nranks))):
+        return None
+    mine, count = owners.index(rank), shape[0] // nranks
+    dev = get_device(devs[mine])
+    if getattr(dev, "device_memory", False):  # MPI moves host arrays here
+        return None
+    d = hashlib.sha256(repr(("allreduce now", op, shape, dtype.name, devs)).encode()).digest()
+    probe = buffer_view(buffers.new_buffer(dtype, (nranks, count), devs), (count,), None)
+    assert probe.op is Ops.RESHAPE and probe.src[0].op is Ops.REPLICATED, "lower.multi.buffer_view changed"
+    ops = (UOp.shape_operand((nranks, count)), UOp.shape_operand((count,)), probe.src[1])
+    return _Now(mine, count, _np_dtype(dtype), dev, d, (nranks, count), ops)
+
+
+def _world() -> Any:
+    from devices.mpi import world
+
+    return world()
+
+
+def _agree(comm: Any, d: bytes, here: str) -> None:
+    from lower.mpi_exec import agree
+
+    agree(comm, d, here)
+
+
+def _debug() -> bool:
+    return int(getenv("DEBUG")) >= 1
+
+
+def _tracing() -> bool:
+    from rewrite.viz import capture as viz_capture
+
+    return viz_capture.ACTIVE is not None or bool(int(getenv("TRACE")))
+
+
+__all__ = ["Template", "allreduce_now", "realize_ranks", "stats"]
