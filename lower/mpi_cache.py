@@ -28,9 +28,10 @@ from lower import buffers, mpi_exec
 from lower.copyview import View
 from lower.mpi_exec import COLLECTIVES, Step
 from lower.schedule import ScheduleItem, schedule
-from lower.schedule_cache import signature
+from lower.schedule_cache import RECORDERS, signature
 from rewrite import Ops, UOp
 from rewrite.env import getenv
+from rewrite.errors import JitError
 
 _shards, _data = buffers._shards, buffers._data  # allreduce_now reads the registry directly: it runs per call
 _agreed = mpi_exec._agreed  # the digests the ranks have agreed on
@@ -56,7 +57,9 @@ stats = {"hits": 0, "misses": 0}
 
 
 def _make(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], outs: dict[UOp, UOp], steps: list[Step],
-          kernels: dict[int, Any]) -> Template | None:
+          kernels: dict[int, Any]) -> tuple[Template, list[UOp]] | None:
+    """The template of a schedule this rank ran, and the buffers its fresh roles had in that run (in order, then
+    the tuple BUFFERs of the results: what a tensor.jit capture records)."""
     from lower.multi import view_base
 
     role: dict[int, Role] = {}
@@ -69,15 +72,18 @@ def _make(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], outs: 
             except KeyError:
                 return None
     fresh: list[tuple[object, tuple, object]] = []
+    made: list[UOp] = []
 
     def of(b: UOp) -> Role:  # the buffer's role and the shape this use sees it with (one slot, several shapes)
         s = buffers.slot(b)
         if s not in role:
             role[s] = ("new", len(fresh))
             fresh.append((b.dtype, b.shape, b.buf_arg.device))
+            made.append(b)
         return (*role[s], b.shape)
 
     results: list[tuple] = []
+    tuples: list[UOp] = []
     for r in roots:  # results first: a fresh buffer is made with the shape its holder sees
         o = outs[r]
         base = view_base(o) if isinstance(r.device, tuple) else None
@@ -89,11 +95,12 @@ def _make(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], outs: 
             results.append(("buf", of(base)))  # an input tuple buffer, seen as it is
         else:
             results.append(("view", base.dtype, base.shape, base.device, tuple(of(s) for s in buffers.shards(base))))
+            tuples.append(base)
     used = {st.item for st in steps if st.kind not in COLLECTIVES}
     tmpl_items = {k: (it.kind, tuple(of(b) for b in it.bufs), it.ast, it.name, it.view, it.dst_view)
                   for k, it in enumerate(items) if k in used}
     tmpl_steps = tuple((replace(st, bufs=()), tuple(of(b) for b in st.bufs)) for st in steps)
-    return Template(tmpl_items, tuple(fresh), tuple(results), tmpl_steps, kernels)
+    return Template(tmpl_items, tuple(fresh), tuple(results), tmpl_steps, kernels), made + tuples
 
 
 def realize_ranks(roots: list[UOp], var_vals: dict[str, int] | None = None,
@@ -105,22 +112,45 @@ def realize_ranks(roots: list[UOp], var_vals: dict[str, int] | None = None,
     key, inputs = sig or signature(roots)
     t = _templates.get(key) if not var_vals else None
     if t is None:
+        if RECORDERS and var_vals:
+            raise JitError("jit: a realize across MPI ranks with symbolic shapes cannot be captured; run the step "
+                           "without jit")
         items, outs = schedule(roots)
         steps, kernels = run_ranks(items, var_vals)  # checks the ranks agree before anything is kept
-        if not var_vals and (made := _make(roots, inputs, items, outs, steps, kernels)) is not None:
-            _templates[key] = made
+        made = _make(roots, inputs, items, outs, steps, kernels) if not var_vals else None
+        if made is not None:
+            _templates[key] = made[0]
             while len(_templates) > MAX_TEMPLATES:
                 _templates.popitem(last=False)
+        elif RECORDERS:
+            raise JitError("jit: this realize across MPI ranks cannot be captured (its inputs' shards are not all "
+                           "known here); run the step without jit")
         stats["misses"] += 1
+        if made is not None:
+            for rec in RECORDERS:
+                rec(made[0], inputs, made[1])
         return outs
     stats["hits"] += 1
     _templates.move_to_end(key)
-    return _replay(t, roots, inputs, var_vals)
+    out, bufs = _replay(t, roots, inputs, var_vals)
+    for rec in RECORDERS:
+        rec(t, inputs, bufs)
+    return out
 
 
-def _replay(t: Template, roots: list[UOp], inputs: list[UOp], var_vals: dict[str, int] | None) -> dict[UOp, UOp]:
+def replay_into(t: Template, inputs: list[UOp], outs: list[UOp]) -> None:
+    """tensor.jit's replay of a captured realize across ranks: the template's steps on `inputs` (the graph's
+    buffers by position), its fresh buffers the captured call's (`outs`, as `realize_ranks` told the recorders),
+    whose data the run overwrites."""
+    _replay(t, [], inputs, None, outs)
+
+
+def _replay(t: Template, roots: list[UOp], inputs: list[UOp], var_vals: dict[str, int] | None,
+            into: list[UOp] | None = None) -> tuple[dict[UOp, UOp], list[UOp]]:
     """Run the template's steps on this call's buffers: only the buffers a step or a result names are made, each
-    once (the schedule and the ranks' agreement on it were checked when the template was made)."""
+    once (the schedule and the ranks' agreement on it were checked when the template was made); with `into`, the
+    fresh buffers are those (a jit replay) and no result is made. Returns the results, and the fresh buffers
+    and the results' tuple BUFFERs (for a jit capture)."""
     from lower.mpi_exec import run_steps
     from lower.multi import buffer_view
 
@@ -133,7 +163,7 @@ def _replay(t: Template, roots: list[UOp], inputs: list[UOp], var_vals: dict[str
         if r[0] == "new":
             if (b := fresh.get(r[1])) is None:
                 dt, shape, dev = t.fresh[r[1]]
-                b = fresh[r[1]] = buffers.new_buffer(dt, shape, dev)
+                b = fresh[r[1]] = buffers.new_buffer(dt, shape, dev) if into is None else into[r[1]]
         else:
             b = inputs[r[1]] if r[0] == "in" else buffers.shards(inputs[r[1]])[r[2]]
         shape = r[-1]
@@ -145,6 +175,9 @@ def _replay(t: Template, roots: list[UOp], inputs: list[UOp], var_vals: dict[str
     steps = [replace(st, bufs=tuple(get(r) for r in rs)) if rs else st for st, rs in t.steps]
     run_steps(steps, items, t.kernels, var_vals)
     out: dict[UOp, UOp] = {}
+    if into is not None:
+        return out, into
+    tuples: list[UOp] = []
     for root, res in zip(roots, t.results, strict=True):
         if res[0] == "buf":
             out[root] = get(res[1])
@@ -152,8 +185,11 @@ def _replay(t: Template, roots: list[UOp], inputs: list[UOp], var_vals: dict[str
         _, dtype, shape, devs, shard_roles = res
         buf = buffers.new_buffer(dtype, shape, devs)
         buffers.store_shards(buf, tuple(get(r) for r in shard_roles))
+        tuples.append(buf)
         out[root] = buffer_view(buf, root.shape, root.axis)
-    return out
+    if not RECORDERS:
+        return out, []
+    return out, [get(("new", j, t.fresh[j][1])) if j not in fresh else fresh[j] for j in range(len(t.fresh))] + tuples
 
 
 # ------------------------------------------------------------------ one allreduce on realized buffers, at once
@@ -261,4 +297,4 @@ def _tracing() -> bool:
     return viz_capture.ACTIVE is not None or bool(int(getenv("TRACE")))
 
 
-__all__ = ["Template", "allreduce_now", "realize_ranks", "stats"]
+__all__ = ["Template", "allreduce_now", "realize_ranks", "replay_into", "stats"]

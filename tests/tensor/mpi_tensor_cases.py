@@ -290,8 +290,36 @@ def allreduce_at_once_stalls() -> None:
     print("unreachable: the allreduce finished without the last rank", flush=True)
 
 
+def jit_allreduce() -> None:
+    """A tensor.jit step whose body allreduces its argument across the ranks: captured as the graph (not at once),
+    and every replay runs the Allreduce on the new argument's data (one MPI call per step, no schedule check)."""
+    from tensor.jit import jit
+
+    r, n = _rank()
+    c = world()
+    assert c is not None
+    D = M.ranks()
+
+    @jit
+    def step(T: Tensor) -> Tensor:
+        return M.allreduce(T) * 2
+
+    for k in range(5):
+        blocks = np.arange(6 * n, dtype=np.float32).reshape(n, 6) * (k + 1) - np.arange(n, dtype=np.float32)[:, None]
+        T = M.from_local(blocks[r], D)   # rank q's block is row q
+        before = dict(c.calls)
+        got = step(T)
+        made = _made(before)
+        want = 2 * blocks.sum(0)
+        if k >= 2:   # a replay: the Allreduce alone
+            assert made == {"Allreduce": 1}, (k, made)
+        _eq(_local(got), want, 1e-5)
+    assert step.calls == 5
+    print(f"rank {r}/{n}: jit_allreduce ok", flush=True)
+
+
 if __name__ == "__main__":
     cases = {f.__name__: f for f in (shard_to, collectives, matmul, data_parallel, several_per_rank,
                                      mismatched_programs, raises_midway, one_call_collectives, allreduce_at_once,
-                                     allreduce_at_once_mismatched, allreduce_at_once_stalls)}
+                                     allreduce_at_once_mismatched, allreduce_at_once_stalls, jit_allreduce)}
     cases[sys.argv[1]]()
