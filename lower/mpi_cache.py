@@ -32,6 +32,7 @@ from lower.schedule_cache import RECORDERS, signature
 from rewrite import Ops, UOp
 from rewrite.env import getenv
 from rewrite.errors import JitError
+from rewrite.viz import capture as viz_capture
 
 _shards, _data = buffers._shards, buffers._data  # allreduce_now reads the registry directly: it runs per call
 _agreed = mpi_exec._agreed  # the digests the ranks have agreed on
@@ -227,7 +228,7 @@ def allreduce_now(x: UOp, op: str = "sum") -> UOp | None:
     (devices.mpi), as for every MPI call."""
     if x.op is not Ops.BUFFER or type(devs := x.buf_arg.device) is not tuple:
         return None
-    comm = _world()
+    comm = _world_comm or _world()
     if comm is None or len(devs) != comm.size or len(x.shape) != 1:
         return None
     key = (op, x.shape, x.dtype, devs)
@@ -275,10 +276,15 @@ def _prepare_now(key: tuple, rank: int, nranks: int) -> _Now | None:
     return _Now(mine, count, _np_dtype(dtype), dev, d, (nranks, count), ops)
 
 
+_world_comm: Any = None  # this job's communicator, once known (devices.mpi.world)
+
+
 def _world() -> Any:
+    global _world_comm
     from devices.mpi import world
 
-    return world()
+    _world_comm = world()
+    return _world_comm
 
 
 def _agree(comm: Any, d: bytes, here: str) -> None:
@@ -292,8 +298,6 @@ def _debug() -> bool:
 
 
 def _tracing() -> bool:
-    from rewrite.viz import capture as viz_capture
-
     return viz_capture.ACTIVE is not None or bool(int(getenv("TRACE")))
 
 
