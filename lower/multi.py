@@ -520,7 +520,7 @@ def view_base(u: UOp) -> UOp | None:
     x = u
     while x.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.REPLICATED):
         x = x.src[0]
-    if x.op is not Ops.BUFFER or not isinstance(x.device, tuple):
+    if x.op is not Ops.BUFFER or not isinstance(x.buf_arg.device, tuple):  # a BUFFER's device is its arg's
         return None
     if u is x:  # axis 0: the buffer itself
         return x
