@@ -28,7 +28,10 @@ Rows:
                       why, when mpirun or mpi4py is missing.
     allreduce S MiB 2 ranks   bus bandwidth of tensor.multi.allreduce on ranks() (one MPI Allreduce) vs mpi4py's
                               Allreduce on numpy arrays of the same size, in turns in the same job (`--quick`: 1, 4,
-                              16 MiB; full: 1 to 256 MiB); the target is ours >= 90% of mpi4py's
+                              16 MiB; full: 1 to 256 MiB), two rows of ours: per call (`M.allreduce(T).realize()`
+                              on a realized T: the Allreduce runs at once, lower.mpi_cache.allreduce_now) and under
+                              jit (a `tensor.jit` step of it, replayed); the target (ours >= 90% of mpi4py's) is
+                              the per-call row's. A note gives the Python per call around the MPI call.
     dp step n ranks           a data-parallel AdamW step of an MLP 784-512-512-10, global batch 256 split over n
                               ranks (1 and 2): steps per second, and the scaling 2 ranks vs 1
 """
@@ -156,9 +159,11 @@ def _mpi_job(n: int, mode: str) -> dict:
 
         c = world()
         assert c is not None
+        two = c.size > 1
         return {"dp": mpi_rows.dp_step_row(c, 3 if mode == "quick" else 10),
                 "allreduce": mpi_rows.allreduce_rows(c, [1, 4, 16] if mode == "quick" else [1, 4, 16, 64, 256],
-                                                     5 if mode == "quick" else 10) if c.size > 1 else []}
+                                                     5 if mode == "quick" else 10) if two else [],
+                **({"python_us": mpi_rows.python_per_call(c)} if two else {})}
     env = dict(os.environ)
     if hasattr(os, "geteuid") and os.geteuid() == 0:  # OpenMPI refuses root unless told
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -192,11 +197,18 @@ def _mpi_rows(b: Bench) -> None:
     for row in two["allreduce"]:
         n, mib = row["ranks"], row["mib"]
         info = {"max_abs_err_vs_mpi4py": row["max_abs_err"], "ranks": n}
-        ours = _record(b, f"allreduce {mib} MiB {n} ranks MPI", "GB/s", row["ours"], info)
+        ours = _record(b, f"allreduce {mib} MiB {n} ranks MPI per call", "GB/s", row["ours"], info)
+        jitted = _record(b, f"allreduce {mib} MiB {n} ranks MPI under jit", "GB/s", row["jit"], info)
         peer = _record(b, f"allreduce {mib} MiB {n} ranks mpi4py Allreduce", "GB/s", row["peer"], info)
-        b.compare(f"allreduce {mib} MiB {n} ranks", ours, peer, "mpi4py Allreduce")
-        b.note(f"allreduce {mib} MiB over {n} ranks: bus bandwidth ours {ours.median:.2f} GB/s, mpi4py "
-               f"{peer.median:.2f} GB/s ({ours.median / peer.median:.0%}), max |err| {row['max_abs_err']:.1e}")
+        b.compare(f"allreduce {mib} MiB {n} ranks per call", ours, peer, "mpi4py Allreduce")
+        b.compare(f"allreduce {mib} MiB {n} ranks under jit", jitted, peer, "mpi4py Allreduce")
+        b.note(f"allreduce {mib} MiB over {n} ranks: bus bandwidth ours per call {ours.median:.2f} GB/s, under jit "
+               f"{jitted.median:.2f}, mpi4py {peer.median:.2f} GB/s ({ours.median / peer.median:.0%}, "
+               f"{jitted.median / peer.median:.0%}), max |err| {row['max_abs_err']:.1e}")
+    if "python_us" in two:
+        py = two["python_us"]
+        b.note(f"Python around one allreduce's MPI call (the call a no-op, slowest rank): per call "
+               f"{py['per call']:.1f} us, under jit {py['jit']:.1f} us")
     steps = {}
     for res in (one, two):
         if res is None:

@@ -11,6 +11,10 @@ the slowest rank's time (an allreduce of the times with max). `python -m benchma
                       arrays of the same size, timed in turns with ours (3 times the runs up to 16 MiB, where a
                       run takes milliseconds and the machine's noise is larger than the difference). Bus
                       bandwidth as NCCL counts it: 2 (n - 1) / n * bytes / second.
+                      jit: the same allreduce as a `tensor.jit` step (`jit(M.allreduce)(T)`), replayed: what a
+                      jitted training step pays per collective.
+  python us per call  the Python around the MPI call per allreduce (Comm.allreduce made a no-op so no rank waits),
+                      per call and under jit: the part of a small allreduce's time that is ours alone.
   dp step             one data-parallel training step (forward, backward, AdamW) of an MLP 784-512-512-10 on a
                       global batch of 256 split over the ranks (each rank's rows from from_local), seconds per step
                       (wall, slowest rank) and the CPU seconds of the busiest rank (on a shared machine the ranks
@@ -45,6 +49,7 @@ def _timed_cpu(c: Comm, fn: Callable[[], object]) -> tuple[float, float]:
 
 def allreduce_rows(c: Comm, sizes_mib: list[int], runs: int) -> list[dict]:
     from tensor import multi as M
+    from tensor.jit import jit
 
     D, n = M.ranks(), c.size
     out = []
@@ -57,21 +62,62 @@ def allreduce_rows(c: Comm, sizes_mib: list[int], runs: int) -> list[dict]:
         def ours() -> None:
             M.allreduce(T).realize()
 
+        def jitted() -> None:
+            step(T)
+
         def peer() -> None:
             c._comm.Allreduce(local, peer_out)
 
+        step = jit(M.allreduce)
         peer()
         want = peer_out.copy()
         err = float(np.abs(M.allreduce(T).numpy() - want).max())
+        for _ in range(3):  # the jit's two captured calls, then a replay
+            err = max(err, float(np.abs(step(T).numpy() - want).max()))
         ours()
-        t_ours, t_peer = [], []
-        for _ in range(runs if mib > 16 else 3 * runs):  # in turns, so a change in the machine's load falls on both
+        t_ours, t_jit, t_peer = [], [], []
+        for _ in range(runs if mib > 16 else 3 * runs):  # in turns, so a change in the machine's load falls on all
             t_ours.append(_timed(c, ours))
+            t_jit.append(_timed(c, jitted))
             t_peer.append(_timed(c, peer))
         busbw = 2 * (n - 1) / n * s * 4 / 1e9
         out.append({"mib": mib, "ranks": n, "max_abs_err": err, "ours": [busbw / t for t in t_ours],
-                    "peer": [busbw / t for t in t_peer]})
+                    "jit": [busbw / t for t in t_jit], "peer": [busbw / t for t in t_peer]})
     return out
+
+
+def python_per_call(c: Comm, runs: int = 2000) -> dict:
+    """Microseconds of Python per allreduce call around the MPI call, on this rank (the slowest rank's figure):
+    the call timed with Comm.allreduce replaced by a no-op (so no rank waits for another), in CPU time of this
+    thread (on a loaded host a rank may wait for its core; that is not Python's cost), best of 5 rounds of `runs`
+    calls, for the per-call form (`M.allreduce(T).realize()`) and a jitted step replaying it. A 1 MiB
+    float32 vector per rank; the real call's results are not used."""
+    from devices.mpi import Comm as C
+    from tensor import multi as M
+    from tensor.jit import jit
+
+    T = M.from_local(np.ones((1 << 20) // 4, np.float32), M.ranks())
+    step = jit(M.allreduce)
+    for _ in range(3):
+        M.allreduce(T).realize()
+        step(T)
+    c.barrier()
+    real = C.allreduce
+    C.allreduce = lambda self, x, op="sum", out=None: out  # type: ignore[method-assign,assignment,misc]  # no-op
+    try:
+        res = {}
+        for name, fn in (("per call", lambda: M.allreduce(T).realize()), ("jit", lambda: step(T))):
+            best = float("inf")
+            for _ in range(5):
+                t0 = time.thread_time()
+                for _ in range(runs):
+                    fn()
+                best = min(best, (time.thread_time() - t0) / runs * 1e6)
+            res[name] = best
+    finally:
+        C.allreduce = real  # type: ignore[method-assign]
+    worst = c.allreduce(np.array([res["per call"], res["jit"]]), "max")
+    return {"per call": float(worst[0]), "jit": float(worst[1])}
 
 
 def dp_step_row(c: Comm, runs: int, batch: int = 256) -> dict:
@@ -113,6 +159,7 @@ def main(mode: str) -> None:
     rows: dict[str, object] = {"dp": dp_step_row(c, 3 if quick else 10)}
     if c.size > 1:
         rows["allreduce"] = allreduce_rows(c, [1, 4, 16] if quick else [1, 4, 16, 64, 256], 5 if quick else 10)
+        rows["python_us"] = python_per_call(c)
     if c.rank == 0:
         print("MPIROWS " + json.dumps(rows), flush=True)
 

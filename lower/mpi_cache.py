@@ -8,20 +8,34 @@ are rebuilt the same way: a fresh buffer, an input, or a tuple BUFFER made of fr
 `lower.multi.buffer_view`. Kernel ASTs are over local slots, so the items' ASTs and their compiled kernels are
 reused as they are. The ranks' agreement on the schedule (lower.mpi_exec.check_matching) is checked when the
 template is made; graphs with symbolic variables are scheduled every time.
+
+`allreduce_now` is tensor.multi.allreduce's fast path for a realized tensor: the one MPI Allreduce the replay of
+its graph would run, called at once on the existing buffers (no graph, signature or template); a per-call cost
+of a few microseconds of Python around the MPI call.
 """
 
 from __future__ import annotations
 
 import collections
+import hashlib
+import sys
 from dataclasses import dataclass, replace
 from typing import Any
 
-from lower import buffers
+import numpy as np
+
+from lower import buffers, mpi_exec
 from lower.copyview import View
 from lower.mpi_exec import COLLECTIVES, Step
 from lower.schedule import ScheduleItem, schedule
-from lower.schedule_cache import signature
+from lower.schedule_cache import RECORDERS, signature
 from rewrite import Ops, UOp
+from rewrite.env import getenv
+from rewrite.errors import JitError
+from rewrite.viz import capture as viz_capture
+
+_shards, _data = buffers._shards, buffers._data  # allreduce_now reads the registry directly: it runs per call
+_agreed = mpi_exec._agreed  # the digests the ranks have agreed on
 
 MAX_TEMPLATES = 128
 
@@ -44,7 +58,9 @@ stats = {"hits": 0, "misses": 0}
 
 
 def _make(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], outs: dict[UOp, UOp], steps: list[Step],
-          kernels: dict[int, Any]) -> Template | None:
+          kernels: dict[int, Any]) -> tuple[Template, list[UOp]] | None:
+    """The template of a schedule this rank ran, and the buffers its fresh roles had in that run (in order, then
+    the tuple BUFFERs of the results: what a tensor.jit capture records)."""
     from lower.multi import view_base
 
     role: dict[int, Role] = {}
@@ -57,15 +73,18 @@ def _make(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], outs: 
             except KeyError:
                 return None
     fresh: list[tuple[object, tuple, object]] = []
+    made: list[UOp] = []
 
     def of(b: UOp) -> Role:  # the buffer's role and the shape this use sees it with (one slot, several shapes)
         s = buffers.slot(b)
         if s not in role:
             role[s] = ("new", len(fresh))
             fresh.append((b.dtype, b.shape, b.buf_arg.device))
+            made.append(b)
         return (*role[s], b.shape)
 
     results: list[tuple] = []
+    tuples: list[UOp] = []
     for r in roots:  # results first: a fresh buffer is made with the shape its holder sees
         o = outs[r]
         base = view_base(o) if isinstance(r.device, tuple) else None
@@ -77,11 +96,12 @@ def _make(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], outs: 
             results.append(("buf", of(base)))  # an input tuple buffer, seen as it is
         else:
             results.append(("view", base.dtype, base.shape, base.device, tuple(of(s) for s in buffers.shards(base))))
+            tuples.append(base)
     used = {st.item for st in steps if st.kind not in COLLECTIVES}
     tmpl_items = {k: (it.kind, tuple(of(b) for b in it.bufs), it.ast, it.name, it.view, it.dst_view)
                   for k, it in enumerate(items) if k in used}
     tmpl_steps = tuple((replace(st, bufs=()), tuple(of(b) for b in st.bufs)) for st in steps)
-    return Template(tmpl_items, tuple(fresh), tuple(results), tmpl_steps, kernels)
+    return Template(tmpl_items, tuple(fresh), tuple(results), tmpl_steps, kernels), made + tuples
 
 
 def realize_ranks(roots: list[UOp], var_vals: dict[str, int] | None = None,
@@ -93,22 +113,45 @@ def realize_ranks(roots: list[UOp], var_vals: dict[str, int] | None = None,
     key, inputs = sig or signature(roots)
     t = _templates.get(key) if not var_vals else None
     if t is None:
+        if RECORDERS and var_vals:
+            raise JitError("jit: a realize across MPI ranks with symbolic shapes cannot be captured; run the step "
+                           "without jit")
         items, outs = schedule(roots)
         steps, kernels = run_ranks(items, var_vals)  # checks the ranks agree before anything is kept
-        if not var_vals and (made := _make(roots, inputs, items, outs, steps, kernels)) is not None:
-            _templates[key] = made
+        made = _make(roots, inputs, items, outs, steps, kernels) if not var_vals else None
+        if made is not None:
+            _templates[key] = made[0]
             while len(_templates) > MAX_TEMPLATES:
                 _templates.popitem(last=False)
+        elif RECORDERS:
+            raise JitError("jit: this realize across MPI ranks cannot be captured (its inputs' shards are not all "
+                           "known here); run the step without jit")
         stats["misses"] += 1
+        if made is not None:
+            for rec in RECORDERS:
+                rec(made[0], inputs, made[1])
         return outs
     stats["hits"] += 1
     _templates.move_to_end(key)
-    return _replay(t, roots, inputs, var_vals)
+    out, bufs = _replay(t, roots, inputs, var_vals)
+    for rec in RECORDERS:
+        rec(t, inputs, bufs)
+    return out
 
 
-def _replay(t: Template, roots: list[UOp], inputs: list[UOp], var_vals: dict[str, int] | None) -> dict[UOp, UOp]:
+def replay_into(t: Template, inputs: list[UOp], outs: list[UOp]) -> None:
+    """tensor.jit's replay of a captured realize across ranks: the template's steps on `inputs` (the graph's
+    buffers by position), its fresh buffers the captured call's (`outs`, as `realize_ranks` told the recorders),
+    whose data the run overwrites."""
+    _replay(t, [], inputs, None, outs)
+
+
+def _replay(t: Template, roots: list[UOp], inputs: list[UOp], var_vals: dict[str, int] | None,
+            into: list[UOp] | None = None) -> tuple[dict[UOp, UOp], list[UOp]]:
     """Run the template's steps on this call's buffers: only the buffers a step or a result names are made, each
-    once (the schedule and the ranks' agreement on it were checked when the template was made)."""
+    once (the schedule and the ranks' agreement on it were checked when the template was made); with `into`, the
+    fresh buffers are those (a jit replay) and no result is made. Returns the results, and the fresh buffers
+    and the results' tuple BUFFERs (for a jit capture)."""
     from lower.mpi_exec import run_steps
     from lower.multi import buffer_view
 
@@ -121,7 +164,7 @@ def _replay(t: Template, roots: list[UOp], inputs: list[UOp], var_vals: dict[str
         if r[0] == "new":
             if (b := fresh.get(r[1])) is None:
                 dt, shape, dev = t.fresh[r[1]]
-                b = fresh[r[1]] = buffers.new_buffer(dt, shape, dev)
+                b = fresh[r[1]] = buffers.new_buffer(dt, shape, dev) if into is None else into[r[1]]
         else:
             b = inputs[r[1]] if r[0] == "in" else buffers.shards(inputs[r[1]])[r[2]]
         shape = r[-1]
@@ -133,6 +176,9 @@ def _replay(t: Template, roots: list[UOp], inputs: list[UOp], var_vals: dict[str
     steps = [replace(st, bufs=tuple(get(r) for r in rs)) if rs else st for st, rs in t.steps]
     run_steps(steps, items, t.kernels, var_vals)
     out: dict[UOp, UOp] = {}
+    if into is not None:
+        return out, into
+    tuples: list[UOp] = []
     for root, res in zip(roots, t.results, strict=True):
         if res[0] == "buf":
             out[root] = get(res[1])
@@ -140,8 +186,119 @@ def _replay(t: Template, roots: list[UOp], inputs: list[UOp], var_vals: dict[str
         _, dtype, shape, devs, shard_roles = res
         buf = buffers.new_buffer(dtype, shape, devs)
         buffers.store_shards(buf, tuple(get(r) for r in shard_roles))
+        tuples.append(buf)
         out[root] = buffer_view(buf, root.shape, root.axis)
-    return out
+    if not RECORDERS:
+        return out, []
+    return out, [get(("new", j, t.fresh[j][1])) if j not in fresh else fresh[j] for j in range(len(t.fresh))] + tuples
 
 
-__all__ = ["Template", "realize_ranks", "stats"]
+# ------------------------------------------------------------------ one allreduce on realized buffers, at once
+
+_NOW_DTYPES = ("float32", "float64", "int64")  # the sums that keep their dtype (an int32 sum is int64)
+
+
+@dataclass(frozen=True)
+class _Now:
+    """How this rank runs one (op, shape, dtype, devices) of `allreduce_now`."""
+
+    mine: int  # this rank's position in the device tuple
+    count: int  # elements per shard
+    npdtype: Any
+    device: Any  # this rank's device (its allocator)
+    digest: bytes  # what every rank must agree on (lower.mpi_exec.agree)
+    storage: tuple[int, int]  # the result's storage shape (n, count)
+    shape_ops: tuple[UOp, UOp, UOp]  # the shape operands of the result's storage, shards and view: kept alive, so
+    # that building the result's nodes finds them made (UOp interning) instead of deriving them again
+
+
+_now: dict[tuple, _Now | None] = {}  # (op, shape, dtype, devices) -> how, or None: not this path
+
+
+def allreduce_now(x: UOp, op: str = "sum") -> UOp | None:
+    """The allreduce of a realized tensor across the job's ranks, run now as one MPI Allreduce from this rank's
+    shard into a fresh buffer, skipping the graph, the schedule and its replay: tensor.multi.allreduce's fast path.
+    `x` must be a BUFFER on a device tuple with one host-memory device on each rank of the job (in any order), 1-D,
+    of a dtype that MPI reduces and the sum keeps (float32, float64, int64), its shards holding data; the result
+    is what realizing `x.reshape(n, s).sum(0)` gives (lower.mpi_exec runs that as the same Allreduce): a (s,)
+    value replicated on the tuple, seen through `lower.multi.buffer_view`, this rank's shard allocated. None when
+    `x` is anything else, no MPI job runs, or TRACE or VIZ want the lowering to run: the caller then builds the
+    graph. The first call for each (op, shape, dtype, devices) checks that every rank makes the same call
+    (lower.mpi_exec.agree), as a schedule's first run does; a rank that never joins is the watchdog's
+    (devices.mpi), as for every MPI call."""
+    if x.op is not Ops.BUFFER or type(devs := x.buf_arg.device) is not tuple:
+        return None
+    comm = _world_comm or _world()
+    if comm is None or len(devs) != comm.size or len(x.shape) != 1:
+        return None
+    key = (op, x.shape, x.dtype, devs)
+    if (how := _now.get(key)) is None and key not in _now:
+        how = _now[key] = _prepare_now(key, comm.rank, comm.size)
+    if how is None or _tracing():
+        return None
+    parts = _shards.get(buffers.slot(x))
+    if parts is None or (src := _data.get(buffers.slot(parts[how.mine]))) is None or type(src) is not np.ndarray:
+        return None
+    if src.dtype != how.npdtype:  # storage of another dtype, seen as this one (a bitcast)
+        src = src.view(how.npdtype)
+    if how.digest not in _agreed:
+        _agree(comm, how.digest, f"allreduce of {x.dtype.name}{list(x.shape)} on {devs}")
+    out = buffers.new_buffer(x.dtype, how.storage, devs)
+    shards = tuple(buffers.new_buffer(x.dtype, (how.count,), d) for d in devs)
+    buffers.store_shards(out, shards)
+    dst = how.device.alloc(how.count, x.dtype)
+    buffers.store(shards[how.mine], dst, owner=how.device)
+    comm.allreduce(src.reshape(-1)[:how.count], op, out=dst)
+    if _debug():
+        print(f"rank {comm.rank}/{comm.size}: ran 1 allreduce at once ({x.dtype.name}[{how.count}] on "
+              f"{devs[how.mine]})", file=sys.stderr)
+    return UOp(Ops.RESHAPE, (UOp(Ops.REPLICATED, (out,), (0,)), how.shape_ops[2]))  # lower.multi.buffer_view
+
+
+def _prepare_now(key: tuple, rank: int, nranks: int) -> _Now | None:
+    from devices import get_device, rank_of
+    from lower.multi import buffer_view
+    from lower.realize import _np_dtype
+
+    op, shape, dtype, devs = key
+    owners = [rank_of(d) for d in devs]
+    if (dtype.name not in _NOW_DTYPES or not isinstance(shape[0], int) or shape[0] % nranks
+            or sorted(o for o in owners if o is not None) != list(range(nranks))):
+        return None
+    mine, count = owners.index(rank), shape[0] // nranks
+    dev = get_device(devs[mine])
+    if getattr(dev, "device_memory", False):  # MPI moves host arrays here
+        return None
+    d = hashlib.sha256(repr(("allreduce now", op, shape, dtype.name, devs)).encode()).digest()
+    probe = buffer_view(buffers.new_buffer(dtype, (nranks, count), devs), (count,), None)
+    assert probe.op is Ops.RESHAPE and probe.src[0].op is Ops.REPLICATED, "lower.multi.buffer_view changed"
+    ops = (UOp.shape_operand((nranks, count)), UOp.shape_operand((count,)), probe.src[1])
+    return _Now(mine, count, _np_dtype(dtype), dev, d, (nranks, count), ops)
+
+
+_world_comm: Any = None  # this job's communicator, once known (devices.mpi.world)
+
+
+def _world() -> Any:
+    global _world_comm
+    from devices.mpi import world
+
+    _world_comm = world()
+    return _world_comm
+
+
+def _agree(comm: Any, d: bytes, here: str) -> None:
+    from lower.mpi_exec import agree
+
+    agree(comm, d, here)
+
+
+def _debug() -> bool:
+    return int(getenv("DEBUG")) >= 1
+
+
+def _tracing() -> bool:
+    return viz_capture.ACTIVE is not None or bool(int(getenv("TRACE")))
+
+
+__all__ = ["Template", "allreduce_now", "realize_ranks", "replay_into", "stats"]

@@ -312,14 +312,19 @@ _agreed: set[bytes] = set()
 
 def check_matching(comm: Comm, items: list[ScheduleItem]) -> None:
     """Raise CollectiveError on every rank when the ranks are not running the same schedule."""
-    d = digest(items)
+    agree(comm, digest(items), f"{len(items)} items here")
+
+
+def agree(comm: Comm, d: bytes, here: str) -> None:
+    """Check once per digest `d` (a sha256 of what this rank is about to run) that every rank runs the same:
+    CollectiveError on every rank, naming the ranks that differ from rank 0 (`here` says what this rank runs)."""
     if d in _agreed:
         return
     every = comm.allgather(np.frombuffer(d, np.uint8), what="schedule check (allgather)")
     bad = [r for r in range(comm.size) if not np.array_equal(every[r], every[0])]
     if bad:
         raise CollectiveError(f"MPI ranks run different programs: the schedule of rank(s) {bad} differs from rank "
-                              f"0's ({len(items)} items here, on rank {comm.rank}); every rank must build the same "
+                              f"0's ({here}, on rank {comm.rank}); every rank must build the same "
                               f"graphs on the same device tuples in the same order (SPMD)")
     _agreed.add(d)
 
@@ -435,5 +440,5 @@ def _flat(a: Any, b: UOp) -> np.ndarray:
 _counts: dict[tuple, int] = {}  # shape -> element count (a replay's allreduce asks for the same shapes again)
 
 
-__all__ = ["Step", "allreduces", "check_matching", "combined_slots", "digest", "on_ranks", "plan_steps",
+__all__ = ["Step", "agree", "allreduces", "check_matching", "combined_slots", "digest", "on_ranks", "plan_steps",
            "run_ranks", "run_steps"]

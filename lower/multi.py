@@ -520,8 +520,15 @@ def view_base(u: UOp) -> UOp | None:
     x = u
     while x.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.REPLICATED):
         x = x.src[0]
-    return x if x.op is Ops.BUFFER and isinstance(x.device, tuple) and u is buffer_view(
-        x, u.shape, u.axis) else None
+    if x.op is not Ops.BUFFER or not isinstance(x.buf_arg.device, tuple):  # a BUFFER's device is its arg's
+        return None
+    if u is x:  # axis 0: the buffer itself
+        return x
+    r = u.src[0]
+    if (u.op is Ops.RESHAPE and u.tag is None and r.op is Ops.REPLICATED and r.arg == (0,) and r.tag is None
+            and r.src[0] is x):  # what buffer_view makes for NULL, checked without building it again
+        return x
+    return x if u is buffer_view(x, u.shape, u.axis) else None
 
 
 __all__ = ["ALLREDUCE_CHUNK_MIN", "Layout", "MultiContext", "allreduce", "buffer_view", "first_slice", "flat_roots",

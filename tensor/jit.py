@@ -27,7 +27,9 @@ of changing values, a random tensor) or a value carried between calls in a Pytho
 the second call's; the capture finds it (the two calls read different data there) and raises JitError, as it
 does when the two calls realize different graphs. Python side effects of the body do not run on a replay, except
 the functions it registered with `on_replay` (the optimizer counts its steps there), and a parameter's `.grad`
-is the second call's tensor, refilled by each replay. TRACE or VIZ set: the body runs at every call.
+is the second call's tensor, refilled by each replay. TRACE or VIZ set: the body runs at every call. A realize
+across MPI ranks is captured as its schedule template (lower.mpi_cache) and replayed on every rank the same way,
+its collectives included.
 """
 
 from __future__ import annotations
@@ -179,7 +181,8 @@ class jit(Generic[R]):
         out_of: dict[int, tuple[int, int]] = {}
         out: list[list[Source]] = []
         for k, (p, ins, outs) in enumerate(cap.records):
-            if p.deps is not None or any(not isinstance(r, int) for r in p.roots):
+            if isinstance(p, schedule_cache.Plan) and (p.deps is not None or any(not isinstance(r, int)
+                                                                                 for r in p.roots)):
                 raise JitError("jit: a realize across several devices cannot be replayed yet; run the step without "
                                "jit")
             src: list[Source] = []
@@ -203,6 +206,7 @@ class jit(Generic[R]):
         if specs != self._arg_specs:
             raise JitError(f"jit: called with Tensor arguments {_fmt(specs)}, captured with {_fmt(self._arg_specs)}; "
                            f"a jit function replays fixed shapes (reset() it, or make one jit per shape)")
+        from lower.mpi_cache import replay_into
         from lower.realize import plans
 
         for buf, refresh in self._host:
@@ -211,8 +215,11 @@ class jit(Generic[R]):
         for p, src, outs in self._program:
             ins = [bufs[s[1]] if s[0] == "arg" else self._program[s[1]][2][s[2]] if s[0] == "out" else s[1]
                    for s in src]
-            schedule_cache.replay(p, [], ins, None, outs)
-            plans.kernels_run += sum(st.kind == "kernel" for st in p.steps)
+            if isinstance(p, schedule_cache.Plan):
+                schedule_cache.replay(p, [], ins, None, outs)
+                plans.kernels_run += sum(st.kind == "kernel" for st in p.steps)
+            else:  # a realize across MPI ranks (lower.mpi_cache's template)
+                replay_into(p, ins, outs)
         self.calls += 1
         for fn in self._after:
             fn()
@@ -234,6 +241,10 @@ def _refill(buf: UOp, data: np.ndarray) -> None:
 def _same_data(a: UOp, b: UOp) -> bool:
     if a.shape != b.shape or a.dtype is not b.dtype:
         return False
+    if isinstance(a.device, tuple):  # on a device tuple: the shards this process holds (under MPI, its rank's)
+        pairs = list(zip(registry.shards(a), registry.shards(b), strict=True))
+        return all(registry.has_data(x) == registry.has_data(y) and (not registry.has_data(x) or _same_data(x, y))
+                   for x, y in pairs)
     return bool(np.array_equal(host_array(a), host_array(b), equal_nan=True))
 
 

@@ -117,6 +117,12 @@ def replicated(x: Tensor, *axes: int) -> Tensor:
 # ------------------------------------------------------------------ the spec's collectives, literally
 
 
+def _capturing() -> bool:
+    from tensor.jit import capturing
+
+    return capturing()
+
+
 def _n(t: Tensor, what: str) -> tuple[tuple[str, ...], int]:
     if not isinstance(t.device, tuple):
         raise DeviceError(f"{what}: T must live on a device tuple (shard it first), got one on {t.device}")
@@ -168,11 +174,19 @@ def reduce_scatter(T: Tensor) -> Tensor:
 def allreduce(T: Tensor) -> Tensor:
     """reduce_scatter + allgather: the devices' (s,) blocks summed, on every device: (s,) on D, axis None. On a
     tuple with one device per MPI rank it is the same sum written as the reduction over the shard axis
-    (`T.reshape(n, s).sum(0)`), which runs as one MPI Allreduce (lower.mpi_exec)."""
+    (`T.reshape(n, s).sum(0)`), which runs as one MPI Allreduce (lower.mpi_exec). When T is already realized
+    there (and needs no gradient), that Allreduce runs at once and the result comes back realized: the call
+    costs the MPI call and a few microseconds of Python, not a graph's schedule and replay. Inside a
+    `tensor.jit` capture it stays a graph, so that the capture records it and every replay runs it."""
     from devices import spans_ranks
 
     D, n = _n(T, "allreduce")
     if spans_ranks(D):
+        if not T._requires_grad and not _capturing():  # realized: one Allreduce now (lower.mpi_cache.allreduce_now)
+            from lower.mpi_cache import allreduce_now
+
+            if (u := allreduce_now(T.uop)) is not None:
+                return Tensor._wrap(u, D)
         return T.reshape(n, T.shape[0] // n).sum(0)
     return allgather(reduce_scatter(T))
 

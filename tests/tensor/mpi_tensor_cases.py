@@ -216,7 +216,110 @@ def one_call_collectives() -> None:
     print(f"rank {r}/{n}: one_call_collectives ok", flush=True)
 
 
+def allreduce_at_once() -> None:
+    """tensor.multi.allreduce of a realized tensor on ranks() runs one MPI Allreduce at once (lower.mpi_cache.
+    allreduce_now), with the ranks' agreement checked the first time only; its result is the lazy form's exactly
+    (values, dtype, layout, this rank's shard alone allocated), for every dtype it takes; int32 (whose sum is
+    int64), a tensor that needs a gradient, or a lazy one take the graph, with the same values."""
+    from lower import buffers
+    from lower.multi import view_base
+
+    r, n = _rank()
+    c = world()
+    assert c is not None
+    D = M.ranks()
+    rng = np.random.default_rng(3)
+    for dt in (np.float32, np.float64, np.int64, np.int32):
+        for k in range(2):
+            data = (rng.standard_normal((n, 5 * n)) * 40).astype(dt)
+            T = M.from_local(data[r], D)
+            before = dict(c.calls)
+            got = M.allreduce(T)
+            made = _made(before)
+            want = data.sum(0, dtype=dt)
+            lazy = T.reshape(n, 5 * n).sum(0).realize()
+            if dt is np.int32:
+                assert not got.is_realized and made == {}, made   # the graph: nothing runs before realize
+                got.realize()
+            else:
+                assert got.is_realized, dt
+                assert made == ({"Allreduce": 1, "schedule check (allgather)": 1} if k == 0 else {"Allreduce": 1}), \
+                    (dt, k, made)
+            assert (got.shape, got.dtype, got.device, got.uop.axis) == (lazy.shape, lazy.dtype, lazy.device, None)
+            a, b = view_base(got.uop), view_base(lazy.uop)
+            assert a is not None and b is not None and a.shape == b.shape
+            assert [(s.shape, buffers.has_data(s)) for s in buffers.shards(a)] == \
+                [(s.shape, buffers.has_data(s)) for s in buffers.shards(b)]
+            np.testing.assert_array_equal(_local(got), _local(lazy))   # the same MPI call: the same bits
+            tol = 1e-5 * float(np.abs(data).max()) * n if np.dtype(dt).kind == "f" else 0.0
+            _eq(got.numpy(), want, tol)
+    x = M.from_local(np.ones(4, np.float32) * (r + 1), D)
+    x.requires_grad = True
+    g = M.allreduce(x)
+    assert not g.is_realized   # a gradient needs the graph
+    g.sum().backward()
+    assert x.grad is not None
+    _eq(g.numpy(), np.full(4, n * (n + 1) / 2, np.float32))
+    lazy_in = M.from_local(np.ones(4, np.float32), D) * 2   # not realized: the graph, fused with its producer
+    _eq(M.allreduce(lazy_in).numpy(), np.full(4, 2 * n, np.float32))
+    print(f"rank {r}/{n}: allreduce_at_once ok", flush=True)
+
+
+def allreduce_at_once_mismatched() -> None:
+    """Rank 0 allreduces a tensor of another length than the others, at once: the first call's check names the
+    ranks on every rank (the same error as for a schedule)."""
+    r, _ = _rank()
+    T = M.from_local(np.ones(3 if r == 0 else 5, np.float32), M.ranks())
+    M.allreduce(T)
+    print("unreachable: the ranks made different calls", flush=True)
+
+
+def allreduce_at_once_stalls() -> None:
+    """The last rank never reaches an at-once allreduce that the others have agreed on before: the watchdog
+    (devices.mpi) aborts the job with the call named, as for any MPI call."""
+    import os
+    import time
+
+    r, n = _rank()
+    T = M.from_local(np.ones(4, np.float32), M.ranks())
+    M.allreduce(T)   # agreed: the next call is the Allreduce alone
+    if r == n - 1:
+        time.sleep(120)
+        os._exit(0)
+    M.allreduce(T)
+    print("unreachable: the allreduce finished without the last rank", flush=True)
+
+
+def jit_allreduce() -> None:
+    """A tensor.jit step whose body allreduces its argument across the ranks: captured as the graph (not at once),
+    and every replay runs the Allreduce on the new argument's data (one MPI call per step, no schedule check)."""
+    from tensor.jit import jit
+
+    r, n = _rank()
+    c = world()
+    assert c is not None
+    D = M.ranks()
+
+    @jit
+    def step(T: Tensor) -> Tensor:
+        return M.allreduce(T) * 2
+
+    for k in range(5):
+        blocks = np.arange(6 * n, dtype=np.float32).reshape(n, 6) * (k + 1) - np.arange(n, dtype=np.float32)[:, None]
+        T = M.from_local(blocks[r], D)   # rank q's block is row q
+        before = dict(c.calls)
+        got = step(T)
+        made = _made(before)
+        want = 2 * blocks.sum(0)
+        if k >= 2:   # a replay: the Allreduce alone
+            assert made == {"Allreduce": 1}, (k, made)
+        _eq(_local(got), want, 1e-5)
+    assert step.calls == 5
+    print(f"rank {r}/{n}: jit_allreduce ok", flush=True)
+
+
 if __name__ == "__main__":
     cases = {f.__name__: f for f in (shard_to, collectives, matmul, data_parallel, several_per_rank,
-                                     mismatched_programs, raises_midway, one_call_collectives)}
+                                     mismatched_programs, raises_midway, one_call_collectives, allreduce_at_once,
+                                     allreduce_at_once_mismatched, allreduce_at_once_stalls, jit_allreduce)}
     cases[sys.argv[1]]()

@@ -32,7 +32,8 @@ def _ok(p: subprocess.CompletedProcess, case: str, n: int) -> None:
 
 @needs_mpi
 @pytest.mark.parametrize("n", [2, 4])
-@pytest.mark.parametrize("case", ["shard_to", "collectives", "matmul", "data_parallel", "one_call_collectives"])
+@pytest.mark.parametrize("case", ["shard_to", "collectives", "matmul", "data_parallel", "one_call_collectives",
+                                  "allreduce_at_once", "jit_allreduce"])
 def test_programs_across_ranks_match_numpy(case: str, n: int) -> None:
     _ok(mpirun(n, case), case, n)
 
@@ -48,6 +49,26 @@ def test_ranks_running_different_programs_fail_with_the_ranks_named() -> None:
     assert p.returncode != 0
     assert "unreachable" not in p.stdout
     assert "MPI ranks run different programs: the schedule of rank(s) [1] differs from rank 0's" in p.stderr, p.stderr
+
+
+@needs_mpi
+def test_ranks_allreducing_different_shapes_at_once_fail_with_the_ranks_named() -> None:
+    p = mpirun(2, "allreduce_at_once_mismatched", MPI_TIMEOUT="60")
+    assert p.returncode != 0
+    assert "unreachable" not in p.stdout
+    # each rank names its own call (float32[6] on rank 0, [10] on rank 1); the first to abort may silence the other
+    assert re.search(r"MPI ranks run different programs: the schedule of rank\(s\) \[1\] differs from rank 0's "
+                     r"\(allreduce of float32\[(6|10)\] on \('cpu@0', 'cpu@1'\)", p.stderr), p.stderr
+
+
+@needs_mpi
+def test_a_rank_that_never_joins_an_allreduce_at_once_is_aborted_by_the_watchdog() -> None:
+    start = time.monotonic()
+    p = mpirun(2, "allreduce_at_once_stalls", MPI_TIMEOUT="3")
+    assert p.returncode != 0
+    assert time.monotonic() - start < 60
+    assert "unreachable" not in p.stdout
+    assert "MPI allreduce of 16 bytes (float32[4]) did not finish in 3 s" in p.stderr, p.stderr
 
 
 @needs_mpi
