@@ -28,6 +28,7 @@ from rewrite.uop import UOp, register_simplifier
 
 # `symbolic` (the full fast set) is not re-exported here: the name would hide the rules.symbolic module
 from rules.divmod import divmod_linear, divmod_rules, divmod_templates
+from rules.linear import factor_sums
 from rules.symbolic import (
     bool_algebra,
     canonical_order,
@@ -87,11 +88,13 @@ def worth_saturating(u: UOp) -> bool:
 
 
 def simplify(u: UOp) -> UOp:
-    """Fast rules, then egglog saturation (if available, EGGLOG != 0 and worth it), then the fast rules again."""
+    """Fast rules, then egglog saturation (if available, EGGLOG != 0 and worth it), then the fast rules again, then
+    shared constant factors taken out of sums where that leaves fewer nodes (rules.linear.factor_sums: the fast
+    rules would distribute them again, so it runs last)."""
     u = simplify_fast(u)
     if knob_int("EGGLOG") != 0 and worth_saturating(u) and (sat := _egglog_saturate()) is not None:
         u = simplify_fast(sat(u))
-    return u
+    return factor_sums(u)
 
 
 register_simplifier(simplify)

@@ -18,6 +18,7 @@ import math
 from collections.abc import Iterable
 from typing import cast
 
+from rewrite.dsl import Rule, RuleSet, op, var
 from rewrite.dtype import dtypes
 from rewrite.ops import Ops
 from rewrite.uop import UOp
@@ -287,3 +288,175 @@ def _ne_linear(x: UOp, c0: int) -> UOp | None:
     if k != 0 or flip:
         return UOp(Ops.CMPNE, (build_sum(items), _const(c, x)))
     return None
+
+
+# ---------------------------------------------------------------------------- factoring (after the last fast pass)
+
+# a factored sum: its terms (an atom and its coefficient, or a factored sum and its factor) and its constant
+_Item = tuple[object, int]  # (UOp | _Sum, coefficient or factor)
+_Sum = tuple[tuple[_Item, ...], int]
+_LEAF_OPS = (Ops.RANGE, Ops.PARAM, Ops.SPECIAL)
+MAX_FACTOR_TERMS = 10  # longer chains are left alone (the search tries a few factors per level)
+
+
+def _chain_items(s: UOp) -> tuple[list[tuple[UOp, int]], int] | None:
+    """The terms of the index chain `s` as (atom, coefficient) and its constant, or None for a chain that repeats an
+    atom, holds a nested sum or has more than MAX_FACTOR_TERMS terms."""
+    items: list[tuple[UOp, int]] = []
+    k = 0
+    for t in _chain(s):
+        if t.op is Ops.CONST:
+            k += t.arg[0]  # type: ignore[index]  # a CONST arg is (value, dtype)
+            continue
+        a, f = split_term(t)
+        if a.op is Ops.ADD or a.op is Ops.CONST:
+            return None
+        items.append((a, f))
+    if len(items) > MAX_FACTOR_TERMS or len({id(a) for a, _ in items}) != len(items):
+        return None
+    return items, k
+
+
+def _price(s: _Sum, free: frozenset[int]) -> tuple[int, int]:
+    """(unique nodes, ops) the chain-level structure of `s` adds to its atoms: one ADD per term after the first, one
+    MUL per coefficient other than 1 and per factor, and each constant value once unless an atom already holds it."""
+    consts: set[int] = set()
+    ops = 0
+    stack = [s]
+    while stack:
+        items, k = stack.pop()
+        ops += len(items) + (k != 0) - 1
+        if k != 0:
+            consts.add(k)
+        for x, f in items:
+            if isinstance(x, tuple):
+                stack.append(x)
+            if f != 1 or isinstance(x, tuple):
+                ops += 1
+                consts.add(f)
+    return ops + len(consts - free), ops
+
+
+def _factorings(items: tuple[tuple[UOp, int], ...], k: int, depth: int = 0) -> list[_Sum]:
+    """Candidate factored forms of sum(items) + k: the flat sum, and for each factor g > 1 shared by at least two
+    terms (or a term and the constant), those terms as (sum of them / g) * g, the inner sum factored again."""
+    out: list[_Sum] = [(tuple(items), k)]
+    if depth > 3 or len(items) < 2:
+        return out
+    gs: set[int] = set()
+    coefs = [abs(f) for _, f in items]
+    for i, a in enumerate(coefs):
+        for b in coefs[i + 1 :] + ([abs(k)] if k else []):
+            if (g := math.gcd(a, b)) > 1:
+                gs.add(g)
+    for g in sorted(gs):
+        members = [(a, f) for a, f in items if f % g == 0]
+        for with_k in ((False, True) if k and k % g == 0 else (False,)):
+            if len(members) + with_k < 2:
+                continue
+            first = next(i for i, (_, f) in enumerate(items) if f % g == 0)
+            inner_items = tuple((a, f // g) for a, f in members)
+            for inner in _factorings(inner_items, k // g if with_k else 0, depth + 1):
+                rest: list[_Item] = [(a, f) for a, f in items if f % g != 0]
+                rest.insert(sum(1 for _, f in items[:first] if f % g != 0), (inner, g))
+                out.append((tuple(rest), 0 if with_k else k))
+    return out
+
+
+def _build_factored(s: _Sum) -> UOp:
+    items, k = s
+    terms: list[tuple[UOp, int]] = [(_build_factored(x) if isinstance(x, tuple) else x, f)  # type: ignore[misc]
+                                    for x, f in items]
+    return build_sum(terms, k)
+
+
+def factor_common(s: UOp) -> UOp | None:
+    """An index sum with terms that share a constant factor, written with the factor taken out once where that makes
+    the sum smaller in unique nodes (a constant counts once however often it is used, a shared subterm once) without
+    adding an op: `r7*4 + r6 + r9*64 + r5*16` -> `r7*4 + r6 + (r9*4 + r5)*16` (64 is gone, 4 is shared). The
+    inner sum may be factored again, and the constant may join a group it divides.
+
+    Identity: a*(g*p) + b*(g*q) + ... + g*m = (a*p + b*q + ... + m)*g (distributivity, exact on integers).
+    The fast rules distribute such a product again (rules.symbolic's canonical form), so this runs only on a
+    final result (`factor_sums`), never inside the fast rule set. None when no factoring is smaller."""
+    if s.dtype is not dtypes.index or s.op is not Ops.ADD:
+        return None
+    parsed = _chain_items(s)
+    if parsed is None:
+        return None
+    items, k = parsed
+    cands = _factorings(tuple(items), k)
+    if len(cands) == 1:  # no two terms (or a term and the constant) share a factor
+        return None
+    free = frozenset(int(n.arg[0]) for a, _ in items for n in _atom_nodes(a)  # type: ignore[index]  # CONST arg
+                     if n.op is Ops.CONST and n.dtype is dtypes.index)
+    base = _price(cands[0], free)
+    best = min(cands[1:], key=lambda c: _price(c, free), default=None)
+    if best is None:
+        return None
+    cost, ops = _price(best, free)
+    if cost >= base[0] or ops > base[1]:
+        return None
+    return _build_factored(best)
+
+
+def _atom_nodes(a: UOp) -> list[UOp]:
+    return [a] if a.op in _LEAF_OPS else a.toposort()
+
+
+def count_nodes(u: UOp) -> tuple[int, int]:
+    """(unique nodes, ops) of `u`, variables and ranges as leaves (their bounds not counted), constants once each."""
+    seen: set[UOp] = set()
+    stack = [u]
+    ops = 0
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op in _LEAF_OPS or n.op is Ops.CONST:
+            continue
+        ops += 1
+        stack.extend(n.src)
+    return len(seen), ops
+
+
+def factor_sums(u: UOp) -> UOp:
+    """`factor_common` on every index sum of `u` (each maximal chain once, after its atoms), kept only where the
+    whole expression gets fewer unique nodes and no more ops."""
+    memo: dict[UOp, UOp] = {}
+
+    def go(n: UOp) -> UOp:
+        if (r := memo.get(n)) is not None:
+            return r
+        if n.op in _LEAF_OPS or n.op is Ops.CONST or not n.src:
+            r = n
+        elif n.op is Ops.ADD and n.dtype is dtypes.index:
+            terms = _chain(n)
+            new = [go(t) for t in terms]
+            chain = n if all(a is b for a, b in zip(terms, new, strict=True)) else _rechain(new)
+            r = factor_common(chain) or chain
+        else:
+            src = tuple(go(s) for s in n.src)
+            r = n if all(a is b for a, b in zip(src, n.src, strict=True)) else n.replace(src=src)
+        memo[n] = r
+        return r
+
+    out = go(u)
+    if out is u:
+        return u
+    (n0, o0), (n1, o1) = count_nodes(u), count_nodes(out)
+    return out if n1 < n0 and o1 <= o0 else u
+
+
+def _rechain(terms: list[UOp]) -> UOp:
+    acc = terms[0]
+    for t in terms[1:]:
+        acc = UOp(Ops.ADD, (acc, t))
+    return acc
+
+
+# the factoring as a rule (on one chain, as `factor_sums` applies it), so the soundness checks are generated from it
+factoring = RuleSet("factoring", [
+    Rule("add-factor-common", op.ADD(var("x", dtypes.index), var("y"), name="s"), factor_common),
+])
