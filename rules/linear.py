@@ -14,6 +14,7 @@ comparison rules divide through and read intervals, which wrap-around would brea
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from typing import cast
@@ -292,19 +293,21 @@ def _ne_linear(x: UOp, c0: int) -> UOp | None:
 
 # ---------------------------------------------------------------------------- factoring (after the last fast pass)
 
-# a factored sum: its terms (an atom and its coefficient, or a factored sum and its factor) and its constant
-_Item = tuple[object, int]  # (UOp | _Sum, coefficient or factor)
+# a factored sum over a chain's atoms by position: its terms (an atom's index and its coefficient, or a factored sum
+# and its factor) and its constant
+_Item = tuple[object, int]  # (int | _Sum, coefficient or factor)
 _Sum = tuple[tuple[_Item, ...], int]
 _LEAF_OPS = (Ops.RANGE, Ops.PARAM, Ops.SPECIAL)
 MAX_FACTOR_TERMS = 10  # longer chains are left alone (the search tries a few factors per level)
+MAX_FACTOR_DEPTH = 3  # factors taken out of a factored sum again, at most
 
 
-def _chain_items(s: UOp) -> tuple[list[tuple[UOp, int]], int] | None:
-    """The terms of the index chain `s` as (atom, coefficient) and its constant, or None for a chain that repeats an
+def _chain_items(terms: list[UOp]) -> tuple[list[tuple[UOp, int]], int] | None:
+    """The terms of an index chain as (atom, coefficient) and its constant, or None for a chain that repeats an
     atom, holds a nested sum or has more than MAX_FACTOR_TERMS terms."""
     items: list[tuple[UOp, int]] = []
     k = 0
-    for t in _chain(s):
+    for t in terms:
         if t.op is Ops.CONST:
             k += t.arg[0]  # type: ignore[index]  # a CONST arg is (value, dtype)
             continue
@@ -337,37 +340,56 @@ def _price(s: _Sum, free: frozenset[int]) -> tuple[int, int]:
     return ops + len(consts - free), ops
 
 
-def _factorings(items: tuple[tuple[UOp, int], ...], k: int, depth: int = 0) -> list[_Sum]:
-    """Candidate factored forms of sum(items) + k: the flat sum, and for each factor g > 1 shared by at least two
-    terms (or a term and the constant), those terms as (sum of them / g) * g, the inner sum factored again."""
-    out: list[_Sum] = [(tuple(items), k)]
-    if depth > 3 or len(items) < 2:
-        return out
+def _shared_factors(coefs: Iterable[int], k: int) -> list[int]:
+    """Every g > 1 that divides two of the coefficients, or a coefficient and the constant, in increasing order."""
+    cs = [abs(f) for f in coefs]
     gs: set[int] = set()
-    coefs = [abs(f) for _, f in items]
-    for i, a in enumerate(coefs):
-        for b in coefs[i + 1 :] + ([abs(k)] if k else []):
+    for i, a in enumerate(cs):
+        for b in cs[i + 1 :] + ([abs(k)] if k else []):
             if (g := math.gcd(a, b)) > 1:
                 gs.add(g)
-    for g in sorted(gs):
-        members = [(a, f) for a, f in items if f % g == 0]
-        for with_k in ((False, True) if k and k % g == 0 else (False,)):
+    return sorted(gs)
+
+
+def _best(items: tuple[tuple[int, int], ...], k: int, free: frozenset[int], depth: int = 0) -> _Sum:
+    """The cheapest (by `_price`) of: the flat sum(items) + k, and for each factor g shared by two terms (or a term
+    and the constant), the terms g divides as (their sum / g, factored the same way) * g in place of the first of
+    them, the constant inside or not when g divides it."""
+    best: _Sum = (items, k)
+    if depth >= MAX_FACTOR_DEPTH or (len(items) < 2 and not k):
+        return best
+    cost = _price(best, free)
+    for g in _shared_factors((f for _, f in items), k):
+        members = [(a, f // g) for a, f in items if f % g == 0]
+        first = next(i for i, (_, f) in enumerate(items) if f % g == 0)
+        rest: list[_Item] = [(a, f) for a, f in items if f % g != 0]
+        for with_k in (False, True) if k and k % g == 0 else (False,):
             if len(members) + with_k < 2:
                 continue
-            first = next(i for i, (_, f) in enumerate(items) if f % g == 0)
-            inner_items = tuple((a, f // g) for a, f in members)
-            for inner in _factorings(inner_items, k // g if with_k else 0, depth + 1):
-                rest: list[_Item] = [(a, f) for a, f in items if f % g != 0]
-                rest.insert(sum(1 for _, f in items[:first] if f % g != 0), (inner, g))
-                out.append((tuple(rest), 0 if with_k else k))
-    return out
+            inner = _best(tuple(members), k // g if with_k else 0, free, depth + 1)
+            at = sum(1 for _, f in items[:first] if f % g != 0)  # the group stands where its first term stood
+            cand: _Sum = ((*rest[:at], (inner, g), *rest[at:]), 0 if with_k else k)
+            if (c := _price(cand, free)) < cost:
+                best, cost = cand, c
+    return best
 
 
-def _build_factored(s: _Sum) -> UOp:
+@functools.lru_cache(maxsize=4096)
+def _factoring(coefs: tuple[int, ...], k: int, free: frozenset[int]) -> _Sum | None:
+    """The factored form of sum(coefs[i] * atom i) + k with fewer nodes and no more ops than the flat one, or None
+    (cached: the lanes of a kernel repeat the same coefficients)."""
+    items = tuple(enumerate(coefs))
+    flat: _Sum = (items, k)
+    best = _best(items, k, free)
+    n0, o0 = _price(flat, free)
+    n1, o1 = _price(best, free)
+    return best if n1 < n0 and o1 <= o0 else None
+
+
+def _build_factored(s: _Sum, atoms: list[UOp]) -> UOp:
     items, k = s
-    terms: list[tuple[UOp, int]] = [(_build_factored(x) if isinstance(x, tuple) else x, f)  # type: ignore[misc]
-                                    for x, f in items]
-    return build_sum(terms, k)
+    return build_sum([(_build_factored(x, atoms) if isinstance(x, tuple) else atoms[cast(int, x)], f)
+                      for x, f in items], k)
 
 
 def factor_common(s: UOp) -> UOp | None:
@@ -381,23 +403,24 @@ def factor_common(s: UOp) -> UOp | None:
     final result (`factor_sums`), never inside the fast rule set. None when no factoring is smaller."""
     if s.dtype is not dtypes.index or s.op is not Ops.ADD:
         return None
-    parsed = _chain_items(s)
+    return _factor_chain(_chain(s))
+
+
+def _factor_chain(terms: list[UOp]) -> UOp | None:
+    """`factor_common` on the chain of `terms`."""
+    if len(terms) < 2:
+        return None
+    parsed = _chain_items(terms)
     if parsed is None:
         return None
     items, k = parsed
-    cands = _factorings(tuple(items), k)
-    if len(cands) == 1:  # no two terms (or a term and the constant) share a factor
+    coefs = tuple(f for _, f in items)
+    if not _shared_factors(coefs, k):
         return None
     free = frozenset(int(n.arg[0]) for a, _ in items for n in _atom_nodes(a)  # type: ignore[index]  # CONST arg
                      if n.op is Ops.CONST and n.dtype is dtypes.index)
-    base = _price(cands[0], free)
-    best = min(cands[1:], key=lambda c: _price(c, free), default=None)
-    if best is None:
-        return None
-    cost, ops = _price(best, free)
-    if cost >= base[0] or ops > base[1]:
-        return None
-    return _build_factored(best)
+    best = _factoring(coefs, k, free)
+    return None if best is None else _build_factored(best, [a for a, _ in items])
 
 
 def _atom_nodes(a: UOp) -> list[UOp]:
@@ -421,28 +444,43 @@ def count_nodes(u: UOp) -> tuple[int, int]:
     return len(seen), ops
 
 
+_FACTORED: dict[UOp, UOp] = {}  # factor_sums' results (a kernel's expressions come back through every stage)
+
+
+def clear_factor_cache() -> None:
+    _FACTORED.clear()
+    _factoring.cache_clear()
+
+
 def factor_sums(u: UOp) -> UOp:
     """`factor_common` on every index sum of `u` (each maximal chain once, after its atoms), kept only where the
-    whole expression gets fewer unique nodes and no more ops."""
+    whole expression gets fewer unique nodes and no more ops. Results are cached by UOp."""
+    if (hit := _FACTORED.get(u)) is not None:
+        return hit
+    if len(_FACTORED) > 100_000:
+        _FACTORED.clear()
+    out = _FACTORED[u] = _factor_sums(u)
+    return out
+
+
+def _factor_sums(u: UOp) -> UOp:
     memo: dict[UOp, UOp] = {}
 
     def go(n: UOp) -> UOp:
         if (r := memo.get(n)) is not None:
             return r
-        if n.op in _LEAF_OPS or n.op is Ops.CONST or not n.src:
-            r = n
-        elif n.op is Ops.ADD and n.dtype is dtypes.index:
+        if n.op is Ops.ADD and n.dtype is dtypes.index:
             terms = _chain(n)
-            new = [go(t) for t in terms]
+            new = [t if not t.src or t.op in _LEAF_OPS else go(t) for t in terms]
             chain = n if all(a is b for a, b in zip(terms, new, strict=True)) else _rechain(new)
-            r = factor_common(chain) or chain
+            r = _factor_chain(new) or chain
         else:
-            src = tuple(go(s) for s in n.src)
+            src = tuple(s if not s.src or s.op in _LEAF_OPS else go(s) for s in n.src)
             r = n if all(a is b for a, b in zip(src, n.src, strict=True)) else n.replace(src=src)
         memo[n] = r
         return r
 
-    out = go(u)
+    out = u if not u.src or u.op in _LEAF_OPS else go(u)
     if out is u:
         return u
     (n0, o0), (n1, o1) = count_nodes(u), count_nodes(out)
