@@ -45,7 +45,7 @@ from rules.symbolic import (
     where_folding,
 )
 
-_saturate: list[Callable[[UOp], UOp] | None] = []  # looked up once: [rules.eqsat.saturate] or [None]
+_saturate: list[Callable[[UOp], UOp] | None] = []  # looked up once: [rules.eqsat.saturate_fast] or [None]
 
 
 def _egglog_saturate() -> Callable[[UOp], UOp] | None:
@@ -54,7 +54,7 @@ def _egglog_saturate() -> Callable[[UOp], UOp] | None:
             mod = importlib.import_module("rules.eqsat")
         except ImportError:  # another module provides it; without it the fast rules are the whole simplifier
             mod = None
-        _saturate.append(getattr(mod, "saturate", None))
+        _saturate.append(getattr(mod, "saturate_fast", None))
     return _saturate[0]
 
 

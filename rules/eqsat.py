@@ -26,9 +26,11 @@ The DSL rules (`eqsat`) are checked like the fast ones by the soundness test gen
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from rewrite.dsl import Pat, Rule, RuleSet, const, fold, op, var
+from rewrite.egglog_io import split_commands
 from rewrite.egraph import Saturator, Schedule, floor_div, floor_mod
 from rewrite.egraph_export import Export, export_rules
 from rewrite.egraph_terms import pow2_rules
@@ -249,29 +251,62 @@ SCHEDULE = Schedule(iterations=8, max_size=20_000, seconds=2.0)
 POINT_GUARD: frozenset[str] = frozenset()
 
 
-def program(rules: RuleSet = eqsat, raw: str = RAW_RULES) -> tuple[str, Export]:
+# The rules that can still shrink a result of the fast tier (rules.symbolic), or tighten its interval: the remainder
+# forms, which only the e-graph has. Every other rewrite of `eqsat` is one the fast tier has already applied (its
+# fixed point holds no SUB, NEG, constant on the left, identity, foldable constant, nested div or mod it could
+# merge, ...), so on a fast result it only adds forms no smaller than the input. Measured on 943 distinct fast
+# results that rules.worth_saturating lets through (the issue-14 family table, the benchmark's random batch and
+# lane-padded kernel batches, 3,600 fuzzer expressions): dropping the other rewrites one group at a time, no
+# result got more nodes and no interval got looser, and a saturation per expression cost ~1.1 ms instead of ~4
+# (CPU, accumulated e-graph as the benchmark runs it). tests/rules/test_eqsat_prune.py keeps checking it.
+FAST_TIER_RULES = frozenset({"sub-mod", "sub-div", "mod-sub", "sub-mod-scaled", "sub-div-scaled"})
+# interval rules for ops that neither a fast result nor those rules hold (SUB, NEG and the comparisons the fast
+# tier turns into < and !=): each rule of a rule set costs egglog 13.2 time in every run of it, matched or not
+FAST_TIER_DEAD_ANALYSIS = frozenset({
+    "iv-sub", "iv-neg", "iv-gt", "iv-ge", "iv-le", "iv-eq", "iv-gt-true", "iv-gt-false", "iv-le-true", "iv-le-false",
+    "iv-ge-true", "iv-ge-false", "iv-eq-true", "iv-eq-false-lt", "iv-eq-false-gt", "hide-const-sub", "hide-const-neg",
+})
+
+
+def _without(text: str, names: frozenset[str]) -> str:
+    """egglog `text` less the rules named in `names`."""
+    forms = split_commands(text)
+    keep = [f for f in forms if (m := re.search(r':name "([^"/]+)', f)) is None or m.group(1) not in names]
+    return "\n".join(keep) + "\n"
+
+
+def program(rules: RuleSet = eqsat, raw: str = RAW_RULES, analysis: str = ANALYSIS) -> tuple[str, Export]:
     """The egglog text for the analysis, `rules` exported into rule set `rw`, and `raw` rules."""
     ex = export_rules(rules, "rw", subsume=SUBSUME, point_guard=POINT_GUARD)
-    return f"{ANALYSIS}\n(ruleset rw)\n{ex.text}{raw}\n", ex
+    return f"{analysis}\n(ruleset rw)\n{ex.text}{raw}\n", ex
 
 
-_SAT: list[Saturator] = []
-_EXPORT: list[Export] = []
+def fast_tier_program() -> tuple[str, Export]:
+    """`program` for results of the fast tier: the rewrites in FAST_TIER_RULES, the analysis less
+    FAST_TIER_DEAD_ANALYSIS, no raw rules."""
+    rules = RuleSet("eqsat-fast-tier", [r for r in eqsat if r.name in FAST_TIER_RULES])
+    return program(rules, "", _without(ANALYSIS, FAST_TIER_DEAD_ANALYSIS))
 
 
-def saturator() -> Saturator:
-    """The process-wide saturator (one persistent e-graph; the rules are loaded on first use)."""
-    if not _SAT:
-        text, ex = program()
-        _EXPORT.append(ex)
-        _SAT.append(Saturator("eqsat", text, SCHEDULE))
-    return _SAT[0]
+_SAT: dict[str, Saturator] = {}
+_EXPORT: dict[str, Export] = {}
+
+
+def saturator(fast_tier: bool = False) -> Saturator:
+    """The process-wide saturator (one persistent e-graph; the rules are loaded on first use): the whole rule set
+    for any index expression, or with `fast_tier` the rules that can still shrink a fast-tier result."""
+    key = "fast" if fast_tier else "full"
+    if key not in _SAT:
+        text, ex = fast_tier_program() if fast_tier else program()
+        _EXPORT[key] = ex
+        _SAT[key] = Saturator("eqsat-fast" if fast_tier else "eqsat", text, SCHEDULE)
+    return _SAT[key]
 
 
 def skipped_rules() -> list[tuple[str, str]]:
     """DSL rules of `eqsat` the export could not translate, with the reason (should be empty)."""
     saturator()
-    return _EXPORT[0].skipped
+    return _EXPORT["full"].skipped
 
 
 def saturate(u: UOp) -> UOp:
@@ -283,6 +318,18 @@ def saturate(u: UOp) -> UOp:
 def saturate_batch(exprs: Sequence[UOp]) -> list[UOp]:
     """`saturate` for all index expressions of one kernel at once: one e-graph, one packed extraction."""
     return [r.uop for r in saturator().run(exprs)]
+
+
+def saturate_fast(u: UOp) -> UOp:
+    """`saturate` for a result of the fast tier (rules.symbolic.simplify_fast), with the rules that can still shrink
+    one (FAST_TIER_RULES): what rules.simplify runs."""
+    sat = saturator(fast_tier=True)
+    return hit.uop if (hit := sat.cached(u)) is not None else sat.run([u])[0].uop
+
+
+def saturate_fast_batch(exprs: Sequence[UOp]) -> list[UOp]:
+    """`saturate_fast` for the index expressions of one kernel at once (the pipeline's symbolic stage)."""
+    return [r.uop for r in saturator(fast_tier=True).run(exprs)]
 
 
 def egraph_bounds(u: UOp) -> tuple[ConstValue, ConstValue]:
@@ -321,7 +368,7 @@ def tier_disagreements(exprs: Sequence[UOp], points: int = 16, seed: int = 0) ->
 
     rng = random.Random(seed)
     fast = [simplify_fast(e) for e in exprs]
-    sat = saturator().run(fast)
+    sat = saturator(fast_tier=True).run(fast)
     out: list[str] = []
     for e, f, r in zip(exprs, fast, sat, strict=True):
         g = simplify_fast(r.uop)
@@ -354,5 +401,6 @@ def tier_disagreements(exprs: Sequence[UOp], points: int = 16, seed: int = 0) ->
     return out
 
 
-__all__ = ["ANALYSIS", "RAW_RULES", "SCHEDULE", "egraph_bounds", "eqsat", "ordered", "program", "saturate",
-           "saturate_batch", "saturator", "skipped_rules", "tier_disagreements"]
+__all__ = ["ANALYSIS", "FAST_TIER_DEAD_ANALYSIS", "FAST_TIER_RULES", "RAW_RULES", "SCHEDULE", "egraph_bounds", "eqsat",
+           "fast_tier_program", "ordered", "program", "saturate", "saturate_batch", "saturate_fast",
+           "saturate_fast_batch", "saturator", "skipped_rules", "tier_disagreements"]

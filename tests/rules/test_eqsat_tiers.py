@@ -13,7 +13,7 @@ from benchmarks.symbolic_family_cases import CASES, build
 from rewrite.env import Context
 from rewrite.uop import UOp
 from rules import eqsat, worth_saturating
-from rules.eqsat import egraph_bounds, saturate, tier_disagreements
+from rules.eqsat import egraph_bounds, saturate, saturate_fast, tier_disagreements
 from rules.symbolic import simplify_fast
 from tests.rules.symcheck import random_case
 
@@ -24,6 +24,7 @@ V = UOp.variable
 def private_disk_cache(tmp_path_factory):
     with Context(CACHEDIR=str(tmp_path_factory.mktemp("eqsat-tiers-cache"))):
         eqsat.saturator().clear_memory()
+        eqsat.saturator(fast_tier=True).clear_memory()
         yield
 
 
@@ -41,7 +42,7 @@ def test_tiers_agree_on_the_family_table() -> None:
 def test_the_checker_catches_a_wrong_result(monkeypatch) -> None:
     """tier_disagreements is not vacuous: an e-graph that answers x + 1 for everything is caught."""
     x = V("x", 0, 9)
-    sat = eqsat.saturator()
+    sat = eqsat.saturator(fast_tier=True)
     real = sat.run
 
     def wrong(us):
@@ -69,5 +70,6 @@ def test_remainder_rules(e: UOp, want: str, bounds: tuple[int, int]) -> None:
     f = simplify_fast(e)
     assert worth_saturating(f)
     assert saturate(f).render() == want
+    assert simplify_fast(saturate_fast(f)) is simplify_fast(saturate(f))  # the fast-tier program, as read back
     assert egraph_bounds(f) == bounds
     assert (f.vmin, f.vmax) != bounds, "the fast tier's own interval is already as tight"
