@@ -320,16 +320,42 @@ def saturate_batch(exprs: Sequence[UOp]) -> list[UOp]:
     return [r.uop for r in saturator().run(exprs)]
 
 
+_FAST_TIER_SET: list[RuleSet] = []
+
+
+def fast_tier_can_change(u: UOp) -> bool:
+    """Can the fast-tier program change `u` at all? Only where one of its rewrites matches a node of `u` as it is
+    (checked with the compiled matcher of the same DSL rules, whose guards read only constants), or where a
+    variable's box is a single value (the analysis makes it a constant). Otherwise no rule fires in the e-graph,
+    the only unions are the analysis's, and the interval it computes is the fast tier's own (a fast result has no
+    node whose interval is one value): the e-graph would give `u` back, at the cost of an egglog call (~1-2 ms).
+    tests/rules/test_eqsat_prune.py checks that on its sample."""
+    if not _FAST_TIER_SET:
+        _FAST_TIER_SET.append(RuleSet("eqsat-fast-tier-match", [r for r in eqsat if r.name in FAST_TIER_RULES]))
+    rs = _FAST_TIER_SET[0]
+    for n in u.toposort():
+        if n.op is Ops.PARAM and len(n.src) == 3 and n.vmin == n.vmax:
+            return True
+        m = rs.matcher(n.op)
+        if m is not None and m(n, None) is not None:
+            return True
+    return False
+
+
 def saturate_fast(u: UOp) -> UOp:
     """`saturate` for a result of the fast tier (rules.symbolic.simplify_fast), with the rules that can still shrink
-    one (FAST_TIER_RULES): what rules.simplify runs."""
+    one (FAST_TIER_RULES), and only where one of them can fire (`fast_tier_can_change`): what rules.simplify runs."""
+    if not fast_tier_can_change(u):
+        return u
     sat = saturator(fast_tier=True)
     return hit.uop if (hit := sat.cached(u)) is not None else sat.run([u])[0].uop
 
 
 def saturate_fast_batch(exprs: Sequence[UOp]) -> list[UOp]:
     """`saturate_fast` for the index expressions of one kernel at once (the pipeline's symbolic stage)."""
-    return [r.uop for r in saturator(fast_tier=True).run(exprs)]
+    todo = [u for u in dict.fromkeys(exprs) if fast_tier_can_change(u)]
+    done = dict(zip(todo, (r.uop for r in saturator(fast_tier=True).run(todo)), strict=True)) if todo else {}
+    return [done.get(u, u) for u in exprs]
 
 
 def egraph_bounds(u: UOp) -> tuple[ConstValue, ConstValue]:
@@ -402,5 +428,5 @@ def tier_disagreements(exprs: Sequence[UOp], points: int = 16, seed: int = 0) ->
 
 
 __all__ = ["ANALYSIS", "FAST_TIER_DEAD_ANALYSIS", "FAST_TIER_RULES", "RAW_RULES", "SCHEDULE", "egraph_bounds", "eqsat",
-           "fast_tier_program", "ordered", "program", "saturate", "saturate_batch", "saturate_fast",
-           "saturate_fast_batch", "saturator", "skipped_rules", "tier_disagreements"]
+           "fast_tier_can_change", "fast_tier_program", "ordered", "program", "saturate", "saturate_batch",
+           "saturate_fast", "saturate_fast_batch", "saturator", "skipped_rules", "tier_disagreements"]
