@@ -8,8 +8,12 @@ at least as tight as `[u.vmin, u.vmax]`: the e-graph's interval is the intersect
 it found.
 
 Where it runs: after the fast directional rules (rules.symbolic), on the index expressions of one kernel at a
-time (`saturate_batch`), behind an in-memory and an on-disk cache. It assumes canonical sums from the fast
-pass (constants last), so it needs no general associativity or commutativity, which would explode the e-graph.
+time, behind an in-memory and an on-disk cache. It assumes canonical sums from the fast pass (constants last), so
+it needs no general associativity or commutativity, which would explode the e-graph. Two programs: the whole rule
+set (`saturate`, `saturate_batch`, `egraph_bounds`: any index expression), and the fast-tier program
+(`saturate_fast`, `saturate_fast_batch`: what rules.simplify and the pipeline run on results of the fast rules),
+which keeps only the rewrites that can still change such a result (FAST_TIER_RULES, measured below) and is not
+called at all where none of them matches (`fast_tier_can_change`).
 
 The rules ("lin" style): interval analysis (`lo`/`hi` lattice functions, one rule per op; a point interval is
 unioned with its constant, which also folds every constant expression through floor division); identities
