@@ -264,11 +264,13 @@ POINT_GUARD: frozenset[str] = frozenset()
 # result got more nodes and no interval got looser, and a saturation per expression cost ~1.1 ms instead of ~4
 # (CPU, accumulated e-graph as the benchmark runs it). tests/rules/test_eqsat_prune.py keeps checking it.
 FAST_TIER_RULES = frozenset({"sub-mod", "sub-div", "mod-sub", "sub-mod-scaled", "sub-div-scaled"})
-# interval rules for ops that neither a fast result nor those rules hold (SUB, NEG and the comparisons the fast
-# tier turns into < and !=): each rule of a rule set costs egglog 13.2 time in every run of it, matched or not
+# analysis rules for what neither a fast result nor those rules hold: SUB, NEG and the comparisons the fast tier
+# turns into < and !=, and operations on two constants (folded by the fast tier; the rules build none): each rule
+# of a rule set costs egglog 13.2 time in every run of it, matched or not
 FAST_TIER_DEAD_ANALYSIS = frozenset({
     "iv-sub", "iv-neg", "iv-gt", "iv-ge", "iv-le", "iv-eq", "iv-gt-true", "iv-gt-false", "iv-le-true", "iv-le-false",
-    "iv-ge-true", "iv-ge-false", "iv-eq-true", "iv-eq-false-lt", "iv-eq-false-gt", "hide-const-sub", "hide-const-neg",
+    "iv-ge-true", "iv-ge-false", "iv-eq-true", "iv-eq-false-lt", "iv-eq-false-gt", "hide-const-add", "hide-const-sub",
+    "hide-const-mul", "hide-const-max", "hide-const-neg",
 })
 
 
@@ -285,11 +287,28 @@ def program(rules: RuleSet = eqsat, raw: str = RAW_RULES, analysis: str = ANALYS
     return f"{analysis}\n(ruleset rw)\n{ex.text}{raw}\n", ex
 
 
+def _const_right(p: Pat) -> Pat:
+    """`p` with every product by a constant matched only as `x * c`: a fast result has its constants on the right
+    (rules.symbolic), so the `c * x` variants the export would also write can never match one."""
+    if p.kind != "op" or p.src is None:
+        return p
+    src = tuple(_const_right(s) for s in p.src)
+    const_right = p.ops == frozenset({Ops.MUL}) and len(src) == 2 and src[1].kind == "const"
+    return Pat("op", ops=p.ops, src=src, name=p.name, dtypes=p.dtypes, arg=p.arg, rest=p.rest,
+               ordered=p.ordered or const_right)
+
+
+def fast_tier_rules() -> RuleSet:
+    """The rewrites of FAST_TIER_RULES, each matching products by a constant only as `x * c` (`_const_right`): a
+    subset of what the rule of `eqsat` matches, with its right-hand side and guard (so the same soundness)."""
+    return RuleSet("eqsat-fast-tier", [Rule(r.name, _const_right(r.lhs), r.rhs, when=r.when)
+                                       for r in eqsat if r.name in FAST_TIER_RULES])
+
+
 def fast_tier_program() -> tuple[str, Export]:
-    """`program` for results of the fast tier: the rewrites in FAST_TIER_RULES, the analysis less
+    """`program` for results of the fast tier: the rewrites of `fast_tier_rules`, the analysis less
     FAST_TIER_DEAD_ANALYSIS, no raw rules."""
-    rules = RuleSet("eqsat-fast-tier", [r for r in eqsat if r.name in FAST_TIER_RULES])
-    return program(rules, "", _without(ANALYSIS, FAST_TIER_DEAD_ANALYSIS))
+    return program(fast_tier_rules(), "", _without(ANALYSIS, FAST_TIER_DEAD_ANALYSIS))
 
 
 _SAT: dict[str, Saturator] = {}
@@ -335,7 +354,7 @@ def fast_tier_can_change(u: UOp) -> bool:
     node whose interval is one value): the e-graph would give `u` back, at the cost of an egglog call (~1-2 ms).
     tests/rules/test_eqsat_prune.py checks that on its sample."""
     if not _FAST_TIER_SET:
-        _FAST_TIER_SET.append(RuleSet("eqsat-fast-tier-match", [r for r in eqsat if r.name in FAST_TIER_RULES]))
+        _FAST_TIER_SET.append(fast_tier_rules())
     rs = _FAST_TIER_SET[0]
     for n in u.toposort():
         if n.op is Ops.PARAM and len(n.src) == 3 and n.vmin == n.vmax:

@@ -86,3 +86,27 @@ def test_skipped_expressions_come_back_unchanged() -> None:
             assert r.lo is None or r.hi is None or (r.lo <= f.vmin and f.vmax <= r.hi), (
                 f"{f.render()}: [{r.lo}, {r.hi}] is tighter than [{f.vmin}, {f.vmax}]")
     assert all(eqsat.saturate_fast(f) is f for f in skipped[:50])
+
+
+def test_fast_tier_rules_are_restrictions_of_eqsat_rules() -> None:
+    """Each fast-tier rewrite is its `eqsat` rule (checked for soundness by test_soundness.py) matching products by a
+    constant only as `x * c`: the same right-hand side and guard, and on random instances of its pattern the `eqsat`
+    rule matches too, with the same result."""
+    from rewrite.dsl import RuleSet
+    from tests.rules.test_soundness import EQSAT_DTYPES, EQSAT_HINTS, draw, fire
+
+    by_name = {r.name: r for r in eqsat.eqsat}
+    for rule in eqsat.fast_tier_rules():
+        orig = by_name[rule.name]
+        assert rule.rhs is orig.rhs and rule.when is orig.when
+        one, other = RuleSet("one", [rule]), RuleSet("other", [orig])
+        rng = random.Random(rule.name)
+        fired = 0
+        for _ in range(200):
+            got = draw(rule, rng, wide=False, value_dtypes=EQSAT_DTYPES, hints=EQSAT_HINTS)
+            if got is None or (a := fire(one, got[0])) is None:
+                continue
+            fired += 1
+            b = fire(other, got[0])
+            assert b is not None and b[0] is a[0], f"{rule.name} on {got[0].render()}"
+        assert fired, rule.name
