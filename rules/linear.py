@@ -341,24 +341,39 @@ def _price(s: _Sum, free: frozenset[int]) -> tuple[int, int]:
 
 
 def _shared_factors(coefs: Iterable[int], k: int) -> list[int]:
-    """Every g > 1 that divides two of the coefficients, or a coefficient and the constant, in increasing order."""
-    cs = [abs(f) for f in coefs]
-    gs: set[int] = set()
-    for i, a in enumerate(cs):
-        for b in cs[i + 1 :] + ([abs(k)] if k else []):
-            if (g := math.gcd(a, b)) > 1:
-                gs.add(g)
-    return sorted(gs)
+    """The factors worth taking out of a sum: each coefficient g >= 2 that divides another coefficient or the
+    constant. Taking g out adds one MUL (the group's) and drops one for each member whose coefficient is g, so a
+    group with no such member has more ops, which no factored form may (its inner groups pay for themselves the
+    same way)."""
+    cs = list(coefs)
+    out: set[int] = set()
+    for i, g in enumerate(cs):
+        if g >= 2 and g not in out and ((k != 0 and k % g == 0)
+                                        or any(j != i and f % g == 0 for j, f in enumerate(cs))):
+            out.add(g)
+    return sorted(out)
 
 
-def _best(items: tuple[tuple[int, int], ...], k: int, free: frozenset[int], depth: int = 0) -> _Sum:
-    """The cheapest (by `_price`) of: the flat sum(items) + k, and for each factor g shared by two terms (or a term
-    and the constant), the terms g divides as (their sum / g, factored the same way) * g in place of the first of
-    them, the constant inside or not when g divides it."""
-    best: _Sum = (items, k)
+def _flat_cost(items: Iterable[tuple[object, int]], k: int) -> tuple[int, set[int]]:
+    """(ops, constants) of a flat sum's own structure: its ADDs, a MUL per coefficient other than 1, its constants."""
+    ops, consts = (k != 0) - 1, {k} if k else set()
+    for _, f in items:
+        ops += 1 if f == 1 else 2
+        if f != 1:
+            consts.add(f)
+    return ops, consts
+
+
+def _best(items: tuple[tuple[int, int], ...], k: int, free: frozenset[int],
+          depth: int = 0) -> tuple[_Sum, int, frozenset[int]]:
+    """The cheapest (by `_price`: ops plus constants not in `free`) of: the flat sum(items) + k, and for each factor g
+    worth taking out (`_shared_factors`), the terms g divides as (their sum / g, factored the same way) * g in place
+    of the first of them, the constant inside or not when g divides it. Returns the form, its ops and constants."""
+    ops, consts = _flat_cost(items, k)
+    best: tuple[_Sum, int, frozenset[int]] = ((items, k), ops, frozenset(consts))
     if depth >= MAX_FACTOR_DEPTH or (len(items) < 2 and not k):
         return best
-    cost = _price(best, free)
+    cost = ops + len(consts - free)
     for g in _shared_factors((f for _, f in items), k):
         members = [(a, f // g) for a, f in items if f % g == 0]
         first = next(i for i, (_, f) in enumerate(items) if f % g == 0)
@@ -366,11 +381,14 @@ def _best(items: tuple[tuple[int, int], ...], k: int, free: frozenset[int], dept
         for with_k in (False, True) if k and k % g == 0 else (False,):
             if len(members) + with_k < 2:
                 continue
-            inner = _best(tuple(members), k // g if with_k else 0, free, depth + 1)
-            at = sum(1 for _, f in items[:first] if f % g != 0)  # the group stands where its first term stood
-            cand: _Sum = ((*rest[:at], (inner, g), *rest[at:]), 0 if with_k else k)
-            if (c := _price(cand, free)) < cost:
-                best, cost = cand, c
+            inner, i_ops, i_consts = _best(tuple(members), k // g if with_k else 0, free, depth + 1)
+            r_ops, r_consts = _flat_cost(rest, 0 if with_k else k)
+            c_ops = r_ops + 2 + i_ops  # the group is one more term (an ADD) times g (a MUL)
+            c_consts = r_consts | i_consts | {g}
+            if (c := c_ops + len(c_consts - free)) < cost:
+                at = sum(1 for _, f in items[:first] if f % g != 0)  # the group stands where its first term stood
+                best, cost = (((*rest[:at], (inner, g), *rest[at:]), 0 if with_k else k), c_ops,
+                              frozenset(c_consts)), c
     return best
 
 
@@ -379,9 +397,8 @@ def _factoring(coefs: tuple[int, ...], k: int, free: frozenset[int]) -> _Sum | N
     """The factored form of sum(coefs[i] * atom i) + k with fewer nodes and no more ops than the flat one, or None
     (cached: the lanes of a kernel repeat the same coefficients)."""
     items = tuple(enumerate(coefs))
-    flat: _Sum = (items, k)
-    best = _best(items, k, free)
-    n0, o0 = _price(flat, free)
+    best = _best(items, k, free)[0]
+    n0, o0 = _price((items, k), free)
     n1, o1 = _price(best, free)
     return best if n1 < n0 and o1 <= o0 else None
 
@@ -415,12 +432,29 @@ def _factor_chain(terms: list[UOp]) -> UOp | None:
         return None
     items, k = parsed
     coefs = tuple(f for _, f in items)
-    if not _shared_factors(coefs, k):
+    gs = _shared_factors(coefs, k)
+    if not gs:
         return None
     free = frozenset(int(n.arg[0]) for a, _ in items for n in _atom_nodes(a)  # type: ignore[index]  # CONST arg
                      if n.op is Ops.CONST and n.dtype is dtypes.index)
+    if not _may_gain(coefs, k, gs, free):
+        return None
     best = _factoring(coefs, k, free)
     return None if best is None else _build_factored(best, [a for a, _ in items])
+
+
+def _may_gain(coefs: tuple[int, ...], k: int, gs: list[int], free: frozenset[int]) -> bool:
+    """A quick test before the search: some factor g has two terms with coefficient g (one MUL fewer), or a
+    member's quotient, or the constant's, is a constant the sum already holds (one constant fewer). A factored form
+    whose quotients are all new constants keeps as many constants as it removes, and each group costs a MUL its
+    coefficient-g member pays back, so without either it is no smaller (the search would find nothing)."""
+    have = set(coefs) | free | ({k} if k else set())
+    for g in gs:
+        if sum(1 for f in coefs if f == g) >= 2:
+            return True
+        if any(f != g and f % g == 0 and f // g in have for f in coefs) or (k != 0 and k % g == 0 and k // g in have):
+            return True
+    return False
 
 
 def _atom_nodes(a: UOp) -> list[UOp]:
