@@ -365,20 +365,33 @@ def fast_tier_can_change(u: UOp) -> bool:
     return False
 
 
+def _no_larger(u: UOp, r: UOp) -> UOp:
+    """`r`, the e-graph's form of the fast result `u`, unless the fast rules make it a larger graph than `u` (the
+    extraction prices a tree, so a subterm `u` shares, like `a*-1` used twice, counts once in `u` but the form that
+    drops one use can need a node more: found by the full simplifier's long fuzz)."""
+    if r is u:
+        return u
+    from rules.linear import count_nodes
+    from rules.symbolic import simplify_fast
+
+    return r if count_nodes(simplify_fast(r))[0] <= count_nodes(u)[0] else u
+
+
 def saturate_fast(u: UOp) -> UOp:
     """`saturate` for a result of the fast tier (rules.symbolic.simplify_fast), with the rules that can still shrink
-    one (FAST_TIER_RULES), and only where one of them can fire (`fast_tier_can_change`): what rules.simplify runs."""
+    one (FAST_TIER_RULES), only where one of them can fire (`fast_tier_can_change`), and only where the result, read
+    back by the fast rules, has no more nodes than `u` (`_no_larger`): what rules.simplify runs."""
     if not fast_tier_can_change(u):
         return u
     sat = saturator(fast_tier=True)
-    return hit.uop if (hit := sat.cached(u)) is not None else sat.run([u])[0].uop
+    return _no_larger(u, hit.uop if (hit := sat.cached(u)) is not None else sat.run([u])[0].uop)
 
 
 def saturate_fast_batch(exprs: Sequence[UOp]) -> list[UOp]:
     """`saturate_fast` for the index expressions of one kernel at once (the pipeline's symbolic stage)."""
     todo = [u for u in dict.fromkeys(exprs) if fast_tier_can_change(u)]
     done = dict(zip(todo, (r.uop for r in saturator(fast_tier=True).run(todo)), strict=True)) if todo else {}
-    return [done.get(u, u) for u in exprs]
+    return [_no_larger(u, done[u]) if u in done else u for u in exprs]
 
 
 def egraph_bounds(u: UOp) -> tuple[ConstValue, ConstValue]:

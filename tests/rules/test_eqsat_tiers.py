@@ -73,3 +73,16 @@ def test_remainder_rules(e: UOp, want: str, bounds: tuple[int, int]) -> None:
     assert simplify_fast(saturate_fast(f)) is simplify_fast(saturate(f))  # the fast-tier program, as read back
     assert egraph_bounds(f) == bounds
     assert (f.vmin, f.vmax) != bounds, "the fast tier's own interval is already as tight"
+
+
+def test_egraph_form_that_loses_a_shared_subterm_is_not_taken() -> None:
+    """Found by the full simplifier's long fuzz: the fast result shares `a*-1` between two terms; the e-graph's
+    remainder form of one of them, `(a//-14)*14`, is smaller as a tree but leaves a node more in the graph once the
+    fast rules read it back, so the full simplifier keeps the fast result."""
+    from rules.linear import count_nodes
+
+    a = V("a", -8, 3)
+    e = ((((a * 12 + a) % 12) % 4) + ((((a * -2) + a) % -2) + (a % -4))) * ((((a.ne(6)).where(a, a)) % -14) - a)
+    f = simplify_fast(e)
+    s = e.simplify()
+    assert count_nodes(s)[0] <= count_nodes(f)[0], f"{f.render()} -> {s.render()}"
