@@ -365,33 +365,49 @@ def fast_tier_can_change(u: UOp) -> bool:
     return False
 
 
-def _no_larger(u: UOp, r: UOp) -> UOp:
-    """`r`, the e-graph's form of the fast result `u`, unless the fast rules make it a larger graph than `u` (the
-    extraction prices a tree, so a subterm `u` shares, like `a*-1` used twice, counts once in `u` but the form that
-    drops one use can need a node more: found by the full simplifier's long fuzz)."""
-    if r is u:
-        return u
+FAST_TIER_ROUNDS = 3  # e-graph rounds per expression at most (each one on the fast rules' reading of the last)
+
+
+def _rounds(u: UOp, first: UOp) -> UOp:
+    """The fast rules' reading of `first`, the e-graph's form of the fast result `u`, then more e-graph rounds while
+    a fast-tier rewrite matches the new form (a point variable made a constant can reorder a sum so that a remainder
+    pair becomes adjacent), each kept only if it has no more nodes than the form before it: the extraction prices a
+    tree, so a form that drops one use of a shared subterm (`a*-1` used twice) can leave a node more in the graph
+    (found by the full simplifier's long fuzz)."""
     from rules.linear import count_nodes
     from rules.symbolic import simplify_fast
 
-    return r if count_nodes(simplify_fast(r))[0] <= count_nodes(u)[0] else u
+    cur, r = u, first
+    for i in range(FAST_TIER_ROUNDS):
+        if i:
+            if not fast_tier_can_change(cur):
+                break
+            r = saturator(fast_tier=True).run([cur])[0].uop
+        if r is cur:
+            break
+        g = simplify_fast(r)
+        if g is cur or count_nodes(g)[0] > count_nodes(cur)[0]:
+            break
+        cur = g
+    return cur
 
 
 def saturate_fast(u: UOp) -> UOp:
     """`saturate` for a result of the fast tier (rules.symbolic.simplify_fast), with the rules that can still shrink
-    one (FAST_TIER_RULES), only where one of them can fire (`fast_tier_can_change`), and only where the result, read
-    back by the fast rules, has no more nodes than `u` (`_no_larger`): what rules.simplify runs."""
+    one (FAST_TIER_RULES), only where one of them can fire (`fast_tier_can_change`), read back by the fast rules and
+    kept only where that has no more nodes than `u` (`_rounds`): what rules.simplify runs."""
     if not fast_tier_can_change(u):
         return u
     sat = saturator(fast_tier=True)
-    return _no_larger(u, hit.uop if (hit := sat.cached(u)) is not None else sat.run([u])[0].uop)
+    return _rounds(u, hit.uop if (hit := sat.cached(u)) is not None else sat.run([u])[0].uop)
 
 
 def saturate_fast_batch(exprs: Sequence[UOp]) -> list[UOp]:
-    """`saturate_fast` for the index expressions of one kernel at once (the pipeline's symbolic stage)."""
+    """`saturate_fast` for the index expressions of one kernel at once (the pipeline's symbolic stage): one e-graph
+    for the first round of all of them."""
     todo = [u for u in dict.fromkeys(exprs) if fast_tier_can_change(u)]
     done = dict(zip(todo, (r.uop for r in saturator(fast_tier=True).run(todo)), strict=True)) if todo else {}
-    return [_no_larger(u, done[u]) if u in done else u for u in exprs]
+    return [_rounds(u, done[u]) if u in done else u for u in exprs]
 
 
 def egraph_bounds(u: UOp) -> tuple[ConstValue, ConstValue]:
@@ -463,6 +479,6 @@ def tier_disagreements(exprs: Sequence[UOp], points: int = 16, seed: int = 0) ->
     return out
 
 
-__all__ = ["ANALYSIS", "FAST_TIER_DEAD_ANALYSIS", "FAST_TIER_RULES", "RAW_RULES", "SCHEDULE", "egraph_bounds", "eqsat",
-           "fast_tier_can_change", "fast_tier_program", "ordered", "program", "saturate", "saturate_batch",
-           "saturate_fast", "saturate_fast_batch", "saturator", "skipped_rules", "tier_disagreements"]
+__all__ = ["ANALYSIS", "FAST_TIER_DEAD_ANALYSIS", "FAST_TIER_ROUNDS", "FAST_TIER_RULES", "RAW_RULES", "SCHEDULE",
+           "egraph_bounds", "eqsat", "fast_tier_can_change", "fast_tier_program", "ordered", "program", "saturate",
+           "saturate_batch", "saturate_fast", "saturate_fast_batch", "saturator", "skipped_rules", "tier_disagreements"]

@@ -86,3 +86,14 @@ def test_egraph_form_that_loses_a_shared_subterm_is_not_taken() -> None:
     f = simplify_fast(e)
     s = e.simplify()
     assert count_nodes(s)[0] <= count_nodes(f)[0], f"{f.render()} -> {s.render()}"
+
+
+def test_point_variable_then_remainder_pair_is_a_fixed_point() -> None:
+    """Found by the full simplifier's long fuzz: the e-graph makes the one-value variable `a` a constant, the fast
+    rules then reorder the sum so that `b*-1 + b%4` is one node, which a second e-graph round turns into
+    `(b//4)*-4`; the full simplifier's result must be a fixed point of it."""
+    a, b = V("a", 1, 1), V("b", -8, 7)
+    e = (a + b * -1) + b % 4
+    s = e.simplify()
+    assert s.simplify() is s, f"{s.render()} -> {s.simplify().render()}"
+    assert "%" not in s.render(), s.render()
