@@ -36,8 +36,7 @@ def full_batch(exprs: Sequence[UOp]) -> tuple[UOp, ...]:
     """Fast rules, one e-graph for the results the e-graph may still shrink, fast rules again, shared factors taken
     out of sums (rules.simplify's order and its test `rules.worth_saturating`, batched as the pipeline's symbolic
     stage does). rules.eqsat, and with it the e-graph's code, is imported only when some result needs it."""
-    from rules import worth_saturating
-    from rules.linear import factor_sums
+    from rules import factor_final, worth_saturating
 
     fast = fast_batch(exprs)
     worth = [u for u in dict.fromkeys(fast) if worth_saturating(u)]
@@ -46,7 +45,7 @@ def full_batch(exprs: Sequence[UOp]) -> tuple[UOp, ...]:
 
         sat = dict(zip(worth, saturate_fast_batch(worth), strict=True))
         fast = fast_batch([sat.get(u, u) for u in fast])
-    return tuple(factor_sums(u) for u in fast)
+    return tuple(factor_final(u) for u in fast)
 
 
 def full_each(exprs: Sequence[UOp]) -> list[UOp]:

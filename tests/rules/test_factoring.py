@@ -185,3 +185,14 @@ def test_pass_on_kernel_index_batches() -> None:
             assert s.simplify() is s, f"{s.render()} -> {s.simplify().render()}"
             same_values(e, s)
     assert fewer >= 10
+
+
+def test_factored_form_the_fast_rules_shrink_is_a_fixed_point() -> None:
+    """Found by the full simplifier's long fuzz (`a` has one value, so the e-graph makes it a constant):
+    `((b-5)//-2)*2 - 10` factored is `((b-5)//-2 - 5)*2`, where the fast rules merge the constant into the division;
+    the full simplifier takes that further form, a fixed point."""
+    a, b = UOp.variable("a", -5, -5), UOp.variable("b", -8, 7)
+    e = ((UOp.const(-15) - (a + a)) + (b + a) // -2) * 2
+    s = e.simplify()
+    assert s.simplify() is s, f"{s.render()} -> {s.simplify().render()}"
+    same_values(e, s)
