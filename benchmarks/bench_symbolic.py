@@ -35,7 +35,9 @@ disk-cache rows use a temporary CACHEDIR.
 E-graph ON (issue 14): per batch, saturation forced on every expression of the fast result (not only what
 rules.worth_saturating lets through), warm (the persistent e-graph already holds the batch: a repeated layer)
 and fresh (an e-graph holding the rules alone); per expression, one e-graph call for each random fast result
-that worth_saturating lets through, from a fresh e-graph. Both in the budget lines next to the full simplifier.
+that worth_saturating lets through and a fast-tier rule matches (rules.eqsat.fast_tier_can_change: what the full
+simplifier sends to egglog), from a fresh e-graph. Both with the fast-tier program (rules.eqsat.fast_tier_program),
+which the full simplifier saturates with; in the budget lines next to the full simplifier.
 
 Families (issue 14): benchmarks/symbolic_family_cases.py's table, one line per family: node counts after our fast rules,
 our full simplifier and tinygrad's, how many cases ours is larger or smaller, wrong results.
@@ -216,12 +218,13 @@ def _per_expr(name: str, fn: Callable[[object], object], n: int, runs: int,
 
 
 def _batch_figures(b: Bench, w: Workload, tg: tuple[list[Any], dict[Any, Any]] | None, runs: int,
-                   saturator: Callable[[], Any]) -> None:
+                   saturator: Callable[..., Any]) -> None:
     exprs = w.exprs
     clear_memory_cache()
-    before = saturator().last
+    sat = saturator(fast_tier=True)  # the fast-tier program: what the full simplifier saturates with
+    before = sat.last
     full_out = full_batch(exprs)  # fills the memory cache for the cached rows, and gives the e-graph's stats
-    st = saturator().last if saturator().last is not before else None  # None: no e-graph was needed
+    st = sat.last if sat.last is not before else None  # None: no e-graph was needed
     # timed in turns, so a change in the machine's load falls on all four alike; the uncached runs refill the
     # memory cache, so the cached runs that follow them in the next turn still find it full
     jobs = [_per_batch(f"{w.name}/fast", lambda _: fast_batch(exprs), runs),
@@ -270,8 +273,11 @@ def _pool_figures(b: Bench, w: Workload, tg: tuple[list[Any], dict[Any, Any]] | 
         texprs = tg[0]
         jobs.append(_per_expr(f"{w.name}/tinygrad", lambda _: tinygrad_each(texprs), n, fast_runs))
     from rules import worth_saturating
+    from rules.eqsat import fast_tier_can_change
 
-    needy = [u for u in dict.fromkeys(fast_each(exprs)) if worth_saturating(u)]
+    # the fast results the full simplifier sends to egglog: those rules.worth_saturating lets through and a rule of
+    # the fast-tier program matches (rules.eqsat.saturate_fast skips the others without an egglog call)
+    needy = [u for u in dict.fromkeys(fast_each(exprs)) if worth_saturating(u) and fast_tier_can_change(u)]
     if needy:  # the e-graph alone, one call per fast result that needs it, from an e-graph holding the rules alone
         jobs.append(_per_expr(f"{w.name}/e-graph per expr that needs it ({len(needy)})",
                               lambda _: saturate_each(needy), len(needy), slow_runs, forget_egraph))

@@ -30,7 +30,7 @@ CASES: list[tuple[str, str, str, int | str]] = [
     # gcd through a symbolic divisor
     ("symbolic-gcd", "(a*3 + b*9) // (d*3)",        "a=0:20 b=0:9 d=1:5",  "((a+(b*3))//d)"),
     ("symbolic-gcd", "(a*4 + b*6) // (d*2)",        "a=0:20 b=0:9 d=1:5",  "(((a*2)+(b*3))//d)"),
-    ("symbolic-gcd", "(a*6 + 12) // (d*3)",         "a=-9:9 d=1:5",        "(((a*2)+4)//d)"),
+    ("symbolic-gcd", "(a*6 + 12) // (d*3)",         "a=-9:9 d=1:5",        "(((a+2)*2)//d)"),
     ("symbolic-gcd", "(a*6 + b*4) % (d*2)",         "a=0:9 b=0:9 d=1:5",   "((((a*3)+(b*2))%d)*2)"),
     ("symbolic-gcd", "(a*5 + b*10) // (d*-5)",      "a=-9:9 b=0:9 d=1:4",  9),
     ("symbolic-gcd", "(a*4 + b*2 + 6) // (d*2)",    "a=0:9 b=0:9 d=1:4",   9),

@@ -33,19 +33,19 @@ def fast_batch(exprs: Sequence[UOp]) -> tuple[UOp, ...]:
 
 
 def full_batch(exprs: Sequence[UOp]) -> tuple[UOp, ...]:
-    """Fast rules, one e-graph for the results the e-graph may still shrink, fast rules again (rules.simplify's
-    order and its test `rules.worth_saturating`, batched as the pipeline's symbolic stage does). rules.eqsat, and
-    with it the e-graph's code, is imported only when some result needs it."""
-    from rules import worth_saturating
+    """Fast rules, one e-graph for the results the e-graph may still shrink, fast rules again, shared factors taken
+    out of sums (rules.simplify's order and its test `rules.worth_saturating`, batched as the pipeline's symbolic
+    stage does). rules.eqsat, and with it the e-graph's code, is imported only when some result needs it."""
+    from rules import factor_final, worth_saturating
 
     fast = fast_batch(exprs)
     worth = [u for u in dict.fromkeys(fast) if worth_saturating(u)]
-    if not worth:
-        return fast
-    from rules.eqsat import saturate_batch
+    if worth:
+        from rules.eqsat import saturate_fast_batch
 
-    sat = dict(zip(worth, saturate_batch(worth), strict=True))
-    return fast_batch([sat.get(u, u) for u in fast])
+        sat = dict(zip(worth, saturate_fast_batch(worth), strict=True))
+        fast = fast_batch([sat.get(u, u) for u in fast])
+    return tuple(factor_final(u) for u in fast)
 
 
 def full_each(exprs: Sequence[UOp]) -> list[UOp]:
@@ -73,14 +73,14 @@ def saturate_all(fast: Sequence[UOp]) -> object:
     through): what the e-graph costs when it runs on a whole kernel batch."""
     from rules.eqsat import saturator
 
-    return saturator().run(fast)
+    return saturator(fast_tier=True).run(fast)
 
 
 def saturate_each(fast: Sequence[UOp]) -> object:
     """One e-graph call per expression (the e-graph persists across them, as in one process)."""
     from rules.eqsat import saturator
 
-    sat = saturator()
+    sat = saturator(fast_tier=True)
     return [sat.run([u]) for u in fast]
 
 
@@ -88,13 +88,16 @@ def forget_egraph() -> None:
     """An empty memory cache and an e-graph holding the rules alone: the next batch starts from scratch."""
     from rules.eqsat import saturator
 
-    saturator().forget()
+    saturator(fast_tier=True).forget()
 
 
 def clear_memory_cache() -> None:
+    """The e-graph's memory cache and the factoring's (rules.linear.factor_sums), emptied."""
     from rules.eqsat import saturator
+    from rules.linear import clear_factor_cache
 
-    saturator().clear_memory()
+    saturator(fast_tier=True).clear_memory()
+    clear_factor_cache()
 
 
 def nodes(u: Any) -> int:

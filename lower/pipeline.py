@@ -114,9 +114,9 @@ def symbolic(ast: UOp, ctx: Lowering) -> UOp:
     ast = graph_rewrite(ast, symbolic_rules, name="symbolic")
     if not ctx.egglog or not (exprs := [e for e in _index_exprs(ast) if worth_saturating(e)]):
         return ast
-    from rules.eqsat import saturate_batch
+    from rules.eqsat import saturate_fast_batch
 
-    better = {e: r for e, r in zip(exprs, saturate_batch(exprs), strict=True) if r is not e}
+    better = {e: r for e, r in zip(exprs, saturate_fast_batch(exprs), strict=True) if r is not e}
     return graph_rewrite(ast.substitute(better), symbolic_rules, name="symbolic") if better else ast
 
 

@@ -8,8 +8,12 @@ at least as tight as `[u.vmin, u.vmax]`: the e-graph's interval is the intersect
 it found.
 
 Where it runs: after the fast directional rules (rules.symbolic), on the index expressions of one kernel at a
-time (`saturate_batch`), behind an in-memory and an on-disk cache. It assumes canonical sums from the fast
-pass (constants last), so it needs no general associativity or commutativity, which would explode the e-graph.
+time, behind an in-memory and an on-disk cache. It assumes canonical sums from the fast pass (constants last), so
+it needs no general associativity or commutativity, which would explode the e-graph. Two programs: the whole rule
+set (`saturate`, `saturate_batch`, `egraph_bounds`: any index expression), and the fast-tier program
+(`saturate_fast`, `saturate_fast_batch`: what rules.simplify and the pipeline run on results of the fast rules),
+which keeps only the rewrites that can still change such a result (FAST_TIER_RULES, measured below) and is not
+called at all where none of them matches (`fast_tier_can_change`).
 
 The rules ("lin" style): interval analysis (`lo`/`hi` lattice functions, one rule per op; a point interval is
 unioned with its constant, which also folds every constant expression through floor division); identities
@@ -26,9 +30,11 @@ The DSL rules (`eqsat`) are checked like the fast ones by the soundness test gen
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from rewrite.dsl import Pat, Rule, RuleSet, const, fold, op, var
+from rewrite.egglog_io import split_commands
 from rewrite.egraph import Saturator, Schedule, floor_div, floor_mod
 from rewrite.egraph_export import Export, export_rules
 from rewrite.egraph_terms import pow2_rules
@@ -249,29 +255,81 @@ SCHEDULE = Schedule(iterations=8, max_size=20_000, seconds=2.0)
 POINT_GUARD: frozenset[str] = frozenset()
 
 
-def program(rules: RuleSet = eqsat, raw: str = RAW_RULES) -> tuple[str, Export]:
+# The rules that can still shrink a result of the fast tier (rules.symbolic), or tighten its interval: the remainder
+# forms, which only the e-graph has. Every other rewrite of `eqsat` is one the fast tier has already applied (its
+# fixed point holds no SUB, NEG, constant on the left, identity, foldable constant, nested div or mod it could
+# merge, ...), so on a fast result it only adds forms no smaller than the input. Measured on 943 distinct fast
+# results that rules.worth_saturating lets through (the issue-14 family table, the benchmark's random batch and
+# lane-padded kernel batches, 3,600 fuzzer expressions): dropping the other rewrites one group at a time, no
+# result got more nodes and no interval got looser, and a saturation per expression cost ~1.1 ms instead of ~4
+# (CPU, accumulated e-graph as the benchmark runs it). tests/rules/test_eqsat_prune.py keeps checking it.
+FAST_TIER_RULES = frozenset({"sub-mod", "sub-div", "mod-sub", "sub-mod-scaled", "sub-div-scaled"})
+# analysis rules for what neither a fast result nor those rules hold: SUB, NEG and the comparisons the fast tier
+# turns into < and !=, and operations on two constants (folded by the fast tier; the rules build none): each rule
+# of a rule set costs egglog 13.2 time in every run of it, matched or not
+FAST_TIER_DEAD_ANALYSIS = frozenset({
+    "iv-sub", "iv-neg", "iv-gt", "iv-ge", "iv-le", "iv-eq", "iv-gt-true", "iv-gt-false", "iv-le-true", "iv-le-false",
+    "iv-ge-true", "iv-ge-false", "iv-eq-true", "iv-eq-false-lt", "iv-eq-false-gt", "hide-const-add", "hide-const-sub",
+    "hide-const-mul", "hide-const-max", "hide-const-neg",
+})
+
+
+def _without(text: str, names: frozenset[str]) -> str:
+    """egglog `text` less the rules named in `names`."""
+    forms = split_commands(text)
+    keep = [f for f in forms if (m := re.search(r':name "([^"/]+)', f)) is None or m.group(1) not in names]
+    return "\n".join(keep) + "\n"
+
+
+def program(rules: RuleSet = eqsat, raw: str = RAW_RULES, analysis: str = ANALYSIS) -> tuple[str, Export]:
     """The egglog text for the analysis, `rules` exported into rule set `rw`, and `raw` rules."""
     ex = export_rules(rules, "rw", subsume=SUBSUME, point_guard=POINT_GUARD)
-    return f"{ANALYSIS}\n(ruleset rw)\n{ex.text}{raw}\n", ex
+    return f"{analysis}\n(ruleset rw)\n{ex.text}{raw}\n", ex
 
 
-_SAT: list[Saturator] = []
-_EXPORT: list[Export] = []
+def _const_right(p: Pat) -> Pat:
+    """`p` with every product by a constant matched only as `x * c`: a fast result has its constants on the right
+    (rules.symbolic), so the `c * x` variants the export would also write can never match one."""
+    if p.kind != "op" or p.src is None:
+        return p
+    src = tuple(_const_right(s) for s in p.src)
+    const_right = p.ops == frozenset({Ops.MUL}) and len(src) == 2 and src[1].kind == "const"
+    return Pat("op", ops=p.ops, src=src, name=p.name, dtypes=p.dtypes, arg=p.arg, rest=p.rest,
+               ordered=p.ordered or const_right)
 
 
-def saturator() -> Saturator:
-    """The process-wide saturator (one persistent e-graph; the rules are loaded on first use)."""
-    if not _SAT:
-        text, ex = program()
-        _EXPORT.append(ex)
-        _SAT.append(Saturator("eqsat", text, SCHEDULE))
-    return _SAT[0]
+def fast_tier_rules() -> RuleSet:
+    """The rewrites of FAST_TIER_RULES, each matching products by a constant only as `x * c` (`_const_right`): a
+    subset of what the rule of `eqsat` matches, with its right-hand side and guard (so the same soundness)."""
+    return RuleSet("eqsat-fast-tier", [Rule(r.name, _const_right(r.lhs), r.rhs, when=r.when)
+                                       for r in eqsat if r.name in FAST_TIER_RULES])
+
+
+def fast_tier_program() -> tuple[str, Export]:
+    """`program` for results of the fast tier: the rewrites of `fast_tier_rules`, the analysis less
+    FAST_TIER_DEAD_ANALYSIS, no raw rules."""
+    return program(fast_tier_rules(), "", _without(ANALYSIS, FAST_TIER_DEAD_ANALYSIS))
+
+
+_SAT: dict[str, Saturator] = {}
+_EXPORT: dict[str, Export] = {}
+
+
+def saturator(fast_tier: bool = False) -> Saturator:
+    """The process-wide saturator (one persistent e-graph; the rules are loaded on first use): the whole rule set
+    for any index expression, or with `fast_tier` the rules that can still shrink a fast-tier result."""
+    key = "fast" if fast_tier else "full"
+    if key not in _SAT:
+        text, ex = fast_tier_program() if fast_tier else program()
+        _EXPORT[key] = ex
+        _SAT[key] = Saturator("eqsat-fast" if fast_tier else "eqsat", text, SCHEDULE)
+    return _SAT[key]
 
 
 def skipped_rules() -> list[tuple[str, str]]:
     """DSL rules of `eqsat` the export could not translate, with the reason (should be empty)."""
     saturator()
-    return _EXPORT[0].skipped
+    return _EXPORT["full"].skipped
 
 
 def saturate(u: UOp) -> UOp:
@@ -283,6 +341,73 @@ def saturate(u: UOp) -> UOp:
 def saturate_batch(exprs: Sequence[UOp]) -> list[UOp]:
     """`saturate` for all index expressions of one kernel at once: one e-graph, one packed extraction."""
     return [r.uop for r in saturator().run(exprs)]
+
+
+_FAST_TIER_SET: list[RuleSet] = []
+
+
+def fast_tier_can_change(u: UOp) -> bool:
+    """Can the fast-tier program change `u` at all? Only where one of its rewrites matches a node of `u` as it is
+    (checked with the compiled matcher of the same DSL rules, whose guards read only constants), or where a
+    variable's box is a single value (the analysis makes it a constant). Otherwise no rule fires in the e-graph,
+    the only unions are the analysis's, and the interval it computes is the fast tier's own (a fast result has no
+    node whose interval is one value): the e-graph would give `u` back, at the cost of an egglog call (~1-2 ms).
+    tests/rules/test_eqsat_prune.py checks that on its sample."""
+    if not _FAST_TIER_SET:
+        _FAST_TIER_SET.append(fast_tier_rules())
+    rs = _FAST_TIER_SET[0]
+    for n in u.toposort():
+        if n.op is Ops.PARAM and len(n.src) == 3 and n.vmin == n.vmax:
+            return True
+        m = rs.matcher(n.op)
+        if m is not None and m(n, None) is not None:
+            return True
+    return False
+
+
+FAST_TIER_ROUNDS = 3  # e-graph rounds per expression at most (each one on the fast rules' reading of the last)
+
+
+def _rounds(u: UOp, first: UOp) -> UOp:
+    """The fast rules' reading of `first`, the e-graph's form of the fast result `u`, then more e-graph rounds while
+    a fast-tier rewrite matches the new form (a point variable made a constant can reorder a sum so that a remainder
+    pair becomes adjacent), each kept only if it has no more nodes than the form before it: the extraction prices a
+    tree, so a form that drops one use of a shared subterm (`a*-1` used twice) can leave a node more in the graph
+    (found by the full simplifier's long fuzz)."""
+    from rules.linear import count_nodes
+    from rules.symbolic import simplify_fast
+
+    cur, r = u, first
+    for i in range(FAST_TIER_ROUNDS):
+        if i:
+            if not fast_tier_can_change(cur):
+                break
+            r = saturator(fast_tier=True).run([cur])[0].uop
+        if r is cur:
+            break
+        g = simplify_fast(r)
+        if g is cur or count_nodes(g)[0] > count_nodes(cur)[0]:
+            break
+        cur = g
+    return cur
+
+
+def saturate_fast(u: UOp) -> UOp:
+    """`saturate` for a result of the fast tier (rules.symbolic.simplify_fast), with the rules that can still shrink
+    one (FAST_TIER_RULES), only where one of them can fire (`fast_tier_can_change`), read back by the fast rules and
+    kept only where that has no more nodes than `u` (`_rounds`): what rules.simplify runs."""
+    if not fast_tier_can_change(u):
+        return u
+    sat = saturator(fast_tier=True)
+    return _rounds(u, hit.uop if (hit := sat.cached(u)) is not None else sat.run([u])[0].uop)
+
+
+def saturate_fast_batch(exprs: Sequence[UOp]) -> list[UOp]:
+    """`saturate_fast` for the index expressions of one kernel at once (the pipeline's symbolic stage): one e-graph
+    for the first round of all of them."""
+    todo = [u for u in dict.fromkeys(exprs) if fast_tier_can_change(u)]
+    done = dict(zip(todo, (r.uop for r in saturator(fast_tier=True).run(todo)), strict=True)) if todo else {}
+    return [_rounds(u, done[u]) if u in done else u for u in exprs]
 
 
 def egraph_bounds(u: UOp) -> tuple[ConstValue, ConstValue]:
@@ -321,7 +446,7 @@ def tier_disagreements(exprs: Sequence[UOp], points: int = 16, seed: int = 0) ->
 
     rng = random.Random(seed)
     fast = [simplify_fast(e) for e in exprs]
-    sat = saturator().run(fast)
+    sat = saturator(fast_tier=True).run(fast)
     out: list[str] = []
     for e, f, r in zip(exprs, fast, sat, strict=True):
         g = simplify_fast(r.uop)
@@ -354,5 +479,6 @@ def tier_disagreements(exprs: Sequence[UOp], points: int = 16, seed: int = 0) ->
     return out
 
 
-__all__ = ["ANALYSIS", "RAW_RULES", "SCHEDULE", "egraph_bounds", "eqsat", "ordered", "program", "saturate",
-           "saturate_batch", "saturator", "skipped_rules", "tier_disagreements"]
+__all__ = ["ANALYSIS", "FAST_TIER_DEAD_ANALYSIS", "FAST_TIER_ROUNDS", "FAST_TIER_RULES", "RAW_RULES", "SCHEDULE",
+           "egraph_bounds", "eqsat", "fast_tier_can_change", "fast_tier_program", "ordered", "program", "saturate",
+           "saturate_batch", "saturate_fast", "saturate_fast_batch", "saturator", "skipped_rules", "tier_disagreements"]

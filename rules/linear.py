@@ -14,10 +14,12 @@ comparison rules divide through and read intervals, which wrap-around would brea
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from typing import cast
 
+from rewrite.dsl import Rule, RuleSet, op, var
 from rewrite.dtype import dtypes
 from rewrite.ops import Ops
 from rewrite.uop import UOp
@@ -287,3 +289,246 @@ def _ne_linear(x: UOp, c0: int) -> UOp | None:
     if k != 0 or flip:
         return UOp(Ops.CMPNE, (build_sum(items), _const(c, x)))
     return None
+
+
+# ---------------------------------------------------------------------------- factoring (after the last fast pass)
+
+# a factored sum over a chain's atoms by position: its terms (an atom's index and its coefficient, or a factored sum
+# and its factor) and its constant
+_Item = tuple[object, int]  # (int | _Sum, coefficient or factor)
+_Sum = tuple[tuple[_Item, ...], int]
+_LEAF_OPS = (Ops.RANGE, Ops.PARAM, Ops.SPECIAL)
+MAX_FACTOR_TERMS = 10  # longer chains are left alone (the search tries a few factors per level)
+MAX_FACTOR_DEPTH = 3  # factors taken out of a factored sum again, at most
+
+
+def _chain_items(terms: list[UOp]) -> tuple[list[tuple[UOp, int]], int] | None:
+    """The terms of an index chain as (atom, coefficient) and its constant, or None for a chain that repeats an
+    atom, holds a nested sum or has more than MAX_FACTOR_TERMS terms."""
+    items: list[tuple[UOp, int]] = []
+    k = 0
+    for t in terms:
+        if t.op is Ops.CONST:
+            k += t.arg[0]  # type: ignore[index]  # a CONST arg is (value, dtype)
+            continue
+        a, f = split_term(t)
+        if a.op is Ops.ADD or a.op is Ops.CONST:
+            return None
+        items.append((a, f))
+    if len(items) > MAX_FACTOR_TERMS or len({id(a) for a, _ in items}) != len(items):
+        return None
+    return items, k
+
+
+def _price(s: _Sum, free: frozenset[int]) -> tuple[int, int]:
+    """(unique nodes, ops) the chain-level structure of `s` adds to its atoms: one ADD per term after the first, one
+    MUL per coefficient other than 1 and per factor, and each constant value once unless an atom already holds it."""
+    consts: set[int] = set()
+    ops = 0
+    stack = [s]
+    while stack:
+        items, k = stack.pop()
+        ops += len(items) + (k != 0) - 1
+        if k != 0:
+            consts.add(k)
+        for x, f in items:
+            if isinstance(x, tuple):
+                stack.append(x)
+            if f != 1 or isinstance(x, tuple):
+                ops += 1
+                consts.add(f)
+    return ops + len(consts - free), ops
+
+
+def _shared_factors(coefs: Iterable[int], k: int) -> list[int]:
+    """The factors worth taking out of a sum: each coefficient g >= 2 that divides another coefficient or the
+    constant. Taking g out adds one MUL (the group's) and drops one for each member whose coefficient is g, so a
+    group with no such member has more ops, which no factored form may (its inner groups pay for themselves the
+    same way)."""
+    cs = list(coefs)
+    out: set[int] = set()
+    for i, g in enumerate(cs):
+        if g >= 2 and g not in out and ((k != 0 and k % g == 0)
+                                        or any(j != i and f % g == 0 for j, f in enumerate(cs))):
+            out.add(g)
+    return sorted(out)
+
+
+def _flat_cost(items: Iterable[tuple[object, int]], k: int) -> tuple[int, set[int]]:
+    """(ops, constants) of a flat sum's own structure: its ADDs, a MUL per coefficient other than 1, its constants."""
+    ops, consts = (k != 0) - 1, {k} if k else set()
+    for _, f in items:
+        ops += 1 if f == 1 else 2
+        if f != 1:
+            consts.add(f)
+    return ops, consts
+
+
+def _best(items: tuple[tuple[int, int], ...], k: int, free: frozenset[int],
+          depth: int = 0) -> tuple[_Sum, int, frozenset[int]]:
+    """The cheapest (by `_price`: ops plus constants not in `free`) of: the flat sum(items) + k, and for each factor g
+    worth taking out (`_shared_factors`), the terms g divides as (their sum / g, factored the same way) * g in place
+    of the first of them, the constant inside or not when g divides it. Returns the form, its ops and constants."""
+    ops, consts = _flat_cost(items, k)
+    best: tuple[_Sum, int, frozenset[int]] = ((items, k), ops, frozenset(consts))
+    if depth >= MAX_FACTOR_DEPTH or (len(items) < 2 and not k):
+        return best
+    cost = ops + len(consts - free)
+    for g in _shared_factors((f for _, f in items), k):
+        members = [(a, f // g) for a, f in items if f % g == 0]
+        first = next(i for i, (_, f) in enumerate(items) if f % g == 0)
+        rest: list[_Item] = [(a, f) for a, f in items if f % g != 0]
+        for with_k in (False, True) if k and k % g == 0 else (False,):
+            if len(members) + with_k < 2:
+                continue
+            inner, i_ops, i_consts = _best(tuple(members), k // g if with_k else 0, free, depth + 1)
+            r_ops, r_consts = _flat_cost(rest, 0 if with_k else k)
+            c_ops = r_ops + 2 + i_ops  # the group is one more term (an ADD) times g (a MUL)
+            c_consts = r_consts | i_consts | {g}
+            if (c := c_ops + len(c_consts - free)) < cost:
+                at = sum(1 for _, f in items[:first] if f % g != 0)  # the group stands where its first term stood
+                best, cost = (((*rest[:at], (inner, g), *rest[at:]), 0 if with_k else k), c_ops,
+                              frozenset(c_consts)), c
+    return best
+
+
+@functools.lru_cache(maxsize=4096)
+def _factoring(coefs: tuple[int, ...], k: int, free: frozenset[int]) -> _Sum | None:
+    """The factored form of sum(coefs[i] * atom i) + k with fewer nodes and no more ops than the flat one, or None
+    (cached: the lanes of a kernel repeat the same coefficients)."""
+    items = tuple(enumerate(coefs))
+    best = _best(items, k, free)[0]
+    n0, o0 = _price((items, k), free)
+    n1, o1 = _price(best, free)
+    return best if n1 < n0 and o1 <= o0 else None
+
+
+def _build_factored(s: _Sum, atoms: list[UOp]) -> UOp:
+    items, k = s
+    return build_sum([(_build_factored(x, atoms) if isinstance(x, tuple) else atoms[cast(int, x)], f)
+                      for x, f in items], k)
+
+
+def factor_common(s: UOp) -> UOp | None:
+    """An index sum with terms that share a constant factor, written with the factor taken out once where that makes
+    the sum smaller in unique nodes (a constant counts once however often it is used, a shared subterm once) without
+    adding an op: `r7*4 + r6 + r9*64 + r5*16` -> `r7*4 + r6 + (r9*4 + r5)*16` (64 is gone, 4 is shared). The
+    inner sum may be factored again, and the constant may join a group it divides.
+
+    Identity: a*(g*p) + b*(g*q) + ... + g*m = (a*p + b*q + ... + m)*g (distributivity, exact on integers).
+    The fast rules distribute such a product again (rules.symbolic's canonical form), so this runs only on a
+    final result (`factor_sums`), never inside the fast rule set. None when no factoring is smaller."""
+    if s.dtype is not dtypes.index or s.op is not Ops.ADD:
+        return None
+    return _factor_chain(_chain(s))
+
+
+def _factor_chain(terms: list[UOp]) -> UOp | None:
+    """`factor_common` on the chain of `terms`."""
+    if len(terms) < 2:
+        return None
+    parsed = _chain_items(terms)
+    if parsed is None:
+        return None
+    items, k = parsed
+    coefs = tuple(f for _, f in items)
+    gs = _shared_factors(coefs, k)
+    if not gs:
+        return None
+    free = frozenset(int(n.arg[0]) for a, _ in items for n in _atom_nodes(a)  # type: ignore[index]  # CONST arg
+                     if n.op is Ops.CONST and n.dtype is dtypes.index)
+    if not _may_gain(coefs, k, gs, free):
+        return None
+    best = _factoring(coefs, k, free)
+    return None if best is None else _build_factored(best, [a for a, _ in items])
+
+
+def _may_gain(coefs: tuple[int, ...], k: int, gs: list[int], free: frozenset[int]) -> bool:
+    """A quick test before the search: some factor g has two terms with coefficient g (one MUL fewer), or a
+    member's quotient, or the constant's, is a constant the sum already holds (one constant fewer). A factored form
+    whose quotients are all new constants keeps as many constants as it removes, and each group costs a MUL its
+    coefficient-g member pays back, so without either it is no smaller (the search would find nothing)."""
+    have = set(coefs) | free | ({k} if k else set())
+    for g in gs:
+        if sum(1 for f in coefs if f == g) >= 2:
+            return True
+        if any(f != g and f % g == 0 and f // g in have for f in coefs) or (k != 0 and k % g == 0 and k // g in have):
+            return True
+    return False
+
+
+def _atom_nodes(a: UOp) -> list[UOp]:
+    return [a] if a.op in _LEAF_OPS else a.toposort()
+
+
+def count_nodes(u: UOp) -> tuple[int, int]:
+    """(unique nodes, ops) of `u`, variables and ranges as leaves (their bounds not counted), constants once each."""
+    seen: set[UOp] = set()
+    stack = [u]
+    ops = 0
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op in _LEAF_OPS or n.op is Ops.CONST:
+            continue
+        ops += 1
+        stack.extend(n.src)
+    return len(seen), ops
+
+
+_FACTORED: dict[UOp, UOp] = {}  # factor_sums' results (a kernel's expressions come back through every stage)
+
+
+def clear_factor_cache() -> None:
+    _FACTORED.clear()
+    _factoring.cache_clear()
+
+
+def factor_sums(u: UOp) -> UOp:
+    """`factor_common` on every index sum of `u` (each maximal chain once, after its atoms), kept only where the
+    whole expression gets fewer unique nodes and no more ops. Results are cached by UOp."""
+    if (hit := _FACTORED.get(u)) is not None:
+        return hit
+    if len(_FACTORED) > 100_000:
+        _FACTORED.clear()
+    out = _FACTORED[u] = _factor_sums(u)
+    return out
+
+
+def _factor_sums(u: UOp) -> UOp:
+    memo: dict[UOp, UOp] = {}
+
+    def go(n: UOp) -> UOp:
+        if (r := memo.get(n)) is not None:
+            return r
+        if n.op is Ops.ADD and n.dtype is dtypes.index:
+            terms = _chain(n)
+            new = [t if not t.src or t.op in _LEAF_OPS else go(t) for t in terms]
+            chain = n if all(a is b for a, b in zip(terms, new, strict=True)) else _rechain(new)
+            r = _factor_chain(new) or chain
+        else:
+            src = tuple(s if not s.src or s.op in _LEAF_OPS else go(s) for s in n.src)
+            r = n if all(a is b for a, b in zip(src, n.src, strict=True)) else n.replace(src=src)
+        memo[n] = r
+        return r
+
+    out = u if not u.src or u.op in _LEAF_OPS else go(u)
+    if out is u:
+        return u
+    (n0, o0), (n1, o1) = count_nodes(u), count_nodes(out)
+    return out if n1 < n0 and o1 <= o0 else u
+
+
+def _rechain(terms: list[UOp]) -> UOp:
+    acc = terms[0]
+    for t in terms[1:]:
+        acc = UOp(Ops.ADD, (acc, t))
+    return acc
+
+
+# the factoring as a rule (on one chain, as `factor_sums` applies it), so the soundness checks are generated from it
+factoring = RuleSet("factoring", [
+    Rule("add-factor-common", op.ADD(var("x", dtypes.index), var("y"), name="s"), factor_common),
+])

@@ -13,7 +13,7 @@ from benchmarks.symbolic_family_cases import CASES, build
 from rewrite.env import Context
 from rewrite.uop import UOp
 from rules import eqsat, worth_saturating
-from rules.eqsat import egraph_bounds, saturate, tier_disagreements
+from rules.eqsat import egraph_bounds, saturate, saturate_fast, tier_disagreements
 from rules.symbolic import simplify_fast
 from tests.rules.symcheck import random_case
 
@@ -24,6 +24,7 @@ V = UOp.variable
 def private_disk_cache(tmp_path_factory):
     with Context(CACHEDIR=str(tmp_path_factory.mktemp("eqsat-tiers-cache"))):
         eqsat.saturator().clear_memory()
+        eqsat.saturator(fast_tier=True).clear_memory()
         yield
 
 
@@ -41,7 +42,7 @@ def test_tiers_agree_on_the_family_table() -> None:
 def test_the_checker_catches_a_wrong_result(monkeypatch) -> None:
     """tier_disagreements is not vacuous: an e-graph that answers x + 1 for everything is caught."""
     x = V("x", 0, 9)
-    sat = eqsat.saturator()
+    sat = eqsat.saturator(fast_tier=True)
     real = sat.run
 
     def wrong(us):
@@ -69,5 +70,30 @@ def test_remainder_rules(e: UOp, want: str, bounds: tuple[int, int]) -> None:
     f = simplify_fast(e)
     assert worth_saturating(f)
     assert saturate(f).render() == want
+    assert simplify_fast(saturate_fast(f)) is simplify_fast(saturate(f))  # the fast-tier program, as read back
     assert egraph_bounds(f) == bounds
     assert (f.vmin, f.vmax) != bounds, "the fast tier's own interval is already as tight"
+
+
+def test_egraph_form_that_loses_a_shared_subterm_is_not_taken() -> None:
+    """Found by the full simplifier's long fuzz: the fast result shares `a*-1` between two terms; the e-graph's
+    remainder form of one of them, `(a//-14)*14`, is smaller as a tree but leaves a node more in the graph once the
+    fast rules read it back, so the full simplifier keeps the fast result."""
+    from rules.linear import count_nodes
+
+    a = V("a", -8, 3)
+    e = ((((a * 12 + a) % 12) % 4) + ((((a * -2) + a) % -2) + (a % -4))) * ((((a.ne(6)).where(a, a)) % -14) - a)
+    f = simplify_fast(e)
+    s = e.simplify()
+    assert count_nodes(s)[0] <= count_nodes(f)[0], f"{f.render()} -> {s.render()}"
+
+
+def test_point_variable_then_remainder_pair_is_a_fixed_point() -> None:
+    """Found by the full simplifier's long fuzz: the e-graph makes the one-value variable `a` a constant, the fast
+    rules then reorder the sum so that `b*-1 + b%4` is one node, which a second e-graph round turns into
+    `(b//4)*-4`; the full simplifier's result must be a fixed point of it."""
+    a, b = V("a", 1, 1), V("b", -8, 7)
+    e = (a + b * -1) + b % 4
+    s = e.simplify()
+    assert s.simplify() is s, f"{s.render()} -> {s.simplify().render()}"
+    assert "%" not in s.render(), s.render()
