@@ -34,6 +34,10 @@ float32 and float64, SQRT for float64. The float32 SQRT/POW and float64 POW loop
 -fno-trapping-math: under the default, gcc sinks float64 work that a select uses on one side into that side
 and then will not if-convert it. float16 loops do not vectorize in gcc 12 without AVX512-FP16 at all.
 
+`transcendental_fused` is the same set with every polynomial step one MULACC (fused multiply-add): the
+instruction selection stage uses it for a target with FMA instructions (lower.pipeline.fuses_mulacc), where it
+saves about 8 instructions per EXP2; tests/rules/test_transcendental_fused.py holds it to the same bounds.
+
 Coefficients were fitted for this module: discrete minimax of the relative error (a linear program over 600
 to 3000 Chebyshev points, targets from mpmath at 120-160 bits), then rounded to the dtype one coefficient at a
 time, refitting the rest; the comment on each table names the function, interval, degree and resulting error.
