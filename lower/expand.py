@@ -56,7 +56,8 @@ def _register_lanes(ast: UOp, target: Target) -> tuple[UOp, list[UOp]]:
     """(ast, replicated) for the kernel's UPCAST axes. The vector lanes are the innermost UPCAST axes whose sizes
     multiply to at most one register; an axis too big to fit whole is first split so its inner part fills the
     register exactly (64 float32 lanes: 4 copies of 16). Every other UPCAST axis is replicated, its values becoming
-    separate copies of the code (a register tile), not lanes. UNROLL axes stay lanes (see expand)."""
+    separate copies of the code (a register tile), not lanes. UNROLL axes stay lanes (see expand and
+    _unroll_copies)."""
     ups = [r for r in axes(ast) if r.axis_type is AxisType.UPCAST]
     width, room = native_lanes(ast, target), 1
     for i in range(len(ups) - 1, -1, -1):
@@ -70,6 +71,19 @@ def _register_lanes(ast: UOp, target: Target) -> tuple[UOp, list[UOp]]:
             return ast, ups[:i + 1]
         room *= n
     return ast, []
+
+
+def _unroll_copies(ast: UOp) -> list[UOp]:
+    """Of a REDUCE's UNROLL axes, every one but the innermost (the last in `axes` order): its values become
+    separate accumulators (copies), the innermost stays lanes. The same on every target, so the order of the
+    final additions does not depend on the vector width."""
+    order = {r: i for i, r in enumerate(axes(ast))}
+    out: list[UOp] = []
+    for u in ast.toposort():
+        if u.op is Ops.REDUCE:
+            unrolled = sorted((r for r in u.src[1:] if r.axis_type is AxisType.UNROLL), key=lambda r: order[r])
+            out += [r for r in unrolled[:-1] if r not in out]
+    return out
 
 
 def _fold_tree(op: Ops, parts: list[UOp]) -> UOp:
@@ -106,6 +120,7 @@ def expand(ast: UOp, target: Target | None, only: list[UOp] | None = None) -> UO
             ast, copies = ast, [r for r in axes(ast) if r.arg[1] in EXPANDED]  # type: ignore[index]
         else:
             ast, copies = _register_lanes(ast, target)
+            copies += _unroll_copies(ast)
         if prod(size(r) for r in copies) > MAX_COPIES:
             raise KernelOptError(f"expand: {prod(size(r) for r in copies)} copies of the kernel body; at most "
                                  f"{MAX_COPIES} (the lanes beyond one vector register are copies)")

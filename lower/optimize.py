@@ -33,7 +33,7 @@ from enum import Enum
 from typing import Generic, TypeVar
 
 from devices.base import Target
-from rewrite import AxisType, Ops, UOp, dtypes
+from rewrite import AxisType, GroupOp, Ops, UOp, dtypes
 from rewrite.errors import KernelOptError
 from rewrite.interval import float_to_int_in_range
 
@@ -321,6 +321,11 @@ def lower_threads(ast: UOp) -> UOp:
 # Unrolling reductions into lanes stays on: a vector of partial sums is what gcc will not do by itself (sum 16M:
 # 2.9 ms vs 7.3 ms).
 UPCAST_OUTPUTS = False
+# ...except for an output computed with a transcendental (decomposed into a polynomial by the cpu device): there the
+# explicit lanes run the decomposition in fewer instructions than gcc's vectorization of the scalar loop (softmax
+# 4096^2 on an AVX2 EPYC, CPU time of its one kernel: 77 ms as a scalar store loop, 70 ms in lanes; the
+# elementwise chain and layernorm, without one, were equal or slower in lanes)
+_LANES_FOR = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})
 # ops whose lane code is per-lane today or that decompose into such: a reduction over them stays a scalar loop.
 # EXP2, LOG2 and SIN decompose into lane-friendly polynomials on the cpu device (softmax 4096^2 with its sum of exp
 # in lanes: 14 ms, against 19 ms as a scalar loop)
@@ -339,6 +344,14 @@ def _lane_unfriendly(u: UOp) -> bool:
     if dtypes.bool in (src, dst) or dtypes.bfloat16 in (src, dst) or src.itemsize != dst.itemsize:
         return True
     return u.op is Ops.CAST and src.is_float and dst.is_int and not float_to_int_in_range(u)
+# A reduction's vector of partial results is one dependency chain through the accumulator: each step waits for the
+# previous add (3-4 cycles on current x86 and arm cores, with two add pipes), so a body as cheap as a load and an
+# add runs at the add's latency rather than at the loads' rate. Up to ACCUMULATORS vector registers of partial
+# results cover that latency; a body of more than CHEAP_BODY_OPS ALU ops per element hides the latency behind its
+# own work, and copies of it would only take registers (softmax's sum of exp).
+ACCUMULATORS = 4
+CHEAP_BODY_OPS = 6
+_EXPENSIVE = {Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 16, Ops.POW: 32, Ops.SQRT: 4, Ops.DIV: 4}
 MIN_WORK_PER_THREAD = 1 << 17
 # the outermost loop is padded to a multiple of the threads (repeating its last iteration) when it has at least
 # this many iterations per thread, so the padding wastes at most 1/PAD_FOR_THREADS of a thread's work
@@ -359,6 +372,36 @@ def _vector_lanes(ast: UOp, target: Target) -> int:
     """Lanes that fill one of the target's vector registers for the kernel's widest stored dtype (at most 16)."""
     sizes = [u.src[1].dtype.itemsize for u in _topo(ast) if u.op is Ops.STORE] or [4]
     return max(2, min(16, target.lanes(max(sizes))))
+
+
+def _upcast_outputs(ast: UOp) -> bool:
+    """UPCAST_OUTPUTS, or a stored value that computes one of _LANES_FOR outside any reduction."""
+    if UPCAST_OUTPUTS:
+        return True
+    stack = [u.src[1] for u in _topo(ast) if u.op is Ops.STORE]
+    seen: set[UOp] = set()
+    while stack:
+        u = stack.pop()
+        if u in seen or u.op is Ops.REDUCE:
+            continue
+        if u.op in _LANES_FOR:
+            return True
+        seen.add(u)
+        stack.extend(u.src)
+    return False
+
+
+def _accumulators(body: tuple[UOp, ...], reduce_size: int, lanes: int, target: Target) -> int:
+    """Vector registers of partial results for a reduction over `body` (see ACCUMULATORS): 1 for a costly body;
+    else as many as fit a quarter of the target's vector registers, at most ACCUMULATORS, and leave the loop at
+    least ACCUMULATORS steps."""
+    ops = sum(_EXPENSIVE.get(u.op, 1) for u in body if u.op in GroupOp.ALU and u.dtype is not dtypes.index)
+    if ops > CHEAP_BODY_OPS:
+        return 1
+    n = min(ACCUMULATORS, max(1, target.vector_registers // 4))
+    while n > 1 and reduce_size < lanes * n * ACCUMULATORS:
+        n //= 2
+    return n
 
 
 def _split_first(ast: UOp, opts: list[Opt], pick: list[int], target: AxisType, factors: list[int],
@@ -574,7 +617,7 @@ def hand_coded(ast: UOp, target: Target, threads: int | None = None, vectors: bo
         cur = axes(ast)
         loops = [i for i, r in enumerate(cur) if r.axis_type is AxisType.LOOP and _contiguous_everywhere(ast, r)]
         up = None
-        if loops and UPCAST_OUTPUTS:
+        if loops and _upcast_outputs(ast):
             ast, up = _split_first(ast, opts, loops[::-1][:1], AxisType.UPCAST, factors)
         for red in [u for u in _topo(ast) if u.op is Ops.REDUCE]:
             body = _topo(red.src[0])
@@ -583,7 +626,13 @@ def hand_coded(ast: UOp, target: Target, threads: int | None = None, vectors: bo
             cur = axes(ast)
             pick = [cur.index(r) for r in red.src[1:] if r in cur and r.axis_type is AxisType.REDUCE
                     and _contiguous_everywhere(ast, r)][-1:]
-            ast, _ = _split_first(ast, opts, pick, AxisType.UNROLL, [k for k in factors if k <= 16])
+            acc = _accumulators(body, size(cur[pick[0]]), lanes, target) if pick else 1
+            ast, new = _split_first(ast, opts, pick, AxisType.UNROLL, [k for k in factors if k <= 16])
+            if new is not None and acc > 1:  # the rest of the reduction split again: separate accumulators
+                cur = axes(ast)
+                owner = next(u for u in _topo(ast) if u.op is Ops.REDUCE and new in u.src[1:])
+                rest = [cur.index(r) for r in owner.src[1:] if r in cur and r.axis_type is AxisType.REDUCE]
+                ast, _ = _split_first(ast, opts, rest[-1:], AxisType.UNROLL, [acc])
     except KernelOptError:
         return opts
     return opts

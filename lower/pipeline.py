@@ -166,7 +166,7 @@ def _decompositions(ctx: Lowering) -> RuleSet:
     from rules.decompositions import decompositions_for
 
     device = ctx.device
-    return decompositions_for(device.supported_ops - getattr(device, "decompose", frozenset()))
+    return decompositions_for(device.supported_ops - getattr(device, "decompose", frozenset()), fuses_mulacc(ctx))
 
 
 def instruction_selection(ast: UOp, ctx: Lowering) -> UOp:

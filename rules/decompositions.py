@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 
 from rewrite import Ops, Rule, RuleSet, UOp, dtypes, op, var
-from rules.transcendental import transcendental
+from rules.transcendental import transcendental, transcendental_fused
 
 a, b, c = var("a"), var("b"), var("c")
 ia, ib = var("a", dtypes.all_ints), var("b", dtypes.all_ints)
@@ -48,7 +48,7 @@ def threefry_arx(a: UOp, b: UOp) -> UOp:
 
 
 # fmt: off
-decompositions = RuleSet("decompositions", [
+_PLAIN = [
     Rule("idiv-nonneg-to-cdiv", op.IDIV(ia, ib),   op.CDIV(ia, ib),  removes=Ops.IDIV,
          when=lambda a, b: (a.vmin >= 0) & (b.vmin > 0)),
     Rule("mod-nonneg-to-cmod",  op.MOD(ia, ib),    op.CMOD(ia, ib),  removes=Ops.MOD,
@@ -69,14 +69,18 @@ decompositions = RuleSet("decompositions", [
     Rule("mulacc-to-mul-add",   op.MULACC(ia, ib, c), op.ADD(op.MUL(ia, ib), c),        removes=Ops.MULACC),
     # not exact in floating point (a/b is rounded once, a*(1/b) twice): only for devices without DIV
     Rule("div-to-mul-recip",    op.DIV(a, b),      op.MUL(a, op.RECIP(b)),              removes=Ops.DIV),
-    # approximations (float32: under 1 ulp; float64: see the module), SQRT and POW last, through EXP2/LOG2
-    *transcendental,
-])
+]
 # fmt: on
+# approximations (float32: under 1 ulp; float64: see the module), SQRT and POW last, through EXP2/LOG2; the fused
+# set evaluates their polynomials with MULACC, for a target that has fused multiply-add instructions
+decompositions = RuleSet("decompositions", [*_PLAIN, *transcendental])
+decompositions_fused = RuleSet("decompositions-fused", [*_PLAIN, *transcendental_fused])
 
 
 @functools.cache
-def decompositions_for(supported: frozenset[Ops]) -> RuleSet:
-    """The decompositions whose removed op the device cannot execute: one RuleSet per set of supported ops, kept
-    for the process, so its generated matchers are compiled once rather than per kernel."""
-    return decompositions.only(lambda r: r.removes not in supported, name="decompositions-for-device")
+def decompositions_for(supported: frozenset[Ops], fused: bool = False) -> RuleSet:
+    """The decompositions whose removed op the device cannot execute (`fused`: polynomials with MULACC, which the
+    device must then support): one RuleSet per set of supported ops, kept for the process, so its generated
+    matchers are compiled once rather than per kernel."""
+    rules = decompositions_fused if fused and Ops.MULACC in supported else decompositions
+    return rules.only(lambda r: r.removes not in supported, name="decompositions-for-device")

@@ -34,6 +34,10 @@ float32 and float64, SQRT for float64. The float32 SQRT/POW and float64 POW loop
 -fno-trapping-math: under the default, gcc sinks float64 work that a select uses on one side into that side
 and then will not if-convert it. float16 loops do not vectorize in gcc 12 without AVX512-FP16 at all.
 
+`transcendental_fused` is the same set with every polynomial step one MULACC (fused multiply-add): the
+instruction selection stage uses it for a target with FMA instructions (lower.pipeline.fuses_mulacc), where it
+saves about 8 instructions per EXP2; tests/rules/test_transcendental_fused.py holds it to the same bounds.
+
 Coefficients were fitted for this module: discrete minimax of the relative error (a linear program over 600
 to 3000 Chebyshev points, targets from mpmath at 120-160 bits), then rounded to the dtype one coefficient at a
 time, refitting the rest; the comment on each table names the function, interval, degree and resulting error.
@@ -53,8 +57,14 @@ _ROUND_F32 = 12582912.0  # 1.5 * 2**23: adding and subtracting it rounds |v| < 2
 _ROUND_F64 = 6755399441055744.0  # 1.5 * 2**52: adding and subtracting it rounds |v| < 2**51 to an integer
 
 
-def _horner(x: UOp, coeffs: Sequence[float]) -> UOp:
-    """coeffs[0] + x*(coeffs[1] + x*(coeffs[2] + ...)), each step rounded (no fused multiply-add assumed)."""
+def _horner(x: UOp, coeffs: Sequence[float], fused: bool = False) -> UOp:
+    """coeffs[0] + x*(coeffs[1] + x*(coeffs[2] + ...)), each step rounded (no fused multiply-add assumed); with
+    `fused`, each step one MULACC (one rounding: for a target with fused multiply-add instructions)."""
+    if fused:
+        acc = x.const_like(coeffs[-1])
+        for c in reversed(coeffs[:-1]):
+            acc = UOp(Ops.MULACC, (acc, x, x.const_like(c)))
+        return acc
     acc = x * coeffs[-1]
     for c in reversed(coeffs[1:-1]):
         acc = (acc + c) * x
@@ -91,7 +101,7 @@ _LN2_HI, _LN2_LO = _h("0x1.62ep-1"), _h("0x1.0bfbe8p-15")
 _SPLIT_F = 12288.0  # 1.5 * 2**13: adding and subtracting it rounds |f| < 1 to a multiple of 2**-10
 
 
-def exp2_f32(x: UOp) -> UOp:
+def exp2_f32(x: UOp, fused: bool = False) -> UOp:
     """2**x for float32: x = n + f with n = round(x), |f| <= 1/2; 2**f by a polynomial, 2**n from exponent bits.
 
     2**f = (1 + fh*ln2_hi) + small: fh is f rounded to 10 bits, so the head is exact and the one rounding
@@ -103,7 +113,7 @@ def exp2_f32(x: UOp) -> UOp:
     t = xc + _ROUND_F32
     f = xc - (t - _ROUND_F32)  # exact: t - 1.5 * 2**23 is the integer nearest xc
     fh = (f + _SPLIT_F) - _SPLIT_F
-    small = (f - fh) * _LN2_HI + f * (f * _horner(f, _EXP2_F32) + _LN2_LO)
+    small = (f - fh) * _LN2_HI + f * (f * _horner(f, _EXP2_F32, fused) + _LN2_LO)
     p = (fh * _LN2_HI + 1.0) + small
     n = t.bitcast(_I32) - 0x4B400000  # the low mantissa bits of t are n (offset by the bits of 1.5 * 2**23)
     lo = n >> 1
@@ -128,7 +138,7 @@ def _head12(v: UOp) -> UOp:
     return (v.bitcast(_I32) & -4096).bitcast(_F32)
 
 
-def log2_f32(x: UOp) -> UOp:
+def log2_f32(x: UOp, fused: bool = False) -> UOp:
     """log2(x) for float32: x = 2**e * m with m in [sqrt(1/2), sqrt(2)) from the bit pattern, e + log2(m).
 
     Subnormals are scaled by 2**23 first. With r = m - 1 (exact) and rh = r rounded to 12 bits,
@@ -144,7 +154,7 @@ def log2_f32(x: UOp) -> UOp:
     r = m - 1.0
     rh = (r + _SPLIT_R) - _SPLIT_R
     ln_hi = r - (rh * 0.5) * rh  # exact: a multiple of 2**-25 below 1/2 in magnitude
-    ln_lo = (r * r) * (r * _horner(r, _LOG_F32)) - ((r - rh) * 0.5) * (r + rh)
+    ln_lo = (r * r) * (r * _horner(r, _LOG_F32, fused)) - ((r - rh) * 0.5) * (r + rh)
     head = _head12(ln_hi)
     tail = ((ln_hi - head) * _INV_LN2_HI + ln_hi * _INV_LN2_LO) + ln_lo * _INV_LN2
     y = e + (head * _INV_LN2_HI + tail)
@@ -164,7 +174,7 @@ _SIN_F32 = (_h("-0x1.555546p-3"), _h("0x1.110778p-7"), _h("-0x1.995408p-13"))
 _COS_F32 = (_h("0x1.55554ap-5"), _h("-0x1.6c0c28p-10"), _h("0x1.99e80cp-16"))
 
 
-def sin_f32(x: UOp) -> UOp:
+def sin_f32(x: UOp, fused: bool = False) -> UOp:
     """sin(x) for float32: x = n*pi/2 + r with |r| <= pi/4, then sin or cos of r by the quadrant n mod 4.
 
     The reduction runs in float64 (a float32 x is exact there): x - n*P1 - n*P2 is exact for |n| < 2**33, so
@@ -183,10 +193,11 @@ def sin_f32(x: UOp) -> UOp:
     rh = r.cast(_F32)
     rl = (r - rh.cast(_F64)).cast(_F32)
     # a zero (or the zero a huge x became) comes out with its sign, which the polynomial's sum drops
-    return x64.ne(0.0).where(_sin_quadrant(q, rh, rl, _SIN_F32, _COS_F32), x * 0.0)
+    return x64.ne(0.0).where(_sin_quadrant(q, rh, rl, _SIN_F32, _COS_F32, fused), x * 0.0)
 
 
-def _sin_quadrant(q: UOp, rh: UOp, rl: UOp, sin_coeffs: Sequence[float], cos_coeffs: Sequence[float]) -> UOp:
+def _sin_quadrant(q: UOp, rh: UOp, rl: UOp, sin_coeffs: Sequence[float], cos_coeffs: Sequence[float],
+                  fused: bool = False) -> UOp:
     """sin(n*pi/2 + rh + rl) from the integer q = n (mod 4): +-sin(r) or +-cos(r), with rl as a first-order
     correction (sin(rh + rl) ~ sin(rh) + rl, cos(rh + rl) ~ cos(rh) - rh*rl).
 
@@ -194,10 +205,10 @@ def _sin_quadrant(q: UOp, rh: UOp, rl: UOp, sin_coeffs: Sequence[float], cos_coe
     2**-26): then rc^2/2 and 1 - rc^2/2 are exact, and the one rounding that matters is the last addition."""
     split = 6144.0 if rh.dtype.scalar is _F32 else 100663296.0  # 1.5 * 2**12, 1.5 * 2**26
     z = rh * rh
-    s = rh + (rh * z * _horner(z, sin_coeffs) + rl)
+    s = rh + (rh * z * _horner(z, sin_coeffs, fused) + rl)
     rc = (rh + split) - split
     head = 1.0 - (rc * 0.5) * rc
-    c = head + (z * z * _horner(z, cos_coeffs) - ((rh - rc) * 0.5 * (rh + rc) + rh * rl))
+    c = head + (z * z * _horner(z, cos_coeffs, fused) - ((rh - rc) * 0.5 * (rh + rc) + rh * rl))
     res = (q & 1).ne(0).where(c, s)
     return (q & 2).ne(0).where(-res, res)
 
@@ -218,7 +229,7 @@ def _pow2i_f64(n: UOp) -> UOp:
     return ((n + 1023) << 52).bitcast(_F64)
 
 
-def exp2_f64(x: UOp) -> UOp:
+def exp2_f64(x: UOp, fused: bool = False) -> UOp:
     """2**x for float64, the float32 algorithm with float64 constants: clamp to [-1100, 1100], x = n + f,
     2**f = (1 + fh*ln2_hi) + small with an exact head, scale in two exact halves."""
     xc = (x < 1100.0).where(x, 1100.0)
@@ -226,7 +237,7 @@ def exp2_f64(x: UOp) -> UOp:
     t = xc + _ROUND_F64
     f = xc - (t - _ROUND_F64)
     fh = (f + _SPLIT_F64) - _SPLIT_F64
-    small = (f - fh) * _LN2_HI64 + f * (f * _horner(f, _EXP2_F64) + _LN2_LO64)
+    small = (f - fh) * _LN2_HI64 + f * (f * _horner(f, _EXP2_F64, fused) + _LN2_LO64)
     p = (fh * _LN2_HI64 + 1.0) + small
     n = t.bitcast(_I64) - 0x4338000000000000  # the bits of 1.5 * 2**52
     lo = n >> 1
@@ -244,7 +255,7 @@ _INV_LN2_HI64, _INV_LN2_LO64 = _h("0x1.7154768p+0"), _h("-0x1.6a3e80f444178p-27"
 _SPLIT_R64 = 100663296.0  # 1.5 * 2**26: adding and subtracting it rounds |r| < 1 to a multiple of 2**-26
 
 
-def log2_f64(x: UOp) -> UOp:
+def log2_f64(x: UOp, fused: bool = False) -> UOp:
     """log2(x) for float64: as log2_f32 (exact head r - rh^2/2, exact product of its 26 leading bits with a
     26-bit 1/ln 2), except that the small remainder ln(1+r) - r + r^2/2 = s*(r^2/2 + z*U(z)) comes from the
     series in s = r/(2 + r), which needs a far lower degree than a polynomial in r."""
@@ -259,7 +270,7 @@ def log2_f64(x: UOp) -> UOp:
     s = r / (r + 2.0)
     z = s * s
     ln_hi = r - (rh * 0.5) * rh  # exact: a multiple of 2**-53 below 1/2 in magnitude
-    ln_lo = s * ((r * 0.5) * r + z * _horner(z, _LOG_F64)) - ((r - rh) * 0.5) * (r + rh)
+    ln_lo = s * ((r * 0.5) * r + z * _horner(z, _LOG_F64, fused)) - ((r - rh) * 0.5) * (r + rh)
     head = (ln_hi.bitcast(_I64) & -134217728).bitcast(_F64)  # its 26 leading bits
     tail = ((ln_hi - head) * _INV_LN2_HI64 + ln_hi * _INV_LN2_LO64) + ln_lo * _INV_LN2_F64
     y = e + (head * _INV_LN2_HI64 + tail)
@@ -278,7 +289,7 @@ _COS_F64 = (_h("0x1.555555555554bp-5"), _h("-0x1.6c16c16c15015p-10"), _h("0x1.a0
             _h("-0x1.27e4f7f191267p-22"), _h("0x1.1ee9dbced0403p-29"), _h("-0x1.8fa68464b457cp-37"))
 
 
-def sin_f64(x: UOp) -> UOp:
+def sin_f64(x: UOp, fused: bool = False) -> UOp:
     """sin(x) for float64: Cody-Waite in four parts. x - n*C1 - n*C2 is exact; subtracting n*C3 rounds, and
     that rounding error is recovered exactly (Fast2Sum) into rl along with n*C4, so r = rh + rl is within
     |n| * 2**-130 of x - n*pi/2. That needs n*Ci exact: |n| < 2**27, |x| < 2.1e8. Beyond, n*C1 rounds and
@@ -290,7 +301,7 @@ def sin_f64(x: UOp) -> UOp:
     p = n * _PIO2_4X64[2]
     rh = a - p
     rl = ((a - rh) - p) - n * _PIO2_4X64[3]
-    return xr.ne(0.0).where(_sin_quadrant(t.bitcast(_I64), rh, rl, _SIN_F64, _COS_F64), x * 0.0)
+    return xr.ne(0.0).where(_sin_quadrant(t.bitcast(_I64), rh, rl, _SIN_F64, _COS_F64, fused), x * 0.0)
 
 
 # ---------------------------------------------------------------------------------------------------- SQRT, POW
@@ -332,30 +343,64 @@ def pow_via_exp2(a: UOp, b: UOp) -> UOp:
 # ---------------------------------------------------------------------------------------------------- rules
 
 
-def _exp2(x: UOp) -> UOp:
-    return exp2_f64(x) if x.dtype.scalar is _F64 else _in_float32(exp2_f32, x)
+def _exp2_any(x: UOp, fused: bool) -> UOp:
+    return exp2_f64(x, fused) if x.dtype.scalar is _F64 else _in_float32(lambda v: exp2_f32(v, fused), x)
 
 
-def _log2(x: UOp) -> UOp:
-    return log2_f64(x) if x.dtype.scalar is _F64 else _in_float32(log2_f32, x)
+def _log2_any(x: UOp, fused: bool) -> UOp:
+    return log2_f64(x, fused) if x.dtype.scalar is _F64 else _in_float32(lambda v: log2_f32(v, fused), x)
 
 
-def _sin(x: UOp) -> UOp:
-    return sin_f64(x) if x.dtype.scalar is _F64 else _in_float32(sin_f32, x)
+def _sin_any(x: UOp, fused: bool) -> UOp:
+    return sin_f64(x, fused) if x.dtype.scalar is _F64 else _in_float32(lambda v: sin_f32(v, fused), x)
 
 
 _ALL_FLOATS = frozenset(dtypes.floats)
 fx, fa, fb = var("x", _ALL_FLOATS), var("a", _ALL_FLOATS), var("b", _ALL_FLOATS)
 
-# fmt: off
-transcendental = RuleSet("transcendental", [
-    Rule("exp2-to-poly",      op.EXP2(fx),    _exp2,         removes=Ops.EXP2),
-    Rule("log2-to-poly",      op.LOG2(fx),    _log2,         removes=Ops.LOG2),
-    Rule("sin-to-poly",       op.SIN(fx),     _sin,          removes=Ops.SIN),
-    Rule("sqrt-to-exp2-log2", op.SQRT(fx),    sqrt_via_exp2, removes=Ops.SQRT),
-    Rule("pow-to-exp2-log2",  op.POW(fa, fb), pow_via_exp2,  removes=Ops.POW),
-])
-# fmt: on
+
+def _exp2(x: UOp) -> UOp:
+    return _exp2_any(x, False)
+
+
+def _exp2_fused(x: UOp) -> UOp:
+    return _exp2_any(x, True)
+
+
+def _log2(x: UOp) -> UOp:
+    return _log2_any(x, False)
+
+
+def _log2_fused(x: UOp) -> UOp:
+    return _log2_any(x, True)
+
+
+def _sin(x: UOp) -> UOp:
+    return _sin_any(x, False)
+
+
+def _sin_fused(x: UOp) -> UOp:
+    return _sin_any(x, True)
+
+
+def _rules(fused: bool) -> RuleSet:
+    """The rule set; with `fused` the polynomials are evaluated with MULACC (for a target whose reductions fuse
+    multiply-adds, lower.pipeline.fuses_mulacc): one instruction and one rounding per step instead of two."""
+    tag = "-fused" if fused else ""
+    exp2, log2, sin = (_exp2_fused, _log2_fused, _sin_fused) if fused else (_exp2, _log2, _sin)
+    # fmt: off
+    return RuleSet(f"transcendental{tag}", [
+        Rule(f"exp2-to-poly{tag}",      op.EXP2(fx),    exp2,          removes=Ops.EXP2),
+        Rule(f"log2-to-poly{tag}",      op.LOG2(fx),    log2,          removes=Ops.LOG2),
+        Rule(f"sin-to-poly{tag}",       op.SIN(fx),     sin,           removes=Ops.SIN),
+        Rule(f"sqrt-to-exp2-log2{tag}", op.SQRT(fx),    sqrt_via_exp2, removes=Ops.SQRT),
+        Rule(f"pow-to-exp2-log2{tag}",  op.POW(fa, fb), pow_via_exp2,  removes=Ops.POW),
+    ])
+    # fmt: on
+
+
+transcendental = _rules(False)
+transcendental_fused = _rules(True)
 
 __all__ = ["exp2_f32", "exp2_f64", "log2_f32", "log2_f64", "pow_via_exp2", "sin_f32", "sin_f64", "sqrt_via_exp2",
-           "transcendental"]
+           "transcendental", "transcendental_fused"]
