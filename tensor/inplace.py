@@ -135,7 +135,10 @@ def assign(t: Tensor, value: object) -> Tensor:
         return t
     if isinstance(t.device, tuple):
         from lower.multi import buffer_view
+        from tensor.multi import shard_like
 
+        if v.uop.axis is not None and v.uop.axis != t.uop.axis:  # laid out as t first (a replicated one is cut)
+            v = shard_like(v, t)
         after = UOp(Ops.AFTER, (tgt, UOp(Ops.STORE, (tgt, _in_storage(t, tgt, v.uop)))))
         _pending.add(after)
         t.uop = buffer_view(after, t.uop.shape, t.uop.axis)

@@ -325,7 +325,7 @@ def test_jitted_data_parallel_step_matches_eager_and_one_device(opt_name: str) -
 def test_assign_on_a_device_tuple_writes_each_shard_in_place() -> None:
     """`assign` to a replicated or axis-0 sharded tensor on a device tuple writes the devices' own shard buffers
     (no new buffer), and an alias of the tensor sees the update."""
-    a = np.arange(12, dtype=np.float32).reshape(4, 3)
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
     for axis in (None, 0):
         t = Tensor(a).shard(CPU2, axis).realize()
         before = [buffers.slot(b) for b in buffers.shards(view_base(t.uop))]
@@ -335,8 +335,13 @@ def test_assign_on_a_device_tuple_writes_each_shard_in_place() -> None:
         assert [buffers.slot(b) for b in buffers.shards(view_base(t.uop))] == before
         np.testing.assert_array_equal(t.numpy(), a * 2 + 1)
         np.testing.assert_array_equal(alias.numpy(), a * 2 + 1)
-        t += Tensor(np.ones((4, 3), np.float32)).shard(CPU2, axis)
+        t += Tensor(np.ones((4, 6), np.float32)).shard(CPU2, axis)
         np.testing.assert_array_equal(t.numpy(), a * 2 + 2)
+        for other in (None, 0, 1):  # a value in another layout is laid out as t first
+            t.assign(Tensor(a * 3).shard(CPU2, other) - 1)
+            np.testing.assert_array_equal(t.numpy(), a * 3 - 1)
+        t *= 2
+        np.testing.assert_array_equal(t.numpy(), (a * 3 - 1) * 2)
         assert [buffers.slot(b) for b in buffers.shards(view_base(t.uop))] == before
 
 
