@@ -33,7 +33,8 @@ Rows:
                               jit (a `tensor.jit` step of it, replayed); the target (ours >= 90% of mpi4py's) is
                               the per-call row's. A note gives the Python per call around the MPI call.
     dp step n ranks           a data-parallel AdamW step of an MLP 784-512-512-10, global batch 256 split over n
-                              ranks (1 and 2): steps per second, and the scaling 2 ranks vs 1
+                              ranks (1 and 2): steps per second, and the scaling 2 ranks vs 1; the same step
+                              under `tensor.jit` ("under jit" rows, compared with the eager step and 1 rank vs 2)
 """
 
 from __future__ import annotations
@@ -218,12 +219,23 @@ def _mpi_rows(b: Bench) -> None:
                     [1 / s for s in dp["seconds"]], {"ranks": dp["ranks"], "cpu_seconds": dp["cpu_seconds"]})
         r.cpu_samples = [1 / s for s in dp["cpu_seconds"]]
         steps[dp["ranks"]] = r
+        if "jit_seconds" in dp:
+            info = {"ranks": dp["ranks"], "max_abs_err_jit_vs_eager": dp["max_abs_err_jit_vs_eager"]}
+            j = _record(b, f"dp step MLP 784-512-512-10 batch {dp['batch']} {dp['ranks']} ranks under jit", "steps/s",
+                        [1 / s for s in dp["jit_seconds"]], info)
+            j.cpu_samples = [1 / s for s in dp["jit_cpu_seconds"]]
+            b.compare(f"dp step {dp['ranks']} ranks under jit", j, r, "eager")
+            steps[(dp["ranks"], "jit")] = j
     if 1 in steps and 2 in steps:
         b.compare("dp step 2 ranks", steps[2], steps[1], "1 rank")
         t1, t2 = 1 / steps[1].median * 1e3, 1 / steps[2].median * 1e3
         c1, c2 = (1 / (steps[k].cpu_median or 1) * 1e3 for k in (1, 2))
         b.note(f"data-parallel step: 1 rank {t1:.0f} ms, 2 ranks {t2:.0f} ms: {t1 / t2:.2f}x (each rank bound to a "
                f"core by mpirun); CPU per rank {c1:.0f} ms vs {c2:.0f} ms: {c1 / c2:.2f}x")
+    if (1, "jit") in steps and (2, "jit") in steps:
+        b.compare("dp step 2 ranks under jit", steps[(2, "jit")], steps[(1, "jit")], "1 rank under jit")
+        j1, j2 = (1 / steps[(k, "jit")].median * 1e3 for k in (1, 2))
+        b.note(f"data-parallel step under jit: 1 rank {j1:.0f} ms, 2 ranks {j2:.0f} ms: {j1 / j2:.2f}x")
 
 
 @suite("multi")

@@ -18,7 +18,9 @@ the slowest rank's time (an allreduce of the times with max). `python -m benchma
   dp step             one data-parallel training step (forward, backward, AdamW) of an MLP 784-512-512-10 on a
                       global batch of 256 split over the ranks (each rank's rows from from_local), seconds per step
                       (wall, slowest rank) and the CPU seconds of the busiest rank (on a shared machine the ranks
-                      may not get a core each; CPU time shows the work each rank does).
+                      may not get a core each; CPU time shows the work each rank does); and the same step
+                      under `tensor.jit` (replayed: no graph built, no plan looked up), checked against the eager
+                      step's parameters.
 """
 
 from __future__ import annotations
@@ -120,7 +122,8 @@ def python_per_call(c: Comm, runs: int = 2000) -> dict:
     return {"per call": float(worst[0]), "jit": float(worst[1])}
 
 
-def dp_step_row(c: Comm, runs: int, batch: int = 256) -> dict:
+def _dp_step(c: Comm, batch: int) -> tuple[Callable[[object, object], object], object, object, list]:
+    """A fresh data-parallel AdamW step of the MLP (seed 0) on M.ranks(): (step, X, Y, params)."""
     from tensor import Tensor
     from tensor import multi as M
     from tensor.modules import Linear
@@ -138,17 +141,41 @@ def dp_step_row(c: Comm, runs: int, batch: int = 256) -> dict:
     opt = AdamW(params, lr=1e-3)
     M.replicate_params(params + [t for st in opt.state for t in st.values()], D)
 
-    def step() -> None:
+    def step(X: Tensor, Y: Tensor) -> Tensor:
         loss = ((layers[2](layers[1](layers[0](X).relu()).relu()) - Y) ** 2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step(loss)
-        Tensor.realize(loss, *params)
+        return loss
 
-    for _ in range(2):  # compile and warm
-        step()
-    times = [_timed_cpu(c, step) for _ in range(runs)]
-    return {"ranks": n, "batch": batch, "seconds": [w for w, _ in times], "cpu_seconds": [cpu for _, cpu in times]}
+    return step, X, Y, params
+
+
+def dp_step_row(c: Comm, runs: int, batch: int = 256) -> dict:
+    """The step eager (its graph built and its plans looked up at every call) and as a `tensor.jit` step (replayed
+    from the third call), each on its own model from the same seed for the same number of steps; the final
+    parameters of the two must agree (max |jit - eager| is reported)."""
+    from tensor import Tensor
+    from tensor.jit import jit
+
+    out: dict[str, object] = {"ranks": c.size, "batch": batch}
+    final = []
+    for name in ("eager", "jit"):
+        step, X, Y, params = _dp_step(c, batch)
+        f = jit(step) if name == "jit" else step
+
+        def run(f: Callable[[object, object], object] = f, X: object = X, Y: object = Y,
+                params: list = params) -> None:
+            Tensor.realize(f(X, Y), *params)
+
+        for _ in range(2):  # compile and warm (the jit's two captured calls)
+            run()
+        times = [_timed_cpu(c, run) for _ in range(runs)]
+        key = "" if name == "eager" else "jit_"
+        out[f"{key}seconds"], out[f"{key}cpu_seconds"] = [w for w, _ in times], [cpu for _, cpu in times]
+        final.append([p.numpy() for p in params])
+    out["max_abs_err_jit_vs_eager"] = max(float(np.max(np.abs(a - b))) for a, b in zip(*final, strict=True))
+    return out
 
 
 def main(mode: str) -> None:

@@ -29,6 +29,8 @@ What each op becomes, per device i (c = S[a] // n, the block size on the shard a
                    runs as one MPI Allreduce
   REPLICATED       on the shard axis (size n: one element per device): each device's piece, now replicated;
                    on other axes (and on a single device): the first slice, a SHRINK
+  STORE, AFTER     per device, as elementwise ops: an assignment into a BUFFER on the tuple writes each device's
+                   block in place (a replicated value is cut to the block)
   COPY             to a device tuple: block j of axis 0 assembled on d_j from the pieces that overlap it (each
                    piece's overlap cut out where it lives, copied, padded into place and summed); to one device:
                    the whole value assembled there (a replicated value's own piece when the device is in D)
@@ -176,6 +178,37 @@ def _elementwise(ctx: MultiContext, u: UOp) -> UOp:
     return ctx.tagged(u, tuple(u.replace(src=tuple(ss), tag=None) for ss in srcs_per_dev))
 
 
+def _store(ctx: MultiContext, u: UOp) -> UOp:
+    """STORE(target, value) / AFTER(target, stores...) into a BUFFER on the tuple (sharded on axis 0): per device,
+    the store of its block of the value into its own shard BUFFER, a replicated value cut to the block."""
+    t = u.src[0]
+    devs = _devices_of(u, u.op.name)
+    n, tps = len(devs), _pieces(ctx, t)
+    if tps is None or t.axis != 0:
+        raise ShardingError(f"{u.op.name}: an assignment on {devs} must store into a realized BUFFER on the tuple "
+                            f"(sharded on axis 0), got a target {fmt_shape(t.shape)} on axis {t.axis}")
+    shape = _int_shape(t, u.op.name)
+    # the shard BUFFERs (or their pending assignments) under the pieces' local reshape
+    targets = [p.src[0] if p.op is Ops.RESHAPE else p for p in tps]
+    out = []
+    for i in range(n):
+        srcs = [targets[i]]
+        for s in u.src[1:]:
+            ps = _pieces(ctx, s)
+            if ps is not None and s.op is Ops.STORE:
+                v = ps[i]
+            elif ps is not None and s.axis == 0:
+                v = ps[i].reshape(targets[i].shape)
+            elif ps is None or s.axis is None:
+                v = region(ctx, s, _block(shape, 0, n, i), devs[i]).reshape(targets[i].shape)
+            else:
+                raise ShardingError(_mismatch(u, s, 0))
+            srcs.append(v)
+        piece = u.replace(src=tuple(srcs), tag=None)
+        out.append(piece if u.op is Ops.STORE else piece.reshape(tps[i].shape))
+    return ctx.tagged(u, tuple(out))
+
+
 def _mismatch(u: UOp, s: UOp, b: int | None) -> str:
     return (f"{u.op.name}: an operand {fmt_shape(s.shape)} is sharded on axis {s.axis} but the result "
             f"{fmt_shape(u.shape)} on axis {b}; reshard it with .shard(devices, {b}) (or replicate with .to(devices))")
@@ -196,8 +229,8 @@ def _movement(ctx: MultiContext, u: UOp) -> UOp:
     devs = cast(Devices, x.device)
     n, a, b = len(devs), x.axis, u.axis
     if u.op is Ops.RESHAPE:
-        new = local_shape(u.shape, b, n)
-        out = tuple(p.reshape(new) for p in ps)
+        new = local_shape(u.shape, b, n)  # a reshape of a reshape is one reshape (an assignment's view stays it)
+        out = tuple((p.src[0] if p.op is Ops.RESHAPE else p).reshape(new) for p in ps)
     elif u.op is Ops.PERMUTE:
         out = tuple(p.permute(u.int_tuple_arg) for p in ps)
     elif u.op is Ops.EXPAND:
@@ -444,6 +477,7 @@ multi_rules = RuleSet("multi", [
     Rule("shard-buffer",      op.BUFFER(name="u"),                                   _buffer,      when=_on_tuple),
     Rule("shard-copy",        op.COPY(name="u"),                                     _copy,        when=_on_tuple),
     Rule("shard-elementwise", op[_ELEMENTWISE](name="u"),                            _elementwise, when=_on_tuple),
+    Rule("shard-store",       op[{Ops.STORE, Ops.AFTER}](name="u"),                  _store,       when=_on_tuple),
     Rule("shard-reduce",      op.REDUCE(name="u"),                                   _reduce,      when=_on_tuple),
     Rule("shard-replicated",  op.REPLICATED(name="u"),                               _replicated,  when=_on_tuple),
     Rule("shard-movement",    op[Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP](name="u"),

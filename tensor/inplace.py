@@ -15,6 +15,11 @@ when a realize runs stores into a buffer, the other live lazy tensors that read 
 to be overwritten) contents get a snapshot of it, copied in the same realize before the store and put in their
 graphs; lazy tensors that read the assigned value (a graph over the AFTER) are rebound to the buffer.
 
+On a device tuple (tensor.multi) a realized tensor is a view of a BUFFER on the tuple (lower.multi.buffer_view):
+assign stores into that BUFFER, each device into its own shard in place (lower.multi's shard-store rule; a
+replicated tensor's value is laid out as its storage, one block per device), so a data-parallel optimizer step
+keeps every parameter's shard buffers, as tensor.jit needs. Other layouts of a tuple tensor are rebound.
+
 Gradients: assigning to a tensor that requires a gradient is an error outside no_grad() (torch refuses an
 in-place update of a leaf for the same reason: the recorded graph would read the new data).
 """
@@ -51,11 +56,41 @@ def track(t: Tensor) -> None:
 def _target(t: Tensor) -> UOp | None:
     """The node an assignment to t stores into: its BUFFER, or the last pending assignment to it."""
     u = t.uop
+    if isinstance(t.device, tuple):
+        return _tuple_target(u)
     if u.op is Ops.BUFFER and tt.buffers.has_data(u):
         return u
     if u.op is Ops.AFTER:
         return u
     return None
+
+
+def _tuple_target(u: UOp) -> UOp | None:
+    """On a device tuple a realized tensor is a view of a BUFFER on the tuple (lower.multi.buffer_view: the buffer
+    itself when sharded on axis 0, one block per device replicated for NULL); an assignment stores into that
+    BUFFER (or its last pending assignment), each device its own block in place. None for another layout."""
+    from lower.multi import buffer_view
+
+    base = u
+    while base.op in (Ops.RESHAPE, Ops.REPLICATED):
+        base = base.src[0]
+    at = base
+    while at.op is Ops.AFTER:
+        at = at.src[0]
+    if at.op is not Ops.BUFFER or not isinstance(at.buf_arg.device, tuple) or not tt.buffers.has_data(at):
+        return None
+    axis = u.axis
+    if axis not in (0, None) or u is not buffer_view(base, u.shape, axis):
+        return None
+    return base
+
+
+def _in_storage(t: Tensor, tgt: UOp, v: UOp) -> UOp:
+    """The value v of t laid out as t's storage `tgt` on the device tuple: for a replicated t, (n, *shape) with
+    every device's block its own copy of v."""
+    if tuple(tgt.shape) == tuple(v.shape):
+        return v
+    return v.reshape((1, *v.shape)).expand(tuple(tgt.shape))
 
 
 def _value(t: Tensor, value: object, what: str) -> Tensor:
@@ -97,6 +132,16 @@ def assign(t: Tensor, value: object) -> Tensor:
     tgt = _target(t)
     if tgt is None:  # a lazy graph has no storage of its own: it simply becomes the value
         t.uop = v.uop
+        return t
+    if isinstance(t.device, tuple):
+        from lower.multi import buffer_view
+        from tensor.multi import shard_like
+
+        if v.uop.axis is not None and v.uop.axis != t.uop.axis:  # laid out as t first (a replicated one is cut)
+            v = shard_like(v, t)
+        after = UOp(Ops.AFTER, (tgt, UOp(Ops.STORE, (tgt, _in_storage(t, tgt, v.uop)))))
+        _pending.add(after)
+        t.uop = buffer_view(after, t.uop.shape, t.uop.axis)
         return t
     after = UOp(Ops.AFTER, (tgt, UOp(Ops.STORE, (tgt, v.uop))))
     _pending.add(after)

@@ -28,6 +28,7 @@ the second call's; the capture finds it (the two calls read different data there
 does when the two calls realize different graphs. Python side effects of the body do not run on a replay, except
 the functions it registered with `on_replay` (the optimizer counts its steps there), and a parameter's `.grad`
 is the second call's tensor, refilled by each replay. TRACE or VIZ set: the body runs at every call. A realize
+on a device tuple replays its plan's per-device steps (a Tensor argument on the tuple stands for its shards); one
 across MPI ranks is captured as its schedule template (lower.mpi_cache) and replayed on every rank the same way,
 its collectives included.
 """
@@ -78,9 +79,25 @@ def host_input(t: Tensor, refresh: Callable[[], np.ndarray]) -> None:
     """Within a capture: `t` (a realized tensor the body made from host data) holds `refresh()`'s data at every
     replay, stored before the kernels run. Outside a capture nothing happens."""
     if _ACTIVE:
+        if isinstance(t.device, tuple):  # on a device tuple: each shard this process holds is refilled
+            from lower.multi import view_base
+
+            base = view_base(t.uop) if t.uop.axis is None else None
+            if base is None or not t.is_realized:
+                raise JitError(f"host_input: a tensor on {t.device} must be realized and replicated, got "
+                               f"{t.uop.short()}")
+            for b in registry.shards(base):
+                if registry.has_data(b):
+                    _ACTIVE[-1].host[registry.slot(b)] = (b, _reshaped(refresh, b.shape))
+            _ACTIVE[-1].host[registry.slot(base)] = (base, refresh)  # an MPI template reads it whole: its shards
+            return
         if not t.is_realized or t.uop.op is not schedule_cache._BUFFER:
             raise JitError(f"host_input: the tensor must be realized host data (a BUFFER), got {t.uop.short()}")
         _ACTIVE[-1].host[registry.slot(t.uop)] = (t.uop, refresh)
+
+
+def _reshaped(refresh: Callable[[], np.ndarray], shape: tuple) -> Callable[[], np.ndarray]:
+    return lambda: np.asarray(refresh()).reshape(shape)
 
 
 def on_replay(fn: Callable[[], None]) -> None:
@@ -123,10 +140,7 @@ class jit(Generic[R]):
         targs = [a for a in args if isinstance(a, Tensor)]
         if targs:
             Tensor.realize(*targs)
-        bufs = [t.uop for t in targs]
-        if any(b.op is not schedule_cache._BUFFER for b in bufs):
-            raise JitError("jit: a Tensor argument must be a whole realized tensor, not a view of one; pass "
-                           "x.contiguous() (realized) instead")
+        bufs = _arg_buffers(targs)
         if self._program is not None:
             return self._replay(targs, bufs)
         self.calls += 1
@@ -149,7 +163,7 @@ class jit(Generic[R]):
         self._program = self._build(first, first_bufs, cap, bufs)
         self._host = list(cap.host.values())
         self._after = cap.after
-        self._arg_specs = [(t.shape, t.dtype, t.device) for t in targs]
+        self._arg_specs = [_spec(t) for t in targs]
         self._result = result
         return result
 
@@ -180,11 +194,7 @@ class jit(Generic[R]):
         arg_of = {registry.slot(b): i for i, b in enumerate(args)}
         out_of: dict[int, tuple[int, int]] = {}
         out: list[list[Source]] = []
-        for k, (p, ins, outs) in enumerate(cap.records):
-            if isinstance(p, schedule_cache.Plan) and (p.deps is not None or any(not isinstance(r, int)
-                                                                                 for r in p.roots)):
-                raise JitError("jit: a realize across several devices cannot be replayed yet; run the step without "
-                               "jit")
+        for k, (_, ins, outs) in enumerate(cap.records):
             src: list[Source] = []
             for b in ins:
                 s = registry.slot(b)
@@ -202,7 +212,7 @@ class jit(Generic[R]):
         return out
 
     def _replay(self, targs: list[Tensor], bufs: list[UOp]) -> Any:
-        specs = [(t.shape, t.dtype, t.device) for t in targs]
+        specs = [_spec(t) for t in targs]
         if specs != self._arg_specs:
             raise JitError(f"jit: called with Tensor arguments {_fmt(specs)}, captured with {_fmt(self._arg_specs)}; "
                            f"a jit function replays fixed shapes (reset() it, or make one jit per shape)")
@@ -210,7 +220,8 @@ class jit(Generic[R]):
         from lower.realize import plans
 
         for buf, refresh in self._host:
-            _refill(buf, refresh())
+            if not isinstance(buf.buf_arg.device, tuple):  # a BUFFER on a tuple is refilled shard by shard
+                _refill(buf, refresh())
         assert self._program is not None
         for p, src, outs in self._program:
             ins = [bufs[s[1]] if s[0] == "arg" else self._program[s[1]][2][s[2]] if s[0] == "out" else s[1]
@@ -224,6 +235,27 @@ class jit(Generic[R]):
         for fn in self._after:
             fn()
         return self._result
+
+
+def _spec(t: Tensor) -> tuple[tuple, Any, Any]:
+    """What a replay's Tensor argument must match: shape, dtype and device (and the layout on a device tuple)."""
+    return t.shape, t.dtype, (t.device, t.uop.axis) if isinstance(t.device, tuple) else t.device
+
+
+def _arg_buffers(targs: list[Tensor]) -> list[UOp]:
+    """The buffers behind the Tensor arguments, as the recorded plans name them: a tensor on a device tuple stands
+    for its BUFFER on the tuple (an MPI template's input) and for its shards (a plan's: schedule_cache.flat_inputs),
+    in device order."""
+    from lower.multi import view_base
+
+    out: list[UOp] = []
+    for t in targs:
+        base = view_base(t.uop) if isinstance(t.device, tuple) else t.uop
+        if base is None or base.op is not schedule_cache._BUFFER:
+            raise JitError("jit: a Tensor argument must be a whole realized tensor, not a view of one; pass "
+                           "x.contiguous() (realized) instead")
+        out += [base, *registry.shards(base)] if isinstance(base.buf_arg.device, tuple) else [base]
+    return out
 
 
 def _refill(buf: UOp, data: np.ndarray) -> None:

@@ -10,7 +10,8 @@ Scalars never reach a kernel as constants: the learning rate, the betas, epsilon
 per-step bias corrections are read from one small host buffer uploaded at every step. A kernel is compiled for
 the structure of the step, and a graph with the same structure replays the cached plan, so changing the
 learning rate (a schedule) or any other hyperparameter between steps compiles nothing. The scalars are kept in
-the widest float dtype of the parameters, so float64 training is exact to float64.
+the widest float dtype of the parameters, so float64 training is exact to float64. For parameters on a device
+tuple (data-parallel) the host buffer is a replicated BUFFER on the tuple, each device's shard filled directly.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ class Optimizer:
     def _scalars(self, device: Device) -> dict[str, Tensor]:
         """This step's scalars as 0-d tensors, all read from one host buffer (new data, same structure). Under a
         tensor.jit capture the buffer is a host input: each replay stores the scalars of its step there."""
-        buf = Tensor(self._scalar_array(), device=device)
+        arr = self._scalar_array()
+        buf = _replicated_host(arr, device) if isinstance(device, tuple) else Tensor(arr, device=device)
         jit.host_input(buf, self._scalar_array)
         return {k: buf[i] for i, k in enumerate(self._SCALARS)}
 
@@ -138,6 +140,26 @@ class Optimizer:
 
     def _count_step(self) -> None:
         self.steps += 1
+
+
+def _replicated_host(arr: np.ndarray, devs: tuple[str, ...]) -> Tensor:
+    """`arr` replicated on every device of `devs` as a realized BUFFER on the tuple whose shards each hold it
+    (under MPI, this rank's shards: every rank computes the same scalars), with no kernel or copy to make it: a
+    plain host input that a tensor.jit replay refills shard by shard."""
+    from devices import rank_of
+    from devices.mpi import rank_and_size
+    from lower import buffers as registry
+    from lower.multi import buffer_view, storage_shape
+    from tensor.buffers import new_buffer
+
+    rank, dt = rank_and_size()[0], dtypes.float64 if arr.dtype == np.float64 else dtypes.float32
+    parts = tuple(new_buffer(arr, dt, d) if rank_of(d) in (None, rank) else registry.new_buffer(dt, arr.shape, d)
+                  for d in devs)
+    buf = registry.new_buffer(dt, storage_shape(arr.shape, None, len(devs)), devs)
+    registry.store_shards(buf, parts)
+    t = Tensor._wrap(buffer_view(buf, arr.shape, None), devs)
+    t.uop = buffer_view(buf, arr.shape, None)  # the view itself, not detached (under no_grad): realized data
+    return t
 
 
 def _np_dtype(dt: DType) -> np.dtype:

@@ -270,6 +270,81 @@ def test_data_parallel_training_step_matches_one_device() -> None:
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+def _dp_run(opt_name: str, devices: tuple[str, ...] | None, use_jit: bool, batches: list) -> tuple[list, list, int]:
+    """Five steps of a small MLP (its losses, its final weights, how often the body ran), data-parallel on
+    `devices` (None: one device), the step under tensor.jit or eager."""
+    from tensor.jit import jit
+    from tensor.modules import Linear
+    from tensor.optim import SGD, AdamW
+
+    Tensor.manual_seed(0)
+    layers = [Linear(4, 16), Linear(16, 3)]
+    params = [p for layer in layers for p in layer.parameters()]
+    opt = SGD(params, lr=0.05, momentum=0.9) if opt_name == "sgd" else AdamW(params, lr=0.01)
+    if devices is not None:
+        M.replicate_params(params + [t for s in opt.state for t in s.values()], devices)
+    ran = [0]
+
+    def step(X: Tensor, Y: Tensor) -> Tensor:
+        ran[0] += 1
+        loss = ((layers[1](layers[0](X).relu()) - Y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step(loss)
+        return loss
+
+    f = jit(step) if use_jit else step
+    losses = []
+    for x, y in batches:
+        X, Y = Tensor(x), Tensor(y)
+        if devices is not None:
+            X, Y = X.shard(devices, 0).realize(), Y.shard(devices, 0).realize()
+        losses.append(f(X, Y).numpy())
+    return losses, [p.numpy() for p in params], ran[0]
+
+
+@pytest.mark.parametrize("opt_name", ["sgd", "adamw"])
+def test_jitted_data_parallel_step_matches_eager_and_one_device(opt_name: str) -> None:
+    """tensor.jit over a data-parallel step: the parameters and the optimizer state on the device tuple are updated
+    in place (each device its own shard), the per-step scalars are a host input refilled on every device, and the
+    replays (calls 3 to 5, a new batch each) give the eager step's and the single-device step's losses and
+    weights."""
+    rng = np.random.default_rng(1)
+    batches = [(rng.standard_normal((8, 4)).astype(np.float32), rng.standard_normal((8, 3)).astype(np.float32))
+               for _ in range(5)]
+    one_losses, one_w, _ = _dp_run(opt_name, None, False, batches)
+    eager_losses, eager_w, _ = _dp_run(opt_name, CPU2, False, batches)
+    jit_losses, jit_w, ran = _dp_run(opt_name, CPU2, True, batches)
+    assert ran == 2  # the body ran for the two capturing calls only; calls 3 to 5 replayed
+    for a, b, c in zip(jit_losses + jit_w, eager_losses + eager_w, one_losses + one_w, strict=True):
+        np.testing.assert_array_equal(a, b)  # the same plans: bit for bit
+        np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-6)
+    assert len(set(float(v) for v in jit_losses)) == 5  # every replay computed its own batch's loss
+
+
+def test_assign_on_a_device_tuple_writes_each_shard_in_place() -> None:
+    """`assign` to a replicated or axis-0 sharded tensor on a device tuple writes the devices' own shard buffers
+    (no new buffer), and an alias of the tensor sees the update."""
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    for axis in (None, 0):
+        t = Tensor(a).shard(CPU2, axis).realize()
+        before = [buffers.slot(b) for b in buffers.shards(view_base(t.uop))]
+        alias = Tensor(t)
+        t.assign(t * 2 + 1)
+        t.realize()
+        assert [buffers.slot(b) for b in buffers.shards(view_base(t.uop))] == before
+        np.testing.assert_array_equal(t.numpy(), a * 2 + 1)
+        np.testing.assert_array_equal(alias.numpy(), a * 2 + 1)
+        t += Tensor(np.ones((4, 6), np.float32)).shard(CPU2, axis)
+        np.testing.assert_array_equal(t.numpy(), a * 2 + 2)
+        for other in (None, 0, 1):  # a value in another layout is laid out as t first
+            t.assign(Tensor(a * 3).shard(CPU2, other) - 1)
+            np.testing.assert_array_equal(t.numpy(), a * 3 - 1)
+        t *= 2
+        np.testing.assert_array_equal(t.numpy(), (a * 3 - 1) * 2)
+        assert [buffers.slot(b) for b in buffers.shards(view_base(t.uop))] == before
+
+
 # ---------------------------------------------------------------- bad input
 
 
