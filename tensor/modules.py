@@ -201,8 +201,8 @@ class LayerNorm(Module):
                  ) -> None:
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         self.eps = eps
-        self.weight = Tensor.ones(*self.normalized_shape).requires_grad_() if elementwise_affine else None
-        self.bias = Tensor.zeros(*self.normalized_shape).requires_grad_() if elementwise_affine else None
+        self.weight = Tensor.ones(*self.normalized_shape).realize().requires_grad_() if elementwise_affine else None
+        self.bias = Tensor.zeros(*self.normalized_shape).realize().requires_grad_() if elementwise_affine else None
 
     def forward(self, x: Tensor) -> Tensor:
         _need_float("LayerNorm", x)
