@@ -21,6 +21,9 @@ each with:
     check    the loss of each of the first K steps, ours against torch: max relative difference <= 1e-4; and
              the gradients of every parameter at the initial weights, ours against torch (benchmarks.train_models
              .grad_error) <= 1e-4.
+  conv_transpose2d  ConvTranspose2d (N16, 32->16 channels, 16x16 -> 32x32, kernel 4, stride 2, padding 1) forward
+           and backward under tensor.jit against torch eager, its output and gradients checked against torch's
+           (not in `--quick`);
   digits   `python -m tensor.train_digits`'s MLP (64-64-10, Adam, sklearn digits) trained for its default 12
            epochs (`--quick`: 3): wall time to its held-out accuracy, and that accuracy (needs scikit-learn).
 
@@ -248,6 +251,66 @@ def digits_row(b: Bench, epochs: int) -> None:
            f"in {wall:.1f} s to test accuracy {acc:.4f} (kernel cache as this process finds it)")
 
 
+CONVT = (16, 32, 16, 16, 4, 2, 1)  # N, Cin, Cout, H=W, kernel, stride, padding: a DCGAN generator's upsampling layer
+
+
+def convt_row(b: Bench, runs: int = 7, shape: tuple[int, ...] = CONVT) -> dict[str, Any]:
+    """ConvTranspose2d forward and backward (output, input and weight gradients of sum(y * g)), ours under
+    tensor.jit against torch eager; the three results checked against torch's."""
+    import numpy as np
+
+    from tensor.jit import jit
+    from tensor.nn import conv_transpose2d
+    from tensor.tensor import Tensor
+
+    n, cin, cout, hw, k, st, pd = shape
+    label = f"conv_transpose2d N{n} {cin}->{cout} {hw}x{hw} k{k} s{st} p{pd}"
+    rng = np.random.default_rng(0)
+    xn = rng.standard_normal((n, cin, hw, hw)).astype(np.float32)
+    wn = (0.1 * rng.standard_normal((cin, cout, k, k))).astype(np.float32)
+    o = (hw - 1) * st - 2 * pd + k
+    gn = rng.standard_normal((n, cout, o, o)).astype(np.float32)
+    x, w, g = Tensor(xn, requires_grad=True), Tensor(wn, requires_grad=True), Tensor(gn)
+
+    def ours(xt: Tensor, wt: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        xt.grad = wt.grad = None
+        y = conv_transpose2d(xt, wt, stride=st, padding=pd)
+        (y * g).sum().backward()
+        assert xt.grad is not None and wt.grad is not None
+        Tensor.realize(y, xt.grad, wt.grad)
+        return y, xt.grad, wt.grad
+
+    b.say(f"{label}: ours")
+    step = jit(ours)
+    got = [[v.numpy() for v in step(x, w)] for _ in range(3)][-1]  # the third call replays
+    jobs = [Timed(f"{label}: fwd+bwd/ours", lambda _: step(x, w), 1, "ms", per_item=1e3, runs=runs)]
+    out: dict[str, Any] = {}
+    if have("torch"):
+        import torch
+
+        tx, tw, tg = torch.tensor(xn, requires_grad=True), torch.tensor(wn, requires_grad=True), torch.tensor(gn)
+
+        def theirs(_: object = None) -> list[Any]:
+            tx.grad = tw.grad = None
+            ty = torch.nn.functional.conv_transpose2d(tx, tw, stride=st, padding=pd)
+            (ty * tg).sum().backward()
+            return [ty, tx.grad, tw.grad]
+
+        ref = [v.detach().numpy() for v in theirs()]
+        err = max(float(np.abs(a - r).max() / np.abs(r).max()) for a, r in zip(got, ref, strict=True))
+        out.update(err=err, ok=err <= GRAD_RTOL)
+        b.note(f"{label}: output and gradients ours vs torch: max rel diff {err:.1e} -> "
+               f"{'ok' if err <= GRAD_RTOL else 'FAIL'} (<= {GRAD_RTOL:g})")
+        jobs.append(Timed(f"{label}: fwd+bwd/torch", theirs, 1, "ms", per_item=1e3, runs=runs))
+    else:
+        b.note(f"{label}: torch not installed: no torch column, no check")
+    res = b.measure_together(jobs)
+    if len(res) == 2:
+        b.compare(f"{label}: fwd+bwd vs torch", res[0], res[1], "torch")
+    out["ours_ms"] = res[0].median
+    return out
+
+
 @suite("train")
 def train(b: Bench) -> None:
     cfgs = [mlp_config(True)] if b.quick else [mlp_config(False), cnn_config(False), transformer_config(False)]
@@ -256,8 +319,11 @@ def train(b: Bench) -> None:
     if b.quick:
         b.note("torch.compile: not in --quick (its first compile alone takes ~20 s here)")
     for i, cfg in enumerate(cfgs):
-        b.case(cfg.label, of=len(cfgs) + 1 if i == 0 else None)
+        b.case(cfg.label, of=len(cfgs) + (1 if b.quick else 2) if i == 0 else None)
         model_row(b, cfg, runs=5 if b.quick else 7, compiled=not b.quick)
+    if not b.quick:
+        b.case("conv_transpose2d")
+        convt_row(b)
     b.case("digits")
     digits_row(b, 3 if b.quick else 12)
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from benchmarks.bench_train import TINY, loss_check, mlp_row, model_row
+from benchmarks.bench_train import TINY, convt_row, loss_check, mlp_row, model_row
 from benchmarks.kernel_peers import have
 from benchmarks.runner import Bench
 
@@ -48,3 +48,12 @@ def test_tiny_mlp_row_torch_compile() -> None:
     for row in ("cold first step/torch.compile", "cold second step/torch.compile", "step/torch.compile"):
         assert f"{TINY.label}: {row}" in names
     assert len(b.comparisons) == 2
+
+
+def test_convt_row_small() -> None:
+    b = Bench("train", quick=True)
+    out = convt_row(b, runs=3, shape=(2, 4, 3, 5, 3, 2, 1))
+    assert 0 < out["ours_ms"] < 10_000
+    if not have("torch"):
+        pytest.skip("torch not installed: no check")
+    assert out["ok"], out
