@@ -160,6 +160,16 @@ def windows(u: UOp, ks: Sequence[int], ss: Sequence[int], ds: Sequence[int], os:
     n, nb = len(ks), len(u.shape) - len(ks)
     for i in range(n):
         ax, nd = nb + i, len(u.shape)
+        if ks[i] == ss[i] and ds[i] == 1 and os[i] * ss[i] <= u.shape[ax]:
+            # disjoint windows (a 2x2 pool): a reshape of the axis into (o, k), no tiling; its gradient is a plain
+            # reshape too, so a materialized gradient keeps the input's layout (the tiling's permutes left the
+            # gradient of the CNN's second conv stored with its spatial axes swapped, which kept its kernels from
+            # reading whole vectors)
+            z = [0] * nd
+            u = u.shrink(z, [*u.shape[:ax], os[i] * ss[i], *u.shape[ax + 1:]])
+            u = u.reshape((*u.shape[:ax], os[i], ks[i], *u.shape[ax + 1:]))
+            u = u.permute([*range(ax + 1), *range(ax + 2, nd + 1), ax + 1])
+            continue
         u = _windows_last(u.permute([j for j in range(nd) if j != ax] + [ax]), ks[i], ss[i], ds[i], os[i])
         # now (others..., k_i, o_i): put o_i back at `ax`, keep k_i last
         u = u.permute([*range(ax), nd, *range(ax, nd - 1), nd - 1])
