@@ -11,9 +11,9 @@ realize computes a graph that contains `out`:
   - under tensor.jit the check also runs after every replay (the replay refills `bad`'s buffer).
 A check runs once per realize that computes its guarded value; once realized, the value does not change. With no
 check pending (the usual case) a realize pays one dict test; while one is pending, a realize walks its graph once
-more to find it. The table holds the guarded nodes weakly: a loss that is dropped unrealized takes its check along. Where the inputs are realized already when the
-function is called, the function checks at once (on the host data), so the error points at the call, as torch's
-does.
+more to find it. The table holds the guarded nodes weakly: a loss that is dropped unrealized takes its check
+along. Where the inputs are realized already when the function is called, the function checks at once (on the
+host data), so the error points at the call, as torch's does.
 """
 
 from __future__ import annotations
