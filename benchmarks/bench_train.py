@@ -1,5 +1,5 @@
-"""Suite `train`: training steps end to end (forward, backward, AdamW update), ours against PyTorch eager and
-tinygrad (TinyJit) in the same run.
+"""Suite `train`: training steps end to end (forward, backward, AdamW update), ours against PyTorch eager,
+torch.compile (where it works on this machine; not in `--quick`) and tinygrad (TinyJit) in the same run.
 
 Rows (the models in benchmarks.train_models, the same initial weights and batch in every framework):
   mlp          784-512-512-10, ReLU, batch 256 (`--quick`: 784-128-10, batch 64);
@@ -9,15 +9,21 @@ Rows (the models in benchmarks.train_models, the same initial weights and batch 
 each with:
     cold     the first step in a fresh process whose kernel cache is an empty temporary CACHEDIR (graph,
              scheduling, lowering, the C compiler and the run), and the second step of that process; tinygrad's
-             the same (its first TinyJit call, CACHELEVEL=0);
+             the same (its first TinyJit call, CACHELEVEL=0); torch.compile's: its first step in this process
+             (dynamo's trace, inductor's C++ compile; torch already imported, inductor's cache an empty temporary
+             directory), or a note saying why torch.compile failed (no C++ compiler or headers, ...);
     steady   one whole step after the check's steps, under tensor.jit (the kernels captured at the second step
              replayed, as tinygrad's TinyJit does): median of N runs, timed in turns with torch eager and tinygrad
-             doing the identical step (all threads), and with ours without jit ("ours eager": the graph built,
+             doing the identical step (all threads; torch.compile's the loss's forward and backward
+             compiled, the AdamW update eager), and with ours without jit ("ours eager": the graph built,
              hashed and its cached plan replayed at every step; its losses must equal the jit's bit for bit);
     kernels  the kernels one steady step launches, ours and tinygrad's;
     check    the loss of each of the first K steps, ours against torch: max relative difference <= 1e-4; and
              the gradients of every parameter at the initial weights, ours against torch (benchmarks.train_models
              .grad_error) <= 1e-4.
+  conv_transpose2d  ConvTranspose2d (N16, 32->16 channels, 16x16 -> 32x32, kernel 4, stride 2, padding 1) forward
+           and backward under tensor.jit against torch eager, its output and gradients checked against torch's
+           (not in `--quick`);
   digits   `python -m tensor.train_digits`'s MLP (64-64-10, Adam, sklearn digits) trained for its default 12
            epochs (`--quick`: 3): wall time to its held-out accuracy, and that accuracy (needs scikit-learn).
 
@@ -34,6 +40,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
 
@@ -123,9 +130,53 @@ def _cold(b: Bench, cfg: ModelConfig, engine: str) -> dict[str, Any] | None:
     return res
 
 
+@contextlib.contextmanager
+def _env(**kv: str) -> Iterator[None]:
+    old = {k: os.environ.get(k) for k in kv}
+    os.environ.update(kv)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _torch_compiled(b: Bench, cfg: ModelConfig, check_steps: int) -> tuple[Trainer, list[float]] | None:
+    """torch.compile's trainer after its first check_steps steps (their losses), its first step recorded as its cold
+    row (dynamo's trace and inductor's C++ compile, in this process with torch imported, inductor's kernel cache an
+    empty temporary directory), or None with a note where torch.compile fails on this machine."""
+    name = cfg.label
+    b.say(f"{name}: torch.compile, first {check_steps} steps (the first compiles)")
+    t = TorchTrainer(cfg, compiled=True)
+    with tempfile.TemporaryDirectory() as d, _env(TORCHINDUCTOR_CACHE_DIR=d):
+        try:
+            t0 = time.perf_counter()
+            losses = [t.step()]
+            first = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            losses.append(t.step())
+            again = time.perf_counter() - t0
+        except Exception as e:  # any compile failure (no C++ compiler or headers, ...) is reported
+            msg = (str(e).strip().splitlines() or [""])[0][:200]
+            b.note(f"{name}: torch.compile fails on this machine ({type(e).__name__}: {msg}): no torch.compile "
+                   "column")
+            return None
+    losses += [t.step() for _ in range(check_steps - 2)]
+    b.record(Result(f"{name}: cold first step/torch.compile", "s", [first], False, None))
+    b.record(Result(f"{name}: cold second step/torch.compile", "ms", [1e3 * again], False, None))
+    b.note(f"{name}: torch.compile cold first step {first:.2f} s (in this process, torch imported, empty inductor "
+           f"cache), second step {1e3 * again:.1f} ms")
+    return t, losses
+
+
 def model_row(b: Bench, cfg: ModelConfig, *, cold: bool = True, check_steps: int = 3, runs: int = 5,
-              peers: tuple[str, ...] = ("torch", "tinygrad"), eager: bool = True) -> dict[str, Any]:
-    """Record one model's figures into b; returns the checks' outcome (what the test asserts on)."""
+              peers: tuple[str, ...] = ("torch", "tinygrad"), eager: bool = True,
+              compiled: bool = True) -> dict[str, Any]:
+    """Record one model's figures into b; returns the checks' outcome (what the test asserts on). `compiled`: a
+    torch.compile column beside torch eager (where torch is installed and torch.compile works here)."""
     name = cfg.label
     out: dict[str, Any] = {"config": asdict(cfg), "load": os.getloadavg()}
     peers = tuple(p for p in peers if have(p))
@@ -165,6 +216,14 @@ def model_row(b: Bench, cfg: ModelConfig, *, cold: bool = True, check_steps: int
         engines.append(t)
     if "torch" not in peers:
         b.note(f"{name}: torch not installed: no torch column, no loss or gradient check")
+    elif compiled and check_steps >= 2 and (tc := _torch_compiled(b, cfg, check_steps)) is not None:
+        tcomp, out["torch.compile_losses"] = tc
+        ok, rel = loss_check(out["ours_losses"], out["torch.compile_losses"])
+        out["compile_check_ok"] = ok
+        b.note(f"{name}: loss of steps 1..{check_steps} ours vs torch.compile: max rel diff {rel:.1e} -> "
+               f"{'ok' if ok else 'FAIL'}")
+        jobs.append(Timed(f"{name}: step/torch.compile", tcomp.step, 1, "ms", per_item=1e3, runs=runs))
+        engines.append(tcomp)
     if eager:
         jobs.append(eager_job)
     results = b.measure_together(jobs)
@@ -183,8 +242,8 @@ def model_row(b: Bench, cfg: ModelConfig, *, cold: bool = True, check_steps: int
 
 
 def mlp_row(b: Bench, cfg: ModelConfig, *, cold: bool = True, check_steps: int = 3, runs: int = 5) -> dict[str, Any]:
-    """The MLP row against torch alone (the test's)."""
-    return model_row(b, cfg, cold=cold, check_steps=check_steps, runs=runs, peers=("torch",))
+    """The MLP row against torch eager alone (the test's)."""
+    return model_row(b, cfg, cold=cold, check_steps=check_steps, runs=runs, peers=("torch",), compiled=False)
 
 
 def digits_row(b: Bench, epochs: int) -> None:
@@ -204,14 +263,79 @@ def digits_row(b: Bench, epochs: int) -> None:
            f"in {wall:.1f} s to test accuracy {acc:.4f} (kernel cache as this process finds it)")
 
 
+CONVT = (16, 32, 16, 16, 4, 2, 1)  # N, Cin, Cout, H=W, kernel, stride, padding: a DCGAN generator's upsampling layer
+
+
+def convt_row(b: Bench, runs: int = 7, shape: tuple[int, ...] = CONVT) -> dict[str, Any]:
+    """ConvTranspose2d forward and backward (output, input and weight gradients of sum(y * g)), ours under
+    tensor.jit against torch eager; the three results checked against torch's."""
+    import numpy as np
+
+    from tensor.jit import jit
+    from tensor.nn import conv_transpose2d
+    from tensor.tensor import Tensor
+
+    n, cin, cout, hw, k, st, pd = shape
+    label = f"conv_transpose2d N{n} {cin}->{cout} {hw}x{hw} k{k} s{st} p{pd}"
+    rng = np.random.default_rng(0)
+    xn = rng.standard_normal((n, cin, hw, hw)).astype(np.float32)
+    wn = (0.1 * rng.standard_normal((cin, cout, k, k))).astype(np.float32)
+    o = (hw - 1) * st - 2 * pd + k
+    gn = rng.standard_normal((n, cout, o, o)).astype(np.float32)
+    x, w, g = Tensor(xn, requires_grad=True), Tensor(wn, requires_grad=True), Tensor(gn)
+
+    def ours(xt: Tensor, wt: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        xt.grad = wt.grad = None
+        y = conv_transpose2d(xt, wt, stride=st, padding=pd)
+        (y * g).sum().backward()
+        assert xt.grad is not None and wt.grad is not None
+        Tensor.realize(y, xt.grad, wt.grad)
+        return y, xt.grad, wt.grad
+
+    b.say(f"{label}: ours")
+    step = jit(ours)
+    got = [[v.numpy() for v in step(x, w)] for _ in range(3)][-1]  # the third call replays
+    jobs = [Timed(f"{label}: fwd+bwd/ours", lambda _: step(x, w), 1, "ms", per_item=1e3, runs=runs)]
+    out: dict[str, Any] = {}
+    if have("torch"):
+        import torch
+
+        tx, tw, tg = torch.tensor(xn, requires_grad=True), torch.tensor(wn, requires_grad=True), torch.tensor(gn)
+
+        def theirs(_: object = None) -> list[Any]:
+            tx.grad = tw.grad = None
+            ty = torch.nn.functional.conv_transpose2d(tx, tw, stride=st, padding=pd)
+            (ty * tg).sum().backward()
+            return [ty, tx.grad, tw.grad]
+
+        ref = [v.detach().numpy() for v in theirs()]
+        err = max(float(np.abs(a - r).max() / np.abs(r).max()) for a, r in zip(got, ref, strict=True))
+        out.update(err=err, ok=err <= GRAD_RTOL)
+        b.note(f"{label}: output and gradients ours vs torch: max rel diff {err:.1e} -> "
+               f"{'ok' if err <= GRAD_RTOL else 'FAIL'} (<= {GRAD_RTOL:g})")
+        jobs.append(Timed(f"{label}: fwd+bwd/torch", theirs, 1, "ms", per_item=1e3, runs=runs))
+    else:
+        b.note(f"{label}: torch not installed: no torch column, no check")
+    res = b.measure_together(jobs)
+    if len(res) == 2:
+        b.compare(f"{label}: fwd+bwd vs torch", res[0], res[1], "torch")
+    out["ours_ms"] = res[0].median
+    return out
+
+
 @suite("train")
 def train(b: Bench) -> None:
     cfgs = [mlp_config(True)] if b.quick else [mlp_config(False), cnn_config(False), transformer_config(False)]
     b.note("AdamW lr 1e-3 wd 0.01, float32, the same initial weights and batch in ours, torch eager and tinygrad "
            "(TinyJit, its CPU device)")
+    if b.quick:
+        b.note("torch.compile: not in --quick (its first compile alone takes ~20 s here)")
     for i, cfg in enumerate(cfgs):
-        b.case(cfg.label, of=len(cfgs) + 1 if i == 0 else None)
-        model_row(b, cfg, runs=5 if b.quick else 7)
+        b.case(cfg.label, of=len(cfgs) + (1 if b.quick else 2) if i == 0 else None)
+        model_row(b, cfg, runs=5 if b.quick else 7, compiled=not b.quick)
+    if not b.quick:
+        b.case("conv_transpose2d")
+        convt_row(b)
     b.case("digits")
     digits_row(b, 3 if b.quick else 12)
 

@@ -25,6 +25,7 @@ from rewrite.ops import Ops
 from rewrite.uop import UOp
 from rules.gradients import gradient as uop_gradient
 from rules.gradients import zeros_like
+from tensor import checks as _chk
 
 if TYPE_CHECKING:
     from tensor.tensor import Tensor
@@ -147,6 +148,7 @@ def backward(root: Tensor, gradient: Tensor | None = None) -> Tensor:
                             "requires_grad=True (or call .requires_grad_()), and call backward() before the loss "
                             "is realized (realizing replaces its graph by the result)")
     grads = uop_gradient(root.uop, [t.uop for t in leaves], _seed(root, gradient, "backward"))
+    _chk.carry(nodes, [g for g in grads if g is not None])  # the root's run-time checks guard its gradients too
     for t, g in zip(leaves, grads, strict=True):
         if g is None:  # every path to it is detached
             continue

@@ -131,7 +131,7 @@ class RMSNorm(Module):
     def __init__(self, normalized_shape: int | Sequence[int], eps: float | None = None,
                  elementwise_affine: bool = True) -> None:
         self.normalized_shape, self.eps = _norm_shape(normalized_shape), eps
-        self.weight = Tensor.ones(*self.normalized_shape).requires_grad_() if elementwise_affine else None
+        self.weight = Tensor.ones(*self.normalized_shape).realize().requires_grad_() if elementwise_affine else None
 
     def forward(self, x: Tensor) -> Tensor:
         _need_float("RMSNorm", x)
@@ -160,8 +160,8 @@ class GroupNorm(Module):
             raise ArgumentError(f"GroupNorm: num_channels={num_channels} must be divisible by "
                                 f"num_groups={num_groups}")
         self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
-        self.weight = Tensor.ones(num_channels).requires_grad_() if affine else None
-        self.bias = Tensor.zeros(num_channels).requires_grad_() if affine else None
+        self.weight = Tensor.ones(num_channels).realize().requires_grad_() if affine else None
+        self.bias = Tensor.zeros(num_channels).realize().requires_grad_() if affine else None
 
     def forward(self, x: Tensor) -> Tensor:
         _need_float("GroupNorm", x)
@@ -210,10 +210,10 @@ class MultiheadAttention(Module):
             self.q_proj_weight = xavier_uniform(e, e).realize().requires_grad_()
             self.k_proj_weight = xavier_uniform(e, self.kdim).realize().requires_grad_()
             self.v_proj_weight = xavier_uniform(e, self.vdim).realize().requires_grad_()
-        self.in_proj_bias = Tensor.zeros(3 * e).requires_grad_() if bias else None
+        self.in_proj_bias = Tensor.zeros(3 * e).realize().requires_grad_() if bias else None
         self.out_proj = Linear(e, e, bias=bias)
         if self.out_proj.bias is not None:
-            self.out_proj.bias = Tensor.zeros(e).requires_grad_()
+            self.out_proj.bias = Tensor.zeros(e).realize().requires_grad_()
 
     def _weights(self) -> tuple[Tensor, Tensor, Tensor]:
         if self.in_proj_weight is not None:

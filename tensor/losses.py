@@ -10,17 +10,23 @@ count when there are no weights), as torch does, so an all-ignored batch is nan.
 
 binary_cross_entropy_with_logits is computed as (1 - t) * x + (1 + (pos_weight - 1) * t) * softplus(-x), with
 softplus(-x) = max(-x, 0) + log(1 + exp(-|x|)), never exponentiating a large positive number;
-binary_cross_entropy clamps each log at -100 as torch does. Inputs are lazy, so binary_cross_entropy does not
-check that they lie in [0, 1] (torch raises at run time).
+binary_cross_entropy clamps each log at -100 as torch does, and raises ArgumentError when an input element lies
+outside [0, 1] (or is NaN), as torch raises from its kernel: a realized input is checked at the call, a lazy one
+by a check that the realize computing the loss or its gradients runs (tensor.checks: one small counting reduction
+in the same realize, the count read back after it).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 import tensor.tensor as tt
 from rewrite.derive import fmt_shape
+from rewrite.dtype import dtypes
 from rewrite.errors import ArgumentError, DTypeError, ShapeError
+from tensor import checks as _chk
 from tensor.nn import softplus
 
 if TYPE_CHECKING:
@@ -116,7 +122,25 @@ def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = 
     what = "binary_cross_entropy"
     x, t = _pointwise(what, input, target, reduction)
     loss = -(t * x.log().maximum(-100.0) + (1.0 - t) * (1.0 - x).log().maximum(-100.0))
-    return _reduce(_weighted(what, loss, weight, x), reduction)
+    return _in_unit_interval(what, x, _reduce(_weighted(what, loss, weight, x), reduction))
+
+
+def _in_unit_interval(what: str, x: Tensor, out: Tensor) -> Tensor:
+    """torch's run-time rule: every input element in [0, 1] (NaN fails it). Realized input: checked now on the
+    host; a lazy one: a check (tensor.checks) that counts the offending elements in the realize that computes `out`
+    (or a gradient of it) and raises there."""
+    def error(n: int) -> ArgumentError:
+        return ArgumentError(f"{what}: {n} of the {x.numel()} input elements lie outside [0, 1] (or are NaN); the "
+                             f"input must be probabilities: apply sigmoid first, or use "
+                             f"binary_cross_entropy_with_logits on the logits")
+
+    if x.is_realized:
+        a = x.numpy()
+        if n := int(a.size - np.count_nonzero((a >= 0) & (a <= 1))):
+            raise error(n)
+        return out
+    bad = ((x >= 0.0) & (x <= 1.0)).logical_not().detach().cast(dtypes.int32).sum()
+    return _chk.guard(out, bad, error)
 
 
 def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None,

@@ -155,11 +155,13 @@ class BatchNorm2d(Module):
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True,
                  track_running_stats: bool = True) -> None:
         self.eps, self.momentum, self.num_features = eps, momentum, num_features
-        self.weight = Tensor.ones(num_features).requires_grad_() if affine else None
-        self.bias = Tensor.zeros(num_features).requires_grad_() if affine else None
-        self.running_mean = Tensor.zeros(num_features) if track_running_stats else None
-        self.running_var = Tensor.ones(num_features) if track_running_stats else None
-        self.num_batches_tracked = Tensor(np.zeros((), np.int64)) if track_running_stats else None
+        # realized buffers from the start, as every parameter and state is: the step's graph is then the same at
+        # every call (tensor.jit captures it), and the running statistics are updated in place (assign)
+        self.weight = Tensor.ones(num_features).realize().requires_grad_() if affine else None
+        self.bias = Tensor.zeros(num_features).realize().requires_grad_() if affine else None
+        self.running_mean = Tensor.zeros(num_features).realize() if track_running_stats else None
+        self.running_var = Tensor.ones(num_features).realize() if track_running_stats else None
+        self.num_batches_tracked = Tensor(np.zeros((), np.int64)).realize() if track_running_stats else None
 
     def forward(self, x: Tensor) -> Tensor:
         _need_float("BatchNorm2d", x)
@@ -188,7 +190,7 @@ class BatchNorm2d(Module):
 
     @staticmethod
     def _set(buf: Tensor, value: Tensor) -> None:
-        buf.uop = value.cast(buf.dtype).uop if value.dtype is not buf.dtype else value.uop
+        buf.assign(value.cast(buf.dtype) if value.dtype is not buf.dtype else value)
         _pending[id(buf)] = weakref.ref(buf)
 
 
@@ -199,8 +201,8 @@ class LayerNorm(Module):
                  ) -> None:
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         self.eps = eps
-        self.weight = Tensor.ones(*self.normalized_shape).requires_grad_() if elementwise_affine else None
-        self.bias = Tensor.zeros(*self.normalized_shape).requires_grad_() if elementwise_affine else None
+        self.weight = Tensor.ones(*self.normalized_shape).realize().requires_grad_() if elementwise_affine else None
+        self.bias = Tensor.zeros(*self.normalized_shape).realize().requires_grad_() if elementwise_affine else None
 
     def forward(self, x: Tensor) -> Tensor:
         _need_float("LayerNorm", x)

@@ -11,6 +11,7 @@ this along each spatial axis and reduce over the tap axes.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -159,6 +160,16 @@ def windows(u: UOp, ks: Sequence[int], ss: Sequence[int], ds: Sequence[int], os:
     n, nb = len(ks), len(u.shape) - len(ks)
     for i in range(n):
         ax, nd = nb + i, len(u.shape)
+        if ks[i] == ss[i] and ds[i] == 1 and os[i] * ss[i] <= u.shape[ax]:
+            # disjoint windows (a 2x2 pool): a reshape of the axis into (o, k), no tiling; its gradient is a plain
+            # reshape too, so a materialized gradient keeps the input's layout (the tiling's permutes left the
+            # gradient of the CNN's second conv stored with its spatial axes swapped, which kept its kernels from
+            # reading whole vectors)
+            z = [0] * nd
+            u = u.shrink(z, [*u.shape[:ax], os[i] * ss[i], *u.shape[ax + 1:]])
+            u = u.reshape((*u.shape[:ax], os[i], ks[i], *u.shape[ax + 1:]))
+            u = u.permute([*range(ax + 1), *range(ax + 2, nd + 1), ax + 1])
+            continue
         u = _windows_last(u.permute([j for j in range(nd) if j != ax] + [ax]), ks[i], ss[i], ds[i], os[i])
         # now (others..., k_i, o_i): put o_i back at `ax`, keep k_i last
         u = u.permute([*range(ax), nd, *range(ax, nd - 1), nd - 1])
@@ -281,9 +292,11 @@ def conv_transpose2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stri
     (Cin, Cout/groups, *kernel); any number of spatial axes (weight.ndim - 2). Output size per axis:
     (L - 1)*stride - 2*padding + dilation*(k - 1) + output_padding + 1.
 
-    Built as a stride-1 conv2d: the input spread out with stride - 1 zeros between elements, padded by
-    dilation*(k - 1) - padding on each side (a crop where negative) plus output_padding after, convolved with the
-    kernel flipped in space and its channel axes swapped within each group."""
+    Stride 1: a conv2d of the input padded by dilation*(k - 1) - padding on each side (a crop where negative) plus
+    output_padding after, with the kernel flipped in space and its channel axes swapped within each group. Stride
+    > 1 with dilation 1: one such stride-1 transposed conv per output phase, interleaved (`_subpixel`). Stride > 1
+    with dilation > 1: the input spread out with stride - 1 zeros between elements first (s^n times the work of
+    the phases)."""
     ns = weight.ndim - 2
     what = "conv_transpose2d"
     if ns < 1 or x.ndim != ns + 2:
@@ -307,6 +320,8 @@ def conv_transpose2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stri
                              f"stride {ss}, padding {ps}: the output would be empty; use less padding")
     dt = promote(x.dtype, weight.dtype)
     xs = x.cast(dt) if x.dtype is not dt else x
+    if any(s > 1 for s in ss) and all(d == 1 for d in ds):
+        return _subpixel(xs, weight.cast(dt) if weight.dtype is not dt else weight, bias, ss, ps, ops, groups)
     if any(s > 1 for s in ss):  # spread: (.., L) -> (.., L, s) with zeros after each element, then drop the tail
         inter = [v for length, s in zip(spatial, ss, strict=True) for v in (length, 1)]
         xs = xs.reshape(n, cin, *inter)
@@ -319,6 +334,54 @@ def conv_transpose2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stri
     w = weight.reshape(g, cin // g, cout_g, *ks).transpose(1, 2).reshape(g * cout_g, cin // g, *ks)
     w = w.flip(tuple(range(2, 2 + ns)))
     return conv2d(xs, w, bias, 1, 0, ds, g)
+
+
+def _subpixel(x: Tensor, weight: Tensor, bias: Tensor | None, ss: Sequence[int], ps: Sequence[int],
+              ops: Sequence[int], groups: int) -> Tensor:
+    """conv_transpose2d with strides > 1 (dilation 1) as stride-1 transposed convolutions, one per output phase:
+    output position o (uncropped, o = i*s + j for input i and tap j) has phase r = o mod s, and the taps that reach
+    it are j = r, r + s, ...: phase r is x convolved (stride 1, full) with the sub-kernel w[r::s], and the output
+    interleaves the phases. No product with an inserted zero is computed (the spread form does s^n times the work),
+    and the gradients are those of stride-1 convolutions and of the interleave (a strided read)."""
+    n, _, *spatial = x.shape
+    ns = len(ss)
+    ks = weight.shape[2:]
+    cout = weight.shape[1] * groups
+    qs = [length - 1 + -(-k // s) for length, k, s in zip(spatial, ks, ss, strict=True)]  # positions per phase
+    phases: dict[tuple[int, ...], Tensor] = {}
+    for rs in itertools.product(*[range(s) for s in ss]):
+        taps = [len(range(r, k, s)) for r, k, s in zip(rs, ks, ss, strict=True)]
+        if 0 in taps:  # a stride larger than the kernel: this phase gets no tap
+            phases[rs] = tt.Tensor.zeros(n, cout, *qs, dtype=x.dtype, device=x.device)
+            continue
+        sub = weight.shrink([None, None, *[(r, r + s * (t - 1) + 1) for r, s, t in zip(rs, ss, taps, strict=True)]])
+        if any(s > 1 for s in ss):  # w[r::s]: a reshape to (t, s) per axis, keeping column 0
+            sub = sub.pad([(0, 0), (0, 0), *[(0, s - 1) for s in ss]])
+            inter = [v for t, s in zip(taps, ss, strict=True) for v in (t, s)]
+            sub = sub.reshape(*sub.shape[:2], *inter)
+            sub = sub.shrink([None, None, *[v for _ in ss for v in (None, (0, 1))]]).reshape(*sub.shape[:2], *taps)
+        # each phase its own kernels, forward and backward: fused into the interleave (a select), every output
+        # element (every weight element, for the weight's gradient) would compute all s^n phases' sums
+        y = conv_transpose2d(x, sub.contiguous_backward(), None, 1, 0, 0, groups, 1).contiguous()
+        phases[rs] = y.pad([(0, 0), (0, 0), *[(0, q - v) for q, v in zip(qs, y.shape[2:], strict=True)]])
+    # interleave: (N, C, Q1, s1, Q2, s2, ...) -> (N, C, Q1*s1, Q2*s2, ...), built from the last axis
+    def nest(prefix: tuple[int, ...]) -> Tensor:
+        d = len(prefix)
+        if d == ns:
+            return phases[prefix].reshape(n, cout, *[v for q in qs for v in (q, 1)])
+        return tt.Tensor.cat(*[nest((*prefix, r)) for r in range(ss[d])], dim=3 + 2 * d)
+
+    full = nest(()).reshape(n, cout, *[q * s for q, s in zip(qs, ss, strict=True)])
+    outs = [(length - 1) * s - 2 * p + k + o for length, s, p, k, o in zip(spatial, ss, ps, ks, ops, strict=True)]
+    extra = [max(0, p + o_len - q * s) for p, o_len, q, s in zip(ps, outs, qs, ss, strict=True)]
+    if any(extra):
+        full = full.pad([(0, 0), (0, 0), *[(0, e) for e in extra]])
+    res = full.shrink([None, None, *[(p, p + o_len) for p, o_len in zip(ps, outs, strict=True)]])
+    if bias is not None:
+        if bias.shape != (cout,):
+            raise ShapeError(f"conv_transpose2d: bias must have shape ({cout},), got {fmt_shape(bias.shape)}")
+        res = res + bias.reshape(1, cout, *([1] * ns))
+    return res
 
 
 def _pool_args(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, dilation: IntOrTuple,

@@ -30,6 +30,7 @@ from rewrite.viz import capture as viz_capture
 from tensor import attention as _at
 from tensor import autograd as _ag
 from tensor import buffers
+from tensor import checks as _chk
 from tensor import creation as _cr
 from tensor import einsum as _es
 from tensor import elementwise as _ew
@@ -473,6 +474,9 @@ def _realize(tensors: list[Tensor]) -> None:
     tensors are realized with that device as the default."""
     import lower
 
+    checks = _chk.pending(t.uop for t in tensors)  # run-time checks of the values computed (tensor.checks)
+    if checks:
+        tensors = tensors + [c.bad for c in checks if not c.bad.is_realized]
     assigns = _ip.assignments(tensors)
     if assigns is not None:
         tensors = tensors + assigns.extra()
@@ -487,6 +491,8 @@ def _realize(tensors: list[Tensor]) -> None:
             t.uop = back.get(res, res)
     if assigns is not None:
         assigns.finish()
+    if checks:
+        _chk.verify(checks)
 
 
 def reference_numpy(t: Tensor) -> np.ndarray:

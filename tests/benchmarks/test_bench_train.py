@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from benchmarks.bench_train import TINY, loss_check, mlp_row
+from benchmarks.bench_train import TINY, convt_row, loss_check, mlp_row, model_row
 from benchmarks.kernel_peers import have
 from benchmarks.runner import Bench
 
@@ -31,3 +31,29 @@ def test_tiny_mlp_row() -> None:
     assert out["check_ok"], out
     assert out["rel_err"] <= 1e-4
     assert f"{TINY.label}: step/torch" in names and len(b.comparisons) == 1
+
+
+@pytest.mark.slow
+def test_tiny_mlp_row_torch_compile() -> None:
+    """The torch.compile column: its cold rows and steady step recorded and its losses equal to ours, or (where
+    torch.compile fails on this machine) a note saying why and no column."""
+    pytest.importorskip("torch")
+    b = Bench("train", quick=True)
+    out = model_row(b, TINY, cold=False, check_steps=3, runs=3, peers=("torch",), eager=False, compiled=True)
+    names = [r.name for r in b.results]
+    if "compile_check_ok" not in out:
+        assert any("torch.compile fails on this machine" in n for n in b.notes), b.notes
+        return
+    assert out["compile_check_ok"], out
+    for row in ("cold first step/torch.compile", "cold second step/torch.compile", "step/torch.compile"):
+        assert f"{TINY.label}: {row}" in names
+    assert len(b.comparisons) == 2
+
+
+def test_convt_row_small() -> None:
+    b = Bench("train", quick=True)
+    out = convt_row(b, runs=3, shape=(2, 4, 3, 5, 3, 2, 1))
+    assert 0 < out["ours_ms"] < 10_000
+    if not have("torch"):
+        pytest.skip("torch not installed: no check")
+    assert out["ok"], out

@@ -138,3 +138,36 @@ def test_a_new_argument_shape_is_an_error():
         double(Tensor(np.ones(5)))
     double.reset()
     np.testing.assert_array_equal(double(Tensor(np.ones(5))).numpy(), np.full(5, 2.0))
+
+
+@pytest.mark.parametrize("norm", ["LayerNorm", "GroupNorm", "BatchNorm2d"])
+def test_norm_layers_train_under_jit_as_without(norm: str):
+    """A norm layer's ones/zeros parameters (and BatchNorm's running statistics) are buffers from the start, so the
+    step's graph is the same at every call and the jit replays it: the same losses and weights as without jit."""
+    from tensor import layers, modules
+
+    def run(use_jit: bool) -> tuple[list[float], dict]:
+        Tensor.manual_seed(0)
+        make = {"LayerNorm": lambda: modules.LayerNorm((3, 2, 2)), "GroupNorm": lambda: layers.GroupNorm(1, 3),
+                "BatchNorm2d": lambda: modules.BatchNorm2d(3)}[norm]
+        model = modules.Sequential(modules.Conv2d(2, 3, 1), make(), lambda x: x.reshape(x.shape[0], -1),
+                                   modules.Linear(12, 4))
+        opt = AdamW(model.parameters(), lr=1e-2)
+
+        def step(x: Tensor, y: Tensor) -> Tensor:
+            opt.zero_grad()
+            loss = modules.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step(loss)
+            return loss
+
+        f = jit(step) if use_jit else step
+        rng = np.random.default_rng(0)
+        losses = [f(Tensor(rng.standard_normal((5, 2, 2, 2), np.float32)),
+                    Tensor(rng.integers(0, 4, 5).astype(np.int32))).item() for _ in range(5)]
+        return losses, {k: v.numpy() for k, v in model.state_dict().items()}
+
+    (lj, wj), (le, we) = run(True), run(False)
+    assert lj == le
+    for k in we:
+        np.testing.assert_array_equal(wj[k], we[k], err_msg=k)

@@ -89,6 +89,43 @@ def test_binary_cross_entropy(reduction: str, weighted: bool) -> None:
     _torch_same(torch.nn.functional.binary_cross_entropy, p, (t, weight), {"reduction": reduction}, out, g, w, torch)
 
 
+_OUTSIDE = np.array([0.2, 1.5, -0.25, np.nan, 0.0, 1.0], np.float32)  # three offend: above, below, NaN
+
+
+def test_binary_cross_entropy_input_outside_unit_interval_raises() -> None:
+    """torch raises at run time for an input outside [0, 1] or NaN; ours: at the call for realized data, at the
+    realize for a lazy input (the loss's or only its gradient's), and at every jit replay."""
+    t = Tensor(np.ones(6, np.float32))
+    with pytest.raises(ArgumentError, match=r"binary_cross_entropy: 3 of the 6 input elements lie outside \[0, 1\]"):
+        L.binary_cross_entropy(Tensor(_OUTSIDE), t)
+    x = Tensor(_OUTSIDE, requires_grad=True)
+    loss = L.binary_cross_entropy(x * 1.0, t)  # lazy: nothing is computed yet
+    with pytest.raises(ArgumentError, match="3 of the 6"):
+        loss.item()
+    L.binary_cross_entropy(x * 1.0, t, reduction="none").sum().backward()
+    with pytest.raises(ArgumentError, match="3 of the 6"):
+        x.grad.realize()  # the gradient alone carries the check
+    ok = np.array([0.2, 0.0, 1.0, 0.5, 0.75, 1e-8], np.float32)
+    np.testing.assert_allclose(L.binary_cross_entropy(Tensor(ok) * 1.0, t).item(),
+                               _bce_np(ok.astype(np.float64), np.ones(6), None).mean(), rtol=1e-5)
+    torch = pytest.importorskip("torch")
+    with pytest.raises(RuntimeError, match="between 0 and 1"):  # the oracle: torch raises for the same input
+        torch.nn.functional.binary_cross_entropy(torch.tensor(_OUTSIDE), torch.ones(6))
+
+
+def test_binary_cross_entropy_range_check_under_jit() -> None:
+    from tensor.jit import jit
+
+    t = Tensor(np.ones(6, np.float32))
+    step = jit(lambda x: L.binary_cross_entropy(x * 1.0, t))
+    ok = np.array([0.2, 0.0, 1.0, 0.5, 0.75, 0.1], np.float32)
+    for k in range(3):  # two captured calls, then a replay
+        want = _bce_np((ok * (k + 1) / 3).astype(np.float64), np.ones(6), None).mean()
+        np.testing.assert_allclose(step(Tensor(ok * (k + 1) / 3)).item(), want, rtol=1e-5)
+    with pytest.raises(ArgumentError, match="3 of the 6"):
+        step(Tensor(_OUTSIDE))
+
+
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 @pytest.mark.parametrize("pos", [False, True])
 def test_binary_cross_entropy_with_logits(reduction: str, pos: bool) -> None:

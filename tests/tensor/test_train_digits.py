@@ -85,3 +85,22 @@ def test_train_digits_script_saves_and_reloads(tmp_path):
     acc = train_digits.main(["--epochs", "3", "--save", str(path)])  # raises if the reloaded model differs
     assert acc > 0.9
     assert set(safe_load(path)) == {"0.weight", "0.bias", "2.weight", "2.bias"}
+
+
+def test_train_digits_jit_equals_eager(tmp_path):
+    """The script's step under tensor.jit (the default) lands on the very weights of the step run as written, the
+    CNN's batch norm running statistics (updated in place under the replay) included."""
+    pytest.importorskip("sklearn.datasets")
+    from tensor import train_digits
+    from tensor.state import safe_load
+
+    got = {}
+    for flag in ([], ["--no-jit"]):
+        path = tmp_path / f"cnn{len(flag)}.safetensors"
+        got[len(flag)] = (train_digits.main(["--cnn", "--epochs", "1", "--save", str(path), *flag]), safe_load(path))
+    (acc_jit, w_jit), (acc, w) = got[0], got[1]
+    assert acc_jit == acc > 0.5
+    assert set(w_jit) == set(w) and "1.running_var" in w
+    for k in w:
+        np.testing.assert_array_equal(w_jit[k].numpy(), w[k].numpy(), err_msg=k)
+    assert int(w["1.num_batches_tracked"].numpy()) == 14  # 1,400 training images in batches of 100
