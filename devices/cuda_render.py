@@ -5,8 +5,13 @@ const int n)`: GLOBAL buffers by slot (`const` when the kernel never writes them
 name. What is CUDA's own (the rules before devices.c_render.SCALAR_RULES):
 
   SPECIAL  "gidx0/1/2" is blockIdx.x/y/z, "lidx0/1/2" threadIdx.x/y/z, each declared once at the top of the
-           body as a `long long`; N in __launch_bounds__ is the product of the lidx bounds (omitted when one of
+           body as an index value; N in __launch_bounds__ is the product of the lidx bounds (omitted when one of
            them is symbolic). The launcher sizes the grid and the block from the same bounds.
+  index    32-bit where the bounds prove it exact: when every index value of the kernel (and every product a
+           MULACC of indices forms) lies in int32 by rewrite.interval's min_max (over the variables' declared
+           bounds), index values, loop counters and SPECIALs are `int` and an address is widened to 64 bits only
+           where C adds it to the pointer (`data0[i]`); an index variable stays `long long` in the signature (the
+           launcher's ABI) and is narrowed once at the top. Otherwise every index value is `long long`.
   BUFFER   addrspace LOCAL: `__shared__ T name[n];` (bfloat16 held as float, like a register).
   BARRIER  `__syncthreads();`
   ATOMICADD (INDEX, value): atomicAdd on the element (64-bit ints as unsigned long long, which wraps the same;
@@ -41,10 +46,10 @@ from __future__ import annotations
 from typing import cast
 
 from devices.c_render import SCALAR_RULES, render_instr
-from devices.c_scalar import C_DIALECT, CContext, Dialect, const_text, is_reserved, unparen
+from devices.c_scalar import C_DIALECT, CContext, Dialect, const_text, is_reserved, render_range, unparen
 from devices.linear import Program, base_of, buffer_arg, const_value, is_global
 from rewrite.dsl import Rule, RuleSet, op, var
-from rewrite.dtype import AddrSpace, dtypes
+from rewrite.dtype import AddrSpace, DType, dtypes
 from rewrite.errors import CompileError
 from rewrite.ops import GroupOp, Ops
 from rewrite.uop import UOp
@@ -93,16 +98,42 @@ def shared_layout(prog: Program) -> tuple[dict[UOp, int], int]:
     return offsets, total
 
 
+INT32 = (-(1 << 31), (1 << 31) - 1)
+
+
+def _fits_int32(u: UOp) -> bool:
+    lo, hi = u.min_max
+    if not INT32[0] <= int(lo) <= int(hi) <= INT32[1]:
+        return False
+    if u.op is Ops.MULACC:  # C computes a*b before adding c: the product must fit too
+        (a0, a1), (b0, b1) = u.src[0].min_max, u.src[1].min_max
+        prods = [int(x) * int(y) for x in (a0, a1) for y in (b0, b1)]
+        return INT32[0] <= min(prods) and max(prods) <= INT32[1]
+    return True
+
+
+def index_fits_int32(prog: Program) -> bool:
+    """Whether every index value of the program is proven to lie in int32 (module docstring, `index`)."""
+    return all(_fits_int32(u) for u in prog.instrs
+               if u.dtype.scalar is dtypes.index and u.op is not Ops.BUFFER and
+               (u.op not in (Ops.VCONST, Ops.STACK) or u in prog.uses))
+
+
 class CudaContext(CContext):
     """The C rendering state in the CUDA dialect; names also stay clear of C++ words and CUDA built-ins. With
-    more than 48 KiB of LOCAL buffers, they are slices of the dynamic shared memory (`dynamic` holds offsets)."""
+    more than 48 KiB of LOCAL buffers, they are slices of the dynamic shared memory (`dynamic` holds offsets).
+    `index32`: index values are C ints (module docstring)."""
 
     def __init__(self, prog: Program, helpers: dict[str, str] | None = None) -> None:
         super().__init__(prog, helpers, CUDA_DIALECT)
+        self.index32 = index_fits_int32(prog)
         offsets, total = shared_layout(prog)
         self.dynamic: dict[UOp, int] | None = offsets if total > STATIC_SHARED_LIMIT else None
         self.lanes: dict[UOp, list[str]] = {}  # the per-lane C text of each vector value
         self.wide: dict[UOp, tuple[str, str]] = {}  # a vector LOAD held in a 16-aligned array: (name, C type)
+
+    def ctype(self, dtype: DType) -> str:
+        return "int" if self.index32 and dtype.scalar is dtypes.index else super().ctype(dtype)
 
     def lane(self, u: UOp, k: int) -> str:
         """Lane k of u: its own text for a vector value, the same scalar for every lane otherwise."""
@@ -145,12 +176,18 @@ def _render_cast_half(x: UOp, y: UOp, ctx: CContext) -> str:
     return f"{fn}({unparen(ctx[y])})"
 
 
+def _render_range(x: UOp, b: UOp, ctx: CContext) -> str:
+    text = render_range(x, b, ctx)
+    return text.replace("for (long long ", "for (int ", 1) if isinstance(ctx, CudaContext) and ctx.index32 else text
+
+
 # CUDA's own instructions first; SCALAR_RULES takes the rest (SPECIALs are named by the signature)
 CUDA_RULES = RuleSet("cuda-render", [
     Rule("cuda-buffer-local", op.BUFFER(name="x", rest=True), _render_local,
          when=lambda x: buffer_arg(x).addrspace == AddrSpace.LOCAL),
     Rule("cuda-cast-half", op.CAST(var("y"), name="x"), _render_cast_half,
          when=lambda x, y: x.dtype is dtypes.float16 and y.dtype in (dtypes.float32, dtypes.float64, dtypes.bfloat16)),
+    Rule("cuda-range", op.RANGE(var("b"), name="x"), _render_range),
     Rule("cuda-barrier", op.BARRIER(rest=True), lambda: "__syncthreads();"),
     Rule("cuda-atomic-add", op.ATOMICADD(var("idx"), var("val")), _render_atomic_add),
 ]) + SCALAR_RULES
@@ -174,14 +211,21 @@ def _signature(prog: Program, name: str, ctx: CContext) -> list[str]:
         const = "" if s in prog.stored else "const "
         params.append(f"{const}{CUDA_DIALECT.storage(b.dtype)}* __restrict__ data{s}")
         ctx.taken.add(f"data{s}")
+    narrow = []  # index variables passed as 64-bit and narrowed at the top (the launcher's ABI is fixed)
     for vname, p in prog.variables.items():
         ctx.names[p] = ctx.take(vname)
-        params.append(f"const {ctx.ctype(p.dtype)} {ctx.names[p]}")
+        if ctx.ctype(p.dtype) != CUDA_DIALECT.ctype(p.dtype):
+            wide = ctx.fresh(f"{ctx.names[p]}_arg")
+            params.append(f"const {CUDA_DIALECT.ctype(p.dtype)} {wide}")
+            narrow.append(f"  const {ctx.ctype(p.dtype)} {ctx.names[p]} = ({ctx.ctype(p.dtype)}){wide};")
+        else:
+            params.append(f"const {ctx.ctype(p.dtype)} {ctx.names[p]}")
     n = launch_bounds(prog)
     bounds = f"__launch_bounds__({n}) " if n is not None else ""
     lines = [f'extern "C" __global__ void {bounds}{name}({", ".join(params)}) {{']
     if isinstance(ctx, CudaContext) and ctx.dynamic is not None:
         lines.append("  extern __shared__ __align__(16) unsigned char smem_dynamic[];")
+    lines += narrow
     for sname, sp in prog.specials.items():
         dim = special_dim(sname)
         if dim is None:
@@ -461,6 +505,7 @@ __all__ = [
     "CUDA_RULES",
     "STATIC_SHARED_LIMIT",
     "CudaContext",
+    "index_fits_int32",
     "kernel_symbol",
     "launch_bounds",
     "render_cuda_source",

@@ -527,6 +527,27 @@ class PythonDevice(Allocator):
         pass
 
 
+def check_index_bounds(kernel: PythonKernel) -> PythonKernel:
+    """The kernel with every index value checked, as it is made, against the bounds rewrite.interval claims for
+    it (DeviceError where one is out): the run-time witness for what the bounds prove, e.g. the cuda renderer's
+    32-bit index arithmetic (devices.cuda_render `index`). Wraps the kernel's steps in place and returns it."""
+    for j, p in enumerate(kernel.step_pos):
+        u = kernel.instrs[p]
+        if u.dtype.scalar is not dtypes.index or u.op in (Ops.BUFFER, Ops.END, Ops.RANGE, Ops.IF):
+            continue
+        lo, hi = u.min_max
+
+        def checked(v: list, step: Step = kernel.steps[j], p: int = p, u: UOp = u, lo: object = lo,
+                    hi: object = hi) -> int | None:
+            r = step(v)
+            for x in v[p] if isinstance(v[p], tuple) else (v[p],):
+                if not lo <= x <= hi:  # type: ignore[operator]  # index bounds are ints
+                    raise DeviceError(f"{u.op.name} took {x}, outside its bounds [{lo}, {hi}]")
+            return r
+        kernel.steps[j] = checked
+    return kernel
+
+
 DEVICE = PythonDevice()
 
-__all__ = ["DEVICE", "PythonDevice", "PythonKernel"]
+__all__ = ["DEVICE", "PythonDevice", "PythonKernel", "check_index_bounds"]
