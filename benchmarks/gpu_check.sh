@@ -29,7 +29,7 @@ KILL=5  # seconds between a step's TERM and KILL
 # name  limit(s)  command (run from the repository root; stdout and stderr appended to the log named by the step)
 STEPS=()
 STEPS+=("env|30|env.txt|env_report")
-STEPS+=("gpu tests|110|tests.log|$PY -m pytest -q -rs -m gpu -p no:cacheprovider tests/devices/test_cuda.py tests/devices/test_cuda_beam.py --junitxml=$OUT/tests.xml")
+STEPS+=("gpu tests|110|tests.log|$PY -m pytest -q -rs -m gpu -p no:cacheprovider tests/devices/test_cuda.py tests/devices/test_cuda_beam.py tests/devices/test_cuda_async.py --junitxml=$OUT/tests.xml")
 if [ "${SKIP_NVCC:-0}" != 1 ] && [ "$BEAM_N" = 0 ]; then
   STEPS+=("compile CI tests|45|tests.log|$PY -m pytest -q -rs -p no:cacheprovider tests/devices/test_cuda_compile.py tests/devices/test_cuda_async.py tests/devices/test_target.py")
 fi

@@ -64,3 +64,26 @@ def test_async_tensor_core_matmuls_compile(compiler: str, tmp_path: os.PathLike,
     bb = _body(bf16)
     assert "uint16_t* smem0 = (uint16_t*)(smem_dynamic" in bb or "__shared__ __align__(16) uint16_t smem0" in bb
     assert bb.count("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") == 16 and "pack_bf16x2(" not in bb
+
+
+_OK, _WHY = DEVICE.available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _OK, reason=f"no GPU: {_WHY}")
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("nu,nk,nv", [(200, 136, 264), (1000, 520, 200), (64, 16, 64)])
+def test_async_tensor_cores_on_the_gpu(dt: str, nu: int, nk: int, nv: int) -> None:
+    """The heuristics' cp.async kernels on the GPU (realized 16-bit operands: the async form) against float64 numpy
+    of the rounded inputs: within one rounding of the result plus the float32 accumulation's error."""
+    from tests.tensor.test_half_accumulation import _check, _got, _rounded
+
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((nu, nk)), rng.standard_normal((nk, nv))
+    ta, tb = (Tensor(v.astype(np.float32), device="cuda").cast(dt).contiguous() for v in (a, b))
+    out = ta @ tb
+    items, _ = schedule([out.uop])
+    ast = [it.ast for it in items if it.kind == "kernel" and it.ast is not None][-1]
+    lin = lower_kernel(ast, DEVICE.default_target())
+    assert any(u.op is Ops.STORE and u.arg == "cp.async" for u in lin.src)  # the async form is what runs
+    _check(_got(out, dt), _rounded(a, dt) @ _rounded(b, dt), dt, 1e-3)
