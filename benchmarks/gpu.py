@@ -224,6 +224,14 @@ def main(argv: list[str] | None = None) -> int:
         want = set(args.cases.split(","))
         cases = [c for c in cases if c[0].key in want]
     rows: list[dict[str, Any]] = []
+
+    def save() -> None:  # after every case too: a run cut off by its time limit keeps the figures it has
+        os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump({"device": why, "target": str(target), "compiler": f"{comp.name} {comp.version}", "beam":
+                       os.environ.get("BEAM", "0"), "copy_gbs": bw, "torch_copy_gbs": tbw, "rows": rows}, f,
+                      indent=1, default=str)
+
     header = f"{'case':28s} {'ours ms':>9s} {'torch ms':>9s} {'ours/torch':>10s} {'GB/s':>7s} {'%copy':>6s} " \
              f"{'TFLOP/s':>8s} {'compile s':>9s} {'ok':>3s}"
     print(header, flush=True)
@@ -249,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # one broken case must not cost the others' figures
             row["error"] = f"{type(e).__name__}: {e}"[:400]
         rows.append(row)
+        save()
         if "error" in row:
             print(f"{case.title:28s} ERROR {row['error'][:200]}", flush=True)
             continue
@@ -261,10 +270,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    {k['name']:32s} grid {k['grid']} block {k['block']} {timing}", flush=True)
     print("ours/torch > 1: ours faster (GPU time from CUDA events; ours = the sum of its kernels); "
           "%copy: elementwise bytes/s against the measured device-to-device copy", flush=True)
-    os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump({"device": why, "target": str(target), "compiler": f"{comp.name} {comp.version}", "copy_gbs": bw,
-                   "torch_copy_gbs": tbw, "rows": rows}, f, indent=1, default=str)
+    save()
     return 0
 
 

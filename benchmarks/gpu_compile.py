@@ -1,11 +1,14 @@
-"""`python -m benchmarks.gpu_compile [--sm sm_90] [--json PATH]`: cold compile time per CUDA kernel, NVRTC against
-nvcc. Needs no GPU.
+"""`python -m benchmarks.gpu_compile [--sm sm_90] [--json PATH] [--no-tinygrad]`: cold compile time per CUDA
+kernel, NVRTC against nvcc, and against tinygrad's CUDA backend. Ours needs no GPU; tinygrad's does.
 
 The GPU benchmark's kernels (benchmarks.gpu.gpu_cases: its matmuls, softmax, layernorm, conv, attention, ...)
-are scheduled and lowered for the target once; then each kernel's source is compiled alone, cold (CACHE=0:
-no disk cache), by every compiler that is installed, and the wall time of each compile is recorded (the
-render is outside the timing, done once). Prints one line per compiler (kernels, mean and median ms, the
-slowest kernel) and writes JSON.
+are scheduled, then each is lowered for the target (timed per kernel: `lower_ms`) and rendered (`render_ms`);
+then each kernel's source is compiled alone, cold (CACHE=0: no disk cache), by every compiler that is
+installed, and the wall time of each compile is recorded. A kernel's "full" time is lower + render + compile,
+the span tinygrad's to_program covers (its optimizations, linearize, render, NVRTC), which
+benchmarks.gpu_compile_tinygrad measures in a subprocess (DEV=CUDA CACHELEVEL=0 PARALLEL=0) for the same cases;
+its error is recorded where tinygrad or a GPU is missing. Prints one line per compiler (kernels, mean and median
+ms, the slowest kernel), the full-time comparison, and writes JSON.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ from typing import Any
 import numpy as np
 
 
-def lowered_kernels(sm: str, tf32: bool = True) -> list[tuple[str, Any]]:
+def lowered_kernels(sm: str, tf32: bool = True, lower_ms: list[float] | None = None) -> list[tuple[str, Any]]:
     """(name, LINEAR) of every kernel of the GPU benchmark's cases, lowered for `sm` (float32 matmuls on tf32
-    tensor cores with `tf32`)."""
+    tensor cores with `tf32`); each lowering's wall time (ms) appended to `lower_ms` when given."""
     from benchmarks.gpu import gpu_cases
     from benchmarks.kernel_cases import tensor_graph
     from devices.base import gpu_target
@@ -37,15 +40,35 @@ def lowered_kernels(sm: str, tf32: bool = True) -> list[tuple[str, Any]]:
         dt = "float32" if dtype == "tf32" else dtype
         xs = [Tensor(np.zeros(s, np.float32)).cast(dt).realize() for s in case.shapes()]
         items, _ = schedule([tensor_graph(case, xs).uop])
-        out += [(f"{case.key}_{it.name}", lower_kernel(it.ast, target, name=it.name)) for it in items
-                if it.kind == "kernel" and it.ast is not None]
+        for it in items:
+            if it.kind == "kernel" and it.ast is not None:
+                t = time.perf_counter()
+                out.append((f"{case.key}_{it.name}", lower_kernel(it.ast, target, name=it.name)))
+                if lower_ms is not None:
+                    lower_ms.append((time.perf_counter() - t) * 1e3)
     return out
+
+
+def tinygrad_compile(path: str, timeout: float = 45.0) -> dict[str, Any]:
+    """benchmarks.gpu_compile_tinygrad's result, run in a subprocess (its error where it could not run)."""
+    import subprocess
+
+    env = {**os.environ, "DEV": "CUDA", "CACHELEVEL": "0", "PARALLEL": "0"}
+    try:
+        subprocess.run([sys.executable, "-m", "benchmarks.gpu_compile_tinygrad", "--json", path], env=env,
+                       timeout=timeout, check=False)
+        with open(path) as f:
+            return dict(json.load(f))
+    except (OSError, ValueError, subprocess.TimeoutExpired) as e:
+        return {"kernels": [], "ms": [], "error": f"{type(e).__name__}: {e}"}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.gpu_compile", description=__doc__.split("\n")[0])
     ap.add_argument("--sm", default="sm_90")
     ap.add_argument("--json", default=os.path.join("results", "bench-gpu-compile.json"))
+    ap.add_argument("--no-tinygrad", action="store_true", help="skip tinygrad's CUDA backend (needs a GPU)")
+    ap.add_argument("--compilers", default="nvrtc,nvcc", help="ours to time, in order (nvrtc, nvcc)")
     args = ap.parse_args(argv)
     from devices.base import gpu_target
     from devices.cuda import DEVICE
@@ -57,15 +80,34 @@ def main(argv: list[str] | None = None) -> int:
 
     target = gpu_target(args.sm, tf32=True)
     t0 = time.perf_counter()
-    kernels = lowered_kernels(args.sm)
+    lower_ms: list[float] = []
+    kernels = lowered_kernels(args.sm, lower_ms=lower_ms)
     print(f"{len(kernels)} kernels lowered for {args.sm} in {time.perf_counter() - t0:.1f} s", flush=True)
-    sources = []
+    sources, render_ms = [], []
     for name, lin in kernels:
+        t = time.perf_counter()
         prog = analyze(lin, "cuda", DEVICE.supported_ops, kernel_symbol(name))
         helpers: dict[str, str] = {}
         sources.append((name, render_cuda_source([render_kernel(prog, prog.name, helpers)], helpers)))
-    result: dict[str, Any] = {"sm": args.sm, "kernels": [n for n, _ in sources], "compilers": {}}
-    for comp in (NVRTC(), NVCC()):
+        render_ms.append((time.perf_counter() - t) * 1e3)
+    result: dict[str, Any] = {"sm": args.sm, "kernels": [n for n, _ in sources], "lower_ms": lower_ms,
+                              "render_ms": render_ms, "compilers": {}}
+
+    def save() -> None:  # after each part too: a run cut off by its time limit keeps what it measured
+        os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+    wanted = [c.strip() for c in args.compilers.split(",") if c.strip()]
+    comps = {"nvrtc": NVRTC, "nvcc": NVCC}
+    order: list[Any] = [comps[c]() for c in wanted if c in comps]
+    if not args.no_tinygrad:  # tinygrad right after the first of ours (NVRTC, the compiler in use on a GPU)
+        order.insert(1, None)
+    for comp in order:
+        if comp is None:
+            tinygrad_part(result)
+            save()
+            continue
         try:
             version = comp.version
         except CompileError as e:
@@ -79,13 +121,32 @@ def main(argv: list[str] | None = None) -> int:
                 comp.cubin(src, target)
                 times.append((time.perf_counter() - t) * 1e3)
         slow = max(range(len(times)), key=lambda i: times[i])
-        result["compilers"][comp.name] = {"version": version, "ms": times}
-        print(f"{comp.name} {version}: {len(times)} kernels, mean {statistics.mean(times):.0f} ms, median "
-              f"{statistics.median(times):.0f} ms, slowest {sources[slow][0]} {times[slow]:.0f} ms", flush=True)
-    os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump(result, f, indent=1)
+        full = [a + b + c for a, b, c in zip(lower_ms, render_ms, times, strict=True)]
+        result["compilers"][comp.name] = {"version": version, "ms": times, "full_ms": full}
+        save()
+        print(f"{comp.name} {version}: {len(times)} kernels, compile mean {statistics.mean(times):.0f} ms, median "
+              f"{statistics.median(times):.0f} ms, slowest {sources[slow][0]} {times[slow]:.0f} ms; full (lower + "
+              f"render + compile) mean {statistics.mean(full):.0f} ms, median {statistics.median(full):.0f} ms",
+              flush=True)
+    save()
     return 0
+
+
+def tinygrad_part(result: dict[str, Any]) -> None:
+    """tinygrad's cold compile per kernel into result["tinygrad"], compared with ours (NVRTC, full) if measured."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tg = tinygrad_compile(os.path.join(tmp, "tinygrad.json"))
+    result["tinygrad"] = tg
+    ours = result["compilers"].get("nvrtc", {}).get("full_ms")
+    if tg["ms"] and ours:
+        r = statistics.median(tg["ms"]) / statistics.median(ours)
+        print(f"cold compile per kernel, median: ours (nvrtc, full) {statistics.median(ours):.0f} ms over "
+              f"{len(ours)} kernels, tinygrad CUDA {statistics.median(tg['ms']):.0f} ms over {len(tg['ms'])} "
+              f"kernels: tinygrad/ours {r:.2f} (> 1: ours faster)", flush=True)
+    else:
+        print(f"tinygrad comparison: none ({tg.get('error') or 'no nvrtc figures of ours'})", flush=True)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,13 @@ const int n)`: GLOBAL buffers by slot (`const` when the kernel never writes them
 name. What is CUDA's own (the rules before devices.c_render.SCALAR_RULES):
 
   SPECIAL  "gidx0/1/2" is blockIdx.x/y/z, "lidx0/1/2" threadIdx.x/y/z, each declared once at the top of the
-           body as a `long long`; N in __launch_bounds__ is the product of the lidx bounds (omitted when one of
+           body as an index value; N in __launch_bounds__ is the product of the lidx bounds (omitted when one of
            them is symbolic). The launcher sizes the grid and the block from the same bounds.
+  index    32-bit where the bounds prove it exact: when every index value of the kernel (and every product a
+           MULACC of indices forms) lies in int32 by rewrite.interval's min_max (over the variables' declared
+           bounds), index values, loop counters and SPECIALs are `int` and an address is widened to 64 bits only
+           where C adds it to the pointer (`data0[i]`); an index variable stays `long long` in the signature (the
+           launcher's ABI) and is narrowed once at the top. Otherwise every index value is `long long`.
   BUFFER   addrspace LOCAL: `__shared__ T name[n];` (bfloat16 held as float, like a register).
   BARRIER  `__syncthreads();`
   ATOMICADD (INDEX, value): atomicAdd on the element (64-bit ints as unsigned long long, which wraps the same;
@@ -20,6 +25,14 @@ op and uint16 bits in memory, helpers as `__device__` functions. Exactness as in
 SQRT and MULACC use the correctly rounded intrinsics __fsqrt_rn / __fmaf_rn (and the double ones). EXP2, LOG2,
 SIN and POW call CUDA's math library (exp2f: 2 ulp, log2f: 1 ulp, sinf: 2 ulp, powf: 4 ulp at most, per the
 CUDA C Programming Guide), so float32 there may differ from the reference by a few ulp.
+
+cp.async and ldmatrix (lower.tc_async): a STORE arg "cp.async" of a LOAD of GLOBAL memory into LOCAL memory is
+`cp.async.cg.shared.global` 16 bytes at a time (the LOAD itself is not rendered; its gate becomes the src-size,
+0 zero-filling; the STORE's gate an `if`); BARRIER "cp.async.commit" is `cp.async.commit_group`, BARRIER
+("cp.async.wait", n) `cp.async.wait_group n` then `__syncthreads()`; a LOAD ("ldmatrix", n, trans) is
+`ldmatrix.sync.aligned.m8n8.x{n}[.trans].shared.b16` from this lane's row (lane 0 of its INDEX) into n .b32
+registers that the WMMA takes as its packed fragment. A LOCAL bfloat16 buffer that only these two touch holds
+the 16-bit bits (`uint16_t`, 2 bytes an element) instead of floats.
 
 Vector values (shape (n,), devices/__init__.py) become n scalars, one C value per lane (`ctx.lanes`): a VCONST
 is n literals, an INDEX of a buffer by a vector n lvalues (`acc0[0]`, ..., `data1[i+256]`; a REG buffer indexed
@@ -41,10 +54,19 @@ from __future__ import annotations
 from typing import cast
 
 from devices.c_render import SCALAR_RULES, render_instr
-from devices.c_scalar import C_DIALECT, CContext, Dialect, const_text, is_reserved, unparen
+from devices.c_scalar import C_DIALECT, CContext, Dialect, const_text, is_reserved, render_range, unparen
+from devices.cuda_memory import (
+    _render_cp_async,
+    _render_ldmatrix,
+    _wide_access,
+    is_async_copy,
+    is_ldmatrix,
+    local_itemsize,
+    raw_locals,
+)
 from devices.linear import Program, base_of, buffer_arg, const_value, is_global
 from rewrite.dsl import Rule, RuleSet, op, var
-from rewrite.dtype import AddrSpace, dtypes
+from rewrite.dtype import AddrSpace, DType, dtypes
 from rewrite.errors import CompileError
 from rewrite.ops import GroupOp, Ops
 from rewrite.uop import UOp
@@ -58,8 +80,6 @@ CUDA_DIALECT = Dialect(
     math32={**{o: f + "f" for o, f in _MATH.items()}, Ops.SQRT: "__fsqrt_rn"},
     math64={**_MATH, Ops.SQRT: "__dsqrt_rn"},
 )
-# bytes per element of a LOCAL buffer (bfloat16 is held as float there)
-_LOCAL_ITEMSIZE = {dtypes.bfloat16: 4, dtypes.bool: 1}
 # the ops the CUDA renderer writes (the C renderer's scalar set: floor IDIV/MOD and THREEFRY are decomposed)
 CUDA_ALU_OPS = GroupOp.ALU - {Ops.IDIV, Ops.MOD, Ops.THREEFRY}
 SPECIAL_AXES = {"gidx": "blockIdx", "lidx": "threadIdx"}
@@ -86,23 +106,52 @@ def shared_layout(prog: Program) -> tuple[dict[UOp, int], int]:
     """Each LOCAL buffer's byte offset in the block's shared memory (16-byte aligned), and the total bytes."""
     offsets: dict[UOp, int] = {}
     total = 0
+    raw = raw_locals(prog)
     for u in prog.instrs:
         if u.op is Ops.BUFFER and buffer_arg(u).addrspace is AddrSpace.LOCAL:
             offsets[u] = total
-            total += -(-int(u.shape[0]) * _LOCAL_ITEMSIZE.get(u.dtype.scalar, u.dtype.itemsize) // 16) * 16
+            total += -(-int(u.shape[0]) * local_itemsize(u, raw) // 16) * 16
     return offsets, total
+
+
+INT32 = (-(1 << 31), (1 << 31) - 1)
+
+
+def _fits_int32(u: UOp) -> bool:
+    lo, hi = u.min_max
+    if not INT32[0] <= int(lo) <= int(hi) <= INT32[1]:
+        return False
+    if u.op is Ops.MULACC:  # C computes a*b before adding c: the product must fit too
+        (a0, a1), (b0, b1) = u.src[0].min_max, u.src[1].min_max
+        prods = [int(x) * int(y) for x in (a0, a1) for y in (b0, b1)]
+        return INT32[0] <= min(prods) and max(prods) <= INT32[1]
+    return True
+
+
+def index_fits_int32(prog: Program) -> bool:
+    """Whether every index value of the program is proven to lie in int32 (module docstring, `index`)."""
+    return all(_fits_int32(u) for u in prog.instrs
+               if u.dtype.scalar is dtypes.index and u.op is not Ops.BUFFER and
+               (u.op not in (Ops.VCONST, Ops.STACK) or u in prog.uses))
 
 
 class CudaContext(CContext):
     """The C rendering state in the CUDA dialect; names also stay clear of C++ words and CUDA built-ins. With
-    more than 48 KiB of LOCAL buffers, they are slices of the dynamic shared memory (`dynamic` holds offsets)."""
+    more than 48 KiB of LOCAL buffers, they are slices of the dynamic shared memory (`dynamic` holds offsets).
+    `index32`: index values are C ints (module docstring)."""
 
     def __init__(self, prog: Program, helpers: dict[str, str] | None = None) -> None:
         super().__init__(prog, helpers, CUDA_DIALECT)
+        self.index32 = index_fits_int32(prog)
         offsets, total = shared_layout(prog)
         self.dynamic: dict[UOp, int] | None = offsets if total > STATIC_SHARED_LIMIT else None
         self.lanes: dict[UOp, list[str]] = {}  # the per-lane C text of each vector value
         self.wide: dict[UOp, tuple[str, str]] = {}  # a vector LOAD held in a 16-aligned array: (name, C type)
+        self.raw = raw_locals(prog)  # LOCAL bfloat16 buffers of bits (raw_locals)
+        self.packed: dict[UOp, list[str]] = {}  # an ldmatrix result: its .b32 registers (element pairs)
+
+    def ctype(self, dtype: DType) -> str:
+        return "int" if self.index32 and dtype.scalar is dtypes.index else super().ctype(dtype)
 
     def lane(self, u: UOp, k: int) -> str:
         """Lane k of u: its own text for a vector value, the same scalar for every lane otherwise."""
@@ -118,7 +167,7 @@ class CudaContext(CContext):
 
 def _render_local(x: UOp, ctx: CudaContext) -> str:
     name = ctx.names[x] = ctx.fresh("smem")
-    t = ctx.ctype(x.dtype)
+    t = "uint16_t" if x in ctx.raw else ctx.ctype(x.dtype)
     if ctx.dynamic is not None:
         return f"{t}* {name} = ({t}*)(smem_dynamic + {ctx.dynamic[x]});"
     return f"__shared__ __align__(16) {t} {name}[{x.shape[0]}];"
@@ -145,13 +194,32 @@ def _render_cast_half(x: UOp, y: UOp, ctx: CContext) -> str:
     return f"{fn}({unparen(ctx[y])})"
 
 
+def _render_range(x: UOp, b: UOp, ctx: CContext) -> str:
+    text = render_range(x, b, ctx)
+    return text.replace("for (long long ", "for (int ", 1) if isinstance(ctx, CudaContext) and ctx.index32 else text
+
+
+def _render_barrier(x: UOp) -> str:
+    """__syncthreads(); BARRIER "cp.async.commit" closes this thread's group of copies; ("cp.async.wait", n) waits
+    until at most n of its groups are in flight, then __syncthreads()."""
+    if x.arg is None:
+        return "__syncthreads();"
+    if x.arg == "cp.async.commit":
+        return 'asm volatile("cp.async.commit_group;\\n" ::);'
+    if isinstance(x.arg, tuple) and len(x.arg) == 2 and x.arg[0] == "cp.async.wait" and isinstance(x.arg[1], int):
+        return f'asm volatile("cp.async.wait_group {x.arg[1]};\\n" ::: "memory");\n__syncthreads();'
+    raise CompileError(f"BARRIER arg {x.arg!r}: the CUDA renderer knows None, 'cp.async.commit' and "
+                       f"('cp.async.wait', n)")
+
+
 # CUDA's own instructions first; SCALAR_RULES takes the rest (SPECIALs are named by the signature)
 CUDA_RULES = RuleSet("cuda-render", [
     Rule("cuda-buffer-local", op.BUFFER(name="x", rest=True), _render_local,
          when=lambda x: buffer_arg(x).addrspace == AddrSpace.LOCAL),
     Rule("cuda-cast-half", op.CAST(var("y"), name="x"), _render_cast_half,
          when=lambda x, y: x.dtype is dtypes.float16 and y.dtype in (dtypes.float32, dtypes.float64, dtypes.bfloat16)),
-    Rule("cuda-barrier", op.BARRIER(rest=True), lambda: "__syncthreads();"),
+    Rule("cuda-range", op.RANGE(var("b"), name="x"), _render_range),
+    Rule("cuda-barrier", op.BARRIER(name="x", rest=True), lambda x: _render_barrier(x)),
     Rule("cuda-atomic-add", op.ATOMICADD(var("idx"), var("val")), _render_atomic_add),
 ]) + SCALAR_RULES
 
@@ -174,14 +242,21 @@ def _signature(prog: Program, name: str, ctx: CContext) -> list[str]:
         const = "" if s in prog.stored else "const "
         params.append(f"{const}{CUDA_DIALECT.storage(b.dtype)}* __restrict__ data{s}")
         ctx.taken.add(f"data{s}")
+    narrow = []  # index variables passed as 64-bit and narrowed at the top (the launcher's ABI is fixed)
     for vname, p in prog.variables.items():
         ctx.names[p] = ctx.take(vname)
-        params.append(f"const {ctx.ctype(p.dtype)} {ctx.names[p]}")
+        if ctx.ctype(p.dtype) != CUDA_DIALECT.ctype(p.dtype):
+            wide = ctx.fresh(f"{ctx.names[p]}_arg")
+            params.append(f"const {CUDA_DIALECT.ctype(p.dtype)} {wide}")
+            narrow.append(f"  const {ctx.ctype(p.dtype)} {ctx.names[p]} = ({ctx.ctype(p.dtype)}){wide};")
+        else:
+            params.append(f"const {ctx.ctype(p.dtype)} {ctx.names[p]}")
     n = launch_bounds(prog)
     bounds = f"__launch_bounds__({n}) " if n is not None else ""
     lines = [f'extern "C" __global__ void {bounds}{name}({", ".join(params)}) {{']
     if isinstance(ctx, CudaContext) and ctx.dynamic is not None:
         lines.append("  extern __shared__ __align__(16) unsigned char smem_dynamic[];")
+    lines += narrow
     for sname, sp in prog.specials.items():
         dim = special_dim(sname)
         if dim is None:
@@ -235,7 +310,8 @@ def _render_wmma(u: UOp, ctx: CudaContext, lines: list[str], pad: str) -> None:
         if dt is dtypes.float16:
             ctx.define("#fp16", "#include <cuda_fp16.h>")
             ctx.define(pack, _PACK[dt])
-        regs = [f"{pack}({unparen(ctx.lane(x, 2 * i))}, {unparen(ctx.lane(x, 2 * i + 1))})"
+        regs = [ctx.packed[x][i] if x in ctx.packed else
+                f"{pack}({unparen(ctx.lane(x, 2 * i))}, {unparen(ctx.lane(x, 2 * i + 1))})"
                 for x, n in ((a, 4), (b, 2)) for i in range(n)]
         shape = "m16n8k16"
     lines.append(pad + f'asm volatile("mma.sync.aligned.{shape}.row.col.f32.{t}.{t}.f32 {{%0, %1, %2, %3}}, '
@@ -263,6 +339,14 @@ def _render_vector(u: UOp, ctx: CudaContext, lines: list[str], indent: int) -> N
     if u.op is Ops.WMMA:
         _render_wmma(u, ctx, lines, pad)
         return
+    if is_ldmatrix(u):
+        _render_ldmatrix(u, ctx, lines, pad)
+        return
+    if is_async_copy(u):
+        _render_cp_async(u, ctx, lines, pad)
+        return
+    if u.op is Ops.LOAD and (users := ctx.prog.users.get(u, [])) and all(is_async_copy(x) for x in users):
+        return  # the source of cp.async copies: the copy reads it
     n = int(u.shape[0]) if u.shape else max(int(s.shape[0]) for s in u.src if is_vector(s))
     if u.op is Ops.VCONST:
         ctx.lanes[u] = [const_text(v, u.dtype, "half") for v in cast(tuple, u.arg)[0]]
@@ -304,99 +388,6 @@ def _render_vector(u: UOp, ctx: CudaContext, lines: list[str], indent: int) -> N
         raise CompileError(f"{ctx.prog.where(u)}: the CUDA renderer has no vector form of {u.op.name} "
                            f"(shape {u.shape})")
     ctx.depth[u] = 0
-
-
-def _pow2(u: UOp) -> int:
-    """log2 of a power of two the int value of u is known to be a multiple of (0: nothing known). Only the low
-    bits are reasoned about, which wrap-around arithmetic keeps, so it holds for any int width."""
-    if u.op is Ops.CONST:
-        v = int(cast(int, const_value(u)))
-        return 64 if v == 0 else (v & -v).bit_length() - 1
-    if u.op is Ops.MUL:
-        return min(64, sum(_pow2(s) for s in u.src))
-    if u.op in (Ops.ADD, Ops.SUB):
-        return min(_pow2(s) for s in u.src)
-    if u.op is Ops.SHL and u.src[1].op is Ops.CONST:
-        return min(64, _pow2(u.src[0]) + int(cast(int, const_value(u.src[1]))))
-    if u.op is Ops.AND:
-        return max(_pow2(s) for s in u.src)
-    return 0
-
-
-_WIDE = 16  # bytes of one vector access (uint4)
-
-
-def _wide_place(idx: UOp, ctx: CudaContext) -> tuple[str, str, int] | None:
-    """(buffer text, first element text, element bytes) when the vector INDEX `idx` names n consecutive
-    elements starting at a 16-byte aligned one (cudaMalloc'd GLOBAL buffers and LOCAL arrays are 16-aligned)."""
-    from devices.c_vector import contiguous_start
-
-    index = base_of(idx)
-    if index.op is not Ops.INDEX:
-        return None
-    buf = base_of(index.src[0])
-    if buf.op is not Ops.BUFFER or buffer_arg(buf).addrspace not in (AddrSpace.GLOBAL, AddrSpace.LOCAL):
-        return None
-    size = 2 if buf.dtype is dtypes.bfloat16 and is_global(buf) else \
-        _LOCAL_ITEMSIZE.get(buf.dtype.scalar, buf.dtype.itemsize) if not is_global(buf) else buf.dtype.itemsize
-    start = contiguous_start(index.src[1])
-    n = int(index.src[1].shape[0])
-    if start is None or (n * size) % _WIDE:
-        return None
-    s, k = start
-    if (k * size) % _WIDE or (s is not None and (1 << min(_pow2(s), 8)) * size % _WIDE):
-        return None
-    first = str(k) if s is None else unparen(ctx[s]) if k == 0 else f"{ctx[s]}+{k}"
-    return ctx[buf], first, size
-
-
-def _wide_access(u: UOp, ctx: CudaContext, lines: list[str], pad: str) -> bool:
-    """A vector LOAD (ungated, or gated with a scalar gate and 0 for the off value) or STORE of consecutive
-    aligned elements as 16-byte accesses: a load fills a 16-aligned register array `vl[n]` (its lanes are the
-    vector's values; bfloat16 in global memory is converted per lane), a store of such a loaded array copies it
-    16 bytes at a time. False (nothing written) for any other access: the lanes go one by one."""
-    if u.op is Ops.LOAD and u.shape:
-        if len(u.src) == 3 and (u.src[2].shape != () or u.src[1].op is not Ops.CONST or const_value(u.src[1]) != 0):
-            return False
-        place = _wide_place(u.src[0], ctx)
-        if place is None:
-            return False
-        b, first, size = place
-        buf = base_of(base_of(u.src[0]).src[0])
-        n = int(u.shape[0])
-        stype = "uint16_t" if buf.dtype is dtypes.bfloat16 and is_global(buf) else ctx.ctype(buf.dtype.scalar)
-        arr = ctx.fresh("vl")
-        lines.append(f"{pad}__align__(16) {stype} {arr}[{n}];")
-        per = _WIDE // size
-        for j in range(0, n, per):
-            src = f"*(const uint4*)&{b}[{first}+{j}]" if j else f"*(const uint4*)&{b}[{first}]"
-            if len(u.src) == 3:
-                src = f"{ctx[u.src[2]]} ? {src} : uint4{{0u, 0u, 0u, 0u}}"
-            lines.append(f"{pad}*(uint4*)&{arr}[{j}] = {src};")
-        if buf.dtype is dtypes.bfloat16 and is_global(buf):
-            ctx.helper("bf16_round")
-            ctx.lanes[u] = [f"bf16_to_f32({arr}[{k}])" for k in range(n)]
-        else:
-            ctx.lanes[u] = [f"{arr}[{k}]" for k in range(n)]
-        ctx.wide[u] = (arr, stype)
-        ctx.depth[u] = 0
-        return True
-    if u.op is Ops.STORE and len(u.src) in (2, 3) and u.src[1] in ctx.wide:
-        if len(u.src) == 3 and u.src[2].shape != ():
-            return False
-        place = _wide_place(u.src[0], ctx)
-        dst = base_of(base_of(u.src[0]).src[0])
-        arr, stype = ctx.wide[u.src[1]]
-        dtype = "uint16_t" if dst.dtype is dtypes.bfloat16 and is_global(dst) else ctx.ctype(dst.dtype.scalar)
-        if place is None or dtype != stype:
-            return False
-        b, first, size = place
-        gate = f"if ({unparen(ctx[u.src[2]])}) " if len(u.src) == 3 else ""
-        for j in range(0, int(u.src[1].shape[0]), _WIDE // size):
-            at = f"{first}+{j}" if j else first
-            lines.append(f"{pad}{gate}*(uint4*)&{b}[{at}] = *(const uint4*)&{arr}[{j}];")
-        return True
-    return False
 
 
 def _vector_instr(u: UOp, prog: Program) -> bool:
@@ -461,8 +452,13 @@ __all__ = [
     "CUDA_RULES",
     "STATIC_SHARED_LIMIT",
     "CudaContext",
+    "index_fits_int32",
+    "is_async_copy",
+    "is_ldmatrix",
     "kernel_symbol",
     "launch_bounds",
+    "local_itemsize",
+    "raw_locals",
     "render_cuda_source",
     "render_kernel",
     "shared_layout",

@@ -19,6 +19,12 @@ the next BARRIER in turn, and all must stop at the same one (else DeviceError), 
 `__syncthreads()` guarantees and no more. ATOMICADD reads, adds and writes in one step. A WMMA is a meeting
 point like a BARRIER: when every thread has its fragments, each warp's mma runs (`wmma_m16n8k16`, or
 `wmma_m16n8k8_tf32` for float32 inputs rounded to tf32; the PTX lane layouts) and each lane gets its four results.
+An ldmatrix (LOAD arg ("ldmatrix", n, trans)) is one too: each lane gives a row's element index and gets its
+elements of the warp's n 8x8 matrices (devices.python_gpu.ldmatrix). A cp.async copy (STORE arg "cp.async")
+reads its source when it runs but writes LOCAL memory only when a wait retires it: BARRIER "cp.async.commit"
+closes the thread's group of copies, BARRIER ("cp.async.wait", n) lands every group of the thread but the
+newest n (oldest first) and is then a BARRIER; so a read that runs ahead of its wait sees the old contents.
+`check_index_bounds` wraps a kernel so that every index value is checked against its interval bounds.
 
 Vectors (shape (n,)) are tuples of n lane values, and every lane goes through the same semantics table as a
 scalar would; a scalar operand of a vector op is used for every lane. A vector INDEX of a buffer holds n
@@ -30,16 +36,17 @@ value stays. INDEX(vector, CONST k) is lane k; STACK makes a tuple of scalars; V
 from __future__ import annotations
 
 import itertools
-import struct
 import sys
 from collections.abc import Callable
 from math import prod
+from typing import cast
 
 import numpy as np
 
 from devices.base import Target, python_target
 from devices.linear import Program, analyze, base_of, buffer_arg, const_value, is_global, lanes, special_bound
 from devices.memory import Allocator, bf16_decode, bf16_encode, check_buffers, check_vars, np_dtype, size_of
+from devices.python_gpu import ldmatrix, tf32_round, wmma_m16n8k8_tf32, wmma_m16n8k16
 from rewrite.dtype import AddrSpace, DType, dtypes
 from rewrite.env import getenv
 from rewrite.errors import CompileError, DeviceError, EvalError
@@ -98,7 +105,7 @@ class PythonKernel:
     def __init__(self, prog: Program) -> None:
         self.prog, self.name = prog, prog.name
         self.instrs = prog.instrs
-        self.init: list[object] = [None] * len(prog.instrs)
+        self.init: list[object] = [None] * (len(prog.instrs) + 1)  # the last slot: the thread's cp.async groups
         self.steps: list[Step] = []
         self.step_pos: list[int] = []  # instruction position of each step, for error messages
         # (opener position, "skip" | "body") -> step index; the closures read it, _build fills it at the end
@@ -123,7 +130,7 @@ class PythonKernel:
                     (op is Ops.BUFFER and (is_global(u) or buffer_arg(u).addrspace is AddrSpace.LOCAL)):
                 pass  # set per call (buffers, variables, SPECIAL values, a block's LOCAL memory) or no work at all
             elif op is Ops.BARRIER:
-                self._emit(p, _barrier)
+                self._emit(p, _barrier if u.arg is None else _async_barrier(u))
             elif op is Ops.END:
                 for r in prog.opened[p]:  # innermost first
                     end_step[r] = len(self.steps)
@@ -212,10 +219,18 @@ class PythonKernel:
             def step(v: list) -> None:
                 v[p] = tuple(v[j] for j in s)
             return step
+        if op is Ops.LOAD and isinstance(u.arg, tuple) and u.arg[0] == "ldmatrix":
+            idx = s[0]
+
+            def ldm(v: list) -> int:
+                v[p] = v[idx]  # this lane's row address; the block runner does the warp's ldmatrix
+                return _AT_BARRIER
+            return ldm
         if op is Ops.LOAD:
             return self._load(p, s) if u.shape == () else _vector_load(p, u, s)
         if op is Ops.STORE:
-            return self._store(p, s) if base_of(u.src[0]).shape == () else _vector_store(p, u, s)
+            store = self._store(p, s) if base_of(u.src[0]).shape == () else _vector_store(p, u, s)
+            return store if u.arg is None else _async_store(store, s[0])
         if op is Ops.CAST or op is Ops.BITCAST:
             fn, src_dt, dst_dt, x = exec_cast if op is Ops.CAST else exec_bitcast, u.src[0].dtype, u.dtype, s[0]
             if u.shape != ():
@@ -313,6 +328,8 @@ class PythonKernel:
             pc = states[0][1]
             if pc is not None and (u := self.instrs[self.step_pos[pc - 1]]).op is Ops.WMMA:
                 self._warp_mma(u, [tv for tv, _ in states])
+            elif pc is not None and u.op is Ops.LOAD:
+                self._warp_ldmatrix(u, [tv for tv, _ in states])
 
     def _warp_mma(self, u: UOp, threads: list[list]) -> None:
         """Every warp (32 consecutive threads) runs the mma of `u` on its lanes' fragments (lower.wmma's layout)."""
@@ -324,6 +341,22 @@ class PythonKernel:
             lanes = [tv[p] for tv in threads[w:w + 32]]
             d = mma([x[0] for x in lanes], [x[1] for x in lanes], [x[2] for x in lanes], lambda x: round_to(acc, x))
             for tv, out in zip(threads[w:w + 32], d, strict=True):
+                tv[p] = out
+
+    def _warp_ldmatrix(self, u: UOp, threads: list[list]) -> None:
+        """Every warp's ldmatrix of `u` (devices.python_gpu.ldmatrix) from its lanes' row addresses."""
+        if len(threads) % 32:
+            raise DeviceError(f"{self.prog.where(u)}: ldmatrix needs whole warps; the block has {len(threads)} threads")
+        p, arg = self.prog.pos[u], cast(tuple, u.arg)  # ("ldmatrix", matrices, transposed)
+        n, trans = int(arg[1]), bool(arg[2])
+        for w in range(0, len(threads), 32):
+            mem = threads[w][p][0]
+            try:
+                got = ldmatrix(lambda a: mem.read(mem, _address(mem, a)), [tv[p][1][0] for tv in threads[w:w + 32]],
+                               n, trans)
+            except DeviceError as e:
+                raise DeviceError(f"{self.prog.where(u)}: {e}") from e
+            for tv, out in zip(threads[w:w + 32], got, strict=True):
                 tv[p] = out
 
     def _run(self, v: list, pc: int = 0) -> int | None:
@@ -344,67 +377,53 @@ class PythonKernel:
 _AT_BARRIER = -1  # what a BARRIER step returns: the thread waits for the rest of its block
 
 
-def wmma_m16n8k16(a: list, b: list, c: list, round_acc: Callable[[float], float]) -> list[tuple]:
-    """One warp's m16n8k16 mma from its 32 lanes' fragments (indexed by lane: 8 A, 4 B, 4 C elements), in the PTX
-    mma.sync layout (lane l, g = l // 4, t = l % 4): A[g + 8*((e//2)%2)][2t + e%2 + 8*(e//4)], B[2t + e%2 +
-    8*(e//2)][g], C and D[g + 8*(e//2)][2t + e%2]. Returns each lane's 4 D elements: D = A @ B + C, the products
-    exact and every partial sum rounded by `round_acc` (k in order)."""
-    am = [[0.0] * 16 for _ in range(16)]
-    bm = [[0.0] * 8 for _ in range(16)]
-    cm = [[0.0] * 8 for _ in range(16)]
-    for ln in range(32):
-        g, t = ln // 4, ln % 4
-        for e in range(8):
-            am[g + 8 * ((e // 2) % 2)][t * 2 + e % 2 + 8 * (e // 4)] = a[ln][e]
-        for e in range(4):
-            bm[t * 2 + e % 2 + 8 * (e // 2)][g] = b[ln][e]
-            cm[g + 8 * (e // 2)][t * 2 + e % 2] = c[ln][e]
-    d = [[0.0] * 8 for _ in range(16)]
-    for i in range(16):
-        for j in range(8):
-            s = cm[i][j]
-            for k in range(16):
-                s = round_acc(s + am[i][k] * bm[k][j])
-            d[i][j] = s
-    return [tuple(d[ln // 4 + 8 * (e // 2)][(ln % 4) * 2 + e % 2] for e in range(4)) for ln in range(32)]
-
-
-def tf32_round(x: float) -> float:
-    """x (a float32 value) rounded to tf32's 10 mantissa bits, to nearest with ties away from zero (PTX
-    cvt.rna.tf32.f32); nan and inf stay as they are, a carry past the largest finite value gives inf."""
-    bits = struct.unpack("<I", struct.pack("<f", x))[0]
-    if bits & 0x7F800000 == 0x7F800000:
-        return x
-    return struct.unpack("<f", struct.pack("<I", ((bits + 0x1000) & 0xFFFFE000) & 0xFFFFFFFF))[0]
-
-
-def wmma_m16n8k8_tf32(a: list, b: list, c: list, round_acc: Callable[[float], float]) -> list[tuple]:
-    """One warp's m16n8k8 tf32 mma (PTX mma.sync ... .tf32): 4 A, 2 B, 4 C elements a lane (g = l // 4,
-    t = l % 4): A[g + 8*(e%2)][t + 4*(e//2)], B[t + 4*e][g], C and D as in wmma_m16n8k16. The float32 inputs
-    are rounded to tf32 first (tf32_round: the renderer's cvt.rna.tf32.f32), their products are exact, and
-    every partial sum is rounded by `round_acc` (k in order)."""
-    am = [[0.0] * 8 for _ in range(16)]
-    bm = [[0.0] * 8 for _ in range(8)]
-    cm = [[0.0] * 8 for _ in range(16)]
-    for ln in range(32):
-        g, t = ln // 4, ln % 4
-        for e in range(4):
-            am[g + 8 * (e % 2)][t + 4 * (e // 2)] = tf32_round(a[ln][e])
-            cm[g + 8 * (e // 2)][t * 2 + e % 2] = c[ln][e]
-        for e in range(2):
-            bm[t + 4 * e][g] = tf32_round(b[ln][e])
-    d = [[0.0] * 8 for _ in range(16)]
-    for i in range(16):
-        for j in range(8):
-            s = cm[i][j]
-            for k in range(8):
-                s = round_acc(s + am[i][k] * bm[k][j])
-            d[i][j] = s
-    return [tuple(d[ln // 4 + 8 * (e // 2)][(ln % 4) * 2 + e % 2] for e in range(4)) for ln in range(32)]
-
-
 def _barrier(v: list) -> int:
     return _AT_BARRIER
+
+
+def _async_groups(v: list) -> tuple[list, list]:
+    """This thread's cp.async state: (the copies issued since the last commit, the committed groups, oldest
+    first), each copy (memory, element, value); made on first use."""
+    if v[-1] is None:
+        v[-1] = ([], [])
+    return v[-1]
+
+
+def _async_store(store: Step, idx: int) -> Step:
+    """A cp.async copy (STORE arg "cp.async"): the source value is read now (the LOAD before it), but the
+    element is written only when a wait retires its group; until then LOCAL memory holds what it held."""
+    def step(v: list) -> None:
+        mem, i = v[idx]
+        issued = _async_groups(v)[0]
+        v[idx] = (_Mem(None, mem.size, mem.label, mem.read, lambda _m, a, x: issued.append((mem, a, x))), i)
+        try:
+            store(v)
+        finally:
+            v[idx] = (mem, i)
+    return step
+
+
+def _async_barrier(u: UOp) -> Step:
+    """BARRIER "cp.async.commit": the copies issued so far become a group (no meeting). BARRIER ("cp.async.wait",
+    n): the thread's groups but the newest n complete (their writes land, oldest first), then a BARRIER."""
+    if u.arg == "cp.async.commit":
+        def commit(v: list) -> None:
+            issued, groups = _async_groups(v)
+            groups.append(list(issued))
+            issued.clear()
+        return commit
+    if not (isinstance(u.arg, tuple) and len(u.arg) == 2 and u.arg[0] == "cp.async.wait"):
+        raise CompileError(f"BARRIER arg {u.arg!r}: the python device knows None, 'cp.async.commit' and "
+                           f"('cp.async.wait', n)")
+    keep = int(u.arg[1])
+
+    def wait(v: list) -> int:
+        groups = _async_groups(v)[1]
+        while len(groups) > keep:
+            for mem, a, x in groups.pop(0):
+                mem.write(mem, a, x)
+        return _AT_BARRIER
+    return wait
 
 
 def _atomic_add(p: int, dt: DType, s: list[int]) -> Step:
@@ -527,6 +546,36 @@ class PythonDevice(Allocator):
         pass
 
 
+def check_index_bounds(kernel: PythonKernel) -> PythonKernel:
+    """The kernel with every index value checked, as it is made, against the bounds rewrite.interval claims for
+    it (DeviceError where one is out): the run-time witness for what the bounds prove, e.g. the cuda renderer's
+    32-bit index arithmetic (devices.cuda_render `index`). Wraps the kernel's steps in place and returns it."""
+    for j, p in enumerate(kernel.step_pos):
+        u = kernel.instrs[p]
+        if u.dtype.scalar is not dtypes.index or u.op in (Ops.BUFFER, Ops.END, Ops.RANGE, Ops.IF):
+            continue
+        lo, hi = u.min_max
+
+        def checked(v: list, step: Step = kernel.steps[j], p: int = p, u: UOp = u, lo: object = lo,
+                    hi: object = hi) -> int | None:
+            r = step(v)
+            for x in v[p] if isinstance(v[p], tuple) else (v[p],):
+                if not lo <= x <= hi:  # type: ignore[operator]  # index bounds are ints
+                    raise DeviceError(f"{u.op.name} took {x}, outside its bounds [{lo}, {hi}]")
+            return r
+        kernel.steps[j] = checked
+    return kernel
+
+
 DEVICE = PythonDevice()
 
-__all__ = ["DEVICE", "PythonDevice", "PythonKernel"]
+# the warp instructions live in devices.python_gpu; named here too, where tests and older imports find them
+__all__ = [
+    "DEVICE",
+    "PythonDevice",
+    "PythonKernel",
+    "check_index_bounds",
+    "tf32_round",
+    "wmma_m16n8k8_tf32",
+    "wmma_m16n8k16",
+]

@@ -106,7 +106,7 @@ def gpu_opts(ast: UOp, target: Target, nolocals: bool = False) -> list[Opt]:
         outputs = prod(size(axes(ast)[i]) for i in loops)
         from lower.wmma import tc_shape_for
 
-        if (tc := tc_shape_for(ast, target)) is not None and (tco := _tc_opts(ast, tc, outputs, target.cores)):
+        if (tc := tc_shape_for(ast, target)) is not None and (tco := _tc_opts(ast, tc, outputs, target)):
             return tco
         if reds and _shared_row_opts(ast, opts):
             return opts
@@ -146,6 +146,7 @@ def gpu_opts(ast: UOp, target: Target, nolocals: bool = False) -> list[Opt]:
     return opts
 
 
+ASYNC_STAGES = 3  # the cp.async pipeline's depth for staged tensor-core matmuls (lower.tc_async)
 TC_WARPS = 2  # warps of a tensor-core block along each of the tile's axes (2 x 2 warps, 128 threads)
 TC_WARP_TILES = (4, 2, 1)  # mma tiles per warp along each axis, the largest that fits first
 
@@ -157,10 +158,12 @@ def _warp_tiles(tiles: int) -> int:
     return next((n for n in fits if tiles // n % TC_WARPS == 0), fits[0])
 
 
-def _tc_opts(ast: UOp, shape: str, outputs: int, cores: int) -> list[Opt]:
+def _tc_opts(ast: UOp, shape: str, outputs: int, target: Target) -> list[Opt]:
     """A matmul of at least 64 x 64 outputs: its A and B tiles staged through shared memory (lower.tc_smem) in
-    128 x 128 block tiles of 2 x 4 warps where that gives every one of the `cores` multiprocessors a block, else
-    64 x 64 of 2 x 2 warps (any sizes: the edges are gated). Smaller ones (with sizes the mma divides): TC with
+    128 x 128 block tiles of 2 x 4 warps where that gives every one of the target's multiprocessors a block, else
+    64 x 64 of 2 x 2 warps (any sizes: the edges are gated); through a cp.async pipeline of ASYNC_STAGES stages
+    (lower.tc_async, fewer where the target's shared memory per block is short) where the operands allow it.
+    Smaller ones (with sizes the mma divides): TC with
     a warp tile of tm x tn mma tiles (each A fragment used tn times, each B fragment tm times: the global loads
     per mma fall from 12 to (8 tm + 4 tn) / (tm tn) a lane), then the block's warps: TC_WARPS x TC_WARPS
     neighbouring warp tiles (LOCAL splits of the tile axes, lidx1 and lidx2 beside the warp's lanes on lidx0),
@@ -169,9 +172,13 @@ def _tc_opts(ast: UOp, shape: str, outputs: int, cores: int) -> list[Opt]:
     from lower.tc_smem import staged_config, staged_shapes
     from lower.wmma import LAYOUTS, M, N, apply_tc, tc_tile_axes
 
+    cores = target.cores
     nu, nv, nk = staged_shapes(ast)
     if (cfg := staged_config(nu, nv, nk, outputs // (nu * nv), cores)) is not None:
-        return [Opt(OptOps.TC, None, (shape, *cfg))]
+        from lower.tc_async import async_fits, async_stages
+
+        stages = async_stages(ast, cfg, target.local_memory_bytes, ASYNC_STAGES) if async_fits(ast) else 0
+        return [Opt(OptOps.TC, None, (shape, *cfg, stages) if stages else (shape, *cfg))]
     u, v = tc_tile_axes(ast)
     if size(u) % M or size(v) % N or nk % LAYOUTS[shape].k:
         return []

@@ -4,6 +4,8 @@
 legal SPLIT of the current kernel's axes (into THREAD, UPCAST, UNROLL, LOOP, REDUCE, factors 2..16), times
 each distinct candidate on the device with random inputs (median of 3 after a warm-up), and keeps the
 `width` fastest. It stops when a round improves the best time by less than 2%, or after `max_rounds`.
+A GPU target (Target.warp_size) is searched by lower.search_gpu instead (around the GPU heuristics, timed with
+CUDA events; DeviceError where no GPU is usable).
 Results are cached on disk, keyed by the kernel's structural hash and the Target (CACHE=0 disables it); a
 cache file or entry that does not parse, or an entry that no longer applies to its kernel, is searched again and
 replaced, and an unwritable cache directory is skipped.
@@ -149,6 +151,13 @@ def beam_search(ast: UOp, bufs_uops: tuple[UOp, ...], target: Any, width: int, m
     use_cache = bool(getenv("CACHE"))
     if use_cache and (hit := _load_cache().get(key)) is not None and (opts := _cached_opts(ast, hit)) is not None:
         return opts
+    if target.warp_size:  # a GPU: candidates around the GPU heuristics, timed on the CUDA device
+        from lower.search_gpu import beam_search_gpu
+
+        found = beam_search_gpu(ast, bufs_uops, target, width, max_rounds, name)
+        if use_cache:
+            _save(key, found)
+        return found
     bufs = _buffers(bufs_uops, target)
     best_opts: list[Opt] = []
     best_t = time_candidate(ast, bufs, target, [], name)

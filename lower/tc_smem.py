@@ -30,6 +30,9 @@ The output stores are lower.wmma's, gated to the matrix where the tile does not 
 bk + 8 halves is 20 words for bk = 32, so rows g = 0..7 start on banks 0, 20, 8, 28, 16, 4, 24, 12 and t adds
 0..3). B's fragment pairs are a row apart (no ldmatrix.trans yet), so they are read one 16-bit element at a time.
 
+On sm_80+ targets the heuristics prefer lower.tc_async's cp.async pipeline with ldmatrix fragments (a 7-element TC
+arg); this register-pipelined form is its fallback where cp.async cannot copy the operands.
+
 Sums are the same as lower.wmma's (the mma's float32 additions, k in order within a slice), so the emulator
 (devices/python.py) checks this kernel exactly as it checks the direct one.
 """
@@ -101,11 +104,13 @@ def _vectorizable(x: UOp, inner: UOp) -> bool:
 
 
 def _copy_tile(buf: UOp, x: UOp, rows: tuple[UOp, UOp, int, int], cols: tuple[UOp, UOp, int, int],
-               tid: UOp, threads: int, vector: bool, only: UOp | None = None) -> list[UOp]:
-    """The stores that copy a rows x cols tile of operand x into LOCAL `buf` (row-major, rows padded by pad_for):
-    rows = (the range of x, the tile's first row, tile rows, the matrix's row count), cols likewise; chunks of
-    VEC consecutive columns, chunk c = tid + threads * i (the chunks past the tile's last are gated off). An
-    element outside the matrix is stored as 0. With `only`, nothing is loaded or stored where it is false."""
+               tid: UOp, threads: int, vector: bool, only: UOp | None = None, base: UOp | int = 0,
+               asynch: bool = False) -> list[UOp]:
+    """The stores that copy a rows x cols tile of operand x into LOCAL `buf` (row-major, rows padded by pad_for,
+    from element `base`): rows = (the range of x, the tile's first row, tile rows, the matrix's row count), cols
+    likewise; chunks of VEC consecutive columns, chunk c = tid + threads * i (the chunks past the tile's last are
+    gated off). An element outside the matrix is stored as 0. With `only`, nothing is loaded or stored where it
+    is false. `asynch` (vector chunks only): the stores are cp.async copies (STORE arg "cp.async")."""
     (rr, r0, nr, rn), (cr, c0, nc, cn) = rows, cols
     per_row = nc // VEC
     chunks = nr * per_row
@@ -120,7 +125,7 @@ def _copy_tile(buf: UOp, x: UOp, rows: tuple[UOp, UOp, int, int], cols: tuple[UO
         row, col = c // per_row, (c % per_row) * VEC
         in_tile = both(only, c < chunks if chunks % threads else None)
         in_rows = both(in_tile, r0 + row < rn if rn % nr else None)
-        at = row * (nc + pad_for(x.dtype)) + col
+        at = base + row * (nc + pad_for(x.dtype)) + col
         for e in range(1 if vector else VEC):
             valid = both(in_rows, c0 + col + e < cn if cn % nc else None)
             src = x.substitute({rr: r0 + row, cr: c0 + col + e})
@@ -136,7 +141,8 @@ def _copy_tile(buf: UOp, x: UOp, rows: tuple[UOp, UOp, int, int], cols: tuple[UO
             else:
                 val = src if valid is None else valid.where(_gated(src, valid), UOp.const(0, x.dtype))
                 dst = buf.index(at + e)
-            stores.append(dst.store(val) if in_tile is None else UOp(Ops.STORE, (dst, val, in_tile)))
+            arg = "cp.async" if asynch and vector else None
+            stores.append(UOp(Ops.STORE, (dst, val) if in_tile is None else (dst, val, in_tile), arg))
     return stores
 
 

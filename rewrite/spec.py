@@ -32,6 +32,7 @@ from rewrite.ops import GroupOp, Ops
 from rewrite.spec_args import (
     ArgCheck,
     _any_arg,
+    _barrier_arg,
     _buffer_arg,
     _bufferview_arg,
     _const_arg,
@@ -48,6 +49,7 @@ from rewrite.spec_args import (
     _range_arg,
     _reduce_arg,
     _replicated_arg,
+    _store_arg,
     _type_arg,
     _vconst_arg,
 )
@@ -206,7 +208,7 @@ _RULES: dict[Ops, Rule] = {
     Ops.GETTUPLE: Rule((1, 1), (TUPLE_HOLDER,), arg=_gettuple_arg),
     # -- load / store / copy --
     Ops.LOAD: Rule((1, 3), (BUFFER_LIKE, None, BOOL), arg=_load_arg),
-    Ops.STORE: Rule((2, 3), (BUFFER_LIKE, None, BOOL), extra=(_stored_dtype,)),
+    Ops.STORE: Rule((2, 3), (BUFFER_LIKE, None, BOOL), arg=_store_arg, extra=(_stored_dtype,)),
     Ops.COPY: Rule((1, 1), arg=_copy_arg),
     # -- ordering --
     Ops.RANGE: Rule((1, 1), (INDEX_SCALAR,), arg=_range_arg),
@@ -220,7 +222,7 @@ _RULES: dict[Ops, Rule] = {
     Ops.CONTIGUOUSBACKWARD: Rule((1, 1)),
     Ops.DETACH: Rule((1, 1)),
     # -- codegen --
-    Ops.BARRIER: Rule((0, None)),
+    Ops.BARRIER: Rule((0, None), arg=_barrier_arg),
     Ops.INS: Rule((0, None), arg=_any_arg),
     Ops.GETADDR: Rule((1, 2), arg=_any_arg),
     Ops.SPECIAL: Rule((1, 1), (INDEX_SCALAR,), arg=_type_arg(str, "a name (str)")),

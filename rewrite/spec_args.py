@@ -182,9 +182,23 @@ def _copy_arg(u: UOp) -> str | None:
 
 def _load_arg(u: UOp) -> str | None:
     a = u.arg
+    if isinstance(a, tuple) and len(a) == 3 and a[0] == "ldmatrix":  # a warp's ldmatrix (lower.tc_async)
+        ok = a[1] in (1, 2, 4) and isinstance(a[2], bool)
+        return None if ok else f"ldmatrix arg is ('ldmatrix', 1|2|4, trans), got {a!r}"
     if isinstance(a, tuple) and len(a) == 2 and isinstance(a[1], AddrSpace):
         return _device_problem(a[0])
     return _device_problem(a)
+
+
+def _store_arg(u: UOp) -> str | None:
+    return None if u.arg in (None, "cp.async") else f"arg must be None or 'cp.async' (lower.tc_async), got {u.arg!r}"
+
+
+def _barrier_arg(u: UOp) -> str | None:
+    a = u.arg
+    ok = a in (None, "cp.async.commit") or (isinstance(a, tuple) and len(a) == 2 and a[0] == "cp.async.wait" and
+                                            _is_int(a[1]) and a[1] >= 0)
+    return None if ok else f"arg must be None, 'cp.async.commit' or ('cp.async.wait', n >= 0), got {a!r}"
 
 
 def _range_arg(u: UOp) -> str | None:

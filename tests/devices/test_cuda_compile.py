@@ -80,6 +80,8 @@ def test_the_kernel_suite_compiles_for_the_gpu(compiler: str, tmp_path: os.PathL
         assert "__syncthreads();" in next(k.src for k in ks if k.name.startswith("sum_"))
     if dtype == "float16":
         assert "#include <cuda_fp16.h>" in ks[0].src and "half" in ks[0].src
+    for k in ks:  # the suite's indices fit int32 (their bounds say so): 32-bit index arithmetic throughout
+        assert "for (long long" not in k.src and "const long long" not in k.src, k.name
 
 
 GPU_PROGRAMS = {
@@ -101,8 +103,9 @@ def test_gpu_shaped_programs_compile(compiler: str, tmp_path: os.PathLike, sm: s
         ks = DEVICE.compile_batch([(mk(), name) for name, mk in GPU_PROGRAMS.items()], gpu_target(sm))
     by = {k.name: k for k in ks}
     src = by["block_sum"].src
-    for text in ("__launch_bounds__(128) block_sum(", "const long long gidx0 = blockIdx.x;",
-                 "const long long lidx0 = threadIdx.x;", "__shared__ __align__(16) float smem0[128];",
+    for text in ("__launch_bounds__(128) block_sum(", "const int gidx0 = blockIdx.x;",
+                 "const int lidx0 = threadIdx.x;", "for (int ridx0 = 0; ridx0 < 128; ridx0++)",
+                 "__shared__ __align__(16) float smem0[128];",
                  "__syncthreads();",
                  "atomicAdd(&data2[0], ", "const float* __restrict__ data1", "float* __restrict__ data0"):
         assert text in src, text
@@ -288,9 +291,17 @@ def test_register_tiles_attention_and_tensor_cores_compile(compiler: str, tmp_pa
 @pytest.mark.parametrize("compiler", COMPILERS)
 @pytest.mark.parametrize("sm", SMS)
 def test_tensor_core_warp_tiles_compile(compiler: str, tmp_path: os.PathLike, sm: str) -> None:
-    """A 4096 half matmul on the heuristics' staged tensor cores (lower.tc_smem: 128 x 128 block tiles of 8 warps,
-    4 x 4 mmas a warp, k 32 a step), and the awkward-size and bfloat16 forms: every operand chunk of the aligned
-    ones one 128-bit load and one 128-bit shared store, 32 inline mma.sync a k step, two barriers."""
+    """A 4096 half matmul on the heuristics' staged tensor cores in the register-pipelined form (lower.tc_smem:
+    128 x 128 block tiles of 8 warps, 4 x 4 mmas a warp, k 32 a step; the heuristics' cp.async form, dropped here,
+    is tests/devices/test_cuda_async.py), and the awkward-size and bfloat16 forms: every operand chunk of the
+    aligned ones one 128-bit load and one 128-bit shared store, 32 inline mma.sync a k step, two barriers."""
+    from lower.gpu import gpu_opts
+    from lower.optimize import Opt, OptOps
+
+    def register_path(ast: UOp) -> list[Opt]:
+        return [Opt(o.op, o.axis, o.arg[:6]) if o.op is OptOps.TC and isinstance(o.arg, tuple) else o
+                for o in gpu_opts(ast, gpu_target(sm))]
+
     def kernel(nu: int, nk: int, nv: int, dt: str) -> tuple[str, UOp]:
         a = Tensor(np.zeros((nu, nk), np.float32)).cast(dt).contiguous()
         b = Tensor(np.zeros((nk, nv), np.float32)).cast(dt).contiguous()
@@ -298,7 +309,7 @@ def test_tensor_core_warp_tiles_compile(compiler: str, tmp_path: os.PathLike, sm
         name, ast = [(it.name, it.ast) for it in items if it.kind == "kernel" and it.ast is not None][-1]
         return f"{name}_{dt}", ast
 
-    progs = [(lower_kernel(ast, gpu_target(sm), name=name), name) for name, ast in
+    progs = [(lower_kernel(ast, gpu_target(sm), opts=register_path(ast), name=name), name) for name, ast in
              (kernel(4096, 4096, 4096, "float16"), kernel(1000, 200, 520, "float16"), kernel(100, 37, 70, "float16"),
               kernel(512, 512, 512, "bfloat16"))]
     assert sum(u.op is Ops.WMMA for u in progs[0][0].src) == 32
@@ -349,7 +360,9 @@ def test_tf32_tensor_cores_compile(compiler: str, tmp_path: os.PathLike, sm: str
     assert 'asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));' in src
     # the helper, then each mma its 4 A and 2 B registers (not volatile: the compiler may share the repeats)
     assert src.count("to_tf32(") == 1 + 6 * (64 + 1)
-    assert "= *(const uint4*)&data" in src  # 8 floats a chunk: two 16-byte loads
+    # the 2048 one through the 3-stage cp.async pipeline: 2 chunks of A and 2 of B a thread, 8 floats a chunk as
+    # two 16-byte copies, at 3 places (2 prologue stages, 1 in the loop)
+    assert src.count("cp.async.cg.shared.global") == (2 + 2) * 2 * 3
 
 
 def test_float_to_half_rounds_to_nearest_even_and_products_are_float32() -> None:
@@ -455,3 +468,51 @@ def test_scatter_add_compiles_to_atomic_add(compiler: str, tmp_path: os.PathLike
     assert any(any(u.op is Ops.RANGE for u in lin.src) for lin in half)  # the serial loop over positions
     src = "\n".join(k.src for k in ks)
     assert "atomicAdd(&data0[" in src and "(-0.0f));" in src
+
+
+def _strided_copy(n_hi: int) -> UOp:
+    """out[i] = inp[3 i + 1] for i < n, a variable in [1, n_hi] (inp 3 n + 1 long)."""
+    n = UOp.variable("n", 1, n_hi)
+    out, inp = buf(0, dtypes.float32, n), buf(1, dtypes.float32, n * 3 + 1)
+    r = UOp.range(n, 0)
+    st = out.index(r).store(inp.index(r * 3 + 1).load())
+    return linear(out, inp, r, st, UOp(Ops.END, (st, r)))
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+@pytest.mark.parametrize("sm", SMS)
+def test_index_arithmetic_is_32_bit_where_the_bounds_prove_it(compiler: str, tmp_path: os.PathLike, sm: str) -> None:
+    """Index values are C ints when every one is proven (rewrite.interval) to fit int32: the variable stays 64-bit
+    in the signature and is narrowed once; one bound past int32 keeps the whole kernel 64-bit. Both compile, and
+    the emulator (every index value checked against its bounds) computes numpy's result."""
+    from devices.cuda_render import CUDA_ALU_OPS, index_fits_int32
+    from devices.linear import analyze
+    from devices.python import check_index_bounds
+
+    small, big = _strided_copy(1 << 20), _strided_copy(1 << 30)  # 3 * 2**30 + 1 > 2**31 - 1
+    assert index_fits_int32(analyze(small, "cuda", CUDA_ALU_OPS))
+    assert not index_fits_int32(analyze(big, "cuda", CUDA_ALU_OPS))
+    with Context(CACHEDIR=str(tmp_path), CUDA_COMPILER=compiler):
+        k32, k64 = (DEVICE.compile(lin, name, gpu_target(sm)) for lin, name in ((small, "copy32"), (big, "copy64")))
+    assert "const long long n_arg0)" in k32.src and "const int n = (int)n_arg0;" in k32.src
+    assert "for (int ridx0 = 0; ridx0 < n; ridx0++)" in k32.src and k32.src.count("long long") == 1
+    assert "for (long long ridx0 = 0; ridx0 < n; ridx0++)" in k64.src and "const long long n)" in k64.src
+    assert "(int)" not in k64.src
+    inp, out = np.arange(3 * 1000 + 1, dtype=np.float32), np.zeros(1000, np.float32)
+    check_index_bounds(get_device("python").compile(small, "copy32"))({0: out, 1: inp}, {"n": 1000})
+    np.testing.assert_array_equal(out, inp[1::3])
+
+
+def test_the_emulators_bounds_check_catches_a_wrong_bound() -> None:
+    """check_index_bounds is a real witness: an index node whose cached interval is made too small fails."""
+    from devices.python import check_index_bounds
+
+    lin = _strided_copy(64)
+    k = get_device("python").compile(lin, "copy")
+    mul = next(u for u in k.instrs if u.op is Ops.MUL)
+    mul._mm = (0, 10)  # a wrong claim: 3 i reaches 189
+    try:
+        with pytest.raises(DeviceError, match=r"MUL took 12, outside its bounds \[0, 10\]"):
+            check_index_bounds(k)({0: np.zeros(64, np.float32), 1: np.zeros(193, np.float32)}, {"n": 64})
+    finally:
+        mul._mm = None

@@ -12,6 +12,7 @@ import pytest
 from devices import get_device
 from devices.base import Target, gpu_target
 from devices.memory import np_dtype
+from devices.python import check_index_bounds
 from lower import schedule
 from lower.buffers import has_data, lookup
 from lower.gpu import gpu_opts, lower_grid
@@ -47,7 +48,8 @@ def run(out: Tensor, target: Target, last_opts: list[Opt] | None = None) -> tupl
             continue
         lin = lower_kernel(it.ast, target, opts=last_opts if it is items[-1] else None)
         linears.append(lin)
-        PY.compile(lin, it.name, target)({i: array(b) for i, b in enumerate(it.bufs)})
+        # every index value checked against its interval bounds: what the cuda renderer's int32 index relies on
+        check_index_bounds(PY.compile(lin, it.name, target))({i: array(b) for i, b in enumerate(it.bufs)})
     return array(outs[out.uop]).reshape(out.shape), linears
 
 

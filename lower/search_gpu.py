@@ -1,0 +1,160 @@
+"""BEAM search for GPU targets: candidates around the GPU heuristics' opts, timed on the CUDA device.
+
+`beam_search_gpu(ast, bufs, target, width)` starts from lower.gpu.gpu_opts (a one-thread kernel, where the CPU
+search starts, would take minutes on a large GPU kernel) and each round times the neighbours of every kept opt
+list (`neighbours`), keeping the `width` fastest, until a round gains less than 2% or after `max_rounds`:
+
+- a tensor-core kernel (a TC opt): its arg changed one knob at a time: warp tile tm, tn in 1, 2, 4; warps wu, wv
+  in 1, 2, 4; k step bk in 16, 32, 64; cp.async stages in 0 (lower.tc_smem's register pipeline), 2, 3, 4; the
+  direct form (lower.wmma) with the current warp tile. A combination lowering refuses (KernelOptError: too many
+  threads, too much shared memory, operands cp.async cannot copy) is skipped.
+- any other kernel: the heuristics' opts plus one SPLIT of an axis into UPCAST or UNROLL (2, 4) or a LOCAL split
+  of a different size (32, 64, 128, 256 threads), where the axis divides.
+
+Each candidate is compiled for the target and run on the device's buffers (random inputs, made once); its output
+must match the heuristics' kernel (rtol 1e-2 for 16-bit outputs, else 1e-3), then it is timed with CUDA events
+(the mean of `reps` launches, CudaKernel.time). With no usable GPU it raises DeviceError saying so: the
+estimate model (lower.estimate) counts work but does not rank kernels, so there is nothing honest to fall back
+to. lower.search.beam_search sends GPU targets here; the cache there keys the result by the Target.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from devices.base import Target
+from lower.optimize import Opt, OptOps, axes, size
+from rewrite import AxisType, UOp
+from rewrite.errors import CompilerError, DeviceError
+
+_TC_KNOBS = ((1, (1, 2, 4)), (2, (1, 2, 4)), (3, (1, 2, 4)), (4, (1, 2, 4)), (5, (16, 32, 64)), (6, (0, 2, 3, 4)))
+_SPLITS = ((AxisType.UPCAST, (2, 4)), (AxisType.UNROLL, (2, 4)))
+_BLOCK_SIZES = (32, 64, 128, 256)
+
+
+def neighbours(ast: UOp, opts: list[Opt]) -> list[list[Opt]]:
+    """The opt lists one step from `opts` (module docstring); may hold lists that lowering refuses."""
+    out: list[list[Opt]] = []
+    tc = next((o for o in opts if o.op is OptOps.TC), None)
+    if tc is not None:
+        arg = tc.arg if isinstance(tc.arg, tuple) else (tc.arg, 1, 1)
+        full = tuple(arg) + ((0,) if len(arg) == 6 else ())
+        rest = [o for o in opts if o is not tc]
+        if len(full) == 7:
+            for pos, values in _TC_KNOBS:
+                for val in values:
+                    if val != full[pos]:
+                        new = (*full[:pos], val, *full[pos + 1:])
+                        out.append([Opt(OptOps.TC, None, new if new[6] else new[:6]), *rest])
+            out.append([Opt(OptOps.TC, None, full[:3])])  # the direct form
+        else:
+            for tm in (1, 2, 4):
+                for tn in (1, 2, 4):
+                    if (tm, tn) != tuple(full[1:3]):
+                        out.append([Opt(OptOps.TC, None, (full[0], tm, tn)), *rest])
+        return out
+    from lower.optimize import apply_opts
+
+    try:
+        cur = apply_opts(ast, opts)
+    except CompilerError:
+        return out
+    for i, r in enumerate(axes(cur)):
+        try:
+            n = size(r)
+        except CompilerError:
+            continue
+        if r.axis_type in (AxisType.LOOP, AxisType.REDUCE):
+            for t, factors in _SPLITS:
+                if t is AxisType.UNROLL and r.axis_type is not AxisType.REDUCE:
+                    continue
+                out += [[*opts, Opt(OptOps.SPLIT, i, (k, t, False))] for k in factors if n % k == 0 and n > k]
+    for j, o in enumerate(opts):  # a LOCAL split of another size
+        if o.op is OptOps.SPLIT and isinstance(o.arg, tuple) and o.arg[1] is AxisType.LOCAL:
+            out += [[*opts[:j], Opt(OptOps.SPLIT, o.axis, (k, AxisType.LOCAL, *o.arg[2:])), *opts[j + 1:]]
+                    for k in _BLOCK_SIZES if k != o.arg[0]]
+    return out
+
+
+def _device_buffers(bufs: tuple[UOp, ...], dev: Any) -> dict[int, Any]:
+    from devices.memory import np_dtype
+
+    rng = np.random.default_rng(0)
+    out = {}
+    for i, b in enumerate(bufs):
+        n = int(np.prod(b.shape))
+        dt = np_dtype(b.dtype)
+        host = rng.standard_normal(n).astype(dt) if np.issubdtype(dt, np.floating) else np.ones(n, dtype=dt)
+        out[i] = dev.alloc(n, b.dtype)
+        dev.copyin(out[i], host)
+    return out
+
+
+def time_on_gpu(ast: UOp, bufs: dict[int, Any], target: Target, opts: list[Opt], name: str,
+                expect: np.ndarray | None = None, reps: int = 10) -> tuple[float, np.ndarray]:
+    """(seconds per launch, the output) of `ast` lowered with `opts` on the CUDA device; WrongResult where the
+    output differs from `expect`."""
+    from devices.cuda import DEVICE
+    from lower.search import WrongResult
+    from lower.stages import lower_kernel
+
+    k = DEVICE.compile(lower_kernel(ast, target, opts=opts), name, target)
+    bufs[0][:] = 0
+    k(bufs)
+    got = np.asarray(bufs[0]).astype(np.float64)
+    if expect is not None:
+        rtol = 1e-2 if bufs[0].dtype.itemsize <= 2 else 1e-3
+        if not np.allclose(got, expect, rtol=rtol, atol=rtol, equal_nan=True):
+            raise WrongResult(f"beam {name}: opts {opts} change the kernel's result")
+    return k.time(bufs, reps=reps) * 1e-3, got
+
+
+def beam_search_gpu(ast: UOp, bufs_uops: tuple[UOp, ...], target: Target, width: int, max_rounds: int = 4,
+                    name: str = "beam") -> list[Opt]:
+    """The fastest opts found around the GPU heuristics' (module docstring)."""
+    from devices.cuda import DEVICE
+    from lower.gpu import gpu_opts
+    from lower.search import WrongResult
+
+    ok, why = DEVICE.available()
+    if not ok:
+        raise DeviceError(f"BEAM for {target.isa}: candidates are timed on a CUDA GPU and none is usable here "
+                          f"({why}); unset BEAM to lower with the GPU heuristics (or NOOPT=1)")
+    bufs = _device_buffers(bufs_uops, DEVICE)
+    try:
+        best = gpu_opts(ast, target)
+        best_t, expect = time_on_gpu(ast, bufs, target, best, name)
+        beam: list[tuple[float, list[Opt]]] = [(best_t, best)]
+        seen = {repr(best)}
+        for rnd in range(max_rounds):
+            timed: list[tuple[float, list[Opt]]] = []
+            cands = [c for _, opts in beam for c in neighbours(ast, opts) if repr(c) not in seen]
+            seen.update(repr(c) for c in cands)
+            for i, c in enumerate(cands):
+                sys.stderr.write(f"\r  beam {name} round {rnd + 1}: {i + 1}/{len(cands)} candidates, best "
+                                 f"{best_t * 1e3:.3f} ms")
+                try:
+                    timed.append((time_on_gpu(ast, bufs, target, c, name, expect)[0], c))
+                except WrongResult as e:
+                    sys.stderr.write(f"\n  {e} (skipped; please report)\n")
+                except CompilerError:  # lowering refused it, or the launch failed (CudaError: too many resources)
+                    continue
+            sys.stderr.write("\n")
+            if not timed:
+                break
+            timed.sort(key=lambda x: x[0])
+            beam = timed[:width]
+            if beam[0][0] < best_t * 0.98:
+                best_t, best = beam[0]
+            else:
+                break
+    finally:
+        for b in bufs.values():
+            DEVICE.free(b)
+    return best
+
+
+__all__ = ["beam_search_gpu", "neighbours", "time_on_gpu"]

@@ -1,0 +1,56 @@
+"""benchmarks/gpu_check.sh without a GPU: its dry run (plan, budget under 8 minutes with and without BEAM, syntax,
+every module importable with its arguments, the benchmark's cases covering the issue's targets), the file count
+the device machine brings back (at most 8), and tinygrad's compile-time probe on tinygrad's python device."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
+SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
+
+
+def _dry(tmp_path: pathlib.Path, **env: str) -> str:
+    run = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable, "OUT": str(tmp_path), **env})
+    assert run.returncode == 0, run.stdout + run.stderr
+    return run.stdout
+
+
+@pytest.mark.parametrize("beam", ["0", "2"])
+def test_dry_run_plan_fits_the_budget(tmp_path: pathlib.Path, beam: str) -> None:
+    out = _dry(tmp_path, BEAM=beam)
+    budget = int(re.search(r"budget (\d+) s of 480", out).group(1))  # type: ignore[union-attr]
+    assert budget <= 480
+    steps = re.findall(r"^  (.+?)\s+(\d+) s  -> (\S+)", out, re.M)
+    assert sum(int(s[1]) for s in steps) + 5 * len(steps) == budget
+    names = [s[0] for s in steps]
+    assert "benchmark" in names and "cold compile per kernel" in names and "gpu tests" in names
+    assert (f"benchmark under BEAM={beam}" in names) == (beam != "0")
+    assert ("compile CI tests" in names) == (beam == "0")  # skipped under BEAM to stay in the budget
+    assert "syntax: ok" in out and "modules, arguments and the targets' cases: ok" in out
+    assert not any(tmp_path.iterdir())  # a dry run writes nothing
+
+
+def test_at_most_eight_files_come_back() -> None:
+    """The device machine returns at most 8 files from $OUT: the script names every one it writes."""
+    text = SCRIPT.read_text()
+    written = set(re.findall(r"\$OUT/([\w.-]+)", text)) | {"env.txt", "tests.log", "bench.log"}
+    assert len(written) <= 8, written
+
+
+def test_tinygrad_probe_times_each_kernel(tmp_path: pathlib.Path) -> None:
+    pytest.importorskip("tinygrad")
+    path = tmp_path / "tg.json"
+    env = {**os.environ, "DEV": "PYTHON", "CACHELEVEL": "0", "PARALLEL": "0", "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-m", "benchmarks.gpu_compile_tinygrad", "--tiny", "--json", str(path)], cwd=ROOT,
+                   env=env, timeout=300, check=True, capture_output=True)
+    got = json.loads(path.read_text())
+    assert got["error"] is None and len(got["ms"]) == 2 and all(t > 0 for t in got["ms"])
