@@ -76,7 +76,7 @@ def matmul(x: Tensor, w: Tensor) -> Tensor:
 
 def _panels(b: UOp, m: int, dev: Device) -> UOp:
     """b (..., K, N) read through a copy stored as column panels (..., N/P, K, P), P = the panel width of the
-    device's target (lower.optimize.matmul_panel_bytes): a register tile then reads P consecutive elements per step
+    device's target (lower.opt_tiles.matmul_panel_bytes): a register tile then reads P consecutive elements per step
     of K, and the rows of a panel are adjacent in memory instead of N elements apart. Only when the copy pays for
     itself (M rows reuse each panel, K is large) and is needed: b's rows are a page or more apart (every row then
     lands in the same cache
@@ -84,7 +84,7 @@ def _panels(b: UOp, m: int, dev: Device) -> UOp:
     transposed operand, whose N elements are not adjacent for the tile's vector loads). A small row-major b is read
     in place: at 256 and 512 the copy cost more than it saved."""
     from devices import target_for
-    from lower.optimize import matmul_panel_bytes
+    from lower.opt_tiles import matmul_panel_bytes
 
     k, n = b.shape[-2], b.shape[-1]
     size = b.dtype.itemsize
@@ -113,7 +113,7 @@ def _permuted(x: UOp) -> bool:
 
 def _channels_last(w: UOp, groups: int, positions: int, dev: Device) -> UOp:
     """conv2d's weight (Cout, Cin/g, *kernel) read through a copy with the output channel innermost, so a register
-    tile can load a vector of output channels per tap (lower.optimize: the channels are the lanes, the output
+    tile can load a vector of output channels per tap (lower.opt_tiles: the channels are the lanes, the output
     positions the rows). Only where it pays: the target packs operands (a compiled target with vector registers),
     whole vectors of output channels per group, and many output positions reusing the small copy."""
     from devices import target_for
