@@ -66,18 +66,35 @@ def matmul(x: Tensor, w: Tensor) -> Tensor:
     work = dtypes.int32 if dt.is_bool else dt  # bool @ bool is an or of ands: sum the products, compare to 0
     batch = broadcast_shape([a.shape[:-2], b.shape[:-2]], "matmul")
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    full = (*batch, m, k, n)
+    bw, n_pad = _pad_columns(b.cast(work), m, dev)
+    full = (*batch, m, k, n_pad)
     au = expand_uop(a.cast(work).reshape((*a.shape, 1)), full)
-    bu = expand_uop(_panels(b.cast(work), m, dev).reshape((*b.shape[:-2], 1, k, n)), full)
+    bu = expand_uop(_panels(bw, m, dev).reshape((*bw.shape[:-2], 1, k, n_pad)), full)
     out = reduce_uop(au.cast(_acc(work)) * bu.cast(_acc(work)), Ops.ADD, (len(full) - 2,), False)
+    if n_pad != n:  # the padded output stored (else the kernel would loop over the shrunk columns), the extra dropped
+        out = out.contiguous().shrink((0,) * out.ndim, (*out.shape[:-1], n))
     out = out.ne(out.const_like(0)) if dt.is_bool else out.cast(dt)
     shape = (*batch, *(() if x.ndim == 1 else (m,)), *(() if w.ndim == 1 else (n,)))
     return tt.Tensor._wrap(out.reshape(shape), dev)
 
 
+def _pad_columns(b: UOp, m: int, dev: Device) -> tuple[UOp, int]:
+    """b (..., K, N) with zero columns up to the padded N that lower.opt_tiles.matmul_columns picks for the
+    device's target (whole vectors for a register tile), as a copy (folded into the panel copy where b is packed),
+    and that N. The extra output columns are computed and dropped by the caller."""
+    from devices import target_for
+    from lower.opt_tiles import matmul_columns
+
+    n = b.shape[-1]
+    if isinstance(dev, tuple) or (n_pad := matmul_columns(m, b.shape[-2], n, b.dtype.itemsize, target_for(dev))) == n:
+        return b, n
+    padded = b.pad((0,) * b.ndim, (*(0,) * (b.ndim - 1), n_pad - n))
+    return (padded if _panels(padded, m, dev) is not padded else padded.contiguous()), n_pad
+
+
 def _panels(b: UOp, m: int, dev: Device) -> UOp:
     """b (..., K, N) read through a copy stored as column panels (..., N/P, K, P), P = the panel width of the
-    device's target (lower.optimize.matmul_panel_bytes): a register tile then reads P consecutive elements per step
+    device's target (lower.opt_tiles.matmul_panel_bytes): a register tile then reads P consecutive elements per step
     of K, and the rows of a panel are adjacent in memory instead of N elements apart. Only when the copy pays for
     itself (M rows reuse each panel, K is large) and is needed: b's rows are a page or more apart (every row then
     lands in the same cache
@@ -85,7 +102,7 @@ def _panels(b: UOp, m: int, dev: Device) -> UOp:
     transposed operand, whose N elements are not adjacent for the tile's vector loads). A small row-major b is read
     in place: at 256 and 512 the copy cost more than it saved."""
     from devices import target_for
-    from lower.optimize import matmul_panel_bytes
+    from lower.opt_tiles import matmul_panel_bytes
 
     k, n = b.shape[-2], b.shape[-1]
     size = b.dtype.itemsize
@@ -114,7 +131,7 @@ def _permuted(x: UOp) -> bool:
 
 def _channels_last(w: UOp, groups: int, positions: int, dev: Device) -> UOp:
     """conv2d's weight (Cout, Cin/g, *kernel) read through a copy with the output channel innermost, so a register
-    tile can load a vector of output channels per tap (lower.optimize: the channels are the lanes, the output
+    tile can load a vector of output channels per tap (lower.opt_tiles: the channels are the lanes, the output
     positions the rows). Only where it pays: the target packs operands (a compiled target with vector registers),
     whole vectors of output channels per group, and many output positions reusing the small copy."""
     from devices import target_for

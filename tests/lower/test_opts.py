@@ -13,7 +13,8 @@ from devices import get_device
 from devices.base import Target, cpu_target
 from lower import schedule
 from lower.buffers import new_buffer
-from lower.optimize import Opt, OptOps, apply_opt, axes, hand_coded, size, tile_shape, tile_shapes
+from lower.opt_tiles import tile_shape, tile_shapes
+from lower.optimize import Opt, OptOps, apply_opt, axes, hand_coded, size
 from lower.stages import lower_kernel
 from rewrite import AxisType, Ops, UOp, dtypes
 from rewrite.env import Context

@@ -1,0 +1,141 @@
+"""Register tiles for a sum of products on a CPU target (matmul, and conv's shape of it): the tile shapes that
+fit a target's vector registers and the opts that make one (lower.optimize.hand_coded tries them first)."""
+
+from __future__ import annotations
+
+from devices.base import Target
+from lower.optimize import (
+    Opt,
+    OptOps,
+    _lane_unfriendly,
+    _split_pair,
+    _stride,
+    _topo,
+    apply_opt,
+    axes,
+    native_lanes,
+    size,
+)
+from rewrite import AxisType, Ops, UOp, dtypes
+
+# register tile of a sum of products (matmul, and conv's shape of it): `vecs` vectors of one register's lanes along
+# the output axis that is contiguous, times `rows` along an output axis the vector operand does not move with; each
+# step is one vector load per column vector, one broadcast per row, and rows x vecs fused multiply-adds (lower.expand
+# makes the copies, lower.linearize the MULACC accumulators). The accumulators must stay in registers with room for
+# the column loads and a broadcast: TILE_SPARE registers are kept free.
+TILE_SPARE = 4
+TILE_VECTORS = 2  # column vectors per tile: also the width of matmul's packed panels (matmul_panel_bytes)
+
+
+def tile_shapes(target: Target) -> list[tuple[int, int]]:
+    """(rows, vecs) register tiles that fit the target's vector registers, best first: the most accumulators,
+    TILE_VECTORS columns wide where the axis allows, at most 16 accumulators (beyond that the loop body outgrows
+    the loop-stream and decoded-instruction caches for no more reuse)."""
+    budget = min(16, target.vector_registers - TILE_SPARE)
+    shapes = [(r, v) for r in (8, 6, 4, 2) for v in (TILE_VECTORS, 1) if r * v <= budget]
+    return sorted(shapes, key=lambda rv: (-rv[0] * rv[1], rv[1] != TILE_VECTORS))
+
+
+def matmul_panel_bytes(target: Target) -> int:
+    """The width in bytes of the column panels matmul packs its right operand into (tensor.nn): the columns of the
+    register tile, TILE_VECTORS registers; 0 where the target has no vector registers (no packing)."""
+    return TILE_VECTORS * target.vector_bytes
+
+
+def matmul_columns(m: int, k: int, n: int, itemsize: int, target: Target) -> int:
+    """The column count a matmul of m x k @ k x n computes (tensor.nn pads its right operand with zero columns
+    and drops their results): n rounded up to whole panels (matmul_panel_bytes) so the register tile applies.
+    Without it a column count that is no multiple of the vector lanes got no tile: matmul 1021 or 1023 ran as a
+    scalar dot-product loop reading the right operand n elements apart, at 1.1 GFLOP/s against 74 for 1024 (AVX2
+    EPYC, 2 threads). n itself where the target has no vector registers or is interpreted, n is a multiple already
+    or at most one panel, or the product is too small to pay for the copies (m < 16 or k < 64)."""
+    panel = 0 if target.interpreted else matmul_panel_bytes(target) // itemsize
+    if not panel or n % panel == 0 or n <= panel or m < 16 or k < 64:
+        return n
+    return -(-n // panel) * panel
+
+
+def tile_shape(rows_n: int, cols_n: int, width: int, target: Target, pad: bool = True) -> tuple[int, int] | None:
+    """The (rows, vecs) register tile for an output of rows_n x cols_n (cols in lanes of `width`): the shape with
+    the most useful accumulators, rows x vecs scaled by the share of rows that are real when rows_n is padded to
+    a multiple of rows (the padding repeats the last row: PADTO "repeat"); then the least padding, then
+    tile_shapes' order. A 6x2 tile padded from 1024 to 1026 rows beats an exact 4x2 (11.98 useful accumulators
+    against 8); 2 rows get a 2x2 tile, not a 6x2 two thirds wasted. Without `pad` only shapes whose rows divide
+    rows_n. None when no shape fits."""
+    best: tuple[tuple[float, int, int], tuple[int, int]] | None = None
+    for i, (r, k) in enumerate(tile_shapes(target)):
+        if cols_n % (k * width) or (not pad and rows_n % r):
+            continue
+        padded = -(-rows_n // r) * r
+        key = (-(r * k * rows_n / padded), padded - rows_n, i)
+        if best is None or key < best[0]:
+            best = (key, (r, k))
+    return None if best is None else best[1]
+
+
+def register_tile(ast: UOp, opts: list[Opt], target: Target) -> UOp | None:
+    """Opts for a kernel whose one reduction sums products of loads, with an output axis v along which every
+    load is contiguous or constant (the vector lanes) and another output axis u that an operand moving along v
+    does not move with (so one vector load serves every row of the tile): v upcast to vectors, u to rows, and
+    the loop over column blocks moved outside the loop over row blocks (a column panel stays in cache while the
+    rows stream past). None if the kernel is not of that shape."""
+    reds = [u for u in _topo(ast) if u.op is Ops.REDUCE]
+    if len(reds) != 1 or reds[0].reduce_op is not Ops.ADD:
+        return None
+    body = _topo(reds[0].src[0])
+    if any(_lane_unfriendly(u) and u.dtype is not dtypes.index for u in body):  # index math folds after splits
+        return None
+    loads = [u.src[1] for u in body if u.op is Ops.INDEX and u.src[0].op is Ops.BUFFER and len(u.src) == 2]
+    stores = [u.src[0].src[1] for u in _topo(ast) if u.op is Ops.STORE and u.src[0].op is Ops.INDEX]
+    width = native_lanes(ast, target)
+    loops = [r for r in axes(ast) if r.axis_type is AxisType.LOOP]
+    # the vector axis: every load in the reduction moves by 0 or 1 element along it, some by 1. Preferred: an axis
+    # no load's gate depends on (a gate that differs per lane makes a lane-by-lane load: conv's padded input
+    # columns as lanes ran at 0.7 GFLOP/s where its output channels run at full width), then one the output is
+    # contiguous along too (else the tile's final stores scatter, once per output)
+    gates = [_topo(g) for g in (u.src[2] for u in body if u.op is Ops.LOAD and len(u.src) >= 3)]
+    cands = [v for v in reversed(loops) if size(v) % width == 0 and
+             all(_stride(i, v) in (0, 1) for i in loads) and any(_stride(i, v) == 1 for i in loads)]
+    cands.sort(key=lambda v: (any(v in g for g in gates), not all(_stride(i, v) == 1 for i in stores)))
+    if not cands:
+        return None
+    v = cands[0]
+    moving = [x for x in loads if _stride(x, v) == 1]
+    for u in reversed(loops):
+        if u is not v and all(_stride(x, u) == 0 for x in moving) and \
+                any(_stride(x, u) not in (0, None) for x in loads):
+            break
+    else:
+        return None
+    # padding the rows only where no load's gate moves with them: conv's rows are output columns whose input
+    # reads are gated at the image border, and clamped rows there cost more than the wider tile gained (conv
+    # (8,64,56,56): a 6x2 tile over 56 rows padded to 60 ran at 0.8x of the exact 4x2)
+    shape = tile_shape(size(u), size(v), width, target, pad=not any(u in g for g in gates))
+    if shape is None:
+        return None
+    rows, vecs = shape
+    if size(u) % rows:  # the rows' last block repeats the last row (its stores gated): no gate in the k loop
+        at = axes(ast).index(u)
+        o = Opt(OptOps.PADTO, at, (rows, "repeat"))
+        ast = apply_opt(ast, o)
+        opts.append(o)
+        u = axes(ast)[at]
+    ast, v_out, lanes = _split_pair(ast, opts, v, width, AxisType.UPCAST)
+    if vecs > 1:
+        ast, v_out, _ = _split_pair(ast, opts, v_out, vecs, AxisType.UPCAST)
+    ast, u_out, row_copies = _split_pair(ast, opts, u, rows, AxisType.UPCAST)
+    # the column-block loop outside the row-block loop; the column vectors' copies before the rows' (lower.expand
+    # then emits the FMAs row by row: both column vectors stay in registers and each row's broadcast dies after
+    # its vecs FMAs; column by column kept every row's broadcast live, rows + rows x vecs registers, and the 6x2
+    # tile spilled accumulators); the vector lanes the innermost UPCAST axis (the lanes lower.expand vectorizes;
+    # the other UPCAST axes become copies)
+    col_copies = next(r for r in axes(ast) if r.axis_type is AxisType.UPCAST and r is not row_copies) \
+        if vecs > 1 else row_copies
+    last_upcast = [r for r in axes(ast) if r.axis_type is AxisType.UPCAST][-1]
+    for outer, inner in ((u_out, v_out), (row_copies, col_copies), (lanes, last_upcast)):
+        cur = axes(ast)
+        if cur.index(outer) < cur.index(inner):
+            o = Opt(OptOps.SWAP, cur.index(outer), cur.index(inner))
+            ast = apply_opt(ast, o)
+            opts.append(o)
+    return ast
