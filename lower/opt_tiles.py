@@ -47,9 +47,10 @@ def matmul_columns(m: int, k: int, n: int, itemsize: int, target: Target) -> int
     and drops their results): n rounded up to whole panels (matmul_panel_bytes) so the register tile applies.
     Without it a column count that is no multiple of the vector lanes got no tile: matmul 1021 or 1023 ran as a
     scalar dot-product loop reading the right operand n elements apart, at 1.1 GFLOP/s against 74 for 1024 (AVX2
-    EPYC, 2 threads). n itself where the target has no vector registers or is interpreted, n is a multiple already
-    or at most one panel, or the product is too small to pay for the copies (m < 16 or k < 64)."""
-    panel = 0 if target.interpreted else matmul_panel_bytes(target) // itemsize
+    EPYC, 2 threads). n itself where the target has no vector registers or is interpreted, on a GPU (its tensor-core
+    and thread tiles gate a ragged edge themselves: the copies would only cost), n is a multiple already or at most
+    one panel, or the product is too small to pay for the copies (m < 16 or k < 64)."""
+    panel = 0 if target.interpreted or target.warp_size else matmul_panel_bytes(target) // itemsize
     if not panel or n % panel == 0 or n <= panel or m < 16 or k < 64:
         return n
     return -(-n // panel) * panel

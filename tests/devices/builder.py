@@ -266,3 +266,9 @@ def matmul_tile_scalar(m: int, n: int, k: int, rows: int = 4, cols: int = 16) ->
     ej = end(outs[-1], j)
     return linear(c, a, b, i, *row, *(rq * k for rq in row), *(rq * n for rq in row), j, col, acc, *inits, kk, *upds,
                   ek, *outs, ej, end(ej, i))
+
+
+def has_reduce(ast: UOp) -> bool:
+    """Whether a scheduled kernel's AST sums over a loop (a matmul's product kernel, not the copies around it:
+    on a cpu target tensor.nn may pad a matmul's columns, adding a pad copy before and a cut-back copy after)."""
+    return any(u.op is Ops.REDUCE for u in ast.toposort())

@@ -24,7 +24,7 @@ from rewrite.errors import CompileError, DeviceError
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 from tensor import Tensor
-from tests.devices.builder import ALL_DTYPES, buf, elementwise, linear, reg
+from tests.devices.builder import ALL_DTYPES, buf, elementwise, has_reduce, linear, reg
 from tests.devices.cuda_programs import big_shared, big_shared_expected, block_sum, grid_elementwise, special
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not installed")
@@ -306,7 +306,8 @@ def test_tensor_core_warp_tiles_compile(compiler: str, tmp_path: os.PathLike, sm
         a = Tensor(np.zeros((nu, nk), np.float32)).cast(dt).contiguous()
         b = Tensor(np.zeros((nk, nv), np.float32)).cast(dt).contiguous()
         items, _ = schedule([(a @ b).uop])
-        name, ast = [(it.name, it.ast) for it in items if it.kind == "kernel" and it.ast is not None][-1]
+        name, ast = [(it.name, it.ast) for it in items
+                     if it.kind == "kernel" and it.ast is not None and has_reduce(it.ast)][-1]
         return f"{name}_{dt}", ast
 
     progs = [(lower_kernel(ast, gpu_target(sm), opts=register_path(ast), name=name), name) for name, ast in
@@ -347,7 +348,8 @@ def test_tf32_tensor_cores_compile(compiler: str, tmp_path: os.PathLike, sm: str
         a = Tensor(np.zeros((nu, nk), np.float32)).contiguous()
         b = Tensor(np.zeros((nk, nv), np.float32)).contiguous()
         items, _ = schedule([(a @ b).uop])
-        name, ast = [(it.name, it.ast) for it in items if it.kind == "kernel" and it.ast is not None][-1]
+        name, ast = [(it.name, it.ast) for it in items
+                     if it.kind == "kernel" and it.ast is not None and has_reduce(it.ast)][-1]
         return lower_kernel(ast, gpu_target(sm, tf32=True), name=name), name
 
     progs = [kernel(2048, 2048, 2048), kernel(32, 24, 16)]
