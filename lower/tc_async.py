@@ -35,7 +35,7 @@ TC opt falls back to lower.tc_smem's register pipeline where it does not.
 from __future__ import annotations
 
 from lower.optimize import next_range_id, size
-from lower.tc_smem import VEC, _copy_tile, _gated, _vectorizable, pad_for
+from lower.tc_smem import VEC, WarpTile, _copy_tile, _vectorizable, pad_for, write_back
 from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
 from rewrite.dtype import AddrSpace
 from rewrite.errors import KernelOptError
@@ -147,19 +147,8 @@ def apply_tc_async(ast: UOp, shape: str, tm: int, tn: int, wu: int, wv: int, bk:
         cur = out
     upd = [p.store(val) for p, val in zip(at, cur, strict=True)]
     step = UOp(Ops.END, (UOp(Ops.GROUP, (*upd, issued)), ko))
-    res = [UOp(Ops.AFTER, (p, step)).load() for p in at]
-    loop = frozenset(step.toposort())
-    stores = []
-    for i in range(tm):
-        for j in range(tn):
-            for e in range(4):
-                row, col = u0 + wr + (i * M + g + 8 * (e // 2)), v0 + wc + (j * N + t * 2 + e % 2)
-                st = end.src[0].substitute({red: res[4 * (i * tn + j) + e]}).substitute({u: row, v: col})
-                checks = [c for c, n, blk in ((row < nu, nu, bm), (col < nv, nv, bn)) if n % blk]
-                if checks:
-                    st = _gated(st, checks[0] if len(checks) == 1 else checks[0] & checks[1], loop)
-                stores.append(st)
-    return ast.substitute({end: UOp(Ops.END, (UOp(Ops.GROUP, tuple(stores)), *outer, bu, bv, ru, rv, lane))})
+    tile = WarpTile(red, u, v, u0 + wr, v0 + wc, g, t, tm, tn, nu, nv, bm, bn)
+    return write_back(ast, end, step, at, tile, (*outer, bu, bv, ru, rv, lane))
 
 
 __all__ = ["COMMIT", "apply_tc_async", "async_fits", "async_stages"]

@@ -39,6 +39,8 @@ Sums are the same as lower.wmma's (the mma's float32 additions, k in order withi
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from lower.optimize import _stride, next_range_id, size
 from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
 from rewrite.dtype import AddrSpace, DType
@@ -226,19 +228,49 @@ def apply_tc_staged(ast: UOp, shape: str, tm: int, tn: int, wu: int, wv: int, bk
         done = UOp(Ops.BARRIER, tuple(UOp(Ops.STORE, (later[st.src[0].src[0]].index(st.src[0].src[1]), *st.src[1:]))
                                       for st in ahead))
     step = UOp(Ops.END, (UOp(Ops.GROUP, (*upd, done)), ko))
+    tile = WarpTile(red, u, v, u0 + wr, v0 + wc, g, t, tm, tn, nu, nv, bm, bn)
+    return write_back(ast, end, step, at, tile, (*outer, bu, bv, ru, rv, lane))
+
+
+class WarpTile(NamedTuple):
+    """Where a warp's tm x tn mma tiles land in the output: the matched reduce `red` over output axes u, v; the
+    warp tile's first row and column (row0, col0); the lane's group and thread in its quad (g, t); the output's
+    extent (nu, nv) and the block tile's (bm, bn), which say whether an edge is ragged."""
+
+    red: UOp
+    u: UOp
+    v: UOp
+    row0: UOp
+    col0: UOp
+    g: UOp
+    t: UOp
+    tm: int
+    tn: int
+    nu: int
+    nv: int
+    bm: int
+    bn: int
+
+
+def write_back(ast: UOp, end: UOp, step: UOp, at: list[UOp], w: WarpTile, ranges: tuple[UOp, ...]) -> UOp:
+    """The kernel with its output stores fed by the accumulators `at` after the k loop `step`: each lane writes
+    the 4 values of each of its mma tiles (the m16n8 accumulator layout), gated where the output's extent is no
+    multiple of the block tile; the stores end over `ranges` (the kernel's other axes, block, warp and lane)."""
+    from lower.wmma import M, N
+
     res = [UOp(Ops.AFTER, (p, step)).load() for p in at]
     loop = frozenset(step.toposort())
     stores = []
-    for i in range(tm):
-        for j in range(tn):
+    for i in range(w.tm):
+        for j in range(w.tn):
             for e in range(4):
-                row, col = u0 + wr + (i * M + g + 8 * (e // 2)), v0 + wc + (j * N + t * 2 + e % 2)
-                st = end.src[0].substitute({red: res[4 * (i * tn + j) + e]}).substitute({u: row, v: col})
-                checks = [c for c, n, blk in ((row < nu, nu, bm), (col < nv, nv, bn)) if n % blk]
+                row, col = w.row0 + (i * M + w.g + 8 * (e // 2)), w.col0 + (j * N + w.t * 2 + e % 2)
+                st = end.src[0].substitute({w.red: res[4 * (i * w.tn + j) + e]}).substitute({w.u: row, w.v: col})
+                checks = [c for c, n, blk in ((row < w.nu, w.nu, w.bm), (col < w.nv, w.nv, w.bn)) if n % blk]
                 if checks:
                     st = _gated(st, checks[0] if len(checks) == 1 else checks[0] & checks[1], loop)
                 stores.append(st)
-    return ast.substitute({end: UOp(Ops.END, (UOp(Ops.GROUP, tuple(stores)), *outer, bu, bv, ru, rv, lane))})
+    return ast.substitute({end: UOp(Ops.END, (UOp(Ops.GROUP, tuple(stores)), *ranges))})
 
 
 def staged_config(nu: int, nv: int, nk: int, batch: int, cores: int) -> tuple[int, int, int, int, int] | None:
