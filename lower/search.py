@@ -19,6 +19,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -140,6 +141,25 @@ def _opt_from_json(j: list) -> Opt:
     return Opt(OptOps[j[0]], j[1], (j[2], AxisType[j[3]], j[4]))
 
 
+
+def timed_round(cands: list[list[Opt]], time_one: Callable[[list[Opt]], float], name: str, rnd: int,
+                best_t: float) -> list[tuple[float, list[Opt]]]:
+    """One BEAM round: each candidate timed by `time_one` (with a progress line on stderr), fastest first. A
+    candidate whose result differs from the default's is reported and skipped; one the lowering or the device
+    refuses (CompilerError) is dropped."""
+    timed: list[tuple[float, list[Opt]]] = []
+    for i, c in enumerate(cands):
+        sys.stderr.write(f"\r  beam {name} round {rnd + 1}: {i + 1}/{len(cands)} candidates, best "
+                         f"{best_t * 1e3:.3f} ms")
+        try:
+            timed.append((time_one(c), c))
+        except WrongResult as e:
+            sys.stderr.write(f"\n  {e} (skipped; please report)\n")
+        except CompilerError:
+            continue
+    sys.stderr.write("\n")
+    return sorted(timed, key=lambda x: x[0])
+
 def beam_search(ast: UOp, bufs_uops: tuple[UOp, ...], target: Any, width: int, max_rounds: int = 4,
                 name: str = "beam") -> list[Opt]:
     """The best opts found for `ast` on `target` (a Target or a device), cached on disk by the kernel's
@@ -177,20 +197,9 @@ def beam_search(ast: UOp, bufs_uops: tuple[UOp, ...], target: Any, width: int, m
                     continue
                 seen.add(nxt)
                 cands.append([*opts, a])
-        timed: list[tuple[float, list[Opt]]] = []
-        for i, c in enumerate(cands):
-            sys.stderr.write(f"\r  beam {name} round {rnd + 1}: {i + 1}/{len(cands)} candidates, best "
-                             f"{best_t * 1e3:.3f} ms")
-            try:
-                timed.append((time_candidate(ast, bufs, target, c, name, expect), c))
-            except WrongResult as e:
-                sys.stderr.write(f"\n  {e} (skipped; please report)\n")
-            except CompilerError:
-                continue
-        sys.stderr.write("\n")
+        timed = timed_round(cands, lambda c: time_candidate(ast, bufs, target, c, name, expect), name, rnd, best_t)
         if not timed:
             break
-        timed.sort(key=lambda x: x[0])
         beam = timed[:width]
         if beam[0][0] < best_t * 0.98:
             best_t, best_opts = beam[0]

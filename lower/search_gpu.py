@@ -20,7 +20,6 @@ to. lower.search.beam_search sends GPU targets here; the cache there keys the re
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import numpy as np
@@ -117,7 +116,7 @@ def beam_search_gpu(ast: UOp, bufs_uops: tuple[UOp, ...], target: Target, width:
     """The fastest opts found around the GPU heuristics' (module docstring)."""
     from devices.cuda import DEVICE
     from lower.gpu import gpu_opts
-    from lower.search import WrongResult
+    from lower.search import timed_round
 
     ok, why = DEVICE.available()
     if not ok:
@@ -130,22 +129,12 @@ def beam_search_gpu(ast: UOp, bufs_uops: tuple[UOp, ...], target: Target, width:
         beam: list[tuple[float, list[Opt]]] = [(best_t, best)]
         seen = {repr(best)}
         for rnd in range(max_rounds):
-            timed: list[tuple[float, list[Opt]]] = []
             cands = [c for _, opts in beam for c in neighbours(ast, opts) if repr(c) not in seen]
             seen.update(repr(c) for c in cands)
-            for i, c in enumerate(cands):
-                sys.stderr.write(f"\r  beam {name} round {rnd + 1}: {i + 1}/{len(cands)} candidates, best "
-                                 f"{best_t * 1e3:.3f} ms")
-                try:
-                    timed.append((time_on_gpu(ast, bufs, target, c, name, expect)[0], c))
-                except WrongResult as e:
-                    sys.stderr.write(f"\n  {e} (skipped; please report)\n")
-                except CompilerError:  # lowering refused it, or the launch failed (CudaError: too many resources)
-                    continue
-            sys.stderr.write("\n")
+            # a CompilerError covers a launch the GPU refuses too (CudaError: too many resources)
+            timed = timed_round(cands, lambda c: time_on_gpu(ast, bufs, target, c, name, expect)[0], name, rnd, best_t)
             if not timed:
                 break
-            timed.sort(key=lambda x: x[0])
             beam = timed[:width]
             if beam[0][0] < best_t * 0.98:
                 best_t, best = beam[0]
