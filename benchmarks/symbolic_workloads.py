@@ -189,7 +189,26 @@ def random_batch(seed: int, n: int = BATCH) -> list[UOp]:
     return list(out)
 
 
-def build_workloads() -> tuple[list[Workload], list[Workload]]:
+def needy_random(n: int, seeds: range) -> list[UOp]:
+    """Up to `n` seeded random expressions whose fast-rules result the full simplifier sends to egglog (about 1 in
+    400 of `random_batch`'s: rules.worth_saturating lets it through and a rule of the pruned fast-tier program
+    matches it), scanning the seeds in order: the expressions the per-expression e-graph budget is about."""
+    from rules import worth_saturating
+    from rules.eqsat import fast_tier_can_change
+    from rules.symbolic import simplify_fast
+
+    out: list[UOp] = []
+    for seed in seeds:
+        for e in random_batch(seed):
+            f = simplify_fast(e)
+            if worth_saturating(f) and fast_tier_can_change(f):
+                out.append(e)
+                if len(out) == n:
+                    return out
+    return out
+
+
+def build_workloads(needy_seeds: range = range(1000, 1240)) -> tuple[list[Workload], list[Workload]]:
     """(batches, per-expression pools)."""
     batches: list[Workload] = []
     kernels = kernel_batches()
@@ -204,4 +223,7 @@ def build_workloads() -> tuple[list[Workload], list[Workload]]:
     batches.append(Workload(f"random x{len(rnd)}", rnd))
     pool = list(dict.fromkeys(e for w in lanes for e in w.exprs))
     pools = [Workload(f"per-expr kernel {len(pool)}", pool), Workload(f"per-expr random {len(rnd)}", rnd)]
+    needy = needy_random(50, needy_seeds)
+    if needy:
+        pools.append(Workload(f"per-expr random needy {len(needy)}", needy))
     return batches, pools
