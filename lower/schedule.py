@@ -140,10 +140,8 @@ def split_decisions(roots: list[UOp]) -> dict[UOp, str]:
 def _schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp], SplitContext]:
     given = roots
     roots = _own_buffers(roots)
-    topo_index: dict[UOp, int] = {}
-    for r in roots:
-        for u in r.toposort():
-            topo_index.setdefault(u, len(topo_index))
+    # the graph's order, one walk for all the roots (a training step's hundred roots share most of their graph)
+    topo_index = {u: i for i, u in enumerate(UOp.toposort_of(roots))}
     split = decide(roots, topo_index)  # the decisions the nodes themselves settle: lower.split.realize_rules
     out_of = split.out_of  # realized node -> its BUFFER (node's shape); BUFFER leaves and assignment aliases
     stores = split.stores  # STORE -> the BUFFER it writes in place (AFTER nodes alias it)
@@ -181,7 +179,7 @@ def _own_buffers(roots: list[UOp]) -> list[UOp]:
     """`roots` with each store into a lazy value (rewrite.stores: AFTER(t, STORE(INDEX(t, i), ...)) with t not
     a BUFFER) given a fresh buffer: AFTER(B', STORE(INDEX(B', i), ...)) with B' = AFTER(B, STORE(B, t)), the
     copy of t that the stores then update in place."""
-    if not any(u.op is Ops.AFTER for r in roots for u in r.toposort()):
+    if not any(u.op is Ops.AFTER for u in UOp.toposort_of(roots)):
         return roots
     new: dict[UOp, UOp] = {}
     for u in UOp.sink(*roots).toposort():
@@ -302,8 +300,9 @@ def _order_with_stores(kernels: dict[UOp, ScheduleItem], stores: dict[UOp, UOp],
 
 def _localize(ast: UOp) -> ScheduleItem:
     """Renumber the kernel's GLOBAL buffers to local slots 0..n-1 (the output, read by STORE, is 0)."""
-    glob = [u for u in ast.toposort() if u.op is Ops.BUFFER and u.buf_arg.addrspace is AddrSpace.GLOBAL]
-    stores = [u for u in ast.toposort() if u.op is Ops.STORE]
+    topo = ast.toposort()
+    glob = [u for u in topo if u.op is Ops.BUFFER and u.buf_arg.addrspace is AddrSpace.GLOBAL]
+    stores = [u for u in topo if u.op is Ops.STORE]
     outs = list(dict.fromkeys(s.src[0].src[0] for s in stores if s.src[0].op is Ops.INDEX))
     order = outs + [b for b in glob if b not in outs]
     mapping = {b: UOp.buffer(i, b.dtype, b.shape, None) for i, b in enumerate(order)}
@@ -311,11 +310,13 @@ def _localize(ast: UOp) -> ScheduleItem:
         for b, local_buf in mapping.items():
             rec.derive(local_buf, b, "rangeify: a global buffer as the kernel's local slot")
     local = ast.substitute(mapping)
-    return ScheduleItem("kernel", tuple(order), local, kernel_name(local))
+    return ScheduleItem("kernel", tuple(order), local, kernel_name(local, topo))
 
 
-def kernel_name(ast: UOp) -> str:
-    topo = ast.toposort()
+def kernel_name(ast: UOp, topo: list[UOp] | None = None) -> str:
+    """`r_` (a kernel with a reduction) or `E_`, then its constant range sizes in graph order; `topo`, when
+    given, is the toposort of `ast` or of the same kernel before its buffers were renumbered."""
+    topo = ast.toposort() if topo is None else topo
     has_reduce = any(u.op is Ops.REDUCE for u in topo)
     dims = [str(u.src[0].value) for u in topo if u.op is Ops.RANGE and u.src[0].op is Ops.CONST]
     return ("r_" if has_reduce else "E_") + ("_".join(dims) or "1")
