@@ -45,6 +45,7 @@ kernels are built:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 from devices import target_for
 from lower.copyview import Part, concat_parts, copy_source
@@ -110,20 +111,22 @@ class BuildContext:
     _node: UOp | None = None
     _built: UOp | RealizePoint | None = None
     _fused: dict[UOp, None] = field(default_factory=dict)
-    _cat: list[Part] | bool | None = False  # False: not looked at yet
+    _cat: list[Part] | None = None
+    _cat_seen: bool = False
 
     def visit(self, node: UOp) -> None:
         """The worklist is about to build `node`: forget the previous node's build."""
-        self._node, self._built, self._fused, self._cat = node, None, {}, False
+        self._node, self._built, self._fused, self._cat, self._cat_seen = node, None, {}, None, False
 
     def concat(self, node: UOp) -> list[Part] | None:
         """The pieces of `node` when it is a concatenation to fill by copies (not a COPY, and not when the
         graph has assignments: they order kernels by what they read), else None; looked at once per visit."""
         assert node is self._node, "BuildContext.concat: visit the node first"
-        if self._cat is False:
+        if not self._cat_seen:
             ok = self.parts.enabled and node.op is not Ops.COPY
             self._cat = concat_parts(node, self.split.out_of, self.parts.users) if ok else None
-        return self._cat  # type: ignore[return-value]  # False was replaced just above
+            self._cat_seen = True
+        return self._cat
 
     def flat(self, b: UOp) -> UOp:
         if (f := self._flats.get(b)) is None:
@@ -301,7 +304,7 @@ def decide_build(ctx: BuildContext, node: UOp) -> Decision | None:
     ctx.visit(node)
     m = build_rules.matcher(node.op)
     res = None if m is None else m(node, ctx)
-    return None if res is None else res[0]  # type: ignore[return-value]  # every rule here returns a Decision
+    return None if res is None else cast(Decision, res[0])  # what every rule here returns
 
 
 # ---------------------------------------------------------------------------- the assignment cycle, over the graph
