@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, cast
 from devices import target_for
 from lower.buffers import new_buffer
 from lower.copyview import View, copy_source
-from lower.rangeify import RealizePoint
+from lower.rangeify import RealizePoint, build_kernel
 from lower.split import SplitContext, decide
-from lower.split_build import BuildContext, Concats, Decision, break_cycle, decide_build, region
+from lower.split_build import BuildContext, Concats, Decision, break_cycle, decide_build, flat_buffer, region
 from rewrite import Ops, UOp
 from rewrite.dtype import AddrSpace
 from rewrite.errors import CompilerError
@@ -135,6 +135,34 @@ def split_decisions(roots: list[UOp]) -> dict[UOp, str]:
 
     _, graph = _graph_stages(roots)
     return _schedule_split(flat_roots(list(graph.src)))[2].decided
+
+
+def stale_kernels(roots: list[UOp]) -> list[str]:
+    """The kernels of `roots`' split that differ when built again against the split's final decisions (for each,
+    the rule that realized its node and the rules of the realized nodes it reads now but did not then): a
+    kernel built before a later decision realized a node of its region computes that node inline. Empty when
+    the split is a fixed point of its decisions, which deciding them all before building any kernel needs
+    (docs/pipeline.md); `python -m benchmarks.split_digest --fixed-point` reports it for the benchmark models."""
+    from lower.multi import flat_roots
+
+    _, graph = _graph_stages(roots)
+    items, _, split = _schedule_split(flat_roots(list(graph.src)))
+    out_of = split.out_of
+    built = {it.bufs[0]: it for it in items if it.kind == "kernel"}
+    shared = frozenset(n for n, r in split.decided.items() if r == "realize-shared-reduction")
+    out = []
+    for n, why in split.decided.items():
+        if n.op in (Ops.STORE, Ops.COPY) or (old := built.get(flat_buffer(out_of[n]))) is None:
+            continue
+        flat = {m: flat_buffer(b) for m, b in out_of.items() if m is not n}
+        ast = build_kernel(n, flat_buffer(out_of[n]), flat, {}, shared)
+        if isinstance(ast, RealizePoint) or _localize(ast).ast is not old.ast:
+            reads = {flat_buffer(out_of[u]) for u in region(n, out_of) if u in out_of and u is not n}
+            new = sorted(split.decided.get(u, "?") for u in region(n, out_of)
+                         if u in out_of and u is not n and flat_buffer(out_of[u]) not in old.bufs)
+            out.append(f"{why} {n.op.name}{n.shape}: reads {len(reads)} buffers now, "
+                       f"{len(old.bufs) - 1} then; newly read: {', '.join(new) or '-'}")
+    return out
 
 
 def _schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp], SplitContext]:
