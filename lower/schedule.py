@@ -207,8 +207,8 @@ def _own_buffers(roots: list[UOp]) -> list[UOp]:
     """`roots` with each store into a lazy value (rewrite.stores: AFTER(t, STORE(INDEX(t, i), ...)) with t not
     a BUFFER) given a fresh buffer: AFTER(B', STORE(INDEX(B', i), ...)) with B' = AFTER(B, STORE(B, t)), the
     copy of t that the stores then update in place."""
-    if not any(u.op is Ops.AFTER for u in UOp.toposort_of(roots)):
-        return roots
+    if not any(u.op is Ops.AFTER and u.src[0].op not in (Ops.BUFFER, Ops.AFTER) for u in UOp.toposort_of(roots)):
+        return roots  # nothing to rewrite (an optimizer's assignments all store into buffers)
     new: dict[UOp, UOp] = {}
     for u in UOp.sink(*roots).toposort():
         src = tuple(new.get(s, s) for s in u.src)

@@ -45,6 +45,7 @@ kernels are built:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import cast
 
 from devices import target_for
@@ -108,6 +109,7 @@ class BuildContext:
     inline: dict[UOp, dict[UOp, None]] = field(default_factory=dict)
     shared: dict[UOp, None] = field(default_factory=dict)
     _flats: dict[UOp, UOp] = field(default_factory=dict)
+    _flat_of: dict[UOp, UOp] = field(default_factory=dict)
     _node: UOp | None = None
     _built: UOp | RealizePoint | None = None
     _fused: dict[UOp, None] = field(default_factory=dict)
@@ -133,14 +135,23 @@ class BuildContext:
             f = self._flats[b] = flat_buffer(b)
         return f
 
+    def buffers(self) -> dict[UOp, UOp]:
+        """Every realized node (and BUFFER leaf) -> the 1-D view of its buffer, what the kernels read: kept as
+        `split.out_of` grows (it only grows, in order), not made again per kernel. The node being built may be
+        in it: rangeify loads a realized node only below the kernel's root."""
+        out_of, flat = self.split.out_of, self._flat_of
+        if len(flat) != len(out_of):
+            for n, b in islice(out_of.items(), len(flat), None):
+                flat[n] = self.flat(b)
+        return flat
+
     def kernel(self, node: UOp) -> UOp | RealizePoint:
         """The kernel AST of `node` against the realized nodes (or the realize point its build met), built once
         per visit. A STORE gets the assignment's kernel (in place into its target)."""
         assert node is self._node, "BuildContext.kernel: visit the node first"
         if self._built is None:
-            out_of = self.split.out_of
-            flat = {n: self.flat(b) for n, b in out_of.items() if n is not node}
-            flat_out = flat_buffer(out_of[node])
+            flat = self.buffers()
+            flat_out = flat[node]
             if node.op is not Ops.STORE:
                 self._built = build_kernel(node, flat_out, flat, self._fused, frozenset(self.shared))
             elif (st := indexed_store(node)) is None:  # CONTIGUOUS at the top: a realized value is loaded
