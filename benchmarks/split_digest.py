@@ -6,7 +6,10 @@ the transformer training step and the MLP training step (benchmarks.train_models
 the jit), the kernel count and one sha256 over every schedule item in order (each kernel's AST structural hash,
 each copy's kind and views). `--time N` also times `lower.schedule.schedule` on the BERT --quick graph and on
 the transformer step's graphs: the least and the median CPU time of N calls each (the roots are built once;
-every call splits them anew).
+every call splits them anew). `--fixed-point` also builds every kernel again against the split's final
+decisions and counts the kernels that come out different (a kernel built before a node in its region was
+realized by a later decision computes that node inline): zero when the split is a fixed point of its decisions,
+the condition for deciding them all before any kernel is built without changing a kernel.
 Run it on the code before and after a change and compare the lines.
 """
 
@@ -85,11 +88,12 @@ def _times(fn: Any, n: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    from lower.schedule import schedule
+    from lower.schedule import schedule, stale_kernels
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--time", type=int, default=0, help="also time the split: median of N calls")
     ap.add_argument("--no-full", action="store_true", help="skip the full-size BERT")
+    ap.add_argument("--fixed-point", action="store_true", help="count kernels built against stale decisions")
     args = ap.parse_args()
     quick = bert_roots(True)
     cases: dict[str, list[list[UOp]]] = {"bert --quick": [quick]}
@@ -100,6 +104,12 @@ def main() -> None:
     for name, batches in cases.items():
         k, d = digest([schedule(r)[0] for r in batches])
         print(f"{name:18s} kernels {k:4d} digest {d}", flush=True)
+    if args.fixed_point:
+        for name, batches in cases.items():
+            stale = [s for r in batches for s in stale_kernels(r)]  # lower.schedule
+            print(f"{name:18s} kernels built before a later decision changed them: {len(stale)}", flush=True)
+            for line in stale:
+                print(f"    {line}", flush=True)
     if args.time:
         for name in ("bert --quick", "transformer step"):
             batches = cases[name]

@@ -22,9 +22,10 @@ below this module: `Lowering.from_env(target)` reads the knobs once, and everyth
 The scheduler's own bookkeeping (buffers for realized nodes, the memory plan) stays in lower.schedule and
 lower.memory. The kernel split's decisions are named rules (lower.split): `realize_rules`, a RuleSet over the
 whole graph, realizes what a node's own op settles (roots, CONTIGUOUS, COPY and its source, assignments, a
-resizing BITCAST's source); the decisions that depend on the kernels around a node are still taken by the
-worklist in lower.schedule while lower.rangeify builds each kernel (it asks for a realize by exception, naming
-the rule), and are recorded under their rule names beside the first ones (`lower.schedule.split_decisions`).
+resizing BITCAST's source); the decisions that depend on the kernels around a node are the rules of
+lower.split_build, applied to each node as lower.schedule's worklist builds its kernel (the worklist only builds
+and carries the decisions out), and are recorded under their rule names beside the first ones
+(`lower.schedule.split_decisions`).
 """
 
 from __future__ import annotations
@@ -295,9 +296,10 @@ PIPELINE: tuple[Stage, ...] = (
     Stage("split-reduce", "graph", "function: picks which reductions to split by their sizes", "tensor",
           split_reduce, "large reductions with small outputs become two kernels"),
     Stage("rangeify", "graph", "lower.split.realize_rules (what a node's op settles; the typed SplitContext "
-          "carries the graph's order, computed once) + function: what depends on the kernels around a node "
-          "(reduce in a reduction's loop, expensive broadcast, limits, shared reductions) is still decided by "
-          "lower.schedule's worklist as it builds kernels (lower.rangeify), each decision named as a rule",
+          "carries the graph's order, computed once) + lower.split_build.build_rules (what depends on the "
+          "kernels around a node: limits, realize points, store values, shared reductions), applied to each "
+          "node as lower.schedule's worklist builds its kernel (lower.rangeify) + lower.split_build.cycle_rules "
+          "(cycles of assignments, over the whole graph)",
           "kernel", rangeify, "kernel split; movement ops become index math over RANGEs"),
     Stage("symbolic", "kernel", "rules.symbolic + rules.eqsat (e-graph, batched per kernel)", "kernel", symbolic,
           "index arithmetic simplified"),

@@ -12,18 +12,20 @@ takes are the ones a node's own op and sources settle:
   realize-assign            AFTER(t, STORE(t, v), ...): the STORE writes t's BUFFER in place (AFTER aliases it)
   realize-bitcast-source    the source of a BITCAST that changes the element size (read as raw memory)
 
-The decisions that depend on the kernels around a node are taken while the kernels are built (lower.schedule's
-worklist) and recorded in the same `decided` map under their rule names. The first three are the realize-point
-rules of rules.rangeify (`realize_point_rules`), applied by rangeify at every site of a kernel with the site as
-their typed context; the build returns the rule's `RealizePoint` and the worklist realizes that node first:
+The decisions that depend on the kernels around a node are rules of lower.split_build (applied while the
+kernels are built; lower.schedule's worklist only builds and carries their decisions out) and of rules.rangeify
+(the realize points, applied by rangeify at every site of a kernel with the site as their typed context; the
+build returns the rule's `RealizePoint`). All are recorded in the same `decided` map under their rule names:
 
   realize-reduce-in-reduce-loop    a REDUCE its consumer would evaluate inside another reduction's loop
   realize-expensive-broadcast      transcendental/division work broadcast into a reduction's loop
   realize-bitcast-source           (again) a resizing BITCAST's source that the rules above left lazy
+  realize-copy-source              (again) a COPY's or a concatenation's source not realized yet
   realize-over-limits              the cut that keeps a kernel within its Target's max_args / max_kernel_ops
   realize-shared-reduction         a REDUCE (or a value combining one) that more than one kernel would compute
   realize-store-value              an assignment's value that reads its target elsewhere than where it writes
-  realize-assign-cycle             a store's value computed first to break a cycle of assignments
+  realize-assign-cycle             a store's value computed first to break a cycle of assignments (a rule run
+                                   over the whole graph once the kernels are built)
 
 The context carries the graph's topological order, computed once by the caller: the order in which the
 realized nodes get their buffers follows it, so buffer numbering and the kernels do not depend on the walk.
@@ -39,7 +41,7 @@ from rewrite.errors import CompilerError
 from rewrite.stores import indexed_store
 from rules.rangeify import EXPENSIVE_BROADCAST, REDUCE_IN_REDUCE_LOOP
 
-# the rules the worklist applies (lower.schedule), by name; the realize points are rules.rangeify's
+# the rules of lower.split_build, by name; the realize points are rules.rangeify's
 OVER_LIMITS = "realize-over-limits"
 SHARED_REDUCTION = "realize-shared-reduction"
 STORE_VALUE = "realize-store-value"

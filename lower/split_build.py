@@ -1,0 +1,361 @@
+"""The kernel split's decisions that depend on the kernels around a node, as named rules with a typed context.
+
+lower.split's `realize_rules` settle what a node's own op decides, over the whole graph, before any kernel is
+built. What is left depends on the kernels: which nodes a kernel would fuse, which buffers it would read, where
+a node is read inside it, which other kernels compute the same thing, in which order the kernels can run. Those
+decisions are the rules here. Each one returns a `Decision` (the nodes to realize, under the rule's name, and
+the kernels to build again reading them); lower.schedule's worklist only builds kernels and carries the
+decisions out, it decides nothing itself.
+
+`build_rules` (context `BuildContext`) are applied by the worklist to each realized node it is about to build,
+through the rule set's matcher (the first rule that fires decides), before its kernel is accepted:
+
+  realize-copy-source            a COPY's source that is not realized (a copy moves a buffer)
+  realize-concat-source          the pieces of a concatenation (filled by copies into windows of its buffer)
+                                 that are not realized; recorded as realize-copy-source
+  realize-over-limits            the cut that keeps a kernel within its Target's max_args / max_kernel_ops
+                                 (`split_point`, from the node's fused region: the global fact it needs is the
+                                 set of realized nodes, which the context holds)
+  realize-point                  a realize point the kernel's build met (rules.rangeify's realize_point_rules:
+                                 realize-reduce-in-reduce-loop, realize-expensive-broadcast, realize-bitcast-source;
+                                 recorded under that rule's own name)
+  realize-store-value            an assignment's value that reads its target elsewhere than where it writes
+  realize-shared-reduction       a REDUCE (or a value combining one) that another kernel computes inline too: the
+                                 global fact is which nodes every kernel built so far fuses (`BuildContext.inline`)
+
+The kernel a rule inspects is built once per visit and cached in the context (`BuildContext.kernel`): the
+realize-point, store-value and shared-reduction rules read the same build, and the worklist keeps it when no rule
+fires.
+
+They are applied node by node, at the worklist's step, and not in one pass over the graph before the kernels
+exist: a kernel's region depends on the decisions taken before it is built, and the split is not a fixed point
+of its own decisions (rebuilding every kernel of the transformer training step against the final decisions
+changes two of them), so deciding in another order would change the kernels.
+
+`cycle_rules` (context `CycleContext`) run by `graph_rewrite(..., walk=True)` over the whole graph once the
+kernels are built:
+
+  realize-assign-cycle           a store's value computed first to break a cycle of assignments (two assignments
+                                 that each read the other's old value). The global fact, the stores left on a
+                                 cycle by the kernel order (lower.schedule._order_with_stores), is computed once
+                                 per round by the caller and held in the context; of the stores on it whose
+                                 value is not realized, the first in the graph's topological order is chosen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import cast
+
+from devices import target_for
+from lower.copyview import Part, concat_parts, copy_source
+from lower.rangeify import _ELEMENTWISE, EXPENSIVE, RealizePoint, build_kernel, build_store_kernel
+from lower.split import ASSIGN_CYCLE, OVER_LIMITS, SHARED_REDUCTION, STORE_VALUE, SplitContext
+from rewrite import Ops, Rule, RuleSet, UOp, graph_rewrite, op
+from rewrite.errors import CompilerError
+from rewrite.stores import indexed_store
+
+COPY_SOURCE = "realize-copy-source"
+
+_COUNTED = _ELEMENTWISE | {Ops.CAST, Ops.BITCAST, Ops.REDUCE}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a rule decided: `nodes` are realized (recorded under `rule`), and the kernels of `again` are dropped
+    and built again after them, reading them. `shared`: the nodes are statistics several kernels read
+    (realize-shared-reduction): they get their buffers at once and the builder is told about them."""
+
+    rule: str
+    nodes: tuple[UOp, ...]
+    again: tuple[UOp, ...]
+    shared: bool = False
+
+
+def flat_buffer(buf: UOp) -> UOp:
+    """The 1-D view of a BUFFER that kernels index."""
+    if len(buf.shape) == 1:
+        return buf
+    n: int | UOp = 1
+    for d in buf.shape:
+        n = d * n if isinstance(d, UOp) else n * d
+    return UOp(Ops.BUFFER, (UOp.shape_operand((n,)),), buf.buf_arg)
+
+
+@dataclass
+class Concats:
+    """The copies that fill a realized concatenation before its last one (which stands in `kernels`), the COPYs
+    they read straight from their sources, and how many nodes use each node (a COPY used once can be absorbed)."""
+
+    users: dict[UOp, int]
+    enabled: bool = True
+    before: dict[UOp, list] = field(default_factory=dict)  # node -> its ScheduleItems (lower.schedule)
+    absorbed: set[UOp] = field(default_factory=set)
+
+
+@dataclass
+class BuildContext:
+    """The typed context of `build_rules`: the split so far (`split`: realized nodes and their buffers), the
+    kernels built (`kernels`), what each kernel computes inline (`inline`), the statistics realized because
+    several kernels read them (`shared`), and the device a node without one runs on. `kernel(node)` is the
+    cached build of the node being visited (`visit` resets it); `concat(node)` likewise its pieces when it is a
+    concatenation (lower.copyview.concat_parts: copies into windows of its buffer, no kernel)."""
+
+    split: SplitContext
+    device: str
+    parts: Concats
+    kernels: dict[UOp, object] = field(default_factory=dict)  # realized node -> its ScheduleItem (lower.schedule)
+    inline: dict[UOp, dict[UOp, None]] = field(default_factory=dict)
+    shared: dict[UOp, None] = field(default_factory=dict)
+    _flats: dict[UOp, UOp] = field(default_factory=dict)
+    _flat_of: dict[UOp, UOp] = field(default_factory=dict)
+    _node: UOp | None = None
+    _built: UOp | RealizePoint | None = None
+    _fused: dict[UOp, None] = field(default_factory=dict)
+    _cat: list[Part] | None = None
+    _cat_seen: bool = False
+
+    def visit(self, node: UOp) -> None:
+        """The worklist is about to build `node`: forget the previous node's build."""
+        self._node, self._built, self._fused, self._cat, self._cat_seen = node, None, {}, None, False
+
+    def concat(self, node: UOp) -> list[Part] | None:
+        """The pieces of `node` when it is a concatenation to fill by copies (not a COPY, and not when the
+        graph has assignments: they order kernels by what they read), else None; looked at once per visit."""
+        assert node is self._node, "BuildContext.concat: visit the node first"
+        if not self._cat_seen:
+            ok = self.parts.enabled and node.op is not Ops.COPY
+            self._cat = concat_parts(node, self.split.out_of, self.parts.users) if ok else None
+            self._cat_seen = True
+        return self._cat
+
+    def flat(self, b: UOp) -> UOp:
+        if (f := self._flats.get(b)) is None:
+            f = self._flats[b] = flat_buffer(b)
+        return f
+
+    def buffers(self) -> dict[UOp, UOp]:
+        """Every realized node (and BUFFER leaf) -> the 1-D view of its buffer, what the kernels read: kept as
+        `split.out_of` grows (it only grows, in order), not made again per kernel. The node being built may be
+        in it: rangeify loads a realized node only below the kernel's root."""
+        out_of, flat = self.split.out_of, self._flat_of
+        if len(flat) != len(out_of):
+            for n, b in islice(out_of.items(), len(flat), None):
+                flat[n] = self.flat(b)
+        return flat
+
+    def kernel(self, node: UOp) -> UOp | RealizePoint:
+        """The kernel AST of `node` against the realized nodes (or the realize point its build met), built once
+        per visit. A STORE gets the assignment's kernel (in place into its target)."""
+        assert node is self._node, "BuildContext.kernel: visit the node first"
+        if self._built is None:
+            flat = self.buffers()
+            flat_out = flat[node]
+            if node.op is not Ops.STORE:
+                self._built = build_kernel(node, flat_out, flat, self._fused, frozenset(self.shared))
+            elif (st := indexed_store(node)) is None:  # CONTIGUOUS at the top: a realized value is loaded
+                self._built = build_kernel(UOp(Ops.CONTIGUOUS, (node.src[1],)), flat_out, flat)
+            else:
+                self._built = build_store_kernel(st.view, node.src[1], flat_out, flat)
+        return self._built
+
+    def fused(self, node: UOp) -> dict[UOp, None]:
+        """What `node`'s kernel computes inline that several kernels might share (build_kernel's `fused`)."""
+        self.kernel(node)
+        return self._fused
+
+
+def kernel_limits(device: str) -> tuple[int, int]:
+    """The bounds on one kernel of the device's target: (buffer arguments, fused ops); see devices.base.Target."""
+    try:
+        t = target_for(device)
+    except CompilerError:
+        return (1 << 30, 1 << 30)
+    return t.max_args, t.max_kernel_ops
+
+
+def _op_weight(u: UOp) -> int:
+    if u.op in EXPENSIVE:
+        return 16
+    return 1 if u.op in _COUNTED else 0
+
+
+def region(node: UOp, realized: dict[UOp, UOp]) -> list[UOp]:
+    """The nodes that fuse into `node`'s kernel, sources before users: everything below it down to (and
+    including, as leaves) realized nodes and buffers."""
+    order: list[UOp] = []
+    seen: set[UOp] = set()
+    stack: list[tuple[UOp, bool]] = [(node, False)]
+    while stack:
+        u, done = stack.pop()
+        if done:
+            order.append(u)
+            continue
+        if u in seen:
+            continue
+        seen.add(u)
+        stack.append((u, True))
+        if u is node or u not in realized:
+            stack.extend((s, False) for s in u.src if s not in seen)
+    return order
+
+
+def split_point(node: UOp, realized: dict[UOp, UOp], max_args: int, max_ops: int) -> UOp | None:
+    """A node to realize first when `node`'s kernel would exceed the device's limits (more than `max_args`
+    buffers counting its output, or ops weighing more than `max_ops`), else None. It is the heaviest source of
+    the first node (sources first) whose fused subgraph goes over a limit, so the cut leaves kernels near the
+    limits; the kernel for `node` is then built again reading it, and cut again if still too big."""
+    order = region(node, realized)
+    leaves = [u for u in order if u in realized and u is not node]
+    if len(leaves) + 1 <= max_args and sum(_op_weight(u) for u in order) <= max_ops:
+        return None
+    # per node: the buffers it reads (capped just over the limit) and its ops counted along every path (an
+    # overestimate where subgraphs are shared, only used to place the cut)
+    bufs: dict[UOp, frozenset[UOp]] = {}
+    ops: dict[UOp, int] = {}
+    for u in order:
+        if u in realized and u is not node:
+            bufs[u], ops[u] = frozenset((u,)), 0
+            continue
+        b: frozenset[UOp] = frozenset()
+        n = _op_weight(u)
+        for s in u.src:
+            if len(b) <= max_args:
+                b = b | bufs[s]
+            n = min(n + ops[s], max_ops + 1)
+        bufs[u], ops[u] = b, n
+        if len(b) + 1 > max_args or n > max_ops:
+            inner = [s for s in u.src if s not in realized and s is not node and (ops[s] or bufs[s])]
+            if not inner:
+                return None  # one op over too many buffers directly: nothing to cut
+            cut = max(inner, key=lambda s: (len(bufs[s]) / max_args) + ops[s] / max_ops)
+            while cut.op is Ops.EXPAND and cut.src[0] not in realized:  # realize the smaller tensor
+                cut = cut.src[0]
+            return cut
+    return None
+
+
+# ---------------------------------------------------------------------------- the rules applied while building
+
+
+def _copy_source(ctx: BuildContext, n: UOp) -> Decision | None:
+    src = copy_source(n)[0]
+    return None if src in ctx.split.out_of else Decision(COPY_SOURCE, (src,), (n,))
+
+
+def _concat_source(ctx: BuildContext, n: UOp) -> Decision | None:
+    """A concatenation's pieces are copied from their sources' buffers: the sources not realized yet are."""
+    if (cat := ctx.concat(n)) is None:
+        return None
+    missing = tuple(src for src, _, _, _ in cat if src not in ctx.split.out_of)
+    return Decision(COPY_SOURCE, missing, (n,)) if missing else None
+
+
+def _over_limits(ctx: BuildContext, n: UOp) -> Decision | None:
+    if ctx.concat(n) is not None:  # copies, no kernel
+        return None
+    dev = n.device if isinstance(n.device, str) else ctx.device
+    cut = split_point(n, ctx.split.out_of, *kernel_limits(dev))
+    return None if cut is None else Decision(OVER_LIMITS, (cut,), (n,))
+
+
+def _realize_point(ctx: BuildContext, n: UOp) -> Decision | None:
+    if ctx.concat(n) is not None:
+        return None
+    built = ctx.kernel(n)
+    return Decision(built.rule, (built.node,), (n,)) if isinstance(built, RealizePoint) else None
+
+
+def _store_value(ctx: BuildContext, n: UOp) -> Decision | None:
+    """Writing in place is wrong when the value reads the target anywhere but at the element being written (a
+    flip, a matmul, a shift): it would change elements still to be read. Then the value is realized first."""
+    ast = ctx.kernel(n)
+    assert not isinstance(ast, RealizePoint)  # realize-point fires first
+    st = indexed_store(n)
+    value = n.src[1] if st is None else st.value
+    flat_out = ctx.flat(ctx.split.out_of[n])
+    topo = ast.toposort()
+    written = {u.src[0] for u in topo if u.op is Ops.STORE}
+    reads = {u for u in topo if u.op is Ops.INDEX and u.src[0] is flat_out and u not in written}
+    if reads - written and value not in ctx.split.out_of:
+        return Decision(STORE_VALUE, (value,), (n,))
+    return None
+
+
+def _shared_reduction(ctx: BuildContext, n: UOp) -> Decision | None:
+    """What `n`'s kernel computes inline that a kernel built before computes inline too is realized once, and
+    every kernel that computes it is built again reading it."""
+    if ctx.concat(n) is not None:
+        return None
+    fused = ctx.fused(n)
+    shared = [r for r in fused if any(r in f for k, f in ctx.inline.items() if k is not n)]
+    if not shared:
+        return None
+    users = [k for k, f in ctx.inline.items() if k is not n and any(r in f for r in shared)]
+    return Decision(SHARED_REDUCTION, tuple(shared), (*users, n), shared=True)
+
+
+_KERNELS = frozenset(Ops) - {Ops.STORE, Ops.COPY}
+
+# fmt: off
+build_rules = RuleSet("split-build", [
+    Rule(COPY_SOURCE, op.COPY(name="n"), _copy_source),
+    Rule("realize-concat-source", op[_KERNELS](name="n"), _concat_source),
+    Rule(OVER_LIMITS, op[_KERNELS](name="n"), _over_limits),
+    Rule("realize-point", op[_KERNELS | {Ops.STORE}](name="n"), _realize_point),
+    Rule(STORE_VALUE, op.STORE(name="n"), _store_value),
+    Rule(SHARED_REDUCTION, op[_KERNELS](name="n"), _shared_reduction),
+])
+# fmt: on
+
+
+def decide_build(ctx: BuildContext, node: UOp) -> Decision | None:
+    """The decision `build_rules` take on `node` (the first rule that fires), or None: its kernel stands."""
+    ctx.visit(node)
+    m = build_rules.matcher(node.op)
+    res = None if m is None else m(node, ctx)
+    return None if res is None else cast(Decision, res[0])  # what every rule here returns
+
+
+# ---------------------------------------------------------------------------- the assignment cycle, over the graph
+
+
+@dataclass
+class CycleContext:
+    """The typed context of `cycle_rules`: the stores the kernel order left on a cycle (`stuck`, a graph
+    analysis computed once per round by lower.schedule._order_with_stores), the realized nodes, the graph's
+    topological order (computed once, lower.split.SplitContext.topo_index) and the decision taken."""
+
+    stuck: frozenset[UOp]
+    out_of: dict[UOp, UOp]
+    topo_index: dict[UOp, int]
+    decision: Decision | None = None
+
+
+def _assign_cycle(ctx: CycleContext, s: UOp) -> None:
+    """A store on a cycle whose value is not realized yet: the one first in graph order is chosen."""
+    if s not in ctx.stuck or s.src[1] in ctx.out_of:
+        return
+    if ctx.decision is None or ctx.topo_index[s] < ctx.topo_index[ctx.decision.again[0]]:
+        ctx.decision = Decision(ASSIGN_CYCLE, (s.src[1],), (s,))
+
+
+cycle_rules = RuleSet("split-cycle", [Rule(ASSIGN_CYCLE, op.STORE(name="s"), _assign_cycle)])
+
+
+def break_cycle(roots: list[UOp], stuck: list[UOp], out_of: dict[UOp, UOp], topo_index: dict[UOp, int]) -> Decision:
+    """The decision `cycle_rules` take over the graph of `roots` given the stores left on a cycle (the value of
+    the first such store in graph order whose value is not realized yet is computed first); a clear error when
+    every such store's value is realized already (no temporary can help)."""
+    ctx = CycleContext(frozenset(stuck), out_of, topo_index)
+    graph_rewrite(UOp.sink(*roots), cycle_rules, ctx, name="split-cycle", walk=True)
+    if ctx.decision is None:
+        raise CompilerError("assign: a kernel reads a buffer both before and after an assignment to it, so no "
+                            "order of the kernels is right; realize one of the two values first "
+                            "(x.contiguous().realize())")
+    return ctx.decision
+
+
+__all__ = ["COPY_SOURCE", "BuildContext", "Concats", "CycleContext", "Decision", "break_cycle", "build_rules",
+           "cycle_rules", "decide_build", "flat_buffer", "kernel_limits", "region", "split_point"]
