@@ -9,7 +9,8 @@ All float32, inputs standard normal from a fixed seed, built with `tensor.Tensor
 
 For each case:
   cold    the first realize (graph, schedule, lowering, C compile, run) in a fresh subprocess with CACHE=0, so
-          no kernel or e-graph comes from disk; `compile` is that minus the same process's next realize;
+          no kernel or e-graph comes from disk (the generated rule matchers' bytecode does, as Python's own .pyc
+          files do: rewrite.codecache); `compile` is that minus the same process's next realize;
           `lower/k` is the Python lowering per kernel within it (graph in, C source out, the compiler excluded:
           benchmarks.kernel_worker.split_ours), and the summary gives its median over the cases;
           `+import` adds the engine's own import in that process (`import tensor` / `import tinygrad`): the time

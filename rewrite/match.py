@@ -13,7 +13,8 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
-from rewrite.dsl import _ANY, Pat, Rule
+from rewrite import codecache
+from rewrite.dsl import _ANY, Pat, Rule, params_of
 from rewrite.errors import EvalError, RuleError
 from rewrite.ops import Ops
 
@@ -222,12 +223,22 @@ def _walk_pat(p: Pat) -> list[Pat]:
 
 
 def _params_of(fn: Callable[..., object]) -> list[str]:
-    import inspect
-
-    return list(inspect.signature(fn).parameters)
+    return params_of(fn)
 
 
-_CODE: dict[str, types.CodeType] = {}  # generated matcher source -> its compiled code
+_CODE: dict[str, types.CodeType] = {}  # generated matcher source -> the code of its `_match` function
+
+
+def _function_code(src: str) -> types.CodeType:
+    """The code of the `_match` function `src` defines: from memory, from the disk cache (rewrite.codecache, which
+    verifies what it reads), else compiled (and kept on disk for the next process)."""
+    if (code := _CODE.get(src)) is None:
+        key = codecache.source_key(src)
+        if (module := codecache.load(src, key)) is None:
+            module = compile(src, "<rules>", "exec")
+            codecache.store(src, module, key)
+        code = _CODE[src] = next(c for c in module.co_consts if isinstance(c, types.CodeType))
+    return code
 
 
 def compile_matcher(rules: RuleSet, op: Ops) -> Matcher | None:
@@ -243,12 +254,9 @@ def compile_matcher(rules: RuleSet, op: Ops) -> Matcher | None:
     g.emit(1, "return None")
     src = "\n".join(g.lines)
     # one rule set is often part of others (symbolic inside symbolic+x, a device's rules inside its renderer's),
-    # whose matchers for an op come out the same text: compiled once (the code is the text's; the objects it
-    # names come from this rule set's own globals; a traceback names the rule set it was first compiled for)
-    if (code := _CODE.get(src)) is None:
-        code = _CODE[src] = compile(src, f"<rules {rules.name} on {op.name}>", "exec")
-    exec(code, g.globals)  # the generated matcher; its source is kept on the function (fn.source)
-    fn = g.globals["_match"]
-    assert isinstance(fn, types.FunctionType)
-    fn.__dict__["source"] = src
+    # whose matchers for an op come out the same text: compiled once, and kept on disk for later processes; the
+    # objects the code names are this rule set's own (its globals), and so is the file name tracebacks show
+    code = _function_code(src).replace(co_filename=f"<rules {rules.name} on {op.name}>")
+    fn = types.FunctionType(code, g.globals, "_match")
+    fn.__dict__["source"] = src  # the generated matcher's source, for debugging
     return fn
