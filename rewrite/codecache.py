@@ -1,22 +1,19 @@
-"""A disk cache of the generated rule matchers' Python bytecode, like Python's own `.pyc` files.
+"""A disk cache of generated Python code (the rule matchers' bytecode), like Python's own `.pyc` files.
 
-Every process used to compile each generated matcher (rewrite.match) from its source text: `compile()` of the
-matchers a first realize needs took ~10-25 ms, inside the first kernels' lowering. Here the compiled code of a
-matcher's source is kept on disk under `rewrite.env.cache_dir()/matchers`, one file per source text:
+Every process used to generate and compile each rule matcher it needs (rewrite.match): for the matchers of a first
+realize that took ~15-35 ms, inside the first kernels' lowering. rewrite.match_cache keys each matcher by the
+shape of its rules and keeps (code, where its names come from, source) here, under
+`rewrite.env.cache_dir()/matchers`, one file per key:
 
-  name     sha256(source) and the interpreter's bytecode tag (`sys.implementation.cache_tag`), so another source or
-           another Python never reads the file
-  content  MAGIC, importlib.util.MAGIC_NUMBER (the bytecode format), the full sha256 of the source, the sha256 of
-           the payload, then the payload: the marshal'd code object
+  name     the key's hex and the interpreter's bytecode tag (`sys.implementation.cache_tag`), so another Python
+           never reads the file
+  content  MAGIC, importlib.util.MAGIC_NUMBER (the bytecode format), the full 32-byte key, the sha256 of the
+           payload, then the payload: the marshal'd value
 
-A file is trusted only when all of that checks out: a wrong magic, another bytecode format or source hash (a
-renamed or colliding file), a payload whose digest differs (truncated, damaged), or a payload that does not
-unmarshal to a code object, is a miss: the source is compiled again and the file written anew. Files are written
-whole to a temporary name and renamed (a concurrent process sees no file or the whole file).
-
-What the key is: the source text, which is the generated code (the rule set's content as the generator reads it),
-so an entry never goes stale; the objects the code names (patterns' constants, guards, right-hand sides) are
-bound afresh from the live rule set each time (rewrite.match), never read from disk.
+A file is trusted only when all of that checks out: a wrong magic, another bytecode format or key (a renamed or
+colliding file), a payload whose digest differs (truncated, damaged) or that does not unmarshal, is a miss (and
+the caller checks the value's form too): the matcher is generated again and the file written anew. Files are
+written whole to a temporary name and renamed (a concurrent process sees no file or the whole file).
 
 Like Python's bytecode cache, it is read always and written unless `sys.dont_write_bytecode`
 (PYTHONDONTWRITEBYTECODE) is set; CACHE=0, which turns off the caches of results (compiled kernels, search and
@@ -30,10 +27,10 @@ import hashlib
 import marshal
 import os
 import sys
-import types
 from importlib.util import MAGIC_NUMBER
+from typing import Any
 
-from rewrite.env import cache_dir
+from rewrite.env import cache_dir, knob_str
 
 MAGIC = b"uopcMC01"
 _DIGEST = 32
@@ -42,26 +39,27 @@ MAX_FILES = 4096  # past this many files, the oldest half is removed (a rule edi
 _swept: list[bool] = []
 
 
+_made: dict[str, str | None] = {}  # CACHEDIR's value -> the directory made under it (None: cannot be made)
+
+
 def _dir() -> str | None:
-    try:
-        d = os.path.join(cache_dir(), "matchers")
-        os.makedirs(d, exist_ok=True)
-        return d
-    except OSError:
-        return None
+    where = knob_str("CACHEDIR")
+    if where not in _made:
+        try:
+            d = os.path.join(cache_dir(), "matchers")
+            os.makedirs(d, exist_ok=True)
+            _made[where] = d
+        except OSError:
+            _made[where] = None
+    return _made[where]
 
 
 def _path(d: str, key: bytes) -> str:
     return os.path.join(d, f"{key.hex()[:40]}.{sys.implementation.cache_tag}.code")
 
 
-def source_key(src: str) -> bytes:
-    return hashlib.sha256(src.encode()).digest()
-
-
-def load(src: str, key: bytes | None = None) -> types.CodeType | None:
-    """The cached code of `src`, or None when there is none that verifies."""
-    key = key or source_key(src)
+def load(key: bytes) -> object | None:
+    """The value stored under `key` (32 bytes), or None when there is none that verifies."""
     d = _dir()
     if d is None:
         return None
@@ -74,22 +72,20 @@ def load(src: str, key: bytes | None = None) -> types.CodeType | None:
     if head != MAGIC + MAGIC_NUMBER + key + hashlib.sha256(payload).digest():
         return None
     try:
-        code = marshal.loads(payload)
+        return marshal.loads(payload)
     except (ValueError, EOFError, TypeError):
         return None
-    return code if isinstance(code, types.CodeType) else None
 
 
-def store(src: str, code: types.CodeType, key: bytes | None = None) -> None:
-    """Keep `code`, compiled from `src`, for the next process (nothing when bytecode writing is off or the cache
-    directory cannot be written)."""
+def store(key: bytes, value: Any) -> None:
+    """Keep `value` (marshal-able: code objects, tuples, strings, numbers) under `key` for the next process (nothing
+    when bytecode writing is off or the cache directory cannot be written)."""
     if sys.dont_write_bytecode:
         return
-    key = key or source_key(src)
     d = _dir()
     if d is None:
         return
-    payload = marshal.dumps(code)
+    payload = marshal.dumps(value)
     path = _path(d, key)
     tmp = f"{path}.{os.getpid()}.tmp"
     try:

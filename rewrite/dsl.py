@@ -237,7 +237,7 @@ def _check_callable(fn: Callable[..., object], what: str, caps: Iterable[str] | 
 class Rule:
     """A named rewrite: `lhs` pattern, `rhs` template/number/callable, optional guard `when`."""
 
-    __slots__ = ("doc", "lhs", "location", "name", "removes", "rhs", "rhs_params", "when", "when_params")
+    __slots__ = ("doc", "lhs", "location", "name", "removes", "rhs", "rhs_params", "shape", "when", "when_params")
 
     def __init__(self, name: str, lhs: Pat, rhs: Pat | Number | Callable[..., object],
                  when: Callable[..., object] | None = None, removes: Ops | None = None, doc: str = "") -> None:
@@ -246,6 +246,7 @@ class Rule:
         if not isinstance(lhs, Pat) or lhs.kind == "fold":
             raise RuleError(f"rule {name!r}: the left-hand side must be a pattern, got {lhs!r}")
         self.name, self.lhs, self.when, self.removes, self.doc = name, lhs, when, removes, doc
+        self.shape: tuple[str, tuple[object, ...]] | None = None  # rewrite.match_cache.rule_shape, made on first use
         caps = lhs.captures()
         self.location = _caller()
         if isinstance(rhs, Pat):

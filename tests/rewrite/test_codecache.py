@@ -1,17 +1,18 @@
-"""The disk cache of generated matchers' bytecode (rewrite.codecache): a later process loads what an earlier one
-compiled, and a file that is damaged, truncated, for another source or for another bytecode format is not
-trusted: the matcher is compiled again and the file written anew. The matchers made either way must act alike."""
+"""Generated matchers kept by shape (rewrite.match_cache) on disk (rewrite.codecache): a later process loads what
+an earlier one generated and compiled, without generating it; a file that is damaged, truncated, for another key,
+of another form or for another bytecode format is not trusted: the matcher is generated again and the file
+written anew; rules of one shape but other objects get their own objects, and a code that named one object where
+the live rules now have two is not reused. The matchers made either way must act alike."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
 import sys
-import types
 
 import pytest
 
-from rewrite import Ops, Rule, RuleSet, UOp, codecache, const, graph_rewrite, match, var
+from rewrite import Ops, Rule, RuleSet, UOp, codecache, const, graph_rewrite, match, match_cache, var
 from rewrite.dsl import params_of
 
 x, y, c0 = var("x"), var("y"), const("c0")
@@ -35,24 +36,38 @@ def _rules(tag: int) -> RuleSet:
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    """A private cache directory with bytecode writing on; the in-process code memo emptied before and after."""
+    """A private cache directory with bytecode writing on, the in-process memos emptied before and after; counts
+    the rules generated and the sources compiled."""
     monkeypatch.setenv("CACHEDIR", str(tmp_path))
     monkeypatch.setattr(sys, "dont_write_bytecode", False)
-    compiles: list[str] = []
-    real = compile
+    counts = {"compile": 0, "generate": 0}
+    real, real_rule = compile, match._Gen.rule
 
-    def counting(src, name, mode, *args, **kw):
-        compiles.append(src)
-        return real(src, name, mode, *args, **kw)
+    def counting(*args, **kw):
+        counts["compile"] += 1
+        return real(*args, **kw)
+
+    def generating(self, *args, **kw):
+        counts["generate"] += 1
+        return real_rule(self, *args, **kw)
 
     monkeypatch.setattr(match, "compile", counting, raising=False)
-    match._CODE.clear()
-    yield tmp_path / "matchers", compiles
-    match._CODE.clear()
+    monkeypatch.setattr(match._Gen, "rule", generating)
+    _forget()
+    yield tmp_path / "matchers", counts
+    _forget()
 
 
-def _entry(src: str, d) -> str:
-    return codecache._path(str(d), codecache.source_key(src))
+def _forget() -> None:
+    """As a new process: nothing in memory (what is on disk stays)."""
+    match._CODE.clear()
+    match._ENTRIES.clear()
+
+
+def _entry(rs: RuleSet, d) -> str:
+    key = match.matcher_key(rs, Ops.ADD)
+    assert key is not None
+    return codecache._path(str(d), key)
 
 
 def _results(rs: RuleSet) -> list[UOp]:
@@ -61,20 +76,19 @@ def _results(rs: RuleSet) -> list[UOp]:
     return [graph_rewrite(u, rs) for u in cases]
 
 
-def test_written_then_loaded_without_compiling(cache):
-    d, compiles = cache
+def test_written_then_loaded_without_generating(cache):
+    d, counts = cache
     tag = 90001
     fresh = _rules(tag)
     m = fresh.matcher(Ops.ADD)
-    assert m is not None and len(compiles) == 1
-    path = _entry(m.source, d)
-    assert os.path.exists(path)
+    assert m is not None and counts == {"compile": 1, "generate": 4}
+    assert os.path.exists(_entry(fresh, d))
     want = _results(fresh)
     assert want[0] is a and want[1] is graph_rewrite(a * 2, fresh) and want[3] is a + 2
-    match._CODE.clear()  # as a new process: nothing in memory, the file on disk
+    _forget()
     again = _rules(tag)
     m2 = again.matcher(Ops.ADD)
-    assert m2 is not None and len(compiles) == 1  # loaded, not compiled
+    assert m2 is not None and counts == {"compile": 1, "generate": 4}  # loaded: neither generated nor compiled
     assert m2.source == m.source and m2.__code__.co_code == m.__code__.co_code
     assert m2.__code__.co_filename == f"<rules cc-{tag} on ADD>"
     assert _results(again) == want
@@ -100,11 +114,11 @@ def _damage(path: str, how: str, other: str) -> None:
         blob = blob[:n] + bytes(b ^ 0x55 for b in importlib.util.MAGIC_NUMBER) + blob[n + 4:]
     elif how == "bad-magic":
         blob = b"X" + blob[1:]
-    elif how == "not-code":  # header and digest consistent, but the payload is not a code object
+    elif how == "not-an-entry":  # header and digest consistent, but the payload is not a matcher's entry
         import hashlib
         import marshal
 
-        payload = marshal.dumps(("not", "code"))
+        payload = marshal.dumps(("not", "code", "here"))
         head = blob[: len(codecache.MAGIC) + 4 + 32]
         blob = head + hashlib.sha256(payload).digest() + payload
     with open(path, "wb") as f:
@@ -112,34 +126,97 @@ def _damage(path: str, how: str, other: str) -> None:
 
 
 @pytest.mark.parametrize("how", ["flip-payload", "truncate", "empty", "garbage", "other-source", "other-python",
-                                 "bad-magic", "not-code"])
+                                 "bad-magic", "not-an-entry"])
 def test_damaged_entry_is_rebuilt(cache, how):
-    d, compiles = cache
+    d, counts = cache
     tag = 90100 + len(how)
     rs = _rules(tag)
     want = _results(rs)
-    src = rs.matcher(Ops.ADD).source  # type: ignore[union-attr]  # a rule set with ADD rules has an ADD matcher
-    other_rs = _rules(tag + 5000)
-    other_src = other_rs.matcher(Ops.ADD).source  # type: ignore[union-attr]  # likewise
-    path = _entry(src, d)
-    _damage(path, how, _entry(other_src, d))
-    assert codecache.load(src) is None  # not trusted
-    match._CODE.clear()
-    n = len(compiles)
-    again = _rules(tag)
-    assert _results(again) == want  # compiled again, and right
-    assert len(compiles) == n + 1
-    assert isinstance(codecache.load(src), types.CodeType)  # and the file written anew
-    match._CODE.clear()
-    assert _results(_rules(tag)) == want and len(compiles) == n + 1  # which the next one loads
+    other = _rules(tag + 5000)
+    other.matcher(Ops.ADD)
+    path = _entry(rs, d)
+    _damage(path, how, _entry(other, d))
+    key = match.matcher_key(rs, Ops.ADD)
+    assert key is not None and match_cache.valid(codecache.load(key)) is None  # not trusted
+    _forget()
+    n = counts["compile"]
+    assert _results(_rules(tag)) == want  # generated again, and right
+    assert counts["compile"] == n + 1
+    assert match_cache.valid(codecache.load(key)) is not None  # and the file written anew
+    _forget()
+    assert _results(_rules(tag)) == want and counts["compile"] == n + 1  # which the next one loads
+
+
+def _pair(k1: int, k2: int, name: str) -> RuleSet:
+    """Two rules whose constants are given: one rule set shape for any k1, k2; its code names k1 and k2 once if
+    they are one object, twice if not."""
+    return RuleSet(name, [Rule("add-k", x + k1, x), Rule("add-k-twice", (x + k2) + y, x + y)])
+
+
+@pytest.mark.parametrize("disk", [False, True])
+def test_same_shape_other_objects(cache, disk):
+    """Rule sets of one shape share code but not objects; code that names one object (5 in both rules) is not used
+    where the live rules hold two (5 and 7), nor the other way round: each acts as its own rules say."""
+    _, counts = cache
+    shared, apart = _pair(5, 5, "cc-shared"), _pair(5, 7, "cc-apart")
+    assert match.matcher_key(shared, Ops.ADD) == match.matcher_key(apart, Ops.ADD)
+    for first, second in ((shared, apart), (apart, shared)):
+        _forget()
+        first.matcher(Ops.ADD)
+        if disk:
+            match._ENTRIES.clear()
+        fresh = [_pair(5, 5, "cc-shared"), _pair(5, 7, "cc-apart")][second is apart]
+        assert graph_rewrite(a + 5, fresh) is a
+        assert graph_rewrite((a + 7) + b, fresh) is (a + b if second is apart else (a + 7) + b)
+        assert graph_rewrite((a + 5) + b, fresh) is a + b
+    other = _pair(6, 8, "cc-other")  # one shape, other values: the stored code with these objects
+    _forget()
+    apart.matcher(Ops.ADD)
+    n = counts["generate"]
+    assert graph_rewrite(a + 6, other) is a and graph_rewrite((a + 8) + b, other) is a + b
+    assert graph_rewrite(a + 5, other) is a + 5
+    assert counts["generate"] == n  # reused, not generated
+
+
+def test_library_matchers_all_cacheable_and_consistent(monkeypatch):
+    """Every matcher of the library's rule sets: its generated code names only objects of the shape walk (so it
+    can be stored), and no two matchers with one key have different sources (the key holds all the generator
+    reads)."""
+    import rules.decompositions
+    import rules.eqsat
+    import rules.symbolic
+    import rules.transcendental
+    from rewrite.ops import Ops as AllOps
+
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # nothing written
+    sets = [rs for mod in (rules.symbolic, rules.eqsat, rules.decompositions, rules.transcendental)
+            for rs in vars(mod).values() if isinstance(rs, RuleSet)]
+    sets.append(rules.decompositions.decompositions_for(frozenset(), True))
+    by_key: dict[bytes, str] = {}
+    made = 0
+    for rs in sets:
+        for o in AllOps:
+            chosen = match._chosen(rs, o)
+            if not chosen:
+                continue
+            g = match._Gen()
+            g.emit(0, "def _match(u, ctx):")
+            for i, r in chosen:
+                g.rule(i, r, o)
+            shaped = match_cache.shape_key(chosen, o)
+            assert shaped is not None
+            assert match_cache.positions(g.globals, shaped[1]) is not None, (rs.name, o)
+            src = "\n".join(g.lines)
+            assert by_key.setdefault(shaped[0], src) == src, (rs.name, o)
+            made += 1
+    assert made > 50
 
 
 def test_no_write_without_bytecode_writing(cache, monkeypatch):
-    d, compiles = cache
+    d, counts = cache
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
     rs = _rules(90300)
-    src = rs.matcher(Ops.ADD).source  # type: ignore[union-attr]  # a rule set with ADD rules has an ADD matcher
-    assert compiles and not os.path.exists(_entry(src, d))
+    assert rs.matcher(Ops.ADD) is not None and counts["compile"] == 1 and not os.path.exists(_entry(rs, d))
 
 
 def test_unwritable_cache_dir_still_compiles(tmp_path, monkeypatch):
@@ -147,17 +224,19 @@ def test_unwritable_cache_dir_still_compiles(tmp_path, monkeypatch):
     blocker.write_text("not a directory")
     monkeypatch.setenv("CACHEDIR", str(blocker))  # makedirs under a file fails
     monkeypatch.setattr(sys, "dont_write_bytecode", False)
-    match._CODE.clear()
+    monkeypatch.setattr(codecache, "_made", {})
+    _forget()
     try:
         rs = _rules(90400)
         assert graph_rewrite(a + 0, rs) is a
     finally:
-        match._CODE.clear()
+        _forget()
 
 
 def test_sweep_bounds_the_directory(cache, monkeypatch):
     d, _ = cache
     monkeypatch.setattr(codecache, "MAX_FILES", 6)
+    monkeypatch.setattr(codecache, "_made", {})
     monkeypatch.setattr(codecache, "_swept", [])
     d.mkdir(parents=True, exist_ok=True)
     for i in range(10):
