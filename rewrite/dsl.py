@@ -246,7 +246,7 @@ class Rule:
         if not isinstance(lhs, Pat) or lhs.kind == "fold":
             raise RuleError(f"rule {name!r}: the left-hand side must be a pattern, got {lhs!r}")
         self.name, self.lhs, self.when, self.removes, self.doc = name, lhs, when, removes, doc
-        self.shape: tuple[str, tuple[object, ...]] | None = None  # rewrite.match_cache.rule_shape, made on first use
+        self.shape: tuple[bytes, tuple[object, ...]] | None = None  # rewrite.match_cache.rule_shape, made on first use
         caps = lhs.captures()
         self.location = _caller()
         if isinstance(rhs, Pat):
@@ -336,6 +336,26 @@ class RuleSet:
                     uniq.append(r)
             self.rules = tuple(uniq)
         self._matchers: dict[Ops, Matcher | None] = {}
+        self._by_op: tuple[dict[Ops, list[int]], list[int]] | None = None  # rules_for's index, made on first use
+
+    def rules_for(self, op: Ops) -> list[tuple[int, Rule]]:
+        """The rules whose pattern's root can be `op` (an op it names, or any op), with their positions, in order:
+        what the matcher for `op` is made of. One pass over the rules builds an index by op, the first time."""
+        if self._by_op is None:
+            by: dict[Ops, list[int]] = {}
+            anyop: list[int] = []
+            for i, r in enumerate(self.rules):
+                if r.lhs.ops is None:
+                    anyop.append(i)
+                else:
+                    for o in r.lhs.ops:
+                        by.setdefault(o, []).append(i)
+            self._by_op = (by, anyop)
+        by, anyop = self._by_op
+        own = by.get(op, [])
+        idx = sorted(own + anyop) if anyop and own else own or anyop
+        rules = self.rules
+        return [(i, rules[i]) for i in idx]
 
     def __add__(self, other: RuleSet) -> RuleSet:
         return RuleSet(f"{self.name}+{other.name}", self.rules + other.rules)

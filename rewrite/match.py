@@ -245,7 +245,7 @@ def _made(code: types.CodeType, names: dict[str, object], src: str, where: str) 
 
 
 def _chosen(rules: RuleSet, op: Ops) -> list[tuple[int, Rule]]:
-    return [(i, r) for i, r in enumerate(rules.rules) if r.lhs.ops is None or op in r.lhs.ops]
+    return rules.rules_for(op)
 
 
 def matcher_key(rules: RuleSet, op: Ops) -> bytes | None:

@@ -54,8 +54,15 @@ def _version() -> bytes | None:
 _VERSION: list[bytes | None] = []
 
 
+_NAMES: dict[frozenset, str] = {}
+
+
 def _names(s: frozenset | None) -> str:
-    return "-" if s is None else ",".join(sorted(x.name for x in s))
+    if s is None:
+        return "-"
+    if (n := _NAMES.get(s)) is None:
+        n = _NAMES[s] = ",".join(sorted(x.name for x in s))
+    return n
 
 
 def _one(s: frozenset | None) -> object:
@@ -78,7 +85,7 @@ def _walk(p: Pat, toks: list[str], objs: list[object], seen: dict[int, int]) -> 
             stack.extend(reversed(q.src))
 
 
-def rule_shape(r: Rule) -> tuple[str, tuple[object, ...]]:
+def rule_shape(r: Rule) -> tuple[bytes, tuple[object, ...]]:
     """The rule's structure token and the objects of its walk (computed once per rule)."""
     if (sh := r.shape) is not None:
         return sh
@@ -93,7 +100,7 @@ def rule_shape(r: Rule) -> tuple[str, tuple[object, ...]]:
         toks.append("=c" + ",".join(r.rhs_params))
     else:
         toks.append(f"=k{type(r.rhs).__name__}")
-    sh = r.shape = ("|".join(toks), tuple(objs))
+    sh = r.shape = ("|".join(toks).encode(), tuple(objs))
     return sh
 
 
@@ -108,8 +115,9 @@ def shape_key(chosen: list[tuple[int, Rule]], op: Ops) -> tuple[bytes, list[obje
     h.update(op.name.encode())
     objs: list[object] = []
     for i, r in chosen:
-        tok, o = rule_shape(r)
-        h.update(f"\n{i}:{tok}".encode())
+        tok, o = r.shape or rule_shape(r)
+        h.update(b"\n%d:" % i)
+        h.update(tok)
         objs += o
     return h.digest(), objs
 

@@ -19,6 +19,10 @@ x, y, c0 = var("x"), var("y"), const("c0")
 a, b = UOp.variable("a", 0, 10), UOp.variable("b", 0, 10)
 
 
+def _never(u: UOp) -> None:
+    return None
+
+
 def _keep_big(c0: int) -> bool:
     return c0 > 3
 
@@ -286,3 +290,22 @@ def test_params_of_falls_back_for_unusual_callables():
 
     for fn in (plain, star, kwonly, wrapped, Call(), functools.partial(plain, 1)):
         assert params_of(fn) == list(inspect.signature(fn).parameters)
+
+
+def test_rules_for_is_the_rules_whose_root_can_be_the_op():
+    """RuleSet.rules_for (an index by root op) gives what filtering the rules in order gives, for every op of the
+    library's rule sets, wildcard roots (any op) included."""
+    import rules.decompositions
+    import rules.symbolic
+    from rewrite.ops import Ops as AllOps
+
+    sets = [rs for mod in (rules.symbolic, rules.decompositions) for rs in vars(mod).values()
+            if isinstance(rs, RuleSet)]
+    sets.append(RuleSet("cc-wild", [Rule("mul-zero", x * 0, 0), Rule("any-node", var("u"), _never),
+                                    Rule("add-zero", x + 0, x), Rule("any-node-again", var("u"), _never)]))
+    checked = 0
+    for rs in sets:
+        for o in AllOps:
+            assert rs.rules_for(o) == [(i, r) for i, r in enumerate(rs.rules) if r.lhs.ops is None or o in r.lhs.ops]
+            checked += bool(rs.rules_for(o))
+    assert checked > 20
