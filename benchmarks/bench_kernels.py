@@ -151,7 +151,8 @@ def kernels(b: Bench) -> None:
             b.note(f"lower/k: Python lowering per kernel in the cold call (kernel stages + rendering to C, the C "
                    f"compiler excluded), ms: median over {len(lows)} cases {statistics.median(w for w, _ in lows):.1f}"
                    f" (main thread CPU {statistics.median(c for _, c in lows):.1f}); the first kernels of a process "
-                   f"also pay for generating the rule sets' matchers and the lowering modules' imports")
+                   f"also pay for the lowering modules' imports and for finding the rule sets' matchers (their "
+                   f"bytecode from the disk cache, rewrite.codecache; generated and compiled when it has none)")
         png = plot(rows, os.path.join("results", "bench-kernels.png"), str(target), caption(b.run), b.partial)
         if png:
             b.note(f"plot: {png}" + (" (partial)" if b.partial else ""))

@@ -2,8 +2,11 @@
 
 Every process used to generate and compile each rule matcher it needs (rewrite.match): for the matchers of a first
 realize that took ~15-35 ms, inside the first kernels' lowering. rewrite.match_cache keys each matcher by the
-shape of its rules and keeps (code, where its names come from, source) here, under
-`rewrite.env.cache_dir()/matchers`, one file per key:
+shape of its rules and keeps (code, where its names come from, source) here, one file per key. Where: as Python
+keeps its own bytecode, beside the package (`rewrite/__pycache__/uopc-matchers`, or under
+`sys.pycache_prefix` when that is set), so a process with a fresh CACHEDIR (a cold benchmark) still finds the
+library's matchers; where that directory cannot be written (a read-only installation), under
+`rewrite.env.cache_dir()/matchers`.
 
   name     the key's hex and the interpreter's bytecode tag (`sys.implementation.cache_tag`), so another Python
            never reads the file
@@ -39,18 +42,30 @@ MAX_FILES = 4096  # past this many files, the oldest half is removed (a rule edi
 _swept: list[bool] = []
 
 
-_made: dict[str, str | None] = {}  # CACHEDIR's value -> the directory made under it (None: cannot be made)
+ROOT: str | None = None  # the directory to use instead of the default ones (tests)
+_made: dict[tuple, str | None] = {}  # (ROOT, CACHEDIR) -> the directory in use (None: none can be written)
+
+
+def _candidates() -> list[str]:
+    if ROOT is not None:
+        return [ROOT]
+    beside = os.path.join(sys.pycache_prefix, "uopc-matchers") if sys.pycache_prefix else \
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__", "uopc-matchers")
+    return [beside, os.path.join(cache_dir(), "matchers")]
 
 
 def _dir() -> str | None:
-    where = knob_str("CACHEDIR")
+    where = (ROOT, knob_str("CACHEDIR"))
     if where not in _made:
-        try:
-            d = os.path.join(cache_dir(), "matchers")
-            os.makedirs(d, exist_ok=True)
-            _made[where] = d
-        except OSError:
-            _made[where] = None
+        _made[where] = None
+        for d in _candidates():
+            try:
+                os.makedirs(d, exist_ok=True)
+            except OSError:
+                continue
+            if os.access(d, os.W_OK):
+                _made[where] = d
+                break
     return _made[where]
 
 

@@ -42,7 +42,8 @@ def _rules(tag: int) -> RuleSet:
 def cache(tmp_path, monkeypatch):
     """A private cache directory with bytecode writing on, the in-process memos emptied before and after; counts
     the rules generated and the sources compiled."""
-    monkeypatch.setenv("CACHEDIR", str(tmp_path))
+    monkeypatch.setattr(codecache, "ROOT", str(tmp_path / "matchers"))
+    monkeypatch.setattr(codecache, "_made", {})
     monkeypatch.setattr(sys, "dont_write_bytecode", False)
     counts = {"compile": 0, "generate": 0}
     real, real_rule = compile, match._Gen.rule
@@ -226,7 +227,7 @@ def test_no_write_without_bytecode_writing(cache, monkeypatch):
 def test_unwritable_cache_dir_still_compiles(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    monkeypatch.setenv("CACHEDIR", str(blocker))  # makedirs under a file fails
+    monkeypatch.setattr(codecache, "ROOT", str(blocker / "matchers"))  # makedirs under a file fails
     monkeypatch.setattr(sys, "dont_write_bytecode", False)
     monkeypatch.setattr(codecache, "_made", {})
     _forget()
@@ -237,10 +238,25 @@ def test_unwritable_cache_dir_still_compiles(tmp_path, monkeypatch):
         _forget()
 
 
+def test_default_place_is_beside_the_package_like_bytecode(monkeypatch, tmp_path):
+    """With no override, the files go where Python would put the package's bytecode (or under
+    sys.pycache_prefix), not under CACHEDIR, so a fresh CACHEDIR still finds them."""
+    monkeypatch.setattr(codecache, "ROOT", None)
+    monkeypatch.setattr(codecache, "_made", {})
+    monkeypatch.setattr(sys, "pycache_prefix", str(tmp_path / "prefix"))
+    monkeypatch.setenv("CACHEDIR", str(tmp_path / "cachedir"))
+    assert codecache._dir() == str(tmp_path / "prefix" / "uopc-matchers")
+    monkeypatch.setattr(codecache, "_made", {})
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    beside = os.path.join(os.path.dirname(os.path.abspath(codecache.__file__)), "__pycache__", "uopc-matchers")
+    # the fallback only where the package's directory cannot be written
+    assert codecache._dir() == (beside if os.access(os.path.dirname(os.path.dirname(beside)), os.W_OK) else
+                                str(tmp_path / "cachedir" / "matchers"))
+
+
 def test_sweep_bounds_the_directory(cache, monkeypatch):
     d, _ = cache
     monkeypatch.setattr(codecache, "MAX_FILES", 6)
-    monkeypatch.setattr(codecache, "_made", {})
     monkeypatch.setattr(codecache, "_swept", [])
     d.mkdir(parents=True, exist_ok=True)
     for i in range(10):
