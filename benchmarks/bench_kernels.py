@@ -9,7 +9,8 @@ All float32, inputs standard normal from a fixed seed, built with `tensor.Tensor
 
 For each case:
   cold    the first realize (graph, schedule, lowering, C compile, run) in a fresh subprocess with CACHE=0, so
-          no kernel or e-graph comes from disk; `compile` is that minus the same process's next realize;
+          no kernel or e-graph comes from disk (the generated rule matchers' bytecode does, as Python's own .pyc
+          files do: rewrite.codecache); `compile` is that minus the same process's next realize;
           `lower/k` is the Python lowering per kernel within it (graph in, C source out, the compiler excluded:
           benchmarks.kernel_worker.split_ours), and the summary gives its median over the cases;
           `+import` adds the engine's own import in that process (`import tensor` / `import tinygrad`): the time
@@ -150,7 +151,8 @@ def kernels(b: Bench) -> None:
             b.note(f"lower/k: Python lowering per kernel in the cold call (kernel stages + rendering to C, the C "
                    f"compiler excluded), ms: median over {len(lows)} cases {statistics.median(w for w, _ in lows):.1f}"
                    f" (main thread CPU {statistics.median(c for _, c in lows):.1f}); the first kernels of a process "
-                   f"also pay for generating the rule sets' matchers and the lowering modules' imports")
+                   f"also pay for the lowering modules' imports and for finding the rule sets' matchers (their "
+                   f"bytecode from the disk cache, rewrite.codecache; generated and compiled when it has none)")
         png = plot(rows, os.path.join("results", "bench-kernels.png"), str(target), caption(b.run), b.partial)
         if png:
             b.note(f"plot: {png}" + (" (partial)" if b.partial else ""))

@@ -34,19 +34,25 @@ def _lane(v: UOp, i: int) -> UOp:
 
 def _local_unrolls(ast: UOp) -> UOp:
     """A REDUCE whose UNROLL lanes meet no UPCAST lane gets a lane space of its own: its body is expanded over
-    just those lanes and folded to a scalar, so several unrolled reductions in one kernel do not multiply."""
+    just those lanes and folded to a scalar, so several unrolled reductions in one kernel do not multiply.
+
+    One walk, children first: each node is rebuilt from its children's results, and a REDUCE that qualifies after
+    that is expanded there, so an inner one is expanded before the REDUCE around it is looked at (what expanding
+    them one at a time, innermost first, with a substitution of the whole kernel after each, gave)."""
+    topo = ast.toposort()
+    if not any(u.op is Ops.REDUCE and any(r.axis_type is AxisType.UNROLL for r in u.src[1:]) for u in topo):
+        return ast
     ups = {r for r in axes(ast) if r.axis_type is AxisType.UPCAST}
-    done: set[UOp] = set()
-    while True:  # one at a time, innermost first: substituting one REDUCE rebuilds the ones that contain it
-        red = next((u for u in ast.toposort() if u.op is Ops.REDUCE and u not in done
-                    and any(r.axis_type is AxisType.UNROLL for r in u.src[1:])
-                    and not ups & set(u.src[0].toposort())), None)
-        if red is None:
-            return ast
-        unrolled = [r for r in red.src[1:] if r.axis_type is AxisType.UNROLL]
-        local = expand(UOp.sink(red), None, only=unrolled).src[0]
-        done.add(local)
-        ast = ast.substitute({red: local})
+    done: dict[UOp, UOp] = {}
+    for u in topo:
+        src = tuple([done[s] for s in u.src])
+        n = u if src == u.src else UOp(u.op, src, u.arg, u.tag)
+        if n.op is Ops.REDUCE and any(r.axis_type is AxisType.UNROLL for r in n.src[1:]) and \
+                not (ups and ups & set(n.src[0].toposort())):
+            unrolled = [r for r in n.src[1:] if r.axis_type is AxisType.UNROLL]
+            n = expand(UOp.sink(n), None, only=unrolled).src[0]
+        done[u] = n
+    return done[ast]
 
 
 MAX_COPIES = 64  # lanes beyond one vector register (optimize.native_lanes) become copies of the code

@@ -52,8 +52,10 @@ def _acc_for_reduce(ctx: _AccCtx, red: UOp) -> UOp:
 
 def open_ranges(u: UOp) -> list[UOp]:
     """RANGEs that `u` depends on and that no END inside `u` closes, in toposort order."""
-    deps: dict[UOp, frozenset[UOp]] = {}
     topo = u.toposort()
+    if not any(n.op is Ops.END for n in topo):  # nothing closes a range: every range it reaches is open
+        return [n for n in topo if n.op is Ops.RANGE]
+    deps: dict[UOp, frozenset[UOp]] = {}
     for n in topo:
         d = frozenset().union(*(deps[s] for s in n.src)) if n.src else frozenset()
         if n.op is Ops.RANGE:

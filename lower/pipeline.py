@@ -105,15 +105,32 @@ def _index_exprs(ast: UOp) -> list[UOp]:
     return list(out)
 
 
+# kernels the symbolic stage gave back unchanged from its e-graph step, with the EGGLOG setting it ran under: the
+# stage on one of them again (symbolic-late after an instruction selection that changed nothing) would find the
+# same fixed point of the fast rules and the same index expressions, none of which a fast-tier rule can change,
+# so it gives the kernel back without walking it (rewrite.engine: every node of a rewrite's result is one on which
+# no rule fired; the rules read only the node)
+_SETTLED: weakref.WeakKeyDictionary[UOp, bool] = weakref.WeakKeyDictionary()
+
+
 def symbolic(ast: UOp, ctx: Lowering) -> UOp:
     """Fast rules on the whole kernel; then the index expressions they leave with div, mod or comparisons that
-    the e-graph may still shrink (rules.worth_saturating) go into one e-graph (rules.eqsat, cached by structure;
-    EGGLOG=0 skips it), and the fast rules run again."""
+    the e-graph may still shrink (rules.worth_saturating) and that a fast-tier rule can change at all
+    (rules.eqsat.fast_tier_can_change) go into one e-graph (rules.eqsat, cached by structure; EGGLOG=0 skips it),
+    and the fast rules run again."""
+    if _SETTLED.get(ast) in (ctx.egglog, True):
+        return ast
     from rules import worth_saturating
     from rules.symbolic import symbolic as symbolic_rules
 
     ast = graph_rewrite(ast, symbolic_rules, name="symbolic")
-    if not ctx.egglog or not (exprs := [e for e in _index_exprs(ast) if worth_saturating(e)]):
+    exprs = [e for e in _index_exprs(ast) if worth_saturating(e)] if ctx.egglog else []
+    if exprs:
+        from rules.eqsat import fast_tier_can_change
+
+        exprs = [e for e in exprs if fast_tier_can_change(e)]  # what saturate_fast_batch would leave as it is
+    if not exprs:
+        _SETTLED[ast] = ctx.egglog
         return ast
     from rules.eqsat import saturate_fast_batch
 

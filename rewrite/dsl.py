@@ -200,8 +200,22 @@ op = _OpNamespace()
 _NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
 
-def _params(fn: Callable[..., object]) -> list[str]:
+_PLAIN_FLAGS = inspect.CO_VARARGS | inspect.CO_VARKEYWORDS
+
+
+def params_of(fn: Callable[..., object]) -> list[str]:
+    """The names of `fn`'s parameters, as `inspect.signature` gives them. A plain function (no *args, **kwargs,
+    keyword-only parameters, `__wrapped__` or `__signature__`) is read off its code object: `inspect.signature`
+    costs ~30 us a call, and every rule with a guard or a computed right-hand side asks once (hundreds at
+    import)."""
+    code = getattr(fn, "__code__", None)
+    if isinstance(fn, types.FunctionType) and isinstance(code, types.CodeType) and not code.co_flags & _PLAIN_FLAGS \
+            and not code.co_kwonlyargcount and not hasattr(fn, "__wrapped__") and not hasattr(fn, "__signature__"):
+        return list(code.co_varnames[: code.co_argcount])
     return [p.name for p in inspect.signature(fn).parameters.values()]
+
+
+_params = params_of
 
 
 def _check_callable(fn: Callable[..., object], what: str, caps: Iterable[str] | None, rule: str = "") -> list[str]:
@@ -223,7 +237,7 @@ def _check_callable(fn: Callable[..., object], what: str, caps: Iterable[str] | 
 class Rule:
     """A named rewrite: `lhs` pattern, `rhs` template/number/callable, optional guard `when`."""
 
-    __slots__ = ("doc", "lhs", "location", "name", "removes", "rhs", "rhs_params", "when", "when_params")
+    __slots__ = ("doc", "lhs", "location", "name", "removes", "rhs", "rhs_params", "shape", "when", "when_params")
 
     def __init__(self, name: str, lhs: Pat, rhs: Pat | Number | Callable[..., object],
                  when: Callable[..., object] | None = None, removes: Ops | None = None, doc: str = "") -> None:
@@ -232,6 +246,7 @@ class Rule:
         if not isinstance(lhs, Pat) or lhs.kind == "fold":
             raise RuleError(f"rule {name!r}: the left-hand side must be a pattern, got {lhs!r}")
         self.name, self.lhs, self.when, self.removes, self.doc = name, lhs, when, removes, doc
+        self.shape: tuple[bytes, tuple[object, ...]] | None = None  # rewrite.match_cache.rule_shape, made on first use
         caps = lhs.captures()
         self.location = _caller()
         if isinstance(rhs, Pat):
@@ -321,6 +336,26 @@ class RuleSet:
                     uniq.append(r)
             self.rules = tuple(uniq)
         self._matchers: dict[Ops, Matcher | None] = {}
+        self._by_op: tuple[dict[Ops, list[int]], list[int]] | None = None  # rules_for's index, made on first use
+
+    def rules_for(self, op: Ops) -> list[tuple[int, Rule]]:
+        """The rules whose pattern's root can be `op` (an op it names, or any op), with their positions, in order:
+        what the matcher for `op` is made of. One pass over the rules builds an index by op, the first time."""
+        if self._by_op is None:
+            by: dict[Ops, list[int]] = {}
+            anyop: list[int] = []
+            for i, r in enumerate(self.rules):
+                if r.lhs.ops is None:
+                    anyop.append(i)
+                else:
+                    for o in r.lhs.ops:
+                        by.setdefault(o, []).append(i)
+            self._by_op = (by, anyop)
+        by, anyop = self._by_op
+        own = by.get(op, [])
+        idx = sorted(own + anyop) if anyop and own else own or anyop
+        rules = self.rules
+        return [(i, rules[i]) for i in idx]
 
     def __add__(self, other: RuleSet) -> RuleSet:
         return RuleSet(f"{self.name}+{other.name}", self.rules + other.rules)

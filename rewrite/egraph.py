@@ -27,16 +27,12 @@ from __future__ import annotations
 import atexit
 import contextlib
 import hashlib
-import json
 import os
-import shutil
-import sqlite3
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewrite.egglog_io import egglog_bindings, parse_forms, split_commands
 from rewrite.egraph_terms import (
@@ -47,6 +43,7 @@ from rewrite.egraph_terms import (
     POW2_TWINS,
     Expr,
     Node,
+    Schedule,
     Untranslatable,
     build,
     build_term,
@@ -60,6 +57,12 @@ from rewrite.egraph_terms import (
 from rewrite.env import cache_dir, knob_int
 from rewrite.ops import Ops
 from rewrite.uop import UOp
+
+if TYPE_CHECKING:
+    import sqlite3
+
+# json, shutil, sqlite3 and tempfile are imported where they are used (the disk cache, the scratch files): they cost
+# ~9 ms to import, which a process that loads the e-graph's rules but never saturates (most kernels) would pay
 
 PACK_CHUNK = 200  # roots per packed list term (egglog recurses on term depth)
 
@@ -103,26 +106,6 @@ LOAD_PROGRAM = "\n".join([
 # ---------------------------------------------------------------------------------------------- saturation
 
 
-@dataclass(frozen=True)
-class Schedule:
-    """Each iteration is `(run <rewrites>) (saturate (run analysis))`, so the analysis is saturated whenever an
-    iteration ends; the budgets are checked between them. The nodes of a batch arrive with their intervals (the
-    fast tier's analysis), so the first rewrites need no analysis run before them: that run, over every new node,
-    cost as much as the rewrites' own when it found nothing to tighten, which it almost never did. It runs first
-    only for a batch with an op node that came without an interval."""
-
-    iterations: int = 8
-    max_size: int = 20_000  # e-graph tuples (nodes plus lo/hi rows), from (print-size)
-    seconds: float = 2.0
-    reset_size: int = 1_500  # tuples left by earlier batches above which the next batch starts from the rules
-    analysis: str = "analysis"
-    rewrites: tuple[str, ...] = ("rw",)
-
-    def step_text(self) -> str:
-        rw = " ".join(f"(run {r})" for r in self.rewrites)
-        return f"(run-schedule {rw} (saturate (run {self.analysis}))) (print-size)"
-
-
 @dataclass
 class Stats:
     roots: int = 0
@@ -148,6 +131,8 @@ _CORRUPT = object()  # _open_db's answer for a file that is not a usable SQLite 
 
 def _open_db(path: str) -> sqlite3.Connection | object | None:
     """A connection with the cache table, `_CORRUPT` for a garbage file, None when it cannot be used now."""
+    import sqlite3
+
     db = None
     try:
         db = sqlite3.connect(path, timeout=5, check_same_thread=False)
@@ -167,6 +152,8 @@ def _open_db(path: str) -> sqlite3.Connection | object | None:
 
 def _row_sum(key: str, d: dict) -> str:
     """A row's checksum: its key and its content (without the checksum field), so an edited or moved row fails."""
+    import json
+
     body = json.dumps({k: v for k, v in d.items() if k != "c"}, sort_keys=True)
     return hashlib.sha256(f"{key}\n{body}".encode()).hexdigest()[:24]
 
@@ -284,6 +271,9 @@ class Saturator:
         f = self._files.get(table)
         if f is None or f.closed or not os.path.exists(f.name):
             if self._dir is None or not os.path.isdir(self._dir):
+                import shutil
+                import tempfile
+
                 self._dir = tempfile.mkdtemp(prefix="uopc-egraph-")
                 atexit.register(shutil.rmtree, self._dir, True)
             f = self._files[table] = open(os.path.join(self._dir, f"{table}.tsv"), "w+")  # noqa: SIM115
@@ -412,6 +402,8 @@ class Saturator:
         (garbage, a torn write) is removed and created afresh; an unusable directory means no disk cache."""
         if knob_int("CACHE") == 0:
             return None
+        import sqlite3
+
         try:
             path = os.path.join(cache_dir(), "egraph.sqlite")
         except OSError:  # unwritable CACHEDIR or HOME: no disk cache
@@ -437,6 +429,9 @@ class Saturator:
         db = self._disk()
         if db is None:
             return {}
+        import json
+        import sqlite3
+
         keys = {self._disk_key(e): i for i, e in enumerate(exprs) if e.stable}
         if not keys:
             return {}
@@ -473,6 +468,9 @@ class Saturator:
         db = self._disk()
         if db is None:
             return
+        import json
+        import sqlite3
+
         rows = []
         for e, r in pairs:
             if e.stable and r.nodes is not None and r.settled:

@@ -390,6 +390,28 @@ def build(nodes: Sequence[Node], expr: Expr) -> UOp:
     return out
 
 
-__all__ = ["CTORS", "DEFAULT_COSTS", "I64_MAX", "I64_MIN", "KINDS", "OP_OF", "POW2_TWINS", "Expr", "Node",
+# the saturation schedule: here rather than in rewrite.egraph so that a rule module can declare its schedule without
+# importing the e-graph driver (rules.eqsat loads it only when it saturates)
+@dataclass(frozen=True)
+class Schedule:
+    """Each iteration is `(run <rewrites>) (saturate (run analysis))`, so the analysis is saturated whenever an
+    iteration ends; the budgets are checked between them. The nodes of a batch arrive with their intervals (the
+    fast tier's analysis), so the first rewrites need no analysis run before them: that run, over every new node,
+    cost as much as the rewrites' own when it found nothing to tighten, which it almost never did. It runs first
+    only for a batch with an op node that came without an interval."""
+
+    iterations: int = 8
+    max_size: int = 20_000  # e-graph tuples (nodes plus lo/hi rows), from (print-size)
+    seconds: float = 2.0
+    reset_size: int = 1_500  # tuples left by earlier batches above which the next batch starts from the rules
+    analysis: str = "analysis"
+    rewrites: tuple[str, ...] = ("rw",)
+
+    def step_text(self) -> str:
+        rw = " ".join(f"(run {r})" for r in self.rewrites)
+        return f"(run-schedule {rw} (saturate (run {self.analysis}))) (print-size)"
+
+
+__all__ = ["CTORS", "DEFAULT_COSTS", "I64_MAX", "I64_MIN", "KINDS", "OP_OF", "POW2_TWINS", "Expr", "Node", "Schedule",
            "Untranslatable", "build", "build_term", "floor_div", "floor_mod", "from_termdag", "is_pow2", "pow2_rules",
            "sort_decls", "translate"]

@@ -13,7 +13,8 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
-from rewrite.dsl import _ANY, Pat, Rule
+from rewrite import codecache, match_cache
+from rewrite.dsl import _ANY, Pat, Rule, params_of
 from rewrite.errors import EvalError, RuleError
 from rewrite.ops import Ops
 
@@ -222,18 +223,53 @@ def _walk_pat(p: Pat) -> list[Pat]:
 
 
 def _params_of(fn: Callable[..., object]) -> list[str]:
-    import inspect
-
-    return list(inspect.signature(fn).parameters)
+    return params_of(fn)
 
 
-_CODE: dict[str, types.CodeType] = {}  # generated matcher source -> its compiled code
+_CODE: dict[str, types.CodeType] = {}  # generated matcher source -> the code of its `_match` function
+_ENTRIES: dict[bytes, match_cache.Entry] = {}  # shape key -> (code, positions of its names, source)
+
+
+def _function_code(src: str) -> types.CodeType:
+    """The code of the `_match` function `src` defines (compiled once per process and text)."""
+    if (code := _CODE.get(src)) is None:
+        module = compile(src, "<rules>", "exec")
+        code = _CODE[src] = next(c for c in module.co_consts if isinstance(c, types.CodeType))
+    return code
+
+
+def _made(code: types.CodeType, names: dict[str, object], src: str, where: str) -> types.FunctionType:
+    fn = types.FunctionType(code.replace(co_filename=where), names, "_match")
+    fn.__dict__["source"] = src  # the generated matcher's source, for debugging
+    return fn
+
+
+def _chosen(rules: RuleSet, op: Ops) -> list[tuple[int, Rule]]:
+    return rules.rules_for(op)
+
+
+def matcher_key(rules: RuleSet, op: Ops) -> bytes | None:
+    """The key under which the matcher of `rules` for root `op` is cached (rewrite.match_cache.shape_key)."""
+    chosen = _chosen(rules, op)
+    return (k[0] if (k := match_cache.shape_key(chosen, op)) is not None else None) if chosen else None
 
 
 def compile_matcher(rules: RuleSet, op: Ops) -> Matcher | None:
-    chosen = [(i, r) for i, r in enumerate(rules.rules) if r.lhs.ops is None or op in r.lhs.ops]
+    chosen = _chosen(rules, op)
     if not chosen:
         return None
+    where = f"<rules {rules.name} on {op.name}>"  # the file name tracebacks show
+    # a matcher of the same shape made before, in this process or (rewrite.codecache) an earlier one: its code with
+    # this rule set's objects (rewrite.match_cache)
+    shaped = match_cache.shape_key(chosen, op)
+    if shaped is not None:
+        key, objs = shaped
+        entry = _ENTRIES.get(key) or match_cache.valid(codecache.load(key))
+        if entry is not None and (bound := match_cache.bind(entry[1], objs)) is not None:
+            _ENTRIES[key] = entry
+            g = _Gen()
+            g.globals.update(bound)
+            return _made(entry[0], g.globals, entry[2], where)
     g = _Gen()
     g.emit(0, "def _match(u, ctx):")
     g.emit(1, "us = u.src")
@@ -243,12 +279,9 @@ def compile_matcher(rules: RuleSet, op: Ops) -> Matcher | None:
     g.emit(1, "return None")
     src = "\n".join(g.lines)
     # one rule set is often part of others (symbolic inside symbolic+x, a device's rules inside its renderer's),
-    # whose matchers for an op come out the same text: compiled once (the code is the text's; the objects it
-    # names come from this rule set's own globals; a traceback names the rule set it was first compiled for)
-    if (code := _CODE.get(src)) is None:
-        code = _CODE[src] = compile(src, f"<rules {rules.name} on {op.name}>", "exec")
-    exec(code, g.globals)  # the generated matcher; its source is kept on the function (fn.source)
-    fn = g.globals["_match"]
-    assert isinstance(fn, types.FunctionType)
-    fn.__dict__["source"] = src
-    return fn
+    # whose matchers for an op come out the same text: compiled once
+    code = _function_code(src)
+    if shaped is not None and (pos := match_cache.positions(g.globals, shaped[1])) is not None:
+        _ENTRIES[shaped[0]] = entry = (code, pos, src)
+        codecache.store(shaped[0], entry)
+    return _made(code, g.globals, src, where)

@@ -32,15 +32,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rewrite.dsl import Pat, Rule, RuleSet, const, fold, op, var
 from rewrite.egglog_io import split_commands
-from rewrite.egraph import Saturator, Schedule, floor_div, floor_mod
-from rewrite.egraph_export import Export, export_rules
-from rewrite.egraph_terms import pow2_rules
+from rewrite.egraph_terms import Schedule, floor_div, floor_mod, pow2_rules
 from rewrite.ops import Ops
 from rewrite.uop import ConstValue, UOp
 from rules.divmod import divides
+
+if TYPE_CHECKING:
+    from rewrite.egraph import Saturator
+    from rewrite.egraph_export import Export
+
+# The e-graph driver (rewrite.egraph) and the rule export (rewrite.egraph_export) are imported when a program is
+# built (`program`, `saturator`), not here: a kernel whose index expressions no fast-tier rule can change
+# (`fast_tier_can_change`, most of them) needs only the DSL rules below, and the two cost ~5-7 ms to import.
 
 # ---------------------------------------------------------------------------------------------- analysis
 
@@ -283,6 +290,8 @@ def _without(text: str, names: frozenset[str]) -> str:
 
 def program(rules: RuleSet = eqsat, raw: str = RAW_RULES, analysis: str = ANALYSIS) -> tuple[str, Export]:
     """The egglog text for the analysis, `rules` exported into rule set `rw`, and `raw` rules."""
+    from rewrite.egraph_export import export_rules
+
     ex = export_rules(rules, "rw", subsume=SUBSUME, point_guard=POINT_GUARD)
     return f"{analysis}\n(ruleset rw)\n{ex.text}{raw}\n", ex
 
@@ -320,6 +329,8 @@ def saturator(fast_tier: bool = False) -> Saturator:
     for any index expression, or with `fast_tier` the rules that can still shrink a fast-tier result."""
     key = "fast" if fast_tier else "full"
     if key not in _SAT:
+        from rewrite.egraph import Saturator
+
         text, ex = fast_tier_program() if fast_tier else program()
         _EXPORT[key] = ex
         _SAT[key] = Saturator("eqsat-fast" if fast_tier else "eqsat", text, SCHEDULE)

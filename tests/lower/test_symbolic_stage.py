@@ -56,3 +56,42 @@ def test_egraph_bounds_remove_a_block_start_mask() -> None:
     assert any(u.op is Ops.WHERE for u in fast.toposort()), "the fast rules alone already removed the mask"
     assert not any(u.op is Ops.WHERE for u in full.toposort()), f"the e-graph kept the mask: {full.render()}"
     assert full is symbolic(ast, Lowering(target, egglog=True))
+
+
+def test_settled_kernel_is_given_back_without_a_walk(monkeypatch) -> None:
+    """The stage on its own result (symbolic-late after an instruction selection that changed nothing) gives it
+    back without rewriting it again, and that is what rewriting it again gives: checked by running the stage with
+    the record of settled kernels forgotten. A kernel settled with EGGLOG=0 is not taken as settled for EGGLOG=1."""
+    import lower.pipeline as pipeline
+
+    x, w = Tensor.empty(2, 4, 8, 8), Tensor.empty(4, 4, 3, 3)
+    items, _ = schedule([x.conv2d(w, padding=1).relu().uop])
+    target = target_for("cpu")
+    walks: list[str] = []
+    real = pipeline.graph_rewrite
+
+    def counting(*args, **kw):
+        walks.append(kw.get("name", ""))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(pipeline, "graph_rewrite", counting)
+    settled = 0
+    for it in items:
+        if it.kind != "kernel" or it.ast is None:
+            continue
+        for egglog in (False, True):
+            once = symbolic(it.ast, Lowering(target, egglog=egglog))
+            n = len(walks)
+            assert symbolic(once, Lowering(target, egglog=egglog)) is once
+            if pipeline._SETTLED.get(once) is not None:
+                assert len(walks) == n  # not walked again
+                settled += 1
+            pipeline._SETTLED.clear()
+            assert symbolic(once, Lowering(target, egglog=egglog)) is once  # the full stage agrees
+        pipeline._SETTLED.clear()
+        off = symbolic(it.ast, Lowering(target, egglog=False))
+        if pipeline._SETTLED.get(off) is False:
+            n = len(walks)
+            symbolic(off, Lowering(target, egglog=True))
+            assert len(walks) > n  # settled without the e-graph is not settled with it
+    assert walks and settled

@@ -1,0 +1,130 @@
+"""A disk cache of generated Python code (the rule matchers' bytecode), like Python's own `.pyc` files.
+
+Every process used to generate and compile each rule matcher it needs (rewrite.match): for the matchers of a first
+realize that took ~15-35 ms, inside the first kernels' lowering. rewrite.match_cache keys each matcher by the
+shape of its rules and keeps (code, where its names come from, source) here, one file per key. Where: as Python
+keeps its own bytecode, beside the package (`rewrite/__pycache__/uopc-matchers`, or under
+`sys.pycache_prefix` when that is set), so a process with a fresh CACHEDIR (a cold benchmark) still finds the
+library's matchers; where that directory cannot be written (a read-only installation), under
+`rewrite.env.cache_dir()/matchers`.
+
+  name     the key's hex and the interpreter's bytecode tag (`sys.implementation.cache_tag`), so another Python
+           never reads the file
+  content  MAGIC, importlib.util.MAGIC_NUMBER (the bytecode format), the full 32-byte key, the sha256 of the
+           payload, then the payload: the marshal'd value
+
+A file is trusted only when all of that checks out: a wrong magic, another bytecode format or key (a renamed or
+colliding file), a payload whose digest differs (truncated, damaged) or that does not unmarshal, is a miss (and
+the caller checks the value's form too): the matcher is generated again and the file written anew. Files are
+written whole to a temporary name and renamed (a concurrent process sees no file or the whole file).
+
+Like Python's bytecode cache, it is read always and written unless `sys.dont_write_bytecode`
+(PYTHONDONTWRITEBYTECODE) is set; CACHE=0, which turns off the caches of results (compiled kernels, search and
+e-graph results), leaves it on: it holds the library's own code, not anything computed from a user's program.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import marshal
+import os
+import sys
+from importlib.util import MAGIC_NUMBER
+from typing import Any
+
+from rewrite.env import cache_dir, knob_str
+
+MAGIC = b"uopcMC01"
+_DIGEST = 32
+_HEADER = len(MAGIC) + len(MAGIC_NUMBER) + 2 * _DIGEST
+MAX_FILES = 4096  # past this many files, the oldest half is removed (a rule edit leaves its old matchers behind)
+_swept: list[bool] = []
+
+
+ROOT: str | None = None  # the directory to use instead of the default ones (tests)
+_made: dict[tuple, str | None] = {}  # (ROOT, CACHEDIR) -> the directory in use (None: none can be written)
+
+
+def _candidates() -> list[str]:
+    if ROOT is not None:
+        return [ROOT]
+    beside = os.path.join(sys.pycache_prefix, "uopc-matchers") if sys.pycache_prefix else \
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__", "uopc-matchers")
+    return [beside, os.path.join(cache_dir(), "matchers")]
+
+
+def _dir() -> str | None:
+    where = (ROOT, knob_str("CACHEDIR"))
+    if where not in _made:
+        _made[where] = None
+        for d in _candidates():
+            try:
+                os.makedirs(d, exist_ok=True)
+            except OSError:
+                continue
+            if os.access(d, os.W_OK):
+                _made[where] = d
+                break
+    return _made[where]
+
+
+def _path(d: str, key: bytes) -> str:
+    return os.path.join(d, f"{key.hex()[:40]}.{sys.implementation.cache_tag}.code")
+
+
+def load(key: bytes) -> object | None:
+    """The value stored under `key` (32 bytes), or None when there is none that verifies."""
+    d = _dir()
+    if d is None:
+        return None
+    try:
+        with open(_path(d, key), "rb") as f:
+            blob = f.read()
+    except OSError:
+        return None
+    head, payload = blob[:_HEADER], blob[_HEADER:]
+    if head != MAGIC + MAGIC_NUMBER + key + hashlib.sha256(payload).digest():
+        return None
+    try:
+        return marshal.loads(payload)
+    except (ValueError, EOFError, TypeError):
+        return None
+
+
+def store(key: bytes, value: Any) -> None:
+    """Keep `value` (marshal-able: code objects, tuples, strings, numbers) under `key` for the next process (nothing
+    when bytecode writing is off or the cache directory cannot be written)."""
+    if sys.dont_write_bytecode:
+        return
+    d = _dir()
+    if d is None:
+        return
+    payload = marshal.dumps(value)
+    path = _path(d, key)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(MAGIC + MAGIC_NUMBER + key + hashlib.sha256(payload).digest() + payload)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        return
+    if not _swept:
+        _swept.append(True)
+        _sweep(d)
+
+
+def _sweep(d: str) -> None:
+    """Bound the directory: past MAX_FILES files, remove the least recently written half."""
+    try:
+        names = os.listdir(d)
+        if len(names) <= MAX_FILES:
+            return
+        paths = sorted((os.path.join(d, n) for n in names), key=lambda p: os.stat(p).st_mtime)
+    except OSError:
+        return
+    for p in paths[: len(paths) // 2]:
+        with contextlib.suppress(OSError):
+            os.unlink(p)
