@@ -161,7 +161,8 @@ def _fma_helper(dt: DType, n: int, ctx: CContext) -> str:
         f"#elif defined(__FMA__) && defined(__x86_64__)\n  return {builtin}(a, b, c);\n"
     return ctx.define(fn, f"static inline {t} {fn}({t} a, {t} b, {t} c) {{\n"
                           f"#if defined(__clang__) && defined(__FMA__)\n"
-                          f"  _Pragma(\"clang fp contract(fast)\") return a * b + c;\n{native}#else\n  {body}\n#endif\n}}")
+                          f"  _Pragma(\"clang fp contract(fast)\") return a * b + c;\n"
+                          f"{native}#else\n  {body}\n#endif\n}}")
 
 
 # gcc's x86 FMA builtins by (lane type, lanes), one instruction each (the 512-bit ones take a mask: not used)
