@@ -8,7 +8,9 @@ Rows (the models in benchmarks.train_models, the same initial weights and batch 
                rows alone, tinygrad's especially, take longer than the quick run's minute);
 each with:
     cold     the first step in a fresh process whose kernel cache is an empty temporary CACHEDIR (graph,
-             scheduling, lowering, the C compiler and the run), and the second step of that process; tinygrad's
+             scheduling, lowering, the C compiler and the run), and the second step of that process (ours: with
+             the first step's parts, the C compiler's CPU time over all its processes, its runs and the bytes of
+             C it read per kernel); tinygrad's
              the same (its first TinyJit call, CACHELEVEL=0); torch.compile's: its first step in this process
              (dynamo's trace, inductor's C++ compile; torch already imported, inductor's cache an empty temporary
              directory), or a note saying why torch.compile failed (no C++ compiler or headers, ...);
@@ -37,6 +39,7 @@ import contextlib
 import io
 import json
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -84,20 +87,46 @@ def worker(engine: str, cfg: ModelConfig) -> dict[str, Any]:
     import_s = time.perf_counter() - t0
     parts: dict[str, float] = {}
     count: dict[str, int] = {}
+    sources: list[tuple[str, int]] = []  # (what, C bytes) of each compiler run
     if engine == "ours":  # the first step's parts: schedule, lower, render, compile (benchmarks.kernel_worker)
         split_ours(parts, count)
+        _count_sources(sources)
     m: Trainer = OursTrainer(cfg) if engine == "ours" else TinygradTrainer(cfg)
     parts.clear()
     count.clear()
+    sources.clear()
+    cc0 = _children_cpu()
     t0 = time.perf_counter()
     loss = m.step()
     first = time.perf_counter() - t0
+    cc_cpu = _children_cpu() - cc0  # the C compiler processes (ours; tinygrad's clang too), every core
     parts = {f"{k}_s": v for k, v in parts.items()}
     t0 = time.perf_counter()
     m.step()
     again = time.perf_counter() - t0
+    kernel_files = [n for what, n in sources if what != "thread pool"]
     return {"import_s": import_s, "first_s": first, "again_s": again, "loss": loss, "parts": parts,
-            "lowered": count.get("lower", 0)}
+            "lowered": count.get("lower", 0), "cc_cpu_s": cc_cpu, "cc_runs": len(sources),
+            "c_bytes": sum(kernel_files), "c_files": len(kernel_files)}
+
+
+def _children_cpu() -> float:
+    """User + system CPU time of this process's finished child processes (the C compiler runs)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _count_sources(out: list[tuple[str, int]]) -> None:
+    """Record (what, bytes of C) for each compiler run of the cpu device from now on."""
+    from devices.cpu_compiler import Compiler
+
+    run = Compiler._run
+
+    def counted(self: Compiler, src: str, path: str, what: str, *a: Any, **k: Any) -> None:
+        out.append((what, len(src)))
+        run(self, src, path, what, *a, **k)
+
+    Compiler._run = counted  # type: ignore[method-assign]  # the worker process's own instrumentation
 
 
 def run_worker(cfg: ModelConfig, engine: str = "ours", timeout: float = 900) -> tuple[dict[str, Any] | None, str]:
@@ -125,6 +154,11 @@ def _cold(b: Bench, cfg: ModelConfig, engine: str) -> dict[str, Any] | None:
     split = "" if not p else (f" (schedule {p.get('schedule_s', 0):.2f} s, lower {p.get('lower_s', 0):.2f} s and "
                               f"render {p.get('render_s', 0):.2f} s for {res.get('lowered', 0)} kernels, compile "
                               f"{p.get('compile_s', 0):.2f} s waited for at the end)")
+    if res.get("cc_runs"):
+        n = max(1, res.get("lowered", 0))
+        split += (f"; C compiler {res['cc_cpu_s']:.2f} s CPU over {res['cc_runs']} runs, {res['c_bytes'] / 1e3:.0f} KB "
+                  f"of C in {res['c_files']} kernel files ({res['c_bytes'] / n / 1e3:.1f} KB and "
+                  f"{1e3 * res['cc_cpu_s'] / n:.0f} ms of compiler CPU per kernel)")
     b.note(f"{name}: {engine} cold first step {res['first_s']:.2f} s (+{res['import_s']:.2f} s import){split}, "
            f"second step {1e3 * res['again_s']:.1f} ms")
     return res

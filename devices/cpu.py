@@ -153,19 +153,27 @@ class _Job:
     """A compile running on its own thread: the C compiler is another process, so the thread waits on it holding
     no GIL while Python goes on (lowering the next kernels). At most `_RUNNING.limit` jobs run at once: while
     kernels are still being lowered, one core fewer than the host has (Python keeps one); for a batch's last
-    files, all of them (compile_batch). Plain threads rather than concurrent.futures, whose import alone (it
-    brings in logging) costs a first realize ~10 ms."""
+    files, all of them (compile_batch). Of the jobs waiting for a turn the one of most `weight` goes first (a file's
+    source size: the longest compiles start first, so the last ones to finish are short; the thread pool's build,
+    weight -1, waits for the kernels' files, since it is needed only at the first launch). Plain threads rather
+    than concurrent.futures, whose import alone (it brings in logging) costs a first realize ~10 ms."""
 
-    def __init__(self, fn: Any, *args: Any) -> None:
+    def __init__(self, fn: Any, *args: Any, weight: float = 0.0) -> None:
         self._out: Any = None
         self._err: BaseException | None = None
+        self.weight = weight
+        with _RUNNING:
+            _RUNNING.waiting.append(self)
         self._thread = threading.Thread(target=self._run, args=(fn, args), name="cpu-compile", daemon=True)
         self._thread.start()
 
     def _run(self, fn: Any, args: tuple) -> None:
         with _RUNNING:
-            _RUNNING.wait_for(lambda: _RUNNING.running < _RUNNING.limit)
+            _RUNNING.wait_for(lambda: _RUNNING.running < _RUNNING.limit and
+                              max(_RUNNING.waiting, key=lambda j: j.weight) is self)
+            _RUNNING.waiting.remove(self)
             _RUNNING.running += 1
+            _RUNNING.kernels += self.weight >= 0
         try:
             self._out = fn(*args)
         except BaseException as e:  # raised again in the thread that asks for the result
@@ -173,6 +181,7 @@ class _Job:
         finally:
             with _RUNNING:
                 _RUNNING.running -= 1
+                _RUNNING.kernels -= self.weight >= 0
                 _RUNNING.notify_all()
 
     def result(self) -> Any:
@@ -184,12 +193,22 @@ class _Job:
 
 class _Limit(threading.Condition):
     running = 0
+    kernels = 0  # of the running jobs, those compiling kernels (not the thread pool's build)
     limit = 1
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting: list[_Job] = []  # started, waiting for a turn
 
     def set(self, limit: int) -> None:
         with self:
             self.limit = max(1, limit)
             self.notify_all()
+
+    def busy(self) -> bool:
+        """Whether a kernel file compiles or waits to."""
+        with self:
+            return self.kernels > 0 or any(j.weight >= 0 for j in self.waiting)
 
 
 _RUNNING = _Limit()
@@ -214,7 +233,6 @@ class CPUDevice(Allocator):
         self._ahead: dict[tuple[UOp, str], _Part] = {}  # (LINEAR, name) -> a kernel compile_ahead took
         self._queue: list[_Part] = []  # compile_ahead's kernels not yet in a file, all for _queue_target
         self._queue_target: Target | None = None
-        self._pool_started = False  # the thread pool's build runs in the background already
 
     def default_target(self) -> Target:
         """The host's target, or the level CPU_TARGET names."""
@@ -271,10 +289,10 @@ class CPUDevice(Allocator):
     def compile_ahead(self, linear: UOp, name: str, target: Target | None = None) -> None:
         """Begin compiling a kernel before its batch is complete: lower.realize calls this for each kernel as soon
         as it is lowered, while it lowers the next ones. Kernels gather here until there is about AHEAD_CHARS of
-        C source, then that file compiles in a background thread (the compiler is another process, so waiting on
-        it holds no GIL: it runs on another core while Python lowers). The compile_batch that names the same
-        (LINEAR, name) takes the result; kernels still gathering then join that batch's own files. On a host with one
-        core this does nothing (there is nothing to overlap)."""
+        C source (AHEAD_IDLE_CHARS while no compile runs or waits), then that file compiles in a background thread
+        (the compiler is another process, so waiting on it holds no GIL: it runs on another core while Python
+        lowers). The compile_batch that names the same (LINEAR, name) takes the result; kernels still gathering then
+        join that batch's own files. On a host with one core this does nothing (there is nothing to overlap)."""
         if _compile_workers() < 2:  # no core to overlap on: a file more is only another compiler start
             return
         tgt = target or self.default_target()
@@ -288,12 +306,8 @@ class CPUDevice(Allocator):
         while len(self._ahead) > RENDERED_KEPT:  # never claimed (a failed realize): forget the oldest
             del self._ahead[next(iter(self._ahead))]
         self._queue.append(part)
-        if tgt.runs_here and part.entry is not None and not self._pool_started and cpu_pool.unbuilt() and \
-                _parallel(part.prog):  # the thread pool it launches on: built alongside, from now
-            self._pool_started = True
-            _RUNNING.set(_compile_workers() - 1)
-            _Job(cpu_pool.prepare)
-        if sum(len(f) for p in self._queue for f in p.funcs) >= AHEAD_CHARS:
+        chars = sum(len(f) for p in self._queue for f in p.funcs)
+        if chars >= AHEAD_CHARS or (chars >= AHEAD_IDLE_CHARS and not _RUNNING.busy()):
             self._flush()
 
     def _flush(self) -> None:
@@ -304,7 +318,7 @@ class CPUDevice(Allocator):
         _ = compiler.cc, compiler.is_clang  # find and identify the compiler here, not in two threads at once
         src, what = _file(parts)
         _RUNNING.set(_compile_workers() - 1)  # Python lowering the next kernels keeps a core
-        job = _Job(compiler.load, src, what, tgt)
+        job = _Job(compiler.load, src, what, tgt, weight=len(src))
         for p in parts:
             p.lib, p.src = job, src
 
@@ -332,17 +346,20 @@ class CPUDevice(Allocator):
                                                           _compile_workers())] if here else []
         srcs = [_file([parts[i] for i in chunk]) for chunk in chunks]
         compiler = self.compiler_for(tgt)
-        # the thread pool these kernels launch on is built (once per cache) alongside them, not after them
+        # the thread pool these kernels launch on is built (once per cache) alongside their last files
         parallel = any(p.entry is not None and _parallel(p.prog) for p in parts)
-        build_pool = tgt.runs_here and parallel and cpu_pool.unbuilt() and not self._pool_started
+        build_pool = tgt.runs_here and parallel and cpu_pool.unbuilt()
         _RUNNING.set(_compile_workers())  # lowering is done: the last files (and any still waiting) take every core
         if len(srcs) == 1 and not build_pool:
             libs = [compiler.load(*srcs[0], tgt)]
         else:
             _ = compiler.cc, compiler.is_clang  # find and identify the compiler once, before the threads
-            built = _Job(cpu_pool.prepare) if build_pool else None
-            jobs = [_Job(compiler.load, src, what, tgt) for src, what in srcs]  # each waits on its own compiler
-            libs = [j.result() for j in jobs]
+            # each waits on its own compiler; started largest first, and the pool (needed only at the first
+            # launch) after them all
+            jobs = {i: _Job(compiler.load, *srcs[i], tgt, weight=len(srcs[i][0]))
+                    for i in sorted(range(len(srcs)), key=lambda i: -len(srcs[i][0]))}
+            built = _Job(cpu_pool.prepare, weight=-1) if build_pool else None
+            libs = [jobs[i].result() for i in range(len(srcs))]
             if built is not None:
                 built.result()
         lib_of = {i: (lib, src) for chunk, lib, (src, _) in zip(chunks, libs, srcs, strict=True) for i in chunk}
@@ -354,8 +371,6 @@ class CPUDevice(Allocator):
                 assert p.lib is not None
                 lib, src = p.lib.result(), p.src
             out.append(CPUKernel(p.prog, p.sym, src, lib, p.entry))
-        if self._pool_started and parallel:
-            cpu_pool.prepare()  # the background build is done (or waited for) before a kernel launches
         return out
 
     @staticmethod
@@ -380,6 +395,10 @@ RENDERED_KEPT = 1024
 # compile_ahead starts a file once its kernels have this much C source: a compiler start costs ~50 ms of CPU
 # (process, headers, link), so files much smaller than this add more than the overlap saves
 AHEAD_CHARS = 32_000
+# ...or, while no compile is running or waiting (the core would idle), once they have this much: the first file of a
+# realize then starts as soon as it is worth a compiler start, and files grow to AHEAD_CHARS only while the compiler
+# is busy anyway
+AHEAD_IDLE_CHARS = 8_000
 # below this much C source per compiler run, another run costs more in its start than it saves in parallel
 MIN_CHUNK_CHARS = 16_000
 

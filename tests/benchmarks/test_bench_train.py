@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from benchmarks.bench_train import TINY, convt_row, loss_check, mlp_row, model_row
+from benchmarks.bench_train import TINY, convt_row, loss_check, mlp_row, model_row, run_worker
 from benchmarks.kernel_peers import have
 from benchmarks.runner import Bench
 
@@ -14,6 +14,16 @@ from benchmarks.runner import Bench
 def test_loss_check_tolerance() -> None:
     assert loss_check([1.0, 2.0], [1.0, 2.0 * (1 + 5e-5)])[0]
     assert not loss_check([1.0, 2.0], [1.0, 2.1])[0]
+
+
+def test_cold_worker_reports_the_compiler() -> None:
+    """The cold row's subprocess (empty kernel cache): its first step with the C compiler's share, every kernel
+    lowered in it compiled from some bytes of C in at least one file."""
+    res, err = run_worker(TINY)
+    assert res is not None, err
+    assert res["first_s"] > 0 and res["lowered"] > 0 and math.isfinite(res["loss"])
+    assert 0 < res["cc_cpu_s"] < 600 and 1 <= res["c_files"] <= res["cc_runs"] <= res["lowered"] + 1
+    assert res["c_bytes"] >= 100 * res["c_files"]  # each file has at least its head and one function
 
 
 def test_tiny_mlp_row() -> None:

@@ -44,6 +44,7 @@ def test_kernels_compiled_ahead_are_taken_by_their_batch(monkeypatch: pytest.Mon
 
 def test_kernels_still_gathering_join_the_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpu_mod, "AHEAD_CHARS", 10**9)  # nothing reaches the size to start
+    monkeypatch.setattr(cpu_mod, "AHEAD_IDLE_CHARS", 10**9)
     progs = _progs(3, "gather")
     with Context(CACHE=0):
         for linear, name in progs[:2]:
@@ -55,8 +56,31 @@ def test_kernels_still_gathering_join_the_batch(monkeypatch: pytest.MonkeyPatch)
     _check(ks, 3)
 
 
+def test_an_idle_compiler_starts_a_small_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below AHEAD_CHARS a file starts only while no compile runs or waits (AHEAD_IDLE_CHARS): the first kernel
+    of a realize starts at once, the next one gathers while a compile is still pending."""
+    monkeypatch.setattr(cpu_mod, "AHEAD_CHARS", 10**9)
+    monkeypatch.setattr(cpu_mod, "AHEAD_IDLE_CHARS", 1)
+    progs = _progs(3, "idle")
+    with Context(CACHE=0):
+        for job in list(DEVICE._ahead.values()):  # nothing of an earlier test still compiling
+            if job.lib is not None:
+                job.lib.result()
+        assert not cpu_mod._RUNNING.busy()
+        DEVICE.compile_ahead(*progs[0])
+        assert not DEVICE._queue and DEVICE._ahead[progs[0]].lib is not None  # started: nothing else was pending
+        monkeypatch.setattr(cpu_mod._RUNNING, "busy", lambda: True)  # as if that compile still ran
+        DEVICE.compile_ahead(*progs[1])
+        assert DEVICE._queue and DEVICE._ahead[progs[1]].lib is None  # gathers: the compiler is busy
+        monkeypatch.undo()
+        ks = DEVICE.compile_batch(progs)
+    assert not cpu_mod._RUNNING.busy() and not DEVICE._queue
+    _check(ks, 3)
+
+
 def test_render_is_the_same_text_ahead_or_not(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpu_mod, "AHEAD_CHARS", 10**9)
+    monkeypatch.setattr(cpu_mod, "AHEAD_IDLE_CHARS", 10**9)
     (linear, name), = _progs(1, "same_text")
     plain = DEVICE.render(linear, name)
     DEVICE._rendered.clear()
