@@ -1,0 +1,68 @@
+"""rewrite.egraph_groups: the interval analysis cut into groups by constructor, each batch running only the groups
+whose constructors it holds. Oracle: the same saturator with the analysis whole (one group), fed the same batches
+in the same order in one persistent e-graph, gives the same forms and the same intervals."""
+
+from __future__ import annotations
+
+import random
+
+from benchmarks.symbolic_workloads import needy_random, random_batch
+from rewrite.egraph import Saturator
+from rewrite.egraph_groups import groups_for, split_analysis
+from rewrite.env import Context
+from rewrite.uop import UOp
+from rules import eqsat
+from rules.symbolic import simplify_fast
+from tests.rules.symcheck import random_case
+
+CTORS = {"Num", "Var", "Add", "Mul", "Mod", "Where", "Lt"}
+PROGRAM = """(ruleset analysis)
+(rule ((= e (Add a b)) (= la (lo a))) ((set (lo e) la)) :ruleset analysis :name "a")
+(rule ((= e (Where c a b)) (= la (lo a))) ((set (lo e) la)) :ruleset analysis :name "w")
+(rule ((= e (Where c a b)) (= c (Lt x y))) ((set (lo e) 0)) :ruleset analysis :name "wl")
+(rule ((= v (lo e)) (= v (hi e))) ((union e (Num v))) :ruleset analysis :name "point")
+(ruleset rw)
+(rule ((= e (Add x (Mul y (Num 0))))) ((union e (Mod x (Num 1)))) :ruleset rw :name "r")
+"""
+
+
+def test_split_moves_only_rules_of_constructors_the_rewrites_never_name():
+    text, groups = split_analysis(PROGRAM, "analysis", ("rw",), CTORS)
+    assert groups == {frozenset({"Where"}): "analysis__where", frozenset({"Where", "Lt"}): "analysis__lt_where"}
+    assert '(rule ((= e (Add a b)) (= la (lo a))) ((set (lo e) la)) :ruleset analysis :name "a")' in text
+    assert ':ruleset analysis__where :name "w"' in text and ':ruleset analysis__lt_where :name "wl"' in text
+    assert ':ruleset analysis :name "point"' in text
+    assert text.index("(ruleset analysis__where)") < text.index(':name "w"')
+    assert groups_for(groups, {"Add", "Where"}) == ("analysis__where",)
+    assert groups_for(groups, {"Add", "Where", "Lt"}) == ("analysis__lt_where", "analysis__where")
+    assert groups_for(groups, {"Add", "Lt"}) == ()
+
+
+def test_rewrites_that_name_every_constructor_leave_the_analysis_whole():
+    assert eqsat.saturator()._groups == {}
+    assert eqsat.saturator(fast_tier=True)._groups  # the fast tier's rewrites name only + * // %
+
+
+def _fast_results(n: int) -> list[UOp]:
+    rng = random.Random(3)
+    out = [simplify_fast(random_case(rng)) for _ in range(n)]
+    out += [simplify_fast(e) for seed in (11, 12) for e in random_batch(seed)]
+    out += [simplify_fast(e) for e in needy_random(12, range(1000, 1300))]  # ones the rewrites change
+    return [u for u in dict.fromkeys(out) if u.src]  # most of them the rewrites leave alone: intervals only
+
+
+def test_grouped_analysis_gives_what_the_whole_analysis_gives():
+    text, _ = eqsat.fast_tier_program()
+    grouped, whole = Saturator("grouped", text, eqsat.SCHEDULE), Saturator("whole", text, eqsat.SCHEDULE)
+    whole._text, whole._groups = whole.program, {}  # loaded whole, run whole
+    assert grouped._groups
+    exprs = _fast_results(200)
+    assert sum(map(eqsat.fast_tier_can_change, exprs)) >= 10
+    with Context(CACHE=0):
+        for sat in (grouped, whole):
+            sat.forget()
+        got = [(grouped.run([u])[0], whole.run([u])[0]) for u in exprs]  # one at a time: the e-graph accumulates
+        batch = (grouped.run(exprs[:40]), whole.run(exprs[:40]))
+    for g, w in [*got, *zip(*batch, strict=True)]:
+        assert (g.uop.render(), g.lo, g.hi) == (w.uop.render(), w.lo, w.hi)
+    assert sum(g.uop is not u for (g, _), u in zip(got, exprs, strict=True)) >= 10  # the e-graph changed some
