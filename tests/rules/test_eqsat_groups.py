@@ -51,18 +51,35 @@ def _fast_results(n: int) -> list[UOp]:
     return [u for u in dict.fromkeys(out) if u.src]  # most of them the rewrites leave alone: intervals only
 
 
-def test_grouped_analysis_gives_what_the_whole_analysis_gives():
-    text, _ = eqsat.fast_tier_program()
-    grouped, whole = Saturator("grouped", text, eqsat.SCHEDULE), Saturator("whole", text, eqsat.SCHEDULE)
-    whole._text, whole._groups = whole.program, {}  # loaded whole, run whole
-    assert grouped._groups
+def _same_results(a: Saturator, b: Saturator) -> None:
     exprs = _fast_results(200)
     assert sum(map(eqsat.fast_tier_can_change, exprs)) >= 10
     with Context(CACHE=0):
-        for sat in (grouped, whole):
+        for sat in (a, b):
             sat.forget()
-        got = [(grouped.run([u])[0], whole.run([u])[0]) for u in exprs]  # one at a time: the e-graph accumulates
-        batch = (grouped.run(exprs[:40]), whole.run(exprs[:40]))
+        got = [(a.run([u])[0], b.run([u])[0]) for u in exprs]  # one at a time: the e-graph accumulates
+        batch = (a.run(exprs[:40]), b.run(exprs[:40]))
     for g, w in [*got, *zip(*batch, strict=True)]:
         assert (g.uop.render(), g.lo, g.hi) == (w.uop.render(), w.lo, w.hi)
     assert sum(g.uop is not u for (g, _), u in zip(got, exprs, strict=True)) >= 10  # the e-graph changed some
+
+
+def _whole(text: str) -> Saturator:
+    """The analysis loaded and run whole, iterations of the rewrites then the analysis saturated."""
+    sat = Saturator("whole", text, eqsat.SCHEDULE)
+    sat._text, sat._groups = sat.program, {}
+    return sat
+
+
+def test_grouped_analysis_gives_what_the_whole_analysis_gives():
+    text, _ = eqsat.fast_tier_program()
+    grouped = Saturator("grouped", text, eqsat.SCHEDULE)
+    assert grouped._groups
+    _same_results(grouped, _whole(text))
+
+
+def test_fused_schedule_gives_what_the_iterations_give():
+    """The fast tier's schedule (rewrites and analysis saturated together, grouped) against the iterations."""
+    text, _ = eqsat.fast_tier_program()
+    assert eqsat.FAST_TIER_SCHEDULE.fused and eqsat.saturator(fast_tier=True).schedule.fused
+    _same_results(Saturator("fused", text, eqsat.FAST_TIER_SCHEDULE), _whole(text))
