@@ -297,6 +297,24 @@ def _operand_kinds(name: str, kind: str) -> list[str]:
     return [kind if k == "=" else k for k in kinds]
 
 
+_KINDS_AT: dict[tuple[str, str], list[str] | str] = {}  # (name, kind) -> operand kinds, or why it cannot stand there
+
+
+def _kinds_at(name: str, kind: str) -> list[str]:
+    """`_operand_kinds`, remembered (build_term asks it once per node of every extracted term)."""
+    hit = _KINDS_AT.get((name, kind))
+    if hit is None:
+        try:
+            hit = _KINDS_AT[(name, kind)] = _operand_kinds(name, kind)
+        except Untranslatable as e:
+            hit = _KINDS_AT[(name, kind)] = str(e)
+        except KeyError:  # not a constructor of the sort: not remembered
+            raise
+    if isinstance(hit, str):
+        raise Untranslatable(hit)
+    return hit
+
+
 def build_term(termdag: object, root_id: int, expr: Expr, memo: dict[tuple, UOp]) -> UOp:
     """`build(from_termdag(termdag, root_id), expr)` without the node list in between: the UOp of the extracted
     term `root_id`. `memo` maps (term id, kind, int dtype) to its UOp and may be shared by the roots of one
@@ -306,11 +324,16 @@ def build_term(termdag: object, root_id: int, expr: Expr, memo: dict[tuple, UOp]
     leaves = expr.leaves
     root_kind = "b" if expr.uop.dtype is dtypes.bool else "i"
     stack: list[tuple[int, str, bool]] = [(root_id, root_kind, False)]
+    pending: dict[tuple, tuple] = {}  # (term id, kind, dtype) -> (name, operand keys), between its two visits
     try:
         while stack:
             tid, kind, done = stack.pop()
             key = (tid, kind, idt)
-            if key in memo and not done:
+            if done:
+                name, keys = pending.pop(key)
+                memo[key] = UOp(OP_OF[name], tuple(memo[k] for k in keys))
+                continue
+            if key in memo:
                 continue
             t = get(tid)
             name = t.name
@@ -332,12 +355,10 @@ def build_term(termdag: object, root_id: int, expr: Expr, memo: dict[tuple, UOp]
                     raise Untranslatable(f"leaf {k!r} unknown here or of the wrong kind")
                 memo[key] = leaf
                 continue
-            want = _operand_kinds(name, kind)
-            if not done:
-                stack.append((tid, kind, True))
-                stack.extend((a, c, False) for a, c in zip(t.args, want, strict=True) if (a, c, idt) not in memo)
-                continue
-            memo[key] = UOp(OP_OF[name], tuple(memo[(a, c, idt)] for a, c in zip(t.args, want, strict=True)))
+            keys = tuple((a, c, idt) for a, c in zip(t.args, _kinds_at(name, kind), strict=True))
+            pending[key] = (name, keys)
+            stack.append((tid, kind, True))
+            stack.extend((k[0], k[1], False) for k in keys if k not in memo)
     except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:  # a dtype clash, a malformed term
         raise Untranslatable(f"cannot rebuild the extracted term: {e}") from e
     out = memo[(root_id, root_kind, idt)]

@@ -83,3 +83,19 @@ def test_fused_schedule_gives_what_the_iterations_give():
     text, _ = eqsat.fast_tier_program()
     assert eqsat.FAST_TIER_SCHEDULE.fused and eqsat.saturator(fast_tier=True).schedule.fused
     _same_results(Saturator("fused", text, eqsat.FAST_TIER_SCHEDULE), _whole(text))
+
+
+def test_scratch_files_removed_behind_our_back_are_made_again():
+    """The rows go to egglog through scratch files kept open; a temp cleaner that removes them must not make the
+    next batch fail (egglog's `input` panics on a missing file)."""
+    import shutil
+
+    text, _ = eqsat.fast_tier_program()
+    sat = Saturator("scratch", text, eqsat.FAST_TIER_SCHEDULE)
+    x = UOp.variable("x", 0, 100)
+    with Context(CACHE=0):
+        assert sat.run([x + (x % 4) * -1])[0].uop.render() == "((x//4)*4)"
+        assert sat._dir is not None
+        shutil.rmtree(sat._dir)
+        assert sat.run([x + (x % 8) * -1])[0].uop.render() == "((x//8)*8)"
+        assert sat.last.stop == "saturated" and sat.panics == 0
