@@ -237,18 +237,18 @@ class Saturator(DiskCache):
             return self._cmds
         eg = self._eg
         name = self._combos.setdefault(keys, f"{self.schedule.analysis}__with{len(self._combos)}")
-        if name not in self._declared:
-            decl = f"(unstable-combined-ruleset {name} {self.schedule.analysis} {' '.join(keys)})"
-            if self.schedule.fused:
-                decl += self.schedule.fused_decl(name, keys)
-            eg.run_program(*parse_forms(eg, decl))
-            self._declared.add(name)
         cmds = self._combo_cmds.get(keys)
         if cmds is None:
             step = self.schedule.schedule_text(name)
+            decl = f"(unstable-combined-ruleset {name} {self.schedule.analysis} {' '.join(keys)})"
+            if self.schedule.fused:
+                decl += self.schedule.fused_decl(name, keys)
             cmds = self._combo_cmds[keys] = {**self._cmds, **{k: parse_forms(eg, t) for k, t in {
                 "step": f"(run-schedule {step})", "load_step": f"(run-schedule (run load) {step})",
-                "analysis": f"(run-schedule (saturate (run {name})))"}.items()}}
+                "analysis": f"(run-schedule (saturate (run {name})))", "declare": decl}.items()}}
+        if name not in self._declared:
+            eg.run_program(*cmds["declare"])
+            self._declared.add(name)
         return cmds
 
     def _rows(self, exprs: list[Expr]) -> tuple[list[int], str, bool, bool, dict[str, int]]:
