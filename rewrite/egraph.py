@@ -370,12 +370,22 @@ class Saturator(DiskCache):
             else:
                 cmds += cm["step"]
             cmds += cm["size"]
+            zero = b.Lit(sp, b.Int(0))
+            root = b.Call(sp, "N", [b.Lit(sp, b.Int(roots[0]))]) if len(exprs) == 1 else None
+            # fused, one root: its extraction rides in the same call (needed unless the unchanged-batch shortcut
+            # applies, which the fast tier's callers rule out beforehand: rules.eqsat.fast_tier_can_change)
+            tail = 1 if sch.fused and root is not None else 0
+            if tail:
+                cmds.append(b.Extract(sp, root, zero))
+            best = None
             sized = True
             changed: bool | None = False  # None: some iteration ran, whether it changed anything is not read yet
             st.stop = "iterations"
             deadline = t0 + sch.seconds
             for _ in range(sch.iterations):
                 out = eg.run_program(*cmds)
+                if tail:
+                    best, out, tail = out[-1], out[:-1], 0
                 st.iterations += 1
                 last = out[-2 if sized else -1]
                 if sch.fused and sized:  # saturated in one command; its report is read only if needed (~30 us)
@@ -414,13 +424,12 @@ class Saturator(DiskCache):
                 ok = True
                 return [_unchanged(e, nodes) for e in exprs]
             settled = st.stop != "time"
-            zero = b.Lit(sp, b.Int(0))
-            if len(exprs) == 1:
+            if root is not None:
                 # one root: its own extraction and its interval looked up, without the packed list's rows,
                 # `collect` run and list terms (three commands and the rows they leave in the e-graph)
                 e = exprs[0]
-                root = b.Call(sp, "N", [b.Lit(sp, b.Int(roots[0]))])
-                best = eg.run_program(b.Extract(sp, root, zero))[-1]
+                if best is None:
+                    best = eg.run_program(b.Extract(sp, root, zero))[-1]
                 v = eg.eval_expr(root)[1]
                 lo_v, hi_v = eg.lookup_function("lo", [v]), eg.lookup_function("hi", [v])
                 lo, hi = ((eg.value_to_i64(lo_v), eg.value_to_i64(hi_v)) if lo_v is not None and hi_v is not None
