@@ -341,9 +341,11 @@ class Saturator(DiskCache):
         cost of an egglog 13.2 iteration grows with the e-graph, not only with what is new) and after any batch
         that did not saturate or failed, so unfinished work never leaks into the next batch.
 
-        Commands per batch: the new nodes and the roots as rows (`input`), one `load` run, the rule iterations,
-        the `collect` run (each root with its interval, packed in lists of PACK_CHUNK),
-        one extraction per list. Each result holds the rebuilt UOp (the input where the term does not fit it),
+        Commands per batch: the new nodes as rows (`input`) with the `load` run and the first iteration in one
+        `run-schedule`, the sizes, further iterations while one changes something; then for one root its
+        extraction (in the same call under a fused schedule) and a lookup of its interval, for several the roots
+        as rows, the `collect` run (each root with its interval, packed in lists of PACK_CHUNK) and one
+        extraction per list. Each result holds the rebuilt UOp (the input where the term does not fit it),
         and the extracted node list only when `nodes` asks for it (the disk cache stores it)."""
         b = egglog_bindings()
         eg = self._egraph()
