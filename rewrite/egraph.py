@@ -6,14 +6,13 @@ goes back to the rules alone when it has grown or a batch did not finish. A batc
 (egglog's `input`), hash-consed against everything the e-graph already holds, so shared subterms and terms of
 earlier batches are sent once. Each batch runs with an iteration cap, a size budget checked between iterations
 (egglog has no node limit and a blow-up aborts the process) and a time budget, then one packed extraction that
-carries every root's interval; a batch of new nodes that the rules leave unchanged needs no extraction (its
-inputs are the answer). Extraction prices a division or modulo by a power of two as a shift or a mask. What
-comes back is always an equal form (the e-graph only ever holds equalities); if a budget stops the run, the
-best form found so far. A panic (a tripwire rule, an overflow in an action) gives the inputs back unchanged.
-Results are cached in memory by UOp and on disk by a hash of the expression's text and the program
-(`CACHE=0` turns the disk cache off), so the cache survives across processes. Each row carries a checksum of
-its key and content: a row that does not verify is deleted and saturated again; a file that is not a readable
-SQLite database is removed and created afresh; an unusable cache directory means no disk cache, not an error.
+carries every root's interval (a single root: its own extraction and a lookup of its interval); a batch of new
+nodes that the rules leave unchanged needs no extraction (its inputs are the answer). Each iteration runs only
+the interval rules that can fire on the batch's e-classes (rewrite.egraph_groups). Extraction prices a division
+or modulo by a power of two as a shift or a mask. What comes back is always an equal form (the e-graph only ever
+holds equalities); if a budget stops the run, the best form found so far. A panic (a tripwire rule, an overflow
+in an action) gives the inputs back unchanged. Results are cached in memory by UOp and on disk
+(rewrite.egraph_cache).
 
 The sort and the translation live in rewrite.egraph_terms, the DSL export in rewrite.egraph_export; this is
 the one module here that imports egglog, lazily, and only its compiled `egglog.bindings` extension (see
@@ -31,10 +30,12 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rewrite.egglog_io import egglog_bindings, parse_forms, split_commands
+from rewrite.egraph_cache import DiskCache, Result
+from rewrite.egraph_groups import groups_for, split_analysis
 from rewrite.egraph_terms import (
     CTORS,
     DEFAULT_COSTS,
@@ -54,7 +55,6 @@ from rewrite.egraph_terms import (
     sort_decls,
     translate,
 )
-from rewrite.env import cache_dir, knob_int
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 
@@ -80,6 +80,13 @@ _CODES: dict[str, int] = {"Num": 0, **{c: i + 1 for i, (c, _, _) in enumerate(CT
 _TWIN_CODES: dict[str, int] = {of: len(_CODES) + j for j, of in enumerate(POW2_TWINS.values())}
 _TWIN_OF: dict[str, str] = {of: twin for twin, of in POW2_TWINS.items()}
 _TABLES = frozenset([c for c, _, _ in CTORS.values()] + list(POW2_TWINS))  # the op constructors' tables
+_CTOR_NAMES = frozenset({"Num", "Var", *(c for c, _, _ in CTORS.values()), *POW2_TWINS})
+# a row of LN or LR is deleted by the rule that consumes it, so those relations stay empty between batches (every
+# `run` of `load` would otherwise look up the new rows' codes in an index over all rows since the last reset)
+def _del_ln(code: int, a: str = "a") -> str:
+    return f"(delete (LN i {code} {a} b d k l h f))"
+
+
 LOAD_PROGRAM = "\n".join([
     "(constructor N (i64) Idx :unextractable)",
     "(relation LN (i64 i64 i64 i64 i64 String i64 i64 i64))",
@@ -89,18 +96,20 @@ LOAD_PROGRAM = "\n".join([
     "(constructor PC (Idx PList) PList :cost 1000000)",
     "(ruleset load)",
     "(ruleset collect)",
-    '(rule ((LN i -1 a b d k l h f)) ((union (N i) (Var k l h))) :ruleset load :name "load-var")',
-    '(rule ((LN i 0 v b d k l h f)) ((union (N i) (Num v))) :ruleset load :name "load-num")',
+    f'(rule ((LN i -1 a b d k l h f)) ((union (N i) (Var k l h)) {_del_ln(-1)}) :ruleset load :name "load-var")',
+    f'(rule ((LN i 0 v b d k l h f)) ((union (N i) (Num v)) {_del_ln(0, "v")})'
+    ' :ruleset load :name "load-num")',
     '(rule ((LN i c a b d k l h 1)) ((set (lo (N i)) l) (set (hi (N i)) h)) :ruleset load :name "load-bounds")',
-    *(f'(rule ((LN i {_CODES[c]} a b d k l h f)) ((union (N i) ({c} {" ".join(f"(N {v})" for v in "abd"[:len(k)])})))'
-      f' :ruleset load :name "load-{c.lower()}")' for c, k, _ in CTORS.values()),
+    *(f'(rule ((LN i {_CODES[c]} a b d k l h f)) ((union (N i) ({c} {" ".join(f"(N {v})" for v in "abd"[:len(k)])}))'
+      f' {_del_ln(_CODES[c])}) :ruleset load :name "load-{c.lower()}")' for c, k, _ in CTORS.values()),
     *(f'(rule ((LN i {_TWIN_CODES[of]} a b d k l h f)) ((union (N i) ({of} (N a) (N b)))'
-      f' (union (N i) ({twin} (N a) (N b)))) :ruleset load :name "load-{twin.lower()}")'
+      f' (union (N i) ({twin} (N a) (N b))) {_del_ln(_TWIN_CODES[of])}) :ruleset load :name "load-{twin.lower()}")'
       for twin, of in POW2_TWINS.items()),
-    "(rule ((LR p j i) (= e (N i)) (= l (lo e)) (= h (hi e))) ((union (PK p j) (PB e l h (PK p (+ j 1)))))"
-    ' :ruleset collect :name "collect")',
-    '(rule ((LR p j i) (= e (N i))) ((union (PK p j) (PC e (PK p (+ j 1))))) :ruleset collect :name "collect-pc")',
-    '(rule ((LR p j i) (= i -1)) ((union (PK p j) (PNil))) :ruleset collect :name "collect-end")',
+    "(rule ((LR p j i) (= e (N i)) (= l (lo e)) (= h (hi e))) ((union (PK p j) (PB e l h (PK p (+ j 1))))"
+    ' (delete (LR p j i))) :ruleset collect :name "collect")',
+    '(rule ((LR p j i) (= e (N i))) ((union (PK p j) (PC e (PK p (+ j 1)))) (delete (LR p j i)))'
+    ' :ruleset collect :name "collect-pc")',
+    '(rule ((LR p j i) (= i -1)) ((union (PK p j) (PNil)) (delete (LR p j i))) :ruleset collect :name "collect-end")',
 ]) + "\n"
 
 # ---------------------------------------------------------------------------------------------- saturation
@@ -116,48 +125,6 @@ class Stats:
     error: str = ""
 
 
-@dataclass
-class Result:
-    uop: UOp
-    lo: int | None = None
-    hi: int | None = None
-    nodes: list[Node] | None = field(default=None, repr=False)
-    settled: bool = True  # not cut short by the time budget, which depends on the machine: may go to disk
-    built: bool = False  # `uop` is already the extracted term rebuilt (no need to build it from `nodes`)
-
-
-_CORRUPT = object()  # _open_db's answer for a file that is not a usable SQLite database
-
-
-def _open_db(path: str) -> sqlite3.Connection | object | None:
-    """A connection with the cache table, `_CORRUPT` for a garbage file, None when it cannot be used now."""
-    import sqlite3
-
-    db = None
-    try:
-        db = sqlite3.connect(path, timeout=5, check_same_thread=False)
-        # a cache needs no durability: without fsync a commit costs microseconds instead of ~20 ms
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=OFF")
-        db.execute("CREATE TABLE IF NOT EXISTS eg (key TEXT PRIMARY KEY, val TEXT)")
-        db.execute("SELECT key, val FROM eg LIMIT 1").fetchall()
-        return db
-    except sqlite3.OperationalError:  # locked by another process, read-only, no such directory
-        return None
-    except sqlite3.DatabaseError:  # "file is not a database", "database disk image is malformed"
-        if db is not None:
-            db.close()
-        return _CORRUPT
-
-
-def _row_sum(key: str, d: dict) -> str:
-    """A row's checksum: its key and its content (without the checksum field), so an edited or moved row fails."""
-    import json
-
-    body = json.dumps({k: v for k, v in d.items() if k != "c"}, sort_keys=True)
-    return hashlib.sha256(f"{key}\n{body}".encode()).hexdigest()[:24]
-
-
 def _unchanged(e: Expr, nodes: bool) -> Result:
     """The result for a root the e-graph did not change: the input, with the interval it was loaded with."""
     iv = e.bounds[-1] if e.bounds else None
@@ -165,7 +132,7 @@ def _unchanged(e: Expr, nodes: bool) -> Result:
                   [(n[0], n[1]) if n[0] == "Var" else n for n in e.nodes] if nodes else None, True, True)
 
 
-class Saturator:
+class Saturator(DiskCache):
     """A rule program (egglog text, declaring rule sets named by `schedule`) and its bounded schedule."""
 
     def __init__(self, name: str, program: str, schedule: Schedule | None = None,
@@ -173,8 +140,16 @@ class Saturator:
         self.name, self.schedule = name, schedule or Schedule()
         self.program = sort_decls(costs) + LOAD_PROGRAM + program
         self.version = hashlib.sha256(f"{self.program}\n{self.schedule!r}".encode()).hexdigest()[:24]
+        # the program as loaded: the analysis cut into groups by constructor (rewrite.egraph_groups)
+        self._text, self._groups = split_analysis(self.program, self.schedule.analysis, self.schedule.rewrites,
+                                                  _CTOR_NAMES)
+        if self.schedule.fused:
+            self._text += self.schedule.fused_decl(self.schedule.analysis) + "\n"
         self._eg: Any = None
         self._cmds: dict[str, list] = {}
+        self._combos: dict[tuple[str, ...], str] = {}  # groups -> the combined rule set that runs them with the rest
+        self._combo_cmds: dict[tuple[str, ...], dict[str, list]] = {}  # parsed by the current e-graph
+        self._declared: set[str] = set()  # combined rule sets declared since the last reset
         self._lock = threading.RLock()
         self._mem: dict[UOp, Result] = {}
         self._exprs: dict[UOp, Expr | None] = {}  # translations (None: untranslatable), kept until `forget`
@@ -185,7 +160,7 @@ class Saturator:
         self._sizes: dict[str, int] = {}  # rows per constructor table after the last batch (print-size)
         self._packs = 0
         self._dir: str | None = None
-        self._files: dict[str, Any] = {}  # table -> its open scratch file
+        self._files: dict[str, list] = {}  # table -> [descriptor, path, length] of its scratch file
         self.resets = 0  # times the e-graph went back to the rules alone
         self.last = Stats()
         self.panics = 0  # batches (or halves of them) that panicked since this saturator was made
@@ -195,13 +170,16 @@ class Saturator:
         """The e-graph, with the rules loaded and a snapshot of that state pushed (what `_reset` returns to)."""
         if self._eg is None:
             eg = egglog_bindings().EGraph()
-            eg.run_program(*parse_forms(eg, self.program))
+            eg.run_program(*parse_forms(eg, self._text))
+            step = self.schedule.schedule_text()
             self._cmds = {k: parse_forms(eg, t) for k, t in {
-                "push": "(push)", "pop": "(pop)", "step": self.schedule.step_text(),
+                "push": "(push)", "pop": "(pop)", "step": f"(run-schedule {step})", "size": "(print-size)",
+                "load_step": f"(run-schedule (run load) {step})",
                 "load": "(run-schedule (run load))", "collect": "(run-schedule (run collect))",
                 "analysis": f"(run-schedule (saturate (run {self.schedule.analysis})))"}.items()}
             eg.run_program(*self._cmds["push"])
             self._eg, self._stale = eg, False
+            self._combo_cmds, self._declared = {}, set()
             self._ids, self._packs, self._sizes = {}, 0, {}
         return self._eg
 
@@ -210,9 +188,32 @@ class Saturator:
         eg = self._eg
         eg.run_program(*self._cmds["pop"])
         eg.run_program(*self._cmds["push"])
+        self._declared = set()  # declared after the snapshot, so gone with the pop
         self._stale = False
         self._ids, self._packs, self._sizes = {}, 0, {}
         self.resets += 1
+
+    def _commands(self, exprs: list[Expr]) -> dict[str, list]:
+        """The iteration commands for a batch: with the analysis rules of the groups whose constructors all occur
+        in the batch (a combined rule set, declared once per e-graph life), or the plain ones if none does."""
+        keys = groups_for(self._groups, {n[0] for e in exprs for n in e.nodes})
+        if not keys:
+            return self._cmds
+        eg = self._eg
+        name = self._combos.setdefault(keys, f"{self.schedule.analysis}__with{len(self._combos)}")
+        cmds = self._combo_cmds.get(keys)
+        if cmds is None:
+            step = self.schedule.schedule_text(name)
+            decl = f"(unstable-combined-ruleset {name} {self.schedule.analysis} {' '.join(keys)})"
+            if self.schedule.fused:
+                decl += self.schedule.fused_decl(name, keys)
+            cmds = self._combo_cmds[keys] = {**self._cmds, **{k: parse_forms(eg, t) for k, t in {
+                "step": f"(run-schedule {step})", "load_step": f"(run-schedule (run load) {step})",
+                "analysis": f"(run-schedule (saturate (run {name})))", "declare": decl}.items()}}
+        if name not in self._declared:
+            eg.run_program(*cmds["declare"])
+            self._declared.add(name)
+        return cmds
 
     def _rows(self, exprs: list[Expr]) -> tuple[list[int], str, bool, bool, dict[str, int]]:
         """The e-class number of every root, the LN rows of the nodes the e-graph does not hold yet, whether one
@@ -267,21 +268,35 @@ class Saturator:
         egglog 13.2 has no bulk insert in its Python bindings; a file of rows read by `input` and turned into
         terms by the `load` rules costs ~1 us per node, where the same terms as actions cost ~4-5 us. The file
         stays open and is overwritten in place: opening with truncation costs ~0.2 ms CPU (and up to ms of
-        wall time) on ext4, rewriting ~0.013 ms."""
+        wall time) on ext4, rewriting ~0.013 ms; it is shortened only when the new rows are shorter, with
+        `os.pwrite`/`os.ftruncate` on its descriptor (no text-file seek or flush); a scratch file removed behind
+        our back (a temp cleaner: egglog's `input` panics on a missing file) shows as no link left, `os.fstat`."""
         f = self._files.get(table)
-        if f is None or f.closed or not os.path.exists(f.name):
+        if f is not None and os.fstat(f[0]).st_nlink == 0:
+            self._drop_files()
+            f = None
+        if f is None:
             if self._dir is None or not os.path.isdir(self._dir):
                 import shutil
                 import tempfile
 
                 self._dir = tempfile.mkdtemp(prefix="uopc-egraph-")
                 atexit.register(shutil.rmtree, self._dir, True)
-            f = self._files[table] = open(os.path.join(self._dir, f"{table}.tsv"), "w+")  # noqa: SIM115
-        f.seek(0)
-        f.write(text)
-        f.truncate()
-        f.flush()
-        return b.Input(b.PanicSpan(), table, f.name)
+            path = os.path.join(self._dir, f"{table}.tsv")
+            f = self._files[table] = [os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600), path, 0]
+        data = text.encode()
+        os.pwrite(f[0], data, 0)
+        if len(data) < f[2]:
+            os.ftruncate(f[0], len(data))
+        f[2] = len(data)
+        return b.Input(b.PanicSpan(), table, f[1])
+
+    def _drop_files(self) -> None:
+        """Close the scratch files; the next batch makes them again (in a new directory if this one is gone)."""
+        for fd, _, _ in self._files.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._files = {}
 
     def _run(self, exprs: list[Expr], nodes: bool = False) -> list[Result]:
         """One batch in the e-graph; raises on a panic (the caller splits the batch).
@@ -293,9 +308,11 @@ class Saturator:
         cost of an egglog 13.2 iteration grows with the e-graph, not only with what is new) and after any batch
         that did not saturate or failed, so unfinished work never leaks into the next batch.
 
-        Commands per batch: the new nodes and the roots as rows (`input`), one `load` run, the rule iterations,
-        the `collect` run (each root with its interval, packed in lists of PACK_CHUNK),
-        one extraction per list. Each result holds the rebuilt UOp (the input where the term does not fit it),
+        Commands per batch: the new nodes as rows (`input`) with the `load` run and the first iteration in one
+        `run-schedule`, the sizes, further iterations while one changes something; then for one root its
+        extraction (in the same call under a fused schedule) and a lookup of its interval, for several the roots
+        as rows, the `collect` run (each root with its interval, packed in lists of PACK_CHUNK) and one
+        extraction per list. Each result holds the rebuilt UOp (the input where the term does not fit it),
         and the extracted node list only when `nodes` asks for it (the disk cache stores it)."""
         b = egglog_bindings()
         eg = self._egraph()
@@ -308,6 +325,90 @@ class Saturator:
         try:
             roots, ln, unbounded, reused, added = self._rows(exprs)
             before = self._sizes
+            cm = self._commands(exprs)
+            # the first command: the new rows, their load, the first iteration and the sizes. Without an op node
+            # that lacks an interval, the load and the first iteration are one `run-schedule` (whose report's
+            # first iteration is the load's); egglog 13.2 spends ~25 us on any command, even `(print-size)`
+            cmds: list = [self._input(b, "LN", ln)] if ln else []
+            skip = 0
+            if ln and unbounded and not sch.fused:  # (fused: the analysis runs with the first rewrites)
+                cmds += [*cm["load"], *cm["analysis"], *cm["step"]]
+            elif ln:
+                cmds += cm["load_step"]
+                skip = 1
+            else:
+                cmds += cm["step"]
+            cmds += cm["size"]
+            zero = b.Lit(sp, b.Int(0))
+            root = b.Call(sp, "N", [b.Lit(sp, b.Int(roots[0]))]) if len(exprs) == 1 else None
+            # fused, one root: its extraction rides in the same call (needed unless the unchanged-batch shortcut
+            # applies, which the fast tier's callers rule out beforehand: rules.eqsat.fast_tier_can_change)
+            tail = 1 if sch.fused and root is not None else 0
+            if tail:
+                cmds.append(b.Extract(sp, root, zero))
+            best = None
+            sized = True
+            changed: bool | None = False  # None: some iteration ran, whether it changed anything is not read yet
+            st.stop = "iterations"
+            deadline = t0 + sch.seconds
+            for _ in range(sch.iterations):
+                out = eg.run_program(*cmds)
+                if tail:
+                    best, out, tail = out[-1], out[:-1], 0
+                st.iterations += 1
+                last = out[-2 if sized else -1]
+                if sch.fused and sized:  # saturated in one command; its report is read only if needed (~30 us)
+                    updated, changed = True, None
+                    st.stop = "saturated"
+                else:
+                    rep = last.report
+                    updated = any(i.rule_set_report.changed for i in rep.iterations[skip:]) if skip else rep.updated
+                    changed = changed or updated
+                if updated and not sized:
+                    out = eg.run_program(*cm["size"])
+                    sized = True
+                if sized:  # an iteration that changed nothing left the sizes as they were
+                    self._sizes = dict(out[-1].sizes)
+                    st.size = sum(self._sizes.values())
+                if st.stop == "saturated" or not updated:
+                    st.stop = "saturated"
+                    break
+                if st.size > sch.max_size:
+                    st.stop = "size"
+                    break
+                if time.perf_counter() > deadline:
+                    st.stop = "time"
+                    break
+                # later iterations: the sizes only where the iteration changed something (the common last
+                # iteration, which finds nothing, costs one command)
+                cmds, skip, sized = cm["step"], 0, False
+            if (st.stop == "saturated" and changed is not True and not reused and not unbounded
+                    and all(self._sizes.get(k, 0) - before.get(k, 0) == added.get(k, 0) for k in _TABLES)
+                    and (changed is False or not any(i.rule_set_report.changed
+                                                     for i in last.report.iterations[skip:]))):
+                # nothing changed the e-graph after the load, and every op node of the batch is a new e-node
+                # (each constructor table grew by exactly the batch's new nodes: none was made earlier by a
+                # rule): every e-class of an op node holds just its loaded node (and a twin priced lower, read
+                # back as the same op), so extraction would give back each input and collect its loaded interval
+                ok = True
+                return [_unchanged(e, nodes) for e in exprs]
+            settled = st.stop != "time"
+            if root is not None:
+                # one root: its own extraction and its interval looked up, without the packed list's rows,
+                # `collect` run and list terms (three commands and the rows they leave in the e-graph)
+                e = exprs[0]
+                if best is None:
+                    best = eg.run_program(b.Extract(sp, root, zero))[-1]
+                v = eg.eval_expr(root)[1]
+                lo_v, hi_v = eg.lookup_function("lo", [v]), eg.lookup_function("hi", [v])
+                lo, hi = ((eg.value_to_i64(lo_v), eg.value_to_i64(hi_v)) if lo_v is not None and hi_v is not None
+                          else (None, None))
+                try:
+                    u = build_term(best.termdag, best.term, e, {})
+                except Untranslatable:
+                    u = e.uop
+                ok = True
+                return [Result(u, lo, hi, from_termdag(best.termdag, best.term) if nodes else None, settled, True)]
             packs: list[int] = []
             lr: list[str] = []
             for k in range(0, len(roots), PACK_CHUNK):
@@ -317,41 +418,9 @@ class Saturator:
                 chunk = roots[k : k + PACK_CHUNK]
                 lr += [f"{p}\t{j}\t{i}\n" for j, i in enumerate(chunk)]
                 lr.append(f"{p}\t{len(chunk)}\t-1\n")
-            cmds = [self._input(b, "LN", ln), *self._cmds["load"]] if ln else []
-            if unbounded:
-                cmds += self._cmds["analysis"]
-            if cmds:
-                eg.run_program(*cmds)
-            st.stop = "iterations"
-            deadline = t0 + sch.seconds
-            for _ in range(sch.iterations):
-                out = eg.run_program(*self._cmds["step"])
-                st.iterations += 1
-                sizes = out[-1].sizes
-                st.size = sum(n for _, n in sizes)
-                self._sizes = {k: n for k, n in sizes if k in _TABLES}
-                if not out[0].report.updated:
-                    st.stop = "saturated"
-                    break
-                if st.size > sch.max_size:
-                    st.stop = "size"
-                    break
-                if time.perf_counter() > deadline:
-                    st.stop = "time"
-                    break
-            if (st.stop == "saturated" and st.iterations == 1 and not reused and not unbounded
-                    and all(self._sizes.get(k, 0) - before.get(k, 0) == added.get(k, 0) for k in _TABLES)):
-                # nothing changed the e-graph after the load, and every op node of the batch is a new e-node
-                # (each constructor table grew by exactly the batch's new nodes: none was made earlier by a
-                # rule): every e-class of an op node holds just its loaded node (and a twin priced lower, read
-                # back as the same op), so extraction would give back each input and collect its loaded interval
-                ok = True
-                return [_unchanged(e, nodes) for e in exprs]
             # every iteration ended with the analysis saturated
             eg.run_program(self._input(b, "LR", "".join(lr)), *self._cmds["collect"])
             results: list[Result] = []
-            settled = st.stop != "time"
-            zero = b.Lit(sp, b.Int(0))
             it = iter(exprs)
             for p in packs:
                 memo: dict[tuple, UOp] = {}  # shared by the roots of one extraction
@@ -395,96 +464,6 @@ class Saturator:
                 return [Result(exprs[0].uop)]
             mid = len(exprs) // 2
             return self._run_split(exprs[:mid], nodes) + self._run_split(exprs[mid:], nodes)
-
-    # -- caches --
-    def _disk(self) -> sqlite3.Connection | None:
-        """The on-disk cache, opened once per process and path. A file that is not a readable SQLite database
-        (garbage, a torn write) is removed and created afresh; an unusable directory means no disk cache."""
-        if knob_int("CACHE") == 0:
-            return None
-        import sqlite3
-
-        try:
-            path = os.path.join(cache_dir(), "egraph.sqlite")
-        except OSError:  # unwritable CACHEDIR or HOME: no disk cache
-            return None
-        if self._db is None or self._db_key != (os.getpid(), path):
-            db = _open_db(path)
-            if db is _CORRUPT:
-                for p in (path, path + "-wal", path + "-shm"):
-                    with contextlib.suppress(OSError):
-                        os.unlink(p)
-                db = _open_db(path)
-            if not isinstance(db, sqlite3.Connection):
-                return None
-            self._db, self._db_key = db, (os.getpid(), path)
-        return self._db
-
-    def _disk_key(self, e: Expr) -> str:
-        return hashlib.sha256(f"{self.version}\n{e.canonical()}".encode()).hexdigest()
-
-    def _disk_get(self, exprs: list[Expr]) -> dict[int, Result]:
-        """Cached results for `exprs`, each row checked against its checksum: a row that does not verify (edited
-        or damaged) is deleted and its expression saturated again."""
-        db = self._disk()
-        if db is None:
-            return {}
-        import json
-        import sqlite3
-
-        keys = {self._disk_key(e): i for i, e in enumerate(exprs) if e.stable}
-        if not keys:
-            return {}
-        found: dict[int, Result] = {}
-        bad: list[str] = []
-        try:
-            ks = list(keys)
-            for j in range(0, len(ks), 500):
-                chunk = ks[j : j + 500]
-                rows = db.execute(f"SELECT key, val FROM eg WHERE key IN ({','.join('?' * len(chunk))})", chunk)
-                for k, v in rows:
-                    try:
-                        d = json.loads(v)
-                        if not isinstance(d, dict) or d.get("c") != _row_sum(k, d):
-                            raise ValueError("checksum")
-                        r = Result(exprs[keys[k]].uop, d["lo"], d["hi"], [tuple(n) for n in d["n"]])
-                    except (ValueError, KeyError, TypeError):
-                        bad.append(k)
-                        continue
-                    found[keys[k]] = r
-            if bad:
-                with db:
-                    db.executemany("DELETE FROM eg WHERE key = ?", [(k,) for k in bad])
-        except sqlite3.OperationalError:  # locked or read-only: a miss
-            return found
-        except sqlite3.DatabaseError:  # damaged pages: rebuilt at the next open
-            self._db = None
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(cache_dir(), "egraph.sqlite"))
-            return {}
-        return found
-
-    def _disk_put(self, pairs: list[tuple[Expr, Result]]) -> None:
-        db = self._disk()
-        if db is None:
-            return
-        import json
-        import sqlite3
-
-        rows = []
-        for e, r in pairs:
-            if e.stable and r.nodes is not None and r.settled:
-                k = self._disk_key(e)
-                d: dict[str, Any] = {"lo": r.lo, "hi": r.hi, "n": r.nodes}
-                d["c"] = _row_sum(k, d)
-                rows.append((k, json.dumps(d)))
-        if not rows:
-            return
-        try:
-            with db:
-                db.executemany("INSERT OR REPLACE INTO eg (key, val) VALUES (?, ?)", rows)
-        except sqlite3.Error:
-            pass
 
     def clear_memory(self) -> None:
         self._mem.clear()
