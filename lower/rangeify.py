@@ -17,6 +17,7 @@ site). One rule per op family, each mapping the output index to its sources' ind
   rangeify-flip                reflects
   rangeify-pad                 subtracts its offset and adds a validity condition (loads under it are gated)
   rangeify-index               reads its source at positions loaded from its index tensors (a gated load)
+  rangeify-reduce-empty        a reduction over a zero-size axis is its identity (no loop, nothing loaded)
   rangeify-reduce              opens new REDUCE-type RANGEs for its axes (or a closed form, lower.reduce_collapse)
   rangeify-stack, -vconst      pick a source or a value by comparisons on the first index
   rangeify-resizing-bitcast    reads the realized source's memory as the new dtype
@@ -333,6 +334,16 @@ def _index(ctx: KernelBuilder, n: UOp) -> Expansion:
     return [(x, (*new, *idx[pos:]), cond)], lambda v: cond.where(v[0], zero)  # type: ignore[union-attr]  # an INDEX has an index: cond is set
 
 
+def _reduce_empty(ctx: KernelBuilder, n: UOp) -> Expansion | None:
+    """rangeify-reduce-empty: a reduction over an axis of size 0 is the reduction's identity: nothing is read (a
+    load in an empty loop would otherwise be hoisted out of it by the symbolic stage, which takes the empty
+    range's index for 0, and read past a zero-size buffer)."""
+    if not any(isinstance(d := n.src[0].shape[a], int) and d == 0 for a in n.reduce_axes):
+        return None
+    value = UOp.const(reduce_identity(n.reduce_op, n.dtype), n.dtype)
+    return [], lambda _v: value
+
+
 def _reduce(ctx: KernelBuilder, n: UOp) -> Expansion:
     """rangeify-reduce: the closed form of a constant integer sum, else the source at new REDUCE ranges on the
     reduced axes (size-1 axes at 0), summed by a REDUCE over them. A REDUCE computed inline is recorded in
@@ -422,6 +433,7 @@ rangeify_rules = RuleSet("rangeify", [
     Rule("rangeify-flip", op.FLIP(name="n"), _flip),
     Rule("rangeify-pad", op.PAD(name="n"), _pad),
     Rule("rangeify-index", op.INDEX(name="n"), _index),
+    Rule("rangeify-reduce-empty", op.REDUCE(name="n"), _reduce_empty),
     Rule("rangeify-reduce", op.REDUCE(name="n"), _reduce),
     Rule("rangeify-stack", op.STACK(name="n"), _stack),
     Rule("rangeify-vconst", op.VCONST(name="n"), _vconst),

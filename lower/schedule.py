@@ -81,6 +81,7 @@ def schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
         rec.stage_end(begun, "rangeify", "graph", "", graph, asts)
     else:
         items, outs = schedule_split(flat_roots(list(graph.src)))
+    items = [it for it in items if not _empty(it)]
     if ctx.spec:
         from rewrite.spec import check
 
@@ -89,6 +90,14 @@ def schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
                 check(it.ast, "kernel")
     return items, {g: outs[r] if r.op is not Ops.TUPLE else assemble(r, outs)
                    for g, r in zip(roots, graph.src, strict=True)}
+
+
+def _empty(it: ScheduleItem) -> bool:
+    """A kernel or copy over no elements: its destination (and, for a kernel, every output, which shares its
+    iteration space) has a zero-size shape, so there is nothing to compute; it is not lowered or run (a loop nest
+    over an empty range has nothing for the optimizer's tiles to split, and would otherwise be lowered as if it
+    had one tile)."""
+    return 0 in it.bufs[0].shape
 
 
 def _graph_stages(roots: list[UOp]) -> tuple[Lowering, UOp]:

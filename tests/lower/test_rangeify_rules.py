@@ -147,6 +147,7 @@ def _families() -> list[tuple[str, Tensor, np.ndarray]]:
         ("rangeify-flip", a.flip(1) * 2, x[:, ::-1] * 2),
         ("rangeify-pad", a.pad(((1, 0), (0, 2))) * 2, np.pad(x, ((1, 0), (0, 2))) * 2),
         ("rangeify-index", a.index_select(0, Tensor(ix)) * 2, gathered * 2),
+        ("rangeify-reduce-empty", Tensor(np.zeros((0, 5), np.float32)).sum(0) + a[0], x[0]),
         ("rangeify-reduce", a.sum(1), x.sum(1)),
         ("rangeify-stack", Tensor(UOp.stack(UOp.const(2.0), UOp.const(7.0))) * a[0, :2], np.array([2, 7]) * x[0, :2]),
         ("rangeify-vconst", Tensor(UOp.vconst(list(vals), dtypes.int32)) * 2, vals * 2),
