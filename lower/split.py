@@ -59,6 +59,7 @@ class SplitContext:
     out_of: dict[UOp, UOp] = field(default_factory=dict)
     stores: dict[UOp, UOp] = field(default_factory=dict)
     decided: dict[UOp, str] = field(default_factory=dict)
+    fused: dict[UOp, str] = field(default_factory=dict)  # stores sharing one kernel (lower.split_fuse) -> the rule
     _assigns: list[tuple[int, int, UOp]] = field(default_factory=list)  # (AFTER's position, source position, STORE)
 
     def mark(self, node: UOp, rule: str) -> None:

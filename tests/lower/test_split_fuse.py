@@ -1,0 +1,151 @@
+"""The rule fuse-sibling-stores (lower.split_fuse): assignments over one iteration space that read a buffer in
+common at the element they write share one kernel with several STOREs, and never where a store would see what a
+sibling writes. Every case is checked against numpy, on the cpu and the python (reference) device."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lower.schedule import schedule
+from rewrite import Ops, UOp
+from tensor import Tensor
+from tensor.optim import SGD, Adam, AdamW
+
+DEVICES = ["cpu", "python"]
+
+
+def _arr(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _real(a: np.ndarray, device: str) -> Tensor:
+    return Tensor(a, device=device).realize()
+
+
+def _stores(ast: UOp) -> int:
+    return sum(u.op is Ops.STORE for u in ast.toposort())
+
+
+def _kernels(*ts: Tensor) -> list[tuple[int, int]]:
+    """(outputs, STOREs) of each kernel that realizes `ts`."""
+    items, _ = schedule([t.uop for t in ts])
+    return [(it.outs, _stores(it.ast)) for it in items if it.kind == "kernel" and it.ast is not None]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_siblings_reading_one_input_share_a_kernel(device: str) -> None:
+    a0, b0, g0 = _arr(5, 7), _arr(5, 7, seed=1), _arr(5, 7, seed=2)
+    a, b, g = _real(a0, device), _real(b0, device), _real(g0, device)
+    va, vb = a * 0.5 + g, b - g * g + a * 0.25  # vb reads a's OLD value at the element a's store writes
+    a.assign(va)
+    b.assign(vb)
+    assert _kernels(a, b) == [(2, 2)]
+    Tensor.realize(a, b)
+    np.testing.assert_allclose(a.numpy(), a0 * 0.5 + g0, rtol=1e-6)
+    np.testing.assert_allclose(b.numpy(), b0 - g0 * g0 + a0 * 0.25, rtol=1e-6)
+
+
+def test_shared_value_is_computed_once() -> None:
+    """AdamW's shape: the parameter's update reads the new moment that the moment's own store writes."""
+    p0, m0, g0 = _arr(8, 3), _arr(8, 3, seed=1), _arr(8, 3, seed=2)
+    p, m, g = _real(p0, "cpu"), _real(m0, "cpu"), _real(g0, "cpu")
+    new_m = m * 0.9 + g * 0.1
+    m.assign(new_m)
+    p.assign(p - new_m * 0.5)
+    items, _ = schedule([m.uop, p.uop])
+    (it,) = [i for i in items if i.kind == "kernel"]
+    assert it.ast is not None and it.outs == 2
+    st_m, st_p = sorted((u for u in it.ast.toposort() if u.op is Ops.STORE), key=lambda u: u.src[0].src[0].arg.slot)
+    assert st_m.src[1] in st_p.src[1].toposort()  # new_m is one node: computed once, stored and read
+    Tensor.realize(m, p)
+    np.testing.assert_allclose(m.numpy(), m0 * 0.9 + g0 * 0.1, rtol=1e-6)
+    np.testing.assert_allclose(p.numpy(), p0 - (m0 * 0.9 + g0 * 0.1) * 0.5, rtol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_reading_a_siblings_new_value_stays_apart(device: str) -> None:
+    a0, b0, g0 = _arr(6), _arr(6, seed=1), _arr(6, seed=2)
+    a, b, g = _real(a0, device), _real(b0, device), _real(g0, device)
+    a.assign(a + g)
+    b.assign(b + a + g)  # `a` is the AFTER: the new value, written by the sibling
+    assert _kernels(a, b) == [(1, 1), (1, 1)]
+    Tensor.realize(a, b)
+    np.testing.assert_allclose(b.numpy(), b0 + a0 + g0 + g0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_reading_a_siblings_target_elsewhere_stays_apart(device: str) -> None:
+    a0, b0, g0 = _arr(6), _arr(6, seed=1), _arr(6, seed=2)
+    a, b, g = _real(a0, device), _real(b0, device), _real(g0, device)
+    va, vb = a + g, b + a.flip(0) + g  # vb reads the old a at other elements: a's kernel would overwrite them
+    a.assign(va)
+    b.assign(vb)
+    assert all(o == 1 for o, _ in _kernels(a, b))
+    Tensor.realize(a, b)
+    np.testing.assert_allclose(a.numpy(), a0 + g0, rtol=1e-6)
+    np.testing.assert_allclose(b.numpy(), b0 + a0[::-1] + g0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_target_read_without_its_own_store_reading_it_stays_apart(device: str) -> None:
+    """a's store does not load a, so in one kernel nothing orders b's load of the old a before a's store."""
+    a0, b0, g0 = _arr(6), _arr(6, seed=1), _arr(6, seed=2)
+    a, b, g = _real(a0, device), _real(b0, device), _real(g0, device)
+    va, vb = g * 2, b + a + g
+    a.assign(va)
+    b.assign(vb)
+    assert all(o == 1 for o, _ in _kernels(a, b))
+    Tensor.realize(a, b)
+    np.testing.assert_allclose(a.numpy(), g0 * 2, rtol=1e-6)
+    np.testing.assert_allclose(b.numpy(), b0 + a0 + g0, rtol=1e-6)
+
+
+def test_nothing_in_common_or_other_shapes_stay_apart() -> None:
+    a, b, c = _real(_arr(6), "cpu"), _real(_arr(6, seed=1), "cpu"), _real(_arr(3, 2), "cpu")
+    g, h = _real(_arr(6, seed=2), "cpu"), _real(_arr(6, seed=3), "cpu")
+    a.assign(a + g)
+    b.assign(b + h)  # reads nothing a's kernel reads at the same element (a merge would only grow a kernel)
+    c.assign(c + g.reshape(3, 2))  # another iteration space
+    assert all(o == 1 for o, _ in _kernels(a, b, c))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_merge_without_an_order_is_taken_back(device: str) -> None:
+    """b reads a reduction of a's NEW value (another kernel), so b's store must follow a's: one kernel for both
+    would wait for itself. The split takes the merge back."""
+    a0, b0, g0 = _arr(6), _arr(6, seed=1), _arr(6, seed=2)
+    a, b, g = _real(a0, device), _real(b0, device), _real(g0, device)
+    a.assign(a + g)
+    b.assign(b + g + a.sum().contiguous())
+    assert sorted(_kernels(a, b)) == [(1, 1), (1, 1), (1, 1)]
+    Tensor.realize(a, b)
+    np.testing.assert_allclose(a.numpy(), a0 + g0, rtol=1e-6)
+    np.testing.assert_allclose(b.numpy(), b0 + g0 + (a0 + g0).sum(), rtol=1e-5)
+
+
+def _step_state(cls: type, kwargs: dict, device: str, steps: int = 3) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    w = Tensor(rng.standard_normal((4, 6)).astype(np.float32), device=device, requires_grad=True)
+    x = Tensor(rng.standard_normal((3, 4)).astype(np.float32), device=device)
+    opt = cls([w], lr=0.1, **kwargs)
+    for _ in range(steps):
+        opt.zero_grad()
+        ((x @ w).relu() * (x @ w)).sum().backward()
+        opt.step()
+    return [w.numpy(), *(t.numpy() for t in opt.state[0].values())]
+
+
+@pytest.mark.parametrize("cls, kwargs", [(AdamW, {}), (Adam, {"weight_decay": 0.1}), (SGD, {"momentum": 0.9})])
+def test_optimizer_step_is_one_kernel_per_parameter_and_device_independent(cls: type, kwargs: dict) -> None:
+    rng = np.random.default_rng(0)
+    w = Tensor(rng.standard_normal((4, 6)).astype(np.float32), requires_grad=True)
+    opt = cls([w], lr=0.1, **kwargs)
+    (w * w).sum().backward()
+    targets = opt._assign_updates()
+    items, _ = schedule([t.uop for t in targets])
+    stores = [it for it in items if it.kind == "kernel" and it.outs > 1]
+    assert len(stores) == 1 and stores[0].outs == len(targets)
+    cpu, ref = _step_state(cls, kwargs, "cpu"), _step_state(cls, kwargs, "python")
+    for a, b in zip(cpu, ref, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
