@@ -56,7 +56,7 @@ def test_shared_value_is_computed_once() -> None:
     items, _ = schedule([m.uop, p.uop])
     (it,) = [i for i in items if i.kind == "kernel"]
     assert it.ast is not None and it.outs == 2
-    st_m, st_p = sorted((u for u in it.ast.toposort() if u.op is Ops.STORE), key=lambda u: u.src[0].src[0].arg.slot)
+    st_m, st_p = sorted((u for u in it.ast.toposort() if u.op is Ops.STORE), key=lambda u: u.src[0].src[0].buf_arg.slot)
     assert st_m.src[1] in st_p.src[1].toposort()  # new_m is one node: computed once, stored and read
     Tensor.realize(m, p)
     np.testing.assert_allclose(m.numpy(), m0 * 0.9 + g0 * 0.1, rtol=1e-6)
