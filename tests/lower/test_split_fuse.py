@@ -201,3 +201,45 @@ def test_random_sibling_stores_fuse_some() -> None:
         if seed not in FUSED:
             test_random_sibling_stores_match_numpy(seed)
     assert sum(FUSED.values()) >= 3
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fused_kernel_replays_from_the_plan_cache(device: str) -> None:
+    """A realize of the same structure replays the cached plan: every output of the fused kernel is an input
+    written in place (made writable, the caller's arrays untouched), with the new buffers' data."""
+    from lower.realize import plans
+
+    shape = (5, 7) if device == "python" else (64, 129)  # the cpu shape is vectorized and split across threads
+    hits = plans.hits
+    for i in range(4):
+        a0, b0, g0 = _arr(*shape, seed=3 * i), _arr(*shape, seed=3 * i + 1), _arr(*shape, seed=3 * i + 2)
+        keep = a0.copy(), b0.copy()
+        a, b, g = Tensor(a0, device=device), Tensor(b0, device=device), Tensor(g0, device=device)
+        Tensor.realize(a, b, g)
+        va, vb = a * 0.5 + g, b - g * g + a * 0.25
+        a.assign(va)
+        b.assign(vb)
+        if i == 0:
+            assert _kernels(a, b) == [(2, 2)]
+        Tensor.realize(a, b)
+        np.testing.assert_allclose(a.numpy(), keep[0] * 0.5 + g0, rtol=1e-6)
+        np.testing.assert_allclose(b.numpy(), keep[1] - g0 * g0 + keep[0] * 0.25, rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(a0, keep[0])
+        np.testing.assert_array_equal(b0, keep[1])
+    assert plans.hits - hits >= 1  # (which realizes hit depends on the tensors still alive: aliasing is keyed)
+
+
+def test_memory_plan_counts_every_output_of_a_kernel() -> None:
+    """A kernel's outputs 0..outs-1 are all produced by it: an intermediate written as a second output shares
+    storage like any other (lower.memory)."""
+    from lower.buffers import new_buffer, slot
+    from lower.memory import plan
+    from lower.schedule import ScheduleItem
+    from rewrite import dtypes
+
+    x, y, inp, out, z, w = (new_buffer(dtypes.float32, (16,), "cpu") for _ in range(6))
+    items = [ScheduleItem("kernel", (x, y, inp), outs=2), ScheduleItem("kernel", (z, y)),
+             ScheduleItem("kernel", (w, x)), ScheduleItem("kernel", (out, w, z))]
+    shared = plan(items, {out})
+    assert shared[slot(y)] is y  # the second output is an intermediate with storage of its own
+    assert shared[slot(w)] is y  # and, dead after item 1, lends it to w
