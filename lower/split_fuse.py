@@ -51,6 +51,8 @@ class Group:
     slots: set[int]
     after_reads: set[UOp]  # the stores whose new values the members read
     inner: set[UOp]  # the RANGEs of the members' reductions
+    own: dict[int, set[UOp]]  # each member's target slot -> the loads of it its own store's value makes
+    reads: dict[int, set[UOp]]  # each global buffer slot -> the loads of it in the members' values
 
 
 @dataclass
@@ -81,44 +83,39 @@ def _plain(ast: UOp) -> tuple[UOp, tuple[UOp, ...]] | None:
     return st, ranges
 
 
-def _global_indexes(u: UOp) -> list[UOp]:
-    return [x for x in u.toposort() if x.op is Ops.INDEX and x.src[0].op is Ops.BUFFER
-            and x.src[0].buf_arg.addrspace is AddrSpace.GLOBAL]
-
-
-def _loads(u: UOp) -> list[UOp]:
-    return [x for x in u.toposort() if x.op is Ops.LOAD and x.src[0].op is Ops.INDEX and len(x.src[0].src) == 2
-            and x.src[0].src[0].op is Ops.BUFFER and x.src[0].src[0].buf_arg.addrspace is AddrSpace.GLOBAL]
-
-
-def _safe(stores: list[UOp], index: UOp) -> bool:
-    """No store's target is read at another element, and every load of a target in the kernel is a load its
-    own store's value makes too (so the store waits for it)."""
-    reads = [(_slot(x.src[0].src[0]), x) for st in stores for x in _loads(st.src[1])]
-    for st in stores:
-        t = _slot(st.src[0].src[0])
-        mine = {x for s, x in reads if s == t}
-        if any(x.src[0].src[1] is not index for x in mine) or not mine <= set(_loads(st.src[1])):
-            return False
-    return True
+def _is_global_load(x: UOp) -> bool:
+    return (x.op is Ops.LOAD and x.src[0].op is Ops.INDEX and len(x.src[0].src) == 2
+            and x.src[0].src[0].op is Ops.BUFFER and x.src[0].src[0].buf_arg.addrspace is AddrSpace.GLOBAL)
 
 
 def _fuse(ctx: FuseContext, s: UOp) -> None:
     if s in ctx.excluded or (ast := ctx.raw.get(s)) is None or (plain := _plain(ast)) is None:
         return
     st, ranges = plain
-    index = st.src[0].src[1]
-    idxs = _global_indexes(st.src[1])
-    loads = {x for x in idxs if x.src[1] is index}
-    slots = {_slot(x.src[0]) for x in idxs} | {_slot(st.src[0].src[0])}
+    index, target = st.src[0].src[1], _slot(st.src[0].src[0])
+    topo = st.src[1].toposort()  # one walk of each store's value
+    own = [x for x in topo if _is_global_load(x)]
+    by_slot: dict[int, set[UOp]] = {}
+    for x in own:
+        by_slot.setdefault(_slot(x.src[0].src[0]), set()).add(x)
+    if any(x.src[0].src[1] is not index for x in by_slot.get(target, ())):
+        return  # reads its own target elsewhere (realize-store-value computed such a value first)
+    loads = {x.src[0] for x in own if x.src[0].src[1] is index}
+    slots = set(by_slot) | {target}
     reads = ctx.after_reads.get(s, set())
-    inner = {x for x in st.src[1].toposort() if x.op is Ops.RANGE} - set(ranges)
+    inner = {x for x in topo if x.op is Ops.RANGE} - set(ranges)
     for g in ctx.groups:
         if g.ranges != ranges or g.index is not index or not (g.loads & loads) or len(g.slots | slots) > ctx.max_args:
             continue
         if inner & g.inner:  # a reduction's loop of one store's kernel is its own (range ids count per kernel)
             continue
-        if reads & set(g.members) or s in g.after_reads or not _safe([*g.stores, st], index):
+        if reads & set(g.members) or s in g.after_reads or target in g.own:  # (two stores into one buffer)
+            continue
+        # the targets read across the kernel: only at the element written, and by the target's own store too
+        if any(t in by_slot and not (by_slot[t] <= mine and all(x.src[0].src[1] is index for x in by_slot[t]))
+               for t, mine in g.own.items()):
+            continue
+        if not g.reads.get(target, set()) <= by_slot.get(target, set()):
             continue
         g.members.append(s)
         g.stores.append(st)
@@ -126,9 +123,13 @@ def _fuse(ctx: FuseContext, s: UOp) -> None:
         g.slots |= slots
         g.after_reads |= reads
         g.inner |= inner
+        g.own[target] = by_slot.get(target, set())
+        for t, xs in by_slot.items():
+            g.reads.setdefault(t, set()).update(xs)
         ctx.group_of[s] = g
         return
-    g = Group([s], ranges, index, [st], loads, slots, set(reads), inner)
+    g = Group([s], ranges, index, [st], loads, slots, set(reads), inner, {target: by_slot.get(target, set())},
+              {t: set(xs) for t, xs in by_slot.items()})
     ctx.groups.append(g)
     ctx.group_of[s] = g
 

@@ -243,3 +243,16 @@ def test_memory_plan_counts_every_output_of_a_kernel() -> None:
     shared = plan(items, {out})
     assert shared[slot(y)] is y  # the second output is an intermediate with storage of its own
     assert shared[slot(w)] is y  # and, dead after item 1, lends it to w
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_two_stores_into_one_buffer_stay_apart(device: str) -> None:
+    """Two assignments to one buffer in one realize, the second not reading the first: one kernel would leave
+    the order of the two writes to each element open."""
+    t0, g0 = _arr(6), _arr(6, seed=1)
+    t, g = _real(t0, device), _real(g0, device)
+    t.assign(g * 2)
+    t.assign(g * 3)  # neither reads t: nothing else keeps them apart
+    assert _kernels(t) == [(1, 1), (1, 1)]
+    t.realize()
+    np.testing.assert_allclose(t.numpy(), g0 * 3, rtol=1e-6)
