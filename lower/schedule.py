@@ -12,7 +12,9 @@ LayerNorm: fused, every later kernel would recompute every earlier one's, a cost
 REDUCE is realized once and the kernels that fused it are rebuilt to read it. The same holds, one level up, for
 an elementwise node that combines such a statistic with other values and that several kernels compute (the
 LayerNorm's centred input), so no kernel reads a chain of earlier layers' buffers. A cycle of assignments is
-broken by the rule realize-assign-cycle, run over the whole graph once the kernels are built. The worklist
+broken by the rule realize-assign-cycle, run over the whole graph once the kernels are built; assignments over
+one iteration space that share their inputs become one kernel with several STOREs (the rule fuse-sibling-stores,
+lower.split_fuse: an optimizer's parameter, m and v). The worklist
 decides nothing itself: it builds each node's kernel, applies the rules, and carries out their decision.
 Everything else fuses into the kernels that consume it. Each kernel's buffers are
 renumbered to local slots (0 is the output, then inputs in order of first use), so kernels that differ only
