@@ -42,7 +42,7 @@ def plan(items: list[ScheduleItem], keep: set[UOp]) -> dict[int, UOp]:
     rep: dict[int, UOp] = {}
     produced: set[int] = set()
     for i, it in enumerate(items):
-        produced.add(slot(it.bufs[0]))
+        produced.update(slot(b) for b in it.bufs[:it.outs])
         for b in it.bufs:
             s = slot(b)
             first.setdefault(s, i)

@@ -397,10 +397,11 @@ def _run_step(s: Step, it: ScheduleItem | None, kernels: dict[int, Any], comm: C
         return
     assert it is not None
     if s.kind == "kernel":
-        if buffers.has_data(it.bufs[0]):  # an assignment's target, written in place
-            from lower.schedule_cache import writable
+        from lower.schedule_cache import writable
 
-            writable(it.bufs[0])
+        for b in it.bufs[:it.outs]:
+            if buffers.has_data(b):  # an assignment's target, written in place
+                writable(b)
         kernels[s.item]({i: _array(b, vv) for i, b in enumerate(it.bufs)}, vv)
         return
     assert comm is not None or s.kind == "copy"

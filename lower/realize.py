@@ -154,8 +154,9 @@ def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None,
             copy_into(_array(dst, vv), _array(src, vv), it.view, it.dst_view)
             continue
         assert it.ast is not None
-        if buffers.has_data(it.bufs[0]):  # an assignment's target, written in place
-            writable(it.bufs[0])
+        for b in it.bufs[:it.outs]:
+            if buffers.has_data(b):  # an assignment's target, written in place
+                writable(b)
         dev = _device_of(it.bufs[0])
         kernel = get_kernel(it.ast, dev, it.name, it.bufs)
         st = time.perf_counter()

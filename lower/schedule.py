@@ -12,7 +12,9 @@ LayerNorm: fused, every later kernel would recompute every earlier one's, a cost
 REDUCE is realized once and the kernels that fused it are rebuilt to read it. The same holds, one level up, for
 an elementwise node that combines such a statistic with other values and that several kernels compute (the
 LayerNorm's centred input), so no kernel reads a chain of earlier layers' buffers. A cycle of assignments is
-broken by the rule realize-assign-cycle, run over the whole graph once the kernels are built. The worklist
+broken by the rule realize-assign-cycle, run over the whole graph once the kernels are built; assignments over
+one iteration space that share their inputs become one kernel with several STOREs (the rule fuse-sibling-stores,
+lower.split_fuse: an optimizer's parameter, m and v). The worklist
 decides nothing itself: it builds each node's kernel, applies the rules, and carries out their decision.
 Everything else fuses into the kernels that consume it. Each kernel's buffers are
 renumbered to local slots (0 is the output, then inputs in order of first use), so kernels that differ only
@@ -30,7 +32,17 @@ from lower.buffers import new_buffer
 from lower.copyview import View, copy_source
 from lower.rangeify import RealizePoint, build_kernel
 from lower.split import SplitContext, decide
-from lower.split_build import BuildContext, Concats, Decision, break_cycle, decide_build, flat_buffer, region
+from lower.split_build import (
+    BuildContext,
+    Concats,
+    Decision,
+    break_cycle,
+    decide_build,
+    flat_buffer,
+    kernel_limits,
+    region,
+)
+from lower.split_fuse import FUSE_STORES, FuseContext, fuse_stores
 from rewrite import Ops, UOp
 from rewrite.dtype import AddrSpace
 from rewrite.errors import CompilerError
@@ -52,6 +64,7 @@ class ScheduleItem:
     name: str = ""
     view: View | None = None
     dst_view: View | None = None  # a copy into a window of its destination (one part of a concatenation)
+    outs: int = 1  # a kernel's local slots 0..outs-1 are the buffers it writes (several: lower.split_fuse)
 
     def __repr__(self) -> str:
         return f"ScheduleItem({self.kind} {self.name}, {len(self.bufs)} buffers)"
@@ -194,12 +207,19 @@ def _schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     for node in pending:  # every node known to be realized has its buffer before any consumer is built
         if node not in out_of:
             out_of[node] = new_buffer(node.dtype, node.shape, node.device if isinstance(node.device, str) else device)
+    excluded: set[UOp] = set()  # stores whose fused kernel had no order (lower.split_fuse)
+    fused: dict[UOp, ScheduleItem] = {}
+    leader: dict[UOp, UOp] = {}
     while True:
         _split(pending, build)
         if not stores:
             order = sorted(kernels, key=lambda k: topo_index.get(k, -1))
             break
-        order, stuck = _order_with_stores(kernels, stores, out_of, topo_index)
+        fused, leader = _fused_stores(build, stores, topo_index, excluded)
+        order, stuck = _order_with_stores(kernels, stores, out_of, topo_index, leader)
+        if undo := {s for k in stuck if k in fused for s, lead in leader.items() if lead is k}:
+            excluded |= undo  # the merge made a cycle: those stores stay kernels of their own
+            continue
         if not stuck:
             break
         # a cycle of assignments is broken by computing one store's value into a temporary first (the rule
@@ -208,8 +228,47 @@ def _schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
         v = d.nodes[0]
         out_of[v] = new_buffer(v.dtype, v.shape, v.device if isinstance(v.device, str) else device)
         _carry_out(d, build, pending)
-    return ([it for k in order for it in (*parts.before.get(k, ()), kernels[k])],
+    split.fused.update(dict.fromkeys(leader, FUSE_STORES))
+    return ([it for k in order for it in (*parts.before.get(k, ()), fused.get(k) or kernels[k])],
             {g: out_of[r] for g, r in zip(given, roots, strict=True)}, split)
+
+
+def _fused_stores(build: BuildContext, stores: dict[UOp, UOp], topo_index: dict[UOp, int], excluded: set[UOp]
+                  ) -> tuple[dict[UOp, ScheduleItem], dict[UOp, UOp]]:
+    """The rule fuse-sibling-stores (lower.split_fuse) over the assignments' kernels: the fused kernels, each
+    keyed by its first store, and each fused store's first store."""
+    out_of, kernels = build.split.out_of, cast("dict[UOp, ScheduleItem]", build.kernels)
+    producer = _producers(kernels, topo_index, {})
+    realized = {n: b for n, b in out_of.items() if n not in stores}
+    after_reads: dict[UOp, set[UOp]] = {}
+    for s in stores:
+        if s in kernels:
+            leaves = [u for u in region(_top(s), realized) if u in realized]
+            after_reads[s] = {p for leaf in leaves if leaf.op is Ops.AFTER for p in producer.get(leaf, ())}
+    dev = default_device(list(stores))
+    ctx = FuseContext({s: build.raw[s] for s in stores if s in kernels and s in build.raw}, after_reads,
+                      kernel_limits(dev)[0], set(excluded))
+    asts = fuse_stores(ctx, sorted(ctx.raw, key=lambda s: topo_index.get(s, -1)))
+    leader = {s: g.members[0] for g in ctx.groups if len(g.members) > 1 for s in g.members}
+    return {k: _localize(ast) for k, ast in asts.items()}, leader
+
+
+def _top(k: UOp) -> UOp:
+    """What kernel `k` computes, for its region: a store's value (and the positions of a store through an INDEX)."""
+    if k.op is not Ops.STORE:
+        return k
+    return UOp(Ops.CONTIGUOUS, (k.src[1],)) if k.src[0].op is not Ops.INDEX else UOp(Ops.SINK, (k.src[0], k.src[1]))
+
+
+def _producers(kernels: dict[UOp, ScheduleItem], topo_index: dict[UOp, int], leader: dict[UOp, UOp]
+               ) -> dict[UOp, list[UOp]]:
+    """Realized node -> the kernels that write it: itself, and for an AFTER its stores' kernels (and those of
+    the target it follows); a fused store stands for its kernel's first store (`leader`)."""
+    producer: dict[UOp, list[UOp]] = {k: [k] for k in kernels if k.op is not Ops.STORE}
+    for n in topo_index:  # reading an AFTER waits for its stores and for those of the target it follows
+        if n.op is Ops.AFTER:
+            producer[n] = [leader.get(s, s) for s in n.src[1:] if s in kernels] + producer.get(n.src[0], [])
+    return producer
 
 
 def _own_buffers(roots: list[UOp]) -> list[UOp]:
@@ -275,6 +334,7 @@ def _split(pending: list[UOp], build: BuildContext) -> None:
         ast = build.kernel(node)
         assert not isinstance(ast, RealizePoint)  # the realize-point rule fires on it
         kernels[node] = _localize(ast)
+        build.raw[node] = ast
         if node.op is not Ops.STORE:
             inline[node] = build.fused(node)
 
@@ -295,29 +355,30 @@ def _carry_out(d: Decision, build: BuildContext, pending: list[UOp]) -> None:
 
 
 def _order_with_stores(kernels: dict[UOp, ScheduleItem], stores: dict[UOp, UOp], out_of: dict[UOp, UOp],
-                       topo_index: dict[UOp, int]) -> tuple[list[UOp], list[UOp]]:
+                       topo_index: dict[UOp, int], leader: dict[UOp, UOp]) -> tuple[list[UOp], list[UOp]]:
     """The kernels in an order that runs each before the kernels that read what it writes, and every kernel
     that reads an assignment's target before the store that overwrites it (the old value is read first). When
     no such order exists (two assignments that each read the other's old value: `p -= lr * m; m.assign(m * b + p)`),
-    also the stores left on a cycle."""
+    also the stores left on a cycle. Stores fused into one kernel (`leader`: each one's first store) are ordered
+    as that kernel, keyed by its first store."""
     realized = {n: b for n, b in out_of.items() if n not in stores}
-    producer: dict[UOp, list[UOp]] = {k: [k] for k in kernels if k.op is not Ops.STORE}
-    for n in topo_index:  # reading an AFTER waits for its stores and for those of the target it follows
-        if n.op is Ops.AFTER:
-            producer[n] = [s for s in n.src[1:] if s in kernels] + producer.get(n.src[0], [])
-    deps: dict[UOp, set[UOp]] = {}
+    producer = _producers(kernels, topo_index, leader)
+    units = list(dict.fromkeys(leader.get(k, k) for k in kernels))
+    deps: dict[UOp, set[UOp]] = {k: set() for k in units}
     readers: dict[UOp, list[UOp]] = {}  # realized node -> the kernels that read it
     for k in kernels:
-        top = k if k.op is not Ops.STORE else UOp(Ops.CONTIGUOUS, (k.src[1],)) if k.src[0].op is not Ops.INDEX else \
-            UOp(Ops.SINK, (k.src[0], k.src[1]))  # a store through an INDEX also reads its positions
-        leaves = [u for u in region(top, realized) if u in realized and u is not k]
-        deps[k] = {p for leaf in leaves for p in producer.get(leaf, ()) if p is not k}
+        u = leader.get(k, k)
+        leaves = [x for x in region(_top(k), realized) if x in realized and x is not k]
+        deps[u].update(p for leaf in leaves for p in producer.get(leaf, ()) if p is not u)
         for leaf in leaves:
-            readers.setdefault(leaf, []).append(k)
+            readers.setdefault(leaf, []).append(u)
     for s in stores:  # the old value is read before it is overwritten
+        if s not in kernels:
+            continue
+        u = leader.get(s, s)
         tgt = s.src[0].src[0] if s.src[0].op is Ops.INDEX else s.src[0]
-        deps[s].update(r for r in readers.get(tgt, ()) if r is not s)
-    users: dict[UOp, list[UOp]] = {k: [] for k in kernels}
+        deps[u].update(r for r in readers.get(tgt, ()) if r is not u)
+    users: dict[UOp, list[UOp]] = {k: [] for k in units}
     for k, ds in deps.items():
         for d in ds:
             users[d].append(k)
@@ -332,7 +393,7 @@ def _order_with_stores(kernels: dict[UOp, ScheduleItem], stores: dict[UOp, UOp],
             missing[u] -= 1
             if missing[u] == 0:
                 heapq.heappush(ready, (topo_index.get(u, -1), id(u), u))
-    return out, [k for k in kernels if missing[k] and k.op is Ops.STORE]
+    return out, [k for k in units if missing[k] and k.op is Ops.STORE]
 
 
 def _localize(ast: UOp) -> ScheduleItem:
@@ -347,7 +408,7 @@ def _localize(ast: UOp) -> ScheduleItem:
         for b, local_buf in mapping.items():
             rec.derive(local_buf, b, "rangeify: a global buffer as the kernel's local slot")
     local = ast.substitute(mapping)
-    return ScheduleItem("kernel", tuple(order), local, kernel_name(local, topo))
+    return ScheduleItem("kernel", tuple(order), local, kernel_name(local, topo), outs=max(len(outs), 1))
 
 
 def kernel_name(ast: UOp, topo: list[UOp] | None = None) -> str:

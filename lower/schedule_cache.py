@@ -264,7 +264,8 @@ def build_plan(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], o
             continue
         steps.append(Step("kernel", kernels[kernel_ix], refs, it.name, dev, shape, estimates[kernel_ix]))
         kernel_ix += 1
-    written = tuple(sorted({st.refs[0][0] for st in steps if st.refs and st.refs[0][0] < n_in}))
+    written = tuple(sorted({r[0] for st, it in zip(steps, items, strict=True) for r in st.refs[:it.outs]
+                            if r[0] < n_in}))
     deps = None
     if len({st.device for st in steps}) > 1:
         where = {buffers.slot(b): storage(b) for it in items for b in it.bufs}

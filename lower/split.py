@@ -27,6 +27,12 @@ build returns the rule's `RealizePoint`). All are recorded in the same `decided`
   realize-assign-cycle             a store's value computed first to break a cycle of assignments (a rule run
                                    over the whole graph once the kernels are built)
 
+One rule decides which kernels are one (lower.split_fuse, recorded in `SplitContext.fused`):
+
+  fuse-sibling-stores              assignments over one iteration space that read a buffer in common at the
+                                   element they write, none reading what another writes: one kernel with several
+                                   STOREs (an optimizer's parameter and its state)
+
 The context carries the graph's topological order, computed once by the caller: the order in which the
 realized nodes get their buffers follows it, so buffer numbering and the kernels do not depend on the walk.
 """
@@ -59,6 +65,7 @@ class SplitContext:
     out_of: dict[UOp, UOp] = field(default_factory=dict)
     stores: dict[UOp, UOp] = field(default_factory=dict)
     decided: dict[UOp, str] = field(default_factory=dict)
+    fused: dict[UOp, str] = field(default_factory=dict)  # stores sharing one kernel (lower.split_fuse) -> the rule
     _assigns: list[tuple[int, int, UOp]] = field(default_factory=list)  # (AFTER's position, source position, STORE)
 
     def mark(self, node: UOp, rule: str) -> None:

@@ -106,6 +106,7 @@ class BuildContext:
     device: str
     parts: Concats
     kernels: dict[UOp, object] = field(default_factory=dict)  # realized node -> its ScheduleItem (lower.schedule)
+    raw: dict[UOp, UOp] = field(default_factory=dict)  # realized node -> its kernel over the global buffers
     inline: dict[UOp, dict[UOp, None]] = field(default_factory=dict)
     shared: dict[UOp, None] = field(default_factory=dict)
     _flats: dict[UOp, UOp] = field(default_factory=dict)

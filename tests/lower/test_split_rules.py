@@ -10,7 +10,7 @@ import importlib
 import numpy as np
 import pytest
 
-from lower.schedule import split_decisions
+from lower.schedule import schedule, split_decisions
 from lower.split import decide, realize_rules
 from rewrite import Ops, UOp, dtypes
 from rewrite.errors import CompilerError
@@ -199,10 +199,26 @@ def test_assign_cycle_computes_one_value_first() -> None:
     p0, m0 = _arr(5), _arr(5, seed=1)
     p, m = Tensor(p0.copy()).realize(), Tensor(m0.copy()).realize()
     p_old, m_old = p.uop, m.uop
-    p.assign(p - Tensor(m_old) * 0.5)  # reads m's old value
+    p.assign(p - Tensor(m_old).flip(0) * 0.5)  # reads m's old value (elsewhere: the stores are two kernels)
     m.assign(Tensor(m_old) * 3 + Tensor(p_old))  # reads p's old value: no order of the two stores is right
     (value,) = _why(split_decisions([p.uop, m.uop]), "realize-assign-cycle")
     assert value.op in (Ops.ADD, Ops.SUB)  # the first store's value (in graph order), computed into a temporary
+    Tensor.realize(p, m)
+    np.testing.assert_allclose(p.numpy(), p0 - m0[::-1] * 0.5, rtol=1e-6)
+    np.testing.assert_allclose(m.numpy(), m0 * 3 + p0, rtol=1e-6)
+
+
+def test_assign_cycle_at_the_same_element_is_one_kernel() -> None:
+    """Two stores that each read the other's old value at the element they write share one kernel
+    (fuse-sibling-stores, lower.split_fuse): each element's old values are loaded before either is stored, so
+    there is no cycle to break and no temporary."""
+    p0, m0 = _arr(5), _arr(5, seed=1)
+    p, m = Tensor(p0.copy()).realize(), Tensor(m0.copy()).realize()
+    p_old, m_old = p.uop, m.uop
+    p.assign(p - Tensor(m_old) * 0.5)
+    m.assign(Tensor(m_old) * 3 + Tensor(p_old))
+    assert _why(split_decisions([p.uop, m.uop]), "realize-assign-cycle") == []
+    assert [it.outs for it in schedule([p.uop, m.uop])[0]] == [2]
     Tensor.realize(p, m)
     np.testing.assert_allclose(p.numpy(), p0 - m0 * 0.5, rtol=1e-6)
     np.testing.assert_allclose(m.numpy(), m0 * 3 + p0, rtol=1e-6)
