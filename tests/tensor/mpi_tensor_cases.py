@@ -265,6 +265,53 @@ def allreduce_at_once() -> None:
     print(f"rank {r}/{n}: allreduce_at_once ok", flush=True)
 
 
+def allreduce_at_once_reuse() -> None:
+    """An at-once allreduce writes into the last result's storage once nothing refers to it (its tensor dropped),
+    and into fresh storage while a tensor, a lazy graph on it, or a numpy view of its data is alive: those keep
+    their values. Every result equals the lazy form's bits and numpy's sum."""
+    from lower import buffers
+    from lower.multi import view_base
+
+    r, n = _rank()
+    D = M.ranks()
+    s = 3 * n
+    rng = np.random.default_rng(11)
+    blocks = [(rng.standard_normal((n, s)) * 10).astype(np.float32) for _ in range(6)]
+    Ts = [M.from_local(b[r], D) for b in blocks]
+    want = [T.reshape(n, s).sum(0).realize().numpy() for T in Ts]   # the graph form, one Allreduce each
+
+    def run(k: int) -> tuple[Tensor, int]:
+        t = M.allreduce(Ts[k])
+        assert t.is_realized
+        base = view_base(t.uop)
+        assert base is not None
+        np.testing.assert_array_equal(_local(t), want[k])
+        _eq(want[k], blocks[k].sum(0), 1e-5 * float(np.abs(blocks[k]).max()) * n)
+        return t, buffers.slot(base)
+
+    a, slot_a = run(0)
+    del a
+    b, slot_b = run(1)
+    assert slot_b == slot_a, "a dropped result's storage is reused"
+    c, slot_c = run(2)
+    assert slot_c != slot_b, "a held result is not overwritten"
+    np.testing.assert_array_equal(_local(b), want[1])
+    view = _local(c)   # a numpy view of c's data, held past c
+    del b, c
+    d, slot_d = run(3)
+    assert slot_d != slot_c, "a result whose data is still viewed is not overwritten"
+    np.testing.assert_array_equal(view, want[2])
+    lazy = d * 2   # a graph on d keeps it
+    del d
+    e, slot_e = run(4)
+    assert slot_e != slot_d
+    np.testing.assert_array_equal(lazy.numpy(), want[3] * 2)
+    del e
+    _, slot_f = run(5)
+    assert slot_f == slot_e
+    print(f"rank {r}/{n}: allreduce_at_once_reuse ok", flush=True)
+
+
 def allreduce_at_once_mismatched() -> None:
     """Rank 0 allreduces a tensor of another length than the others, at once: the first call's check names the
     ranks on every rank (the same error as for a schedule)."""
@@ -377,6 +424,7 @@ def jit_data_parallel() -> None:
 if __name__ == "__main__":
     cases = {f.__name__: f for f in (shard_to, collectives, matmul, data_parallel, several_per_rank,
                                      mismatched_programs, raises_midway, one_call_collectives, allreduce_at_once,
+                                     allreduce_at_once_reuse,
                                      allreduce_at_once_mismatched, allreduce_at_once_stalls, jit_allreduce,
                                      jit_data_parallel)}
     cases[sys.argv[1]]()
