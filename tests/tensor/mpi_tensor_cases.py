@@ -312,6 +312,42 @@ def allreduce_at_once_reuse() -> None:
     print(f"rank {r}/{n}: allreduce_at_once_reuse ok", flush=True)
 
 
+def assign_in_place() -> None:
+    """Assignment to a tensor on ranks() replicated or sharded on axis 0, 1 or 2 writes this rank's own shard in
+    place (the same storage array), also for a value in another layout; the result equals numpy's and the same value
+    computed as a new tensor (the graph form), bit for bit."""
+    from lower import buffers
+    from lower.multi import view_base
+
+    r, n = _rank()
+    D = M.ranks()
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((2 * n, 2 * n, 2 * n)).astype(np.float32)
+    b = rng.standard_normal((2 * n, 2 * n, 2 * n)).astype(np.float32)
+    for axis in (None, 0, 1, 2):
+        t = Tensor(a).shard(D, axis).realize()
+        base = view_base(t.uop)
+        assert base is not None
+        mine = buffers.shards(base)[r]
+        storage = buffers.lookup(mine)
+        graph = (Tensor(a).shard(D, axis) * 2 + Tensor(b).shard(D, axis)).realize()
+        t.assign(t * 2 + Tensor(b).shard(D, axis))
+        got = t.numpy()
+        np.testing.assert_array_equal(got, a * 2 + b)
+        np.testing.assert_array_equal(got, graph.numpy())
+        for other in (None, 1 if axis == 0 else 0):   # a value in another layout is laid out as t first
+            t.assign(Tensor(b).shard(D, other) - 1)
+            np.testing.assert_array_equal(t.numpy(), b - 1)
+        t += Tensor(a).shard(D, axis)
+        np.testing.assert_array_equal(t.numpy(), b - 1 + a)
+        now = view_base(t.uop)
+        assert now is not None and t.uop.axis == axis
+        assert buffers.shards(now)[r] is mine and buffers.lookup(mine) is storage, axis
+        block = (b - 1 + a) if axis is None else np.split(b - 1 + a, n, axis=axis)[r]
+        np.testing.assert_array_equal(np.asarray(storage).reshape(-1), np.ascontiguousarray(block).reshape(-1))
+    print(f"rank {r}/{n}: assign_in_place ok", flush=True)
+
+
 def allreduce_at_once_mismatched() -> None:
     """Rank 0 allreduces a tensor of another length than the others, at once: the first call's check names the
     ranks on every rank (the same error as for a schedule)."""
@@ -424,7 +460,7 @@ def jit_data_parallel() -> None:
 if __name__ == "__main__":
     cases = {f.__name__: f for f in (shard_to, collectives, matmul, data_parallel, several_per_rank,
                                      mismatched_programs, raises_midway, one_call_collectives, allreduce_at_once,
-                                     allreduce_at_once_reuse,
+                                     allreduce_at_once_reuse, assign_in_place,
                                      allreduce_at_once_mismatched, allreduce_at_once_stalls, jit_allreduce,
                                      jit_data_parallel)}
     cases[sys.argv[1]]()
