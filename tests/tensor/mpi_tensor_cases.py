@@ -307,8 +307,13 @@ def allreduce_at_once_reuse() -> None:
     assert slot_e != slot_d
     np.testing.assert_array_equal(lazy.numpy(), want[3] * 2)
     del e
-    _, slot_f = run(5)
+    f, slot_f = run(5)
     assert slot_f == slot_e
+    f.assign(f * 2)   # written in place: f keeps the shards under a new tuple BUFFER
+    f.realize()
+    g, _ = run(0)
+    np.testing.assert_array_equal(_local(f), want[5] * 2)
+    np.testing.assert_array_equal(_local(g), want[0])
     print(f"rank {r}/{n}: allreduce_at_once_reuse ok", flush=True)
 
 
