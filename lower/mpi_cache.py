@@ -229,7 +229,8 @@ def _replay(t: Template, roots: list[UOp], inputs: list[UOp], var_vals: dict[str
 # ------------------------------------------------------------------ one allreduce on realized buffers, at once
 
 _NOW_DTYPES = ("float32", "float64", "int64")  # the sums that keep their dtype (an int32 sum is int64)
-MAX_NOW_RESULTS = 16  # (op, shape, dtype, devices) whose last result is kept for reuse (the least recent go)
+MAX_NOW_RESULTS = 16  # (op, shape, dtype, devices) whose last result is kept for reuse (the least recent go),
+MAX_NOW_BYTES = 1 << 30  # and the bytes of this rank's storage they may keep (the newest is always kept)
 
 
 class _Result:
@@ -269,7 +270,8 @@ class _Now:
 
 _now: collections.OrderedDict[tuple, _Now | None] = collections.OrderedDict()  # (op, shape, dtype, devices) ->
 # how, or None: not this path
-_kept: collections.OrderedDict[tuple, None] = collections.OrderedDict()  # the keys whose _Now keeps a result
+_kept: collections.OrderedDict[tuple, int] = collections.OrderedDict()  # the keys whose _Now keeps a result ->
+# the bytes of its storage
 
 
 def allreduce_now(x: UOp, op: str = "sum") -> UOp | None:
@@ -311,11 +313,11 @@ def allreduce_now(x: UOp, op: str = "sum") -> UOp | None:
     res = how.last
     if res is None or not res.free():
         res = how.last = _new_result(how, x.dtype, devs)
-        _kept[key] = None
+        _kept[key] = res.dst.nbytes
         _kept.move_to_end(key)
-        while len(_kept) > MAX_NOW_RESULTS:
+        while len(_kept) > 1 and (len(_kept) > MAX_NOW_RESULTS or sum(_kept.values()) > MAX_NOW_BYTES):
             if (old := _now.get(_kept.popitem(last=False)[0])) is not None:
-                old.last = None
+                old.last = None  # its storage goes back to the device's pool once nothing else holds it
     comm.allreduce(src.reshape(-1)[:how.count] if src.size != how.count else src, op, out=res.dst)
     if _debug():
         print(f"rank {comm.rank}/{comm.size}: ran 1 allreduce at once ({x.dtype.name}[{how.count}] on "

@@ -314,6 +314,29 @@ def allreduce_at_once_reuse() -> None:
     g, _ = run(0)
     np.testing.assert_array_equal(_local(f), want[5] * 2)
     np.testing.assert_array_equal(_local(g), want[0])
+    del f, g
+    # the kept results are bounded: with room for one, another shape's call lets the first one's storage go
+    from lower import mpi_cache
+
+    def slot_of(t: Tensor) -> int:
+        base = view_base(t.uop)
+        assert base is not None
+        return buffers.slot(base)
+
+    budget = mpi_cache.MAX_NOW_BYTES
+    try:
+        for k, (room, same) in enumerate(((budget, True), (1, False))):   # shapes new to this path each time
+            A = M.from_local(np.ones((2 + 2 * k) * n, np.float32) * (r + 1), D)
+            B = M.from_local(np.ones((3 + 2 * k) * n, np.float32), D)
+            mpi_cache.MAX_NOW_BYTES = room
+            first = slot_of(M.allreduce(A))
+            np.testing.assert_array_equal(M.allreduce(B).numpy(), np.full(B.shape[0] // n, n, np.float32))
+            again = M.allreduce(A)
+            assert (slot_of(again) == first) is same, (room, same)
+            np.testing.assert_array_equal(again.numpy(), np.full(A.shape[0] // n, n * (n + 1) / 2, np.float32))
+            del again
+    finally:
+        mpi_cache.MAX_NOW_BYTES = budget
     print(f"rank {r}/{n}: allreduce_at_once_reuse ok", flush=True)
 
 
