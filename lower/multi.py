@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from devices import spans_ranks
-from rewrite import Ops, Rule, RuleSet, UOp, graph_rewrite, op
+from rewrite import BufferArg, Ops, Rule, RuleSet, UOp, graph_rewrite, op
 from rewrite.derive import fmt_shape
 from rewrite.dtype import dtypes
 from rewrite.errors import ShardingError
@@ -579,6 +579,10 @@ def storage_value(v: UOp, axis: int | None, n: int) -> UOp:
 
 def view_base(u: UOp) -> UOp | None:
     """The tuple BUFFER under a `buffer_view`, or None when `u` is not one."""
+    # what buffer_view makes for NULL (a replicated result: an allreduce's), checked first
+    if (u.op is Ops.RESHAPE and (r := u.src[0]).op is Ops.REPLICATED and (x := r.src[0]).op is Ops.BUFFER
+            and u.tag is None and r.arg == (0,) and r.tag is None and isinstance(cast(BufferArg, x.arg).device, tuple)):
+        return x
     x = u
     while x.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.REPLICATED):
         x = x.src[0]
