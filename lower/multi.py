@@ -19,11 +19,10 @@ What each op becomes, per device i (c = S[a] // n, the block size on the shard a
   elementwise      the op on the sources' pieces; a replicated (or device-less) source is cut to block i of the
                    shard axis first, a source broadcast along it is used as is
   RESHAPE          the local reshape (the shard boundary is kept: rewrite.props.reshape_axis)
-  PERMUTE, EXPAND  the local op (a permute that only moves length-1 axes is a reshape, so a view of a tuple
-                   BUFFER sharded on an axis >= 1 stays a view of its shards); PAD, SHRINK, FLIP too, except
-                   along the shard axis: the result stays sharded on it (its length there must divide by n), so
-                   device i's block of it is made from the part of the source it comes from (`region`), padded or
-                   flipped in place (`_reblock`)
+  PERMUTE, EXPAND  the local op (a permute moving only length-1 axes is a reshape); PAD, SHRINK, FLIP too,
+                   except along the shard axis: the result stays sharded on it (its length there must divide by
+                   n), so device i's block is made from the part of the source it comes from (`region`), padded
+                   or flipped in place (`_reblock`)
   REDUCE           the local reduce; over the shard axis, then the n partial results combined on every device
                    (`allreduce`: reduce_scatter + allgather, each chunk combined once in device order, so every
                    device's copy is bitwise the same); on a tuple with one device per MPI rank it is the direct
@@ -224,10 +223,8 @@ def _check_divisible(what: str, shape: tuple, axis: int, devs: Devices) -> None:
 
 
 def _local_permute(p: UOp, order: tuple[int, ...]) -> UOp:
-    """A device's piece permuted: a reshape when the permutation only moves axes of length 1 (the shard axis of
-    a block is one: `buffer_view` of an axis >= 1 is such a permute of the storage), so that a view of a tuple
-    BUFFER, or of an assignment to it, stays a view of its shard (a reshape of a reshape is one) and its
-    realize keeps the shard instead of copying it."""
+    """A device's piece permuted; a reshape when only axes of length 1 move (`buffer_view` for an axis >= 1), so
+    a view of a tuple BUFFER or of an assignment to it stays its shard when realized, not a copy."""
     shape = p.shape
     kept = [i for i in order if not (isinstance(shape[i], int) and shape[i] == 1)]
     if all(isinstance(d, int) for d in shape) and kept == sorted(kept):
@@ -564,10 +561,9 @@ def buffer_view(buf: UOp, shape: tuple, axis: int | None) -> UOp:
 
 
 def storage_value(v: UOp, axis: int | None, n: int) -> UOp:
-    """The value `v` (its global shape, sharded on `axis` over n devices) laid out as the tuple BUFFER that
-    holds such a value (storage_shape): the inverse of `buffer_view`. For NULL, every device's block its own copy
-    of v; for an axis a >= 1, the a-th axis split into (n, block) and the n moved to the front (device i's
-    block, axis 0 of the storage)."""
+    """`v` (sharded on `axis` over n devices) laid out as the tuple BUFFER holding it (storage_shape), the inverse
+    of `buffer_view`: for NULL every device's block a copy of v; for an axis a >= 1, axis a split into (n, block)
+    with the n moved to the front."""
     shape = tuple(v.shape)
     if axis == 0:
         return v
@@ -579,10 +575,9 @@ def storage_value(v: UOp, axis: int | None, n: int) -> UOp:
 
 def view_base(u: UOp) -> UOp | None:
     """The tuple BUFFER under a `buffer_view`, or None when `u` is not one."""
-    # what buffer_view makes for NULL (a replicated result: an allreduce's), checked first
     if (u.op is Ops.RESHAPE and (r := u.src[0]).op is Ops.REPLICATED and (x := r.src[0]).op is Ops.BUFFER
             and u.tag is None and r.arg == (0,) and r.tag is None and isinstance(cast(BufferArg, x.arg).device, tuple)):
-        return x
+        return x  # what buffer_view makes for NULL (an allreduce's result), checked first
     x = u
     while x.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.REPLICATED):
         x = x.src[0]
