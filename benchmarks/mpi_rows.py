@@ -8,8 +8,9 @@ the slowest rank's time (an allreduce of the times with max). `python -m benchma
   allreduce S MiB     tensor.multi.allreduce of a float32 vector of S MiB per rank (made with from_local: each
                       rank's own data), ours: the shard-axis reduction that lower.mpi_exec runs as one MPI
                       Allreduce, plus the schedule and the Python around it; peer: mpi4py's `Allreduce` on numpy
-                      arrays of the same size, timed in turns with ours (3 times the runs up to 16 MiB, where a
-                      run takes milliseconds and the machine's noise is larger than the difference). Bus
+                      arrays of the same size (preallocated output), timed in turns with ours, each turn
+                      starting with the next of the three forms (3 times the runs up to 16 MiB, where a run takes
+                      milliseconds and the machine's noise is larger than the difference). Bus
                       bandwidth as NCCL counts it: 2 (n - 1) / n * bytes / second.
                       jit: the same allreduce as a `tensor.jit` step (`jit(M.allreduce)(T)`), replayed: what a
                       jitted training step pays per collective.
@@ -77,11 +78,12 @@ def allreduce_rows(c: Comm, sizes_mib: list[int], runs: int) -> list[dict]:
         for _ in range(3):  # the jit's two captured calls, then a replay
             err = max(err, float(np.abs(step(T).numpy() - want).max()))
         ours()
-        t_ours, t_jit, t_peer = [], [], []
-        for _ in range(runs if mib > 16 else 3 * runs):  # in turns, so a change in the machine's load falls on all
-            t_ours.append(_timed(c, ours))
-            t_jit.append(_timed(c, jitted))
-            t_peer.append(_timed(c, peer))
+        times: dict[str, list[float]] = {"ours": [], "jit": [], "peer": []}
+        forms = [("ours", ours), ("jit", jitted), ("peer", peer)]
+        for k in range(runs if mib > 16 else 3 * runs):  # in turns, so a change in the machine's load falls on all,
+            for name, fn in forms[k % 3:] + forms[:k % 3]:  # each turn starting with the next form (what a form
+                times[name].append(_timed(c, fn))  # leaves in the caches falls on each of the others alike)
+        t_ours, t_jit, t_peer = times["ours"], times["jit"], times["peer"]
         busbw = 2 * (n - 1) / n * s * 4 / 1e9
         out.append({"mib": mib, "ranks": n, "max_abs_err": err, "ours": [busbw / t for t in t_ours],
                     "jit": [busbw / t for t in t_jit], "peer": [busbw / t for t in t_peer]})

@@ -10,26 +10,29 @@ reused as they are. The ranks' agreement on the schedule (lower.mpi_exec.check_m
 template is made; graphs with symbolic variables are scheduled every time.
 
 `allreduce_now` is tensor.multi.allreduce's fast path for a realized tensor: the one MPI Allreduce the replay of
-its graph would run, called at once on the existing buffers (no graph, signature or template); a per-call cost
-of a few microseconds of Python around the MPI call.
+its graph would run, called at once on the existing buffers (no graph, signature or template), into the last
+call's result when nothing refers to that any more (`_Result`): about 10 us of Python per call around the MPI
+call. A jit replay of a template whose steps are all collectives reads its arrays directly (`replay_into`).
 """
 
 from __future__ import annotations
 
 import collections
 import hashlib
+import os
 import sys
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from lower import buffers, mpi_exec
 from lower.copyview import View
-from lower.mpi_exec import COLLECTIVES, Step
+from lower.mpi_exec import COLLECTIVES, Step, _size, run_collective
 from lower.schedule import ScheduleItem, schedule
 from lower.schedule_cache import RECORDERS, signature
-from rewrite import Ops, UOp
+from rewrite import BufferArg, Ops, UOp
+from rewrite import env as _env
 from rewrite.env import getenv
 from rewrite.errors import JitError
 from rewrite.viz import capture as viz_capture
@@ -51,6 +54,10 @@ class Template:
     results: tuple[tuple, ...]  # per root: ("buf", role) | ("view", dtype, storage shape, devices, shard roles)
     steps: tuple[tuple[Step, tuple[Role, ...]], ...]  # this rank's steps (lower.mpi_exec), their buffers' roles
     kernels: dict[int, Any]  # item position -> compiled kernel
+    # when every step is a collective (an allreduce step of a jitted training loop): per step its kind, op, and
+    # the (role, element count, numpy dtype) of its output and input, which a jit replay reads the arrays of
+    # directly (`replay_into`) instead of making the role-shaped nodes and Steps
+    direct: tuple[tuple[str, str, tuple[Role, int, Any], tuple[Role, int, Any]], ...] | None = None
 
 
 _templates: collections.OrderedDict[tuple, Template] = collections.OrderedDict()
@@ -101,7 +108,13 @@ def _make(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], outs: 
     tmpl_items = {k: (it.kind, tuple(of(b) for b in it.bufs), it.ast, it.name, it.view, it.dst_view)
                   for k, it in enumerate(items) if k in used}
     tmpl_steps = tuple((replace(st, bufs=()), tuple(of(b) for b in st.bufs)) for st in steps)
-    return Template(tmpl_items, tuple(fresh), tuple(results), tmpl_steps, kernels), made + tuples
+    direct = None
+    if all(st.kind in COLLECTIVES for st in steps):
+        from lower.realize import _np_dtype
+
+        out_in = [[(of(b), _size(b), _np_dtype(b.dtype)) for b in st.bufs] for st in steps]
+        direct = tuple((st.kind, st.op, o, i) for st, (o, i) in zip(steps, out_in, strict=True))
+    return Template(tmpl_items, tuple(fresh), tuple(results), tmpl_steps, kernels, direct), made + tuples
 
 
 def realize_ranks(roots: list[UOp], var_vals: dict[str, int] | None = None,
@@ -143,7 +156,29 @@ def replay_into(t: Template, inputs: list[UOp], outs: list[UOp]) -> None:
     """tensor.jit's replay of a captured realize across ranks: the template's steps on `inputs` (the graph's
     buffers by position), its fresh buffers the captured call's (`outs`, as `realize_ranks` told the recorders),
     whose data the run overwrites."""
+    if t.direct is not None and _plain():
+        comm = _world_comm or _world()
+        arrays = [(kind, op, _array_of(o, inputs, outs), _array_of(i, inputs, outs)) for kind, op, o, i in t.direct]
+        if all(y is not None and x is not None for _, _, y, x in arrays):
+            for kind, op, y, x in arrays:
+                run_collective(comm, kind, op, cast(np.ndarray, x), cast(np.ndarray, y))
+            return
     _replay(t, [], inputs, None, outs)
+
+
+def _array_of(r: tuple[Role, int, Any], inputs: list[UOp], outs: list[UOp]) -> np.ndarray | None:
+    """The flat array a collective step of a jit replay reads or writes (as lower.mpi_exec's `_run_step` gets it
+    through the role's node), or None when its buffer has no data yet (the general replay allocates it)."""
+    role, n, npdt = r
+    b = inputs[role[1]] if role[0] == "in" else outs[role[1]] if role[0] == "new" else \
+        _shards[cast(BufferArg, inputs[role[1]].arg).slot][role[2]]
+    a = _data.get(cast(BufferArg, b.arg).slot)
+    if type(a) is not np.ndarray:
+        return None
+    if a.dtype != npdt:
+        a = a.view(npdt)
+    a = a.reshape(-1)
+    return a if a.size == n else a[:n]
 
 
 def _replay(t: Template, roots: list[UOp], inputs: list[UOp], var_vals: dict[str, int] | None,
@@ -172,8 +207,8 @@ def _replay(t: Template, roots: list[UOp], inputs: list[UOp], var_vals: dict[str
         return got
 
     items = {k: ScheduleItem(kind, tuple(get(r) for r in rs), ast, name, view, dst_view)
-             for k, (kind, rs, ast, name, view, dst_view) in t.items.items()}
-    steps = [replace(st, bufs=tuple(get(r) for r in rs)) if rs else st for st, rs in t.steps]
+             for k, (kind, rs, ast, name, view, dst_view) in t.items.items()} if t.items else {}
+    steps = [Step(st.kind, st.item, st.peer, tuple(get(r) for r in rs), st.op) if rs else st for st, rs in t.steps]
     run_steps(steps, items, t.kernels, var_vals)
     out: dict[UOp, UOp] = {}
     if into is not None:
@@ -196,9 +231,30 @@ def _replay(t: Template, roots: list[UOp], inputs: list[UOp], var_vals: dict[str
 # ------------------------------------------------------------------ one allreduce on realized buffers, at once
 
 _NOW_DTYPES = ("float32", "float64", "int64")  # the sums that keep their dtype (an int32 sum is int64)
+MAX_NOW_RESULTS = 16  # (op, shape, dtype, devices) whose last result is kept for reuse (the least recent go),
+MAX_NOW_BYTES = 1 << 30  # and the bytes of this rank's storage they may keep (the newest is always kept)
 
 
-@dataclass(frozen=True)
+class _Result:
+    """One result of `allreduce_now`: the nodes a caller gets (`view`, its REPLICATED and tuple BUFFER, the
+    shards) and this rank's storage (`dst`), with the reference counts they have when only this record holds
+    them (`refs`). The next call with the same key writes into the same storage and hands out the same nodes
+    when the counts are back to those: no tensor, graph, node or numpy view of the last result is left (the
+    caller dropped it), so overwriting it is what freeing it and allocating anew from the pool would do, minus
+    building the nodes and the buffers' finalizers."""
+
+    __slots__ = ("dst", "objs", "refs", "view")
+
+    def __init__(self, view: UOp, objs: tuple, dst: np.ndarray) -> None:
+        self.view, self.objs, self.dst = view, objs, dst
+        self.refs: tuple[int, ...] = ()
+
+    def free(self) -> bool:
+        """Whether nothing but this record refers to the result (its nodes, its storage or a view of it)."""
+        return tuple(map(sys.getrefcount, self.objs)) == self.refs
+
+
+@dataclass
 class _Now:
     """How this rank runs one (op, shape, dtype, devices) of `allreduce_now`."""
 
@@ -210,49 +266,87 @@ class _Now:
     storage: tuple[int, int]  # the result's storage shape (n, count)
     shape_ops: tuple[UOp, UOp, UOp]  # the shape operands of the result's storage, shards and view: kept alive, so
     # that building the result's nodes finds them made (UOp interning) instead of deriving them again
+    what: str  # the call, for the agreement check's message
+    last: _Result | None = None  # the last result handed out (reused once the caller has dropped it)
 
 
-_now: dict[tuple, _Now | None] = {}  # (op, shape, dtype, devices) -> how, or None: not this path
+_now: collections.OrderedDict[tuple, _Now | None] = collections.OrderedDict()  # (op, shape, dtype, devices) ->
+# how, or None: not this path
+_kept: collections.OrderedDict[tuple, int] = collections.OrderedDict()  # the keys whose _Now keeps a result ->
+# the bytes of its storage
 
 
 def allreduce_now(x: UOp, op: str = "sum") -> UOp | None:
     """The allreduce of a realized tensor across the job's ranks, run now as one MPI Allreduce from this rank's
-    shard into a fresh buffer, skipping the graph, the schedule and its replay: tensor.multi.allreduce's fast path.
-    `x` must be a BUFFER on a device tuple with one host-memory device on each rank of the job (in any order), 1-D,
-    of a dtype that MPI reduces and the sum keeps (float32, float64, int64), its shards holding data; the result
-    is what realizing `x.reshape(n, s).sum(0)` gives (lower.mpi_exec runs that as the same Allreduce): a (s,)
-    value replicated on the tuple, seen through `lower.multi.buffer_view`, this rank's shard allocated. None when
-    `x` is anything else, no MPI job runs, or TRACE or VIZ want the lowering to run: the caller then builds the
-    graph. The first call for each (op, shape, dtype, devices) checks that every rank makes the same call
-    (lower.mpi_exec.agree), as a schedule's first run does; a rank that never joins is the watchdog's
-    (devices.mpi), as for every MPI call."""
-    if x.op is not Ops.BUFFER or type(devs := x.buf_arg.device) is not tuple:
+    shard into the result's storage, skipping the graph, the schedule and its replay: tensor.multi.allreduce's
+    fast path. `x` must be a BUFFER on a device tuple with one host-memory device on each rank of the job (in any
+    order), 1-D, of a dtype that MPI reduces and the sum keeps (float32, float64, int64), its shards holding data;
+    the result is what realizing `x.reshape(n, s).sum(0)` gives (lower.mpi_exec runs that as the same Allreduce):
+    a (s,) value replicated on the tuple, seen through `lower.multi.buffer_view`, this rank's shard allocated.
+    The result of the last call with the same (op, shape, dtype, devices) is reused when nothing refers to it
+    any more (`_Result`), else a fresh one is made. None when `x` is anything else, no MPI job runs, or TRACE or
+    VIZ want the lowering to run: the caller then builds the graph. The first call for each key checks that
+    every rank makes the same call (lower.mpi_exec.agree), as a schedule's first run does; a rank that never
+    joins is the watchdog's (devices.mpi), as for every MPI call."""
+    if x.op is not Ops.BUFFER or type(devs := cast(BufferArg, x.arg).device) is not tuple:
         return None
     comm = _world_comm or _world()
     if comm is None or len(devs) != comm.size or len(x.shape) != 1:
         return None
     key = (op, x.shape, x.dtype, devs)
-    if (how := _now.get(key)) is None and key not in _now:
+    if (how := _now.get(key)) is None:
+        if key in _now:
+            return None
         how = _now[key] = _prepare_now(key, comm.rank, comm.size)
-    if how is None or _tracing():
+        while len(_now) > 4 * MAX_NOW_RESULTS:
+            _kept.pop(_now.popitem(last=False)[0], None)
+        if how is None:
+            return None
+    if not (plain := _plain()) and _tracing():
         return None
-    parts = _shards.get(buffers.slot(x))
-    if parts is None or (src := _data.get(buffers.slot(parts[how.mine]))) is None or type(src) is not np.ndarray:
+    parts = _shards.get(cast(BufferArg, x.arg).slot)
+    if parts is None or (src := _data.get(cast(BufferArg, parts[how.mine].arg).slot)) is None \
+            or type(src) is not np.ndarray:
         return None
     if src.dtype != how.npdtype:  # storage of another dtype, seen as this one (a bitcast)
         src = src.view(how.npdtype)
     if how.digest not in _agreed:
-        _agree(comm, how.digest, f"allreduce of {x.dtype.name}{list(x.shape)} on {devs}")
-    out = buffers.new_buffer(x.dtype, how.storage, devs)
-    shards = tuple(buffers.new_buffer(x.dtype, (how.count,), d) for d in devs)
-    buffers.store_shards(out, shards)
-    dst = how.device.alloc(how.count, x.dtype)
-    buffers.store(shards[how.mine], dst, owner=how.device)
-    comm.allreduce(src.reshape(-1)[:how.count], op, out=dst)
-    if _debug():
+        _agree(comm, how.digest, how.what)
+    res = how.last
+    if res is None or not res.free():
+        res = how.last = _new_result(how, x.dtype, devs)
+        _kept[key] = res.dst.nbytes
+        _kept.move_to_end(key)
+        while len(_kept) > 1 and (len(_kept) > MAX_NOW_RESULTS or sum(_kept.values()) > MAX_NOW_BYTES):
+            if (old := _now.get(_kept.popitem(last=False)[0])) is not None:
+                old.last = None  # its storage goes back to the device's pool once nothing else holds it
+    comm.allreduce(src.reshape(-1)[:how.count] if src.size != how.count else src, op, out=res.dst)
+    if not plain and _debug():
         print(f"rank {comm.rank}/{comm.size}: ran 1 allreduce at once ({x.dtype.name}[{how.count}] on "
               f"{devs[how.mine]})", file=sys.stderr)
-    return UOp(Ops.RESHAPE, (UOp(Ops.REPLICATED, (out,), (0,)), how.shape_ops[2]))  # lower.multi.buffer_view
+    return res.view
+
+
+def _new_result(how: _Now, dtype: Any, devs: tuple[str, ...]) -> _Result:
+    """A fresh result for `how`: the tuple BUFFER, its shards (this rank's allocated), the view a caller gets
+    (lower.multi.buffer_view for NULL: RESHAPE(REPLICATED(buffer))), with the properties a Tensor and a realize
+    ask of it computed now, so that later calls find them and the counts stay as they are."""
+    from lower.multi import view_base
+
+    out = buffers.new_buffer(dtype, how.storage, devs)
+    shards = tuple(buffers.new_buffer(dtype, (how.count,), d) for d in devs)
+    buffers.store_shards(out, shards)
+    dst = how.device.alloc(how.count, dtype)
+    buffers.store(shards[how.mine], dst, owner=how.device)
+    rep = UOp(Ops.REPLICATED, (out,), (0,))
+    view = UOp(Ops.RESHAPE, (rep, how.shape_ops[2]))
+    _ = [(u.axis, u.device) for u in (view, rep, out, *shards)]
+    assert view_base(view) is out, "lower.multi.buffer_view changed"
+    mem = dst.base if isinstance(dst.base, np.ndarray) else dst
+    res = _Result(view, (view, rep, out, *shards, dst, mem), dst)
+    del out, shards, dst, rep, view, mem  # the counts are taken with the record as the only holder
+    res.refs = tuple(map(sys.getrefcount, res.objs))
+    return res
 
 
 def _prepare_now(key: tuple, rank: int, nranks: int) -> _Now | None:
@@ -273,7 +367,8 @@ def _prepare_now(key: tuple, rank: int, nranks: int) -> _Now | None:
     probe = buffer_view(buffers.new_buffer(dtype, (nranks, count), devs), (count,), None)
     assert probe.op is Ops.RESHAPE and probe.src[0].op is Ops.REPLICATED, "lower.multi.buffer_view changed"
     ops = (UOp.shape_operand((nranks, count)), UOp.shape_operand((count,)), probe.src[1])
-    return _Now(mine, count, _np_dtype(dtype), dev, d, (nranks, count), ops)
+    return _Now(mine, count, _np_dtype(dtype), dev, d, (nranks, count), ops,
+                f"allreduce of {dtype.name}{list(shape)} on {devs}")
 
 
 _world_comm: Any = None  # this job's communicator, once known (devices.mpi.world)
@@ -295,6 +390,19 @@ def _agree(comm: Any, d: bytes, here: str) -> None:
 
 def _debug() -> bool:
     return int(getenv("DEBUG")) >= 1
+
+
+def _plain() -> bool:
+    """Neither DEBUG nor TRACE on and no viz capture: allreduce_now's per-call check, which does not parse the knobs
+    when their variables are unset and no Context overrides them (both default to 0, rewrite.env)."""
+    if viz_capture.ACTIVE is not None:
+        return False
+    if not _env._overrides and "DEBUG" not in _environ and "TRACE" not in _environ:
+        return True
+    return not (_debug() or int(getenv("TRACE")))
+
+
+_environ = os.environ
 
 
 def _tracing() -> bool:

@@ -387,13 +387,7 @@ def _run_step(s: Step, it: ScheduleItem | None, kernels: dict[int, Any], comm: C
               vv: dict[str, int], _array: Callable[[UOp, dict[str, int]], Any]) -> None:
     if s.kind in COLLECTIVES:
         out, own = s.bufs
-        x, y = _flat(_array(own, vv), own), _flat(_array(out, vv), out)
-        if s.kind == "allreduce":
-            cast(Comm, comm).allreduce(x, s.op, out=y)
-        elif s.kind == "allgather":
-            cast(Comm, comm).allgather(x, out=y)
-        else:
-            cast(Comm, comm).reduce_scatter(x, s.op, out=y)
+        run_collective(cast(Comm, comm), s.kind, s.op, _flat(_array(own, vv), own), _flat(_array(out, vv), out))
         return
     assert it is not None
     if s.kind == "kernel":
@@ -424,6 +418,16 @@ def _run_step(s: Step, it: ScheduleItem | None, kernels: dict[int, Any], comm: C
         copy_into(dst, got, None, it.dst_view)
 
 
+def run_collective(comm: Comm, kind: str, op: str, x: np.ndarray, y: np.ndarray) -> None:
+    """One collective step (COLLECTIVES) from this rank's flat input `x` into its flat output `y`."""
+    if kind == "allreduce":
+        comm.allreduce(x, op, out=y)
+    elif kind == "allgather":
+        comm.allgather(x, out=y)
+    else:
+        comm.reduce_scatter(x, op, out=y)
+
+
 def _sent(src: Any, view: View | None) -> np.ndarray:
     """The flat, contiguous elements a copy reads from its source (its window, or all of it)."""
     return np.ascontiguousarray(src if view is None else window(src, view)).reshape(-1)
@@ -442,4 +446,4 @@ _counts: dict[tuple, int] = {}  # shape -> element count (a replay's allreduce a
 
 
 __all__ = ["Step", "agree", "allreduces", "check_matching", "combined_slots", "digest", "on_ranks", "plan_steps",
-           "run_ranks", "run_steps"]
+           "run_collective", "run_ranks", "run_steps"]

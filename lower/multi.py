@@ -19,9 +19,10 @@ What each op becomes, per device i (c = S[a] // n, the block size on the shard a
   elementwise      the op on the sources' pieces; a replicated (or device-less) source is cut to block i of the
                    shard axis first, a source broadcast along it is used as is
   RESHAPE          the local reshape (the shard boundary is kept: rewrite.props.reshape_axis)
-  PERMUTE, EXPAND  the local op; PAD, SHRINK, FLIP too, except along the shard axis: the result stays sharded
-                   on it (its length there must divide by n), so device i's block of it is made from the part of
-                   the source it comes from (`region`), padded or flipped in place (`_reblock`)
+  PERMUTE, EXPAND  the local op (a permute moving only length-1 axes is a reshape); PAD, SHRINK, FLIP too,
+                   except along the shard axis: the result stays sharded on it (its length there must divide by
+                   n), so device i's block is made from the part of the source it comes from (`region`), padded
+                   or flipped in place (`_reblock`)
   REDUCE           the local reduce; over the shard axis, then the n partial results combined on every device
                    (`allreduce`: reduce_scatter + allgather, each chunk combined once in device order, so every
                    device's copy is bitwise the same); on a tuple with one device per MPI rank it is the direct
@@ -43,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from devices import spans_ranks
-from rewrite import Ops, Rule, RuleSet, UOp, graph_rewrite, op
+from rewrite import BufferArg, Ops, Rule, RuleSet, UOp, graph_rewrite, op
 from rewrite.derive import fmt_shape
 from rewrite.dtype import dtypes
 from rewrite.errors import ShardingError
@@ -221,6 +222,16 @@ def _check_divisible(what: str, shape: tuple, axis: int, devs: Devices) -> None:
                             f"{len(devs)} devices {devs}; pad it to a multiple of {len(devs)} or shard another axis")
 
 
+def _local_permute(p: UOp, order: tuple[int, ...]) -> UOp:
+    """A device's piece permuted; a reshape when only axes of length 1 move (`buffer_view` for an axis >= 1), so
+    a view of a tuple BUFFER or of an assignment to it stays its shard when realized, not a copy."""
+    shape = p.shape
+    kept = [i for i in order if not (isinstance(shape[i], int) and shape[i] == 1)]
+    if all(isinstance(d, int) for d in shape) and kept == sorted(kept):
+        return (p.src[0] if p.op is Ops.RESHAPE else p).reshape(tuple(shape[i] for i in order))
+    return p.permute(order)
+
+
 def _movement(ctx: MultiContext, u: UOp) -> UOp:
     x = u.src[0]
     ps = _pieces(ctx, x)
@@ -232,7 +243,7 @@ def _movement(ctx: MultiContext, u: UOp) -> UOp:
         new = local_shape(u.shape, b, n)  # a reshape of a reshape is one reshape (an assignment's view stays it)
         out = tuple((p.src[0] if p.op is Ops.RESHAPE else p).reshape(new) for p in ps)
     elif u.op is Ops.PERMUTE:
-        out = tuple(p.permute(u.int_tuple_arg) for p in ps)
+        out = tuple(_local_permute(p, u.int_tuple_arg) for p in ps)
     elif u.op is Ops.EXPAND:
         new = local_shape(u.shape, b, n)
         out = tuple(p.expand(new) for p in ps)
@@ -549,8 +560,24 @@ def buffer_view(buf: UOp, shape: tuple, axis: int | None) -> UOp:
     return buf.permute(order).reshape(shape)
 
 
+def storage_value(v: UOp, axis: int | None, n: int) -> UOp:
+    """`v` (sharded on `axis` over n devices) laid out as the tuple BUFFER holding it (storage_shape), the inverse
+    of `buffer_view`: for NULL every device's block a copy of v; for an axis a >= 1, axis a split into (n, block)
+    with the n moved to the front."""
+    shape = tuple(v.shape)
+    if axis == 0:
+        return v
+    if axis is None:
+        return v.reshape((1, *shape)).expand((n, *shape))
+    split = (*shape[:axis], n, shape[axis] // n, *shape[axis + 1:])
+    return v.reshape(split).permute((axis, *range(axis), *range(axis + 1, len(split))))
+
+
 def view_base(u: UOp) -> UOp | None:
     """The tuple BUFFER under a `buffer_view`, or None when `u` is not one."""
+    if (u.op is Ops.RESHAPE and (r := u.src[0]).op is Ops.REPLICATED and (x := r.src[0]).op is Ops.BUFFER
+            and u.tag is None and r.arg == (0,) and r.tag is None and isinstance(cast(BufferArg, x.arg).device, tuple)):
+        return x  # what buffer_view makes for NULL (an allreduce's result), checked first
     x = u
     while x.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.REPLICATED):
         x = x.src[0]
@@ -562,8 +589,11 @@ def view_base(u: UOp) -> UOp | None:
     if (u.op is Ops.RESHAPE and u.tag is None and r.op is Ops.REPLICATED and r.arg == (0,) and r.tag is None
             and r.src[0] is x):  # what buffer_view makes for NULL, checked without building it again
         return x
-    return x if u is buffer_view(x, u.shape, u.axis) else None
+    axis = u.axis
+    if tuple(x.shape) != tuple(storage_shape(u.shape, axis, len(x.buf_arg.device))):  # another layout's storage
+        return None
+    return x if u is buffer_view(x, u.shape, axis) else None
 
 
 __all__ = ["ALLREDUCE_CHUNK_MIN", "Layout", "MultiContext", "allreduce", "buffer_view", "first_slice", "flat_roots",
-           "local_shape", "multi_expand", "multi_rules", "region", "storage_shape", "view_base"]
+           "local_shape", "multi_expand", "multi_rules", "region", "storage_shape", "storage_value", "view_base"]

@@ -18,7 +18,8 @@ graphs; lazy tensors that read the assigned value (a graph over the AFTER) are r
 On a device tuple (tensor.multi) a realized tensor is a view of a BUFFER on the tuple (lower.multi.buffer_view):
 assign stores into that BUFFER, each device into its own shard in place (lower.multi's shard-store rule; a
 replicated tensor's value is laid out as its storage, one block per device), so a data-parallel optimizer step
-keeps every parameter's shard buffers, as tensor.jit needs. Other layouts of a tuple tensor are rebound.
+keeps every parameter's shard buffers, as tensor.jit needs; a tensor sharded on an axis >= 1 likewise (its
+storage holds device i's block first). Other views of a tuple tensor (a slice, a transpose) are rebound.
 
 Gradients: assigning to a tensor that requires a gradient is an error outside no_grad() (torch refuses an
 in-place update of a leaf for the same reason: the recorded graph would read the new data).
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -72,25 +73,25 @@ def _tuple_target(u: UOp) -> UOp | None:
     from lower.multi import buffer_view
 
     base = u
-    while base.op in (Ops.RESHAPE, Ops.REPLICATED):
+    while base.op in (Ops.RESHAPE, Ops.REPLICATED, Ops.PERMUTE):
         base = base.src[0]
     at = base
     while at.op is Ops.AFTER:
         at = at.src[0]
     if at.op is not Ops.BUFFER or not isinstance(at.buf_arg.device, tuple) or not tt.buffers.has_data(at):
         return None
-    axis = u.axis
-    if axis not in (0, None) or u is not buffer_view(base, u.shape, axis):
+    if u is not buffer_view(base, u.shape, u.axis):
         return None
     return base
 
 
 def _in_storage(t: Tensor, tgt: UOp, v: UOp) -> UOp:
-    """The value v of t laid out as t's storage `tgt` on the device tuple: for a replicated t, (n, *shape) with
-    every device's block its own copy of v."""
-    if tuple(tgt.shape) == tuple(v.shape):
-        return v
-    return v.reshape((1, *v.shape)).expand(tuple(tgt.shape))
+    """The value v of t laid out as t's storage `tgt` on the device tuple (lower.multi.storage_value): for a
+    replicated t, (n, *shape) with every device's block its own copy of v; for t sharded on an axis >= 1, that
+    axis's blocks moved to the front."""
+    from lower.multi import storage_value
+
+    return storage_value(v, t.uop.axis, len(cast("tuple[str, ...]", t.device)))
 
 
 def _value(t: Tensor, value: object, what: str) -> Tensor:

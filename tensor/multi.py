@@ -23,9 +23,11 @@ from __future__ import annotations
 from typing import cast
 
 import tensor.tensor as tt
+from lower import mpi_cache as _mpi_cache
 from rewrite.derive import fmt_shape
 from rewrite.errors import DeviceError, ShardingError
 from rewrite.uop import UOp
+from tensor import jit as _jit
 from tensor.helpers import Device, canonical_device, norm_axis
 
 Tensor = tt.Tensor
@@ -117,12 +119,6 @@ def replicated(x: Tensor, *axes: int) -> Tensor:
 # ------------------------------------------------------------------ the spec's collectives, literally
 
 
-def _capturing() -> bool:
-    from tensor.jit import capturing
-
-    return capturing()
-
-
 def _n(t: Tensor, what: str) -> tuple[tuple[str, ...], int]:
     if not isinstance(t.device, tuple):
         raise DeviceError(f"{what}: T must live on a device tuple (shard it first), got one on {t.device}")
@@ -178,17 +174,20 @@ def allreduce(T: Tensor) -> Tensor:
     there (and needs no gradient), that Allreduce runs at once and the result comes back realized: the call
     costs the MPI call and a few microseconds of Python, not a graph's schedule and replay. Inside a
     `tensor.jit` capture it stays a graph, so that the capture records it and every replay runs it."""
-    from devices import spans_ranks
-
     D, n = _n(T, "allreduce")
-    if spans_ranks(D):
-        if not T._requires_grad and not _capturing():  # realized: one Allreduce now (lower.mpi_cache.allreduce_now)
-            from lower.mpi_cache import allreduce_now
+    if (across := _spans.get(D)) is None:
+        from devices import spans_ranks
 
-            if (u := allreduce_now(T.uop)) is not None:
-                return Tensor._wrap(u, D)
+        across = _spans[D] = spans_ranks(D)
+    if across:
+        # realized (and no gradient, no jit capture): one Allreduce now (lower.mpi_cache.allreduce_now)
+        if not T._requires_grad and not _jit.capturing() and (u := _mpi_cache.allreduce_now(T.uop)) is not None:
+            return Tensor._wrap(u, D)
         return T.reshape(n, T.shape[0] // n).sum(0)
     return allgather(reduce_scatter(T))
+
+
+_spans: dict[tuple[str, ...], bool] = {}  # device tuple -> whether it spans MPI ranks (devices.spans_ranks)
 
 
 # ------------------------------------------------------------------ across MPI ranks

@@ -265,6 +265,117 @@ def allreduce_at_once() -> None:
     print(f"rank {r}/{n}: allreduce_at_once ok", flush=True)
 
 
+def allreduce_at_once_reuse() -> None:
+    """An at-once allreduce writes into the last result's storage once nothing refers to it (its tensor dropped),
+    and into fresh storage while a tensor, a lazy graph on it, or a numpy view of its data is alive: those keep
+    their values. Every result equals the lazy form's bits and numpy's sum."""
+    from lower import buffers
+    from lower.multi import view_base
+
+    r, n = _rank()
+    D = M.ranks()
+    s = 3 * n
+    rng = np.random.default_rng(11)
+    blocks = [(rng.standard_normal((n, s)) * 10).astype(np.float32) for _ in range(6)]
+    Ts = [M.from_local(b[r], D) for b in blocks]
+    want = [T.reshape(n, s).sum(0).realize().numpy() for T in Ts]   # the graph form, one Allreduce each
+
+    def run(k: int) -> tuple[Tensor, int]:
+        t = M.allreduce(Ts[k])
+        assert t.is_realized
+        base = view_base(t.uop)
+        assert base is not None
+        np.testing.assert_array_equal(_local(t), want[k])
+        _eq(want[k], blocks[k].sum(0), 1e-5 * float(np.abs(blocks[k]).max()) * n)
+        return t, buffers.slot(base)
+
+    a, slot_a = run(0)
+    del a
+    b, slot_b = run(1)
+    assert slot_b == slot_a, "a dropped result's storage is reused"
+    c, slot_c = run(2)
+    assert slot_c != slot_b, "a held result is not overwritten"
+    np.testing.assert_array_equal(_local(b), want[1])
+    view = _local(c)   # a numpy view of c's data, held past c
+    del b, c
+    d, slot_d = run(3)
+    assert slot_d != slot_c, "a result whose data is still viewed is not overwritten"
+    np.testing.assert_array_equal(view, want[2])
+    lazy = d * 2   # a graph on d keeps it
+    del d
+    e, slot_e = run(4)
+    assert slot_e != slot_d
+    np.testing.assert_array_equal(lazy.numpy(), want[3] * 2)
+    del e
+    f, slot_f = run(5)
+    assert slot_f == slot_e
+    f.assign(f * 2)   # written in place: f keeps the shards under a new tuple BUFFER
+    f.realize()
+    g, _ = run(0)
+    np.testing.assert_array_equal(_local(f), want[5] * 2)
+    np.testing.assert_array_equal(_local(g), want[0])
+    del f, g
+    # the kept results are bounded: with room for one, another shape's call lets the first one's storage go
+    from lower import mpi_cache
+
+    def slot_of(t: Tensor) -> int:
+        base = view_base(t.uop)
+        assert base is not None
+        return buffers.slot(base)
+
+    budget = mpi_cache.MAX_NOW_BYTES
+    try:
+        for k, (room, same) in enumerate(((budget, True), (1, False))):   # shapes new to this path each time
+            A = M.from_local(np.ones((2 + 2 * k) * n, np.float32) * (r + 1), D)
+            B = M.from_local(np.ones((3 + 2 * k) * n, np.float32), D)
+            mpi_cache.MAX_NOW_BYTES = room
+            first = slot_of(M.allreduce(A))
+            np.testing.assert_array_equal(M.allreduce(B).numpy(), np.full(B.shape[0] // n, n, np.float32))
+            again = M.allreduce(A)
+            assert (slot_of(again) == first) is same, (room, same)
+            np.testing.assert_array_equal(again.numpy(), np.full(A.shape[0] // n, n * (n + 1) / 2, np.float32))
+            del again
+    finally:
+        mpi_cache.MAX_NOW_BYTES = budget
+    print(f"rank {r}/{n}: allreduce_at_once_reuse ok", flush=True)
+
+
+def assign_in_place() -> None:
+    """Assignment to a tensor on ranks() replicated or sharded on axis 0, 1 or 2 writes this rank's own shard in
+    place (the same storage array), also for a value in another layout; the result equals numpy's and the same value
+    computed as a new tensor (the graph form), bit for bit."""
+    from lower import buffers
+    from lower.multi import view_base
+
+    r, n = _rank()
+    D = M.ranks()
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((2 * n, 2 * n, 2 * n)).astype(np.float32)
+    b = rng.standard_normal((2 * n, 2 * n, 2 * n)).astype(np.float32)
+    for axis in (None, 0, 1, 2):
+        t = Tensor(a).shard(D, axis).realize()
+        base = view_base(t.uop)
+        assert base is not None
+        mine = buffers.shards(base)[r]
+        storage = buffers.lookup(mine)
+        graph = (Tensor(a).shard(D, axis) * 2 + Tensor(b).shard(D, axis)).realize()
+        t.assign(t * 2 + Tensor(b).shard(D, axis))
+        got = t.numpy()
+        np.testing.assert_array_equal(got, a * 2 + b)
+        np.testing.assert_array_equal(got, graph.numpy())
+        for other in (None, 1 if axis == 0 else 0):   # a value in another layout is laid out as t first
+            t.assign(Tensor(b).shard(D, other) - 1)
+            np.testing.assert_array_equal(t.numpy(), b - 1)
+        t += Tensor(a).shard(D, axis)
+        np.testing.assert_array_equal(t.numpy(), b - 1 + a)
+        now = view_base(t.uop)
+        assert now is not None and t.uop.axis == axis
+        assert buffers.shards(now)[r] is mine and buffers.lookup(mine) is storage, axis
+        block = (b - 1 + a) if axis is None else np.split(b - 1 + a, n, axis=axis)[r]
+        np.testing.assert_array_equal(np.asarray(storage).reshape(-1), np.ascontiguousarray(block).reshape(-1))
+    print(f"rank {r}/{n}: assign_in_place ok", flush=True)
+
+
 def allreduce_at_once_mismatched() -> None:
     """Rank 0 allreduces a tensor of another length than the others, at once: the first call's check names the
     ranks on every rank (the same error as for a schedule)."""
@@ -377,6 +488,7 @@ def jit_data_parallel() -> None:
 if __name__ == "__main__":
     cases = {f.__name__: f for f in (shard_to, collectives, matmul, data_parallel, several_per_rank,
                                      mismatched_programs, raises_midway, one_call_collectives, allreduce_at_once,
+                                     allreduce_at_once_reuse, assign_in_place,
                                      allreduce_at_once_mismatched, allreduce_at_once_stalls, jit_allreduce,
                                      jit_data_parallel)}
     cases[sys.argv[1]]()

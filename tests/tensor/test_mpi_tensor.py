@@ -33,7 +33,8 @@ def _ok(p: subprocess.CompletedProcess, case: str, n: int) -> None:
 @needs_mpi
 @pytest.mark.parametrize("n", [2, 4])
 @pytest.mark.parametrize("case", ["shard_to", "collectives", "matmul", "data_parallel", "one_call_collectives",
-                                  "allreduce_at_once", "jit_allreduce", "jit_data_parallel"])
+                                  "allreduce_at_once", "allreduce_at_once_reuse", "assign_in_place",
+                                  "jit_allreduce", "jit_data_parallel"])
 def test_programs_across_ranks_match_numpy(case: str, n: int) -> None:
     _ok(mpirun(n, case), case, n)
 

@@ -323,12 +323,15 @@ def test_jitted_data_parallel_step_matches_eager_and_one_device(opt_name: str) -
 
 
 def test_assign_on_a_device_tuple_writes_each_shard_in_place() -> None:
-    """`assign` to a replicated or axis-0 sharded tensor on a device tuple writes the devices' own shard buffers
-    (no new buffer), and an alias of the tensor sees the update."""
+    """`assign` to a replicated or sharded tensor (on axis 0 or another axis) on a device tuple writes the
+    devices' own shard buffers (no new buffer, the same storage), and an alias of the tensor sees the update."""
     a = np.arange(24, dtype=np.float32).reshape(4, 6)
-    for axis in (None, 0):
+    for axis in (None, 0, 1):
         t = Tensor(a).shard(CPU2, axis).realize()
-        before = [buffers.slot(b) for b in buffers.shards(view_base(t.uop))]
+        assert t.uop.axis == axis
+        base = view_base(t.uop)
+        before = [buffers.slot(b) for b in buffers.shards(base)]
+        storage = [buffers.lookup(b) for b in buffers.shards(base)]
         alias = Tensor(t)
         t.assign(t * 2 + 1)
         t.realize()
@@ -342,7 +345,57 @@ def test_assign_on_a_device_tuple_writes_each_shard_in_place() -> None:
             np.testing.assert_array_equal(t.numpy(), a * 3 - 1)
         t *= 2
         np.testing.assert_array_equal(t.numpy(), (a * 3 - 1) * 2)
+        assert t.uop.axis == axis
         assert [buffers.slot(b) for b in buffers.shards(view_base(t.uop))] == before
+        assert all(buffers.lookup(b) is s for b, s in zip(buffers.shards(base), storage, strict=True))
+        blocks = [np.asarray(s).reshape(-1) for s in storage]   # each device's own block, written in place
+        want = (a * 3 - 1) * 2
+        expect = [want] * 2 if axis is None else np.split(want, 2, axis=axis)
+        for got, w in zip(blocks, expect, strict=True):
+            np.testing.assert_array_equal(got, np.ascontiguousarray(w).reshape(-1))
+
+
+@pytest.mark.parametrize("shape", [(2, 1, 4), (4, 1, 2, 1), (1, 2, 2)])
+def test_every_permute_of_a_sharded_tensor_matches_numpy(shape: tuple[int, ...]) -> None:
+    """Brute force over every permutation and every shardable axis, for shapes with length-1 axes (whose moves
+    the lowering makes a local reshape, lower.multi._local_permute): the permuted tensor, an op on it and a
+    reduction of it equal numpy's, and the result keeps its axis."""
+    import itertools
+
+    a = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape) - 3
+    for axis in (i for i, d in enumerate(shape) if d % 2 == 0):
+        X = Tensor(a).shard(CPU2, axis).realize()
+        for order in itertools.permutations(range(len(shape))):
+            p = X.permute(order)
+            want = a.transpose(order)
+            assert p.uop.axis == order.index(axis)
+            np.testing.assert_array_equal(p.realize().numpy(), want)
+            np.testing.assert_array_equal((X.permute(order) * 2 + 1).numpy(), want * 2 + 1)
+            np.testing.assert_array_equal(X.permute(order).sum(len(shape) - 1).numpy(), want.sum(-1))
+
+
+def test_assign_on_a_device_tuple_sharded_on_a_later_axis_is_in_place_and_matches_the_graph() -> None:
+    """A 3-d tensor sharded on axis 1 and on axis 2: assignments of values in every layout write the shards in
+    place, and the result equals numpy's and the same values computed as a new tensor (the graph form)."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((2, 4, 6)).astype(np.float32)
+    b = rng.standard_normal((2, 4, 6)).astype(np.float32)
+    for axis in (1, 2):
+        t = Tensor(a).shard(CPU2, axis).realize()
+        base = view_base(t.uop)
+        before = [buffers.slot(x) for x in buffers.shards(base)]
+        graph = (Tensor(a).shard(CPU2, axis) * 2 + Tensor(b).shard(CPU2, axis)).realize()
+        t.assign(t * 2 + Tensor(b).shard(CPU2, axis))
+        t.realize()
+        np.testing.assert_array_equal(t.numpy(), a * 2 + b)
+        np.testing.assert_array_equal(t.numpy(), graph.numpy())
+        for k, other in enumerate((None, 0, 1, 2)):  # a value in another layout is laid out as t first
+            t.assign(Tensor(b * k).shard(CPU2, other) + 1)
+            np.testing.assert_array_equal(t.numpy(), b * k + 1)
+        t -= Tensor(b).shard(CPU2, axis)
+        np.testing.assert_array_equal(t.numpy(), b * 3 + 1 - b)
+        assert t.uop.axis == axis
+        assert [buffers.slot(x) for x in buffers.shards(view_base(t.uop))] == before
 
 
 # ---------------------------------------------------------------- bad input
