@@ -41,6 +41,7 @@ import re
 from collections.abc import Callable
 from typing import cast
 
+from devices.c_masked import all_lanes_helper, gate_all_true, masked_load_dtype_ok, masked_load_helper
 from devices.c_scalar import CContext, const_text, ctype, render_alu, render_bitcast, render_cast, shift_amount, unparen
 from devices.linear import base_of, const_value, is_global, lanes
 from rewrite.dsl import Rule, RuleSet, op, var
@@ -422,6 +423,16 @@ def _load(x: UOp, idx: UOp, ctx: CContext, alt: UOp | None = None, gate: UOp | N
     if gate is None and buf in ctx.vector_regs and _all_lanes(buf, i):
         return ptr
     n, t = lanes(x), vtype(x.dtype, lanes(x), ctx)
+    if gate is not None and gate.shape != () and gate_all_true(gate):
+        gate = None  # a per-lane gate true in every lane: the vectors before a padded axis's ragged edge
+    if gate is not None and gate.shape != () and start is not None and masked_load_dtype_ok(buf.dtype):
+        types = (vtype(buf.dtype, n, ctx), vtype(dtypes.bool, n, ctx), _mem_type(buf.dtype, n, ctx))
+        got = f"{masked_load_helper(buf.dtype, n, types, ctx)}({ptr}+{_atom(start)}, {unparen(ctx[gate])})"
+        if alt is None or (alt.op is Ops.CONST and not const_value(alt)):
+            return got  # the helper's lanes off are 0 already
+        m = _mask_type(x.dtype, n, ctx)
+        fn = _select_helper("vwhere", t, m, f"__builtin_convertvector(c, {m})", ctx, f"{types[1]} c, {t} a, {t} b")
+        return f"{fn}({unparen(ctx[gate])}, {got}, {_vec(alt, n, ctx)})"
     if gate is None or gate.shape == ():
         if start is not None:  # a load that several instructions read is pinned in its register (see _pin_macro)
             whole = _vload(buf, f"{ptr}+{_atom(start)}", n, ctx, len(ctx.prog.users.get(x, ())) > 1)
@@ -445,12 +456,19 @@ def render_vector_load_gated(x: UOp, idx: UOp, alt: UOp, gate: UOp, ctx: CContex
     return _load(x, idx, ctx, alt, gate)
 
 
-def _store(idx: UOp, val: UOp, ctx: CContext, gate: UOp | None = None) -> str:
+def _store(idx: UOp, val: UOp, ctx: CContext, gate: UOp | None = None, lanewise: bool = False) -> str:
     ptr, buf, i, start = _access(idx, ctx)
     if gate is None and buf in ctx.vector_regs and _all_lanes(buf, i):
         return f"{ptr} = {unparen(ctx[val])};"
     n = lanes(val)
+    if gate is not None and gate.shape != () and gate_all_true(gate):
+        gate = None
     guard = f"if ({unparen(ctx[gate])}) " if gate is not None and gate.shape == () else ""
+    if gate is not None and gate.shape != () and start is not None and not lanewise:
+        # a ragged edge's gate (see devices.c_masked): the whole vector where every lane is on, else lane by lane
+        whole = _vstore(buf, f"{ptr}+{_atom(start)}", ctx[val], n, ctx)
+        every = all_lanes_helper(vtype(dtypes.bool, n, ctx), n, ctx)
+        return f"if ({every}({unparen(ctx[gate])})) {whole} else {_store(idx, val, ctx, gate, lanewise=True)}"
     if start is not None and (gate is None or gate.shape == ()):
         return guard + _vstore(buf, f"{ptr}+{_atom(start)}", ctx[val], n, ctx)
     binds = [f"{vtype(val.dtype, n, ctx)} lane_v = {unparen(ctx[val])};"]

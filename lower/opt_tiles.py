@@ -42,36 +42,43 @@ def matmul_panel_bytes(target: Target) -> int:
     return TILE_VECTORS * target.vector_bytes
 
 
-def matmul_columns(m: int, k: int, n: int, itemsize: int, target: Target) -> int:
-    """The column count a matmul of m x k @ k x n computes (tensor.nn pads its right operand with zero columns
-    and drops their results): n rounded up to whole panels (matmul_panel_bytes) so the register tile applies.
-    Without it a column count that is no multiple of the vector lanes got no tile: matmul 1021 or 1023 ran as a
-    scalar dot-product loop reading the right operand n elements apart, at 1.1 GFLOP/s against 74 for 1024 (AVX2
-    EPYC, 2 threads). n itself where the target has no vector registers or is interpreted, on a GPU (its tensor-core
-    and thread tiles gate a ragged edge themselves: the copies would only cost), n is a multiple already or at most
-    one panel, or the product is too small to pay for the copies (m < 16 or k < 64)."""
-    panel = 0 if target.interpreted or target.warp_size else matmul_panel_bytes(target) // itemsize
-    if not panel or n % panel == 0 or n <= panel or m < 16 or k < 64:
-        return n
-    return -(-n // panel) * panel
-
-
 def tile_shape(rows_n: int, cols_n: int, width: int, target: Target, pad: bool = True) -> tuple[int, int] | None:
     """The (rows, vecs) register tile for an output of rows_n x cols_n (cols in lanes of `width`): the shape with
-    the most useful accumulators, rows x vecs scaled by the share of rows that are real when rows_n is padded to
-    a multiple of rows (the padding repeats the last row: PADTO "repeat"); then the least padding, then
+    the most useful accumulators, rows x vecs scaled by the share of rows and of columns that are real when rows_n
+    is padded to a multiple of rows (the padding repeats the last row: PADTO "repeat") and cols_n to whole tiles
+    of vecs x width columns (the extra lanes masked: PADTO, see ragged_columns); then the least padding, then
     tile_shapes' order. A 6x2 tile padded from 1024 to 1026 rows beats an exact 4x2 (11.98 useful accumulators
     against 8); 2 rows get a 2x2 tile, not a 6x2 two thirds wasted. Without `pad` only shapes whose rows divide
     rows_n. None when no shape fits."""
     best: tuple[tuple[float, int, int], tuple[int, int]] | None = None
     for i, (r, k) in enumerate(tile_shapes(target)):
-        if cols_n % (k * width) or (not pad and rows_n % r):
+        cols = ragged_columns(cols_n, width, k)
+        if cols is None or (not pad and rows_n % r):
             continue
         padded = -(-rows_n // r) * r
-        key = (-(r * k * rows_n / padded), padded - rows_n, i)
+        key = (-(r * k * rows_n / padded * cols_n / cols), padded - rows_n + cols - cols_n, i)
         if best is None or key < best[0]:
             best = (key, (r, k))
     return None if best is None else best[1]
+
+
+# A column count that is no multiple of a tile's columns is padded to whole tiles, the extra lanes masked (PADTO:
+# the loads that move with the columns and the stores are gated by column < n; devices.c_masked renders the
+# gated vector as a masked move, and the vectors before the edge, whose gate the symbolic stage proves true in
+# every lane, as plain ones). An axis of whole vectors is padded to whole tiles only where the padding is at most
+# 1/RAGGED_WASTE of the padded count (1000 columns in 6x2 tiles of 16: 1008, rather than an 8x1 tile of 8).
+RAGGED_WASTE = 8
+
+
+def ragged_columns(n: int, width: int, vecs: int) -> int | None:
+    """The column count a tile of `vecs` vectors of `width` lanes computes for an output axis of n: n where the
+    tile divides it; else n padded to whole tiles, where n is no multiple of the width (the ragged vector needs
+    the mask anyway) or the padding is at most 1/RAGGED_WASTE of the padded count; None otherwise."""
+    cols = vecs * width
+    padded = -(-n // cols) * cols
+    if padded == n:
+        return n
+    return padded if n % width or (padded - n) * RAGGED_WASTE <= padded else None
 
 
 def register_tile(ast: UOp, opts: list[Opt], target: Target) -> UOp | None:
@@ -93,11 +100,13 @@ def register_tile(ast: UOp, opts: list[Opt], target: Target) -> UOp | None:
     # the vector axis: every load in the reduction moves by 0 or 1 element along it, some by 1. Preferred: an axis
     # no load's gate depends on (a gate that differs per lane makes a lane-by-lane load: conv's padded input
     # columns as lanes ran at 0.7 GFLOP/s where its output channels run at full width), then one the output is
-    # contiguous along too (else the tile's final stores scatter, once per output)
+    # contiguous along too (else the tile's final stores scatter, once per output), then an axis of whole vectors
+    # (a ragged one is padded to whole tiles, its last vector masked: ragged_columns)
     gates = [_topo(g) for g in (u.src[2] for u in body if u.op is Ops.LOAD and len(u.src) >= 3)]
-    cands = [v for v in reversed(loops) if size(v) % width == 0 and
+    cands = [v for v in reversed(loops) if size(v) > 1 and
              all(_stride(i, v) in (0, 1) for i in loads) and any(_stride(i, v) == 1 for i in loads)]
-    cands.sort(key=lambda v: (any(v in g for g in gates), not all(_stride(i, v) == 1 for i in stores)))
+    cands.sort(key=lambda v: (any(v in g for g in gates), not all(_stride(i, v) == 1 for i in stores),
+                              size(v) % width != 0))
     if not cands:
         return None
     v = cands[0]
@@ -115,6 +124,13 @@ def register_tile(ast: UOp, opts: list[Opt], target: Target) -> UOp | None:
     if shape is None:
         return None
     rows, vecs = shape
+    cols = ragged_columns(size(v), width, vecs)
+    if cols != size(v):  # the columns padded to whole tiles, the extra lanes masked (see RAGGED_WASTE)
+        at_u, at = axes(ast).index(u), axes(ast).index(v)
+        o = Opt(OptOps.PADTO, at, vecs * width)
+        ast = apply_opt(ast, o)
+        opts.append(o)
+        u, v = axes(ast)[at_u], axes(ast)[at]
     if size(u) % rows:  # the rows' last block repeats the last row (its stores gated): no gate in the k loop
         at = axes(ast).index(u)
         o = Opt(OptOps.PADTO, at, (rows, "repeat"))

@@ -222,13 +222,20 @@ def _is_abs(x: UOp, ret: UOp, m: UOp) -> bool:
             and cast(tuple, m.arg)[0] == (1 << (x.dtype.bits - 1)) - 1)
 
 
-_VIEWS = (Ops.EXPAND, Ops.RESHAPE, Ops.PERMUTE, Ops.CAST)
+_VIEWS = (Ops.EXPAND, Ops.RESHAPE, Ops.PERMUTE, Ops.CAST, Ops.SHRINK)
 
 
 def _layout_copy_source(v: UOp) -> UOp | None:
     """x when v is a copy of x in another layout read back in x's own (`reshape(permute(contiguous(permute(
     reshape(x)))))` with the permutes inverse to each other and the outer shape x's: matmul's column panels,
-    tensor.nn._panels), else None."""
+    tensor.nn._panels), else None; also through a copy of x padded with zeros after its end and read back shrunk to
+    x's shape (panels of a ragged column count)."""
+    if v.op is Ops.SHRINK:
+        x = _layout_copy_source(v.src[0])
+        zeros = all(not b for b in v.src[1].arg[0]) if v.src[1].op is Ops.VCONST else False  # type: ignore[index]
+        if x is None or x.op is not Ops.PAD or x.src[0].shape != v.shape or not zeros or x.src[1].op is not Ops.VCONST:
+            return None
+        return x.src[0] if all(not b for b in x.src[1].arg[0]) else None  # type: ignore[index]  # VCONST: (values,)
     outer = v.src[0] if v.op is Ops.RESHAPE else v
     if outer.op is not Ops.PERMUTE or outer.src[0].op is not Ops.CONTIGUOUS:
         return None

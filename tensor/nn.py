@@ -66,30 +66,13 @@ def matmul(x: Tensor, w: Tensor) -> Tensor:
     work = dtypes.int32 if dt.is_bool else dt  # bool @ bool is an or of ands: sum the products, compare to 0
     batch = broadcast_shape([a.shape[:-2], b.shape[:-2]], "matmul")
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    bw, n_pad = _pad_columns(b.cast(work), m, dev)
-    full = (*batch, m, k, n_pad)
+    full = (*batch, m, k, n)
     au = expand_uop(a.cast(work).reshape((*a.shape, 1)), full)
-    bu = expand_uop(_panels(bw, m, dev).reshape((*bw.shape[:-2], 1, k, n_pad)), full)
+    bu = expand_uop(_panels(b.cast(work), m, dev).reshape((*b.shape[:-2], 1, k, n)), full)
     out = reduce_uop(au.cast(_acc(work)) * bu.cast(_acc(work)), Ops.ADD, (len(full) - 2,), False)
-    if n_pad != n:  # the padded output stored (else the kernel would loop over the shrunk columns), the extra dropped
-        out = out.contiguous().shrink((0,) * out.ndim, (*out.shape[:-1], n))
     out = out.ne(out.const_like(0)) if dt.is_bool else out.cast(dt)
     shape = (*batch, *(() if x.ndim == 1 else (m,)), *(() if w.ndim == 1 else (n,)))
     return tt.Tensor._wrap(out.reshape(shape), dev)
-
-
-def _pad_columns(b: UOp, m: int, dev: Device) -> tuple[UOp, int]:
-    """b (..., K, N) with zero columns up to the padded N that lower.opt_tiles.matmul_columns picks for the
-    device's target (whole vectors for a register tile), as a copy (folded into the panel copy where b is packed),
-    and that N. The extra output columns are computed and dropped by the caller."""
-    from devices import target_for
-    from lower.opt_tiles import matmul_columns
-
-    n = b.shape[-1]
-    if isinstance(dev, tuple) or (n_pad := matmul_columns(m, b.shape[-2], n, b.dtype.itemsize, target_for(dev))) == n:
-        return b, n
-    padded = b.pad((0,) * b.ndim, (*(0,) * (b.ndim - 1), n_pad - n))
-    return (padded if _panels(padded, m, dev) is not padded else padded.contiguous()), n_pad
 
 
 def _panels(b: UOp, m: int, dev: Device) -> UOp:
@@ -100,7 +83,9 @@ def _panels(b: UOp, m: int, dev: Device) -> UOp:
     lands in the same cache
     sets: matmul 1024 ran at a third of the speed), or b is larger than an L2 cache, or b is a permuted view (a
     transposed operand, whose N elements are not adjacent for the tile's vector loads). A small row-major b is read
-    in place: at 256 and 512 the copy cost more than it saved."""
+    in place: at 256 and 512 the copy cost more than it saved. A column count of no whole panels is padded with
+    zero columns in the same copy and read back shrunk to N: the product's register tile masks its ragged last
+    vector (lower.opt_tiles.ragged_columns), so the extra columns are never computed or stored."""
     from devices import target_for
     from lower.opt_tiles import matmul_panel_bytes
 
@@ -108,16 +93,19 @@ def _panels(b: UOp, m: int, dev: Device) -> UOp:
     size = b.dtype.itemsize
     target = target_for(dev if isinstance(dev, str) else dev[0])
     panel = 0 if target.interpreted else matmul_panel_bytes(target) // size
-    if not panel or n % panel or n <= panel or k < 64 or m < 16:
+    if not panel or n <= panel or k < 64 or m < 16:
         return b
     if n * size < 4096 and k * n * size <= target.l2_bytes and not _permuted(b):
         return b
     nb = b.ndim - 2
     swap = (*range(nb), nb + 1, nb, nb + 2)  # (.., K, N/P, P) <-> (.., N/P, K, P): its own inverse
-    if isinstance(dev, tuple) and isinstance(b.device, tuple) and b.axis == b.ndim - 1 and (n // panel) % len(dev):
+    if isinstance(dev, tuple) and isinstance(b.device, tuple) and b.axis == b.ndim - 1 and \
+            (n % panel or (n // panel) % len(dev)):
         return b  # the panels would split the devices' blocks of N (rewrite.props.reshape_axis)
-    packed = b.reshape((*b.shape[:-2], k, n // panel, panel)).permute(swap).contiguous()
-    return packed.permute(swap).reshape(b.shape)
+    n_pad = -(-n // panel) * panel
+    src = b.pad((0,) * b.ndim, (*(0,) * (b.ndim - 1), n_pad - n))
+    packed = src.reshape((*b.shape[:-2], k, n_pad // panel, panel)).permute(swap).contiguous()
+    return packed.permute(swap).reshape(src.shape).shrink((0,) * b.ndim, b.shape)
 
 
 def _permuted(x: UOp) -> bool:

@@ -124,7 +124,18 @@ def _threads() -> tuple[Tensor, np.ndarray]:
     return (Tensor(x) * 3.0 + 1.0).abs().sqrt().sum(1), np.sqrt(np.abs(x.astype(np.float64) * 3 + 1)).sum(1)
 
 
+def _ragged() -> tuple[Tensor, np.ndarray]:
+    # 37 columns, 37-long rows: no target's vector width divides them; the axes are padded and upcast, the last
+    # vector's loads and stores masked (devices.c_masked: AVX, AVX-512 and the portable SSE / NEON forms)
+    a = _rng(13).standard_normal((24, 8)).astype(np.float32)
+    b = _rng(14).standard_normal((8, 37)).astype(np.float32)
+    mm = Tensor(a) @ Tensor(b)
+    return mm.exp() * 0.5 + mm.sum(1, keepdim=True), \
+        np.exp(a.astype(np.float64) @ b) * 0.5 + (a.astype(np.float64) @ b).sum(1, keepdims=True)
+
+
 CASES: dict[str, Callable[[], tuple[Tensor, np.ndarray]]] = {
+    "ragged_axes": _ragged,
     "casts_f16_bf16": _casts, "rowsum_unrolled": _rowsum, "softmax": _softmax, "matmul_tile": _matmul,
     "conv2d": _conv, "gather_pad_flip": _gather_pad_flip, "int_ops": _ints, "threads_core_id": _threads,
 }
