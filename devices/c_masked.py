@@ -37,10 +37,10 @@ def all_lanes_helper(m: str, n: int, ctx: CContext) -> str:
     fn = f"vall_{m}"
     if n <= 8:
         bits = {1: 8, 2: 16, 4: 32, 8: 64}[n]
-        body = f"uint{bits}_t b; memcpy(&b, &g, {n}); return b == UINT{bits}_MAX;"
+        body = f"uint{bits}_t b; memcpy(&b, &g, {n}); return b == (uint{bits}_t)~(uint{bits}_t)0;"
     else:
         body = (f"int r = 1; for (int i = 0; i < {n}; i += 8) {{ uint64_t b; memcpy(&b, (const char*)&g + i, 8); "
-                f"r &= b == UINT64_MAX; }} return r;")
+                f"r &= b == ~(uint64_t)0; }} return r;")
     return ctx.define(fn, f"static inline int {fn}({m} g) {{ {body} }}")
 
 
