@@ -30,6 +30,7 @@ import hashlib
 import marshal
 import os
 import sys
+from collections.abc import Iterator
 from importlib.util import MAGIC_NUMBER
 from typing import Any
 
@@ -46,12 +47,18 @@ ROOT: str | None = None  # the directory to use instead of the default ones (tes
 _made: dict[tuple, str | None] = {}  # (ROOT, CACHEDIR) -> the directory in use (None: none can be written)
 
 
-def _candidates() -> list[str]:
+def _candidates() -> Iterator[str]:
+    """Where the files may go, in order: beside the package's own bytecode, else the cache directory (asked only
+    when the first cannot be used: an unusable cache directory is an OSError, which means no second place)."""
     if ROOT is not None:
-        return [ROOT]
-    beside = os.path.join(sys.pycache_prefix, "uopc-matchers") if sys.pycache_prefix else \
+        yield ROOT
+        return
+    yield os.path.join(sys.pycache_prefix, "uopc-matchers") if sys.pycache_prefix else \
         os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__", "uopc-matchers")
-    return [beside, os.path.join(cache_dir(), "matchers")]
+    try:
+        yield os.path.join(cache_dir(), "matchers")
+    except OSError:
+        return
 
 
 def _dir() -> str | None:
