@@ -3,6 +3,8 @@ fit a target's vector registers and the opts that make one (lower.optimize.hand_
 
 from __future__ import annotations
 
+import math
+
 from devices.base import Target
 from lower.optimize import (
     Opt,
@@ -96,6 +98,8 @@ def register_tile(ast: UOp, opts: list[Opt], target: Target) -> UOp | None:
     loads = [u.src[1] for u in body if u.op is Ops.INDEX and u.src[0].op is Ops.BUFFER and len(u.src) == 2]
     stores = [u.src[0].src[1] for u in _topo(ast) if u.op is Ops.STORE and u.src[0].op is Ops.INDEX]
     width = native_lanes(ast, target)
+    if math.prod(size(r) for r in reds[0].src[1:]) < width:  # a few products per output: nothing for a tile of
+        return None  # accumulators to save (each reuses a load only across the reduction), its padding all cost
     loops = [r for r in axes(ast) if r.axis_type is AxisType.LOOP]
     # the vector axis: every load in the reduction moves by 0 or 1 element along it, some by 1. Preferred: an axis
     # no load's gate depends on (a gate that differs per lane makes a lane-by-lane load: conv's padded input
