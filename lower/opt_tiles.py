@@ -72,6 +72,9 @@ def tile_shape(rows_n: int, cols_n: int, width: int, target: Target, pad: bool =
 RAGGED_WASTE = 8
 
 
+MIN_TILE_REDUCTION = 8  # products per output below which no register tile is made
+
+
 def ragged_columns(n: int, width: int, vecs: int) -> int | None:
     """The column count a tile of `vecs` vectors of `width` lanes computes for an output axis of n: n where the
     tile divides it; else n padded to whole tiles, where n is no multiple of the width (the ragged vector needs
@@ -98,8 +101,8 @@ def register_tile(ast: UOp, opts: list[Opt], target: Target) -> UOp | None:
     loads = [u.src[1] for u in body if u.op is Ops.INDEX and u.src[0].op is Ops.BUFFER and len(u.src) == 2]
     stores = [u.src[0].src[1] for u in _topo(ast) if u.op is Ops.STORE and u.src[0].op is Ops.INDEX]
     width = native_lanes(ast, target)
-    if math.prod(size(r) for r in reds[0].src[1:]) < width:  # a few products per output: nothing for a tile of
-        return None  # accumulators to save (each reuses a load only across the reduction), its padding all cost
+    if math.prod(size(r) for r in reds[0].src[1:]) < MIN_TILE_REDUCTION:  # a few products per output: a tile of
+        return None  # accumulators saves nothing (each reuses a load only across the reduction), its padding all cost
     loops = [r for r in axes(ast) if r.axis_type is AxisType.LOOP]
     # the vector axis: every load in the reduction moves by 0 or 1 element along it, some by 1. Preferred: an axis
     # no load's gate depends on (a gate that differs per lane makes a lane-by-lane load: conv's padded input
