@@ -12,6 +12,7 @@ import numpy as np
 from devices.mpi import world
 from tensor import Tensor
 from tensor import multi as M
+from tests.tensor.util import dp_mlp_step
 
 
 def _rank() -> tuple[int, int]:
@@ -432,27 +433,7 @@ def jit_allreduce() -> None:
 def _jit_train(opt_name: str, D: tuple[str, ...] | None, batches: list, use_jit: bool) -> tuple[list, int]:
     """Five steps of a small MLP, data-parallel on D (None: this rank alone, the whole batch): the losses and final
     weights, and how often the body ran."""
-    from tensor.jit import jit
-    from tensor.modules import Linear
-    from tensor.optim import SGD, AdamW
-
-    Tensor.manual_seed(0)
-    layers = [Linear(4, 16), Linear(16, 3)]
-    params = [p for layer in layers for p in layer.parameters()]
-    opt = SGD(params, lr=0.05, momentum=0.9) if opt_name == "sgd" else AdamW(params, lr=0.01)
-    if D is not None:
-        M.replicate_params(params + [t for st in opt.state for t in st.values()], D)
-    ran = [0]
-
-    def step(X: Tensor, Y: Tensor) -> Tensor:
-        ran[0] += 1
-        loss = ((layers[1](layers[0](X).relu()) - Y) ** 2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step(loss)
-        return loss
-
-    f = jit(step) if use_jit else step
+    f, params, ran = dp_mlp_step(opt_name, D, use_jit)
     losses = []
     for x, y in batches:
         if D is None:

@@ -14,6 +14,7 @@ from rewrite import Ops, UOp, dtypes
 from rewrite.errors import DeviceError, ShardingError
 from tensor import Tensor
 from tensor import multi as M
+from tests.tensor.util import dp_mlp_step
 
 CPU2 = ("cpu:0", "cpu:1")
 CPU4 = ("cpu:0", "cpu:1", "cpu:2", "cpu:3")
@@ -273,27 +274,7 @@ def test_data_parallel_training_step_matches_one_device() -> None:
 def _dp_run(opt_name: str, devices: tuple[str, ...] | None, use_jit: bool, batches: list) -> tuple[list, list, int]:
     """Five steps of a small MLP (its losses, its final weights, how often the body ran), data-parallel on
     `devices` (None: one device), the step under tensor.jit or eager."""
-    from tensor.jit import jit
-    from tensor.modules import Linear
-    from tensor.optim import SGD, AdamW
-
-    Tensor.manual_seed(0)
-    layers = [Linear(4, 16), Linear(16, 3)]
-    params = [p for layer in layers for p in layer.parameters()]
-    opt = SGD(params, lr=0.05, momentum=0.9) if opt_name == "sgd" else AdamW(params, lr=0.01)
-    if devices is not None:
-        M.replicate_params(params + [t for s in opt.state for t in s.values()], devices)
-    ran = [0]
-
-    def step(X: Tensor, Y: Tensor) -> Tensor:
-        ran[0] += 1
-        loss = ((layers[1](layers[0](X).relu()) - Y) ** 2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step(loss)
-        return loss
-
-    f = jit(step) if use_jit else step
+    f, params, ran = dp_mlp_step(opt_name, devices, use_jit)
     losses = []
     for x, y in batches:
         X, Y = Tensor(x), Tensor(y)

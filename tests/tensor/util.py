@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -69,3 +71,32 @@ def arrays(dt: str | np.dtype, shape: st.SearchStrategy | tuple | None = None, l
     d = np.dtype(dt)
     shape = shapes() if shape is None else shape
     return hnp.arrays(d, shape, elements=elements(d, lo, hi))
+
+
+def dp_mlp_step(opt_name: str, devices: tuple[str, ...] | None, use_jit: bool) \
+        -> tuple[Callable[[Tensor, Tensor], Tensor], list[Tensor], list[int]]:
+    """A seeded MLP 4-16-3 with SGD (momentum) or AdamW, its parameters and optimizer state replicated on
+    `devices` (None: left on one device): the training step (mean squared error, backward, optimizer step), under
+    tensor.jit when `use_jit`; the parameters; and a one-element list counting how often the step's body ran."""
+    from tensor import multi as M
+    from tensor.jit import jit
+    from tensor.modules import Linear
+    from tensor.optim import SGD, AdamW
+
+    Tensor.manual_seed(0)
+    layers = [Linear(4, 16), Linear(16, 3)]
+    params = [p for layer in layers for p in layer.parameters()]
+    opt = SGD(params, lr=0.05, momentum=0.9) if opt_name == "sgd" else AdamW(params, lr=0.01)
+    if devices is not None:
+        M.replicate_params(params + [t for st_ in opt.state for t in st_.values()], devices)
+    ran = [0]
+
+    def step(X: Tensor, Y: Tensor) -> Tensor:
+        ran[0] += 1
+        loss = ((layers[1](layers[0](X).relu()) - Y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step(loss)
+        return loss
+
+    return (jit(step) if use_jit else step), params, ran
