@@ -35,7 +35,7 @@ TC opt falls back to lower.tc_smem's register pipeline where it does not.
 from __future__ import annotations
 
 from lower.optimize import next_range_id, size
-from lower.tc_smem import VEC, WarpTile, _copy_tile, _vectorizable, pad_for, write_back
+from lower.tc_smem import VEC, WarpTile, _copy_tile, _vectorizable, mma_grid, pad_for, write_back
 from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
 from rewrite.dtype import AddrSpace
 from rewrite.errors import KernelOptError
@@ -137,14 +137,7 @@ def apply_tc_async(ast: UOp, shape: str, tm: int, tn: int, wu: int, wv: int, bk:
                                       for row, col in (lay.a(e, g, t) for e in range(lay.na)))) for i in range(tm)]
             b = [UOp(Ops.STACK, tuple(br.index(cur_b + (kk + row) * (bn + pad) + (wc + (j * N + col))).load()
                                       for row, col in (lay.b(e, g, t) for e in range(lay.nb)))) for j in range(tn)]
-        out = list(cur)
-        for i in range(tm):
-            for j in range(tn):
-                o = 4 * (i * tn + j)
-                c = UOp(Ops.STACK, tuple(out[o:o + 4]))
-                mma = UOp(Ops.WMMA, (a[i], b[j], c), (M, N, lay.k, dt, dtypes.float32))
-                out[o:o + 4] = [UOp(Ops.INDEX, (mma, UOp.const(e))) for e in range(4)]
-        cur = out
+        cur = mma_grid(a, b, cur, (M, N, lay.k, dt, dtypes.float32))
     upd = [p.store(val) for p, val in zip(at, cur, strict=True)]
     step = UOp(Ops.END, (UOp(Ops.GROUP, (*upd, issued)), ko))
     tile = WarpTile(red, u, v, u0 + wr, v0 + wc, g, t, tm, tn, nu, nv, bm, bn)

@@ -213,14 +213,7 @@ def apply_tc_staged(ast: UOp, shape: str, tm: int, tn: int, wu: int, wv: int, bk
         b = [UOp(Ops.STACK, tuple(br.index((kk + row) * (bn + pad) + (wc + (j * N + col))).load()
                                   for row, col in (lay.b(e, g, t) for e in range(lay.nb))))
              for j in range(tn)]
-        nxt = list(cur)
-        for i in range(tm):
-            for j in range(tn):
-                o = 4 * (i * tn + j)
-                c = UOp(Ops.STACK, tuple(nxt[o:o + 4]))
-                mma = UOp(Ops.WMMA, (a[i], b[j], c), (M, N, lay.k, dt, dtypes.float32))
-                nxt[o:o + 4] = [UOp(Ops.INDEX, (mma, UOp.const(e))) for e in range(4)]
-        cur = nxt
+        cur = mma_grid(a, b, cur, (M, N, lay.k, dt, dtypes.float32))
     upd = [p.store(val) for p, val in zip(at, cur, strict=True)]
     done = UOp(Ops.BARRIER, tuple(upd))  # every warp has read the tiles before the next step overwrites them
     if steps > 1:  # the next step's tiles, stored once every warp is done with these (none after the last step)
@@ -230,6 +223,18 @@ def apply_tc_staged(ast: UOp, shape: str, tm: int, tn: int, wu: int, wv: int, bk
     step = UOp(Ops.END, (UOp(Ops.GROUP, (*upd, done)), ko))
     tile = WarpTile(red, u, v, u0 + wr, v0 + wc, g, t, tm, tn, nu, nv, bm, bn)
     return write_back(ast, end, step, at, tile, (*outer, bu, bv, ru, rv, lane))
+
+
+def mma_grid(a: list[UOp], b: list[UOp], acc: list[UOp], arg: tuple) -> list[UOp]:
+    """One k step of a warp tile: the product of every row fragment in `a` with every column fragment in `b` added
+    to its 4 accumulator lanes in `acc` (row-major over the tile, 4 per fragment pair) by one WMMA with `arg`."""
+    tn, out = len(b), list(acc)
+    for i, fa in enumerate(a):
+        for j, fb in enumerate(b):
+            o = 4 * (i * tn + j)
+            mma = UOp(Ops.WMMA, (fa, fb, UOp(Ops.STACK, tuple(out[o:o + 4]))), arg)
+            out[o:o + 4] = [UOp(Ops.INDEX, (mma, UOp.const(e))) for e in range(4)]
+    return out
 
 
 class WarpTile(NamedTuple):
