@@ -33,7 +33,7 @@ import numpy as np
 
 from benchmarks.bert_model import MINILM, BertConfig, check, forward_numpy, forward_ours, forward_torch, weights
 from benchmarks.kernel_peers import have
-from benchmarks.kernel_worker import run_module
+from benchmarks.kernel_worker import run_module, timed
 from benchmarks.runner import Bench, Result, suite
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -68,26 +68,6 @@ class OursModel:
 # ---------------------------------------------------------------------------- subprocess side (cold)
 
 
-def _timed(owner: Any, attr: str, acc: dict[str, float], key: str, count: dict[str, int] | None = None) -> None:
-    """Wrap owner.attr so its wall time adds up in acc[key] (outermost calls only)."""
-    fn = getattr(owner, attr)
-    depth = [0]
-
-    def wrapped(*a: Any, **k: Any) -> Any:
-        depth[0] += 1
-        t0 = time.perf_counter()
-        try:
-            return fn(*a, **k)
-        finally:
-            depth[0] -= 1
-            if depth[0] == 0:
-                acc[key] = acc.get(key, 0.0) + time.perf_counter() - t0
-                if count is not None:
-                    count[key] = count.get(key, 0) + 1
-
-    setattr(owner, attr, wrapped)
-
-
 def worker(cfg: BertConfig, out_path: str | None) -> dict[str, Any]:
     """The cold first call in this fresh process, split into its parts, then one more call."""
     w = weights(cfg)
@@ -100,10 +80,10 @@ def worker(cfg: BertConfig, out_path: str | None) -> dict[str, Any]:
     realize_mod = importlib.import_module("lower.realize")  # `lower.realize` the attribute is the function
     acc: dict[str, float] = {}
     count: dict[str, int] = {}
-    _timed(realize_mod, "schedule", acc, "schedule")
-    _timed(realize_mod, "lower_kernel", acc, "lower", count)
-    _timed(CPUDevice, "compile_batch", acc, "compile", count)
-    _timed(Compiler, "_run", acc, "compiler processes", count)  # summed over the runs a batch makes in parallel
+    timed(realize_mod, "schedule", acc, "schedule")
+    timed(realize_mod, "lower_kernel", acc, "lower", count)
+    timed(CPUDevice, "compile_batch", acc, "compile", count)
+    timed(Compiler, "_run", acc, "compiler processes", count)  # summed over the runs a batch makes in parallel
     m = OursModel(cfg, w)
     setup = dict(acc)  # uploading the weights: not the forward's
     acc.clear()
