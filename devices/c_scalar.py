@@ -6,7 +6,9 @@ work done lane by lane.
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -77,6 +79,11 @@ C_DIALECT = Dialect("C")
 def is_reserved(name: str) -> bool:
     """Is `name` a C word, a libm function used here, or of the form of a name this renderer generates?"""
     return name in _C_WORDS or _GENERATED.match(name) is not None
+
+
+def unique_symbol(sym: str, taken: Container[str]) -> str:
+    """`sym`, or `sym_1`, `sym_2`, ...: the first not in `taken` (kernels of one file named alike)."""
+    return sym if sym not in taken else next(f"{sym}_{i}" for i in itertools.count(1) if f"{sym}_{i}" not in taken)
 
 
 def ctype(dtype: DType) -> str:

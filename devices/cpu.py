@@ -44,6 +44,7 @@ import numpy as np
 from devices import cpu_pool
 from devices.base import Target, cpu_target
 from devices.c_render import C_ALU_OPS, ctype, is_reserved, render_function, render_source, storage_type
+from devices.c_scalar import unique_symbol
 from devices.cpu_compiler import Compiler
 from devices.linear import Program, analyze, const_value, special_bound
 from devices.memory import Allocator, check_buffers, check_vars, np_dtype
@@ -269,9 +270,7 @@ class CPUDevice(Allocator):
     def _part(self, linear: UOp, name: str, taken: set[str], target: Target) -> _Part:
         """One kernel made ready for a C file: analyzed, its function rendered under a symbol clear of `taken`
         (which gets it), and its thread-pool entry wrapper if it has SPECIALs."""
-        sym = _symbol(name)
-        if sym in taken:
-            sym = next(f"{sym}_{i}" for i in itertools.count(1) if f"{sym}_{i}" not in taken)
+        sym = unique_symbol(_symbol(name), taken)
         taken.add(sym)
         prog, func, helpers = self._function(linear, sym)
         prog.name = name

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import collections
 import ctypes
-import itertools
 import sys
 import threading
 from collections.abc import Sequence
@@ -33,6 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from devices.base import GPU_TARGET_NAMES, Target, gpu_target
+from devices.c_scalar import unique_symbol
 from devices.cuda_compile import NVCC, NVRTC, CudaCompiler, cuda_compiler
 from devices.cuda_driver import (
     ATTR_MULTIPROCESSOR_COUNT,
@@ -419,9 +419,7 @@ class CudaDevice:
         helpers: dict[str, str] = {}
         funcs: list[str] = []
         for linear, name in kernels:
-            sym = kernel_symbol(name)
-            if sym in syms:
-                sym = next(f"{sym}_{i}" for i in itertools.count(1) if f"{sym}_{i}" not in syms)
+            sym = unique_symbol(kernel_symbol(name), syms)
             syms.append(sym)
             prog, func, used = self._function(linear, sym)
             prog.name = name
