@@ -481,13 +481,14 @@ def _realize(tensors: list[Tensor]) -> None:
     if assigns is not None:
         tensors = tensors + assigns.extra()
     for dev, group in _by_device(tensors).items():
-        roots = list(dict.fromkeys(_root(t) for t in group))
+        keys = [_root(t) for t in group]  # taken before any t.uop changes: a tensor may be listed twice
+        roots = list(dict.fromkeys(keys))
         stripped, var_vals, back = unbind_graph(roots)
         with Context(DEVICE=dev if isinstance(dev, str) else dev[0]):
             outs = lower.realize(stripped, var_vals) if var_vals else lower.realize(roots)
         by_root = {r: outs[s] for r, s in zip(roots, stripped, strict=True)}
-        for t in group:
-            res = by_root[_root(t)]
+        for t, key in zip(group, keys, strict=True):
+            res = by_root[key]
             t.uop = back.get(res, res)
     if assigns is not None:
         assigns.finish()

@@ -113,6 +113,17 @@ def test_realize_replaces_the_graph_and_is_lazy_before() -> None:
     assert x.tolist() == [3.0, 6.0] and y.tolist() == [0.0, 1.0]
 
 
+@pytest.mark.parametrize("device", ["cpu", "python"])
+def test_realize_with_a_tensor_listed_twice(device: str) -> None:
+    # the same tensor among the arguments more than once used to raise KeyError once its first copy was realized
+    a = Tensor(np.arange(4, dtype=np.float32), device=device)
+    t, u = a + 1, a * 2
+    Tensor.realize(t, t, u, t)
+    assert t.is_realized and u.is_realized
+    np.testing.assert_array_equal(t.numpy(), np.arange(4) + 1)
+    np.testing.assert_array_equal(u.numpy(), np.arange(4) * 2)
+
+
 def test_constant_graphs_run_on_the_tensors_device() -> None:
     z = Tensor.arange(4, device="python") * 2
     items = z.schedule()
