@@ -5,8 +5,9 @@ it one after another, without `(push)`/`(pop)` per batch (~0.9 ms, about half a 
 first command of a batch runs the `clear` rule set, which deletes the rows the last batch left (~0.1 ms), so every
 batch sees an e-graph holding the rules alone (what an egglog 13.2 iteration costs grows with the e-graph's size);
 a full reset comes after a failed batch and every `Schedule.reset_nodes` loaded nodes. A batch goes in as rows of
-relations (egglog's `input`), hash-consed, so subterms shared by its roots are sent once. Each batch runs with an iteration cap, a size budget checked between iterations
-(egglog has no node limit and a blow-up aborts the process) and a time budget, then one packed extraction that
+relations (egglog's `input`), hash-consed, so subterms shared by its roots are sent once. Each batch runs with an
+iteration cap, a size budget checked between iterations (egglog has no node limit and a blow-up aborts the
+process) and a time budget, then one packed extraction that
 carries every root's interval (a single root: its own extraction and a lookup of its interval); a batch of new
 nodes that the rules leave unchanged needs no extraction (its inputs are the answer). Each iteration runs only
 the interval rules that can fire on the batch's e-classes (rewrite.egraph_groups). Extraction prices a division
@@ -333,8 +334,8 @@ class Saturator(DiskCache):
         those come after a batch that failed and every `schedule.reset_nodes` loaded nodes.
 
         Commands per batch: the new nodes as rows (`input`) with the `clear` run, the `load` run and the first
-        iteration in one `run-schedule`, the sizes, further iterations while one changes something; then for one root its
-        extraction (in the same call under a fused schedule) and a lookup of its interval, for several the roots
+        iteration in one `run-schedule`, the sizes, further iterations while one changes something; then for one root
+        its extraction (in the same call under a fused schedule) and a lookup of its interval, for several the roots
         as rows, the `collect` run (each root with its interval, packed in lists of PACK_CHUNK) and one
         extraction per list. Each result holds the rebuilt UOp (the input where the term does not fit it),
         and the extracted node list only when `nodes` asks for it (the disk cache stores it)."""
