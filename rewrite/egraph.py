@@ -1,11 +1,13 @@
 """The egglog bridge: batches of index expressions saturated in one e-graph and read back as UOps.
 
 `Saturator` owns one persistent egglog e-graph per process with its rules loaded once as text. Batches go into
-it one after another, without `(push)`/`(pop)` per batch (they cost more than a small batch's saturation); it
-goes back to the rules alone when it has grown or a batch did not finish. A batch goes in as rows of relations
-(egglog's `input`), hash-consed against everything the e-graph already holds, so shared subterms and terms of
-earlier batches are sent once. Each batch runs with an iteration cap, a size budget checked between iterations
-(egglog has no node limit and a blow-up aborts the process) and a time budget, then one packed extraction that
+it one after another, without `(push)`/`(pop)` per batch (~0.9 ms, about half a small batch's saturation): the
+first command of a batch runs the `clear` rule set, which deletes the rows the last batch left (~0.1 ms), so every
+batch sees an e-graph holding the rules alone (what an egglog 13.2 iteration costs grows with the e-graph's size);
+a full reset comes after a failed batch and every `Schedule.reset_nodes` loaded nodes. A batch goes in as rows of
+relations (egglog's `input`), hash-consed, so subterms shared by its roots are sent once. Each batch runs with an
+iteration cap, a size budget checked between iterations (egglog has no node limit and a blow-up aborts the
+process) and a time budget, then one packed extraction that
 carries every root's interval (a single root: its own extraction and a lookup of its interval); a batch of new
 nodes that the rules leave unchanged needs no extraction (its inputs are the answer). Each iteration runs only
 the interval rules that can fire on the batch's e-classes (rewrite.egraph_groups). Extraction prices a division
@@ -41,6 +43,7 @@ from rewrite.egraph_terms import (
     DEFAULT_COSTS,
     I64_MAX,
     I64_MIN,
+    INTERVAL_FUNCTIONS,
     POW2_TWINS,
     Expr,
     Node,
@@ -112,6 +115,23 @@ LOAD_PROGRAM = "\n".join([
     '(rule ((LR p j i) (= i -1)) ((union (PK p j) (PNil)) (delete (LR p j i))) :ruleset collect :name "collect-end")',
 ]) + "\n"
 
+# `clear`: one run deletes every row of the sort's tables, the loader's and the packed lists', and the interval
+# functions', so the next batch starts from an e-graph that holds the rules alone, as after `(pop)` `(push)` (~0.1 ms
+# against ~0.9 for those two). Rows a rule subsumed cannot be matched, so they stay; they hold e-classes no later
+# node can reach (a new node's children are new e-classes, a constant or a leaf gets a new e-class once its old row
+# is gone), and the full reset every `Schedule.reset_nodes` loaded nodes bounds them and egglog's union-find.
+_CLEAR_ROWS = ("(Num a)", "(Var a b c)", *(f"({c} {' '.join('abd'[:len(k)])})" for c, k, _ in CTORS.values()),
+               *(f"({t} a b)" for t in POW2_TWINS), "(N a)", "(PK a b)", "(PB a b c d)", "(PC a b)", "(PNil)",
+               "(PCons a b)")
+
+
+def clear_program(functions: Sequence[str]) -> str:
+    """The `clear` rule set: one rule per table that deletes its rows (`functions`: the interval lattice's)."""
+    rows = [*_CLEAR_ROWS, *(f"({f} e)" for f in functions)]
+    return "(ruleset clear)\n" + "".join(f"(rule ((= __v {r})) ((delete {r})) :ruleset clear :name \"clear-{i}\")\n"
+                                         for i, r in enumerate(rows))
+
+
 # ---------------------------------------------------------------------------------------------- saturation
 
 
@@ -138,7 +158,7 @@ class Saturator(DiskCache):
     def __init__(self, name: str, program: str, schedule: Schedule | None = None,
                  costs: dict[str, int] | None = None) -> None:
         self.name, self.schedule = name, schedule or Schedule()
-        self.program = sort_decls(costs) + LOAD_PROGRAM + program
+        self.program = sort_decls(costs) + LOAD_PROGRAM + clear_program(INTERVAL_FUNCTIONS) + program
         self.version = hashlib.sha256(f"{self.program}\n{self.schedule!r}".encode()).hexdigest()[:24]
         # the program as loaded: the analysis cut into groups by constructor (rewrite.egraph_groups)
         self._text, self._groups = split_analysis(self.program, self.schedule.analysis, self.schedule.rewrites,
@@ -156,9 +176,11 @@ class Saturator(DiskCache):
         self._db: sqlite3.Connection | None = None
         self._db_key: tuple[int, str] = (-1, "")
         self._stale = False
-        self._ids: dict[tuple, int] = {}  # node (children by number) -> its number, over the e-graph's life
+        self._ids: dict[tuple, int] = {}  # node (children by number) -> its number, since the last clear
         self._sizes: dict[str, int] = {}  # rows per constructor table after the last batch (print-size)
         self._packs = 0
+        self._loaded = 0  # nodes loaded since the last full reset
+        self._dirty = False  # a batch has run since the last reset or clear
         self._dir: str | None = None
         self._files: dict[str, list] = {}  # table -> [descriptor, path, length] of its scratch file
         self.resets = 0  # times the e-graph went back to the rules alone
@@ -175,22 +197,27 @@ class Saturator(DiskCache):
             self._cmds = {k: parse_forms(eg, t) for k, t in {
                 "push": "(push)", "pop": "(pop)", "step": f"(run-schedule {step})", "size": "(print-size)",
                 "load_step": f"(run-schedule (run load) {step})",
-                "load": "(run-schedule (run load))", "collect": "(run-schedule (run collect))",
+                "cload_step": f"(run-schedule (run clear) (run load) {step})",
+                "load": "(run-schedule (run load))", "cload": "(run-schedule (run clear) (run load))",
+                "clear": "(run-schedule (run clear))", "collect": "(run-schedule (run collect))",
                 "analysis": f"(run-schedule (saturate (run {self.schedule.analysis})))"}.items()}
             eg.run_program(*self._cmds["push"])
             self._eg, self._stale = eg, False
             self._combo_cmds, self._declared = {}, set()
             self._ids, self._packs, self._sizes = {}, 0, {}
+            self._loaded, self._dirty = 0, False
         return self._eg
 
     def _reset(self) -> None:
-        """Back to the rules alone: `(pop)` then `(push)` again (~1.5 ms together, so not per batch)."""
+        """Back to the rules alone: `(pop)` then `(push)` again (~0.9 ms together, so not per batch: between
+        batches the `clear` rule set deletes the rows instead, in the next batch's first command)."""
         eg = self._eg
         eg.run_program(*self._cmds["pop"])
         eg.run_program(*self._cmds["push"])
         self._declared = set()  # declared after the snapshot, so gone with the pop
         self._stale = False
         self._ids, self._packs, self._sizes = {}, 0, {}
+        self._loaded, self._dirty = 0, False
         self.resets += 1
 
     def _commands(self, exprs: list[Expr]) -> dict[str, list]:
@@ -209,6 +236,7 @@ class Saturator(DiskCache):
                 decl += self.schedule.fused_decl(name, keys)
             cmds = self._combo_cmds[keys] = {**self._cmds, **{k: parse_forms(eg, t) for k, t in {
                 "step": f"(run-schedule {step})", "load_step": f"(run-schedule (run load) {step})",
+                "cload_step": f"(run-schedule (run clear) (run load) {step})",
                 "analysis": f"(run-schedule (saturate (run {name})))", "declare": decl}.items()}}
         if name not in self._declared:
             eg.run_program(*cmds["declare"])
@@ -222,9 +250,8 @@ class Saturator(DiskCache):
         forms found earlier; a constant, or a variable of a wider box, is the cheapest member of any e-class it
         is in), and how many rows the new op nodes add to each constructor table if none of them is there yet.
 
-        Nodes are hash-consed by structure over the e-graph's whole life (`_ids`, cleared when it resets), so a
-        subterm shared by many roots, or already loaded by an earlier batch, is sent once: a warm batch sends
-        no rows at all."""
+        Nodes are hash-consed by structure (`_ids`, emptied with the e-graph's rows by a clear or a reset), so a
+        subterm shared by many roots is sent once."""
         ids, codes, twins = self._ids, _CODES, _TWIN_CODES
         ln: list[str] = []
         roots: list[int] = []
@@ -301,16 +328,14 @@ class Saturator(DiskCache):
     def _run(self, exprs: list[Expr], nodes: bool = False) -> list[Result]:
         """One batch in the e-graph; raises on a panic (the caller splits the batch).
 
-        The e-graph is not cleared between batches: `(push)`/`(pop)` cost ~1.5 ms, more than a small batch's
-        whole saturation, and a batch whose terms are already there (repeated layers, lanes of one kernel)
-        saturates at once. It holds only equalities, and a leaf carries its interval, so what earlier batches
-        left is true here too. It is reset to the rules alone when it grows past `schedule.reset_size` (the
-        cost of an egglog 13.2 iteration grows with the e-graph, not only with what is new) and after any batch
-        that did not saturate or failed, so unfinished work never leaks into the next batch.
+        The rows of the last batch are deleted by the `clear` run that starts this batch's first command (the
+        cost of an egglog 13.2 iteration grows with the e-graph, not only with what is new: a random expression
+        cost ~2.4 ms after others left in the e-graph, ~1.9 ms alone), instead of `(pop)` `(push)` (~0.9 ms);
+        those come after a batch that failed and every `schedule.reset_nodes` loaded nodes.
 
-        Commands per batch: the new nodes as rows (`input`) with the `load` run and the first iteration in one
-        `run-schedule`, the sizes, further iterations while one changes something; then for one root its
-        extraction (in the same call under a fused schedule) and a lookup of its interval, for several the roots
+        Commands per batch: the new nodes as rows (`input`) with the `clear` run, the `load` run and the first
+        iteration in one `run-schedule`, the sizes, further iterations while one changes something; then for one root
+        its extraction (in the same call under a fused schedule) and a lookup of its interval, for several the roots
         as rows, the `collect` run (each root with its interval, packed in lists of PACK_CHUNK) and one
         extraction per list. Each result holds the rebuilt UOp (the input where the term does not fit it),
         and the extracted node list only when `nodes` asks for it (the disk cache stores it)."""
@@ -319,11 +344,16 @@ class Saturator(DiskCache):
         sch, st, t0 = self.schedule, Stats(roots=len(exprs)), time.perf_counter()
         self.last = st
         sp = b.PanicSpan()
-        if self._stale:
+        if self._stale or self._loaded > sch.reset_nodes:
             self._reset()
+        clear = self._dirty  # the rows an earlier batch left are deleted in this batch's first command
+        if clear:
+            self._ids, self._sizes = {}, {}
+        self._dirty = True
         ok = False
         try:
             roots, ln, unbounded, reused, added = self._rows(exprs)
+            self._loaded += len(self._ids)
             before = self._sizes
             cm = self._commands(exprs)
             # the first command: the new rows, their load, the first iteration and the sizes. Without an op node
@@ -332,12 +362,12 @@ class Saturator(DiskCache):
             cmds: list = [self._input(b, "LN", ln)] if ln else []
             skip = 0
             if ln and unbounded and not sch.fused:  # (fused: the analysis runs with the first rewrites)
-                cmds += [*cm["load"], *cm["analysis"], *cm["step"]]
-            elif ln:
-                cmds += cm["load_step"]
-                skip = 1
+                cmds += [*cm["cload" if clear else "load"], *cm["analysis"], *cm["step"]]
+            elif ln:  # the report's first iterations are the clear's and the load's
+                cmds += cm["cload_step" if clear else "load_step"]
+                skip = 2 if clear else 1
             else:
-                cmds += cm["step"]
+                cmds += [*(cm["clear"] if clear else []), *cm["step"]]
             cmds += cm["size"]
             zero = b.Lit(sp, b.Int(0))
             root = b.Call(sp, "N", [b.Lit(sp, b.Int(roots[0]))]) if len(exprs) == 1 else None
@@ -446,7 +476,7 @@ class Saturator(DiskCache):
             ok = True
             return results
         finally:
-            self._stale = not ok or st.stop != "saturated" or st.size > sch.reset_size
+            self._stale = not ok  # a failed batch may leave anything: a full reset (unfinished work is cleared)
             st.seconds = time.perf_counter() - t0
 
     def _run_split(self, exprs: list[Expr], nodes: bool = False) -> list[Result]:

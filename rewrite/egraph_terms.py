@@ -69,6 +69,9 @@ def pow2_rules(ruleset: str) -> str:
                    f" :ruleset {ruleset} :name \"twin-{twin.lower()}\")\n" for twin, of in POW2_TWINS.items())
 
 
+INTERVAL_FUNCTIONS = ("lo", "hi")  # the interval lattice's functions of an e-class (`sort_decls`)
+
+
 def sort_decls(costs: dict[str, int] | None = None) -> str:
     """The sort, the packed list used to extract many roots at once, and the interval lattice `lo`/`hi`
     (merged by max and min, so an e-class keeps the intersection over its equivalent forms)."""
@@ -431,7 +434,8 @@ class Schedule:
     iterations: int = 8
     max_size: int = 20_000  # e-graph tuples (nodes plus lo/hi rows), from (print-size)
     seconds: float = 2.0
-    reset_size: int = 1_500  # tuples left by earlier batches above which the next batch starts from the rules
+    reset_nodes: int = 200_000  # nodes loaded since the last full reset (`(pop)` `(push)`) above which the next
+    # batch gets one instead of the cheap `clear` (rewrite.egraph): it bounds egglog's union-find and subsumed rows
     analysis: str = "analysis"
     rewrites: tuple[str, ...] = ("rw",)
     fused: bool = False
@@ -453,6 +457,6 @@ class Schedule:
         return f"(unstable-combined-ruleset {self.fused_name(analysis)} {sets})"
 
 
-__all__ = ["CTORS", "DEFAULT_COSTS", "I64_MAX", "I64_MIN", "KINDS", "OP_OF", "POW2_TWINS", "Expr", "Node", "Schedule",
-           "Untranslatable", "build", "build_term", "floor_div", "floor_mod", "from_termdag", "is_pow2", "pow2_rules",
-           "sort_decls", "translate"]
+__all__ = ["CTORS", "DEFAULT_COSTS", "I64_MAX", "I64_MIN", "INTERVAL_FUNCTIONS", "KINDS", "OP_OF", "POW2_TWINS",
+           "Expr", "Node", "Schedule", "Untranslatable", "build", "build_term", "floor_div", "floor_mod",
+           "from_termdag", "is_pow2", "pow2_rules", "sort_decls", "translate"]

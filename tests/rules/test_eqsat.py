@@ -377,8 +377,9 @@ def test_batch_equals_individual():
 
 def test_unchanged_batch_skips_extraction_but_not_earlier_forms():
     """A batch the rules leave alone comes back as its inputs, with the intervals they were loaded with, and
-    without an extraction; a batch whose nodes the e-graph already held is extracted, since their e-classes
-    may hold forms an earlier batch found."""
+    without an extraction; a batch the rules change is extracted. Each batch starts from an e-graph cleared of
+    the earlier batches' rows (rewrite.egraph's `clear`), so what it gives back is what a fresh e-graph gives,
+    including for a batch whose nodes an earlier batch's rules made."""
     x = V("x", 0, 100)
     sat = Saturator("unchanged", eqsat.program()[0], eqsat.SCHEDULE)
     plain = [x // 3 + 1, (x % 7) * 2]  # nothing to shrink
@@ -401,13 +402,16 @@ def test_unchanged_batch_skips_extraction_but_not_earlier_forms():
         nested = (x // 2) // 4
         assert sat.run([nested])[0].uop.render() == (x // 8).render()
         calls.clear()
-        later = nested + 1  # its subterm `nested` is in the e-graph, with x // 8 in its e-class
+        later = nested + 1  # its subterm `nested` was in the last batch, whose rows are gone: saturated again
         assert sat.run([later])[0].uop.render() == (x // 8 + 1).render() and "Extract" in calls
-        # all new to the batch bookkeeping, but made earlier by a rule (div-add-const on (x + 5) // 4): its
-        # e-class holds the cheaper form, which only an extraction finds
+        # made by a rule of an earlier batch (div-add-const on (x + 5) // 4), then cleared: the same result, and
+        # the same interval, as from an e-graph that never held it
         assert sat.run([(x + 5) // 4])[0].uop.render() == ((x + 5) // 4).render()
         made = (x + 1) // 4 + 1
-        assert sat.run([made])[0].uop.render() == ((x + 5) // 4).render()
+        after = sat.run([made])[0]
+        fresh = Saturator("unchanged-fresh", eqsat.program()[0], eqsat.SCHEDULE).run([made])[0]
+        assert (after.uop.render(), after.lo, after.hi) == (fresh.uop.render(), fresh.lo, fresh.hi)
+        assert (after.lo, after.hi) == (made.vmin, made.vmax) == (1, 26)
 
 
 def test_batch_longer_than_one_packed_list(monkeypatch):
