@@ -405,6 +405,7 @@ def test_allocator_aligns_pools_and_copies() -> None:
     np.testing.assert_array_equal(out, np.arange(100, dtype=np.float32))
     addr = a.ctypes.data
     DEVICE.free(a)
+    del a  # a freed array's memory is reused only once nothing references it (tests/devices/test_allocator.py)
     b = DEVICE.alloc(400, dtypes.uint8)  # the same 400 bytes come back, as another dtype
     assert b.ctypes.data == addr and b.dtype == np.uint8
     np.testing.assert_array_equal(out, np.arange(100, dtype=np.float32))  # copyout was a copy
