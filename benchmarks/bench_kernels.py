@@ -32,9 +32,13 @@ For each case:
           importable), tinygrad (a subprocess with DEV=CPU CACHELEVEL=0, when installed): steady medians the
           same way, and tinygrad's cold first call too. Ratios are ours over peer in throughput (>1: we are
           faster). tinygrad's CPU backend compiles with clang (`--target=`, which gcc rejects): no clang, no
-          tinygrad column. Each engine's runs form one block rather than taking turns with another's
-          (Bench.measure_together): on this 2-vCPU machine OpenBLAS's and OpenMP's workers keep spinning for
-          a while after a call (machine-limits.md notes 2-3) and would take a core from whoever ran next.
+          tinygrad column. Ours, numpy and PyTorch are timed in blocks of back-to-back runs, in the order
+          ours numpy torch, then torch numpy ours (half the runs each: a load that drifts falls on all alike),
+          each block once this process's threads are idle (_quiet): on this 2-vCPU machine OpenBLAS's and
+          OpenMP's workers keep spinning for a while after a call (machine-limits.md notes 2-3) and would take
+          a core from whoever ran next;
+  load/fgn the 1-minute load average when the row's blocks started / the other processes' load during ours'
+          runs (vCPUs): a row timed on a loaded machine shows as such.
 
 FLOP counts: add 1 and the chain 7 per element; sum 1; softmax 5 (max, subtract, exp, sum, divide); layernorm 7
 (mean, subtract, square, mean, scale, weight, bias); matmul 2n^3; conv 2*B*Co*H*W*Ci*9; attention the QK^T and
@@ -61,7 +65,7 @@ from benchmarks.kernel_cases import Case, all_cases, cases_for, check, reference
 from benchmarks.kernel_peers import Engine, NumpyPeer, Ours, TorchPeer, have, our_threads
 from benchmarks.kernel_worker import result_from_json, run_worker
 from benchmarks.report import caption
-from benchmarks.runner import Bench, Result, fmt_value, suite
+from benchmarks.runner import Bench, Result, Timed, fmt_value, suite
 from devices import target_for
 
 # ---------------------------------------------------------------------------- the suite
@@ -92,6 +96,7 @@ class Row:
     tg_cold: float | None = None
     tg_cold_import: float | None = None
     error: str = ""
+    load: float | None = None  # the 1-minute load average when the steady blocks started
 
 
 def _n_runs(one_call_s: float, quick: bool) -> int:
@@ -109,6 +114,61 @@ def _time_one(fn: Callable[[object], object]) -> float:
     t0 = time.perf_counter()
     fn(None)
     return time.perf_counter() - t0
+
+
+# Before each engine's block of timed runs, _quiet waits (at most QUIET_MAX_S) until this process's own threads are
+# idle: numpy's OpenBLAS workers keep spinning ~0.1 s after a call, PyTorch's OpenMP ones and our pool's briefly
+# (devices.cpu_pool), and on a 2-vCPU machine a spinning worker takes a core from whoever runs next (matmul 1024
+# timed right after numpy's: 0.50x numpy; timed after a pause: ~1x).
+QUIET_MAX_S = 0.5
+QUIET_SLICE_S = 0.02
+QUIET_BUSY = 0.05  # process CPU time per wall second under which its threads count as idle
+
+
+def _quiet() -> float:
+    """Wait until this process uses under QUIET_BUSY of a CPU over a QUIET_SLICE_S slice (its threads have
+    stopped spinning), at most QUIET_MAX_S; returns the seconds waited."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < QUIET_MAX_S:
+        c0, w0 = time.process_time(), time.perf_counter()
+        time.sleep(QUIET_SLICE_S)
+        if time.process_time() - c0 < QUIET_BUSY * (time.perf_counter() - w0):
+            break
+    return time.perf_counter() - t0
+
+
+def _timed_in_turns(b: Bench, jobs: list[Timed]) -> list[Result]:
+    """Steady figures of engines that will be compared: each job's runs in two blocks (half its runs each, back
+    to back within a block: an engine's steady state is its own calls one after another), in the order A B C ..
+    then .. C B A, so a load that drifts during the case falls on every engine alike; each block starts once the
+    previous engine's threads are idle (_quiet). Each Result is recorded, its `fgn` the mean of its blocks' and
+    its info carries the waits."""
+    done: dict[int, tuple[list[float], list[float], list[float], list[float]]] = {i: ([], [], [], []) for i in
+                                                                                   range(len(jobs))}
+    order = list(range(len(jobs)))
+    for half, ids in enumerate((order, order[::-1])):
+        for i in ids:
+            job = jobs[i]
+            most = job.runs or b.runs
+            n = -(-most // 2) if half == 0 else max(1, most // 2)
+            waited = _quiet()
+            ((wall, cpu, fgn),) = b.time_runs([Timed(job.name, job.fn, job.work, job.unit, job.setup, n,
+                                                     job.per_item, job.teardown, job.info)])
+            w, c, f, q = done[i]
+            w += wall
+            c += cpu
+            q.append(waited)
+            if fgn is not None:
+                f.append(fgn)
+    out = []
+    for i, job in enumerate(jobs):
+        wall, cpu, fgns, waits = done[i]
+        scale = (job.per_item or 1.0) / job.work
+        info = dict(job.info or {}, seconds=wall, cpu_seconds=cpu, work=job.work, blocks="ABBA",
+                    quiet_wait_s=waits)
+        out.append(b.record(Result(job.name, job.unit, [s * scale for s in wall], False,
+                                   statistics.fmean(fgns) if fgns else None, info, [s * scale for s in cpu])))
+    return out
 
 
 @suite("kernels")
@@ -201,9 +261,25 @@ def _run_case(b: Bench, case: Case, row: Row, lim: machine_limits.Limits, peers:
     runs = _n_runs(one, q)
     rerun, kinfo = ours.kernels()
     row.kernels, row.threads = len(kinfo), our_threads(kinfo)
-    steady = b.measure(f"{case.key}/ours", ours.run, work=1, unit="ms", per_item=1e3, runs=runs,
-                       info={"kernels": kinfo, "threads": row.threads, "check_ok": row.ok, "rel_err": row.err,
-                             "flops": case.flops(), "bytes": case.bytes()})
+    # the peers warmed up and checked here, timed with ours below (_timed_in_turns)
+    row.peers, row.peer_ok = {}, {}
+    engines: list[Engine] = []
+    for cls in peers:
+        b.say(f"{cls.name} warm-up")
+        p = cls(case, xs)
+        out = p.run()
+        row.peer_ok[cls.name] = check(case, p.result(out), xs, ref)[0]
+        del out
+        p.run()
+        engines.append(p)
+    jobs = [Timed(f"{case.key}/ours", ours.run, 1, "ms", runs=runs, per_item=1e3,
+                  info={"kernels": kinfo, "threads": row.threads, "check_ok": row.ok, "rel_err": row.err,
+                        "flops": case.flops(), "bytes": case.bytes()})]
+    jobs += [Timed(f"{case.key}/{p.name}", p.run, 1, "ms", runs=_n_runs(_time_one(p.run), q), per_item=1e3)
+             for p in engines]
+    row.load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    steady, *peer_results = _timed_in_turns(b, jobs)
+    del engines
     row.steady = steady
     rate = b.rate_from(steady, f"{case.key}/ours {unit}", unit, work)
     row.rate = rate.median
@@ -252,20 +328,10 @@ def _run_case(b: Bench, case: Case, row: Row, lim: machine_limits.Limits, peers:
                         "pct_of_limit": row.pct, "pct_of_cache_triad": row.pct_cache, "cold_ms": row.cold,
                         "compile_ms": row.compile, "lower_ms_per_kernel": row.lower})
 
-    # peers: the same case, the same inputs, steady medians the same way
-    row.peers, row.peer_ok = {}, {}
-    for cls in peers:
-        b.say(f"{cls.name} warm-up")
-        p = cls(case, xs)
-        out = p.run()
-        row.peer_ok[cls.name] = check(case, p.result(out), xs, ref)[0]
-        del out
-        p.run()
-        pr = b.measure(f"{case.key}/{cls.name}", p.run, work=1, unit="ms", per_item=1e3,
-                       runs=_n_runs(_time_one(p.run), q))
+    # peers: the same case, the same inputs, steady medians the same way (timed above, in turns with ours)
+    for cls, pr in zip(peers, peer_results, strict=True):
         row.peers[cls.name] = pr
         b.compare(f"{case.title} vs {cls.name}", steady, pr, cls.name)
-        del p
     if tg:
         b.say("tinygrad (subprocess: cold first call, then steady runs)")
         res, arr, err = run_worker("tinygrad", case, runs, {"DEV": "CPU", "CACHELEVEL": "0", "CC": "clang"})
@@ -305,10 +371,17 @@ def _pct(r: Row) -> str:
     return f"{r.pct:.1f}% DRAM {r.threads}T{cache}"
 
 
+def _load(r: Row) -> str:
+    """The 1-minute load average when the row's steady blocks started / the foreign load (vCPUs other processes
+    used) during ours' runs."""
+    fgn = r.steady.fgn if r.steady is not None else None
+    return f"{'-' if r.load is None else f'{r.load:.1f}'}/{'-' if fgn is None else f'{fgn:.1f}'}"
+
+
 def summary_table(rows: list[Row], peer_names: list[str]) -> tuple[list[str], list[list[str]]]:
     """The per-case table's header and rows (a case cut short by an interrupt shows as `interrupted`)."""
-    head = ["case", "check", "kern/thr", "cold ms", "+import", "compile", "lower/k", "steady ms", "IQR", "exec ms",
-            "rate", "% limit"]
+    head = ["case", "check", "kern/thr", "load/fgn", "cold ms", "+import", "compile", "lower/k", "steady ms", "IQR",
+            "exec ms", "rate", "% limit"]
     head += [f"vs {p}" for p in peer_names] + (["tg cold ms", "+import"] if "tinygrad" in peer_names else [])
     table = [head]
     for r in rows:
@@ -317,7 +390,7 @@ def summary_table(rows: list[Row], peer_names: list[str]) -> tuple[list[str], li
             continue
         unit = "GFLOP/s" if r.case.compute_bound else "GB/s"
         q1, q3 = r.steady.iqr
-        line = [r.case.title, "ok" if r.ok else f"FAIL {r.err:.1e}", f"{r.kernels}/{r.threads}",
+        line = [r.case.title, "ok" if r.ok else f"FAIL {r.err:.1e}", f"{r.kernels}/{r.threads}", _load(r),
                 fmt_value(r.cold or 0), fmt_value(r.cold_import or 0), fmt_value(r.compile or 0),
                 "-" if r.lower is None else fmt_value(r.lower), fmt_value(r.steady.median),
                 f"{fmt_value(q1)}..{fmt_value(q3)}", fmt_value(r.exec_.median) if r.exec_ else "-",

@@ -492,6 +492,33 @@ def _split_pair(ast: UOp, opts: list[Opt], r: UOp, k: int, target: AxisType, top
     return ast, next(q for q in new if q is not part), part
 
 
+# Balancing ids. The thread pool hands out a kernel's ids one at a time to whichever thread is free (devices.cpu_pool),
+# but with one id per core a core that is slow (another process holds it for a scheduler slice, or its cache is
+# shared with a noisy neighbour) holds the whole kernel back while the others idle. A register-tiled kernel of at
+# least BALANCE_WORK iterations per core therefore splits its outermost whole-tile loop into up to BALANCE_IDS ids
+# per core (a second THREAD axis: core_id1), so the free cores take over the slow one's share. Below that a kernel
+# is short enough that its ids' start-up (each re-reads its tile's panel into cache) would outweigh the balance.
+BALANCE_WORK = 1 << 24
+BALANCE_IDS = 4
+
+
+def balance_ids(ast: UOp, opts: list[Opt], threads: int) -> UOp:
+    """Split the outermost whole-tile loop of a register-tiled kernel `ast` (the opts so far in `opts`, appended
+    to) into up to BALANCE_IDS ids per core (see BALANCE_WORK): only when it is already split across `threads` > 1
+    cores (a THREAD axis) and each core has at least BALANCE_WORK iterations. The loop split is the outermost LOOP
+    axis (after the register tile, every LOOP axis steps over whole tiles) that some id count from BALANCE_IDS
+    down to 2 divides, by the largest such count; none where no count divides any loop. Returns the new AST (the
+    same where nothing was split)."""
+    cur = axes(ast)
+    if threads < 2 or not any(r.axis_type is AxisType.THREAD for r in cur) or work(ast) < threads * BALANCE_WORK:
+        return ast
+    loops = [i for i, r in enumerate(cur) if r.axis_type is AxisType.LOOP]
+    if not loops:
+        return ast
+    new, _ = _split_first(ast, opts, loops, AxisType.THREAD, list(range(BALANCE_IDS, 1, -1)), top=True)
+    return new
+
+
 def hand_coded(ast: UOp, target: Target, threads: int | None = None, vectors: bool = True) -> list[Opt]:
     """Opts for a CPU target, in order: split the outermost output loop across the target's cores (`threads`
     overrides their count) when each thread gets enough work to pay for waking it; a register tile for a sum of
@@ -521,7 +548,8 @@ def hand_coded(ast: UOp, target: Target, threads: int | None = None, vectors: bo
             return opts
         from lower.opt_tiles import register_tile  # it builds on this module's opts
 
-        if register_tile(ast, opts, target) is not None:
+        if (tiled := register_tile(ast, opts, target)) is not None:
+            balance_ids(tiled, opts, threads)
             return opts
         lanes = _vector_lanes(ast, target)
         factors = [k for k in (16, 8, 4) if k <= lanes]

@@ -11,6 +11,7 @@ import json
 import re
 import shutil
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -21,7 +22,7 @@ from benchmarks import kernel_peers as kp
 from benchmarks import kernel_worker as kw
 from benchmarks import limits as ml
 from benchmarks.report import suite_json
-from benchmarks.runner import Bench, Progress
+from benchmarks.runner import Bench, Progress, Timed
 from devices import target_for
 from devices.base import cpu_target, host_arch
 
@@ -208,3 +209,37 @@ def test_tinygrad_worker_runs_a_quick_case():
     assert res is not None, err
     assert arr is not None and kc.check(case, arr, case.inputs(), kc.reference(case, case.inputs()))[0]
     assert kw.result_from_json(res["steady"]).median > 0 and res["first_s"] > 0
+
+
+# ---------------------------------------------------------------------------- timing order
+
+
+def test_engines_are_timed_in_abba_blocks_after_their_threads_idle():
+    """_timed_in_turns: each job's runs in two blocks, A B then B A, half its runs each, every figure recorded
+    with its waits; every block starts after _quiet."""
+    log: list[str] = []
+    jobs = [Timed(name, lambda _, n=name: log.append(n), 1, "ms", runs=4, per_item=1e3) for name in ("a", "b")]
+    b = Bench("kernels", True, Progress(io.StringIO()))
+    ra, rb = bk._timed_in_turns(b, jobs)
+    assert log == ["a", "a", "b", "b", "b", "b", "a", "a"], log
+    assert log.count("a") == len(ra.samples) == 4 and log.count("b") == len(rb.samples) == 4
+    assert {r.name for r in b.results} == {"a", "b"} and len(ra.info["quiet_wait_s"]) == 2
+
+
+def test_quiet_waits_for_a_spinning_thread_of_this_process():
+    """_quiet returns at once when the process is idle, and waits while one of its threads keeps a core busy
+    (as OpenBLAS's workers do after a call), at most QUIET_MAX_S."""
+    import threading
+
+    assert bk._quiet() < 0.2
+    stop = time.perf_counter() + 0.3
+
+    def spin() -> None:
+        while time.perf_counter() < stop:
+            pass
+
+    t = threading.Thread(target=spin)
+    t.start()
+    waited = bk._quiet()
+    t.join()
+    assert 0.2 <= waited <= bk.QUIET_MAX_S + 0.1, waited

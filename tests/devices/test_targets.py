@@ -134,8 +134,16 @@ def _ragged() -> tuple[Tensor, np.ndarray]:
         np.exp(a.astype(np.float64) @ b) * 0.5 + (a.astype(np.float64) @ b).sum(1, keepdims=True)
 
 
+def _balanced() -> tuple[Tensor, np.ndarray]:
+    # the matmul tile on 2 cores with balancing ids (lower.optimize.balance_ids; thresholds lowered in _run_case):
+    # 48 rows, 24 a core, and 64 columns, whole tiles on every target, their outermost loop split across ids
+    a = _rng(15).standard_normal((48, 8)).astype(np.float32)
+    b = _rng(16).standard_normal((8, 64)).astype(np.float32)
+    return Tensor(a) @ Tensor(b), a.astype(np.float64) @ b
+
+
 CASES: dict[str, Callable[[], tuple[Tensor, np.ndarray]]] = {
-    "ragged_axes": _ragged,
+    "ragged_axes": _ragged, "balanced_tile": _balanced,
     "casts_f16_bf16": _casts, "rowsum_unrolled": _rowsum, "softmax": _softmax, "matmul_tile": _matmul,
     "conv2d": _conv, "gather_pad_flip": _gather_pad_flip, "int_ops": _ints, "threads_core_id": _threads,
 }
@@ -144,7 +152,8 @@ CASES: dict[str, Callable[[], tuple[Tensor, np.ndarray]]] = {
 _OPTS: dict[str, Callable[[Target], list[Opt]]] = {
     "casts_f16_bf16": lambda t: [Opt(OptOps.SPLIT, 0, (2 * t.lanes(4), AxisType.UPCAST, False))],
 }
-_TILED = ("matmul_tile", "conv2d")  # cases whose one kernel gets a register tile (of fused multiply-adds with FMA)
+# cases whose one kernel gets a register tile (of fused multiply-adds with FMA)
+_TILED = ("matmul_tile", "conv2d", "balanced_tile")
 
 
 # ---------------------------------------------------------------- running a case's kernels
@@ -166,7 +175,7 @@ def _skip_reason(target: Target) -> str | None:
 
 def _target(level: str, case: str) -> Target:
     t = cpu_target(level)
-    return t.with_(cores=4) if case == "threads_core_id" else t
+    return t.with_(cores=4) if case == "threads_core_id" else t.with_(cores=2) if case == "balanced_tile" else t
 
 
 def _kernels(t: Tensor) -> list[ScheduleItem]:
@@ -215,8 +224,10 @@ def _run_case(level: str, case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     target = _target(level, case)
     if (why := _skip_reason(target)) is not None:
         pytest.skip(f"{target.isa}: {why}")
-    if case == "threads_core_id":  # small enough for the reference, yet split across the target's cores
+    if case in ("threads_core_id", "balanced_tile"):  # small enough for the reference, yet split across cores
         monkeypatch.setattr(optimize, "MIN_WORK_PER_THREAD", 16)
+    if case == "balanced_tile":  # and across balancing ids
+        monkeypatch.setattr(optimize, "BALANCE_WORK", 1024)
     t, want = CASES[case]()
     items = _kernels(t)
     ref_dev, cpu = get_device("python"), get_device("cpu")
@@ -245,6 +256,8 @@ def _run_case(level: str, case: str, monkeypatch: pytest.MonkeyPatch) -> None:
         np.testing.assert_array_equal(got[0], ref[0], err_msg=f"{case} kernel {it.name} on {target.isa}")
     if case == "threads_core_id":
         assert specials, "the kernel was not split across cores"
+    if case == "balanced_tile":
+        assert specials == 2, "the tiled kernel did not get a core id and a balancing id"
     out = env[items[-1].bufs[0]]
     if t.dtype is dtypes.bfloat16:
         out = (out.astype(np.uint32) << 16).view(np.float32)
