@@ -214,6 +214,7 @@ def realize(roots: list[UOp], var_vals: dict[str, int] | None = None) -> dict[UO
     if shared_shards is not None:
         key = (*key, shared_shards)
     if (p := plans.get(key)) is None:
+        _warm_up(roots)
         items, outs = schedule(roots)
         multi = len({_device_of(it.bufs[0]) for it in items}) > 1
         if multi:  # each device's kernels for its share of the cores
@@ -230,6 +231,14 @@ def realize(roots: list[UOp], var_vals: dict[str, int] | None = None) -> dict[UO
         plans.put(key, p)
     plans.kernels_run += sum(st.kind == "kernel" for st in p.steps)
     return replay(p, roots, flat, var_vals)
+
+
+def _warm_up(roots: list[UOp]) -> None:
+    """Let the devices of `roots` get ready for their kernels while the schedule runs (the cpu device builds its
+    thread pool in the background)."""
+    for d in {r.device for r in roots}:
+        if (warm := getattr(get_device(d if isinstance(d, str) else str(getenv("DEVICE"))), "warm_up", None)):
+            warm()
 
 
 def _realize_fresh(roots: list[UOp], var_vals: dict[str, int] | None) -> dict[UOp, UOp]:
