@@ -47,6 +47,8 @@ from rewrite.viz import capture as viz_capture
 
 _compiled: dict[tuple, Any] = {}  # (ast, device, target key, lowering knobs) -> compiled kernel
 _estimates: dict[tuple, Estimate] = {}
+# (LINEAR, device, target key, lowering knobs) -> the key of the kernel compiled for that program
+_by_linear: dict[tuple, tuple] = {}
 plans = PlanCache()
 
 
@@ -103,10 +105,21 @@ def compile_kernels(wanted: Sequence[tuple[UOp, str, str, tuple | None]], target
     new: dict[tuple, tuple[UOp, UOp, str]] = {}  # key -> (AST, LINEAR, unique name), in first-use order
     todo = {k: w for w in wanted if (k := _kernel_key(w[0], w[1], target)) not in _compiled}
     seen: dict[str, set[str]] = {}  # device -> the names its batch uses
+    same: dict[tuple, tuple] = {}  # key -> the key of an earlier kernel whose LINEAR it is
     for key, (ast, device_name, name, bufs) in todo.items():
         linear = lower_kernel(ast, target or target_for(device_name), bufs=bufs, name=name)
         if getenv("DEBUG") >= 3:
             print(f"--- {name} ({device_name})\n{linear}", file=sys.stderr)
+        # two ASTs may lower to one program (the same op on buffers of one shape, in other slots' order...):
+        # it is rendered and compiled once, for the first
+        lkey = (linear, *key[1:])
+        if (first := _by_linear.get(lkey)) is not None and (first in new or first in _compiled):
+            same[key] = first
+            if (rec := viz_capture.ACTIVE) is not None:
+                est = estimate(linear)
+                rec.kernel(key, name, device_name, linear=listing(linear), flops=est.flops, mem_bytes=est.mem_bytes)
+            continue
+        _by_linear[lkey] = key
         # a repeated name is numbered (`r_8_16`, `r_8_16_1`, ...): the kernels of one batch share a file, so each
         # needs its own symbol, and render then names it as compile will (the device renders it once)
         used = seen.setdefault(device_name, set())
@@ -132,6 +145,8 @@ def compile_kernels(wanted: Sequence[tuple[UOp, str, str, tuple | None]], target
             _estimates[key] = estimate(new[key][1])
             if (rec := viz_capture.ACTIVE) is not None:
                 rec.kernel(key, new[key][2], device_name, source=str(prog.src[2].arg))
+    for key, first in same.items():
+        _compiled[key], _estimates[key] = _compiled[first], _estimates[first]
     return [_compiled[_kernel_key(ast, d, target)] for ast, d, _, _ in wanted]
 
 
@@ -199,6 +214,7 @@ def realize(roots: list[UOp], var_vals: dict[str, int] | None = None) -> dict[UO
     if shared_shards is not None:
         key = (*key, shared_shards)
     if (p := plans.get(key)) is None:
+        _warm_up(roots)
         items, outs = schedule(roots)
         multi = len({_device_of(it.bufs[0]) for it in items}) > 1
         if multi:  # each device's kernels for its share of the cores
@@ -215,6 +231,14 @@ def realize(roots: list[UOp], var_vals: dict[str, int] | None = None) -> dict[UO
         plans.put(key, p)
     plans.kernels_run += sum(st.kind == "kernel" for st in p.steps)
     return replay(p, roots, flat, var_vals)
+
+
+def _warm_up(roots: list[UOp]) -> None:
+    """Let the devices of `roots` get ready for their kernels while the schedule runs (the cpu device builds its
+    thread pool in the background)."""
+    for d in {r.device for r in roots}:
+        if (warm := getattr(get_device(d if isinstance(d, str) else str(getenv("DEVICE"))), "warm_up", None)):
+            warm()
 
 
 def _realize_fresh(roots: list[UOp], var_vals: dict[str, int] | None) -> dict[UOp, UOp]:
