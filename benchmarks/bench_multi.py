@@ -28,10 +28,14 @@ Rows:
                       why, when mpirun or mpi4py is missing.
     allreduce S MiB 2 ranks   bus bandwidth of tensor.multi.allreduce on ranks() (one MPI Allreduce) vs mpi4py's
                               Allreduce on numpy arrays of the same size, in turns in the same job (`--quick`: 1, 4,
-                              16 MiB; full: 1 to 256 MiB), two rows of ours: per call (`M.allreduce(T).realize()`
-                              on a realized T: the Allreduce runs at once, lower.mpi_cache.allreduce_now) and under
-                              jit (a `tensor.jit` step of it, replayed); the target (ours >= 90% of mpi4py's) is
-                              the per-call row's. A note gives the Python per call around the MPI call.
+                              16 MiB, 7 turns; full: 1 to 256 MiB, 11 turns), two rows of ours: per call
+                              (`M.allreduce(T).realize()` on a realized T: the Allreduce runs at once,
+                              lower.mpi_cache.allreduce_now) and under jit (a `tensor.jit` step of it, replayed);
+                              the target (ours >= 90% of mpi4py's) is the per-call row's. A sample is a run of
+                              back-to-back calls (about 20 ms of mpi4py's, the same count for every form), the
+                              first form of a turn rotating. The note gives median and quartiles, the ratio ours /
+                              mpi4py of each turn (median, min-max), the load average before and after, and the
+                              Python per call around the MPI call, in a warm loop and as the rows run it (cold).
     dp step n ranks           a data-parallel AdamW step of an MLP 784-512-512-10, global batch 256 split over n
                               ranks (1 and 2): steps per second, and the scaling 2 ranks vs 1; the same step
                               under `tensor.jit` ("under jit" rows, compared with the eager step and 1 rank vs 2)
@@ -43,6 +47,7 @@ import importlib.util
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 from collections.abc import Callable
@@ -163,8 +168,9 @@ def _mpi_job(n: int, mode: str) -> dict:
         two = c.size > 1
         return {"dp": mpi_rows.dp_step_row(c, 3 if mode == "quick" else 10),
                 "allreduce": mpi_rows.allreduce_rows(c, [1, 4, 16] if mode == "quick" else [1, 4, 16, 64, 256],
-                                                     5 if mode == "quick" else 10) if two else [],
-                **({"python_us": mpi_rows.python_per_call(c)} if two else {})}
+                                                     7 if mode == "quick" else 11) if two else [],
+                **({"python_us": mpi_rows.python_per_call(c), "python_in_situ_us": mpi_rows.python_in_situ(c)}
+                   if two else {})}
     env = dict(os.environ)
     if hasattr(os, "geteuid") and os.geteuid() == 0:  # OpenMPI refuses root unless told
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -197,18 +203,35 @@ def _mpi_rows(b: Bench) -> None:
         return
     for row in two["allreduce"]:
         n, mib = row["ranks"], row["mib"]
-        info = {"max_abs_err_vs_mpi4py": row["max_abs_err"], "ranks": n}
+        info = {"max_abs_err_vs_mpi4py": row["max_abs_err"], "ranks": n, "calls_per_sample": row["calls_per_sample"],
+                "load_before_after": row["load"]}
         ours = _record(b, f"allreduce {mib} MiB {n} ranks MPI per call", "GB/s", row["ours"], info)
         jitted = _record(b, f"allreduce {mib} MiB {n} ranks MPI under jit", "GB/s", row["jit"], info)
         peer = _record(b, f"allreduce {mib} MiB {n} ranks mpi4py Allreduce", "GB/s", row["peer"], info)
         b.compare(f"allreduce {mib} MiB {n} ranks per call", ours, peer, "mpi4py Allreduce")
         b.compare(f"allreduce {mib} MiB {n} ranks under jit", jitted, peer, "mpi4py Allreduce")
-        b.note(f"allreduce {mib} MiB over {n} ranks: bus bandwidth ours per call {ours.median:.2f} GB/s, under jit "
-               f"{jitted.median:.2f}, mpi4py {peer.median:.2f} GB/s ({ours.median / peer.median:.0%}, "
-               f"{jitted.median / peer.median:.0%}), max |err| {row['max_abs_err']:.1e}")
+
+        def spread(r: Result) -> str:
+            lo, hi = r.iqr
+            return f"{r.median:.2f} [{lo:.2f}-{hi:.2f}]"
+
+        def paired(k: str) -> str:
+            q = sorted(row["paired"][k])
+            return f"{statistics.median(q):.0%} [{q[0]:.0%}-{q[-1]:.0%}]"
+
+        b.note(f"allreduce {mib} MiB over {n} ranks ({len(row['ours'])} samples of {row['calls_per_sample']} calls "
+               f"each, turns rotated; median [quartiles] GB/s): ours per call {spread(ours)}, under jit "
+               f"{spread(jitted)}, mpi4py {spread(peer)}; ours / mpi4py per turn, median [min-max]: per call "
+               f"{paired('ours')}, under jit {paired('jit')}; load average {row['load'][0]} -> {row['load'][1]}; "
+               f"max |err| {row['max_abs_err']:.1e}")
     if "python_us" in two:
         py = two["python_us"]
-        b.note(f"Python around one allreduce's MPI call (the call a no-op, slowest rank): per call "
+        b.note(f"Python around one allreduce's MPI call (the call a no-op, slowest rank, warm loop): per call "
+               f"{py['per call']:.1f} us, under jit {py['jit']:.1f} us")
+    if "python_in_situ_us" in two:
+        py = two["python_in_situ_us"]
+        b.note(f"Python around one 1 MiB allreduce's MPI call as the rows run it (after an MPI call, caches cold; "
+               f"the call's time less the time inside MPI Allreduce, median, slowest rank): per call "
                f"{py['per call']:.1f} us, under jit {py['jit']:.1f} us")
     steps = {}
     for res in (one, two):

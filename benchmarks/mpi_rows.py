@@ -27,9 +27,11 @@ the slowest rank's time (an allreduce of the times with max). `python -m benchma
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +52,29 @@ def _timed_cpu(c: Comm, fn: Callable[[], object]) -> tuple[float, float]:
     return float(w), float(cpu)
 
 
-def allreduce_rows(c: Comm, sizes_mib: list[int], runs: int) -> list[dict]:
+SAMPLE_SECONDS = 0.02  # a sample of the allreduce rows times this long a run of back-to-back calls (at least one)
+
+
+def _calls_per_sample(c: Comm, fn: Callable[[], object]) -> int:
+    """How many back-to-back calls of fn make a sample of about SAMPLE_SECONDS, the same on every rank (from the
+    slowest rank's best of 3 single calls)."""
+    best = min(_timed(c, fn) for _ in range(3))
+    return max(1, min(64, round(SAMPLE_SECONDS / max(best, 1e-6))))
+
+
+def _load() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
+
+
+def allreduce_rows(c: Comm, sizes_mib: list[int], samples: int) -> list[dict]:
+    """Per size: `samples` turns; in each, every form (ours per call, ours under jit, mpi4py) times one sample of
+    `calls` back-to-back calls (the same count for all three, about SAMPLE_SECONDS of mpi4py's), the turn's first
+    form rotating. A sample's figure is the slowest rank's. Also per turn the ratio ours / mpi4py of that turn
+    (paired: a change of the machine's load between turns falls on both), the load average before and after,
+    and the results checked against mpi4py's sum before and after the timing."""
     from tensor import multi as M
     from tensor.jit import jit
 
@@ -61,6 +85,7 @@ def allreduce_rows(c: Comm, sizes_mib: list[int], runs: int) -> list[dict]:
         local = np.random.default_rng(c.rank).standard_normal(s, dtype=np.float32)
         T = M.from_local(local, D)
         peer_out = np.empty_like(local)
+        step = jit(M.allreduce)
 
         def ours() -> None:
             M.allreduce(T).realize()
@@ -71,23 +96,85 @@ def allreduce_rows(c: Comm, sizes_mib: list[int], runs: int) -> list[dict]:
         def peer() -> None:
             c._comm.Allreduce(local, peer_out)
 
-        step = jit(M.allreduce)
         peer()
         want = peer_out.copy()
         err = float(np.abs(M.allreduce(T).numpy() - want).max())
         for _ in range(3):  # the jit's two captured calls, then a replay
             err = max(err, float(np.abs(step(T).numpy() - want).max()))
         ours()
+        calls = _calls_per_sample(c, peer)
+        forms: list[tuple[str, Callable[[], object]]] = [("ours", ours), ("jit", jitted), ("peer", peer)]
+
+        def sample(fn: Callable[[], object]) -> float:
+            def run() -> None:
+                for _ in range(calls):
+                    fn()
+            return _timed(c, run) / calls
+
+        load = [_load()]
         times: dict[str, list[float]] = {"ours": [], "jit": [], "peer": []}
-        forms = [("ours", ours), ("jit", jitted), ("peer", peer)]
-        for k in range(runs if mib > 16 else 3 * runs):  # in turns, so a change in the machine's load falls on all,
-            for name, fn in forms[k % 3:] + forms[:k % 3]:  # each turn starting with the next form (what a form
-                times[name].append(_timed(c, fn))  # leaves in the caches falls on each of the others alike)
-        t_ours, t_jit, t_peer = times["ours"], times["jit"], times["peer"]
+        for k in range(samples):  # in turns, each turn starting with the next form
+            for name, fn in forms[k % 3:] + forms[:k % 3]:
+                times[name].append(sample(fn))
+        load.append(_load())
+        err = max(err, float(np.abs(M.allreduce(T).numpy() - want).max()),
+                  float(np.abs(step(T).numpy() - want).max()))
         busbw = 2 * (n - 1) / n * s * 4 / 1e9
-        out.append({"mib": mib, "ranks": n, "max_abs_err": err, "ours": [busbw / t for t in t_ours],
-                    "jit": [busbw / t for t in t_jit], "peer": [busbw / t for t in t_peer]})
+        out.append({"mib": mib, "ranks": n, "max_abs_err": err, "calls_per_sample": calls, "load": load,
+                    **{k: [busbw / t for t in v] for k, v in times.items()},
+                    "paired": {k: [p / o for o, p in zip(times[k], times["peer"], strict=True)]
+                               for k in ("ours", "jit")}})
     return out
+
+
+def python_in_situ(c: Comm, mib: int = 1, calls: int = 200) -> dict:
+    """Microseconds of Python around the MPI call per allreduce as the timed rows run it: each call timed whole
+    and the time inside MPI's Allreduce (the communicator wrapped to time it) taken off; median over `calls`
+    calls, alternating with a call of mpi4py's Allreduce as the rows' turns do (what the MPI call leaves in the
+    CPU caches is what our Python then meets); the slowest rank's figure. Per call and under jit."""
+    from tensor import multi as M
+    from tensor.jit import jit
+
+    local = np.ones(mib * (1 << 20) // 4, np.float32)
+    T = M.from_local(local, M.ranks())
+    peer_out = np.empty_like(local)
+    step = jit(M.allreduce)
+    for _ in range(3):
+        M.allreduce(T).realize()
+        step(T)
+    real = c._comm
+    timer = _TimedComm(real)
+    res = {}
+    try:
+        c._comm = timer
+        for name, fn in (("per call", lambda: M.allreduce(T).realize()), ("jit", lambda: step(T))):
+            got = []
+            for _ in range(calls):
+                real.Allreduce(local, peer_out)
+                timer.inside = 0.0
+                t0 = time.perf_counter()
+                fn()
+                got.append(time.perf_counter() - t0 - timer.inside)
+            res[name] = float(np.median(got)) * 1e6
+    finally:
+        c._comm = real
+    worst = c.allreduce(np.array([res["per call"], res["jit"]]), "max")
+    return {"per call": float(worst[0]), "jit": float(worst[1])}
+
+
+class _TimedComm:
+    """An mpi4py communicator whose Allreduce adds the seconds it took to `inside`."""
+
+    def __init__(self, comm: Any) -> None:
+        self._real, self.inside = comm, 0.0
+
+    def Allreduce(self, *a: Any, **k: Any) -> None:
+        t0 = time.perf_counter()
+        self._real.Allreduce(*a, **k)
+        self.inside += time.perf_counter() - t0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
 
 
 def python_per_call(c: Comm, runs: int = 2000) -> dict:
@@ -187,8 +274,9 @@ def main(mode: str) -> None:
     quick = mode == "quick"
     rows: dict[str, object] = {"dp": dp_step_row(c, 3 if quick else 10)}
     if c.size > 1:
-        rows["allreduce"] = allreduce_rows(c, [1, 4, 16] if quick else [1, 4, 16, 64, 256], 5 if quick else 10)
+        rows["allreduce"] = allreduce_rows(c, [1, 4, 16] if quick else [1, 4, 16, 64, 256], 7 if quick else 11)
         rows["python_us"] = python_per_call(c)
+        rows["python_in_situ_us"] = python_in_situ(c)
     if c.rank == 0:
         print("MPIROWS " + json.dumps(rows), flush=True)
 
