@@ -79,13 +79,16 @@ def _stopped(_v: list[UOp]) -> UOp:
 class KernelBuilder:
     """Builds the scalar value of tensor-level nodes at given indices, for one kernel. It is also the typed
     context of rules.rangeify's realize-point rules (`Site`): `idx`, `valid` and `top` describe the site being
-    expanded; `point` is the first realize point a rule decided (the build stops there)."""
+    expanded; `point` is the first realize point a rule decided (the build stops there). When `points` is a
+    list, every realize point the build meets is recorded there instead and the build goes on past it (the
+    point's value a placeholder: such a build is not a kernel), so one build finds them all."""
 
     def __init__(self, buffers: dict[UOp, UOp], range_ids: list[int]) -> None:
         self.buffers = buffers  # realized node (or BUFFER leaf) -> the 1-D BUFFER holding it
         self.range_ids = range_ids  # a shared counter, so range ids are unique within the kernel
         self.memo: dict[Key, UOp] = {}
         self.point: RealizePoint | None = None
+        self.points: list[RealizePoint] | None = None
         self.idx: tuple[UOp, ...] = ()
         self.valid: UOp | None = None
         self.top = False
@@ -164,6 +167,10 @@ class KernelBuilder:
         if self.fired is not None:
             self.fired.append((n, rangeify_rules.rules[res[1]].name))
         if type(out) is RealizePoint:
+            if self.points is not None:  # recorded; the build goes on with a placeholder for its value
+                self.points.append(out)
+                placeholder = UOp.const(0, n.dtype)
+                return [], lambda _v: placeholder
             self.point = out
             return [], _stopped
         return cast(Expansion, out)
@@ -193,6 +200,7 @@ class KernelBuilder:
         r = self.new_range(src.shape[axes[0]], AxisType.REDUCE)
         new[axes[0]] = r
         inner = KernelBuilder(self.buffers, self.range_ids)
+        inner.points = self.points
         if (v := inner.value(src, tuple(new), valid)) is None:
             self.point = inner.point
             return None
@@ -444,16 +452,19 @@ rangeify_rules = RuleSet("rangeify", [
 
 
 def build_kernel(node: UOp, out_buf: UOp, buffers: dict[UOp, UOp], fused: dict[UOp, None] | None = None,
-                 shared: frozenset[UOp] = frozenset()) -> UOp | RealizePoint:
+                 shared: frozenset[UOp] = frozenset(), points: list[RealizePoint] | None = None
+                 ) -> UOp | RealizePoint:
     """The kernel that computes `node` into `out_buf` (a 1-D BUFFER), reading `buffers` for realized nodes.
     `fused`, if given, receives the nodes the scheduler may want realized when more than one kernel computes
     them inline: the tensor-level REDUCEs computed inline, and the elementwise nodes that combine one of
     `shared` (REDUCEs realized for that reason) with other values (a LayerNorm's centred input: left inline,
     every later LayerNorm's kernels would recompute the whole chain of earlier ones from its buffers). When a
-    realize-point rule fires (rules.rangeify), the result is that `RealizePoint` instead of a kernel."""
+    realize-point rule fires (rules.rangeify), the result is that `RealizePoint` instead of a kernel; `points`, if
+    given, receives every realize point the build meets (the result is then the first of them)."""
     counter = [0]
     kb = KernelBuilder(buffers, counter)
     kb.shared = shared
+    kb.points = points
     shape = node.shape
     ranges = []
     idx = []
@@ -466,6 +477,8 @@ def build_kernel(node: UOp, out_buf: UOp, buffers: dict[UOp, UOp], fused: dict[U
             ranges.append(r)
             idx.append(r)
     val = kb.value(node, tuple(idx))
+    if points:
+        return points[0]
     if val is None:
         assert kb.point is not None
         return kb.point
@@ -478,16 +491,18 @@ def build_kernel(node: UOp, out_buf: UOp, buffers: dict[UOp, UOp], fused: dict[U
     return UOp.sink(UOp(Ops.END, (st, *ranges)) if ranges else st)
 
 
-def build_store_kernel(view: UOp, value: UOp, out_buf: UOp, buffers: dict[UOp, UOp]) -> UOp | RealizePoint:
+def build_store_kernel(view: UOp, value: UOp, out_buf: UOp, buffers: dict[UOp, UOp],
+                       points: list[RealizePoint] | None = None) -> UOp | RealizePoint:
     """The kernel of STORE(view, value) with view = INDEX(t, i) (rewrite.stores): for each j of i's axis, in
     order, and each position r of the rest, out_buf[i[j], r] = value[j, r] when i[j] is inside t's first axis.
     The j axis is a serial loop (a REDUCE-type RANGE closed by the END: never split across threads or lanes,
     lower.optimize), so a value that reads the element it writes (a scatter-add) sees every earlier j's update
     and duplicate positions accumulate without a race; the rest axes are ordinary output loops (different r
     never touch the same element). The work is O(len(i) x row): no range spans t's first axis. A realize point
-    (rules.rangeify) is returned as in `build_kernel`."""
+    (rules.rangeify) is returned as in `build_kernel` (all of them into `points`, if given)."""
     counter = [0]
     kb = KernelBuilder(buffers, counter)
+    kb.points = points
     t, index = view.src
     ranges: list[UOp] = []
     idx: list[UOp] = []
@@ -507,6 +522,8 @@ def build_store_kernel(view: UOp, value: UOp, out_buf: UOp, buffers: dict[UOp, U
     inside = (UOp.const(-1) < pos) & (pos < t.shape[0])
     at = out_buf.index(flat_index((pos, *idx[1:]), t.shape))
     val = kb.value(value, tuple(idx))
+    if points:
+        return points[0]
     if val is None:
         assert kb.point is not None
         return kb.point

@@ -37,10 +37,12 @@ from lower.split_build import (
     Concats,
     Decision,
     break_cycle,
+    build_rules,
     decide_build,
     flat_buffer,
     kernel_limits,
     region,
+    shared_values,
 )
 from lower.split_fuse import FUSE_STORES, FuseContext, fuse_stores
 from rewrite import Ops, UOp
@@ -224,10 +226,7 @@ def _schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
             break
         # a cycle of assignments is broken by computing one store's value into a temporary first (the rule
         # realize-assign-cycle, over the whole graph): the store then only copies
-        d = break_cycle(roots, stuck, out_of, topo_index)
-        v = d.nodes[0]
-        out_of[v] = new_buffer(v.dtype, v.shape, v.device if isinstance(v.device, str) else device)
-        _carry_out(d, build, pending)
+        pending += _carry_out([break_cycle(roots, stuck, out_of, topo_index)], build)
     split.fused.update(dict.fromkeys(leader, FUSE_STORES))
     return ([it for k in order for it in (*parts.before.get(k, ()), fused.get(k) or kernels[k])],
             {g: out_of[r] for g, r in zip(given, roots, strict=True)}, split)
@@ -299,59 +298,98 @@ def _own_buffers(roots: list[UOp]) -> list[UOp]:
 
 
 def _split(pending: list[UOp], build: BuildContext) -> None:
-    """The worklist of schedule_split: a kernel (or copy) for every node in `pending` and for every node the
-    rules (lower.split_build.build_rules) decide to realize on the way. It decides nothing itself: it builds
-    each node's kernel, applies the rules to it, and carries out their decision (each recorded in
-    `split.decided` under its rule's name, lower.split). A concatenation is copies (`parts`,
-    lower.copyview.concat_parts)."""
+    """The kernel split's rounds, to a fixed point over the whole graph: every node to build (the realized nodes
+    without a kernel, `pending` first) gets its kernel against the realized nodes of the round, and the rules
+    (lower.split_build.build_rules) decide on each; the round's decisions are then carried out together (each
+    recorded in `split.decided` under its rule's name, lower.split), and the nodes they realize, the kernels
+    that decided and every kernel that computed one of the nodes inline are built in the next round. Once a
+    round decides nothing, the rule realize-shared-reduction runs over the whole graph (`shared_values`) on
+    the kernels of all the rounds, and its decision is carried out the same way. When no rule decides
+    anything, every kernel was built against the final decisions: none recomputes a node another decision
+    realized, and the kernels do not depend on the order of the roots or of the worklist. It decides nothing
+    itself. A concatenation is copies (`parts`, lower.copyview.concat_parts)."""
+    topo = build.split.topo_index
+    todo = list(dict.fromkeys(pending))
+    pending.clear()
+    while True:
+        while todo:
+            decisions = []
+            for node in sorted(todo, key=lambda u: topo.get(u, -1)):
+                if (d := _build_one(build, node)) is not None:
+                    decisions.append(d)
+            todo = _carry_out(decisions, build)
+        if (d := shared_values(build)) is None:
+            return
+        todo = _carry_out([d], build)
+
+
+def _build_one(build: BuildContext, node: UOp) -> Decision | None:
+    """Build `node`'s kernel (or copies) against the realized nodes, unless a rule decides on it first."""
     split, kernels, parts = build.split, build.kernels, build.parts
-    inline = build.inline
-    out_of, device = split.out_of, build.device
-    while pending:
-        node = pending.pop()
-        if node in kernels or node in parts.absorbed:
-            continue
-        if node not in out_of:
-            dev = node.device if isinstance(node.device, str) else device
-            out_of[node] = new_buffer(node.dtype, node.shape, dev)
-        if (d := decide_build(build, node)) is not None:
-            _carry_out(d, build, pending)
-            continue
-        if node.op is Ops.COPY:
-            src, view = copy_source(node)
-            kernels[node] = ScheduleItem("copy", (out_of[node], out_of[src]), None,
-                                         f"copy {src.device}->{node.device}", view)
-            continue
-        if (cat := build.concat(node)) is not None:
-            copies = [ScheduleItem("copy", (out_of[node], out_of[src]), None, f"copy {src.device}->{node.device}", v, w)
-                      for src, v, w, _ in cat]
-            for _, _, _, absorbed in cat:  # a COPY read straight from its source gets no buffer of its own
-                if absorbed is not None:
-                    parts.absorbed.add(absorbed)
-                    kernels.pop(absorbed, None)
-            kernels[node], parts.before[node] = copies[-1], copies[:-1]
-            continue
-        ast = build.kernel(node)
-        assert not isinstance(ast, RealizePoint)  # the realize-point rule fires on it
-        kernels[node] = _localize(ast)
-        build.raw[node] = ast
-        if node.op is not Ops.STORE:
-            inline[node] = build.fused(node)
+    out_of = split.out_of
+    if node in parts.absorbed:
+        return None
+    if node not in out_of:
+        out_of[node] = new_buffer(node.dtype, node.shape, node.device if isinstance(node.device, str) else build.device)
+    if (d := decide_build(build, node)) is not None:
+        return d
+    if node.op is Ops.COPY:
+        src, view = copy_source(node)
+        kernels[node] = ScheduleItem("copy", (out_of[node], out_of[src]), None, f"copy {src.device}->{node.device}",
+                                     view)
+        return None
+    if (cat := build.concat(node)) is not None:
+        copies = [ScheduleItem("copy", (out_of[node], out_of[src]), None, f"copy {src.device}->{node.device}", v, w)
+                  for src, v, w, _ in cat]
+        for _, _, _, absorbed in cat:  # a COPY read straight from its source gets no buffer of its own
+            if absorbed is not None:
+                parts.absorbed.add(absorbed)
+                kernels.pop(absorbed, None)
+        kernels[node], parts.before[node] = copies[-1], copies[:-1]
+        return None
+    ast = build.kernel(node)
+    assert not isinstance(ast, RealizePoint)  # the realize-point rule fires on it
+    kernels[node] = _localize(ast)
+    build.raw[node] = ast
+    build.accept(node)
+    if node.op is not Ops.STORE:
+        build.inline[node] = build.fused(node)
+    return None
 
 
-def _carry_out(d: Decision, build: BuildContext, pending: list[UOp]) -> None:
-    """Carry out a rule's decision: its kernels to build again are dropped, its nodes are recorded under the
-    rule's name, and both go on the worklist (the nodes on top, so they are built first)."""
-    for k in d.again:
+def _carry_out(decisions: list[Decision], build: BuildContext) -> list[UOp]:
+    """Carry out a round's decisions together: their nodes are recorded under their rules' names (a node two
+    rules decided in one round under the one first in `build_rules`, then by name), their kernels to build again are dropped,
+    and so is every kernel that computes one of the nodes inline. Returns what the next round builds: the new
+    nodes, and the kernels dropped."""
+    out_of, split = build.split.out_of, build.split
+    rank = {r.name: i for i, r in enumerate(build_rules.rules)}
+    why: dict[UOp, str] = {}
+    shared: set[UOp] = set()
+    again: dict[UOp, None] = {}
+    for d in decisions:
+        for n, rule in zip(d.nodes, d.rules(), strict=True):
+            if n not in why or (rank.get(rule, len(rank)), rule) < (rank.get(why[n], len(rank)), why[n]):
+                why[n] = rule
+            if d.shared:
+                shared.add(n)
+        again.update(dict.fromkeys(d.again))
+    new = [n for n in why if n not in build.kernels or n in again]
+    for n in why:
+        split.mark(n, why[n])
+        if n not in out_of:
+            out_of[n] = new_buffer(n.dtype, n.shape, n.device if isinstance(n.device, str) else build.device)
+        if n in shared:  # read by several kernels: the builder reads it as a shared statistic
+            build.shared[n] = None
+        for k in build.where.pop(n, ()):  # the kernels that computed it inline read it now
+            if n in build.regions.get(k, ()):
+                again[k] = None
+    for k in again:
         build.kernels.pop(k, None)
         build.inline.pop(k, None)
-    out_of = build.split.out_of
-    for n in d.nodes:
-        build.split.mark(n, d.rule)
-        if d.shared:  # read by several kernels: its buffer now, and the builder reads it as a shared statistic
-            build.shared[n] = None
-            out_of[n] = new_buffer(n.dtype, n.shape, n.device if isinstance(n.device, str) else build.device)
-    pending += [*d.again, *d.nodes]
+        build.raw.pop(k, None)
+        build.regions.pop(k, None)
+    return list(dict.fromkeys([*again, *new]))
 
 
 def _order_with_stores(kernels: dict[UOp, ScheduleItem], stores: dict[UOp, UOp], out_of: dict[UOp, UOp],

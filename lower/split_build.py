@@ -71,6 +71,11 @@ class Decision:
     nodes: tuple[UOp, ...]
     again: tuple[UOp, ...]
     shared: bool = False
+    why: tuple[str, ...] = ()  # each node's own rule, when they differ (the realize points one build met)
+
+    def rules(self) -> tuple[str, ...]:
+        """The rule each of `nodes` is recorded under."""
+        return self.why or (self.rule,) * len(self.nodes)
 
 
 def flat_buffer(buf: UOp) -> UOp:
@@ -109,10 +114,14 @@ class BuildContext:
     raw: dict[UOp, UOp] = field(default_factory=dict)  # realized node -> its kernel over the global buffers
     inline: dict[UOp, dict[UOp, None]] = field(default_factory=dict)
     shared: dict[UOp, None] = field(default_factory=dict)
+    regions: dict[UOp, frozenset[UOp]] = field(default_factory=dict)  # kernel -> the nodes it computes inline
+    where: dict[UOp, list[UOp]] = field(default_factory=dict)  # node -> kernels whose region held it once
     _flats: dict[UOp, UOp] = field(default_factory=dict)
     _flat_of: dict[UOp, UOp] = field(default_factory=dict)
     _node: UOp | None = None
     _built: UOp | RealizePoint | None = None
+    _points: list[RealizePoint] = field(default_factory=list)
+    _region: list[UOp] | None = None
     _fused: dict[UOp, None] = field(default_factory=dict)
     _cat: list[Part] | None = None
     _cat_seen: bool = False
@@ -120,6 +129,23 @@ class BuildContext:
     def visit(self, node: UOp) -> None:
         """The worklist is about to build `node`: forget the previous node's build."""
         self._node, self._built, self._fused, self._cat, self._cat_seen = node, None, {}, None, False
+        self._points, self._region = [], None
+
+    def region(self, node: UOp) -> list[UOp]:
+        """`region(node, realized)` of the node being visited, computed once per visit."""
+        assert node is self._node, "BuildContext.region: visit the node first"
+        if self._region is None:
+            self._region = region(node, self.split.out_of)
+        return self._region
+
+    def accept(self, node: UOp) -> None:
+        """`node`'s kernel stands: remember the nodes it computes inline, so that a later decision realizing one
+        of them builds it again (lower.schedule)."""
+        out_of = self.split.out_of
+        inner = frozenset(u for u in self.region(node) if u not in out_of)
+        self.regions[node] = inner
+        for u in inner:
+            self.where.setdefault(u, []).append(node)
 
     def concat(self, node: UOp) -> list[Part] | None:
         """The pieces of `node` when it is a concatenation to fill by copies (not a COPY, and not when the
@@ -147,19 +173,25 @@ class BuildContext:
         return flat
 
     def kernel(self, node: UOp) -> UOp | RealizePoint:
-        """The kernel AST of `node` against the realized nodes (or the realize point its build met), built once
-        per visit. A STORE gets the assignment's kernel (in place into its target)."""
+        """The kernel AST of `node` against the realized nodes (or the first realize point its build met; all of
+        them in `points()`), built once per visit. A STORE gets the assignment's kernel (in place into its
+        target)."""
         assert node is self._node, "BuildContext.kernel: visit the node first"
         if self._built is None:
             flat = self.buffers()
             flat_out = flat[node]
             if node.op is not Ops.STORE:
-                self._built = build_kernel(node, flat_out, flat, self._fused, frozenset(self.shared))
+                self._built = build_kernel(node, flat_out, flat, self._fused, frozenset(self.shared), self._points)
             elif (st := indexed_store(node)) is None:  # CONTIGUOUS at the top: a realized value is loaded
-                self._built = build_kernel(UOp(Ops.CONTIGUOUS, (node.src[1],)), flat_out, flat)
+                self._built = build_kernel(UOp(Ops.CONTIGUOUS, (node.src[1],)), flat_out, flat, points=self._points)
             else:
-                self._built = build_store_kernel(st.view, node.src[1], flat_out, flat)
+                self._built = build_store_kernel(st.view, node.src[1], flat_out, flat, self._points)
         return self._built
+
+    def points(self, node: UOp) -> list[RealizePoint]:
+        """Every realize point the build of `node` met (empty when it is a kernel)."""
+        self.kernel(node)
+        return self._points
 
     def fused(self, node: UOp) -> dict[UOp, None]:
         """What `node`'s kernel computes inline that several kernels might share (build_kernel's `fused`)."""
@@ -202,12 +234,14 @@ def region(node: UOp, realized: dict[UOp, UOp]) -> list[UOp]:
     return order
 
 
-def split_point(node: UOp, realized: dict[UOp, UOp], max_args: int, max_ops: int) -> UOp | None:
+def split_point(node: UOp, realized: dict[UOp, UOp], max_args: int, max_ops: int,
+                order: list[UOp] | None = None) -> UOp | None:
     """A node to realize first when `node`'s kernel would exceed the device's limits (more than `max_args`
     buffers counting its output, or ops weighing more than `max_ops`), else None. It is the heaviest source of
     the first node (sources first) whose fused subgraph goes over a limit, so the cut leaves kernels near the
-    limits; the kernel for `node` is then built again reading it, and cut again if still too big."""
-    order = region(node, realized)
+    limits; the kernel for `node` is then built again reading it, and cut again if still too big. `order`, when
+    given, is `region(node, realized)`."""
+    order = region(node, realized) if order is None else order
     leaves = [u for u in order if u in realized and u is not node]
     if len(leaves) + 1 <= max_args and sum(_op_weight(u) for u in order) <= max_ops:
         return None
@@ -257,15 +291,20 @@ def _over_limits(ctx: BuildContext, n: UOp) -> Decision | None:
     if ctx.concat(n) is not None:  # copies, no kernel
         return None
     dev = n.device if isinstance(n.device, str) else ctx.device
-    cut = split_point(n, ctx.split.out_of, *kernel_limits(dev))
+    cut = split_point(n, ctx.split.out_of, *kernel_limits(dev), ctx.region(n))
     return None if cut is None else Decision(OVER_LIMITS, (cut,), (n,))
 
 
 def _realize_point(ctx: BuildContext, n: UOp) -> Decision | None:
     if ctx.concat(n) is not None:
         return None
-    built = ctx.kernel(n)
-    return Decision(built.rule, (built.node,), (n,)) if isinstance(built, RealizePoint) else None
+    if not (points := ctx.points(n)):
+        return None
+    first: dict[UOp, str] = {}
+    for p in points:  # each node once, under the rule met first
+        first.setdefault(p.node, p.rule)
+    nodes = tuple(first)
+    return Decision(points[0].rule, nodes, (n,), why=tuple(first[u] for u in nodes))
 
 
 def _store_value(ctx: BuildContext, n: UOp) -> Decision | None:
@@ -284,19 +323,6 @@ def _store_value(ctx: BuildContext, n: UOp) -> Decision | None:
     return None
 
 
-def _shared_reduction(ctx: BuildContext, n: UOp) -> Decision | None:
-    """What `n`'s kernel computes inline that a kernel built before computes inline too is realized once, and
-    every kernel that computes it is built again reading it."""
-    if ctx.concat(n) is not None:
-        return None
-    fused = ctx.fused(n)
-    shared = [r for r in fused if any(r in f for k, f in ctx.inline.items() if k is not n)]
-    if not shared:
-        return None
-    users = [k for k, f in ctx.inline.items() if k is not n and any(r in f for r in shared)]
-    return Decision(SHARED_REDUCTION, tuple(shared), (*users, n), shared=True)
-
-
 _KERNELS = frozenset(Ops) - {Ops.STORE, Ops.COPY}
 
 # fmt: off
@@ -306,7 +332,6 @@ build_rules = RuleSet("split-build", [
     Rule(OVER_LIMITS, op[_KERNELS](name="n"), _over_limits),
     Rule("realize-point", op[_KERNELS | {Ops.STORE}](name="n"), _realize_point),
     Rule(STORE_VALUE, op.STORE(name="n"), _store_value),
-    Rule(SHARED_REDUCTION, op[_KERNELS](name="n"), _shared_reduction),
 ])
 # fmt: on
 
@@ -317,6 +342,74 @@ def decide_build(ctx: BuildContext, node: UOp) -> Decision | None:
     m = build_rules.matcher(node.op)
     res = None if m is None else m(node, ctx)
     return None if res is None else cast(Decision, res[0])  # what every rule here returns
+
+
+# ---------------------------------------------------------------------------- shared values, over the graph
+
+
+@dataclass
+class SharedContext:
+    """The typed context of `shared_rules`: the realized nodes (`out_of`), each node some kernel computes inline
+    -> those kernels (`users`, from every kernel of the round: `BuildContext.inline`), and the nodes decided."""
+
+    out_of: dict[UOp, UOp]
+    users: dict[UOp, list[UOp]]
+    nodes: list[UOp] = field(default_factory=list)
+
+
+def nbytes(u: UOp) -> int | None:
+    """The bytes of `u`'s value, None when a dimension is symbolic."""
+    n = u.dtype.itemsize
+    for d in u.shape:
+        if not isinstance(d, int):
+            return None
+        n *= d
+    return n
+
+
+def recompute_bytes(node: UOp, realized: dict[UOp, UOp]) -> int | None:
+    """The bytes one kernel reads to compute `node` inline: every realized node and buffer of its region, whole
+    (None when a size is symbolic)."""
+    total = 0
+    for u in region(node, realized):
+        if u in realized and u is not node:
+            if (b := nbytes(u)) is None:
+                return None
+            total += b
+    return total
+
+
+def _shared_value(ctx: SharedContext, n: UOp) -> None:
+    """A value `m` >= 2 kernels compute inline is realized when recomputing it reads more bytes (`m` times its
+    region's inputs) than storing it once and reading it back `m` times; a symbolic size counts as more."""
+    if len(ks := ctx.users.get(n, ())) < 2 or n in ctx.out_of:
+        return
+    m = len(ks)
+    again, once = recompute_bytes(n, ctx.out_of), nbytes(n)
+    if again is None or once is None or m * again > (m + 1) * once:
+        ctx.nodes.append(n)
+
+
+shared_rules = RuleSet("split-shared", [Rule(SHARED_REDUCTION, op[_COUNTED](name="n"), _shared_value)])
+
+
+def shared_values(build: BuildContext) -> Decision | None:
+    """The decision `shared_rules` take over the whole graph once every kernel of a round stands (the realize
+    points, cuts and copies settled): the values several kernels compute inline that are cheaper stored (the
+    REDUCEs, and the values that combine a realized statistic with others, that `build_kernel` reports in
+    `fused`), realized at once, and every kernel that computes one of them built again reading it."""
+    users: dict[UOp, list[UOp]] = {}
+    for k, f in build.inline.items():
+        for r in f:
+            users.setdefault(r, []).append(k)
+    if not any(len(ks) > 1 for ks in users.values()):
+        return None
+    ctx = SharedContext(build.split.out_of, users)
+    graph_rewrite(UOp.sink(*build.split.roots), shared_rules, ctx, name="split-shared", walk=True)
+    if not ctx.nodes:
+        return None
+    again = dict.fromkeys(k for n in ctx.nodes for k in users[n])
+    return Decision(SHARED_REDUCTION, tuple(ctx.nodes), tuple(again), shared=True)
 
 
 # ---------------------------------------------------------------------------- the assignment cycle, over the graph
@@ -358,5 +451,6 @@ def break_cycle(roots: list[UOp], stuck: list[UOp], out_of: dict[UOp, UOp], topo
     return ctx.decision
 
 
-__all__ = ["COPY_SOURCE", "BuildContext", "Concats", "CycleContext", "Decision", "break_cycle", "build_rules",
-           "cycle_rules", "decide_build", "flat_buffer", "kernel_limits", "region", "split_point"]
+__all__ = ["COPY_SOURCE", "BuildContext", "Concats", "CycleContext", "Decision", "SharedContext", "break_cycle",
+           "build_rules", "cycle_rules", "decide_build", "flat_buffer", "kernel_limits", "nbytes", "recompute_bytes",
+           "region", "shared_rules", "shared_values", "split_point"]
