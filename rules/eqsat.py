@@ -17,8 +17,8 @@ called at all where none of them matches (`fast_tier_can_change`).
 
 The rules ("lin" style): interval analysis (one packed `iv` lattice value per e-class, rewrite.egraph_terms; one
 rule per op; a point interval is unioned with its constant, which also folds every constant expression through
-floor division); identities (subsumed where no other rule needs the matched node); constants oriented right and floated out of sums;
-div/mod cancelling guarded by intervals; `(a+b)//m` and `(a+b)%m` split when the remainders cannot carry;
+floor division); identities (subsumed where no other rule needs the matched node); constants oriented right and
+floated out of sums; div/mod cancelling guarded by intervals; `(a+b)//m` and `(a+b)%m` split when the remainders cannot carry;
 nested `//` and `%`; recombination `x//c*c + x%c -> x` and its remainder forms `x - x%c -> (x//c)*c`,
 `x - (x//c)*c -> x%c` (either side may carry the tighter interval); comparisons moved onto the variable;
 max, where, and, or folding. Associativity, commutativity and distribution appear only in the bounded forms above. Two
