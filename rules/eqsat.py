@@ -16,17 +16,16 @@ which keeps only the rewrites that can still change such a result (FAST_TIER_RUL
 called at all where none of them matches (`fast_tier_can_change`).
 
 The rules ("lin" style): interval analysis (one packed `iv` lattice value per e-class, rewrite.egraph_terms; one
-rule per op; a point interval is unioned with its constant, which also folds every constant expression through
-floor division); identities (subsumed where no other rule needs the matched node); constants oriented right and
-floated out of sums; div/mod cancelling guarded by intervals; `(a+b)//m` and `(a+b)%m` split when the remainders cannot carry;
-nested `//` and `%`; recombination `x//c*c + x%c -> x` and its remainder forms `x - x%c -> (x//c)*c`,
-`x - (x//c)*c -> x%c` (either side may carry the tighter interval); comparisons moved onto the variable;
-max, where, and, or folding. Associativity, commutativity and distribution appear only in the bounded forms above. Two
-different constants in one e-class, or an empty interval, panic (a tripwire: the inputs come back unchanged).
-The DSL rules (`eqsat`) are checked like the fast ones by the soundness test generated from the rule list
+rule per op; a point interval is unioned with its constant, which also folds every constant expression through floor
+division); identities (subsumed where no other rule needs the matched node); constants oriented right and floated
+out of sums; div/mod cancelling guarded by intervals; `(a+b)//m` and `(a+b)%m` split when the remainders cannot
+carry; nested `//` and `%`; recombination `x//c*c + x%c -> x` and its remainder forms `x - x%c -> (x//c)*c`, `x -
+(x//c)*c -> x%c` (either side may carry the tighter interval); comparisons moved onto the variable; max, where, and,
+or folding. Associativity, commutativity and distribution appear only in the bounded forms above. Two different
+constants in one e-class, or an empty interval, panic (a tripwire: the inputs come back unchanged). The DSL rules
+(`eqsat`) are checked like the fast ones by the soundness test generated from the rule list
 (tests/rules/test_soundness.py: small boxes, wide boxes, z3), so their guards must also run on Python values:
-`divides` instead of `(c1 != 0) & (c0 % c1 == 0)`, which raises on c1 == 0 where egglog just does not match.
-"""
+`divides` instead of `(c1 != 0) & (c0 % c1 == 0)`, which raises on c1 == 0 where egglog just does not match. """
 
 from __future__ import annotations
 
