@@ -25,7 +25,8 @@ or folding. Associativity, commutativity and distribution appear only in the bou
 constants in one e-class, or an empty interval, panic (a tripwire: the inputs come back unchanged). The DSL rules
 (`eqsat`) are checked like the fast ones by the soundness test generated from the rule list
 (tests/rules/test_soundness.py: small boxes, wide boxes, z3), so their guards must also run on Python values:
-`divides` instead of `(c1 != 0) & (c0 % c1 == 0)`, which raises on c1 == 0 where egglog just does not match. """
+`divides` instead of `(c1 != 0) & (c0 % c1 == 0)`, which raises on c1 == 0 where egglog just does not match.
+"""
 
 from __future__ import annotations
 
