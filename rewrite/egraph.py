@@ -55,6 +55,8 @@ from rewrite.egraph_terms import (
     floor_mod,
     from_termdag,
     is_pow2,
+    iv_pack,
+    iv_unpack,
     sort_decls,
     translate,
 )
@@ -75,9 +77,9 @@ PACK_CHUNK = 200  # roots per packed list term (egglog recurses on term depth)
 # value as first operand, a leaf code -1 and its key. A node with has-interval 1 comes with its interval (a
 # leaf its box, a constant its value, an op node what the fast tier's analysis gives), which the e-graph's own
 # analysis only tightens, so its first run over new nodes finds little to change. LR holds the roots of one
-# packed list (pack, position, id; id -1 ends the list). `collect` makes the list PK p 0 of PB (root, lo, hi,
-# rest) or, for a root without an interval, the dearer PC (root, rest): one extraction gives every root and
-# its interval.
+# packed list (pack, position, id; id -1 ends the list). `collect` makes the list PK p 0 of PB (root, packed
+# interval, rest) or, for a root without an interval, the dearer PC (root, rest): one extraction gives every root
+# and its interval.
 _CODES: dict[str, int] = {"Num": 0, **{c: i + 1 for i, (c, _, _) in enumerate(CTORS.values())}}
 # a Div or Mod by a positive power of two comes with the code of its extraction twin and is loaded as both
 _TWIN_CODES: dict[str, int] = {of: len(_CODES) + j for j, of in enumerate(POW2_TWINS.values())}
@@ -95,20 +97,21 @@ LOAD_PROGRAM = "\n".join([
     "(relation LN (i64 i64 i64 i64 i64 String i64 i64 i64))",
     "(relation LR (i64 i64 i64))",
     "(constructor PK (i64 i64) PList :unextractable)",
-    "(constructor PB (Idx i64 i64 PList) PList)",
+    "(constructor PB (Idx i64 PList) PList)",
     "(constructor PC (Idx PList) PList :cost 1000000)",
     "(ruleset load)",
     "(ruleset collect)",
     f'(rule ((LN i -1 a b d k l h f)) ((union (N i) (Var k l h)) {_del_ln(-1)}) :ruleset load :name "load-var")',
     f'(rule ((LN i 0 v b d k l h f)) ((union (N i) (Num v)) {_del_ln(0, "v")})'
     ' :ruleset load :name "load-num")',
-    '(rule ((LN i c a b d k l h 1)) ((set (lo (N i)) l) (set (hi (N i)) h)) :ruleset load :name "load-bounds")',
+    f'(rule ((LN i c a b d k l h 1) (= __iv {iv_pack("l", "h")})) ((set (iv (N i)) __iv)) :ruleset load'
+    ' :name "load-bounds")',
     *(f'(rule ((LN i {_CODES[c]} a b d k l h f)) ((union (N i) ({c} {" ".join(f"(N {v})" for v in "abd"[:len(k)])}))'
       f' {_del_ln(_CODES[c])}) :ruleset load :name "load-{c.lower()}")' for c, k, _ in CTORS.values()),
     *(f'(rule ((LN i {_TWIN_CODES[of]} a b d k l h f)) ((union (N i) ({of} (N a) (N b)))'
       f' (union (N i) ({twin} (N a) (N b))) {_del_ln(_TWIN_CODES[of])}) :ruleset load :name "load-{twin.lower()}")'
       for twin, of in POW2_TWINS.items()),
-    "(rule ((LR p j i) (= e (N i)) (= l (lo e)) (= h (hi e))) ((union (PK p j) (PB e l h (PK p (+ j 1))))"
+    "(rule ((LR p j i) (= e (N i)) (= v (iv e))) ((union (PK p j) (PB e v (PK p (+ j 1))))"
     ' (delete (LR p j i))) :ruleset collect :name "collect")',
     '(rule ((LR p j i) (= e (N i))) ((union (PK p j) (PC e (PK p (+ j 1)))) (delete (LR p j i)))'
     ' :ruleset collect :name "collect-pc")',
@@ -121,7 +124,7 @@ LOAD_PROGRAM = "\n".join([
 # node can reach (a new node's children are new e-classes, a constant or a leaf gets a new e-class once its old row
 # is gone), and the full reset every `Schedule.reset_nodes` loaded nodes bounds them and egglog's union-find.
 _CLEAR_ROWS = ("(Num a)", "(Var a b c)", *(f"({c} {' '.join('abd'[:len(k)])})" for c, k, _ in CTORS.values()),
-               *(f"({t} a b)" for t in POW2_TWINS), "(N a)", "(PK a b)", "(PB a b c d)", "(PC a b)", "(PNil)",
+               *(f"({t} a b)" for t in POW2_TWINS), "(N a)", "(PK a b)", "(PB a b c)", "(PC a b)", "(PNil)",
                "(PCons a b)")
 
 
@@ -429,10 +432,8 @@ class Saturator(DiskCache):
                 e = exprs[0]
                 if best is None:
                     best = eg.run_program(b.Extract(sp, root, zero))[-1]
-                v = eg.eval_expr(root)[1]
-                lo_v, hi_v = eg.lookup_function("lo", [v]), eg.lookup_function("hi", [v])
-                lo, hi = ((eg.value_to_i64(lo_v), eg.value_to_i64(hi_v)) if lo_v is not None and hi_v is not None
-                          else (None, None))
+                iv_v = eg.lookup_function("iv", [eg.eval_expr(root)[1]])
+                lo, hi = iv_unpack(eg.value_to_i64(iv_v)) if iv_v is not None else (None, None)
                 try:
                     u = build_term(best.termdag, best.term, e, {})
                 except Untranslatable:
@@ -460,8 +461,8 @@ class Saturator(DiskCache):
                 t = get(tid)
                 while t.name != "PNil":
                     if t.name == "PB":
-                        r, lo_t, hi_t, tid = t.args
-                        lo, hi = get(lo_t).value.value, get(hi_t).value.value
+                        r, iv_t, tid = t.args
+                        lo, hi = iv_unpack(get(iv_t).value.value)
                     else:  # PC: a root without an interval
                         (r, tid), lo, hi = t.args, None, None
                     e = next(it)

@@ -8,7 +8,8 @@ the whole command); the right-hand side is unioned with the matched e-class, and
 subsumed for the rules named in `subsume`.
 
 The `when=` guard is translated by calling it with proxies: a const capture is an i64 query variable, any
-other capture a term whose `.vmin` / `.vmax` are the `lo` / `hi` of its e-class, looked up in the rule body.
+other capture a term whose `.vmin` / `.vmax` are the bounds of its e-class's packed interval (rewrite.egraph_terms:
+`iv`), looked up in the rule body where they are stored exactly.
 Arithmetic on proxies builds i64 (floor `//` and `%`) or terms (`(x % c0).vmax` looks up the interval of the
 node `x % c0`; a companion rule creates that node whenever the pattern matches, so the guard can see it);
 comparisons build facts and `& | ~` combine them (an `|` becomes one rule per disjunct). A guard that asks for
@@ -29,7 +30,7 @@ from typing import cast
 
 from rewrite.dsl import _ANY, Pat, Rule
 from rewrite.dtype import DType, dtypes
-from rewrite.egraph_terms import CTORS, KINDS, floor_div, floor_mod
+from rewrite.egraph_terms import CTORS, KINDS, floor_div, floor_mod, iv_exact, iv_fields
 from rewrite.ops import GroupOp, Ops
 
 MAX_VARIANTS = 16
@@ -56,6 +57,7 @@ class _Body:
     def __init__(self) -> None:
         self.facts: list[str] = []
         self.demands: list[str] = []
+        self.packed: dict[str, str] = {}  # term -> the variable bound to its packed interval
         self.n = 0
 
     def fresh(self, prefix: str) -> str:
@@ -63,8 +65,13 @@ class _Body:
         return f"__{prefix}{self.n}"
 
     def lookup(self, fn: str, term: str, captured: bool) -> I64:
+        """`fn` ("lo" or "hi") of `term`'s packed interval, where it is stored exactly (rewrite.egraph_terms)."""
         v = self.fresh(fn)
-        self.facts.append(f"(= {v} ({fn} {term}))")
+        p = self.packed.get(term)
+        if p is None:
+            p = self.packed[term] = self.fresh("iv")
+            self.facts.append(f"(= {p} (iv {term}))")
+        self.facts += iv_exact(p, v, None) if fn == "lo" else iv_exact(p, None, v)
         if not captured and term not in self.demands:
             self.demands.append(term)
         return I64(v, self)
@@ -391,7 +398,7 @@ def _export_one(rule: Rule, ruleset: str, subsume: bool, point_guard: bool) -> l
         root = root_text if t[2] is not None else "__root"
         facts = ([] if t[2] is not None else [f"(= __root {root_text})"]) + q.facts
         if point_guard:
-            facts += [f"(= __rlo (lo {root}))", f"(= __rhi (hi {root}))", "(< __rlo __rhi)"]
+            facts += [f"(= __riv (iv {root}))", *iv_fields("__riv", "__rlo", "__rhi"), "(< __rlo __rhi)"]
         caps = _captures(t, {})
         body = _Body()
         consts = {n: I64(_vname(n, True), body) for n, c in caps.items() if c}

@@ -2,7 +2,7 @@
 runs only the rules that can fire on its own e-classes (rewrite.egraph picks them per batch).
 
 Why: egglog 13.2 pays for every rule of a `run` that has new rows in one of its tables, matched or not, and the
-analysis is run once per pass of its saturation (3-6 passes for a small expression). The `lo`/`hi` tables change
+analysis is run once per pass of its saturation (3-6 passes for a small expression). The `iv` table changes
 in every pass, so each interval rule is paid in each pass as soon as its constructor has any row in the e-graph:
 in a persistent e-graph, after a few batches, that is every rule.
 

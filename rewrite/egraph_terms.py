@@ -69,18 +69,80 @@ def pow2_rules(ruleset: str) -> str:
                    f" :ruleset {ruleset} :name \"twin-{twin.lower()}\")\n" for twin, of in POW2_TWINS.items())
 
 
-INTERVAL_FUNCTIONS = ("lo", "hi")  # the interval lattice's functions of an e-class (`sort_decls`)
+# ---------------------------------------------------------------------------------------------- intervals
+# An e-class's interval is ONE i64, `(iv e)`: the lower bound in the high 32 bits and the upper bound in the low
+# 32 bits, each a signed 32-bit field, so an interval rule does one lookup per operand and one `set`, and the merge
+# (the intersection) is one. A bound that does not fit its field is stored looser: a lower bound at or below
+# IV_NEG is IV_NEG, which stands for "no lower bound" (minus infinity), one above IV_POS is IV_POS; an upper bound
+# at or above IV_POS is IV_POS, "no upper bound", one below IV_NEG is IV_NEG. So a stored field is always a sound
+# bound, exact when strictly between IV_NEG and IV_POS, and the merge is max of the lower fields and min of the upper
+# ones. Intervals of values past 2**31 are lost (a looser interval, never a wrong one).
+IV_NEG, IV_POS = -(1 << 31), (1 << 31) - 1
+IV_INF = (1 << 32) - 1  # what `iv_decode` reads a missing bound as: past every field value, so sums stay past too
+INTERVAL_FUNCTIONS = ("iv",)  # the interval lattice's functions of an e-class (`sort_decls`)
+_M32 = (1 << 32) - 1
+
+
+def iv_pack(lo: str, hi: str) -> str:
+    """egglog i64 text for the packed interval of the bounds `lo`, `hi` (i64 texts), each clamped into its field."""
+    return (f"(| (<< (min (max {lo} {IV_NEG}) {IV_POS}) 32) "
+            f"(& (max (min {hi} {IV_POS}) {IV_NEG}) {_M32}))")
+
+
+def iv_merge(old: str, new: str) -> str:
+    """egglog text for the intersection of two packed intervals: max of the lower fields, min of the upper ones."""
+    return (f"(| (<< (max (>> {old} 32) (>> {new} 32)) 32) "
+            f"(& (min (>> (<< {old} 32) 32) (>> (<< {new} 32) 32)) {_M32}))")
+
+
+def iv_fields(p: str, lo: str, hi: str) -> list[str]:
+    """Query facts binding `lo` and `hi` to the raw fields of the packed interval `p` (IV_NEG / IV_POS: none)."""
+    return [f"(= {lo} (>> {p} 32))", f"(= {hi} (>> (<< {p} 32) 32))"]
+
+
+def iv_decode(p: str, lo: str, hi: str) -> list[str]:
+    """Query facts binding `lo` and `hi` to the bounds in the packed interval `p`, a missing bound read as -IV_INF
+    or IV_INF (past any field value, so a sum, difference or product with it, packed again, is missing too)."""
+    rl, rh = f"{lo}__f", f"{hi}__f"
+    return [*iv_fields(p, rl, rh),
+            f"(= {lo} (+ {rl} (min 0 (- (* (+ {rl} {-IV_NEG}) {IV_POS}) {IV_POS}))))",
+            f"(= {hi} (+ {rh} (max 0 (- {-IV_NEG} (* (- {IV_POS} {rh}) {-IV_NEG})))))"]
+
+
+def iv_exact(p: str, lo: str | None, hi: str | None) -> list[str]:
+    """Query facts binding `lo` and/or `hi` to the exact bounds in the packed interval `p`: the facts hold only
+    where the asked bounds are stored exactly (strictly between IV_NEG and IV_POS)."""
+    f = iv_fields(p, lo or f"{p}__l", hi or f"{p}__h")
+    out = [f[0]] if lo else []
+    out += [f[1]] if hi else []
+    for v in (lo, hi):
+        if v:
+            out += [f"(< {IV_NEG} {v})", f"(< {v} {IV_POS})"]
+    return out
+
+
+def iv_unpack(p: int) -> tuple[int, int]:
+    """The bounds of a packed interval read back in Python: a missing one as I64_MIN or I64_MAX."""
+    lo, hi = p >> 32, ((p & _M32) ^ (1 << 31)) - (1 << 31)
+    return (I64_MIN if lo == IV_NEG else lo), (I64_MAX if hi == IV_POS else hi)
+
+
+def iv_packed(lo: int, hi: int) -> int:
+    """`iv_pack` in Python (the tests' oracle)."""
+    lf, hf = min(max(lo, IV_NEG), IV_POS), max(min(hi, IV_POS), IV_NEG)
+    v = (lf << 32) | (hf & _M32)
+    return v - (1 << 64) if v >= 1 << 63 else v
 
 
 def sort_decls(costs: dict[str, int] | None = None) -> str:
-    """The sort, the packed list used to extract many roots at once, and the interval lattice `lo`/`hi`
-    (merged by max and min, so an e-class keeps the intersection over its equivalent forms)."""
+    """The sort, the packed list used to extract many roots at once, and the interval lattice `iv` (packed
+    bounds, merged by intersection, so an e-class keeps the intersection over its equivalent forms)."""
     c = {**DEFAULT_COSTS, **(costs or {})}
     variants = [f"(Num i64 :cost {c['Num']})", f"(Var String i64 i64 :cost {c['Var']})"]
     variants += [f"({name} {' '.join(['Idx'] * len(kinds))} :cost {c[name]})" for name, kinds, _ in CTORS.values()]
     variants += [f"({twin} Idx Idx :cost {c[twin]})" for twin in POW2_TWINS]
     return ("(datatype Idx\n  " + "\n  ".join(variants) + ")\n(datatype PList (PNil) (PCons Idx PList))\n"
-            "(function lo (Idx) i64 :merge (max old new))\n(function hi (Idx) i64 :merge (min old new))\n")
+            f"(function iv (Idx) i64 :merge {iv_merge('old', 'new')})\n")
 
 
 def floor_mod(a: str, b: str) -> str:
@@ -432,7 +494,7 @@ class Schedule:
     command): the fast tier's remainder rules, which never make a node that a rule matches at its root."""
 
     iterations: int = 8
-    max_size: int = 20_000  # e-graph tuples (nodes plus lo/hi rows), from (print-size)
+    max_size: int = 20_000  # e-graph tuples (nodes plus interval rows), from (print-size)
     seconds: float = 2.0
     reset_nodes: int = 200_000  # nodes loaded since the last full reset (`(pop)` `(push)`) above which the next
     # batch gets one instead of the cheap `clear` (rewrite.egraph): it bounds egglog's union-find and subsumed rows
@@ -457,6 +519,36 @@ class Schedule:
         return f"(unstable-combined-ruleset {self.fused_name(analysis)} {sets})"
 
 
-__all__ = ["CTORS", "DEFAULT_COSTS", "I64_MAX", "I64_MIN", "INTERVAL_FUNCTIONS", "KINDS", "OP_OF", "POW2_TWINS",
-           "Expr", "Node", "Schedule", "Untranslatable", "build", "build_term", "floor_div", "floor_mod",
-           "from_termdag", "is_pow2", "pow2_rules", "sort_decls", "translate"]
+__all__ = [
+    "CTORS",
+    "DEFAULT_COSTS",
+    "I64_MAX",
+    "I64_MIN",
+    "INTERVAL_FUNCTIONS",
+    "IV_INF",
+    "IV_NEG",
+    "IV_POS",
+    "KINDS",
+    "OP_OF",
+    "POW2_TWINS",
+    "Expr",
+    "Node",
+    "Schedule",
+    "Untranslatable",
+    "build",
+    "build_term",
+    "floor_div",
+    "floor_mod",
+    "from_termdag",
+    "is_pow2",
+    "iv_decode",
+    "iv_exact",
+    "iv_fields",
+    "iv_merge",
+    "iv_pack",
+    "iv_packed",
+    "iv_unpack",
+    "pow2_rules",
+    "sort_decls",
+    "translate",
+]

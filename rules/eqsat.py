@@ -15,15 +15,15 @@ set (`saturate`, `saturate_batch`, `egraph_bounds`: any index expression), and t
 which keeps only the rewrites that can still change such a result (FAST_TIER_RULES, measured below) and is not
 called at all where none of them matches (`fast_tier_can_change`).
 
-The rules ("lin" style): interval analysis (`lo`/`hi` lattice functions, one rule per op; a point interval is
-unioned with its constant, which also folds every constant expression through floor division); identities
-(subsumed where no other rule needs the matched node); constants oriented right and floated out of sums;
-div/mod cancelling guarded by intervals; `(a+b)//m` and `(a+b)%m` split when the remainders cannot carry;
-nested `//` and `%`; recombination `x//c*c + x%c -> x` and its remainder forms `x - x%c -> (x//c)*c`,
-`x - (x//c)*c -> x%c` (either side may carry the tighter interval); comparisons moved onto the variable;
-max, where, and, or folding. Associativity, commutativity and distribution appear only in the bounded forms above. Two
-different constants in one e-class, or an empty interval, panic (a tripwire: the inputs come back unchanged).
-The DSL rules (`eqsat`) are checked like the fast ones by the soundness test generated from the rule list
+The rules ("lin" style): interval analysis (one packed `iv` lattice value per e-class, rewrite.egraph_terms; one
+rule per op; a point interval is unioned with its constant, which also folds every constant expression through floor
+division); identities (subsumed where no other rule needs the matched node); constants oriented right and floated
+out of sums; div/mod cancelling guarded by intervals; `(a+b)//m` and `(a+b)%m` split when the remainders cannot
+carry; nested `//` and `%`; recombination `x//c*c + x%c -> x` and its remainder forms `x - x%c -> (x//c)*c`, `x -
+(x//c)*c -> x%c` (either side may carry the tighter interval); comparisons moved onto the variable; max, where, and,
+or folding. Associativity, commutativity and distribution appear only in the bounded forms above. Two different
+constants in one e-class, or an empty interval, panic (a tripwire: the inputs come back unchanged). The DSL rules
+(`eqsat`) are checked like the fast ones by the soundness test generated from the rule list
 (tests/rules/test_soundness.py: small boxes, wide boxes, z3), so their guards must also run on Python values:
 `divides` instead of `(c1 != 0) & (c0 % c1 == 0)`, which raises on c1 == 0 where egglog just does not match.
 """
@@ -37,7 +37,18 @@ from typing import TYPE_CHECKING
 
 from rewrite.dsl import Pat, Rule, RuleSet, const, fold, op, var
 from rewrite.egglog_io import split_commands
-from rewrite.egraph_terms import Schedule, floor_div, floor_mod, pow2_rules
+from rewrite.egraph_terms import (
+    IV_NEG,
+    IV_POS,
+    Schedule,
+    floor_div,
+    floor_mod,
+    iv_decode,
+    iv_exact,
+    iv_fields,
+    iv_pack,
+    pow2_rules,
+)
 from rewrite.ops import Ops
 from rewrite.uop import ConstValue, UOp
 from rules.divmod import divides
@@ -52,12 +63,27 @@ if TYPE_CHECKING:
 
 # ---------------------------------------------------------------------------------------------- analysis
 
-_AB = "(= la (lo a)) (= ha (hi a)) (= lb (lo b)) (= hb (hi b))"
-_A = "(= la (lo a)) (= ha (hi a))"
+def _dec(t: str, lo: str, hi: str) -> str:
+    """Facts binding `lo`, `hi` to the bounds of `t`'s packed interval (a missing one read as -+IV_INF)."""
+    return " ".join([f"(= __p{t} (iv {t}))", *iv_decode(f"__p{t}", lo, hi)])
+
+
+def _raw(t: str, lo: str, hi: str) -> str:
+    """Facts binding `lo`, `hi` to the raw fields of `t`'s packed interval (IV_NEG / IV_POS: missing). Enough for
+    min and max of bounds: a missing bound is the least (lower) or greatest (upper) field value, and comes out as
+    the same missing bound."""
+    return " ".join([f"(= __p{t} (iv {t}))", *iv_fields(f"__p{t}", lo, hi)])
+
+
+# the numerator's bounds stored exactly (not missing: -+IV_INF is not far enough out for a quotient or a remainder)
+_EXACT_A = f"(!= la__f {IV_NEG}) (!= ha__f {IV_POS})"
+_AB = f"{_dec('a', 'la', 'ha')} {_dec('b', 'lb', 'hb')}"
+_A = _dec("a", "la", "ha")
+_AB_RAW = f"{_raw('a', 'la', 'ha')} {_raw('b', 'lb', 'hb')}"
 
 
 def _iv(name: str, facts: str, lo: str, hi: str) -> str:
-    return (f"(rule ({facts} (= __l {lo}) (= __h {hi}))\n      ((set (lo e) __l) (set (hi e) __h))\n"
+    return (f"(rule ({facts} (= __iv {iv_pack(lo, hi)}))\n      ((set (iv e) __iv))\n"
             f"      :ruleset analysis :name \"{name}\")")
 
 
@@ -74,24 +100,30 @@ _MUL = _corners("*", ("la", "ha"), ("lb", "hb"))
 _DIV = _corners("//", ("la", "ha"), ("lb", "hb"))
 _SAME_Q = f"(= {floor_div('la', 'm')} {floor_div('ha', 'm')})"
 
+# the interval analysis over packed intervals (rewrite.egraph_terms: `iv`). Bounds are read with `iv_decode`
+# (a missing bound as -+IV_INF, far enough out that a sum, difference, negation or product with it packs back to
+# missing, and that no comparison with a stored bound holds wrongly), or as raw fields where the rule only takes
+# min and max of them; a quotient or remainder needs its numerator's bounds stored exactly
 ANALYSIS = "\n".join([
     "(ruleset analysis)",
-    "(rule ((= e (Num n))) ((set (lo e) n) (set (hi e) n)) :ruleset analysis :name \"iv-num\")",
-    "(rule ((= e (Var k l h))) ((set (lo e) l) (set (hi e) h)) :ruleset analysis :name \"iv-var\")",
+    f"(rule ((= e (Num n)) (= __iv {iv_pack('n', 'n')})) ((set (iv e) __iv)) :ruleset analysis :name \"iv-num\")",
+    f"(rule ((= e (Var k l h)) (= __iv {iv_pack('l', 'h')})) ((set (iv e) __iv)) :ruleset analysis"
+    " :name \"iv-var\")",
     _iv("iv-add", f"(= e (Add a b)) {_AB}", "(+ la lb)", "(+ ha hb)"),
     _iv("iv-sub", f"(= e (Sub a b)) {_AB}", "(- la hb)", "(- ha lb)"),
     _iv("iv-neg", f"(= e (Neg a)) {_A}", "(- 0 ha)", "(- 0 la)"),
     _iv("iv-mul", f"(= e (Mul a b)) {_AB}", *_MUL),
     # floor division is monotone in both operands on a box whose divisor keeps one sign
-    _iv("iv-div-pos", f"(= e (Div a b)) {_AB} (> lb 0)", *_DIV),
-    _iv("iv-div-neg", f"(= e (Div a b)) {_AB} (< hb 0)", *_DIV),
+    _iv("iv-div-pos", f"(= e (Div a b)) {_AB} (> lb 0) {_EXACT_A}", *_DIV),
+    _iv("iv-div-neg", f"(= e (Div a b)) {_AB} (< hb 0) {_EXACT_A}", *_DIV),
     _iv("iv-mod-pos", f"(= e (Mod a b)) {_AB} (> lb 0)", "0", "(- hb 1)"),
     _iv("iv-mod-pos-small", f"(= e (Mod a b)) {_AB} (> lb 0) (>= la 0)", "0", "(min ha (- hb 1))"),
     _iv("iv-mod-neg", f"(= e (Mod a b)) {_AB} (< hb 0)", "(+ lb 1)", "0"),
     _iv("iv-mod-neg-small", f"(= e (Mod a b)) {_AB} (< hb 0) (<= ha 0)", "(max la (+ lb 1))", "0"),
     # one quotient over the whole interval: x % m is x minus a constant there
-    _iv("iv-mod-const", f"(= e (Mod a (Num m))) (!= m 0) {_A} {_SAME_Q}", floor_mod("la", "m"), floor_mod("ha", "m")),
-    _iv("iv-max", f"(= e (Max a b)) {_AB}", "(max la lb)", "(max ha hb)"),
+    _iv("iv-mod-const", f"(= e (Mod a (Num m))) (!= m 0) {_A} {_EXACT_A} {_SAME_Q}", floor_mod("la", "m"),
+        floor_mod("ha", "m")),
+    _iv("iv-max", f"(= e (Max a b)) {_AB_RAW}", "(max la lb)", "(max ha hb)"),
     *(_iv(f"iv-{c.lower()}", f"(= e ({c} a b))", "0", "1") for c in ("Lt", "Ne", "Gt", "Ge", "Le", "Eq")),
     _iv("iv-lt-true", f"(= e (Lt a b)) {_AB} (< ha lb)", "1", "1"),
     _iv("iv-lt-false", f"(= e (Lt a b)) {_AB} (>= la hb)", "0", "0"),
@@ -108,12 +140,16 @@ ANALYSIS = "\n".join([
     _iv("iv-eq-false-lt", f"(= e (Eq a b)) {_AB} (< ha lb)", "0", "0"),
     _iv("iv-eq-false-gt", f"(= e (Eq a b)) {_AB} (< hb la)", "0", "0"),
     _iv("iv-not", f"(= e (Not a)) {_A}", "(- 1 ha)", "(- 1 la)"),
-    _iv("iv-and", f"(= e (And a b)) {_AB}", "(min la lb)", "(min ha hb)"),
-    _iv("iv-or", f"(= e (Or a b)) {_AB}", "(max la lb)", "(max ha hb)"),
-    _iv("iv-where", f"(= e (Where c a b)) {_AB}", "(min la lb)", "(max ha hb)"),
-    _iv("iv-where-true", f"(= e (Where c a b)) (= 1 (lo c)) {_A}", "la", "ha"),
-    _iv("iv-where-false", "(= e (Where c a b)) (= 0 (hi c)) (= lb (lo b)) (= hb (hi b))", "lb", "hb"),
-    "(rule ((= v (lo e)) (= v (hi e))) ((union e (Num v))) :ruleset analysis :name \"iv-point\")",
+    _iv("iv-and", f"(= e (And a b)) {_AB_RAW}", "(min la lb)", "(min ha hb)"),
+    _iv("iv-or", f"(= e (Or a b)) {_AB_RAW}", "(max la lb)", "(max ha hb)"),
+    _iv("iv-where", f"(= e (Where c a b)) {_AB_RAW}", "(min la lb)", "(max ha hb)"),
+    # a condition known true (false) gives the interval of its branch as it is
+    "(rule ((= e (Where c a b)) (= __pc (iv c)) (= 1 (>> __pc 32)) (= __pa (iv a))) ((set (iv e) __pa))"
+    " :ruleset analysis :name \"iv-where-true\")",
+    "(rule ((= e (Where c a b)) (= __pc (iv c)) (= 0 (>> (<< __pc 32) 32)) (= __pb (iv b))) ((set (iv e) __pb))"
+    " :ruleset analysis :name \"iv-where-false\")",
+    f"(rule ((= __p (iv e)) {' '.join(iv_exact('__p', 'v', None))} (= v (>> (<< __p 32) 32))) ((union e (Num v)))"
+    " :ruleset analysis :name \"iv-point\")",
     # a division or modulo by a power of two the rules made gets its cheaper extraction twin (loaded ones come
     # with it): in the analysis, which every iteration saturates, so it costs no iteration of its own
     pow2_rules("analysis"),
@@ -126,15 +162,16 @@ ANALYSIS = "\n".join([
     # tripwires: only an unsound rule (or analysis) can get here
     "(rule ((= (Num a) (Num b)) (< a b)) ((panic \"eqsat: two different constants merged\"))"
     " :ruleset analysis :name \"tripwire-constants\")",
-    "(rule ((= l (lo e)) (= h (hi e)) (> l h)) ((panic \"eqsat: empty interval\"))"
+    f"(rule ((= __p (iv e)) {' '.join(iv_fields('__p', 'l', 'h'))} (> l h)) ((panic \"eqsat: empty interval\"))"
     " :ruleset analysis :name \"tripwire-interval\")",
 ])
 
 # x % m is x shifted by a constant when every value of x has the same quotient (the fold needs x's interval,
 # which a DSL fold() cannot read)
 RAW_RULES = "\n".join([
-    f"(rule ((= e (Mod x (Num m))) (> m 0) (= l (lo x)) (= h (hi x)) (= k {floor_div('l', 'm')})"
-    f" (= k {floor_div('h', 'm')}) (!= k 0) (= d (- 0 (* k m))) (= el (lo e)) (= eh (hi e)) (< el eh))"
+    f"(rule ((= e (Mod x (Num m))) (> m 0) (= __px (iv x)) {' '.join(iv_exact('__px', 'l', 'h'))}"
+    f" (= k {floor_div('l', 'm')}) (= k {floor_div('h', 'm')}) (!= k 0) (= d (- 0 (* k m))) (= __pe (iv e))"
+    f" {' '.join(iv_fields('__pe', 'el', 'eh'))} (< el eh))"
     " ((union e (Add x (Num d)))) :ruleset rw :name \"mod-shift\")",
 ])
 
