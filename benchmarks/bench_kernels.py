@@ -27,6 +27,8 @@ For each case:
           the vector FMA peak of the cpu target (printed at the top) for GFLOP/s cases, the DRAM STREAM triad
           for GB/s cases (the 12 MiB cache-level triad is in the JSON too: working sets of tens of MiB stay in
           the LLC, see machine-limits.md);
+  alloc/flt  fresh buffer allocations (ones the cpu device's pool could not serve) and minor page faults
+          (getrusage) per steady call: an output page-faulted in at every call costs as much as the kernel;
   check   our result against numpy in float64 (np.allclose); a wrong result marks the row FAIL;
   peers   numpy (in process; OpenBLAS threads as it defaults), PyTorch eager with all threads (in process, when
           importable), tinygrad (a subprocess with DEV=CPU CACHELEVEL=0, when installed): steady medians the
@@ -51,6 +53,7 @@ kernels` runs only the named cases (keys as in benchmarks.kernel_cases). `python
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import statistics
@@ -95,6 +98,8 @@ class Row:
     peer_ok: dict[str, bool] | None = None
     tg_cold: float | None = None
     tg_cold_import: float | None = None
+    allocs: float | None = None  # fresh (not pooled) buffer allocations per steady call
+    faults: float | None = None  # minor page faults per steady call
     error: str = ""
     load: float | None = None  # the 1-minute load average when the steady blocks started
 
@@ -108,6 +113,28 @@ def _n_runs(one_call_s: float, quick: bool) -> int:
 def _disagree(colds: list[dict], by: float = 0.1) -> bool:
     a, b = (float(c["first_s"]) for c in colds[:2])
     return abs(a - b) > by * min(a, b)
+
+
+def memory_per_call(fn: Callable[[object], object], calls: int = 3) -> tuple[float, float]:
+    """Fresh buffer allocations (ones the cpu device's pool could not serve: devices.memory.Allocator.fresh) and
+    minor page faults (getrusage ru_minflt: memory touched for the first time, which the kernel zeroes and maps)
+    per call of `fn`, over `calls` calls with each result dropped before the next, as the steady runs do.
+    Faults are 0 where getrusage is missing."""
+    from devices.cpu import DEVICE
+
+    def minflt() -> int:
+        try:
+            import resource
+        except ImportError:  # not a POSIX system
+            return 0
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
+
+    gc.collect()
+    a0, f0 = DEVICE.fresh, minflt()
+    for _ in range(calls):
+        out = fn(None)
+        del out
+    return (DEVICE.fresh - a0) / calls, (minflt() - f0) / calls
 
 
 def _time_one(fn: Callable[[object], object]) -> float:
@@ -206,6 +233,12 @@ def kernels(b: Bench) -> None:
         b.note("ratios: ours/peer throughput from steady medians (>1 = ours faster); cold: first call in a fresh "
                "process, no kernel cache (+import: with the engine's import before it); % of the FMA peak "
                "(GFLOP/s cases) or DRAM triad (GB/s cases) for the threads our kernels used")
+        b.note("alloc/flt: fresh buffer allocations (not served by the cpu device's pool) / minor page faults per "
+               "steady call, the results dropped between calls")
+        mem = [f"{r.case.title} {r.pct:.0f}%" for r in rows if r.case.kind in ("add", "sum", "chain")
+               and r.pct is not None]
+        if mem:
+            b.note(f"% of DRAM triad (targets: elementwise >= 80%, sum >= 70%): {', '.join(mem)}")
         lows = sorted((r.lower, r.lower_cpu or 0.0) for r in rows if r.lower is not None)
         if lows:
             b.note(f"lower/k: Python lowering per kernel in the cold call (kernel stages + rendering to C, the C "
@@ -281,6 +314,8 @@ def _run_case(b: Bench, case: Case, row: Row, lim: machine_limits.Limits, peers:
     steady, *peer_results = _timed_in_turns(b, jobs)
     del engines
     row.steady = steady
+    row.allocs, row.faults = memory_per_call(ours.run)
+    steady.info.update({"fresh_allocs_per_call": row.allocs, "page_faults_per_call": row.faults})
     rate = b.rate_from(steady, f"{case.key}/ours {unit}", unit, work)
     row.rate = rate.median
     rerun(None)
@@ -381,7 +416,7 @@ def _load(r: Row) -> str:
 def summary_table(rows: list[Row], peer_names: list[str]) -> tuple[list[str], list[list[str]]]:
     """The per-case table's header and rows (a case cut short by an interrupt shows as `interrupted`)."""
     head = ["case", "check", "kern/thr", "load/fgn", "cold ms", "+import", "compile", "lower/k", "steady ms", "IQR",
-            "exec ms", "rate", "% limit"]
+            "exec ms", "rate", "% limit", "alloc/flt"]
     head += [f"vs {p}" for p in peer_names] + (["tg cold ms", "+import"] if "tinygrad" in peer_names else [])
     table = [head]
     for r in rows:
@@ -394,7 +429,8 @@ def summary_table(rows: list[Row], peer_names: list[str]) -> tuple[list[str], li
                 fmt_value(r.cold or 0), fmt_value(r.cold_import or 0), fmt_value(r.compile or 0),
                 "-" if r.lower is None else fmt_value(r.lower), fmt_value(r.steady.median),
                 f"{fmt_value(q1)}..{fmt_value(q3)}", fmt_value(r.exec_.median) if r.exec_ else "-",
-                f"{fmt_value(r.rate or 0)} {unit}", _pct(r)]
+                f"{fmt_value(r.rate or 0)} {unit}", _pct(r),
+                "-" if r.allocs is None else f"{r.allocs:.3g}/{r.faults or 0:.3g}"]
         for p in peer_names:
             x = _ratio(r, p)
             bad = "" if (r.peer_ok or {}).get(p, True) else " (peer wrong)"

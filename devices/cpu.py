@@ -48,7 +48,7 @@ from devices.c_render import C_ALU_OPS, ctype, is_reserved, render_function, ren
 from devices.c_scalar import unique_symbol
 from devices.cpu_compiler import Compiler
 from devices.linear import Program, analyze, const_value, special_bound
-from devices.memory import Allocator, check_buffers, check_vars, np_dtype
+from devices.memory import Allocator, buffer_specs, check_specs, check_vars, np_dtype
 from rewrite.dtype import DType, dtypes
 from rewrite.env import getenv
 from rewrite.ops import Ops
@@ -98,6 +98,7 @@ class CPUKernel:
         # constant SPECIAL bounds (the usual core_id) are read once, not at every launch
         consts = [int(const_value(sp.src[0])) for sp in prog.specials.values() if sp.src[0].op is Ops.CONST]
         self._bounds: list[int] | None = consts if len(consts) == len(prog.specials) else None
+        self._specs = buffer_specs(prog.buffers, prog.stored)  # what each launch checks its arrays against
 
     def binary(self) -> bytes:
         """The shared object this kernel was loaded from (it may hold the other kernels of its batch), as bytes;
@@ -111,8 +112,8 @@ class CPUKernel:
     def __call__(self, buffers: dict[int, np.ndarray], var_vals: dict[str, int] | None = None) -> None:
         prog = self.prog
         vv = var_vals or {}
-        ints = check_vars(prog.variables, vv, self.name)
-        args = check_buffers(prog.buffers, buffers, vv, prog.stored, self.name)[1] + ints
+        ints = check_vars(prog.variables, vv, self.name) if prog.variables else []
+        args = check_specs(self._specs, buffers, vv, self.name)[1] + ints
         if not prog.specials:
             self.fn(*args)
             return

@@ -281,31 +281,50 @@ def check_vars(variables: dict[str, UOp], var_vals: dict[str, int] | None, kerne
     return out
 
 
+BufferSpec = tuple[int, UOp, np.dtype, int, bool]  # slot, BUFFER, numpy dtype, constant size (-1: symbolic), stored
+
+
+def buffer_specs(buffers: dict[int, UOp], stored: set[int]) -> tuple[BufferSpec, ...]:
+    """What check_specs checks each GLOBAL slot against, worked out once per kernel (not at every launch)."""
+    out = []
+    for slot, buf in buffers.items():
+        n = buf.shape[0]
+        out.append((slot, buf, np_dtype(buf.dtype), n if isinstance(n, int) else -1, slot in stored))
+    return tuple(out)
+
+
 def check_buffers(buffers: dict[int, UOp], given: dict[int, np.ndarray], var_vals: dict[str, int],
                   stored: set[int], kernel: str) -> tuple[list[np.ndarray], list[int]]:
     """The arrays for the GLOBAL slots in slot order and their addresses, each checked: present, 1-D
     C-contiguous, the slot's numpy dtype, at least the slot's size, writable if stored to, and not starting at
     the same address as another slot (the C kernel's pointers are `restrict`)."""
+    return check_specs(buffer_specs(buffers, stored), given, var_vals, kernel)
+
+
+def check_specs(specs: tuple[BufferSpec, ...], given: dict[int, np.ndarray], var_vals: dict[str, int],
+                kernel: str) -> tuple[list[np.ndarray], list[int]]:
+    """check_buffers with the slots' facts from buffer_specs (a launch's fast path)."""
     out, ptrs = [], []
     seen: dict[int, int] = {}
-    for slot, buf in buffers.items():
+    for slot, buf, want, n, is_stored in specs:
         arr = given.get(slot)
         if arr is None:
             raise DeviceError(f"kernel {kernel!r}: no array for buffer slot {slot} "
                               f"({buf.dtype.name}[{buf.shape[0]}]); got slots {sorted(given)}")
         if not isinstance(arr, np.ndarray):
             raise DeviceError(f"kernel {kernel!r}: buffer slot {slot} must be a numpy array, got {type(arr).__name__}")
-        want = np_dtype(buf.dtype)
         if arr.dtype != want:
             raise DeviceError(f"kernel {kernel!r}: buffer slot {slot} has dtype {arr.dtype}, the kernel reads "
                               f"{buf.dtype.name} (numpy {want})")
-        n = size_of(buf, var_vals)
+        if n < 0:
+            n = size_of(buf, var_vals)
         if arr.size < n:
             raise DeviceError(f"kernel {kernel!r}: buffer slot {slot} has {arr.size} elements, the kernel needs {n}")
-        if arr.ndim != 1 or not arr.flags.c_contiguous:
+        flags = arr.flags
+        if arr.ndim != 1 or not flags.c_contiguous:
             raise DeviceError(f"kernel {kernel!r}: buffer slot {slot} must be a 1-D C-contiguous array, got shape "
                               f"{arr.shape} strides {arr.strides}")
-        if slot in stored and not arr.flags.writeable:
+        if is_stored and not flags.writeable:
             raise DeviceError(f"kernel {kernel!r}: buffer slot {slot} is written but the array is read-only")
         ptr = arr.ctypes.data  # costs about a microsecond: read it once
         if n and (other := seen.get(ptr)) is not None:

@@ -50,6 +50,7 @@ _estimates: dict[tuple, Estimate] = {}
 # (LINEAR, device, target key, lowering knobs) -> the key of the kernel compiled for that program
 _by_linear: dict[tuple, tuple] = {}
 plans = PlanCache()
+_ranked: dict[tuple, bool] = {}  # signature key -> whether its graph has nodes on MPI ranks' devices
 
 
 def _np_dtype(dtype: Any) -> Any:
@@ -202,7 +203,12 @@ def realize(roots: list[UOp], var_vals: dict[str, int] | None = None) -> dict[UO
     if int(getenv("TRACE")):  # tracing wants the scheduling rules to fire, so nothing is replayed
         return _realize_fresh(roots, var_vals)
     key, inputs = signature(roots)
-    if on_ranks([*roots, *inputs]):  # devices of several MPI ranks: each rank runs its part (lower.mpi_exec)
+    # the key names every node's op, arg and buffers' devices, so whether it spans MPI ranks is known per key
+    if (ranked := _ranked.get(key)) is None:
+        if len(_ranked) >= 4096:
+            _ranked.clear()
+        ranked = _ranked[key] = on_ranks([*roots, *inputs])
+    if ranked:  # devices of several MPI ranks: each rank runs its part (lower.mpi_exec)
         from lower.mpi_cache import realize_ranks
 
         return realize_ranks(roots, var_vals, (key, inputs))

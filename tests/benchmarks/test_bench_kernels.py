@@ -180,13 +180,43 @@ def test_quick_suite_runs_and_produces_rows(monkeypatch, tmp_path):
     assert steady.info["check_ok"] is True
     assert steady.info["pct_of_limit"] is not None and steady.info["cold_ms"] > 0
     assert len(steady.samples) >= 3  # MIN_RUNS, more until the figure converges
+    # the 4 MiB result comes from the pool at every steady call: nothing fresh, no page of it faulted in again
+    assert steady.info["fresh_allocs_per_call"] == 0
+    faults = steady.info["page_faults_per_call"]
+    assert isinstance(faults, float) and faults < 256, faults
     assert {c.peer_name for c in b.comparisons} == {"numpy"}
     table = "\n".join(b.notes + [" ".join(row) for _, _, rows in b.tables for row in rows])
     assert b.notes[0] == f"target: {target_for('cpu')}"  # the target the kernels were compiled for, first
     assert "add 1M" in table and "matmul 256" in table and "ERROR" not in table and "FAIL" not in table
+    assert "% of DRAM triad" in table and "alloc/flt" in " ".join(next(h for _, h, _ in b.tables))
     json.dumps(suite_json(b, {}, "now", 0.0), default=str)
     cold = next(r for r in b.results if r.name == "matmul_256/ours cold first call")  # the fresh-process worker
     assert cold.median > 0 and cold.info["compile_ms"][0] >= 0
+
+
+def test_memory_per_call_counts_fresh_allocations_and_faults():
+    from devices.cpu import DEVICE
+    from rewrite.dtype import dtypes
+
+    held: list = []
+
+    def keeps(_: object) -> None:  # every call's buffer stays referenced: the pool cannot serve the next one
+        a = DEVICE.alloc((1 << 20) + 4099, dtypes.float32)  # a size nothing else pools
+        a[:] = 1.0
+        held.append(a)
+
+    def drops(_: object) -> None:
+        a = DEVICE.alloc((1 << 20) + 4099, dtypes.float32)  # a size nothing else pools
+        a[:] = 1.0
+        DEVICE.free(a)
+
+    allocs, faults = bk.memory_per_call(keeps, calls=3)
+    assert allocs == 1 and faults >= 2  # 4 MiB first touched: at least two huge pages' worth of faults
+    drops(None)
+    allocs, faults = bk.memory_per_call(drops, calls=3)
+    assert allocs == 0 and faults < 16  # the pooled block, already mapped
+    for a in held:
+        DEVICE.free(a)
 
 
 def test_plot_writes_png(tmp_path):
