@@ -68,7 +68,7 @@ from benchmarks.kernel_cases import Case, all_cases, cases_for, check, reference
 from benchmarks.kernel_peers import Engine, NumpyPeer, Ours, TorchPeer, have, our_threads
 from benchmarks.kernel_worker import result_from_json, run_worker
 from benchmarks.report import caption
-from benchmarks.runner import Bench, Result, Timed, fmt_value, suite
+from benchmarks.runner import Bench, LoadMeter, Result, Timed, fmt_value, suite
 from devices import target_for
 
 # ---------------------------------------------------------------------------- the suite
@@ -168,8 +168,9 @@ def _timed_in_turns(b: Bench, jobs: list[Timed]) -> list[Result]:
     """Steady figures of engines that will be compared: each job's runs in two blocks (half its runs each, back
     to back within a block: an engine's steady state is its own calls one after another), in the order A B C ..
     then .. C B A, so a load that drifts during the case falls on every engine alike; each block starts once the
-    previous engine's threads are idle (_quiet). Each Result is recorded, its `fgn` the mean of its blocks' and
-    its info carries the waits."""
+    previous engine's threads are idle (_quiet). Each Result is recorded, its `fgn` the mean of its blocks' (a
+    block's is its runs' median, or over the whole block where the runs are too short to tell) and its info
+    carries the waits."""
     done: dict[int, tuple[list[float], list[float], list[float], list[float]]] = {i: ([], [], [], []) for i in
                                                                                    range(len(jobs))}
     order = list(range(len(jobs)))
@@ -179,8 +180,10 @@ def _timed_in_turns(b: Bench, jobs: list[Timed]) -> list[Result]:
             most = job.runs or b.runs
             n = -(-most // 2) if half == 0 else max(1, most // 2)
             waited = _quiet()
+            meter = LoadMeter()  # over the block: a run shorter than the meter's resolution has no load of its own
             ((wall, cpu, fgn),) = b.time_runs([Timed(job.name, job.fn, job.work, job.unit, job.setup, n,
                                                      job.per_item, job.teardown, job.info)])
+            fgn = fgn if fgn is not None else meter.foreign()
             w, c, f, q = done[i]
             w += wall
             c += cpu
