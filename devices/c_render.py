@@ -100,6 +100,9 @@ C_RULES = VECTOR_RULES + SCALAR_RULES
 
 
 _NAMED_BY_RULE = frozenset({Ops.CONST, Ops.VCONST, Ops.INDEX, Ops.AFTER, Ops.PARAM, Ops.SPECIAL})
+_VECTOR_MAKERS = frozenset({Ops.VCONST, Ops.STACK})
+_VALUES = VALUE_OPS | {Ops.STACK}  # values named or inlined by the driver; LOAD and CUSTOM too when not void
+_READS = frozenset({Ops.LOAD, Ops.CUSTOM})
 _MAX_INLINE_DEPTH = 48  # clang rejects parentheses nested deeper than 256; name long chains instead
 
 
@@ -171,27 +174,34 @@ def render_body(prog: Program, ctx: CContext, rules: RuleSet, lines: list[str], 
 def render_instr(u: UOp, prog: Program, ctx: CContext, rules: RuleSet, lines: list[str], indent: int) -> int:
     """Render one instruction of `prog` (see render_body): a value is named or inlined, a statement appended to
     `lines` at `indent`; returns the indentation after it."""
-    if u.op in (Ops.VCONST, Ops.STACK) and u not in prog.uses:
+    op = u.op
+    if op in _VECTOR_MAKERS and u not in prog.uses:
         return indent  # a BUFFER's shape operand that a linearizer listed; no value reads it
-    fn = rules.matcher(u.op)
+    fn = rules.matcher(op)
     hit = fn(u, ctx) if fn is not None else None
     if hit is None:
-        raise CompileError(f"{prog.where(u)}: the {ctx.dialect.name} renderer has no rule for {u.op.name} here")
+        raise CompileError(f"{prog.where(u)}: the {ctx.dialect.name} renderer has no rule for {op.name} here")
     text = cast(str, cast(tuple, hit)[0])
-    if u.op in VALUE_OPS or u.op is Ops.STACK or (u.op in (Ops.LOAD, Ops.CUSTOM) and u.dtype is not dtypes.void):
-        ctx.depth[u] = 1 + max((ctx.depth.get(s, 0) for s in u.src), default=0)
+    if op in _VALUES or (op in _READS and u.dtype is not dtypes.void):
+        depth = ctx.depth
+        depth[u] = 1 + max([depth.get(s, 0) for s in u.src], default=0)
         if _named(u, prog, ctx):
             nm = ctx.fresh("val" if u.op is Ops.LOAD else "alu")
             lines.append("  " * indent + f"{value_type(u, ctx)} {nm} = {unparen(text)};")
             ctx.names[u], ctx.depth[u] = nm, 0
         else:
             ctx.names[u] = text
-    elif u.op in _NAMED_BY_RULE or (u.op is Ops.BUFFER and is_global(u)):
+    elif op in _NAMED_BY_RULE or (op is Ops.BUFFER and is_global(u)):
         ctx.names[u] = text
+    elif "\n" not in text and op is not Ops.CUSTOM:  # one statement line (or none)
+        if text:
+            indent -= text.startswith("}")
+            lines.append("  " * indent + text)
+            indent += text.endswith("{")
     else:  # statements; braces set the indentation
         for line in filter(None, text.split("\n")):
             indent -= line.startswith("}")
-            lines.append("  " * indent + (line if u.op is not Ops.CUSTOM else line + ";"))
+            lines.append("  " * indent + (line if op is not Ops.CUSTOM else line + ";"))
             indent += line.endswith("{")
     return indent
 

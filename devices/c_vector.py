@@ -43,7 +43,7 @@ from typing import cast
 
 from devices.c_masked import all_lanes_helper, gate_all_true, masked_load_dtype_ok, masked_load_helper
 from devices.c_scalar import CContext, const_text, ctype, render_alu, render_bitcast, render_cast, shift_amount, unparen
-from devices.linear import base_of, const_value, is_global, lanes
+from devices.linear import Program, base_of, const_value, is_global, lanes
 from rewrite.dsl import Rule, RuleSet, op, var
 from rewrite.dtype import DType, dtypes
 from rewrite.interval import float_to_int_in_range
@@ -508,12 +508,23 @@ def _all_lanes(buf: UOp, i: UOp) -> bool:
     return i.op is Ops.VCONST and list(i.arg[0]) == list(range(buf.shape[0]))  # type: ignore[index]
 
 
+def _indexes_of(buf: UOp, prog: Program) -> list[UOp]:
+    """The INDEXes of `prog` whose buffer is `buf` (directly or through AFTERs), from the users of each."""
+    out: list[UOp] = []
+    todo = [buf]
+    while todo:
+        b = todo.pop()
+        for u in prog.users.get(b, ()):
+            if u.src[0] is b and u.op in (Ops.INDEX, Ops.AFTER):
+                (out if u.op is Ops.INDEX else todo).append(u)
+    return out
+
+
 def render_vector_reg(x: UOp, ctx: CContext) -> str:
     """A REG accumulator of n lanes that every access reads or writes whole is a vector variable, which the C
     compiler keeps in a register (an array accessed by memcpy it copies between registers every step)."""
     name = ctx.names[x] = ctx.fresh("acc")
-    uses = [u for u in ctx.prog.instrs if u.op is Ops.INDEX and base_of(u.src[0]) is x]
-    if not all(_all_lanes(x, u.src[1]) for u in uses):
+    if not all(_all_lanes(x, u.src[1]) for u in _indexes_of(x, ctx.prog)):
         return f"{ctype(x.dtype)} {name}[{x.shape[0]}];"
     ctx.vector_regs.add(x)
     return f"{vtype(x.dtype, x.shape[0], ctx)} {name};"

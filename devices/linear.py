@@ -56,6 +56,9 @@ _VECTOR_MAKERS = frozenset({Ops.VCONST, Ops.STACK})
 # values visible everywhere in the kernel, wherever they are listed (C renders them inline or as parameters)
 _KERNEL_WIDE = frozenset({Ops.CONST, Ops.VCONST, Ops.PARAM, Ops.SPECIAL})
 _OPENERS = frozenset({Ops.RANGE, Ops.IF})
+_LISTABLE = INSTRUCTIONS | VALUE_OPS
+_STRUCTURAL = frozenset({Ops.BUFFER, Ops.PARAM, Ops.VCONST})  # listed, but their sources need not be
+_ORDERS_ONLY = frozenset({Ops.AFTER, Ops.END, Ops.ENDIF, Ops.BARRIER, Ops.GROUP})  # sources not all read as values
 
 
 def base_of(u: UOp) -> UOp:
@@ -117,11 +120,11 @@ def _fail(prog: Program, i: int, u: UOp, msg: str) -> CompileError:
 def _value_srcs(u: UOp) -> tuple[UOp, ...]:
     """The sources an instruction reads as values (deps of AFTER, END's body and ENDIF's IF only order)."""
     op = u.op
-    if op in (Ops.BUFFER, Ops.PARAM, Ops.VCONST):
+    if op in _STRUCTURAL:
         return ()
     if op is Ops.AFTER:
         return u.src[:1]
-    if op in (Ops.END, Ops.ENDIF, Ops.BARRIER, Ops.GROUP):
+    if op in _ORDERS_ONLY:
         return ()
     return u.src
 
@@ -132,14 +135,14 @@ def analyze(linear: UOp, device: str, supported_ops: frozenset[Ops], name: str =
         got = linear.op.name if isinstance(linear, UOp) else type(linear).__name__
         raise CompileError(f"{device}: compile takes a LINEAR UOp (the linearized kernel), got {got}")
     prog = Program(name, linear.src)
-    pos, block = prog.pos, prog.block
+    pos, block, uses, users = prog.pos, prog.block, prog.uses, prog.users
     stack: list[int] = []  # positions of the open RANGE/IF blocks
     open_set: set[int] = set()
     for i, u in enumerate(prog.instrs):
         op = u.op
         if u in pos:
             raise _fail(prog, i, u, f"listed twice (first at {pos[u]}); each instruction appears once")
-        if op not in INSTRUCTIONS and op not in VALUE_OPS:
+        if op not in _LISTABLE:
             raise _fail(prog, i, u, f"{op.name} is not a LINEAR instruction; lowering must remove it before {device}")
         if op in VALUE_OPS and op not in supported_ops:
             raise _fail(prog, i, u, f"the {device} device does not support {op.name}; lowering must decompose it "
@@ -151,15 +154,15 @@ def analyze(linear: UOp, device: str, supported_ops: frozenset[Ops], name: str =
             if op not in _MAY_BE_VECTOR:
                 raise _fail(prog, i, u, f"{op.name} must be a scalar (shape ()), got shape {u.shape}")
             _check_lanes(prog, i, u, u)
-        deps = () if op in (Ops.BUFFER, Ops.PARAM, Ops.VCONST) else u.src
+        deps = () if op in _STRUCTURAL else u.src
         for j, s in enumerate(deps):
             if s not in pos:
                 raise _fail(prog, i, u, f"source {j} ({s.short()[:80]}) is not listed before it")
-        for s in _value_srcs(u):
+        for s in deps if op not in _ORDERS_ONLY else _value_srcs(u):
             if s.op in _VECTOR_MAKERS:
                 _check_lanes(prog, i, u, s)
             b = block[pos[s]]
-            if s.op not in _KERNEL_WIDE and not is_global(s) and b != -1 and b not in open_set:
+            if b != -1 and b not in open_set and s.op not in _KERNEL_WIDE and not is_global(s):
                 raise _fail(prog, i, u, f"uses {s.short()[:80]} (instruction {pos[s]}) after the block it was made "
                                         f"in (instruction {b}) was closed; compute it outside the block")
         _check_instruction(prog, i, u)
@@ -167,8 +170,11 @@ def analyze(linear: UOp, device: str, supported_ops: frozenset[Ops], name: str =
             raise _fail(prog, i, u, "a BARRIER inside an IF: every thread of the block must reach it")
         pos[u] = i
         for s in deps:
-            prog.uses[s] = prog.uses.get(s, 0) + 1
-            prog.users.setdefault(s, []).append(u)
+            uses[s] = uses.get(s, 0) + 1
+            if (us := users.get(s)) is None:
+                users[s] = [u]
+            else:
+                us.append(u)
         if op is Ops.END or op is Ops.ENDIF:
             targets = u.src[1:] if op is Ops.END else u.src[:1]
             want = Ops.RANGE if op is Ops.END else Ops.IF

@@ -115,8 +115,7 @@ reduce_to_acc = RuleSet("reduce-to-acc", [
 def linearize(sink: UOp, fuse_mulacc: bool = False) -> UOp:
     """The LINEAR program of a kernel SINK (see module docstring). With `fuse_mulacc` (the device has MULACC) a
     float32/float64 sum of products accumulates as acc = MULACC(a, b, acc), one rounding per step."""
-    g = _merge_ends(graph_rewrite(sink, reduce_to_acc, _AccCtx(fuse_mulacc), name="reduce-to-acc"))
-    topo = g.toposort()
+    topo = _merge_ends(graph_rewrite(sink, reduce_to_acc, _AccCtx(fuse_mulacc), name="reduce-to-acc"))
     deps: dict[UOp, frozenset[UOp]] = {}
     for u in topo:
         d = frozenset().union(*(deps[s] for s in u.src)) if u.src else frozenset()
@@ -154,17 +153,19 @@ def linearize(sink: UOp, fuse_mulacc: bool = False) -> UOp:
     return UOp(Ops.LINEAR, tuple(out))
 
 
-def _merge_ends(g: UOp) -> UOp:
+def _merge_ends(g: UOp) -> list[UOp]:
     """One loop per RANGE: ENDs that close the same range (the accumulators of a register tile's copies) become
-    one END over the GROUP of their bodies, innermost ranges first."""
+    one END over the GROUP of their bodies, innermost ranges first. Returns the merged graph's toposort (the walk
+    that found nothing more to merge)."""
     while True:
         by_range: dict[UOp, list[UOp]] = {}
-        for u in g.toposort():
+        topo = g.toposort()
+        for u in topo:
             if u.op is Ops.END and len(u.src) == 2:
                 by_range.setdefault(u.src[1], []).append(u)
         dup = next((es for es in by_range.values() if len(es) > 1), None)
         if dup is None:
-            return g
+            return topo
         bodies = tuple(dict.fromkeys(b for e in dup for b in (e.src[0].src if e.src[0].op is Ops.GROUP
                                                                  else (e.src[0],))))
         merged = UOp(Ops.END, (bodies[0] if len(bodies) == 1 else UOp(Ops.GROUP, bodies), dup[0].src[1]))
