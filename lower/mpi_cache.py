@@ -268,6 +268,8 @@ class _Now:
     # that building the result's nodes finds them made (UOp interning) instead of deriving them again
     what: str  # the call, for the agreement check's message
     last: _Result | None = None  # the last result handed out (reused once the caller has dropped it)
+    mop: Any = None  # the MPI reduction and the watchdog's message (Comm.allreduce_checked), once a call has run
+    message: Any = None
 
 
 _now: collections.OrderedDict[tuple, _Now | None] = collections.OrderedDict()  # (op, shape, dtype, devices) ->
@@ -288,6 +290,41 @@ def allreduce_now(x: UOp, op: str = "sum") -> UOp | None:
     VIZ want the lowering to run: the caller then builds the graph. The first call for each key checks that
     every rank makes the same call (lower.mpi_exec.agree), as a schedule's first run does; a rank that never
     joins is the watchdog's (devices.mpi), as for every MPI call."""
+    f = _last
+    if f is not None and x is f.x and op == f.op and (_env_plain() or _plain()) \
+            and _shards.get(f.xslot) is f.parts and _data.get(f.pslot) is f.storage \
+            and (res := f.how.last) is not None and res.free():
+        f.comm.allreduce_checked(f.src, res.dst, f.mop, f.message)  # the same input as the last call: one Allreduce
+        return res.view
+    return _allreduce_now(x, op)
+
+
+@dataclass
+class _Last:
+    """The last input `allreduce_now` ran on, and what its next call on it needs: the input's shards and this rank's
+    storage (checked to be the same objects before they are used again), the flat array sent, the reduction, the
+    communicator and the timeout message. It holds the input (its BUFFER, shards and storage) until a call on
+    another input replaces it."""
+
+    x: UOp
+    op: str
+    xslot: int
+    parts: tuple
+    pslot: int
+    storage: Any
+    src: np.ndarray
+    how: _Now
+    comm: Any
+    mop: Any
+    message: Any
+
+
+_last: _Last | None = None
+
+
+def _allreduce_now(x: UOp, op: str) -> UOp | None:
+    global _last
+    _last = None
     if x.op is not Ops.BUFFER or type(devs := cast(BufferArg, x.arg).device) is not tuple:
         return None
     comm = _world_comm or _world()
@@ -304,12 +341,12 @@ def allreduce_now(x: UOp, op: str = "sum") -> UOp | None:
             return None
     if not (plain := _plain()) and _tracing():
         return None
-    parts = _shards.get(cast(BufferArg, x.arg).slot)
-    if parts is None or (src := _data.get(cast(BufferArg, parts[how.mine].arg).slot)) is None \
-            or type(src) is not np.ndarray:
+    parts = _shards.get(xslot := cast(BufferArg, x.arg).slot)
+    if parts is None or (storage := _data.get(pslot := cast(BufferArg, parts[how.mine].arg).slot)) is None \
+            or type(storage) is not np.ndarray:
         return None
-    if src.dtype != how.npdtype:  # storage of another dtype, seen as this one (a bitcast)
-        src = src.view(how.npdtype)
+    src = storage.view(how.npdtype) if storage.dtype != how.npdtype else storage  # another dtype's storage: a bitcast
+    src = src.reshape(-1)[:how.count] if src.size != how.count else src.reshape(-1)
     if how.digest not in _agreed:
         _agree(comm, how.digest, how.what)
     res = how.last
@@ -320,7 +357,16 @@ def allreduce_now(x: UOp, op: str = "sum") -> UOp | None:
         while len(_kept) > 1 and (len(_kept) > MAX_NOW_RESULTS or sum(_kept.values()) > MAX_NOW_BYTES):
             if (old := _now.get(_kept.popitem(last=False)[0])) is not None:
                 old.last = None  # its storage goes back to the device's pool once nothing else holds it
-    comm.allreduce(src.reshape(-1)[:how.count] if src.size != how.count else src, op, out=res.dst)
+    if src.flags.c_contiguous:
+        if how.mop is None:
+            from devices.mpi import mpi_op
+
+            how.mop, how.message = mpi_op(op), comm.timeout_message("allreduce", src)
+        comm.allreduce_checked(src, res.dst, how.mop, how.message)
+        if plain:
+            _last = _Last(x, op, xslot, parts, pslot, storage, src, how, comm, how.mop, how.message)
+    else:
+        comm.allreduce(src, op, out=res.dst)
     if not plain and _debug():
         print(f"rank {comm.rank}/{comm.size}: ran 1 allreduce at once ({x.dtype.name}[{how.count}] on "
               f"{devs[how.mine]})", file=sys.stderr)
@@ -392,6 +438,13 @@ def _debug() -> bool:
     return int(getenv("DEBUG")) >= 1
 
 
+def _env_plain() -> bool:
+    """_plain's common case in a few dict lookups: no viz capture, no Context override, neither DEBUG nor TRACE in
+    the environment (read from os.environ's own dict where it has one, which `in os.environ` encodes the key for)."""
+    return viz_capture.ACTIVE is None and not _env._overrides and _ENV_DATA is not None \
+        and _K_DEBUG not in _ENV_DATA and _K_TRACE not in _ENV_DATA
+
+
 def _plain() -> bool:
     """Neither DEBUG nor TRACE on and no viz capture: allreduce_now's per-call check, which does not parse the knobs
     when their variables are unset and no Context overrides them (both default to 0, rewrite.env)."""
@@ -403,6 +456,9 @@ def _plain() -> bool:
 
 
 _environ = os.environ
+_ENV_DATA: dict | None = getattr(os.environ, "_data", None)  # CPython: the encoded keys' dict os.environ writes to
+_K_DEBUG, _K_TRACE = (os.environ.encodekey("DEBUG"), os.environ.encodekey("TRACE")) \
+    if hasattr(os.environ, "encodekey") else ("DEBUG", "TRACE")
 
 
 def _tracing() -> bool:
