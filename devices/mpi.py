@@ -80,6 +80,26 @@ class Comm:
             wd.disarm(token)
         return out
 
+    def allreduce_checked(self, x: np.ndarray, out: np.ndarray, mop: Any, message: Callable[[], str]) -> None:
+        """`allreduce` for a caller that has checked its arrays (a path run per call, lower.mpi_cache): `x` and
+        `out` C-contiguous numpy arrays of one size and dtype, `mop` from `mpi_op`, `message` what a timeout
+        prints (`timeout_message`). Nothing is checked or copied; the watchdog is armed through its one-call slot
+        (`_Watchdog.slot`: two attribute stores, no clock read)."""
+        self.calls["Allreduce"] += 1
+        wd = self.__dict__.get("_wd") or self._watchdog
+        wd.seq += 1
+        wd.slot = message
+        try:
+            self._comm.Allreduce(x, out, mop)
+        finally:
+            wd.slot = None
+
+    def timeout_message(self, what: str, x: np.ndarray | None) -> Callable[[], str]:
+        """What the watchdog prints if `what` on `x` times out, made when needed (for allreduce_checked); it keeps
+        x's size, dtype and shape, not x."""
+        size = "" if x is None else f" of {x.nbytes} bytes ({x.dtype}{list(x.shape)})"
+        return lambda: self._timeout_text(what, size)
+
     def allgather(self, x: np.ndarray, out: np.ndarray | None = None, what: str = "allgather") -> np.ndarray:
         """Every rank's `x` stacked along a new leading axis (size, *x.shape), on every rank (written into `out`
         when given: a C-contiguous array of size times x's size, x's dtype). `what` names the call in a timeout
@@ -184,7 +204,9 @@ class Comm:
             self._watchdog.disarm(token)
 
     def _timeout_message(self, what: str, x: np.ndarray | None) -> str:
-        size = "" if x is None else f" of {x.nbytes} bytes ({x.dtype}{list(x.shape)})"
+        return self._timeout_text(what, "" if x is None else f" of {x.nbytes} bytes ({x.dtype}{list(x.shape)})")
+
+    def _timeout_text(self, what: str, size: str) -> str:
         return (f"uopc: rank {self.rank}/{self.size}: MPI {what}{size} did not finish in {self.timeout:g} s: a rank "
                 "died or never reached this call; aborting every rank (raise MPI_TIMEOUT if the call is just slow)")
 
@@ -192,7 +214,8 @@ class Comm:
     def _watchdog(self) -> _Watchdog:
         wd = self.__dict__.get("_wd")
         if wd is None:
-            wd = self.__dict__["_wd"] = _Watchdog(self._abort)
+            wd = self.__dict__["_wd"] = _Watchdog(self._abort, timeout=lambda: self.timeout)
+            wd.start()
         return cast(_Watchdog, wd)
 
     def _abort(self, code: int) -> None:
@@ -205,9 +228,15 @@ class _Watchdog:
     entries); the thread wakes on its own every `poll` seconds instead of being notified (a thread started per
     call, or a notify that hands it the GIL, cost milliseconds per call on a loaded host)."""
 
-    def __init__(self, abort: Callable[[int], None], poll: float = 0.5) -> None:
+    def __init__(self, abort: Callable[[int], None], poll: float = 0.5,
+                 timeout: Callable[[], float] = lambda: 60.0) -> None:
         self._abort = abort
         self._poll = poll
+        # the one-call slot (Comm.allreduce_checked): the message of the call running now (None: none) and a count
+        # of the calls armed there; the thread aborts when it sees the same call there for `timeout()` seconds
+        self.slot: Callable[[], str] | None = None
+        self.seq = 0
+        self.timeout = timeout
         self._armed: dict[int, tuple[float, Callable[[], str]]] = {}
         self._tokens = itertools.count(1)
         self._thread: threading.Thread | None = None
@@ -216,20 +245,29 @@ class _Watchdog:
     def arm(self, timeout: float, message: Callable[[], str]) -> int:
         token = next(self._tokens)
         self._armed[token] = (time.monotonic() + timeout, message)
+        self.start()
+        return token
+
+    def start(self) -> None:
         if self._thread is None:
             with self._start:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name="uopc MPI watchdog", daemon=True)
                     self._thread.start()
-        return token
 
     def disarm(self, token: int) -> None:
         self._armed.pop(token, None)
 
     def _run(self) -> None:
+        seen, since = -1, 0.0  # the slot's call last seen there, and since when
         while True:
             time.sleep(self._poll)
             now = time.monotonic()
+            seq, msg = self.seq, self.slot
+            if msg is None or seq != seen:
+                seen, since = (seq, now) if msg is not None else (-1, now)
+            elif now - since >= self.timeout():
+                _expire(msg(), self._abort)
             while True:
                 try:  # a snapshot: the calling thread may arm or disarm meanwhile
                     armed = tuple(self._armed.values())
@@ -252,6 +290,11 @@ def _contig(x: np.ndarray) -> np.ndarray:
     if not isinstance(x, np.ndarray):
         raise CollectiveError(f"MPI collectives move numpy arrays, got {type(x).__name__}")
     return np.ascontiguousarray(x)
+
+
+def mpi_op(op: str) -> Any:
+    """mpi4py's reduction for `op` (one of "sum", "prod", "max", "min"; CollectiveError for another)."""
+    return _mpi_op(op)
 
 
 def _mpi_op(op: str) -> Any:

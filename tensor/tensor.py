@@ -15,7 +15,7 @@ binds them as methods, so `x.exp()`, `Tensor.exp(x)` and `tensor.elementwise.exp
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -71,6 +71,17 @@ def _scalar_const(v: int | float | bool | np.generic, dtype: DType | None) -> UO
         src_dt, value = _ew.scalar_dtype(v), v
     dt = dtype or src_dt
     return UOp.const(exec_cast(value, src_dt, dt), dt)
+
+
+_view_base: Callable[[UOp], UOp | None] | None = None  # lower.multi.view_base, imported on first use (is_realized)
+
+
+def _load_view_base() -> Callable[[UOp], UOp | None]:
+    global _view_base
+    from lower.multi import view_base
+
+    _view_base = view_base
+    return view_base
 
 
 class Tensor:
@@ -219,9 +230,7 @@ class Tensor:
     @property
     def is_realized(self) -> bool:
         if isinstance(self._device, tuple):
-            from lower.multi import view_base
-
-            base = view_base(self.uop)
+            base = (_view_base or _load_view_base())(self.uop)
             return base is not None and buffers.has_data(base)
         return buffers.has_data(self.uop)
 
