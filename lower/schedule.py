@@ -173,13 +173,12 @@ def stale_kernels(roots: list[UOp]) -> list[str]:
     items, _, split = _schedule_split(flat_roots(list(graph.src)))
     out_of = split.out_of
     built = {it.bufs[0]: it for it in items if it.kind == "kernel"}
-    shared = frozenset(n for n, r in split.decided.items() if r == "realize-shared-reduction")
     out = []
     for n, why in split.decided.items():
         if n.op in (Ops.STORE, Ops.COPY) or (old := built.get(flat_buffer(out_of[n]))) is None:
             continue
         flat = {m: flat_buffer(b) for m, b in out_of.items() if m is not n}
-        ast = build_kernel(n, flat_buffer(out_of[n]), flat, {}, shared)
+        ast = build_kernel(n, flat_buffer(out_of[n]), flat)
         if isinstance(ast, RealizePoint) or _localize(ast).ast is not old.ast:
             reads = {flat_buffer(out_of[u]) for u in region(n, out_of) if u in out_of and u is not n}
             new = sorted(split.decided.get(u, "?") for u in region(n, out_of)
@@ -352,41 +351,33 @@ def _build_one(build: BuildContext, node: UOp) -> Decision | None:
     kernels[node] = _localize(ast)
     build.raw[node] = ast
     build.accept(node)
-    if node.op is not Ops.STORE:
-        build.inline[node] = build.fused(node)
     return None
 
 
 def _carry_out(decisions: list[Decision], build: BuildContext) -> list[UOp]:
     """Carry out a round's decisions together: their nodes are recorded under their rules' names (a node two
-    rules decided in one round under the one first in `build_rules`, then by name), their kernels to build again are dropped,
-    and so is every kernel that computes one of the nodes inline. Returns what the next round builds: the new
-    nodes, and the kernels dropped."""
+    rules decided in one round under the one first in `build_rules`, then by name), their kernels to build
+    again are dropped, and so is every kernel that computes one of the nodes inline. Returns what the next
+    round builds: the new nodes, and the kernels dropped."""
     out_of, split = build.split.out_of, build.split
     rank = {r.name: i for i, r in enumerate(build_rules.rules)}
     why: dict[UOp, str] = {}
-    shared: set[UOp] = set()
     again: dict[UOp, None] = {}
     for d in decisions:
         for n, rule in zip(d.nodes, d.rules(), strict=True):
             if n not in why or (rank.get(rule, len(rank)), rule) < (rank.get(why[n], len(rank)), why[n]):
                 why[n] = rule
-            if d.shared:
-                shared.add(n)
         again.update(dict.fromkeys(d.again))
     new = [n for n in why if n not in build.kernels or n in again]
     for n in why:
         split.mark(n, why[n])
         if n not in out_of:
             out_of[n] = new_buffer(n.dtype, n.shape, n.device if isinstance(n.device, str) else build.device)
-        if n in shared:  # read by several kernels: the builder reads it as a shared statistic
-            build.shared[n] = None
         for k in build.where.pop(n, ()):  # the kernels that computed it inline read it now
             if n in build.regions.get(k, ()):
                 again[k] = None
     for k in again:
         build.kernels.pop(k, None)
-        build.inline.pop(k, None)
         build.raw.pop(k, None)
         build.regions.pop(k, None)
     return list(dict.fromkeys([*again, *new]))

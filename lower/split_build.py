@@ -64,13 +64,11 @@ _COUNTED = _ELEMENTWISE | {Ops.CAST, Ops.BITCAST, Ops.REDUCE}
 @dataclass(frozen=True)
 class Decision:
     """What a rule decided: `nodes` are realized (recorded under `rule`), and the kernels of `again` are dropped
-    and built again after them, reading them. `shared`: the nodes are statistics several kernels read
-    (realize-shared-reduction): they get their buffers at once and the builder is told about them."""
+    and built again after them, reading them."""
 
     rule: str
     nodes: tuple[UOp, ...]
     again: tuple[UOp, ...]
-    shared: bool = False
     why: tuple[str, ...] = ()  # each node's own rule, when they differ (the realize points one build met)
 
     def rules(self) -> tuple[str, ...]:
@@ -102,8 +100,8 @@ class Concats:
 @dataclass
 class BuildContext:
     """The typed context of `build_rules`: the split so far (`split`: realized nodes and their buffers), the
-    kernels built (`kernels`), what each kernel computes inline (`inline`), the statistics realized because
-    several kernels read them (`shared`), and the device a node without one runs on. `kernel(node)` is the
+    kernels built (`kernels`), what each kernel computes inline (`regions`, and `where` the other way), and
+    the device a node without one runs on. `kernel(node)` is the
     cached build of the node being visited (`visit` resets it); `concat(node)` likewise its pieces when it is a
     concatenation (lower.copyview.concat_parts: copies into windows of its buffer, no kernel)."""
 
@@ -112,8 +110,6 @@ class BuildContext:
     parts: Concats
     kernels: dict[UOp, object] = field(default_factory=dict)  # realized node -> its ScheduleItem (lower.schedule)
     raw: dict[UOp, UOp] = field(default_factory=dict)  # realized node -> its kernel over the global buffers
-    inline: dict[UOp, dict[UOp, None]] = field(default_factory=dict)
-    shared: dict[UOp, None] = field(default_factory=dict)
     regions: dict[UOp, frozenset[UOp]] = field(default_factory=dict)  # kernel -> the nodes it computes inline
     where: dict[UOp, list[UOp]] = field(default_factory=dict)  # node -> kernels whose region held it once
     _flats: dict[UOp, UOp] = field(default_factory=dict)
@@ -122,13 +118,12 @@ class BuildContext:
     _built: UOp | RealizePoint | None = None
     _points: list[RealizePoint] = field(default_factory=list)
     _region: list[UOp] | None = None
-    _fused: dict[UOp, None] = field(default_factory=dict)
     _cat: list[Part] | None = None
     _cat_seen: bool = False
 
     def visit(self, node: UOp) -> None:
         """The worklist is about to build `node`: forget the previous node's build."""
-        self._node, self._built, self._fused, self._cat, self._cat_seen = node, None, {}, None, False
+        self._node, self._built, self._cat, self._cat_seen = node, None, None, False
         self._points, self._region = [], None
 
     def region(self, node: UOp) -> list[UOp]:
@@ -181,7 +176,7 @@ class BuildContext:
             flat = self.buffers()
             flat_out = flat[node]
             if node.op is not Ops.STORE:
-                self._built = build_kernel(node, flat_out, flat, self._fused, frozenset(self.shared), self._points)
+                self._built = build_kernel(node, flat_out, flat, points=self._points)
             elif (st := indexed_store(node)) is None:  # CONTIGUOUS at the top: a realized value is loaded
                 self._built = build_kernel(UOp(Ops.CONTIGUOUS, (node.src[1],)), flat_out, flat, points=self._points)
             else:
@@ -192,11 +187,6 @@ class BuildContext:
         """Every realize point the build of `node` met (empty when it is a kernel)."""
         self.kernel(node)
         return self._points
-
-    def fused(self, node: UOp) -> dict[UOp, None]:
-        """What `node`'s kernel computes inline that several kernels might share (build_kernel's `fused`)."""
-        self.kernel(node)
-        return self._fused
 
 
 def kernel_limits(device: str) -> tuple[int, int]:
@@ -349,12 +339,20 @@ def decide_build(ctx: BuildContext, node: UOp) -> Decision | None:
 
 @dataclass
 class SharedContext:
-    """The typed context of `shared_rules`: the realized nodes (`out_of`), each node some kernel computes inline
-    -> those kernels (`users`, from every kernel of the round: `BuildContext.inline`), and the nodes decided."""
+    """The typed context of `shared_rules`: the realized nodes (`out_of`), each value some kernel computes inline
+    -> those kernels (`users`, from the regions of every kernel built: `BuildContext.regions`), and the nodes
+    decided."""
 
     out_of: dict[UOp, UOp]
     users: dict[UOp, list[UOp]]
     nodes: list[UOp] = field(default_factory=list)
+    _bytes: dict[UOp, int | None] = field(default_factory=dict)
+
+    def kernel_bytes(self, k: UOp) -> int | None:
+        """The bytes kernel `k` reads (`recompute_bytes`), computed once."""
+        if k not in self._bytes:
+            self._bytes[k] = recompute_bytes(k, self.out_of)
+        return self._bytes[k]
 
 
 def nbytes(u: UOp) -> int | None:
@@ -367,26 +365,47 @@ def nbytes(u: UOp) -> int | None:
     return n
 
 
-def recompute_bytes(node: UOp, realized: dict[UOp, UOp]) -> int | None:
-    """The bytes one kernel reads to compute `node` inline: every realized node and buffer of its region, whole
-    (None when a size is symbolic)."""
+def recompute_bytes(node: UOp, realized: dict[UOp, UOp], also: UOp | None = None) -> int | None:
+    """The bytes a kernel computing `node` reads (None when a size is symbolic): each realized node and buffer
+    of its region once per loop that reads it (the kernel's own loops, and each REDUCE's loop again: a
+    reduction computed inline reads its inputs in a pass of its own). `also`, when given, counts as realized."""
     total = 0
-    for u in region(node, realized):
-        if u in realized and u is not node:
-            if (b := nbytes(u)) is None:
-                return None
-            total += b
+    loops, done = [node], {node}
+    while loops:
+        top = loops.pop()
+        seen: set[UOp] = set()
+        stack = list(top.src)
+        while stack:
+            u = stack.pop()
+            if u in seen:
+                continue
+            seen.add(u)
+            if u in realized or u is also:
+                if (b := nbytes(u)) is None:
+                    return None
+                total += b
+            elif u.op is Ops.REDUCE:
+                if u not in done:
+                    done.add(u)
+                    loops.append(u)
+            else:
+                stack.extend(u.src)
     return total
 
 
 def _shared_value(ctx: SharedContext, n: UOp) -> None:
-    """A value `m` >= 2 kernels compute inline is realized when recomputing it reads more bytes (`m` times its
-    region's inputs) than storing it once and reading it back `m` times; a symbolic size counts as more."""
+    """A value `m` >= 2 kernels compute inline is realized when that reads fewer bytes: its own kernel (its
+    inputs read once, itself written once) plus the `m` kernels reading it (and no more the inputs only it
+    needed) read less than the `m` kernels computing it. A symbolic size counts as fewer."""
     if len(ks := ctx.users.get(n, ())) < 2 or n in ctx.out_of:
         return
-    m = len(ks)
-    again, once = recompute_bytes(n, ctx.out_of), nbytes(n)
-    if again is None or once is None or m * again > (m + 1) * once:
+    own, once = recompute_bytes(n, ctx.out_of), nbytes(n)
+    if own is not None and once is not None and (len(ks) - 1) * own <= (len(ks) + 1) * once:
+        return  # each kernel saves at most `own - once`: storing it reads no less
+    now = [ctx.kernel_bytes(k) for k in ks]
+    after = [recompute_bytes(k, ctx.out_of, n) for k in ks]
+    sizes = [b for b in (own, once, *now, *after) if b is not None]
+    if len(sizes) < 2 + 2 * len(ks) or sum(sizes[:2]) + sum(sizes[2 + len(ks):]) < sum(sizes[2:2 + len(ks)]):
         ctx.nodes.append(n)
 
 
@@ -395,21 +414,35 @@ shared_rules = RuleSet("split-shared", [Rule(SHARED_REDUCTION, op[_COUNTED](name
 
 def shared_values(build: BuildContext) -> Decision | None:
     """The decision `shared_rules` take over the whole graph once every kernel of a round stands (the realize
-    points, cuts and copies settled): the values several kernels compute inline that are cheaper stored (the
-    REDUCEs, and the values that combine a realized statistic with others, that `build_kernel` reports in
-    `fused`), realized at once, and every kernel that computes one of them built again reading it."""
+    points, cuts and copies settled): the values several kernels compute inline that are cheaper stored,
+    realized at once (of a chain of them, the last one that the same kernels compute), and every kernel that
+    computes one of them built again reading it."""
     users: dict[UOp, list[UOp]] = {}
-    for k, f in build.inline.items():
-        for r in f:
-            users.setdefault(r, []).append(k)
+    for k, inner in build.regions.items():  # an assignment's value is its own (lower.split_fuse shares them)
+        if k.op is not Ops.STORE:
+            for r in inner:
+                if r.op in _COUNTED:
+                    users.setdefault(r, []).append(k)
     if not any(len(ks) > 1 for ks in users.values()):
         return None
-    ctx = SharedContext(build.split.out_of, users)
+    out_of = build.split.out_of
+    ctx = SharedContext(out_of, users)
     graph_rewrite(UOp.sink(*build.split.roots), shared_rules, ctx, name="split-shared", walk=True)
-    if not ctx.nodes:
+    chosen: list[UOp] = []
+    covered: dict[UOp, set[UOp]] = {}  # node -> the kernels that read it through a chosen value
+    for v in reversed(ctx.nodes):  # users first: a value below a chosen one in the same kernels stays inline
+        ks = set(users[v])
+        if ks <= covered.get(v, set()):
+            continue
+        chosen.append(v)
+        for x in region(v, out_of):
+            if x not in out_of:
+                covered.setdefault(x, set()).update(ks)
+    if not chosen:
         return None
-    again = dict.fromkeys(k for n in ctx.nodes for k in users[n])
-    return Decision(SHARED_REDUCTION, tuple(ctx.nodes), tuple(again), shared=True)
+    chosen.reverse()
+    again = dict.fromkeys(k for n in chosen for k in users[n])
+    return Decision(SHARED_REDUCTION, tuple(chosen), tuple(again))
 
 
 # ---------------------------------------------------------------------------- the assignment cycle, over the graph
