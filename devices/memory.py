@@ -13,6 +13,7 @@ import mmap
 import os
 import struct
 import sys
+import threading
 import weakref
 
 import numpy as np
@@ -133,6 +134,11 @@ class Allocator:
         self._live: dict[int, _Block] = {}  # id(array handed out) -> its block
         self.fresh = 0  # allocations that took new memory (not a pooled block): the benchmarks report them
         self.reused = 0
+        # the pool changes only under `_lock`. A free can arrive while it is held -- from another thread, or from a
+        # finalizer (a buffer's UOp collected) run in the middle of alloc's own code -- so a free only queues its
+        # block in `_returned` (list.append is atomic) and whoever holds or next takes the lock pools it
+        self._lock = threading.Lock()
+        self._returned: list[_Block] = []
         _ALLOCATORS.add(self)
 
     @property
@@ -141,6 +147,7 @@ class Allocator:
 
     @property
     def pooled_bytes(self) -> int:
+        self._settle()
         return self._pooled
 
     def alloc(self, count: int, dtype: DType) -> np.ndarray:
@@ -152,7 +159,10 @@ class Allocator:
         if nbytes > physical_memory():
             raise OutOfMemoryError(f"alloc: {count} elements of {dtype.name} need {nbytes} bytes, more than this "
                                    f"machine's memory ({physical_memory()} bytes); use a smaller shape")
-        block = self._take(nbytes)
+        with self._lock:
+            self._pool_returned()
+            block = self._take(nbytes)
+        self._settle()
         if block is None:
             try:
                 block = self._new(nbytes)
@@ -213,14 +223,28 @@ class Allocator:
             raise DeviceError("free: this array did not come from alloc, or was freed already")
         if getenv("SANITIZE"):
             return
-        nbytes = block.raw.nbytes
-        if nbytes > self.cap:
-            return
-        self._pool[id(block)] = block
-        self._by_size.setdefault(nbytes, []).append(block)
-        self._pooled += nbytes
-        while self._pooled > self.cap and self._pool:
-            self._drop(next(iter(self._pool.values())))
+        self._returned.append(block)
+        self._settle()
+
+    def _settle(self) -> None:
+        """Pool the returned blocks, unless the lock is held (its holder, or the next alloc, does it)."""
+        while self._returned and self._lock.acquire(blocking=False):
+            try:
+                self._pool_returned()
+            finally:
+                self._lock.release()
+
+    def _pool_returned(self) -> None:
+        while self._returned:
+            block = self._returned.pop()
+            nbytes = block.raw.nbytes
+            if nbytes > self.cap:
+                continue
+            self._pool[id(block)] = block
+            self._by_size.setdefault(nbytes, []).append(block)
+            self._pooled += nbytes
+            while self._pooled > self.cap and self._pool:
+                self._drop(next(iter(self._pool.values())))
 
     def _drop(self, block: _Block) -> None:
         del self._pool[id(block)]
@@ -234,8 +258,10 @@ class Allocator:
     def trim(self, keep: int = 0) -> None:
         """Let go of pooled blocks, least recently freed first, until at most `keep` bytes are pooled (memory that
         something still references is released once that lets go of it)."""
-        while self._pooled > keep and self._pool:
-            self._drop(next(iter(self._pool.values())))
+        with self._lock:
+            self._pool_returned()
+            while self._pooled > keep and self._pool:
+                self._drop(next(iter(self._pool.values())))
 
     @staticmethod
     def copyin(dst: np.ndarray, src: np.ndarray) -> None:

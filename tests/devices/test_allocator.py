@@ -207,3 +207,40 @@ def test_training_loop_memory_is_flat_and_buffers_come_from_the_pool() -> None:
             fresh[i + 1], rss[i + 1] = DEVICE.fresh, _rss_mb()
     assert fresh[60] == fresh[20], f"steps after warm-up took fresh memory: {fresh}"
     assert rss[60] - rss[20] < 8.0, f"RSS grew by {rss[60] - rss[20]:.1f} MB over 40 steps: {rss}"
+
+
+def test_a_free_during_an_alloc_is_queued_and_pooled_after() -> None:
+    """A finalizer (a buffer's UOp collected) may free in the middle of alloc, or another thread may: the pool is
+    changed by one at a time, and the queued block is pooled once the lock is free."""
+    a = Allocator()
+    x = a.alloc(256, F32)
+    with a._lock:  # as if an alloc were in progress
+        a.free(x)
+        assert a._returned and not a._pool
+    del x
+    assert a.pooled_bytes == 1024 and not a._returned
+    assert a.alloc(256, F32) is not None and a.reused == 1
+
+
+def test_threads_allocating_and_freeing_never_share_a_live_block() -> None:
+    import threading
+
+    a = Allocator()
+    errors: list[str] = []
+
+    def work(k: int) -> None:
+        for i in range(300):
+            x = a.alloc(64 + (i % 3), F32)
+            x[:] = k
+            if not (x == k).all():
+                errors.append(f"thread {k}: block overwritten")
+            a.free(x)
+            del x
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+    assert a.pooled_bytes <= a.cap and a.reused > 0
