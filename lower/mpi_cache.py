@@ -11,8 +11,19 @@ template is made; graphs with symbolic variables are scheduled every time.
 
 `allreduce_now` is tensor.multi.allreduce's fast path for a realized tensor: the one MPI Allreduce the replay of
 its graph would run, called at once on the existing buffers (no graph, signature or template), into the last
-call's result when nothing refers to that any more (`_Result`): about 10 us of Python per call around the MPI
-call. A jit replay of a template whose steps are all collectives reads its arrays directly (`replay_into`).
+call's result when nothing refers to that any more (`_Result`). A jit replay of a template whose steps are all
+collectives reads its arrays directly (`replay_into`).
+
+Both remember their last call, because a training loop allreduces the same buffers step after step and the Python
+around the MPI call runs with the CPU caches cold (the MPI call before it moved megabytes), where every object
+touched costs: `allreduce_now` keeps its last input with its shard, storage and flat array (`_Last`), a jit
+replay its buffers, arrays and MPI calls (`_Direct`); the next call on the same buffers checks that the registry
+still holds the same objects (in-place writes, `assign`'s, keep them; a new storage or new shards do not) and
+makes the MPI call (Comm.allreduce_checked) on the remembered arrays. What this holds: the last input of
+`allreduce_now` (its BUFFER, shards and storage) until a call on another input, and the last replay's buffers
+of each all-collective template (a jit step's argument buffers and outputs) until a replay on other buffers
+(or the template's record is dropped, past MAX_TEMPLATES records): a tensor dropped by the caller keeps its
+memory until then.
 """
 
 from __future__ import annotations
