@@ -4,11 +4,11 @@ lower.split's `realize_rules` settle what a node's own op decides, over the whol
 built. What is left depends on the kernels: which nodes a kernel would fuse, which buffers it would read, where
 a node is read inside it, which other kernels compute the same thing, in which order the kernels can run. Those
 decisions are the rules here. Each one returns a `Decision` (the nodes to realize, under the rule's name, and
-the kernels to build again reading them); lower.schedule's worklist only builds kernels and carries the
-decisions out, it decides nothing itself.
+the kernels to build again reading them); lower.schedule only builds kernels, in rounds to a fixed point over
+the whole graph, and carries the decisions out, it decides nothing itself.
 
-`build_rules` (context `BuildContext`) are applied by the worklist to each realized node it is about to build,
-through the rule set's matcher (the first rule that fires decides), before its kernel is accepted:
+`build_rules` (context `BuildContext`) are applied to each realized node whose kernel a round builds, through
+the rule set's matcher (the first rule that fires decides), before its kernel is accepted:
 
   realize-copy-source            a COPY's source that is not realized (a copy moves a buffer)
   realize-concat-source          the pieces of a concatenation (filled by copies into windows of its buffer)
@@ -16,21 +16,25 @@ through the rule set's matcher (the first rule that fires decides), before its k
   realize-over-limits            the cut that keeps a kernel within its Target's max_args / max_kernel_ops
                                  (`split_point`, from the node's fused region: the global fact it needs is the
                                  set of realized nodes, which the context holds)
-  realize-point                  a realize point the kernel's build met (rules.rangeify's realize_point_rules:
+  realize-point                  every realize point the kernel's build met (rules.rangeify's realize_point_rules:
                                  realize-reduce-in-reduce-loop, realize-expensive-broadcast, realize-bitcast-source;
-                                 recorded under that rule's own name)
+                                 each recorded under that rule's own name)
   realize-store-value            an assignment's value that reads its target elsewhere than where it writes
-  realize-shared-reduction       a REDUCE (or a value combining one) that another kernel computes inline too: the
-                                 global fact is which nodes every kernel built so far fuses (`BuildContext.inline`)
 
 The kernel a rule inspects is built once per visit and cached in the context (`BuildContext.kernel`): the
-realize-point, store-value and shared-reduction rules read the same build, and the worklist keeps it when no rule
-fires.
+realize-point and store-value rules read the same build, and the round keeps it when no rule fires
+(`BuildContext.accept` then records the nodes it computes inline, so that a later decision realizing one of
+them builds it again: the split is a fixed point of its decisions, whatever the order of the builds).
 
-They are applied node by node, at the worklist's step, and not in one pass over the graph before the kernels
-exist: a kernel's region depends on the decisions taken before it is built, and the split is not a fixed point
-of its own decisions (rebuilding every kernel of the transformer training step against the final decisions
-changes two of them), so deciding in another order would change the kernels.
+`shared_rules` (context `SharedContext`) run by `graph_rewrite(..., walk=True)` over the whole graph once a
+round decides nothing else (`shared_values`):
+
+  realize-shared-reduction       a value (a REDUCE, an ALU op) that m >= 2 kernels compute inline, when storing it
+                                 reads fewer bytes: its own kernel plus the m kernels reading it read less than
+                                 the m kernels computing it (`recompute_bytes`: each buffer once per loop that
+                                 reads it, an inline reduction's loop a pass of its own). The global fact is which
+                                 nodes every kernel fuses (`BuildContext.regions`); of a chain of such values in
+                                 the same kernels the last one is realized.
 
 `cycle_rules` (context `CycleContext`) run by `graph_rewrite(..., walk=True)` over the whole graph once the
 kernels are built:
@@ -122,7 +126,7 @@ class BuildContext:
     _cat_seen: bool = False
 
     def visit(self, node: UOp) -> None:
-        """The worklist is about to build `node`: forget the previous node's build."""
+        """A round is about to build `node`: forget the previous node's build."""
         self._node, self._built, self._cat, self._cat_seen = node, None, None, False
         self._points, self._region = [], None
 
