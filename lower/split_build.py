@@ -350,13 +350,10 @@ class SharedContext:
     out_of: dict[UOp, UOp]
     users: dict[UOp, list[UOp]]
     nodes: list[UOp] = field(default_factory=list)
-    _bytes: dict[UOp, int | None] = field(default_factory=dict)
+    count: ByteCount = field(init=False)
 
-    def kernel_bytes(self, k: UOp) -> int | None:
-        """The bytes kernel `k` reads (`recompute_bytes`), computed once."""
-        if k not in self._bytes:
-            self._bytes[k] = recompute_bytes(k, self.out_of)
-        return self._bytes[k]
+    def __post_init__(self) -> None:
+        self.count = ByteCount(self.out_of)
 
 
 def nbytes(u: UOp) -> int | None:
@@ -369,32 +366,76 @@ def nbytes(u: UOp) -> int | None:
     return n
 
 
+@dataclass
+class _Loop:
+    """One loop's reads (a kernel's own loops, or an inline REDUCE's): the bytes of the realized nodes it reads
+    (None when a size is symbolic), the nodes it computes, and the REDUCEs whose loops it opens."""
+
+    nbytes: int | None
+    inner: frozenset[UOp]
+    reduces: tuple[UOp, ...]
+
+
+def _loop(top: UOp, realized: dict[UOp, UOp], also: UOp | None) -> _Loop:
+    total: int | None = 0
+    seen: set[UOp] = set()
+    reduces: list[UOp] = []
+    stack = list(top.src)
+    while stack:
+        u = stack.pop()
+        if u in seen:
+            continue
+        seen.add(u)
+        if u in realized or u is also:
+            b = nbytes(u)
+            total = None if total is None or b is None else total + b
+        elif u.op is Ops.REDUCE:
+            reduces.append(u)
+        else:
+            stack.extend(u.src)
+    return _Loop(total, frozenset(seen), tuple(reduces))
+
+
+class ByteCount:
+    """`recompute_bytes` over one set of realized nodes, each loop walked once (the kernels of a round share
+    most of their reductions)."""
+
+    def __init__(self, realized: dict[UOp, UOp]) -> None:
+        self.realized = realized
+        self._loops: dict[UOp, _Loop] = {}
+
+    def loop(self, top: UOp) -> _Loop:
+        if (lp := self._loops.get(top)) is None:
+            lp = self._loops[top] = _loop(top, self.realized, None)
+        return lp
+
+    def __call__(self, node: UOp, also: UOp | None = None) -> int | None:
+        total = 0
+        todo, done = [node], {node}
+        while todo:
+            top = todo.pop()
+            lp = self.loop(top)
+            if also is not None and also in lp.inner:  # `also` read in this loop: walked again, stopping at it
+                lp = _loop(top, self.realized, also)
+            if lp.nbytes is None:
+                return None
+            total += lp.nbytes
+            for r in lp.reduces:
+                if r is also:  # read as a buffer in this loop
+                    if (b := nbytes(r)) is None:
+                        return None
+                    total += b
+                elif r not in done:
+                    done.add(r)
+                    todo.append(r)
+        return total
+
+
 def recompute_bytes(node: UOp, realized: dict[UOp, UOp], also: UOp | None = None) -> int | None:
     """The bytes a kernel computing `node` reads (None when a size is symbolic): each realized node and buffer
     of its region once per loop that reads it (the kernel's own loops, and each REDUCE's loop again: a
     reduction computed inline reads its inputs in a pass of its own). `also`, when given, counts as realized."""
-    total = 0
-    loops, done = [node], {node}
-    while loops:
-        top = loops.pop()
-        seen: set[UOp] = set()
-        stack = list(top.src)
-        while stack:
-            u = stack.pop()
-            if u in seen:
-                continue
-            seen.add(u)
-            if u in realized or u is also:
-                if (b := nbytes(u)) is None:
-                    return None
-                total += b
-            elif u.op is Ops.REDUCE:
-                if u not in done:
-                    done.add(u)
-                    loops.append(u)
-            else:
-                stack.extend(u.src)
-    return total
+    return ByteCount(realized)(node, also)
 
 
 def _shared_value(ctx: SharedContext, n: UOp) -> None:
@@ -403,11 +444,11 @@ def _shared_value(ctx: SharedContext, n: UOp) -> None:
     needed) read less than the `m` kernels computing it. A symbolic size counts as fewer."""
     if len(ks := ctx.users.get(n, ())) < 2 or n in ctx.out_of:
         return
-    own, once = recompute_bytes(n, ctx.out_of), nbytes(n)
+    own, once = ctx.count(n), nbytes(n)
     if own is not None and once is not None and (len(ks) - 1) * own <= (len(ks) + 1) * once:
         return  # each kernel saves at most `own - once`: storing it reads no less
-    now = [ctx.kernel_bytes(k) for k in ks]
-    after = [recompute_bytes(k, ctx.out_of, n) for k in ks]
+    now = [ctx.count(k) for k in ks]
+    after = [ctx.count(k, n) for k in ks]
     sizes = [b for b in (own, once, *now, *after) if b is not None]
     if len(sizes) < 2 + 2 * len(ks) or sum(sizes[:2]) + sum(sizes[2 + len(ks):]) < sum(sizes[2:2 + len(ks)]):
         ctx.nodes.append(n)
