@@ -23,8 +23,8 @@ The scheduler's own bookkeeping (buffers for realized nodes, the memory plan) st
 lower.memory. The kernel split's decisions are named rules (lower.split): `realize_rules`, a RuleSet over the
 whole graph, realizes what a node's own op settles (roots, CONTIGUOUS, COPY and its source, assignments, a
 resizing BITCAST's source); the decisions that depend on the kernels around a node are the rules of
-lower.split_build, applied to each node as lower.schedule's worklist builds its kernel (the worklist only builds
-and carries the decisions out), and are recorded under their rule names beside the first ones
+lower.split_build, applied as lower.schedule builds the kernels in rounds to a fixed point over the whole graph
+(it only builds and carries the decisions out), and are recorded under their rule names beside the first ones
 (`lower.schedule.split_decisions`).
 """
 
@@ -314,8 +314,9 @@ PIPELINE: tuple[Stage, ...] = (
           split_reduce, "large reductions with small outputs become two kernels"),
     Stage("rangeify", "graph", "lower.split.realize_rules (what a node's op settles; the typed SplitContext "
           "carries the graph's order, computed once) + lower.split_build.build_rules (what depends on the "
-          "kernels around a node: limits, realize points, store values, shared reductions), applied to each "
-          "node as lower.schedule's worklist builds its kernel (lower.rangeify) + lower.split_build.cycle_rules "
+          "kernel around a node: limits, realize points, store values) + lower.split_build.shared_rules "
+          "(values several kernels compute, a byte rule over the whole graph), run with the kernel builds "
+          "(lower.rangeify) in rounds to a fixed point over the whole graph + lower.split_build.cycle_rules "
           "(cycles of assignments, over the whole graph)",
           "kernel", rangeify, "kernel split; movement ops become index math over RANGEs"),
     Stage("symbolic", "kernel", "rules.symbolic + rules.eqsat (e-graph, batched per kernel)", "kernel", symbolic,

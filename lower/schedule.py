@@ -2,20 +2,20 @@
 
 Realized nodes (each gets a buffer and a kernel that fills it; every decision is a named rule): the roots
 asked for, CONTIGUOUS nodes, the sources and results of COPY, assignments' stores and the source of a resizing
-BITCAST (these first, by `lower.split.realize_rules` over the whole graph); then, as the worklist here builds
-the kernels, what the rules of lower.split_build decide on each node it builds: a realize point of rangeify
+BITCAST (these first, by `lower.split.realize_rules` over the whole graph); then, as the rounds here build the
+kernels, what the rules of lower.split_build decide on each node they build: the realize points of rangeify
 (rules.rangeify: a REDUCE that would be recomputed inside another reduction's loop, an expensive broadcast, a
 resizing bitcast's source), a cut where a kernel would exceed its device's limits (`max_args` buffers,
-`max_kernel_ops` ops), an assignment's value that reads its target elsewhere, and any REDUCE that more than one
-kernel would compute inline (a LayerNorm's statistics read by the next layer's matmuls and by the next
-LayerNorm: fused, every later kernel would recompute every earlier one's, a cost quadratic in depth); such a
-REDUCE is realized once and the kernels that fused it are rebuilt to read it. The same holds, one level up, for
-an elementwise node that combines such a statistic with other values and that several kernels compute (the
-LayerNorm's centred input), so no kernel reads a chain of earlier layers' buffers. A cycle of assignments is
+`max_kernel_ops` ops), an assignment's value that reads its target elsewhere; and, over the whole graph once
+those are settled, any value that several kernels would compute inline when storing it once reads fewer bytes
+(a LayerNorm's statistics read by the next layer's matmuls and by the next LayerNorm: fused, every later kernel
+would recompute every earlier one's, a cost quadratic in depth). A round's decisions are carried out together
+and every kernel that computed a node they realize is built again, until no rule decides anything: the split is
+a fixed point of its decisions and does not depend on the order of the roots. A cycle of assignments is
 broken by the rule realize-assign-cycle, run over the whole graph once the kernels are built; assignments over
 one iteration space that share their inputs become one kernel with several STOREs (the rule fuse-sibling-stores,
-lower.split_fuse: an optimizer's parameter, m and v). The worklist
-decides nothing itself: it builds each node's kernel, applies the rules, and carries out their decision.
+lower.split_fuse: an optimizer's parameter, m and v). The rounds decide nothing themselves: they build each
+node's kernel, apply the rules, and carry out their decisions.
 Everything else fuses into the kernels that consume it. Each kernel's buffers are
 renumbered to local slots (0 is the output, then inputs in order of first use), so kernels that differ only
 in which buffers they touch are the same UOp and share their compiled code.
@@ -165,8 +165,8 @@ def stale_kernels(roots: list[UOp]) -> list[str]:
     """The kernels of `roots`' split that differ when built again against the split's final decisions (for each,
     the rule that realized its node and the rules of the realized nodes it reads now but did not then): a
     kernel built before a later decision realized a node of its region computes that node inline. Empty when
-    the split is a fixed point of its decisions, which deciding them all before building any kernel needs
-    (docs/pipeline.md); `python -m benchmarks.split_digest --fixed-point` reports it for the benchmark models."""
+    the split is a fixed point of its decisions, which its rounds reach (docs/pipeline.md); `python -m
+    benchmarks.split_digest --fixed-point` reports it for the benchmark models."""
     from lower.multi import flat_roots
 
     _, graph = _graph_stages(roots)
@@ -305,7 +305,7 @@ def _split(pending: list[UOp], build: BuildContext) -> None:
     round decides nothing, the rule realize-shared-reduction runs over the whole graph (`shared_values`) on
     the kernels of all the rounds, and its decision is carried out the same way. When no rule decides
     anything, every kernel was built against the final decisions: none recomputes a node another decision
-    realized, and the kernels do not depend on the order of the roots or of the worklist. It decides nothing
+    realized, and the kernels do not depend on the order of the roots or of the builds. It decides nothing
     itself. A concatenation is copies (`parts`, lower.copyview.concat_parts)."""
     topo = build.split.topo_index
     todo = list(dict.fromkeys(pending))

@@ -4,11 +4,11 @@ lower.split's `realize_rules` settle what a node's own op decides, over the whol
 built. What is left depends on the kernels: which nodes a kernel would fuse, which buffers it would read, where
 a node is read inside it, which other kernels compute the same thing, in which order the kernels can run. Those
 decisions are the rules here. Each one returns a `Decision` (the nodes to realize, under the rule's name, and
-the kernels to build again reading them); lower.schedule's worklist only builds kernels and carries the
-decisions out, it decides nothing itself.
+the kernels to build again reading them); lower.schedule only builds kernels, in rounds to a fixed point over
+the whole graph, and carries the decisions out, it decides nothing itself.
 
-`build_rules` (context `BuildContext`) are applied by the worklist to each realized node it is about to build,
-through the rule set's matcher (the first rule that fires decides), before its kernel is accepted:
+`build_rules` (context `BuildContext`) are applied to each realized node whose kernel a round builds, through
+the rule set's matcher (the first rule that fires decides), before its kernel is accepted:
 
   realize-copy-source            a COPY's source that is not realized (a copy moves a buffer)
   realize-concat-source          the pieces of a concatenation (filled by copies into windows of its buffer)
@@ -16,21 +16,25 @@ through the rule set's matcher (the first rule that fires decides), before its k
   realize-over-limits            the cut that keeps a kernel within its Target's max_args / max_kernel_ops
                                  (`split_point`, from the node's fused region: the global fact it needs is the
                                  set of realized nodes, which the context holds)
-  realize-point                  a realize point the kernel's build met (rules.rangeify's realize_point_rules:
+  realize-point                  every realize point the kernel's build met (rules.rangeify's realize_point_rules:
                                  realize-reduce-in-reduce-loop, realize-expensive-broadcast, realize-bitcast-source;
-                                 recorded under that rule's own name)
+                                 each recorded under that rule's own name)
   realize-store-value            an assignment's value that reads its target elsewhere than where it writes
-  realize-shared-reduction       a REDUCE (or a value combining one) that another kernel computes inline too: the
-                                 global fact is which nodes every kernel built so far fuses (`BuildContext.inline`)
 
 The kernel a rule inspects is built once per visit and cached in the context (`BuildContext.kernel`): the
-realize-point, store-value and shared-reduction rules read the same build, and the worklist keeps it when no rule
-fires.
+realize-point and store-value rules read the same build, and the round keeps it when no rule fires
+(`BuildContext.accept` then records the nodes it computes inline, so that a later decision realizing one of
+them builds it again: the split is a fixed point of its decisions, whatever the order of the builds).
 
-They are applied node by node, at the worklist's step, and not in one pass over the graph before the kernels
-exist: a kernel's region depends on the decisions taken before it is built, and the split is not a fixed point
-of its own decisions (rebuilding every kernel of the transformer training step against the final decisions
-changes two of them), so deciding in another order would change the kernels.
+`shared_rules` (context `SharedContext`) run by `graph_rewrite(..., walk=True)` over the whole graph once a
+round decides nothing else (`shared_values`):
+
+  realize-shared-reduction       a value (a REDUCE, an ALU op) that m >= 2 kernels compute inline, when storing it
+                                 reads fewer bytes: its own kernel plus the m kernels reading it read less than
+                                 the m kernels computing it (`recompute_bytes`: each buffer once per loop that
+                                 reads it, an inline reduction's loop a pass of its own). The global fact is which
+                                 nodes every kernel fuses (`BuildContext.regions`); of a chain of such values in
+                                 the same kernels the last one is realized.
 
 `cycle_rules` (context `CycleContext`) run by `graph_rewrite(..., walk=True)` over the whole graph once the
 kernels are built:
@@ -122,7 +126,7 @@ class BuildContext:
     _cat_seen: bool = False
 
     def visit(self, node: UOp) -> None:
-        """The worklist is about to build `node`: forget the previous node's build."""
+        """A round is about to build `node`: forget the previous node's build."""
         self._node, self._built, self._cat, self._cat_seen = node, None, None, False
         self._points, self._region = [], None
 
@@ -346,13 +350,10 @@ class SharedContext:
     out_of: dict[UOp, UOp]
     users: dict[UOp, list[UOp]]
     nodes: list[UOp] = field(default_factory=list)
-    _bytes: dict[UOp, int | None] = field(default_factory=dict)
+    count: ByteCount = field(init=False)
 
-    def kernel_bytes(self, k: UOp) -> int | None:
-        """The bytes kernel `k` reads (`recompute_bytes`), computed once."""
-        if k not in self._bytes:
-            self._bytes[k] = recompute_bytes(k, self.out_of)
-        return self._bytes[k]
+    def __post_init__(self) -> None:
+        self.count = ByteCount(self.out_of)
 
 
 def nbytes(u: UOp) -> int | None:
@@ -365,32 +366,76 @@ def nbytes(u: UOp) -> int | None:
     return n
 
 
+@dataclass
+class _Loop:
+    """One loop's reads (a kernel's own loops, or an inline REDUCE's): the bytes of the realized nodes it reads
+    (None when a size is symbolic), the nodes it computes, and the REDUCEs whose loops it opens."""
+
+    nbytes: int | None
+    inner: frozenset[UOp]
+    reduces: tuple[UOp, ...]
+
+
+def _loop(top: UOp, realized: dict[UOp, UOp], also: UOp | None) -> _Loop:
+    total: int | None = 0
+    seen: set[UOp] = set()
+    reduces: list[UOp] = []
+    stack = list(top.src)
+    while stack:
+        u = stack.pop()
+        if u in seen:
+            continue
+        seen.add(u)
+        if u in realized or u is also:
+            b = nbytes(u)
+            total = None if total is None or b is None else total + b
+        elif u.op is Ops.REDUCE:
+            reduces.append(u)
+        else:
+            stack.extend(u.src)
+    return _Loop(total, frozenset(seen), tuple(reduces))
+
+
+class ByteCount:
+    """`recompute_bytes` over one set of realized nodes, each loop walked once (the kernels of a round share
+    most of their reductions)."""
+
+    def __init__(self, realized: dict[UOp, UOp]) -> None:
+        self.realized = realized
+        self._loops: dict[UOp, _Loop] = {}
+
+    def loop(self, top: UOp) -> _Loop:
+        if (lp := self._loops.get(top)) is None:
+            lp = self._loops[top] = _loop(top, self.realized, None)
+        return lp
+
+    def __call__(self, node: UOp, also: UOp | None = None) -> int | None:
+        total = 0
+        todo, done = [node], {node}
+        while todo:
+            top = todo.pop()
+            lp = self.loop(top)
+            if also is not None and also in lp.inner:  # `also` read in this loop: walked again, stopping at it
+                lp = _loop(top, self.realized, also)
+            if lp.nbytes is None:
+                return None
+            total += lp.nbytes
+            for r in lp.reduces:
+                if r is also:  # read as a buffer in this loop
+                    if (b := nbytes(r)) is None:
+                        return None
+                    total += b
+                elif r not in done:
+                    done.add(r)
+                    todo.append(r)
+        return total
+
+
 def recompute_bytes(node: UOp, realized: dict[UOp, UOp], also: UOp | None = None) -> int | None:
     """The bytes a kernel computing `node` reads (None when a size is symbolic): each realized node and buffer
     of its region once per loop that reads it (the kernel's own loops, and each REDUCE's loop again: a
     reduction computed inline reads its inputs in a pass of its own). `also`, when given, counts as realized."""
-    total = 0
-    loops, done = [node], {node}
-    while loops:
-        top = loops.pop()
-        seen: set[UOp] = set()
-        stack = list(top.src)
-        while stack:
-            u = stack.pop()
-            if u in seen:
-                continue
-            seen.add(u)
-            if u in realized or u is also:
-                if (b := nbytes(u)) is None:
-                    return None
-                total += b
-            elif u.op is Ops.REDUCE:
-                if u not in done:
-                    done.add(u)
-                    loops.append(u)
-            else:
-                stack.extend(u.src)
-    return total
+    return ByteCount(realized)(node, also)
 
 
 def _shared_value(ctx: SharedContext, n: UOp) -> None:
@@ -399,11 +444,11 @@ def _shared_value(ctx: SharedContext, n: UOp) -> None:
     needed) read less than the `m` kernels computing it. A symbolic size counts as fewer."""
     if len(ks := ctx.users.get(n, ())) < 2 or n in ctx.out_of:
         return
-    own, once = recompute_bytes(n, ctx.out_of), nbytes(n)
+    own, once = ctx.count(n), nbytes(n)
     if own is not None and once is not None and (len(ks) - 1) * own <= (len(ks) + 1) * once:
         return  # each kernel saves at most `own - once`: storing it reads no less
-    now = [ctx.kernel_bytes(k) for k in ks]
-    after = [recompute_bytes(k, ctx.out_of, n) for k in ks]
+    now = [ctx.count(k) for k in ks]
+    after = [ctx.count(k, n) for k in ks]
     sizes = [b for b in (own, once, *now, *after) if b is not None]
     if len(sizes) < 2 + 2 * len(ks) or sum(sizes[:2]) + sum(sizes[2 + len(ks):]) < sum(sizes[2:2 + len(ks)]):
         ctx.nodes.append(n)
