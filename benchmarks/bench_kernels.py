@@ -145,8 +145,9 @@ def _time_one(fn: Callable[[object], object]) -> float:
 
 # Before each engine's block of timed runs, _quiet waits (at most QUIET_MAX_S) until this process's own threads are
 # idle: numpy's OpenBLAS workers keep spinning ~0.1 s after a call, PyTorch's OpenMP ones and our pool's briefly
-# (devices.cpu_pool), and on a 2-vCPU machine a spinning worker takes a core from whoever runs next (matmul 1024
-# timed right after numpy's: 0.50x numpy; timed after a pause: ~1x).
+# (devices.cpu_pool), and on a 2-vCPU machine a spinning worker takes a core from whoever runs next (an earlier
+# table had matmul 1024 at 0.50x numpy on a loaded machine; at high priority, with or without these pauses, it
+# measured 0.99-1.05x).
 QUIET_MAX_S = 0.5
 QUIET_SLICE_S = 0.02
 QUIET_BUSY = 0.05  # process CPU time per wall second under which its threads count as idle
