@@ -57,13 +57,28 @@ def open_ranges(u: UOp) -> list[UOp]:
         return [n for n in topo if n.op is Ops.RANGE]
     deps: dict[UOp, frozenset[UOp]] = {}
     for n in topo:
-        d = frozenset().union(*(deps[s] for s in n.src)) if n.src else frozenset()
+        d = _union(n.src, deps)
         if n.op is Ops.RANGE:
             d = d | {n}
         elif n.op is Ops.END:
             d = d - set(n.src[1:])
         deps[n] = d
     return [n for n in topo if n in deps[u]]
+
+
+_NONE: frozenset[UOp] = frozenset()
+
+
+def _union(srcs: tuple[UOp, ...], deps: dict[UOp, frozenset[UOp]]) -> frozenset[UOp]:
+    """The union of the sources' range sets; most nodes add nothing to their first source's, which is kept
+    as it is (no new set)."""
+    if not srcs:
+        return _NONE
+    d = deps[srcs[0]]
+    for s in srcs[1:]:
+        if (e := deps[s]) is not d and not e <= d:
+            d = d | e
+    return d
 
 
 def _split_end(e: UOp) -> UOp | None:
@@ -118,7 +133,7 @@ def linearize(sink: UOp, fuse_mulacc: bool = False) -> UOp:
     topo = _merge_ends(graph_rewrite(sink, reduce_to_acc, _AccCtx(fuse_mulacc), name="reduce-to-acc"))
     deps: dict[UOp, frozenset[UOp]] = {}
     for u in topo:
-        d = frozenset().union(*(deps[s] for s in u.src)) if u.src else frozenset()
+        d = _union(u.src, deps)
         if u.op is Ops.RANGE:
             d = d | {u}
         elif u.op is Ops.END:
