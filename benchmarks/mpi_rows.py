@@ -179,11 +179,12 @@ class _TimedComm:
 
 def python_per_call(c: Comm, runs: int = 2000) -> dict:
     """Microseconds of Python per allreduce call around the MPI call, on this rank (the slowest rank's figure):
-    the call timed with Comm.allreduce replaced by a no-op (so no rank waits for another), in CPU time of this
-    thread (on a loaded host a rank may wait for its core; that is not Python's cost), best of 5 rounds of `runs`
-    calls, for the per-call form (`M.allreduce(T).realize()`) and a jitted step replaying it. A 1 MiB
-    float32 vector per rank; the real call's results are not used."""
+    the call timed with Comm.allreduce and Comm.allreduce_checked replaced by no-ops (so no rank waits for
+    another), in CPU time of this thread (on a loaded host a rank may wait for its core; that is not Python's
+    cost), best of 5 rounds of `runs` calls, for the per-call form (`M.allreduce(T).realize()`) and a jitted step
+    replaying it. A 1 MiB float32 vector per rank; the real call's results are not used."""
     from devices.mpi import Comm as C
+    from lower.mpi_cache import _directs
     from tensor import multi as M
     from tensor.jit import jit
 
@@ -193,8 +194,10 @@ def python_per_call(c: Comm, runs: int = 2000) -> dict:
         M.allreduce(T).realize()
         step(T)
     c.barrier()
-    real = C.allreduce
+    real, real_checked = C.allreduce, C.allreduce_checked
     C.allreduce = lambda self, x, op="sum", out=None: out  # type: ignore[method-assign,assignment,misc]  # no-op
+    C.allreduce_checked = lambda self, x, out, mop, message: None  # type: ignore[method-assign]  # no-op too
+    _directs.clear()  # a jit replay's remembered MPI calls are bound methods: remade with the no-op
     try:
         res = {}
         for name, fn in (("per call", lambda: M.allreduce(T).realize()), ("jit", lambda: step(T))):
@@ -206,7 +209,8 @@ def python_per_call(c: Comm, runs: int = 2000) -> dict:
                 best = min(best, (time.thread_time() - t0) / runs * 1e6)
             res[name] = best
     finally:
-        C.allreduce = real  # type: ignore[method-assign]
+        C.allreduce, C.allreduce_checked = real, real_checked  # type: ignore[method-assign]
+        _directs.clear()
     worst = c.allreduce(np.array([res["per call"], res["jit"]]), "max")
     return {"per call": float(worst[0]), "jit": float(worst[1])}
 
