@@ -45,7 +45,7 @@ def _reduction_loops(t: Tensor) -> tuple[int, int, int]:
     """(kernels, REDUCE nodes over all kernels, the most buffers one kernel reads)"""
     items, _ = schedule([t.uop])
     ks = [it for it in items if it.kind == "kernel"]
-    reduces = sum(sum(u.op is Ops.REDUCE for u in it.ast.toposort()) for it in ks)
+    reduces = sum(1 for it in ks if it.ast is not None for u in it.ast.toposort() if u.op is Ops.REDUCE)
     return len(ks), reduces, max(len(it.bufs) for it in ks)
 
 
@@ -70,6 +70,8 @@ def test_reductions_grow_linearly_with_depth() -> None:
     # the same per block whatever the depth, and no kernel reads a chain of earlier blocks' buffers
     assert counts[8][1] - counts[4][1] == 2 * (counts[4][1] - counts[2][1]), counts
     assert counts[8][2] == counts[4][2], counts
+    assert max(c[2] for c in counts.values()) <= 4, counts  # the widest kernel: bounded, whatever the depth
+    assert counts[8][0] - counts[4][0] == 2 * (counts[4][0] - counts[2][0]), counts  # kernels: linear too
 
 
 def test_single_layernorm_stays_one_kernel() -> None:
@@ -84,8 +86,26 @@ def test_statistic_read_by_two_roots_is_computed_once() -> None:
     s = a.sum(-1, keepdim=True)
     outs = [(b * s).sum(-1), (b + s).max(axis=-1)]
     items, _ = schedule([o.uop for o in outs])
-    reduces = sum(sum(u.op is Ops.REDUCE for u in it.ast.toposort()) for it in items if it.kind == "kernel")
+    reduces = sum(1 for it in items if it.ast is not None for u in it.ast.toposort() if u.op is Ops.REDUCE)
     assert reduces == 3  # the shared sum once, then each root's own reduction
     Tensor.realize(*outs)
     np.testing.assert_allclose(outs[0].numpy(), (bn * an.sum(-1, keepdims=True)).sum(-1), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(outs[1].numpy(), (bn + an.sum(-1, keepdims=True)).max(-1), rtol=1e-5, atol=1e-5)
+
+
+def test_cheap_shared_value_stays_inline() -> None:
+    """The byte rule: the row means two kernels would each compute in a loop of their own are stored once; the
+    centred value `x - mean` they both compute stays inline (each reads x anyway: storing it would only add
+    a write and a read)."""
+    from lower.schedule import split_decisions
+
+    xn = np.random.default_rng(3).standard_normal((4, 16), dtype=np.float32)
+    x = Tensor(xn)
+    c = x - x.mean(-1, keepdim=True)
+    outs = [c * 2.0, c + 1.0]
+    shared = [n for n, why in split_decisions([o.uop for o in outs]).items() if why == "realize-shared-reduction"]
+    assert [n.shape for n in shared] == [(4, 1)], shared
+    Tensor.realize(*outs)
+    cn = xn - xn.mean(-1, keepdims=True)
+    np.testing.assert_allclose(outs[0].numpy(), cn * 2, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(outs[1].numpy(), cn + 1, rtol=1e-5, atol=1e-5)
