@@ -29,6 +29,7 @@ an out-of-bounds access is reported. The ASan runtime must come first in the pro
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import itertools
@@ -223,6 +224,13 @@ def _build_pool() -> None:
         cpu_pool.prepare()
 
 
+def _finish_warming() -> None:
+    """At exit, wait for a pool build still running: a daemon thread killed mid-compile would leave its temporary
+    object in the cache directory (and the finished build is cached for the next process)."""
+    for t in _WARMING:
+        t.join(timeout=60)
+
+
 class CPUDevice(Allocator):
     """The `cpu` device (the default): C via gcc or clang, loaded with ctypes."""
 
@@ -297,6 +305,7 @@ class CPUDevice(Allocator):
             _ = self.compiler.cc, self.compiler.is_clang  # found and identified here, not in two threads at once
             _WARMING.append(threading.Thread(target=_build_pool, name="cpu-pool-build", daemon=True))
             _WARMING[0].start()
+            atexit.register(_finish_warming)
 
     def compile(self, linear: UOp, name: str = "kernel", target: Target | None = None) -> CPUKernel:
         return self.compile_batch([(linear, name)], target)[0]

@@ -47,6 +47,12 @@ _GROUPS: tuple[tuple[str, frozenset[Ops]], ...] = (
 )
 
 
+def _sig(x: float) -> float:
+    """A rate or time kept to 4 significant digits: a tiny kernel's 0.0004 GFLOP/s stays above zero (rounding to
+    fixed decimals made it 0.0 whenever the machine was slow)."""
+    return float(f"{x:.4g}")
+
+
 def op_group(op: Ops) -> str:
     for name, ops in _GROUPS:
         if op in ops:
@@ -133,9 +139,9 @@ def to_json(rec: Recorder) -> dict:
             k = rec.kernels[run.kernel].info
             flops, mem = k.get("flops", 0), k.get("mem_bytes", 0)
             sec = max(run.seconds, 1e-9)
-            runs.append({"kernel": run.kernel, "ms": round(run.seconds * 1e3, 4),
-                         "gbs": round(float(mem) / sec / 1e9, 3) if isinstance(mem, int | float) else 0,
-                         "gflops": round(float(flops) / sec / 1e9, 3) if isinstance(flops, int | float) else 0})
+            runs.append({"kernel": run.kernel, "ms": _sig(run.seconds * 1e3),
+                         "gbs": _sig(float(mem) / sec / 1e9) if isinstance(mem, int | float) else 0,
+                         "gflops": _sig(float(flops) / sec / 1e9) if isinstance(flops, int | float) else 0})
         realizes.append({"label": r.label, "stages": stages, "runs": runs})
     derived = [[table.add(new), table.add(old), how] for new, (old, how) in rec.derived.items()]
     node_callsite = {str(i): rec.callsite_of[u] for u, i in table.ids.items() if u in rec.callsite_of}
