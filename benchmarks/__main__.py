@@ -23,8 +23,12 @@ import signal
 import sys
 import time
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from benchmarks.runner import SUITES, TYPICAL_S, Bench
+
+if TYPE_CHECKING:
+    from benchmarks.progress import Progress
 
 INTERRUPTED = 130  # what a shell reports for a command stopped by SIGINT
 
@@ -54,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
 def run(argv: list[str]) -> int:
     from benchmarks.limits import machine_key
     from benchmarks.progress import History, Progress
-    from benchmarks.report import caption, finish_run, machine_info, run_info
+    from benchmarks.report import caption, machine_info, run_info
+    from benchmarks.runner import watch_ctrl_c
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description="Run benchmark suites.")
     ap.add_argument("suites", nargs="*", metavar="suite", help=f"suites to run (default: all of {', '.join(SUITES)})")
@@ -76,6 +81,17 @@ def run(argv: list[str]) -> int:
     sys.stdout.flush()
     typical = {n: TYPICAL_S[n][mode] for n in names if mode in TYPICAL_S.get(n, {})}
     progress = Progress(sys.stderr, names, mode, History(machine_key()), typical)
+    before = watch_ctrl_c()
+    try:
+        return _run_suites(names, mode, args.json, machine, info, progress)
+    finally:
+        signal.signal(signal.SIGINT, before)  # type: ignore[arg-type]  # what getsignal returned
+
+
+def _run_suites(names: list[str], mode: str, json_path: str | None, machine: dict[str, object],
+                info: dict[str, object], progress: Progress) -> int:
+    from benchmarks.report import finish_run
+
     everything: list[dict[str, object]] = []
     written: list[str] = []
     b: Bench | None = None
@@ -89,7 +105,7 @@ def run(argv: list[str]) -> int:
             b.finish()
             progress.end_suite()
             progress.done()
-            _emit(b, machine, started, time.perf_counter() - t0, args.json, everything, written)
+            _emit(b, machine, started, time.perf_counter() - t0, json_path, everything, written)
             b = None
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the writing short
@@ -101,15 +117,15 @@ def run(argv: list[str]) -> int:
             except Exception as e:  # the results so far matter more than a plot of them
                 b.note(f"output at the end of the suite failed after the interrupt: {type(e).__name__}: {e}")
             progress.end_suite(record=False)
-            _emit(b, machine, started, time.perf_counter() - t0, args.json, everything, written, partial=True)
-        if args.json:
-            _write(args.json, {"run": info, "machine": machine, "suites": everything}, written)
+            _emit(b, machine, started, time.perf_counter() - t0, json_path, everything, written, partial=True)
+        if json_path:
+            _write(json_path, {"run": info, "machine": machine, "suites": everything}, written)
         where = ", ".join(written) if written else "nothing (no suite had started)"
         print(f"\ninterrupted (Ctrl-C): results so far written, marked partial: {where}", file=sys.stderr)
         return INTERRUPTED
     finish_run(info)
-    if args.json:
-        _write(args.json, {"run": info, "machine": machine, "suites": everything}, written)
+    if json_path:
+        _write(json_path, {"run": info, "machine": machine, "suites": everything}, written)
     return 0
 
 

@@ -182,6 +182,35 @@ class Timed:
 # Adaptive repeats: a figure stops being re-run once it has MIN_RUNS runs and the standard error of their mean is
 # under REL_SE of their median, or its runs have taken MAX_S[mode] seconds of wall time (a slow figure is known
 # well enough from a few runs); a job's `runs` is the most it gets. Every run still counts: nothing is dropped.
+_CTRL_C = [False]  # a SIGINT arrived during this run (on_ctrl_c)
+
+
+def on_ctrl_c(signum: int, frame: object) -> None:
+    """The SIGINT handler of a benchmark run: remembers the interrupt, then raises KeyboardInterrupt as Python's
+    own handler does. Remembering matters when the exception is lost: raised inside a finalizer (gc.collect runs
+    them between timed runs), Python prints it as ignored and carries on; `checkpoint` raises it again."""
+    _CTRL_C[0] = True
+    raise KeyboardInterrupt
+
+
+def checkpoint() -> None:
+    """Raise KeyboardInterrupt if a Ctrl-C arrived that the code it interrupted swallowed (see on_ctrl_c)."""
+    if _CTRL_C[0]:
+        raise KeyboardInterrupt
+
+
+def watch_ctrl_c() -> object:
+    """Install on_ctrl_c (where SIGINT still has Python's default handler) and forget earlier interrupts; returns
+    the handler to restore when the run ends."""
+    import signal
+
+    _CTRL_C[0] = False
+    before = signal.getsignal(signal.SIGINT)
+    if before is signal.default_int_handler:
+        signal.signal(signal.SIGINT, on_ctrl_c)
+    return before
+
+
 MIN_RUNS = 3
 REL_SE = 0.025
 MAX_S = {"quick": 1.0, "default": 4.0, "full": 15.0}
@@ -225,6 +254,7 @@ class Bench:
         """Iterate over the suite's cases, telling the progress display how many there are and which one runs."""
         self.progress.set_cases(len(items))
         for it in items:
+            checkpoint()
             self.progress.begin_case(label(it))
             yield it
             self.progress.end_case()
@@ -232,6 +262,7 @@ class Bench:
     def case(self, label: str, of: int | None = None) -> None:
         """The next case starts (the previous one, if any, ends): for a suite written as straight-line steps
         rather than a loop; `of` (with the first) says how many there are."""
+        checkpoint()
         if of is not None:
             self.progress.set_cases(of)
         if self._case_open:
@@ -259,6 +290,7 @@ class Bench:
         self.tables.append((title, header, rows))
 
     def say(self, msg: str) -> None:
+        checkpoint()
         self.progress.update(msg)
 
     def note(self, msg: str) -> None:

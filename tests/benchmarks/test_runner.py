@@ -322,3 +322,29 @@ def test_the_bar_starts_no_thread(cache):
     p.update("step")
     assert p._bar is not None and threading.active_count() == before
     p.done()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the dropped one, on purpose
+def test_a_ctrl_c_lost_in_a_finalizer_stops_the_run_at_the_next_step(tmp_path):
+    """Python prints and drops a KeyboardInterrupt raised inside a finalizer (the runner's gc.collect runs them):
+    the run's handler remembers the Ctrl-C, so the next step of the suite raises it again."""
+    import gc
+
+    from benchmarks import runner
+
+    class Finalized:
+        def __del__(self) -> None:
+            runner.on_ctrl_c(signal.SIGINT, None)
+
+    before = runner.watch_ctrl_c()
+    try:
+        f = Finalized()
+        f.cycle = f  # type: ignore[attr-defined]
+        del f
+        gc.collect()  # the handler's KeyboardInterrupt is raised in __del__, reported and ignored
+        with pytest.raises(KeyboardInterrupt):
+            runner.checkpoint()
+        assert runner.watch_ctrl_c() is runner.on_ctrl_c  # a new run forgets it
+        runner.checkpoint()
+    finally:
+        signal.signal(signal.SIGINT, before)
