@@ -179,9 +179,6 @@ class Timed:
     info: dict[str, object] | None = None
 
 
-# Adaptive repeats: a figure stops being re-run once it has MIN_RUNS runs and the standard error of their mean is
-# under REL_SE of their median, or its runs have taken MAX_S[mode] seconds of wall time (a slow figure is known
-# well enough from a few runs); a job's `runs` is the most it gets. Every run still counts: nothing is dropped.
 _CTRL_C = [False]  # a SIGINT arrived during this run (on_ctrl_c)
 
 
@@ -211,6 +208,9 @@ def watch_ctrl_c() -> object:
     return before
 
 
+# Adaptive repeats: a figure stops being re-run once it has MIN_RUNS runs and the standard error of their mean is
+# under REL_SE of their median, or its runs have taken MAX_S[mode] seconds of wall time (a slow figure is known
+# well enough from a few runs); a job's `runs` is the most it gets. Every run still counts: nothing is dropped.
 MIN_RUNS = 3
 REL_SE = 0.025
 MAX_S = {"quick": 1.0, "default": 4.0, "full": 15.0}
