@@ -18,8 +18,10 @@ colliding file), a payload whose digest differs (truncated, damaged) or that doe
 the caller checks the value's form too): the matcher is generated again and the file written anew. Files are
 written whole to a temporary name and renamed (a concurrent process sees no file or the whole file).
 
-Like Python's bytecode cache, it is read always and written unless `sys.dont_write_bytecode`
-(PYTHONDONTWRITEBYTECODE) is set; CACHE=0, which turns off the caches of results (compiled kernels, search and
+Like Python's bytecode cache, it never writes beside the package when `sys.dont_write_bytecode`
+(PYTHONDONTWRITEBYTECODE, common in container images) is set; the files then go to (and are also read from)
+`rewrite.env.cache_dir()/matchers`, as kernels do: without them every process would generate its matchers again
+(~0.3 s of a first realize). CACHE=0, which turns off the caches of results (compiled kernels, search and
 e-graph results), leaves it on: it holds the library's own code, not anything computed from a user's program.
 """
 
@@ -76,19 +78,39 @@ def _dir() -> str | None:
     return _made[where]
 
 
+def _aside() -> str | None:
+    """The cache directory's place, for a process that must not write beside the package (bytecode writing off);
+    None where there is none (tests' ROOT, an unusable cache directory)."""
+    if ROOT is not None:
+        return None
+    where = ("aside", knob_str("CACHEDIR"))
+    if where not in _made:
+        _made[where] = None
+        with contextlib.suppress(OSError):
+            d = os.path.join(cache_dir(), "matchers")
+            os.makedirs(d, exist_ok=True)
+            if os.access(d, os.W_OK):
+                _made[where] = d
+    return _made[where]
+
+
 def _path(d: str, key: bytes) -> str:
     return os.path.join(d, f"{key.hex()[:40]}.{sys.implementation.cache_tag}.code")
 
 
 def load(key: bytes) -> object | None:
     """The value stored under `key` (32 bytes), or None when there is none that verifies."""
-    d = _dir()
-    if d is None:
-        return None
-    try:
-        with open(_path(d, key), "rb") as f:
-            blob = f.read()
-    except OSError:
+    blob = None
+    for d in (_dir(), _aside() if sys.dont_write_bytecode else None):
+        if d is None:
+            continue
+        try:
+            with open(_path(d, key), "rb") as f:
+                blob = f.read()
+            break
+        except OSError:
+            continue
+    if blob is None:
         return None
     head, payload = blob[:_HEADER], blob[_HEADER:]
     if head != MAGIC + MAGIC_NUMBER + key + hashlib.sha256(payload).digest():
@@ -100,11 +122,9 @@ def load(key: bytes) -> object | None:
 
 
 def store(key: bytes, value: Any) -> None:
-    """Keep `value` (marshal-able: code objects, tuples, strings, numbers) under `key` for the next process (nothing
-    when bytecode writing is off or the cache directory cannot be written)."""
-    if sys.dont_write_bytecode:
-        return
-    d = _dir()
+    """Keep `value` (marshal-able: code objects, tuples, strings, numbers) under `key` for the next process: beside
+    the package, or in the cache directory when bytecode writing is off (nothing where neither can be written)."""
+    d = _aside() if sys.dont_write_bytecode else _dir()
     if d is None:
         return
     payload = marshal.dumps(value)

@@ -224,6 +224,36 @@ def test_no_write_without_bytecode_writing(cache, monkeypatch):
     assert rs.matcher(Ops.ADD) is not None and counts["compile"] == 1 and not os.path.exists(_entry(rs, d))
 
 
+def test_without_bytecode_writing_the_cache_directory_keeps_them(tmp_path, monkeypatch):
+    """PYTHONDONTWRITEBYTECODE (common in container images) keeps the package untouched, but the matchers still
+    persist: they go to the cache directory, where a later process finds them without generating them."""
+    monkeypatch.setattr(codecache, "ROOT", None)
+    monkeypatch.setattr(codecache, "_made", {})
+    monkeypatch.setenv("CACHEDIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    generated = [0]
+    real_rule = match._Gen.rule
+
+    def generating(self, *args, **kw):
+        generated[0] += 1
+        return real_rule(self, *args, **kw)
+
+    monkeypatch.setattr(match._Gen, "rule", generating)
+    _forget()
+    try:
+        rs = _rules(90500)
+        first = _results(rs)
+        aside = tmp_path / "cache" / "matchers"
+        beside = codecache._path(next(codecache._candidates()), match.matcher_key(rs, Ops.ADD) or b"")
+        assert os.path.exists(_entry(rs, aside)) and not os.path.exists(beside)
+        made = generated[0]
+        assert made > 0
+        _forget()  # a new process
+        assert _results(rs) == first and generated[0] == made  # read back, not generated again
+    finally:
+        _forget()
+
+
 def test_unwritable_cache_dir_still_compiles(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
