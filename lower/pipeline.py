@@ -138,6 +138,16 @@ def symbolic(ast: UOp, ctx: Lowering) -> UOp:
     return graph_rewrite(ast.substitute(better), symbolic_rules, name="symbolic") if better else ast
 
 
+def symbolic_kernel(ast: UOp, ctx: Lowering) -> UOp:
+    """The first symbolic stage: `symbolic`, then loops a reshape merged split back where the index math takes
+    them apart (lower.unflatten: a range read as r // c and r % c becomes two), simplified again."""
+    from lower.unflatten import unflatten
+
+    ast = symbolic(ast, ctx)
+    split = unflatten(ast, lambda a: symbolic(a, ctx))
+    return ast if split is None else split
+
+
 def optimize(ast: UOp, ctx: Lowering) -> UOp:
     """Choose OptOps (ctx.opts if given; else none under NOOPT or on an interpreted target; BEAM=n search; else
     the hand-coded heuristics for the target), apply them, and lower THREAD axes to core_id SPECIALs (on a GPU
@@ -319,8 +329,9 @@ PIPELINE: tuple[Stage, ...] = (
           "(lower.rangeify) in rounds to a fixed point over the whole graph + lower.split_build.cycle_rules "
           "(cycles of assignments, over the whole graph)",
           "kernel", rangeify, "kernel split; movement ops become index math over RANGEs"),
-    Stage("symbolic", "kernel", "rules.symbolic + rules.eqsat (e-graph, batched per kernel)", "kernel", symbolic,
-          "index arithmetic simplified"),
+    Stage("symbolic", "kernel", "rules.symbolic + rules.eqsat (e-graph, batched per kernel); then function "
+          "lower.unflatten (a global range substitution)", "kernel", symbolic_kernel,
+          "index arithmetic simplified; a loop a reshape merged, read as r // c and r % c, split back in two"),
     Stage("optimize", "kernel", "function: OptOps chosen by heuristics or BEAM search over the kernel's ranges",
           "kernel", optimize, "split/swap/pad ranges into THREAD/UPCAST/UNROLL axes; THREAD -> core_id"),
     Stage("expand", "kernel", "function: one lane space per kernel (UPCAST/UNROLL ranges)", "", expand,

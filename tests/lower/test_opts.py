@@ -102,7 +102,12 @@ def test_random_opts_keep_results(name: str, data: st.DataObject) -> None:
         return
     # lanes can change the order of a reduction's additions: equal up to rounding, then cpu == python exactly
     np.testing.assert_allclose(got_py, ref, rtol=1e-5, atol=1e-5)
-    np.testing.assert_array_equal(_run(it, "cpu", opts, arrays), got_py)
+    try:
+        got_cpu = _run(it, "cpu", opts, arrays)
+    except KernelOptError as e:  # the cpu target bounds the copies of the body that lanes past a register make
+        assert "copies of the kernel body" in str(e), e
+        return
+    np.testing.assert_array_equal(got_cpu, got_py)
 
 
 def _matmul(m: int, k: int, n: int) -> UOp:
