@@ -94,6 +94,8 @@ class Row:
     pct: float | None = None
     limit_name: str = ""
     pct_cache: float | None = None
+    triad_beside: tuple[float, float] | None = None  # GB/s cases: the DRAM triad measured just before and after
+    pct_cached: float | None = None  # GB/s cases: the share of the triad the limits cache holds
     peers: dict[str, Result] | None = None
     peer_ok: dict[str, bool] | None = None
     tg_cold: float | None = None
@@ -243,6 +245,11 @@ def kernels(b: Bench) -> None:
                and r.pct is not None]
         if mem:
             b.note(f"% of DRAM triad (targets: elementwise >= 80%, sum >= 70%): {', '.join(mem)}")
+        beside = [f"{r.case.title} {lo:.1f}/{hi:.1f} GB/s (cached {r.pct_cached:.0f}%)" for r in rows
+                  if r.triad_beside is not None and r.pct_cached is not None for lo, hi in [r.triad_beside]]
+        if beside:
+            b.note("  the triad of a GB/s case is measured just before and after its timed runs (DRAM now; this "
+                   "machine's bandwidth moves with its neighbours), their mean the limit: " + ", ".join(beside))
         lows = sorted((r.lower, r.lower_cpu or 0.0) for r in rows if r.lower is not None)
         if lows:
             b.note(f"lower/k: Python lowering per kernel in the cold call (kernel stages + rendering to C, the C "
@@ -315,7 +322,9 @@ def _run_case(b: Bench, case: Case, row: Row, lim: machine_limits.Limits, peers:
     jobs += [Timed(f"{case.key}/{p.name}", p.run, 1, "ms", runs=_n_runs(_time_one(p.run), q), per_item=1e3)
              for p in engines]
     row.load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    before = None if case.compute_bound else _triad_beside(b, row.threads, q)
     steady, *peer_results = _timed_in_turns(b, jobs)
+    after = None if case.compute_bound else _triad_beside(b, row.threads, q)
     del engines
     row.steady = steady
     row.allocs, row.faults = memory_per_call(ours.run)
@@ -331,6 +340,10 @@ def _run_case(b: Bench, case: Case, row: Row, lim: machine_limits.Limits, peers:
         row.limit_name, limit = "triad", lim.triad(row.threads)
         cache_bw = lim.get("triad_cache", row.threads)
         row.pct_cache = 100 * row.rate / cache_bw if cache_bw else None
+        row.pct_cached = 100 * row.rate / limit if limit else None
+        if before is not None and after is not None:  # the triad of this moment, not the cached one
+            row.triad_beside = (before, after)
+            row.limit_name, limit = "triad beside", (before + after) / 2
     row.pct = 100 * row.rate / limit if limit else None
     del ours, rerun
 
@@ -364,7 +377,8 @@ def _run_case(b: Bench, case: Case, row: Row, lim: machine_limits.Limits, peers:
                          **{f"{k}_ms": [1e3 * float(c.get(f"{k}_s", 0.0)) for c in colds]
                             for k in ("schedule", "lower", "render", "compile")}}))
     steady.info.update({"rate": row.rate, "rate_unit": unit, "limit": row.limit_name, "limit_value": limit,
-                        "pct_of_limit": row.pct, "pct_of_cache_triad": row.pct_cache, "cold_ms": row.cold,
+                        "pct_of_limit": row.pct, "pct_of_cache_triad": row.pct_cache,
+                        "triad_beside": row.triad_beside, "pct_of_cached_triad": row.pct_cached, "cold_ms": row.cold,
                         "compile_ms": row.compile, "lower_ms_per_kernel": row.lower})
 
     # peers: the same case, the same inputs, steady medians the same way (timed above, in turns with ours)
@@ -394,6 +408,13 @@ def _run_case(b: Bench, case: Case, row: Row, lim: machine_limits.Limits, peers:
 # ---------------------------------------------------------------------------- output
 
 
+def _triad_beside(b: Bench, threads: int, quick: bool) -> float | None:
+    """The DRAM triad at `threads` measured now (benchmarks.limits.triad_now), for a GB/s case's share: taken just
+    before and just after its timed runs, and the two averaged."""
+    b.say("DRAM triad beside the case")
+    return machine_limits.triad_now(threads, gb=0.5 if quick else 1.0)
+
+
 def _ratio(row: Row, peer: str) -> float | None:
     p = (row.peers or {}).get(peer)
     if p is None or row.steady is None:
@@ -407,7 +428,8 @@ def _pct(r: Row) -> str:
     if r.case.compute_bound:
         return f"{r.pct:.1f}% {r.limit_name.removeprefix('fma_')} {r.threads}T"
     cache = "" if r.pct_cache is None else f" ({r.pct_cache:.0f}% LLC)"
-    return f"{r.pct:.1f}% DRAM {r.threads}T{cache}"
+    now = " now" if r.triad_beside is not None else ""
+    return f"{r.pct:.1f}% DRAM{now} {r.threads}T{cache}"
 
 
 def _load(r: Row) -> str:

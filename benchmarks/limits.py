@@ -447,6 +447,37 @@ def wait_quiet(max_s: float, below: float = 0.3, window: float = 0.5) -> float |
             return f
 
 
+_NOW: dict[str, str] = {}  # str(target) -> the measuring program this process compiled for triad_now
+_NOW_DIRS: list[tempfile.TemporaryDirectory] = []  # kept for the process: removed at exit
+
+
+def triad_now(threads: int, target: Target | None = None, mib: int = DRAM_MIB_QUICK, gb: float = 1.0
+              ) -> float | None:
+    """The DRAM triad (GB/s, best trial) at `threads` measured now, `mib` MiB of arrays: what a figure measured
+    beside it is compared with. This machine kind's DRAM bandwidth moves with its neighbours (the same VM
+    measured 16 and 26 GB/s two minutes apart), so a share of a triad cached earlier says little. The program
+    is compiled once per process; None where it cannot be built or run (a target that does not run here)."""
+    target = target or target_for("cpu")
+    key = str(target)
+    try:
+        if key not in _NOW:
+            d = tempfile.TemporaryDirectory(prefix="uopc-limits-")
+            _NOW_DIRS.append(d)
+            _NOW[key] = _compile(d.name, target)[0]
+        env = dict(os.environ)
+        env.setdefault("OMP_PROC_BIND", "true")
+        env.pop("OMP_NUM_THREADS", None)
+        out = subprocess.run([_NOW[key], "stream", str(mib), str(gb)], capture_output=True, text=True, env=env,
+                             check=True, timeout=120).stdout
+    except (OSError, RuntimeError, subprocess.SubprocessError):
+        return None
+    rows = {r.threads: r.best for r in _parse(out) if r.name == "triad"}
+    if not rows:
+        return None
+    return rows.get(threads, rows[max(t for t in rows if t <= threads)] if any(t <= threads for t in rows)
+                    else rows[min(rows)])
+
+
 def measure(quick: bool = False, say: object = None, target: Target | None = None) -> Limits:
     """Run the measurements now for `target` (default: the cpu device's), about 15 s after waiting up to a minute
     for a quiet machine; with `quick` about 5 s and no waiting."""

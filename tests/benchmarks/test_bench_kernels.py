@@ -80,6 +80,13 @@ def test_limits_peak_uses_the_targets_vectors(tmp_path, level):
         assert names == {n + s for n in ml.row_names(target) for s in ("", "_cpu")}, names
 
 
+def test_triad_now_measures_this_moment():
+    """The triad a GB/s case is compared with, measured now (a small working set here: a smoke test)."""
+    one = ml.triad_now(1, mib=48, gb=0.05)
+    assert one is not None and 0.5 < one < 2000, one
+    assert ml.triad_now(1, target=cpu_target("aarch64" if host_arch() == "x86_64" else "x86-64-v2")) is None
+
+
 def test_limits_are_kept_per_target():
     v2, v3 = cpu_target("x86-64-v2"), cpu_target("x86-64-v3")
     assert ml.machine_key(v2) != ml.machine_key(v3) and ml.cache_path(v2) != ml.cache_path(v3)
@@ -164,6 +171,8 @@ def test_quick_suite_runs_and_produces_rows(monkeypatch, tmp_path):
     monkeypatch.setattr(bk, "cases_for", lambda mode: cases)
     monkeypatch.setattr(bk.machine_limits, "load",
                         lambda quick=False, remeasure=False, say=None, target=None: _fake_limits())
+    beside = iter([20.0, 22.0])  # the triad measured before and after the GB/s case (matmul is GFLOP/s: none)
+    monkeypatch.setattr(bk.machine_limits, "triad_now", lambda threads, target=None, mib=0, gb=0.0: next(beside))
     real_have = bk.have
     # peers that start slow processes stay out of a smoke test; numpy is always there
     monkeypatch.setattr(bk, "have", lambda m: False if m in ("torch", "tinygrad") else real_have(m))
@@ -179,6 +188,10 @@ def test_quick_suite_runs_and_produces_rows(monkeypatch, tmp_path):
     steady = next(r for r in b.results if r.name == "add_1M/ours")
     assert steady.info["check_ok"] is True
     assert steady.info["pct_of_limit"] is not None and steady.info["cold_ms"] > 0
+    # its share is of the triad measured beside it (mean of before and after), the cached one kept in the JSON
+    assert steady.info["triad_beside"] == (20.0, 22.0)
+    assert steady.info["pct_of_limit"] == pytest.approx(100 * steady.info["rate"] / 21.0)
+    assert steady.info["pct_of_cached_triad"] == pytest.approx(100 * steady.info["rate"] / 30.0)
     assert len(steady.samples) >= 3  # MIN_RUNS, more until the figure converges
     # the 4 MiB result comes from the pool at every steady call: nothing fresh, no page of it faulted in again
     assert steady.info["fresh_allocs_per_call"] == 0
