@@ -1,12 +1,13 @@
 """Run a multi-device schedule with the devices working at once: one persistent thread per device.
 
 Each kernel runs on the thread of its device and each copy on the thread of its destination, in schedule
-order; an item waits only for the items it depends on through storage: the last write of everything it reads
-or writes, and every read since then of what it writes (the memory plan may give two buffers one array, so
-storage, not buffers, is what is compared). A compiled cpu kernel drops the GIL while it runs, so kernels of
-different devices overlap. Each cpu device of the schedule gets its share of the host's cores: its kernels are
-compiled for a Target with `cores // number of cpu devices` threads (`shared_targets`), so n devices use the
-cores once between them instead of n times.
+order as far as the dependencies allow (a device runs its first item that is ready, so an item waiting for
+another device does not hold back the device's independent later items); an item waits only for the items it
+depends on through storage: the last write of everything it reads or writes, and every read since then of what
+it writes (the memory plan may give two buffers one array, so storage, not buffers, is what is compared). A
+compiled cpu kernel drops the GIL while it runs, so kernels of different devices overlap. Each cpu device of
+the schedule gets its share of the host's cores: its kernels are compiled for a Target with `cores // number of
+cpu devices` threads (`shared_targets`), so n devices use the cores once between them instead of n times.
 
 The threads are a `DevicePool`, made once per set of devices and kept (`pool_for`): starting threads at every
 realize cost milliseconds on a loaded machine. The first device's items run on the caller's thread, the others
@@ -124,9 +125,17 @@ os.register_at_fork(after_in_child=_forget_pools)
 
 
 def run_steps(devices: Sequence[str], deps: Sequence[Sequence[int]], step: Callable[[int], None]) -> None:
-    """Run step k (0 <= k < len(devices)) on the thread of `devices[k]`, each device's steps in order, a step
-    after the steps `deps[k]` (earlier ones) have run; the first error is raised here once every device stopped.
-    Steps all on one device run on the caller's thread."""
+    """Run step k (0 <= k < len(devices)) on the thread of `devices[k]`, a step after the steps `deps[k]`
+    (earlier ones) have run; the first error is raised here once every device stopped. Steps all on one device
+    run on the caller's thread, in order.
+
+    A device runs the first of its steps (in schedule order) whose dependencies have all run, not strictly the
+    next one: a step that waits for another device does not hold back the device's later steps that do not
+    depend on it. `deps` must name every step a step has to follow (`dependencies` does: every earlier access to
+    the same storage, transitively), so steps of one device that it leaves unordered may run in either order. A
+    reduce-scatter whose partial products are computed straight into the exchanged chunks needs this: device 0
+    computes the chunk it sends while device 1 computes the one it sends, instead of device 0 waiting for device
+    1's chunk first because the schedule lists the step that adds it earlier."""
     per_dev: dict[str, list[int]] = {}
     for k, d in enumerate(devices):
         per_dev.setdefault(d, []).append(k)
@@ -134,25 +143,40 @@ def run_steps(devices: Sequence[str], deps: Sequence[Sequence[int]], step: Calla
         for k in range(len(devices)):
             step(k)
         return
-    done = [threading.Event() for _ in devices]
+    done = [False] * len(devices)
+    changed = threading.Condition()
     errors: list[BaseException] = []
 
+    def next_ready(pending: list[int]) -> int | None:  # with `changed` held; None: stop (an error)
+        while not errors:
+            for i, k in enumerate(pending):
+                if all(done[d] for d in deps[k]):
+                    return pending.pop(i)
+            changed.wait()
+        return None
+
     def run_device(ks: list[int]) -> None:
+        pending = list(ks)
         try:
-            for k in ks:
-                for d in deps[k]:
-                    done[d].wait()
-                if errors:
+            while pending:
+                with changed:
+                    k = next_ready(pending)
+                if k is None:
                     break
                 try:
                     step(k)
+                except BaseException as e:  # recorded before the step counts as done: no one runs after it
+                    errors.append(e)
+                    raise
                 finally:
-                    done[k].set()
+                    with changed:
+                        done[k] = True
+                        changed.notify_all()
         except BaseException as e:  # reported on the caller's thread (a Ctrl-C while waiting too), others stop
-            errors.append(e)
-        finally:
-            for k in ks:  # on an error, release whoever waits on this device's items
-                done[k].set()
+            if not any(x is e for x in errors):
+                errors.append(e)
+            with changed:
+                changed.notify_all()
 
     order = tuple(sorted(per_dev))  # one pool per set of devices, whatever order the schedule meets them in
     pool_for(order).run([functools.partial(run_device, per_dev[d]) for d in order])

@@ -49,9 +49,51 @@ def test_run_steps_keeps_device_order_and_dependencies() -> None:
     assert sorted(order) == list(range(5))
     for k, ds in enumerate(deps):
         assert all(order.index(d) < order.index(k) for d in ds)
-    assert order.index(1) < order.index(2) < order.index(4)  # one device's steps in order
+    assert order.index(1) < order.index(2) < order.index(4)  # one device's dependent steps in order
     on = dict(log)
     assert on[1] == on[2] == on[4] == "device cpu:1" and on[0] == on[3] != "device cpu:1"
+
+
+def test_run_steps_does_not_hold_back_a_ready_step_behind_one_waiting_for_another_device() -> None:
+    # the reduce-scatter pattern: each device adds the other's chunk into its own; the step that adds on cpu:0
+    # comes first in the schedule but waits for cpu:1, whose step waits (here: needs) cpu:0's independent one
+    devices = ["cpu:1", "cpu:0", "cpu:0", "cpu:1"]
+    deps: list[list[int]] = [[], [0], [], [2]]
+    started = threading.Event()
+    seen: list[bool] = []
+
+    def step(k: int) -> None:
+        if k == 2:
+            started.set()
+        if k == 0:
+            seen.append(started.wait(timeout=10))  # in schedule order, step 2 ran only after step 1, after this
+
+    parallel.run_steps(devices, deps, step)
+    assert seen == [True]
+
+
+def test_row_parallel_matmul_runs_both_devices_product_kernels_at_once() -> None:
+    from lower.parallel import dependencies
+    from lower.realize import _device_of
+    from lower.schedule import schedule
+
+    rng = np.random.default_rng(0)
+    a, b = (Tensor(rng.standard_normal((256, 256), dtype=np.float32)) for _ in range(2))
+    c = a.shard(CPU2, 1).realize() @ b.shard(CPU2, 0).realize()
+    items, _ = schedule([c.uop])
+    devs = [_device_of(it.bufs[0]) for it in items]
+    deps = dependencies(items, {slot(x): slot(x) for it in items for x in it.bufs})  # no storage shared
+    products = {k for k, it in enumerate(items) if it.kind == "kernel" and it.name.startswith("r_")}
+    assert {devs[k] for k in products} == set(CPU2)
+    first: set[str] = set()
+    both = threading.Barrier(2, timeout=10)  # the first product kernel each device runs waits for the other's
+
+    def step(k: int) -> None:
+        if k in products and devs[k] not in first:
+            first.add(devs[k])
+            both.wait()
+
+    parallel.run_steps(devs, [sorted(d) for d in deps], step)  # a BrokenBarrierError if they ran one after another
 
 
 def test_run_steps_raises_the_first_error_and_stops() -> None:
