@@ -220,6 +220,14 @@ def _writes(it: ScheduleItem) -> set[int]:
             if s.op is Ops.STORE and s.src[0].op is Ops.INDEX and s.src[0].src[0].op is Ops.BUFFER}
 
 
+def _base(a: object) -> object:
+    """The array that owns `a`'s memory (numpy's `base` chain): two views of one array are one storage, so the
+    items that touch them stay ordered (run_steps lets a device run its ready items out of schedule order)."""
+    while (b := getattr(a, "base", None)) is not None:
+        a = b
+    return a
+
+
 def dependencies(items: list[ScheduleItem], storage: dict[int, int]) -> list[set[int]]:
     """For each item, the earlier items it must wait for (`storage` maps a buffer slot to its array's key)."""
     last_write: dict[int, int] = {}
@@ -281,7 +289,7 @@ def run_parallel(items: list[ScheduleItem], keep: set[UOp], var_vals: dict[str, 
             owner = shared.get(s)
             if owner is not None and buffers.slot(owner) != s and not buffers.has_data(b):
                 buffers.store(b, _raw(owner, vv))
-            storage[s] = id(_raw(b, vv))  # one array, one key (shared by the plan or by a bitcast's alias)
+            storage[s] = id(_base(_raw(b, vv)))  # one array, one key (shared by the plan, a bitcast's alias, a view)
     kernel_list, _ = compile_for_devices(items)
     kernel_ix = [k for k, it in enumerate(items) if it.kind == "kernel"]
     kernels = dict(zip(kernel_ix, kernel_list, strict=True))
