@@ -336,6 +336,7 @@ def test_a_ctrl_c_lost_in_a_finalizer_stops_the_run_at_the_next_step(tmp_path):
         def __del__(self) -> None:
             runner.on_ctrl_c(signal.SIGINT, None)
 
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a program (a test worker may differ)
     before = runner.watch_ctrl_c()
     try:
         f = Finalized()
@@ -348,3 +349,4 @@ def test_a_ctrl_c_lost_in_a_finalizer_stops_the_run_at_the_next_step(tmp_path):
         runner.checkpoint()
     finally:
         signal.signal(signal.SIGINT, before)
+        signal.signal(signal.SIGINT, outer)
