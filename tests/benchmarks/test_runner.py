@@ -193,8 +193,11 @@ sys.exit(bm.main(["fake", *sys.argv[3:]]))
 def _start(tmp_path, cases: int, pause: float, *args: str) -> subprocess.Popen:
     (tmp_path / "fake_run.py").write_text(textwrap.dedent(_SCRIPT))
     env = dict(os.environ, PYTHONPATH=ROOT, CACHEDIR=str(tmp_path / "cache"))
+    # SIGINT as a terminal gives it: a shell's background job (and so a test run started with `&`) has it ignored,
+    # which a child would inherit and keep, and the Ctrl-C test would wait in vain
     return subprocess.Popen([sys.executable, "fake_run.py", str(cases), str(pause), *args], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def test_a_run_writes_results_with_its_description(tmp_path):
