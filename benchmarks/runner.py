@@ -25,6 +25,7 @@ from __future__ import annotations
 import gc
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -182,6 +183,13 @@ class Timed:
 _CTRL_C = [False]  # a SIGINT arrived during this run (on_ctrl_c)
 
 
+def _settle() -> None:
+    """Before a timed run: wait for the cpu device's background -O2 builds (CPU_TIERS), so that a kernel compiled
+    by an earlier run is timed as the -O2 code it swaps to at its next call, not as its -Og first build."""
+    if (cpu := sys.modules.get("devices.cpu")) is not None:
+        cpu.DEVICE.finish_upgrades()
+
+
 def on_ctrl_c(signum: int, frame: object) -> None:
     """The SIGINT handler of a benchmark run: remembers the interrupt, then raises KeyboardInterrupt as Python's
     own handler does. Remembering matters when the exception is lost: raised inside a finalizer (gc.collect runs
@@ -314,6 +322,7 @@ class Bench:
                 self.say(f"{job.name}: run {i + 1}/{most[k]}" + (f" (last {wall[-1]:.3f} s)" if wall else ""))
                 state = job.setup() if job.setup is not None else None
                 gc.collect()
+                _settle()
                 meter = LoadMeter()
                 c0, t0 = time.process_time(), time.perf_counter()
                 res = job.fn(state)

@@ -22,6 +22,16 @@ an entry wrapper `NAME__entry(void** args, int core_id)` that unpacks 64-bit arg
 id into the SPECIAL values, and devices.cpu_pool runs that wrapper across a native thread pool, so the slices
 run on several cores at once.
 
+Tiers (CPU_TIERS=1, the default, on a host with two cores or more): a file whose -O2 object is neither loaded nor
+in the disk cache is compiled at -Og first (gcc takes ~0.4x the CPU of -O2 on the training benchmarks' kernels,
+which then run 1x to 3x as long), and its kernels run that; the same file is queued for -O2 on one background
+thread whose compiler processes run at nice 19 and start only while no kernel file of a realize compiles or waits
+to. A kernel takes its -O2 code at its first call after that build is done (CPUKernel.tier says which it runs). The
+two tiers are cached apart (the tier is in the key); the exactness flags are the same, so results are bit for bit
+the same. At exit the queued builds are dropped and a running one is terminated (its temporary file removed), so
+exit does not wait; a later process finds the -Og object cached and queues the -O2 build again.
+`CPUDevice.finish_upgrades()` waits for the queued builds (benchmarks, tests).
+
 SANITIZE=address compiles with AddressSanitizer and devices.memory allocates every buffer at its exact size, so
 an out-of-bounds access is reported. The ASan runtime must come first in the process:
 `LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 SANITIZE=address python ...`.
@@ -30,11 +40,13 @@ an out-of-bounds access is reported. The ASan runtime must come first in the pro
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import ctypes
 import itertools
 import math
 import os
+import subprocess
 import sys
 import threading
 from collections.abc import Sequence
@@ -50,8 +62,9 @@ from devices.c_scalar import unique_symbol
 from devices.cpu_compiler import Compiler
 from devices.linear import Program, analyze, const_value, special_bound
 from devices.memory import Allocator, buffer_specs, check_specs, check_vars, np_dtype
+from devices.toolrun import terminate
 from rewrite.dtype import DType, dtypes
-from rewrite.env import getenv
+from rewrite.env import cache_dir, getenv
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 
@@ -86,20 +99,37 @@ class CPUKernel:
     """A compiled kernel: `kernel({slot: array}, {name: value})`. `src` is its C source file; `entry` names its
     thread-pool wrapper (kernels with SPECIALs only)."""
 
-    def __init__(self, prog: Program, symbol: str, src: str, lib: ctypes.CDLL, entry: str | None = None) -> None:
-        self.prog, self.name, self.symbol, self.src, self.lib = prog, prog.name, symbol, src, lib
-        self.path: str | None = getattr(lib, "_name", None)
-        fn = getattr(lib, symbol)
-        fn.argtypes = ([ctypes.c_void_p] * len(prog.buffers) + [_CT[p.dtype] for p in prog.variables.values()]
-                       + [ctypes.c_longlong] * len(prog.specials))
-        fn.restype = None
-        self.fn = fn
-        # the wrapper's address, for cpu_pool.launch (a kernel compiled without one runs its ids one by one)
-        self.entry = ctypes.cast(getattr(lib, entry), ctypes.c_void_p).value if entry else None
+    def __init__(self, prog: Program, symbol: str, src: str, lib: ctypes.CDLL, entry: str | None = None,
+                 upgrade: _Upgrade | None = None) -> None:
+        self.prog, self.name, self.symbol, self.src = prog, prog.name, symbol, src
+        self._entry_name = entry
+        self._bind(lib)
+        # the -O2 build this kernel's -Og code waits for (tiers: module docstring); "fast" while it runs -Og
+        self._upgrade = upgrade
+        self.tier = "fast" if upgrade is not None else "opt"
         # constant SPECIAL bounds (the usual core_id) are read once, not at every launch
         consts = [int(const_value(sp.src[0])) for sp in prog.specials.values() if sp.src[0].op is Ops.CONST]
         self._bounds: list[int] | None = consts if len(consts) == len(prog.specials) else None
         self._specs = buffer_specs(prog.buffers, prog.stored)  # what each launch checks its arrays against
+
+    def _bind(self, lib: ctypes.CDLL) -> None:
+        """Call into `lib` from now on (its function and entry wrapper)."""
+        prog = self.prog
+        fn = getattr(lib, self.symbol)
+        fn.argtypes = ([ctypes.c_void_p] * len(prog.buffers) + [_CT[p.dtype] for p in prog.variables.values()]
+                       + [ctypes.c_longlong] * len(prog.specials))
+        fn.restype = None
+        # the wrapper's address, for cpu_pool.launch (a kernel compiled without one runs its ids one by one)
+        entry = ctypes.cast(getattr(lib, self._entry_name), ctypes.c_void_p).value if self._entry_name else None
+        self.lib, self.fn, self.entry = lib, fn, entry
+        self.path: str | None = getattr(lib, "_name", None)
+
+    def _take_upgrade(self) -> None:
+        """The -O2 build is done: call it from now on (a failed or dropped build leaves the -Og code)."""
+        up, self._upgrade = self._upgrade, None
+        if up is not None and up.lib is not None:
+            self._bind(up.lib)
+            self.tier = "opt"
 
     def binary(self) -> bytes:
         """The shared object this kernel was loaded from (it may hold the other kernels of its batch), as bytes;
@@ -111,6 +141,8 @@ class CPUKernel:
             return b""
 
     def __call__(self, buffers: dict[int, np.ndarray], var_vals: dict[str, int] | None = None) -> None:
+        if self._upgrade is not None and self._upgrade.done:
+            self._take_upgrade()
         prog = self.prog
         vv = var_vals or {}
         ints = check_vars(prog.variables, vv, self.name) if prog.variables else []
@@ -138,7 +170,7 @@ class _Part:
     helpers: dict[str, str]
     entry: str | None
     target: str  # the Target's key
-    lib: _Job | None = None
+    lib: _Job | None = None  # its result: (library, the -O2 build to wait for or None)
     src: str = ""
 
 
@@ -216,6 +248,124 @@ class _Limit(threading.Condition):
 
 
 _RUNNING = _Limit()
+
+
+class _Upgrade:
+    """The -O2 build of a C file whose kernels run its -Og build meanwhile. `done` once built (`lib`), failed or
+    dropped at exit (`lib` None: the kernels keep the -Og code)."""
+
+    def __init__(self, compiler: Compiler, src: str, what: str, target: Target, key: str) -> None:
+        self.compiler, self.src, self.what, self.target, self.key = compiler, src, what, target, key
+        # the disk cache in force now ("" for none): the build runs later, maybe under other settings
+        self.where = ""
+        if int(getenv("CACHE")):
+            with contextlib.suppress(OSError):  # unwritable: built in a temporary directory
+                self.where = cache_dir()
+        self.lib: ctypes.CDLL | None = None
+        self.done = False
+
+
+class _Live(set):
+    """The background compiler processes running; once `stopping`, one that starts is terminated at once."""
+
+    stopping = False
+
+    def add(self, p: subprocess.Popen) -> None:
+        super().add(p)
+        if self.stopping:
+            terminate(p)
+
+
+class _Upgrader:
+    """One background thread building queued files at -O2, one at a time, its compiler processes at nice 19; a build
+    starts only while no kernel file of a realize compiles or waits to (_RUNNING.busy). Shares _RUNNING's lock."""
+
+    def __init__(self) -> None:
+        self.queue: collections.deque[_Upgrade] = collections.deque()
+        self.pending: dict[str, _Upgrade] = {}  # the -O2 key -> its build, queued or running
+        self.live = _Live()
+        self.thread: threading.Thread | None = None
+        self.stopping = False
+
+    def submit(self, compiler: Compiler, src: str, what: str, target: Target) -> _Upgrade:
+        key = compiler.key(src, target)
+        with _RUNNING:
+            if (up := self.pending.get(key)) is not None:
+                return up
+            up = self.pending[key] = _Upgrade(compiler, src, what, target, key)
+            if self.stopping:  # exiting: nothing more is built
+                self._drop(up)
+                return up
+            self.queue.append(up)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._work, name="cpu-upgrade", daemon=True)
+                self.thread.start()
+                atexit.register(self.stop)
+            _RUNNING.notify_all()
+        return up
+
+    def _drop(self, up: _Upgrade) -> None:
+        up.done = True
+        self.pending.pop(up.key, None)
+
+    def _work(self) -> None:
+        # Linux: a thread's nice value is its own, and the processes it starts inherit it
+        with contextlib.suppress(AttributeError, OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        while True:
+            with _RUNNING:
+                _RUNNING.wait_for(lambda: self.stopping or (bool(self.queue) and not _RUNNING.busy()))
+                if self.stopping:
+                    return
+                up = self.queue.popleft()
+            lib = None
+            try:
+                if up.compiler.key(up.src, up.target) == up.key:  # else the flags changed (SANITIZE): dropped
+                    lib = up.compiler.load(up.src, up.what, up.target, live=self.live, where=up.where)
+            except Exception as e:  # the kernels keep their -Og code
+                if not self.stopping and int(getenv("DEBUG")) >= 1:
+                    print(f"cpu: the -O2 build of {up.what} failed, keeping -Og: {e}", file=sys.stderr)
+            with _RUNNING:
+                up.lib = lib
+                self._drop(up)
+                _RUNNING.notify_all()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until every queued build is done; whether they are."""
+        with _RUNNING:
+            return _RUNNING.wait_for(lambda: not self.pending, timeout)
+
+    def stop(self) -> None:
+        """At exit: drop the queued builds and terminate a running one (its compile's temporary file is removed by
+        the compile that fails), then wait for the thread; nothing is left half written in the cache."""
+        with _RUNNING:
+            self.stopping = self.live.stopping = True
+            for up in self.queue:
+                self._drop(up)
+            self.queue.clear()
+            _RUNNING.notify_all()
+        for p in list(self.live):
+            terminate(p)
+        if self.thread is not None:
+            self.thread.join(timeout=60)
+
+
+_UPGRADES = _Upgrader()
+
+
+def _tiered(target: Target) -> bool:
+    """Whether a file the cache lacks is compiled at -Og first: CPU_TIERS=1, code for this host, a spare core."""
+    return bool(int(getenv("CPU_TIERS"))) and target.runs_here and _compile_workers() >= 2
+
+
+def _load(compiler: Compiler, src: str, what: str, target: Target) -> tuple[ctypes.CDLL, _Upgrade | None]:
+    """The library of one C file: its -O2 build if loaded or cached; else (tiered) its -Og build, with the -O2 build
+    queued; else its -O2 build, compiled now."""
+    if not _tiered(target):
+        return compiler.load(src, what, target), None
+    if (lib := compiler.cached(src, target)) is not None:
+        return lib, None
+    return compiler.load(src, what, target, tier="fast"), _UPGRADES.submit(compiler, src, what, target)
 _WARMING: list[threading.Thread] = []  # CPUDevice.warm_up's build of the thread pool, once begun
 
 
@@ -342,7 +492,7 @@ class CPUDevice(Allocator):
         _ = compiler.cc, compiler.is_clang  # find and identify the compiler here, not in two threads at once
         src, what = _file(parts)
         _RUNNING.set(_compile_workers() - 1)  # Python lowering the next kernels keeps a core
-        job = _Job(compiler.load, src, what, tgt, weight=len(src))
+        job = _Job(_load, compiler, src, what, tgt, weight=len(src))
         for p in parts:
             p.lib, p.src = job, src
 
@@ -375,12 +525,12 @@ class CPUDevice(Allocator):
         build_pool = tgt.runs_here and parallel and cpu_pool.unbuilt()
         _RUNNING.set(_compile_workers())  # lowering is done: the last files (and any still waiting) take every core
         if len(srcs) == 1 and not build_pool:
-            libs = [compiler.load(*srcs[0], tgt)]
+            libs = [_load(compiler, *srcs[0], tgt)]
         else:
             _ = compiler.cc, compiler.is_clang  # find and identify the compiler once, before the threads
             # each waits on its own compiler; started largest first, and the pool (needed only at the first
             # launch) after them all
-            jobs = {i: _Job(compiler.load, *srcs[i], tgt, weight=len(srcs[i][0]))
+            jobs = {i: _Job(_load, compiler, *srcs[i], tgt, weight=len(srcs[i][0]))
                     for i in sorted(range(len(srcs)), key=lambda i: -len(srcs[i][0]))}
             built = _Job(cpu_pool.prepare, weight=-1) if build_pool else None
             libs = [jobs[i].result() for i in range(len(srcs))]
@@ -390,12 +540,18 @@ class CPUDevice(Allocator):
         out: list[CPUKernel] = []
         for i, p in enumerate(parts):
             if i in lib_of:
-                lib, src = lib_of[i]
+                (lib, up), src = lib_of[i]
             else:
                 assert p.lib is not None
-                lib, src = p.lib.result(), p.src
-            out.append(CPUKernel(p.prog, p.sym, src, lib, p.entry))
+                (lib, up), src = p.lib.result(), p.src
+            out.append(CPUKernel(p.prog, p.sym, src, lib, p.entry, up))
         return out
+
+    @staticmethod
+    def finish_upgrades(timeout: float | None = None) -> bool:
+        """Wait until the queued -O2 builds (tiers: module docstring) are done; whether they are. Kernels take
+        theirs at their next call."""
+        return _UPGRADES.wait(timeout)
 
     @staticmethod
     def np_dtype(dtype: DType) -> np.dtype:

@@ -4,6 +4,10 @@ object through the disk cache (devices.objcache). devices.cpu (the device) re-ex
 Flags: -O2 -fPIC -shared, the Target's instruction-set flags (-march=native, -march=x86-64-v3, ...), plus what
 exactness needs (see c_render): -ffp-contract=off (no fused multiply-add), -fwrapv (signed ints wrap),
 -fno-math-errno, and for gcc -fexcess-precision=standard (a cast to _Float16 rounds). Never -ffast-math.
+
+Tiers: the same flags with -Og in place of -O2 are the "fast" tier (devices.cpu compiles a file the disk cache lacks
+at it first, then at -O2 in the background: CPU_TIERS). Both keep the exactness flags, so a kernel's results are the
+same bit for bit; the flags are part of the cache key, so the two tiers' objects are cached apart.
 """
 
 from __future__ import annotations
@@ -34,6 +38,10 @@ from rewrite.errors import CompileError, DeviceError
 _BASE_FLAGS = ("-O2", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math",
                "-fwrapv",
                "-Werror=implicit-function-declaration")
+# the fast tier's optimization level: on the training benchmarks' kernels gcc takes about 0.4x the CPU of -O2, and
+# the kernels run 1x (transformer) to 3x (cnn) as long (docs in devices/cpu.py)
+FAST_LEVEL = "-Og"
+TIERS = ("opt", "fast")
 class _Library(ctypes.CDLL):
     """A kernel's shared object, unloaded (dlclose) when the last reference goes: its CPUKernels and the
     compiler's in-memory table hold it (a ctypes function pointer holds its library too)."""
@@ -41,8 +49,10 @@ class _Library(ctypes.CDLL):
     def __del__(self) -> None:
         handle = getattr(self, "_handle", None)
         if handle:
-            with contextlib.suppress(Exception):
+            try:  # noqa: SIM105 -- not contextlib: at interpreter shutdown this module's globals may be gone
                 _dlclose(handle)
+            except Exception:
+                pass
 
 
 class Compiler:
@@ -89,43 +99,46 @@ class Compiler:
                 self._clang = "clang" in out.lower()
         return self._clang
 
-    def flags(self, target: Target | None = None) -> tuple[str, ...]:
-        """The command line's flags for `target` (default: the host, -march=native)."""
+    def flags(self, target: Target | None = None, tier: str = "opt") -> tuple[str, ...]:
+        """The command line's flags for `target` (default: the host, -march=native); `tier` "fast": -Og for -O2."""
         target = target or cpu_target("native")
-        return _BASE_FLAGS + target.compile_flags + (() if self.is_clang else ("-fexcess-precision=standard",)) + \
+        if tier not in TIERS:
+            raise ValueError(f"cpu: unknown compile tier {tier!r} (one of {', '.join(TIERS)})")
+        base = _BASE_FLAGS if tier == "opt" else tuple(FAST_LEVEL if f == "-O2" else f for f in _BASE_FLAGS)
+        return base + target.compile_flags + (() if self.is_clang else ("-fexcess-precision=standard",)) + \
             _sanitize_flags() + ("-lm",)
 
-    def key(self, src: str, target: Target) -> str:
-        ident = "\0".join((self.cc, self._ident, _host(), target.key, *self.flags(target)))
+    def key(self, src: str, target: Target, tier: str = "opt") -> str:
+        # the tier is named besides its flags (the -O2 key is as before tiers, so existing caches stay valid)
+        ident = "\0".join((self.cc, self._ident, _host(), target.key, *(() if tier == "opt" else (tier,)),
+                           *self.flags(target, tier)))
         return hashlib.sha256((ident + "\0" + src).encode()).hexdigest()[:32]
 
-    def load(self, src: str, what: str, target: Target | None = None, runtime: bool = False) -> ctypes.CDLL:
+    def load(self, src: str, what: str, target: Target | None = None, runtime: bool = False, tier: str = "opt",
+             live: set[subprocess.Popen] | None = None, where: str | None = None) -> ctypes.CDLL:
         """The loaded library for `src` compiled for `target` (default: the host's): from memory, the disk cache,
         or a fresh compile. `runtime` marks one of the device's own support libraries (the thread pool): it is
         part of the installation rather than a kernel, so it stays in the disk cache even under CACHE=0 (which is
         about kernels), and is never unloaded. Kernel libraries are unloaded (dlclose) when the last object
         referring to them goes: the in-memory table keeps only the `max_libs` most recently used, and each
-        CPUKernel holds its own. Code for a target the host cannot run is refused (DeviceError), not loaded."""
+        CPUKernel holds its own. Code for a target the host cannot run is refused (DeviceError), not loaded.
+        `tier`: "opt" (-O2) or "fast" (-Og, cached under its own key). `live`: the compiler process is in this set
+        while it runs (devices.cpu's background builds, terminated at exit). `where`: the cache directory to use
+        instead of the knobs' (CACHE, CACHEDIR) at this moment, "" for none (a background build uses the
+        settings in force when it was queued)."""
         target = target or cpu_target("native")
-        if not target.runs_here:
-            raise DeviceError(f"cpu: code for target {target.isa} cannot run on this host ({platform.machine()}, "
-                              f"lacking {', '.join(sorted(target.features - host_flags())) or 'the architecture'}); "
-                              f"compile it with devices.cpu.build_object, or set CPU_TARGET=native")
-        key = self.key(src, target)
-        with self._lock:
-            if (lib := self._libs.get(key)) is not None:
-                self._libs.move_to_end(key)
-                return lib
-            if (lib := self._runtime.get(key)) is not None:
-                return lib
+        self._check_target(target)
+        key = self.key(src, target, tier)
+        if (lib := self._in_memory(key)) is not None:
+            return lib
         int(getenv("CACHE_SIZE"))  # a bad value is an error at once, not at the first write
         if getenv("SANITIZE"):
             _check_asan_runtime()
         t0 = time.perf_counter()
-        on_disk = runtime or int(getenv("CACHE"))
+        on_disk = runtime or (int(getenv("CACHE")) if where is None else bool(where))
         cls = ctypes.CDLL if runtime else _Library
-        lib, hit = self._from_disk(src, key, what, cls, target) if on_disk else \
-            (self._uncached(src, what, cls, target), False)
+        lib, hit = self._from_disk(src, key, what, cls, target, tier, live, where) if on_disk else \
+            (self._uncached(src, what, cls, target, tier, live), False)
         if int(getenv("DEBUG")) >= 3:
             how = "disk cache hit" if hit else "compiled"
             print(f"cpu: {what}: {how} in {(time.perf_counter() - t0) * 1e3:.1f} ms", file=sys.stderr)
@@ -133,22 +146,64 @@ class Compiler:
             if runtime:
                 self._runtime[key] = lib
             else:
-                self._libs[key] = lib
-                while len(self._libs) > self.max_libs:
-                    self._libs.popitem(last=False)
+                self._remember(key, lib)
         return lib
 
-    def _from_disk(self, src: str, key: str, what: str, cls: type[ctypes.CDLL], target: Target
-                   ) -> tuple[ctypes.CDLL, bool]:
+    def cached(self, src: str, target: Target | None = None) -> ctypes.CDLL | None:
+        """The -O2 library for `src` if it is loaded or in the disk cache (loaded now), else None: nothing is
+        compiled."""
+        target = target or cpu_target("native")
+        self._check_target(target)
+        key = self.key(src, target)
+        if (lib := self._in_memory(key)) is not None:
+            return lib
+        if not int(getenv("CACHE")):
+            return None
+        try:
+            path = os.path.join(cache_dir(), "cpu", f"{key}.so")
+        except OSError:  # the load that follows warns of it
+            return None
+        if not objcache.verify(path, key):
+            return None
+        try:
+            lib = _Library(path)
+        except OSError:
+            return None
+        objcache.touch(path)
+        with self._lock:
+            self._remember(key, lib)
+        return lib
+
+    def _check_target(self, target: Target) -> None:
+        if not target.runs_here:
+            raise DeviceError(f"cpu: code for target {target.isa} cannot run on this host ({platform.machine()}, "
+                              f"lacking {', '.join(sorted(target.features - host_flags())) or 'the architecture'}); "
+                              f"compile it with devices.cpu.build_object, or set CPU_TARGET=native")
+
+    def _in_memory(self, key: str) -> ctypes.CDLL | None:
+        with self._lock:
+            if (lib := self._libs.get(key)) is not None:
+                self._libs.move_to_end(key)
+                return lib
+            return self._runtime.get(key)
+
+    def _remember(self, key: str, lib: ctypes.CDLL) -> None:
+        """Keep a kernel library in the in-memory table (the caller holds the lock)."""
+        self._libs[key] = lib
+        while len(self._libs) > self.max_libs:
+            self._libs.popitem(last=False)
+
+    def _from_disk(self, src: str, key: str, what: str, cls: type[ctypes.CDLL], target: Target, tier: str = "opt",
+                   live: set[subprocess.Popen] | None = None, where: str | None = None) -> tuple[ctypes.CDLL, bool]:
         """The object from the disk cache when it verifies (objcache), else compiled there; compiled in a
         temporary directory when the cache directory cannot be written (one warning per process)."""
         d = ""
         try:
-            d = os.path.join(cache_dir(), "cpu")
+            d = os.path.join(where or cache_dir(), "cpu")
             os.makedirs(d, exist_ok=True)
         except OSError as e:
             objcache.warn_unwritable(d or str(getenv("CACHEDIR")) or "~/.cache/uopc", e)
-            return self._uncached(src, what, cls, target), False
+            return self._uncached(src, what, cls, target, tier, live), False
         objcache.sweep_once(d)
         path = os.path.join(d, f"{key}.so")
         if objcache.verify(path, key):
@@ -165,9 +220,9 @@ class Compiler:
             tmp = objcache.temp_path(d, key)
         except OSError as e:
             objcache.warn_unwritable(d, e)
-            return self._uncached(src, what, cls, target), False
+            return self._uncached(src, what, cls, target, tier, live), False
         try:
-            self._run(src, tmp, what, target)
+            self._run(src, tmp, what, target, tier=tier, live=live)
             objcache.seal(tmp, key)
             os.replace(tmp, path)  # atomic: a concurrent process sees no file or the whole file
         except BaseException:
@@ -177,23 +232,23 @@ class Compiler:
         objcache.note_write(d, path, int(getenv("CACHE_SIZE")))
         return cls(path), False
 
-    def _uncached(self, src: str, what: str, cls: type[ctypes.CDLL] = ctypes.CDLL, target: Target | None = None
-                  ) -> ctypes.CDLL:
+    def _uncached(self, src: str, what: str, cls: type[ctypes.CDLL] = ctypes.CDLL, target: Target | None = None,
+                  tier: str = "opt", live: set[subprocess.Popen] | None = None) -> ctypes.CDLL:
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "k.so")
-            self._run(src, path, what, target or cpu_target("native"))
+            self._run(src, path, what, target or cpu_target("native"), tier=tier, live=live)
             return cls(path)  # the mapping outlives the file
 
     def _run(self, src: str, out: str, what: str, target: Target, extra: tuple[str, ...] = (),
-             executable: bool = False) -> None:
+             executable: bool = False, tier: str = "opt", live: set[subprocess.Popen] | None = None) -> None:
         """Compile `src` for `target` to `out` (a shared object; `extra` flags may ask for something else; with
         `executable`, a static program: `src` has a main)."""
-        flags = self.flags(target)
+        flags = self.flags(target, tier)
         if executable:
             flags = tuple(f for f in flags if f not in ("-shared", "-fPIC"))
             extra = ("-static", *extra)
         cmd = [self.cc, *flags[:-1], *extra, "-x", "c", "-", "-o", out, flags[-1]]
-        run_compiler(cmd, "cpu", what, src, 300, stdin=src)
+        run_compiler(cmd, "cpu", what, src, 300, stdin=src, live=live)
 
     def forget(self) -> None:
         """Drop the in-memory cache (loaded libraries stay mapped while kernels hold them)."""

@@ -3,6 +3,7 @@ failures become a CompileError that names the tool, the kernel, and shows the nu
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 
@@ -13,18 +14,43 @@ def numbered(src: str) -> str:
 
 
 def run_compiler(cmd: list[str], who: str, what: str, src: str, timeout: int, stdin: str | None = None,
-                 where: str = "") -> None:
+                 where: str = "", live: set[subprocess.Popen] | None = None) -> None:
     """Run `cmd` (its tool is `cmd[0]`); `who` is the device ("cpu", "cuda"), `what` the kernel(s), `src` the
-    source shown on failure, `stdin` what is piped in, `where` extra words after the kernel (e.g. " for sm_90")."""
+    source shown on failure, `stdin` what is piped in, `where` extra words after the kernel (e.g. " for sm_90").
+    `live`: the process runs in a session of its own and is in this set while it runs, so that another thread may
+    end it and the processes it started (`terminate`)."""
     from rewrite.errors import CompileError
 
     tool = os.path.basename(cmd[0])
     try:
-        r = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise CompileError(f"{who}: {tool} took over {timeout} s on {what}\n{numbered(src)}") from None
+        with subprocess.Popen(cmd, stdin=subprocess.PIPE if stdin is not None else None,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=live is not None) as p:
+            if live is not None:
+                live.add(p)
+            try:
+                _, err = p.communicate(stdin, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+                raise CompileError(f"{who}: {tool} took over {timeout} s on {what}\n{numbered(src)}") from None
+            finally:
+                if live is not None:
+                    live.discard(p)
     except OSError as e:
         raise CompileError(f"{who}: cannot run {tool}: {e}") from None
-    if r.returncode != 0:
-        raise CompileError(f"{who}: {tool} failed on {what}{where} (exit {r.returncode}):\n"
-                           f"{r.stderr.strip()}\n--- source ---\n{numbered(src)}")
+    if p.returncode != 0:
+        raise CompileError(f"{who}: {tool} failed on {what}{where} (exit {p.returncode}):\n"
+                           f"{err.strip()}\n--- source ---\n{numbered(src)}")
+
+
+def terminate(p: subprocess.Popen) -> None:
+    """End a compiler that run_compiler started with `live`, and its own processes (gcc's cc1 and as: the driver
+    removes its temporary files when they end, but a cc1 left running would write one afterwards)."""
+    import signal
+
+    try:
+        os.killpg(p.pid, signal.SIGTERM)
+    except OSError:  # gone already, or no process groups here
+        with contextlib.suppress(OSError):
+            p.terminate()
