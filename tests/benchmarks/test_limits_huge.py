@@ -13,14 +13,6 @@ from benchmarks import checked_cache
 from benchmarks import limits as ml
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("CACHEDIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("CACHE", raising=False)
-    monkeypatch.delenv("REMEASURE_LIMITS", raising=False)
-    return tmp_path / "cache"
-
-
 def _limits() -> ml.Limits:
     rows = [ml.Row("fma_avx2", 1, "GFLOP/s", 90.0, 91.0, [90.0, 91.0]),
             ml.Row("triad", 1, "GB/s", 30.0, 30.0, [30.0, 30.0])]

@@ -26,14 +26,6 @@ from benchmarks.runner import Bench, Result, Timed, converged
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("CACHEDIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("CACHE", raising=False)
-    monkeypatch.delenv("REMEASURE_LIMITS", raising=False)
-    return tmp_path / "cache"
-
-
 # ---------------------------------------------------------------------------- adaptive repeats
 
 

@@ -16,6 +16,7 @@ from devices.memory import HUGE, Allocator, default_cap
 from rewrite.dtype import dtypes
 from rewrite.errors import OutOfMemoryError
 from tensor import Tensor
+from tests.tensor.util import rss_mb as _rss_mb
 
 F32 = dtypes.float32
 
@@ -170,14 +171,6 @@ def test_big_buffers_are_huge_page_aligned_and_small_ones_64_bytes() -> None:
     assert _addr(a.alloc(HUGE // 4 + 1, F32)) % HUGE == 0
     for n in (1, 3, 1000):
         assert _addr(a.alloc(n, F32)) % 64 == 0
-
-
-def _rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="RSS is read from /proc")

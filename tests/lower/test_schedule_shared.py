@@ -11,16 +11,8 @@ import pytest
 from lower import schedule
 from rewrite import Ops
 from tensor import Tensor
-
-
-def _layernorm(x: Tensor) -> Tensor:
-    xc = x - x.mean(-1, keepdim=True)
-    return xc * ((xc * xc).mean(-1, keepdim=True) + 1e-5).rsqrt()
-
-
-def _np_layernorm(x: np.ndarray) -> np.ndarray:
-    xc = x - x.mean(-1, keepdims=True)
-    return xc / np.sqrt((xc * xc).mean(-1, keepdims=True) + 1e-5)
+from tests.tensor.util import layernorm as _layernorm
+from tests.tensor.util import np_layernorm as _np_layernorm
 
 
 def _stack(x: Tensor, w: Tensor, n: int) -> tuple[Tensor, list[Tensor]]:

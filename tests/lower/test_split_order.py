@@ -13,20 +13,12 @@ from lower.schedule import schedule, split_decisions, stale_kernels
 from rewrite import UOp
 from rewrite.hashing import structural_hash
 from tensor import Tensor
+from tests.tensor.util import layernorm as _layernorm
+from tests.tensor.util import np_layernorm as _np_layernorm
 
 
 def _arr(*shape: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-
-
-def _layernorm(x: Tensor) -> Tensor:
-    xc = x - x.mean(-1, keepdim=True)
-    return xc * ((xc * xc).mean(-1, keepdim=True) + 1e-5).rsqrt()
-
-
-def _np_layernorm(x: np.ndarray) -> np.ndarray:
-    xc = x - x.mean(-1, keepdims=True)
-    return xc / np.sqrt((xc * xc).mean(-1, keepdims=True) + 1e-5)
 
 
 def _graph() -> tuple[list[Tensor], list[np.ndarray]]:

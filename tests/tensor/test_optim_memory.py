@@ -11,14 +11,7 @@ from lower import buffers as registry
 from tensor.modules import Linear, Sequential, cross_entropy
 from tensor.optim import SGD, AdamW, Optimizer
 from tensor.tensor import Tensor
-
-
-def _rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+from tests.tensor.util import rss_mb as _rss_mb
 
 
 def _mlp_steps(opt_cls: Callable[..., Optimizer], steps: int,

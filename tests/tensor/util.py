@@ -100,3 +100,28 @@ def dp_mlp_step(opt_name: str, devices: tuple[str, ...] | None, use_jit: bool) \
         return loss
 
     return (jit(step) if use_jit else step), params, ran
+
+
+def rss_mb() -> float:
+    """This process's resident memory (VmRSS), MiB; 0 where /proc is missing."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def layernorm(x: Tensor) -> Tensor:
+    """LayerNorm over the last axis without weights (eps 1e-5), as the split tests stack it."""
+    xc = x - x.mean(-1, keepdim=True)
+    return xc * ((xc * xc).mean(-1, keepdim=True) + 1e-5).rsqrt()
+
+
+def np_layernorm(x: np.ndarray) -> np.ndarray:
+    """numpy's `layernorm`."""
+    xc = x - x.mean(-1, keepdims=True)
+    return xc / np.sqrt((xc * xc).mean(-1, keepdims=True) + 1e-5)
+

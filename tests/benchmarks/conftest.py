@@ -1,0 +1,14 @@
+"""Fixtures of the benchmark tests."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A private cache directory (limits, history) with the cache on and no forced re-measuring."""
+    monkeypatch.setenv("CACHEDIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("CACHE", raising=False)
+    monkeypatch.delenv("REMEASURE_LIMITS", raising=False)
+    return tmp_path / "cache"
