@@ -227,8 +227,14 @@ def _schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
         # realize-assign-cycle, over the whole graph): the store then only copies
         pending += _carry_out([break_cycle(roots, stuck, out_of, topo_index)], build)
     split.fused.update(dict.fromkeys(leader, FUSE_STORES))
-    return ([it for k in order for it in (*parts.before.get(k, ()), fused.get(k) or kernels[k])],
+    return ([it for k in order for it in (*parts.before.get(k, ()), fused.get(k) or _localized(kernels, k))],
             {g: out_of[r] for g, r in zip(given, roots, strict=True)}, split)
+
+
+def _localized(kernels: dict[UOp, ScheduleItem], k: UOp) -> ScheduleItem:
+    """The item of kernel `k`: a kernel's AST over the global buffers (as `_build_one` keeps it) localized."""
+    it: object = kernels[k]
+    return _localize(it) if isinstance(it, UOp) else cast(ScheduleItem, it)
 
 
 def _fused_stores(build: BuildContext, stores: dict[UOp, UOp], topo_index: dict[UOp, int], excluded: set[UOp]
@@ -348,7 +354,7 @@ def _build_one(build: BuildContext, node: UOp) -> Decision | None:
         return None
     ast = build.kernel(node)
     assert not isinstance(ast, RealizePoint)  # the realize-point rule fires on it
-    kernels[node] = _localize(ast)
+    kernels[node] = ast  # localized once the split is done (`_localized`): a later round may drop it
     build.raw[node] = ast
     build.accept(node)
     return None

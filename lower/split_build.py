@@ -112,10 +112,11 @@ class BuildContext:
     split: SplitContext
     device: str
     parts: Concats
-    kernels: dict[UOp, object] = field(default_factory=dict)  # realized node -> its ScheduleItem (lower.schedule)
+    kernels: dict[UOp, object] = field(default_factory=dict)  # node -> its AST or ScheduleItem (lower.schedule)
     raw: dict[UOp, UOp] = field(default_factory=dict)  # realized node -> its kernel over the global buffers
     regions: dict[UOp, frozenset[UOp]] = field(default_factory=dict)  # kernel -> the nodes it computes inline
     where: dict[UOp, list[UOp]] = field(default_factory=dict)  # node -> kernels whose region held it once
+    bytes: ByteCount | None = None  # the byte rule's loops, kept across rounds (`shared_values`)
     _flats: dict[UOp, UOp] = field(default_factory=dict)
     _flat_of: dict[UOp, UOp] = field(default_factory=dict)
     _node: UOp | None = None
@@ -350,10 +351,11 @@ class SharedContext:
     out_of: dict[UOp, UOp]
     users: dict[UOp, list[UOp]]
     nodes: list[UOp] = field(default_factory=list)
-    count: ByteCount = field(init=False)
+    count: ByteCount | None = None  # kept across rounds (`BuildContext.bytes`), else made for this one
 
     def __post_init__(self) -> None:
-        self.count = ByteCount(self.out_of)
+        if self.count is None:
+            self.count = ByteCount(self.out_of)
 
 
 def nbytes(u: UOp) -> int | None:
@@ -397,16 +399,26 @@ def _loop(top: UOp, realized: dict[UOp, UOp], also: UOp | None) -> _Loop:
 
 
 class ByteCount:
-    """`recompute_bytes` over one set of realized nodes, each loop walked once (the kernels of a round share
-    most of their reductions)."""
+    """`recompute_bytes` over a set of realized nodes that only grows (in order, as `split.out_of`), each loop
+    walked once (the kernels of a round share most of their reductions) and kept across rounds: `sync()` forgets
+    only the loops whose walk met a node realized since (the others read the same)."""
 
     def __init__(self, realized: dict[UOp, UOp]) -> None:
         self.realized = realized
-        self._loops: dict[UOp, _Loop] = {}
+        self._loops: dict[tuple[UOp, UOp | None], _Loop] = {}
+        self._known = len(realized)
 
-    def loop(self, top: UOp) -> _Loop:
-        if (lp := self._loops.get(top)) is None:
-            lp = self._loops[top] = _loop(top, self.realized, None)
+    def sync(self) -> None:
+        """Forget the loops that the nodes realized since the last call change."""
+        if len(self.realized) == self._known:
+            return
+        new = set(islice(self.realized, self._known, None))
+        self._known = len(self.realized)
+        self._loops = {k: lp for k, lp in self._loops.items() if new.isdisjoint(lp.inner)}
+
+    def loop(self, top: UOp, also: UOp | None = None) -> _Loop:
+        if (lp := self._loops.get((top, also))) is None:
+            lp = self._loops[(top, also)] = _loop(top, self.realized, also)
         return lp
 
     def __call__(self, node: UOp, also: UOp | None = None) -> int | None:
@@ -416,7 +428,7 @@ class ByteCount:
             top = todo.pop()
             lp = self.loop(top)
             if also is not None and also in lp.inner:  # `also` read in this loop: walked again, stopping at it
-                lp = _loop(top, self.realized, also)
+                lp = self.loop(top, also)
             if lp.nbytes is None:
                 return None
             total += lp.nbytes
@@ -444,11 +456,13 @@ def _shared_value(ctx: SharedContext, n: UOp) -> None:
     needed) read less than the `m` kernels computing it. A symbolic size counts as fewer."""
     if len(ks := ctx.users.get(n, ())) < 2 or n in ctx.out_of:
         return
-    own, once = ctx.count(n), nbytes(n)
+    count = ctx.count
+    assert count is not None  # made by __post_init__
+    own, once = count(n), nbytes(n)
     if own is not None and once is not None and (len(ks) - 1) * own <= (len(ks) + 1) * once:
         return  # each kernel saves at most `own - once`: storing it reads no less
-    now = [ctx.count(k) for k in ks]
-    after = [ctx.count(k, n) for k in ks]
+    now = [count(k) for k in ks]
+    after = [count(k, n) for k in ks]
     sizes = [b for b in (own, once, *now, *after) if b is not None]
     if len(sizes) < 2 + 2 * len(ks) or sum(sizes[:2]) + sum(sizes[2 + len(ks):]) < sum(sizes[2:2 + len(ks)]):
         ctx.nodes.append(n)
@@ -471,7 +485,10 @@ def shared_values(build: BuildContext) -> Decision | None:
     if not any(len(ks) > 1 for ks in users.values()):
         return None
     out_of = build.split.out_of
-    ctx = SharedContext(out_of, users)
+    if build.bytes is None:
+        build.bytes = ByteCount(out_of)
+    build.bytes.sync()
+    ctx = SharedContext(out_of, users, count=build.bytes)
     graph_rewrite(UOp.sink(*build.split.roots), shared_rules, ctx, name="split-shared", walk=True)
     chosen: list[UOp] = []
     covered: dict[UOp, set[UOp]] = {}  # node -> the kernels that read it through a chosen value
