@@ -474,8 +474,8 @@ def triad_now(threads: int, target: Target | None = None, mib: int = DRAM_MIB_QU
     rows = {r.threads: r.best for r in _parse(out) if r.name == "triad"}
     if not rows:
         return None
-    return rows.get(threads, rows[max(t for t in rows if t <= threads)] if any(t <= threads for t in rows)
-                    else rows[min(rows)])
+    fewer = [t for t in rows if t <= threads]  # the count asked for, else the nearest below it measured
+    return rows[max(fewer)] if fewer else rows[min(rows)]
 
 
 def measure(quick: bool = False, say: object = None, target: Target | None = None) -> Limits:

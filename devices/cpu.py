@@ -40,18 +40,14 @@ an out-of-bounds access is reported. The ASan runtime must come first in the pro
 from __future__ import annotations
 
 import atexit
-import collections
 import contextlib
 import ctypes
 import itertools
 import math
-import os
-import subprocess
 import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -60,11 +56,11 @@ from devices.base import Target, cpu_target
 from devices.c_render import C_ALU_OPS, ctype, is_reserved, render_function, render_source, storage_type
 from devices.c_scalar import unique_symbol
 from devices.cpu_compiler import Compiler
+from devices.cpu_jobs import _RUNNING, _UPGRADES, _compile_workers, _Job, _load, _Upgrade
 from devices.linear import Program, analyze, const_value, special_bound
 from devices.memory import Allocator, buffer_specs, check_specs, check_vars, np_dtype
-from devices.toolrun import terminate
 from rewrite.dtype import DType, dtypes
-from rewrite.env import cache_dir, getenv
+from rewrite.env import getenv
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 
@@ -185,187 +181,6 @@ def _file(parts: Sequence[_Part]) -> tuple[str, str]:
     return src, f"kernel {parts[0].prog.name!r}" if len(parts) == 1 else f"{len(parts)} kernels"
 
 
-class _Job:
-    """A compile running on its own thread: the C compiler is another process, so the thread waits on it holding
-    no GIL while Python goes on (lowering the next kernels). At most `_RUNNING.limit` jobs run at once: while
-    kernels are still being lowered, one core fewer than the host has (Python keeps one); for a batch's last
-    files, all of them (compile_batch). Of the jobs waiting for a turn the one of most `weight` goes first (a file's
-    source size: the longest compiles start first, so the last ones to finish are short; the thread pool's build,
-    weight -1, waits for the kernels' files, since it is needed only at the first launch). Plain threads rather
-    than concurrent.futures, whose import alone (it brings in logging) costs a first realize ~10 ms."""
-
-    def __init__(self, fn: Any, *args: Any, weight: float = 0.0) -> None:
-        self._out: Any = None
-        self._err: BaseException | None = None
-        self.weight = weight
-        with _RUNNING:
-            _RUNNING.waiting.append(self)
-        self._thread = threading.Thread(target=self._run, args=(fn, args), name="cpu-compile", daemon=True)
-        self._thread.start()
-
-    def _run(self, fn: Any, args: tuple) -> None:
-        with _RUNNING:
-            _RUNNING.wait_for(lambda: _RUNNING.running < _RUNNING.limit and
-                              max(_RUNNING.waiting, key=lambda j: j.weight) is self)
-            _RUNNING.waiting.remove(self)
-            _RUNNING.running += 1
-            _RUNNING.kernels += self.weight >= 0
-        try:
-            self._out = fn(*args)
-        except BaseException as e:  # raised again in the thread that asks for the result
-            self._err = e
-        finally:
-            with _RUNNING:
-                _RUNNING.running -= 1
-                _RUNNING.kernels -= self.weight >= 0
-                _RUNNING.notify_all()
-
-    def result(self) -> Any:
-        self._thread.join()
-        if self._err is not None:
-            raise self._err
-        return self._out
-
-
-class _Limit(threading.Condition):
-    running = 0
-    kernels = 0  # of the running jobs, those compiling kernels (not the thread pool's build)
-    limit = 1
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.waiting: list[_Job] = []  # started, waiting for a turn
-
-    def set(self, limit: int) -> None:
-        with self:
-            self.limit = max(1, limit)
-            self.notify_all()
-
-    def busy(self) -> bool:
-        """Whether a kernel file compiles or waits to."""
-        with self:
-            return self.kernels > 0 or any(j.weight >= 0 for j in self.waiting)
-
-
-_RUNNING = _Limit()
-
-
-class _Upgrade:
-    """The -O2 build of a C file whose kernels run its -Og build meanwhile. `done` once built (`lib`), failed or
-    dropped at exit (`lib` None: the kernels keep the -Og code)."""
-
-    def __init__(self, compiler: Compiler, src: str, what: str, target: Target, key: str) -> None:
-        self.compiler, self.src, self.what, self.target, self.key = compiler, src, what, target, key
-        # the disk cache in force now ("" for none): the build runs later, maybe under other settings
-        self.where = ""
-        if int(getenv("CACHE")):
-            with contextlib.suppress(OSError):  # unwritable: built in a temporary directory
-                self.where = cache_dir()
-        self.lib: ctypes.CDLL | None = None
-        self.done = False
-
-
-class _Live(set):
-    """The background compiler processes running; once `stopping`, one that starts is terminated at once."""
-
-    stopping = False
-
-    def add(self, p: subprocess.Popen) -> None:
-        super().add(p)
-        if self.stopping:
-            terminate(p)
-
-
-class _Upgrader:
-    """One background thread building queued files at -O2, one at a time, its compiler processes at nice 19; a build
-    starts only while no kernel file of a realize compiles or waits to (_RUNNING.busy). Shares _RUNNING's lock."""
-
-    def __init__(self) -> None:
-        self.queue: collections.deque[_Upgrade] = collections.deque()
-        self.pending: dict[str, _Upgrade] = {}  # the -O2 key -> its build, queued or running
-        self.live = _Live()
-        self.thread: threading.Thread | None = None
-        self.stopping = False
-
-    def submit(self, compiler: Compiler, src: str, what: str, target: Target) -> _Upgrade:
-        key = compiler.key(src, target)
-        with _RUNNING:
-            if (up := self.pending.get(key)) is not None:
-                return up
-            up = self.pending[key] = _Upgrade(compiler, src, what, target, key)
-            if self.stopping:  # exiting: nothing more is built
-                self._drop(up)
-                return up
-            self.queue.append(up)
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._work, name="cpu-upgrade", daemon=True)
-                self.thread.start()
-                atexit.register(self.stop)
-            _RUNNING.notify_all()
-        return up
-
-    def _drop(self, up: _Upgrade) -> None:
-        up.done = True
-        self.pending.pop(up.key, None)
-
-    def _work(self) -> None:
-        # Linux: a thread's nice value is its own, and the processes it starts inherit it
-        with contextlib.suppress(AttributeError, OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        while True:
-            with _RUNNING:
-                _RUNNING.wait_for(lambda: self.stopping or (bool(self.queue) and not _RUNNING.busy()))
-                if self.stopping:
-                    return
-                up = self.queue.popleft()
-            lib = None
-            try:
-                if up.compiler.key(up.src, up.target) == up.key:  # else the flags changed (SANITIZE): dropped
-                    lib = up.compiler.load(up.src, up.what, up.target, live=self.live, where=up.where)
-            except Exception as e:  # the kernels keep their -Og code
-                if not self.stopping and int(getenv("DEBUG")) >= 1:
-                    print(f"cpu: the -O2 build of {up.what} failed, keeping -Og: {e}", file=sys.stderr)
-            with _RUNNING:
-                up.lib = lib
-                self._drop(up)
-                _RUNNING.notify_all()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait until every queued build is done; whether they are."""
-        with _RUNNING:
-            return _RUNNING.wait_for(lambda: not self.pending, timeout)
-
-    def stop(self) -> None:
-        """At exit: drop the queued builds and terminate a running one (its compile's temporary file is removed by
-        the compile that fails), then wait for the thread; nothing is left half written in the cache."""
-        with _RUNNING:
-            self.stopping = self.live.stopping = True
-            for up in self.queue:
-                self._drop(up)
-            self.queue.clear()
-            _RUNNING.notify_all()
-        for p in list(self.live):
-            terminate(p)
-        if self.thread is not None:
-            self.thread.join(timeout=60)
-
-
-_UPGRADES = _Upgrader()
-
-
-def _tiered(target: Target) -> bool:
-    """Whether a file the cache lacks is compiled at -Og first: CPU_TIERS=1, code for this host, a spare core."""
-    return bool(int(getenv("CPU_TIERS"))) and target.runs_here and _compile_workers() >= 2
-
-
-def _load(compiler: Compiler, src: str, what: str, target: Target) -> tuple[ctypes.CDLL, _Upgrade | None]:
-    """The library of one C file: its -O2 build if loaded or cached; else (tiered) its -Og build, with the -O2 build
-    queued; else its -O2 build, compiled now."""
-    if not _tiered(target):
-        return compiler.load(src, what, target), None
-    if (lib := compiler.cached(src, target)) is not None:
-        return lib, None
-    return compiler.load(src, what, target, tier="fast"), _UPGRADES.submit(compiler, src, what, target)
 _WARMING: list[threading.Thread] = []  # CPUDevice.warm_up's build of the thread pool, once begun
 
 
@@ -581,15 +396,6 @@ AHEAD_CHARS = 32_000
 AHEAD_IDLE_CHARS = 8_000
 # below this much C source per compiler run, another run costs more in its start than it saves in parallel
 MIN_CHUNK_CHARS = 16_000
-
-
-def _compile_workers() -> int:
-    """Compiler processes to run at once: one per core this process may use (the compiler runs on the host,
-    whatever the target)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # no sched_getaffinity (macOS)
-        return max(1, os.cpu_count() or 1)
 
 
 def _chunks(sizes: list[int], workers: int) -> list[list[int]]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from lower.optimize import next_range_id, replace_range
+from lower.optimize import _topo, next_range_id, replace_range
 from rewrite.ops import AxisType, Ops
 from rewrite.uop import UOp
 
@@ -28,7 +28,7 @@ def _divisors(ast: UOp, loops: set[UOp]) -> dict[UOp, int]:
     1 < c < size) -> the smallest such c (a flattened (a, b, c) view reads r % C first, then (r // C) % B: one
     split a round)."""
     found: dict[UOp, int] = {}
-    for u in ast.toposort():
+    for u in _topo(ast):
         if u.op not in (Ops.IDIV, Ops.MOD):
             continue
         r, c = u.src
@@ -46,7 +46,7 @@ def unflatten(ast: UOp, simplify: Callable[[UOp], UOp], rounds: int = 4) -> UOp 
     """`ast` with the one output loop of a reduction kernel split where its index math divides it by a constant
     (see the module's text), `simplify`d after each round (the next divisor shows once `(hi*c + lo) // c` is
     `hi`); None when there is nothing to split."""
-    topo = ast.toposort()
+    topo = _topo(ast)  # memoized: the optimize stage walks the same AST next when nothing is split
     loops = {u for u in topo if u.op is Ops.RANGE and u.axis_type is AxisType.LOOP}
     if len(loops) != 1 or not any(u.op is Ops.REDUCE for u in topo):
         return None
