@@ -83,6 +83,8 @@ class Driver:
         self.lib = _load_library()
         self._fns: dict[str, ctypes._CFuncPtr] = {}  # type: ignore[name-defined]
         self._lock = threading.Lock()
+        self._local = threading.local()  # .current: this thread has made the context current
+        self.ctx: ctypes.c_void_p | None = None
         try:
             self.call("cuInit", 0)
         except CudaError as e:
@@ -95,9 +97,9 @@ class Driver:
         dev = _int()
         self.call("cuDeviceGet", ctypes.byref(dev), ordinal)
         self.device = dev.value
-        self.ctx = _ptr()
-        self.call("cuDevicePrimaryCtxRetain", ctypes.byref(self.ctx), self.device)
-        self.call("cuCtxSetCurrent", self.ctx)
+        ctx = _ptr()
+        self.call("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), self.device)
+        self.ctx = ctx
         self.stream = _ptr()
         self.call("cuStreamCreate", ctypes.byref(self.stream), 0)
         name = ctypes.create_string_buffer(256)
@@ -127,17 +129,23 @@ class Driver:
         return f"CUresult {code}"
 
     def call(self, name: str, *args: object) -> None:
-        """Call driver function `name`; CudaError (OutOfMemoryError for CUDA_ERROR_OUT_OF_MEMORY) when it fails."""
-        code = self.fn(name)(*args)
+        """Call driver function `name`; CudaError (OutOfMemoryError for CUDA_ERROR_OUT_OF_MEMORY) when it fails.
+
+        The CUDA driver's current context is per thread: realize runs each device's steps on a thread of its own
+        (lower.parallel.run_steps), so the first call a thread makes once the context exists makes it current
+        there (without it the driver answers CUDA_ERROR_INVALID_CONTEXT)."""
+        if self.ctx is not None and not getattr(self._local, "current", False):
+            self._local.current = True
+            self._check("cuCtxSetCurrent", self.fn("cuCtxSetCurrent")(self.ctx))
+        self._check(name, self.fn(name)(*args))
+
+    def _check(self, name: str, code: int) -> None:
         if code != 0:
             err = self.error_name(code)
             msg = f"cuda: {name} failed: {err} ({code})"
             if code == _OUT_OF_MEMORY:
                 raise _CudaOutOfMemory(msg + "; free tensors or use smaller shapes", name, code, err)
             raise CudaError(msg, name, code, err)
-
-    def set_current(self) -> None:
-        self.call("cuCtxSetCurrent", self.ctx)
 
     def attribute(self, attr: int) -> int:
         v = _int()

@@ -40,8 +40,9 @@ def tile_shapes(target: Target) -> list[tuple[int, int]]:
 
 def matmul_panel_bytes(target: Target) -> int:
     """The width in bytes of the column panels matmul packs its right operand into (tensor.nn): the columns of the
-    register tile, TILE_VECTORS registers; 0 where the target has no vector registers (no packing)."""
-    return TILE_VECTORS * target.vector_bytes
+    register tile, TILE_VECTORS registers; 0 where the target has no vector registers, and on GPU targets, whose
+    matmul blocks copy their tiles of the right operand into shared memory as it is (no packing)."""
+    return 0 if target.warp_size else TILE_VECTORS * target.vector_bytes
 
 
 def tile_shape(rows_n: int, cols_n: int, width: int, target: Target, pad: bool = True) -> tuple[int, int] | None:
