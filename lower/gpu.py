@@ -408,14 +408,22 @@ def _lower_group_reduces(ast: UOp, groups: list[UOp], local: UOp | None = None) 
         rest = tuple(r for r in red.src[1:] if r is not g)
         body = red.src[0].substitute({g: lid})
         partial = UOp(Ops.REDUCE, (body, *rest), red.arg, red.tag) if rest else body
-        buf = UOp(Ops.BUFFER, (UOp.shape_operand((n,)),), BufferArg(slot, red.dtype, None, AddrSpace.LOCAL))
+        # a thread holds one partial per lane of the UPCAST axes it depends on (BEAM's UPCAST of a softmax's rows):
+        # each lane gets its own n slots, or the lanes' stores would land on one another
+        ups = [r for r in partial.toposort() if r.op is Ops.RANGE and r.axis_type is AxisType.UPCAST]
+        off: UOp | int = 0
+        for r in ups:
+            off = off * size(r) + r
+        lanes = prod(size(r) for r in ups)
+        buf = UOp(Ops.BUFFER, (UOp.shape_operand((n * lanes,)),), BufferArg(slot, red.dtype, None, AddrSpace.LOCAL))
         slot += 1
-        bar = UOp(Ops.BARRIER, (buf.index(lid).store(partial),))
+        base = off * n if ups else None
+        bar = UOp(Ops.BARRIER, (buf.index(_at(base, lid)).store(partial),))
         if n & (n - 1):  # not a power of two: every thread reduces the n partials itself
             j = UOp.range(n, next_range_id(ast), AxisType.REDUCE)
-            total = UOp(Ops.REDUCE, (UOp(Ops.AFTER, (buf, bar)).index(j).load(), j), red.arg, red.tag)
+            total = UOp(Ops.REDUCE, (UOp(Ops.AFTER, (buf, bar)).index(_at(base, j)).load(), j), red.arg, red.tag)
         else:
-            total = _tree(buf, bar, lid, n, red.arg[0], red.dtype)  # type: ignore[index]
+            total = _tree(buf, bar, lid, n, red.arg[0], red.dtype, base)  # type: ignore[index]
         ast = ast.substitute({red: total})
     if local is not None:
         return replace_range(ast, local, (), lid)
@@ -425,20 +433,26 @@ def _lower_group_reduces(ast: UOp, groups: list[UOp], local: UOp | None = None) 
     return ast.substitute(gated)
 
 
-def _tree(buf: UOp, bar: UOp, lid: UOp, n: int, rop: Ops, dtype: object) -> UOp:
-    """The n partials in LOCAL `buf` (stored before BARRIER `bar`) folded in log2(n) rounds: in the round of
-    stride s, thread t < s combines elements t and t + s into t, then the block meets at a BARRIER. A thread only
-    writes its own element and reads one no thread writes that round, so one BARRIER per round suffices."""
+def _at(base: UOp | int | None, i: UOp) -> UOp:
+    """Element i of a lane's slots that start at `base` (None: the buffer's start)."""
+    return i if base is None else base + i
+
+
+def _tree(buf: UOp, bar: UOp, lid: UOp, n: int, rop: Ops, dtype: object, base: UOp | int | None = None) -> UOp:
+    """The n partials in LOCAL `buf` from element `base` (stored before BARRIER `bar`) folded in log2(n) rounds:
+    in the round of stride s, thread t < s combines elements t and t + s into t, then the block meets at a
+    BARRIER. A thread only writes its own element and reads one no thread writes that round, so one BARRIER per
+    round suffices."""
     from lower.rangeify import reduce_identity
 
     ident = UOp.const(reduce_identity(rop, dtype), dtype)  # type: ignore[arg-type]
     s = n // 2
     while s >= 1:
         cur, active = UOp(Ops.AFTER, (buf, bar)), lid < s
-        mine, other = cur.index(lid).load(), cur.index(lid + s).load(ident, active)
-        bar = UOp(Ops.BARRIER, (cur.index(lid).store(UOp(rop, (mine, other)), active),))
+        mine, other = cur.index(_at(base, lid)).load(), cur.index(_at(base, lid + s)).load(ident, active)
+        bar = UOp(Ops.BARRIER, (cur.index(_at(base, lid)).store(UOp(rop, (mine, other)), active),))
         s //= 2
-    return UOp(Ops.AFTER, (buf, bar)).index(UOp.const(0)).load()
+    return UOp(Ops.AFTER, (buf, bar)).index(_at(base, UOp.const(0))).load()
 
 
 def _is_global_store(st: UOp) -> bool:

@@ -130,16 +130,40 @@ def _save(key: str, opts: list[Opt]) -> None:
 
 
 def _opt_to_json(o: Opt) -> list:
-    k, t, top = o.split_arg
-    return [o.op.name, o.axis, k, t.name, top]
+    """[op, axis, arg] with the arg's tuples as lists and AxisTypes as {"axis": name}: every Opt form (a SPLIT's
+    (k, AxisType, top), a TC's (shape, tm, tn, ...) or shape, PADTO's (k, mode), NOLOCALS' None)."""
+
+    def enc(a: object) -> object:
+        if isinstance(a, AxisType):
+            return {"axis": a.name}
+        if isinstance(a, tuple):
+            return [enc(x) for x in a]
+        if a is None or isinstance(a, (bool, int, str)):
+            return a
+        raise TypeError(f"BEAM cache: {o} has an arg that JSON cannot hold")
+
+    return [o.op.name, o.axis, enc(o.arg)]
 
 
 def _opt_from_json(j: list) -> Opt:
-    if not (isinstance(j, list) and len(j) == 5 and isinstance(j[1], int) and isinstance(j[2], int)
-            and isinstance(j[4], bool)):
-        raise ValueError(f"not a cached opt: {j!r}")
-    return Opt(OptOps[j[0]], j[1], (j[2], AxisType[j[3]], j[4]))
+    """The Opt `_opt_to_json` wrote; ValueError for anything else (an older entry or an edit: searched again)."""
 
+    def dec(a: object) -> object:
+        if isinstance(a, dict):
+            if set(a) != {"axis"}:
+                raise ValueError(f"not a cached opt arg: {a!r}")
+            return AxisType[a["axis"]]
+        if isinstance(a, list):
+            return tuple(dec(x) for x in a)
+        return a
+
+    if not (isinstance(j, list) and len(j) == 3 and isinstance(j[0], str) and (j[1] is None or isinstance(j[1], int))
+            and not isinstance(j[1], bool)):
+        raise ValueError(f"not a cached opt: {j!r}")
+    o = Opt(OptOps[j[0]], j[1], dec(j[2]))
+    if o.op is OptOps.SPLIT:
+        o.split_arg  # noqa: B018  # a SPLIT whose arg is not (k, AxisType, top) is a KernelOptError here
+    return o
 
 
 def timed_round(cands: list[list[Opt]], time_one: Callable[[list[Opt]], float], name: str, rnd: int,

@@ -541,3 +541,16 @@ def test_more_programs_on_the_emulated_grid(name: str) -> None:
         np.testing.assert_array_equal(got, plain)
         np.testing.assert_array_equal(got, ref)
     assert _specials(lins) & {"gidx0", "lidx0"}, _specials(lins)
+
+
+@pytest.mark.parametrize("up", [2, 4])
+def test_group_reduce_keeps_a_partial_per_upcast_lane(up: int) -> None:
+    """BEAM on the H100 tried the softmax heuristics plus an UPCAST of the rows: each thread then holds one partial
+    per row, and they shared the block's n LOCAL slots (the last row's stores won: errors of 400). Each lane now
+    has its own slots."""
+    x = np.random.default_rng(0).standard_normal((4, 512)).astype(np.float32)
+    (item,) = [it for it in schedule([Tensor(x).softmax(-1).uop])[0] if it.kind == "kernel"]
+    opts = [*gpu_opts(item.ast, GPU), Opt(OptOps.SPLIT, 0, (up, AxisType.UPCAST, False))]
+    got, _ = run(Tensor(x).softmax(-1), GPU, opts)
+    want = np.exp(x - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(got, want / want.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from devices import get_device
-from lower.optimize import apply_opts
+from lower.optimize import Opt, OptOps, apply_opts
 from lower.schedule import schedule
-from lower.search import _opt_to_json, beam_search
+from lower.search import _opt_from_json, _opt_to_json, beam_search
 from lower.stages import lower_kernel
+from rewrite import AxisType
 from rewrite.env import Context
 from tensor import Tensor
 
@@ -48,8 +49,13 @@ def test_beam_cache_file_that_is_not_an_object_is_rebuilt(tmp_path, content):
     assert isinstance(d, dict) and len([k for k in d if k != "k"]) == 1
 
 
-@pytest.mark.parametrize("entry", [[["NOPE", 0, 2, "UPCAST", False]], [["SPLIT", 99, 2, "UPCAST", False]],
-                                   [["SPLIT", 0, 3, "UPCAST", False]], [[1, 2]], ["x"], [None]])
+@pytest.mark.parametrize("entry", [[["NOPE", 0, [2, {"axis": "UPCAST"}, False]]],
+                                   [["SPLIT", 99, [2, {"axis": "UPCAST"}, False]]],
+                                   [["SPLIT", 0, [3, {"axis": "UPCAST"}, False]]],
+                                   [["SPLIT", 0, [2, {"axis": "NOPE"}, False]]], [["SPLIT", 0, [2, "UPCAST"]]],
+                                   [["SPLIT", 0, [2, {"kind": "UPCAST"}, False]]],
+                                   [["SPLIT", 0, 2, "UPCAST", False]],  # the format before TC opts were cached
+                                   [[1, 2]], ["x"], [None]])
 def test_beam_cache_entry_that_does_not_apply_is_searched_again(tmp_path, entry):
     item = _kernel()
     _search(tmp_path, item)
@@ -71,3 +77,13 @@ def test_beam_with_an_unwritable_cache_dir(tmp_path):
         opts = beam_search(item.ast, item.bufs, get_device("cpu"), 1, max_rounds=1, name="beamtest")
     np.testing.assert_array_equal(_run(item, opts), np.arange(8, dtype=np.float32) * 2 + 1)
     assert not [n for n in os.listdir(tmp_path) if n != "file"]
+
+
+def test_every_opt_form_round_trips_through_the_cache_format() -> None:
+    """GPU BEAM results hold TC opts (a 7-tuple arg), the heuristics PADTO and NOLOCALS: each is written and read
+    back equal (the H100 run's BEAM over matmul 4096 fp16 failed writing its TC result in the SPLIT-only format)."""
+    opts = [Opt(OptOps.TC, None, ("16x8x16 half->float", 4, 4, 2, 4, 64, 3)), Opt(OptOps.TC, None, "16x8x16 half->float"),
+            Opt(OptOps.SPLIT, 1, (4, AxisType.UPCAST, False)), Opt(OptOps.SPLIT, 0, (256, AxisType.GROUP_REDUCE, True)),
+            Opt(OptOps.PADTO, 2, (128, "repeat")), Opt(OptOps.NOLOCALS)]
+    back = [_opt_from_json(j) for j in json.loads(json.dumps([_opt_to_json(o) for o in opts]))]
+    assert back == opts
