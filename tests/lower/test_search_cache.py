@@ -82,7 +82,8 @@ def test_beam_with_an_unwritable_cache_dir(tmp_path):
 def test_every_opt_form_round_trips_through_the_cache_format() -> None:
     """GPU BEAM results hold TC opts (a 7-tuple arg), the heuristics PADTO and NOLOCALS: each is written and read
     back equal (the H100 run's BEAM over matmul 4096 fp16 failed writing its TC result in the SPLIT-only format)."""
-    opts = [Opt(OptOps.TC, None, ("16x8x16 half->float", 4, 4, 2, 4, 64, 3)), Opt(OptOps.TC, None, "16x8x16 half->float"),
+    opts = [Opt(OptOps.TC, None, ("16x8x16 half->float", 4, 4, 2, 4, 64, 3)),
+            Opt(OptOps.TC, None, "16x8x16 half->float"),
             Opt(OptOps.SPLIT, 1, (4, AxisType.UPCAST, False)), Opt(OptOps.SPLIT, 0, (256, AxisType.GROUP_REDUCE, True)),
             Opt(OptOps.PADTO, 2, (128, "repeat")), Opt(OptOps.NOLOCALS)]
     back = [_opt_from_json(j) for j in json.loads(json.dumps([_opt_to_json(o) for o in opts]))]
