@@ -4,10 +4,11 @@
 search starts, would take minutes on a large GPU kernel) and each round times the neighbours of every kept opt
 list (`neighbours`), keeping the `width` fastest, until a round gains less than 2% or after `max_rounds`:
 
-- a tensor-core kernel (a TC opt): its arg changed one knob at a time: warp tile tm, tn in 1, 2, 4; warps wu, wv
-  in 1, 2, 4; k step bk in 16, 32, 64; cp.async stages in 0 (lower.tc_smem's register pipeline), 2, 3, 4; the
-  direct form (lower.wmma) with the current warp tile. A combination lowering refuses (KernelOptError: too many
-  threads, too much shared memory, operands cp.async cannot copy) is skipped.
+- a tensor-core kernel (a TC opt): its arg changed one knob at a time: warp tile tm in 1, 2, 4 and tn in 1, 2, 4,
+  8 (tn 8: a 64 x 64 warp tile); warps wu, wv in 1, 2, 4; k step bk in 16, 32, 64; cp.async stages in 0
+  (lower.tc_smem's register pipeline), 2, 3, 4; the direct form (lower.wmma) with the current warp tile. A
+  combination lowering refuses (KernelOptError: too many threads, too much shared memory, operands cp.async
+  cannot copy) is skipped.
 - any other kernel: the heuristics' opts plus one SPLIT of an axis into UPCAST or UNROLL (2, 4) or a LOCAL split
   of a different size (32, 64, 128, 256 threads), where the axis divides.
 
@@ -29,7 +30,7 @@ from lower.optimize import Opt, OptOps, axes, size
 from rewrite import AxisType, UOp
 from rewrite.errors import CompilerError, DeviceError
 
-_TC_KNOBS = ((1, (1, 2, 4)), (2, (1, 2, 4)), (3, (1, 2, 4)), (4, (1, 2, 4)), (5, (16, 32, 64)), (6, (0, 2, 3, 4)))
+_TC_KNOBS = ((1, (1, 2, 4)), (2, (1, 2, 4, 8)), (3, (1, 2, 4)), (4, (1, 2, 4)), (5, (16, 32, 64)), (6, (0, 2, 3, 4)))
 _SPLITS = ((AxisType.UPCAST, (2, 4)), (AxisType.UNROLL, (2, 4)))
 _BLOCK_SIZES = (32, 64, 128, 256)
 

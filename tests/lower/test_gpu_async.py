@@ -31,6 +31,7 @@ CASES = [
     (100, 80, 72, (2, 4, 2, 2, 16), 2, 0, "float16"),  # double buffering; rows and columns gated at the edges
     (70, 96, 40, (1, 1, 2, 2, 16), 4, 0, "float16"),  # 6 k steps, 4 stages: the stage index wraps
     (72, 16, 40, (1, 2, 2, 2, 16), 4, 0, "bfloat16"),  # one k step, 4 stages: two of the prologue groups empty
+    (40, 48, 136, (1, 8, 2, 1, 32), 3, 0, "float16"),  # tn 8 (BEAM's 64-wide warp tile), bk 32, a ragged block
 ]
 
 
