@@ -449,13 +449,66 @@ def _stride_of(idx: UOp, r: UOp) -> int | None:
     rs = _ranges_in(idx)
     if r not in rs:
         return 0
+    if (b := r.src[0]).op is Ops.CONST and type(b.value) is int and b.value <= 2:
+        return None  # the evaluator's r = 2 is outside the range: an error
     names = {render(q): q for q in rs}
+    if len(names) == len(rs) and (fast := _affine_at(idx, r)) is not None:
+        d = fast[1] - fast[0]
+        return d if fast[2] - fast[1] == d else None
     try:
         at = [idx.evaluate({n: (k if q is r else 0) for n, q in names.items()}) for k in (0, 1, 2)]
     except EvalError:
         return None
     step = at[1] - at[0]
     return int(step) if at[2] - at[1] == step else None  # index math: ints
+
+
+_AFFINE = frozenset({Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.CONST, Ops.RANGE})
+
+
+def _affine_at(idx: UOp, r: UOp) -> tuple[int, int, int] | None:
+    """What `idx.evaluate` gives at r = 0, 1, 2 with every other range at 0, computed in one walk, when idx is
+    index-typed CONST, RANGE, ADD, MUL, and IDIV and MOD (Python's floor `//` and `%`, as rewrite.semantics has
+    them on index) by nonzero values only (the usual address), and every range has a constant bound that those
+    values respect; None otherwise (the evaluator decides, errors included)."""
+    vals: dict[UOp, tuple[int, int, int]] = {}
+    index = dtypes.index
+    for u in _topo(idx):
+        op = u.op
+        if op not in _AFFINE or u.dtype is not index:
+            return None
+        if op is Ops.CONST:
+            v = u.value
+            if type(v) is not int:
+                return None
+            vals[u] = (v, v, v)
+        elif op is Ops.RANGE:
+            b = u.src[0]
+            if len(u.src) != 1 or b.op is not Ops.CONST or type(bound := b.value) is not int:
+                return None
+            if u is r:
+                if bound <= 2:
+                    return None
+                vals[u] = (0, 1, 2)
+            else:
+                if bound <= 0:
+                    return None
+                vals[u] = (0, 0, 0)
+        else:
+            if len(u.src) != 2:
+                return None
+            a, c = vals[u.src[0]], vals[u.src[1]]
+            if op is Ops.ADD:
+                vals[u] = (a[0] + c[0], a[1] + c[1], a[2] + c[2])
+            elif op is Ops.MUL:
+                vals[u] = (a[0] * c[0], a[1] * c[1], a[2] * c[2])
+            elif 0 in c:  # division by zero: the evaluator's poison
+                return None
+            elif op is Ops.IDIV:
+                vals[u] = (a[0] // c[0], a[1] // c[1], a[2] // c[2])
+            else:
+                vals[u] = (a[0] % c[0], a[1] % c[1], a[2] % c[2])
+    return vals[idx]
 
 
 _stride_memo = _Memo(_stride_of, 8192)

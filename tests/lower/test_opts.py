@@ -306,3 +306,36 @@ def test_padded_upcast_with_unrolled_reduce_keeps_gate_lanes() -> None:
     got = _run(it, "python", opts, arrays)
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(_run(it, "cpu", opts, arrays), got)
+
+
+def _evaluated_stride(idx: UOp, r: UOp) -> int | None:
+    """The stride the reference evaluator gives: idx at r = 0, 1, 2 (other ranges 0), when it steps evenly."""
+    from rewrite.errors import EvalError
+    from rewrite.render import render
+
+    names = {render(q): q for q in idx.toposort() if q.op is Ops.RANGE}
+    try:
+        at = [idx.evaluate({n: (k if q is r else 0) for n, q in names.items()}) for k in (0, 1, 2)]
+    except EvalError:
+        return None
+    return int(at[1] - at[0]) if at[2] - at[1] == at[1] - at[0] else None
+
+
+_R0, _R1, _R2 = UOp.range(16, 1), UOp.range(8, 2), UOp.range(2, 3)
+_N = UOp.variable("n", 1, 32)
+
+
+@pytest.mark.parametrize("idx", [
+    _R0 * 4 + _R1, _R1 * 16 + _R0 * 2 + 5, (_R0 * 4 + _R1) // 4, (_R0 * 3 + 1) % 5, _R0 // 3, (_R0 + 7) % 8,
+    _R0 * _R1 + _R0, _R2 * 4 + _R0, _R0 // (_R1 * 0 + 0) + 1, _R0 * _N, _R0 + _N, UOp.const(3) + _R1 * 0,
+    (_R0 * -2 + 30) // 4, _R0 % 3 * 7 + _R1,
+], ids=lambda u: u.render())
+def test_stride_matches_the_evaluator(idx: UOp) -> None:
+    """lower.optimize's stride of an address along each of its ranges (a one-walk fast path for plain index math)
+    is what the reference evaluator gives, None included (uneven steps, a range too short to step twice, a
+    division by zero, a free variable)."""
+    from lower.optimize import _stride_of
+
+    for r in (_R0, _R1, _R2):
+        want = _evaluated_stride(idx, r) if r in idx.toposort() else 0
+        assert _stride_of(idx, r) == want
