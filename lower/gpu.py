@@ -108,6 +108,8 @@ def gpu_opts(ast: UOp, target: Target, nolocals: bool = False) -> list[Opt]:
 
         if (tc := tc_shape_for(ast, target)) is not None and (tco := _tc_opts(ast, tc, outputs, target)):
             return tco
+        if reds and (simt := _simt_opts(ast, target)):
+            return simt
         if reds and _shared_row_opts(ast, opts):
             return opts
         if reds and outputs <= target.cores * GROUP_MAX_OUTPUTS_PER_CORE and _group_opts(ast, opts):
@@ -191,6 +193,20 @@ def _tc_opts(ast: UOp, shape: str, outputs: int, target: Target) -> list[Opt]:
         if size(r) % TC_WARPS == 0:
             ast, _, _ = _split_pair(ast, opts, r, TC_WARPS, AxisType.LOCAL)
     return opts
+
+
+def _simt_opts(ast: UOp, target: Target) -> list[Opt]:
+    """A large sum of products (lower.simt_smem.simt_config: both output extents at least 64, a reduction of 32
+    or more) staged through shared memory for CUDA-core FMAs: [Opt(SIMT, None, (tm, tn, lu, lv, bk))]; []
+    where the kernel is not one or is too small."""
+    from lower.simt_smem import simt_config, simt_shapes
+
+    try:
+        nu, nv, nk, batch = simt_shapes(ast)
+    except KernelOptError:
+        return []
+    cfg = simt_config(nu, nv, nk, batch, target.cores)
+    return [Opt(OptOps.SIMT, None, cfg)] if cfg is not None else []
 
 
 def _register_tile(ast: UOp, opts: list[Opt]) -> list[Opt] | None:
@@ -356,7 +372,13 @@ def apply_gpu_opts(ast: UOp, opts: list[Opt], target: Target) -> UOp:
             if shape not in target.tensor_cores:
                 raise KernelOptError(f"{o}: the target's tensor cores are {', '.join(target.tensor_cores) or 'none'}")
             ast = apply_tc_arg(ast, o.arg)
-    return lower_grid(apply_opts(ast, [o for o in opts if o.op is not OptOps.TC]), target)
+        elif o.op is OptOps.SIMT:
+            from lower.simt_smem import apply_simt
+
+            if not (isinstance(o.arg, tuple) and len(o.arg) == 5 and all(isinstance(n, int) for n in o.arg)):
+                raise KernelOptError(f"{o}: a SIMT opt's arg is (tm, tn, lu, lv, bk)")
+            ast = apply_simt(ast, *o.arg, fuse=target.fma)
+    return lower_grid(apply_opts(ast, [o for o in opts if o.op not in (OptOps.TC, OptOps.SIMT)]), target)
 
 
 def lower_grid(ast: UOp, target: Target) -> UOp:
