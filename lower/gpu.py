@@ -6,8 +6,8 @@
   split into LOCAL threads of a block (lidx0: consecutive threads touch consecutive elements, so the warp's
   accesses coalesce), padded (PADTO, a gate) when no block size divides it; a narrow first LOCAL axis takes a
   second one from the next output axis. Elementwise kernels with enough blocks give each thread UPCAST_ELEMENTS
-  elements a block apart (still coalesced with scalar code). A sum of products gets a per-thread register tile
-  (UPCAST on two output axes) and its reduce loop UNROLLed.
+  elements a block apart (still coalesced with scalar code). A sum of products too small for the staged forms
+  below gets a per-thread register tile (UPCAST on two output axes) and its reduce loop UNROLLed.
 - reductions that leave an output axis free (softmax's, layernorm's columns: the row statistics are used by
   every column): a block per row. The block's threads share each reduction (GROUP_REDUCE, padded), then take
   the contiguous free axis in strides of the block (a LOCAL split by the same thread count; the rest of the axis
@@ -18,6 +18,11 @@
   outputs on, staged through shared memory (lower.tc_smem: 128 x 128 block tiles of 8 warps, or 64 x 64 of 4,
   any sizes); smaller ones direct from global memory (lower.wmma), up to 4 x 4 mma tiles a warp
   (TC_WARP_TILES) and 2 x 2 warps a block.
+- any other float32/float64 sum of products with both output extents from 64 and a reduction of 32 or more
+  (matmul, attention's batched products, conv): SIMT, staged through shared memory for CUDA-core FMAs
+  (lower.simt_smem: 128 x 128 block tiles of 16 x 16 threads with 8 x 8 accumulators each where they fill the
+  multiprocessors, else 64 x 64 of 4 x 4; any sizes, batch axes, transposed operands, conv's flattened axes).
+  Smaller ones: the register tile above.
 - `nolocals` (the NOLOCALS knob): no LOCAL or GROUP_REDUCE axis; every output axis is GLOBAL, one thread per
   block.
 
@@ -361,8 +366,8 @@ def _uniform_loops(ast: UOp) -> bool:
 
 
 def apply_gpu_opts(ast: UOp, opts: list[Opt], target: Target) -> UOp:
-    """`opts` applied for a GPU target, then the grid lowered: a TC opt first (lower.wmma; the other opts split
-    what the tile leaves), then the rest in order, then `lower_grid`."""
+    """`opts` applied for a GPU target, then the grid lowered: a TC opt (lower.wmma) or SIMT opt (lower.simt_smem)
+    first (the other opts split what the tile leaves), then the rest in order, then `lower_grid`."""
     from lower.optimize import apply_opts
     from lower.wmma import apply_tc_arg, tc_arg
 

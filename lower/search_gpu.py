@@ -61,9 +61,9 @@ def neighbours(ast: UOp, opts: list[Opt]) -> list[list[Opt]]:
         return out
     simt = next((o for o in opts if o.op is OptOps.SIMT), None)
     if simt is not None and isinstance(simt.arg, tuple):
-        for pos, values in _SIMT_KNOBS:
+        for pos, choices in _SIMT_KNOBS:
             out += [[Opt(OptOps.SIMT, None, (*simt.arg[:pos], val, *simt.arg[pos + 1:]))]
-                    for val in values if val != simt.arg[pos]]
+                    for val in choices if val != simt.arg[pos]]
         from lower.gpu import _register_tile
 
         if (tiled := _register_tile(ast, [])) is not None:
