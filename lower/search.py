@@ -101,11 +101,17 @@ def _load_cache() -> dict[str, list]:
     return {k: v for k, v in d.items() if isinstance(k, str) and isinstance(v, list)}
 
 
-def _cached_opts(ast: UOp, hit: list) -> list[Opt] | None:
-    """The cached opt list, if every entry parses and the list still applies to `ast`; None means search."""
+def _cached_opts(ast: UOp, hit: list, target: Any = None) -> list[Opt] | None:
+    """The cached opt list, if every entry parses and the list still applies to `ast` (for a GPU `target`: with
+    its TC or SIMT opt, lower.gpu.apply_gpu_opts); None means search."""
     try:
         opts = [_opt_from_json(j) for j in hit]
-        apply_opts(ast, opts)
+        if target is not None and target.warp_size:
+            from lower.gpu import apply_gpu_opts
+
+            apply_gpu_opts(ast, opts, target)
+        else:
+            apply_opts(ast, opts)
     except (KeyError, IndexError, TypeError, ValueError, CompilerError):
         return None
     return opts
@@ -130,11 +136,26 @@ def _save(key: str, opts: list[Opt]) -> None:
 
 
 def _opt_to_json(o: Opt) -> list:
+    """A SPLIT as [name, axis, k, AxisType name, top]; any other opt (PADTO, TC, SIMT) as [name, axis, arg] with
+    its tuples as lists."""
+    if o.op is not OptOps.SPLIT:
+        return [o.op.name, o.axis, _arg_to_json(o.arg)]
     k, t, top = o.split_arg
     return [o.op.name, o.axis, k, t.name, top]
 
 
+def _arg_to_json(a: object) -> object:
+    return [_arg_to_json(x) for x in a] if isinstance(a, tuple) else a
+
+
+def _arg_from_json(a: object) -> object:
+    return tuple(_arg_from_json(x) for x in a) if isinstance(a, list) else a
+
+
 def _opt_from_json(j: list) -> Opt:
+    if isinstance(j, list) and len(j) == 3 and j[0] in OptOps.__members__ and j[0] != "SPLIT" and \
+            (j[1] is None or isinstance(j[1], int)):
+        return Opt(OptOps[j[0]], j[1], _arg_from_json(j[2]))
     if not (isinstance(j, list) and len(j) == 5 and isinstance(j[1], int) and isinstance(j[2], int)
             and isinstance(j[4], bool)):
         raise ValueError(f"not a cached opt: {j!r}")
@@ -169,7 +190,8 @@ def beam_search(ast: UOp, bufs_uops: tuple[UOp, ...], target: Any, width: int, m
     target = as_target(target)
     key = f"{structural_hash(ast)}:{target.key}:{width}"
     use_cache = bool(getenv("CACHE"))
-    if use_cache and (hit := _load_cache().get(key)) is not None and (opts := _cached_opts(ast, hit)) is not None:
+    hit = _load_cache().get(key) if use_cache else None
+    if hit is not None and (opts := _cached_opts(ast, hit, target)) is not None:
         return opts
     if target.warp_size:  # a GPU: candidates around the GPU heuristics, timed on the CUDA device
         from lower.search_gpu import beam_search_gpu

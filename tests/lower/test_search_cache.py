@@ -13,7 +13,7 @@ import pytest
 from devices import get_device
 from lower.optimize import apply_opts
 from lower.schedule import schedule
-from lower.search import _opt_to_json, beam_search
+from lower.search import _cached_opts, _opt_from_json, _opt_to_json, beam_search
 from lower.stages import lower_kernel
 from rewrite.env import Context
 from tensor import Tensor
@@ -71,3 +71,21 @@ def test_beam_with_an_unwritable_cache_dir(tmp_path):
         opts = beam_search(item.ast, item.bufs, get_device("cpu"), 1, max_rounds=1, name="beamtest")
     np.testing.assert_array_equal(_run(item, opts), np.arange(8, dtype=np.float32) * 2 + 1)
     assert not [n for n in os.listdir(tmp_path) if n != "file"]
+
+
+def test_gpu_opts_round_trip_through_the_cache() -> None:
+    """A GPU search's result (PADTO, TC, SIMT opts, not only SPLITs) is written and read back as it was, and a
+    cached SIMT opt is checked against the kernel with the GPU's lowering (apply_opt refuses it)."""
+    from devices.base import gpu_target
+    from lower.optimize import Opt, OptOps
+    from rewrite import AxisType
+
+    opts = [Opt(OptOps.PADTO, 0, 128), Opt(OptOps.SPLIT, 1, (16, AxisType.LOCAL, False)),
+            Opt(OptOps.TC, None, ("16x8x16 half->float", 4, 4, 2, 4, 32, 3)),
+            Opt(OptOps.SIMT, None, (8, 8, 16, 16, 16))]
+    assert [_opt_from_json(json.loads(json.dumps(_opt_to_json(o)))) for o in opts] == opts
+    a = Tensor(np.zeros((64, 64), np.float32), device="python").contiguous()
+    (item,) = [it for it in schedule([(a @ a).uop])[0] if it.kind == "kernel" and it.name.startswith("r_")]
+    hit = [_opt_to_json(Opt(OptOps.SIMT, None, (4, 4, 16, 16, 16)))]
+    assert _cached_opts(item.ast, hit, gpu_target("sm_90")) == [Opt(OptOps.SIMT, None, (4, 4, 16, 16, 16))]
+    assert _cached_opts(item.ast, [_opt_to_json(Opt(OptOps.SIMT, None, (4, 4, 16, 16, 12)))], gpu_target()) is None
