@@ -19,10 +19,11 @@
   any sizes); smaller ones direct from global memory (lower.wmma), up to 4 x 4 mma tiles a warp
   (TC_WARP_TILES) and 2 x 2 warps a block.
 - any other float32/float64 sum of products with both output extents from 64 and a reduction of 32 or more
-  (matmul, attention's batched products, conv): SIMT, staged through shared memory for CUDA-core FMAs
-  (lower.simt_smem: 128 x 128 block tiles of 16 x 16 threads with 8 x 8 accumulators each where they fill the
-  multiprocessors, else 64 x 64 of 4 x 4; any sizes, batch axes, transposed operands, conv's flattened axes).
-  Smaller ones: the register tile above.
+  (matmul, attention's batched products, conv; checked after the GROUP_REDUCE case, so 64 x 64 outputs of a
+  long reduction still share each reduction among a block's threads): SIMT, staged through shared memory for
+  CUDA-core FMAs (lower.simt_smem: 128 x 128 block tiles of 16 x 16 threads with 8 x 8 accumulators each
+  where they fill the multiprocessors, else 64 x 64 of 4 x 4; any sizes, batch axes, transposed operands,
+  conv's flattened axes). Smaller ones: the register tile above.
 - `nolocals` (the NOLOCALS knob): no LOCAL or GROUP_REDUCE axis; every output axis is GLOBAL, one thread per
   block.
 
@@ -113,12 +114,12 @@ def gpu_opts(ast: UOp, target: Target, nolocals: bool = False) -> list[Opt]:
 
         if (tc := tc_shape_for(ast, target)) is not None and (tco := _tc_opts(ast, tc, outputs, target)):
             return tco
-        if reds and (simt := _simt_opts(ast, target)):
-            return simt
         if reds and _shared_row_opts(ast, opts):
             return opts
         if reds and outputs <= target.cores * GROUP_MAX_OUTPUTS_PER_CORE and _group_opts(ast, opts):
             return opts
+        if reds and (simt := _simt_opts(ast, target)):  # after GROUP_REDUCE: few outputs, long k share blocks
+            return simt
         if not loops:
             return opts
         if (tiled := _register_tile(ast, opts)) is not None:

@@ -114,7 +114,8 @@ def simt_match(ast: UOp) -> SimtMatch:
 def simt_shapes(ast: UOp) -> tuple[int, int, int, int]:
     """(rows of u, columns of v, the reduction's length, batch) of the kernel's sum of products."""
     m = simt_match(ast)
-    return tuple(prod(size(r) for r in g) for g in (m.u, m.v, m.k, m.batch))  # type: ignore[return-value]
+    nu, nv, nk, nb = (prod(size(r) for r in g) for g in (m.u, m.v, m.k, m.batch))
+    return nu, nv, nk, nb
 
 
 def simt_config(nu: int, nv: int, nk: int, batch: int, cores: int) -> tuple[int, int, int, int, int] | None:

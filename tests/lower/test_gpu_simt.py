@@ -143,8 +143,11 @@ def test_heuristics_stage_large_sums_of_products() -> None:
     assert gpu_opts(pv, H100) == [Opt(OptOps.SIMT, None, small)]
     conv = _ast(_zeros(8, 64, 56, 56).conv2d(_zeros(64, 64, 3, 3), padding=1))[0]
     assert gpu_opts(conv, H100) == [Opt(OptOps.SIMT, None, small)]
-    for a, b in ((_zeros(64, 12), _zeros(12, 64)), (_zeros(48, 64), _zeros(64, 64))):
+    # a reduction under 32, 48 rows, and 64 x 64 outputs of a 4096-long reduction (GROUP_REDUCE: a block each)
+    for a, b in ((_zeros(64, 12), _zeros(12, 64)), (_zeros(48, 64), _zeros(64, 64)),
+                 (_zeros(64, 4096), _zeros(4096, 64))):
         assert all(o.op is not OptOps.SIMT for o in gpu_opts(_ast(a @ b)[0], H100))
+    assert gpu_opts(_ast(_zeros(64, 64) @ _zeros(64, 64))[0], H100) == [Opt(OptOps.SIMT, None, small)]
 
 
 def test_matmul_4096_lowers_to_the_documented_grid() -> None:
