@@ -26,15 +26,18 @@ rng = np.random.default_rng(7)
 H100 = gpu_target("sm_90")
 
 
-def _mm(nu: int, nk: int, nv: int, batch: tuple[int, ...] = (), transposed: bool = False,
+def _mm(nu: int, nk: int, nv: int, batch: tuple[int, ...] = (), transposed: str = "",
         dt: type = np.float32) -> tuple[Tensor, np.ndarray]:
-    """(batch x) nu x nk @ nk x nv (B given as nv x nk and transposed in the graph: q @ k.T), and numpy's float64
-    product."""
-    av = rng.standard_normal((*batch, nu, nk)).astype(dt)
-    bv = rng.standard_normal((*batch, nv, nk) if transposed else (*batch, nk, nv)).astype(dt)
+    """(batch x) nu x nk @ nk x nv, and numpy's float64 product; `transposed` "b": B given as nv x nk and
+    transposed in the graph (q @ k.T), "a": A given as nk x nu."""
+    av = rng.standard_normal((*batch, nk, nu) if transposed == "a" else (*batch, nu, nk)).astype(dt)
+    bv = rng.standard_normal((*batch, nv, nk) if transposed == "b" else (*batch, nk, nv)).astype(dt)
     a, b = Tensor(av, device="python").contiguous(), Tensor(bv, device="python").contiguous()
-    out = a @ (b.transpose(-1, -2) if transposed else b)
-    return out, av.astype(np.float64) @ (np.swapaxes(bv, -1, -2) if transposed else bv).astype(np.float64)
+    if transposed == "a":
+        a, av = a.transpose(-1, -2), np.swapaxes(av, -1, -2)
+    if transposed == "b":
+        b, bv = b.transpose(-1, -2), np.swapaxes(bv, -1, -2)
+    return a @ b, av.astype(np.float64) @ bv.astype(np.float64)
 
 
 def _local(u: UOp) -> bool:
@@ -44,18 +47,19 @@ def _local(u: UOp) -> bool:
 
 # (nu, nk, nv, (tm, tn, lu, lv, bk), batch, transposed B, dtype)
 CASES = [
-    (16, 16, 16, (4, 4, 4, 4, 8), (), False, np.float32),  # one block, k in two steps
-    (19, 21, 13, (4, 4, 4, 4, 8), (), False, np.float32),  # every edge ragged, rows not 16-byte aligned
-    (24, 16, 40, (4, 4, 4, 4, 8), (), True, np.float32),  # q @ k.T: B copied along k, stored transposed
-    (20, 24, 18, (4, 4, 4, 4, 8), (2,), True, np.float32),  # a batch, ragged
-    (8, 32, 8, (8, 8, 1, 1, 8), (), False, np.float32),  # one thread of 8 x 8: two 4-wide groups a side
-    (16, 24, 16, (4, 2, 4, 8, 8), (), False, np.float64),  # float64: 2-wide (16-byte) groups
+    (16, 16, 16, (4, 4, 4, 4, 8), (), "", np.float32),  # one block, k in two steps
+    (19, 21, 13, (4, 4, 4, 4, 8), (), "", np.float32),  # every edge ragged, rows not 16-byte aligned
+    (24, 16, 40, (4, 4, 4, 4, 8), (), "b", np.float32),  # q @ k.T: B copied along k, stored transposed
+    (16, 24, 24, (4, 4, 4, 4, 8), (), "a", np.float32),  # A contiguous along its rows: copied as it is
+    (20, 24, 18, (4, 4, 4, 4, 8), (2,), "b", np.float32),  # a batch, ragged
+    (8, 32, 8, (8, 8, 1, 1, 8), (), "", np.float32),  # one thread of 8 x 8: two 4-wide groups a side
+    (16, 24, 16, (4, 2, 4, 8, 8), (), "", np.float64),  # float64: 2-wide (16-byte) groups
 ]
 
 
 @pytest.mark.parametrize("nu,nk,nv,cfg,batch,transposed,dt", CASES)
 def test_staged_simt_matches_numpy_and_the_plain_loop(nu: int, nk: int, nv: int, cfg: tuple[int, ...],
-                                                      batch: tuple[int, ...], transposed: bool, dt: type) -> None:
+                                                      batch: tuple[int, ...], transposed: str, dt: type) -> None:
     out, ref = _mm(nu, nk, nv, batch, transposed, dt)
     got, lins = run(out, GPU, [Opt(OptOps.SIMT, None, cfg)])
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
@@ -77,6 +81,19 @@ def test_staged_simt_matches_numpy_and_the_plain_loop(nu: int, nk: int, nv: int,
     assert len(reads) == bk * (tm + tn) // w
     specials = {u.arg: u.src[0].arg[0] for u in lin.src if u.op is Ops.SPECIAL}  # type: ignore[index]
     assert specials.get("lidx0", 1) == lv and specials.get("lidx1", 1) == lu
+    # A chunk along k (A contiguous along k, B of q @ k.T) is stored a tile row apart lane by lane, one along the
+    # tile's rows as it is: A^T's and B's copies are all contiguous
+    strides = {_lane_stride(st) for st in lin.src if st.op is Ops.STORE and _local(st) and st.src[1].shape == (8,)}
+    a_stride = 1 if transposed == "a" else 16 // itemsize + tm * lu
+    b_stride = 16 // itemsize + tn * lv if transposed == "b" else 1
+    assert strides == ({a_stride, b_stride} if nu % 8 == nk % 8 == nv % 8 == 0 and not batch else strides)
+    assert strides <= {a_stride, b_stride}  # ragged rows (and size-2 batch axes) copy element by element
+
+
+def _lane_stride(st: UOp) -> int:
+    """How far apart the lanes of a vector STORE's LOCAL index are."""
+    lanes = [u for u in st.src[0].src[1].toposort() if u.op is Ops.VCONST and u.shape == (8,)]
+    return int(lanes[0].arg[0][1] - lanes[0].arg[0][0])  # type: ignore[index]
 
 
 def test_aligned_operands_copy_in_16_byte_chunks() -> None:
