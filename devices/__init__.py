@@ -66,8 +66,11 @@ GPU kernels (lowered for a Target with warp_size > 0, e.g. devices.base.gpu_targ
   GPU kernels use scalar values only, with two exceptions: WMMA's fragments, and the 8-lane copy chunks of a
   tensor-core kernel staged through shared memory (lower.tc_smem): a LOAD of INDEX(global, base + VCONST(0..7))
   (ungated, or gated by a scalar with 0 for the off value; where the operand is cast in the kernel, a CAST of
-  it) and a STORE of it to INDEX(local, base' + VCONST(0..7)). The cuda renderer makes such an access one
-  16-byte access where it can prove base 16-byte aligned (devices.cuda_render), else lane by lane.
+  it) and a STORE of it to INDEX(local, base' + VCONST(0..7)), or to INDEX(local, base' + VCONST(0, s, .., 7s))
+  (a chunk stored into a column-major tile, lower.simt_smem); and lower.simt_smem's 16-byte reads of a LOCAL
+  tile, LOAD of INDEX(local, base + VCONST(0..W-1)) (W = 4 float32, 2 float64), its lanes taken by INDEX(v,
+  CONST k). The cuda renderer makes such an access one 16-byte access where it can prove base 16-byte aligned
+  (devices.cuda_render), else lane by lane.
   UPCAST/UNROLL axes become separate scalar instructions (copies of the code, lower.expand), never vector lanes.
   A store every thread of a block would make alike (the result of a reduction shared by the block) is gated
   to lidx0 == 0. Loads and stores past a padded axis's end carry a gate (never an out-of-bounds access).

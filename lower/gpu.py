@@ -6,8 +6,8 @@
   split into LOCAL threads of a block (lidx0: consecutive threads touch consecutive elements, so the warp's
   accesses coalesce), padded (PADTO, a gate) when no block size divides it; a narrow first LOCAL axis takes a
   second one from the next output axis. Elementwise kernels with enough blocks give each thread UPCAST_ELEMENTS
-  elements a block apart (still coalesced with scalar code). A sum of products gets a per-thread register tile
-  (UPCAST on two output axes) and its reduce loop UNROLLed.
+  elements a block apart (still coalesced with scalar code). A sum of products too small for the staged forms
+  below gets a per-thread register tile (UPCAST on two output axes) and its reduce loop UNROLLed.
 - reductions that leave an output axis free (softmax's, layernorm's columns: the row statistics are used by
   every column): a block per row. The block's threads share each reduction (GROUP_REDUCE, padded), then take
   the contiguous free axis in strides of the block (a LOCAL split by the same thread count; the rest of the axis
@@ -18,6 +18,12 @@
   outputs on, staged through shared memory (lower.tc_smem: 128 x 128 block tiles of 8 warps, or 64 x 64 of 4,
   any sizes); smaller ones direct from global memory (lower.wmma), up to 4 x 4 mma tiles a warp
   (TC_WARP_TILES) and 2 x 2 warps a block.
+- any other float32/float64 sum of products with both output extents from 64 and a reduction of 32 or more
+  (matmul, attention's batched products, conv; checked after the GROUP_REDUCE case, so 64 x 64 outputs of a
+  long reduction still share each reduction among a block's threads): SIMT, staged through shared memory for
+  CUDA-core FMAs (lower.simt_smem: 128 x 128 block tiles of 16 x 16 threads with 8 x 8 accumulators each
+  where they fill the multiprocessors, else 64 x 64 of 4 x 4; any sizes, batch axes, transposed operands,
+  conv's flattened axes). Smaller ones: the register tile above.
 - `nolocals` (the NOLOCALS knob): no LOCAL or GROUP_REDUCE axis; every output axis is GLOBAL, one thread per
   block.
 
@@ -112,6 +118,8 @@ def gpu_opts(ast: UOp, target: Target, nolocals: bool = False) -> list[Opt]:
             return opts
         if reds and outputs <= target.cores * GROUP_MAX_OUTPUTS_PER_CORE and _group_opts(ast, opts):
             return opts
+        if reds and (simt := _simt_opts(ast, target)):  # after GROUP_REDUCE: few outputs, long k share blocks
+            return simt
         if not loops:
             return opts
         if (tiled := _register_tile(ast, opts)) is not None:
@@ -191,6 +199,20 @@ def _tc_opts(ast: UOp, shape: str, outputs: int, target: Target) -> list[Opt]:
         if size(r) % TC_WARPS == 0:
             ast, _, _ = _split_pair(ast, opts, r, TC_WARPS, AxisType.LOCAL)
     return opts
+
+
+def _simt_opts(ast: UOp, target: Target) -> list[Opt]:
+    """A large sum of products (lower.simt_smem.simt_config: both output extents at least 64, a reduction of 32
+    or more) staged through shared memory for CUDA-core FMAs: [Opt(SIMT, None, (tm, tn, lu, lv, bk))]; []
+    where the kernel is not one or is too small."""
+    from lower.simt_smem import simt_config, simt_shapes
+
+    try:
+        nu, nv, nk, batch = simt_shapes(ast)
+    except KernelOptError:
+        return []
+    cfg = simt_config(nu, nv, nk, batch, target.cores)
+    return [Opt(OptOps.SIMT, None, cfg)] if cfg is not None else []
 
 
 def _register_tile(ast: UOp, opts: list[Opt]) -> list[Opt] | None:
@@ -345,8 +367,8 @@ def _uniform_loops(ast: UOp) -> bool:
 
 
 def apply_gpu_opts(ast: UOp, opts: list[Opt], target: Target) -> UOp:
-    """`opts` applied for a GPU target, then the grid lowered: a TC opt first (lower.wmma; the other opts split
-    what the tile leaves), then the rest in order, then `lower_grid`."""
+    """`opts` applied for a GPU target, then the grid lowered: a TC opt (lower.wmma) or SIMT opt (lower.simt_smem)
+    first (the other opts split what the tile leaves), then the rest in order, then `lower_grid`."""
     from lower.optimize import apply_opts
     from lower.wmma import apply_tc_arg, tc_arg
 
@@ -356,7 +378,13 @@ def apply_gpu_opts(ast: UOp, opts: list[Opt], target: Target) -> UOp:
             if shape not in target.tensor_cores:
                 raise KernelOptError(f"{o}: the target's tensor cores are {', '.join(target.tensor_cores) or 'none'}")
             ast = apply_tc_arg(ast, o.arg)
-    return lower_grid(apply_opts(ast, [o for o in opts if o.op is not OptOps.TC]), target)
+        elif o.op is OptOps.SIMT:
+            from lower.simt_smem import apply_simt
+
+            if not (isinstance(o.arg, tuple) and len(o.arg) == 5 and all(isinstance(n, int) for n in o.arg)):
+                raise KernelOptError(f"{o}: a SIMT opt's arg is (tm, tn, lu, lv, bk)")
+            ast = apply_simt(ast, *o.arg, fuse=target.fma)
+    return lower_grid(apply_opts(ast, [o for o in opts if o.op not in (OptOps.TC, OptOps.SIMT)]), target)
 
 
 def lower_grid(ast: UOp, target: Target) -> UOp:

@@ -44,6 +44,7 @@ class OptOps(Enum):
     SWAP = "SWAP"
     NOLOCALS = "NOLOCALS"
     TC = "TC"
+    SIMT = "SIMT"
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,9 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
     if opt.op is OptOps.TC:
         raise KernelOptError("TC: tensor cores are applied by the optimize stage for a GPU target (lower.wmma), "
                              "not by apply_opt")
+    if opt.op is OptOps.SIMT:
+        raise KernelOptError("SIMT: shared-memory staging is applied by the optimize stage for a GPU target "
+                             "(lower.simt_smem), not by apply_opt")
     if opt.axis is None or not 0 <= opt.axis < len(rs):
         raise KernelOptError(f"{opt}: axis out of range; the kernel has {len(rs)} axes")
     r = rs[opt.axis]

@@ -101,11 +101,17 @@ def _load_cache() -> dict[str, list]:
     return {k: v for k, v in d.items() if isinstance(k, str) and isinstance(v, list)}
 
 
-def _cached_opts(ast: UOp, hit: list) -> list[Opt] | None:
-    """The cached opt list, if every entry parses and the list still applies to `ast`; None means search."""
+def _cached_opts(ast: UOp, hit: list, target: Any = None) -> list[Opt] | None:
+    """The cached opt list, if every entry parses and the list still applies to `ast` (for a GPU `target`: with
+    its TC or SIMT opt, lower.gpu.apply_gpu_opts); None means search."""
     try:
         opts = [_opt_from_json(j) for j in hit]
-        apply_opts(ast, opts)
+        if target is not None and target.warp_size:
+            from lower.gpu import apply_gpu_opts
+
+            apply_gpu_opts(ast, opts, target)
+        else:
+            apply_opts(ast, opts)
     except (KeyError, IndexError, TypeError, ValueError, CompilerError):
         return None
     return opts
@@ -193,7 +199,8 @@ def beam_search(ast: UOp, bufs_uops: tuple[UOp, ...], target: Any, width: int, m
     target = as_target(target)
     key = f"{structural_hash(ast)}:{target.key}:{width}"
     use_cache = bool(getenv("CACHE"))
-    if use_cache and (hit := _load_cache().get(key)) is not None and (opts := _cached_opts(ast, hit)) is not None:
+    hit = _load_cache().get(key) if use_cache else None
+    if hit is not None and (opts := _cached_opts(ast, hit, target)) is not None:
         return opts
     if target.warp_size:  # a GPU: candidates around the GPU heuristics, timed on the CUDA device
         from lower.search_gpu import beam_search_gpu

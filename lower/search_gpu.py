@@ -9,6 +9,9 @@ list (`neighbours`), keeping the `width` fastest, until a round gains less than 
   (lower.tc_smem's register pipeline), 2, 3, 4; the direct form (lower.wmma) with the current warp tile. A
   combination lowering refuses (KernelOptError: too many threads, too much shared memory, operands cp.async
   cannot copy) is skipped.
+- a sum of products staged for CUDA cores (a SIMT opt, lower.simt_smem): its arg changed one knob at a time:
+  register tile tm, tn in 4, 8; threads lu, lv in 8, 16, 32; k step bk in 8, 16, 32; and lower.gpu's unstaged
+  register tile, where it fits.
 - any other kernel: the heuristics' opts plus one SPLIT of an axis into UPCAST or UNROLL (2, 4) or a LOCAL split
   of a different size (32, 64, 128, 256 threads), where the axis divides.
 
@@ -31,6 +34,7 @@ from rewrite import AxisType, UOp
 from rewrite.errors import CompilerError, DeviceError
 
 _TC_KNOBS = ((1, (1, 2, 4)), (2, (1, 2, 4, 8)), (3, (1, 2, 4)), (4, (1, 2, 4)), (5, (16, 32, 64)), (6, (0, 2, 3, 4)))
+_SIMT_KNOBS = ((0, (4, 8)), (1, (4, 8)), (2, (8, 16, 32)), (3, (8, 16, 32)), (4, (8, 16, 32)))
 _SPLITS = ((AxisType.UPCAST, (2, 4)), (AxisType.UNROLL, (2, 4)))
 _BLOCK_SIZES = (32, 64, 128, 256)
 
@@ -55,6 +59,16 @@ def neighbours(ast: UOp, opts: list[Opt]) -> list[list[Opt]]:
                 for tn in (1, 2, 4):
                     if (tm, tn) != tuple(full[1:3]):
                         out.append([Opt(OptOps.TC, None, (full[0], tm, tn)), *rest])
+        return out
+    simt = next((o for o in opts if o.op is OptOps.SIMT), None)
+    if simt is not None and isinstance(simt.arg, tuple):
+        for pos, choices in _SIMT_KNOBS:
+            out += [[Opt(OptOps.SIMT, None, (*simt.arg[:pos], val, *simt.arg[pos + 1:]))]
+                    for val in choices if val != simt.arg[pos]]
+        from lower.gpu import _register_tile
+
+        if (tiled := _register_tile(ast, [])) is not None:
+            out.append(tiled)
         return out
     from lower.optimize import apply_opts
 

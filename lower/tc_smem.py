@@ -39,6 +39,7 @@ Sums are the same as lower.wmma's (the mma's float32 additions, k in order withi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from lower.optimize import _stride, next_range_id, size
@@ -105,18 +106,36 @@ def _vectorizable(x: UOp, inner: UOp) -> bool:
     return isinstance(off, int) and off % VEC == 0
 
 
-def _copy_tile(buf: UOp, x: UOp, rows: tuple[UOp, UOp, int, int], cols: tuple[UOp, UOp, int, int],
+Axis = UOp | tuple[UOp, ...]  # a matrix axis: one range, or several flattened (outermost first, lower.simt_smem)
+
+
+def spread(axis: Axis, at: UOp) -> dict[UOp, UOp]:
+    """The values of an axis's ranges at flat position `at` (one range: `at` itself; several: div/mod of it)."""
+    rs = axis if isinstance(axis, tuple) else (axis,)
+    out, inner = {}, 1
+    for j, r in enumerate(reversed(rs)):
+        e = at if inner == 1 else at // inner
+        out[r] = e if j == len(rs) - 1 else e % size(r)
+        inner *= size(r)
+    return out
+
+
+def _copy_tile(buf: UOp, x: UOp, rows: tuple[Axis, UOp, int, int], cols: tuple[Axis, UOp, int, int],
                tid: UOp, threads: int, vector: bool, only: UOp | None = None, base: UOp | int = 0,
-               asynch: bool = False) -> list[UOp]:
+               asynch: bool = False, transposed: bool = False) -> list[UOp]:
     """The stores that copy a rows x cols tile of operand x into LOCAL `buf` (row-major, rows padded by pad_for,
-    from element `base`): rows = (the range of x, the tile's first row, tile rows, the matrix's row count), cols
+    from element `base`): rows = (the axis of x, the tile's first row, tile rows, the matrix's row count), cols
     likewise; chunks of VEC consecutive columns, chunk c = tid + threads * i (the chunks past the tile's last are
     gated off). An element outside the matrix is stored as 0. With `only`, nothing is loaded or stored where it
-    is false. `asynch` (vector chunks only): the stores are cp.async copies (STORE arg "cp.async")."""
+    is false. `asynch` (vector chunks only): the stores are cp.async copies (STORE arg "cp.async"). `transposed`:
+    `buf` holds the tile column-major (element (row, col) at col * (rows + pad) + row; a chunk's lanes are
+    stored one by one)."""
     (rr, r0, nr, rn), (cr, c0, nc, cn) = rows, cols
     per_row = nc // VEC
     chunks = nr * per_row
     vector = vector and cn % VEC == 0  # then a chunk is in or out of the matrix as a whole
+    if isinstance(cr, tuple) and len(cr) > 1:  # a chunk must stay inside the innermost range
+        vector = vector and size(cr[-1]) % VEC == 0
 
     def both(p: UOp | None, q: UOp | None) -> UOp | None:
         return q if p is None else p if q is None else p & q
@@ -127,10 +146,11 @@ def _copy_tile(buf: UOp, x: UOp, rows: tuple[UOp, UOp, int, int], cols: tuple[UO
         row, col = c // per_row, (c % per_row) * VEC
         in_tile = both(only, c < chunks if chunks % threads else None)
         in_rows = both(in_tile, r0 + row < rn if rn % nr else None)
-        at = base + row * (nc + pad_for(x.dtype)) + col
+        at = base + (col * (nr + pad_for(x.dtype)) + row if transposed else row * (nc + pad_for(x.dtype)) + col)
+        step = nr + pad_for(x.dtype) if transposed else 1
         for e in range(1 if vector else VEC):
             valid = both(in_rows, c0 + col + e < cn if cn % nc else None)
-            src = x.substitute({rr: r0 + row, cr: c0 + col + e})
+            src = x.substitute({**spread(rr, r0 + row), **spread(cr, c0 + col + e)})
             if vector:
                 lanes = UOp.vconst(range(VEC))
                 ld = src.src[0] if src.op is Ops.CAST else src
@@ -139,10 +159,10 @@ def _copy_tile(buf: UOp, x: UOp, rows: tuple[UOp, UOp, int, int], cols: tuple[UO
                 val = UOp(Ops.LOAD, (vidx,)) if valid is None else UOp(Ops.LOAD, (vidx, UOp.const(0, ld.dtype), valid))
                 if src.op is Ops.CAST:
                     val = val.cast(x.dtype)
-                dst = buf.index(at + lanes)
+                dst = buf.index(at + (lanes if step == 1 else UOp.vconst(range(0, VEC * step, step))))
             else:
                 val = src if valid is None else valid.where(_gated(src, valid), UOp.const(0, x.dtype))
-                dst = buf.index(at + e)
+                dst = buf.index(at + e * step)
             arg = "cp.async" if asynch and vector else None
             stores.append(UOp(Ops.STORE, (dst, val) if in_tile is None else (dst, val, in_tile), arg))
     return stores
@@ -185,20 +205,11 @@ def apply_tc_staged(ast: UOp, shape: str, tm: int, tn: int, wu: int, wv: int, bk
     u0, v0 = bu * bm, bv * bn
     vec_x, vec_y = _vectorizable(x, k), _vectorizable(y, v)
 
-    def copies(a_to: UOp, b_to: UOp, k0: UOp, only: UOp | None = None) -> list[UOp]:
+    def copies(a_to: UOp, b_to: UOp, k0: UOp, only: UOp | None) -> list[UOp]:
         return _copy_tile(a_to, x, (u, u0, bm, nu), (k, k0, bk, nk), tid, threads, vec_x, only) + \
             _copy_tile(b_to, y, (k, k0, bk, nk), (v, v0, bn, nv), tid, threads, vec_y, only)
 
-    steps = -(-nk // bk)
-    ahead: list[UOp] = []
-    if steps > 1:  # the first tiles before the loop; each step loads the next ones before its mmas run
-        loaded = UOp(Ops.BARRIER, tuple(copies(sa, sb, UOp.const(0))))
-        ahead = copies(sa, sb, (ko + 1) * bk, ko < steps - 1)  # stored after the mmas (below)
-        early = tuple(st.src[1] for st in ahead)  # the fragment reads wait for these loads: they are issued first
-        ar, br = UOp(Ops.AFTER, (sa, loaded, ko, *early)), UOp(Ops.AFTER, (sb, loaded, ko, *early))
-    else:
-        loaded = UOp(Ops.BARRIER, tuple(copies(sa, sb, ko * bk)))
-        ar, br = UOp(Ops.AFTER, (sa, loaded)), UOp(Ops.AFTER, (sb, loaded))
+    ar, br, ahead = pipelined_tiles(sa, sb, copies, -(-nk // bk), bk, ko)
     nacc = 4 * tm * tn
     acc = UOp(Ops.BUFFER, (UOp.shape_operand((nacc,)),), BufferArg(0, dtypes.float32, None, AddrSpace.REG))
     outer = [r for r in end.src[1:] if r is not u and r is not v]
@@ -214,15 +225,38 @@ def apply_tc_staged(ast: UOp, shape: str, tm: int, tn: int, wu: int, wv: int, bk
                                   for row, col in (lay.b(e, g, t) for e in range(lay.nb))))
              for j in range(tn)]
         cur = mma_grid(a, b, cur, (M, N, lay.k, dt, dtypes.float32))
-    upd = [p.store(val) for p, val in zip(at, cur, strict=True)]
-    done = UOp(Ops.BARRIER, tuple(upd))  # every warp has read the tiles before the next step overwrites them
-    if steps > 1:  # the next step's tiles, stored once every warp is done with these (none after the last step)
+    step = pipelined_step(sa, sb, [p.store(val) for p, val in zip(at, cur, strict=True)], ahead, ko)
+    tile = WarpTile(red, u, v, u0 + wr, v0 + wc, g, t, tm, tn, nu, nv, bm, bn)
+    return write_back(ast, end, step, at, tile, (*outer, bu, bv, ru, rv, lane))
+
+
+Copies = Callable[[UOp, UOp, UOp, UOp | None], list[UOp]]
+
+
+def pipelined_tiles(sa: UOp, sb: UOp, copies: Copies, steps: int, bk: int, ko: UOp) -> tuple[UOp, UOp, list[UOp]]:
+    """The register pipeline of a k loop `ko` of `steps` steps over LOCAL tiles `sa`, `sb` (module docstring):
+    (the tiles as step ko reads them, the next step's copies, which `pipelined_step` stores after the step).
+    `copies(a_to, b_to, k0, only)` are the stores that fill both tiles with the step starting at k0. With more
+    than one step the first tiles are copied before the loop and each step loads the next ones before its reads
+    (they wait for those loads in the graph, so the linearizer issues the loads first)."""
+    if steps > 1:
+        loaded = UOp(Ops.BARRIER, tuple(copies(sa, sb, UOp.const(0), None)))
+        ahead = copies(sa, sb, (ko + 1) * bk, ko < steps - 1)
+        early = tuple(st.src[1] for st in ahead)
+        return UOp(Ops.AFTER, (sa, loaded, ko, *early)), UOp(Ops.AFTER, (sb, loaded, ko, *early)), ahead
+    loaded = UOp(Ops.BARRIER, tuple(copies(sa, sb, ko * bk, None)))
+    return UOp(Ops.AFTER, (sa, loaded)), UOp(Ops.AFTER, (sb, loaded)), []
+
+
+def pipelined_step(sa: UOp, sb: UOp, upd: list[UOp], ahead: list[UOp], ko: UOp) -> UOp:
+    """The END of k step ko: its accumulator stores `upd`, a BARRIER (every thread has read the tiles before
+    they are overwritten), then the next step's tiles `ahead` stored and a BARRIER (none after the last step)."""
+    done = UOp(Ops.BARRIER, tuple(upd))
+    if ahead:
         later = {sa: UOp(Ops.AFTER, (sa, done)), sb: UOp(Ops.AFTER, (sb, done))}
         done = UOp(Ops.BARRIER, tuple(UOp(Ops.STORE, (later[st.src[0].src[0]].index(st.src[0].src[1]), *st.src[1:]))
                                       for st in ahead))
-    step = UOp(Ops.END, (UOp(Ops.GROUP, (*upd, done)), ko))
-    tile = WarpTile(red, u, v, u0 + wr, v0 + wc, g, t, tm, tn, nu, nv, bm, bn)
-    return write_back(ast, end, step, at, tile, (*outer, bu, bv, ru, rv, lane))
+    return UOp(Ops.END, (UOp(Ops.GROUP, (*upd, done)), ko))
 
 
 def mma_grid(a: list[UOp], b: list[UOp], acc: list[UOp], arg: tuple) -> list[UOp]:
@@ -263,18 +297,27 @@ def write_back(ast: UOp, end: UOp, step: UOp, at: list[UOp], w: WarpTile, ranges
     multiple of the block tile; the stores end over `ranges` (the kernel's other axes, block, warp and lane)."""
     from lower.wmma import M, N
 
+    places = [(w.row0 + (i * M + w.g + 8 * (e // 2)), w.col0 + (j * N + w.t * 2 + e % 2))
+              for i in range(w.tm) for j in range(w.tn) for e in range(4)]
+    return store_results(ast, end, step, at, places, w.red, (w.u, w.v), (w.nu, w.nv, w.bm, w.bn), ranges)
+
+
+def store_results(ast: UOp, end: UOp, step: UOp, at: list[UOp], places: list[tuple[UOp, UOp]], red: UOp,
+                  uv: tuple[Axis, Axis], extents: tuple[int, int, int, int], ranges: tuple[UOp, ...]) -> UOp:
+    """The kernel with its output stores fed by the accumulators `at` after the k loop `step`, accumulator i
+    landing at output (row, col) = places[i] of the output axes uv (each a range, or ranges flattened), gated
+    where the output's extents (nu, nv) are no multiples of the block tile's (bm, bn) (extents = (nu, nv, bm,
+    bn)); the stores end over `ranges`."""
+    nu, nv, bm, bn = extents
     res = [UOp(Ops.AFTER, (p, step)).load() for p in at]
     loop = frozenset(step.toposort())
     stores = []
-    for i in range(w.tm):
-        for j in range(w.tn):
-            for e in range(4):
-                row, col = w.row0 + (i * M + w.g + 8 * (e // 2)), w.col0 + (j * N + w.t * 2 + e % 2)
-                st = end.src[0].substitute({w.red: res[4 * (i * w.tn + j) + e]}).substitute({w.u: row, w.v: col})
-                checks = [c for c, n, blk in ((row < w.nu, w.nu, w.bm), (col < w.nv, w.nv, w.bn)) if n % blk]
-                if checks:
-                    st = _gated(st, checks[0] if len(checks) == 1 else checks[0] & checks[1], loop)
-                stores.append(st)
+    for val, (row, col) in zip(res, places, strict=True):
+        st = end.src[0].substitute({red: val}).substitute({**spread(uv[0], row), **spread(uv[1], col)})
+        checks = [c for c, n, blk in ((row < nu, nu, bm), (col < nv, nv, bn)) if n % blk]
+        if checks:
+            st = _gated(st, checks[0] if len(checks) == 1 else checks[0] & checks[1], loop)
+        stores.append(st)
     return ast.substitute({end: UOp(Ops.END, (UOp(Ops.GROUP, tuple(stores)), *ranges))})
 
 

@@ -41,12 +41,12 @@ def test_beam_for_a_cuda_target_without_a_gpu_says_so() -> None:
         beam_search(ast, bufs, gpu_target("sm_90"), 2)
 
 
-@pytest.mark.parametrize("kind", ["matmul", "softmax", "add"])
+@pytest.mark.parametrize("kind", ["matmul", "softmax", "add", "matmul_float32"])
 def test_gpu_candidates_lower_or_are_refused(kind: str) -> None:
     """Every neighbour of the heuristics' opts lowers for sm_90 or raises a CompilerError (which the search skips);
-    a tensor-core kernel's include the other cp.async depths and the register pipeline, the others an UPCAST or
-    a different block size."""
-    ast, _ = _kernel(kind, 256)
+    a tensor-core kernel's include the other cp.async depths and the register pipeline, a staged SIMT kernel's
+    other tiles and k steps and the unstaged register tile, the others an UPCAST or a different block size."""
+    ast, _ = _kernel(kind.split("_")[0], 256, "float32" if kind.endswith("float32") else "float16")
     target = gpu_target("sm_90")
     base = gpu_opts(ast, target)
     cands = neighbours(ast, base)
@@ -62,6 +62,11 @@ def test_gpu_candidates_lower_or_are_refused(kind: str) -> None:
     if kind == "matmul":
         args = [c[0].arg for c in cands if c and c[0].op is OptOps.TC]
         assert any(len(a) == 7 and a[6] == 2 for a in args) and any(len(a) == 6 for a in args)  # type: ignore[arg-type]
+    if kind == "matmul_float32":
+        assert base[0].op is OptOps.SIMT
+        args = [c[0].arg for c in cands if c and c[0].op is OptOps.SIMT]
+        assert len(args) == 8 and (4, 4, 16, 16, 16) in args and (8, 4, 16, 16, 32) in args, args
+        assert any(all(o.op is OptOps.SPLIT for o in c) for c in cands)  # lower.gpu's register tile
 
 
 @pytest.mark.gpu

@@ -256,10 +256,11 @@ def test_wmma_is_inline_ptx_with_the_documented_packing(compiler: str, tmp_path:
 
 def _vector_kernels() -> list[tuple[str, UOp]]:
     """The kernels whose GPU lowering makes vector values: a float32 matmul with the register tile (a REG
-    accumulator indexed by a VCONST), attention, and half/bfloat16 matmuls on the tensor cores (WMMA)."""
+    accumulator indexed by a VCONST; 32: under lower.simt_smem's sizes), attention (staged, lower.simt_smem: 4-lane
+    shared-memory reads), and half/bfloat16 matmuls on the tensor cores (WMMA)."""
     rng = np.random.default_rng(0)
     out: list[tuple[str, UOp]] = []
-    for case, dtype in ((Case("matmul", "matmul", "matmul", (256,)), "float32"),
+    for case, dtype in ((Case("matmul", "matmul", "matmul", (32,)), "float32"),
                         (Case("attention", "attention", "attention", (1, 2, 64, 64)), "float32"),
                         (Case("matmul", "matmul", "matmul", (64,)), "float16"),
                         (Case("matmul", "matmul", "matmul", (64,)), "bfloat16")):
@@ -337,6 +338,57 @@ def test_tensor_core_warp_tiles_compile(compiler: str, tmp_path: os.PathLike, sm
     assert "uint4" not in body(scalar)
     assert body(bf16).count("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") == 16
     assert body(bf16).count("*(const uint4*)&data") == 8  # bfloat16 bits in 16-byte chunks, widened per lane
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+@pytest.mark.parametrize("sm", SMS)
+def test_staged_simt_kernels_compile(compiler: str, tmp_path: os.PathLike, sm: str) -> None:
+    """The heuristics' float32 sums of products staged through shared memory (lower.simt_smem): matmul 4096
+    (128 x 128 tiles of 16 x 16 threads, 8 x 8 each), attention's QK^T and PV, conv (8,64,56,56)->64, a ragged
+    matmul and a float64 one: 16-byte global chunks and shared reads, fused multiply-adds, three barriers."""
+    from lower.gpu import gpu_opts
+    from lower.optimize import OptOps
+
+    def zeros(*shape: int, dt: type = np.float32) -> Tensor:
+        return Tensor(np.zeros(shape, dt), device="python").contiguous()
+
+    def kernels(out: Tensor, key: str) -> list[tuple[str, UOp]]:
+        items, _ = schedule([out.uop])
+        return [(f"{key}_{it.name}", it.ast) for it in items
+                if it.kind == "kernel" and it.ast is not None and has_reduce(it.ast)]
+
+    q, k, v = zeros(8, 8, 512, 64), zeros(8, 8, 512, 64), zeros(8, 8, 512, 64)
+    attn = kernels((q @ k.transpose(-1, -2) * 0.125).softmax(-1) @ v, "attention")
+    asts = [*kernels(zeros(4096, 4096) @ zeros(4096, 4096), "matmul"), attn[0], attn[-1],
+            *kernels(zeros(8, 64, 56, 56).conv2d(zeros(64, 64, 3, 3), padding=1), "conv"),
+            *kernels(zeros(1000, 200) @ zeros(200, 520), "odd"),
+            *kernels(zeros(256, 256, dt=np.float64) @ zeros(256, 256, dt=np.float64), "f64")]
+    assert all(gpu_opts(ast, gpu_target(sm))[0].op is OptOps.SIMT for _, ast in asts)
+    progs = [(lower_kernel(ast, gpu_target(sm), name=name), name) for name, ast in asts]
+    with Context(CACHEDIR=str(tmp_path), CUDA_COMPILER=compiler):
+        ks = DEVICE.compile_batch(progs, gpu_target(sm))
+    assert all(k.cubin[:4] == b"\x7fELF" for k in ks)
+    big, qk, pv, conv, odd, f64 = ks
+
+    def body(k: object) -> str:
+        src = k.src[k.src.index(f" {k.symbol}("):]  # type: ignore[attr-defined]
+        return src[:src.index("\n}\n")]
+
+    assert big.launch_dims({}) == ((32, 32, 1), (16, 16, 1)) and qk.launch_dims({}) == ((4, 4, 64), (16, 16, 1))
+    assert pv.launch_dims({}) == ((8, 8, 8), (16, 16, 1)) and conv.launch_dims({}) == ((392, 1, 1), (16, 16, 1))
+    for kern, fmas in ((big, 64 * 16), (qk, 64 * 16), (pv, 16 * 32), (conv, 16 * 32), (odd, 16 * 32)):
+        b = body(kern)
+        assert b.count("__fmaf_rn(") == fmas and b.count("__syncthreads();") == 3
+        assert b.count("__shared__ __align__(16) float smem") == 2
+        # each k: the thread's tm A and tn B values as 16-byte shared reads of 4 floats (16 x (8 + 8) / 4, or
+        # 32 x (4 + 4) / 4)
+        assert b.count("= *(const uint4*)&smem") == 64, kern.name
+    # matmul: A (128 x 16) and B (16 x 128) are 256 chunks of 8 floats each, one a thread of either: two 16-byte
+    # loads a chunk, before the loop and in it (gated off at the last step); B's chunks stored as they are
+    assert body(big).count("*(const uint4*)&data") == 8 and body(big).count("? *(const uint4*)&data") == 4
+    assert body(big).count("*(uint4*)&smem") == 4
+    assert "*(const uint4*)&data" not in body(conv)  # conv's operands are gathers (padded, 3-wide k rows): by element
+    assert body(f64).count("__fma_rn(") == 16 * 32 and "double smem" in body(f64)
 
 
 @pytest.mark.parametrize("compiler", COMPILERS)

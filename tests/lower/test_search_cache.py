@@ -13,7 +13,7 @@ import pytest
 from devices import get_device
 from lower.optimize import Opt, OptOps, apply_opts
 from lower.schedule import schedule
-from lower.search import _opt_from_json, _opt_to_json, beam_search
+from lower.search import _cached_opts, _opt_from_json, _opt_to_json, beam_search
 from lower.stages import lower_kernel
 from rewrite import AxisType
 from rewrite.env import Context
@@ -88,3 +88,19 @@ def test_every_opt_form_round_trips_through_the_cache_format() -> None:
             Opt(OptOps.PADTO, 2, (128, "repeat")), Opt(OptOps.NOLOCALS)]
     back = [_opt_from_json(j) for j in json.loads(json.dumps([_opt_to_json(o) for o in opts]))]
     assert back == opts
+
+
+def test_gpu_opts_round_trip_through_the_cache() -> None:
+    """A GPU search's result (PADTO, TC, SIMT opts, not only SPLITs) is written and read back as it was, and a
+    cached SIMT opt is checked against the kernel with the GPU's lowering (apply_opt refuses it)."""
+    from devices.base import gpu_target
+
+    opts = [Opt(OptOps.PADTO, 0, 128), Opt(OptOps.SPLIT, 1, (16, AxisType.LOCAL, False)),
+            Opt(OptOps.TC, None, ("16x8x16 half->float", 4, 4, 2, 4, 32, 3)),
+            Opt(OptOps.SIMT, None, (8, 8, 16, 16, 16))]
+    assert [_opt_from_json(json.loads(json.dumps(_opt_to_json(o)))) for o in opts] == opts
+    a = Tensor(np.zeros((64, 64), np.float32), device="python").contiguous()
+    (item,) = [it for it in schedule([(a @ a).uop])[0] if it.kind == "kernel" and it.name.startswith("r_")]
+    hit = [_opt_to_json(Opt(OptOps.SIMT, None, (4, 4, 16, 16, 16)))]
+    assert _cached_opts(item.ast, hit, gpu_target("sm_90")) == [Opt(OptOps.SIMT, None, (4, 4, 16, 16, 16))]
+    assert _cached_opts(item.ast, [_opt_to_json(Opt(OptOps.SIMT, None, (4, 4, 16, 16, 12)))], gpu_target()) is None
