@@ -138,7 +138,11 @@ def test_fallbacks_to_the_register_pipeline() -> None:
     with pytest.raises(KernelOptError, match="TC async: the operands are not plain loads"):
         lower_kernel(fused, GPU, opts=[Opt(OptOps.TC, None, (HALF, 2, 4, 2, 2, 32, 3))])
     big = ast_of(4096, 4096, 4096)
-    # a stage of the 128 x 128 x 32 tiles is 18944 bytes of half
+    # 64-wide k steps where 3 stages of them fit (the sm_90 target's shared memory)
+    assert gpu_opts(big, GPU) == [Opt(OptOps.TC, None, (HALF, 4, 4, 2, 4, 64, 3))]
+    assert gpu_opts(ast_of(4096, 128, 4096), GPU) == [Opt(OptOps.TC, None, (HALF, 4, 4, 2, 4, 32, 3))]  # k short
+    # a stage of the 128 x 128 x 32 tiles is 18944 bytes of half (of 64-wide ones 35840: 3 no longer fit in 100000)
+    assert gpu_opts(big, GPU.with_(local_memory_bytes=100000)) == [Opt(OptOps.TC, None, (HALF, 4, 4, 2, 4, 32, 3))]
     assert gpu_opts(big, GPU.with_(local_memory_bytes=40000)) == [Opt(OptOps.TC, None, (HALF, 4, 4, 2, 4, 32, 2))]
     assert gpu_opts(big, GPU.with_(local_memory_bytes=30000)) == [Opt(OptOps.TC, None, (HALF, 4, 4, 2, 4, 32))]
     with pytest.raises(KernelOptError, match=r"stages 0 or 2\.\.8"):
