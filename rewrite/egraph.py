@@ -29,6 +29,7 @@ import atexit
 import contextlib
 import hashlib
 import os
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -168,6 +169,7 @@ class Saturator(DiskCache):
                                                   _CTOR_NAMES)
         if self.schedule.fused:
             self._text += self.schedule.fused_decl(self.schedule.analysis) + "\n"
+        self._checks = re.search(rf"\(ruleset\s+{re.escape(self.schedule.checks)}\s*\)", self._text) is not None
         self._eg: Any = None
         self._cmds: dict[str, list] = {}
         self._combos: dict[tuple[str, ...], str] = {}  # groups -> the combined rule set that runs them with the rest
@@ -196,7 +198,7 @@ class Saturator(DiskCache):
         if self._eg is None:
             eg = egglog_bindings().EGraph()
             eg.run_program(*parse_forms(eg, self._text))
-            step = self.schedule.schedule_text()
+            step = self.schedule.schedule_text(checks=self._checks)
             self._cmds = {k: parse_forms(eg, t) for k, t in {
                 "push": "(push)", "pop": "(pop)", "step": f"(run-schedule {step})", "size": "(print-size)",
                 "load_step": f"(run-schedule (run load) {step})",
@@ -233,7 +235,7 @@ class Saturator(DiskCache):
         name = self._combos.setdefault(keys, f"{self.schedule.analysis}__with{len(self._combos)}")
         cmds = self._combo_cmds.get(keys)
         if cmds is None:
-            step = self.schedule.schedule_text(name)
+            step = self.schedule.schedule_text(name, self._checks)
             decl = f"(unstable-combined-ruleset {name} {self.schedule.analysis} {' '.join(keys)})"
             if self.schedule.fused:
                 decl += self.schedule.fused_decl(name, keys)

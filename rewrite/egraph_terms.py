@@ -501,14 +501,20 @@ class Schedule:
     analysis: str = "analysis"
     rewrites: tuple[str, ...] = ("rw",)
     fused: bool = False
+    # a rule set of checks (tripwires) run once at the end of each iteration, where the program declares it: a rule
+    # in the analysis instead would run in each of its passes (egglog 13.2 pays for every rule of a run whose
+    # tables changed, matched or not)
+    checks: str = "checks"
 
-    def schedule_text(self, analysis: str | None = None) -> str:
+    def schedule_text(self, analysis: str | None = None, checks: bool = False) -> str:
         """One iteration, as the body of a `run-schedule` (`analysis`: the rule set to saturate instead of the
-        whole analysis, see `Saturator._commands`; with `fused`, the combined rule set of the rewrites and it)."""
+        whole analysis, see `Saturator._commands`; with `fused`, the combined rule set of the rewrites and it;
+        `checks`: the program declares the rule set `self.checks`, run last)."""
+        tail = f" (run {self.checks})" if checks else ""
         if self.fused:
-            return f"(saturate (run {self.fused_name(analysis or self.analysis)}))"
+            return f"(saturate (run {self.fused_name(analysis or self.analysis)})){tail}"
         rw = " ".join(f"(run {r})" for r in self.rewrites)
-        return f"{rw} (saturate (run {analysis or self.analysis}))"
+        return f"{rw} (saturate (run {analysis or self.analysis})){tail}"
 
     def fused_name(self, analysis: str) -> str:
         return f"{analysis}__fused"

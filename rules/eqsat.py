@@ -100,6 +100,32 @@ _MUL = _corners("*", ("la", "ha"), ("lb", "hb"))
 _DIV = _corners("//", ("la", "ha"), ("lb", "hb"))
 _SAME_Q = f"(= {floor_div('la', 'm')} {floor_div('ha', 'm')})"
 
+
+def _flag(v: str) -> str:
+    """1 where the integer `v` is at least 1, else 0: a condition on bounds as a value, so that one rule (one run per
+    iteration, matched or not) gives what a rule per case would."""
+    return f"(min 1 (max 0 {v}))"
+
+
+# past every bound `iv_decode` gives (+-IV_INF) and every field value: a bound plus or minus it loses any min or max
+_FAR = 1 << 34
+
+
+def _far(flag: str) -> str:
+    return f"(* {_FAR} {flag})"
+
+
+# b's interval keeps one sign (both bounds above zero, or both below)
+_ONE_SIGN_B = f"(= 1 (+ {_flag('lb')} {_flag('(- 0 hb)')}))"
+# _FAR where a Where's condition (raw fields lc, hc) is known false (so branch a is not taken), else 0; and where it
+# is known true (branch b)
+_NOT_A = _far(f"(- 1 {_flag('hc')})")
+_NOT_B = _far(_flag("lc"))
+# at least 1 where the intervals of a and b are apart (so a != b), else 0
+_APART = "(+ (max 0 (- lb ha)) (max 0 (- la hb)))"
+# 0 where a and b are one and the same point (so a == b), else at least 1
+_SPREAD = "(+ (- ha la) (+ (- hb lb) (max (- la lb) (- lb la))))"
+
 # the interval analysis over packed intervals (rewrite.egraph_terms: `iv`). Bounds are read with `iv_decode`
 # (a missing bound as -+IV_INF, far enough out that a sum, difference, negation or product with it packs back to
 # missing, and that no comparison with a stored bound holds wrongly), or as raw fields where the rule only takes
@@ -114,40 +140,29 @@ ANALYSIS = "\n".join([
     _iv("iv-neg", f"(= e (Neg a)) {_A}", "(- 0 ha)", "(- 0 la)"),
     _iv("iv-mul", f"(= e (Mul a b)) {_AB}", *_MUL),
     # floor division is monotone in both operands on a box whose divisor keeps one sign
-    _iv("iv-div-pos", f"(= e (Div a b)) {_AB} (> lb 0) {_EXACT_A}", *_DIV),
-    _iv("iv-div-neg", f"(= e (Div a b)) {_AB} (< hb 0) {_EXACT_A}", *_DIV),
-    _iv("iv-mod-pos", f"(= e (Mod a b)) {_AB} (> lb 0)", "0", "(- hb 1)"),
-    _iv("iv-mod-pos-small", f"(= e (Mod a b)) {_AB} (> lb 0) (>= la 0)", "0", "(min ha (- hb 1))"),
-    _iv("iv-mod-neg", f"(= e (Mod a b)) {_AB} (< hb 0)", "(+ lb 1)", "0"),
-    _iv("iv-mod-neg-small", f"(= e (Mod a b)) {_AB} (< hb 0) (<= ha 0)", "(max la (+ lb 1))", "0"),
+    _iv("iv-div", f"(= e (Div a b)) {_AB} {_ONE_SIGN_B} {_EXACT_A}", *_DIV),
+    # a numerator that cannot be negative (positive) bounds the remainder by a positive (negative) divisor too
+    _iv("iv-mod-pos", f"(= e (Mod a b)) {_AB} (> lb 0)", "0", f"(min (- hb 1) (+ ha {_far(_flag('(- 0 la)'))}))"),
+    _iv("iv-mod-neg", f"(= e (Mod a b)) {_AB} (< hb 0)", f"(max (+ lb 1) (- la {_far(_flag('ha'))}))", "0"),
     # one quotient over the whole interval: x % m is x minus a constant there
     _iv("iv-mod-const", f"(= e (Mod a (Num m))) (!= m 0) {_A} {_EXACT_A} {_SAME_Q}", floor_mod("la", "m"),
         floor_mod("ha", "m")),
     _iv("iv-max", f"(= e (Max a b)) {_AB_RAW}", "(max la lb)", "(max ha hb)"),
+    # a comparison is [0, 1] whatever its operands; known true (false) where their intervals decide it
     *(_iv(f"iv-{c.lower()}", f"(= e ({c} a b))", "0", "1") for c in ("Lt", "Ne", "Gt", "Ge", "Le", "Eq")),
-    _iv("iv-lt-true", f"(= e (Lt a b)) {_AB} (< ha lb)", "1", "1"),
-    _iv("iv-lt-false", f"(= e (Lt a b)) {_AB} (>= la hb)", "0", "0"),
-    _iv("iv-gt-true", f"(= e (Gt a b)) {_AB} (< hb la)", "1", "1"),
-    _iv("iv-gt-false", f"(= e (Gt a b)) {_AB} (>= lb ha)", "0", "0"),
-    _iv("iv-le-true", f"(= e (Le a b)) {_AB} (<= ha lb)", "1", "1"),
-    _iv("iv-le-false", f"(= e (Le a b)) {_AB} (> la hb)", "0", "0"),
-    _iv("iv-ge-true", f"(= e (Ge a b)) {_AB} (>= la hb)", "1", "1"),
-    _iv("iv-ge-false", f"(= e (Ge a b)) {_AB} (< ha lb)", "0", "0"),
-    _iv("iv-ne-true-lt", f"(= e (Ne a b)) {_AB} (< ha lb)", "1", "1"),
-    _iv("iv-ne-true-gt", f"(= e (Ne a b)) {_AB} (< hb la)", "1", "1"),
-    _iv("iv-ne-false", f"(= e (Ne a b)) {_AB} (= la ha) (= lb hb) (= la lb)", "0", "0"),
-    _iv("iv-eq-true", f"(= e (Eq a b)) {_AB} (= la ha) (= lb hb) (= la lb)", "1", "1"),
-    _iv("iv-eq-false-lt", f"(= e (Eq a b)) {_AB} (< ha lb)", "0", "0"),
-    _iv("iv-eq-false-gt", f"(= e (Eq a b)) {_AB} (< hb la)", "0", "0"),
+    _iv("iv-lt-known", f"(= e (Lt a b)) {_AB}", _flag("(- lb ha)"), _flag("(- hb la)")),
+    _iv("iv-gt-known", f"(= e (Gt a b)) {_AB}", _flag("(- la hb)"), _flag("(- ha lb)")),
+    _iv("iv-le-known", f"(= e (Le a b)) {_AB}", _flag("(+ 1 (- lb ha))"), _flag("(+ 1 (- hb la))")),
+    _iv("iv-ge-known", f"(= e (Ge a b)) {_AB}", _flag("(+ 1 (- la hb))"), _flag("(+ 1 (- ha lb))")),
+    _iv("iv-ne-known", f"(= e (Ne a b)) {_AB}", _flag(_APART), _flag(_SPREAD)),
+    _iv("iv-eq-known", f"(= e (Eq a b)) {_AB}", f"(- 1 {_flag(_SPREAD)})", f"(- 1 {_flag(_APART)})"),
     _iv("iv-not", f"(= e (Not a)) {_A}", "(- 1 ha)", "(- 1 la)"),
     _iv("iv-and", f"(= e (And a b)) {_AB_RAW}", "(min la lb)", "(min ha hb)"),
     _iv("iv-or", f"(= e (Or a b)) {_AB_RAW}", "(max la lb)", "(max ha hb)"),
-    _iv("iv-where", f"(= e (Where c a b)) {_AB_RAW}", "(min la lb)", "(max ha hb)"),
-    # a condition known true (false) gives the interval of its branch as it is
-    "(rule ((= e (Where c a b)) (= __pc (iv c)) (= 1 (>> __pc 32)) (= __pa (iv a))) ((set (iv e) __pa))"
-    " :ruleset analysis :name \"iv-where-true\")",
-    "(rule ((= e (Where c a b)) (= __pc (iv c)) (= 0 (>> (<< __pc 32) 32)) (= __pb (iv b))) ((set (iv e) __pb))"
-    " :ruleset analysis :name \"iv-where-false\")",
+    # both branches, or the one a condition known true (false) picks: the other is pushed past every field value
+    # (a boolean condition always has an interval: every comparison gets [0, 1])
+    _iv("iv-where", f"(= e (Where c a b)) {_raw('c', 'lc', 'hc')} {_AB_RAW}",
+        f"(min (+ la {_NOT_A}) (+ lb {_NOT_B}))", f"(max (- ha {_NOT_A}) (- hb {_NOT_B}))"),
     f"(rule ((= __p (iv e)) {' '.join(iv_exact('__p', 'v', None))} (= v (>> (<< __p 32) 32))) ((union e (Num v)))"
     " :ruleset analysis :name \"iv-point\")",
     # a division or modulo by a power of two the rules made gets its cheaper extraction twin (loaded ones come
@@ -159,11 +174,14 @@ ANALYSIS = "\n".join([
     *(f"(rule ((= e ({c} (Num a) (Num b))) (= e (Num n))) ((subsume ({c} (Num a) (Num b))))"
       f" :ruleset analysis :name \"hide-const-{c.lower()}\")" for c in ("Add", "Sub", "Mul", "Max")),
     "(rule ((= e (Neg (Num a))) (= e (Num n))) ((subsume (Neg (Num a)))) :ruleset analysis :name \"hide-const-neg\")",
-    # tripwires: only an unsound rule (or analysis) can get here
+    # tripwires: only an unsound rule (or analysis) can get here. Checked once after each iteration's saturation
+    # (Schedule.checks), not in every pass of it: what they catch stays (a class's interval only shrinks, merged
+    # constants stay merged), and the result of a batch that trips is its input
+    "(ruleset checks)",
     "(rule ((= (Num a) (Num b)) (< a b)) ((panic \"eqsat: two different constants merged\"))"
-    " :ruleset analysis :name \"tripwire-constants\")",
+    " :ruleset checks :name \"tripwire-constants\")",
     f"(rule ((= __p (iv e)) {' '.join(iv_fields('__p', 'l', 'h'))} (> l h)) ((panic \"eqsat: empty interval\"))"
-    " :ruleset analysis :name \"tripwire-interval\")",
+    " :ruleset checks :name \"tripwire-interval\")",
 ])
 
 # x % m is x shifted by a constant when every value of x has the same quotient (the fold needs x's interval,
@@ -317,9 +335,8 @@ FAST_TIER_RULES = frozenset({"sub-mod", "sub-div", "mod-sub", "sub-mod-scaled", 
 # turns into < and !=, and operations on two constants (folded by the fast tier; the rules build none): each rule
 # of a rule set costs egglog 13.2 time in every run of it, matched or not
 FAST_TIER_DEAD_ANALYSIS = frozenset({
-    "iv-sub", "iv-neg", "iv-gt", "iv-ge", "iv-le", "iv-eq", "iv-gt-true", "iv-gt-false", "iv-le-true", "iv-le-false",
-    "iv-ge-true", "iv-ge-false", "iv-eq-true", "iv-eq-false-lt", "iv-eq-false-gt", "hide-const-add", "hide-const-sub",
-    "hide-const-mul", "hide-const-max", "hide-const-neg",
+    "iv-sub", "iv-neg", "iv-gt", "iv-ge", "iv-le", "iv-eq", "iv-gt-known", "iv-le-known", "iv-ge-known", "iv-eq-known",
+    "hide-const-add", "hide-const-sub", "hide-const-mul", "hide-const-max", "hide-const-neg",
 })
 
 
