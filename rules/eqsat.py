@@ -115,6 +115,10 @@ def _far(flag: str) -> str:
     return f"(* {_FAR} {flag})"
 
 
+# a remainder's upper bound by a positive divisor, its lower bound by a negative one
+_MOD_POS_HI = f"(min (- hb 1) (+ ha {_far(_flag('(- 0 la)'))}))"
+_MOD_NEG_LO = f"(max (+ lb 1) (- la {_far(_flag('ha'))}))"
+_NOT_POS_B = f"(- 1 {_flag('lb')})"
 # b's interval keeps one sign (both bounds above zero, or both below)
 _ONE_SIGN_B = f"(= 1 (+ {_flag('lb')} {_flag('(- 0 hb)')}))"
 # _FAR where a Where's condition (raw fields lc, hc) is known false (so branch a is not taken), else 0; and where it
@@ -141,9 +145,11 @@ ANALYSIS = "\n".join([
     _iv("iv-mul", f"(= e (Mul a b)) {_AB}", *_MUL),
     # floor division is monotone in both operands on a box whose divisor keeps one sign
     _iv("iv-div", f"(= e (Div a b)) {_AB} {_ONE_SIGN_B} {_EXACT_A}", *_DIV),
-    # a numerator that cannot be negative (positive) bounds the remainder by a positive (negative) divisor too
-    _iv("iv-mod-pos", f"(= e (Mod a b)) {_AB} (> lb 0)", "0", f"(min (- hb 1) (+ ha {_far(_flag('(- 0 la)'))}))"),
-    _iv("iv-mod-neg", f"(= e (Mod a b)) {_AB} (< hb 0)", f"(max (+ lb 1) (- la {_far(_flag('ha'))}))", "0"),
+    # the remainder takes the divisor's sign: [0, hb-1] for a positive one, [lb+1, 0] for a negative one; a
+    # numerator that cannot be negative (positive) bounds it too. The bounds of the other sign's case are pushed
+    # past 0 and cut off there
+    _iv("iv-mod", f"(= e (Mod a b)) {_AB} {_ONE_SIGN_B}", f"(min 0 (+ {_MOD_NEG_LO} {_far(_flag('lb'))}))",
+        f"(max 0 (- {_MOD_POS_HI} {_far(_NOT_POS_B)}))"),
     # one quotient over the whole interval: x % m is x minus a constant there
     _iv("iv-mod-const", f"(= e (Mod a (Num m))) (!= m 0) {_A} {_EXACT_A} {_SAME_Q}", floor_mod("la", "m"),
         floor_mod("ha", "m")),
