@@ -491,7 +491,10 @@ class Schedule:
     so the order of firing does not change what saturation ends with) in one command, without the second
     iteration that only confirms that the rewrites find nothing more (~0.3 ms of ~2 for one small expression).
     Only for rule sets that saturate after a few rounds whatever the input (the budgets are checked after the
-    command): the fast tier's remainder rules, which never make a node that a rule matches at its root."""
+    command): the fast tier's remainder rules, which never make a node that a rule matches at its root. With
+    `once` as well, the command is one pass of the rewrites and then the analysis saturated (no second pass of the
+    rewrites over what the first made): for rewrites whose caller reads the result back and runs again where a
+    rewrite still matches (rules.eqsat._rounds)."""
 
     iterations: int = 8
     max_size: int = 20_000  # e-graph tuples (nodes plus interval rows), from (print-size)
@@ -505,12 +508,16 @@ class Schedule:
     # in the analysis instead would run in each of its passes (egglog 13.2 pays for every rule of a run whose
     # tables changed, matched or not)
     checks: str = "checks"
+    once: bool = False  # with `fused`: one pass of the rewrites, then the analysis saturated
 
     def schedule_text(self, analysis: str | None = None, checks: bool = False) -> str:
         """One iteration, as the body of a `run-schedule` (`analysis`: the rule set to saturate instead of the
         whole analysis, see `Saturator._commands`; with `fused`, the combined rule set of the rewrites and it;
         `checks`: the program declares the rule set `self.checks`, run last)."""
         tail = f" (run {self.checks})" if checks else ""
+        if self.fused and self.once:
+            rw = " ".join(f"(run {r})" for r in self.rewrites)
+            return f"{rw} (saturate (run {analysis or self.analysis})){tail}"
         if self.fused:
             return f"(saturate (run {self.fused_name(analysis or self.analysis)})){tail}"
         rw = " ".join(f"(run {r})" for r in self.rewrites)
