@@ -42,7 +42,6 @@ from rewrite.egraph_terms import (
     IV_POS,
     Schedule,
     floor_div,
-    floor_mod,
     iv_decode,
     iv_exact,
     iv_fields,
@@ -98,7 +97,6 @@ def _corners(fn: str, x: tuple[str, str], y: tuple[str, str]) -> tuple[str, str]
 
 _MUL = _corners("*", ("la", "ha"), ("lb", "hb"))
 _DIV = _corners("//", ("la", "ha"), ("lb", "hb"))
-_SAME_Q = f"(= {floor_div('la', 'm')} {floor_div('ha', 'm')})"
 
 
 def _flag(v: str) -> str:
@@ -119,6 +117,11 @@ def _far(flag: str) -> str:
 _MOD_POS_HI = f"(min (- hb 1) (+ ha {_far(_flag('(- 0 la)'))}))"
 _MOD_NEG_LO = f"(max (+ lb 1) (- la {_far(_flag('ha'))}))"
 _NOT_POS_B = f"(- 1 {_flag('lb')})"
+# the quotients of a's bounds by b's lower one, and 1 unless b is one value, a's bounds are stored exactly and have
+# one quotient
+_Q_LO, _Q_HI = floor_div("la", "lb"), floor_div("ha", "lb")
+_NOT_ONE_Q = _flag(f"(+ (+ (max (- hb lb) (- lb hb)) (max (- {_Q_LO} {_Q_HI}) (- {_Q_HI} {_Q_LO})))"
+                   f" (+ {_flag(f'(- {IV_NEG + 1} la__f)')} {_flag(f'(- ha__f {IV_POS - 1})')}))")
 # b's interval keeps one sign (both bounds above zero, or both below)
 _ONE_SIGN_B = f"(= 1 (+ {_flag('lb')} {_flag('(- 0 hb)')}))"
 # _FAR where a Where's condition (raw fields lc, hc) is known false (so branch a is not taken), else 0; and where it
@@ -147,12 +150,11 @@ ANALYSIS = "\n".join([
     _iv("iv-div", f"(= e (Div a b)) {_AB} {_ONE_SIGN_B} {_EXACT_A}", *_DIV),
     # the remainder takes the divisor's sign: [0, hb-1] for a positive one, [lb+1, 0] for a negative one; a
     # numerator that cannot be negative (positive) bounds it too. The bounds of the other sign's case are pushed
-    # past 0 and cut off there
-    _iv("iv-mod", f"(= e (Mod a b)) {_AB} {_ONE_SIGN_B}", f"(min 0 (+ {_MOD_NEG_LO} {_far(_flag('lb'))}))",
-        f"(max 0 (- {_MOD_POS_HI} {_far(_NOT_POS_B)}))"),
-    # one quotient over the whole interval: x % m is x minus a constant there
-    _iv("iv-mod-const", f"(= e (Mod a (Num m))) (!= m 0) {_A} {_EXACT_A} {_SAME_Q}", floor_mod("la", "m"),
-        floor_mod("ha", "m")),
+    # past 0 and cut off there. And by a constant m with one quotient q over the numerator's whole (exact)
+    # interval, x % m is x - q*m there: that interval, intersected (pushed out of the way where it does not apply)
+    _iv("iv-mod", f"(= e (Mod a b)) {_AB} {_ONE_SIGN_B}",
+        f"(max (min 0 (+ {_MOD_NEG_LO} {_far(_flag('lb'))})) (- (- la (* {_Q_LO} lb)) {_far(_NOT_ONE_Q)}))",
+        f"(min (max 0 (- {_MOD_POS_HI} {_far(_NOT_POS_B)})) (+ (- ha (* {_Q_LO} lb)) {_far(_NOT_ONE_Q)}))"),
     _iv("iv-max", f"(= e (Max a b)) {_AB_RAW}", "(max la lb)", "(max ha hb)"),
     # a comparison is [0, 1] whatever its operands; known true (false) where their intervals decide it
     *(_iv(f"iv-{c.lower()}", f"(= e ({c} a b))", "0", "1") for c in ("Lt", "Ne", "Gt", "Ge", "Le", "Eq")),
