@@ -377,7 +377,8 @@ class Saturator(DiskCache):
 
         Commands per batch: the new nodes as rows (`input`) with the `clear` run, the `load` run and the first
         iteration in one `run-schedule`, the sizes, further iterations while one changes something; then for one root
-        its extraction (in the same call under a fused schedule) and a lookup of its interval, for several the roots
+        its extraction (in the same call instead of the sizes under a fused schedule) and a lookup of its interval,
+        for several the roots
         as rows, the `collect` run (each root with its interval, packed in lists of PACK_CHUNK) and one
         extraction per list. Each result holds the rebuilt UOp (the input where the term does not fit it),
         and the extracted node list only when `nodes` asks for it (the disk cache stores it)."""
@@ -410,16 +411,15 @@ class Saturator(DiskCache):
                 skip = 2 if clear else 1
             else:
                 cmds += [*(cm["clear"] if clear else []), *cm["step"]]
-            cmds += cm["size"]
             zero = b.Lit(sp, b.Int(0))
             root = b.Call(sp, "N", [b.Lit(sp, b.Int(roots[0]))]) if len(exprs) == 1 else None
-            # fused, one root: its extraction rides in the same call (needed unless the unchanged-batch shortcut
-            # applies, which the fast tier's callers rule out beforehand: rules.eqsat.fast_tier_can_change)
+            # fused, one root: its extraction rides in the same call instead of the sizes (~50 us), which neither the
+            # budgets (checked after the one command) nor the unchanged-batch shortcut (no extraction left to spare;
+            # the fast tier's callers rule it out beforehand: rules.eqsat.fast_tier_can_change) would use
             tail = 1 if sch.fused and root is not None else 0
-            if tail:
-                cmds.append(b.Extract(sp, root, zero))
+            sized = not tail
+            cmds += [b.Extract(sp, root, zero)] if tail else cm["size"]
             best = None
-            sized = True
             changed: bool | None = False  # None: some iteration ran, whether it changed anything is not read yet
             st.stop = "iterations"
             deadline = t0 + sch.seconds
@@ -429,14 +429,14 @@ class Saturator(DiskCache):
                     best, out, tail = out[-1], out[:-1], 0
                 st.iterations += 1
                 last = out[-2 if sized else -1]
-                if sch.fused and sized:  # saturated in one command; its report is read only if needed (~30 us)
+                if sch.fused:  # saturated in one command; its report is read only if needed (~30 us)
                     updated, changed = True, None
                     st.stop = "saturated"
                 else:
                     rep = last.report
                     updated = any(i.rule_set_report.changed for i in rep.iterations[skip:]) if skip else rep.updated
                     changed = changed or updated
-                if updated and not sized:
+                if updated and not sized and not sch.fused:
                     out = eg.run_program(*cm["size"])
                     sized = True
                 if sized:  # an iteration that changed nothing left the sizes as they were
@@ -454,7 +454,7 @@ class Saturator(DiskCache):
                 # later iterations: the sizes only where the iteration changed something (the common last
                 # iteration, which finds nothing, costs one command)
                 cmds, skip, sized = cm["step"], 0, False
-            if (st.stop == "saturated" and changed is not True and not reused and not unbounded
+            if (best is None and st.stop == "saturated" and changed is not True and not reused and not unbounded
                     and all(self._sizes.get(k, 0) - before.get(k, 0) == added.get(k, 0) for k in _TABLES)
                     and (changed is False or not any(i.rule_set_report.changed
                                                      for i in last.report.iterations[skip:]))):
