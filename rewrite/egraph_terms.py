@@ -492,9 +492,9 @@ class Schedule:
     iteration that only confirms that the rewrites find nothing more (~0.3 ms of ~2 for one small expression).
     Only for rule sets that saturate after a few rounds whatever the input (the budgets are checked after the
     command): the fast tier's remainder rules, which never make a node that a rule matches at its root. With
-    `once` as well, the command is one pass of the rewrites and then the analysis saturated (no second pass of the
-    rewrites over what the first made): for rewrites whose caller reads the result back and runs again where a
-    rewrite still matches (rules.eqsat._rounds)."""
+    `once` as well, the command is one pass of the rewrites (together with the analysis's first pass over the new
+    nodes) and then the analysis saturated, with no second pass of the rewrites over what the first made: for
+    rewrites whose caller reads the result back and runs again where a rewrite still matches (rules.eqsat._rounds)."""
 
     iterations: int = 8
     max_size: int = 20_000  # e-graph tuples (nodes plus interval rows), from (print-size)
@@ -515,9 +515,9 @@ class Schedule:
         whole analysis, see `Saturator._commands`; with `fused`, the combined rule set of the rewrites and it;
         `checks`: the program declares the rule set `self.checks`, run last)."""
         tail = f" (run {self.checks})" if checks else ""
-        if self.fused and self.once:
-            rw = " ".join(f"(run {r})" for r in self.rewrites)
-            return f"{rw} (saturate (run {analysis or self.analysis})){tail}"
+        if self.fused and self.once:  # the rewrites' pass is also the analysis's first
+            a = analysis or self.analysis
+            return f"(run {self.fused_name(a)}) (saturate (run {a})){tail}"
         if self.fused:
             return f"(saturate (run {self.fused_name(analysis or self.analysis)})){tail}"
         rw = " ".join(f"(run {r})" for r in self.rewrites)
