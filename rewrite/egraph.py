@@ -186,7 +186,8 @@ class Saturator(DiskCache):
                                                   _CTOR_NAMES)
         if self.schedule.fused:
             self._text += self.schedule.fused_decl(self.schedule.analysis) + "\n"
-        self._checks = re.search(rf"\(ruleset\s+{re.escape(self.schedule.checks)}\s*\)", self._text) is not None
+        self._checks, self._seeds = (re.search(rf"\(ruleset\s+{re.escape(r)}\s*\)", self._text) is not None
+                                     for r in (self.schedule.checks, self.schedule.seeds))
         self._eg: Any = None
         self._cmds: dict[str, list] = {}
         # ("analysis", groups...) or ("load", load rule sets...) -> the combined rule set that runs them
@@ -219,7 +220,7 @@ class Saturator(DiskCache):
         if self._eg is None:
             eg = egglog_bindings().EGraph()
             eg.run_program(*parse_forms(eg, self._text))
-            step = self.schedule.schedule_text(checks=self._checks)
+            step = self.schedule.schedule_text(checks=self._checks, seeds=self._seeds)
             self._cmds = {k: parse_forms(eg, t) for k, t in {
                 "push": "(push)", "pop": "(pop)", "step": f"(run-schedule {step})", "size": "(print-size)",
                 "load_step": f"(run-schedule (run load) {step})",
@@ -272,7 +273,7 @@ class Saturator(DiskCache):
                 decls[name] = f"(unstable-combined-ruleset {name} {sch.analysis} {' '.join(keys)})"
                 if sch.fused:
                     decls[name] += sch.fused_decl(name, keys)
-            step = sch.schedule_text(name, self._checks)
+            step = sch.schedule_text(name, self._checks, self._seeds)
             cmds = self._combo_cmds[combo] = {**self._cmds, **{k: parse_forms(eg, t) for k, t in {
                 "step": f"(run-schedule {step})", "load_step": f"(run-schedule (run {load}) {step})",
                 "cload_step": f"(run-schedule (run clear) (run {load}) {step})",

@@ -509,15 +509,19 @@ class Schedule:
     # tables changed, matched or not)
     checks: str = "checks"
     once: bool = False  # with `fused`: one pass of the rewrites, then the analysis saturated
+    # with `once`: a rule set run once between the rewrites' pass and the analysis's saturation, where the program
+    # declares it (intervals of what the rewrites built, given in one step where the analysis takes several)
+    seeds: str = "seeds"
 
-    def schedule_text(self, analysis: str | None = None, checks: bool = False) -> str:
+    def schedule_text(self, analysis: str | None = None, checks: bool = False, seeds: bool = False) -> str:
         """One iteration, as the body of a `run-schedule` (`analysis`: the rule set to saturate instead of the
         whole analysis, see `Saturator._commands`; with `fused`, the combined rule set of the rewrites and it;
-        `checks`: the program declares the rule set `self.checks`, run last)."""
+        `checks`, `seeds`: the program declares the rule set `self.checks`, run last, or `self.seeds`)."""
         tail = f" (run {self.checks})" if checks else ""
         if self.fused and self.once:  # the rewrites' pass is also the analysis's first
             a = analysis or self.analysis
-            return f"(run {self.fused_name(a)}) (saturate (run {a})){tail}"
+            seed = f" (run {self.seeds})" if seeds else ""
+            return f"(run {self.fused_name(a)}){seed} (saturate (run {a})){tail}"
         if self.fused:
             return f"(saturate (run {self.fused_name(analysis or self.analysis)})){tail}"
         rw = " ".join(f"(run {r})" for r in self.rewrites)

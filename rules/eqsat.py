@@ -124,6 +124,9 @@ _NOT_ONE_Q = _flag(f"(+ (+ (max (- hb lb) (- lb hb)) (max (- {_Q_LO} {_Q_HI}) (-
                    f" (+ {_flag(f'(- {IV_NEG + 1} la__f)')} {_flag(f'(- ha__f {IV_POS - 1})')}))")
 # b's interval keeps one sign (both bounds above zero, or both below)
 _ONE_SIGN_B = f"(= 1 (+ {_flag('lb')} {_flag('(- 0 hb)')}))"
+# the remainder's interval (iv-mod)
+_MOD_LO = f"(max (min 0 (+ {_MOD_NEG_LO} {_far(_flag('lb'))})) (- (- la (* {_Q_LO} lb)) {_far(_NOT_ONE_Q)}))"
+_MOD_HI = f"(min (max 0 (- {_MOD_POS_HI} {_far(_NOT_POS_B)})) (+ (- ha (* {_Q_LO} lb)) {_far(_NOT_ONE_Q)}))"
 # _FAR where a Where's condition (raw fields lc, hc) is known false (so branch a is not taken), else 0; and where it
 # is known true (branch b)
 _NOT_A = _far(f"(- 1 {_flag('hc')})")
@@ -152,9 +155,7 @@ ANALYSIS = "\n".join([
     # numerator that cannot be negative (positive) bounds it too. The bounds of the other sign's case are pushed
     # past 0 and cut off there. And by a constant m with one quotient q over the numerator's whole (exact)
     # interval, x % m is x - q*m there: that interval, intersected (pushed out of the way where it does not apply)
-    _iv("iv-mod", f"(= e (Mod a b)) {_AB} {_ONE_SIGN_B}",
-        f"(max (min 0 (+ {_MOD_NEG_LO} {_far(_flag('lb'))})) (- (- la (* {_Q_LO} lb)) {_far(_NOT_ONE_Q)}))",
-        f"(min (max 0 (- {_MOD_POS_HI} {_far(_NOT_POS_B)})) (+ (- ha (* {_Q_LO} lb)) {_far(_NOT_ONE_Q)}))"),
+    _iv("iv-mod", f"(= e (Mod a b)) {_AB} {_ONE_SIGN_B}", _MOD_LO, _MOD_HI),
     _iv("iv-max", f"(= e (Max a b)) {_AB_RAW}", "(max la lb)", "(max ha hb)"),
     # a comparison is [0, 1] whatever its operands; known true (false) where their intervals decide it
     *(_iv(f"iv-{c.lower()}", f"(= e ({c} a b))", "0", "1") for c in ("Lt", "Ne", "Gt", "Ge", "Le", "Eq")),
@@ -190,6 +191,28 @@ ANALYSIS = "\n".join([
     " :ruleset checks :name \"tripwire-constants\")",
     f"(rule ((= __p (iv e)) {' '.join(iv_fields('__p', 'l', 'h'))} (> l h)) ((panic \"eqsat: empty interval\"))"
     " :ruleset checks :name \"tripwire-interval\")",
+])
+
+
+
+def _seed(name: str, facts: str, lo: str, hi: str) -> str:
+    """A rule of `SEEDS`: the intervals of `d` (bounds `lo`, `hi`) and of its product `e` by a constant k."""
+    prod = _corners("*", ("__dl", "__dh"), ("k", "k"))
+    return (f"(rule ({facts} (= e (Mul d (Num k))) (= __dl {lo}) (= __dh {hi}) (= __ivd {iv_pack('__dl', '__dh')})"
+            f" (= __iv {iv_pack(*prod)}))\n      ((set (iv d) __ivd) (set (iv e) __iv))\n"
+            f"      :ruleset seeds :name \"{name}\")")
+
+
+# the intervals of the products the fast tier's rewrites build, (x // c) * k and (x % c) * k, from x's interval in one
+# step: a rule set run once, right after the rewrites' pass (Schedule.seeds), so that the analysis's saturation
+# starts from them instead of reaching them in two passes (the quotient or remainder, then the product). They are
+# the intervals those two passes give (iv-div by a constant, iv-mod with b = c, iv-mul by a constant), so the results
+# are the same, two passes sooner; where x has no interval yet they do not fire and the analysis gets there as before
+SEEDS = "\n".join([
+    "(ruleset seeds)",
+    _seed("seed-div", f"(= d (Div a (Num c))) (!= c 0) {_A} {_EXACT_A}", f"(min {floor_div('la', 'c')} "
+          f"{floor_div('ha', 'c')})", f"(max {floor_div('la', 'c')} {floor_div('ha', 'c')})"),
+    _seed("seed-mod", f"(= d (Mod a (Num c))) {_A} (= lb c) (= hb c) {_ONE_SIGN_B}", _MOD_LO, _MOD_HI),
 ])
 
 # x % m is x shifted by a constant when every value of x has the same quotient (the fold needs x's interval,
@@ -388,8 +411,8 @@ def fast_tier_rules() -> RuleSet:
 
 def fast_tier_program() -> tuple[str, Export]:
     """`program` for results of the fast tier: the rewrites of `fast_tier_rules`, the analysis less
-    FAST_TIER_DEAD_ANALYSIS, no raw rules."""
-    return program(fast_tier_rules(), "", _without(ANALYSIS, FAST_TIER_DEAD_ANALYSIS))
+    FAST_TIER_DEAD_ANALYSIS, and SEEDS instead of the raw rules."""
+    return program(fast_tier_rules(), SEEDS, _without(ANALYSIS, FAST_TIER_DEAD_ANALYSIS))
 
 
 _SAT: dict[str, Saturator] = {}
