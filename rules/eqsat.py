@@ -13,19 +13,23 @@ it needs no general associativity or commutativity, which would explode the e-gr
 set (`saturate`, `saturate_batch`, `egraph_bounds`: any index expression), and the fast-tier program
 (`saturate_fast`, `saturate_fast_batch`: what rules.simplify and the pipeline run on results of the fast rules),
 which keeps only the rewrites that can still change such a result (FAST_TIER_RULES, measured below) and is not
-called at all where none of them matches (`fast_tier_can_change`).
+called at all where none of them matches (`fast_tier_can_change`). The fast-tier program runs one pass of its
+rewrites, gives the products they built their intervals in one step (SEEDS), then saturates the analysis, all in
+one egglog command (FAST_TIER_SCHEDULE).
 
 The rules ("lin" style): interval analysis (one packed `iv` lattice value per e-class, rewrite.egraph_terms; one
-rule per op; a point interval is unioned with its constant, which also folds every constant expression through floor
-division); identities (subsumed where no other rule needs the matched node); constants oriented right and floated
-out of sums; div/mod cancelling guarded by intervals; `(a+b)//m` and `(a+b)%m` split when the remainders cannot
-carry; nested `//` and `%`; recombination `x//c*c + x%c -> x` and its remainder forms `x - x%c -> (x//c)*c`, `x -
-(x//c)*c -> x%c` (either side may carry the tighter interval); comparisons moved onto the variable; max, where, and,
-or folding. Associativity, commutativity and distribution appear only in the bounded forms above. Two different
-constants in one e-class, or an empty interval, panic (a tripwire: the inputs come back unchanged). The DSL rules
-(`eqsat`) are checked like the fast ones by the soundness test generated from the rule list
-(tests/rules/test_soundness.py: small boxes, wide boxes, z3), so their guards must also run on Python values:
-`divides` instead of `(c1 != 0) & (c0 % c1 == 0)`, which raises on c1 == 0 where egglog just does not match.
+rule per op, its cases (a divisor's sign, a comparison known true or false, a known condition) computed from the
+bounds rather than a rule each, since egglog 13.2 pays for every rule of a pass; a point interval is unioned with
+its constant, which also folds every constant expression through floor division); identities (subsumed where no
+other rule needs the matched node); constants oriented right and floated out of sums; div/mod cancelling guarded by
+intervals; `(a+b)//m` and `(a+b)%m` split when the remainders cannot carry; nested `//` and `%`; recombination
+`x//c*c + x%c -> x` and its remainder forms `x - x%c -> (x//c)*c`, `x - (x//c)*c -> x%c` (either side may carry the
+tighter interval); comparisons moved onto the variable; max, where, and, or folding. Associativity, commutativity
+and distribution appear only in the bounded forms above. Two different constants in one e-class, or an empty
+interval, panic (a tripwire, checked once per iteration: the inputs come back unchanged). The DSL rules (`eqsat`)
+are checked like the fast ones by the soundness test generated from the rule list (tests/rules/test_soundness.py:
+small boxes, wide boxes, z3), so their guards must also run on Python values: `divides` instead of `(c1 != 0) & (c0
+% c1 == 0)`, which raises on c1 == 0 where egglog just does not match.
 """
 
 from __future__ import annotations
