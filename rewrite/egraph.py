@@ -29,6 +29,7 @@ import atexit
 import contextlib
 import hashlib
 import os
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -92,6 +93,21 @@ def _del_ln(code: int, a: str = "a") -> str:
     return f"(delete (LN i {code} {a} b d k l h f))"
 
 
+def _load_set(name: str) -> str:
+    """The rule set of the load rule for node kind `name` (Var, Num, a constructor or a twin; `bounds` for the
+    intervals): one rule set each, so that a batch runs only the load rules of the kinds it has (`_load_sets`)."""
+    return f"load__{name.lower()}"
+
+
+_LOAD_KINDS = ("bounds", "Var", "Num", *(c for c, _, _ in CTORS.values()), *POW2_TWINS)
+
+
+def _load_sets(kinds: set[str]) -> tuple[str, ...]:
+    """The load rule sets a batch whose nodes are of `kinds` needs (a Div or Mod may come as its twin's code)."""
+    names = {"bounds", *kinds, *(_TWIN_OF[k] for k in kinds if k in _TWIN_OF)}
+    return tuple(_load_set(k) for k in _LOAD_KINDS if k in names)
+
+
 LOAD_PROGRAM = "\n".join([
     "(constructor N (i64) Idx :unextractable)",
     "(relation LN (i64 i64 i64 i64 i64 String i64 i64 i64))",
@@ -99,18 +115,20 @@ LOAD_PROGRAM = "\n".join([
     "(constructor PK (i64 i64) PList :unextractable)",
     "(constructor PB (Idx i64 PList) PList)",
     "(constructor PC (Idx PList) PList :cost 1000000)",
-    "(ruleset load)",
+    *(f"(ruleset {_load_set(k)})" for k in _LOAD_KINDS),
+    f"(unstable-combined-ruleset load {' '.join(_load_set(k) for k in _LOAD_KINDS)})",
     "(ruleset collect)",
-    f'(rule ((LN i -1 a b d k l h f)) ((union (N i) (Var k l h)) {_del_ln(-1)}) :ruleset load :name "load-var")',
+    f'(rule ((LN i -1 a b d k l h f)) ((union (N i) (Var k l h)) {_del_ln(-1)}) :ruleset {_load_set("Var")}'
+    ' :name "load-var")',
     f'(rule ((LN i 0 v b d k l h f)) ((union (N i) (Num v)) {_del_ln(0, "v")})'
-    ' :ruleset load :name "load-num")',
-    f'(rule ((LN i c a b d k l h 1) (= __iv {iv_pack("l", "h")})) ((set (iv (N i)) __iv)) :ruleset load'
-    ' :name "load-bounds")',
+    f' :ruleset {_load_set("Num")} :name "load-num")',
+    f'(rule ((LN i c a b d k l h 1) (= __iv {iv_pack("l", "h")})) ((set (iv (N i)) __iv))'
+    f' :ruleset {_load_set("bounds")} :name "load-bounds")',
     *(f'(rule ((LN i {_CODES[c]} a b d k l h f)) ((union (N i) ({c} {" ".join(f"(N {v})" for v in "abd"[:len(k)])}))'
-      f' {_del_ln(_CODES[c])}) :ruleset load :name "load-{c.lower()}")' for c, k, _ in CTORS.values()),
+      f' {_del_ln(_CODES[c])}) :ruleset {_load_set(c)} :name "load-{c.lower()}")' for c, k, _ in CTORS.values()),
     *(f'(rule ((LN i {_TWIN_CODES[of]} a b d k l h f)) ((union (N i) ({of} (N a) (N b)))'
-      f' (union (N i) ({twin} (N a) (N b))) {_del_ln(_TWIN_CODES[of])}) :ruleset load :name "load-{twin.lower()}")'
-      for twin, of in POW2_TWINS.items()),
+      f' (union (N i) ({twin} (N a) (N b))) {_del_ln(_TWIN_CODES[of])}) :ruleset {_load_set(twin)}'
+      f' :name "load-{twin.lower()}")' for twin, of in POW2_TWINS.items()),
     "(rule ((LR p j i) (= e (N i)) (= v (iv e))) ((union (PK p j) (PB e v (PK p (+ j 1))))"
     ' (delete (LR p j i))) :ruleset collect :name "collect")',
     '(rule ((LR p j i) (= e (N i))) ((union (PK p j) (PC e (PK p (+ j 1)))) (delete (LR p j i)))'
@@ -168,11 +186,17 @@ class Saturator(DiskCache):
                                                   _CTOR_NAMES)
         if self.schedule.fused:
             self._text += self.schedule.fused_decl(self.schedule.analysis) + "\n"
+        self._checks, self._seeds = (re.search(rf"\(ruleset\s+{re.escape(r)}\s*\)", self._text) is not None
+                                     for r in (self.schedule.checks, self.schedule.seeds))
         self._eg: Any = None
         self._cmds: dict[str, list] = {}
-        self._combos: dict[tuple[str, ...], str] = {}  # groups -> the combined rule set that runs them with the rest
-        self._combo_cmds: dict[tuple[str, ...], dict[str, list]] = {}  # parsed by the current e-graph
-        self._declared: set[str] = set()  # combined rule sets declared since the last reset
+        # ("analysis", groups...) or ("load", load rule sets...) -> the combined rule set that runs them
+        self._combos: dict[tuple[str, ...], str] = {}
+        # (groups, load rule sets) -> the batch commands, and the declarations of their combined rule sets
+        self._combo_cmds: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[str, list]] = {}
+        self._combo_decls: dict[tuple[tuple[str, ...], tuple[str, ...]], list[tuple[str, list]]] = {}
+        self._declared: set[str] = set()  # combined rule sets the e-graph holds (in its snapshot or after it)
+        self._snapshot: dict[str, list] = {}  # those of them in the snapshot `_reset` goes back to, parsed
         self._lock = threading.RLock()
         self._mem: dict[UOp, Result] = {}
         self._exprs: dict[UOp, Expr | None] = {}  # translations (None: untranslatable), kept until `forget`
@@ -196,7 +220,7 @@ class Saturator(DiskCache):
         if self._eg is None:
             eg = egglog_bindings().EGraph()
             eg.run_program(*parse_forms(eg, self._text))
-            step = self.schedule.schedule_text()
+            step = self.schedule.schedule_text(checks=self._checks, seeds=self._seeds)
             self._cmds = {k: parse_forms(eg, t) for k, t in {
                 "push": "(push)", "pop": "(pop)", "step": f"(run-schedule {step})", "size": "(print-size)",
                 "load_step": f"(run-schedule (run load) {step})",
@@ -206,44 +230,60 @@ class Saturator(DiskCache):
                 "analysis": f"(run-schedule (saturate (run {self.schedule.analysis})))"}.items()}
             eg.run_program(*self._cmds["push"])
             self._eg, self._stale = eg, False
-            self._combo_cmds, self._declared = {}, set()
+            self._combo_cmds, self._combo_decls, self._declared, self._snapshot = {}, {}, set(), {}
             self._ids, self._packs, self._sizes = {}, 0, {}
             self._loaded, self._dirty = 0, False
         return self._eg
 
     def _reset(self) -> None:
         """Back to the rules alone: `(pop)` then `(push)` again (~0.9 ms together, so not per batch: between
-        batches the `clear` rule set deletes the rows instead, in the next batch's first command)."""
+        batches the `clear` rule set deletes the rows instead, in the next batch's first command). The combined
+        rule sets declared since the last snapshot are declared again between the two, so that the new snapshot
+        holds them: each is declared at most twice per e-graph (~0.1-0.3 ms each), not after every reset."""
         eg = self._eg
         eg.run_program(*self._cmds["pop"])
+        for cmds in self._combo_decls.values():
+            for name, decl in cmds:
+                if name in self._declared and name not in self._snapshot:
+                    eg.run_program(*decl)
+                    self._snapshot[name] = decl
         eg.run_program(*self._cmds["push"])
-        self._declared = set()  # declared after the snapshot, so gone with the pop
+        self._declared = set(self._snapshot)
         self._stale = False
         self._ids, self._packs, self._sizes = {}, 0, {}
         self._loaded, self._dirty = 0, False
         self.resets += 1
 
     def _commands(self, exprs: list[Expr]) -> dict[str, list]:
-        """The iteration commands for a batch: with the analysis rules of the groups whose constructors all occur
-        in the batch (a combined rule set, declared once per e-graph life), or the plain ones if none does."""
-        keys = groups_for(self._groups, {n[0] for e in exprs for n in e.nodes})
-        if not keys:
-            return self._cmds
+        """The commands for a batch: the load rules of the node kinds it has (`_load_sets`), and the iterations
+        with the analysis rules of the groups whose constructors all occur in it (rewrite.egraph_groups), each a
+        combined rule set declared when first needed (and kept by `_reset`)."""
+        kinds = {n[0] for e in exprs for n in e.nodes}
+        combo = (groups_for(self._groups, kinds), _load_sets(kinds))
+        cmds = self._combo_cmds.get(combo)
         eg = self._eg
-        name = self._combos.setdefault(keys, f"{self.schedule.analysis}__with{len(self._combos)}")
-        cmds = self._combo_cmds.get(keys)
         if cmds is None:
-            step = self.schedule.schedule_text(name)
-            decl = f"(unstable-combined-ruleset {name} {self.schedule.analysis} {' '.join(keys)})"
-            if self.schedule.fused:
-                decl += self.schedule.fused_decl(name, keys)
-            cmds = self._combo_cmds[keys] = {**self._cmds, **{k: parse_forms(eg, t) for k, t in {
-                "step": f"(run-schedule {step})", "load_step": f"(run-schedule (run load) {step})",
-                "cload_step": f"(run-schedule (run clear) (run load) {step})",
-                "analysis": f"(run-schedule (saturate (run {name})))", "declare": decl}.items()}}
-        if name not in self._declared:
-            eg.run_program(*cmds["declare"])
-            self._declared.add(name)
+            sch = self.schedule
+            keys, loads = combo
+            load = self._combos.setdefault(("load", *loads), f"load__with{len(self._combos)}")
+            decls = {load: f"(unstable-combined-ruleset {load} {' '.join(loads)})"}
+            name = sch.analysis
+            if keys:
+                name = self._combos.setdefault(("analysis", *keys), f"{sch.analysis}__with{len(self._combos)}")
+                decls[name] = f"(unstable-combined-ruleset {name} {sch.analysis} {' '.join(keys)})"
+                if sch.fused:
+                    decls[name] += sch.fused_decl(name, keys)
+            step = sch.schedule_text(name, self._checks, self._seeds)
+            cmds = self._combo_cmds[combo] = {**self._cmds, **{k: parse_forms(eg, t) for k, t in {
+                "step": f"(run-schedule {step})", "load_step": f"(run-schedule (run {load}) {step})",
+                "cload_step": f"(run-schedule (run clear) (run {load}) {step})",
+                "load": f"(run-schedule (run {load}))", "cload": f"(run-schedule (run clear) (run {load}))",
+                "analysis": f"(run-schedule (saturate (run {name})))"}.items()}}
+            self._combo_decls[combo] = [(n, parse_forms(eg, d)) for n, d in decls.items()]
+        for n, decl in self._combo_decls[combo]:
+            if n not in self._declared:
+                eg.run_program(*decl)
+                self._declared.add(n)
         return cmds
 
     def _rows(self, exprs: list[Expr]) -> tuple[list[int], str, bool, bool, dict[str, int]]:
@@ -338,7 +378,8 @@ class Saturator(DiskCache):
 
         Commands per batch: the new nodes as rows (`input`) with the `clear` run, the `load` run and the first
         iteration in one `run-schedule`, the sizes, further iterations while one changes something; then for one root
-        its extraction (in the same call under a fused schedule) and a lookup of its interval, for several the roots
+        its extraction (in the same call instead of the sizes under a fused schedule) and a lookup of its interval,
+        for several the roots
         as rows, the `collect` run (each root with its interval, packed in lists of PACK_CHUNK) and one
         extraction per list. Each result holds the rebuilt UOp (the input where the term does not fit it),
         and the extracted node list only when `nodes` asks for it (the disk cache stores it)."""
@@ -371,16 +412,15 @@ class Saturator(DiskCache):
                 skip = 2 if clear else 1
             else:
                 cmds += [*(cm["clear"] if clear else []), *cm["step"]]
-            cmds += cm["size"]
             zero = b.Lit(sp, b.Int(0))
             root = b.Call(sp, "N", [b.Lit(sp, b.Int(roots[0]))]) if len(exprs) == 1 else None
-            # fused, one root: its extraction rides in the same call (needed unless the unchanged-batch shortcut
-            # applies, which the fast tier's callers rule out beforehand: rules.eqsat.fast_tier_can_change)
+            # fused, one root: its extraction rides in the same call instead of the sizes (~50 us), which neither the
+            # budgets (checked after the one command) nor the unchanged-batch shortcut (no extraction left to spare;
+            # the fast tier's callers rule it out beforehand: rules.eqsat.fast_tier_can_change) would use
             tail = 1 if sch.fused and root is not None else 0
-            if tail:
-                cmds.append(b.Extract(sp, root, zero))
+            sized = not tail
+            cmds += [b.Extract(sp, root, zero)] if tail else cm["size"]
             best = None
-            sized = True
             changed: bool | None = False  # None: some iteration ran, whether it changed anything is not read yet
             st.stop = "iterations"
             deadline = t0 + sch.seconds
@@ -390,14 +430,14 @@ class Saturator(DiskCache):
                     best, out, tail = out[-1], out[:-1], 0
                 st.iterations += 1
                 last = out[-2 if sized else -1]
-                if sch.fused and sized:  # saturated in one command; its report is read only if needed (~30 us)
+                if sch.fused:  # saturated in one command; its report is read only if needed (~30 us)
                     updated, changed = True, None
                     st.stop = "saturated"
                 else:
                     rep = last.report
                     updated = any(i.rule_set_report.changed for i in rep.iterations[skip:]) if skip else rep.updated
                     changed = changed or updated
-                if updated and not sized:
+                if updated and not sized and not sch.fused:
                     out = eg.run_program(*cm["size"])
                     sized = True
                 if sized:  # an iteration that changed nothing left the sizes as they were
@@ -415,7 +455,7 @@ class Saturator(DiskCache):
                 # later iterations: the sizes only where the iteration changed something (the common last
                 # iteration, which finds nothing, costs one command)
                 cmds, skip, sized = cm["step"], 0, False
-            if (st.stop == "saturated" and changed is not True and not reused and not unbounded
+            if (best is None and st.stop == "saturated" and changed is not True and not reused and not unbounded
                     and all(self._sizes.get(k, 0) - before.get(k, 0) == added.get(k, 0) for k in _TABLES)
                     and (changed is False or not any(i.rule_set_report.changed
                                                      for i in last.report.iterations[skip:]))):

@@ -491,7 +491,10 @@ class Schedule:
     so the order of firing does not change what saturation ends with) in one command, without the second
     iteration that only confirms that the rewrites find nothing more (~0.3 ms of ~2 for one small expression).
     Only for rule sets that saturate after a few rounds whatever the input (the budgets are checked after the
-    command): the fast tier's remainder rules, which never make a node that a rule matches at its root."""
+    command): the fast tier's remainder rules, which never make a node that a rule matches at its root. With
+    `once` as well, the command is one pass of the rewrites (together with the analysis's first pass over the new
+    nodes) and then the analysis saturated, with no second pass of the rewrites over what the first made: for
+    rewrites whose caller reads the result back and runs again where a rewrite still matches (rules.eqsat._rounds)."""
 
     iterations: int = 8
     max_size: int = 20_000  # e-graph tuples (nodes plus interval rows), from (print-size)
@@ -501,14 +504,28 @@ class Schedule:
     analysis: str = "analysis"
     rewrites: tuple[str, ...] = ("rw",)
     fused: bool = False
+    # a rule set of checks (tripwires) run once at the end of each iteration, where the program declares it: a rule
+    # in the analysis instead would run in each of its passes (egglog 13.2 pays for every rule of a run whose
+    # tables changed, matched or not)
+    checks: str = "checks"
+    once: bool = False  # with `fused`: one pass of the rewrites, then the analysis saturated
+    # with `once`: a rule set run once between the rewrites' pass and the analysis's saturation, where the program
+    # declares it (intervals of what the rewrites built, given in one step where the analysis takes several)
+    seeds: str = "seeds"
 
-    def schedule_text(self, analysis: str | None = None) -> str:
+    def schedule_text(self, analysis: str | None = None, checks: bool = False, seeds: bool = False) -> str:
         """One iteration, as the body of a `run-schedule` (`analysis`: the rule set to saturate instead of the
-        whole analysis, see `Saturator._commands`; with `fused`, the combined rule set of the rewrites and it)."""
+        whole analysis, see `Saturator._commands`; with `fused`, the combined rule set of the rewrites and it;
+        `checks`, `seeds`: the program declares the rule set `self.checks`, run last, or `self.seeds`)."""
+        tail = f" (run {self.checks})" if checks else ""
+        if self.fused and self.once:  # the rewrites' pass is also the analysis's first
+            a = analysis or self.analysis
+            seed = f" (run {self.seeds})" if seeds else ""
+            return f"(run {self.fused_name(a)}){seed} (saturate (run {a})){tail}"
         if self.fused:
-            return f"(saturate (run {self.fused_name(analysis or self.analysis)}))"
+            return f"(saturate (run {self.fused_name(analysis or self.analysis)})){tail}"
         rw = " ".join(f"(run {r})" for r in self.rewrites)
-        return f"{rw} (saturate (run {analysis or self.analysis}))"
+        return f"{rw} (saturate (run {analysis or self.analysis})){tail}"
 
     def fused_name(self, analysis: str) -> str:
         return f"{analysis}__fused"
