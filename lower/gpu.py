@@ -174,7 +174,8 @@ def _tc_opts(ast: UOp, shape: str, outputs: int, target: Target) -> list[Opt]:
     """A matmul of at least 64 x 64 outputs: its A and B tiles staged through shared memory (lower.tc_smem) in
     128 x 128 block tiles of 2 x 4 warps where that gives every one of the target's multiprocessors a block, else
     64 x 64 of 2 x 2 warps (any sizes: the edges are gated); through a cp.async pipeline of ASYNC_STAGES stages
-    (lower.tc_async, fewer where the target's shared memory per block is short) where the operands allow it.
+    (lower.tc_async, fewer where the target's shared memory per block is short) where the operands allow it,
+    in 64-wide k steps (ASYNC_WIDE_BK) for a long half/bfloat16 reduction where 3 stages of those fit.
     Smaller ones (with sizes the mma divides): TC with
     a warp tile of tm x tn mma tiles (each A fragment used tn times, each B fragment tm times: the global loads
     per mma fall from 12 to (8 tm + 4 tn) / (tm tn) a lane), then the block's warps: TC_WARPS x TC_WARPS
