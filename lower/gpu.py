@@ -158,7 +158,8 @@ ASYNC_STAGES = 3  # the cp.async pipeline's depth for staged tensor-core matmuls
 # the k step of that pipeline for reductions of 256 or more: half the barriers and waits per k of 32-wide steps.
 # BEAM on an H100 (matmul 4096 fp16, 128 x 128 tiles, 3 stages) chose it: 0.469 ms against 0.514-0.517 at k 32
 ASYNC_WIDE_BK = 64
-WIDE_K_SHAPES = ("16x8x16 half->float", "16x8x16 bfloat16->float")  # measured for 16-bit operands only (not tf32)
+# measured for 16-bit operands (not tf32) in 128 x 128 block tiles (not the 64 x 64 ones) only
+WIDE_K_SHAPES = ("16x8x16 half->float", "16x8x16 bfloat16->float")
 TC_WARPS = 2  # warps of a tensor-core block along each of the tile's axes (2 x 2 warps, 128 threads)
 TC_WARP_TILES = (4, 2, 1)  # mma tiles per warp along each axis, the largest that fits first
 
@@ -175,7 +176,8 @@ def _tc_opts(ast: UOp, shape: str, outputs: int, target: Target) -> list[Opt]:
     128 x 128 block tiles of 2 x 4 warps where that gives every one of the target's multiprocessors a block, else
     64 x 64 of 2 x 2 warps (any sizes: the edges are gated); through a cp.async pipeline of ASYNC_STAGES stages
     (lower.tc_async, fewer where the target's shared memory per block is short) where the operands allow it,
-    in 64-wide k steps (ASYNC_WIDE_BK) for a long half/bfloat16 reduction where 3 stages of those fit.
+    in 64-wide k steps (ASYNC_WIDE_BK) for a long half/bfloat16 reduction in 128 x 128 tiles where 3 stages of
+    those fit.
     Smaller ones (with sizes the mma divides): TC with
     a warp tile of tm x tn mma tiles (each A fragment used tn times, each B fragment tm times: the global loads
     per mma fall from 12 to (8 tm + 4 tn) / (tm tn) a lane), then the block's warps: TC_WARPS x TC_WARPS
@@ -192,7 +194,7 @@ def _tc_opts(ast: UOp, shape: str, outputs: int, target: Target) -> list[Opt]:
 
         stages = async_stages(ast, cfg, target.local_memory_bytes, ASYNC_STAGES) if async_fits(ast) else 0
         wide = (*cfg[:4], ASYNC_WIDE_BK)
-        if stages and nk >= 4 * ASYNC_WIDE_BK and shape in WIDE_K_SHAPES and \
+        if stages and nk >= 4 * ASYNC_WIDE_BK and shape in WIDE_K_SHAPES and cfg[:4] == (4, 4, 2, 4) and \
                 async_stages(ast, wide, target.local_memory_bytes, ASYNC_STAGES) == ASYNC_STAGES:
             cfg = wide  # a long reduction takes 64-wide k steps where the full pipeline still fits
         return [Opt(OptOps.TC, None, (shape, *cfg, stages) if stages else (shape, *cfg))]

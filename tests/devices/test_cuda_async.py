@@ -49,17 +49,17 @@ def test_async_tensor_core_matmuls_compile(compiler: str, tmp_path: os.PathLike,
     assert all(k.cubin[:4] == b"\x7fELF" for k in ks)
     big, odd, bf16 = ks
     b = _body(big)
-    # 128 x 128 x 32 tiles, 256 threads: A and B 512 chunks of 8 halves each, 2 + 2 copies a thread, at the 2
-    # prologue stages and once in the loop; 3 commits; one wait (3 stages: 1 group may stay in flight)
-    assert b.count("cp.async.cg.shared.global [%0], [%1], 16") == 4 * 3
-    assert b.count("cp.async.cg.shared.global [%0], [%1], 16;") == 4 * 2  # the prologue's: no edge, no zero fill
+    # 128 x 128 x 64 tiles (a long reduction), 256 threads: A and B 1024 chunks of 8 halves each, 4 + 4 copies a
+    # thread, at the 2 prologue stages and once in the loop; 3 commits; one wait (3 stages: 1 group may stay in flight)
+    assert b.count("cp.async.cg.shared.global [%0], [%1], 16") == 8 * 3
+    assert b.count("cp.async.cg.shared.global [%0], [%1], 16;") == 8 * 2  # the prologue's: no edge, no zero fill
     assert b.count("cp.async.commit_group;") == 3 and b.count("cp.async.wait_group 1;") == 1
     assert b.count("__syncthreads();") == 1
-    # per k step: 2 slices x (4 A fragments by ldmatrix.x4 + 4 B by x2.trans), 32 mmas on their registers
-    assert b.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == 8
-    assert b.count("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16") == 8
-    assert b.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == 32 and "pack_f16x2(" not in b
-    assert big.dynamic_shared == 3 * (128 * 40 + 32 * 136) * 2  # 3 stages of both tiles: over 48 KiB, dynamic
+    # per k step: 4 slices x (4 A fragments by ldmatrix.x4 + 4 B by x2.trans), 64 mmas on their registers
+    assert b.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == 16
+    assert b.count("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16") == 16
+    assert b.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == 64 and "pack_f16x2(" not in b
+    assert big.dynamic_shared == 3 * (128 * 72 + 64 * 136) * 2  # 3 stages of both tiles: over 48 KiB, dynamic
     assert "for (long long" not in b and "const int gidx0" in b  # 32-bit index arithmetic
     o = _body(odd)
     assert "16, %2;" in o and "? 16 : 0)" in o  # the edges' chunks zero-filled (src-size 0)

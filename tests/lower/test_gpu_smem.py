@@ -124,8 +124,9 @@ def test_heuristics_stage_large_matmuls() -> None:
         return gpu_opts([it for it in items if it.kind == "kernel"][-1].ast, GPU)
 
     # aligned operands go through the cp.async pipeline (lower.tc_async, 3 stages); k = 10 is not a multiple of
-    # the 8-element chunks: the register-pipelined form (6 elements)
-    assert opts(4096, 4096, 4096) == [Opt(OptOps.TC, None, (HALF, 4, 4, 2, 4, 32, 3))]
+    # the 8-element chunks: the register-pipelined form (6 elements); a long reduction in 128 x 128 tiles steps k
+    # 64 at a time
+    assert opts(4096, 4096, 4096) == [Opt(OptOps.TC, None, (HALF, 4, 4, 2, 4, 64, 3))]
     assert opts(1024, 1024, 1024) == [Opt(OptOps.TC, None, (HALF, 2, 4, 2, 2, 32, 3))]
     assert opts(100, 10, 70) == [Opt(OptOps.TC, None, (HALF, 2, 4, 2, 2, 16))]
     assert opts(64, 48, 32)[0] == Opt(OptOps.TC, None, (HALF, 1, 1))
