@@ -45,7 +45,8 @@ from __future__ import annotations
 from math import prod
 
 from devices.base import Target
-from lower.optimize import Opt, OptOps, _split_pair, _stride, apply_opt, axes, next_range_id, replace_range, size
+from lower.optimize import Opt, OptOps, _split_pair, apply_opt, axes, next_range_id, replace_range, size
+from lower.strides import _stride
 from rewrite import AxisType, BufferArg, Ops, UOp
 from rewrite.dtype import AddrSpace
 from rewrite.errors import KernelOptError
@@ -450,13 +451,12 @@ def _lower_group_reduces(ast: UOp, groups: list[UOp], local: UOp | None = None) 
         # a thread holds one partial per lane of the UPCAST axes it depends on (BEAM's UPCAST of a softmax's rows):
         # each lane gets its own n slots, or the lanes' stores would land on one another
         ups = [r for r in partial.toposort() if r.op is Ops.RANGE and r.axis_type is AxisType.UPCAST]
-        off: UOp | int = 0
+        base = None  # the lane's first slot (None: one lane, from slot 0)
         for r in ups:
-            off = off * size(r) + r
+            base = r * n if base is None else base * size(r) + r * n
         lanes = prod(size(r) for r in ups)
         buf = UOp(Ops.BUFFER, (UOp.shape_operand((n * lanes,)),), BufferArg(slot, red.dtype, None, AddrSpace.LOCAL))
         slot += 1
-        base = off * n if ups else None
         bar = UOp(Ops.BARRIER, (buf.index(_at(base, lid)).store(partial),))
         if n & (n - 1):  # not a power of two: every thread reduces the n partials itself
             j = UOp.range(n, next_range_id(ast), AxisType.REDUCE)
@@ -472,12 +472,12 @@ def _lower_group_reduces(ast: UOp, groups: list[UOp], local: UOp | None = None) 
     return ast.substitute(gated)
 
 
-def _at(base: UOp | int | None, i: UOp) -> UOp:
+def _at(base: UOp | None, i: UOp) -> UOp:
     """Element i of a lane's slots that start at `base` (None: the buffer's start)."""
     return i if base is None else base + i
 
 
-def _tree(buf: UOp, bar: UOp, lid: UOp, n: int, rop: Ops, dtype: object, base: UOp | int | None = None) -> UOp:
+def _tree(buf: UOp, bar: UOp, lid: UOp, n: int, rop: Ops, dtype: object, base: UOp | None = None) -> UOp:
     """The n partials in LOCAL `buf` from element `base` (stored before BARRIER `bar`) folded in log2(n) rounds:
     in the round of stride s, thread t < s combines elements t and t + s into t, then the block meets at a
     BARRIER. A thread only writes its own element and reads one no thread writes that round, so one BARRIER per

@@ -11,13 +11,12 @@ from lower.optimize import (
     OptOps,
     _lane_unfriendly,
     _split_pair,
-    _stride,
-    _topo,
     apply_opt,
     axes,
     native_lanes,
     size,
 )
+from lower.strides import _stride, _topo
 from rewrite import AxisType, Ops, UOp, dtypes
 
 # register tile of a sum of products (matmul, and conv's shape of it): `vecs` vectors of one register's lanes along

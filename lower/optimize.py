@@ -27,12 +27,11 @@ once per value, in parallel.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Generic, TypeVar
 
 from devices.base import Target
+from lower.strides import _contiguous_everywhere, _Memo, _topo
 from rewrite import AxisType, GroupOp, Ops, UOp, dtypes
 from rewrite.errors import KernelOptError
 from rewrite.interval import float_to_int_in_range
@@ -75,41 +74,6 @@ _SPLIT_FROM = {
     AxisType.LOOP: {AxisType.LOOP, AxisType.GLOBAL},
     AxisType.REDUCE: {AxisType.REDUCE},
 }
-
-
-R = TypeVar("R")
-
-
-class _Memo(Generic[R]):
-    """A bounded memo of an analysis of one UOp (or a tuple of UOps). UOps are immutable and interned, so a
-    result computed for a node stays valid for as long as the node exists; the heuristics below ask the same
-    questions of the same AST many times (each split re-reads the axes, every access's stride), and a walk per
-    question made them quadratic in the kernel's size. The oldest entries go first when it is full; entries hold
-    their nodes, so the bound is what keeps memory flat. The key is every argument: the analyses memoized here
-    read only the AST, none the Target; one that reads the Target takes it as an argument, so it is in the key."""
-
-    def __init__(self, fn: Callable[..., R], size: int = 512) -> None:
-        self.fn, self.size = fn, size
-        self.d: dict[tuple, R] = {}
-
-    def __call__(self, *key: Hashable) -> R:
-        d = self.d
-        try:
-            return d[key]
-        except KeyError:
-            pass
-        if len(d) >= self.size:
-            del d[next(iter(d))]
-        v = d[key] = self.fn(*key)
-        return v
-
-
-_topo_memo: _Memo[tuple[UOp, ...]] = _Memo(lambda u: tuple(u.toposort()))
-
-
-def _topo(u: UOp) -> tuple[UOp, ...]:
-    """u.toposort() as a tuple, once per AST: the walk every analysis below starts from."""
-    return _topo_memo(u)
 
 
 def _axes(ast: UOp) -> tuple[UOp, ...]:
@@ -441,99 +405,6 @@ def _split_first(ast: UOp, opts: list[Opt], pick: list[int], target: AxisType, f
                 added = [r for r in axes(new) if r not in before and r.axis_type is target]
                 return new, (added[0] if added else None)
     return ast, None
-
-
-_ranges_in = _Memo(lambda u: frozenset(x for x in _topo(u) if x.op is Ops.RANGE), 4096)
-
-
-def _stride_of(idx: UOp, r: UOp) -> int | None:
-    from rewrite.errors import EvalError
-    from rewrite.render import render
-
-    rs = _ranges_in(idx)
-    if r not in rs:
-        return 0
-    if (b := r.src[0]).op is Ops.CONST and type(b.value) is int and b.value <= 2:
-        return None  # the evaluator's r = 2 is outside the range: an error
-    names = {render(q): q for q in rs}
-    if len(names) == len(rs) and (fast := _affine_at(idx, r)) is not None:
-        d = fast[1] - fast[0]
-        return d if fast[2] - fast[1] == d else None
-    try:
-        at = [idx.evaluate({n: (k if q is r else 0) for n, q in names.items()}) for k in (0, 1, 2)]
-    except EvalError:
-        return None
-    step = at[1] - at[0]
-    return int(step) if at[2] - at[1] == step else None  # index math: ints
-
-
-_AFFINE = frozenset({Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.CONST, Ops.RANGE})
-
-
-def _affine_at(idx: UOp, r: UOp) -> tuple[int, int, int] | None:
-    """What `idx.evaluate` gives at r = 0, 1, 2 with every other range at 0, computed in one walk, when idx is
-    index-typed CONST, RANGE, ADD, MUL, and IDIV and MOD (Python's floor `//` and `%`, as rewrite.semantics has
-    them on index) by nonzero values only (the usual address), and every range has a constant bound that those
-    values respect; None otherwise (the evaluator decides, errors included)."""
-    vals: dict[UOp, tuple[int, int, int]] = {}
-    index = dtypes.index
-    for u in _topo(idx):
-        op = u.op
-        if op not in _AFFINE or u.dtype is not index:
-            return None
-        if op is Ops.CONST:
-            v = u.value
-            if type(v) is not int:
-                return None
-            vals[u] = (v, v, v)
-        elif op is Ops.RANGE:
-            b = u.src[0]
-            if len(u.src) != 1 or b.op is not Ops.CONST or type(bound := b.value) is not int:
-                return None
-            if u is r:
-                if bound <= 2:
-                    return None
-                vals[u] = (0, 1, 2)
-            else:
-                if bound <= 0:
-                    return None
-                vals[u] = (0, 0, 0)
-        else:
-            if len(u.src) != 2:
-                return None
-            a, c = vals[u.src[0]], vals[u.src[1]]
-            if op is Ops.ADD:
-                vals[u] = (a[0] + c[0], a[1] + c[1], a[2] + c[2])
-            elif op is Ops.MUL:
-                vals[u] = (a[0] * c[0], a[1] * c[1], a[2] * c[2])
-            elif 0 in c:  # division by zero: the evaluator's poison
-                return None
-            elif op is Ops.IDIV:
-                vals[u] = (a[0] // c[0], a[1] // c[1], a[2] // c[2])
-            else:
-                vals[u] = (a[0] % c[0], a[1] % c[1], a[2] % c[2])
-    return vals[idx]
-
-
-_stride_memo = _Memo(_stride_of, 8192)
-
-
-def _stride(idx: UOp, r: UOp) -> int | None:
-    """How far `idx` moves when range r steps by one (others at 0), if it moves linearly; None otherwise."""
-    return _stride_memo(idx, r)
-
-
-def _accesses(ast: UOp) -> tuple[UOp, ...]:
-    """The index expressions of the kernel's plain buffer accesses."""
-    return tuple(u.src[1] for u in _topo(ast) if u.op is Ops.INDEX and u.src[0].op is Ops.BUFFER and len(u.src) == 2)
-
-
-_accesses_memo = _Memo(_accesses)
-
-
-def _contiguous_everywhere(ast: UOp, r: UOp) -> bool:
-    """Every buffer access moves by 0 or 1 element when r steps: its lanes would be one contiguous vector."""
-    return all(_stride(i, r) in (0, 1) for i in _accesses_memo(ast))
 
 
 def _split_pair(ast: UOp, opts: list[Opt], r: UOp, k: int, target: AxisType, top: bool = False

@@ -39,6 +39,11 @@ _SPLITS = ((AxisType.UPCAST, (2, 4)), (AxisType.UNROLL, (2, 4)))
 _BLOCK_SIZES = (32, 64, 128, 256)
 
 
+def _one_knob(arg: tuple, knobs: tuple[tuple[int, tuple[int, ...]], ...]) -> list[tuple]:
+    """`arg` with the element at one knob's position changed to another of its values, for every knob and value."""
+    return [(*arg[:pos], val, *arg[pos + 1:]) for pos, values in knobs for val in values if val != arg[pos]]
+
+
 def neighbours(ast: UOp, opts: list[Opt]) -> list[list[Opt]]:
     """The opt lists one step from `opts` (module docstring); may hold lists that lowering refuses."""
     out: list[list[Opt]] = []
@@ -48,11 +53,7 @@ def neighbours(ast: UOp, opts: list[Opt]) -> list[list[Opt]]:
         full = tuple(arg) + ((0,) if len(arg) == 6 else ())
         rest = [o for o in opts if o is not tc]
         if len(full) == 7:
-            for pos, values in _TC_KNOBS:
-                for val in values:
-                    if val != full[pos]:
-                        new = (*full[:pos], val, *full[pos + 1:])
-                        out.append([Opt(OptOps.TC, None, new if new[6] else new[:6]), *rest])
+            out += [[Opt(OptOps.TC, None, new if new[6] else new[:6]), *rest] for new in _one_knob(full, _TC_KNOBS)]
             out.append([Opt(OptOps.TC, None, full[:3])])  # the direct form
         else:
             for tm in (1, 2, 4):
@@ -62,9 +63,7 @@ def neighbours(ast: UOp, opts: list[Opt]) -> list[list[Opt]]:
         return out
     simt = next((o for o in opts if o.op is OptOps.SIMT), None)
     if simt is not None and isinstance(simt.arg, tuple):
-        for pos, choices in _SIMT_KNOBS:
-            out += [[Opt(OptOps.SIMT, None, (*simt.arg[:pos], val, *simt.arg[pos + 1:]))]
-                    for val in choices if val != simt.arg[pos]]
+        out += [[Opt(OptOps.SIMT, None, new)] for new in _one_knob(simt.arg, _SIMT_KNOBS)]
         from lower.gpu import _register_tile
 
         if (tiled := _register_tile(ast, [])) is not None:

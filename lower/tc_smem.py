@@ -42,7 +42,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from lower.optimize import _stride, next_range_id, size
+from lower.optimize import next_range_id, size
+from lower.strides import _stride
 from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
 from rewrite.dtype import AddrSpace, DType
 from rewrite.errors import EvalError, KernelOptError

@@ -16,7 +16,8 @@ holds equalities); if a budget stops the run, the best form found so far. A pani
 in an action) gives the inputs back unchanged. Results are cached in memory by UOp and on disk
 (rewrite.egraph_cache).
 
-The sort and the translation live in rewrite.egraph_terms, the DSL export in rewrite.egraph_export; this is
+The sort and the translation live in rewrite.egraph_terms, the load, collect and clear program text in
+rewrite.egraph_load, the DSL export in rewrite.egraph_export; this is
 the one module here that imports egglog, lazily, and only its compiled `egglog.bindings` extension (see
 `egglog_bindings`). It drives the low-level bindings, not egglog's Python DSL: on egglog 13.2 the same rules and
 expressions ran ~10x faster per call and ~14x faster per 50-expression batch that way. The bindings used exist
@@ -39,13 +40,13 @@ from typing import TYPE_CHECKING, Any
 from rewrite.egglog_io import egglog_bindings, parse_forms, split_commands
 from rewrite.egraph_cache import DiskCache, Result
 from rewrite.egraph_groups import groups_for, split_analysis
+from rewrite.egraph_load import CODES, CTOR_NAMES, LOAD_PROGRAM, TABLES, TWIN_CODES, TWIN_OF, clear_program, load_sets
 from rewrite.egraph_terms import (
     CTORS,
     DEFAULT_COSTS,
     I64_MAX,
     I64_MIN,
     INTERVAL_FUNCTIONS,
-    POW2_TWINS,
     Expr,
     Node,
     Schedule,
@@ -56,7 +57,6 @@ from rewrite.egraph_terms import (
     floor_mod,
     from_termdag,
     is_pow2,
-    iv_pack,
     iv_unpack,
     sort_decls,
     translate,
@@ -71,87 +71,6 @@ if TYPE_CHECKING:
 # ~9 ms to import, which a process that loads the e-graph's rules but never saturates (most kernels) would pay
 
 PACK_CHUNK = 200  # roots per packed list term (egglog recurses on term depth)
-
-# how a batch gets into the e-graph: rows of relations read with `input`, made into terms by the `load` rules.
-# N i is the e-class of node number i (unextractable). LN holds every node, so one `input` per batch loads
-# them all: (id, constructor code, operand numbers, key, lo, hi, has-interval); a constant has code 0 and its
-# value as first operand, a leaf code -1 and its key. A node with has-interval 1 comes with its interval (a
-# leaf its box, a constant its value, an op node what the fast tier's analysis gives), which the e-graph's own
-# analysis only tightens, so its first run over new nodes finds little to change. LR holds the roots of one
-# packed list (pack, position, id; id -1 ends the list). `collect` makes the list PK p 0 of PB (root, packed
-# interval, rest) or, for a root without an interval, the dearer PC (root, rest): one extraction gives every root
-# and its interval.
-_CODES: dict[str, int] = {"Num": 0, **{c: i + 1 for i, (c, _, _) in enumerate(CTORS.values())}}
-# a Div or Mod by a positive power of two comes with the code of its extraction twin and is loaded as both
-_TWIN_CODES: dict[str, int] = {of: len(_CODES) + j for j, of in enumerate(POW2_TWINS.values())}
-_TWIN_OF: dict[str, str] = {of: twin for twin, of in POW2_TWINS.items()}
-_TABLES = frozenset([c for c, _, _ in CTORS.values()] + list(POW2_TWINS))  # the op constructors' tables
-_CTOR_NAMES = frozenset({"Num", "Var", *(c for c, _, _ in CTORS.values()), *POW2_TWINS})
-# a row of LN or LR is deleted by the rule that consumes it, so those relations stay empty between batches (every
-# `run` of `load` would otherwise look up the new rows' codes in an index over all rows since the last reset)
-def _del_ln(code: int, a: str = "a") -> str:
-    return f"(delete (LN i {code} {a} b d k l h f))"
-
-
-def _load_set(name: str) -> str:
-    """The rule set of the load rule for node kind `name` (Var, Num, a constructor or a twin; `bounds` for the
-    intervals): one rule set each, so that a batch runs only the load rules of the kinds it has (`_load_sets`)."""
-    return f"load__{name.lower()}"
-
-
-_LOAD_KINDS = ("bounds", "Var", "Num", *(c for c, _, _ in CTORS.values()), *POW2_TWINS)
-
-
-def _load_sets(kinds: set[str]) -> tuple[str, ...]:
-    """The load rule sets a batch whose nodes are of `kinds` needs (a Div or Mod may come as its twin's code)."""
-    names = {"bounds", *kinds, *(_TWIN_OF[k] for k in kinds if k in _TWIN_OF)}
-    return tuple(_load_set(k) for k in _LOAD_KINDS if k in names)
-
-
-LOAD_PROGRAM = "\n".join([
-    "(constructor N (i64) Idx :unextractable)",
-    "(relation LN (i64 i64 i64 i64 i64 String i64 i64 i64))",
-    "(relation LR (i64 i64 i64))",
-    "(constructor PK (i64 i64) PList :unextractable)",
-    "(constructor PB (Idx i64 PList) PList)",
-    "(constructor PC (Idx PList) PList :cost 1000000)",
-    *(f"(ruleset {_load_set(k)})" for k in _LOAD_KINDS),
-    f"(unstable-combined-ruleset load {' '.join(_load_set(k) for k in _LOAD_KINDS)})",
-    "(ruleset collect)",
-    f'(rule ((LN i -1 a b d k l h f)) ((union (N i) (Var k l h)) {_del_ln(-1)}) :ruleset {_load_set("Var")}'
-    ' :name "load-var")',
-    f'(rule ((LN i 0 v b d k l h f)) ((union (N i) (Num v)) {_del_ln(0, "v")})'
-    f' :ruleset {_load_set("Num")} :name "load-num")',
-    f'(rule ((LN i c a b d k l h 1) (= __iv {iv_pack("l", "h")})) ((set (iv (N i)) __iv))'
-    f' :ruleset {_load_set("bounds")} :name "load-bounds")',
-    *(f'(rule ((LN i {_CODES[c]} a b d k l h f)) ((union (N i) ({c} {" ".join(f"(N {v})" for v in "abd"[:len(k)])}))'
-      f' {_del_ln(_CODES[c])}) :ruleset {_load_set(c)} :name "load-{c.lower()}")' for c, k, _ in CTORS.values()),
-    *(f'(rule ((LN i {_TWIN_CODES[of]} a b d k l h f)) ((union (N i) ({of} (N a) (N b)))'
-      f' (union (N i) ({twin} (N a) (N b))) {_del_ln(_TWIN_CODES[of])}) :ruleset {_load_set(twin)}'
-      f' :name "load-{twin.lower()}")' for twin, of in POW2_TWINS.items()),
-    "(rule ((LR p j i) (= e (N i)) (= v (iv e))) ((union (PK p j) (PB e v (PK p (+ j 1))))"
-    ' (delete (LR p j i))) :ruleset collect :name "collect")',
-    '(rule ((LR p j i) (= e (N i))) ((union (PK p j) (PC e (PK p (+ j 1)))) (delete (LR p j i)))'
-    ' :ruleset collect :name "collect-pc")',
-    '(rule ((LR p j i) (= i -1)) ((union (PK p j) (PNil)) (delete (LR p j i))) :ruleset collect :name "collect-end")',
-]) + "\n"
-
-# `clear`: one run deletes every row of the sort's tables, the loader's and the packed lists', and the interval
-# functions', so the next batch starts from an e-graph that holds the rules alone, as after `(pop)` `(push)` (~0.1 ms
-# against ~0.9 for those two). Rows a rule subsumed cannot be matched, so they stay; they hold e-classes no later
-# node can reach (a new node's children are new e-classes, a constant or a leaf gets a new e-class once its old row
-# is gone), and the full reset every `Schedule.reset_nodes` loaded nodes bounds them and egglog's union-find.
-_CLEAR_ROWS = ("(Num a)", "(Var a b c)", *(f"({c} {' '.join('abd'[:len(k)])})" for c, k, _ in CTORS.values()),
-               *(f"({t} a b)" for t in POW2_TWINS), "(N a)", "(PK a b)", "(PB a b c)", "(PC a b)", "(PNil)",
-               "(PCons a b)")
-
-
-def clear_program(functions: Sequence[str]) -> str:
-    """The `clear` rule set: one rule per table that deletes its rows (`functions`: the interval lattice's)."""
-    rows = [*_CLEAR_ROWS, *(f"({f} e)" for f in functions)]
-    return "(ruleset clear)\n" + "".join(f"(rule ((= __v {r})) ((delete {r})) :ruleset clear :name \"clear-{i}\")\n"
-                                         for i, r in enumerate(rows))
-
 
 # ---------------------------------------------------------------------------------------------- saturation
 
@@ -183,7 +102,7 @@ class Saturator(DiskCache):
         self.version = hashlib.sha256(f"{self.program}\n{self.schedule!r}".encode()).hexdigest()[:24]
         # the program as loaded: the analysis cut into groups by constructor (rewrite.egraph_groups)
         self._text, self._groups = split_analysis(self.program, self.schedule.analysis, self.schedule.rewrites,
-                                                  _CTOR_NAMES)
+                                                  CTOR_NAMES)
         if self.schedule.fused:
             self._text += self.schedule.fused_decl(self.schedule.analysis) + "\n"
         self._checks, self._seeds = (re.search(rf"\(ruleset\s+{re.escape(r)}\s*\)", self._text) is not None
@@ -255,11 +174,11 @@ class Saturator(DiskCache):
         self.resets += 1
 
     def _commands(self, exprs: list[Expr]) -> dict[str, list]:
-        """The commands for a batch: the load rules of the node kinds it has (`_load_sets`), and the iterations
+        """The commands for a batch: the load rules of the node kinds it has (`load_sets`), and the iterations
         with the analysis rules of the groups whose constructors all occur in it (rewrite.egraph_groups), each a
         combined rule set declared when first needed (and kept by `_reset`)."""
         kinds = {n[0] for e in exprs for n in e.nodes}
-        combo = (groups_for(self._groups, kinds), _load_sets(kinds))
+        combo = (groups_for(self._groups, kinds), load_sets(kinds))
         cmds = self._combo_cmds.get(combo)
         eg = self._eg
         if cmds is None:
@@ -295,7 +214,7 @@ class Saturator(DiskCache):
 
         Nodes are hash-consed by structure (`_ids`, emptied with the e-graph's rows by a clear or a reset), so a
         subterm shared by many roots is sent once."""
-        ids, codes, twins = self._ids, _CODES, _TWIN_CODES
+        ids, codes, twins = self._ids, CODES, TWIN_CODES
         ln: list[str] = []
         roots: list[int] = []
         unbounded = False
@@ -327,7 +246,7 @@ class Saturator(DiskCache):
                         ln.append(f"{i}\t{code}\t{kids[0]}\t{kids[1]}\t{kids[2]}\t-\t{bnd}\n")
                         added[n[0]] = added.get(n[0], 0) + 1
                         if code != codes[n[0]]:
-                            twin = _TWIN_OF[n[0]]
+                            twin = TWIN_OF[n[0]]
                             added[twin] = added.get(twin, 0) + 1
                 g.append(i)
             roots.append(g[-1])
@@ -456,7 +375,7 @@ class Saturator(DiskCache):
                 # iteration, which finds nothing, costs one command)
                 cmds, skip, sized = cm["step"], 0, False
             if (best is None and st.stop == "saturated" and changed is not True and not reused and not unbounded
-                    and all(self._sizes.get(k, 0) - before.get(k, 0) == added.get(k, 0) for k in _TABLES)
+                    and all(self._sizes.get(k, 0) - before.get(k, 0) == added.get(k, 0) for k in TABLES)
                     and (changed is False or not any(i.rule_set_report.changed
                                                      for i in last.report.iterations[skip:]))):
                 # nothing changed the e-graph after the load, and every op node of the batch is a new e-node

@@ -334,7 +334,7 @@ def test_stride_matches_the_evaluator(idx: UOp) -> None:
     """lower.optimize's stride of an address along each of its ranges (a one-walk fast path for plain index math)
     is what the reference evaluator gives, None included (uneven steps, a range too short to step twice, a
     division by zero, a free variable)."""
-    from lower.optimize import _stride_of
+    from lower.strides import _stride_of
 
     for r in (_R0, _R1, _R2):
         want = _evaluated_stride(idx, r) if r in idx.toposort() else 0
