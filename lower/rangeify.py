@@ -92,6 +92,7 @@ class KernelBuilder:
         self.idx: tuple[UOp, ...] = ()
         self.valid: UOp | None = None
         self.top = False
+        self.loops: tuple[UOp, ...] = ()  # the kernel's output loops, outermost first (rules.rangeify.Site)
         self._closed: dict[Key, UOp | None] = {}
         self.fired: list[tuple[UOp, str]] | None = None  # when a list: each site's node and the rule that fired
         self.fused: dict[UOp, None] = {}  # the REDUCEs computed inline (not the kernel's own root), in order
@@ -476,6 +477,7 @@ def build_kernel(node: UOp, out_buf: UOp, buffers: dict[UOp, UOp], fused: dict[U
             r = UOp.range(d, counter[0], AxisType.LOOP)
             ranges.append(r)
             idx.append(r)
+    kb.loops = tuple(ranges)
     val = kb.value(node, tuple(idx))
     if points:
         return points[0]
@@ -514,6 +516,7 @@ def build_store_kernel(view: UOp, value: UOp, out_buf: UOp, buffers: dict[UOp, U
         r = UOp.range(d, counter[0], AxisType.REDUCE if axis == 0 else AxisType.LOOP)
         ranges.append(r)
         idx.append(r)
+    kb.loops = tuple(ranges)
     pos = kb.value(index, (idx[0],))
     if pos is None:
         assert kb.point is not None

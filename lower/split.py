@@ -18,6 +18,7 @@ kernels are built; lower.schedule's worklist only builds and carries their decis
 build returns the rule's `RealizePoint`). All are recorded in the same `decided` map under their rule names:
 
   realize-reduce-in-reduce-loop    a REDUCE its consumer would evaluate inside another reduction's loop
+  realize-broadcast-reduce         a REDUCE broadcast over output loops outside one it depends on (recomputed)
   realize-expensive-broadcast      transcendental/division work broadcast into a reduction's loop
   realize-bitcast-source           (again) a resizing BITCAST's source that the rules above left lazy
   realize-copy-source              (again) a COPY's or a concatenation's source not realized yet
@@ -45,7 +46,7 @@ from lower.copyview import copy_source
 from rewrite import Ops, Rule, RuleSet, UOp, graph_rewrite, op
 from rewrite.errors import CompilerError
 from rewrite.stores import indexed_store
-from rules.rangeify import EXPENSIVE_BROADCAST, REDUCE_IN_REDUCE_LOOP
+from rules.rangeify import BROADCAST_REDUCE, EXPENSIVE_BROADCAST, REDUCE_IN_REDUCE_LOOP
 
 # the rules of lower.split_build, by name; the realize points are rules.rangeify's
 OVER_LIMITS = "realize-over-limits"
@@ -156,5 +157,5 @@ def decide(roots: list[UOp], topo_index: dict[UOp, int]) -> SplitContext:
     return ctx
 
 
-__all__ = ["ASSIGN_CYCLE", "EXPENSIVE_BROADCAST", "OVER_LIMITS", "REDUCE_IN_REDUCE_LOOP", "SHARED_REDUCTION",
-           "STORE_VALUE", "SplitContext", "decide", "realize_rules"]
+__all__ = ["ASSIGN_CYCLE", "BROADCAST_REDUCE", "EXPENSIVE_BROADCAST", "OVER_LIMITS", "REDUCE_IN_REDUCE_LOOP",
+           "SHARED_REDUCTION", "STORE_VALUE", "SplitContext", "decide", "realize_rules"]

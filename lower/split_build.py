@@ -17,7 +17,8 @@ the rule set's matcher (the first rule that fires decides), before its kernel is
                                  (`split_point`, from the node's fused region: the global fact it needs is the
                                  set of realized nodes, which the context holds)
   realize-point                  every realize point the kernel's build met (rules.rangeify's realize_point_rules:
-                                 realize-reduce-in-reduce-loop, realize-expensive-broadcast, realize-bitcast-source;
+                                 realize-reduce-in-reduce-loop, realize-broadcast-reduce, realize-expensive-broadcast,
+                                 realize-bitcast-source;
                                  each recorded under that rule's own name)
   realize-store-value            an assignment's value that reads its target elsewhere than where it writes
 

@@ -14,6 +14,11 @@ Nothing is raised: the rule's result is the build's result.
   realize-expensive-broadcast    the source of an EXPAND read inside a reduction's loop that holds transcendental
                                  or division work (or cheap work over two or more loads) repeated by the broadcast
                                  (attention's softmax feeding `@ v`): computed once, read back per use
+  realize-broadcast-reduce       a REDUCE the kernel reads outside any reduction's loop but broadcast over output
+                                 loops that enclose one it depends on (a BatchNorm's per-channel statistics in an
+                                 NCHW kernel, whose batch loop is outside the channel loop): the linearizer can
+                                 hoist a reduction only out of the loops inside its own, so fused it would be
+                                 recomputed once per value of those outer loops
   realize-bitcast-source         the source of a BITCAST that changes the element size, when not realized already
                                  (it is read as raw memory; lower.split.realize_rules decides most of these first)
 """
@@ -27,6 +32,7 @@ from rewrite import AxisType, Ops, Rule, RuleSet, UOp, op
 
 REDUCE_IN_REDUCE_LOOP = "realize-reduce-in-reduce-loop"
 EXPENSIVE_BROADCAST = "realize-expensive-broadcast"
+BROADCAST_REDUCE = "realize-broadcast-reduce"
 BITCAST_SOURCE = "realize-bitcast-source"
 
 
@@ -37,6 +43,7 @@ class Site(Protocol):
     valid: UOp | None  # the gate its loads are under, if any
     top: bool  # whether the node is the kernel's own root
     buffers: dict[UOp, UOp]  # realized nodes (and BUFFER leaves) -> their buffers
+    loops: tuple[UOp, ...]  # the kernel's output loops (LOOP RANGEs), outermost first
 
     def collapsed(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp | None:
         """The closed form of the integer sum `n` at this site, or None (lower.rangeify.KernelBuilder.collapsed)."""
@@ -207,6 +214,32 @@ def _reduce_in_reduce_loop(ctx: Site, n: UOp) -> RealizePoint | None:
     return RealizePoint(n, REDUCE_IN_REDUCE_LOOP) if uses_reduce_range(ctx.idx, ctx.valid) else None
 
 
+def broadcast_repeats(idx: tuple[UOp, ...], valid: UOp | None, loops: tuple[UOp, ...]) -> int:
+    """How many times a value read at `idx` (under `valid`) inside a kernel whose output loops are `loops`
+    (outermost first) is computed again for the same index: the loops it does not depend on that enclose the
+    innermost loop it does depend on (a value depends on the loops in its index, and the linearizer hoists it
+    out of every loop inside the innermost of those)."""
+    used: set[UOp] = set()
+    for u in (*idx, *(() if valid is None else (valid,))):
+        if u.op is not Ops.CONST:
+            used.update(x for x in u.toposort() if x.op is Ops.RANGE)
+    depth = max((i for i, r in enumerate(loops) if r in used), default=-1)
+    repeats = 1
+    for r in loops[:max(depth, 0)]:
+        if r not in used:
+            size = r.src[0].value if r.src and r.src[0].op is Ops.CONST else RECOMPUTE_LIMIT
+            repeats *= size if isinstance(size, int) else RECOMPUTE_LIMIT
+    return repeats
+
+
+def _broadcast_reduce(ctx: Site, n: UOp) -> RealizePoint | None:
+    if ctx.top or broadcast_repeats(ctx.idx, ctx.valid, ctx.loops) < RECOMPUTE_LIMIT:
+        return None
+    if ctx.collapsed(n, ctx.idx, ctx.valid) is not None:  # a closed form has no loop to recompute
+        return None
+    return RealizePoint(n, BROADCAST_REDUCE)
+
+
 def _expensive_broadcast(ctx: Site, n: UOp) -> RealizePoint | None:
     if recomputed_expensive(n, ctx.idx, ctx.valid, ctx.buffers):
         return RealizePoint(n.src[0], EXPENSIVE_BROADCAST)
@@ -222,6 +255,7 @@ def _bitcast_source(ctx: Site, n: UOp) -> RealizePoint | None:
 # fmt: off
 realize_point_rules = RuleSet("realize-point", [
     Rule(REDUCE_IN_REDUCE_LOOP, op.REDUCE(name="n"), _reduce_in_reduce_loop),
+    Rule(BROADCAST_REDUCE, op.REDUCE(name="n"), _broadcast_reduce),
     Rule(EXPENSIVE_BROADCAST, op.EXPAND(name="n"), _expensive_broadcast),
     Rule(BITCAST_SOURCE, op.BITCAST(name="n"), _bitcast_source),
 ])
@@ -237,6 +271,7 @@ def realize_point(site: Site, n: UOp) -> RealizePoint | None:
 
 __all__ = [
     "BITCAST_SOURCE",
+    "BROADCAST_REDUCE",
     "EXPENSIVE",
     "EXPENSIVE_BROADCAST",
     "REDUCE_IN_REDUCE_LOOP",

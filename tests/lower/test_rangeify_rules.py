@@ -16,9 +16,11 @@ from lower.schedule import split_decisions
 from rewrite import AxisType, Ops, UOp, dtypes
 from rules.rangeify import (
     BITCAST_SOURCE,
+    BROADCAST_REDUCE,
     EXPENSIVE_BROADCAST,
     REDUCE_IN_REDUCE_LOOP,
     RealizePoint,
+    broadcast_repeats,
     realize_point,
     realize_point_rules,
 )
@@ -31,6 +33,7 @@ class _Site:
     valid: UOp | None = None
     top: bool = False
     buffers: dict[UOp, UOp] = field(default_factory=dict)
+    loops: tuple[UOp, ...] = ()
     closed: UOp | None = None
     asked: list[UOp] = field(default_factory=list)
 
@@ -50,7 +53,7 @@ ZERO = UOp.const(0)
 
 def test_every_realize_point_rule_is_named_and_documented() -> None:
     names = [r.name for r in realize_point_rules]
-    assert names == [REDUCE_IN_REDUCE_LOOP, EXPENSIVE_BROADCAST, BITCAST_SOURCE]
+    assert names == [REDUCE_IN_REDUCE_LOOP, BROADCAST_REDUCE, EXPENSIVE_BROADCAST, BITCAST_SOURCE]
     docs = (Path(__file__).resolve().parents[2] / "docs" / "pipeline.md").read_text()
     for name in names:
         assert name in docs and name in (split.__doc__ or "")
@@ -64,6 +67,46 @@ def test_reduce_in_reduce_loop_fires_only_inside_a_reduction_loop() -> None:
     assert realize_point(_Site((RED, ZERO), top=True), r) is None  # the kernel's own root
     site = _Site((RED, ZERO), closed=UOp.const(7))
     assert realize_point(site, r) is None and site.asked == [r]  # a closed form: no loop to recompute
+
+
+def test_broadcast_repeats_counts_the_outer_loops_a_value_ignores() -> None:
+    n, c, hw = (UOp.range(d, i + 1, AxisType.LOOP) for i, d in enumerate((100, 8, 64)))
+    loops = (n, c, hw)
+    assert broadcast_repeats((c,), None, loops) == 100  # per channel, inside the batch loop: 100 times
+    assert broadcast_repeats((n,), None, loops) == 1  # a prefix of the loops: hoisted out of the inner ones
+    assert broadcast_repeats((n * 8 + c,), None, loops) == 1
+    assert broadcast_repeats((hw,), None, loops) == 800
+    assert broadcast_repeats((ZERO,), None, loops) == 1  # depends on no loop: computed once
+    assert broadcast_repeats((ZERO,), c < 3, loops) == 100  # the gate counts as a dependence
+
+
+def test_broadcast_reduce_fires_only_when_outer_loops_would_repeat_it() -> None:
+    r = Tensor(_arr(4, 5)).realize().sum(1, keepdim=True).uop  # (4, 1)
+    n, c = UOp.range(100, 1, AxisType.LOOP), UOp.range(4, 2, AxisType.LOOP)
+    assert realize_point(_Site((c, ZERO), loops=(n, c)), r) == RealizePoint(r, BROADCAST_REDUCE)
+    assert realize_point(_Site((c, ZERO), loops=(c, n)), r) is None  # the statistic's loop outermost: hoisted
+    assert realize_point(_Site((c, ZERO), loops=(UOp.range(4, 3, AxisType.LOOP), c)), r) is None  # 4 < the limit
+    assert realize_point(_Site((c, ZERO), loops=(n, c), top=True), r) is None  # the kernel's own root
+    site = _Site((c, ZERO), loops=(n, c), closed=UOp.const(7))
+    assert realize_point(site, r) is None  # a closed form: no loop to recompute
+
+
+def test_batchnorm_statistics_are_realized_and_rows_stay_fused() -> None:
+    """NCHW per-channel statistics (a BatchNorm's) read in the (N, C, H, W) output loops would be recomputed
+    for every image if fused: they get kernels of their own. A softmax's row statistics depend on the outer loop
+    and stay in the row's kernel."""
+    x = _arr(16, 4, 6, 6)
+    h = Tensor(x)
+    mean = h.mean((0, 2, 3), keepdim=True)
+    c = h - mean
+    out = c * ((c * c).mean((0, 2, 3), keepdim=True) + 1e-5).rsqrt()
+    why = split_decisions([out.uop])
+    assert sorted(v for v in why.values() if v == BROADCAST_REDUCE) == [BROADCAST_REDUCE] * 2
+    m = x.mean((0, 2, 3), keepdims=True)
+    want = (x - m) / np.sqrt(((x - m) ** 2).mean((0, 2, 3), keepdims=True) + 1e-5)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-5)
+    soft = Tensor(_arr(16, 32)).softmax(-1)
+    assert BROADCAST_REDUCE not in split_decisions([soft.uop]).values()
 
 
 def test_expensive_broadcast_fires_on_broadcast_work_read_in_a_loop() -> None:
@@ -159,7 +202,8 @@ def _families() -> list[tuple[str, Tensor, np.ndarray]]:
 def test_every_op_family_has_one_named_rule_after_the_realize_points() -> None:
     names = [r.name for r in rangeify_rules]
     assert names[:2] == ["rangeify-load", "rangeify-leaf"]
-    assert names[2:5] == [r.name for r in realize_point_rules]  # decided before an op's own rule builds it
+    n = len(realize_point_rules.rules)
+    assert names[2:2 + n] == [r.name for r in realize_point_rules]  # decided before an op's own rule builds it
     assert {name for name, _, _ in _families()} == set(names) - {r.name for r in realize_point_rules}
 
 
