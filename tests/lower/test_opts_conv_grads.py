@@ -1,0 +1,91 @@
+"""Register tiles for the kernels of a convolution's gradients (lower.opt_tiles), where the plain vector tile
+fits badly: a weight gradient whose only vector axis is the 3 kernel taps (3 of 8 AVX2 lanes once padded) gets a
+product tile over its output and input channels instead (product_tile), and a transposed convolution's phase
+kernel whose innermost row axis is 17 gated columns (prime: no tile without padding, and gated rows are not
+padded) takes its rows from the next axis (the batch). Checked: the opts each target gets, and the results
+against numpy, on every cpu target level this host runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from devices.base import CPU_TARGET_NAMES, cpu_target
+from lower import schedule
+from lower.opt_tiles import MIN_PRODUCT_TILE
+from lower.optimize import OptOps, hand_coded
+from rewrite import AxisType
+from rewrite.env import Context
+from tensor import Tensor
+from tensor.nn import conv_transpose2d
+
+
+def _kernels(*outs: Tensor) -> dict[str, object]:
+    items, _ = schedule([o.uop for o in outs])
+    return {it.name: it for it in items if it.kind == "kernel"}
+
+
+def _rng(seed: int = 0) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def _conv_weight_grad(x: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """dW[o, c, i, j] = sum over n, h, w of g[n, o, h, w] * xpad[n, c, h + i, w + j] (3x3, padding 1)."""
+    _, c, h, w = x.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    out = np.zeros((g.shape[1], c, 3, 3))
+    for i in range(3):
+        for j in range(3):
+            out[:, :, i, j] = np.einsum("nohw,nchw->oc", g, xp[:, :, i:i + h, j:j + w])
+    return out
+
+
+def _conv_transpose(x: np.ndarray, w: np.ndarray, s: int, p: int) -> np.ndarray:
+    """y[n, o, h*s - p + i, w*s - p + j] += x[n, c, h, w] * w[c, o, i, j]."""
+    n, _, hi, wi = x.shape
+    k = w.shape[2]
+    full = np.zeros((n, w.shape[1], (hi - 1) * s + k, (wi - 1) * s + k))
+    for i in range(k):
+        for j in range(k):
+            full[:, :, i:i + (hi - 1) * s + 1:s, j:j + (wi - 1) * s + 1:s] += np.einsum(
+                "nchw,co->nohw", x.astype(np.float64), w[:, :, i, j])
+    return full[:, :, p:full.shape[2] - p, p:full.shape[3] - p]
+
+
+@pytest.mark.parametrize("level", CPU_TARGET_NAMES)
+def test_weight_gradient_gets_a_product_tile(level: str) -> None:
+    target = cpu_target(level)
+    x = _rng().standard_normal((20, 8, 4, 4)).astype(np.float32)
+    g = _rng(1).standard_normal((20, 16, 4, 4)).astype(np.float32)
+    w = Tensor(np.zeros((16, 8, 3, 3), np.float32), requires_grad=True)
+    (Tensor(x).conv2d(w, padding=1) * Tensor(g)).sum().backward()
+    assert w.grad is not None
+    (k,) = [k for name, k in _kernels(w.grad).items() if name.startswith("r_")]
+    opts = hand_coded(k.ast, target)
+    ups = [o for o in opts if o.op is OptOps.SPLIT and o.arg[1] is AxisType.UPCAST]
+    if target.lanes(4) > 3 * 2:  # the 3 taps fill less than half the lanes: the product tile, nothing padded
+        assert len(ups) == 2 and not any(o.op is OptOps.PADTO for o in opts), (level, opts)
+        assert ups[0].arg[0] * ups[1].arg[0] >= MIN_PRODUCT_TILE
+    else:  # 4 lanes (SSE, NEON): 3 of 4 real, the vector tile over the taps padded to a whole vector
+        assert any(o.op is OptOps.PADTO for o in opts) and len(ups) >= 2, (level, opts)
+    if target.runs_here:
+        with Context(CPU_TARGET=level):
+            got = w.grad.numpy()
+        np.testing.assert_allclose(got, _conv_weight_grad(x, g), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("level", CPU_TARGET_NAMES)
+def test_transposed_conv_rows_from_the_batch_axis(level: str) -> None:
+    target = cpu_target(level)
+    x = _rng().standard_normal((8, 32, 16, 16)).astype(np.float32)
+    wn = (0.1 * _rng(1).standard_normal((32, 16, 4, 4))).astype(np.float32)
+    y = conv_transpose2d(Tensor(x), Tensor(wn), stride=2, padding=1)
+    ks = _kernels(y)
+    phase = [k for name, k in ks.items() if name.startswith("r_17_17_")]
+    assert phase, sorted(ks)
+    opts = hand_coded(phase[0].ast, target)
+    assert sum(o.op is OptOps.SPLIT and o.arg[1] is AxisType.UPCAST for o in opts) >= 2, (level, opts)
+    if target.runs_here:
+        with Context(CPU_TARGET=level):
+            got = conv_transpose2d(Tensor(x), Tensor(wn), stride=2, padding=1).numpy()
+        np.testing.assert_allclose(got, _conv_transpose(x, wn, 2, 1), rtol=1e-4, atol=1e-4)
