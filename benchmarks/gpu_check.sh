@@ -8,6 +8,10 @@
 #                                             module a step runs imports and parses its arguments, and that the
 #                                             benchmark's cases cover the issue's targets; runs nothing long
 #   SKIP_NVCC=1                               without the compile CI tests (nvcc/NVRTC for sm_80/sm_90; CI runs them)
+#   HOST_CPU=1 bash benchmarks/gpu_check.sh   instead of the GPU steps, the cpu `kernels` suite on this machine's host
+#                                             CPU (its detected Target, then CPU_TARGET=x86-64-v3): the figures of
+#                                             issue 9 for a host other than the development VM (an AVX-512 Xeon, where
+#                                             the GPU machines have one); writes bench-host-cpu{,-v3}.json
 # Installs the wheels in .whl/ (egglog; nvidia-cuda-nvrtc + nvidia-cuda-runtime for NVRTC; tinygrad for its cold
 # compile figures) into /tmp/site if there are any: `pip download -d .whl --no-deps nvidia-cuda-nvrtc
 # nvidia-cuda-runtime tinygrad==0.14.0` beforehand. Writes at most 8 files into "$OUT" (default ./gpu_out):
@@ -29,6 +33,11 @@ KILL=5  # seconds between a step's TERM and KILL
 # name  limit(s)  command (run from the repository root; stdout and stderr appended to the log named by the step)
 STEPS=()
 STEPS+=("env|30|env.txt|env_report")
+if [ "${HOST_CPU:-0}" = 1 ]; then
+  HOST_CASES="KERNEL_CASES=add_16M,sum_16M,softmax_4096,matmul_1024,conv"
+  STEPS+=("host cpu kernels|200|bench.log|env $HOST_CASES $PY -m benchmarks kernels --json $OUT/bench-host-cpu.json")
+  STEPS+=("host cpu kernels, x86-64-v3|200|bench.log|env $HOST_CASES CPU_TARGET=x86-64-v3 $PY -m benchmarks kernels --json $OUT/bench-host-cpu-v3.json")
+else
 STEPS+=("gpu tests|110|tests.log|$PY -m pytest -q -rs -m gpu -p no:cacheprovider tests/devices/test_cuda.py tests/devices/test_cuda_beam.py tests/devices/test_cuda_async.py --junitxml=$OUT/tests.xml")
 if [ "${SKIP_NVCC:-0}" != 1 ] && [ "$BEAM_N" = 0 ]; then
   STEPS+=("compile CI tests|45|tests.log|$PY -m pytest -q -rs -p no:cacheprovider tests/devices/test_cuda_compile.py tests/devices/test_cuda_async.py tests/devices/test_target.py")
@@ -38,9 +47,11 @@ STEPS+=("benchmark|170|bench.log|$PY -m benchmarks gpu --json $OUT/bench-gpu.jso
 if [ "$BEAM_N" != 0 ]; then
   STEPS+=("benchmark under BEAM=$BEAM_N|80|bench.log|env BEAM=$BEAM_N $PY -m benchmarks gpu --cases $BEAM_CASES --json $OUT/bench-gpu-beam.json")
 fi
+fi
 
 env_report() {
   date -u
+  grep -m1 "model name" /proc/cpuinfo; echo "cores: $(nproc)"; grep -q avx512f /proc/cpuinfo && echo "avx512f: yes" || echo "avx512f: no"
   nvidia-smi || echo "nvidia-smi: none"
   nvcc --version || echo "nvcc: none"
   "$PY" - <<'EOF'

@@ -40,10 +40,20 @@ def test_dry_run_plan_fits_the_budget(tmp_path: pathlib.Path, beam: str) -> None
 
 
 def test_at_most_eight_files_come_back() -> None:
-    """The device machine returns at most 8 files from $OUT: the script names every one it writes."""
+    """The device machine returns at most 8 files from $OUT: the script names every one it writes (the GPU run's,
+    and HOST_CPU=1's, which runs none of the GPU steps)."""
     text = SCRIPT.read_text()
     written = set(re.findall(r"\$OUT/([\w.-]+)", text)) | {"env.txt", "tests.log", "bench.log"}
-    assert len(written) <= 8, written
+    host = {f for f in written if "host-cpu" in f}
+    assert len(written - host) <= 8, written
+    assert len(host | {"env.txt", "summary.txt", "bench.log"}) <= 8
+
+
+def test_host_cpu_dry_run_runs_only_the_cpu_kernels(tmp_path: pathlib.Path) -> None:
+    out = _dry(tmp_path, HOST_CPU="1")
+    names = [s[0] for s in re.findall(r"^  (.+?)\s+(\d+) s  -> (\S+)", out, re.M)]
+    assert names == ["env", "host cpu kernels", "host cpu kernels, x86-64-v3"]
+    assert "CPU_TARGET=x86-64-v3" in out and "syntax: ok" in out
 
 
 def test_tinygrad_probe_times_each_kernel(tmp_path: pathlib.Path) -> None:
