@@ -152,9 +152,15 @@ def register_tile(ast: UOp, opts: list[Opt], target: Target) -> UOp | None:
              all(_stride(i, v) in (0, 1) for i in loads) and any(_stride(i, v) == 1 for i in loads)]
     cands.sort(key=lambda v: (any(v in g for g in gates), not all(_stride(i, v) == 1 for i in stores),
                               size(v) % width != 0))
-    short = not cands or (size(cands[0]) * 2 < width and size(cands[0]) % width)  # no axis fills half the lanes
-    if short and ((tiled := product_tile(ast, opts, loads, target)) is not None or not cands):
+    # no output axis fills half the lanes, and no reduction axis fills whole vectors (hand_coded's lanes of partial
+    # sums: a dot product along a contiguous k, 10 classes x 256 rows of a classifier's logits, stays that)
+    short = not cands or (size(cands[0]) * 2 < width and size(cands[0]) % width)
+    dots = [r for r in reds[0].src[1:] if size(r) % width == 0 and
+            all(_stride(i, r) in (0, 1) for i in loads) and any(_stride(i, r) == 1 for i in loads)]
+    if short and not dots and ((tiled := product_tile(ast, opts, loads, target)) is not None or not cands):
         return tiled
+    if not cands:
+        return None
     v = cands[0]
     moving = [x for x in loads if _stride(x, v) == 1]
     rows_of = [u for u in reversed(loops) if u is not v and all(_stride(x, u) == 0 for x in moving) and

@@ -89,3 +89,21 @@ def test_transposed_conv_rows_from_the_batch_axis(level: str) -> None:
         with Context(CPU_TARGET=level):
             got = conv_transpose2d(Tensor(x), Tensor(wn), stride=2, padding=1).numpy()
         np.testing.assert_allclose(got, _conv_transpose(x, wn, 2, 1), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("level", CPU_TARGET_NAMES)
+def test_dot_products_along_a_contiguous_k_keep_their_lanes(level: str) -> None:
+    """A classifier's logits, x (256, 512) @ W.T with W (10, 512): no output axis fills half the lanes, but k is
+    contiguous in both loads, so the lanes stay partial sums along k (UNROLL), not a product tile."""
+    target = cpu_target(level)
+    x = _rng().standard_normal((256, 512)).astype(np.float32)
+    w = _rng(1).standard_normal((10, 512)).astype(np.float32)
+    out = Tensor(x) @ Tensor(w).T
+    (k,) = [k for name, k in _kernels(out).items() if name.startswith("r_")]
+    opts = hand_coded(k.ast, target)
+    assert any(o.op is OptOps.SPLIT and o.arg[1] is AxisType.UNROLL for o in opts), (level, opts)
+    assert not any(o.op is OptOps.SPLIT and o.arg[1] is AxisType.UPCAST for o in opts), (level, opts)
+    if target.runs_here:
+        with Context(CPU_TARGET=level):
+            got = (Tensor(x) @ Tensor(w).T).numpy()
+        np.testing.assert_allclose(got, x.astype(np.float64) @ w.T, rtol=1e-4, atol=1e-3)
