@@ -82,6 +82,12 @@ MIN_TILE_REDUCTION = 8  # products per output below which no register tile is ma
 # registers hold. Digits CNN conv2 weight gradient (16x8x3x3 over 100x4x4) on a 2-vCPU AVX2 EPYC: the padded
 # 8x8 vector tile ran 1.0 ms, the 8x8 product tile 0.21-0.36 ms (BEAM=2 found a similar tile at 0.22 ms).
 MIN_PRODUCT_TILE = 16
+# Where a short vector axis exists, only for a reduction of at least MIN_PRODUCT_REDUCTION products per output:
+# over a short one (the same CNN's input gradient, 16 output channels per tap) the scalar tile's per-output work,
+# its stores one lane at a time, outweighs the reuse: 2.05 ms against the padded vector tile's 0.96-1.63 ms (min
+# of 100, same period). Where no axis gives lanes at all (a transposed conv's input gradient, stride-2 reads), the
+# product tile beats the scalar loop whatever the reduction's length.
+MIN_PRODUCT_REDUCTION = 256
 
 
 def ragged_columns(n: int, width: int, vecs: int) -> int | None:
@@ -157,7 +163,8 @@ def register_tile(ast: UOp, opts: list[Opt], target: Target) -> UOp | None:
     short = not cands or (size(cands[0]) * 2 < width and size(cands[0]) % width)
     dots = [r for r in reds[0].src[1:] if size(r) % width == 0 and
             all(_stride(i, r) in (0, 1) for i in loads) and any(_stride(i, r) == 1 for i in loads)]
-    if short and not dots and ((tiled := product_tile(ast, opts, loads, target)) is not None or not cands):
+    long = math.prod(size(r) for r in reds[0].src[1:]) >= MIN_PRODUCT_REDUCTION
+    if short and not dots and (long or not cands) and (tiled := product_tile(ast, opts, loads, target)) is not None:
         return tiled
     if not cands:
         return None
