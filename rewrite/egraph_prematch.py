@@ -1,0 +1,215 @@
+"""Template rules of the DSL matched in Python on a batch's terms as they are loaded, their right-hand sides given to
+the e-graph as rows (rewrite.egraph's Saturator, `prematch`), instead of as egglog rules.
+
+Why: egglog 13.2 pays for every rule of a run whose tables have new rows, matched or not, and for every variant of a
+rule (one per commutative order, and one per atom of its query for semi-naive evaluation). A rewrite that runs once,
+on the e-graph as loaded (a `Schedule.once` program: one pass of its rewrites, then the analysis saturated), finds
+exactly the matches of its pattern on the loaded terms: after the `clear` run the e-graph holds the batch's rows
+alone (rows a rule subsumed cannot be matched), hash-consed, so each e-class is one loaded node and two captures
+are the same e-class exactly when they are the same node. Those matches are found here, on the same pattern
+variants the export writes (rewrite.egraph_export), with the guard and the folds computed on i64 values (an
+overflow or a division by zero does not match, as in egglog's query), and the e-graph gets each right-hand side as
+new nodes whose root is unioned with the matched node's e-class at load.
+
+Only rules whose guard reads nothing but constant captures and whose right-hand side is a template qualify
+(`PreMatcher` raises ValueError on others): intervals are the e-graph's, and are not known yet when it loads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import cast
+
+from rewrite.dsl import _ANY, Pat, Rule
+from rewrite.egraph_export import _Skip, _variants, export_rules
+from rewrite.egraph_terms import CTORS, I64_MAX, I64_MIN
+from rewrite.ops import Ops
+
+# a right-hand side node: ("Num", v) | ("Id", node number) | (constructor, child, ...)
+Term = tuple
+
+
+class _NoMatch(Exception):
+    """An i64 operation of a guard or fold overflowed or divided by zero: egglog's query does not match there."""
+
+
+def _i64(v: int) -> I64v:
+    if not I64_MIN <= v <= I64_MAX:
+        raise _NoMatch
+    return I64v(v)
+
+
+class I64v(int):
+    """An i64 value of a guard or fold: arithmetic that leaves i64 or divides by zero does not match (egglog's
+    primitives fail there), floor `//` and `%` as everywhere in the sort."""
+
+    def __add__(self, o: int) -> I64v: return _i64(int(self) + int(o))
+    def __radd__(self, o: int) -> I64v: return _i64(int(o) + int(self))
+    def __sub__(self, o: int) -> I64v: return _i64(int(self) - int(o))
+    def __rsub__(self, o: int) -> I64v: return _i64(int(o) - int(self))
+    def __mul__(self, o: int) -> I64v: return _i64(int(self) * int(o))
+    def __rmul__(self, o: int) -> I64v: return _i64(int(o) * int(self))
+    def __neg__(self) -> I64v: return _i64(-int(self))
+
+    def __floordiv__(self, o: int) -> I64v:
+        if int(o) == 0:
+            raise _NoMatch
+        return _i64(int(self) // int(o))
+
+    def __rfloordiv__(self, o: int) -> I64v:
+        if int(self) == 0:
+            raise _NoMatch
+        return _i64(int(o) // int(self))
+
+    def __mod__(self, o: int) -> I64v:
+        if int(o) == 0:
+            raise _NoMatch
+        return _i64(int(self) % int(o))
+
+    def __rmod__(self, o: int) -> I64v:
+        if int(self) == 0:
+            raise _NoMatch
+        return _i64(int(o) % int(self))
+
+
+def _fold(p: Pat, consts: dict[str, I64v]) -> I64v:
+    """The value of a fold() expression over const captures (the operations rewrite.egraph_export's `_fold` takes)."""
+    if p.kind == "const":
+        if p.name is not None:
+            return consts[p.name]
+        return _i64(int(cast(int, p.value)))
+    o = next(iter(p.ops or ()))
+    a = [_fold(s, consts) for s in p.src or ()]
+    if o is Ops.NEG:
+        return -a[0]
+    x, y = a
+    if o is Ops.MAX:
+        return max(x, y)
+    if o is Ops.ADD:
+        return x + y
+    if o is Ops.SUB:
+        return x - y
+    if o is Ops.MUL:
+        return x * y
+    if o is Ops.IDIV:
+        return x // y
+    return x % y  # MOD (the export takes no other op)
+
+
+def _template(p: object, nodes: dict[str, int], consts: dict[str, I64v]) -> Term:
+    if isinstance(p, int):
+        return ("Num", int(p))
+    assert isinstance(p, Pat)
+    if p.kind == "fold":
+        return ("Num", int(_fold(cast(tuple, p.src)[0], consts)))
+    if p.name is not None:
+        return ("Num", int(consts[p.name])) if p.name in consts else ("Id", nodes[p.name])
+    if p.kind == "const":
+        return ("Num", int(cast(int, p.value)))
+    o = next(iter(p.ops or ()))
+    return (CTORS[o][0], *(_template(s, nodes, consts) for s in p.src or ()))
+
+
+class _Variant:
+    __slots__ = ("guard", "rule", "tree")
+
+    def __init__(self, rule: Rule, tree: tuple) -> None:
+        self.rule, self.tree = rule, tree
+        self.guard: Callable[..., object] | None = rule.when
+
+
+def _match(t: tuple, i: int, terms: list[tuple], nodes: dict[str, int], consts: dict[str, I64v]) -> bool:
+    """Does the concrete pattern tree `t` (rewrite.egraph_export's `_variants`) match node `i`, binding the captures?"""
+    n = terms[i]
+    tag = t[0]
+    if tag == "var":
+        name = t[1]
+        if name in nodes:
+            return nodes[name] == i
+        nodes[name] = i
+        return True
+    if tag == "const":
+        if n[0] != "Num":
+            return False
+        _, name, v, _ = t
+        if v is not _ANY and n[1] != int(v):
+            return False
+        if name is not None:
+            if name in consts:
+                return consts[name] == n[1]
+            consts[name] = I64v(n[1])
+        return True
+    _, ctor, name, kids, _ = t
+    if n[0] != ctor or len(n) != len(kids) + 1:
+        return False
+    if name is not None:
+        if name in nodes and nodes[name] != i:
+            return False
+        nodes[name] = i
+    return all(_match(k, c, terms, nodes, consts) for k, c in zip(kids, n[1:], strict=True))
+
+
+class PreMatcher:
+    """Template rules matched in Python on hash-consed terms: `terms[i]` is ("Num", v), ("Var", key, lo, hi), or
+    (constructor, child number, ...) with children numbered before their parents."""
+
+    def __init__(self, rules: Iterable[Rule]) -> None:
+        self.rules = list(rules)
+        self.by_ctor: dict[str, list[_Variant]] = {}
+        for r in self.rules:
+            if not isinstance(r.rhs, (Pat, int)) or any(n not in _const_names(r.lhs) for n in r.when_params):
+                raise ValueError(f"rule {r.name!r}: only template rules whose guard reads constants alone match in "
+                                 "Python")
+            if not (isinstance(r.rhs, Pat) and r.rhs.kind == "op" and r.rhs.name is None):
+                raise ValueError(f"rule {r.name!r}: only a right-hand side that builds an op matches in Python")
+            if (skipped := export_rules([r], "prematch", point_guard=False).skipped):
+                raise ValueError(f"rule {r.name!r} does not export: {skipped[0][1]}")
+            try:
+                trees = _variants(r.lhs)
+            except _Skip as e:  # export_rules would have said so already
+                raise ValueError(f"rule {r.name!r}: {e}") from e
+            for t in trees:
+                self.by_ctor.setdefault(t[1], []).append(_Variant(r, t))
+        # the constructors the right-hand sides build (a batch runs the load and analysis rules of its kinds)
+        self.kinds = frozenset(k for r in self.rules for k in _ctors(r.rhs))
+
+    def matches(self, terms: list[tuple], start: int = 0) -> list[tuple[int, str, Term]]:
+        """(matched node, rule name, right-hand side) for every match at nodes `start` onwards, in node order and
+        then in the order of the rules and their variants."""
+        out: list[tuple[int, str, Term]] = []
+        by_ctor = self.by_ctor
+        for i in range(start, len(terms)):
+            vs = by_ctor.get(terms[i][0])
+            if vs is None:
+                continue
+            for v in vs:
+                nodes: dict[str, int] = {}
+                consts: dict[str, I64v] = {}
+                if not _match(v.tree, i, terms, nodes, consts):
+                    continue
+                try:
+                    if v.guard is not None and not v.guard(**{k: consts[k] for k in v.rule.when_params}):
+                        continue
+                    rhs = _template(v.rule.rhs, nodes, consts)
+                except (_NoMatch, ZeroDivisionError, OverflowError):
+                    continue
+                out.append((i, v.rule.name, rhs))
+        return out
+
+
+def _const_names(p: Pat) -> set[str]:
+    return {n for n, q in p.captures().items() if q.kind == "const"}
+
+
+def _ctors(p: object) -> set[str]:
+    if not isinstance(p, Pat):
+        return {"Num"}
+    if p.kind in ("fold", "const"):
+        return {"Num"}
+    out = {CTORS[o][0] for o in p.ops or () if o in CTORS} if p.kind == "op" else set()
+    for s in p.src or ():
+        out |= _ctors(s)
+    return out
+
+
+__all__ = ["PreMatcher", "Term"]
