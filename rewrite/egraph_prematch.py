@@ -110,43 +110,69 @@ def _template(p: object, nodes: dict[str, int], consts: dict[str, I64v]) -> Term
     return (CTORS[o][0], *(_template(s, nodes, consts) for s in p.src or ()))
 
 
+def _compile(t: tuple) -> Callable[[int, list[tuple]], tuple[dict[str, int], dict[str, I64v]] | None]:
+    """A matcher of the concrete pattern tree `t` (rewrite.egraph_export's `_variants`) at a node: straight-line
+    Python (most tries fail at the first child's constructor), giving the captures' node numbers and constant values,
+    or None. Two captures of one name match the same node (the same e-class, on loaded terms), or the same value."""
+    lines: list[str] = []
+    nodes: dict[str, str] = {}
+    consts: dict[str, str] = {}
+    count = [0]
+
+    def fresh() -> str:
+        count[0] += 1
+        return f"v{count[0]}"
+
+    def walk(t: tuple, at: str) -> None:
+        tag = t[0]
+        if tag == "var":
+            if t[1] in nodes:
+                lines.append(f"if {at} != {nodes[t[1]]}: return None")
+            else:
+                nodes[t[1]] = at
+            return
+        n = fresh()
+        lines.append(f"{n} = terms[{at}]")
+        if tag == "const":
+            _, name, v, _ = t
+            lines.append(f"if {n}[0] != 'Num': return None")
+            if v is not _ANY:
+                lines.append(f"if {n}[1] != {int(v)}: return None")
+            if name is not None:
+                if name in consts:
+                    lines.append(f"if {n}[1] != {consts[name]}: return None")
+                else:
+                    consts[name] = f"{n}[1]"
+            return
+        _, ctor, name, kids, _ = t
+        lines.append(f"if {n}[0] != {ctor!r} or len({n}) != {len(kids) + 1}: return None")
+        if name is not None:
+            if name in nodes:
+                lines.append(f"if {at} != {nodes[name]}: return None")
+            else:
+                nodes[name] = at
+        ids = [fresh() for _ in kids]
+        for j, k in enumerate(ids):
+            lines.append(f"{k} = {n}[{j + 1}]")
+        for k, c in zip(kids, ids, strict=True):
+            walk(k, c)
+
+    walk(t, "i")
+    body = "\n    ".join(lines)
+    caps = ", ".join(f"{k!r}: {v}" for k, v in nodes.items())
+    vals = ", ".join(f"{k!r}: I64v({v})" for k, v in consts.items())
+    src = f"def m(i, terms):\n    {body}\n    return {{{caps}}}, {{{vals}}}\n"
+    env: dict[str, object] = {"I64v": I64v}
+    exec(compile(src, f"<prematch {t[1]}>", "exec"), env)  # our own pattern's code, as rewrite.match generates
+    return cast(Callable[[int, list[tuple]], "tuple[dict[str, int], dict[str, I64v]] | None"], env["m"])
+
+
 class _Variant:
-    __slots__ = ("guard", "rule", "tree")
+    __slots__ = ("guard", "match", "params", "rhs", "rule")
 
     def __init__(self, rule: Rule, tree: tuple) -> None:
-        self.rule, self.tree = rule, tree
-        self.guard: Callable[..., object] | None = rule.when
-
-
-def _match(t: tuple, i: int, terms: list[tuple], nodes: dict[str, int], consts: dict[str, I64v]) -> bool:
-    """Does the concrete pattern tree `t` (rewrite.egraph_export's `_variants`) match node `i`, binding the captures?"""
-    n = terms[i]
-    tag = t[0]
-    if tag == "var":
-        name = t[1]
-        if name in nodes:
-            return nodes[name] == i
-        nodes[name] = i
-        return True
-    if tag == "const":
-        if n[0] != "Num":
-            return False
-        _, name, v, _ = t
-        if v is not _ANY and n[1] != int(v):
-            return False
-        if name is not None:
-            if name in consts:
-                return consts[name] == n[1]
-            consts[name] = I64v(n[1])
-        return True
-    _, ctor, name, kids, _ = t
-    if n[0] != ctor or len(n) != len(kids) + 1:
-        return False
-    if name is not None:
-        if name in nodes and nodes[name] != i:
-            return False
-        nodes[name] = i
-    return all(_match(k, c, terms, nodes, consts) for k, c in zip(kids, n[1:], strict=True))
+        self.rule, self.rhs, self.guard, self.params = rule, rule.rhs, rule.when, rule.when_params
+        self.match = _compile(tree)
 
 
 class PreMatcher:
@@ -183,14 +209,14 @@ class PreMatcher:
             if vs is None:
                 continue
             for v in vs:
-                nodes: dict[str, int] = {}
-                consts: dict[str, I64v] = {}
-                if not _match(v.tree, i, terms, nodes, consts):
+                m = v.match(i, terms)
+                if m is None:
                     continue
+                nodes, consts = m
                 try:
-                    if v.guard is not None and not v.guard(**{k: consts[k] for k in v.rule.when_params}):
+                    if v.guard is not None and not v.guard(**{k: consts[k] for k in v.params}):
                         continue
-                    rhs = _template(v.rule.rhs, nodes, consts)
+                    rhs = _template(v.rhs, nodes, consts)
                 except (_NoMatch, ZeroDivisionError, OverflowError):
                     continue
                 out.append((i, v.rule.name, rhs))
