@@ -382,6 +382,12 @@ FAST_TIER_DEAD_ANALYSIS = frozenset({
 })
 
 
+# and with the rewrites matched in Python, the intervals of constants and variables: every one of them comes with its
+# interval (the loaded nodes and the constants the rewrites' right-hand sides make), and no egglog rule makes one
+# without it (iv-point's constant joins a class that holds its interval)
+PREMATCHED_DEAD_ANALYSIS = frozenset({"iv-num", "iv-var"})
+
+
 def _without(text: str, names: frozenset[str]) -> str:
     """egglog `text` less the rules named in `names`."""
     forms = split_commands(text)
@@ -419,8 +425,10 @@ def fast_tier_program(prematched: bool = False) -> tuple[str, Export]:
     """`program` for results of the fast tier: the rewrites of `fast_tier_rules`, the analysis less
     FAST_TIER_DEAD_ANALYSIS, and SEEDS instead of the raw rules. With `prematched`, no rewrites: the saturator
     matches them in Python on the loaded terms (`fast_tier_prematcher`)."""
-    return program(RuleSet("none", []) if prematched else fast_tier_rules(), SEEDS,
-                   _without(ANALYSIS, FAST_TIER_DEAD_ANALYSIS))
+    if prematched:
+        dead = FAST_TIER_DEAD_ANALYSIS | PREMATCHED_DEAD_ANALYSIS
+        return program(RuleSet("none", []), SEEDS, _without(ANALYSIS, dead))
+    return program(fast_tier_rules(), SEEDS, _without(ANALYSIS, FAST_TIER_DEAD_ANALYSIS))
 
 
 def fast_tier_prematcher() -> PreMatcher:
@@ -606,7 +614,7 @@ def tier_disagreements(exprs: Sequence[UOp], points: int = 16, seed: int = 0) ->
 
 
 __all__ = ["ANALYSIS", "FAST_TIER_DEAD_ANALYSIS", "FAST_TIER_ROUNDS", "FAST_TIER_RULES", "FAST_TIER_SCHEDULE",
-           "RAW_RULES", "SCHEDULE", "egraph_bounds", "eqsat", "fast_tier_can_change", "fast_tier_prematcher",
-           "fast_tier_program", "ordered",
+           "PREMATCHED_DEAD_ANALYSIS", "RAW_RULES", "SCHEDULE", "egraph_bounds", "eqsat", "fast_tier_can_change",
+           "fast_tier_prematcher", "fast_tier_program", "ordered",
            "program", "saturate", "saturate_batch", "saturate_fast", "saturate_fast_batch", "saturator",
            "skipped_rules", "tier_disagreements"]
