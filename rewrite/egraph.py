@@ -104,7 +104,7 @@ class Saturator(DiskCache):
             raise ValueError("rules matched in Python (prematch) see the loaded terms alone: a Schedule.once program")
         self.prematch = prematch
         self.program = sort_decls(costs) + LOAD_PROGRAM + clear_program(INTERVAL_FUNCTIONS) + program
-        pm = "" if prematch is None else " ".join(repr(r) for r in prematch.rules)
+        pm = "" if prematch is None else prematch.text
         self.version = hashlib.sha256(f"{self.program}\n{self.schedule!r}\n{pm}".encode()).hexdigest()[:24]
         # the program as loaded: the analysis cut into groups by constructor (rewrite.egraph_groups)
         self._text, self._groups = split_analysis(self.program, self.schedule.analysis, self.schedule.rewrites,
@@ -266,7 +266,7 @@ class Saturator(DiskCache):
         return roots, "".join(ln), unbounded, reused, added, made
 
     def _made(self, t: tuple, into: int | None, terms: list[tuple], ln: list[str], made: set[str]) -> int:
-        """The node number of the right-hand side term `t` (rewrite.egraph_prematch.Term), its new nodes added to
+        """The node number of the right-hand side term `t` (rewrite.egraph_prematch.Rhs), its new nodes added to
         `ln` (an op node without an interval: the analysis gives it one, as to a node a rule makes); with `into`, its
         root goes in as a row of node `into`, so that the load unions the two (the rule's union)."""
         name = t[0]

@@ -26,7 +26,7 @@ from rewrite.egraph_terms import CTORS, I64_MAX, I64_MIN
 from rewrite.ops import Ops
 
 # a right-hand side node: ("Num", v) | ("Id", node number) | (constructor, child, ...)
-Term = tuple
+Rhs = tuple
 
 
 class _NoMatch(Exception):
@@ -96,7 +96,7 @@ def _fold(p: Pat, consts: dict[str, I64v]) -> I64v:
     return x % y  # MOD (the export takes no other op)
 
 
-def _template(p: object, nodes: dict[str, int], consts: dict[str, I64v]) -> Term:
+def _template(p: object, nodes: dict[str, int], consts: dict[str, I64v]) -> Rhs:
     if isinstance(p, int):
         return ("Num", int(p))
     assert isinstance(p, Pat)
@@ -182,27 +182,30 @@ class PreMatcher:
     def __init__(self, rules: Iterable[Rule]) -> None:
         self.rules = list(rules)
         self.by_ctor: dict[str, list[_Variant]] = {}
+        texts: list[str] = []
         for r in self.rules:
-            if not isinstance(r.rhs, (Pat, int)) or any(n not in _const_names(r.lhs) for n in r.when_params):
-                raise ValueError(f"rule {r.name!r}: only template rules whose guard reads constants alone match in "
+            if any(n not in _const_names(r.lhs) for n in r.when_params):
+                raise ValueError(f"rule {r.name!r}: only rules whose guard reads constants alone match in "
                                  "Python")
             if not (isinstance(r.rhs, Pat) and r.rhs.kind == "op" and r.rhs.name is None):
                 raise ValueError(f"rule {r.name!r}: only a right-hand side that builds an op matches in Python")
-            if (skipped := export_rules([r], "prematch", point_guard=False).skipped):
-                raise ValueError(f"rule {r.name!r} does not export: {skipped[0][1]}")
+            ex = export_rules([r], "prematch", point_guard=False)
+            if ex.skipped:
+                raise ValueError(f"rule {r.name!r} does not export: {ex.skipped[0][1]}")
+            texts.append(ex.text)
             try:
                 trees = _variants(r.lhs)
             except _Skip as e:  # export_rules would have said so already
                 raise ValueError(f"rule {r.name!r}: {e}") from e
             for t in trees:
                 self.by_ctor.setdefault(t[1], []).append(_Variant(r, t))
-        # the constructors the right-hand sides build (a batch runs the load and analysis rules of its kinds)
-        self.kinds = frozenset(k for r in self.rules for k in _ctors(r.rhs))
+        # the rules as egglog would run them, guards included (what a disk cache of the results is keyed by)
+        self.text = "".join(texts)
 
-    def matches(self, terms: list[tuple], start: int = 0) -> list[tuple[int, str, Term]]:
+    def matches(self, terms: list[tuple], start: int = 0) -> list[tuple[int, str, Rhs]]:
         """(matched node, rule name, right-hand side) for every match at nodes `start` onwards, in node order and
         then in the order of the rules and their variants."""
-        out: list[tuple[int, str, Term]] = []
+        out: list[tuple[int, str, Rhs]] = []
         by_ctor = self.by_ctor
         for i in range(start, len(terms)):
             vs = by_ctor.get(terms[i][0])
@@ -227,15 +230,4 @@ def _const_names(p: Pat) -> set[str]:
     return {n for n, q in p.captures().items() if q.kind == "const"}
 
 
-def _ctors(p: object) -> set[str]:
-    if not isinstance(p, Pat):
-        return {"Num"}
-    if p.kind in ("fold", "const"):
-        return {"Num"}
-    out = {CTORS[o][0] for o in p.ops or () if o in CTORS} if p.kind == "op" else set()
-    for s in p.src or ():
-        out |= _ctors(s)
-    return out
-
-
-__all__ = ["PreMatcher", "Term"]
+__all__ = ["PreMatcher", "Rhs"]
