@@ -17,7 +17,8 @@ in an action) gives the inputs back unchanged. Results are cached in memory by U
 (rewrite.egraph_cache).
 
 The sort and the translation live in rewrite.egraph_terms, the load, collect and clear program text in
-rewrite.egraph_load, the DSL export in rewrite.egraph_export; this is
+rewrite.egraph_load, the DSL export in rewrite.egraph_export, the rules matched in Python on the loaded terms of a
+`Schedule.once` program (`prematch`) in rewrite.egraph_prematch; this is
 the one module here that imports egglog, lazily, and only its compiled `egglog.bindings` extension (see
 `egglog_bindings`). It drives the low-level bindings, not egglog's Python DSL: on egglog 13.2 the same rules and
 expressions ran ~10x faster per call and ~14x faster per 50-expression batch that way. The bindings used exist
@@ -41,6 +42,7 @@ from rewrite.egglog_io import egglog_bindings, parse_forms, split_commands
 from rewrite.egraph_cache import DiskCache, Result
 from rewrite.egraph_groups import groups_for, split_analysis
 from rewrite.egraph_load import CODES, CTOR_NAMES, LOAD_PROGRAM, TABLES, TWIN_CODES, TWIN_OF, clear_program, load_sets
+from rewrite.egraph_prematch import PreMatcher
 from rewrite.egraph_terms import (
     CTORS,
     DEFAULT_COSTS,
@@ -96,10 +98,14 @@ class Saturator(DiskCache):
     """A rule program (egglog text, declaring rule sets named by `schedule`) and its bounded schedule."""
 
     def __init__(self, name: str, program: str, schedule: Schedule | None = None,
-                 costs: dict[str, int] | None = None) -> None:
+                 costs: dict[str, int] | None = None, prematch: PreMatcher | None = None) -> None:
         self.name, self.schedule = name, schedule or Schedule()
+        if prematch is not None and not (self.schedule.fused and self.schedule.once):
+            raise ValueError("rules matched in Python (prematch) see the loaded terms alone: a Schedule.once program")
+        self.prematch = prematch
         self.program = sort_decls(costs) + LOAD_PROGRAM + clear_program(INTERVAL_FUNCTIONS) + program
-        self.version = hashlib.sha256(f"{self.program}\n{self.schedule!r}".encode()).hexdigest()[:24]
+        pm = "" if prematch is None else prematch.text
+        self.version = hashlib.sha256(f"{self.program}\n{self.schedule!r}\n{pm}".encode()).hexdigest()[:24]
         # the program as loaded: the analysis cut into groups by constructor (rewrite.egraph_groups)
         self._text, self._groups = split_analysis(self.program, self.schedule.analysis, self.schedule.rewrites,
                                                   CTOR_NAMES)
@@ -173,11 +179,12 @@ class Saturator(DiskCache):
         self._loaded, self._dirty = 0, False
         self.resets += 1
 
-    def _commands(self, exprs: list[Expr]) -> dict[str, list]:
-        """The commands for a batch: the load rules of the node kinds it has (`load_sets`), and the iterations
-        with the analysis rules of the groups whose constructors all occur in it (rewrite.egraph_groups), each a
-        combined rule set declared when first needed (and kept by `_reset`)."""
-        kinds = {n[0] for e in exprs for n in e.nodes}
+    def _commands(self, exprs: list[Expr], made: set[str]) -> dict[str, list]:
+        """The commands for a batch: the load rules of the node kinds it has (`load_sets`; `made`: those of the
+        right-hand sides of `prematch`), and the iterations with the analysis rules of the groups whose constructors
+        all occur in it (rewrite.egraph_groups), each a combined rule set declared when first needed (and kept by
+        `_reset`)."""
+        kinds = {n[0] for e in exprs for n in e.nodes} | made
         combo = (groups_for(self._groups, kinds), load_sets(kinds))
         cmds = self._combo_cmds.get(combo)
         eg = self._eg
@@ -205,7 +212,7 @@ class Saturator(DiskCache):
                 self._declared.add(n)
         return cmds
 
-    def _rows(self, exprs: list[Expr]) -> tuple[list[int], str, bool, bool, dict[str, int]]:
+    def _rows(self, exprs: list[Expr]) -> tuple[list[int], str, bool, bool, dict[str, int], set[str]]:
         """The e-class number of every root, the LN rows of the nodes the e-graph does not hold yet, whether one
         of those is an op node without an interval (the analysis must run before the first rewrites), whether
         some op node or single-point variable of the batch was in the e-graph before it (its e-class may hold
@@ -213,7 +220,8 @@ class Saturator(DiskCache):
         is in), and how many rows the new op nodes add to each constructor table if none of them is there yet.
 
         Nodes are hash-consed by structure (`_ids`, emptied with the e-graph's rows by a clear or a reset), so a
-        subterm shared by many roots is sent once."""
+        subterm shared by many roots is sent once. Last, the right-hand sides of the `prematch` rules that match the
+        new nodes (rewrite.egraph_prematch) as rows of their own (`_made`); their kinds are the last value."""
         ids, codes, twins = self._ids, CODES, TWIN_CODES
         ln: list[str] = []
         roots: list[int] = []
@@ -250,7 +258,45 @@ class Saturator(DiskCache):
                             added[twin] = added.get(twin, 0) + 1
                 g.append(i)
             roots.append(g[-1])
-        return roots, "".join(ln), unbounded, reused, added
+        made: set[str] = set()
+        if self.prematch is not None:
+            terms = list(ids)  # node number -> its key: ("Num", v), ("Var", ...) or (constructor, child numbers...)
+            for i, _, rhs in self.prematch.matches(terms, n0):
+                self._made(rhs, i, terms, ln, made)
+        return roots, "".join(ln), unbounded, reused, added, made
+
+    def _made(self, t: tuple, into: int | None, terms: list[tuple], ln: list[str], made: set[str]) -> int:
+        """The node number of the right-hand side term `t` (rewrite.egraph_prematch.Rhs), its new nodes added to
+        `ln` (an op node without an interval: the analysis gives it one, as to a node a rule makes); with `into`, its
+        root goes in as a row of node `into`, so that the load unions the two (the rule's union)."""
+        name = t[0]
+        if name == "Id":
+            return t[1]
+        ids = self._ids
+        if name == "Num":
+            i = ids.get(t)
+            if i is None:
+                i = ids[t] = len(ids)
+                ln.append(f"{i}\t0\t{t[1]}\t0\t0\t-\t{t[1]}\t{t[1]}\t1\n")
+                made.add("Num")
+            return i
+        kids = tuple(self._made(k, None, terms, ln, made) for k in t[1:])
+        key = (name, *kids)
+        i = ids.get(key) if into is None else into
+        if i is None or into is not None:
+            if i is None:
+                i = ids[key] = len(ids)
+            code = CODES[name]
+            d = t[2] if name in TWIN_CODES else None  # a divisor that is a power of two: the twin's code too
+            if d is not None and d[0] == "Id":
+                d = terms[d[1]]
+            if d is not None and d[0] == "Num" and is_pow2(d[1]):
+                code = TWIN_CODES[name]
+                made.add(TWIN_OF[name])
+            k3 = kids + (0,) * (3 - len(kids))
+            ln.append(f"{i}\t{code}\t{k3[0]}\t{k3[1]}\t{k3[2]}\t-\t0\t0\t0\n")
+            made.add(name)
+        return i
 
     def _input(self, b: Any, table: str, text: str) -> Any:
         """An `(input table file)` command for rows written to this saturator's scratch file for `table`.
@@ -315,10 +361,10 @@ class Saturator(DiskCache):
         self._dirty = True
         ok = False
         try:
-            roots, ln, unbounded, reused, added = self._rows(exprs)
+            roots, ln, unbounded, reused, added, made = self._rows(exprs)
             self._loaded += len(self._ids)
             before = self._sizes
-            cm = self._commands(exprs)
+            cm = self._commands(exprs, made)
             # the first command: the new rows, their load, the first iteration and the sizes. Without an op node
             # that lacks an interval, the load and the first iteration are one `run-schedule` (whose report's
             # first iteration is the load's); egglog 13.2 spends ~25 us on any command, even `(print-size)`
@@ -375,6 +421,7 @@ class Saturator(DiskCache):
                 # iteration, which finds nothing, costs one command)
                 cmds, skip, sized = cm["step"], 0, False
             if (best is None and st.stop == "saturated" and changed is not True and not reused and not unbounded
+                    and not made
                     and all(self._sizes.get(k, 0) - before.get(k, 0) == added.get(k, 0) for k in TABLES)
                     and (changed is False or not any(i.rule_set_report.changed
                                                      for i in last.report.iterations[skip:]))):
