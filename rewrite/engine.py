@@ -14,8 +14,9 @@ the time); its state is restored on return.
 
 from __future__ import annotations
 
+import contextlib
 import gc
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import cast
 
 from rewrite.dsl import Matcher, RuleSet
@@ -43,15 +44,21 @@ def graph_rewrite(graph: UOp, rules: RuleSet | Sequence[RuleSet], ctx: object = 
     """Rewrite `graph` with `rules` (see module docstring); `name` labels the stage in traces and errors."""
     rs = _ruleset(rules)
     run = _Run(rs, ctx, name or rs.name, max_steps)
-    # The walk allocates several GC-tracked objects per node (UOps, source tuples, weakrefs, intern keys) and
-    # makes no reference cycles, yet CPython's collector would traverse the whole live graph again and again
-    # (a third of the time on a 100k-node graph). So it is paused for the outermost call; cycles a callback
-    # makes are collected after it.
+    with collector_paused():  # the outermost call's
+        return run.walk(graph) if walk else run.fixed_point(graph, bottom_up)
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block (as it was before, after it). Rewriting allocates
+    several GC-tracked objects per node (UOps, source tuples, weakrefs, intern keys) and makes no reference
+    cycles, yet the collector would traverse the whole live graph again and again (a third of the time on a
+    100k-node graph); cycles made in the block are collected after it."""
     pause = gc.isenabled()
     if pause:
         gc.disable()
     try:
-        return run.walk(graph) if walk else run.fixed_point(graph, bottom_up)
+        yield
     finally:
         if pause:
             gc.enable()
