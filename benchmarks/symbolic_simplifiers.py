@@ -84,20 +84,31 @@ def saturate_each(fast: Sequence[UOp]) -> object:
     return [sat.run([u]) for u in fast]
 
 
+def clear_fixed_points() -> None:
+    """The fast rules' fixed points kept across calls (rules.symbolic.FIXED_POINTS), emptied: a timed run of the
+    rules then rewrites its expressions instead of looking up an earlier run's results."""
+    from rules.symbolic import FIXED_POINTS
+
+    FIXED_POINTS.clear()
+
+
 def forget_egraph() -> None:
     """An empty memory cache and an e-graph holding the rules alone: the next batch starts from scratch."""
     from rules.eqsat import saturator
 
     saturator(fast_tier=True).forget()
+    clear_fixed_points()
 
 
 def clear_memory_cache() -> None:
-    """The e-graph's memory cache and the factoring's (rules.linear.factor_sums), emptied."""
+    """The e-graph's memory cache and the factoring's (rules.linear.factor_sums), and the fast rules' fixed points,
+    emptied."""
     from rules.eqsat import saturator
     from rules.linear import clear_factor_cache
 
     saturator(fast_tier=True).clear_memory()
     clear_factor_cache()
+    clear_fixed_points()
 
 
 def nodes(u: Any) -> int:

@@ -121,9 +121,10 @@ def symbolic(ast: UOp, ctx: Lowering) -> UOp:
     if _SETTLED.get(ast) in (ctx.egglog, True):
         return ast
     from rules import worth_saturating
+    from rules.symbolic import FIXED_POINTS
     from rules.symbolic import symbolic as symbolic_rules
 
-    ast = graph_rewrite(ast, symbolic_rules, name="symbolic")
+    ast = graph_rewrite(ast, symbolic_rules, name="symbolic", fixed_points=FIXED_POINTS)
     exprs = [e for e in _index_exprs(ast) if worth_saturating(e)] if ctx.egglog else []
     if exprs:
         from rules.eqsat import fast_tier_can_change
@@ -135,7 +136,8 @@ def symbolic(ast: UOp, ctx: Lowering) -> UOp:
     from rules.eqsat import saturate_fast_batch
 
     better = {e: r for e, r in zip(exprs, saturate_fast_batch(exprs), strict=True) if r is not e}
-    return graph_rewrite(ast.substitute(better), symbolic_rules, name="symbolic") if better else ast
+    return graph_rewrite(ast.substitute(better), symbolic_rules, name="symbolic", fixed_points=FIXED_POINTS) \
+        if better else ast
 
 
 def symbolic_kernel(ast: UOp, ctx: Lowering) -> UOp:

@@ -204,29 +204,35 @@ def kernel_limits(device: str) -> tuple[int, int]:
     return t.max_args, t.max_kernel_ops
 
 
+_WEIGHT = {o: 16 if o in EXPENSIVE else 1 if o in _COUNTED else 0 for o in Ops}  # op -> what it weighs in a kernel
+
+
 def _op_weight(u: UOp) -> int:
-    if u.op in EXPENSIVE:
-        return 16
-    return 1 if u.op in _COUNTED else 0
+    return _WEIGHT[u.op]
 
 
 def region(node: UOp, realized: dict[UOp, UOp]) -> list[UOp]:
     """The nodes that fuse into `node`'s kernel, sources before users: everything below it down to (and
     including, as leaves) realized nodes and buffers."""
+    # a depth-first walk that enters a node's sources last to first (the order of the stack-of-pairs walk it
+    # replaces, whose first pop of a node won); a realized leaf is placed when met, without a stack entry
     order: list[UOp] = []
-    seen: set[UOp] = set()
-    stack: list[tuple[UOp, bool]] = [(node, False)]
+    seen: set[UOp] = {node}
+    stack = [(node, reversed(node.src))]
     while stack:
-        u, done = stack.pop()
-        if done:
+        u, rest = stack[-1]
+        for s in rest:
+            if s in seen:
+                continue
+            seen.add(s)
+            if s in realized:
+                order.append(s)
+                continue
+            stack.append((s, reversed(s.src)))
+            break
+        else:
+            stack.pop()
             order.append(u)
-            continue
-        if u in seen:
-            continue
-        seen.add(u)
-        stack.append((u, True))
-        if u is node or u not in realized:
-            stack.extend((s, False) for s in u.src if s not in seen)
     return order
 
 
@@ -239,7 +245,7 @@ def split_point(node: UOp, realized: dict[UOp, UOp], max_args: int, max_ops: int
     given, is `region(node, realized)`."""
     order = region(node, realized) if order is None else order
     leaves = [u for u in order if u in realized and u is not node]
-    if len(leaves) + 1 <= max_args and sum(_op_weight(u) for u in order) <= max_ops:
+    if len(leaves) + 1 <= max_args and sum([_WEIGHT[u.op] for u in order]) <= max_ops:
         return None
     # per node: the buffers it reads (capped just over the limit) and its ops counted along every path (an
     # overestimate where subgraphs are shared, only used to place the cut)

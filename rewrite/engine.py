@@ -14,8 +14,10 @@ the time); its state is restored on return.
 
 from __future__ import annotations
 
+import contextlib
 import gc
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from typing import cast
 
 from rewrite.dsl import Matcher, RuleSet
@@ -38,23 +40,77 @@ def _ruleset(rules: RuleSet | Sequence[RuleSet]) -> RuleSet:
     return out
 
 
+class FixedPoints:
+    """The fixed points one rule set reached, kept across graph_rewrite calls (`fixed_points=`): node -> the node
+    it rewrites to. Only for a rule set whose rules read nothing but the node (no context, no knobs), so that a
+    node's fixed point is the same in every call; then a kernel's index math met again (the next kernel, the
+    next stage) is not matched again. Keyed by the node, that is by its structure (UOps are interned), and
+    holding the nodes alive. Bounded: cleared when a call leaves it over `limit` entries. One thread at a time
+    uses it (a call that finds it busy runs with a memo of its own); TRACE runs without it, so that every firing
+    is recorded, and so does the bottom-up order (its fixed points may differ)."""
+
+    __slots__ = ("limit", "lock", "table")
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self.limit = limit
+        self.table: dict[UOp, UOp] = {}
+        self.lock = threading.Lock()
+
+    def clear(self) -> None:
+        self.table.clear()
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+
 def graph_rewrite(graph: UOp, rules: RuleSet | Sequence[RuleSet], ctx: object = None, *, name: str | None = None,
-                  bottom_up: bool = False, walk: bool = False, max_steps: int = DEFAULT_MAX_STEPS) -> UOp:
-    """Rewrite `graph` with `rules` (see module docstring); `name` labels the stage in traces and errors."""
+                  bottom_up: bool = False, walk: bool = False, max_steps: int = DEFAULT_MAX_STEPS,
+                  fixed_points: FixedPoints | None = None) -> UOp:
+    """Rewrite `graph` with `rules` (see module docstring); `name` labels the stage in traces and errors;
+    `fixed_points` keeps a context-free rule set's results across calls (FixedPoints)."""
     rs = _ruleset(rules)
     run = _Run(rs, ctx, name or rs.name, max_steps)
-    # The walk allocates several GC-tracked objects per node (UOps, source tuples, weakrefs, intern keys) and
-    # makes no reference cycles, yet CPython's collector would traverse the whole live graph again and again
-    # (a third of the time on a 100k-node graph). So it is paused for the outermost call; cycles a callback
-    # makes are collected after it.
+    if fixed_points is not None and not walk and not bottom_up and run.log is None and \
+            fixed_points.lock.acquire(blocking=False):
+        try:
+            return _kept(run, graph, fixed_points)
+        finally:
+            fixed_points.lock.release()
+    return _rewrite(run, graph, walk, bottom_up)
+
+
+def _kept(run: _Run, graph: UOp, fixed_points: FixedPoints) -> UOp:
+    """A fixed-point rewrite whose memo is `fixed_points`' table: entries of earlier calls are final, and this
+    call's become so; a call that fails leaves entries in progress, so the table is emptied."""
+    try:
+        out = _rewrite(run, graph, False, False, fixed_points.table)
+    except BaseException:
+        fixed_points.clear()
+        raise
+    if len(fixed_points.table) > fixed_points.limit:
+        fixed_points.clear()
+    return out
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block (as it was before, after it). Rewriting allocates
+    several GC-tracked objects per node (UOps, source tuples, weakrefs, intern keys) and makes no reference
+    cycles, yet the collector would traverse the whole live graph again and again (a third of the time on a
+    100k-node graph); cycles made in the block are collected after it."""
     pause = gc.isenabled()
     if pause:
         gc.disable()
     try:
-        return run.walk(graph) if walk else run.fixed_point(graph, bottom_up)
+        yield
     finally:
         if pause:
             gc.enable()
+
+
+def _rewrite(run: _Run, graph: UOp, walk: bool, bottom_up: bool, memo: dict[UOp, UOp] | None = None) -> UOp:
+    with collector_paused():  # the outermost call's
+        return run.walk(graph) if walk else run.fixed_point(graph, bottom_up, memo)
 
 
 class _Run:
@@ -101,10 +157,11 @@ class _Run:
         return RewriteLoopError(msg + ". A rule set must make terms smaller or more canonical; check these rules "
                                 "for a pair that undo each other or a rule whose result matches itself.")
 
-    def fixed_point(self, root: UOp, bottom_up: bool) -> UOp:
+    def fixed_point(self, root: UOp, bottom_up: bool, memo: dict[UOp, UOp] | None = None) -> UOp:
         # replace[n] is n's final result, or _BUSY while n's rewrite is in progress (one dict does the memo and
-        # the cycle check: a node met again while _BUSY is a rewrite that led back to itself)
-        replace: dict[UOp, UOp] = {}
+        # the cycle check: a node met again while _BUSY is a rewrite that led back to itself); `memo`, when
+        # given, is that dict, holding earlier calls' final results
+        replace: dict[UOp, UOp] = {} if memo is None else memo
         stack: list = [root]
         push, pop, get = stack.append, stack.pop, replace.get
         try_rules, fired_on, ctx = self.try_rules, self.fired_on, self.ctx

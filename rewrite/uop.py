@@ -432,22 +432,28 @@ class UOp:
         with many roots (a training step's parameters, states and loss share most of theirs), where a walk per
         root would visit the shared part once per root. A node for which `skip` is true is left out together
         with everything reachable only through it."""
+        # depth first from each root in turn, sources in order, a node placed after its sources; the stack holds
+        # each open node with the iterator over its sources still to enter (a leaf is placed when met)
         out: list[UOp] = []
         seen: set[UOp] = set()
-        stack: list[tuple[UOp, bool]] = [(r, False) for r in reversed(tuple(roots))
-                                         if skip is None or not skip(r)]
-        while stack:
-            u, done = stack.pop()
-            if done:
-                out.append(u)
+        for r in roots:
+            if r in seen or (skip is not None and skip(r)):
                 continue
-            if u in seen:
-                continue
-            seen.add(u)
-            stack.append((u, True))
-            for s in reversed(u.src):
-                if s not in seen and (skip is None or not skip(s)):
-                    stack.append((s, False))
+            seen.add(r)
+            stack = [(r, iter(r.src))]
+            while stack:
+                u, rest = stack[-1]
+                for s in rest:
+                    if s in seen or (skip is not None and skip(s)):
+                        continue
+                    seen.add(s)
+                    if s.src:
+                        stack.append((s, iter(s.src)))
+                        break
+                    out.append(s)
+                else:
+                    stack.pop()
+                    out.append(u)
         return out
 
     def variables(self) -> list[UOp]:

@@ -22,6 +22,7 @@ from rewrite import (
     tracing,
     var,
 )
+from rewrite.engine import FixedPoints
 from rewrite.env import Context
 from rewrite.trace import GLOBAL_LOG
 
@@ -384,3 +385,51 @@ def test_substitute_rewrites_shared_nodes_once_and_keeps_sharing() -> None:
     out = substitute(s * s - s, {a: c})
     t = c + b
     assert out is t * t - t
+
+
+# ---------------------------------------------------------------------------- fixed points kept across calls
+
+
+_TRIED: Counter[UOp] = Counter()  # the nodes the probe rule was tried on
+
+
+def probe(x: UOp) -> None:
+    _TRIED[x] += 1
+
+
+def test_fixed_points_are_kept_across_calls() -> None:
+    tried = _TRIED
+    tried.clear()
+    rs, fp = RuleSet("t", [ADD_ZERO, Rule("probe", x, probe)]), FixedPoints()
+    assert graph_rewrite((a + 0) * b, rs, fixed_points=fp) is a * b
+    assert fp.table[(a + 0) * b] is a * b and fp.table[a + 0] is a
+    first = dict(tried)
+    assert graph_rewrite(((a + 0) * b) + 1, rs, fixed_points=fp) is (a * b) + 1
+    assert all(tried[u] == n for u, n in first.items())  # what the first call settled is not tried again
+    assert tried[(a * b) + 1] == 1
+    assert graph_rewrite(((a + 0) * b) + 1, rs) is (a * b) + 1  # the same result without the table
+
+
+def test_fixed_points_are_bounded_and_dropped_after_a_failure() -> None:
+    fp = FixedPoints(limit=2)
+    graph_rewrite((a + 0) * (b + 0), RuleSet("t", [ADD_ZERO]), fixed_points=fp)
+    assert len(fp) == 0  # the call left more than `limit` entries
+    fp = FixedPoints()
+    graph_rewrite(a + 0, RuleSet("t", [ADD_ZERO]), fixed_points=fp)
+    assert len(fp) > 0
+    with pytest.raises(ValueError, match="callback failed"):
+        graph_rewrite(b * 1, RuleSet("t", [ADD_ZERO, Rule("boom", x * 1, boom)]), fixed_points=fp)
+    assert len(fp) == 0  # entries of the failed call were in progress
+    assert graph_rewrite(a + 0, RuleSet("t", [ADD_ZERO]), fixed_points=fp) is a
+
+
+def test_fixed_points_unused_when_tracing_or_bottom_up() -> None:
+    fp = FixedPoints()
+    rs = RuleSet("t", [ADD_ZERO])
+    graph_rewrite(a + 0, rs, fixed_points=fp)
+    with tracing() as log:
+        assert graph_rewrite(a + 0, rs, fixed_points=fp) is a
+    assert [f.rule for f in log.firings] == ["add-zero"]  # every firing recorded, none looked up
+    fp.clear()
+    assert graph_rewrite(b + 0, rs, bottom_up=True, fixed_points=fp) is b
+    assert len(fp) == 0
