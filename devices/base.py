@@ -58,6 +58,8 @@ class Target:
     l1d_bytes: int = 32 << 10
     l2_bytes: int = 1 << 20
     l3_bytes: int = 8 << 20
+    # the memory page: hardware prefetchers follow a stream of addresses only within one page
+    page_bytes: int = 4 << 10
     # what one kernel may hold; the scheduler (lower.schedule) realizes intermediates to stay within them.
     # max_args: buffers per kernel (ctypes calls at most 1024 arguments; room is left for variables and SPECIALs).
     # max_kernel_ops: tensor-level ops fused into one kernel, an expensive op (exp2, sin, ...) counting 16: gcc
@@ -187,6 +189,13 @@ def _sysfs_caches() -> dict[str, int]:
     return out
 
 
+def _page_bytes() -> int:
+    try:
+        return max(1 << 12, os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, OSError, ValueError):
+        return 4 << 10
+
+
 def _cores() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -196,7 +205,8 @@ def _cores() -> int:
 
 def cpu_target(name: str = "native") -> Target:
     """The cpu Target for `name` ("native": what this host has; or an explicit level). The sizes of caches and the
-    core count are the host's either way (a cross target's are unknown here, so the host's stand in)."""
+    core count (and the page size) are the host's either way (a cross target's are unknown here, so the host's stand
+    in)."""
     if name not in CPU_TARGET_NAMES:
         raise DeviceError(f"CPU_TARGET={name!r} is not a known cpu target; use one of {', '.join(CPU_TARGET_NAMES)}")
     return _cpu_target(name)
@@ -227,7 +237,7 @@ def _cpu_target(name: str) -> Target:
     prefix = "aarch64-linux-gnu-" if arch == "aarch64" and host != "aarch64" else ""
     return Target("cpu", name, isa, arch, cflags, prefix, vbytes, vregs, fma, _cores(),
                   l1d_bytes=caches.get("L1", 32 << 10), l2_bytes=caches.get("L2", 1 << 20),
-                  l3_bytes=caches.get("L3", 8 << 20), features=features)
+                  l3_bytes=caches.get("L3", 8 << 20), page_bytes=_page_bytes(), features=features)
 
 
 def python_target() -> Target:

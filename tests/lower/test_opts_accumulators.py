@@ -6,16 +6,21 @@ program) and numpy's up to rounding."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import numpy as np
 import pytest
 
 from devices import get_device
 from devices.base import cpu_target
+from devices.cpu import build_object
 from lower import schedule
 from lower.buffers import new_buffer
 from lower.optimize import ACCUMULATORS, OptOps, hand_coded
 from lower.stages import lower_kernel
 from rewrite import AxisType, UOp, dtypes
+from tensor import Tensor
 
 LEVELS = ["x86-64-v2", "x86-64-v3", "x86-64-v4", "aarch64"]
 
@@ -94,3 +99,43 @@ def test_output_with_transcendental_upcast_into_lanes(level: str) -> None:
     want = np.exp2(x - x.max(1, keepdims=True))
     np.testing.assert_allclose(got.reshape(8, 256)[1:], want / want.sum(1, keepdims=True), rtol=1e-5, atol=1e-9)
     assert np.isnan(got[:256]).all()
+
+
+def _unrolls(opts) -> list[tuple[int, bool]]:
+    return [(o.arg[0], o.arg[2]) for o in opts if o.op is OptOps.SPLIT and o.arg[1] is AxisType.UNROLL]
+
+
+@pytest.mark.parametrize("level", ["x86-64-v2", "x86-64-v3", "x86-64-v4"])
+def test_long_reduction_reads_one_stream_per_accumulator(level: str) -> None:
+    """A row of at least a page per accumulator: each accumulator sums its own slice (a top split, separate
+    address streams); a shorter row keeps the accumulators on adjacent vectors (one sequential stream)."""
+    target = cpu_target(level)
+    lanes = target.lanes(4)
+    n = ACCUMULATORS * target.page_bytes // 4  # each slice exactly one page of float32
+    it = _kernel(new_buffer(dtypes.float32, (2, n), "cpu").sum((1,)))
+    opts = hand_coded(it.ast, target, threads=1)
+    assert _unrolls(opts) == [(lanes, False), (ACCUMULATORS, True)], opts
+    src = get_device("cpu").render(lower_kernel(it.ast, target, opts=opts), "rowsum", target)
+    for k in range(1, ACCUMULATORS):  # every accumulator loads from its slice, a page of floats after the last
+        assert f"+{k * n // ACCUMULATORS})" in src, src
+    short = _kernel(new_buffer(dtypes.float32, (2, n // 2), "cpu").sum((1,)))
+    assert _unrolls(hand_coded(short.ast, target, threads=1)) == [(lanes, False), (ACCUMULATORS, False)]
+    if not target.runs_here:  # AVX-512 on a host without it: gcc must still accept the source
+        with tempfile.TemporaryDirectory() as d:
+            build_object(src, os.path.join(d, "k.so"), target)
+        return
+    arrays = _inputs(it)
+    got = _run(it, opts, arrays, "cpu", target)
+    np.testing.assert_array_equal(got, _run(it, opts, arrays, "python", target))
+    np.testing.assert_allclose(got, arrays[1].astype(np.float64).reshape(2, n).sum(1), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("n", [256 * 4128, 256 * 4128 + 1, 16 * 40961, 3 << 17, 1000003])
+def test_large_sum_is_right_for_ragged_sizes(n: int) -> None:
+    """Sums that split across partial results and threads, with streams of a length that is not a power of two
+    (256 * 4128), one element more, a per-part length the lanes do not divide (16 * 40961), and a prime: numpy's
+    float64 sum up to float32 rounding of the magnitudes summed."""
+    x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    got = float(Tensor(x).sum().numpy())
+    want = x.astype(np.float64).sum()
+    assert abs(got - want) <= 1e-6 * float(np.abs(x).astype(np.float64).sum()), (got, want)
