@@ -101,6 +101,11 @@ def ragged_columns(n: int, width: int, vecs: int) -> int | None:
     return padded if n % width or (padded - n) * RAGGED_WASTE <= padded else None
 
 
+def _lanes_along(r: UOp, loads: list[UOp]) -> bool:
+    """Whether range r can be vector lanes for `loads`: each moves by 0 or 1 element along it, some by 1."""
+    return all(_stride(i, r) in (0, 1) for i in loads) and any(_stride(i, r) == 1 for i in loads)
+
+
 def product_tile(ast: UOp, opts: list[Opt], loads: list[UOp], target: Target) -> UOp | None:
     """Opts upcasting two output axes a, b of a sum of products into a tile of scalar accumulators (see
     MIN_PRODUCT_TILE): some load moves along each, none along both, each split by the largest power of two up to
@@ -109,21 +114,19 @@ def product_tile(ast: UOp, opts: list[Opt], loads: list[UOp], target: Target) ->
     cap = min(128, target.vector_registers * native_lanes(ast, target) // 2)
     loops = [r for r in axes(ast) if r.axis_type is AxisType.LOOP and size(r) > 1]
     moves = {r: [_stride(x, r) != 0 for x in loads] for r in loops}
-    best: tuple[int, int, int] | None = None
+    best: tuple[int, int, UOp, UOp] | None = None
     for i, a in enumerate(loops):
-        for j in range(i + 1, len(loops)):
-            b = loops[j]
+        for b in loops[i + 1:]:
             if not any(moves[a]) or not any(moves[b]) or any(p and q for p, q in zip(moves[a], moves[b], strict=True)):
                 continue
             fa, fb = (max(k for k in (1, 2, 4, 8, 16) if size(r) % k == 0) for r in (a, b))
             while fa * fb > cap:
                 fa, fb = (fa // 2, fb) if fa >= fb else (fa, fb // 2)
             if fa * fb >= MIN_PRODUCT_TILE and (best is None or fa * fb > best[0] * best[1]):
-                best = (fa, fb, i * len(loops) + j)
+                best = (fa, fb, a, b)
     if best is None:
         return None
-    fa, fb, at = best
-    a, b = loops[at // len(loops)], loops[at % len(loops)]
+    fa, fb, a, b = best
     for r, k in ((a, fa), (b, fb)):
         if k > 1:
             ast, _, _ = _split_pair(ast, opts, r, k, AxisType.UPCAST)
@@ -154,18 +157,16 @@ def register_tile(ast: UOp, opts: list[Opt], target: Target) -> UOp | None:
     # contiguous along too (else the tile's final stores scatter, once per output), then an axis of whole vectors
     # (a ragged one is padded to whole tiles, its last vector masked: ragged_columns)
     gates = [_topo(g) for g in (u.src[2] for u in body if u.op is Ops.LOAD and len(u.src) >= 3)]
-    cands = [v for v in reversed(loops) if size(v) > 1 and
-             all(_stride(i, v) in (0, 1) for i in loads) and any(_stride(i, v) == 1 for i in loads)]
+    cands = [v for v in reversed(loops) if size(v) > 1 and _lanes_along(v, loads)]
     cands.sort(key=lambda v: (any(v in g for g in gates), not all(_stride(i, v) == 1 for i in stores),
                               size(v) % width != 0))
     # no output axis fills half the lanes, and no reduction axis fills whole vectors (hand_coded's lanes of partial
     # sums: a dot product along a contiguous k, 10 classes x 256 rows of a classifier's logits, stays that)
     short = not cands or (size(cands[0]) * 2 < width and size(cands[0]) % width)
-    dots = [r for r in reds[0].src[1:] if size(r) % width == 0 and
-            all(_stride(i, r) in (0, 1) for i in loads) and any(_stride(i, r) == 1 for i in loads)]
-    long = math.prod(size(r) for r in reds[0].src[1:]) >= MIN_PRODUCT_REDUCTION
-    if short and not dots and (long or not cands) and (tiled := product_tile(ast, opts, loads, target)) is not None:
-        return tiled
+    if short and not any(size(r) % width == 0 and _lanes_along(r, loads) for r in reds[0].src[1:]):
+        long = math.prod(size(r) for r in reds[0].src[1:]) >= MIN_PRODUCT_REDUCTION
+        if (long or not cands) and (tiled := product_tile(ast, opts, loads, target)) is not None:
+            return tiled
     if not cands:
         return None
     v = cands[0]

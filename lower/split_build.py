@@ -207,10 +207,6 @@ def kernel_limits(device: str) -> tuple[int, int]:
 _WEIGHT = {o: 16 if o in EXPENSIVE else 1 if o in _COUNTED else 0 for o in Ops}  # op -> what it weighs in a kernel
 
 
-def _op_weight(u: UOp) -> int:
-    return _WEIGHT[u.op]
-
-
 def region(node: UOp, realized: dict[UOp, UOp]) -> list[UOp]:
     """The nodes that fuse into `node`'s kernel, sources before users: everything below it down to (and
     including, as leaves) realized nodes and buffers."""
@@ -256,7 +252,7 @@ def split_point(node: UOp, realized: dict[UOp, UOp], max_args: int, max_ops: int
             bufs[u], ops[u] = frozenset((u,)), 0
             continue
         b: frozenset[UOp] = frozenset()
-        n = _op_weight(u)
+        n = _WEIGHT[u.op]
         for s in u.src:
             if len(b) <= max_args:
                 b = b | bufs[s]

@@ -14,10 +14,9 @@ the time); its state is restored on return.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import cast
 
 from rewrite.dsl import Matcher, RuleSet
@@ -92,19 +91,22 @@ def _kept(run: _Run, graph: UOp, fixed_points: FixedPoints) -> UOp:
     return out
 
 
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
+class collector_paused:  # lower case: used as a function, `with collector_paused():`
     """Python's cyclic garbage collector off for the block (as it was before, after it). Rewriting allocates
     several GC-tracked objects per node (UOps, source tuples, weakrefs, intern keys) and makes no reference
     cycles, yet the collector would traverse the whole live graph again and again (a third of the time on a
-    100k-node graph); cycles made in the block are collected after it."""
-    pause = gc.isenabled()
-    if pause:
-        gc.disable()
-    try:
-        yield
-    finally:
-        if pause:
+    100k-node graph); cycles made in the block are collected after it. A class rather than a generator context
+    manager: every graph_rewrite call enters one (~0.7 us against ~2.8 us)."""
+
+    __slots__ = ("pause",)
+
+    def __enter__(self) -> None:
+        self.pause = gc.isenabled()
+        if self.pause:
+            gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pause:
             gc.enable()
 
 

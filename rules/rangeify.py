@@ -226,9 +226,9 @@ def broadcast_repeats(idx: tuple[UOp, ...], valid: UOp | None, loops: tuple[UOp,
     depth = max((i for i, r in enumerate(loops) if r in used), default=-1)
     repeats = 1
     for r in loops[:max(depth, 0)]:
-        if r not in used:
-            size = r.src[0].value if r.src and r.src[0].op is Ops.CONST else RECOMPUTE_LIMIT
-            repeats *= size if isinstance(size, int) else RECOMPUTE_LIMIT
+        if r not in used:  # a symbolic bound counts as RECOMPUTE_LIMIT
+            b = r.src[0]
+            repeats *= b.value if b.op is Ops.CONST and isinstance(b.value, int) else RECOMPUTE_LIMIT
     return repeats
 
 
