@@ -96,6 +96,8 @@ class Row:
     pct_cache: float | None = None
     triad_beside: tuple[float, float] | None = None  # GB/s cases: the DRAM triad measured just before and after
     pct_cached: float | None = None  # GB/s cases: the share of the triad the limits cache holds
+    # GB/s cases on x86: the share of the streaming-store triad measured beside it (no write-allocate reads)
+    pct_nt: float | None = None
     peers: dict[str, Result] | None = None
     peer_ok: dict[str, bool] | None = None
     tg_cold: float | None = None
@@ -247,6 +249,11 @@ def kernels(b: Bench) -> None:
             b.note(f"% of DRAM triad (targets: elementwise >= 80%, sum >= 70%): {', '.join(mem)}")
         beside = [f"{r.case.title} {lo:.1f}/{hi:.1f} GB/s (cached {r.pct_cached:.0f}%)" for r in rows
                   if r.triad_beside is not None and r.pct_cached is not None for lo, hi in [r.triad_beside]]
+        nts = [f"{r.case.title} {r.pct_nt:.0f}%" for r in rows if r.pct_nt is not None]
+        if nts:
+            b.note("  % of the streaming-store triad beside it (no line read before it is written: 12 bytes an "
+                   "element really moved; our map kernels stream an output past the last-level cache): "
+                   + ", ".join(nts))
         if beside:
             b.note("  the triad of a GB/s case is measured just before and after its timed runs (DRAM now; this "
                    "machine's bandwidth moves with its neighbours), their mean the limit: " + ", ".join(beside))
@@ -322,9 +329,9 @@ def _run_case(b: Bench, case: Case, row: Row, lim: machine_limits.Limits, peers:
     jobs += [Timed(f"{case.key}/{p.name}", p.run, 1, "ms", runs=_n_runs(_time_one(p.run), q), per_item=1e3)
              for p in engines]
     row.load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    before = None if case.compute_bound else _triad_beside(b, row.threads, q)
+    before = {} if case.compute_bound else _triad_beside(b, row.threads, q)
     steady, *peer_results = _timed_in_turns(b, jobs)
-    after = None if case.compute_bound else _triad_beside(b, row.threads, q)
+    after = {} if case.compute_bound else _triad_beside(b, row.threads, q)
     del engines
     row.steady = steady
     row.allocs, row.faults = memory_per_call(ours.run)
@@ -341,9 +348,11 @@ def _run_case(b: Bench, case: Case, row: Row, lim: machine_limits.Limits, peers:
         cache_bw = lim.get("triad_cache", row.threads)
         row.pct_cache = 100 * row.rate / cache_bw if cache_bw else None
         row.pct_cached = 100 * row.rate / limit if limit else None
-        if before is not None and after is not None:  # the triad of this moment, not the cached one
-            row.triad_beside = (before, after)
-            row.limit_name, limit = "triad beside", (before + after) / 2
+        if "triad" in before and "triad" in after:  # the triad of this moment, not the cached one
+            row.triad_beside = (before["triad"], after["triad"])
+            row.limit_name, limit = "triad beside", (before["triad"] + after["triad"]) / 2
+        if "triad_nt" in before and "triad_nt" in after:
+            row.pct_nt = 200 * row.rate / (before["triad_nt"] + after["triad_nt"])
     row.pct = 100 * row.rate / limit if limit else None
     del ours, rerun
 
@@ -378,7 +387,8 @@ def _run_case(b: Bench, case: Case, row: Row, lim: machine_limits.Limits, peers:
                             for k in ("schedule", "lower", "render", "compile")}}))
     steady.info.update({"rate": row.rate, "rate_unit": unit, "limit": row.limit_name, "limit_value": limit,
                         "pct_of_limit": row.pct, "pct_of_cache_triad": row.pct_cache,
-                        "triad_beside": row.triad_beside, "pct_of_cached_triad": row.pct_cached, "cold_ms": row.cold,
+                        "triad_beside": row.triad_beside, "pct_of_cached_triad": row.pct_cached,
+                        "pct_of_streaming_triad": row.pct_nt, "cold_ms": row.cold,
                         "compile_ms": row.compile, "lower_ms_per_kernel": row.lower})
 
     # peers: the same case, the same inputs, steady medians the same way (timed above, in turns with ours)
@@ -408,11 +418,11 @@ def _run_case(b: Bench, case: Case, row: Row, lim: machine_limits.Limits, peers:
 # ---------------------------------------------------------------------------- output
 
 
-def _triad_beside(b: Bench, threads: int, quick: bool) -> float | None:
-    """The DRAM triad at `threads` measured now (benchmarks.limits.triad_now), for a GB/s case's share: taken just
-    before and just after its timed runs, and the two averaged."""
+def _triad_beside(b: Bench, threads: int, quick: bool) -> dict[str, float]:
+    """The DRAM triads at `threads` measured now (benchmarks.limits.triads_now: plain and streaming stores), for a
+    GB/s case's share: taken just before and just after its timed runs, and the two averaged."""
     b.say("DRAM triad beside the case")
-    return machine_limits.triad_now(threads, gb=0.5 if quick else 1.0)
+    return machine_limits.triads_now(threads, gb=0.5 if quick else 1.0)
 
 
 def _ratio(row: Row, peer: str) -> float | None:

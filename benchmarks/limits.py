@@ -15,7 +15,9 @@ The kernel benchmarks quote every figure as a percentage of what this machine ca
   over a working set far beyond the last-level cache (1.5 GiB in all, 384 MiB with --quick), first touched by
   the thread that uses it, in 2 MiB-aligned maps advised MADV_HUGEPAGE (as devices.memory allocates the kernels'
   buffers: a triad over 4 KiB pages would be a different, lower limit); plus triad over a 12 MiB working set,
-  the "cache-resident" bandwidth that working sets of a few tens of MiB see instead of DRAM's.
+  the "cache-resident" bandwidth that working sets of a few tens of MiB see instead of DRAM's; on x86 also the
+  triad with streaming (non-temporal) stores, `triad_nt`: no line is read before it is written, so its 12 bytes
+  an element are what really moves, the limit of a kernel that streams its output (rules.streaming).
 
 Both come from one small C program (a Python string below) compiled with `cc -O3 -fopenmp` and the Target's
 instruction-set flags (`-march=x86-64-v3`, ...; `-march=native` for the host's own). Results are cached as
@@ -58,10 +60,15 @@ _SRC = r"""
 #include <time.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <immintrin.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #else
 static int omp_get_max_threads(void) { return 1; }
+static int omp_get_thread_num(void) { return 0; }
+static int omp_get_num_threads(void) { return 1; }
 #endif
 
 static double now(void) {
@@ -181,7 +188,8 @@ static void stream(long n, int threads, const char *tag, double min_bytes, int m
   int reps = (int)(min_bytes / (12.0 * n)) + 1;
   if (reps < min_reps) reps = min_reps;
   if (reps > 64) reps = 64;
-  double tri[64], cpy[64], rd[64];
+  double tri[64], cpy[64], rd[64], nt[64];
+  int has_nt = 0;
   float s = 0.25f;
   for (int r = 0; r < reps; r++) {
     double t0 = now();
@@ -196,6 +204,33 @@ static void stream(long n, int threads, const char *tag, double min_bytes, int m
     for (long i = 0; i < n; i++) acc += b[i];
     double t3 = now();
     sink_f = acc;
+#if defined(__x86_64__) && defined(__SSE2__)
+    /* the triad again with streaming (non-temporal) stores, whole registers at aligned addresses, each thread's
+       slice a multiple of 16 elements: no write-allocate read, what a kernel that streams its output can reach */
+    has_nt = 1;
+    double t4 = now();
+#pragma omp parallel num_threads(threads)
+    {
+      int th = omp_get_thread_num(), nth = omp_get_num_threads();
+      long per = (n / nth) & ~15L, lo = per * th, hi = th == nth - 1 ? n : lo + per, i = lo;
+#if defined(__AVX512F__)
+      __m512 vs = _mm512_set1_ps(s);
+      for (; i + 16 <= hi; i += 16)
+        _mm512_stream_ps(a + i, _mm512_add_ps(_mm512_load_ps(b + i), _mm512_mul_ps(vs, _mm512_load_ps(c + i))));
+#elif defined(__AVX__)
+      __m256 vs = _mm256_set1_ps(s);
+      for (; i + 8 <= hi; i += 8)
+        _mm256_stream_ps(a + i, _mm256_add_ps(_mm256_load_ps(b + i), _mm256_mul_ps(vs, _mm256_load_ps(c + i))));
+#else
+      __m128 vs = _mm_set1_ps(s);
+      for (; i + 4 <= hi; i += 4)
+        _mm_stream_ps(a + i, _mm_add_ps(_mm_load_ps(b + i), _mm_mul_ps(vs, _mm_load_ps(c + i))));
+#endif
+      for (; i < hi; i++) a[i] = b[i] + s * c[i];
+      _mm_sfence();
+    }
+    nt[r] = 12.0 * n / (now() - t4) / 1e9;
+#endif
     tri[r] = 12.0 * n / (t1 - t0) / 1e9;
     cpy[r] = 8.0 * n / (t2 - t1) / 1e9;
     rd[r] = 4.0 * n / (t3 - t2) / 1e9;
@@ -203,6 +238,10 @@ static void stream(long n, int threads, const char *tag, double min_bytes, int m
   char name[64];
   snprintf(name, sizeof name, "triad%s", tag);
   report(name, threads, "GB/s", tri, reps);
+  if (has_nt) {
+    snprintf(name, sizeof name, "triad_nt%s", tag);
+    report(name, threads, "GB/s", nt, reps);
+  }
   snprintf(name, sizeof name, "copy%s", tag);
   report(name, threads, "GB/s", cpy, reps);
   snprintf(name, sizeof name, "read%s", tag);
@@ -451,12 +490,14 @@ _NOW: dict[str, str] = {}  # str(target) -> the measuring program this process c
 _NOW_DIRS: list[tempfile.TemporaryDirectory] = []  # kept for the process: removed at exit
 
 
-def triad_now(threads: int, target: Target | None = None, mib: int = DRAM_MIB_QUICK, gb: float = 1.0
-              ) -> float | None:
-    """The DRAM triad (GB/s, best trial) at `threads` measured now, `mib` MiB of arrays: what a figure measured
-    beside it is compared with. This machine kind's DRAM bandwidth moves with its neighbours (the same VM
-    measured 16 and 26 GB/s two minutes apart), so a share of a triad cached earlier says little. The program
-    is compiled once per process; None where it cannot be built or run (a target that does not run here)."""
+def triads_now(threads: int, target: Target | None = None, mib: int = DRAM_MIB_QUICK, gb: float = 1.0
+               ) -> dict[str, float]:
+    """The DRAM triads (GB/s, best trial) at `threads` measured now, `mib` MiB of arrays, by row name: "triad"
+    (plain stores: each line written is read first, STREAM's convention counts 12 bytes an element) and, on x86,
+    "triad_nt" (streaming stores: the same 12 bytes really moved). What a figure measured beside it is compared
+    with: this machine kind's DRAM bandwidth moves with its neighbours (the same VM measured 16 and 26 GB/s two
+    minutes apart), so a share of a triad cached earlier says little. The program is compiled once per process;
+    empty where it cannot be built or run (a target that does not run here)."""
     target = target or target_for("cpu")
     key = str(target)
     try:
@@ -470,12 +511,20 @@ def triad_now(threads: int, target: Target | None = None, mib: int = DRAM_MIB_QU
         out = subprocess.run([_NOW[key], "stream", str(mib), str(gb)], capture_output=True, text=True, env=env,
                              check=True, timeout=120).stdout
     except (OSError, RuntimeError, subprocess.SubprocessError):
-        return None
-    rows = {r.threads: r.best for r in _parse(out) if r.name == "triad"}
-    if not rows:
-        return None
-    fewer = [t for t in rows if t <= threads]  # the count asked for, else the nearest below it measured
-    return rows[max(fewer)] if fewer else rows[min(rows)]
+        return {}
+    found: dict[str, float] = {}
+    for name in ("triad", "triad_nt"):
+        rows = {r.threads: r.best for r in _parse(out) if r.name == name}
+        if rows:
+            fewer = [t for t in rows if t <= threads]  # the count asked for, else the nearest below it measured
+            found[name] = rows[max(fewer)] if fewer else rows[min(rows)]
+    return found
+
+
+def triad_now(threads: int, target: Target | None = None, mib: int = DRAM_MIB_QUICK, gb: float = 1.0
+              ) -> float | None:
+    """The plain-store DRAM triad of triads_now (None where it cannot be measured)."""
+    return triads_now(threads, target, mib, gb).get("triad")
 
 
 def measure(quick: bool = False, say: object = None, target: Target | None = None) -> Limits:

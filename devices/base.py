@@ -60,6 +60,10 @@ class Target:
     l3_bytes: int = 8 << 20
     # the memory page: hardware prefetchers follow a stream of addresses only within one page
     page_bytes: int = 4 << 10
+    # streaming (non-temporal) stores: an output of at least this many bytes is written around the caches
+    # (rules.streaming); 0: never. On x86 the whole last-level cache: an output larger than it cannot wait there for
+    # its reader anyway, and a plain store first reads each line it writes (a triad moves 16 bytes an element, not 12)
+    stream_bytes: int = 0
     # what one kernel may hold; the scheduler (lower.schedule) realizes intermediates to stay within them.
     # max_args: buffers per kernel (ctypes calls at most 1024 arguments; room is left for variables and SPECIALs).
     # max_kernel_ops: tensor-level ops fused into one kernel, an expensive op (exp2, sin, ...) counting 16: gcc
@@ -237,7 +241,8 @@ def _cpu_target(name: str) -> Target:
     prefix = "aarch64-linux-gnu-" if arch == "aarch64" and host != "aarch64" else ""
     return Target("cpu", name, isa, arch, cflags, prefix, vbytes, vregs, fma, _cores(),
                   l1d_bytes=caches.get("L1", 32 << 10), l2_bytes=caches.get("L2", 1 << 20),
-                  l3_bytes=caches.get("L3", 8 << 20), page_bytes=_page_bytes(), features=features)
+                  l3_bytes=caches.get("L3", 8 << 20), page_bytes=_page_bytes(), features=features,
+                  stream_bytes=caches.get("L3", 8 << 20) if arch == "x86_64" else 0)
 
 
 def python_target() -> Target:

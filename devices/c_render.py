@@ -57,7 +57,7 @@ from devices.c_scalar import (
     storage_type,
     unparen,
 )
-from devices.c_vector import VECTOR_RULES, contiguous_start, value_type
+from devices.c_vector import STREAM_FENCE, VECTOR_RULES, contiguous_start, value_type
 from devices.linear import VALUE_OPS, Program, buffer_arg, is_global
 from rewrite.dsl import Rule, RuleSet, op, var
 from rewrite.dtype import AddrSpace, dtypes
@@ -160,6 +160,9 @@ def render_function(prog: Program, name: str, helpers: dict[str, str]) -> str:
         attr = ctx.define("NO_LOOP_VECTORIZE", _NO_LOOP_VECTORIZE) + " "
     lines = [attr + signature(prog, name, ctx) + " {"]
     render_body(prog, ctx, C_RULES, lines)
+    if any(u.op is Ops.STORE and u.arg == "stream" for u in prog.instrs):
+        # streaming stores are weakly ordered: drained before the caller tells other threads the kernel is done
+        lines.append(f"  {ctx.define('STREAM_FENCE', STREAM_FENCE)}();")
     lines.append("}")
     return "\n".join(lines)
 

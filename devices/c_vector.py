@@ -402,6 +402,49 @@ def _vstore(buf: UOp, ptr: str, val: str, n: int, ctx: CContext) -> str:
     return f"{fn}({ptr}, {'-' + _atom(val) if buf.dtype is dtypes.bool else unparen(val)});"
 
 
+# Streaming (non-temporal) stores of a whole register (rules.streaming marks the STORE "stream"): x86's vector move
+# around the caches, by the register width the compiler's own macros say the code may use (SSE2 16 bytes, AVX 32,
+# AVX-512 64); clang spells it as its generic builtin on a naturally aligned type. The move faults on an unaligned
+# address, so the helper tests the address (buffers are 64-byte aligned; a view may not be) and stores plainly
+# otherwise, and anywhere no such move exists (aarch64 here, or a width the code may not use).
+_STREAM_WHEN = {16: "defined(__SSE2__)", 32: "defined(__AVX__)", 64: "defined(__AVX512F__)"}
+STREAM_FENCE = ("#if defined(__x86_64__) && defined(__SSE__)\n#define STREAM_FENCE() __builtin_ia32_sfence()\n"
+                "#else\n#define STREAM_FENCE() ((void)0)\n#endif")
+
+
+def _vstream(buf: UOp, ptr: str, val: str, n: int, ctx: CContext) -> str | None:
+    """A streaming store of the whole vector (None: not for this dtype or width; a plain store then)."""
+    size = n * _csize(buf.dtype)
+    if _bits16(buf) or buf.dtype is dtypes.bool or (when := _STREAM_WHEN.get(size)) is None:
+        return None
+    t, m = vtype(buf.dtype, n, ctx), _mem_type(buf.dtype, n, ctx)
+    w = size // 8
+    gcc = {16: "__builtin_ia32_movntdq", 32: "__builtin_ia32_movntdq256", 64: "__builtin_ia32_movntdq512"}[size]
+    ctx.define(f"typedef i64n{w}", f"typedef long long i64n{w} __attribute__((vector_size({size})));")
+    fn = ctx.define(f"vstream_{t}", f"""static inline void vstream_{t}(void* p, {t} v) {{
+#if defined(__x86_64__) && ({when})
+  if (!((intptr_t)p & {size - 1})) {{
+#if defined(__clang__)
+    __builtin_nontemporal_store((i64n{w})v, (i64n{w}*)p);
+#else
+    {gcc}((i64n{w}*)p, (i64n{w})v);
+#endif
+    return;
+  }}
+#endif
+  *({m}*)p = v;
+}}""")
+    return f"{fn}({ptr}, {unparen(val)});"
+
+
+def render_vector_store_stream(idx: UOp, val: UOp, ctx: CContext) -> str:
+    """STORE "stream": a whole vector of consecutive elements streamed (_vstream); anything else as a STORE."""
+    ptr, buf, _, start = _access(idx, ctx)
+    if start is not None and (text := _vstream(buf, f"{ptr}+{_atom(start)}", ctx[val], lanes(val), ctx)):
+        return text
+    return _store(idx, val, ctx)
+
+
 def _element(buf: UOp, ptr: str, addr: str, ctx: CContext) -> str:
     """One lane read from memory, as the lane holds it."""
     if _bits16(buf):
@@ -545,7 +588,9 @@ VECTOR_RULES = RuleSet("c-vector", [
     Rule("c-vector-alu", op[GroupOp.ALU](name="x", rest=True), render_vector_alu, when=_is_vector),
     Rule("c-vector-store-gated", op.STORE(var("idx"), var("val"), var("gate")), render_vector_store_gated,
          when=lambda val: val.shape != ()),
+    Rule("c-vector-store-stream", op.STORE(var("idx"), var("val"), arg="stream"), render_vector_store_stream,
+         when=lambda val: val.shape != ()),
     Rule("c-vector-store", op.STORE(var("idx"), var("val")), render_vector_store, when=lambda val: val.shape != ()),
 ])
 
-__all__ = ["VECTOR_RULES", "contiguous_start", "value_type", "vtype"]
+__all__ = ["STREAM_FENCE", "VECTOR_RULES", "contiguous_start", "value_type", "vtype"]

@@ -230,7 +230,7 @@ class PythonKernel:
             return self._load(p, s) if u.shape == () else _vector_load(p, u, s)
         if op is Ops.STORE:
             store = self._store(p, s) if base_of(u.src[0]).shape == () else _vector_store(p, u, s)
-            return store if u.arg is None else _async_store(store, s[0])
+            return _async_store(store, s[0]) if u.arg == "cp.async" else store  # "stream": a plain store here
         if op is Ops.CAST or op is Ops.BITCAST:
             fn, src_dt, dst_dt, x = exec_cast if op is Ops.CAST else exec_bitcast, u.src[0].dtype, u.dtype, s[0]
             if u.shape != ():

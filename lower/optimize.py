@@ -35,6 +35,7 @@ from lower.strides import _contiguous_everywhere, _Memo, _topo
 from rewrite import AxisType, GroupOp, Ops, UOp, dtypes
 from rewrite.errors import KernelOptError
 from rewrite.interval import float_to_int_in_range
+from rules.streaming import streams_outputs
 
 
 class OptOps(Enum):
@@ -504,7 +505,7 @@ def hand_coded(ast: UOp, target: Target, threads: int | None = None, vectors: bo
         cur = axes(ast)
         loops = [i for i, r in enumerate(cur) if r.axis_type is AxisType.LOOP and _contiguous_everywhere(ast, r)]
         up = None
-        if loops and _upcast_outputs(ast):
+        if loops and (_upcast_outputs(ast) or streams_outputs(ast, target.stream_bytes)):
             ast, up = _split_first(ast, opts, loops[::-1][:1], AxisType.UPCAST, factors, pad=True)
         for red in [u for u in _topo(ast) if u.op is Ops.REDUCE]:
             body = _topo(red.src[0])

@@ -204,6 +204,14 @@ def instruction_selection(ast: UOp, ctx: Lowering) -> UOp:
     return graph_rewrite(ast, rules, name="instruction-selection") if len(rules) else ast
 
 
+def stream_stores(ast: UOp, ctx: Lowering) -> UOp:
+    from rules.streaming import context, streaming_stores
+
+    if ctx.noopt or (sctx := context(ast, ctx.target.stream_bytes)) is None:
+        return ast
+    return graph_rewrite(ast, streaming_stores, sctx, name="stream-stores")
+
+
 def fuses_mulacc(ctx: Lowering) -> bool:
     """Whether reductions of products accumulate with a fused MULACC: an optimization (one rounding per step
     instead of two changes the result's last bits), so on when optimizing, the device has MULACC, and the target
@@ -342,6 +350,8 @@ PIPELINE: tuple[Stage, ...] = (
     Stage("instruction-selection", "kernel", "rules.decompositions (by the target's supported ops)", "",
           instruction_selection, "ops the device lacks become ops it has"),
     Stage("symbolic-late", "kernel", "rules.symbolic", "", symbolic, "what the decompositions made, simplified"),
+    Stage("stream-stores", "kernel", "rules.streaming (by the target's stream_bytes)", "", stream_stores,
+          "a map kernel's big output written around the caches (STORE arg stream)"),
     Stage("linearize", "kernel", "function: a global order (accumulators, loop placement)", "linear", linearize,
           "the LINEAR program"),
     Stage("render", "program", "the device's renderer rule set", "program", render,

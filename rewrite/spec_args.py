@@ -191,7 +191,8 @@ def _load_arg(u: UOp) -> str | None:
 
 
 def _store_arg(u: UOp) -> str | None:
-    return None if u.arg in (None, "cp.async") else f"arg must be None or 'cp.async' (lower.tc_async), got {u.arg!r}"
+    return None if u.arg in (None, "cp.async", "stream") else \
+        f"arg must be None, 'cp.async' (lower.tc_async) or 'stream' (rules.streaming), got {u.arg!r}"
 
 
 def _barrier_arg(u: UOp) -> str | None:

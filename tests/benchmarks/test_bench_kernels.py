@@ -85,6 +85,9 @@ def test_triad_now_measures_this_moment():
     one = ml.triad_now(1, mib=48, gb=0.05)
     assert one is not None and 0.5 < one < 2000, one
     assert ml.triad_now(1, target=cpu_target("aarch64" if host_arch() == "x86_64" else "x86-64-v2")) is None
+    both = ml.triads_now(1, mib=48, gb=0.05)  # on x86 also the triad with streaming stores
+    assert set(both) == ({"triad", "triad_nt"} if host_arch() == "x86_64" else {"triad"}), both
+    assert all(0.5 < v < 2000 for v in both.values()), both
 
 
 def test_limits_are_kept_per_target():
@@ -171,8 +174,9 @@ def test_quick_suite_runs_and_produces_rows(monkeypatch, tmp_path):
     monkeypatch.setattr(bk, "cases_for", lambda mode: cases)
     monkeypatch.setattr(bk.machine_limits, "load",
                         lambda quick=False, remeasure=False, say=None, target=None: _fake_limits())
-    beside = iter([20.0, 22.0])  # the triad measured before and after the GB/s case (matmul is GFLOP/s: none)
-    monkeypatch.setattr(bk.machine_limits, "triad_now", lambda threads, target=None, mib=0, gb=0.0: next(beside))
+    # the triads measured before and after the GB/s case (matmul is GFLOP/s: none), plain and streaming stores
+    beside = iter([{"triad": 20.0, "triad_nt": 26.0}, {"triad": 22.0, "triad_nt": 30.0}])
+    monkeypatch.setattr(bk.machine_limits, "triads_now", lambda threads, target=None, mib=0, gb=0.0: next(beside))
     real_have = bk.have
     # peers that start slow processes stay out of a smoke test; numpy is always there
     monkeypatch.setattr(bk, "have", lambda m: False if m in ("torch", "tinygrad") else real_have(m))
@@ -192,6 +196,7 @@ def test_quick_suite_runs_and_produces_rows(monkeypatch, tmp_path):
     assert steady.info["triad_beside"] == (20.0, 22.0)
     assert steady.info["pct_of_limit"] == pytest.approx(100 * steady.info["rate"] / 21.0)
     assert steady.info["pct_of_cached_triad"] == pytest.approx(100 * steady.info["rate"] / 30.0)
+    assert steady.info["pct_of_streaming_triad"] == pytest.approx(100 * steady.info["rate"] / 28.0)
     assert len(steady.samples) >= 3  # MIN_RUNS, more until the figure converges
     # the 4 MiB result comes from the pool at every steady call: nothing fresh, no page of it faulted in again
     assert steady.info["fresh_allocs_per_call"] == 0
