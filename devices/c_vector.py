@@ -48,6 +48,7 @@ from rewrite.dsl import Rule, RuleSet, op, var
 from rewrite.dtype import DType, dtypes
 from rewrite.interval import float_to_int_in_range
 from rewrite.ops import GroupOp, Ops
+from rewrite.props import contiguous_start
 from rewrite.uop import ConstValue, UOp
 
 _SHORT = {
@@ -307,23 +308,6 @@ def render_vector_bitcast(x: UOp, y: UOp, ctx: CContext) -> str:
 
 
 # ---------------------------------------------------------------- memory
-
-
-def contiguous_start(i: UOp) -> tuple[UOp | None, int] | None:
-    """(s, k) when the lanes of the index vector `i` are s + k + (0, 1, ..., n-1), s a scalar (None: 0)."""
-    def first(v: UOp) -> int | None:
-        if v.op is not Ops.VCONST:
-            return None
-        vals = cast(tuple, v.arg)[0]
-        return vals[0] if all(x == vals[0] + j for j, x in enumerate(vals)) else None
-
-    if (k := first(i)) is not None:
-        return None, k
-    if i.op is Ops.ADD:
-        for s, v in (i.src, i.src[::-1]):
-            if s.shape == () and (k := first(v)) is not None:
-                return s, k
-    return None
 
 
 def _access(idx: UOp, ctx: CContext) -> tuple[str, UOp, UOp, str | None]:

@@ -120,3 +120,21 @@ def reshape_axis(old: tuple, new: tuple, axis: int, n: int) -> int | None:
         if acc > block:
             return None
     return None
+
+
+def contiguous_start(i: UOp) -> tuple[UOp | None, int] | None:
+    """(s, k) when the lanes of the index vector `i` are s + k + (0, 1, ..., n-1), s a scalar (None: 0): a vector
+    access of consecutive elements, one move (devices.c_vector) or one stream (rules.streaming)."""
+    def first(v: UOp) -> int | None:
+        if v.op is not Ops.VCONST:
+            return None
+        vals = cast(tuple, v.arg)[0]
+        return vals[0] if all(x == vals[0] + j for j, x in enumerate(vals)) else None
+
+    if (k := first(i)) is not None:
+        return None, k
+    if i.op is Ops.ADD:
+        for s, v in (i.src, i.src[::-1]):
+            if s.shape == () and (k := first(v)) is not None:
+                return s, k
+    return None

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from rewrite import Ops, Rule, RuleSet, UOp, op, var
 from rewrite.dtype import AddrSpace
+from rewrite.props import contiguous_start
 from rewrite.uop import BufferArg
 
 STREAM = "stream"
@@ -77,24 +78,6 @@ def context(ast: UOp, min_bytes: int) -> Streaming | None:
     return Streaming(min_bytes, loaded)
 
 
-def _consecutive(i: UOp) -> tuple[UOp | None, int] | None:
-    """(s, n) when the index vector `i` is s + (k, ..., k+n-1) (s None: a constant start)."""
-    def run(v: UOp) -> int | None:
-        if v.op is not Ops.VCONST:
-            return None
-        vals = v.vconst_values
-        ok = all(isinstance(x, int) for x in vals) and all(x == vals[0] + j for j, x in enumerate(vals))
-        return len(vals) if ok and len(vals) > 1 else None
-
-    if (n := run(i)) is not None:
-        return None, n
-    if i.op is Ops.ADD:
-        for s, v in (i.src, i.src[::-1]):
-            if s.shape == () and (n := run(v)) is not None:
-                return s, n
-    return None
-
-
 def _coefficients(s: UOp) -> dict[UOp, int] | None:
     """The integer coefficient of each RANGE in the index expression `s` when it is affine in them (a sum of
     ranges times constants plus terms without ranges); None when it is not."""
@@ -124,9 +107,9 @@ def _stream(ctx: Streaming, st: UOp, idx: UOp, val: UOp) -> UOp | None:
     buf = _base(idx.src[0])
     if buf in ctx.loaded or buffer_bytes(buf) < ctx.min_bytes:
         return None
-    if (found := _consecutive(idx.src[1])) is None:
+    if (found := contiguous_start(idx.src[1])) is None:
         return None
-    s, n = found
+    s, n = found[0], idx.src[1].shape[0]
     coefs = _coefficients(s) if s is not None else None
     if coefs is None:
         return None
