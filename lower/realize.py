@@ -110,7 +110,7 @@ def compile_kernels(wanted: Sequence[tuple[UOp, str, str, tuple | None]], target
     seen: dict[str, set[str]] = {}  # device -> the names its batch uses
     same: dict[tuple, tuple] = {}  # key -> the key of an earlier kernel whose LINEAR it is
     for key, (ast, device_name, name, bufs) in todo.items():
-        linear = lower_kernel(ast, target or target_for(device_name), bufs=bufs, name=name)
+        linear = lower_kernel(ast, target or target_for(device_name), bufs=bufs, name=name, memo=True)
         if getenv("DEBUG") >= 3:
             print(f"--- {name} ({device_name})\n{linear}", file=sys.stderr)
         # two ASTs may lower to one program (the same op on buffers of one shape, in other slots' order...):
