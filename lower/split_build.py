@@ -60,6 +60,7 @@ from lower.split import ASSIGN_CYCLE, OVER_LIMITS, SHARED_REDUCTION, STORE_VALUE
 from rewrite import Ops, Rule, RuleSet, UOp, graph_rewrite, op
 from rewrite.errors import CompilerError
 from rewrite.stores import indexed_store
+from rewrite.uop_args import intern_key
 
 COPY_SOURCE = "realize-copy-source"
 
@@ -126,6 +127,8 @@ class BuildContext:
     _region: list[UOp] | None = None
     _cat: list[Part] | None = None
     _cat_seen: bool = False
+    # region_shape -> (the build, its realize points as (position in the region, rule), the buffers it names)
+    _shapes: dict[tuple, tuple[UOp | RealizePoint, list[tuple[int, str]], list[UOp]]] = field(default_factory=dict)
 
     def visit(self, node: UOp) -> None:
         """A round is about to build `node`: forget the previous node's build."""
@@ -176,10 +179,23 @@ class BuildContext:
     def kernel(self, node: UOp) -> UOp | RealizePoint:
         """The kernel AST of `node` against the realized nodes (or the first realize point its build met; all of
         them in `points()`), built once per visit. A STORE gets the assignment's kernel (in place into its
-        target)."""
+        target). A region of the same shape as one built before (`region_shape`: the same ops over realized
+        nodes of the same kinds and buffers of the same sizes, the second layer of a model, one more parameter's
+        update) gets that build with the buffers swapped, and its realize points at the same places."""
         assert node is self._node, "BuildContext.kernel: visit the node first"
         if self._built is None:
             flat = self.buffers()
+            shape, bufs, pos = region_shape(node, self.region(node), self.split.out_of, flat)
+            if (seen := self._shapes.get(shape)) is not None:
+                built, points, was = seen
+                reg = self.region(node)
+                self._points[:] = [RealizePoint(reg[i], rule) for i, rule in points]
+                if isinstance(built, RealizePoint):
+                    self._built = self._points[0]
+                else:
+                    swap = {a: b for a, b in zip(was, bufs, strict=True) if a is not b}
+                    self._built = built.substitute(swap) if swap else built
+                return self._built
             flat_out = flat[node]
             if node.op is not Ops.STORE:
                 self._built = build_kernel(node, flat_out, flat, points=self._points)
@@ -187,6 +203,8 @@ class BuildContext:
                 self._built = build_kernel(UOp(Ops.CONTIGUOUS, (node.src[1],)), flat_out, flat, points=self._points)
             else:
                 self._built = build_store_kernel(st.view, node.src[1], flat_out, flat, self._points)
+            if all(p.node in pos for p in self._points):
+                self._shapes[shape] = (self._built, [(pos[p.node], p.rule) for p in self._points], bufs)
         return self._built
 
     def points(self, node: UOp) -> list[RealizePoint]:
@@ -230,6 +248,30 @@ def region(node: UOp, realized: dict[UOp, UOp]) -> list[UOp]:
             stack.pop()
             order.append(u)
     return order
+
+
+def region_shape(node: UOp, order: list[UOp], realized: dict[UOp, UOp], flat: dict[UOp, UOp]
+                 ) -> tuple[tuple, list[UOp], dict[UOp, int]]:
+    """What `node`'s kernel build depends on, given its region `order` (`region(node, realized)`): each node of the
+    region by its op, arg and tag and its sources' positions in the region (a node without sources by itself), each
+    realized leaf by its op, dtype and shape and its 1-D buffer's dtype, size, device and address space, and which
+    leaves (and the output) share a buffer. Two regions of one shape build the same kernel but for the buffers it
+    names: returns (the shape, those buffers in the order of first use, the output's last, each node's position)."""
+    pos = {u: i for i, u in enumerate(order)}
+    bufs: dict[UOp, int] = {}
+    parts: list[object] = []
+    for u in order:
+        if u in realized and u is not node:
+            b = flat[u]
+            a = b.buf_arg
+            parts.append((None, u.op, u.dtype, u.shape, b.dtype, b.shape, a.device, a.addrspace,
+                          bufs.setdefault(b, len(bufs))))
+        elif u.src:
+            parts.append(intern_key(u.op, tuple(pos[s] for s in u.src), u.arg, u.tag))
+        else:
+            parts.append(u)
+    parts.append(bufs.setdefault(flat[node], len(bufs)))
+    return tuple(parts), list(bufs), pos
 
 
 def split_point(node: UOp, realized: dict[UOp, UOp], max_args: int, max_ops: int,
@@ -551,4 +593,4 @@ def break_cycle(roots: list[UOp], stuck: list[UOp], out_of: dict[UOp, UOp], topo
 
 __all__ = ["COPY_SOURCE", "BuildContext", "Concats", "CycleContext", "Decision", "SharedContext", "break_cycle",
            "build_rules", "cycle_rules", "decide_build", "flat_buffer", "kernel_limits", "nbytes", "recompute_bytes",
-           "region", "shared_rules", "shared_values", "split_point"]
+           "region", "region_shape", "shared_rules", "shared_values", "split_point"]
