@@ -55,16 +55,14 @@ from typing import cast
 
 from devices import target_for
 from lower.copyview import Part, concat_parts, copy_source
-from lower.rangeify import _ELEMENTWISE, EXPENSIVE, RealizePoint, build_kernel, build_store_kernel
+from lower.rangeify import RealizePoint, build_kernel, build_store_kernel
 from lower.split import ASSIGN_CYCLE, OVER_LIMITS, SHARED_REDUCTION, STORE_VALUE, SplitContext
+from lower.split_region import _COUNTED, region, region_shape, split_point
 from rewrite import Ops, Rule, RuleSet, UOp, graph_rewrite, op
 from rewrite.errors import CompilerError
 from rewrite.stores import indexed_store
-from rewrite.uop_args import intern_key
 
 COPY_SOURCE = "realize-copy-source"
-
-_COUNTED = _ELEMENTWISE | {Ops.CAST, Ops.BITCAST, Ops.REDUCE}
 
 
 @dataclass(frozen=True)
@@ -119,6 +117,9 @@ class BuildContext:
     regions: dict[UOp, frozenset[UOp]] = field(default_factory=dict)  # kernel -> the nodes it computes inline
     where: dict[UOp, list[UOp]] = field(default_factory=dict)  # node -> kernels whose region held it once
     bytes: ByteCount | None = None  # the byte rule's loops, kept across rounds (`shared_values`)
+    # a kernel AST the build memo made -> (the AST it was made from, the buffers swapped): lower.schedule localizes
+    # it as that one with the buffers swapped
+    swapped: dict[UOp, tuple[UOp, dict[UOp, UOp]]] = field(default_factory=dict)
     _flats: dict[UOp, UOp] = field(default_factory=dict)
     _flat_of: dict[UOp, UOp] = field(default_factory=dict)
     _node: UOp | None = None
@@ -195,6 +196,7 @@ class BuildContext:
                 else:
                     swap = {a: b for a, b in zip(was, bufs, strict=True) if a is not b}
                     self._built = built.substitute(swap) if swap else built
+                    self.swapped.setdefault(self._built, (built, swap))
                 return self._built
             flat_out = flat[node]
             if node.op is not Ops.STORE:
@@ -220,95 +222,6 @@ def kernel_limits(device: str) -> tuple[int, int]:
     except CompilerError:
         return (1 << 30, 1 << 30)
     return t.max_args, t.max_kernel_ops
-
-
-_WEIGHT = {o: 16 if o in EXPENSIVE else 1 if o in _COUNTED else 0 for o in Ops}  # op -> what it weighs in a kernel
-
-
-def region(node: UOp, realized: dict[UOp, UOp]) -> list[UOp]:
-    """The nodes that fuse into `node`'s kernel, sources before users: everything below it down to (and
-    including, as leaves) realized nodes and buffers."""
-    # a depth-first walk that enters a node's sources last to first (the order of the stack-of-pairs walk it
-    # replaces, whose first pop of a node won); a realized leaf is placed when met, without a stack entry
-    order: list[UOp] = []
-    seen: set[UOp] = {node}
-    stack = [(node, reversed(node.src))]
-    while stack:
-        u, rest = stack[-1]
-        for s in rest:
-            if s in seen:
-                continue
-            seen.add(s)
-            if s in realized:
-                order.append(s)
-                continue
-            stack.append((s, reversed(s.src)))
-            break
-        else:
-            stack.pop()
-            order.append(u)
-    return order
-
-
-def region_shape(node: UOp, order: list[UOp], realized: dict[UOp, UOp], flat: dict[UOp, UOp]
-                 ) -> tuple[tuple, list[UOp], dict[UOp, int]]:
-    """What `node`'s kernel build depends on, given its region `order` (`region(node, realized)`): each node of the
-    region by its op, arg and tag and its sources' positions in the region (a node without sources by itself), each
-    realized leaf by its op, dtype and shape and its 1-D buffer's dtype, size, device and address space, and which
-    leaves (and the output) share a buffer. Two regions of one shape build the same kernel but for the buffers it
-    names: returns (the shape, those buffers in the order of first use, the output's last, each node's position)."""
-    pos = {u: i for i, u in enumerate(order)}
-    bufs: dict[UOp, int] = {}
-    parts: list[object] = []
-    for u in order:
-        if u in realized and u is not node:
-            b = flat[u]
-            a = b.buf_arg
-            parts.append((None, u.op, u.dtype, u.shape, b.dtype, b.shape, a.device, a.addrspace,
-                          bufs.setdefault(b, len(bufs))))
-        elif u.src:
-            parts.append(intern_key(u.op, tuple(pos[s] for s in u.src), u.arg, u.tag))
-        else:
-            parts.append(u)
-    parts.append(bufs.setdefault(flat[node], len(bufs)))
-    return tuple(parts), list(bufs), pos
-
-
-def split_point(node: UOp, realized: dict[UOp, UOp], max_args: int, max_ops: int,
-                order: list[UOp] | None = None) -> UOp | None:
-    """A node to realize first when `node`'s kernel would exceed the device's limits (more than `max_args`
-    buffers counting its output, or ops weighing more than `max_ops`), else None. It is the heaviest source of
-    the first node (sources first) whose fused subgraph goes over a limit, so the cut leaves kernels near the
-    limits; the kernel for `node` is then built again reading it, and cut again if still too big. `order`, when
-    given, is `region(node, realized)`."""
-    order = region(node, realized) if order is None else order
-    leaves = [u for u in order if u in realized and u is not node]
-    if len(leaves) + 1 <= max_args and sum([_WEIGHT[u.op] for u in order]) <= max_ops:
-        return None
-    # per node: the buffers it reads (capped just over the limit) and its ops counted along every path (an
-    # overestimate where subgraphs are shared, only used to place the cut)
-    bufs: dict[UOp, frozenset[UOp]] = {}
-    ops: dict[UOp, int] = {}
-    for u in order:
-        if u in realized and u is not node:
-            bufs[u], ops[u] = frozenset((u,)), 0
-            continue
-        b: frozenset[UOp] = frozenset()
-        n = _WEIGHT[u.op]
-        for s in u.src:
-            if len(b) <= max_args:
-                b = b | bufs[s]
-            n = min(n + ops[s], max_ops + 1)
-        bufs[u], ops[u] = b, n
-        if len(b) + 1 > max_args or n > max_ops:
-            inner = [s for s in u.src if s not in realized and s is not node and (ops[s] or bufs[s])]
-            if not inner:
-                return None  # one op over too many buffers directly: nothing to cut
-            cut = max(inner, key=lambda s: (len(bufs[s]) / max_args) + ops[s] / max_ops)
-            while cut.op is Ops.EXPAND and cut.src[0] not in realized:  # realize the smaller tensor
-                cut = cut.src[0]
-            return cut
-    return None
 
 
 # ---------------------------------------------------------------------------- the rules applied while building
