@@ -3,7 +3,9 @@ object through the disk cache (devices.objcache). devices.cpu (the device) re-ex
 
 Flags: -O2 -fPIC -shared, the Target's instruction-set flags (-march=native, -march=x86-64-v3, ...), plus what
 exactness needs (see c_render): -ffp-contract=off (no fused multiply-add), -fwrapv (signed ints wrap),
--fno-math-errno, and for gcc -fexcess-precision=standard (a cast to _Float16 rounds). Never -ffast-math.
+-fno-math-errno, and for gcc -fexcess-precision=standard (a cast to _Float16 rounds). Never -ffast-math. A kernel
+library loaded here is linked lean (gcc on Linux: `-nostdlib -lm -lgcc`, see _LEAN_LINK), the thread pool's
+runtime and programs in full.
 
 Tiers: the same flags with -Og in place of -O2 are the "fast" tier (devices.cpu compiles a file the disk cache lacks
 at it first, then at -O2 in the background: CPU_TIERS). Both keep the exactness flags, so a kernel's results are the

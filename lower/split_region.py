@@ -9,6 +9,7 @@ from rewrite import Ops, UOp
 from rewrite.uop_args import intern_key
 
 _COUNTED = _ELEMENTWISE | {Ops.CAST, Ops.BITCAST, Ops.REDUCE}
+_SPELLED = frozenset({Ops.CONST, Ops.VCONST, Ops.PARAM, Ops.BUFFER})
 
 _WEIGHT = {o: 16 if o in EXPENSIVE else 1 if o in _COUNTED else 0 for o in Ops}  # op -> what it weighs in a kernel
 
@@ -45,20 +46,25 @@ def region_shape(node: UOp, order: list[UOp], realized: dict[UOp, UOp], flat: di
     realized leaf by its op, dtype and shape and its 1-D buffer's dtype, size, device and address space, and which
     leaves (and the output) share a buffer. Two regions of one shape build the same kernel but for the buffers it
     names: returns (the shape, those buffers in the order of first use, the output's last, each node's position)."""
-    pos = {u: i for i, u in enumerate(order)}
+    pos = dict(zip(order, range(len(order)), strict=True))
+    at = pos.__getitem__
     bufs: dict[UOp, int] = {}
     parts: list[object] = []
+    add = parts.append
     for u in order:
-        if u in realized and u is not node:
+        if (src := u.src) and u is not node and u not in realized:
+            # intern_key only where a constant's value or an arg's type needs spelling out (CONST, VCONST, PARAM,
+            # BUFFER): elsewhere (op, sources, arg, tag) is what it adds up to
+            add(intern_key(u.op, tuple(map(at, src)), u.arg, u.tag) if u.op in _SPELLED else
+                (u.op, tuple(map(at, src)), u.arg, u.tag))
+        elif u in realized and u is not node:
             b = flat[u]
-            a = b.buf_arg
-            parts.append((None, u.op, u.dtype, u.shape, b.dtype, b.shape, a.device, a.addrspace,
-                          bufs.setdefault(b, len(bufs))))
-        elif u.src:
-            parts.append(intern_key(u.op, tuple(pos[s] for s in u.src), u.arg, u.tag))
+            add((None, u.op, u.dtype, u.shape, b.src, b.arg[1:], bufs.setdefault(b, len(bufs))))
+        elif src:
+            add(intern_key(u.op, tuple(map(at, src)), u.arg, u.tag))
         else:
-            parts.append(u)
-    parts.append(bufs.setdefault(flat[node], len(bufs)))
+            add(u)
+    add(bufs.setdefault(flat[node], len(bufs)))
     return tuple(parts), list(bufs), pos
 
 
