@@ -24,7 +24,7 @@ in which buffers they touch are the same UOp and share their compiled code.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 from devices import target_for
@@ -227,34 +227,14 @@ def _schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
         # realize-assign-cycle, over the whole graph): the store then only copies
         pending += _carry_out([break_cycle(roots, stuck, out_of, topo_index)], build)
     split.fused.update(dict.fromkeys(leader, FUSE_STORES))
-    done: dict[UOp, ScheduleItem] = {}
-    return ([it for k in order for it in (*parts.before.get(k, ()), fused.get(k) or _localized(kernels, k, build,
-                                                                                               done))],
+    return ([it for k in order for it in (*parts.before.get(k, ()), fused.get(k) or _localized(kernels, k))],
             {g: out_of[r] for g, r in zip(given, roots, strict=True)}, split)
 
 
-def _localized(kernels: dict[UOp, ScheduleItem], k: UOp, build: BuildContext, done: dict[UOp, ScheduleItem]
-               ) -> ScheduleItem:
-    """The item of kernel `k`: a kernel's AST over the global buffers (as `_build_one` keeps it) localized. One the
-    build memo made from another by swapping buffers (`build.swapped`) is that one's item with the buffers swapped:
-    the same local AST (its buffers take the same slots)."""
+def _localized(kernels: dict[UOp, ScheduleItem], k: UOp) -> ScheduleItem:
+    """The item of kernel `k`: a kernel's AST over the global buffers (as `_build_one` keeps it) localized."""
     it: object = kernels[k]
-    if not isinstance(it, UOp):
-        return cast(ScheduleItem, it)
-    return _localize_ast(it, build.swapped, done)
-
-
-def _localize_ast(ast: UOp, swapped: dict[UOp, tuple[UOp, dict[UOp, UOp]]], done: dict[UOp, ScheduleItem]
-                  ) -> ScheduleItem:
-    if (item := done.get(ast)) is None:
-        if (made := swapped.get(ast)) is not None and viz_capture.ACTIVE is None:  # VIZ: each buffer's slot noted
-            first, swap = made
-            was = _localize_ast(first, swapped, done)
-            item = replace(was, bufs=tuple(swap.get(b, b) for b in was.bufs))
-        else:
-            item = _localize(ast)
-        done[ast] = item
-    return item
+    return _localize(it) if isinstance(it, UOp) else cast(ScheduleItem, it)
 
 
 def _fused_stores(build: BuildContext, stores: dict[UOp, UOp], topo_index: dict[UOp, int], excluded: set[UOp]

@@ -55,14 +55,15 @@ from typing import cast
 
 from devices import target_for
 from lower.copyview import Part, concat_parts, copy_source
-from lower.rangeify import RealizePoint, build_kernel, build_store_kernel
+from lower.rangeify import _ELEMENTWISE, EXPENSIVE, RealizePoint, build_kernel, build_store_kernel
 from lower.split import ASSIGN_CYCLE, OVER_LIMITS, SHARED_REDUCTION, STORE_VALUE, SplitContext
-from lower.split_region import _COUNTED, region, region_shape, split_point
 from rewrite import Ops, Rule, RuleSet, UOp, graph_rewrite, op
 from rewrite.errors import CompilerError
 from rewrite.stores import indexed_store
 
 COPY_SOURCE = "realize-copy-source"
+
+_COUNTED = _ELEMENTWISE | {Ops.CAST, Ops.BITCAST, Ops.REDUCE}
 
 
 @dataclass(frozen=True)
@@ -117,9 +118,6 @@ class BuildContext:
     regions: dict[UOp, frozenset[UOp]] = field(default_factory=dict)  # kernel -> the nodes it computes inline
     where: dict[UOp, list[UOp]] = field(default_factory=dict)  # node -> kernels whose region held it once
     bytes: ByteCount | None = None  # the byte rule's loops, kept across rounds (`shared_values`)
-    # a kernel AST the build memo made -> (the AST it was made from, the buffers swapped): lower.schedule localizes
-    # it as that one with the buffers swapped
-    swapped: dict[UOp, tuple[UOp, dict[UOp, UOp]]] = field(default_factory=dict)
     _flats: dict[UOp, UOp] = field(default_factory=dict)
     _flat_of: dict[UOp, UOp] = field(default_factory=dict)
     _node: UOp | None = None
@@ -128,8 +126,6 @@ class BuildContext:
     _region: list[UOp] | None = None
     _cat: list[Part] | None = None
     _cat_seen: bool = False
-    # region_shape -> (the build, its realize points as (position in the region, rule), the buffers it names)
-    _shapes: dict[tuple, tuple[UOp | RealizePoint, list[tuple[int, str]], list[UOp]]] = field(default_factory=dict)
 
     def visit(self, node: UOp) -> None:
         """A round is about to build `node`: forget the previous node's build."""
@@ -180,24 +176,10 @@ class BuildContext:
     def kernel(self, node: UOp) -> UOp | RealizePoint:
         """The kernel AST of `node` against the realized nodes (or the first realize point its build met; all of
         them in `points()`), built once per visit. A STORE gets the assignment's kernel (in place into its
-        target). A region of the same shape as one built before (`region_shape`: the same ops over realized
-        nodes of the same kinds and buffers of the same sizes, the second layer of a model, one more parameter's
-        update) gets that build with the buffers swapped, and its realize points at the same places."""
+        target)."""
         assert node is self._node, "BuildContext.kernel: visit the node first"
         if self._built is None:
             flat = self.buffers()
-            shape, bufs, pos = region_shape(node, self.region(node), self.split.out_of, flat)
-            if (seen := self._shapes.get(shape)) is not None:
-                built, points, was = seen
-                reg = self.region(node)
-                self._points[:] = [RealizePoint(reg[i], rule) for i, rule in points]
-                if isinstance(built, RealizePoint):
-                    self._built = self._points[0]
-                else:
-                    swap = {a: b for a, b in zip(was, bufs, strict=True) if a is not b}
-                    self._built = built.substitute(swap) if swap else built
-                    self.swapped.setdefault(self._built, (built, swap))
-                return self._built
             flat_out = flat[node]
             if node.op is not Ops.STORE:
                 self._built = build_kernel(node, flat_out, flat, points=self._points)
@@ -205,8 +187,6 @@ class BuildContext:
                 self._built = build_kernel(UOp(Ops.CONTIGUOUS, (node.src[1],)), flat_out, flat, points=self._points)
             else:
                 self._built = build_store_kernel(st.view, node.src[1], flat_out, flat, self._points)
-            if all(p.node in pos for p in self._points):
-                self._shapes[shape] = (self._built, [(pos[p.node], p.rule) for p in self._points], bufs)
         return self._built
 
     def points(self, node: UOp) -> list[RealizePoint]:
@@ -222,6 +202,71 @@ def kernel_limits(device: str) -> tuple[int, int]:
     except CompilerError:
         return (1 << 30, 1 << 30)
     return t.max_args, t.max_kernel_ops
+
+
+_WEIGHT = {o: 16 if o in EXPENSIVE else 1 if o in _COUNTED else 0 for o in Ops}  # op -> what it weighs in a kernel
+
+
+def region(node: UOp, realized: dict[UOp, UOp]) -> list[UOp]:
+    """The nodes that fuse into `node`'s kernel, sources before users: everything below it down to (and
+    including, as leaves) realized nodes and buffers."""
+    # a depth-first walk that enters a node's sources last to first (the order of the stack-of-pairs walk it
+    # replaces, whose first pop of a node won); a realized leaf is placed when met, without a stack entry
+    order: list[UOp] = []
+    seen: set[UOp] = {node}
+    stack = [(node, reversed(node.src))]
+    while stack:
+        u, rest = stack[-1]
+        for s in rest:
+            if s in seen:
+                continue
+            seen.add(s)
+            if s in realized:
+                order.append(s)
+                continue
+            stack.append((s, reversed(s.src)))
+            break
+        else:
+            stack.pop()
+            order.append(u)
+    return order
+
+
+def split_point(node: UOp, realized: dict[UOp, UOp], max_args: int, max_ops: int,
+                order: list[UOp] | None = None) -> UOp | None:
+    """A node to realize first when `node`'s kernel would exceed the device's limits (more than `max_args`
+    buffers counting its output, or ops weighing more than `max_ops`), else None. It is the heaviest source of
+    the first node (sources first) whose fused subgraph goes over a limit, so the cut leaves kernels near the
+    limits; the kernel for `node` is then built again reading it, and cut again if still too big. `order`, when
+    given, is `region(node, realized)`."""
+    order = region(node, realized) if order is None else order
+    leaves = [u for u in order if u in realized and u is not node]
+    if len(leaves) + 1 <= max_args and sum([_WEIGHT[u.op] for u in order]) <= max_ops:
+        return None
+    # per node: the buffers it reads (capped just over the limit) and its ops counted along every path (an
+    # overestimate where subgraphs are shared, only used to place the cut)
+    bufs: dict[UOp, frozenset[UOp]] = {}
+    ops: dict[UOp, int] = {}
+    for u in order:
+        if u in realized and u is not node:
+            bufs[u], ops[u] = frozenset((u,)), 0
+            continue
+        b: frozenset[UOp] = frozenset()
+        n = _WEIGHT[u.op]
+        for s in u.src:
+            if len(b) <= max_args:
+                b = b | bufs[s]
+            n = min(n + ops[s], max_ops + 1)
+        bufs[u], ops[u] = b, n
+        if len(b) + 1 > max_args or n > max_ops:
+            inner = [s for s in u.src if s not in realized and s is not node and (ops[s] or bufs[s])]
+            if not inner:
+                return None  # one op over too many buffers directly: nothing to cut
+            cut = max(inner, key=lambda s: (len(bufs[s]) / max_args) + ops[s] / max_ops)
+            while cut.op is Ops.EXPAND and cut.src[0] not in realized:  # realize the smaller tensor
+                cut = cut.src[0]
+            return cut
+    return None
 
 
 # ---------------------------------------------------------------------------- the rules applied while building
@@ -506,4 +551,4 @@ def break_cycle(roots: list[UOp], stuck: list[UOp], out_of: dict[UOp, UOp], topo
 
 __all__ = ["COPY_SOURCE", "BuildContext", "Concats", "CycleContext", "Decision", "SharedContext", "break_cycle",
            "build_rules", "cycle_rules", "decide_build", "flat_buffer", "kernel_limits", "nbytes", "recompute_bytes",
-           "region", "region_shape", "shared_rules", "shared_values", "split_point"]
+           "region", "shared_rules", "shared_values", "split_point"]
