@@ -62,9 +62,15 @@ def test_lowering_memo_skips_the_later_stages(monkeypatch) -> None:
     a, b = _copy_kernel(n, m, 0), _copy_kernel(n, m, 1)
     target = target_for("cpu")
     runs: list[str] = []
-    stages = tuple(pl.Stage(s.name, s.scope, s.rules, s.spec,
-                            (lambda run, nm: lambda g, c: runs.append(nm) or run(g, c))(s.run, s.name), s.what)
-                   for s in pl.PIPELINE)
+
+    def noted(st: pl.Stage) -> pl.Stage:
+        def run(graph: UOp, ctx: pl.Lowering) -> UOp:
+            runs.append(st.name)
+            return st.run(graph, ctx)
+
+        return pl.Stage(st.name, st.scope, st.rules, st.spec, run, st.what)
+
+    stages = tuple(noted(s) for s in pl.PIPELINE)
     monkeypatch.setattr(pl, "PIPELINE", stages)
     la = pl.lower_kernel(a, target, name="copy_a", memo=True)
     kernel_stages = [s.name for s in stages if s.scope == "kernel"]
