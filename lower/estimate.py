@@ -1,6 +1,7 @@
 """Work estimates of a LINEAR program: floating-point ops and global-memory bytes, counted per lane and
 multiplied by the trip counts of the loops around them (and the SPECIAL thread indices). Loops with a
-symbolic bound count once. Used for DEBUG=2's GFLOP/s and GB/s."""
+symbolic bound count once. Used for DEBUG=2's GFLOP/s and GB/s; lower.realize keeps a `LazyEstimate` per kernel,
+counted only when one of those lines reads it."""
 
 from __future__ import annotations
 
@@ -42,3 +43,28 @@ def estimate(linear: UOp) -> Estimate:
                 val = u if u.op is Ops.LOAD else u.src[1]
                 mem += mult * _lanes(at) * val.dtype.scalar.itemsize
     return Estimate(flops, mem)
+
+
+class LazyEstimate:
+    """The estimate of a LINEAR program, counted when first read (`flops`, `mem_bytes`): a realize keeps one per new
+    kernel and only DEBUG=2's lines read them, so a first realize does not walk every program again for it."""
+
+    __slots__ = ("_est", "_linear")
+
+    def __init__(self, linear: UOp) -> None:
+        self._linear: UOp | None = linear
+        self._est: Estimate | None = None
+
+    def get(self) -> Estimate:
+        if self._est is None:
+            assert self._linear is not None  # dropped only once counted
+            self._est, self._linear = estimate(self._linear), None
+        return self._est
+
+    @property
+    def flops(self) -> int:
+        return self.get().flops
+
+    @property
+    def mem_bytes(self) -> int:
+        return self.get().mem_bytes

@@ -406,17 +406,39 @@ def _check_upto(upto: str | None) -> None:
 
 
 def lower_kernel(ast: UOp, target: Target | Any, upto: str | None = None, opts: list | None = None,
-                 bufs: tuple | None = None, name: str = "kernel") -> UOp:
+                 bufs: tuple | None = None, name: str = "kernel", memo: bool = False) -> UOp:
     """The kernel stages on `ast` for `target` (a Target, or a device whose default target is meant), stopping
     after `upto` if given; returns the LINEAR. `opts` replaces the heuristics' choice of OptOps; `bufs` (the
-    kernel's buffers) lets BEAM=n time candidates."""
+    kernel's buffers) lets BEAM=n time candidates. `memo` (lower.realize): a kernel whose first stage gives an AST
+    that this process lowered before under the same knobs gets that one's LINEAR without the later stages."""
     _check_upto(upto)
     ctx = Lowering.from_env(as_target(target), opts=None if opts is None else tuple(opts), bufs=bufs, name=name)
-    for st in _stages("kernel"):
+    # the stages after the first are a function of its result and the knobs (not of the kernel's name or, without
+    # BEAM, its buffers): a kernel whose symbolic stage gives an AST lowered before has that one's LINEAR. Two
+    # ASTs that differ only in how an index's terms are grouped (one buffer read through two chains of views,
+    # `(a * b + c) * d + e` against `a * b * d + c * d + e`) meet there: 3 of the transformer's 84 kernels
+    memo = memo and upto is None and not ctx.beam and not ctx.spec and ctx.debug < 3 and viz_capture.ACTIVE is None
+    key: tuple | None = None
+    stages = _stages("kernel")
+    for i, st in enumerate(stages):
         ast = _run_stage(st, ast, ctx)
         if st.name == upto:
             break
+        if i == 0 and memo:
+            key = (ast, replace(ctx, bufs=None, name=""), stages)
+            if (done := _LOWERED.get(key)) is not None:
+                return done
+    if key is not None:
+        if len(_LOWERED) >= LOWERED_KEPT:
+            del _LOWERED[next(iter(_LOWERED))]
+        _LOWERED[key] = ast
     return ast
+
+
+# (the kernel's AST after the first kernel stage, its context without name and buffers, the stages) -> its LINEAR:
+# lower_kernel(memo=True)
+_LOWERED: dict[tuple, UOp] = {}
+LOWERED_KEPT = 4096  # the oldest entry goes first past this many
 
 
 def compile_kernel(ast: UOp, target: Target | Any, upto: str | None = None, opts: list | None = None,

@@ -23,7 +23,7 @@ from devices import get_device, target_for
 from devices.base import Target
 from lower import buffers
 from lower.copyview import copy_into
-from lower.estimate import Estimate, estimate
+from lower.estimate import Estimate, LazyEstimate, estimate
 from lower.linearize import listing
 from lower.memory import plan
 from lower.mpi_exec import on_ranks
@@ -48,7 +48,7 @@ from rewrite.env import getenv
 from rewrite.viz import capture as viz_capture
 
 _compiled: dict[tuple, Any] = {}  # (ast, device, target key, lowering knobs) -> compiled kernel
-_estimates: dict[tuple, Estimate] = {}
+_estimates: dict[tuple, Estimate | LazyEstimate] = {}
 # (LINEAR, device, target key, lowering knobs) -> the key of the kernel compiled for that program
 _by_linear: dict[tuple, tuple] = {}
 plans = PlanCache()
@@ -110,7 +110,7 @@ def compile_kernels(wanted: Sequence[tuple[UOp, str, str, tuple | None]], target
     seen: dict[str, set[str]] = {}  # device -> the names its batch uses
     same: dict[tuple, tuple] = {}  # key -> the key of an earlier kernel whose LINEAR it is
     for key, (ast, device_name, name, bufs) in todo.items():
-        linear = lower_kernel(ast, target or target_for(device_name), bufs=bufs, name=name)
+        linear = lower_kernel(ast, target or target_for(device_name), bufs=bufs, name=name, memo=True)
         if getenv("DEBUG") >= 3:
             print(f"--- {name} ({device_name})\n{linear}", file=sys.stderr)
         # two ASTs may lower to one program (the same op on buffers of one shape, in other slots' order...):
@@ -145,7 +145,7 @@ def compile_kernels(wanted: Sequence[tuple[UOp, str, str, tuple | None]], target
         done = program_stages(progs[0] if len(progs) == 1 else UOp.sink(*progs), ctx)
         for key, prog in zip(keys, done.src if done.op is Ops.SINK else (done,), strict=True):
             _compiled[key] = loaded(prog)
-            _estimates[key] = estimate(new[key][1])
+            _estimates[key] = LazyEstimate(new[key][1])
             if (rec := viz_capture.ACTIVE) is not None:
                 rec.kernel(key, new[key][2], device_name, source=str(prog.src[2].arg))
     for key, first in same.items():
@@ -184,7 +184,7 @@ def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None,
             rec.run(_kernel_key(it.ast, dev), it.name, dev, time.perf_counter() - st)
         if debug >= 2:
             dt = time.perf_counter() - st
-            est = _estimates.get(_kernel_key(it.ast, dev), Estimate(0, 0))
+            est: Estimate | LazyEstimate = _estimates.get(_kernel_key(it.ast, dev), Estimate(0, 0))
             shape = "x".join(str(d) for d in it.bufs[0].shape)
             print(f"*** {dev:6s} {it.name:28s} out {shape:>10s}  {dt * 1e3:9.3f} ms  "
                   f"{est.mem_bytes / dt / 1e9:7.2f} GB/s  {est.flops / dt / 1e9:7.2f} GFLOP/s", file=sys.stderr)
@@ -246,7 +246,7 @@ def _planned(roots: list[UOp], flat: list[UOp]) -> Plan:
                   if it.kind == "kernel" and it.ast is not None]  # a kernel item always has its AST
         kernels = compile_kernels(wanted)
         keys = [_kernel_key(a, d) for a, d, _, _ in wanted]
-    ests = [_estimates.get(k, Estimate(0, 0)) for k in keys]
+    ests: list[Estimate | LazyEstimate] = [_estimates.get(k, Estimate(0, 0)) for k in keys]
     return build_plan(roots, flat, items, outs, kernels, ests)
 
 

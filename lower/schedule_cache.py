@@ -39,7 +39,7 @@ import numpy as np
 
 from lower import buffers
 from lower.copyview import View, copy_into
-from lower.estimate import Estimate
+from lower.estimate import Estimate, LazyEstimate
 from lower.memory import plan as memory_plan
 from lower.schedule import ScheduleItem
 from rewrite import BufferArg, Ops, UOp
@@ -161,7 +161,7 @@ class Step:
     name: str
     device: str
     out_shape: str
-    est: Estimate
+    est: Estimate | LazyEstimate
     view: View | None = None  # a copy's window of its source (lower.copyview)
     dst_view: View | None = None  # and of its destination
 
@@ -196,7 +196,7 @@ class Plan:
 
 
 def build_plan(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], outs: dict[UOp, UOp],
-               kernels: list[Any], estimates: list[Estimate]) -> Plan:
+               kernels: list[Any], estimates: list[Estimate | LazyEstimate]) -> Plan:
     """The replayable form of a schedule. `inputs` are the graph's buffers by position, flattened (`flat_inputs`);
     `kernels[i]` / `estimates[i]` belong to the i-th kernel item."""
     from lower.multi import view_base

@@ -45,3 +45,32 @@ def test_runtime_library_stays_on_disk_under_cache_off(tmp_path: os.PathLike) ->
         assert not os.path.exists(cached) or not os.listdir(cached)
         assert c.load(SRC.replace("twice", "thrice").replace("2 *", "3 *"), "runtime", runtime=True).thrice(2) == 6
         assert len(os.listdir(cached)) == 1
+
+
+# a kernel library's libm and libc calls (sinf, sqrt, fmaf, memcpy) and a libgcc helper (128-bit division) bind
+# when it is linked lean (devices.cpu_compiler._LEAN_LINK), at both tiers, cached and not
+LIBS_SRC = """
+float sinf(float); double sqrt(double); float fmaf(float, float, float);
+void* memcpy(void* restrict, const void* restrict, __SIZE_TYPE__);
+double calls(volatile float x, volatile double y) {
+  float s = sinf(x) + fmaf(x, x, 1.0f); unsigned u; memcpy(&u, &s, 4);
+  volatile unsigned __int128 big = ((unsigned __int128)u << 64) | 12345u; volatile unsigned __int128 d = 977;
+  return (double)s + sqrt(y) + (double)(unsigned long long)((big / d) % 1000003u);
+}
+"""
+
+
+@pytest.mark.parametrize("cache", [0, 1])
+@pytest.mark.parametrize("tier", ["opt", "fast"])
+def test_kernel_library_calls_bind(tmp_path: os.PathLike, cache: int, tier: str) -> None:
+    import ctypes
+    import math
+
+    with Context(CACHEDIR=str(tmp_path), CACHE=cache):
+        fn = Compiler().load(LIBS_SRC, "calls", tier=tier).calls
+        fn.restype, fn.argtypes = ctypes.c_double, [ctypes.c_float, ctypes.c_double]
+        x = ctypes.c_float(0.5).value
+        s = ctypes.c_float(ctypes.c_float(math.sin(x)).value + ctypes.c_float(x * x + 1.0).value).value
+        u = int.from_bytes(ctypes.c_float(s), "little")
+        want = s + math.sqrt(2.0) + float(((u << 64) | 12345) // 977 % 1000003)
+        assert fn(x, 2.0) == pytest.approx(want, rel=1e-6)

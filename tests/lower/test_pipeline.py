@@ -174,13 +174,16 @@ def test_schedule_items_have_names_and_buffers() -> None:
 
 def test_work_estimate_counts_flops_and_bytes_through_loops() -> None:
     from devices import get_device
-    from lower.estimate import estimate
+    from lower.estimate import LazyEstimate, estimate
     from lower.stages import lower_kernel
 
     a, _ = fbuf((8, 16), 1)
     b, _ = fbuf((16, 4), 2)
     mm = (a.reshape((8, 16, 1)).expand((8, 16, 4)) * b.reshape((1, 16, 4)).expand((8, 16, 4))).sum((1,))
     items, _ = schedule([mm])
-    est = estimate(lower_kernel(items[0].ast, get_device("python"), opts=[]))
+    linear = lower_kernel(items[0].ast, get_device("python"), opts=[])
+    est = estimate(linear)
     assert est.flops == 2 * 8 * 16 * 4  # one multiply and one add per product
     assert est.mem_bytes == 4 * (2 * 8 * 16 * 4 + 8 * 4)  # two loads per product, one store per output
+    lazy = LazyEstimate(linear)  # what lower.realize keeps: the same figures, counted when read
+    assert (lazy.flops, lazy.mem_bytes, lazy.get()) == (est.flops, est.mem_bytes, est)

@@ -51,3 +51,38 @@ def test_kernels_of_one_linear_compile_once(monkeypatch) -> None:
     # a kernel of another program still compiles
     other = realize_mod.compile_kernels([(_copy_kernel(m, n, 0), "cpu", "copy_d", None)])[0]
     assert other is not ka and programs == [1, 1]
+
+
+def test_lowering_memo_skips_the_later_stages(monkeypatch) -> None:
+    """lower_kernel(memo=True), as lower.realize calls it: a kernel whose symbolic stage gives an AST lowered
+    before gets that one's LINEAR, the one the whole pipeline makes for it, without the later stages."""
+    from devices import target_for
+
+    n, m = 5, 43  # a shape no other test uses
+    a, b = _copy_kernel(n, m, 0), _copy_kernel(n, m, 1)
+    target = target_for("cpu")
+    runs: list[str] = []
+
+    def noted(st: pl.Stage) -> pl.Stage:
+        def run(graph: UOp, ctx: pl.Lowering) -> UOp:
+            runs.append(st.name)
+            return st.run(graph, ctx)
+
+        return pl.Stage(st.name, st.scope, st.rules, st.spec, run, st.what)
+
+    stages = tuple(noted(s) for s in pl.PIPELINE)
+    monkeypatch.setattr(pl, "PIPELINE", stages)
+    la = pl.lower_kernel(a, target, name="copy_a", memo=True)
+    kernel_stages = [s.name for s in stages if s.scope == "kernel"]
+    assert runs == kernel_stages
+    lb = pl.lower_kernel(b, target, name="copy_b", memo=True)
+    assert lb is la and runs == kernel_stages + kernel_stages[:1]  # only the first stage ran for b
+    assert pl.lower_kernel(b, target, name="copy_b") is la  # what the whole pipeline makes of b
+    assert runs[len(kernel_stages) + 1:] == kernel_stages
+    # another knob is another key: NOOPT lowers b through every stage again
+    from rewrite.env import Context
+
+    with Context(NOOPT=1):
+        del runs[:]
+        pl.lower_kernel(b, target, name="copy_b", memo=True)
+        assert runs == kernel_stages
