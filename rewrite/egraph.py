@@ -117,9 +117,9 @@ class Saturator(DiskCache):
         self._cmds: dict[str, list] = {}
         # ("analysis", groups...) or ("load", load rule sets...) -> the combined rule set that runs them
         self._combos: dict[tuple[str, ...], str] = {}
-        # (groups, load rule sets) -> the batch commands, and the declarations of their combined rule sets
-        self._combo_cmds: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[str, list]] = {}
-        self._combo_decls: dict[tuple[tuple[str, ...], tuple[str, ...]], list[tuple[str, list]]] = {}
+        # (groups, load rule sets, seeds run) -> the batch commands, and the declarations of their combined rule sets
+        self._combo_cmds: dict[tuple[tuple[str, ...], tuple[str, ...], bool], dict[str, list]] = {}
+        self._combo_decls: dict[tuple[tuple[str, ...], tuple[str, ...], bool], list[tuple[str, list]]] = {}
         self._declared: set[str] = set()  # combined rule sets the e-graph holds (in its snapshot or after it)
         self._snapshot: dict[str, list] = {}  # those of them in the snapshot `_reset` goes back to, parsed
         self._lock = threading.RLock()
@@ -179,18 +179,19 @@ class Saturator(DiskCache):
         self._loaded, self._dirty = 0, False
         self.resets += 1
 
-    def _commands(self, exprs: list[Expr], made: set[str]) -> dict[str, list]:
+    def _commands(self, exprs: list[Expr], made: set[str], seeds: bool = True) -> dict[str, list]:
         """The commands for a batch: the load rules of the node kinds it has (`load_sets`; `made`: those of the
         right-hand sides of `prematch`), and the iterations with the analysis rules of the groups whose constructors
         all occur in it (rewrite.egraph_groups), each a combined rule set declared when first needed (and kept by
-        `_reset`)."""
+        `_reset`). Without `seeds`, the iterations leave out the program's seeds rule set: the batch's new nodes
+        came with the intervals it would give them (`_rows`), so it could only repeat what the analysis does."""
         kinds = {n[0] for e in exprs for n in e.nodes} | made
-        combo = (groups_for(self._groups, kinds), load_sets(kinds))
+        combo = (groups_for(self._groups, kinds), load_sets(kinds), seeds)
         cmds = self._combo_cmds.get(combo)
         eg = self._eg
         if cmds is None:
             sch = self.schedule
-            keys, loads = combo
+            keys, loads, _ = combo
             load = self._combos.setdefault(("load", *loads), f"load__with{len(self._combos)}")
             decls = {load: f"(unstable-combined-ruleset {load} {' '.join(loads)})"}
             name = sch.analysis
@@ -199,7 +200,7 @@ class Saturator(DiskCache):
                 decls[name] = f"(unstable-combined-ruleset {name} {sch.analysis} {' '.join(keys)})"
                 if sch.fused:
                     decls[name] += sch.fused_decl(name, keys)
-            step = sch.schedule_text(name, self._checks, self._seeds)
+            step = sch.schedule_text(name, self._checks, self._seeds and seeds)
             cmds = self._combo_cmds[combo] = {**self._cmds, **{k: parse_forms(eg, t) for k, t in {
                 "step": f"(run-schedule {step})", "load_step": f"(run-schedule (run {load}) {step})",
                 "cload_step": f"(run-schedule (run clear) (run {load}) {step})",
@@ -212,7 +213,7 @@ class Saturator(DiskCache):
                 self._declared.add(n)
         return cmds
 
-    def _rows(self, exprs: list[Expr]) -> tuple[list[int], str, bool, bool, dict[str, int], set[str]]:
+    def _rows(self, exprs: list[Expr]) -> tuple[list[int], str, bool, bool, dict[str, int], set[str], bool]:
         """The e-class number of every root, the LN rows of the nodes the e-graph does not hold yet, whether one
         of those is an op node without an interval (the analysis must run before the first rewrites), whether
         some op node or single-point variable of the batch was in the e-graph before it (its e-class may hold
@@ -221,7 +222,9 @@ class Saturator(DiskCache):
 
         Nodes are hash-consed by structure (`_ids`, emptied with the e-graph's rows by a clear or a reset), so a
         subterm shared by many roots is sent once. Last, the right-hand sides of the `prematch` rules that match the
-        new nodes (rewrite.egraph_prematch) as rows of their own (`_made`); their kinds are the last value."""
+        new nodes (rewrite.egraph_prematch) as rows of their own (`_made`); their kinds are the sixth value, and the
+        last whether every op node among them came with its interval (`PreMatcher.bounds`: then the program's `seeds`
+        rule set has nothing to add, see `_commands`)."""
         ids, codes, twins = self._ids, CODES, TWIN_CODES
         ln: list[str] = []
         roots: list[int] = []
@@ -229,6 +232,8 @@ class Saturator(DiskCache):
         n0 = len(ids)
         reused = False
         added: dict[str, int] = {}
+        pm = self.prematch
+        ivs: dict[int, tuple[int, int]] | None = {} if pm is not None and pm.bounds is not None else None
         for e in exprs:
             g: list[int] = []
             bounds = e.bounds or [None] * len(e.nodes)
@@ -240,6 +245,13 @@ class Saturator(DiskCache):
                         reused = True
                 else:
                     i = ids[key] = len(ids)
+                    if ivs is not None:  # what the load gives node i (the right-hand sides' intervals read it)
+                        if n[0] == "Var":
+                            ivs[i] = (n[2], n[3])
+                        elif n[0] == "Num":
+                            ivs[i] = (n[1], n[1])
+                        elif iv is not None:
+                            ivs[i] = (iv[0], iv[1])
                     if n[0] == "Var":
                         ln.append(f"{i}\t-1\t0\t0\t0\t{n[1]}\t{n[2]}\t{n[3]}\t1\n")
                     elif n[0] == "Num":
@@ -259,16 +271,20 @@ class Saturator(DiskCache):
                 g.append(i)
             roots.append(g[-1])
         made: set[str] = set()
-        if self.prematch is not None:
+        seeded = [True]
+        if pm is not None:
             terms = list(ids)  # node number -> its key: ("Num", v), ("Var", ...) or (constructor, child numbers...)
-            for i, _, rhs in self.prematch.matches(terms, n0):
-                self._made(rhs, i, terms, ln, made)
-        return roots, "".join(ln), unbounded, reused, added, made
+            for i, _, rhs in pm.matches(terms, n0):
+                self._made(rhs, i, terms, ln, made, ivs, seeded)
+        return roots, "".join(ln), unbounded, reused, added, made, seeded[0] and ivs is not None
 
-    def _made(self, t: tuple, into: int | None, terms: list[tuple], ln: list[str], made: set[str]) -> int:
+    def _made(self, t: tuple, into: int | None, terms: list[tuple], ln: list[str], made: set[str],
+              ivs: dict[int, tuple[int, int]] | None, seeded: list[bool]) -> int:
         """The node number of the right-hand side term `t` (rewrite.egraph_prematch.Rhs), its new nodes added to
-        `ln` (an op node without an interval: the analysis gives it one, as to a node a rule makes); with `into`, its
-        root goes in as a row of node `into`, so that the load unions the two (the rule's union)."""
+        `ln`; with `into`, its root goes in as a row of node `into`, so that the load unions the two (the rule's
+        union). An op node comes with the interval `PreMatcher.bounds` gives it from its operands' (`ivs`: node
+        number -> the interval its row loads), else without one (the analysis gives it one, as to a node a rule
+        makes) and `seeded[0]` turns False."""
         name = t[0]
         if name == "Id":
             return t[1]
@@ -279,8 +295,14 @@ class Saturator(DiskCache):
                 i = ids[t] = len(ids)
                 ln.append(f"{i}\t0\t{t[1]}\t0\t0\t-\t{t[1]}\t{t[1]}\t1\n")
                 made.add("Num")
+                if ivs is not None:
+                    ivs[i] = (t[1], t[1])
             return i
-        kids = tuple(self._made(k, None, terms, ln, made) for k in t[1:])
+        kids = tuple(self._made(k, None, terms, ln, made, ivs, seeded) for k in t[1:])
+        bounds = self.prematch.bounds if self.prematch is not None and ivs is not None else None
+        iv = bounds(name, [ivs.get(k) for k in kids]) if bounds is not None and ivs is not None else None
+        if iv is None:
+            seeded[0] = False
         key = (name, *kids)
         i = ids.get(key) if into is None else into
         if i is None or into is not None:
@@ -294,8 +316,11 @@ class Saturator(DiskCache):
                 code = TWIN_CODES[name]
                 made.add(TWIN_OF[name])
             k3 = kids + (0,) * (3 - len(kids))
-            ln.append(f"{i}\t{code}\t{k3[0]}\t{k3[1]}\t{k3[2]}\t-\t0\t0\t0\n")
+            bnd = "0\t0\t0" if iv is None else f"{iv[0]}\t{iv[1]}\t1"
+            ln.append(f"{i}\t{code}\t{k3[0]}\t{k3[1]}\t{k3[2]}\t-\t{bnd}\n")
             made.add(name)
+            if iv is not None and ivs is not None and into is None:
+                ivs[i] = iv
         return i
 
     def _input(self, b: Any, table: str, text: str) -> Any:
@@ -361,10 +386,10 @@ class Saturator(DiskCache):
         self._dirty = True
         ok = False
         try:
-            roots, ln, unbounded, reused, added, made = self._rows(exprs)
+            roots, ln, unbounded, reused, added, made, seeded = self._rows(exprs)
             self._loaded += len(self._ids)
             before = self._sizes
-            cm = self._commands(exprs, made)
+            cm = self._commands(exprs, made, not seeded)
             # the first command: the new rows, their load, the first iteration and the sizes. Without an op node
             # that lacks an interval, the load and the first iteration are one `run-schedule` (whose report's
             # first iteration is the load's); egglog 13.2 spends ~25 us on any command, even `(print-size)`

@@ -17,7 +17,7 @@ Only rules whose guard reads nothing but constant captures and whose right-hand 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import cast
 
 from rewrite.dsl import _ANY, Pat, Rule
@@ -27,6 +27,8 @@ from rewrite.ops import Ops
 
 # a right-hand side node: ("Num", v) | ("Id", node number) | (constructor, child, ...)
 Rhs = tuple
+# the interval of a right-hand side op node from its operands' intervals (None: none known), or None
+Bounds = Callable[[str, Sequence[tuple[int, int] | None]], tuple[int, int] | None]
 
 
 class _NoMatch(Exception):
@@ -179,8 +181,11 @@ class PreMatcher:
     """Template rules matched in Python on hash-consed terms: `terms[i]` is ("Num", v), ("Var", key, lo, hi), or
     (constructor, child number, ...) with children numbered before their parents."""
 
-    def __init__(self, rules: Iterable[Rule]) -> None:
+    def __init__(self, rules: Iterable[Rule], bounds: Bounds | None = None) -> None:
         self.rules = list(rules)
+        # the interval of a right-hand side node (constructor, its operands' intervals) as the e-graph's analysis
+        # would give it, or None: what the saturator loads the node with (rules.eqsat_analysis.seed_bounds)
+        self.bounds = bounds
         self.by_ctor: dict[str, list[_Variant]] = {}
         texts: list[str] = []
         for r in self.rules:
@@ -230,4 +235,4 @@ def _const_names(p: Pat) -> set[str]:
     return {n for n, q in p.captures().items() if q.kind == "const"}
 
 
-__all__ = ["PreMatcher", "Rhs"]
+__all__ = ["Bounds", "PreMatcher", "Rhs"]

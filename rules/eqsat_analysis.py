@@ -6,7 +6,10 @@ force."""
 
 from __future__ import annotations
 
-from rewrite.egraph_terms import IV_NEG, IV_POS, floor_div, iv_decode, iv_exact, iv_fields, iv_pack, pow2_rules
+from collections.abc import Callable, Sequence
+from typing import cast
+
+from rewrite.egraph_terms import IV_INF, IV_NEG, IV_POS, floor_div, iv_decode, iv_exact, iv_fields, iv_pack, pow2_rules
 
 
 def _dec(t: str, lo: str, hi: str) -> str:
@@ -170,3 +173,103 @@ RAW_RULES = "\n".join([
     f" {' '.join(iv_fields('__pe', 'el', 'eh'))} (< el eh))"
     " ((union e (Add x (Num d)))) :ruleset rw :name \"mod-shift\")",
 ])
+
+
+# ---------------------------------------------------------------------------------------------- the seeds in Python
+
+def _sexpr(text: str) -> object:
+    """The s-expression of egglog i64 text: a name, an int, or a list [op, args...]."""
+    toks = text.replace("(", " ( ").replace(")", " ) ").split()
+    stack: list[list[object]] = [[]]
+    for t in toks:
+        if t == "(":
+            stack.append([])
+        elif t == ")":
+            done = stack.pop()
+            stack[-1].append(done)
+        else:
+            stack[-1].append(int(t) if t.lstrip("-").isdigit() else t)
+    return stack[0][0]
+
+
+# egglog's i64 primitives as Python helpers: `/` and `%` truncate (Rust), and an operation that leaves i64 or divides
+# by zero fails, which makes the rule not match (raised here as ArithmeticError)
+def _chk(v: int) -> int:
+    if not -(1 << 63) <= v < 1 << 63:
+        raise OverflowError
+    return v
+
+
+def _tdiv(a: int, b: int) -> int:
+    q = abs(a) // abs(b)  # ZeroDivisionError where b == 0
+    return _chk(q if (a < 0) == (b < 0) else -q)
+
+
+def _tmod(a: int, b: int) -> int:
+    return _chk(a - b * _tdiv(a, b))
+
+
+_PY_OPS = {"+": "_chk({} + {})", "-": "_chk({} - {})", "*": "_chk({} * {})", "/": "_tdiv({}, {})",
+           "%": "_tmod({}, {})", "min": "min({}, {})", "max": "max({}, {})"}
+
+
+def _py(e: object) -> str:
+    if isinstance(e, list):
+        return _PY_OPS[str(e[0])].format(*(_py(a) for a in e[1:]))
+    return str(e)
+
+
+def _compile_i64(params: str, *texts: str) -> Callable[..., tuple[int, ...]]:
+    """A Python function of `params` giving the values of the egglog i64 `texts` (raises ArithmeticError where egglog
+    fails): the analysis's own formulas, so that Python and the e-graph agree to the bit."""
+    body = ", ".join(_py(_sexpr(t)) for t in texts)
+    env: dict[str, object] = {"_chk": _chk, "_tdiv": _tdiv, "_tmod": _tmod}
+    exec(compile(f"def f({params}):\n    return ({body},)\n", "<eqsat seeds>", "exec"), env)  # our own formulas
+    return cast("Callable[..., tuple[int, ...]]", env["f"])
+
+
+_SEED_DIV = _compile_i64("la, ha, c", f"(min {floor_div('la', 'c')} {floor_div('ha', 'c')})",
+                         f"(max {floor_div('la', 'c')} {floor_div('ha', 'c')})")
+_SEED_MOD = _compile_i64("la, ha, lb, hb, la__f, ha__f", _MOD_LO, _MOD_HI)
+_SEED_MUL = _compile_i64("__dl, __dh, k", *_corners("*", ("__dl", "__dh"), ("k", "k")))
+
+
+def _fields(iv: tuple[int, int]) -> tuple[int, int]:
+    """The fields of `iv` as the e-graph stores it (iv_pack: each bound clamped into its 32-bit field)."""
+    return min(max(iv[0], IV_NEG), IV_POS), max(min(iv[1], IV_POS), IV_NEG)
+
+
+def _decoded(f: tuple[int, int]) -> tuple[int, int]:
+    """iv_decode in Python: a missing bound as -+IV_INF."""
+    return (-IV_INF if f[0] == IV_NEG else f[0]), (IV_INF if f[1] == IV_POS else f[1])
+
+
+def seed_bounds(ctor: str, kids: Sequence[tuple[int, int] | None]) -> tuple[int, int] | None:
+    """The interval the e-graph's analysis gives a node the fast tier's rewrites build, `Div` or `Mod` of an operand by
+    a constant, or `Mul` of such a node by a constant, from its operands' intervals as loaded (`kids`, bounds as the
+    rows carry them, None where there is none), computed with the analysis's own formulas (those of SEEDS, which are
+    iv-div's, iv-mod's and iv-mul's for a constant operand); None where the rule would not match or a constant does
+    not fit a field (IV_NEG < c < IV_POS: there SEEDS and the analysis read it differently). The operands' intervals
+    only tighten in the e-graph and the formulas are monotone, so the result holds for the e-class at every step of
+    the saturation (rewrite.egraph's Saturator loads it with the node, `PreMatcher.bounds`)."""
+    if len(kids) != 2 or kids[0] is None or kids[1] is None:
+        return None
+    c = kids[1]
+    if c[0] != c[1] or not IV_NEG < c[0] < IV_POS or c[0] == 0:
+        return None
+    lf, hf = _fields(kids[0])
+    la, ha = _decoded((lf, hf))
+    try:
+        if ctor == "Div":
+            if lf == IV_NEG or hf == IV_POS:  # _EXACT_A
+                return None
+            lo, hi = _SEED_DIV(la, ha, c[0])
+        elif ctor == "Mod":
+            lo, hi = _SEED_MOD(la, ha, c[0], c[0], lf, hf)
+        elif ctor == "Mul":
+            lo, hi = _SEED_MUL(la, ha, c[0])
+        else:
+            return None
+    except ArithmeticError:
+        return None
+    return lo, hi

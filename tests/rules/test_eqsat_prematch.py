@@ -4,6 +4,8 @@ fed the same batches in the same order, gives the same forms and the same interv
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from rewrite.dsl import Rule, const, fold, var
@@ -64,3 +66,96 @@ def test_production_saturator_prematches():
         sat.clear_memory()
         r = sat.run([v + (v % 4) * -1])[0]
     assert (r.uop.render(), r.lo, r.hi) == ("((x//4)*4)", 0, 100)
+
+
+def _egglog_value(eg, text: str) -> int | None:
+    """egglog's value of the i64 `text`, None where a primitive fails (overflow, division by zero)."""
+    from rewrite.egglog_io import parse_forms
+
+    try:
+        out = eg.run_program(*parse_forms(eg, f"(extract {text})"))[-1]
+    except Exception:  # egglog's error for a primitive that fails
+        return None
+    return out.termdag.get(out.term).value.value
+
+
+def test_seed_bounds_are_the_analysis_formulas_as_egglog_computes_them():
+    """rules.eqsat_analysis.seed_bounds against egglog itself evaluating the same formula text (SEEDS' and the
+    analysis's) on intervals around every edge of the packed fields, constants past them included: the same value, or
+    no interval where egglog's arithmetic fails or the rule would not match."""
+    import itertools
+
+    from rewrite.egglog_io import egglog_bindings
+    from rewrite.egraph_terms import IV_INF, IV_NEG, IV_POS, floor_div
+    from rules.eqsat_analysis import _MOD_HI, _MOD_LO, _corners, seed_bounds
+
+    eg = egglog_bindings().EGraph()
+    edges = [I64_MAX, -(1 << 40), IV_NEG - 1, IV_NEG, IV_NEG + 1, -7, -1, 0, 1, 5, IV_POS - 1, IV_POS, 1 << 40]
+    consts = [1, 2, 3, -3, 8, 0, IV_POS - 1, IV_POS, -(1 << 33)]
+    checked = 0
+    for lo, hi in itertools.combinations_with_replacement(sorted(set(edges) - {I64_MAX}), 2):
+        lf, hf = min(max(lo, IV_NEG), IV_POS), max(min(hi, IV_POS), IV_NEG)
+        la, ha = (-IV_INF if lf == IV_NEG else lf), (IV_INF if hf == IV_POS else hf)
+        for c in consts:
+            sub = {"la": la, "ha": ha, "lb": c, "hb": c, "la__f": lf, "ha__f": hf, "c": c, "k": c, "__dl": la,
+                   "__dh": ha}
+
+            def want(*texts: str) -> tuple[int, int] | None:
+                vals = []
+                for t in texts:
+                    for name in sorted(sub, key=len, reverse=True):  # longest names first (la__f before la)
+                        t = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w])", str(sub[name]), t)
+                    vals.append(_egglog_value(eg, t))
+                return None if None in vals else (vals[0], vals[1])
+
+            ok = c != 0 and IV_NEG < c < IV_POS
+            exact = lf != IV_NEG and hf != IV_POS
+            div = want(f"(min {floor_div('la', 'c')} {floor_div('ha', 'c')})",
+                       f"(max {floor_div('la', 'c')} {floor_div('ha', 'c')})") if ok and exact else None
+            assert seed_bounds("Div", [(lo, hi), (c, c)]) == div, (lo, hi, c)
+            assert seed_bounds("Mod", [(lo, hi), (c, c)]) == (want(_MOD_LO, _MOD_HI) if ok else None), (lo, hi, c)
+            mul = want(*_corners("*", ("__dl", "__dh"), ("k", "k"))) if ok else None
+            assert seed_bounds("Mul", [(lo, hi), (c, c)]) == mul, (lo, hi, c)
+            checked += ok
+    assert checked > 300
+    assert seed_bounds("Div", [None, (3, 3)]) is None and seed_bounds("Add", [(0, 1), (3, 3)]) is None
+    assert seed_bounds("Div", [(0, 9), (2, 3)]) is None  # a divisor that is not one constant
+
+
+def test_seed_bounds_sound_by_brute_force():
+    import random
+
+    from rules.eqsat_analysis import seed_bounds
+
+    rng = random.Random(5)
+    for _ in range(400):
+        lo = rng.randint(-40, 40)
+        hi = lo + rng.randint(0, 30)
+        c, k = rng.choice([1, 2, 3, 4, 7, -2, -3, -8]), rng.choice([1, 2, -3, 5])
+        for op, f in (("Div", lambda v: v // c), ("Mod", lambda v: v % c)):
+            d = seed_bounds(op, [(lo, hi), (c, c)])
+            assert d is not None
+            e = seed_bounds("Mul", [d, (k, k)])
+            assert e is not None
+            for v in range(lo, hi + 1):
+                assert d[0] <= f(v) <= d[1] and e[0] <= f(v) * k <= e[1], (op, lo, hi, c, k, v)
+
+
+def test_right_hand_sides_loaded_with_intervals_give_what_seeds_give():
+    """With the right-hand sides' intervals computed in Python (PreMatcher.bounds) the batches skip the `seeds` rule
+    set, and the results and intervals are those of the prematcher without them (seeds run in every batch), on the
+    fast results of random expressions and on the fast tier's shapes over boxes and constants past 2**31."""
+    plain = PreMatcher(eqsat.fast_tier_rules())
+    assert plain.bounds is None and eqsat.fast_tier_prematcher().bounds is not None
+    text = eqsat.fast_tier_program(prematched=True)[0]
+    a = Saturator("bounds", text, eqsat.FAST_TIER_SCHEDULE, prematch=eqsat.fast_tier_prematcher())
+    b = Saturator("seeds", text, eqsat.FAST_TIER_SCHEDULE, prematch=plain)
+    _same_results(a, b)
+    assert any(not key[2] for key in a._combo_cmds) and all(key[2] for key in b._combo_cmds)
+    xs = [UOp.variable("x", lo, lo + w) for lo in (0, -5, 1 << 30, -(1 << 40)) for w in (7, 1 << 31, 1 << 33)]
+    wide = [x + (x % c) * -1 for x in xs for c in (3, 4, -4, 1 << 31, 3 << 30)]
+    wide += [x * 3 + (x // c) * (-3 * c) for x in xs for c in (2, 5, 1 << 32)]
+    with Context(CACHE=0):
+        for u in wide:
+            g, w = a.run([u])[0], b.run([u])[0]
+            assert (g.uop.render(), g.lo, g.hi) == (w.uop.render(), w.lo, w.hi), u.render()
