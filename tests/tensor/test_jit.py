@@ -140,6 +140,29 @@ def test_a_new_argument_shape_is_an_error():
     np.testing.assert_array_equal(double(Tensor(np.ones(5))).numpy(), np.full(5, 2.0))
 
 
+def test_the_same_argument_again_replays_on_its_data_now():
+    """Calls with the argument of the last replay take a shortcut (jit._last); an in-place update of it, a lazy
+    argument, and another argument in between all replay on the data the argument holds at the call."""
+
+    @jit
+    def double(x: Tensor) -> Tensor:
+        return x * 2
+
+    a, b = Tensor(np.arange(4.0)).realize(), Tensor(np.full(4, 7.0)).realize()
+    want = np.arange(4.0)
+    for k in range(5):
+        for _ in range(2):  # the second call is the shortcut's
+            np.testing.assert_array_equal(double(a).numpy(), 2 * want, err_msg=f"call {k}")
+        a.assign(a + 1)  # a is lazy now: the next call realizes it (in place)
+        want = want + 1
+        if k % 2:
+            np.testing.assert_array_equal(double(b).numpy(), np.full(4, 14.0))
+    lazy = a * 3
+    np.testing.assert_array_equal(double(lazy).numpy(), 6 * want)
+    np.testing.assert_array_equal(double(lazy).numpy(), 6 * want)
+    assert double.calls == 14
+
+
 @pytest.mark.parametrize("norm", ["LayerNorm", "GroupNorm", "BatchNorm2d"])
 def test_norm_layers_train_under_jit_as_without(norm: str):
     """A norm layer's ones/zeros parameters (and BatchNorm's running statistics) are buffers from the start, so the
