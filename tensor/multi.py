@@ -20,6 +20,8 @@ the spec's comments'.
 
 from __future__ import annotations
 
+import sys
+import weakref
 from typing import cast
 
 import tensor.tensor as tt
@@ -31,6 +33,7 @@ from tensor import jit as _jit
 from tensor.helpers import Device, canonical_device, norm_axis
 
 Tensor = tt.Tensor
+_getrefcount, _getweakrefcount = sys.getrefcount, weakref.getweakrefcount
 
 
 def _devices(devices: Device, what: str) -> tuple[str, ...]:
@@ -181,13 +184,37 @@ def allreduce(T: Tensor) -> Tensor:
         across = _spans[D] = spans_ranks(D)
     if across:
         # realized (and no gradient, no jit capture): one Allreduce now (lower.mpi_cache.allreduce_now)
-        if not T._requires_grad and not _jit.capturing() and (u := _mpi_cache.allreduce_now(T.uop)) is not None:
-            return Tensor._wrap(u, D)
+        if not T._requires_grad and not _jit._ACTIVE and (t := _at_once(T, D)) is not None:
+            return t
         return T.reshape(n, T.shape[0] // n).sum(0)
     return allgather(reduce_scatter(T))
 
 
 _spans: dict[tuple[str, ...], bool] = {}  # device tuple -> whether it spans MPI ranks (devices.spans_ranks)
+_handed: list[Tensor | None] = [None]  # the last Tensor allreduce's fast path returned
+_FREE_REFS = 3  # sys.getrefcount of that Tensor when only _handed refers to it (and a local and the call's argument)
+
+
+def _at_once(T: Tensor, D: tuple[str, ...]) -> Tensor | None:
+    """allreduce's fast path: the result of lower.mpi_cache.allreduce_now as a Tensor, or None. The Tensor it
+    returned last time is returned again, holding the new result, when nothing refers to it any more, strongly or
+    weakly (its one weak reference is the live-tensor tracking's, tensor.inplace): the caller dropped it, so no
+    one can tell it from a new Tensor, and making and dropping one costs more than the rest of a call (in a
+    training loop, with the caches cold after the MPI call moved megabytes). Its UOp is let go first, so that
+    allreduce_now finds the last result free to write into."""
+    t = _handed[0]
+    if t is not None and _getrefcount(t) == _FREE_REFS and _getweakrefcount(t) == 1:
+        _handed[0] = None
+        del t.uop
+        if (u := _mpi_cache.allreduce_now(T.uop)) is None:
+            return None
+        t.uop, t._device, t.grad, t._requires_grad = u, D, None, False
+        _handed[0] = t
+        return t
+    if (u := _mpi_cache.allreduce_now(T.uop)) is None:
+        return None
+    t = _handed[0] = Tensor._wrap(u, D)
+    return t
 
 
 # ------------------------------------------------------------------ across MPI ranks
