@@ -177,20 +177,24 @@ def allreduce(T: Tensor) -> Tensor:
     there (and needs no gradient), that Allreduce runs at once and the result comes back realized: the call
     costs the MPI call and a few microseconds of Python, not a graph's schedule and replay. Inside a
     `tensor.jit` capture it stays a graph, so that the capture records it and every replay runs it."""
-    D, n = _n(T, "allreduce")
-    if (across := _spans.get(D)) is None:
-        from devices import spans_ranks
+    D = T._device
+    across: bool | None = True  # D is the device tuple of the fast path's last new Tensor: it spans ranks
+    if D is not _spans_last:  # else no tuple hashed
+        D, _ = _n(T, "allreduce")
+        if (across := _spans.get(D)) is None:
+            from devices import spans_ranks
 
-        across = _spans[D] = spans_ranks(D)
+            across = _spans[D] = spans_ranks(D)
     if across:
         # realized (and no gradient, no jit capture): one Allreduce now (lower.mpi_cache.allreduce_now)
         if not T._requires_grad and not _jit._ACTIVE and (t := _at_once(T, D)) is not None:
             return t
-        return T.reshape(n, T.shape[0] // n).sum(0)
+        return T.reshape(len(D), T.shape[0] // len(D)).sum(0)
     return allgather(reduce_scatter(T))
 
 
 _spans: dict[tuple[str, ...], bool] = {}  # device tuple -> whether it spans MPI ranks (devices.spans_ranks)
+_spans_last: tuple[str, ...] | None = None  # the device tuple of the fast path's last new Tensor (spans ranks)
 _handed: list[Tensor | None] = [None]  # the last Tensor allreduce's fast path returned
 _FREE_REFS = 3  # sys.getrefcount of that Tensor when only _handed refers to it (and a local and the call's argument)
 
@@ -213,6 +217,8 @@ def _at_once(T: Tensor, D: tuple[str, ...]) -> Tensor | None:
         return t
     if (u := _mpi_cache.allreduce_now(T.uop)) is None:
         return None
+    global _spans_last
+    _spans_last = D  # kept alive by this, so `is` cannot meet another tuple at its address
     t = _handed[0] = Tensor._wrap(u, D)
     return t
 
