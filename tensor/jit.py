@@ -35,7 +35,9 @@ its collectives included.
 
 from __future__ import annotations
 
+import functools
 import operator
+import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -129,11 +131,13 @@ class jit(Generic[R]):
         self._after: list[Callable[[], None]] = []
         self._arg_specs: list[tuple[tuple, Any, Any]] = []
         self._result: Any = None
-        # the last replay's arguments (the objects, and each Tensor's UOp and device), the shards of each argument
-        # on a device tuple (slot, shards: what the registry held), and each plan's input buffers: a call with the
-        # same arguments, their UOps unchanged, runs those again (`_same_args`). A realized UOp stays realized
-        # while it lives (a buffer's data goes only with it), and the checks made for these arguments (shapes,
-        # layouts, the buffers behind them) depend on nothing else
+        # the last replay's Tensor arguments (weak references), each one's UOp and device, the shards of each
+        # argument on a device tuple (slot, shards: what the registry held), and each plan's input buffers: a call
+        # with the same arguments, their UOps unchanged, runs those again (`_same_args`). A realized UOp stays
+        # realized while it lives (a buffer's data goes only with it), and the checks made for these arguments
+        # (shapes, layouts, the buffers behind them) depend on nothing else. It is dropped when an argument dies,
+        # so it keeps no argument's buffers alive past the tensor (an argument given another UOp keeps the old
+        # one's until the next call)
         self._last: tuple[tuple, tuple, tuple[tuple, tuple], list[list[UOp]]] | None = None
 
     def reset(self) -> None:
@@ -228,9 +232,13 @@ class jit(Generic[R]):
         assert self._program is not None
         ins = [[bufs[s[1]] if s[0] == "arg" else self._program[s[1]][2][s[2]] if s[0] == "out" else s[1]
                 for s in src] for _, src, _ in self._program]
-        multi = [b for b in bufs if isinstance(b.buf_arg.device, tuple)]
-        shards = (tuple(map(registry.slot, multi)), tuple(map(registry.shards, multi)))
-        self._last = (args, tuple((a.uop, a._device) if isinstance(a, Tensor) else None for a in args), shards, ins)
+        self._last = None
+        if len(targs) == len(args):  # Tensor arguments only
+            multi = [b for b in bufs if isinstance(b.buf_arg.device, tuple)]
+            shards = (tuple(map(registry.slot, multi)), tuple(map(registry.shards, multi)))
+            gone = functools.partial(_forget_last, weakref.ref(self))
+            self._last = (tuple(weakref.ref(a, gone) for a in targs), tuple((a.uop, a._device) for a in targs),
+                          shards, ins)
         return self._run(ins)
 
     def _run(self, ins: list[list[UOp]]) -> Any:
@@ -256,15 +264,22 @@ _TRACE_VIZ = env_keys("TRACE", "VIZ")
 
 
 def _same_args(args: tuple, last: tuple[tuple, tuple, tuple[tuple, tuple], list]) -> bool:
-    """Whether `args` are the last replay's (`jit._last`): the same objects, each Tensor holding the same UOp on the
-    same devices, and the registry holding the same shards for the buffers on a device tuple behind them."""
-    prev, held, shards, _ = last
-    if len(args) != len(prev):
+    """Whether `args` are the last replay's (`jit._last`): the same Tensors, each holding the same UOp on the same
+    devices, and the registry holding the same shards for the buffers on a device tuple behind them."""
+    refs, held, shards, _ = last
+    if len(args) != len(refs):
         return False
-    for a, b, h in zip(args, prev, held, strict=True):
-        if a is not b or (h is not None and (a.uop is not h[0] or a._device is not h[1])):
+    for a, r, (u, d) in zip(args, refs, held, strict=True):
+        if a is not r() or a.uop is not u or a._device is not d:
             return False
     return all(map(operator.is_, map(_shards.get, shards[0]), shards[1]))
+
+
+def _forget_last(owner: weakref.ref, gone: weakref.ref) -> None:
+    """An argument of a jit's last replay died (`gone`): the jit forgets that replay (`jit._last`)."""
+    j = owner()
+    if j is not None and (last := j._last) is not None and any(r is gone for r in last[0]):
+        j._last = None
 
 
 _shards = registry._shards  # read per call by _same_args

@@ -4,6 +4,8 @@ cannot be replayed (new data made in the body, a different graph per call, a new
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pytest
 
@@ -161,6 +163,23 @@ def test_the_same_argument_again_replays_on_its_data_now():
     np.testing.assert_array_equal(double(lazy).numpy(), 6 * want)
     np.testing.assert_array_equal(double(lazy).numpy(), 6 * want)
     assert double.calls == 14
+
+
+def test_a_dropped_argument_is_not_kept_by_the_jit():
+    """The last-call shortcut refers to its arguments weakly: a dropped argument's buffer goes with it."""
+
+    @jit
+    def double(x: Tensor) -> Tensor:
+        return x * 2
+
+    for k in range(3):  # the capture's two calls and a replay
+        double(Tensor(np.full(4, float(k))).realize())
+    a = Tensor(np.full(4, 5.0)).realize()
+    np.testing.assert_array_equal(double(a).numpy(), np.full(4, 10.0))
+    buf = weakref.ref(a.uop)
+    del a
+    assert buf() is None
+    np.testing.assert_array_equal(double(Tensor(np.full(4, 6.0))).numpy(), np.full(4, 12.0))
 
 
 @pytest.mark.parametrize("norm", ["LayerNorm", "GroupNorm", "BatchNorm2d"])
