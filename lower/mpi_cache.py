@@ -322,7 +322,7 @@ class _Result:
         return tuple(map(sys.getrefcount, self.objs)) == self.refs
 
 
-@dataclass
+@dataclass(slots=True)
 class _Now:
     """How this rank runs one (op, shape, dtype, devices) of `allreduce_now`."""
 
@@ -367,7 +367,7 @@ def allreduce_now(x: UOp, op: str = "sum") -> UOp | None:
     return _allreduce_now(x, op)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Last:
     """The last input `allreduce_now` ran on, and what its next call on it needs: the input's shards and this rank's
     storage (checked to be the same objects before they are used again), the flat array sent, the reduction, the

@@ -252,6 +252,24 @@ def getenv(name: str, default: KnobValue | None = None) -> KnobValue:
     return raw
 
 
+_ENV_DATA: dict | None = getattr(os.environ, "_data", None)  # CPython: the dict os.environ keeps, keys encoded
+
+
+def env_keys(*names: str) -> tuple:
+    """Knob names as os.environ's own dict holds them, for `unset`."""
+    enc = getattr(os.environ, "encodekey", None)
+    return tuple(enc(n) for n in names) if enc is not None and _ENV_DATA is not None else names
+
+
+def unset(keys: tuple) -> bool:
+    """True when none of the knobs `keys` (from `env_keys`) is set, in the environment or by any Context: then each
+    is at its default. A few dict lookups, for checks made per call (`getenv` encodes the name and reads
+    os.environ through its Python methods); False means only "maybe set": read the knob then."""
+    if _overrides or _ENV_DATA is None:
+        return False
+    return not any(map(_ENV_DATA.__contains__, keys))
+
+
 def cache_dir() -> str:
     d = knob_str("CACHEDIR") or os.path.join(os.path.expanduser("~"), ".cache", "uopc")
     os.makedirs(d, exist_ok=True)

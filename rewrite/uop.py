@@ -399,18 +399,24 @@ class UOp:
 
     @property
     def device(self) -> str | tuple[str, ...] | None:
+        if (p := self._props) is not None and (v := p.get("device", _NOTSET)) is not _NOTSET:
+            return cast("str | tuple[str, ...] | None", v)  # computed before: no import, no call
         from rewrite.props import device_of
 
         return self._prop("device", device_of)
 
     @property
     def addrspace(self) -> AddrSpace | None:
+        if (p := self._props) is not None and (v := p.get("addrspace", _NOTSET)) is not _NOTSET:
+            return cast("AddrSpace | None", v)  # computed before: no import, no call
         from rewrite.props import addrspace_of
 
         return self._prop("addrspace", addrspace_of)
 
     @property
     def axis(self) -> int | None:
+        if (p := self._props) is not None and (v := p.get("axis", _NOTSET)) is not _NOTSET:
+            return cast("int | None", v)  # computed before: no import, no call
         from rewrite.props import axis_of
 
         return self._prop("axis", axis_of)

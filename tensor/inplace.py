@@ -10,10 +10,11 @@ cannot go into an integer or bool tensor.
 Aliasing. A Tensor object is a value: every lazy tensor keeps the value it was made with, whatever is assigned
 later (`a = t + 0; t.assign(t * 2)` leaves `a` the old `t + 0`), and so does `t.assign(t * 2)` itself (the
 value reads the old data). Only Tensor objects holding the very same buffer (`u = Tensor(t)`) are aliases that
-see the update, as torch's views of one storage do. To keep that true, every tensor is tracked in a weak set;
-when a realize runs stores into a buffer, the other live lazy tensors that read that buffer's current (about
-to be overwritten) contents get a snapshot of it, copied in the same realize before the store and put in their
-graphs; lazy tensors that read the assigned value (a graph over the AFTER) are rebound to the buffer.
+see the update, as torch's views of one storage do. To keep that true, every tensor is tracked by a weak
+reference (`track`, `live`); when a realize runs stores into a buffer, the other live lazy tensors that read that
+buffer's current (about to be overwritten) contents get a snapshot of it, copied in the same realize before the
+store and put in their graphs; lazy tensors that read the assigned value (a graph over the AFTER) are rebound to the
+buffer.
 
 On a device tuple (tensor.multi) a realized tensor is a view of a BUFFER on the tuple (lower.multi.buffer_view):
 assign stores into that BUFFER, each device into its own shard in place (lower.multi's shard-store rule; a
@@ -46,12 +47,24 @@ from tensor import logic as _lg
 if TYPE_CHECKING:
     from tensor.tensor import Tensor
 
-_tracked: weakref.WeakSet = weakref.WeakSet()  # every live Tensor (the aliasing scan's candidates)
 _pending: weakref.WeakSet = weakref.WeakSet()  # AFTER nodes made by assign and not yet realized
+
+# Every live Tensor, by a weak reference (the aliasing scan's candidates, `live`) whose callback is the set's own
+# discard: a tensor's death takes its reference out of the set in C. A weak set does the same with two Python
+# calls per tensor (its add, and its removal callback at the tensor's death): about half the instructions of
+# making and dropping a tensor's tracking (callgrind). Each reference is the tensor's own (a reference with a
+# callback is never shared), so weakref.getweakrefcount(t) is 1 when nothing else refers to t weakly.
+_live: set[weakref.ref] = set()
+_ref, _forget = weakref.ref, _live.discard
 
 
 def track(t: Tensor) -> None:
-    _tracked.add(t)
+    _live.add(_ref(t, _forget))
+
+
+def live() -> list[Tensor]:
+    """Every live Tensor."""
+    return [t for r in list(_live) if (t := r()) is not None]
 
 
 def _target(t: Tensor) -> UOp | None:
@@ -205,7 +218,7 @@ class Assignments:
                 t.uop = UOp(Ops.CONTIGUOUS, (t.uop,))
         self.finals = {v: b for v, b in versions.items() if v not in overwritten and v.op is Ops.AFTER}
         in_batch = {id(t) for t in roots}
-        read = _reads([t for t in list(_tracked) if id(t) not in in_batch and t.uop.op is not Ops.BUFFER],
+        read = _reads([t for t in live() if id(t) not in in_batch and t.uop.op is not Ops.BUFFER],
                       set(versions))
         for t, vs in read:
             self.readers.append(t)
@@ -274,4 +287,4 @@ def assignments(roots: list[Tensor]) -> Assignments | None:
 
 
 __all__ = ["Assignments", "assign", "assignments", "iadd", "iand", "ifloordiv", "ilshift", "imod", "imul", "ior",
-           "ipow", "irshift", "isub", "itruediv", "ixor", "track"]
+           "ipow", "irshift", "isub", "itruediv", "ixor", "live", "track"]

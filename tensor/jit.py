@@ -35,6 +35,9 @@ its collectives included.
 
 from __future__ import annotations
 
+import functools
+import operator
+import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -43,7 +46,7 @@ import numpy as np
 import tensor.tensor as tt
 from lower import buffers as registry
 from lower import schedule_cache
-from rewrite.env import getenv
+from rewrite.env import env_keys, getenv, unset
 from rewrite.errors import JitError
 from rewrite.uop import UOp
 from tensor.buffers import host_array, to_storage
@@ -128,21 +131,31 @@ class jit(Generic[R]):
         self._after: list[Callable[[], None]] = []
         self._arg_specs: list[tuple[tuple, Any, Any]] = []
         self._result: Any = None
+        # the last replay's Tensor arguments (weak references), each one's UOp and device, the shards of each
+        # argument on a device tuple (slot, shards: what the registry held), and each plan's input buffers: a call
+        # with the same arguments, their UOps unchanged, runs those again (`_same_args`). A realized UOp stays
+        # realized while it lives (a buffer's data goes only with it), and the checks made for these arguments
+        # (shapes, layouts, the buffers behind them) depend on nothing else. It is dropped when an argument dies,
+        # so it keeps no argument's buffers alive past the tensor (an argument given another UOp keeps the old
+        # one's until the next call)
+        self._last: tuple[tuple, tuple, tuple[tuple, tuple], list[list[UOp]]] | None = None
 
     def reset(self) -> None:
         """Forget the capture: the next two calls run the body again."""
         self.calls, self._first, self._program, self._result = 0, None, None, None
-        self._host, self._after = [], []
+        self._host, self._after, self._last = [], [], None
 
     def __call__(self, *args: Any) -> R:
-        if int(getenv("TRACE")) or int(getenv("VIZ")):
+        if not unset(_TRACE_VIZ) and (int(getenv("TRACE")) or int(getenv("VIZ"))):
             return self.fn(*args)
+        if (last := self._last) is not None and _same_args(args, last):
+            return self._run(last[3])
         targs = [a for a in args if isinstance(a, Tensor)]
         if targs:
             Tensor.realize(*targs)
         bufs = _arg_buffers(targs)
         if self._program is not None:
-            return self._replay(targs, bufs)
+            return self._replay(args, targs, bufs)
         self.calls += 1
         cap = _Capture()
         _ACTIVE.append(cap)
@@ -211,30 +224,78 @@ class jit(Generic[R]):
                 out_of[registry.slot(b)] = (k, m)
         return out
 
-    def _replay(self, targs: list[Tensor], bufs: list[UOp]) -> Any:
+    def _replay(self, args: tuple, targs: list[Tensor], bufs: list[UOp]) -> Any:
         specs = [_spec(t) for t in targs]
         if specs != self._arg_specs:
             raise JitError(f"jit: called with Tensor arguments {_fmt(specs)}, captured with {_fmt(self._arg_specs)}; "
                            f"a jit function replays fixed shapes (reset() it, or make one jit per shape)")
-        from lower.mpi_cache import replay_into
-        from lower.realize import plans
+        assert self._program is not None
+        ins = [[bufs[s[1]] if s[0] == "arg" else self._program[s[1]][2][s[2]] if s[0] == "out" else s[1]
+                for s in src] for _, src, _ in self._program]
+        self._last = None
+        if len(targs) == len(args):  # Tensor arguments only
+            multi = [b for b in bufs if isinstance(b.buf_arg.device, tuple)]
+            shards = (tuple(map(registry.slot, multi)), tuple(map(registry.shards, multi)))
+            gone = functools.partial(_forget_last, weakref.ref(self))
+            self._last = (tuple(weakref.ref(a, gone) for a in targs), tuple((a.uop, a._device) for a in targs),
+                          shards, ins)
+        return self._run(ins)
 
+    def _run(self, ins: list[list[UOp]]) -> Any:
+        """Run the captured plans on their input buffers (`ins`, per plan) and the registered hooks."""
+        replay_into, plans = _lower_fns()
         for buf, refresh in self._host:
             if not isinstance(buf.buf_arg.device, tuple):  # a BUFFER on a tuple is refilled shard by shard
                 _refill(buf, refresh())
         assert self._program is not None
-        for p, src, outs in self._program:
-            ins = [bufs[s[1]] if s[0] == "arg" else self._program[s[1]][2][s[2]] if s[0] == "out" else s[1]
-                   for s in src]
+        for (p, _, outs), pins in zip(self._program, ins, strict=True):
             if isinstance(p, schedule_cache.Plan):
-                schedule_cache.replay(p, [], ins, None, outs)
+                schedule_cache.replay(p, [], pins, None, outs)
                 plans.kernels_run += sum(st.kind == "kernel" for st in p.steps)
             else:  # a realize across MPI ranks (lower.mpi_cache's template)
-                replay_into(p, ins, outs)
+                replay_into(p, pins, outs)
         self.calls += 1
         for fn in self._after:
             fn()
         return self._result
+
+
+_TRACE_VIZ = env_keys("TRACE", "VIZ")
+
+
+def _same_args(args: tuple, last: tuple[tuple, tuple, tuple[tuple, tuple], list]) -> bool:
+    """Whether `args` are the last replay's (`jit._last`): the same Tensors, each holding the same UOp on the same
+    devices, and the registry holding the same shards for the buffers on a device tuple behind them."""
+    refs, held, shards, _ = last
+    if len(args) != len(refs):
+        return False
+    for a, r, (u, d) in zip(args, refs, held, strict=True):
+        if a is not r() or a.uop is not u or a._device is not d:
+            return False
+    return all(map(operator.is_, map(_shards.get, shards[0]), shards[1]))
+
+
+def _forget_last(owner: weakref.ref, gone: weakref.ref) -> None:
+    """An argument of a jit's last replay died (`gone`): the jit forgets that replay (`jit._last`)."""
+    j = owner()
+    if j is not None and (last := j._last) is not None and any(r is gone for r in last[0]):
+        j._last = None
+
+
+_shards = registry._shards  # read per call by _same_args
+_lowered: tuple[Callable[..., None], Any] | None = None
+
+
+def _lower_fns() -> tuple[Callable[..., None], Any]:
+    """lower.mpi_cache.replay_into and lower.realize.plans, imported once (a function's `from m import f` runs the
+    import machinery at every call: about a microsecond)."""
+    global _lowered
+    if _lowered is None:
+        from lower.mpi_cache import replay_into
+        from lower.realize import plans
+
+        _lowered = (replay_into, plans)
+    return _lowered
 
 
 def _spec(t: Tensor) -> tuple[tuple, Any, Any]:
@@ -242,12 +303,22 @@ def _spec(t: Tensor) -> tuple[tuple, Any, Any]:
     return t.shape, t.dtype, (t.device, t.uop.axis) if isinstance(t.device, tuple) else t.device
 
 
+_view_base: Callable[[UOp], UOp | None] | None = None  # lower.multi.view_base, imported on first use
+
+
+def _load_view_base() -> Callable[[UOp], UOp | None]:
+    global _view_base
+    from lower.multi import view_base
+
+    _view_base = view_base
+    return view_base
+
+
 def _arg_buffers(targs: list[Tensor]) -> list[UOp]:
     """The buffers behind the Tensor arguments, as the recorded plans name them: a tensor on a device tuple stands
     for its BUFFER on the tuple (an MPI template's input) and for its shards (a plan's: schedule_cache.flat_inputs),
     in device order."""
-    from lower.multi import view_base
-
+    view_base = _view_base or _load_view_base()
     out: list[UOp] = []
     for t in targs:
         base = view_base(t.uop) if isinstance(t.device, tuple) else t.uop

@@ -20,6 +20,8 @@ the spec's comments'.
 
 from __future__ import annotations
 
+import sys
+import weakref
 from typing import cast
 
 import tensor.tensor as tt
@@ -31,6 +33,7 @@ from tensor import jit as _jit
 from tensor.helpers import Device, canonical_device, norm_axis
 
 Tensor = tt.Tensor
+_getrefcount, _getweakrefcount = sys.getrefcount, weakref.getweakrefcount
 
 
 def _devices(devices: Device, what: str) -> tuple[str, ...]:
@@ -174,20 +177,50 @@ def allreduce(T: Tensor) -> Tensor:
     there (and needs no gradient), that Allreduce runs at once and the result comes back realized: the call
     costs the MPI call and a few microseconds of Python, not a graph's schedule and replay. Inside a
     `tensor.jit` capture it stays a graph, so that the capture records it and every replay runs it."""
-    D, n = _n(T, "allreduce")
-    if (across := _spans.get(D)) is None:
-        from devices import spans_ranks
+    D = T._device
+    across: bool | None = True  # D is the device tuple of the fast path's last new Tensor: it spans ranks
+    if D is not _spans_last:  # else no tuple hashed
+        D, _ = _n(T, "allreduce")
+        if (across := _spans.get(D)) is None:
+            from devices import spans_ranks
 
-        across = _spans[D] = spans_ranks(D)
+            across = _spans[D] = spans_ranks(D)
     if across:
         # realized (and no gradient, no jit capture): one Allreduce now (lower.mpi_cache.allreduce_now)
-        if not T._requires_grad and not _jit.capturing() and (u := _mpi_cache.allreduce_now(T.uop)) is not None:
-            return Tensor._wrap(u, D)
-        return T.reshape(n, T.shape[0] // n).sum(0)
+        if not T._requires_grad and not _jit._ACTIVE and (t := _at_once(T, D)) is not None:
+            return t
+        return T.reshape(len(D), T.shape[0] // len(D)).sum(0)
     return allgather(reduce_scatter(T))
 
 
 _spans: dict[tuple[str, ...], bool] = {}  # device tuple -> whether it spans MPI ranks (devices.spans_ranks)
+_spans_last: tuple[str, ...] | None = None  # the device tuple of the fast path's last new Tensor (spans ranks)
+_handed: list[Tensor | None] = [None]  # the last Tensor allreduce's fast path returned
+_FREE_REFS = 3  # sys.getrefcount of that Tensor when only _handed refers to it (and a local and the call's argument)
+
+
+def _at_once(T: Tensor, D: tuple[str, ...]) -> Tensor | None:
+    """allreduce's fast path: the result of lower.mpi_cache.allreduce_now as a Tensor, or None. The Tensor it
+    returned last time is returned again, holding the new result, when nothing refers to it any more, strongly or
+    weakly (its one weak reference is the live-tensor tracking's, tensor.inplace): the caller dropped it, so no
+    one can tell it from a new Tensor, and making and dropping one costs more than the rest of a call (in a
+    training loop, with the caches cold after the MPI call moved megabytes). Its UOp is let go first, so that
+    allreduce_now finds the last result free to write into."""
+    t = _handed[0]
+    if t is not None and _getrefcount(t) == _FREE_REFS and _getweakrefcount(t) == 1:
+        _handed[0] = None
+        del t.uop
+        if (u := _mpi_cache.allreduce_now(T.uop)) is None:
+            return None
+        t.uop, t._device, t.grad, t._requires_grad = u, D, None, False
+        _handed[0] = t
+        return t
+    if (u := _mpi_cache.allreduce_now(T.uop)) is None:
+        return None
+    global _spans_last
+    _spans_last = D  # kept alive by this, so `is` cannot meet another tuple at its address
+    t = _handed[0] = Tensor._wrap(u, D)
+    return t
 
 
 # ------------------------------------------------------------------ across MPI ranks

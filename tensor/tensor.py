@@ -230,12 +230,16 @@ class Tensor:
     @property
     def is_realized(self) -> bool:
         if isinstance(self._device, tuple):
-            base = (_view_base or _load_view_base())(self.uop)
-            return base is not None and buffers.has_data(base)
+            base = (_view_base or _load_view_base())(self.uop)  # a BUFFER on the tuple, or None
+            return base is not None and buffers.registry.has_data(base)
         return buffers.has_data(self.uop)
 
     def realize(self, *others: Tensor) -> Tensor:
         """Run the graphs of self and `others` (one schedule for all); each then holds a BUFFER with its data."""
+        if not others:  # the common call, without building a list
+            if not self.is_realized:
+                _realize([self])
+            return self
         pending = [t for t in (self, *others) if not t.is_realized]
         if pending:
             _realize(pending)

@@ -201,3 +201,21 @@ def test_readme_knob_levels_are_the_allowed_ones():
         assert levels == set(range(max(k.lo or 0, 1), k.hi + 1)), (name, spec)
         checked += 1
     assert checked >= 2  # DEBUG and TRACE at least
+
+
+def test_unset_says_false_whenever_a_knob_may_be_set(monkeypatch):
+    """rewrite.env.unset, the per-call check before getenv: True only when neither the environment nor a Context
+    sets any of the knobs; then each reads as its default."""
+    from rewrite.env import Context, env_keys, getenv, unset
+
+    keys = env_keys("TRACE", "VIZ")
+    monkeypatch.delenv("TRACE", raising=False)
+    monkeypatch.delenv("VIZ", raising=False)
+    assert unset(keys) and getenv("TRACE") == 0 and getenv("VIZ") == 0
+    monkeypatch.setenv("VIZ", "0")
+    assert not unset(keys)
+    monkeypatch.delenv("VIZ")
+    assert unset(keys)
+    with Context(DEBUG=1):  # any override: the knob is read the slow way
+        assert not unset(keys)
+    assert unset(keys)

@@ -316,6 +316,28 @@ def allreduce_at_once_reuse() -> None:
     np.testing.assert_array_equal(_local(f), want[5] * 2)
     np.testing.assert_array_equal(_local(g), want[0])
     del f, g
+    # the Tensor handed out is made again only while something refers to the last one: strongly, or weakly (a
+    # weak reference must not see a dropped result come back holding a new one)
+    import weakref
+
+    first = id(M.allreduce(Ts[1]))
+    again = M.allreduce(Ts[2])
+    assert id(again) == first, "a dropped result's Tensor is reused"
+    np.testing.assert_array_equal(_local(again), want[2])
+    seen = weakref.ref(again)
+    del again
+    held = M.allreduce(Ts[3])
+    assert seen() is None, "a weakly referenced result is not reused"
+    other = M.allreduce(Ts[4])
+    assert other is not held
+    np.testing.assert_array_equal(_local(held), want[3])
+    np.testing.assert_array_equal(_local(other), want[4])
+    other.requires_grad = True   # kept in autograd's weak table: not reused, and its flag stays its own
+    del other
+    fresh = M.allreduce(Ts[5])
+    assert not fresh.requires_grad and fresh.grad is None
+    np.testing.assert_array_equal(_local(fresh), want[5])
+    del held, fresh
     # the kept results are bounded: with room for one, another shape's call lets the first one's storage go
     from lower import mpi_cache
 

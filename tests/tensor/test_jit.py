@@ -4,6 +4,8 @@ cannot be replayed (new data made in the body, a different graph per call, a new
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pytest
 
@@ -138,6 +140,46 @@ def test_a_new_argument_shape_is_an_error():
         double(Tensor(np.ones(5)))
     double.reset()
     np.testing.assert_array_equal(double(Tensor(np.ones(5))).numpy(), np.full(5, 2.0))
+
+
+def test_the_same_argument_again_replays_on_its_data_now():
+    """Calls with the argument of the last replay take a shortcut (jit._last); an in-place update of it, a lazy
+    argument, and another argument in between all replay on the data the argument holds at the call."""
+
+    @jit
+    def double(x: Tensor) -> Tensor:
+        return x * 2
+
+    a, b = Tensor(np.arange(4.0)).realize(), Tensor(np.full(4, 7.0)).realize()
+    want = np.arange(4.0)
+    for k in range(5):
+        for _ in range(2):  # the second call is the shortcut's
+            np.testing.assert_array_equal(double(a).numpy(), 2 * want, err_msg=f"call {k}")
+        a.assign(a + 1)  # a is lazy now: the next call realizes it (in place)
+        want = want + 1
+        if k % 2:
+            np.testing.assert_array_equal(double(b).numpy(), np.full(4, 14.0))
+    lazy = a * 3
+    np.testing.assert_array_equal(double(lazy).numpy(), 6 * want)
+    np.testing.assert_array_equal(double(lazy).numpy(), 6 * want)
+    assert double.calls == 14
+
+
+def test_a_dropped_argument_is_not_kept_by_the_jit():
+    """The last-call shortcut refers to its arguments weakly: a dropped argument's buffer goes with it."""
+
+    @jit
+    def double(x: Tensor) -> Tensor:
+        return x * 2
+
+    for k in range(3):  # the capture's two calls and a replay
+        double(Tensor(np.full(4, float(k))).realize())
+    a = Tensor(np.full(4, 5.0)).realize()
+    np.testing.assert_array_equal(double(a).numpy(), np.full(4, 10.0))
+    buf = weakref.ref(a.uop)
+    del a
+    assert buf() is None
+    np.testing.assert_array_equal(double(Tensor(np.full(4, 6.0))).numpy(), np.full(4, 12.0))
 
 
 @pytest.mark.parametrize("norm", ["LayerNorm", "GroupNorm", "BatchNorm2d"])
