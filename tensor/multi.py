@@ -196,7 +196,19 @@ def allreduce(T: Tensor) -> Tensor:
 _spans: dict[tuple[str, ...], bool] = {}  # device tuple -> whether it spans MPI ranks (devices.spans_ranks)
 _spans_last: tuple[str, ...] | None = None  # the device tuple of the fast path's last new Tensor (spans ranks)
 _handed: list[Tensor | None] = [None]  # the last Tensor allreduce's fast path returned
-_FREE_REFS = 3  # sys.getrefcount of that Tensor when only _handed refers to it (and a local and the call's argument)
+
+
+def _free_refs() -> int:
+    """sys.getrefcount of an object only a list slot refers to, read through a local as _at_once reads it (the
+    slot, the local and the call's argument: 3 on CPython 3.11-3.13; measured rather than assumed, since an
+    interpreter that borrows references on its stack counts fewer, and a wrong constant would reuse a Tensor the
+    caller still holds)."""
+    slot: list[object] = [object()]
+    t = slot[0]
+    return _getrefcount(t)
+
+
+_FREE_REFS = _free_refs()  # that count for the Tensor _handed holds: no one else refers to it
 
 
 def _at_once(T: Tensor, D: tuple[str, ...]) -> Tensor | None:
