@@ -28,7 +28,7 @@ once per value, in parallel.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import FrozenInstanceError
 from enum import Enum
 
 from devices.base import Target
@@ -46,11 +46,38 @@ class OptOps(Enum):
     SIMT = "SIMT"
 
 
-@dataclass(frozen=True)
 class Opt:
+    """One opt (op, axis, arg): immutable, equal and hashed by its fields, as a frozen dataclass would be. A plain
+    class: Python compiles a dataclass's methods when its module is imported, and this module is first imported
+    inside a cold process's first kernel lowering (~3 M instructions, callgrind)."""
+
+    __slots__ = ("arg", "axis", "op")
+    __match_args__ = ("op", "axis", "arg")
     op: OptOps
-    axis: int | None = None
-    arg: object = None
+    axis: int | None
+    arg: object
+
+    def __init__(self, op: OptOps, axis: int | None = None, arg: object = None) -> None:
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "axis", axis)
+        object.__setattr__(self, "arg", arg)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Opt) or other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.op, self.axis, self.arg) == (other.op, other.axis, other.arg)
+
+    def __hash__(self) -> int:
+        return hash((self.op, self.axis, self.arg))
+
+    def __reduce__(self) -> tuple:
+        return (self.__class__, (self.op, self.axis, self.arg))
 
     def __repr__(self) -> str:
         return f"Opt({self.op.name}, {self.axis}, {self.arg!r})"
