@@ -1,6 +1,6 @@
 """C text for vector loads and stores of consecutive lanes gated lane by lane: the ragged edge of an upcast axis.
 
-An axis whose size is no multiple of the vector width is padded (lower.optimize's PADTO) and upcast all the same:
+An axis whose size is no multiple of the vector width is padded (lower.opt_apply's PADTO) and upcast all the same:
 its last vector holds lanes past the end, and the loads and stores that move with it are gated by `lane < n`, a
 bool vector that differs per lane. Every other vector of the axis has a gate that is true in every lane; the
 symbolic stage proves that for the vectors it can (a VCONST of trues, rendered here as no gate), and the rest are

@@ -17,7 +17,7 @@ from functools import reduce as _fold
 from math import prod
 
 from devices.base import Target
-from lower.optimize import axes, native_lanes, next_range_id, replace_range, size
+from lower.opt_apply import axes, native_lanes, next_range_id, replace_range, size
 from rewrite import AxisType, Ops, UOp
 from rewrite.errors import KernelOptError
 

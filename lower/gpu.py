@@ -36,7 +36,7 @@ GLOBAL; GLOBAL axes become SPECIAL("gidx0".."gidx2") and LOCAL/GROUP_REDUCE axes
 SPECIAL("lidx0".."lidx2"), innermost first (the fastest-varying axis is x); more axes than three merge into the
 last dimension (div/mod of one index), or all into x where y or z would pass their limit.
 
-These are global steps over a kernel's ranges (like lower.optimize.lower_threads): each replaces ranges
+These are global steps over a kernel's ranges (like lower.opt_apply.lower_threads): each replaces ranges
 everywhere they are used, which a local rule cannot see.
 """
 
@@ -45,7 +45,8 @@ from __future__ import annotations
 from math import prod
 
 from devices.base import Target
-from lower.optimize import Opt, OptOps, _split_pair, apply_opt, axes, next_range_id, replace_range, size
+from lower.opt_apply import Opt, OptOps, apply_opt, axes, next_range_id, replace_range, size
+from lower.optimize import _split_pair
 from lower.strides import _stride
 from rewrite import AxisType, BufferArg, Ops, UOp
 from rewrite.dtype import AddrSpace
@@ -381,7 +382,7 @@ def _uniform_loops(ast: UOp) -> bool:
 def apply_gpu_opts(ast: UOp, opts: list[Opt], target: Target) -> UOp:
     """`opts` applied for a GPU target, then the grid lowered: a TC opt (lower.wmma) or SIMT opt (lower.simt_smem)
     first (the other opts split what the tile leaves), then the rest in order, then `lower_grid`."""
-    from lower.optimize import apply_opts
+    from lower.opt_apply import apply_opts
     from lower.wmma import apply_tc_arg, tc_arg
 
     for o in opts:

@@ -6,16 +6,8 @@ from __future__ import annotations
 import math
 
 from devices.base import Target
-from lower.optimize import (
-    Opt,
-    OptOps,
-    _lane_unfriendly,
-    _split_pair,
-    apply_opt,
-    axes,
-    native_lanes,
-    size,
-)
+from lower.opt_apply import Opt, OptOps, apply_opt, axes, native_lanes, size
+from lower.optimize import _lane_unfriendly, _split_pair
 from lower.strides import _stride, _topo
 from rewrite import AxisType, Ops, UOp, dtypes
 

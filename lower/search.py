@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from lower.optimize import Opt, OptOps, apply_opts, axes, size
+from lower.opt_apply import Opt, OptOps, apply_opts, axes, size
 from rewrite import AxisType, UOp
 from rewrite.env import cache_dir, getenv
 from rewrite.errors import CompilerError

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from devices.base import Target
-from lower.optimize import Opt, OptOps, axes, size
+from lower.opt_apply import Opt, OptOps, axes, size
 from rewrite import AxisType, UOp
 from rewrite.errors import CompilerError, DeviceError
 
@@ -69,7 +69,7 @@ def neighbours(ast: UOp, opts: list[Opt]) -> list[list[Opt]]:
         if (tiled := _register_tile(ast, [])) is not None:
             out.append(tiled)
         return out
-    from lower.optimize import apply_opts
+    from lower.opt_apply import apply_opts
 
     try:
         cur = apply_opts(ast, opts)

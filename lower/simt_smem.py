@@ -38,7 +38,7 @@ from __future__ import annotations
 from math import prod
 from typing import NamedTuple
 
-from lower.optimize import axes, next_range_id, size
+from lower.opt_apply import axes, next_range_id, size
 from lower.strides import _stride
 from lower.tc_smem import VEC, _copy_tile, _vectorizable, pad_for, pipelined_step, pipelined_tiles, store_results
 from rewrite import AxisType, BufferArg, Ops, UOp, dtypes

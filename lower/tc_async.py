@@ -34,7 +34,7 @@ TC opt falls back to lower.tc_smem's register pipeline where it does not.
 
 from __future__ import annotations
 
-from lower.optimize import next_range_id, size
+from lower.opt_apply import next_range_id, size
 from lower.tc_smem import VEC, WarpTile, _copy_tile, _vectorizable, mma_grid, pad_for, write_back
 from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
 from rewrite.dtype import AddrSpace

@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from lower.optimize import next_range_id, size
+from lower.opt_apply import next_range_id, size
 from lower.strides import _stride
 from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
 from rewrite.dtype import AddrSpace, DType

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from lower.optimize import next_range_id, replace_range
+from lower.opt_apply import next_range_id, replace_range
 from lower.strides import _topo
 from rewrite.ops import AxisType, Ops
 from rewrite.uop import UOp

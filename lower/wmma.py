@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from devices.base import Target
-from lower.optimize import axes, next_range_id, size
+from lower.opt_apply import axes, next_range_id, size
 from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
 from rewrite.dtype import AddrSpace
 from rewrite.errors import KernelOptError

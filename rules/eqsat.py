@@ -38,26 +38,29 @@ DSL rules (`eqsat`) are checked like the fast ones by the soundness test generat
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rewrite.dsl import Pat, Rule, RuleSet, const, fold, op, var
-from rewrite.egglog_io import split_commands
-from rewrite.egraph_terms import Schedule
 from rewrite.ops import Ops
 from rewrite.uop import ConstValue, UOp
 from rules.divmod import divides
-from rules.eqsat_analysis import ANALYSIS, RAW_RULES, SEEDS, seed_bounds
 
 if TYPE_CHECKING:
     from rewrite.egraph import Saturator
     from rewrite.egraph_export import Export
     from rewrite.egraph_prematch import PreMatcher
+    from rewrite.egraph_terms import Schedule
 
 # The e-graph driver (rewrite.egraph) and the rule export (rewrite.egraph_export) are imported when a program is
 # built (`program`, `saturator`), not here: a kernel whose index expressions no fast-tier rule can change
 # (`fast_tier_can_change`, most of them) needs only the DSL rules below, and the two cost ~5-7 ms to import.
+# So is what only a program needs, made on first access by the module's `__getattr__` (`_eqsat()`, `_schedule()`
+# within it): the rule set `eqsat` (~85 rules; `fast_tier_can_change` needs only the five FAST_TIER_RULES, which it
+# lists), SCHEDULE and FAST_TIER_SCHEDULE (rewrite.egraph_terms, whose dataclasses Python compiles at import), and
+# rules.eqsat_analysis's ANALYSIS, RAW_RULES, SEEDS: with them the import cost ~19 M instructions (callgrind).
 
 # ---------------------------------------------------------------------------------------------- rewrites
 
@@ -74,75 +77,10 @@ def ordered(p: Pat) -> Pat:
                rest=p.rest, ordered=True)
 
 
+# x less its remainder is its quotient times the divisor, and back (the fast tier's rewrites, FAST_TIER_RULES:
+# module-level, since `fast_tier_can_change` matches them without building the whole rule set)
 # fmt: off
-eqsat = RuleSet("eqsat", [
-    # constants to the right (the only commutativity here)
-    Rule("add-const-left",  ordered(c0 + x),            x + c0,      when=lambda x: x.vmin < x.vmax),
-    Rule("mul-const-left",  ordered(c0 * x),            x * c0,      when=lambda x: x.vmin < x.vmax),
-    Rule("max-const-left",  ordered(op.MAX(c0, x)),     x.maximum(c0), when=lambda x: x.vmin < x.vmax),
-    Rule("ne-const-left",   ordered(op.CMPNE(c0, x)),   x.ne(c0),    when=lambda x: x.vmin < x.vmax),
-    # identities
-    Rule("add-zero",        ordered(x + 0),             x),
-    Rule("sub-zero",        x - 0,                      x),
-    Rule("mul-one",         ordered(x * 1),             x),
-    Rule("div-one",         x // 1,                     x),
-    Rule("neg-neg",         op.NEG(-x),                 x),
-    Rule("sub-self",        x - x,                      0),
-    Rule("max-self",        x.maximum(x),               x),
-    Rule("and-self",        x & x,                      x),
-    Rule("or-self",         x | x,                      x),
-    Rule("not-not",         ~(~x),                      x),
-    Rule("and-true",        ordered(x & True),          x),
-    Rule("or-false",        ordered(x | False),         x),
-    Rule("and-not-self",    x & ~x,                     False),
-    Rule("or-not-self",     x | ~x,                     True),
-    Rule("lt-self",         x < x,                      False),
-    Rule("ne-self",         x.ne(x),                    False),
-    Rule("where-same",      y.where(x, x),              x),
-    Rule("where-true",      op.WHERE(True, x, y),       x),
-    Rule("where-false",     op.WHERE(False, x, y),      y),
-    Rule("where-not",       (~z).where(x, y),           z.where(y, x)),
-    # subtraction and negation as sums, so the sum rules see them; extraction takes whichever is cheaper
-    Rule("sub-to-add",      x - y,                      x + y * -1),
-    Rule("neg-to-mul",      -x,                         x * -1),
-    Rule("add-neg-to-sub",  ordered(x + y * -1),        x - y),
-    Rule("mul-neg-one",     ordered(x * -1),            -x),
-    # bounded reassociation and distribution
-    Rule("add-const-const", ordered((x + c0) + c1),     x + fold(c0 + c1)),
-    Rule("mul-const-const", ordered((x * c0) * c1),     x * fold(c0 * c1)),
-    Rule("add-float-const", ordered((x + c0) + y),      (x + y) + c0, when=lambda y: y.vmin < y.vmax),
-    Rule("mul-dist-const",  ordered((x + c1) * c0),     x * c0 + fold(c1 * c0)),
-    Rule("add-collect",     ordered(x * c0 + x * c1),   x * fold(c0 + c1), when=lambda x: x.vmin < x.vmax),
-    Rule("add-collect-one", ordered(x * c0 + x),        x * fold(c0 + 1), when=lambda x: x.vmin < x.vmax),
-    Rule("add-collect-nest", ordered((y + x * c0) + x * c1), y + x * fold(c0 + c1), when=lambda x: x.vmin < x.vmax),
-    Rule("add-self",        x + x,                      x * 2),
-    # division and modulo by constants
-    Rule("div-mul-cancel",  ordered((x * c0) // c1),    x * fold(c0 // c1),
-         when=lambda c0, c1: divides(c1, c0)),
-    Rule("mod-mul-zero",    ordered((x * c0) % c1),     0, when=lambda c0, c1: divides(c1, c0)),
-    Rule("div-add-mul",     (ordered(x * c0) + y) // c1, x * fold(c0 // c1) + y // c1,
-         when=lambda c0, c1: divides(c1, c0)),
-    Rule("mod-add-mul",     (ordered(x * c0) + y) % c1, y % c1, when=lambda c0, c1: divides(c1, c0)),
-    Rule("div-add-const",   ordered((x + c0) // c1),    (x + fold(c0 % c1)) // c1 + fold(c0 // c1),
-         when=lambda c0, c1: (c1 > 0) & ((c0 < 0) | (c0 >= c1))),
-    Rule("mod-add-const",   ordered((x + c0) % c1),     (x + fold(c0 % c1)) % c1,
-         when=lambda c0, c1: (c1 > 0) & ((c0 < 0) | (c0 >= c1))),
-    # the remainders of x and y cannot carry into the quotient
-    Rule("div-split",       ordered((x + y) // c0),     x // c0 + y // c0,
-         when=lambda x, y, c0: (c0 > 0) & ((x % c0).vmax + (y % c0).vmax < c0)),
-    Rule("mod-split",       ordered((x + y) % c0),      x % c0 + y % c0,
-         when=lambda x, y, c0: (c0 > 0) & ((x % c0).vmax + (y % c0).vmax < c0)),
-    Rule("mod-small",       x % c0,                     x, when=lambda x, c0: (x.vmin >= 0) & (x.vmax < c0)),
-    Rule("div-div",         (x // c0) // c1,            x // fold(c0 * c1), when=lambda c0, c1: (c0 > 0) & (c1 > 0)),
-    Rule("mod-mod",         (x % c0) % c1,              x % c1,
-         when=lambda c0, c1: (c0 > 0) & (c1 > 0) & divides(c1, c0)),
-    Rule("mod-div",         (x % c0) // c1,             (x // c1) % fold(c0 // c1),
-         when=lambda c0, c1: (c0 > 0) & (c1 > 0) & divides(c1, c0)),
-    Rule("recombine",       ordered((x // c0) * c0) + x % c0, x),
-    Rule("recombine-scaled", ordered((x // c0) * c1) + ordered((x % c0) * c2), x * c2,
-         when=lambda c0, c1, c2: c1 == c0 * c2),
-    # x less its remainder is its quotient times the divisor, and back: either form can carry the tighter
-    # interval (x - x%4 over [0, 100] is [-3, 100] term by term, (x//4)*4 is [0, 100]), and the e-class keeps both
+_FAST_TIER = (
     Rule("sub-mod",         x + (x % c0) * -1,          (x // c0) * c0, when=lambda c0: c0 != 0),
     Rule("sub-div",         x + (x // c0) * c1,         x % c0, when=lambda c0, c1: (c0 != 0) & (c1 == -c0)),
     Rule("mod-sub",         x % c0 + x * -1,            (x // c0) * fold(-c0), when=lambda c0: c0 != 0),
@@ -150,19 +88,95 @@ eqsat = RuleSet("eqsat", [
          when=lambda c0, c1, c2: (c0 != 0) & (c1 == -c2)),
     Rule("sub-div-scaled",  ordered(x * c2) + (x // c0) * c1, (x % c0) * c2,
          when=lambda c0, c1, c2: (c0 != 0) & (c1 == -(c0 * c2))),
-    # comparisons: move constants off the variable's side
-    Rule("lt-add-const",    ordered((x + c0) < c1),     x < fold(c1 - c0)),
-    Rule("lt-mul-const",    ordered((x * c0) < c1),     x < fold(-((-c1) // c0)), when=lambda c0: c0 > 0),
-    Rule("lt-div-const",    (x // c0) < c1,             x < fold(c1 * c0), when=lambda c0: c0 > 0),
-    Rule("ne-add-const",    ordered((x + c0).ne(c1)),   x.ne(fold(c1 - c0))),
-    Rule("gt-to-lt",        op.CMPGT(x, y),             y < x),
-    Rule("ge-to-not-lt",    op.CMPGE(x, y),             ~(x < y)),
-    Rule("le-to-not-lt",    op.CMPLE(x, y),             ~(y < x)),
-    Rule("eq-to-not-ne",    op.CMPEQ(x, y),             ~x.ne(y)),
-    # max by intervals
-    Rule("max-left",        ordered(x.maximum(y)),      x, when=lambda x, y: x.vmin >= y.vmax),
-    Rule("max-right",       ordered(x.maximum(y)),      y, when=lambda x, y: y.vmin >= x.vmax),
-])
+)
+
+
+@functools.cache
+def _eqsat() -> RuleSet:
+    """The rule set `eqsat`, built on first use."""
+    return RuleSet("eqsat", [
+        # constants to the right (the only commutativity here)
+        Rule("add-const-left",  ordered(c0 + x),            x + c0,      when=lambda x: x.vmin < x.vmax),
+        Rule("mul-const-left",  ordered(c0 * x),            x * c0,      when=lambda x: x.vmin < x.vmax),
+        Rule("max-const-left",  ordered(op.MAX(c0, x)),     x.maximum(c0), when=lambda x: x.vmin < x.vmax),
+        Rule("ne-const-left",   ordered(op.CMPNE(c0, x)),   x.ne(c0),    when=lambda x: x.vmin < x.vmax),
+        # identities
+        Rule("add-zero",        ordered(x + 0),             x),
+        Rule("sub-zero",        x - 0,                      x),
+        Rule("mul-one",         ordered(x * 1),             x),
+        Rule("div-one",         x // 1,                     x),
+        Rule("neg-neg",         op.NEG(-x),                 x),
+        Rule("sub-self",        x - x,                      0),
+        Rule("max-self",        x.maximum(x),               x),
+        Rule("and-self",        x & x,                      x),
+        Rule("or-self",         x | x,                      x),
+        Rule("not-not",         ~(~x),                      x),
+        Rule("and-true",        ordered(x & True),          x),
+        Rule("or-false",        ordered(x | False),         x),
+        Rule("and-not-self",    x & ~x,                     False),
+        Rule("or-not-self",     x | ~x,                     True),
+        Rule("lt-self",         x < x,                      False),
+        Rule("ne-self",         x.ne(x),                    False),
+        Rule("where-same",      y.where(x, x),              x),
+        Rule("where-true",      op.WHERE(True, x, y),       x),
+        Rule("where-false",     op.WHERE(False, x, y),      y),
+        Rule("where-not",       (~z).where(x, y),           z.where(y, x)),
+        # subtraction and negation as sums, so the sum rules see them; extraction takes whichever is cheaper
+        Rule("sub-to-add",      x - y,                      x + y * -1),
+        Rule("neg-to-mul",      -x,                         x * -1),
+        Rule("add-neg-to-sub",  ordered(x + y * -1),        x - y),
+        Rule("mul-neg-one",     ordered(x * -1),            -x),
+        # bounded reassociation and distribution
+        Rule("add-const-const", ordered((x + c0) + c1),     x + fold(c0 + c1)),
+        Rule("mul-const-const", ordered((x * c0) * c1),     x * fold(c0 * c1)),
+        Rule("add-float-const", ordered((x + c0) + y),      (x + y) + c0, when=lambda y: y.vmin < y.vmax),
+        Rule("mul-dist-const",  ordered((x + c1) * c0),     x * c0 + fold(c1 * c0)),
+        Rule("add-collect",     ordered(x * c0 + x * c1),   x * fold(c0 + c1), when=lambda x: x.vmin < x.vmax),
+        Rule("add-collect-one", ordered(x * c0 + x),        x * fold(c0 + 1), when=lambda x: x.vmin < x.vmax),
+        Rule("add-collect-nest", ordered((y + x * c0) + x * c1), y + x * fold(c0 + c1), when=lambda x: x.vmin < x.vmax),
+        Rule("add-self",        x + x,                      x * 2),
+        # division and modulo by constants
+        Rule("div-mul-cancel",  ordered((x * c0) // c1),    x * fold(c0 // c1),
+             when=lambda c0, c1: divides(c1, c0)),
+        Rule("mod-mul-zero",    ordered((x * c0) % c1),     0, when=lambda c0, c1: divides(c1, c0)),
+        Rule("div-add-mul",     (ordered(x * c0) + y) // c1, x * fold(c0 // c1) + y // c1,
+             when=lambda c0, c1: divides(c1, c0)),
+        Rule("mod-add-mul",     (ordered(x * c0) + y) % c1, y % c1, when=lambda c0, c1: divides(c1, c0)),
+        Rule("div-add-const",   ordered((x + c0) // c1),    (x + fold(c0 % c1)) // c1 + fold(c0 // c1),
+             when=lambda c0, c1: (c1 > 0) & ((c0 < 0) | (c0 >= c1))),
+        Rule("mod-add-const",   ordered((x + c0) % c1),     (x + fold(c0 % c1)) % c1,
+             when=lambda c0, c1: (c1 > 0) & ((c0 < 0) | (c0 >= c1))),
+        # the remainders of x and y cannot carry into the quotient
+        Rule("div-split",       ordered((x + y) // c0),     x // c0 + y // c0,
+             when=lambda x, y, c0: (c0 > 0) & ((x % c0).vmax + (y % c0).vmax < c0)),
+        Rule("mod-split",       ordered((x + y) % c0),      x % c0 + y % c0,
+             when=lambda x, y, c0: (c0 > 0) & ((x % c0).vmax + (y % c0).vmax < c0)),
+        Rule("mod-small",       x % c0,                     x, when=lambda x, c0: (x.vmin >= 0) & (x.vmax < c0)),
+        Rule("div-div",         (x // c0) // c1,            x // fold(c0 * c1),
+             when=lambda c0, c1: (c0 > 0) & (c1 > 0)),
+        Rule("mod-mod",         (x % c0) % c1,              x % c1,
+             when=lambda c0, c1: (c0 > 0) & (c1 > 0) & divides(c1, c0)),
+        Rule("mod-div",         (x % c0) // c1,             (x // c1) % fold(c0 // c1),
+             when=lambda c0, c1: (c0 > 0) & (c1 > 0) & divides(c1, c0)),
+        Rule("recombine",       ordered((x // c0) * c0) + x % c0, x),
+        Rule("recombine-scaled", ordered((x // c0) * c1) + ordered((x % c0) * c2), x * c2,
+             when=lambda c0, c1, c2: c1 == c0 * c2),
+        # x less its remainder is its quotient times the divisor, and back: either form can carry the tighter
+        # interval (x - x%4 over [0, 100] is [-3, 100] term by term, (x//4)*4 is [0, 100]), and the e-class keeps both
+        *_FAST_TIER,
+        # comparisons: move constants off the variable's side
+        Rule("lt-add-const",    ordered((x + c0) < c1),     x < fold(c1 - c0)),
+        Rule("lt-mul-const",    ordered((x * c0) < c1),     x < fold(-((-c1) // c0)), when=lambda c0: c0 > 0),
+        Rule("lt-div-const",    (x // c0) < c1,             x < fold(c1 * c0), when=lambda c0: c0 > 0),
+        Rule("ne-add-const",    ordered((x + c0).ne(c1)),   x.ne(fold(c1 - c0))),
+        Rule("gt-to-lt",        op.CMPGT(x, y),             y < x),
+        Rule("ge-to-not-lt",    op.CMPGE(x, y),             ~(x < y)),
+        Rule("le-to-not-lt",    op.CMPLE(x, y),             ~(y < x)),
+        Rule("eq-to-not-ne",    op.CMPEQ(x, y),             ~x.ne(y)),
+        # max by intervals
+        Rule("max-left",        ordered(x.maximum(y)),      x, when=lambda x, y: x.vmin >= y.vmax),
+        Rule("max-right",       ordered(x.maximum(y)),      y, when=lambda x, y: y.vmin >= x.vmax),
+    ])
 # fmt: on
 
 # rules whose matched node nothing else needs once it is rewritten: hide it from matching and extraction.
@@ -174,7 +188,6 @@ SUBSUME = frozenset({
     "where-false", "where-same",
 })
 
-SCHEDULE = Schedule(iterations=8, max_size=20_000, seconds=2.0)
 # the fast tier's rewrites (FAST_TIER_RULES) saturate after a few rounds whatever the input: each makes only
 # products, divisions and modulos, and every one of them matches at a sum, so none builds a node a rule matches at
 # its root. So one pass of them, then the analysis saturated, in one command (Schedule.fused, Schedule.once): a
@@ -183,7 +196,14 @@ SCHEDULE = Schedule(iterations=8, max_size=20_000, seconds=2.0)
 # analysis together on 421 + 3,160 expressions (the family table, the benchmark's random and kernel batches, the
 # fuzzer's), at ~25% less time per expression (the second pass's joins, over every new product, division and
 # constant, were most of an iteration)
-FAST_TIER_SCHEDULE = dataclasses.replace(SCHEDULE, fused=True, once=True)
+@functools.cache
+def _schedule(fast_tier: bool) -> Schedule:
+    """SCHEDULE (iterations=8, max_size=20_000, seconds=2.0), or FAST_TIER_SCHEDULE: the same, fused and once."""
+    from rewrite.egraph_terms import Schedule
+
+    full = Schedule(iterations=8, max_size=20_000, seconds=2.0)
+    return dataclasses.replace(full, fused=True, once=True) if fast_tier else full
+
 
 # rules that fire only on e-classes that are not a single point (export_rules' point_guard). None: the guard
 # reads the class's `lo` and `hi`, which change in every iteration that adds nodes, so egglog 13.2 re-runs
@@ -219,14 +239,23 @@ PREMATCHED_DEAD_ANALYSIS = frozenset({"iv-num", "iv-var"})
 
 def _without(text: str, names: frozenset[str]) -> str:
     """egglog `text` less the rules named in `names`."""
+    from rewrite.egglog_io import split_commands
+
     forms = split_commands(text)
     keep = [f for f in forms if (m := re.search(r':name "([^"/]+)', f)) is None or m.group(1) not in names]
     return "\n".join(keep) + "\n"
 
 
-def program(rules: RuleSet = eqsat, raw: str = RAW_RULES, analysis: str = ANALYSIS) -> tuple[str, Export]:
-    """The egglog text for the analysis, `rules` exported into rule set `rw`, and `raw` rules."""
+def program(rules: RuleSet | None = None, raw: str | None = None, analysis: str | None = None
+            ) -> tuple[str, Export]:
+    """The egglog text for the analysis (default ANALYSIS), `rules` (default `eqsat`) exported into rule set
+    `rw`, and `raw` rules (default RAW_RULES)."""
     from rewrite.egraph_export import export_rules
+    from rules import eqsat_analysis
+
+    rules = _eqsat() if rules is None else rules
+    raw = eqsat_analysis.RAW_RULES if raw is None else raw
+    analysis = eqsat_analysis.ANALYSIS if analysis is None else analysis
 
     ex = export_rules(rules, "rw", subsume=SUBSUME, point_guard=POINT_GUARD)
     return f"{analysis}\n(ruleset rw)\n{ex.text}{raw}\n", ex
@@ -246,14 +275,15 @@ def _const_right(p: Pat) -> Pat:
 def fast_tier_rules() -> RuleSet:
     """The rewrites of FAST_TIER_RULES, each matching products by a constant only as `x * c` (`_const_right`): a
     subset of what the rule of `eqsat` matches, with its right-hand side and guard (so the same soundness)."""
-    return RuleSet("eqsat-fast-tier", [Rule(r.name, _const_right(r.lhs), r.rhs, when=r.when)
-                                       for r in eqsat if r.name in FAST_TIER_RULES])
+    return RuleSet("eqsat-fast-tier", [Rule(r.name, _const_right(r.lhs), r.rhs, when=r.when) for r in _FAST_TIER])
 
 
 def fast_tier_program(prematched: bool = False) -> tuple[str, Export]:
     """`program` for results of the fast tier: the rewrites of `fast_tier_rules`, the analysis less
     FAST_TIER_DEAD_ANALYSIS, and SEEDS instead of the raw rules. With `prematched`, no rewrites: the saturator
     matches them in Python on the loaded terms (`fast_tier_prematcher`)."""
+    from rules.eqsat_analysis import ANALYSIS, SEEDS
+
     if prematched:
         dead = FAST_TIER_DEAD_ANALYSIS | PREMATCHED_DEAD_ANALYSIS
         return program(RuleSet("none", []), SEEDS, _without(ANALYSIS, dead))
@@ -266,8 +296,26 @@ def fast_tier_prematcher() -> PreMatcher:
     what they build. The same matches, unions and saturated e-graph as the egglog rules of `fast_tier_program`, without
     their ~30 rule runs per expression (10 variants, each joined once per atom of its query), matched or not."""
     from rewrite.egraph_prematch import PreMatcher
+    from rules.eqsat_analysis import seed_bounds
 
     return PreMatcher(fast_tier_rules(), bounds=seed_bounds)
+
+
+def __getattr__(name: str) -> Any:
+    """What the module provides on first access (see the note on imports): `eqsat`, SCHEDULE,
+    FAST_TIER_SCHEDULE, and rules.eqsat_analysis's ANALYSIS, RAW_RULES and SEEDS."""
+    if name == "eqsat":
+        value: Any = _eqsat()
+    elif name in ("SCHEDULE", "FAST_TIER_SCHEDULE"):
+        value = _schedule(name == "FAST_TIER_SCHEDULE")
+    elif name in ("ANALYSIS", "RAW_RULES", "SEEDS"):
+        from rules import eqsat_analysis
+
+        value = getattr(eqsat_analysis, name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
 _SAT: dict[str, Saturator] = {}
@@ -283,7 +331,7 @@ def saturator(fast_tier: bool = False) -> Saturator:
 
         text, ex = fast_tier_program(prematched=True) if fast_tier else program()
         _EXPORT[key] = ex
-        sch = FAST_TIER_SCHEDULE if fast_tier else SCHEDULE
+        sch = _schedule(fast_tier)
         _SAT[key] = Saturator("eqsat-fast" if fast_tier else "eqsat", text, sch,
                               prematch=fast_tier_prematcher() if fast_tier else None)
     return _SAT[key]
@@ -442,8 +490,9 @@ def tier_disagreements(exprs: Sequence[UOp], points: int = 16, seed: int = 0) ->
     return out
 
 
-__all__ = ["ANALYSIS", "FAST_TIER_DEAD_ANALYSIS", "FAST_TIER_ROUNDS", "FAST_TIER_RULES", "FAST_TIER_SCHEDULE",
-           "PREMATCHED_DEAD_ANALYSIS", "RAW_RULES", "SCHEDULE", "egraph_bounds", "eqsat", "fast_tier_can_change",
+# (and, made on first access: eqsat, SCHEDULE, FAST_TIER_SCHEDULE, ANALYSIS, RAW_RULES, SEEDS)
+__all__ = ["FAST_TIER_DEAD_ANALYSIS", "FAST_TIER_ROUNDS", "FAST_TIER_RULES",
+           "PREMATCHED_DEAD_ANALYSIS", "egraph_bounds", "fast_tier_can_change",
            "fast_tier_prematcher", "fast_tier_program", "ordered",
            "program", "saturate", "saturate_batch", "saturate_fast", "saturate_fast_batch", "saturator",
            "skipped_rules", "tier_disagreements"]
