@@ -38,6 +38,7 @@ from typing import cast
 from rewrite.dtype import AddrSpace, dtypes
 from rewrite.errors import CompileError, DeviceError, EvalError
 from rewrite.ops import GroupOp, Ops
+from rewrite.props import base_of
 from rewrite.uop import BufferArg, ConstValue, ParamArg, UOp
 
 # the ops that may appear in a LINEAR list (ALU ops, CAST and BITCAST besides)
@@ -59,13 +60,6 @@ _OPENERS = frozenset({Ops.RANGE, Ops.IF})
 _LISTABLE = INSTRUCTIONS | VALUE_OPS
 _STRUCTURAL = frozenset({Ops.BUFFER, Ops.PARAM, Ops.VCONST})  # listed, but their sources need not be
 _ORDERS_ONLY = frozenset({Ops.AFTER, Ops.END, Ops.ENDIF, Ops.BARRIER, Ops.GROUP})  # sources not all read as values
-
-
-def base_of(u: UOp) -> UOp:
-    """The node under any AFTERs (AFTER(x, deps) is the value x)."""
-    while u.op is Ops.AFTER:
-        u = u.src[0]
-    return u
 
 
 def buffer_arg(u: UOp) -> BufferArg:

@@ -59,6 +59,7 @@ from lower.rangeify import _ELEMENTWISE, EXPENSIVE, RealizePoint, build_kernel, 
 from lower.split import ASSIGN_CYCLE, OVER_LIMITS, SHARED_REDUCTION, STORE_VALUE, SplitContext
 from rewrite import Ops, Rule, RuleSet, UOp, graph_rewrite, op
 from rewrite.errors import CompilerError
+from rewrite.props import nbytes
 from rewrite.stores import indexed_store
 
 COPY_SOURCE = "realize-copy-source"
@@ -359,16 +360,6 @@ class SharedContext:
     def __post_init__(self) -> None:
         if self.count is None:
             self.count = ByteCount(self.out_of)
-
-
-def nbytes(u: UOp) -> int | None:
-    """The bytes of `u`'s value, None when a dimension is symbolic."""
-    n = u.dtype.itemsize
-    for d in u.shape:
-        if not isinstance(d, int):
-            return None
-        n *= d
-    return n
 
 
 @dataclass

@@ -138,3 +138,20 @@ def contiguous_start(i: UOp) -> tuple[UOp | None, int] | None:
             if s.shape == () and (k := first(v)) is not None:
                 return s, k
     return None
+
+
+def base_of(u: UOp) -> UOp:
+    """The node under any AFTERs (AFTER(x, deps) is the value x)."""
+    while u.op is Ops.AFTER:
+        u = u.src[0]
+    return u
+
+
+def nbytes(u: UOp) -> int | None:
+    """The bytes of `u`'s value, None when a dimension is symbolic."""
+    n = u.dtype.itemsize
+    for d in u.shape:
+        if not isinstance(d, int):
+            return None
+        n *= d
+    return n

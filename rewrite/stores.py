@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from rewrite.errors import CompilerError
 from rewrite.ops import Ops
+from rewrite.props import base_of
 from rewrite.uop import UOp
 
 
@@ -77,10 +78,7 @@ def indexed_store(store: UOp) -> IndexedStore | None:
 
 def in_place(after: UOp) -> bool:
     """Whether an AFTER writes into existing storage: its chain of targets ends at a BUFFER (not a lazy value)."""
-    u = after
-    while u.op is Ops.AFTER:
-        u = u.src[0]
-    return u.op is Ops.BUFFER
+    return base_of(after).op is Ops.BUFFER
 
 
 __all__ = ["IndexedStore", "in_place", "indexed_store", "scatter_add", "scatter_store"]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from rewrite import Ops, Rule, RuleSet, UOp, op, var
 from rewrite.dtype import AddrSpace
-from rewrite.props import contiguous_start
+from rewrite.props import base_of, contiguous_start, nbytes
 from rewrite.uop import BufferArg
 
 STREAM = "stream"
@@ -36,23 +36,12 @@ class Streaming:
     loaded: frozenset[UOp]
 
 
-def _base(u: UOp) -> UOp:
-    while u.op is Ops.AFTER:
-        u = u.src[0]
-    return u
-
-
 def buffer_bytes(buf: UOp) -> int:
     """The size of a GLOBAL BUFFER in bytes (0 for anything else, or a symbolic size)."""
     arg = buf.arg
     if buf.op is not Ops.BUFFER or not isinstance(arg, BufferArg) or arg.addrspace is not AddrSpace.GLOBAL:
         return 0
-    n = 1
-    for d in buf.shape:
-        if not isinstance(d, int):
-            return 0
-        n *= d
-    return n * arg.dtype.itemsize
+    return nbytes(buf) or 0
 
 
 def is_map(ast: UOp) -> bool:
@@ -62,18 +51,17 @@ def is_map(ast: UOp) -> bool:
 def streams_outputs(ast: UOp, min_bytes: int) -> bool:
     """Whether `ast` is a map kernel with an output of at least `min_bytes` (0: never): one whose stores are worth
     making whole vectors (lower.optimize upcasts its innermost output loop) so that they can stream."""
-    if min_bytes <= 0:
+    if min_bytes <= 0 or not is_map(ast):
         return False
-    stores = [u for u in ast.toposort() if u.op is Ops.STORE]
-    return any(buffer_bytes(_base(s.src[0].src[0])) >= min_bytes for s in stores if s.src[0].op is Ops.INDEX) \
-        and is_map(ast)
+    return any(buffer_bytes(base_of(u.src[0].src[0])) >= min_bytes for u in ast.toposort()
+               if u.op is Ops.STORE and u.src[0].op is Ops.INDEX)
 
 
 def context(ast: UOp, min_bytes: int) -> Streaming | None:
     """The rule's context for a kernel, or None when no store of it can stream (not a map, or no size allows)."""
     if min_bytes <= 0 or not is_map(ast):
         return None
-    loaded = frozenset(_base(u.src[0].src[0]) for u in ast.toposort()
+    loaded = frozenset(base_of(u.src[0].src[0]) for u in ast.toposort()
                        if u.op is Ops.LOAD and u.src and u.src[0].op is Ops.INDEX)
     return Streaming(min_bytes, loaded)
 
@@ -104,7 +92,7 @@ def _coefficients(s: UOp) -> dict[UOp, int] | None:
 def _stream(ctx: Streaming, st: UOp, idx: UOp, val: UOp) -> UOp | None:
     if idx.op is not Ops.INDEX or len(idx.src) != 2 or val.shape == ():
         return None
-    buf = _base(idx.src[0])
+    buf = base_of(idx.src[0])
     if buf in ctx.loaded or buffer_bytes(buf) < ctx.min_bytes:
         return None
     if (found := contiguous_start(idx.src[1])) is None:
