@@ -91,7 +91,12 @@ class UOp:
 
     @staticmethod
     def vconst(values: Sequence[ConstValue], dtype: DType = dtypes.index) -> UOp:
-        return UOp(Ops.VCONST, (), (tuple(normalize_const(v, dtype) for v in values), dtype))
+        vals = tuple(values)
+        if dtype is _INDEX and all(type(v) is int for v in vals):  # lane coordinates: nothing to normalize
+            return UOp(Ops.VCONST, (), (vals, dtype))
+        if vals and all(v is vals[0] for v in vals):  # one value splat to every lane (an accumulator's identity)
+            return UOp(Ops.VCONST, (), ((normalize_const(vals[0], dtype),) * len(vals), dtype))
+        return UOp(Ops.VCONST, (), (tuple(normalize_const(v, dtype) for v in vals), dtype))
 
     @staticmethod
     def shape_operand(shape: Sequence[int | UOp]) -> UOp:

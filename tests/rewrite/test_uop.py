@@ -81,6 +81,22 @@ def test_nan_interns_to_one_object():
     assert UOp.vconst([float("nan")], f32) is UOp.vconst([math.nan], f32)
 
 
+@pytest.mark.parametrize("values, dtype", [
+    ([0.1] * 4, dtypes.float32), ([-0.0] * 2, dtypes.float32), ([float("nan")] * 3, dtypes.float16),
+    ([300] * 4, dtypes.uint8), ([True, 1, 2], dtypes.index), ([0, 1, 2, 3], dtypes.index), ([1, 2.0], dtypes.int32),
+    ([float("-inf"), 0.1, 0.1], dtypes.float32),
+])
+def test_vconst_lanes_normalize_as_each_const(values, dtype):
+    """A VCONST's lanes are what a CONST of each value holds (the one-value splat and the index lanes that need no
+    normalizing included), value types and float zero signs too."""
+    v = UOp.vconst(values, dtype)
+    want = tuple(UOp.const(x, dtype).value for x in values)
+    got = v.vconst_values
+    assert [(type(x), math.copysign(1.0, x) if isinstance(x, float) else x) for x in got] == \
+        [(type(x), math.copysign(1.0, x) if isinstance(x, float) else x) for x in want]
+    assert all(a is b or a == b for a, b in zip(got, want, strict=True))
+
+
 def test_tag_makes_a_different_node():
     a = buf((2,))
     t = a.replace(tag="seen")
