@@ -43,12 +43,15 @@ def _local_unrolls(ast: UOp) -> UOp:
     if not any(u.op is Ops.REDUCE and any(r.axis_type is AxisType.UNROLL for r in u.src[1:]) for u in topo):
         return ast
     ups = {r for r in axes(ast) if r.axis_type is AxisType.UPCAST}
+    # per node of the kernel: whether it reaches an UPCAST range (expanding a REDUCE below leaves that as it was:
+    # only one that reaches none is expanded, and that replaces UNROLL ranges alone)
+    up: dict[UOp, bool] = {}
     done: dict[UOp, UOp] = {}
     for u in topo:
+        up[u] = u in ups or any(up[s] for s in u.src) if ups else False
         src = tuple([done[s] for s in u.src])
         n = u if src == u.src else UOp(u.op, src, u.arg, u.tag)
-        if n.op is Ops.REDUCE and any(r.axis_type is AxisType.UNROLL for r in n.src[1:]) and \
-                not (ups and ups & set(n.src[0].toposort())):
+        if n.op is Ops.REDUCE and any(r.axis_type is AxisType.UNROLL for r in n.src[1:]) and not up[u.src[0]]:
             unrolled = [r for r in n.src[1:] if r.axis_type is AxisType.UNROLL]
             n = expand(UOp.sink(n), None, only=unrolled).src[0]
         done[u] = n
@@ -98,6 +101,19 @@ def _fold_tree(op: Ops, parts: list[UOp]) -> UOp:
     return parts[0]
 
 
+def _copies(body: UOp, r: UOp, n: int) -> list[UOp]:
+    """`[body.substitute({r: UOp.const(c)}) for c in range(n)]` in one walk of `body`: a node that does not depend
+    on r is itself in every copy and is visited once, not once per copy."""
+    copied: dict[UOp, list[UOp]] = {r: [UOp.const(c) for c in range(n)]}  # the nodes that depend on r
+    for u in body.toposort():
+        if u in copied or not any(s in copied for s in u.src):
+            continue
+        parts = [copied.get(s) for s in u.src]
+        copied[u] = [UOp(u.op, tuple(s if p is None else p[c] for s, p in zip(u.src, parts, strict=True)), u.arg,
+                         u.tag) for c in range(n)]
+    return copied.get(body, [body] * n)
+
+
 def replicate(ast: UOp, r: UOp) -> UOp:
     """Range r (an UPCAST or UNROLL axis) becomes size(r) copies of the code that depends on it: the body of the
     END that closes it becomes a GROUP of the copies (r = 0, 1, ...), and a REDUCE over it becomes the fold of one
@@ -106,7 +122,7 @@ def replicate(ast: UOp, r: UOp) -> UOp:
     for u in ast.toposort():
         if u.op in (Ops.END, Ops.REDUCE) and r in u.src[1:]:
             rest = tuple(q for q in u.src[1:] if q is not r)
-            copies = [u.src[0].substitute({r: UOp.const(c)}) for c in range(n)]
+            copies = _copies(u.src[0], r, n)
             if u.op is Ops.END:
                 body = copies[0] if n == 1 else UOp(Ops.GROUP, tuple(copies))
                 new = UOp(Ops.END, (body, *rest), u.arg, u.tag) if rest else body
@@ -148,7 +164,7 @@ def expand(ast: UOp, target: Target | None, only: list[UOp] | None = None) -> UO
         if u in vec:
             done[u] = vec[u]
             continue
-        src = tuple(done.get(s, s) for s in u.src)
+        src = tuple([done.get(s, s) for s in u.src])
         if u.op in (Ops.END, Ops.REDUCE):
             kept = tuple(r for r in u.src[1:] if r not in vec)
             if u.op is Ops.REDUCE and len(kept) != len(u.src) - 1:

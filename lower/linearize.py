@@ -22,6 +22,32 @@ class _AccCtx:
     def __init__(self, fuse: bool = False) -> None:
         self.next_slot = 0
         self.fuse = fuse  # the device has MULACC: a float sum of products accumulates with one fused op
+        # per node met so far: the RANGEs it reaches in its toposort's order, and those no END below it closes
+        # (open_ranges of every reduction's body from one walk of the kernel, not one walk of each body)
+        self.reached: dict[UOp, tuple[UOp, ...]] = {}
+        self.open: dict[UOp, frozenset[UOp]] = {}
+
+    def open_ranges(self, u: UOp) -> list[UOp]:
+        """open_ranges(u), from the nodes' entries (computed for the nodes not met before)."""
+        reached, open_ = self.reached, self.open
+        for n in UOp.toposort_of((u,), reached.__contains__):
+            src = n.src
+            if src:
+                r, o = reached[src[0]], open_[src[0]]
+                for s in src[1:]:
+                    if (t := reached[s]) is not r and t:
+                        r = r + tuple([x for x in t if x not in r])
+                    if (e := open_[s]) is not o and not e <= o:
+                        o = o | e
+            else:
+                r, o = (), _NONE
+            if n.op is Ops.RANGE:
+                r, o = (*r, n), o | {n}
+            elif n.op is Ops.END:
+                o = o - set(src[1:])
+            reached[n], open_[n] = r, o
+        o = open_[u]
+        return [x for x in reached[u] if x in o]
 
 
 _FUSABLE = (dtypes.float32, dtypes.float64)
@@ -37,7 +63,7 @@ def _acc_for_reduce(ctx: _AccCtx, red: UOp) -> UOp:
     ident = reduce_identity(rop, red.dtype)
     init_val = UOp.vconst([ident] * lanes, red.dtype) if red.shape else UOp.const(ident, red.dtype)
     # the accumulator restarts on every iteration of the loops the reduction sits in
-    outer = [r for r in open_ranges(body) if r not in ranges]
+    outer = [r for r in ctx.open_ranges(body) if r not in ranges]
     init = (UOp(Ops.AFTER, (at, *outer)) if outer else at).store(init_val)
     cur = UOp(Ops.LOAD, (UOp(Ops.AFTER, (at, init, *ranges)),))
     if ctx.fuse and rop is Ops.ADD and body.op is Ops.MUL and red.dtype.scalar in _FUSABLE:

@@ -177,6 +177,16 @@ def _serial_store_loop(ast: UOp, r: UOp) -> bool:
 
 
 def apply_opt(ast: UOp, opt: Opt) -> UOp:
+    """`ast` with `opt` applied (KernelOptError where it does not apply). A function of the two alone, so it is
+    memoized: the heuristics apply each opt as they choose it (lower.optimize.hand_coded), and the optimize stage
+    then applies the chosen list to the same AST again."""
+    try:
+        return _applied(ast, opt)
+    except TypeError:  # an Opt whose arg is unhashable (a list): not memoized
+        return _apply_opt(ast, opt)
+
+
+def _apply_opt(ast: UOp, opt: Opt) -> UOp:
     rs = axes(ast)
     if opt.op is OptOps.NOLOCALS:
         return ast
@@ -222,6 +232,9 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
     raise KernelOptError(f"unknown opt {opt}")
 
 
+_applied = _Memo(_apply_opt, 256)
+
+
 def _padto(ast: UOp, r: UOp, opt: Opt) -> UOp:
     from lower.rangeify import reduce_identity
 
@@ -242,7 +255,7 @@ def _padto(ast: UOp, r: UOp, opt: Opt) -> UOp:
     dep: dict[UOp, bool] = {}
     for u in ast.toposort():
         dep[u] = u is p or any(dep[s] for s in u.src)
-        src = tuple(done.get(s, s) for s in u.src)
+        src = tuple([done.get(s, s) for s in u.src])
         if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and dep[u.src[0]] and len(src) < 3 and _inside(src[0]):
             new = UOp(Ops.LOAD, src, u.arg, u.tag)  # see _inside
         elif u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and dep[u.src[0]]:
@@ -294,7 +307,7 @@ def _padto_repeat(ast: UOp, r: UOp, opt: Opt, m: object, n: int) -> UOp:
     dep: dict[UOp, bool] = {}
     for u in ast.toposort():
         dep[u] = u is p or any(dep[s] for s in u.src)
-        src = tuple(done.get(s, s) for s in u.src)
+        src = tuple([done.get(s, s) for s in u.src])
         if u.op is Ops.STORE and dep[u]:
             new = UOp(Ops.STORE, (src[0], src[1], valid if len(src) < 3 else (src[2] & valid)), u.arg, u.tag)
         elif u.op is Ops.ATOMICADD and dep[u]:

@@ -1,0 +1,86 @@
+"""The kernel stages' shortcuts give what the walks they replace gave: open ranges from one walk of the kernel
+(lower.linearize), the copies of a replicated range from one walk of its body (lower.expand), and a memoized
+apply_opt (lower.opt_apply)."""
+
+from __future__ import annotations
+
+import pytest
+
+from devices.base import cpu_target
+from lower import schedule
+from lower.buffers import new_buffer
+from lower.expand import _copies
+from lower.linearize import _AccCtx, open_ranges, reduce_to_acc
+from lower.opt_apply import Opt, OptOps, _apply_opt, apply_opt, axes
+from lower.optimize import hand_coded
+from lower.stages import lower_kernel
+from rewrite import AxisType, Ops, UOp, dtypes, graph_rewrite
+from rewrite.errors import KernelOptError
+
+
+def _ast(out: UOp) -> UOp:
+    items, _ = schedule([out])
+    (it,) = [i for i in items if i.kind == "kernel"]
+    return it.ast
+
+
+def _matmul(n: int = 16, k: int = 32, m: int = 64) -> UOp:
+    a, b = new_buffer(dtypes.float32, (n, k), "cpu"), new_buffer(dtypes.float32, (k, m), "cpu")
+    return _ast((a.reshape((n, k, 1)).expand((n, k, m)) * b.reshape((1, k, m)).expand((n, k, m))).sum((1,)))
+
+
+def _softmax() -> UOp:
+    a = new_buffer(dtypes.float32, (8, 64), "cpu")
+    e = (a - a.max((1,)).reshape((8, 1)).expand((8, 64))).exp2()
+    return _ast(e / e.sum((1,)).reshape((8, 1)).expand((8, 64)))
+
+
+@pytest.mark.parametrize("make", [_matmul, _softmax], ids=["matmul", "softmax"])
+def test_open_ranges_of_one_walk_match_a_walk_per_node(make) -> None:
+    """_AccCtx.open_ranges (entries kept per node) gives open_ranges (a toposort per call) for every node of a
+    kernel whose reductions became accumulators (ENDs closing ranges inside), asked in either order."""
+    target = cpu_target()
+    expanded = lower_kernel(make(), target, upto="stream-stores")
+    g = graph_rewrite(expanded, reduce_to_acc, _AccCtx())
+    topo = g.toposort()
+    assert any(u.op is Ops.END for u in topo) and sum(u.op is Ops.RANGE for u in topo) >= 2
+    for order in (topo, topo[::-1]):
+        ctx = _AccCtx()
+        for u in order:
+            assert ctx.open_ranges(u) == open_ranges(u), u.short()
+
+
+def test_copies_of_one_walk_match_a_substitute_per_copy() -> None:
+    """lower.expand._copies gives body.substitute({r: c}) for each c, shared nodes kept shared, and the body
+    itself n times where it does not read r."""
+    r = UOp.range(4, 1, AxisType.UPCAST)
+    q = UOp.range(8, 2)
+    buf = new_buffer(dtypes.float32, (64,), "cpu")
+    shared = (q * 2 + 1) % 5
+    body = buf.index(r * 16 + q * 2 + shared).load() * buf.index(shared).load()
+    got = _copies(body, r, 4)
+    assert got == [body.substitute({r: UOp.const(c)}) for c in range(4)]
+    assert len(set(got)) == 4
+    other = buf.index(shared).load()
+    assert _copies(other, r, 3) == [other] * 3
+
+
+def test_apply_opt_is_memoized_and_matches_the_plain_apply() -> None:
+    """apply_opt gives what the opt does (the same node again for the same AST and opt); an opt whose arg cannot
+    be hashed is applied without the memo, and an illegal opt still raises each time."""
+    ast = _matmul()
+    target = cpu_target()
+    cur = ast
+    for o in hand_coded(ast, target, threads=1):
+        nxt = apply_opt(cur, o)
+        assert nxt is _apply_opt(cur, o) and apply_opt(cur, o) is nxt
+        cur = nxt
+    assert len(axes(cur)) > len(axes(ast))
+    up = Opt(OptOps.SPLIT, 0, (2, AxisType.UPCAST, False))
+    with pytest.raises(KernelOptError, match="positive int"):  # a list arg: no memo, the opt's own check
+        apply_opt(ast, Opt(OptOps.PADTO, 0, [4]))
+    bad = Opt(OptOps.SPLIT, 0, (3, AxisType.UPCAST, False))  # 3 divides no axis of 16
+    for _ in range(2):
+        with pytest.raises(KernelOptError):
+            apply_opt(ast, bad)
+    assert apply_opt(ast, up) is apply_opt(ast, up)
