@@ -110,13 +110,14 @@ def _named(u: UOp, prog: Program, ctx: CContext) -> bool:
     """Must this value get a declared name, rather than being inlined into its one user?"""
     if u.op is Ops.LOAD or u.op is Ops.CUSTOM:
         return True
-    users = prog.users.get(u, [])
+    users = prog.users.get(u, ())
     if u.shape != () and contiguous_start(u) is not None and all(x.op is Ops.INDEX and x.src[1] is u for x in users):
         return False  # positions base + (0..n-1): the INDEXes read base, never this vector
     if len(users) != 1:
         return len(users) > 1
     # inlining into a user in another block would move the work into (or out of) a loop
-    return prog.block[prog.pos[users[0]]] != prog.block[prog.pos[u]] or ctx.depth[u] > _MAX_INLINE_DEPTH
+    block, pos = prog.block, prog.pos
+    return block[pos[users[0]]] != block[pos[u]] or ctx.depth[u] > _MAX_INLINE_DEPTH
 
 
 def signature(prog: Program, name: str, ctx: CContext) -> str:
@@ -141,15 +142,15 @@ def _reversed_reduction(prog: Program) -> bool:
     """A kernel with an accumulator whose addresses step backwards along some loop (a FLIP inside a reduction).
     GCC 12.2's loop vectorizer miscompiles such reductions (e.g. a sum over i < n, j < 2 of d[2i + 1 - j] comes
     out wrong at -O2; GCC bug 110381, fixed in 12.4 and 13.2), so these kernels are compiled without it."""
-    if not any(u.op is Ops.BUFFER and not is_global(u) for u in prog.instrs):
-        return False
+    reg = back = False  # one pass: a REG accumulator, an index stepping backwards
     for u in prog.instrs:
-        if u.dtype is not dtypes.index:
-            continue
-        if u.op in (Ops.NEG, Ops.SUB) or (u.op is Ops.MUL and any(
-                s.op is Ops.CONST and isinstance(s.arg[0], int) and s.arg[0] < 0 for s in u.src)):  # type: ignore[index]
-            return True
-    return False
+        op = u.op
+        if op is Ops.BUFFER:
+            reg = reg or not is_global(u)
+        elif u.dtype is dtypes.index and not back and (op is Ops.NEG or op is Ops.SUB or (op is Ops.MUL and any(
+                s.op is Ops.CONST and isinstance(s.arg[0], int) and s.arg[0] < 0 for s in u.src))):  # type: ignore[index]
+            back = True
+    return reg and back
 
 
 def render_function(prog: Program, name: str, helpers: dict[str, str]) -> str:
@@ -184,23 +185,29 @@ def render_instr(u: UOp, prog: Program, ctx: CContext, rules: RuleSet, lines: li
     hit = fn(u, ctx) if fn is not None else None
     if hit is None:
         raise CompileError(f"{prog.where(u)}: the {ctx.dialect.name} renderer has no rule for {op.name} here")
-    text = cast(str, cast(tuple, hit)[0])
+    text = cast(str, hit[0])
     if op in _VALUES or (op in _READS and u.dtype is not dtypes.void):
         depth = ctx.depth
-        depth[u] = 1 + max([depth.get(s, 0) for s in u.src], default=0)
+        d = 0
+        for s in u.src:
+            if (e := depth.get(s, 0)) > d:
+                d = e
+        depth[u] = d + 1
         if _named(u, prog, ctx):
-            nm = ctx.fresh("val" if u.op is Ops.LOAD else "alu")
-            lines.append("  " * indent + f"{value_type(u, ctx)} {nm} = {unparen(text)};")
-            ctx.names[u], ctx.depth[u] = nm, 0
+            nm = ctx.fresh("val" if op is Ops.LOAD else "alu")
+            lines.append(f"{'  ' * indent}{value_type(u, ctx)} {nm} = {unparen(text)};")
+            ctx.names[u], depth[u] = nm, 0
         else:
             ctx.names[u] = text
     elif op in _NAMED_BY_RULE or (op is Ops.BUFFER and is_global(u)):
         ctx.names[u] = text
-    elif "\n" not in text and op is not Ops.CUSTOM:  # one statement line (or none)
+    elif op is not Ops.CUSTOM and "\n" not in text:  # one statement line (or none)
         if text:
-            indent -= text.startswith("}")
+            if text[0] == "}":
+                indent -= 1
             lines.append("  " * indent + text)
-            indent += text.endswith("{")
+            if text[-1] == "{":
+                indent += 1
     else:  # statements; braces set the indentation
         for line in filter(None, text.split("\n")):
             indent -= line.startswith("}")

@@ -103,6 +103,8 @@ def unparen(s: str) -> str:
     """`(a+b)` -> `a+b` when the outer parentheses enclose everything (never a statement expression's)."""
     if not (s.startswith("(") and s.endswith(")")) or s.startswith("({"):
         return s
+    if "(" not in (inner := s[1:-1]) and ")" not in inner:  # the common case: no parentheses inside
+        return inner
     # the nesting depth after each parenthesis but the last: the first one closes early when it comes back to 0
     # (the parentheses alone, summed at C speed: this runs on every inlined expression, long ones included)
     steps = map(_PAREN_STEP.get, s[:-1].translate(_ONLY_PARENS), itertools.repeat(0))  # non-ASCII: 0
@@ -216,7 +218,14 @@ def _helper_source(name: str, dialect: Dialect = C_DIALECT) -> str:
 
 
 def render_const(x: UOp, ctx: CContext) -> str:
-    return const_text(const_value(x), x.dtype, ctx.ctype(dtypes.float16))
+    if x.dtype is dtypes.float16:  # the literal names the dialect's half type
+        return const_text(const_value(x), x.dtype, ctx.ctype(dtypes.float16))
+    return x._prop("c_const", _const_of)
+
+
+def _const_of(x: UOp) -> str:
+    """A CONST's C literal (kept on the node: a CONST is shared by many kernels)."""
+    return const_text(const_value(x), x.dtype)
 
 
 def const_text(v: ConstValue, dt: DType, half: str = "_Float16") -> str:

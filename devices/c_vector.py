@@ -48,7 +48,7 @@ from rewrite.dsl import Rule, RuleSet, op, var
 from rewrite.dtype import DType, dtypes
 from rewrite.interval import float_to_int_in_range
 from rewrite.ops import GroupOp, Ops
-from rewrite.props import contiguous_start
+from rewrite.props import contiguous_start as _contiguous_start
 from rewrite.uop import ConstValue, UOp
 
 _SHORT = {
@@ -69,6 +69,12 @@ _EXACT = GroupOp.Comparison | frozenset({Ops.AND, Ops.OR, Ops.XOR, Ops.NOT, Ops.
 # ---------------------------------------------------------------- types and operands
 
 
+def contiguous_start(i: UOp) -> tuple[UOp | None, int] | None:
+    """rewrite.props.contiguous_start of an index vector, kept on the node (a render asks it of one index for its
+    value, its INDEX, LOAD and STORE)."""
+    return i._prop("contiguous_start", _contiguous_start)
+
+
 def _csize(dt: DType) -> int:
     """Bytes per lane in a register (bfloat16 lanes are floats)."""
     return 4 if dt is dtypes.bfloat16 else dt.itemsize
@@ -77,11 +83,17 @@ def _csize(dt: DType) -> int:
 def vtype(dt: DType, n: int, ctx: CContext, may_alias: bool = False) -> str:
     """The vector type of n lanes of `dt`, its typedef added to the file once; `may_alias` gives its twin that
     moves lanes between registers and memory (see _mem_type)."""
-    name = f"{_SHORT[dt.scalar]}x{n}" + ("_m" if may_alias else "")
-    elem, size = "int8_t" if dt is dtypes.bool else ctype(dt), _csize(dt)
-    attrs = f"vector_size({n * size}), aligned({size}){', may_alias' if may_alias else ''}"
-    ctx.define(f"typedef {name}", f"typedef {elem} {name} __attribute__(({attrs}));")
-    return name
+    if (made := _VTYPES.get((dt, n, may_alias))) is None:
+        name = f"{_SHORT[dt.scalar]}x{n}" + ("_m" if may_alias else "")
+        elem, size = "int8_t" if dt is dtypes.bool else ctype(dt), _csize(dt)
+        attrs = f"vector_size({n * size}), aligned({size}){', may_alias' if may_alias else ''}"
+        made = (name, f"typedef {name}", f"typedef {elem} {name} __attribute__(({attrs}));")
+        _VTYPES[(dt, n, may_alias)] = made
+    ctx.define(made[1], made[2])
+    return made[0]
+
+
+_VTYPES: dict[tuple[DType, int, bool], tuple[str, str, str]] = {}  # (dtype, lanes, may_alias) -> vtype's texts
 
 
 def value_type(u: UOp, ctx: CContext) -> str:
@@ -182,8 +194,12 @@ def _select_helper(kind: str, t: str, m: str, cond: str, ctx: CContext, head: st
 
 
 def render_vconst(x: UOp, ctx: CContext) -> str:
-    vals = cast(tuple, x.arg)[0]
-    return f"(({vtype(x.dtype, len(vals), ctx)}){{{', '.join(_lane_const(v, x.dtype) for v in vals)}}})"
+    return f"(({vtype(x.dtype, len(cast(tuple, x.arg)[0]), ctx)}){{{x._prop('c_lanes', _lane_consts)}}})"
+
+
+def _lane_consts(x: UOp) -> str:
+    """A VCONST's lanes as C literals (kept on the node: a VCONST is shared by many kernels)."""
+    return ", ".join(_lane_const(v, x.dtype) for v in cast(tuple, x.arg)[0])
 
 
 def render_stack(x: UOp, ctx: CContext) -> str:

@@ -129,42 +129,59 @@ def analyze(linear: UOp, device: str, supported_ops: frozenset[Ops], name: str =
         got = linear.op.name if isinstance(linear, UOp) else type(linear).__name__
         raise CompileError(f"{device}: compile takes a LINEAR UOp (the linearized kernel), got {got}")
     prog = Program(name, linear.src)
-    pos, block, uses, users = prog.pos, prog.block, prog.uses, prog.users
+    pos, block, users = prog.pos, prog.block, prog.users
     stack: list[int] = []  # positions of the open RANGE/IF blocks
     open_set: set[int] = set()
+    checked = _CHECKED
     for i, u in enumerate(prog.instrs):
         op = u.op
         if u in pos:
             raise _fail(prog, i, u, f"listed twice (first at {pos[u]}); each instruction appears once")
         if op not in _LISTABLE:
             raise _fail(prog, i, u, f"{op.name} is not a LINEAR instruction; lowering must remove it before {device}")
-        if op in VALUE_OPS and op not in supported_ops:
+        value = op in VALUE_OPS
+        if value and op not in supported_ops:
             raise _fail(prog, i, u, f"the {device} device does not support {op.name}; lowering must decompose it "
                                     f"(see the device's supported_ops)")
         if u.dtype.count != 1:
             raise _fail(prog, i, u, f"{u.dtype.name} is a vector dtype; a LINEAR vector has a scalar dtype and shape "
                                     f"(n,), e.g. VCONST or STACK")
-        if u.shape != () and base_of(u).op is not Ops.BUFFER and op not in _VECTOR_MAKERS:
+        shape = u.shape
+        if shape != () and op not in _VECTOR_MAKERS and base_of(u).op is not Ops.BUFFER:
             if op not in _MAY_BE_VECTOR:
-                raise _fail(prog, i, u, f"{op.name} must be a scalar (shape ()), got shape {u.shape}")
+                raise _fail(prog, i, u, f"{op.name} must be a scalar (shape ()), got shape {shape}")
             _check_lanes(prog, i, u, u)
-        deps = () if op in _STRUCTURAL else u.src
-        for j, s in enumerate(deps):
-            if s not in pos:
-                raise _fail(prog, i, u, f"source {j} ({s.short()[:80]}) is not listed before it")
-        for s in deps if op not in _ORDERS_ONLY else _value_srcs(u):
-            if s.op in _VECTOR_MAKERS:
-                _check_lanes(prog, i, u, s)
-            b = block[pos[s]]
-            if b != -1 and b not in open_set and s.op not in _KERNEL_WIDE and not is_global(s):
-                raise _fail(prog, i, u, f"uses {s.short()[:80]} (instruction {pos[s]}) after the block it was made "
-                                        f"in (instruction {b}) was closed; compute it outside the block")
-        _check_instruction(prog, i, u)
+        if op in _STRUCTURAL:
+            deps: tuple[UOp, ...] = ()
+        elif op in _ORDERS_ONLY:
+            deps = u.src
+            _check_listed(prog, i, u, deps)
+            for s in _value_srcs(u):
+                _check_source(prog, i, u, s, open_set)
+        else:  # every source is read as a value: one pass (a source not listed is a KeyError of pos)
+            deps = u.src
+            try:
+                for s in deps:
+                    b = block[pos[s]]
+                    if (b != -1 and b not in open_set) or s.op in _VECTOR_MAKERS:
+                        _check_source(prog, i, u, s, open_set)
+            except KeyError:
+                _check_listed(prog, i, u, deps)
+                raise
+        if value:  # elementwise: the operands' shapes (a scalar op of scalars, the common case, needs no look)
+            if shape != ():
+                _check_operands(prog, i, u)
+            else:
+                for s in deps:
+                    if s.shape != ():
+                        _check_operands(prog, i, u)
+                        break
+        elif op in checked:
+            _check_instruction(prog, i, u)
         if op is Ops.BARRIER and any(prog.instrs[p].op is Ops.IF for p in stack):
             raise _fail(prog, i, u, "a BARRIER inside an IF: every thread of the block must reach it")
         pos[u] = i
         for s in deps:
-            uses[s] = uses.get(s, 0) + 1
             if (us := users.get(s)) is None:
                 users[s] = [u]
             else:
@@ -185,17 +202,37 @@ def analyze(linear: UOp, device: str, supported_ops: frozenset[Ops], name: str =
                 prog.closer[p] = i
                 stack.remove(p)
                 open_set.discard(p)
-        block.append(stack[-1] if stack else -1)
         if op in _OPENERS:
+            block.append(i)  # a RANGE's own value lives inside the loop it opens
             stack.append(i)
             open_set.add(i)
-            block[i] = i  # a RANGE's own value lives inside the loop it opens
+        else:
+            block.append(stack[-1] if stack else -1)
     if stack:
         u = prog.instrs[stack[-1]]
         raise _fail(prog, stack[-1], u, f"is never closed (no {'END' if u.op is Ops.RANGE else 'ENDIF'} for it)")
+    prog.uses = {s: len(us) for s, us in users.items()}
     prog.buffers = dict(sorted(prog.buffers.items()))
     prog.variables = dict(sorted(prog.variables.items()))
     return prog
+
+
+def _check_listed(prog: Program, i: int, u: UOp, deps: tuple[UOp, ...]) -> None:
+    """Every source of `u` is listed before it."""
+    for j, s in enumerate(deps):
+        if s not in prog.pos:
+            raise _fail(prog, i, u, f"source {j} ({s.short()[:80]}) is not listed before it")
+
+
+def _check_source(prog: Program, i: int, u: UOp, s: UOp, open_set: set[int]) -> None:
+    """A source `u` reads as a value: a vector operand's lanes, and not made in a block closed since."""
+    if s.op in _VECTOR_MAKERS:
+        _check_lanes(prog, i, u, s)
+    b = prog.block[prog.pos[s]]
+    if b != -1 and b not in open_set and s.op not in _KERNEL_WIDE and not is_global(s):
+        _check_listed(prog, i, u, u.src)  # that error first, as the sources are checked in that order
+        raise _fail(prog, i, u, f"uses {s.short()[:80]} (instruction {prog.pos[s]}) after the block it was made in "
+                                f"(instruction {b}) was closed; compute it outside the block")
 
 
 def lanes(u: UOp) -> int:
@@ -236,6 +273,11 @@ def _check_access(prog: Program, i: int, u: UOp) -> None:
                                     f"a scalar or have the index's lanes")
     if op is Ops.STORE and is_global(buf := base_of(idx.src[0])):
         prog.stored.add(buffer_arg(buf).slot)
+
+
+# the instructions _check_instruction has more to check of (elementwise ops are checked by analyze itself)
+_CHECKED = frozenset({Ops.BUFFER, Ops.PARAM, Ops.SPECIAL, Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.WMMA, Ops.ATOMICADD,
+                      Ops.IF})
 
 
 def _check_instruction(prog: Program, i: int, u: UOp) -> None:
