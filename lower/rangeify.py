@@ -48,11 +48,13 @@ from rewrite.uop import ConstValue
 from rewrite.viz import capture as viz_capture
 from rules.rangeify import (
     EXPENSIVE,
+    ZERO,
     RealizePoint,
     expand_source_index,
     flat_index,
     gate_and,
     index_add,
+    index_const,
     realize_point_rules,
     reshape_groups,
     reshape_index,
@@ -98,6 +100,7 @@ class KernelBuilder:
         self.fused: dict[UOp, None] = {}  # the REDUCEs computed inline (not the kernel's own root), in order
         self.shared: frozenset[UOp] = frozenset()  # REDUCEs realized because several kernels read them
         self._reads: dict[UOp, bool] = {}
+        self.work: dict[UOp, tuple[bool | None, int]] = {}  # rules.rangeify.source_work, by source
 
     def reads_shared(self, u: UOp | None) -> bool:
         """Whether `u` is computed from one of `shared` (stopping at other realized nodes)."""
@@ -128,24 +131,28 @@ class KernelBuilder:
 
     def value(self, root: UOp, idx: tuple[UOp, ...], valid: UOp | None = None) -> UOp | None:
         """The value of `root` at `idx` under `valid`, or None when a realize-point rule stopped the build."""
-        memo = self.memo
-        stack: list = [(root, idx, valid)]
+        memo, expand = self.memo, self.expand
+        first = (root, idx, valid)
+        stack: list = [first]
+        push, pop = stack.append, stack.pop
         while stack:
-            task = stack.pop()
-            if len(task) == 3:
+            task = pop()
+            if len(task) == 3:  # a site: expand it, then its sources not known yet (the last one first)
                 if task in memo:
                     continue
-                node, at, gate = task
-                kids, combine = self.expand(node, at, gate, top=node is root)
+                node = task[0]
+                kids, combine = expand(node, task[1], task[2], node is root)
                 if self.point is not None:
                     return None
-                stack.append((task, kids, combine, None))
-                stack.extend(k for k in kids if k not in memo)
-            else:
+                push((task, kids, combine, None))
+                for k in kids:
+                    if k not in memo:
+                        push(k)
+            else:  # its sources are known: combine them
                 key, kids, combine, _ = task
                 if key not in memo:
                     memo[key] = combine([memo[k] for k in kids])
-        return memo[(root, idx, valid)]
+        return memo[first]
 
     def load(self, buf: UOp, node_shape: tuple, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
         at = buf.index(flat_index(idx, node_shape))
@@ -197,11 +204,11 @@ class KernelBuilder:
 
         new = list(idx)
         for a in n.reduce_axes:
-            new[a] = UOp.const(0)
+            new[a] = ZERO
         r = self.new_range(src.shape[axes[0]], AxisType.REDUCE)
         new[axes[0]] = r
         inner = KernelBuilder(self.buffers, self.range_ids)
-        inner.points = self.points
+        inner.points, inner.work = self.points, self.work
         if (v := inner.value(src, tuple(new), valid)) is None:
             self.point = inner.point
             return None
@@ -246,7 +253,7 @@ def _broadcast_idx(idx: tuple[UOp, ...], out_shape: tuple, src_shape: tuple) -> 
     if src_shape == out_shape:
         return idx
     off = len(out_shape) - len(src_shape)
-    return tuple(UOp.const(0) if s == 1 and out_shape[off + k] != 1 else idx[off + k] for k, s in enumerate(src_shape))
+    return tuple(ZERO if s == 1 and out_shape[off + k] != 1 else idx[off + k] for k, s in enumerate(src_shape))
 
 
 # ---------------------------------------------------------------------------- rangeify's rules, one per op family
@@ -300,7 +307,7 @@ def _shrink(ctx: KernelBuilder, n: UOp) -> Expansion:
 
 def _flip(ctx: KernelBuilder, n: UOp) -> Expansion:
     dims = zip(ctx.idx, n.src[0].shape, n.flip_flags, strict=True)
-    return [(n.src[0], tuple(index_add(UOp.const(d - 1), i * -1) if f else i for i, d, f in dims), ctx.valid)], _first
+    return [(n.src[0], tuple(index_add(index_const(d - 1), i * -1) if f else i for i, d, f in dims), ctx.valid)], _first
 
 
 def _pad(ctx: KernelBuilder, n: UOp) -> Expansion:
@@ -313,7 +320,7 @@ def _pad(ctx: KernelBuilder, n: UOp) -> Expansion:
     for i, b, e, d in zip(idx, begin, end, n.src[0].shape, strict=True):
         new.append(index_add(i, -b))
         if b > 0:
-            cond = gate_and(cond, UOp.const(b - 1) < i)
+            cond = gate_and(cond, index_const(b - 1) < i)
         if e > 0:
             cond = gate_and(cond, i < b + d)
     if cond is None:
@@ -364,7 +371,7 @@ def _reduce(ctx: KernelBuilder, n: UOp) -> Expansion:
     for a in n.reduce_axes:
         d = src.shape[a]
         if d == 1:
-            new[a] = UOp.const(0)
+            new[a] = ZERO
         else:
             r = ctx.new_range(d, AxisType.REDUCE)
             ranges.append(r)
@@ -471,7 +478,7 @@ def build_kernel(node: UOp, out_buf: UOp, buffers: dict[UOp, UOp], fused: dict[U
     idx = []
     for d in shape:
         if d == 1:
-            idx.append(UOp.const(0))
+            idx.append(ZERO)
         else:
             counter[0] += 1
             r = UOp.range(d, counter[0], AxisType.LOOP)
@@ -510,7 +517,7 @@ def build_store_kernel(view: UOp, value: UOp, out_buf: UOp, buffers: dict[UOp, U
     idx: list[UOp] = []
     for axis, d in enumerate(view.shape):
         if d == 1:
-            idx.append(UOp.const(0))
+            idx.append(ZERO)
             continue
         counter[0] += 1
         r = UOp.range(d, counter[0], AxisType.REDUCE if axis == 0 else AxisType.LOOP)

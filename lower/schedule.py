@@ -42,6 +42,7 @@ from lower.split_build import (
     flat_buffer,
     kernel_limits,
     region,
+    region_nodes,
     shared_values,
 )
 from lower.split_fuse import FUSE_STORES, FuseContext, fuse_stores
@@ -190,9 +191,9 @@ def stale_kernels(roots: list[UOp]) -> list[str]:
 
 def _schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp], SplitContext]:
     given = roots
-    roots = _own_buffers(roots)
     # the graph's order, one walk for all the roots (a training step's hundred roots share most of their graph)
-    topo_index = {u: i for i, u in enumerate(UOp.toposort_of(roots))}
+    roots, topo = _own_buffers(roots)
+    topo_index = {u: i for i, u in enumerate(topo)}
     split = decide(roots, topo_index)  # the decisions the nodes themselves settle: lower.split.realize_rules
     out_of = split.out_of  # realized node -> its BUFFER (node's shape); BUFFER leaves and assignment aliases
     stores = split.stores  # STORE -> the BUFFER it writes in place (AFTER nodes alias it)
@@ -216,8 +217,10 @@ def _schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
         if not stores:
             order = sorted(kernels, key=lambda k: topo_index.get(k, -1))
             break
-        fused, leader = _fused_stores(build, stores, topo_index, excluded)
-        order, stuck = _order_with_stores(kernels, stores, out_of, topo_index, leader)
+        realized = {n: b for n, b in out_of.items() if n not in stores}
+        reads = {s: tuple(region_nodes(_top(s), realized)[1]) for s in stores if s in kernels}
+        fused, leader = _fused_stores(build, stores, topo_index, excluded, reads)
+        order, stuck = _order_with_stores(kernels, stores, realized, topo_index, leader, {**build.leaves, **reads})
         if undo := {s for k in stuck if k in fused for s, lead in leader.items() if lead is k}:
             excluded |= undo  # the merge made a cycle: those stores stay kernels of their own
             continue
@@ -237,18 +240,16 @@ def _localized(kernels: dict[UOp, ScheduleItem], k: UOp) -> ScheduleItem:
     return _localize(it) if isinstance(it, UOp) else cast(ScheduleItem, it)
 
 
-def _fused_stores(build: BuildContext, stores: dict[UOp, UOp], topo_index: dict[UOp, int], excluded: set[UOp]
-                  ) -> tuple[dict[UOp, ScheduleItem], dict[UOp, UOp]]:
+def _fused_stores(build: BuildContext, stores: dict[UOp, UOp], topo_index: dict[UOp, int], excluded: set[UOp],
+                  reads: dict[UOp, tuple[UOp, ...]]) -> tuple[dict[UOp, ScheduleItem], dict[UOp, UOp]]:
     """The rule fuse-sibling-stores (lower.split_fuse) over the assignments' kernels: the fused kernels, each
-    keyed by its first store, and each fused store's first store."""
-    out_of, kernels = build.split.out_of, cast("dict[UOp, ScheduleItem]", build.kernels)
+    keyed by its first store, and each fused store's first store. `reads` holds what each store's kernel reads
+    (the realized nodes of its value's region, assignments' stores not counted as realized)."""
+    kernels = cast("dict[UOp, ScheduleItem]", build.kernels)
     producer = _producers(kernels, topo_index, {})
-    realized = {n: b for n, b in out_of.items() if n not in stores}
     after_reads: dict[UOp, set[UOp]] = {}
-    for s in stores:
-        if s in kernels:
-            leaves = [u for u in region(_top(s), realized) if u in realized]
-            after_reads[s] = {p for leaf in leaves if leaf.op is Ops.AFTER for p in producer.get(leaf, ())}
+    for s, leaves in reads.items():
+        after_reads[s] = {p for leaf in leaves if leaf.op is Ops.AFTER for p in producer.get(leaf, ())}
     dev = default_device(list(stores))
     ctx = FuseContext({s: build.raw[s] for s in stores if s in kernels and s in build.raw}, after_reads,
                       kernel_limits(dev)[0], set(excluded))
@@ -275,15 +276,18 @@ def _producers(kernels: dict[UOp, ScheduleItem], topo_index: dict[UOp, int], lea
     return producer
 
 
-def _own_buffers(roots: list[UOp]) -> list[UOp]:
+def _own_buffers(roots: list[UOp]) -> tuple[list[UOp], list[UOp]]:
     """`roots` with each store into a lazy value (rewrite.stores: AFTER(t, STORE(INDEX(t, i), ...)) with t not
     a BUFFER) given a fresh buffer: AFTER(B', STORE(INDEX(B', i), ...)) with B' = AFTER(B, STORE(B, t)), the
-    copy of t that the stores then update in place."""
-    if not any(u.op is Ops.AFTER and u.src[0].op not in (Ops.BUFFER, Ops.AFTER) for u in UOp.toposort_of(roots)):
-        return roots  # nothing to rewrite (an optimizer's assignments all store into buffers)
+    copy of t that the stores then update in place; and the toposort of the graph of the roots returned."""
+    topo = UOp.toposort_of(roots)
+    if not any(u.op is Ops.AFTER and u.src[0].op not in (Ops.BUFFER, Ops.AFTER) for u in topo):
+        return roots, topo  # nothing to rewrite (an optimizer's assignments all store into buffers)
     new: dict[UOp, UOp] = {}
-    for u in UOp.sink(*roots).toposort():
-        src = tuple(new.get(s, s) for s in u.src)
+    for u in topo:
+        if not new and u.op is not Ops.AFTER:  # nothing below it rewritten yet
+            continue
+        src = tuple([new.get(s, s) for s in u.src])
         if u.op is Ops.AFTER and src[0].op not in (Ops.BUFFER, Ops.AFTER):
             t = src[0]
             b = new_buffer(t.dtype, t.shape, t.device if isinstance(t.device, str) else default_device(roots))
@@ -299,7 +303,8 @@ def _own_buffers(roots: list[UOp]) -> list[UOp]:
             new[u] = UOp(Ops.AFTER, (base, *stores), u.arg, u.tag)
         elif src != u.src:
             new[u] = UOp(u.op, src, u.arg, u.tag)
-    return [new.get(r, r) for r in roots]
+    out = [new.get(r, r) for r in roots]
+    return out, UOp.toposort_of(out)
 
 
 def _split(pending: list[UOp], build: BuildContext) -> None:
@@ -386,24 +391,28 @@ def _carry_out(decisions: list[Decision], build: BuildContext) -> list[UOp]:
         build.kernels.pop(k, None)
         build.raw.pop(k, None)
         build.regions.pop(k, None)
+        build.leaves.pop(k, None)
     return list(dict.fromkeys([*again, *new]))
 
 
-def _order_with_stores(kernels: dict[UOp, ScheduleItem], stores: dict[UOp, UOp], out_of: dict[UOp, UOp],
-                       topo_index: dict[UOp, int], leader: dict[UOp, UOp]) -> tuple[list[UOp], list[UOp]]:
+def _order_with_stores(kernels: dict[UOp, ScheduleItem], stores: dict[UOp, UOp], realized: dict[UOp, UOp],
+                       topo_index: dict[UOp, int], leader: dict[UOp, UOp], built: dict[UOp, tuple[UOp, ...]]
+                       ) -> tuple[list[UOp], list[UOp]]:
     """The kernels in an order that runs each before the kernels that read what it writes, and every kernel
     that reads an assignment's target before the store that overwrites it (the old value is read first). When
     no such order exists (two assignments that each read the other's old value: `p -= lr * m; m.assign(m * b + p)`),
     also the stores left on a cycle. Stores fused into one kernel (`leader`: each one's first store) are ordered
-    as that kernel, keyed by its first store."""
-    realized = {n: b for n, b in out_of.items() if n not in stores}
+    as that kernel, keyed by its first store. `built` holds the realized nodes each kernel reads (`realized`:
+    assignments' stores not counted): a store's value's, and what the other kernels read when they were built
+    (lower.split_build.BuildContext.leaves), which a kernel that stands was against the final decisions."""
     producer = _producers(kernels, topo_index, leader)
     units = list(dict.fromkeys(leader.get(k, k) for k in kernels))
     deps: dict[UOp, set[UOp]] = {k: set() for k in units}
     readers: dict[UOp, list[UOp]] = {}  # realized node -> the kernels that read it
     for k in kernels:
         u = leader.get(k, k)
-        leaves = [x for x in region(_top(k), realized) if x in realized and x is not k]
+        if (leaves := built.get(k)) is None or any(x in stores for x in leaves):
+            leaves = tuple(x for x in region_nodes(_top(k), realized)[1] if x is not k)
         deps[u].update(p for leaf in leaves for p in producer.get(leaf, ()) if p is not u)
         for leaf in leaves:
             readers.setdefault(leaf, []).append(u)
@@ -433,6 +442,13 @@ def _order_with_stores(kernels: dict[UOp, ScheduleItem], stores: dict[UOp, UOp],
 
 def _localize(ast: UOp) -> ScheduleItem:
     """Renumber the kernel's GLOBAL buffers to local slots 0..n-1 (the output, read by STORE, is 0)."""
+    if viz_capture.ACTIVE is None and (item := _localize_walk(ast)) is not None:
+        return item
+    return _localize_substitute(ast)
+
+
+def _localize_substitute(ast: UOp) -> ScheduleItem:
+    """`_localize` the long way: the toposort's buffers, then a substitution (VIZ records each local slot)."""
     topo = ast.toposort()
     glob = [u for u in topo if u.op is Ops.BUFFER and u.buf_arg.addrspace is AddrSpace.GLOBAL]
     stores = [u for u in topo if u.op is Ops.STORE]
@@ -443,6 +459,65 @@ def _localize(ast: UOp) -> ScheduleItem:
         for b, local_buf in mapping.items():
             rec.derive(local_buf, b, "rangeify: a global buffer as the kernel's local slot")
     local = ast.substitute(mapping)
+    return ScheduleItem("kernel", tuple(order), local, kernel_name(local, topo), outs=max(len(outs), 1))
+
+
+_CONTAINERS = (Ops.SINK, Ops.END, Ops.GROUP)
+
+
+def _store_targets(ast: UOp) -> list[UOp]:
+    """The buffers the kernel's STOREs write (through an INDEX), found under its SINK, ENDs and GROUPs."""
+    out: list[UOp] = []
+    stack = [ast]
+    while stack:
+        u = stack.pop()
+        if u.op is Ops.STORE:
+            if u.src[0].op is Ops.INDEX:
+                out.append(u.src[0].src[0])
+        elif u.op in _CONTAINERS:
+            stack.extend(reversed(u.src))
+    return list(dict.fromkeys(out))
+
+
+def _localize_walk(ast: UOp) -> ScheduleItem | None:
+    """`_localize` in one walk: the toposort's (depth first, sources in order) with each node rebuilt over the
+    local buffers once its sources are, the slots given in the order the toposort meets the buffers, the outputs
+    first. None when the walk meets a STORE the SINK's ENDs and GROUPs do not hold (`_localize` then does it
+    the long way)."""
+    outs = _store_targets(ast)
+    mapping = {b: UOp.buffer(i, b.dtype, b.shape, None) for i, b in enumerate(outs)}
+    order = list(outs)
+    topo: list[UOp] = []
+    new: dict[UOp, UOp] = {}
+    stores: list[UOp] = []
+    glob = AddrSpace.GLOBAL
+    stack = [(ast, iter(ast.src))]
+    while stack:
+        u, rest = stack[-1]
+        for s in rest:
+            if s in new:
+                continue
+            if s.src or s.op is Ops.BUFFER:
+                stack.append((s, iter(s.src)))
+                break
+            new[s] = s
+            topo.append(s)
+        else:
+            stack.pop()
+            topo.append(u)
+            if u.op is Ops.BUFFER and u.buf_arg.addrspace is glob:
+                if (local := mapping.get(u)) is None:
+                    local = mapping[u] = UOp.buffer(len(order), u.dtype, u.shape, None)
+                    order.append(u)
+                new[u] = local
+                continue
+            if u.op is Ops.STORE:
+                stores.append(u)
+            src = tuple([new[s] for s in u.src])
+            new[u] = u if src == u.src else UOp(u.op, src, u.arg, u.tag)
+    if list(dict.fromkeys(s.src[0].src[0] for s in stores if s.src[0].op is Ops.INDEX)) != outs:
+        return None
+    local = new[ast]
     return ScheduleItem("kernel", tuple(order), local, kernel_name(local, topo), outs=max(len(outs), 1))
 
 

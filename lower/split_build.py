@@ -27,8 +27,9 @@ realize-point and store-value rules read the same build, and the round keeps it 
 (`BuildContext.accept` then records the nodes it computes inline, so that a later decision realizing one of
 them builds it again: the split is a fixed point of its decisions, whatever the order of the builds).
 
-`shared_rules` (context `SharedContext`) run by `graph_rewrite(..., walk=True)` over the whole graph once a
-round decides nothing else (`shared_values`):
+`shared_rules` (context `SharedContext`) are applied over the whole graph once a round decides nothing else
+(`shared_values`), in the order `graph_rewrite(..., walk=True)` would apply them, to the values that can fire
+them (those several kernels compute inline: the walk itself would visit every node for them):
 
   realize-shared-reduction       a value (a REDUCE, an ALU op) that m >= 2 kernels compute inline, when storing it
                                  reads fewer bytes: its own kernel plus the m kernels reading it read less than
@@ -117,14 +118,16 @@ class BuildContext:
     kernels: dict[UOp, object] = field(default_factory=dict)  # node -> its AST or ScheduleItem (lower.schedule)
     raw: dict[UOp, UOp] = field(default_factory=dict)  # realized node -> its kernel over the global buffers
     regions: dict[UOp, frozenset[UOp]] = field(default_factory=dict)  # kernel -> the nodes it computes inline
+    leaves: dict[UOp, tuple[UOp, ...]] = field(default_factory=dict)  # kernel -> the realized nodes it reads
     where: dict[UOp, list[UOp]] = field(default_factory=dict)  # node -> kernels whose region held it once
     bytes: ByteCount | None = None  # the byte rule's loops, kept across rounds (`shared_values`)
+    walk: dict[UOp, int] | None = None  # the graph's nodes in the order a rule walk visits them (`shared_values`)
     _flats: dict[UOp, UOp] = field(default_factory=dict)
     _flat_of: dict[UOp, UOp] = field(default_factory=dict)
     _node: UOp | None = None
     _built: UOp | RealizePoint | None = None
     _points: list[RealizePoint] = field(default_factory=list)
-    _region: list[UOp] | None = None
+    _region: tuple[set[UOp], list[UOp]] | None = None
     _cat: list[Part] | None = None
     _cat_seen: bool = False
 
@@ -133,19 +136,21 @@ class BuildContext:
         self._node, self._built, self._cat, self._cat_seen = node, None, None, False
         self._points, self._region = [], None
 
-    def region(self, node: UOp) -> list[UOp]:
-        """`region(node, realized)` of the node being visited, computed once per visit."""
+    def region(self, node: UOp) -> tuple[set[UOp], list[UOp]]:
+        """`region_nodes(node, realized)` of the node being visited, computed once per visit."""
         assert node is self._node, "BuildContext.region: visit the node first"
         if self._region is None:
-            self._region = region(node, self.split.out_of)
+            self._region = region_nodes(node, self.split.out_of)
         return self._region
 
     def accept(self, node: UOp) -> None:
         """`node`'s kernel stands: remember the nodes it computes inline, so that a later decision realizing one
         of them builds it again (lower.schedule)."""
         out_of = self.split.out_of
-        inner = frozenset(u for u in self.region(node) if u not in out_of)
+        nodes, leaves = self.region(node)
+        inner = frozenset(u for u in nodes if u not in out_of)
         self.regions[node] = inner
+        self.leaves[node] = tuple(leaves)
         for u in inner:
             self.where.setdefault(u, []).append(node)
 
@@ -233,6 +238,29 @@ def region(node: UOp, realized: dict[UOp, UOp]) -> list[UOp]:
     return order
 
 
+def region_nodes(node: UOp, realized: dict[UOp, UOp]) -> tuple[set[UOp], list[UOp]]:
+    """The nodes of `region(node, realized)` as a set, and its realized leaves (without `node`): one walk that
+    keeps no order (what the rules here ask of a region but for `split_point`'s cut)."""
+    seen: set[UOp] = {node}
+    leaves: list[UOp] = []
+    stack = [node]
+    while stack:
+        for s in stack.pop().src:
+            if s not in seen:
+                seen.add(s)
+                if s in realized:
+                    leaves.append(s)
+                else:
+                    stack.append(s)
+    return seen, leaves
+
+
+def under_limits(nodes: set[UOp], leaves: list[UOp], max_args: int, max_ops: int) -> bool:
+    """Whether a kernel whose region holds `nodes` (`leaves` realized) stays within `max_args` buffers counting its
+    output and `max_ops` weighed ops: then `split_point` has no cut to make."""
+    return len(leaves) + 1 <= max_args and sum([_WEIGHT[u.op] for u in nodes]) <= max_ops
+
+
 def split_point(node: UOp, realized: dict[UOp, UOp], max_args: int, max_ops: int,
                 order: list[UOp] | None = None) -> UOp | None:
     """A node to realize first when `node`'s kernel would exceed the device's limits (more than `max_args`
@@ -242,7 +270,7 @@ def split_point(node: UOp, realized: dict[UOp, UOp], max_args: int, max_ops: int
     given, is `region(node, realized)`."""
     order = region(node, realized) if order is None else order
     leaves = [u for u in order if u in realized and u is not node]
-    if len(leaves) + 1 <= max_args and sum([_WEIGHT[u.op] for u in order]) <= max_ops:
+    if under_limits(set(order), leaves, max_args, max_ops):
         return None
     # per node: the buffers it reads (capped just over the limit) and its ops counted along every path (an
     # overestimate where subgraphs are shared, only used to place the cut)
@@ -290,7 +318,10 @@ def _over_limits(ctx: BuildContext, n: UOp) -> Decision | None:
     if ctx.concat(n) is not None:  # copies, no kernel
         return None
     dev = n.device if isinstance(n.device, str) else ctx.device
-    cut = split_point(n, ctx.split.out_of, *kernel_limits(dev), ctx.region(n))
+    limits = kernel_limits(dev)
+    if under_limits(*ctx.region(n), *limits):
+        return None
+    cut = split_point(n, ctx.split.out_of, *limits)
     return None if cut is None else Decision(OVER_LIMITS, (cut,), (n,))
 
 
@@ -465,6 +496,22 @@ def _shared_value(ctx: SharedContext, n: UOp) -> None:
 shared_rules = RuleSet("split-shared", [Rule(SHARED_REDUCTION, op[_COUNTED](name="n"), _shared_value)])
 
 
+def walk_order(root: UOp) -> dict[UOp, int]:
+    """Each node of `root`'s graph -> its place in the order `graph_rewrite(..., walk=True)` applies rules in
+    (rewrite.engine: a node after its sources, the sources entered last to first)."""
+    out: dict[UOp, int] = {}
+    stack: list = [root]
+    while stack:
+        e = stack.pop()
+        if e.__class__ is UOp:
+            if e not in out:
+                stack.append((e, None))
+                stack.extend(s for s in e.src if s not in out)
+        elif (n := e[0]) not in out:
+            out[n] = len(out)
+    return out
+
+
 def shared_values(build: BuildContext) -> Decision | None:
     """The decision `shared_rules` take over the whole graph once every kernel of a round stands (the realize
     points, cuts and copies settled): the values several kernels compute inline that are cheaper stored,
@@ -483,7 +530,13 @@ def shared_values(build: BuildContext) -> Decision | None:
         build.bytes = ByteCount(out_of)
     build.bytes.sync()
     ctx = SharedContext(out_of, users, count=build.bytes)
-    graph_rewrite(UOp.sink(*build.split.roots), shared_rules, ctx, name="split-shared", walk=True)
+    # the rules over the graph, as graph_rewrite(..., walk=True) would apply them (in its order), but only on the
+    # values it can decide on: those several kernels compute
+    if build.walk is None:
+        build.walk = walk_order(UOp.sink(*build.split.roots))
+    for n in sorted((n for n, ks in users.items() if len(ks) > 1), key=build.walk.__getitem__):
+        if (m := shared_rules.matcher(n.op)) is not None:
+            m(n, ctx)
     chosen: list[UOp] = []
     covered: dict[UOp, set[UOp]] = {}  # node -> the kernels that read it through a chosen value
     for v in reversed(ctx.nodes):  # users first: a value below a chosen one in the same kernels stays inline
@@ -491,7 +544,7 @@ def shared_values(build: BuildContext) -> Decision | None:
         if ks <= covered.get(v, set()):
             continue
         chosen.append(v)
-        for x in region(v, out_of):
+        for x in region_nodes(v, out_of)[0]:
             if x not in out_of:
                 covered.setdefault(x, set()).update(ks)
     if not chosen:
@@ -542,4 +595,4 @@ def break_cycle(roots: list[UOp], stuck: list[UOp], out_of: dict[UOp, UOp], topo
 
 __all__ = ["COPY_SOURCE", "BuildContext", "Concats", "CycleContext", "Decision", "SharedContext", "break_cycle",
            "build_rules", "cycle_rules", "decide_build", "flat_buffer", "kernel_limits", "nbytes", "recompute_bytes",
-           "region", "shared_rules", "shared_values", "split_point"]
+           "region", "region_nodes", "shared_rules", "shared_values", "split_point", "under_limits"]

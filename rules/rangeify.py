@@ -26,9 +26,10 @@ Nothing is raised: the rule's result is the build's result.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol, cast
 
-from rewrite import AxisType, Ops, Rule, RuleSet, UOp, op
+from rewrite import AxisType, Ops, Rule, RuleSet, UOp, dtypes, op
 
 REDUCE_IN_REDUCE_LOOP = "realize-reduce-in-reduce-loop"
 EXPENSIVE_BROADCAST = "realize-expensive-broadcast"
@@ -44,6 +45,7 @@ class Site(Protocol):
     top: bool  # whether the node is the kernel's own root
     buffers: dict[UOp, UOp]  # realized nodes (and BUFFER leaves) -> their buffers
     loops: tuple[UOp, ...]  # the kernel's output loops (LOOP RANGEs), outermost first
+    work: dict[UOp, tuple[bool | None, int]]  # `source_work` of the sources met, kept for the kernel's build
 
     def collapsed(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp | None:
         """The closed form of the integer sum `n` at this site, or None (lower.rangeify.KernelBuilder.collapsed)."""
@@ -58,29 +60,62 @@ class RealizePoint:
     rule: str
 
 
+_INDEX_CONSTS: dict[int, UOp] = {}  # the index constants index math made, kept: the same few at every site
+# The index math below is pure (UOps in, hash-consed UOps out), and a split asks it the same questions again and
+# again (a kernel's loads share their index; the kernels of a split share their shapes and output loops, whose
+# ranges every build numbers from 1): its answers are kept, up to _KEPT of each function's latest.
+_KEPT = 4096
+
+
+def index_const(k: int) -> UOp:
+    """`UOp.const(k)` for an int `k` (an index CONST), made once per value (up to a bound on how many are kept)."""
+    if (c := _INDEX_CONSTS.get(k)) is None or type(k) is not int:
+        c = UOp.const(k)
+        if type(k) is int and len(_INDEX_CONSTS) < 4096:
+            _INDEX_CONSTS[k] = c
+    return c
+
+
+ZERO = index_const(0)
+
+
+@lru_cache(maxsize=_KEPT)
 def expand_source_index(idx: tuple[UOp, ...], src_shape: tuple, shape: tuple) -> tuple[UOp, ...]:
     """The index an EXPAND from `src_shape` to `shape` reads its source at: broadcast axes at 0."""
-    return tuple(UOp.const(0) if s == 1 and d != 1 else i for i, s, d in zip(idx, src_shape, shape, strict=True))
+    return tuple(ZERO if s == 1 and d != 1 else i for i, s, d in zip(idx, src_shape, shape, strict=True))
 
 
 # ---------------------------------------------------------------------------- index math (row-major)
 
+_ADD, _MUL = Ops.ADD, Ops.MUL
+
+
+def _scalar_index(a: UOp) -> bool:
+    return a.dtype is dtypes.index and a.shape == ()
+
 
 def index_add(a: UOp, b: UOp | int) -> UOp:
     if isinstance(b, int):
-        return a if b == 0 else a + b
+        if b == 0:
+            return a
+        return UOp(_ADD, (a, index_const(b))) if type(b) is int and _scalar_index(a) else a + b
     if a.op is Ops.CONST and a.value == 0:
         return b
     return a + b
 
 
 def _mul(a: UOp, k: int) -> UOp:
-    return UOp.const(0) if k == 0 else a if k == 1 else a * k
+    if k == 0:
+        return ZERO
+    if k == 1:
+        return a
+    return UOp(_MUL, (a, index_const(k))) if type(k) is int and _scalar_index(a) else a * k
 
 
+@lru_cache(maxsize=_KEPT)
 def flat_index(idx: tuple[UOp, ...], shape: tuple) -> UOp:
     """Row-major linear offset of `idx` in `shape`."""
-    out, stride = UOp.const(0), 1
+    out, stride = ZERO, 1
     for i, d in reversed(list(zip(idx, shape, strict=True))):
         if not (i.op is Ops.CONST and i.arg[0] == 0):
             out = index_add(out, _mul(i, stride))
@@ -95,7 +130,7 @@ def unflatten(lin: UOp, shape: tuple) -> tuple[UOp, ...]:
     for k in range(len(shape) - 1, -1, -1):
         d = shape[k]
         if d == 1:
-            out.append(UOp.const(0))
+            out.append(ZERO)
         else:
             q = lin if stride == 1 else lin // stride
             out.append(q if k == 0 else q % d)
@@ -129,6 +164,7 @@ def reshape_groups(out_shape: tuple, src_shape: tuple) -> list[tuple[list[int], 
     return groups
 
 
+@lru_cache(maxsize=_KEPT)
 def reshape_index(idx: tuple[UOp, ...], out_shape: tuple, src_shape: tuple) -> tuple[UOp, ...]:
     """The source index of a reshape from `src_shape` to `out_shape` read at `idx`. Row-major order splits over
     groups of axes whose sizes multiply to the same number, so each group is flattened and unflattened on its
@@ -137,7 +173,7 @@ def reshape_index(idx: tuple[UOp, ...], out_shape: tuple, src_shape: tuple) -> t
     groups = reshape_groups(out_shape, src_shape)
     if groups is None:
         return unflatten(flat_index(idx, out_shape), src_shape)
-    new: list[UOp] = [UOp.const(0)] * len(src_shape)
+    new: list[UOp] = [ZERO] * len(src_shape)
     for go, gs in groups:
         if len(go) == 1 and len(gs) == 1:
             new[gs[0]] = idx[go[0]]
@@ -160,6 +196,7 @@ RECOMPUTE_LIMIT = 8
 CHEAP_RECOMPUTE_LIMIT = 32
 
 
+@lru_cache(maxsize=_KEPT)
 def uses_reduce_range(idx: tuple[UOp, ...], valid: UOp | None) -> bool:
     """Whether an index tuple (or its gate) moves with a REDUCE range: the site is inside a reduction's loop."""
     for u in (*idx, *(() if valid is None else (valid,))):
@@ -170,14 +207,38 @@ def uses_reduce_range(idx: tuple[UOp, ...], valid: UOp | None) -> bool:
     return False
 
 
-def recomputed_expensive(n: UOp, idx: tuple[UOp, ...], valid: UOp | None, buffers: dict[UOp, UOp]) -> bool:
+def source_work(src: UOp, buffers: dict[UOp, UOp]) -> tuple[bool | None, int]:
+    """What `recomputed_expensive` finds in the work of an EXPAND's source (stopping at realized nodes and
+    buffers): True at transcendental or division work, False at a REDUCE, whichever its walk meets first, else
+    None; and the loads it counted up to there."""
+    seen: set[UOp] = set()
+    stack = [src]
+    loads = 0
+    while stack:
+        u = stack.pop()
+        if u in seen:
+            continue
+        seen.add(u)
+        if u in buffers:
+            loads += 1
+            continue
+        if u.op in EXPENSIVE:
+            return True, loads
+        if u.op is Ops.REDUCE:  # realized by its own rule first; the rebuilt kernel then sees it as a load
+            return False, loads
+        stack.extend(u.src)
+    return None, loads
+
+
+def recomputed_expensive(n: UOp, idx: tuple[UOp, ...], valid: UOp | None, buffers: dict[UOp, UOp],
+                         work: dict[UOp, tuple[bool | None, int]] | None = None) -> bool:
     """An EXPAND read at `idx` inside a reduction's loop (its source index moves with a REDUCE range) evaluates its
     source once per value of the broadcast axes, which are output loops outside that reduction, so the linearizer cannot
     hoist it. If the source holds transcendental or division work (attention's softmax feeding `@ v`) and the
     broadcast repeats it at least RECOMPUTE_LIMIT times, the source is realized instead: computed once, read
     back per use. So is cheap work that combines two or more loads (a matmul's bias and ReLU feeding the next
     matmul) repeated at least CHEAP_RECOMPUTE_LIMIT times: its loads and ops inside the loop cost more than one
-    elementwise pass."""
+    elementwise pass. `work`, when given, keeps `source_work` by source (a kernel reads a source at many sites)."""
     src = n.src[0]
     factor = 1
     for s, d in zip(src.shape, n.shape, strict=True):
@@ -187,22 +248,14 @@ def recomputed_expensive(n: UOp, idx: tuple[UOp, ...], valid: UOp | None, buffer
         return False
     if not uses_reduce_range(expand_source_index(idx, src.shape, n.shape), valid):
         return False
-    seen: set[UOp] = set()
-    stack = [src]
-    loads = 0
-    while stack:  # the source's own work, stopping at realized nodes and buffers
-        u = stack.pop()
-        if u in seen:
-            continue
-        seen.add(u)
-        if u in buffers:
-            loads += 1
-            continue
-        if u.op in EXPENSIVE:
-            return True
-        if u.op is Ops.REDUCE:  # realized by its own rule first; the rebuilt kernel then sees it as a load
-            return False
-        stack.extend(u.src)
+    if work is None:
+        found, loads = source_work(src, buffers)
+    elif (known := work.get(src)) is None:
+        found, loads = work[src] = source_work(src, buffers)
+    else:
+        found, loads = known
+    if found is not None:
+        return found
     # cheap work that combines two or more loaded values (a bias and ReLU on a matmul's output, ReLU's gradient
     # mask), repeated CHEAP_RECOMPUTE_LIMIT times or more
     return loads >= 2 and factor >= CHEAP_RECOMPUTE_LIMIT
@@ -214,6 +267,7 @@ def _reduce_in_reduce_loop(ctx: Site, n: UOp) -> RealizePoint | None:
     return RealizePoint(n, REDUCE_IN_REDUCE_LOOP) if uses_reduce_range(ctx.idx, ctx.valid) else None
 
 
+@lru_cache(maxsize=_KEPT)
 def broadcast_repeats(idx: tuple[UOp, ...], valid: UOp | None, loops: tuple[UOp, ...]) -> int:
     """How many times a value read at `idx` (under `valid`) inside a kernel whose output loops are `loops`
     (outermost first) is computed again for the same index: the loops it does not depend on that enclose the
@@ -241,7 +295,7 @@ def _broadcast_reduce(ctx: Site, n: UOp) -> RealizePoint | None:
 
 
 def _expensive_broadcast(ctx: Site, n: UOp) -> RealizePoint | None:
-    if recomputed_expensive(n, ctx.idx, ctx.valid, ctx.buffers):
+    if recomputed_expensive(n, ctx.idx, ctx.valid, ctx.buffers, ctx.work):
         return RealizePoint(n.src[0], EXPENSIVE_BROADCAST)
     return None
 
@@ -275,17 +329,20 @@ __all__ = [
     "EXPENSIVE",
     "EXPENSIVE_BROADCAST",
     "REDUCE_IN_REDUCE_LOOP",
+    "ZERO",
     "RealizePoint",
     "Site",
     "expand_source_index",
     "flat_index",
     "gate_and",
     "index_add",
+    "index_const",
     "realize_point",
     "realize_point_rules",
     "recomputed_expensive",
     "reshape_groups",
     "reshape_index",
+    "source_work",
     "unflatten",
     "uses_reduce_range",
 ]

@@ -34,6 +34,7 @@ class _Site:
     top: bool = False
     buffers: dict[UOp, UOp] = field(default_factory=dict)
     loops: tuple[UOp, ...] = ()
+    work: dict[UOp, tuple[bool | None, int]] = field(default_factory=dict)
     closed: UOp | None = None
     asked: list[UOp] = field(default_factory=list)
 
