@@ -74,19 +74,28 @@ def is_map(ast: UOp) -> bool:
 def streams_outputs(ast: UOp, min_bytes: int) -> bool:
     """Whether `ast` is a map kernel with an output of at least `min_bytes` (0: never): one whose stores are worth
     making whole vectors (lower.optimize upcasts its innermost output loop) so that they can stream."""
-    if min_bytes <= 0 or not is_map(ast):
+    if min_bytes <= 0:
         return False
-    return any(buffer_bytes(base_of(u.src[0].src[0])) >= min_bytes for u in ast.toposort()
-               if u.op is Ops.STORE and u.src[0].op is Ops.INDEX)
+    stores = []
+    for u in ast.toposort():  # one walk: is_map and the stores
+        if u.op is Ops.REDUCE:
+            return False
+        if u.op is Ops.STORE and u.src[0].op is Ops.INDEX:
+            stores.append(u)
+    return any(buffer_bytes(base_of(u.src[0].src[0])) >= min_bytes for u in stores)
 
 
 def context(ast: UOp, min_bytes: int) -> Streaming | None:
     """The rule's context for a kernel, or None when no store of it can stream (not a map, or no size allows)."""
-    if min_bytes <= 0 or not is_map(ast):
+    if min_bytes <= 0:
         return None
-    loaded = frozenset(base_of(u.src[0].src[0]) for u in ast.toposort()
-                       if u.op is Ops.LOAD and u.src and u.src[0].op is Ops.INDEX)
-    return Streaming(min_bytes, loaded)
+    loads = []
+    for u in ast.toposort():  # one walk: is_map and the loads
+        if u.op is Ops.REDUCE:
+            return None
+        if u.op is Ops.LOAD and u.src and u.src[0].op is Ops.INDEX:
+            loads.append(u)
+    return Streaming(min_bytes, frozenset(base_of(u.src[0].src[0]) for u in loads))
 
 
 def _coefficients(s: UOp) -> dict[UOp, int] | None:
