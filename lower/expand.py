@@ -18,6 +18,7 @@ from math import prod
 
 from devices.base import Target
 from lower.opt_apply import axes, native_lanes, next_range_id, replace_range, size
+from lower.strides import _topo
 from rewrite import AxisType, Ops, UOp
 from rewrite.errors import KernelOptError
 
@@ -39,7 +40,7 @@ def _local_unrolls(ast: UOp) -> UOp:
     One walk, children first: each node is rebuilt from its children's results, and a REDUCE that qualifies after
     that is expanded there, so an inner one is expanded before the REDUCE around it is looked at (what expanding
     them one at a time, innermost first, with a substitution of the whole kernel after each, gave)."""
-    topo = ast.toposort()
+    topo = _topo(ast)  # the walk axes() makes of the same kernel
     if not any(u.op is Ops.REDUCE and any(r.axis_type is AxisType.UNROLL for r in u.src[1:]) for u in topo):
         return ast
     ups = {r for r in axes(ast) if r.axis_type is AxisType.UPCAST}
@@ -88,7 +89,7 @@ def _unroll_copies(ast: UOp) -> list[UOp]:
     final additions does not depend on the vector width."""
     order = {r: i for i, r in enumerate(axes(ast))}
     out: list[UOp] = []
-    for u in ast.toposort():
+    for u in _topo(ast):
         if u.op is Ops.REDUCE:
             unrolled = sorted((r for r in u.src[1:] if r.axis_type is AxisType.UNROLL), key=lambda r: order[r])
             out += [r for r in unrolled[:-1] if r not in out]
@@ -119,7 +120,7 @@ def replicate(ast: UOp, r: UOp) -> UOp:
     END that closes it becomes a GROUP of the copies (r = 0, 1, ...), and a REDUCE over it becomes the fold of one
     REDUCE per copy over its other ranges (separate accumulators, combined after the loop)."""
     n = size(r)
-    for u in ast.toposort():
+    for u in _topo(ast):
         if u.op in (Ops.END, Ops.REDUCE) and r in u.src[1:]:
             rest = tuple(q for q in u.src[1:] if q is not r)
             copies = _copies(u.src[0], r, n)
@@ -160,7 +161,7 @@ def expand(ast: UOp, target: Target | None, only: list[UOp] | None = None) -> UO
     unroll_idx = [k for k, r in enumerate(lanes) if r.axis_type is AxisType.UNROLL]
     keep = [i for i, c in enumerate(coords) if all(c[k] == 0 for k in unroll_idx)]
     done: dict[UOp, UOp] = {}
-    for u in ast.toposort():
+    for u in _topo(ast):
         if u in vec:
             done[u] = vec[u]
             continue

@@ -137,18 +137,32 @@ def native_lanes(ast: UOp, target: Target) -> int:
     return target.lanes(max(sizes))
 
 
-def next_range_id(ast: UOp) -> int:
+def _next_range_id(ast: UOp) -> int:
     ids = [i for u in _topo(ast) if u.op is Ops.RANGE and isinstance(i := u.range_id, int)]
     return max(ids, default=0) + 1
+
+
+_next_id = _Memo(_next_range_id)
+
+
+def next_range_id(ast: UOp) -> int:
+    """One more than the largest int id of the kernel's RANGEs (once per AST)."""
+    return _next_id(ast)
 
 
 def replace_range(ast: UOp, r: UOp, parts: tuple[UOp, ...], expr: UOp | None) -> UOp:
     """`ast` with range `r` replaced: END/REDUCE that list it list `parts` instead (in order), and every other
     use of r becomes `expr` (None: r must have no other uses)."""
-    done: dict[UOp, UOp] = {}
+    done: dict[UOp, UOp] = {}  # the nodes that change: those that read r, and their users
     for u in _topo(ast):
         if u is r:
             continue
+        for s in u.src:
+            if s is r or s in done:
+                break
+        else:  # reads neither r nor a node that changes: it stays (an END of no ranges becomes its body, as below)
+            if u.op is not Ops.END or len(u.src) != 1:
+                continue
         src: list[UOp] = []
         for s in u.src:
             if s is r:
@@ -165,9 +179,9 @@ def replace_range(ast: UOp, r: UOp, parts: tuple[UOp, ...], expr: UOp | None) ->
             done[u] = new_src[0]
         elif u.op is Ops.REDUCE and len(new_src) == 1:
             raise KernelOptError("a REDUCE lost all its ranges")
-        else:
-            done[u] = u if new_src == u.src else UOp(u.op, new_src, u.arg, u.tag)
-    return done[ast]
+        elif new_src != u.src:
+            done[u] = UOp(u.op, new_src, u.arg, u.tag)
+    return done.get(ast, ast)
 
 
 def _serial_store_loop(ast: UOp, r: UOp) -> bool:

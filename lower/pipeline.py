@@ -94,13 +94,23 @@ def _index_exprs(ast: UOp) -> list[UOp]:
     """The kernel's index expressions (addresses, load gates and WHERE conditions) that still hold a div, mod or
     comparison."""
     out: dict[UOp, None] = {}
-    holds: dict[UOp, bool] = {}  # node -> it or a node below it is a div, mod or comparison (one walk, not one each)
-    for u in ast.toposort():
-        holds[u] = u.op in _SATURATE_OPS or any(holds[s] for s in u.src)
-        cands = (u.src[1],) if u.op is Ops.INDEX and len(u.src) == 2 else u.src[2:] if u.op is Ops.LOAD else \
-            u.src[:1] if u.op is Ops.WHERE else ()
+    # node -> it or a node below it is a div, mod or comparison: entered for the scalar index and bool expressions
+    # only (each node once), not for the whole kernel
+    holds: dict[UOp, bool] = {}
+    index, boolean = dtypes.index, dtypes.bool
+    from lower.strides import _topo  # the walk the optimize stage's analyses start from (memoized per AST)
+
+    for u in _topo(ast):
+        op = u.op
+        cands = (u.src[1],) if op is Ops.INDEX and len(u.src) == 2 else u.src[2:] if op is Ops.LOAD else \
+            u.src[:1] if op is Ops.WHERE else ()
         for e in cands:
-            if holds[e] and e.shape == () and (e.dtype is dtypes.index or e.dtype is dtypes.bool):
+            if e in out or e.shape != () or (e.dtype is not index and e.dtype is not boolean):
+                continue
+            if e not in holds:
+                for n in UOp.toposort_of((e,), holds.__contains__):
+                    holds[n] = n.op in _SATURATE_OPS or any(holds[s] for s in n.src)
+            if holds[e]:
                 out[e] = None
     return list(out)
 

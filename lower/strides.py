@@ -50,16 +50,24 @@ def _topo(u: UOp) -> tuple[UOp, ...]:
 _ranges_in = _Memo(lambda u: frozenset(x for x in _topo(u) if x.op is Ops.RANGE), 4096)
 
 
+def _names_of(rs: frozenset[UOp]) -> dict[str, UOp]:
+    from rewrite.render import render
+
+    return {render(q): q for q in rs}
+
+
+_names = _Memo(_names_of, 4096)  # the ranges an expression reads, by their rendered names (once per set of ranges)
+
+
 def _stride_of(idx: UOp, r: UOp) -> int | None:
     from rewrite.errors import EvalError
-    from rewrite.render import render
 
     rs = _ranges_in(idx)
     if r not in rs:
         return 0
     if (b := r.src[0]).op is Ops.CONST and type(b.value) is int and b.value <= 2:
         return None  # the evaluator's r = 2 is outside the range: an error
-    names = {render(q): q for q in rs}
+    names = _names(rs)
     if len(names) == len(rs) and (fast := _affine_at(idx, r)) is not None:
         d = fast[1] - fast[0]
         return d if fast[2] - fast[1] == d else None

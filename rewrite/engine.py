@@ -182,17 +182,26 @@ class _Run:
                     push((e, r))
                     push(r)
                     continue
-                push((e, None))
+                # the sources still to rewrite go on the stack above the node's second visit; a node whose sources
+                # are all done (a leaf, or sources met before) has its second visit now, without the stack (what
+                # pushing it alone and popping it next did)
+                waits = False
                 for s in e.src:
                     if (d := get(s)) is None:
+                        if not waits:
+                            push((e, None))
+                            waits = True
                         push(s)
                     elif d is _BUSY:
                         raise self.cycle_error(replace)
-                continue
-            n, r = e
-            if r is not None:  # the replacement is done: link it
-                replace[n] = replace[r]
-                continue
+                if waits:
+                    continue
+                n = e
+            else:
+                n, r = e
+                if r is not None:  # the replacement is done: link it
+                    replace[n] = replace[r]
+                    continue
             src = n.src
             ns = len(src)
             new: tuple[UOp, ...]
@@ -260,17 +269,26 @@ def substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
     """Replace each key of `mapping` by its value wherever it occurs (not inside the values), one walk."""
     replace: dict[UOp, UOp] = dict(mapping)
     stack: list = [root]
+    push, pop = stack.append, stack.pop
     while stack:
-        e = stack.pop()
+        e = pop()
         if e.__class__ is UOp:
             if e in replace:
                 continue
-            stack.append((e, None))
-            stack.extend(s for s in e.src if s not in replace)
-            continue
-        n = e[0]
-        if n in replace:
-            continue
+            waits = False  # as in fixed_point: a node whose sources are all done is rebuilt now
+            for s in e.src:
+                if s not in replace:
+                    if not waits:
+                        push((e, None))
+                        waits = True
+                    push(s)
+            if waits:
+                continue
+            n = e
+        else:
+            n = e[0]
+            if n in replace:
+                continue
         new = tuple([replace[s] for s in n.src])
         replace[n] = n if new == n.src else UOp(n.op, new, n.arg, n.tag)
     return replace[root]

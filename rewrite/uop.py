@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeVar, cast
 
-from rewrite.derive import derive, fmt_shape, shape_values
+from rewrite.derive import _DERIVE, derive, fmt_shape, shape_values
 from rewrite.dtype import AddrSpace, DType, PtrDType, dtypes
 from rewrite.errors import ArityError, DTypeError, PluginError
 from rewrite.ops import AxisType, GroupOp, Ops
@@ -35,6 +35,7 @@ _T = TypeVar("_T")
 _intern: dict[tuple, weakref.ref] = {}
 _NOTSET = object()
 _CONST, _INDEX = Ops.CONST, dtypes.index  # module globals: cheaper lookups
+_VCONST, _PARAM, _BUFFER = Ops.VCONST, Ops.PARAM, Ops.BUFFER
 
 
 class UOp:
@@ -50,10 +51,16 @@ class UOp:
     _props: dict | None
 
     def __new__(cls, op: Ops, src: tuple[UOp, ...] = (), arg: object = None, tag: object = None) -> UOp:
-        key = intern_key(op, src, arg, tag)
+        # the hot path written out: intern_key's plain case and the deriver's table (rewrite.derive.derive, which
+        # words the errors, runs again when a deriver fails)
+        key = intern_key(op, src, arg, tag) if op is _CONST or op is _VCONST or op is _PARAM or op is _BUFFER \
+            else (op, src, arg, tag)
         if (ref := _intern.get(key)) is not None and (u := ref()) is not None:
             return u
-        dtype, shape = derive(op, src, arg)
+        try:
+            dtype, shape = _DERIVE[op](op, src, arg)
+        except (AttributeError, TypeError, KeyError):
+            dtype, shape = derive(op, src, arg)
         u = object.__new__(cls)
         u.op, u.src, u.arg, u.tag, u.dtype, u.shape, u._mm, u._props = op, src, arg, tag, dtype, shape, None, None
         u._key = key  # the intern table holds this tuple anyway; keeping it spares recomputing it in __del__

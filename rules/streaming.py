@@ -18,7 +18,7 @@ non-temporal vector move where the address is aligned (else a plain one), and fe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import FrozenInstanceError
 
 from rewrite import Ops, Rule, RuleSet, UOp, op, var
 from rewrite.dtype import AddrSpace
@@ -28,12 +28,35 @@ from rewrite.uop import BufferArg
 STREAM = "stream"
 
 
-@dataclass(frozen=True)
 class Streaming:
-    """The rule's context: the smallest output (bytes) that streams, and the buffers the kernel loads."""
+    """The rule's context: the smallest output (bytes) that streams, and the buffers the kernel loads. Immutable, equal
+    and hashed by its fields, as a frozen dataclass would be; a plain class because a dataclass's methods are compiled
+    when this module is imported, inside a cold process's first kernel lowering (~3 M instructions, callgrind)."""
 
+    __slots__ = ("loaded", "min_bytes")
     min_bytes: int
     loaded: frozenset[UOp]
+
+    def __init__(self, min_bytes: int, loaded: frozenset[UOp]) -> None:
+        object.__setattr__(self, "min_bytes", min_bytes)
+        object.__setattr__(self, "loaded", loaded)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.min_bytes, self.loaded) == (other.min_bytes, other.loaded)
+
+    def __hash__(self) -> int:
+        return hash((self.min_bytes, self.loaded))
+
+    def __repr__(self) -> str:
+        return f"Streaming(min_bytes={self.min_bytes!r}, loaded={self.loaded!r})"
 
 
 def buffer_bytes(buf: UOp) -> int:
@@ -51,19 +74,28 @@ def is_map(ast: UOp) -> bool:
 def streams_outputs(ast: UOp, min_bytes: int) -> bool:
     """Whether `ast` is a map kernel with an output of at least `min_bytes` (0: never): one whose stores are worth
     making whole vectors (lower.optimize upcasts its innermost output loop) so that they can stream."""
-    if min_bytes <= 0 or not is_map(ast):
+    if min_bytes <= 0:
         return False
-    return any(buffer_bytes(base_of(u.src[0].src[0])) >= min_bytes for u in ast.toposort()
-               if u.op is Ops.STORE and u.src[0].op is Ops.INDEX)
+    stores = []
+    for u in ast.toposort():  # one walk: is_map and the stores
+        if u.op is Ops.REDUCE:
+            return False
+        if u.op is Ops.STORE and u.src[0].op is Ops.INDEX:
+            stores.append(u)
+    return any(buffer_bytes(base_of(u.src[0].src[0])) >= min_bytes for u in stores)
 
 
 def context(ast: UOp, min_bytes: int) -> Streaming | None:
     """The rule's context for a kernel, or None when no store of it can stream (not a map, or no size allows)."""
-    if min_bytes <= 0 or not is_map(ast):
+    if min_bytes <= 0:
         return None
-    loaded = frozenset(base_of(u.src[0].src[0]) for u in ast.toposort()
-                       if u.op is Ops.LOAD and u.src and u.src[0].op is Ops.INDEX)
-    return Streaming(min_bytes, loaded)
+    loads = []
+    for u in ast.toposort():  # one walk: is_map and the loads
+        if u.op is Ops.REDUCE:
+            return None
+        if u.op is Ops.LOAD and u.src and u.src[0].op is Ops.INDEX:
+            loads.append(u)
+    return Streaming(min_bytes, frozenset(base_of(u.src[0].src[0]) for u in loads))
 
 
 def _coefficients(s: UOp) -> dict[UOp, int] | None:

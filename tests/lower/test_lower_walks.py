@@ -84,3 +84,44 @@ def test_apply_opt_is_memoized_and_matches_the_plain_apply() -> None:
         with pytest.raises(KernelOptError):
             apply_opt(ast, bad)
     assert apply_opt(ast, up) is apply_opt(ast, up)
+
+
+def _index_exprs_by_a_whole_walk(ast: UOp) -> list[UOp]:
+    """What lower.pipeline._index_exprs gave when it marked every node of the kernel."""
+    from lower.pipeline import _SATURATE_OPS
+
+    out: dict[UOp, None] = {}
+    holds: dict[UOp, bool] = {}
+    for u in ast.toposort():
+        holds[u] = u.op in _SATURATE_OPS or any(holds[s] for s in u.src)
+        cands = (u.src[1],) if u.op is Ops.INDEX and len(u.src) == 2 else u.src[2:] if u.op is Ops.LOAD else \
+            u.src[:1] if u.op is Ops.WHERE else ()
+        for e in cands:
+            if holds[e] and e.shape == () and (e.dtype is dtypes.index or e.dtype is dtypes.bool):
+                out[e] = None
+    return list(out)
+
+
+def _padded_conv() -> UOp:
+    x = new_buffer(dtypes.float32, (1, 2, 9, 9), "cpu")
+    w = new_buffer(dtypes.float32, (3, 2, 3, 3), "cpu")
+    from tensor import Tensor
+
+    return _ast(Tensor(x).conv2d(Tensor(w), padding=1).uop)
+
+
+@pytest.mark.parametrize("make, some", [(_matmul, True), (_softmax, False), (_padded_conv, True)],
+                         ids=["matmul", "softmax", "conv"])
+def test_index_exprs_walk_only_the_index_math(make, some: bool) -> None:
+    """_index_exprs, which marks only the nodes below scalar index and bool candidates, gives the expressions (in
+    the same order) that marking every node gave, after each kernel stage."""
+    from lower.pipeline import _index_exprs
+
+    target = cpu_target()
+    ast = make()
+    seen = 0
+    for stage in ("rangeify", "symbolic", "optimize", "expand", "symbolic-opt"):
+        g = ast if stage == "rangeify" else lower_kernel(ast, target, upto=stage)
+        assert _index_exprs(g) == _index_exprs_by_a_whole_walk(g)
+        seen += len(_index_exprs(g))
+    assert (seen > 0) == some  # softmax: plain sums; the others compare or divide
