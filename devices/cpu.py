@@ -46,6 +46,7 @@ import itertools
 import math
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -169,6 +170,11 @@ class _Part:
     lib: _Job | None = None  # its result: (library, the -O2 build to wait for or None)
     src: str = ""
 
+    @property
+    def chars(self) -> int:
+        """Its C source's size (its functions'), what a file's compile time is reckoned by."""
+        return sum(map(len, self.funcs))
+
 
 def _file(parts: Sequence[_Part]) -> tuple[str, str]:
     """The C file of some kernels, and what to call it in messages."""
@@ -215,6 +221,11 @@ class CPUDevice(Allocator):
         self._ahead: dict[tuple[UOp, str], _Part] = {}  # (LINEAR, name) -> a kernel compile_ahead took
         self._queue: list[_Part] = []  # compile_ahead's kernels not yet in a file, all for _queue_target
         self._queue_target: Target | None = None
+        # the queue, and the files compile_ahead started that are not done (a finished file starts the next one
+        # from its own thread)
+        self._lock = threading.Lock()
+        self._inflight: dict[_Job, int] = {}  # each with its C source's size
+        self._pace = (0.0, 0)  # seconds and chars of the files compile_ahead finished (their compile's pace)
 
     def default_target(self) -> Target:
         """The host's target, or the level CPU_TARGET names."""
@@ -277,39 +288,92 @@ class CPUDevice(Allocator):
 
     def compile_ahead(self, linear: UOp, name: str, target: Target | None = None) -> None:
         """Begin compiling a kernel before its batch is complete: lower.realize calls this for each kernel as soon
-        as it is lowered, while it lowers the next ones. Kernels gather here until there is about AHEAD_CHARS of
-        C source (AHEAD_IDLE_CHARS while no compile runs or waits), then that file compiles in a background thread
-        (the compiler is another process, so waiting on it holds no GIL: it runs on another core while Python
-        lowers). The compile_batch that names the same (LINEAR, name) takes the result; kernels still gathering then
-        join that batch's own files. On a host with one core this does nothing (there is nothing to overlap)."""
+        as it is lowered, while it lowers the next ones. Kernels gather in a queue; while fewer files compile than
+        the host has cores but one (Python keeps one to lower the next kernels: _ahead_slots), the queue's first
+        kernels, about AHEAD_CHARS of C source at most, become a file that compiles in a background thread once
+        the queue holds AHEAD_IDLE_CHARS (the compiler is another process, so waiting on it holds no GIL: it runs
+        on another core while Python lowers). A file that finishes starts the next one from its own thread, so
+        the compiler never waits for Python; and the kernels lowered while every slot was busy stay in the queue,
+        where the compile_batch that names them shares them out across every core in files of its own (a file
+        started earlier would wait for a slot whole, and be the last to finish). The compile_batch that names the
+        same (LINEAR, name) takes the result. On a host with one core this does nothing (nothing to overlap)."""
         if _compile_workers() < 2:  # no core to overlap on: a file more is only another compiler start
             return
         tgt = target or self.default_target()
         if (linear, name) in self._ahead:
             return
-        if self._queue and self._queue_target is not None and self._queue_target.key != tgt.key:
-            self._flush()
-        self._queue_target = tgt
-        part = self._part(linear, name, {p.sym for p in self._queue}, tgt)
+        with self._lock:
+            if self._queue and self._queue_target is not None and self._queue_target.key != tgt.key:
+                self._start(len(self._queue))  # another target: its kernels go to a file of their own now
+            self._queue_target = tgt
+            taken = {p.sym for p in self._queue}
+        part = self._part(linear, name, taken, tgt)
         self._ahead[(linear, name)] = part
         while len(self._ahead) > RENDERED_KEPT:  # never claimed (a failed realize): forget the oldest
             del self._ahead[next(iter(self._ahead))]
-        self._queue.append(part)
-        chars = sum(len(f) for p in self._queue for f in p.funcs)
-        if chars >= AHEAD_CHARS or (chars >= AHEAD_IDLE_CHARS and not _RUNNING.busy()):
-            self._flush()
+        with self._lock:
+            self._queue.append(part)
+            self._pull()
 
-    def _flush(self) -> None:
-        """Start the gathered kernels' file compiling in the background."""
-        parts, self._queue, tgt = self._queue, [], self._queue_target
+    def _pull(self) -> None:
+        """Start files from the front of the queue while a slot is free and the queue holds enough (the caller
+        holds the lock)."""
+        while self._queue and len(self._inflight) < _ahead_slots():
+            chars, n = 0, 0
+            for p in self._queue:
+                if n and chars + p.chars > AHEAD_CHARS:
+                    break
+                chars += p.chars
+                n += 1
+            if chars < AHEAD_IDLE_CHARS:
+                return
+            self._start(n)
+
+    def _start(self, n: int) -> None:
+        """Start the first n kernels of the queue compiling in the background, as one file (the caller holds the
+        lock)."""
+        parts, self._queue = self._queue[:n], self._queue[n:]
+        tgt = self._queue_target
         assert tgt is not None  # set with the queue's first kernel
         compiler = self.compiler_for(tgt)
         _ = compiler.cc, compiler.is_clang  # find and identify the compiler here, not in two threads at once
         src, what = _file(parts)
         _RUNNING.set(_compile_workers() - 1)  # Python lowering the next kernels keeps a core
-        job = _Job(_load, compiler, src, what, tgt, weight=len(src))
+        box: list[_Job] = []
+        job = _Job(self._compile_ahead_file, compiler, src, what, tgt, box, weight=len(src))
+        box.append(job)
+        self._inflight[job] = len(src)
         for p in parts:
             p.lib, p.src = job, src
+
+    def _compile_ahead_file(self, compiler: Compiler, src: str, what: str, tgt: Target, box: list[_Job]) -> tuple:
+        """A file compile_ahead started (on its job's thread, `box` holds the job); when it is done, the next one
+        starts."""
+        try:
+            return _load(compiler, src, what, tgt)
+        finally:
+            with self._lock:
+                job = box[0]
+                self._inflight.pop(job, None)
+                if job.began is not None:
+                    secs, chars = self._pace
+                    self._pace = (secs + time.perf_counter() - job.began, chars + len(src))
+                self._pull()
+
+    def _left(self) -> list[float]:
+        """The work the files of compile_ahead not done yet have left, in chars of C source: a waiting file all
+        of its own, a running one what the pace of the finished ones says is left of it (half of it while no
+        file has finished). The caller holds the lock."""
+        now, (secs, chars) = time.perf_counter(), self._pace
+        out = []
+        for job, n in self._inflight.items():
+            if job.began is None:
+                out.append(float(n))
+            elif secs > 0 and chars > 0:
+                out.append(max(0.0, n - (now - job.began) * chars / secs))
+            else:
+                out.append(n / 2)
+        return out
 
     def compile_batch(self, kernels: Sequence[tuple[UOp, str]], target: Target | None = None) -> list[CPUKernel]:
         """Compile several kernels for `target` (default: the device's) into shared objects: one C file and
@@ -317,22 +381,30 @@ class CPUDevice(Allocator):
         out) compiled in parallel. Names are made unique. Kernels that compile_ahead began are taken from there:
         the ones already compiling are waited for, the ones still gathering join this batch's files."""
         tgt = target or self.default_target()
+        claimed: list[_Part | None] = []
+        with self._lock:  # a file finishing may start the queue's next kernels meanwhile: claimed under the lock
+            for linear, name in kernels:
+                part = self._ahead.pop((linear, name), None)
+                if part is not None and part.target != tgt.key:
+                    part = None
+                if part is not None and part.lib is None:  # still gathering: it joins this batch
+                    self._queue.remove(part)
+                claimed.append(part)
+            left = self._left()  # the files of compile_ahead still compiling or waiting
         parts: list[_Part] = []
         taken: set[str] = set()
-        for linear, name in kernels:
-            part = self._ahead.pop((linear, name), None)
-            if part is not None and part.target != tgt.key:
-                part = None
-            if part is not None and part.lib is None:  # still gathering: it joins this batch
-                self._queue.remove(part)
+        for (linear, name), part in zip(kernels, claimed, strict=True):
+            if part is not None and part.lib is None:
                 part = self._part(linear, name, taken, tgt) if part.sym in taken else part
                 taken.add(part.sym)
                 if part.entry:
                     taken.update((part.entry, f"{part.entry}_kernel"))
             parts.append(part if part is not None else self._part(linear, name, taken, tgt))
         here = [i for i, p in enumerate(parts) if p.lib is None]
-        chunks = [[here[j] for j in c] for c in _chunks([sum(map(len, parts[i].funcs)) for i in here],
-                                                          _compile_workers())] if here else []
+        # one file per core, smaller by what the core still has to do of compile_ahead's files: the largest
+        # starts first (on a free core), and the cores finish together
+        chunks = [[here[j] for j in c] for c in _chunks([parts[i].chars for i in here], _compile_workers(),
+                                                          left)] if here else []
         srcs = [_file([parts[i] for i in chunk]) for chunk in chunks]
         compiler = self.compiler_for(tgt)
         # the thread pool these kernels launch on is built (once per cache) alongside their last files
@@ -387,24 +459,32 @@ def build_object(src: str, out: str, target: Target, what: str = "kernel", execu
 
 # how many rendered kernels the device keeps for their compile (a realize renders a batch, then compiles it)
 RENDERED_KEPT = 1024
-# compile_ahead starts a file once its kernels have this much C source: a compiler start costs ~50 ms of CPU
-# (process, headers, link), so files much smaller than this add more than the overlap saves
+# the most C source compile_ahead puts in one file: a file that begins just before lowering ends is the last to
+# finish, and about this much compiles at -Og in ~0.15 s of one core (gcc 12, Zen 3); fewer, larger files would
+# spare compiler starts (~80M instructions each: process, target set-up, assembler, link)
 AHEAD_CHARS = 32_000
-# ...or, while no compile is running or waiting (the core would idle), once they have this much: the first file of a
-# realize then starts as soon as it is worth a compiler start, and files grow to AHEAD_CHARS only while the compiler
-# is busy anyway
+# compile_ahead starts a file while a slot is free once its kernels have this much: the first file of a realize
+# starts as soon as it is worth a compiler start, and later ones take what gathered while the compiler was busy
 AHEAD_IDLE_CHARS = 8_000
 # below this much C source per compiler run, another run costs more in its start than it saves in parallel
-MIN_CHUNK_CHARS = 16_000
+MIN_CHUNK_CHARS = 8_000
 
 
-def _chunks(sizes: list[int], workers: int) -> list[list[int]]:
+def _ahead_slots() -> int:
+    """How many files compile_ahead keeps compiling at once: every core but the one Python lowers on."""
+    return _compile_workers() - 1
+
+
+def _chunks(sizes: list[int], workers: int, busy: Sequence[float] = ()) -> list[list[int]]:
     """Kernel indices in groups of about equal source size, at most `workers` groups and none much under
-    MIN_CHUNK_CHARS: the largest first, each to the smallest group so far (a kernel's compile time grows with
-    its source). Each group keeps the kernels' order."""
+    MIN_CHUNK_CHARS: the largest first, each to the group of least load so far (a kernel's compile time grows with
+    its source). `busy`: what some of the workers still have to do before they take a group, in the same units
+    (their groups come out that much smaller, or empty). Each group keeps the kernels' order."""
     n = max(1, min(workers, len(sizes), sum(sizes) // MIN_CHUNK_CHARS))
     groups: list[list[int]] = [[] for _ in range(n)]
-    load = [0] * n
+    load = [0.0] * n
+    for j, b in enumerate(sorted(busy, reverse=True)[:n - 1]):  # a free worker is always left
+        load[n - 1 - j] = b
     for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
         g = load.index(min(load))
         groups[g].append(i)

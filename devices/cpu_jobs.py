@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 from devices.base import Target
@@ -47,6 +48,7 @@ class _Job:
         self._out: Any = None
         self._err: BaseException | None = None
         self.weight = weight
+        self.began: float | None = None  # time.perf_counter() when it got its turn
         with _RUNNING:
             _RUNNING.waiting.append(self)
         self._thread = threading.Thread(target=self._run, args=(fn, args), name="cpu-compile", daemon=True)
@@ -58,6 +60,7 @@ class _Job:
                               max(_RUNNING.waiting, key=lambda j: j.weight) is self)
             _RUNNING.waiting.remove(self)
             _RUNNING.running += 1
+            self.began = time.perf_counter()
             _RUNNING.kernels += self.weight >= 0
         try:
             self._out = fn(*args)

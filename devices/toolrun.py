@@ -17,15 +17,18 @@ def run_compiler(cmd: list[str], who: str, what: str, src: str, timeout: int, st
                  where: str = "", live: set[subprocess.Popen] | None = None) -> None:
     """Run `cmd` (its tool is `cmd[0]`); `who` is the device ("cpu", "cuda"), `what` the kernel(s), `src` the
     source shown on failure, `stdin` what is piped in, `where` extra words after the kernel (e.g. " for sm_90").
-    `live`: the process runs in a session of its own and is in this set while it runs, so that another thread may
-    end it and the processes it started (`terminate`)."""
+    `live`: the process runs in a process group of its own and is in this set while it runs, so that another thread
+    may end it and the processes it started (`terminate`). It stays in this process's session: a session of its own
+    would put it in a scheduler autogroup of its own on Linux, whose weight is a whole session's whatever the nice
+    value its compiler runs at (devices.cpu's background -O2 builds, nice 19, took a core's half from the first
+    step's Python and compiler that way)."""
     from rewrite.errors import CompileError
 
     tool = os.path.basename(cmd[0])
     try:
         with subprocess.Popen(cmd, stdin=subprocess.PIPE if stdin is not None else None,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              start_new_session=live is not None) as p:
+                              process_group=0 if live is not None else None) as p:
             if live is not None:
                 live.add(p)
             try:

@@ -29,8 +29,22 @@ def _check(kernels: list, n: int) -> None:
         assert out.tolist() == (x * (k + 3) + 7).tolist()
 
 
+def _every_kernel_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each kernel offered ahead starts compiling at once, in a file of its own."""
+    monkeypatch.setattr(cpu_mod, "AHEAD_CHARS", 1)
+    monkeypatch.setattr(cpu_mod, "AHEAD_IDLE_CHARS", 1)
+    monkeypatch.setattr(cpu_mod, "_ahead_slots", lambda: 1000)
+
+
+def _settle() -> None:
+    """Wait for what earlier tests left compiling ahead."""
+    for part in list(DEVICE._ahead.values()):
+        if part.lib is not None:
+            part.lib.result()
+
+
 def test_kernels_compiled_ahead_are_taken_by_their_batch(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cpu_mod, "AHEAD_CHARS", 1)  # every kernel starts compiling at once, in its own file
+    _every_kernel_at_once(monkeypatch)
     progs = _progs(4, "ahead")
     with Context(CACHE=0):
         for linear, name in progs[:3]:
@@ -56,26 +70,74 @@ def test_kernels_still_gathering_join_the_batch(monkeypatch: pytest.MonkeyPatch)
     _check(ks, 3)
 
 
-def test_an_idle_compiler_starts_a_small_file(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Below AHEAD_CHARS a file starts only while no compile runs or waits (AHEAD_IDLE_CHARS): the first kernel
-    of a realize starts at once, the next one gathers while a compile is still pending."""
+def test_a_finished_file_starts_the_kernels_that_gathered_meanwhile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file starts while a slot is free (here one) and the queue holds AHEAD_IDLE_CHARS: the first kernel at once;
+    the next ones gather while it compiles, and the file that finishes starts them, from its own thread."""
+    import threading
+
     monkeypatch.setattr(cpu_mod, "AHEAD_CHARS", 10**9)
     monkeypatch.setattr(cpu_mod, "AHEAD_IDLE_CHARS", 1)
-    progs = _progs(3, "idle")
+    monkeypatch.setattr(cpu_mod, "_ahead_slots", lambda: 1)
+    go, load = threading.Event(), cpu_mod._load
+
+    def held(*a: object) -> object:
+        assert go.wait(60)
+        return load(*a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cpu_mod, "_load", held)
+    progs = _progs(4, "pull")
     with Context(CACHE=0):
-        for job in list(DEVICE._ahead.values()):  # nothing of an earlier test still compiling
-            if job.lib is not None:
-                job.lib.result()
-        assert not cpu_mod._RUNNING.busy()
+        _settle()
         DEVICE.compile_ahead(*progs[0])
-        assert not DEVICE._queue and DEVICE._ahead[progs[0]].lib is not None  # started: nothing else was pending
-        monkeypatch.setattr(cpu_mod._RUNNING, "busy", lambda: True)  # as if that compile still ran
+        assert not DEVICE._queue and DEVICE._ahead[progs[0]].lib is not None  # started: the slot was free
         DEVICE.compile_ahead(*progs[1])
-        assert DEVICE._queue and DEVICE._ahead[progs[1]].lib is None  # gathers: the compiler is busy
-        monkeypatch.undo()
+        DEVICE.compile_ahead(*progs[2])
+        assert [DEVICE._ahead[p].lib for p in progs[1:3]] == [None, None]  # gather: the slot is taken
+        first = DEVICE._ahead[progs[0]].lib
+        assert first is not None
+        go.set()
+        first.result()
+        later = DEVICE._ahead[progs[1]].lib  # started by the file that finished, both in one file
+        assert later is not None and DEVICE._ahead[progs[2]].lib is later and not DEVICE._queue
+        ks = DEVICE.compile_batch(progs)  # the 4th never offered ahead
+    assert not DEVICE._queue and not DEVICE._inflight
+    assert len({id(k.lib) for k in ks}) == 3
+    _check(ks, 4)
+
+
+def test_the_batch_shares_out_what_gathered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At compile_batch the kernels still gathering go to files of the batch's own, one per core, the one for the
+    core still compiling a file of compile_ahead smaller by what that file has left (the larger starts first)."""
+    import threading
+
+    monkeypatch.setattr(cpu_mod, "AHEAD_CHARS", 10**9)
+    monkeypatch.setattr(cpu_mod, "AHEAD_IDLE_CHARS", 1)
+    monkeypatch.setattr(cpu_mod, "_ahead_slots", lambda: 1)
+    monkeypatch.setattr(cpu_mod, "MIN_CHUNK_CHARS", 1)
+    monkeypatch.setattr(cpu_mod, "_compile_workers", lambda: 2)
+    go, load = threading.Event(), cpu_mod._load
+    made: list[str] = []
+
+    def held(compiler: object, src: str, *a: object) -> object:
+        if not made:
+            assert go.wait(60)
+        made.append(src)
+        return load(compiler, src, *a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cpu_mod, "_load", held)
+    progs = _progs(8, "share")
+    with Context(CACHE=0):
+        _settle()
+        for p in progs:
+            DEVICE.compile_ahead(*p)
+        assert len(DEVICE._queue) == 7  # the first compiles (held), the rest gather
+        threading.Timer(0.2, go.set).start()
         ks = DEVICE.compile_batch(progs)
-    assert not cpu_mod._RUNNING.busy() and not DEVICE._queue
-    _check(ks, 3)
+    assert len(made) == 1 + 2 and len({id(k.lib) for k in ks}) == 3  # one file per core
+    kernels = [src.count("void share_") for src in made[1:]]
+    assert sum(kernels) == 7 and kernels[0] > kernels[1]  # the free core's file is the larger and starts first
+    assert not DEVICE._queue and not DEVICE._inflight
+    _check(ks, 8)
 
 
 def test_render_is_the_same_text_ahead_or_not(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,10 +157,10 @@ def test_a_realize_of_many_kernels_with_every_kernel_ahead(monkeypatch: pytest.M
     numpy's."""
     from tensor import Tensor
 
-    monkeypatch.setattr(cpu_mod, "AHEAD_CHARS", 1)
+    _every_kernel_at_once(monkeypatch)
     started: list[int] = []
-    flush = cpu_mod.CPUDevice._flush
-    monkeypatch.setattr(cpu_mod.CPUDevice, "_flush", lambda self: (started.append(len(self._queue)), flush(self)))
+    start = cpu_mod.CPUDevice._start
+    monkeypatch.setattr(cpu_mod.CPUDevice, "_start", lambda self, n: (started.append(n), start(self, n)))
     rng = np.random.default_rng(3)
     a, b = rng.standard_normal((13, 17)).astype(np.float32), rng.standard_normal((17, 5)).astype(np.float32)
     with Context(CACHE=0):

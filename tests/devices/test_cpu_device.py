@@ -318,6 +318,19 @@ def test_chunks_balance_source_and_keep_every_kernel_once() -> None:
     assert len(_chunks([MIN_CHUNK_CHARS] * 3, 16)) == 3
 
 
+def test_chunks_leave_less_to_a_busy_worker() -> None:
+    # a worker still compiling a file of compile_ahead (40 units left) gets the smaller group, so both finish
+    # together; one with more left than all the rest gets none; a free worker is always left
+    from devices.cpu import MIN_CHUNK_CHARS, _chunks
+
+    sizes = [MIN_CHUNK_CHARS] * 10
+    groups = _chunks(sizes, 2, [4 * MIN_CHUNK_CHARS])
+    assert sorted(len(g) for g in groups) == [3, 7] and sorted(i for g in groups for i in g) == list(range(10))
+    assert [len(g) for g in _chunks(sizes, 2, [100 * MIN_CHUNK_CHARS])] == [10]
+    assert len(_chunks(sizes, 3, [100 * MIN_CHUNK_CHARS] * 5)) == 1
+    assert _chunks(sizes, 2, []) == _chunks(sizes, 2)
+
+
 def test_a_batch_split_across_compiler_runs_runs_every_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     import devices.cpu as cpu_mod
 

@@ -161,3 +161,27 @@ def test_exit_with_a_build_running_leaves_no_temporary_file(tmp_path: Path, cach
     assert "RUNNING True" in r.stdout
     assert not [f for f in _files(d) if ".tmp" in f], _files(d)
     assert not os.listdir(tmp)
+
+
+def test_a_background_compile_runs_in_its_own_group_of_this_session() -> None:
+    # run_compiler with `live` (the -O2 builds): a process group of its own, so terminate() ends the compiler and
+    # what it started, but this session, so the nice value the build runs at is not void under Linux's scheduler
+    # autogroups (one per session, each weighted alike)
+    from devices.toolrun import run_compiler
+
+    live: set[subprocess.Popen] = set()
+    seen: list[tuple[int, int]] = []
+
+    class Watch(set):
+        def add(self, p: subprocess.Popen) -> None:
+            seen.append((os.getpgid(p.pid), os.getsid(p.pid)))
+            live.add(p)
+
+        def discard(self, p: subprocess.Popen) -> None:
+            live.discard(p)
+
+    code = "import sys; sys.stdin.read()"
+    run_compiler([sys.executable, "-c", code], "cpu", "k", "", 60, stdin="", live=Watch())
+    (pgid, sid), = seen
+    assert pgid != os.getpgid(0) and sid == os.getsid(0)
+    assert not live
