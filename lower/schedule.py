@@ -51,6 +51,7 @@ from rewrite.dtype import AddrSpace
 from rewrite.errors import CompilerError
 from rewrite.stores import indexed_store
 from rewrite.viz import capture as viz_capture
+from rules.rangeify import kept_index_math
 
 if TYPE_CHECKING:
     from lower.pipeline import Lowering
@@ -190,6 +191,11 @@ def stale_kernels(roots: list[UOp]) -> list[str]:
 
 
 def _schedule_split(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp], SplitContext]:
+    with kept_index_math():  # rangeify's index math, asked the same again and again by the split's builds
+        return _scheduled(roots)
+
+
+def _scheduled(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp], SplitContext]:
     given = roots
     # the graph's order, one walk for all the roots (a training step's hundred roots share most of their graph)
     roots, topo = _own_buffers(roots)

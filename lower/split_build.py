@@ -123,6 +123,7 @@ class BuildContext:
     bytes: ByteCount | None = None  # the byte rule's loops, kept across rounds (`shared_values`)
     walk: dict[UOp, int] | None = None  # the graph's nodes in the order a rule walk visits them (`shared_values`)
     _flats: dict[UOp, UOp] = field(default_factory=dict)
+    _limits: dict[str, tuple[int, int]] = field(default_factory=dict)  # `kernel_limits` by device, for this split
     _flat_of: dict[UOp, UOp] = field(default_factory=dict)
     _node: UOp | None = None
     _built: UOp | RealizePoint | None = None
@@ -318,7 +319,8 @@ def _over_limits(ctx: BuildContext, n: UOp) -> Decision | None:
     if ctx.concat(n) is not None:  # copies, no kernel
         return None
     dev = n.device if isinstance(n.device, str) else ctx.device
-    limits = kernel_limits(dev)
+    if (limits := ctx._limits.get(dev)) is None:
+        limits = ctx._limits[dev] = kernel_limits(dev)
     if under_limits(*ctx.region(n), *limits):
         return None
     cut = split_point(n, ctx.split.out_of, *limits)

@@ -25,11 +25,17 @@ Nothing is raised: the rule's result is the build's result.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Protocol, cast
+from functools import wraps
+from typing import ParamSpec, Protocol, TypeVar, cast
 
 from rewrite import AxisType, Ops, Rule, RuleSet, UOp, dtypes, op
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 REDUCE_IN_REDUCE_LOOP = "realize-reduce-in-reduce-loop"
 EXPENSIVE_BROADCAST = "realize-expensive-broadcast"
@@ -61,10 +67,48 @@ class RealizePoint:
 
 
 _INDEX_CONSTS: dict[int, UOp] = {}  # the index constants index math made, kept: the same few at every site
-# The index math below is pure (UOps in, hash-consed UOps out), and a split asks it the same questions again and
-# again (a kernel's loads share their index; the kernels of a split share their shapes and output loops, whose
-# ranges every build numbers from 1): its answers are kept, up to _KEPT of each function's latest.
-_KEPT = 4096
+_MISSING = object()
+
+
+class _Kept(threading.local):
+    memos: list[dict] | None = None  # while a split runs (`kept_index_math`): one memo per function
+
+
+_kept = _Kept()
+_KEPT_FNS: list[Callable] = []
+
+
+@contextmanager
+def kept_index_math() -> Iterator[None]:
+    """Keep the answers of the index math below while the block runs, then drop them (a kernel split: lower.schedule).
+    That math is pure (UOps in, hash-consed UOps out), and a split asks it the same questions again and again (a
+    kernel's loads share their index; the kernels of a split share their shapes and their output loops, whose
+    ranges every build numbers from 1). Dropped after it: an index can hold loaded positions (a gather's), whose
+    BUFFERs, kept alive, would keep their data."""
+    outer = _kept.memos
+    if outer is None:
+        _kept.memos = [{} for _ in _KEPT_FNS]
+    try:
+        yield
+    finally:
+        _kept.memos = outer
+
+
+def _kept_in_split(fn: Callable[P, R]) -> Callable[P, R]:
+    """`fn`, its answers kept by argument while `kept_index_math` runs."""
+    at = len(_KEPT_FNS)
+    _KEPT_FNS.append(fn)
+
+    @wraps(fn)
+    def kept(*args: P.args, **kwargs: P.kwargs) -> R:
+        if (memos := _kept.memos) is None or kwargs:
+            return fn(*args, **kwargs)
+        memo = memos[at]
+        if (v := memo.get(args, _MISSING)) is _MISSING:
+            v = memo[args] = fn(*args, **kwargs)
+        return cast(R, v)
+
+    return kept
 
 
 def index_const(k: int) -> UOp:
@@ -79,7 +123,7 @@ def index_const(k: int) -> UOp:
 ZERO = index_const(0)
 
 
-@lru_cache(maxsize=_KEPT)
+@_kept_in_split
 def expand_source_index(idx: tuple[UOp, ...], src_shape: tuple, shape: tuple) -> tuple[UOp, ...]:
     """The index an EXPAND from `src_shape` to `shape` reads its source at: broadcast axes at 0."""
     return tuple(ZERO if s == 1 and d != 1 else i for i, s, d in zip(idx, src_shape, shape, strict=True))
@@ -112,7 +156,7 @@ def _mul(a: UOp, k: int) -> UOp:
     return UOp(_MUL, (a, index_const(k))) if type(k) is int and _scalar_index(a) else a * k
 
 
-@lru_cache(maxsize=_KEPT)
+@_kept_in_split
 def flat_index(idx: tuple[UOp, ...], shape: tuple) -> UOp:
     """Row-major linear offset of `idx` in `shape`."""
     out, stride = ZERO, 1
@@ -164,7 +208,7 @@ def reshape_groups(out_shape: tuple, src_shape: tuple) -> list[tuple[list[int], 
     return groups
 
 
-@lru_cache(maxsize=_KEPT)
+@_kept_in_split
 def reshape_index(idx: tuple[UOp, ...], out_shape: tuple, src_shape: tuple) -> tuple[UOp, ...]:
     """The source index of a reshape from `src_shape` to `out_shape` read at `idx`. Row-major order splits over
     groups of axes whose sizes multiply to the same number, so each group is flattened and unflattened on its
@@ -196,7 +240,7 @@ RECOMPUTE_LIMIT = 8
 CHEAP_RECOMPUTE_LIMIT = 32
 
 
-@lru_cache(maxsize=_KEPT)
+@_kept_in_split
 def uses_reduce_range(idx: tuple[UOp, ...], valid: UOp | None) -> bool:
     """Whether an index tuple (or its gate) moves with a REDUCE range: the site is inside a reduction's loop."""
     for u in (*idx, *(() if valid is None else (valid,))):
@@ -267,7 +311,7 @@ def _reduce_in_reduce_loop(ctx: Site, n: UOp) -> RealizePoint | None:
     return RealizePoint(n, REDUCE_IN_REDUCE_LOOP) if uses_reduce_range(ctx.idx, ctx.valid) else None
 
 
-@lru_cache(maxsize=_KEPT)
+@_kept_in_split
 def broadcast_repeats(idx: tuple[UOp, ...], valid: UOp | None, loops: tuple[UOp, ...]) -> int:
     """How many times a value read at `idx` (under `valid`) inside a kernel whose output loops are `loops`
     (outermost first) is computed again for the same index: the loops it does not depend on that enclose the
@@ -337,6 +381,7 @@ __all__ = [
     "gate_and",
     "index_add",
     "index_const",
+    "kept_index_math",
     "realize_point",
     "realize_point_rules",
     "recomputed_expensive",

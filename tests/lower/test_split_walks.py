@@ -4,18 +4,23 @@ the index math kept once made, and an EXPAND source's work walked once per kerne
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 
 from lower.rangeify import build_kernel
 from lower.schedule import ScheduleItem, _localize, _localize_substitute, _localize_walk, schedule
 from lower.split_build import region, region_nodes, under_limits, walk_order
-from rewrite import AxisType, Ops, Rule, RuleSet, UOp, graph_rewrite, op
+from rewrite import AxisType, Ops, Rule, RuleSet, UOp, dtypes, graph_rewrite, op
+from rules import rangeify as rules_rangeify
 from rules.rangeify import (
     ZERO,
     expand_source_index,
     flat_index,
     index_const,
+    kept_index_math,
     recomputed_expensive,
     reshape_index,
     source_work,
@@ -121,11 +126,28 @@ def test_index_math_kept_is_index_math_made() -> None:
     r1, r2 = UOp.range(6, 1), UOp.range(4, 2)
     assert index_const(5) is UOp.const(5) and ZERO is UOp.const(0)
     assert index_const(True) is UOp.const(True)  # a bool is not the index 1
-    for _ in range(2):  # made, then kept
-        assert flat_index((r1, r2), (6, 4)) is flat_index.__wrapped__((r1, r2), (6, 4))
-        assert reshape_index((r1, r2), (6, 4), (24,)) == reshape_index.__wrapped__((r1, r2), (6, 4), (24,))
-        assert expand_source_index((r1, r2), (1, 4), (6, 4)) == (ZERO, r2)
-    assert not uses_reduce_range((r1, r2), None)
+    with kept_index_math():
+        for _ in range(2):  # made, then kept
+            assert flat_index((r1, r2), (6, 4)) is flat_index.__wrapped__((r1, r2), (6, 4))  # type: ignore[attr-defined]
+            assert reshape_index((r1, r2), (6, 4), (24,)) == reshape_index.__wrapped__((r1, r2), (6, 4), (24,))  # type: ignore[attr-defined]
+            assert expand_source_index((r1, r2), (1, 4), (6, 4)) == (ZERO, r2)
+            assert uses_reduce_range((r1, r2), None) is False
+
+
+def test_index_math_is_kept_only_during_a_split() -> None:
+    """A gather's index holds loaded positions, so what the index math keeps would keep their BUFFERs (and the
+    data under them) alive: it keeps nothing outside a split, and drops what it kept when the split ends."""
+    x = Tensor(_arr(4)).realize()
+    ref = weakref.ref(x.uop)
+    at = (x.uop.index(UOp.range(4, 1)).load().cast(dtypes.index),)
+    with kept_index_math():
+        flat_index(at, (4,))
+        assert any((at, (4,)) in memo for memo in rules_rangeify._kept.memos or [])
+    assert rules_rangeify._kept.memos is None
+    flat_index(at, (4,))  # outside a split: made, not kept
+    del at, x
+    gc.collect()
+    assert ref() is None
 
 
 def test_source_work_kept_per_kernel_gives_the_same_answer() -> None:
