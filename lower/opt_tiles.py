@@ -152,10 +152,16 @@ def register_tile(ast: UOp, opts: list[Opt], target: Target) -> UOp | None:
     cands = [v for v in reversed(loops) if size(v) > 1 and _lanes_along(v, loads)]
     cands.sort(key=lambda v: (any(v in g for g in gates), not all(_stride(i, v) == 1 for i in stores),
                               size(v) % width != 0))
-    # no output axis fills half the lanes, and no reduction axis fills whole vectors (hand_coded's lanes of partial
-    # sums: a dot product along a contiguous k, 10 classes x 256 rows of a classifier's logits, stays that)
+    # no output axis fills half the lanes: where a reduction axis fills whole vectors, no tile (hand_coded's lanes
+    # of partial sums along it: a dot product along a contiguous k, 10 classes x 256 rows of a classifier's logits;
+    # the digits CNN's first conv weight gradient, 8 x 3 x 3 over 100 x 8 x 8 with the 8 image columns contiguous,
+    # whose 3 taps padded to 8 lanes ran 2.22 ms of one core's CPU time per step against 0.25 ms as partial sums,
+    # 2-vCPU AVX2 EPYC under load, processes alternated, medians); else the product tile
     short = not cands or (size(cands[0]) * 2 < width and size(cands[0]) % width)
-    if short and not any(size(r) % width == 0 and _lanes_along(r, loads) for r in reds[0].src[1:]):
+    if short and any(size(r) % width == 0 and _lanes_along(r, loads) for r in reds[0].src[1:]):
+        if not any(_lane_unfriendly(u) for u in body):  # (hand_coded unrolls only such a body into lanes)
+            return None
+    elif short:
         long = math.prod(size(r) for r in reds[0].src[1:]) >= MIN_PRODUCT_REDUCTION
         if (long or not cands) and (tiled := product_tile(ast, opts, loads, target)) is not None:
             return tiled

@@ -1,6 +1,7 @@
 """Register tiles for the kernels of a convolution's gradients (lower.opt_tiles), where the plain vector tile
 fits badly: a weight gradient whose only vector axis is the 3 kernel taps (3 of 8 AVX2 lanes once padded) gets a
-product tile over its output and input channels instead (product_tile), and a transposed convolution's phase
+product tile over its output and input channels instead (product_tile), or, where the image columns fill whole
+vectors, no tile (the lanes partial sums along the columns), and a transposed convolution's phase
 kernel whose innermost row axis is 17 gated columns (prime: no tile without padding, and gated rows are not
 padded) takes its rows from the next axis (the batch). Checked: the opts each target gets, and the results
 against numpy, on every cpu target level this host runs."""
@@ -14,6 +15,7 @@ from devices.base import CPU_TARGET_NAMES, cpu_target
 from lower import schedule
 from lower.opt_tiles import MIN_PRODUCT_TILE
 from lower.optimize import OptOps, hand_coded
+from lower.pipeline import lower_kernel
 from rewrite import AxisType
 from rewrite.env import Context
 from tensor import Tensor
@@ -68,6 +70,33 @@ def test_weight_gradient_gets_a_product_tile(level: str) -> None:
         assert ups[0].arg[0] * ups[1].arg[0] >= MIN_PRODUCT_TILE
     else:  # 4 lanes (SSE, NEON): 3 of 4 real, the vector tile over the taps padded to a whole vector
         assert any(o.op is OptOps.PADTO for o in opts) and len(ups) >= 2, (level, opts)
+    if target.runs_here:
+        with Context(CPU_TARGET=level):
+            got = w.grad.numpy()
+        np.testing.assert_allclose(got, _conv_weight_grad(x, g), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("level", CPU_TARGET_NAMES)
+def test_weight_gradient_over_whole_vector_columns_sums_in_lanes(level: str) -> None:
+    """One input channel on 8x8 images (the digits CNN's first conv): the taps fill less than half the lanes, and
+    the image columns (the reduction's contiguous axis) fill whole vectors where the target has 8 lanes: no tile,
+    the lanes partial sums along the columns (UNROLL). Where the columns are no whole vector (16 lanes), the
+    product tile; where the taps fill half the lanes (4), the vector tile as before."""
+    target = cpu_target(level)
+    lanes = target.lanes(4)
+    x = _rng().standard_normal((100, 1, 8, 8)).astype(np.float32)
+    g = _rng(1).standard_normal((100, 8, 8, 8)).astype(np.float32)
+    w = Tensor(np.zeros((8, 1, 3, 3), np.float32), requires_grad=True)
+    (Tensor(x).conv2d(w, padding=1) * Tensor(g)).sum().backward()
+    assert w.grad is not None
+    (k,) = [k for name, k in _kernels(w.grad).items() if name.startswith("r_")]
+    opts = hand_coded(lower_kernel(k.ast, target, upto="symbolic"), target)  # the AST the optimize stage gets
+    ups = [o for o in opts if o.op is OptOps.SPLIT and o.arg[1] is AxisType.UPCAST]
+    unrolls = [o for o in opts if o.op is OptOps.SPLIT and o.arg[1] is AxisType.UNROLL]
+    if lanes > 3 * 2 and 8 % lanes == 0:
+        assert not ups and unrolls and unrolls[0].arg[0] == lanes, (level, opts)
+    else:
+        assert len(ups) >= 2, (level, opts)
     if target.runs_here:
         with Context(CPU_TARGET=level):
             got = w.grad.numpy()
