@@ -11,33 +11,13 @@ import pytest
 
 from devices import get_device
 from devices.base import cpu_target
-from lower import schedule
 from lower.buffers import new_buffer
-from lower.optimize import OptOps, hand_coded
+from lower.optimize import hand_coded
 from lower.stages import lower_kernel
 from rewrite import AxisType, UOp, dtypes
+from tests.lower.test_opts_accumulators import LEVELS, _kernel, _run, _splits
 
-LEVELS = ["x86-64-v2", "x86-64-v3", "x86-64-v4", "aarch64"]
 ROWS, COLS = 64, 96
-
-
-def _kernel(out: UOp):
-    items, _ = schedule([out])
-    (it,) = [i for i in items if i.kind == "kernel"]
-    return it
-
-
-def _splits(opts, kind: AxisType) -> list[int]:
-    return [o.arg[0] for o in opts if o.op is OptOps.SPLIT and o.arg[1] is kind]
-
-
-def _run(it, opts, arrays, device: str, target) -> np.ndarray:
-    dev = get_device(device)
-    k = dev.compile(lower_kernel(it.ast, target, opts=opts), it.name, target if device == "cpu" else
-                    dev.default_target())
-    out = np.zeros(int(np.prod(it.bufs[0].shape)), dtype=np.float32)
-    k({0: out, **{i: a.copy() for i, a in arrays.items()}})
-    return out
 
 
 def _arrays(it) -> dict[int, np.ndarray]:
