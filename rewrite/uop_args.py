@@ -45,6 +45,8 @@ _INDEX = dtypes.index
 
 
 def intern_key(op: Ops, src: tuple, arg: object, tag: object) -> tuple:
+    # UOp.__new__ calls this only for CONST, VCONST, PARAM and BUFFER and writes the plain key itself: an op
+    # given an extended key here must be added to that test too
     # 1 == 1.0 == True and 0.0 == -0.0 compare and hash alike, so a constant's key also spells out each value's
     # type and the sign of a float zero; otherwise a raw CONST(True, int32) would be handed back for const(1, int32)
     if (op is _CONST or op is _VCONST) and type(arg) is tuple and len(arg) == 2:

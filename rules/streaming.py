@@ -67,34 +67,30 @@ def buffer_bytes(buf: UOp) -> int:
     return nbytes(buf) or 0
 
 
-def is_map(ast: UOp) -> bool:
-    return not any(u.op is Ops.REDUCE for u in ast.toposort())
+def _map_accesses(ast: UOp, op: Ops) -> list[UOp] | None:
+    """The `op` (STORE or LOAD) nodes of `ast` that go through an INDEX, or None when `ast` is not a map (it has a
+    REDUCE): one walk for both."""
+    found = []
+    for u in ast.toposort():
+        if u.op is Ops.REDUCE:
+            return None
+        if u.op is op and u.src and u.src[0].op is Ops.INDEX:
+            found.append(u)
+    return found
 
 
 def streams_outputs(ast: UOp, min_bytes: int) -> bool:
     """Whether `ast` is a map kernel with an output of at least `min_bytes` (0: never): one whose stores are worth
     making whole vectors (lower.optimize upcasts its innermost output loop) so that they can stream."""
-    if min_bytes <= 0:
+    if min_bytes <= 0 or (stores := _map_accesses(ast, Ops.STORE)) is None:
         return False
-    stores = []
-    for u in ast.toposort():  # one walk: is_map and the stores
-        if u.op is Ops.REDUCE:
-            return False
-        if u.op is Ops.STORE and u.src[0].op is Ops.INDEX:
-            stores.append(u)
     return any(buffer_bytes(base_of(u.src[0].src[0])) >= min_bytes for u in stores)
 
 
 def context(ast: UOp, min_bytes: int) -> Streaming | None:
     """The rule's context for a kernel, or None when no store of it can stream (not a map, or no size allows)."""
-    if min_bytes <= 0:
+    if min_bytes <= 0 or (loads := _map_accesses(ast, Ops.LOAD)) is None:
         return None
-    loads = []
-    for u in ast.toposort():  # one walk: is_map and the loads
-        if u.op is Ops.REDUCE:
-            return None
-        if u.op is Ops.LOAD and u.src and u.src[0].op is Ops.INDEX:
-            loads.append(u)
     return Streaming(min_bytes, frozenset(base_of(u.src[0].src[0]) for u in loads))
 
 
