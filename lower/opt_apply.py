@@ -35,9 +35,10 @@ from devices.base import Target
 from lower.strides import _Memo, _topo
 from rewrite import AxisType, Ops, UOp, dtypes
 from rewrite.errors import KernelOptError
+from rewrite.ops import FastEnumType
 
 
-class OptOps(Enum):
+class OptOps(Enum, metaclass=FastEnumType):
     SPLIT = "SPLIT"
     PADTO = "PADTO"
     SWAP = "SWAP"

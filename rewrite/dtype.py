@@ -18,8 +18,10 @@ import math
 from enum import IntEnum
 from typing import Final
 
+from rewrite.ops import FastEnumType
 
-class AddrSpace(IntEnum):
+
+class AddrSpace(IntEnum, metaclass=FastEnumType):
     GLOBAL = 0
     LOCAL = 1
     REG = 2
