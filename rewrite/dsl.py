@@ -51,13 +51,16 @@ _ANY = object()  # "no constraint" for arg
 class Pat:
     """A pattern node. kind: 'var' (any node), 'const' (a CONST, optionally of a fixed value), 'op', 'fold'."""
 
-    __slots__ = ("arg", "dtypes", "kind", "name", "ops", "ordered", "rest", "src", "value")
+    # `shape`: this node's part of a matcher's cache key (rewrite.match_cache, made on first use: a node is never
+    # changed after it is built, and one such as `x` or `c0` sits in many rules)
+    __slots__ = ("arg", "dtypes", "kind", "name", "ops", "ordered", "rest", "shape", "src", "value")
 
     def __init__(self, kind: str, *, ops: frozenset[Ops] | None = None, src: tuple[Pat, ...] | None = None,
                  name: str | None = None, dtypes: frozenset[DType] | None = None, arg: object = _ANY,
                  rest: bool = False, ordered: bool = False, value: object = _ANY) -> None:
         self.kind, self.ops, self.src, self.name, self.dtypes = kind, ops, src, name, dtypes
         self.arg, self.rest, self.ordered, self.value = arg, rest, ordered, value
+        self.shape: tuple[str, tuple[object, ...]] | None = None
 
     # -- structure --
     @property

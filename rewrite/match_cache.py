@@ -71,31 +71,40 @@ def _one(s: frozenset | None) -> object:
     return next(iter(s)) if s is not None and len(s) == 1 else None
 
 
+def _node(q: Pat) -> tuple[str, tuple[object, ...]]:
+    """A pattern node's token (all of it but its number in the walk) and its six objects: both read off the node
+    alone, so kept on it (`Pat.shape`); the fields read straight off the slots (Pat.commutative inlined)."""
+    kind, ops, dts, src, value = q.kind, q.ops, q.dtypes, q.src, q.value
+    v = "_" if value is _ANY else "v"
+    if kind == "fold" and src is None and callable(value):
+        v = "f" + ",".join(params_of(value))
+    o = "-" if ops is None else _NAMES.get(ops) or _names(ops)
+    d = "-" if dts is None else _NAMES.get(dts) or _names(dts)
+    ordered = q.ordered
+    comm = kind == "op" and not ordered and src is not None and len(src) == 2 and ops is not None and \
+        ops <= _COMMUTATIVE
+    tok = (f"{kind}/{o}/{d}/{v}/{'_' if q.arg is _ANY else 'a'}/{q.name or ''}/"
+           f"{'1' if q.rest else '0'}{'1' if ordered else '0'}{'1' if comm else '0'}/"
+           f"{'-' if src is None else len(src)}")
+    objs = (ops, next(iter(ops)) if ops is not None and len(ops) == 1 else None, value, dts,
+            next(iter(dts)) if dts is not None and len(dts) == 1 else None, q.arg)
+    sh = q.shape = (tok, objs)
+    return sh
+
+
 def _walk(p: Pat, toks: list[str], objs: list[object], seen: dict[int, int]) -> None:
-    # one token and six objects per node, in a fixed order (see the module docstring); the fields read straight
-    # off the slots (Pat.commutative inlined): this runs over every pattern node of every rule a process matches
-    # with, at its first matcher (~10% of a cold kernel's lowering before)
+    # one token and six objects per node, in a fixed order (see the module docstring): the node's number in this
+    # walk (a pattern node used twice, x + x, is one node: its first number) and its own part (_node, made once
+    # per node: this runs over every pattern node of every rule a process matches with, at its first matcher)
     stack = [p]
     pop, push, tok, add = stack.pop, stack.extend, toks.append, objs.extend
-    names, commutative = _NAMES, _COMMUTATIVE
     while stack:
         q = pop()
-        k = seen.setdefault(id(q), len(seen))  # a pattern node used twice (x + x) is one node: its first number
-        kind, ops, dts, src, value = q.kind, q.ops, q.dtypes, q.src, q.value
-        v = "_" if value is _ANY else "v"
-        if kind == "fold" and src is None and callable(value):
-            v = "f" + ",".join(params_of(value))
-        o = "-" if ops is None else names.get(ops) or _names(ops)
-        d = "-" if dts is None else names.get(dts) or _names(dts)
-        ordered = q.ordered
-        comm = kind == "op" and not ordered and src is not None and len(src) == 2 and ops is not None and \
-            ops <= commutative
-        tok(f"{k}:{kind}/{o}/{d}/{v}/{'_' if q.arg is _ANY else 'a'}/{q.name or ''}/"
-            f"{'1' if q.rest else '0'}{'1' if ordered else '0'}{'1' if comm else '0'}/"
-            f"{'-' if src is None else len(src)}")
-        add((ops, next(iter(ops)) if ops is not None and len(ops) == 1 else None, value, dts,
-             next(iter(dts)) if dts is not None and len(dts) == 1 else None, q.arg))
-        if src:
+        k = seen.setdefault(id(q), len(seen))
+        own, six = q.shape or _node(q)
+        tok(f"{k}:{own}")
+        add(six)
+        if src := q.src:
             push(reversed(src))
 
 
