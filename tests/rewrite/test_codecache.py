@@ -120,12 +120,11 @@ def _damage(path: str, how: str, other: str) -> None:
     elif how == "bad-magic":
         blob = b"X" + blob[1:]
     elif how == "not-an-entry":  # header and digest consistent, but the payload is not a matcher's entry
-        import hashlib
         import marshal
 
         payload = marshal.dumps(("not", "code", "here"))
         head = blob[: len(codecache.MAGIC) + 4 + 32]
-        blob = head + hashlib.sha256(payload).digest() + payload
+        blob = head + codecache.digest(payload) + payload
     with open(path, "wb") as f:
         f.write(blob)
 
