@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from importlib.util import MAGIC_NUMBER
 from typing import Any
 
-from rewrite.env import cache_dir, knob_str
+from rewrite.env import cache_dir, env_keys, knob_str, unset
 
 MAGIC = b"uopcMC01"
 _DIGEST = 32
@@ -48,7 +48,7 @@ _swept: list[bool] = []
 
 
 ROOT: str | None = None  # the directory to use instead of the one beside the package (tests)
-_made: dict[tuple, str | None] = {}  # where the files are looked for -> the directory in use (None: none writable)
+_made: dict[tuple, tuple[str | None, tuple[str, ...]]] = {}  # `_where()` -> `_dirs()`
 
 
 def default_dir() -> str:
@@ -85,29 +85,42 @@ def _candidates() -> Iterator[str]:
         return
 
 
+_KEYS = env_keys("MATCHERDIR", "CACHEDIR")
+
+
+def _where() -> tuple:
+    """What decides the directories: the tests' ROOT, the knobs, bytecode writing and its prefix."""
+    if ROOT is None and unset(_KEYS):  # the common case: a few dict lookups, no knob parsed
+        return (None, "", "", sys.dont_write_bytecode, sys.pycache_prefix)
+    return (ROOT, knob_str("MATCHERDIR"), knob_str("CACHEDIR"), sys.dont_write_bytecode, sys.pycache_prefix)
+
+
+def _dirs() -> tuple[str | None, tuple[str, ...]]:
+    """The directory the files are written to (None where none can be written), and every directory a file is
+    looked for in: that one, and beside the package when bytecode writing is off but an earlier process (or an
+    installation) wrote files there, as Python still reads existing .pyc files. Found once per setting."""
+    where = _where()
+    if (known := _made.get(where)) is not None:
+        return known
+    out: str | None = None
+    for d in _candidates():
+        try:
+            os.makedirs(d, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(d, os.W_OK):
+            out = d
+            break
+    read = [out] if out is not None else []
+    if sys.dont_write_bytecode and not where[1] and (b := _beside()) not in read:
+        read.append(b)
+    known = _made[where] = (out, tuple(read))
+    return known
+
+
 def _dir() -> str | None:
     """The directory the files are written to (and read from first), None where none can be written."""
-    where = (ROOT, knob_str("MATCHERDIR"), knob_str("CACHEDIR"), sys.dont_write_bytecode, sys.pycache_prefix)
-    if where not in _made:
-        _made[where] = None
-        for d in _candidates():
-            try:
-                os.makedirs(d, exist_ok=True)
-            except OSError:
-                continue
-            if os.access(d, os.W_OK):
-                _made[where] = d
-                break
-    return _made[where]
-
-
-def _read_dirs() -> list[str]:
-    """Where a file is looked for: the write directory, and beside the package when bytecode writing is off but
-    an earlier process (or an installation) wrote files there, as Python still reads existing .pyc files."""
-    out = [d] if (d := _dir()) is not None else []
-    if sys.dont_write_bytecode and not knob_str("MATCHERDIR") and (b := _beside()) not in out:
-        out.append(b)
-    return out
+    return _dirs()[0]
 
 
 def _path(d: str, key: bytes) -> str:
@@ -117,7 +130,7 @@ def _path(d: str, key: bytes) -> str:
 def load(key: bytes) -> object | None:
     """The value stored under `key` (32 bytes), or None when there is none that verifies."""
     blob = None
-    for d in _read_dirs():
+    for d in _dirs()[1]:
         try:
             with open(_path(d, key), "rb") as f:
                 blob = f.read()
