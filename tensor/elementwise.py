@@ -86,6 +86,9 @@ def expand_uop(u: UOp, shape: tuple) -> UOp:
 
 
 def common_device(what: str, tensors: list[Tensor]) -> Device:
+    d0 = tensors[0].device
+    if all(t.device == d0 for t in tensors):  # the usual case: one device
+        return d0
     devs = {t.device for t in tensors}
     if len(devs) > 1:
         if any(isinstance(d, tuple) for d in devs):
