@@ -51,10 +51,12 @@ ROOT: str | None = None  # the directory to use instead of the one beside the pa
 _made: dict[tuple, tuple[str | None, tuple[str, ...]]] = {}  # `_where()` -> `_dirs()`
 
 
-def default_dir() -> str:
+def default_dir() -> str | None:
     """The matchers' own cache directory where bytecode is not written beside the package: `~/.cache/uopc-matchers`,
-    beside (not under) the kernel cache's default root, so clearing a CACHEDIR never clears it."""
-    return os.path.join(os.path.expanduser("~"), ".cache", "uopc-matchers")
+    beside (not under) the kernel cache's default root, so clearing a CACHEDIR never clears it; None without a
+    home directory (`~` would otherwise name a directory `~` under the working directory)."""
+    home = os.path.expanduser("~")
+    return None if home.startswith("~") else os.path.join(home, ".cache", "uopc-matchers")
 
 
 def _beside() -> str:
@@ -78,7 +80,8 @@ def _candidates() -> Iterator[str]:
         yield _beside()
     if ROOT is not None:
         return
-    yield default_dir()
+    if (own := default_dir()) is not None:
+        yield own
     try:
         yield os.path.join(cache_dir(), "matchers")
     except OSError:

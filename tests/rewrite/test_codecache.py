@@ -268,6 +268,18 @@ def test_without_bytecode_writing_the_matchers_directory_keeps_them(tmp_path, mo
         _forget()
 
 
+def test_no_home_means_no_default_directory(tmp_path, monkeypatch):
+    """Without a home directory the matchers' own directory is not `./~/.cache/...`: the kernel cache's is used."""
+    monkeypatch.setattr(codecache, "ROOT", None)
+    monkeypatch.setattr(codecache, "_made", {})
+    monkeypatch.delenv("MATCHERDIR", raising=False)
+    monkeypatch.setenv("CACHEDIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.setattr(os.path, "expanduser", lambda p: p)  # as when neither HOME nor the password entry says
+    assert codecache.default_dir() is None
+    assert codecache._dir() == str(tmp_path / "cache" / "matchers")
+
+
 @pytest.mark.parametrize("bytecode", [False, True])
 def test_matcherdir_knob_names_the_directory(tmp_path, monkeypatch, bytecode):
     """MATCHERDIR is the one place read and written, whether or not bytecode writing is on; a corrupt file there
