@@ -4,9 +4,11 @@ Every process used to generate and compile each rule matcher it needs (rewrite.m
 realize that took ~15-35 ms, inside the first kernels' lowering. rewrite.match_cache keys each matcher by the
 shape of its rules and keeps (code, where its names come from, source) here, one file per key. Where: as Python
 keeps its own bytecode, beside the package (`rewrite/__pycache__/uopc-matchers`, or under
-`sys.pycache_prefix` when that is set), so a process with a fresh CACHEDIR (a cold benchmark) still finds the
-library's matchers; where that directory cannot be written (a read-only installation), under
-`rewrite.env.cache_dir()/matchers`.
+`sys.pycache_prefix` when that is set); where that cannot be written, or bytecode writing is off, in the matchers'
+own cache directory, `~/.cache/uopc-matchers` (`default_dir`); the knob MATCHERDIR names another directory, used
+for reading and writing alike. Never under CACHEDIR (the kernel cache) unless nothing else can be written: the
+files are the library's code, as .pyc files are, so a process with a fresh or cleared CACHEDIR (a cold benchmark)
+still finds the library's matchers, while a new Python version or an edited rule or generator gets new keys.
 
   name     the key's hex and the interpreter's bytecode tag (`sys.implementation.cache_tag`), so another Python
            never reads the file
@@ -19,10 +21,10 @@ the caller checks the value's form too): the matcher is generated again and the 
 written whole to a temporary name and renamed (a concurrent process sees no file or the whole file).
 
 Like Python's bytecode cache, it never writes beside the package when `sys.dont_write_bytecode`
-(PYTHONDONTWRITEBYTECODE, common in container images) is set; the files then go to (and are also read from)
-`rewrite.env.cache_dir()/matchers`, as kernels do: without them every process would generate its matchers again
-(~0.3 s of a first realize). CACHE=0, which turns off the caches of results (compiled kernels, search and
-e-graph results), leaves it on: it holds the library's own code, not anything computed from a user's program.
+(PYTHONDONTWRITEBYTECODE, common in container images) is set; the files then go to the matchers' own directory
+(and are read from there and from beside the package): without them every process would generate its matchers
+again (~0.1-0.3 s of a first realize). CACHE=0, which turns off the caches of results (compiled kernels, search
+and e-graph results), leaves it on: it holds the library's own code, not anything computed from a user's program.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from collections.abc import Iterator
 from importlib.util import MAGIC_NUMBER
 from typing import Any
 
-from rewrite.env import cache_dir, knob_str
+from rewrite.env import cache_dir, env_keys, knob_str, unset
 
 MAGIC = b"uopcMC02"
 _KEY, _DIGEST = 32, 4
@@ -53,53 +55,83 @@ MAX_FILES = 4096  # past this many files, the oldest half is removed (a rule edi
 _swept: list[bool] = []
 
 
-ROOT: str | None = None  # the directory to use instead of the default ones (tests)
-_made: dict[tuple, str | None] = {}  # (ROOT, CACHEDIR) -> the directory in use (None: none can be written)
+ROOT: str | None = None  # the directory to use instead of the one beside the package (tests)
+_made: dict[tuple, tuple[str | None, tuple[str, ...]]] = {}  # `_where()` -> `_dirs()`
+
+
+def default_dir() -> str | None:
+    """The matchers' own cache directory where bytecode is not written beside the package: `~/.cache/uopc-matchers`,
+    beside (not under) the kernel cache's default root, so clearing a CACHEDIR never clears it; None without a
+    home directory (`~` would otherwise name a directory `~` under the working directory)."""
+    home = os.path.expanduser("~")
+    return None if home.startswith("~") else os.path.join(home, ".cache", "uopc-matchers")
+
+
+def _beside() -> str:
+    """Where Python keeps the package's own bytecode: `rewrite/__pycache__/uopc-matchers`, or under
+    `sys.pycache_prefix` when that is set."""
+    if ROOT is not None:
+        return ROOT
+    return os.path.join(sys.pycache_prefix, "uopc-matchers") if sys.pycache_prefix else \
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__", "uopc-matchers")
 
 
 def _candidates() -> Iterator[str]:
-    """Where the files may go, in order: beside the package's own bytecode, else the cache directory (asked only
-    when the first cannot be used: an unusable cache directory is an OSError, which means no second place)."""
-    if ROOT is not None:
-        yield ROOT
+    """Where the files may be written, in order of preference: MATCHERDIR alone when it is set; else beside the
+    package's bytecode (unless bytecode writing is off), then `default_dir()`, then, only where neither can be
+    written (a read-only HOME too), the kernel cache directory's `matchers`. The tests' ROOT stands for the place
+    beside the package, with nothing after it."""
+    if d := knob_str("MATCHERDIR"):
+        yield d
         return
-    yield os.path.join(sys.pycache_prefix, "uopc-matchers") if sys.pycache_prefix else \
-        os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__", "uopc-matchers")
+    if not sys.dont_write_bytecode:
+        yield _beside()
+    if ROOT is not None:
+        return
+    if (own := default_dir()) is not None:
+        yield own
     try:
         yield os.path.join(cache_dir(), "matchers")
     except OSError:
         return
 
 
-def _dir() -> str | None:
-    where = (ROOT, knob_str("CACHEDIR"))
-    if where not in _made:
-        _made[where] = None
-        for d in _candidates():
-            try:
-                os.makedirs(d, exist_ok=True)
-            except OSError:
-                continue
-            if os.access(d, os.W_OK):
-                _made[where] = d
-                break
-    return _made[where]
+_KEYS = env_keys("MATCHERDIR", "CACHEDIR")
 
 
-def _aside() -> str | None:
-    """The cache directory's place, for a process that must not write beside the package (bytecode writing off);
-    None where there is none (tests' ROOT, an unusable cache directory)."""
-    if ROOT is not None:
-        return None
-    where = ("aside", knob_str("CACHEDIR"))
-    if where not in _made:
-        _made[where] = None
-        with contextlib.suppress(OSError):
-            d = os.path.join(cache_dir(), "matchers")
+def _where() -> tuple:
+    """What decides the directories: the tests' ROOT, the knobs, bytecode writing and its prefix."""
+    if ROOT is None and unset(_KEYS):  # the common case: a few dict lookups, no knob parsed
+        return (None, "", "", sys.dont_write_bytecode, sys.pycache_prefix)
+    return (ROOT, knob_str("MATCHERDIR"), knob_str("CACHEDIR"), sys.dont_write_bytecode, sys.pycache_prefix)
+
+
+def _dirs() -> tuple[str | None, tuple[str, ...]]:
+    """The directory the files are written to (None where none can be written), and every directory a file is
+    looked for in: that one, and beside the package when bytecode writing is off but an earlier process (or an
+    installation) wrote files there, as Python still reads existing .pyc files. Found once per setting."""
+    where = _where()
+    if (known := _made.get(where)) is not None:
+        return known
+    out: str | None = None
+    for d in _candidates():
+        try:
             os.makedirs(d, exist_ok=True)
-            if os.access(d, os.W_OK):
-                _made[where] = d
-    return _made[where]
+        except OSError:
+            continue
+        if os.access(d, os.W_OK):
+            out = d
+            break
+    read = [out] if out is not None else []
+    if sys.dont_write_bytecode and not where[1] and (b := _beside()) not in read:
+        read.append(b)
+    known = _made[where] = (out, tuple(read))
+    return known
+
+
+def _dir() -> str | None:
+    """The directory the files are written to (and read from first), None where none can be written."""
+    return _dirs()[0]
 
 
 def _path(d: str, key: bytes) -> str:
@@ -109,9 +141,7 @@ def _path(d: str, key: bytes) -> str:
 def load(key: bytes) -> object | None:
     """The value stored under `key` (32 bytes), or None when there is none that verifies."""
     blob = None
-    for d in (_dir(), _aside() if sys.dont_write_bytecode else None):
-        if d is None:
-            continue
+    for d in _dirs()[1]:
         try:
             with open(_path(d, key), "rb") as f:
                 blob = f.read()
@@ -130,9 +160,9 @@ def load(key: bytes) -> object | None:
 
 
 def store(key: bytes, value: Any) -> None:
-    """Keep `value` (marshal-able: code objects, tuples, strings, numbers) under `key` for the next process: beside
-    the package, or in the cache directory when bytecode writing is off (nothing where neither can be written)."""
-    d = _aside() if sys.dont_write_bytecode else _dir()
+    """Keep `value` (marshal-able: code objects, tuples, strings, numbers) under `key` for the next process, in
+    `_dir()` (nothing where no directory can be written)."""
+    d = _dir()
     if d is None:
         return
     payload = marshal.dumps(value)

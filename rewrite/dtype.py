@@ -234,6 +234,8 @@ def promote(*ds: DType) -> DType:
     """Least upper bound of scalar dtypes in the promotion lattice (see module docstring)."""
     if not ds:
         raise ValueError("promote: need at least one dtype")
+    if (d0 := ds[0]) in _UPPER and all(d is d0 for d in ds):  # one dtype (float32 with float32): itself
+        return d0
     for d in ds:
         if d not in _UPPER:
             raise TypeError(f"promote: {d} does not take part in promotion (scalar value dtypes only)")

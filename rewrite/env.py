@@ -111,6 +111,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("CACHE", int, 1, "0 disables the on-disk caches (compiled kernels, search results, e-graph results)",
          lo=0, hi=1),
     Knob("CACHEDIR", str, "", "where the on-disk caches live (empty: ~/.cache/uopc)"),
+    Knob("MATCHERDIR", str, "", "where the generated rule matchers' bytecode is kept (empty: beside the package's "
+         "own bytecode, or ~/.cache/uopc-matchers where bytecode writing is off; never under CACHEDIR)"),
     Knob("EGGLOG", int, 1, "0 skips e-graph saturation in simplify (fast rules only)", lo=0, hi=1),
     Knob("CC", str, "", "the C compiler of the cpu device (empty: the first of gcc, clang, cc on PATH)"),
     Knob("CPU_TIERS", int, 1, "1: a cpu kernel file the disk cache lacks is compiled first at -Og (~2.5x faster to "
@@ -132,7 +134,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
 # the declared knobs by type, for the static types of `getenv` (a test checks these agree with KNOBS)
 IntKnob = Literal["DEBUG", "TRACE", "SPEC", "VIZ", "BEAM", "CACHE", "EGGLOG", "CACHE_SIZE", "MPI_TIMEOUT",
                  "CPU_TIERS"]
-StrKnob = Literal["DEVICE", "CPU_TARGET", "CACHEDIR", "CC", "SANITIZE", "VIZ_OUT", "CUDA_COMPILER"]
+StrKnob = Literal["DEVICE", "CPU_TARGET", "CACHEDIR", "MATCHERDIR", "CC", "SANITIZE", "VIZ_OUT", "CUDA_COMPILER"]
 BoolKnob = Literal["NOOPT", "NOLOCALS", "ALLOW_TF32"]
 
 _overrides: dict[str, KnobValue] = {}
@@ -191,6 +193,7 @@ class Knobs:
     nolocals: bool
     cache: int
     cachedir: str
+    matcherdir: str
     egglog: int
     cc: str
     cpu_tiers: int
@@ -216,6 +219,7 @@ def knobs() -> Knobs:
         nolocals=knob_bool("NOLOCALS"),
         cache=knob_int("CACHE"),
         cachedir=knob_str("CACHEDIR"),
+        matcherdir=knob_str("MATCHERDIR"),
         egglog=knob_int("EGGLOG"),
         cc=knob_str("CC"),
         cpu_tiers=knob_int("CPU_TIERS"),

@@ -86,6 +86,9 @@ def expand_uop(u: UOp, shape: tuple) -> UOp:
 
 
 def common_device(what: str, tensors: list[Tensor]) -> Device:
+    d0 = tensors[0].device
+    if all(t.device == d0 for t in tensors):  # the usual case: one device
+        return d0
     devs = {t.device for t in tensors}
     if len(devs) > 1:
         if any(isinstance(d, tuple) for d in devs):
@@ -146,20 +149,20 @@ def promoted_dtype(x: Operand, y: Operand, what: str) -> DType:
 
 
 def add(x: Operand, y: Operand) -> Tensor:
-    dt = promoted_dtype(x, y, "add")
-    return binary(Ops.OR if dt.is_bool else Ops.ADD, "add", x, y)  # bool + bool is logical or, as in numpy
+    dt = promoted_dtype(x, y, "add")  # given to binary: the operands' promotion is not worked out twice
+    return binary(Ops.OR if dt.is_bool else Ops.ADD, "add", x, y, dt)  # bool + bool is logical or, as in numpy
 
 
 def sub(x: Operand, y: Operand) -> Tensor:
     dt = promoted_dtype(x, y, "sub")
     if dt.is_bool:
         raise DTypeError("sub: subtracting bool tensors is not defined (as in numpy); use logical_xor, or cast to int")
-    return binary(Ops.SUB, "sub", x, y)
+    return binary(Ops.SUB, "sub", x, y, dt)
 
 
 def mul(x: Operand, y: Operand) -> Tensor:
     dt = promoted_dtype(x, y, "mul")
-    return binary(Ops.AND if dt.is_bool else Ops.MUL, "mul", x, y)
+    return binary(Ops.AND if dt.is_bool else Ops.MUL, "mul", x, y, dt)
 
 
 def div(x: Operand, y: Operand) -> Tensor:

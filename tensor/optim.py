@@ -17,7 +17,7 @@ tuple (data-parallel) the host buffer is a replicated BUFFER on the tuple, each 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -100,19 +100,32 @@ class Optimizer:
                 ) -> tuple[Tensor, dict[str, Tensor]]:
         raise NotImplementedError
 
+    @staticmethod
+    def _once(c: dict[str, Tensor], key: str, make: Callable[[], Tensor]) -> Tensor:
+        """A value computed from the scalars `c` alone (`1 - b1`), kept in `c` under `key`: the parameters of one
+        device and dtype share `c`, so it is built once per step."""
+        if (v := c.get(key)) is None:
+            v = c[key] = make()
+        return v
+
     def _assign_updates(self) -> list[Tensor]:
         """Assign every parameter's and state's new value (lazy); returns the assigned tensors. The values'
         graphs live only in the assignments: no lazy tensor of this step outlives it to read the old buffers."""
         new: list[tuple[Tensor, Tensor]] = []
         with no_grad():
             scal: dict[Device, dict[str, Tensor]] = {}
+            # the scalars in a parameter's dtype, one dict per device and dtype: what `_once` makes of them alone
+            # is then made once per step, not once per parameter (the same graph either way: UOps are hash-consed)
+            typed: dict[tuple[Device, DType], dict[str, Tensor]] = {}
             for i, p in enumerate(self.params):
                 if p.grad is None:
                     continue
                 c = scal.get(p.device)
                 if c is None:
                     c = scal[p.device] = self._scalars(p.device)
-                cp = {k: v.cast(p.dtype) if v.dtype is not p.dtype else v for k, v in c.items()}
+                if (cp := typed.get((p.device, p.dtype))) is None:
+                    cp = typed[(p.device, p.dtype)] = {k: v.cast(p.dtype) if v.dtype is not p.dtype else v
+                                                       for k, v in c.items()}
                 g = p.grad if p.grad.dtype is p.dtype else p.grad.cast(p.dtype)
                 np_, ns = self._update(i, p, g, self.state[i], cp)
                 new.append((p, np_))
@@ -195,7 +208,7 @@ class SGD(Optimizer):
             g = g + c["weight_decay"] * p
         if not self.momentum:
             return p - c["lr"] * g, {}
-        b = c["momentum"] * s["momentum_buffer"] + (1.0 - c["_damp"]) * g
+        b = c["momentum"] * s["momentum_buffer"] + self._once(c, " 1-damp", lambda: 1.0 - c["_damp"]) * g
         step = g + c["momentum"] * b if self.nesterov else b
         return p - c["lr"] * step, {"momentum_buffer": b}
 
@@ -229,14 +242,14 @@ class Adam(Optimizer):
         return math.sqrt(1.0 - self.b2 ** (self.steps + 1))
 
     def _moments(self, g: Tensor, s: dict[str, Tensor], c: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
-        m = c["b1"] * s["m"] + (1.0 - c["b1"]) * g
-        v = c["b2"] * s["v"] + (1.0 - c["b2"]) * (g * g)
+        m = c["b1"] * s["m"] + self._once(c, " 1-b1", lambda: 1.0 - c["b1"]) * g
+        v = c["b2"] * s["v"] + self._once(c, " 1-b2", lambda: 1.0 - c["b2"]) * (g * g)
         return m, v
 
     def _update(self, i: int, p: Tensor, g: Tensor, s: dict[str, Tensor], c: dict[str, Tensor]
                 ) -> tuple[Tensor, dict[str, Tensor]]:
         if self.decoupled:
-            p = p * (1.0 - c["lr"] * c["weight_decay"])
+            p = p * self._once(c, " 1-lr*wd", lambda: 1.0 - c["lr"] * c["weight_decay"])
         elif self.weight_decay:
             g = g + c["weight_decay"] * p
         m, v = self._moments(g, s, c)

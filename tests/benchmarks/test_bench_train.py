@@ -24,6 +24,18 @@ def test_cold_worker_reports_the_compiler() -> None:
     assert res["first_s"] > 0 and res["lowered"] > 0 and math.isfinite(res["loss"])
     assert 0 < res["cc_cpu_s"] < 600 and 1 <= res["c_files"] <= res["cc_runs"] <= res["lowered"] + 1
     assert res["c_bytes"] >= 100 * res["c_files"]  # each file has at least its head and one function
+    # an untimed cold run went first, so the rule matchers came from their own cache (not the fresh CACHEDIR)
+    assert res["matchers_generated"] == 0
+
+
+def test_cold_worker_counts_matchers_generated(tmp_path, monkeypatch) -> None:
+    """Without the warm-up run and with an empty matcher directory, the timed step generates its matchers and the
+    JSON says so."""
+    monkeypatch.setenv("MATCHERDIR", str(tmp_path / "matchers"))
+    res, err = run_worker(TINY, warm=False)
+    assert res is not None, err
+    assert res["matchers_generated"] > 0
+    assert any((tmp_path / "matchers").iterdir())  # kept there for the next process
 
 
 def test_tiny_mlp_row() -> None:

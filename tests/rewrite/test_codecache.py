@@ -223,13 +223,8 @@ def test_no_write_without_bytecode_writing(cache, monkeypatch):
     assert rs.matcher(Ops.ADD) is not None and counts["compile"] == 1 and not os.path.exists(_entry(rs, d))
 
 
-def test_without_bytecode_writing_the_cache_directory_keeps_them(tmp_path, monkeypatch):
-    """PYTHONDONTWRITEBYTECODE (common in container images) keeps the package untouched, but the matchers still
-    persist: they go to the cache directory, where a later process finds them without generating them."""
-    monkeypatch.setattr(codecache, "ROOT", None)
-    monkeypatch.setattr(codecache, "_made", {})
-    monkeypatch.setenv("CACHEDIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+def _generated(monkeypatch) -> list[int]:
+    """A counter of the rules the generator writes from now on."""
     generated = [0]
     real_rule = match._Gen.rule
 
@@ -238,17 +233,80 @@ def test_without_bytecode_writing_the_cache_directory_keeps_them(tmp_path, monke
         return real_rule(self, *args, **kw)
 
     monkeypatch.setattr(match._Gen, "rule", generating)
+    return generated
+
+
+def test_without_bytecode_writing_the_matchers_directory_keeps_them(tmp_path, monkeypatch):
+    """PYTHONDONTWRITEBYTECODE (common in container images) keeps the package untouched, but the matchers still
+    persist: they go to their own cache directory (~/.cache/uopc-matchers), not under CACHEDIR, where a later
+    process finds them without generating them, even after the kernel cache (CACHEDIR) is cleared."""
+    import shutil
+
+    monkeypatch.setattr(codecache, "ROOT", None)
+    monkeypatch.setattr(codecache, "_made", {})
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MATCHERDIR", raising=False)
+    monkeypatch.setenv("CACHEDIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    generated = _generated(monkeypatch)
     _forget()
     try:
         rs = _rules(90500)
         first = _results(rs)
-        aside = tmp_path / "cache" / "matchers"
-        beside = codecache._path(next(codecache._candidates()), match.matcher_key(rs, Ops.ADD) or b"")
-        assert os.path.exists(_entry(rs, aside)) and not os.path.exists(beside)
+        own = tmp_path / "home" / ".cache" / "uopc-matchers"
+        assert codecache.default_dir() == str(own)
+        beside = codecache._path(codecache._beside(), match.matcher_key(rs, Ops.ADD) or b"")
+        assert os.path.exists(_entry(rs, own)) and not os.path.exists(beside)
+        assert not (tmp_path / "cache" / "matchers").exists()
         made = generated[0]
         assert made > 0
+        shutil.rmtree(tmp_path / "cache", ignore_errors=True)  # the kernel cache cleared
         _forget()  # a new process
-        assert _results(rs) == first and generated[0] == made  # read back, not generated again
+        assert _results(_rules(90500)) == first and generated[0] == made  # read back, not generated again
+    finally:
+        _forget()
+
+
+def test_no_home_means_no_default_directory(tmp_path, monkeypatch):
+    """Without a home directory the matchers' own directory is not `./~/.cache/...`: the kernel cache's is used."""
+    monkeypatch.setattr(codecache, "ROOT", None)
+    monkeypatch.setattr(codecache, "_made", {})
+    monkeypatch.delenv("MATCHERDIR", raising=False)
+    monkeypatch.setenv("CACHEDIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.setattr(os.path, "expanduser", lambda p: p)  # as when neither HOME nor the password entry says
+    assert codecache.default_dir() is None
+    assert codecache._dir() == str(tmp_path / "cache" / "matchers")
+
+
+@pytest.mark.parametrize("bytecode", [False, True])
+def test_matcherdir_knob_names_the_directory(tmp_path, monkeypatch, bytecode):
+    """MATCHERDIR is the one place read and written, whether or not bytecode writing is on; a corrupt file there
+    is rebuilt as anywhere else."""
+    monkeypatch.setattr(codecache, "ROOT", None)
+    monkeypatch.setattr(codecache, "_made", {})
+    monkeypatch.setenv("MATCHERDIR", str(tmp_path / "mine"))
+    monkeypatch.setenv("CACHEDIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(sys, "dont_write_bytecode", not bytecode)
+    generated = _generated(monkeypatch)
+    _forget()
+    try:
+        assert codecache._dir() == str(tmp_path / "mine")
+        tag = 90600 + bytecode
+        rs = _rules(tag)
+        want = _results(rs)
+        path = _entry(rs, tmp_path / "mine")
+        assert os.path.exists(path)
+        assert not (tmp_path / "home").exists() and not (tmp_path / "cache" / "matchers").exists()
+        made = generated[0]
+        _forget()
+        assert _results(_rules(tag)) == want and generated[0] == made  # a new process reads it back
+        _damage(path, "truncate", path)
+        _forget()
+        assert _results(_rules(tag)) == want and generated[0] > made  # not trusted: generated again
+        key = match.matcher_key(rs, Ops.ADD)
+        assert key is not None and match_cache.valid(codecache.load(key)) is not None  # and written anew
     finally:
         _forget()
 
@@ -273,14 +331,17 @@ def test_default_place_is_beside_the_package_like_bytecode(monkeypatch, tmp_path
     monkeypatch.setattr(codecache, "ROOT", None)
     monkeypatch.setattr(codecache, "_made", {})
     monkeypatch.setattr(sys, "pycache_prefix", str(tmp_path / "prefix"))
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    monkeypatch.delenv("MATCHERDIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("CACHEDIR", str(tmp_path / "cachedir"))
     assert codecache._dir() == str(tmp_path / "prefix" / "uopc-matchers")
     monkeypatch.setattr(codecache, "_made", {})
     monkeypatch.setattr(sys, "pycache_prefix", None)
     beside = os.path.join(os.path.dirname(os.path.abspath(codecache.__file__)), "__pycache__", "uopc-matchers")
-    # the fallback only where the package's directory cannot be written
+    # the matchers' own directory only where the package's directory cannot be written
     assert codecache._dir() == (beside if os.access(os.path.dirname(os.path.dirname(beside)), os.W_OK) else
-                                str(tmp_path / "cachedir" / "matchers"))
+                                str(tmp_path / "home" / ".cache" / "uopc-matchers"))
 
 
 def test_sweep_bounds_the_directory(cache, monkeypatch):

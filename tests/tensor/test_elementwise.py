@@ -456,3 +456,15 @@ def test_isnan_isinf_isfinite() -> None:
     close(Tensor(i).isnan(), np.isnan(i))
     close(Tensor(i).isinf(), np.isinf(i))
     close(Tensor(i).isfinite(), np.isfinite(i))
+
+
+def test_promote_of_one_dtype_is_the_lattice_join():
+    """promote's shortcut for operands of one dtype gives what the lattice gives: the least of its upper set (and
+    a dtype outside the lattice is still refused)."""
+    from rewrite.dtype import _UPPER
+
+    for d, upper in _UPPER.items():
+        least = [x for x in upper if not any(o is not x and x in _UPPER[o] for o in upper)]
+        assert least == [d] and promote(d) is d and promote(d, d, d) is d
+    with pytest.raises(TypeError):
+        promote(dtypes.void, dtypes.void)

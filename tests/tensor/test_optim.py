@@ -165,6 +165,41 @@ def test_changing_scalars_compiles_nothing(cls, kwargs):
     assert counts[-1] == counts[1], counts
 
 
+@pytest.mark.parametrize("cls,kwargs", [(AdamW, {}), (Adam, {"weight_decay": 0.1}),
+                                        (SGD, {"momentum": 0.9, "dampening": 0.1})])
+def test_scalar_only_values_built_once_per_step(cls, kwargs, monkeypatch):
+    """What an update computes from the scalars alone (`1 - b1`, `1 - lr*wd`) is built once per step and dtype, not
+    once per parameter; the update graphs are the ones built per parameter (the same UOps)."""
+    from tensor.optim import Optimizer
+
+    made: list[str] = []
+    real = Optimizer._once
+
+    def counting(c, key, make):
+        def spy():
+            made.append(key)
+            return make()
+        return real(c, key, spy)
+
+    monkeypatch.setattr(Optimizer, "_once", staticmethod(counting))
+    ps = [Tensor(d.astype(np.float32), requires_grad=True) for d in _data(4)]
+    ps.append(Tensor(_data(5)[0], requires_grad=True))  # float64: its own dtype, its own values
+    opt = cls(ps, lr=0.1, **kwargs)
+    _our_loss(ps, [t.astype(np.float32) for t in _target(4)[:3]] + [_target(5)[0]]).backward()
+    new = opt._assign_updates()
+    assert made and len(made) == 2 * len(set(made))  # each key once per dtype (float32, float64)
+    assert len(new) == len(ps) * (1 + len(opt._STATE))
+    # sharing them builds the very nodes (UOps are hash-consed) that each parameter building its own would
+    c = {k: v.cast(ps[0].dtype) for k, v in opt._scalars(ps[0].device).items()}
+    shared = dict(c)
+    for i in range(3):
+        g = ps[i].grad
+        assert g is not None
+        alone, _ = opt._update(i, ps[i], g, opt.state[i], dict(c))
+        together, _ = opt._update(i, ps[i], g, opt.state[i], shared)
+        assert together.uop is alone.uop
+
+
 def test_step_realizes_loss_too_and_params_keep_identity():
     w = Tensor(np.array([1.0, -2.0]), requires_grad=True)
     opt = SGD([w], lr=0.5)
