@@ -7,9 +7,10 @@ exactness needs (see c_render): -ffp-contract=off (no fused multiply-add), -fwra
 library loaded here is linked lean (gcc on Linux: `-nostdlib -lm -lgcc`, see _LEAN_LINK), the thread pool's
 runtime and programs in full.
 
-Tiers: the same flags with -Og in place of -O2 are the "fast" tier (devices.cpu compiles a file the disk cache lacks
-at it first, then at -O2 in the background: CPU_TIERS). Both keep the exactness flags, so a kernel's results are the
-same bit for bit; the flags are part of the cache key, so the two tiers' objects are cached apart.
+Tiers: the same flags with -Og in place of -O2 (and, for gcc, GCC_FAST_FLAGS) are the "fast" tier (devices.cpu
+compiles a file the disk cache lacks at it first, then at -O2 in the background: CPU_TIERS). Both keep the
+exactness flags, so a kernel's results are the same bit for bit; the flags are part of the cache key, so the two
+tiers' objects are cached apart.
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ _BASE_FLAGS = ("-O2", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno"
 # the fast tier's optimization level: on the training benchmarks' kernels gcc takes about 0.4x the CPU of -O2, and
 # the kernels run 1x (transformer) to 3x (cnn) as long (docs in devices/cpu.py)
 FAST_LEVEL = "-Og"
+# what gcc's fast tier adds to -Og (register allocation only, so the results stay the same bit for bit):
+# -fira-region=one colours each function's registers as one region instead of loop by loop, which was a third of
+# cc1's work on the kernels' register tiles; on the cold transformer training step's files gcc runs 12% fewer
+# instructions (callgrind, gcc 12), and the step's kernels at -Og run as fast (alternated A/B, within noise)
+GCC_FAST_FLAGS = ("-fira-region=one",)
 TIERS = ("opt", "fast")
 # how a kernel's shared object is linked where it is loaded into this process (gcc, Linux): against libm and
 # libgcc's static helpers only, without libc and the C runtime's start files, which a kernel never uses (its few
@@ -112,7 +118,8 @@ class Compiler:
         target = target or cpu_target("native")
         if tier not in TIERS:
             raise ValueError(f"cpu: unknown compile tier {tier!r} (one of {', '.join(TIERS)})")
-        base = _BASE_FLAGS if tier == "opt" else tuple(FAST_LEVEL if f == "-O2" else f for f in _BASE_FLAGS)
+        base = _BASE_FLAGS if tier == "opt" else tuple(FAST_LEVEL if f == "-O2" else f for f in _BASE_FLAGS) + \
+            (() if self.is_clang else GCC_FAST_FLAGS)
         return base + target.compile_flags + (() if self.is_clang else ("-fexcess-precision=standard",)) + \
             _sanitize_flags() + ("-lm",)
 
