@@ -44,11 +44,17 @@ _BASE_FLAGS = ("-O2", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno"
 # the fast tier's optimization level: on the training benchmarks' kernels gcc takes about 0.4x the CPU of -O2, and
 # the kernels run 1x (transformer) to 3x (cnn) as long (docs in devices/cpu.py)
 FAST_LEVEL = "-Og"
-# what gcc's fast tier adds to -Og (register allocation only, so the results stay the same bit for bit):
-# -fira-region=one colours each function's registers as one region instead of loop by loop, which was a third of
-# cc1's work on the kernels' register tiles; on the cold transformer training step's files gcc runs 12% fewer
-# instructions (callgrind, gcc 12), and the step's kernels at -Og run as fast (alternated A/B, within noise)
-GCC_FAST_FLAGS = ("-fira-region=one",)
+# what gcc's fast tier adds to -Og: optimizations that cost more compile time than the -Og kernels of one training
+# step win back, none of them about exactness (results stay the same bit for bit). -fira-region=one colours each
+# function's registers as one region instead of loop by loop (the loop regions were a third of cc1's work on the
+# kernels' register tiles); no guessed branch probabilities; no RTL CSE, forward propagation or hard-register copy
+# propagation (their names are gcc's pass names, stable since gcc 4). On the cold transformer training step's
+# files gcc runs 15-20% fewer instructions with them (callgrind over gcc, cc1, as and ld, gcc 12: the largest file
+# 1124M -> 1012M with -fira-region=one alone, -> 906M with all and the link below), and the step's kernels at -Og
+# ran as fast (a replay of its 158 launches, alternated A/B under load: process CPU min 63.4 vs 65.8 ms, medians
+# within noise)
+GCC_FAST_FLAGS = ("-fira-region=one", "-fno-guess-branch-probability", "-fdisable-rtl-cse1", "-fdisable-rtl-fwprop1",
+                  "-fdisable-rtl-fwprop2", "-fdisable-rtl-cprop_hardreg")
 TIERS = ("opt", "fast")
 # how a kernel's shared object is linked where it is loaded into this process (gcc, Linux): against libm and
 # libgcc's static helpers only, without libc and the C runtime's start files, which a kernel never uses (its few
