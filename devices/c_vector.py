@@ -27,9 +27,10 @@ Native (one vector expression; lane for lane the scalar result):
   * BITCAST between same-size types other than bool and bfloat16: a vector cast reinterprets the bits.
   * LOAD and STORE whose lanes are consecutive: one move of the whole vector, from `base + (0..n-1)` where
     the index is the VCONST itself or ADD(scalar, VCONST) (either order); a scalar gate guards the whole.
-  * MULACC on floats: a fused multiply-add helper, one vector FMA instruction where the target has them.
+  * MULACC on floats: a fused multiply-add helper, one vector FMA instruction where the target has them; TRUNC
+    on float32/float64 vectors of 16 or 32 bytes: `vtrunc_` (devices.c_vround), one rounding instruction on x86.
 Lane by lane (`({ ... for (int lane_l = 0; ...) lane_r[lane_l] = <scalar text>; lane_r; })`, operands bound
-once): TRUNC, SQRT, EXP2, LOG2, SIN and POW on floats, other CDIV/CMOD, CAST float -> int (the wrap helper),
+once): other TRUNC, SQRT, EXP2, LOG2, SIN and POW on floats, other CDIV/CMOD, CAST float -> int (the wrap helper),
 BITCAST to or from bool and bfloat16, gathers and scatters (any other vector index), and loads or stores gated
 per lane. A scatter writes lanes 0..n-1 in order, so a later lane wins an address two lanes share.
 A scalar operand of a vector op is splat: a literal vector for a CONST, `splat_f32x16(x)` otherwise.
@@ -43,6 +44,7 @@ from typing import cast
 
 from devices.c_masked import all_lanes_helper, gate_all_true, masked_load_dtype_ok, masked_load_helper
 from devices.c_scalar import CContext, const_text, ctype, render_alu, render_bitcast, render_cast, shift_amount, unparen
+from devices.c_vround import has_vector_trunc, trunc_helper
 from devices.linear import Program, base_of, const_value, is_global, lanes
 from rewrite.dsl import Rule, RuleSet, op, var
 from rewrite.dtype import DType, dtypes
@@ -239,6 +241,8 @@ def _native_alu(x: UOp, dt: DType, n: int, ctx: CContext) -> str | None:
         return _vec(src[0], n, ctx)
     if o in (Ops.CDIV, Ops.CMOD) and not (src[1].op is Ops.CONST and const_value(src[1]) not in (0, -1)):
         return None  # a zero or -1 divisor lane needs the scalar helper (x86 traps on INT_MIN / -1)
+    if o is Ops.TRUNC and has_vector_trunc(dt, n):
+        return f"{trunc_helper(dt, n, vtype(dt, n, ctx), ctx)}({unparen(ctx[src[0]])})"
     if o in (Ops.TRUNC, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW, Ops.THREEFRY):
         return None
     a = [_vec(s, n, ctx) for s in src]

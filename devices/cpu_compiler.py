@@ -4,12 +4,13 @@ object through the disk cache (devices.objcache). devices.cpu (the device) re-ex
 Flags: -O2 -fPIC -shared, the Target's instruction-set flags (-march=native, -march=x86-64-v3, ...), plus what
 exactness needs (see c_render): -ffp-contract=off (no fused multiply-add), -fwrapv (signed ints wrap),
 -fno-math-errno, and for gcc -fexcess-precision=standard (a cast to _Float16 rounds). Never -ffast-math. A kernel
-library loaded here is linked lean (gcc on Linux: `-nostdlib -lm -lgcc`, see _LEAN_LINK), the thread pool's
+library loaded here is linked lean (gcc on Linux: `-nostdlib -lgcc`, see _LEAN_LINK), the thread pool's
 runtime and programs in full.
 
-Tiers: the same flags with -Og in place of -O2 are the "fast" tier (devices.cpu compiles a file the disk cache lacks
-at it first, then at -O2 in the background: CPU_TIERS). Both keep the exactness flags, so a kernel's results are the
-same bit for bit; the flags are part of the cache key, so the two tiers' objects are cached apart.
+Tiers: the same flags with -Og in place of -O2 (and, for gcc, GCC_FAST_FLAGS) are the "fast" tier (devices.cpu
+compiles a file the disk cache lacks at it first, then at -O2 in the background: CPU_TIERS). Both keep the
+exactness flags, so a kernel's results are the same bit for bit; the flags are part of the cache key, so the two
+tiers' objects are cached apart.
 """
 
 from __future__ import annotations
@@ -43,6 +44,17 @@ _BASE_FLAGS = ("-O2", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno"
 # the fast tier's optimization level: on the training benchmarks' kernels gcc takes about 0.4x the CPU of -O2, and
 # the kernels run 1x (transformer) to 3x (cnn) as long (docs in devices/cpu.py)
 FAST_LEVEL = "-Og"
+# what gcc's fast tier adds to -Og: optimizations that cost more compile time than the -Og kernels of one training
+# step win back, none of them about exactness (results stay the same bit for bit). -fira-region=one colours each
+# function's registers as one region instead of loop by loop (the loop regions were a third of cc1's work on the
+# kernels' register tiles); no guessed branch probabilities; no RTL CSE, forward propagation or hard-register copy
+# propagation (their names are gcc's pass names, stable since gcc 4). On the cold transformer training step's
+# files gcc runs 15-20% fewer instructions with them (callgrind over gcc, cc1, as and ld, gcc 12: the largest file
+# 1124M -> 1012M with -fira-region=one alone, -> 906M with all and the link below), and the step's kernels at -Og
+# ran as fast (a replay of its 158 launches, alternated A/B under load: process CPU min 63.4 vs 65.8 ms, medians
+# within noise)
+GCC_FAST_FLAGS = ("-fira-region=one", "-fno-guess-branch-probability", "-fdisable-rtl-cse1", "-fdisable-rtl-fwprop1",
+                  "-fdisable-rtl-fwprop2", "-fdisable-rtl-cprop_hardreg")
 TIERS = ("opt", "fast")
 # how a kernel's shared object is linked where it is loaded into this process (gcc, Linux): against libm and
 # libgcc's static helpers only, without libc and the C runtime's start files, which a kernel never uses (its few
@@ -50,6 +62,14 @@ TIERS = ("opt", "fast")
 # of CPU shorter per compiler run (gcc 12, Zen 3: 51 -> 40 ms for an empty file, medians of 40 alternated runs),
 # ~8% of a cold training step's compiles. The machine code is the same, so the cache key (the flags) is too.
 _LEAN_LINK = ("-nostdlib", "-lm", "-lgcc")
+# ... and without -lm where this process has libm loaded already (CPython links it): the kernel's libm calls then
+# bind to that libm as its libc calls bind to libc, and ld does not read libm.so.6's symbol table, which was two
+# thirds of a lean link (callgrind: 18.1M -> 6.1M instructions; ~2% of the cold training step's compiles). An
+# object linked so and found in the disk cache by a process without libm fails to load and is compiled again.
+_LEANER_LINK = ("-nostdlib", "-lgcc")
+# the libm functions the renderer's C may call (devices.c_scalar's _LIBM, float and double, and its helpers')
+_LIBM_CALLS = ("exp2f", "exp2", "log2f", "log2", "sinf", "sin", "sqrtf", "sqrt", "powf", "pow", "truncf", "trunc",
+               "fabs", "fmod")
 class _Library(ctypes.CDLL):
     """A kernel's shared object, unloaded (dlclose) when the last reference goes: its CPUKernels and the
     compiler's in-memory table hold it (a ctypes function pointer holds its library too)."""
@@ -112,7 +132,8 @@ class Compiler:
         target = target or cpu_target("native")
         if tier not in TIERS:
             raise ValueError(f"cpu: unknown compile tier {tier!r} (one of {', '.join(TIERS)})")
-        base = _BASE_FLAGS if tier == "opt" else tuple(FAST_LEVEL if f == "-O2" else f for f in _BASE_FLAGS)
+        base = _BASE_FLAGS if tier == "opt" else tuple(FAST_LEVEL if f == "-O2" else f for f in _BASE_FLAGS) + \
+            (() if self.is_clang else GCC_FAST_FLAGS)
         return base + target.compile_flags + (() if self.is_clang else ("-fexcess-precision=standard",)) + \
             _sanitize_flags() + ("-lm",)
 
@@ -260,13 +281,28 @@ class Compiler:
         link: tuple[str, ...] = (flags[-1],)
         if lean and not executable and not extra and target.runs_here and sys.platform.startswith("linux") and \
                 not self.is_clang and not getenv("SANITIZE"):
-            link = _LEAN_LINK
+            link = _LEANER_LINK if _libm_loaded() else _LEAN_LINK
         cmd = [self.cc, *flags[:-1], *extra, "-x", "c", "-", "-o", out, *link]
         run_compiler(cmd, "cpu", what, src, 300, stdin=src, live=live)
 
     def forget(self) -> None:
         """Drop the in-memory cache (loaded libraries stay mapped while kernels hold them)."""
         self._libs.clear()
+
+
+def _libm_loaded() -> bool:
+    """Whether every libm function a kernel may call is in this process's global symbol scope (where a library
+    loaded with ctypes finds the symbols it does not define), asked once."""
+    if not _LIBM:
+        try:
+            scope = ctypes.CDLL(None)
+            _LIBM.append(all(hasattr(scope, f) for f in _LIBM_CALLS))
+        except OSError:
+            _LIBM.append(False)
+    return _LIBM[0]
+
+
+_LIBM: list[bool] = []
 
 
 def _sanitize_flags() -> tuple[str, ...]:

@@ -60,12 +60,20 @@ double calls(volatile float x, volatile double y) {
 """
 
 
+@pytest.mark.parametrize("libm", [True, False])
 @pytest.mark.parametrize("cache", [0, 1])
 @pytest.mark.parametrize("tier", ["opt", "fast"])
-def test_kernel_library_calls_bind(tmp_path: os.PathLike, cache: int, tier: str) -> None:
+def test_kernel_library_calls_bind(tmp_path: os.PathLike, cache: int, tier: str, libm: bool,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """libm: whether the process is taken to have libm loaded (linked without -lm) or not (with it)."""
     import ctypes
     import math
 
+    from devices import cpu_compiler
+
+    if libm and not cpu_compiler._libm_loaded():
+        pytest.skip("libm is not in this process's global scope")
+    monkeypatch.setattr(cpu_compiler, "_LIBM", [libm])
     with Context(CACHEDIR=str(tmp_path), CACHE=cache):
         fn = Compiler().load(LIBS_SRC, "calls", tier=tier).calls
         fn.restype, fn.argtypes = ctypes.c_double, [ctypes.c_float, ctypes.c_double]
