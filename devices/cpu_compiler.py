@@ -31,6 +31,7 @@ from _ctypes import dlclose as _dlclose
 
 from devices import objcache
 from devices.base import Target, cpu_target, host_flags
+from devices.c_scalar import _LIBM as _LIBM_TABLE
 from devices.toolrun import run_compiler
 from rewrite.env import cache_dir, getenv
 from rewrite.errors import CompileError, DeviceError
@@ -67,9 +68,8 @@ _LEAN_LINK = ("-nostdlib", "-lm", "-lgcc")
 # thirds of a lean link (callgrind: 18.1M -> 6.1M instructions; ~2% of the cold training step's compiles). An
 # object linked so and found in the disk cache by a process without libm fails to load and is compiled again.
 _LEANER_LINK = ("-nostdlib", "-lgcc")
-# the libm functions the renderer's C may call (devices.c_scalar's _LIBM, float and double, and its helpers')
-_LIBM_CALLS = ("exp2f", "exp2", "log2f", "log2", "sinf", "sin", "sqrtf", "sqrt", "powf", "pow", "truncf", "trunc",
-               "fabs", "fmod")
+# the libm functions the renderer's C may call: devices.c_scalar's table, float and double, and its helpers' two
+_LIBM_CALLS = (*(f + s for f in _LIBM_TABLE.values() for s in ("f", "")), "fabs", "fmod")
 class _Library(ctypes.CDLL):
     """A kernel's shared object, unloaded (dlclose) when the last reference goes: its CPUKernels and the
     compiler's in-memory table hold it (a ctypes function pointer holds its library too)."""
