@@ -8,6 +8,22 @@ minutes and adds nothing to what it checks: tests/devices/test_cpu_tiers.py turn
 
 from __future__ import annotations
 
+import gc
 import os
+from collections.abc import Iterator
+
+import pytest
 
 os.environ.setdefault("CPU_TIERS", "0")
+
+
+@pytest.fixture
+def young_gc() -> Iterator[None]:
+    """gc.collect() inside the test scans only the objects made since it began: what the process held before is
+    frozen (gc.freeze) until the test ends. A test that collects after each of dozens of steps, to check that its
+    own objects are freed, otherwise scans a whole suite worker's heap each time (about a second apiece there)."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

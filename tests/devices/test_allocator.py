@@ -69,6 +69,7 @@ def test_the_callers_own_reference_keeps_a_block_out_of_reuse() -> None:
     assert _addr(y) != _addr(x)
 
 
+@pytest.mark.usefixtures("young_gc")
 def test_held_results_are_never_overwritten() -> None:
     """Through the whole stack: results held as tensors and as numpy views of their storage keep their values while
     many more realizes (whose intermediates and outputs are freed and reused) run."""

@@ -229,6 +229,7 @@ def _mapped(d: str) -> int:
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc")
 @pytest.mark.parametrize("cache", [0, 1])
+@pytest.mark.usefixtures("young_gc")
 def test_loaded_libraries_are_bounded(tmp_path: os.PathLike, cache: int) -> None:
     d = str(tmp_path)
     with Context(CACHEDIR=d, CACHE=cache):
@@ -250,6 +251,7 @@ def test_loaded_libraries_are_bounded(tmp_path: os.PathLike, cache: int) -> None
         assert len(c._libs) == 4
 
 
+@pytest.mark.usefixtures("young_gc")
 def test_loaded_library_count_bounded_through_kernels(tmp_path: os.PathLike) -> None:
     """CPUKernels hold their library; dropping them and the table's entry unloads it."""
     import numpy as np
