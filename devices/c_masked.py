@@ -83,3 +83,11 @@ def masked_load_dtype_ok(dt: DType) -> bool:
     """Lanes the masked load helper moves as they are in memory (bool lanes are 0/1 bytes, not masks, and
     bfloat16 lanes are uint16 bits widened: those keep the lane loop)."""
     return dt not in (dtypes.bool, dtypes.bfloat16)
+
+
+def select_helper(kind: str, t: str, m: str, cond: str, ctx: CContext, head: str) -> str:
+    """The name of `KIND_T(head)`: the lanes of a where the mask `cond` (of the int vector type m, from the
+    arguments in `head`) is set, of b elsewhere, as a bit-select (WHERE, MAX, a gated load's alt)."""
+    fn = f"{kind}_{t}"
+    return ctx.define(fn, f"static inline {t} {fn}({head}) {{ {m} m = {cond}; "
+                          f"return ({t})((({m})a & m) | (({m})b & ~m)); }}")
