@@ -8,10 +8,12 @@ gcc's 512-bit builtins; this test compiles the kernels for the x86-64-v4 Target 
 the Target's own flags, at both compile tiers (-O2; -Og, where gcc vectorizes no lane loop at all), and reads the
 assembly: in every innermost loop that does vector work, every vector instruction is zmm (no ymm half, no
 vinsert/vextract/permute between halves), no scalar float arithmetic (a lane loop left lane by lane), and the
-matmul's loop has one zmm FMA per accumulator. Kernels: a matmul register tile, a softmax (exp's polynomial of
-FMAs and its TRUNC), a row sum, and 16-lane float32 / 8-lane float64 TRUNC, SQRT, WHERE, MAX and casts. The same
-kernels for x86-64-v3 (with the Zen 3 tuning of the AVX2 hosts) must be ymm throughout and never zmm: the AVX2 path
-keeps its full width too. On the code before the fix the v4 matmul, softmax, TRUNC, SQRT and float16 cases fail.
+matmul's loop has one zmm FMA per accumulator. Kernels: a matmul register tile (whole, and ragged: masked loads),
+a softmax (exp's polynomial of FMAs and its TRUNC), a row sum, and 16-lane float32 / 8-lane float64 TRUNC, SQRT,
+WHERE, MAX and casts. The same kernels for x86-64-v3 (with the Zen 3 tuning of the AVX2 hosts) must be ymm
+throughout and never zmm: the AVX2 path keeps its full width too. On the code before the fix the v4 matmul,
+softmax, TRUNC, SQRT and float16 cases fail; before devices.c_masked's one-instruction masks, the ragged matmul at
+-Og on both levels.
 """
 
 from __future__ import annotations
@@ -133,8 +135,9 @@ def inner_loops(asm: str) -> list[list[str]]:
 
 
 _VECTOR = re.compile(r"%[xyz]mm\d+")
-# a scalar moved into a vector register and broadcast (AVX2 broadcasts from an xmm register, not a general one)
-_SPLAT = re.compile(r"^(vmov[dq]|v\w*broadcast\w*)\s")
+# narrow sources of a full-width value: a scalar moved into a vector register and broadcast (AVX2 broadcasts from
+# an xmm register, not a general one), a ragged edge's bool mask bytes sign-extended to the lanes' width
+_SPLAT = re.compile(r"^(vmov[dq]|v\w*broadcast\w*|vpmovsx\w+)\s")
 _SHUFFLE = re.compile(r"^v(insert|extract|perm|shuf)\w*")
 # scalar float arithmetic: a lane loop doing the lanes one at a time (moves and broadcasts are not arithmetic)
 _SCALAR_MATH = re.compile(r"^v(add|sub|mul|div|sqrt|rndscale|round|fmadd\w*|fnmadd\w*|max|min|cvt\w+)s[sd]\b")
@@ -169,10 +172,13 @@ def _rand(*shape: int) -> Tensor:
 
 
 @pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("cols", [64, 37])
 @pytest.mark.parametrize("level", LEVELS)
-def test_matmul_tile_is_full_width_fma(level: str, tier: str) -> None:
+def test_matmul_tile_is_full_width_fma(level: str, cols: int, tier: str) -> None:
+    """The matmul tile, of whole vectors and with a ragged last vector (37 columns: its loads masked, the lane mask
+    made from the bool mask in the k loop at -Og: one instruction, not a lane loop)."""
     target = _target(level)
-    ((name, lin),) = _kernels(_rand(64, 128) @ _rand(128, 64), target)
+    ((name, lin),) = _kernels(_rand(64, 128) @ _rand(128, cols), target)
     accs = sum(u.op is Ops.MULACC for u in lin.src)
     assert accs >= 8, f"the {level} matmul has no register tile of fused multiply-adds ({accs})"
     asm = _assembly(CPU.render(lin, name), target, tier)
