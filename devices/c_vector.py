@@ -28,9 +28,9 @@ Native (one vector expression; lane for lane the scalar result):
   * LOAD and STORE whose lanes are consecutive: one move of the whole vector, from `base + (0..n-1)` where
     the index is the VCONST itself or ADD(scalar, VCONST) (either order); a scalar gate guards the whole.
   * MULACC on floats: a fused multiply-add helper, one vector FMA instruction where the target has them; TRUNC
-    on float32/float64 vectors of 16 or 32 bytes: `vtrunc_` (devices.c_vround), one rounding instruction on x86.
+    and SQRT on float32/float64 vectors of 16, 32 or 64 bytes: `vtrunc_`, `vsqrt_` (devices.c_vround), one x86 op.
 Lane by lane (`({ ... for (int lane_l = 0; ...) lane_r[lane_l] = <scalar text>; lane_r; })`, operands bound
-once): other TRUNC, SQRT, EXP2, LOG2, SIN and POW on floats, other CDIV/CMOD, CAST float -> int (the wrap helper),
+once): other TRUNC and SQRT, EXP2, LOG2, SIN and POW on floats, other CDIV/CMOD, CAST float -> int (the wrap helper),
 BITCAST to or from bool and bfloat16, gathers and scatters (any other vector index), and loads or stores gated
 per lane. A scatter writes lanes 0..n-1 in order, so a later lane wins an address two lanes share.
 A scalar operand of a vector op is splat: a literal vector for a CONST, `splat_f32x16(x)` otherwise.
@@ -42,9 +42,9 @@ import re
 from collections.abc import Callable
 from typing import cast
 
-from devices.c_masked import all_lanes_helper, gate_all_true, masked_load_dtype_ok, masked_load_helper
+from devices.c_masked import all_lanes_helper, gate_all_true, masked_load_dtype_ok, masked_load_helper, select_helper
 from devices.c_scalar import CContext, const_text, ctype, render_alu, render_bitcast, render_cast, shift_amount, unparen
-from devices.c_vround import has_vector_trunc, trunc_helper
+from devices.c_vround import half_cast_helper, has_vector_half_cast, has_vector_round, round_helper
 from devices.linear import Program, base_of, const_value, is_global, lanes
 from rewrite.dsl import Rule, RuleSet, op, var
 from rewrite.dtype import DType, dtypes
@@ -186,12 +186,6 @@ _X86_FMA = {(dt, n): f"__builtin_ia32_vfmadd{s}{b}" for dt, s, n0 in ((dtypes.fl
             for n, b in ((n0, ""), (2 * n0, "256"), (4 * n0, "512_mask"))}
 
 
-def _select_helper(kind: str, t: str, m: str, cond: str, ctx: CContext, head: str) -> str:
-    fn = f"{kind}_{t}"
-    return ctx.define(fn, f"static inline {t} {fn}({head}) {{ {m} m = {cond}; "
-                          f"return ({t})((({m})a & m) | (({m})b & ~m)); }}")
-
-
 # ---------------------------------------------------------------- values
 
 
@@ -241,8 +235,8 @@ def _native_alu(x: UOp, dt: DType, n: int, ctx: CContext) -> str | None:
         return _vec(src[0], n, ctx)
     if o in (Ops.CDIV, Ops.CMOD) and not (src[1].op is Ops.CONST and const_value(src[1]) not in (0, -1)):
         return None  # a zero or -1 divisor lane needs the scalar helper (x86 traps on INT_MIN / -1)
-    if o is Ops.TRUNC and has_vector_trunc(dt, n):
-        return f"{trunc_helper(dt, n, vtype(dt, n, ctx), ctx)}({unparen(ctx[src[0]])})"
+    if o in (Ops.TRUNC, Ops.SQRT) and has_vector_round(o, dt, n):
+        return f"{round_helper(o, dt, n, vtype(dt, n, ctx), ctx)}({unparen(ctx[src[0]])})"
     if o in (Ops.TRUNC, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW, Ops.THREEFRY):
         return None
     a = [_vec(s, n, ctx) for s in src]
@@ -270,7 +264,7 @@ def _native_alu(x: UOp, dt: DType, n: int, ctx: CContext) -> str | None:
     elif o is Ops.MAX:
         t, m = vtype(dt, n, ctx), _mask_type(dt, n, ctx)
         cond = f"({m})((a > b) | (a != a))" if dt.is_float else f"({m})(a > b)"  # nan wins, as numpy.maximum
-        e = f"{_select_helper('vmax', t, m, cond, ctx, f'{t} a, {t} b')}({unparen(a[0])}, {unparen(a[1])})"
+        e = f"{select_helper('vmax', t, m, cond, ctx, f'{t} a, {t} b')}({unparen(a[0])}, {unparen(a[1])})"
     else:
         return None
     return e if o in _EXACT or o is Ops.MAX else _round(dt, e, n, ctx)
@@ -287,9 +281,9 @@ def render_vector_alu(x: UOp, ctx: CContext) -> str:
             # the comparison's own mask is already as wide as the lanes: select with it directly (narrowing it to
             # the i8 bool mask and widening it back, GCC moves lane by lane through scalar registers)
             mask = f"({m})({_vec(c.src[0], n, ctx)}{_COMPARE[c.op]}{_vec(c.src[1], n, ctx)})"
-            fn = _select_helper("vsel", t, m, "c", ctx, f"{m} c, {t} a, {t} b")
+            fn = select_helper("vsel", t, m, "c", ctx, f"{m} c, {t} a, {t} b")
             return f"{fn}({mask}, {_vec(a, n, ctx)}, {_vec(b, n, ctx)})"
-        fn = _select_helper("vwhere", t, m, f"__builtin_convertvector(c, {m})", ctx, f"{i8} c, {t} a, {t} b")
+        fn = select_helper("vwhere", t, m, f"__builtin_convertvector(c, {m})", ctx, f"{i8} c, {t} a, {t} b")
         return f"{fn}({unparen(ctx[c])}, {_vec(a, n, ctx)}, {_vec(b, n, ctx)})"
     native = _native_alu(x, x.src[0].dtype, n, ctx)
     return native if native is not None else _per_lane(x, ctx, lambda lc: render_alu(x, lc))
@@ -302,6 +296,8 @@ def render_vector_cast(x: UOp, y: UOp, ctx: CContext) -> str:
     src, dst, n, a = y.dtype, x.dtype, lanes(x), ctx[y]
     if src is dst or (src is dtypes.bfloat16 and dst is dtypes.float32):
         return a
+    if has_vector_half_cast(src, dst, n):  # one instruction where the target has it (devices.c_vround)
+        return f"{half_cast_helper(src, n, (vtype(src, n, ctx), vtype(dst, n, ctx)), ctx)}({unparen(a)})"
     if dst is dtypes.bool:
         zero = f"(({vtype(src, n, ctx)}){{0}})"
         return f"__builtin_convertvector(({a}!={zero}), {vtype(dtypes.bool, n, ctx)})"
@@ -478,7 +474,7 @@ def _load(x: UOp, idx: UOp, ctx: CContext, alt: UOp | None = None, gate: UOp | N
         if alt is None or (alt.op is Ops.CONST and not const_value(alt)):
             return got  # the helper's lanes off are 0 already
         m = _mask_type(x.dtype, n, ctx)
-        fn = _select_helper("vwhere", t, m, f"__builtin_convertvector(c, {m})", ctx, f"{types[1]} c, {t} a, {t} b")
+        fn = select_helper("vwhere", t, m, f"__builtin_convertvector(c, {m})", ctx, f"{types[1]} c, {t} a, {t} b")
         return f"{fn}({unparen(ctx[gate])}, {got}, {_vec(alt, n, ctx)})"
     if gate is None or gate.shape == ():
         if start is not None:  # a load that several instructions read is pinned in its register (see _pin_macro)

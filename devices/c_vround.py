@@ -1,13 +1,20 @@
-"""C text for TRUNC on float vectors: one x86 rounding instruction where the target has it, the lane loop elsewhere.
+"""C text for TRUNC and SQRT on float vectors: one x86 instruction where the target has it, the lane loop elsewhere.
 
 `vtrunc_T(a)` rounds every lane of a float32 or float64 vector toward zero, as truncf/trunc do lane by lane (nan
 stays nan, -0.0 and the infinities stay what they are, and no lane raises an exception: the immediate is
-_MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC). x86 has it as ROUNDPS/ROUNDPD (SSE4.1, 16-byte vectors) and VROUNDPS/
-VROUNDPD (AVX, 32-byte vectors); elsewhere (aarch64, plain x86-64, other widths) the helper is the lane loop of
-truncf/trunc calls that devices.c_vector writes for the other per-lane ops. The exp2/log2/sin decompositions
-(rules/transcendental.py) truncate once per value, so a GELU or softmax kernel has a few of these; at -Og the lane
-loop stays a loop (a store, 8 calls or scalar rounds, a reload per vector), which cost gcc about 4M instructions
-to compile per use and ran scalar; -O2 vectorizes the loop into the same instruction the builtin names.
+_MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC). x86 has it as ROUNDPS/ROUNDPD (SSE4.1, 16-byte vectors), VROUNDPS/VROUNDPD
+(AVX, 32-byte vectors) and VRNDSCALEPS/PD (AVX-512, 64-byte vectors, scale 0: the same immediate). `vsqrt_T(a)` is
+the correctly rounded square root of every lane, as sqrtf/sqrt (-fno-math-errno: no errno, nan for a negative
+lane): SQRTPS/PD (SSE, SSE2), VSQRTPS/PD (AVX, AVX-512). Elsewhere (aarch64, plain x86-64, other widths, and clang
+for the 512-bit and square-root forms, whose builtins it names otherwise) the helper is the lane loop of the libm
+calls that devices.c_vector writes for the other per-lane ops.
+
+Why a builtin rather than the lane loop: at -Og (the fast compile tier) gcc keeps a lane loop a loop (a store, 8 or
+16 scalar rounds, a reload per vector), which cost about 4M compiler instructions per use and ran lane by lane; and
+at -O2 gcc re-vectorizes it at its tuning's preferred width, which on the AVX-512 Intel cores is 256 bits (two ymm
+halves and shuffles per 64-byte vector where a target did not say -mprefer-vector-width=512; tests/devices/
+test_wide_vectors.py). The exp2/log2/sin decompositions (rules/transcendental.py) truncate once per value, so a
+GELU or softmax kernel has a few of these; layernorm and RMS norm a square root.
 """
 
 from __future__ import annotations
@@ -16,30 +23,79 @@ from devices.c_scalar import CContext
 from rewrite.dtype import DType, dtypes
 from rewrite.ops import Ops
 
-# (lane type, lanes) -> (the macro that has the instruction, gcc's builtin)
-_X86_ROUND = {(dtypes.float32, 4): ("__SSE4_1__", "__builtin_ia32_roundps"),
-              (dtypes.float32, 8): ("__AVX__", "__builtin_ia32_roundps256"),
-              (dtypes.float64, 2): ("__SSE4_1__", "__builtin_ia32_roundpd"),
-              (dtypes.float64, 4): ("__AVX__", "__builtin_ia32_roundpd256")}
 _TO_ZERO_NO_EXC = 11  # _MM_FROUND_TO_ZERO (3) | _MM_FROUND_NO_EXC (8)
+_GCC = " && !defined(__clang__)"
 
 
-def has_vector_trunc(dt: DType, n: int) -> bool:
-    """Whether n lanes of `dt` truncate through vtrunc_ (float32 and float64 vectors of 16 or 32 bytes)."""
-    return (dt, n) in _X86_ROUND
+def _forms() -> dict[tuple[Ops, DType, int], tuple[str, str, str]]:
+    """(op, lane type, lanes) -> (the condition that has the instruction, gcc's builtin, its arguments after `a`).
+    The 512-bit builtins take a pass-through vector, the lane mask (-1: all lanes) and the rounding (4: current)."""
+    out: dict[tuple[Ops, DType, int], tuple[str, str, str]] = {}
+    for dt, s, sse in ((dtypes.float32, "ps", "__SSE__"), (dtypes.float64, "pd", "__SSE2__")):
+        n = 16 // dt.itemsize
+        out[(Ops.TRUNC, dt, n)] = ("defined(__SSE4_1__)", f"__builtin_ia32_round{s}", f", {_TO_ZERO_NO_EXC}")
+        out[(Ops.TRUNC, dt, 2 * n)] = ("defined(__AVX__)", f"__builtin_ia32_round{s}256", f", {_TO_ZERO_NO_EXC}")
+        out[(Ops.TRUNC, dt, 4 * n)] = ("defined(__AVX512F__)" + _GCC, f"__builtin_ia32_rndscale{s}_mask",
+                                       f", {_TO_ZERO_NO_EXC}, a, -1, 4")
+        out[(Ops.SQRT, dt, n)] = (f"defined({sse})" + _GCC, f"__builtin_ia32_sqrt{s}", "")
+        out[(Ops.SQRT, dt, 2 * n)] = ("defined(__AVX__)" + _GCC, f"__builtin_ia32_sqrt{s}256", "")
+        out[(Ops.SQRT, dt, 4 * n)] = ("defined(__AVX512F__)" + _GCC, f"__builtin_ia32_sqrt{s}512_mask", ", a, -1, 4")
+    return out
 
 
-def trunc_helper(dt: DType, n: int, t: str, ctx: CContext) -> str:
-    """The name of `vtrunc_T` for the vector type `t` of n lanes of `dt` (has_vector_trunc), defined once per
-    file."""
-    macro, builtin = _X86_ROUND[(dt, n)]
-    fn = f"vtrunc_{t}"
+_X86 = _forms()
+
+
+def has_vector_round(o: Ops, dt: DType, n: int) -> bool:
+    """Whether n lanes of `dt` go through a helper for `o` (TRUNC, SQRT: float32 and float64 vectors of 16, 32 or
+    64 bytes)."""
+    return (o, dt, n) in _X86
+
+
+def round_helper(o: Ops, dt: DType, n: int, t: str, ctx: CContext) -> str:
+    """The name of `vtrunc_T` / `vsqrt_T` for the vector type `t` of n lanes of `dt` (has_vector_round), defined once
+    per file."""
+    when, builtin, args = _X86[(o, dt, n)]
+    fn = f"v{'trunc' if o is Ops.TRUNC else 'sqrt'}_{t}"
     scalar = ctx.dialect.math64 if dt is dtypes.float64 else ctx.dialect.math32
-    loop = f"{t} r; for (int l = 0; l < {n}; l++) r[l] = {scalar[Ops.TRUNC]}(a[l]); return r;"
+    loop = f"{t} r; for (int l = 0; l < {n}; l++) r[l] = {scalar[o]}(a[l]); return r;"
     return ctx.define(fn, f"static inline {t} {fn}({t} a) {{\n"
-                          f"#if defined({macro}) && (defined(__x86_64__) || defined(__i386__))\n"
-                          f"  return {builtin}(a, {_TO_ZERO_NO_EXC});\n"
+                          f"#if {when} && (defined(__x86_64__) || defined(__i386__))\n"
+                          f"  return {builtin}(a{args});\n"
                           f"#else\n  {loop}\n#endif\n}}")
 
 
-__all__ = ["has_vector_trunc", "trunc_helper"]
+
+# float32 <-> float16 lanes (VCVTPS2PH / VCVTPH2PS: F16C for 4 and 8 lanes, AVX-512 for 16). gcc 12 converts a
+# float16 vector lane by lane (one scalar VCVTPS2PH per lane, joined by unpacks and a vinserti128), at -O2 as at -Og;
+# the instruction rounds as the C conversion does (immediate 4: the current mode, nearest even). (lanes) ->
+# (condition, float32 -> float16 expression, float16 -> float32 expression) over the argument `a`; h8: 8 halves.
+_CVT = {4: ("defined(__F16C__)", "(T)((l2)__builtin_ia32_vcvtps2ph(a, 4))[0]",
+            "__builtin_ia32_vcvtph2ps((h8)(l2){(long long)a, 0})"),
+        8: ("defined(__F16C__)", "(T)__builtin_ia32_vcvtps2ph256(a, 4)", "__builtin_ia32_vcvtph2ps256((h8)a)"),
+        16: ("defined(__AVX512F__)", "(T)__builtin_ia32_vcvtps2ph512_mask(a, 4, (h16){0}, -1)",
+             "__builtin_ia32_vcvtph2ps512_mask((h16)a, (T){0}, -1, 4)")}
+
+
+def has_vector_half_cast(src: DType, dst: DType, n: int) -> bool:
+    """Whether a CAST of n lanes between float32 and float16 goes through `vcvt_` (4, 8 or 16 lanes)."""
+    return {src, dst} == {dtypes.float32, dtypes.float16} and n in _CVT
+
+
+def half_cast_helper(src: DType, n: int, types: tuple[str, str], ctx: CContext) -> str:
+    """The name of `vcvt_S_D` converting n lanes of `src` (float32 or float16) to the other (has_vector_half_cast);
+    `types`: the C vector types of the source and the destination lanes."""
+    s, d = types
+    fn = f"vcvt_{s}_{d}"
+    when, to_half, to_float = _CVT[n]
+    e = (to_half if src is dtypes.float32 else to_float).replace("(T)", f"({d})")
+    return ctx.define(fn, f"static inline {d} {fn}({s} a) {{\n"
+                          f"#if {when}{_GCC} && (defined(__x86_64__) || defined(__i386__))\n"
+                          f"  typedef short h8 __attribute__((vector_size(16)));\n"
+                          f"  typedef short h16 __attribute__((vector_size(32)));\n"
+                          f"  typedef long long l2 __attribute__((vector_size(16)));\n"
+                          f"  return {e};\n"
+                          f"#else\n  return __builtin_convertvector(a, {d});\n#endif\n}}")
+
+
+__all__ = ["half_cast_helper", "has_vector_half_cast", "has_vector_round", "round_helper"]
