@@ -283,6 +283,13 @@ class CPUDevice(Allocator):
             _WARMING[0].start()
             atexit.register(_finish_warming)
 
+    @staticmethod
+    def planning() -> contextlib.AbstractContextManager[None]:
+        """lower.realize schedules and lowers a new graph's kernels in this block: the -O2 builds that earlier
+        realizes queued (tiers) start after it, once no kernel file compiles either. Even at nice 19 such a build
+        took a core the schedule and the lowering share with this realize's own -Og files."""
+        return _RUNNING.plans()
+
     def compile(self, linear: UOp, name: str = "kernel", target: Target | None = None) -> CPUKernel:
         return self.compile_batch([(linear, name)], target)[0]
 

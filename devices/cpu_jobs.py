@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from devices.base import Target
@@ -83,6 +84,7 @@ class _Limit(threading.Condition):
     running = 0
     kernels = 0  # of the running jobs, those compiling kernels (not the thread pool's build)
     limit = 1
+    planning = 0  # realizes scheduling and lowering new kernels now (CPUDevice.planning)
 
     def __init__(self) -> None:
         super().__init__()
@@ -94,9 +96,22 @@ class _Limit(threading.Condition):
             self.notify_all()
 
     def busy(self) -> bool:
-        """Whether a kernel file compiles or waits to."""
+        """Whether a kernel file compiles or waits to, or a realize plans new kernels (its schedule and lowering
+        are the Python its kernel files wait for)."""
         with self:
-            return self.kernels > 0 or any(j.weight >= 0 for j in self.waiting)
+            return self.kernels > 0 or self.planning > 0 or any(j.weight >= 0 for j in self.waiting)
+
+    @contextlib.contextmanager
+    def plans(self) -> Iterator[None]:
+        """A realize plans new kernels in the block: no -O2 build starts meanwhile (`busy`)."""
+        with self:
+            self.planning += 1
+        try:
+            yield
+        finally:
+            with self:
+                self.planning -= 1
+                self.notify_all()
 
 
 _RUNNING = _Limit()
@@ -130,7 +145,8 @@ class _Live(set):
 
 class _Upgrader:
     """One background thread building queued files at -O2, one at a time, its compiler processes at nice 19; a build
-    starts only while no kernel file of a realize compiles or waits to (_RUNNING.busy). Shares _RUNNING's lock."""
+    starts only while no kernel file of a realize compiles or waits to and no realize plans new kernels
+    (_RUNNING.busy). Shares _RUNNING's lock."""
 
     def __init__(self) -> None:
         self.queue: collections.deque[_Upgrade] = collections.deque()

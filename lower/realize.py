@@ -10,11 +10,13 @@ core when the device can batch), so SPEC=1, DEBUG and VIZ see render and compile
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import itertools
 import sys
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -224,28 +226,42 @@ def realize(roots: list[UOp], var_vals: dict[str, int] | None = None) -> dict[UO
     if (p := plans.get(key)) is None:
         # the schedule and the kernels' lowering build graphs and make few reference cycles, so the collector's
         # passes over everything they keep alive are spared (~5% of a first training step), as within one
-        # graph_rewrite; the cycles made are collected after
+        # graph_rewrite; what they leave alive then goes to the oldest generation untraversed, where the full
+        # collections find the cycles made (_promote_survivors)
         with collector_paused():
             p = _planned(roots, flat)
+        _promote_survivors()
         plans.put(key, p)
     plans.kernels_run += sum(st.kind == "kernel" for st in p.steps)
     return replay(p, roots, flat, var_vals)
 
 
+def _promote_survivors() -> None:
+    """Move every object the collector tracks to its oldest generation without traversing them. The schedule and
+    the kernels' lowering above leave ~100k new objects alive (the plan, the kernels, the caches of graphs and
+    rewrites) and no garbage cycles; with the collector back on, the next young collection would traverse them all
+    (~18 ms after the transformer's first training step) and a middle one again later, to find nothing. The
+    oldest generation's full collections still see them. Not done while the application holds frozen objects
+    (gc.freeze: unfreezing would release its own too) or has the collector off."""
+    if gc.isenabled() and not gc.get_freeze_count():
+        gc.freeze()
+        gc.unfreeze()
+
+
 def _planned(roots: list[UOp], flat: list[UOp]) -> Plan:
     """A new plan for `roots`: schedule, compile the kernels, plan the memory."""
-    _warm_up(roots)
-    items, outs = schedule(roots)
-    multi = len({_device_of(it.bufs[0]) for it in items}) > 1
-    if multi:  # each device's kernels for its share of the cores
-        from lower.parallel import compile_for_devices
+    with _preparing(roots):
+        items, outs = schedule(roots)
+        multi = len({_device_of(it.bufs[0]) for it in items}) > 1
+        if multi:  # each device's kernels for its share of the cores
+            from lower.parallel import compile_for_devices
 
-        kernels, keys = compile_for_devices(items)
-    else:
-        wanted = [(it.ast, _device_of(it.bufs[0]), it.name, it.bufs) for it in items
-                  if it.kind == "kernel" and it.ast is not None]  # a kernel item always has its AST
-        kernels = compile_kernels(wanted)
-        keys = [_kernel_key(a, d) for a, d, _, _ in wanted]
+            kernels, keys = compile_for_devices(items)
+        else:
+            wanted = [(it.ast, _device_of(it.bufs[0]), it.name, it.bufs) for it in items
+                      if it.kind == "kernel" and it.ast is not None]  # a kernel item always has its AST
+            kernels = compile_kernels(wanted)
+            keys = [_kernel_key(a, d) for a, d, _, _ in wanted]
     ests: list[Estimate | LazyEstimate] = [_estimates.get(k, Estimate(0, 0)) for k in keys]
     return build_plan(roots, flat, items, outs, kernels, ests)
 
@@ -256,6 +272,19 @@ def _warm_up(roots: list[UOp]) -> None:
     for d in {r.device for r in roots}:
         if (warm := getattr(get_device(d if isinstance(d, str) else str(getenv("DEVICE"))), "warm_up", None)):
             warm()
+
+
+@contextlib.contextmanager
+def _preparing(roots: list[UOp]) -> Iterator[None]:
+    """The block that schedules and lowers a new plan for `roots`: their devices warm up (`_warm_up`) and hold
+    the background work that would share the cores with it (the cpu device's -O2 builds: CPUDevice.planning)."""
+    _warm_up(roots)
+    with contextlib.ExitStack() as stack:
+        for d in {r.device for r in roots}:
+            hold = getattr(get_device(d if isinstance(d, str) else str(getenv("DEVICE"))), "planning", None)
+            if hold is not None:
+                stack.enter_context(hold())
+        yield
 
 
 def _realize_fresh(roots: list[UOp], var_vals: dict[str, int] | None) -> dict[UOp, UOp]:

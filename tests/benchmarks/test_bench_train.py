@@ -23,6 +23,7 @@ def test_cold_worker_reports_the_compiler() -> None:
     assert res is not None, err
     assert res["first_s"] > 0 and res["lowered"] > 0 and math.isfinite(res["loss"])
     assert 0 < res["cc_cpu_s"] < 600 and 1 <= res["c_files"] <= res["cc_runs"] <= res["lowered"] + 1
+    assert 0 < res["step_cpu_s"] < 600 and res["load"] >= 0  # the step's own CPU, beside the compiler's
     assert res["c_bytes"] >= 100 * res["c_files"]  # each file has at least its head and one function
     # an untimed cold run went first, so the rule matchers came from their own cache (not the fresh CACHEDIR)
     assert res["matchers_generated"] == 0

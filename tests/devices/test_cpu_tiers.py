@@ -83,6 +83,42 @@ def test_the_swap_happens_and_the_results_are_equal(tmp_path: os.PathLike) -> No
         assert [k.tier for k in again] == ["opt", "opt"]
 
 
+@needs_two
+def test_no_optimized_build_starts_while_a_realize_plans(tmp_path: os.PathLike, monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """The -O2 build queued by one compile waits while a realize schedules and lowers new kernels
+    (CPUDevice.planning, which lower.realize enters for a new plan), and is built once that ends."""
+    from tensor.tensor import Tensor
+
+    progs = [(elementwise(lambda a: a * 2.25 + 0.5, F32, [F32], 41), "tier_held")]
+    x = np.linspace(-2, 2, 41, dtype=np.float32)
+    with Context(CACHEDIR=str(tmp_path), CACHE=1, CPU_TIERS=1):
+        assert DEVICE.finish_upgrades(120)
+        with DEVICE.planning():
+            (k,) = DEVICE.compile_batch(progs)
+            assert k.tier == "fast"
+            assert not DEVICE.finish_upgrades(1.0)  # queued, not started: the block plans
+            out = np.zeros(41, np.float32)
+            k({0: out, 1: x})
+            assert k.tier == "fast"
+        assert DEVICE.finish_upgrades(120)  # the block ended: built
+        again = np.zeros(41, np.float32)
+        k({0: again, 1: x})
+        assert k.tier == "opt" and again.tobytes() == out.tobytes()
+        np.testing.assert_allclose(out, x * 2.25 + 0.5, rtol=1e-6)
+    entered: list[int] = []
+    real = type(DEVICE).planning
+
+    def counted() -> object:
+        entered.append(1)
+        return real()
+
+    monkeypatch.setattr(type(DEVICE), "planning", staticmethod(counted))
+    y = np.arange(43, dtype=np.float32)
+    np.testing.assert_allclose((Tensor(y) * 3.25 - 0.75).numpy(), y * 3.25 - 0.75, rtol=1e-6)  # a new plan
+    assert entered == [1]
+
+
 def test_the_knob_turns_the_fast_tier_off(tmp_path: os.PathLike) -> None:
     progs = [(elementwise(lambda a: a * 3.5 - 1, F32, [F32], 11), "tier_off")]
     with Context(CACHEDIR=str(tmp_path), CACHE=1, CPU_TIERS=0):
