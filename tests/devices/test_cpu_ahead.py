@@ -115,16 +115,22 @@ def test_the_batch_shares_out_what_gathered(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(cpu_mod, "_ahead_slots", lambda: 1)
     monkeypatch.setattr(cpu_mod, "MIN_CHUNK_CHARS", 1)
     monkeypatch.setattr(cpu_mod, "_compile_workers", lambda: 2)
-    go, load = threading.Event(), cpu_mod._load
+    go, load, job = threading.Event(), cpu_mod._load, cpu_mod._Job
     made: list[str] = []
+    weights: list[int] = []  # the files' sizes in the order their jobs start
 
     def held(compiler: object, src: str, *a: object) -> object:
-        if not made:
-            assert go.wait(60)
         made.append(src)
+        if "share_0(" in src:  # compile_ahead's file of the first kernel waits (the batch's files compile)
+            assert go.wait(60)
         return load(compiler, src, *a)  # type: ignore[arg-type]
 
+    def started(fn: object, *a: object, weight: int = 0, **k: object) -> object:
+        weights.append(weight)
+        return job(fn, *a, weight=weight, **k)  # type: ignore[arg-type]
+
     monkeypatch.setattr(cpu_mod, "_load", held)
+    monkeypatch.setattr(cpu_mod, "_Job", started)
     progs = _progs(8, "share")
     with Context(CACHE=0):
         _settle()
@@ -134,8 +140,9 @@ def test_the_batch_shares_out_what_gathered(monkeypatch: pytest.MonkeyPatch) -> 
         threading.Timer(0.2, go.set).start()
         ks = DEVICE.compile_batch(progs)
     assert len(made) == 1 + 2 and len({id(k.lib) for k in ks}) == 3  # one file per core
-    kernels = [src.count("void share_") for src in made[1:]]
-    assert sum(kernels) == 7 and kernels[0] > kernels[1]  # the free core's file is the larger and starts first
+    kernels = {len(src): src.count("void share_") for src in made if "share_0(" not in src}
+    batch = [kernels[w] for w in weights[1:] if w in kernels]  # the batch's files, in the order they started
+    assert sum(batch) == 7 and batch[0] > batch[1]  # the free core's file is the larger and starts first
     assert not DEVICE._queue and not DEVICE._inflight
     _check(ks, 8)
 
