@@ -26,6 +26,9 @@ class _AccCtx:
         # (open_ranges of every reduction's body from one walk of the kernel, not one walk of each body)
         self.reached: dict[UOp, tuple[UOp, ...]] = {}
         self.open: dict[UOp, frozenset[UOp]] = {}
+        # (lanes, vector?, reduce op, dtype) -> the accumulator's lane index and initial value: a register tile's
+        # accumulators share them, built once a kernel
+        self.consts: dict[tuple, tuple[UOp, UOp]] = {}
 
     def open_ranges(self, u: UOp) -> list[UOp]:
         """open_ranges(u), from the nodes' entries (computed for the nodes not met before)."""
@@ -59,9 +62,12 @@ def _acc_for_reduce(ctx: _AccCtx, red: UOp) -> UOp:
     ctx.next_slot += 1
     lanes = red.shape[0] if red.shape else 1  # after Expand a reduction may carry a vector of lanes
     acc = UOp(Ops.BUFFER, (UOp.shape_operand((lanes,)),), BufferArg(ctx.next_slot, red.dtype, None, AddrSpace.REG))
-    at = acc.index(UOp.vconst(range(lanes)) if red.shape else UOp.const(0))
-    ident = reduce_identity(rop, red.dtype)
-    init_val = UOp.vconst([ident] * lanes, red.dtype) if red.shape else UOp.const(ident, red.dtype)
+    if (c := ctx.consts.get(key := (lanes, bool(red.shape), rop, red.dtype))) is None:
+        ident = reduce_identity(rop, red.dtype)
+        c = ctx.consts[key] = (UOp.vconst(range(lanes)), UOp.vconst([ident] * lanes, red.dtype)) if red.shape \
+            else (UOp.const(0), UOp.const(ident, red.dtype))
+    lane, init_val = c
+    at = acc.index(lane)
     # the accumulator restarts on every iteration of the loops the reduction sits in
     outer = [r for r in ctx.open_ranges(body) if r not in ranges]
     init = (UOp(Ops.AFTER, (at, *outer)) if outer else at).store(init_val)
@@ -148,8 +154,8 @@ reduce_to_acc = RuleSet("reduce-to-acc", [
     # (base + lanes) + a constant splat: the constant joins the base
     Rule("uniform-vconst-outward", op.ADD(op.ADD(var("y"), op.VCONST(name="v")), op.VCONST(name="w")),
          _uniform_outward),
-    Rule("reduce-to-accumulator", op.REDUCE(name="red"), lambda ctx, red: _acc_for_reduce(ctx, red)),
-    Rule("split-multi-range-end", op.END(name="e"), lambda e: _split_end(e)),
+    Rule("reduce-to-accumulator", op.REDUCE(name="red"), _acc_for_reduce),
+    Rule("split-multi-range-end", op.END(name="e"), _split_end),
 ])
 
 
@@ -181,6 +187,9 @@ def linearize(sink: UOp, fuse_mulacc: bool = False) -> UOp:
     placed: dict[UOp | None, list[UOp]] = {None: []}
     for r in parent:
         placed[r] = []
+    # most nodes share their range set with a source (`_union` keeps the first source's set), so each distinct
+    # set's deepest range is found once (a frozenset keeps its hash; the lookup is mostly an identity test)
+    scope_of: dict[frozenset[UOp], list[UOp]] = {}
     for u in topo:
         if u.op is Ops.RANGE:
             if u not in parent:
@@ -188,7 +197,9 @@ def linearize(sink: UOp, fuse_mulacc: bool = False) -> UOp:
             continue
         if u.op is Ops.SINK:
             continue
-        placed[_deepest(deps[u], depth)].append(u)
+        if (into := scope_of.get(d := deps[u])) is None:
+            into = scope_of[d] = placed[_deepest(d, depth)]
+        into.append(u)
     out: list[UOp] = []
     _emit(None, placed, out)
     return UOp(Ops.LINEAR, tuple(out))
