@@ -5,7 +5,8 @@ lanes) of a kernel becomes a coordinate of one flattened lane space of L = produ
 the range is replaced by the VCONST of its coordinate in each lane, and every value that depends on it
 becomes a vector of shape (L,) by ordinary shape broadcasting. A REDUCE over UNROLL ranges reduces its
 remaining ranges lane-wise, then folds the lanes that differ only in its UNROLL coordinates (a horizontal
-reduction written as lane extractions), and the result is broadcast back to all L lanes. A STORE keeps the
+reduction: a vector's high half onto its low half while more than two lanes are left, when every lane folds
+into one value; else a tree of lane extractions), and the result is broadcast back to all L lanes. A STORE keeps the
 lanes whose UNROLL coordinates are all 0, so each element is written once. Nothing else changes: a scalar
 stays a scalar.
 """
@@ -13,7 +14,6 @@ stays a scalar.
 from __future__ import annotations
 
 import itertools
-from functools import reduce as _fold
 from math import prod
 
 from devices.base import Target
@@ -193,11 +193,36 @@ def _fold_lanes(v: UOp, op: Ops, axes_k: list[int], coords: list[tuple[int, ...]
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, c in enumerate(coords):
         groups.setdefault(key(c), []).append(i)
+    if len(groups) == 1 and v.shape != ():  # every lane folds into one value: halve the vector
+        return _fold_vector(op, v)
     # a body that does not depend on its unrolled lanes after all (a constant) folds n copies of itself
-    vals = {k: _fold(lambda a, b: UOp(op, (a, b)), [_lane(v, i) for i in idx]) for k, idx in groups.items()}
+    vals = {k: _fold_halves(op, [_lane(v, i) for i in idx]) for k, idx in groups.items()}
     if len(vals) == 1:
         return next(iter(vals.values()))
     return UOp(Ops.STACK, tuple(vals[key(c)] for c in coords))
+
+
+def _fold_halves(op: Ops, parts: list[UOp]) -> UOp:
+    """op over `parts` as a tree of depth log2(n), each part of the first half meeting its partner in the second
+    half, then the same on what is left: the order _fold_vector's vector operations take. A left fold would be a
+    chain of n - 1 dependent operations after the loop (31 for a 32-lane max)."""
+    while len(parts) > 1:
+        h = len(parts) // 2
+        parts = [UOp(op, (parts[j], parts[j + h])) for j in range(h)] + parts[2 * h:]
+    return parts[0]
+
+
+def _fold_vector(op: Ops, v: UOp) -> UOp:
+    """op over the lanes of vector `v`: its low half meets its high half in one vector operation (16 lanes -> 8 ->
+    4 -> 2), and the last two lanes in a scalar one. log2(n) operations, n - 1 of them lane-wise in all, as
+    _fold_halves; a fold of scalar lanes is a chain of extractions and dependent scalar operations (gcc 12 made
+    each scalar MAX a compare and a branch: on a softmax row of 128 floats, 31 of them a row)."""
+    n = v.shape[0]
+    while n > 2:
+        h = n // 2
+        lo, hi = (UOp(Ops.STACK, tuple(_lane(v, i) for i in range(a, a + h))) for a in (0, h))
+        v, n = UOp(op, (lo, hi)), h
+    return UOp(op, (_lane(v, 0), _lane(v, 1))) if n == 2 else _lane(v, 0)
 
 
 def _widen_address(src: tuple[UOp, ...]) -> tuple[UOp, ...]:
