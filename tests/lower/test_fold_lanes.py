@@ -1,5 +1,6 @@
 """expand folds a reduction's vector lanes in halves (16 -> 8 -> 4 -> 2 lanes, then one scalar operation): the
-fold is log2(lanes) operations deep, not a chain of lanes - 1. Results: a max is exact in any order, NaN in any
+fold is log2(lanes) operations deep, not a chain of lanes - 1, and a reduction's separate accumulators are
+combined lane-wise before it, so there is one fold. Results: a max is exact in any order, NaN in any
 lane gives NaN; sums match the python reference bit for bit (same program) and numpy up to rounding."""
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ def test_lane_fold_is_log_deep(level: str, op: Ops) -> None:
     halves = {u.shape for u in ast.toposort() if u.op is op and u.dtype == dtypes.float32 and u.shape != ()
               and u.shape[0] < lanes}  # (full-width ADDs: the loop's own, and the index math's)
     assert halves == {(lanes >> k,) for k in range(1, int(math.log2(lanes)))}, halves
+    # the accumulators (expand.replicate's copies) are combined as vectors, then folded once: one scalar op
+    scalar = [u for u in ast.toposort() if u.op is op and u.dtype == dtypes.float32 and u.shape == ()]
+    assert len(scalar) == 1, scalar
 
 
 def _run(it, opts, x: np.ndarray, device: str, target) -> np.ndarray:
