@@ -5,7 +5,8 @@ lanes) of a kernel becomes a coordinate of one flattened lane space of L = produ
 the range is replaced by the VCONST of its coordinate in each lane, and every value that depends on it
 becomes a vector of shape (L,) by ordinary shape broadcasting. A REDUCE over UNROLL ranges reduces its
 remaining ranges lane-wise, then folds the lanes that differ only in its UNROLL coordinates (a horizontal
-reduction written as lane extractions), and the result is broadcast back to all L lanes. A STORE keeps the
+reduction: a vector's high half onto its low half while more than two lanes are left, when every lane folds
+into one value; else a tree of lane extractions), and the result is broadcast back to all L lanes. A STORE keeps the
 lanes whose UNROLL coordinates are all 0, so each element is written once. Nothing else changes: a scalar
 stays a scalar.
 """
@@ -13,7 +14,6 @@ stays a scalar.
 from __future__ import annotations
 
 import itertools
-from functools import reduce as _fold
 from math import prod
 
 from devices.base import Target
@@ -48,16 +48,25 @@ def _local_unrolls(ast: UOp) -> UOp:
     # only one that reaches none is expanded, and that replaces UNROLL ranges alone)
     up: dict[UOp, bool] = {}
     done: dict[UOp, UOp] = {}
+    folds: Folds = {}
     for u in topo:
         up[u] = u in ups or any(up[s] for s in u.src) if ups else False
         src = tuple([done[s] for s in u.src])
         n = u if src == u.src else UOp(u.op, src, u.arg, u.tag)
         if n.op is Ops.REDUCE and any(r.axis_type is AxisType.UNROLL for r in n.src[1:]) and not up[u.src[0]]:
             unrolled = [r for r in n.src[1:] if r.axis_type is AxisType.UNROLL]
-            n = expand(UOp.sink(n), None, only=unrolled).src[0]
+            n = expand(UOp.sink(n), None, only=unrolled, folds=folds).src[0]
+        elif len(src) == 2 and (a := folds.get(src[0])) and (b := folds.get(src[1])) and a[0] is b[0] is n.op \
+                and a[1].shape == b[1].shape:
+            # two folds of one op combined by it (a reduction's accumulators, expand.replicate): the vectors are
+            # combined lane-wise first and folded once
+            n = _fold_vector(n.op, UOp(n.op, (a[1], b[1])), folds)
         done[u] = n
     return done[ast]
 
+
+# the scalar results of _fold_vector: (op, the vector folded), so a later op of two of them can fold their sum
+Folds = dict[UOp, tuple[Ops, UOp]]
 
 MAX_COPIES = 64  # lanes beyond one vector register (optimize.native_lanes) become copies of the code
 
@@ -134,7 +143,7 @@ def replicate(ast: UOp, r: UOp) -> UOp:
     raise KernelOptError(f"expand: no END or REDUCE closes range {r.render()}")
 
 
-def expand(ast: UOp, target: Target | None, only: list[UOp] | None = None) -> UOp:
+def expand(ast: UOp, target: Target | None, only: list[UOp] | None = None, folds: Folds | None = None) -> UOp:
     """Every UPCAST/UNROLL range of `ast` becomes lanes (UPCAST beyond one of `target`'s vector registers becomes
     copies); with `only`, just those ranges become lanes (no copies, and `target` is not read)."""
     if only is None:
@@ -171,7 +180,7 @@ def expand(ast: UOp, target: Target | None, only: list[UOp] | None = None) -> UO
             if u.op is Ops.REDUCE and len(kept) != len(u.src) - 1:
                 unrolled = [lanes.index(r) for r in u.src[1:] if r in vec]
                 inner = UOp(Ops.REDUCE, (src[0], *kept), u.arg) if kept else src[0]
-                done[u] = _fold_lanes(inner, u.reduce_op, unrolled, coords)
+                done[u] = _fold_lanes(inner, u.reduce_op, unrolled, coords, folds)
                 continue
             src = (src[0], *kept)
             if u.op is Ops.END and not kept:
@@ -185,7 +194,7 @@ def expand(ast: UOp, target: Target | None, only: list[UOp] | None = None) -> UO
     return done[ast]
 
 
-def _fold_lanes(v: UOp, op: Ops, axes_k: list[int], coords: list[tuple[int, ...]]) -> UOp:
+def _fold_lanes(v: UOp, op: Ops, axes_k: list[int], coords: list[tuple[int, ...]], folds: Folds | None) -> UOp:
     """Lane l of the result = op over the lanes that agree with l everywhere except the axes in `axes_k`."""
     def key(c: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(x for k, x in enumerate(c) if k not in axes_k)
@@ -193,11 +202,39 @@ def _fold_lanes(v: UOp, op: Ops, axes_k: list[int], coords: list[tuple[int, ...]
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, c in enumerate(coords):
         groups.setdefault(key(c), []).append(i)
+    if len(groups) == 1 and v.shape != ():  # every lane folds into one value: halve the vector
+        return _fold_vector(op, v, folds)
     # a body that does not depend on its unrolled lanes after all (a constant) folds n copies of itself
-    vals = {k: _fold(lambda a, b: UOp(op, (a, b)), [_lane(v, i) for i in idx]) for k, idx in groups.items()}
+    vals = {k: _fold_halves(op, [_lane(v, i) for i in idx]) for k, idx in groups.items()}
     if len(vals) == 1:
         return next(iter(vals.values()))
     return UOp(Ops.STACK, tuple(vals[key(c)] for c in coords))
+
+
+def _fold_halves(op: Ops, parts: list[UOp]) -> UOp:
+    """op over `parts` as a tree of depth log2(n), each part of the first half meeting its partner in the second
+    half, then the same on what is left: the order _fold_vector's vector operations take. A left fold would be a
+    chain of n - 1 dependent operations after the loop (31 for a 32-lane max)."""
+    while len(parts) > 1:
+        h = len(parts) // 2
+        parts = [UOp(op, (parts[j], parts[j + h])) for j in range(h)] + parts[2 * h:]
+    return parts[0]
+
+
+def _fold_vector(op: Ops, v: UOp, folds: Folds | None = None) -> UOp:
+    """op over the lanes of vector `v`: its low half meets its high half in one vector operation (16 lanes -> 8 ->
+    4 -> 2), and the last two lanes in a scalar one. log2(n) operations, n - 1 of them lane-wise in all, as
+    _fold_halves; a fold of scalar lanes is a chain of extractions and dependent scalar operations (gcc 12 made
+    each scalar MAX a compare and a branch: on a softmax row of 128 floats, 31 of them a row)."""
+    n, whole = v.shape[0], v
+    while n > 2:
+        h = n // 2
+        lo, hi = (UOp(Ops.STACK, tuple(_lane(v, i) for i in range(a, a + h))) for a in (0, h))
+        v, n = UOp(op, (lo, hi)), h
+    out = UOp(op, (_lane(v, 0), _lane(v, 1))) if n == 2 else _lane(v, 0)
+    if folds is not None:
+        folds[out] = (op, whole)
+    return out
 
 
 def _widen_address(src: tuple[UOp, ...]) -> tuple[UOp, ...]:
