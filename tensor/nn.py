@@ -68,11 +68,21 @@ def matmul(x: Tensor, w: Tensor) -> Tensor:
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     full = (*batch, m, k, n)
     au = expand_uop(a.cast(work).reshape((*a.shape, 1)), full)
-    bu = expand_uop(_panels(b.cast(work), m, dev).reshape((*b.shape[:-2], 1, k, n)), full)
+    rows = m * math.prod(batch) // max(1, math.prod(b.shape[:-2]))  # rows of a that reuse each of b's panels
+    bu = expand_uop(_panels(b.cast(work), rows, dev).reshape((*b.shape[:-2], 1, k, n)), full)
     out = reduce_uop(au.cast(_acc(work)) * bu.cast(_acc(work)), Ops.ADD, (len(full) - 2,), False)
     out = out.ne(out.const_like(0)) if dt.is_bool else out.cast(dt)
     shape = (*batch, *(() if x.ndim == 1 else (m,)), *(() if w.ndim == 1 else (n,)))
     return tt.Tensor._wrap(out.reshape(shape), dev)
+
+
+# Rows of a reusing each panel (a's batch axes over an unbatched b count) from which even a small row-major b is
+# packed (_panels). Measured on an Intel AVX-512 host, 2 threads, 40 calls a run, 3 runs alternated (the first
+# after a new kernel's build left out): the BERT forward's (8, 128, 384) @ (384, 384) + bias alone, copy and
+# product medians 1.39-1.47 -> 1.17-1.23 ms (x86-64-v4), 1.87-1.91 -> 1.79-1.83 ms (x86-64-v3); in the forward
+# (x86-64-v4, 2 runs of 6 forwards) the product's median 1.38-1.43 -> 1.09-1.14 ms plus a 0.10-0.11 ms copy. Square
+# 256 and 512 (fewer rows) keep reading b in place, as measured on an AVX2 EPYC.
+PANEL_ROWS = 1024
 
 
 def _panels(b: UOp, m: int, dev: Device) -> UOp:
@@ -83,7 +93,8 @@ def _panels(b: UOp, m: int, dev: Device) -> UOp:
     lands in the same cache
     sets: matmul 1024 ran at a third of the speed), or b is larger than an L2 cache, or b is a permuted view (a
     transposed operand, whose N elements are not adjacent for the tile's vector loads). A small row-major b is read
-    in place: at 256 and 512 the copy cost more than it saved. A column count of no whole panels is padded with
+    in place: at 256 and 512 the copy cost more than it saved; but not when PANEL_ROWS rows or more (`m` counts a's
+    rows reusing each panel) amortize the copy. A column count of no whole panels is padded with
     zero columns in the same copy and read back shrunk to N: the product's register tile masks its ragged last
     vector (lower.opt_tiles.ragged_columns), so the extra columns are never computed or stored."""
     from devices import target_for
@@ -95,7 +106,7 @@ def _panels(b: UOp, m: int, dev: Device) -> UOp:
     panel = 0 if target.interpreted else matmul_panel_bytes(target) // size
     if not panel or n <= panel or k < 64 or m < 16:
         return b
-    if n * size < 4096 and k * n * size <= target.l2_bytes and not _permuted(b):
+    if n * size < 4096 and k * n * size <= target.l2_bytes and not _permuted(b) and m < PANEL_ROWS:
         return b
     nb = b.ndim - 2
     swap = (*range(nb), nb + 1, nb, nb + 2)  # (.., K, N/P, P) <-> (.., N/P, K, P): its own inverse

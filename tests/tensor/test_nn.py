@@ -55,17 +55,21 @@ def test_matmul_mixed_dtypes_and_rmatmul() -> None:
 
 
 @pytest.mark.parametrize("dt", ["float32", "float64", "int32", "float16"])
-@pytest.mark.parametrize("case", ["plain", "batched", "transposed_b", "small_m", "ragged_n", "narrow_n"])
+@pytest.mark.parametrize("case", ["plain", "batched", "transposed_b", "small_m", "ragged_n", "narrow_n",
+                                  "many_rows", "many_rows_batched_a"])
 def test_matmul_through_column_panels(case: str, dt: str) -> None:
-    """Right operands with rows a page apart, or transposed, are read through a panel copy (tensor.nn._panels): an
-    extra kernel where it pays, and the same values either way, for every layout of b, batched or not, and dtype."""
+    """Right operands with rows a page apart, or transposed, or reused by PANEL_ROWS rows of a or more (a's batch
+    axes over an unbatched b count too), are read through a panel copy (tensor.nn._panels): an extra kernel where it
+    pays, and the same values either way, for every layout of b, batched or not, and dtype."""
     from lower import schedule
+    from tensor.nn import PANEL_ROWS
 
     rng = np.random.default_rng(3)
     shapes = {"plain": ((64, 96), (96, 1024)), "batched": ((2, 32, 80), (2, 80, 1024)),
               "transposed_b": ((48, 128), (256, 128)), "small_m": ((8, 96), (96, 256)),
               "ragged_n": ((64, 96), (96, 300)),
-              "narrow_n": ((64, 96), (96, 128))}
+              "narrow_n": ((64, 96), (96, 128)), "many_rows": ((PANEL_ROWS, 64), (64, 96)),
+              "many_rows_batched_a": ((4, PANEL_ROWS // 4, 64), (64, 96))}
     sa, sb = shapes[case]
     a = rng.integers(-3, 4, sa).astype(dt) if dt == "int32" else rng.standard_normal(sa).astype(dt)
     b = rng.integers(-3, 4, sb).astype(dt) if dt == "int32" else rng.standard_normal(sb).astype(dt)
@@ -75,10 +79,12 @@ def test_matmul_through_column_panels(case: str, dt: str) -> None:
     kernels = [it for it in schedule([out.uop])[0] if it.kind == "kernel"]
     panel = 128 // np.dtype(dt).itemsize
     k, n, size = nb.shape[-2], nb.shape[-1], np.dtype(dt).itemsize
-    needed = n * size >= 4096 or k * n * size > (2 << 20) or case == "transposed_b"  # rows a page apart, or a view
+    rows = int(np.prod(sa[:-1])) // int(np.prod(sb[:-2]))  # rows of a reusing each panel of b
+    # rows a page apart, b past an L2, a view, or many rows reusing each panel
+    needed = n * size >= 4096 or k * n * size > (2 << 20) or case == "transposed_b" or rows >= PANEL_ROWS
     # a column count of no whole panels packs too (the copy padded with zero columns, read back shrunk): the
     # product masks its ragged last vector, so no copy drops extra columns (lower.opt_tiles.ragged_columns)
-    packs = n > panel and sa[-2] >= 16 and k >= 64 and needed
+    packs = n > panel and rows >= 16 and k >= 64 and needed
     assert len(kernels) == (2 if packs else 1), [it.name for it in kernels]
     tol = {"float16": 2e-2, "float32": 1e-4}.get(dt, 1e-9)
     # the compiled kernels' result (the panel copy is what is tested; the reference evaluator would spend minutes
