@@ -66,7 +66,11 @@ def _np_dtype(dtype: Any) -> Any:
 
 
 def _device_of(buf: UOp) -> str:
-    d = buf.buf_arg.device
+    return _device_name(buf.buf_arg.device)
+
+
+def _device_name(d: object) -> str:
+    """A node's device as a name: its own, or for a device-less one the default (DEVICE)."""
     return d if isinstance(d, str) else str(getenv("DEVICE"))
 
 
@@ -266,23 +270,18 @@ def _planned(roots: list[UOp], flat: list[UOp]) -> Plan:
     return build_plan(roots, flat, items, outs, kernels, ests)
 
 
-def _warm_up(roots: list[UOp]) -> None:
-    """Let the devices of `roots` get ready for their kernels while the schedule runs (the cpu device builds its
-    thread pool in the background)."""
-    for d in {r.device for r in roots}:
-        if (warm := getattr(get_device(d if isinstance(d, str) else str(getenv("DEVICE"))), "warm_up", None)):
-            warm()
-
-
 @contextlib.contextmanager
 def _preparing(roots: list[UOp]) -> Iterator[None]:
-    """The block that schedules and lowers a new plan for `roots`: their devices warm up (`_warm_up`) and hold
-    the background work that would share the cores with it (the cpu device's -O2 builds: CPUDevice.planning)."""
-    _warm_up(roots)
+    """The block that schedules and lowers a new plan for `roots`: their devices get ready for their kernels
+    meanwhile (`warm_up`: the cpu device builds its thread pool in the background) and hold the background work
+    that would share the cores with it (`planning`: the cpu device's -O2 builds)."""
+    devices = [get_device(_device_name(d)) for d in {r.device for r in roots}]
+    for dev in devices:
+        if (warm := getattr(dev, "warm_up", None)) is not None:
+            warm()
     with contextlib.ExitStack() as stack:
-        for d in {r.device for r in roots}:
-            hold = getattr(get_device(d if isinstance(d, str) else str(getenv("DEVICE"))), "planning", None)
-            if hold is not None:
+        for dev in devices:
+            if (hold := getattr(dev, "planning", None)) is not None:
                 stack.enter_context(hold())
         yield
 
