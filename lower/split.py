@@ -19,6 +19,8 @@ build returns the rule's `RealizePoint`). All are recorded in the same `decided`
 
   realize-reduce-in-reduce-loop    a REDUCE its consumer would evaluate inside another reduction's loop
   realize-broadcast-reduce         a REDUCE broadcast over output loops outside one it depends on (recomputed)
+  realize-reduce-epilogue          a REDUCE's elementwise epilogue (through reshapes and permutes) broadcast into
+                                   a reduction's loop: one kernel, the REDUCE inline, stored in the reader's layout
   realize-expensive-broadcast      transcendental/division work broadcast into a reduction's loop
   realize-bitcast-source           (again) a resizing BITCAST's source that the rules above left lazy
   realize-copy-source              (again) a COPY's or a concatenation's source not realized yet

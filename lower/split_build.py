@@ -3,9 +3,8 @@
 lower.split's `realize_rules` settle what a node's own op decides, over the whole graph, before any kernel is
 built. What is left depends on the kernels: which nodes a kernel would fuse, which buffers it would read, where
 a node is read inside it, which other kernels compute the same thing, in which order the kernels can run. Those
-decisions are the rules here. Each one returns a `Decision` (the nodes to realize, under the rule's name, and
-the kernels to build again reading them); lower.schedule only builds kernels, in rounds to a fixed point over
-the whole graph, and carries the decisions out, it decides nothing itself.
+decisions are the rules here. Each returns a `Decision` (the nodes to realize, under the rule's name, and the
+kernels to build again reading them); lower.schedule builds kernels in rounds to a fixed point and carries out.
 
 `build_rules` (context `BuildContext`) are applied to each realized node whose kernel a round builds, through
 the rule set's matcher (the first rule that fires decides), before its kernel is accepted:
@@ -14,12 +13,10 @@ the rule set's matcher (the first rule that fires decides), before its kernel is
   realize-concat-source          the pieces of a concatenation (filled by copies into windows of its buffer)
                                  that are not realized; recorded as realize-copy-source
   realize-over-limits            the cut that keeps a kernel within its Target's max_args / max_kernel_ops
-                                 (`split_point`, from the node's fused region: the global fact it needs is the
-                                 set of realized nodes, which the context holds)
+                                 (`split_point`, from the node's fused region and the realized nodes)
   realize-point                  every realize point the kernel's build met (rules.rangeify's realize_point_rules:
-                                 realize-reduce-in-reduce-loop, realize-broadcast-reduce, realize-expensive-broadcast,
-                                 realize-bitcast-source;
-                                 each recorded under that rule's own name)
+                                 realize-reduce-in-reduce-loop, realize-broadcast-reduce, realize-reduce-epilogue,
+                                 realize-expensive-broadcast, realize-bitcast-source; each under its own name)
   realize-store-value            an assignment's value that reads its target elsewhere than where it writes
 
 The kernel a rule inspects is built once per visit and cached in the context (`BuildContext.kernel`): the
@@ -28,15 +25,15 @@ realize-point and store-value rules read the same build, and the round keeps it 
 them builds it again: the split is a fixed point of its decisions, whatever the order of the builds).
 
 `shared_rules` (context `SharedContext`) are applied over the whole graph once a round decides nothing else
-(`shared_values`), in the order `graph_rewrite(..., walk=True)` would apply them, to the values that can fire
-them (those several kernels compute inline: the walk itself would visit every node for them):
+(`shared_values`), in graph_rewrite(..., walk=True)'s order, to the values several kernels compute inline:
 
   realize-shared-reduction       a value (a REDUCE, an ALU op) that m >= 2 kernels compute inline, when storing it
-                                 reads fewer bytes: its own kernel plus the m kernels reading it read less than
-                                 the m kernels computing it (`recompute_bytes`: each buffer once per loop that
-                                 reads it, an inline reduction's loop a pass of its own). The global fact is which
-                                 nodes every kernel fuses (`BuildContext.regions`); of a chain of such values in
-                                 the same kernels the last one is realized.
+                                 reads fewer bytes (its own kernel plus the m kernels reading it read less than
+                                 the m kernels computing it, `recompute_bytes`: each buffer once per loop that
+                                 reads it, an inline reduction's loop a pass of its own), or when it is a heavy
+                                 reduction (rules.rangeify.heavy_reduction: a matmul's loop, repeated). The global
+                                 fact is which nodes every kernel fuses (`BuildContext.regions`); of a chain of
+                                 such values in the same kernels the last one is realized.
 
 `cycle_rules` (context `CycleContext`) run by `graph_rewrite(..., walk=True)` over the whole graph once the
 kernels are built:
@@ -62,6 +59,7 @@ from rewrite import Ops, Rule, RuleSet, UOp, graph_rewrite, op
 from rewrite.errors import CompilerError
 from rewrite.props import nbytes
 from rewrite.stores import indexed_store
+from rules.rangeify import heavy_reduction
 
 COPY_SOURCE = "realize-copy-source"
 
@@ -478,14 +476,16 @@ def recompute_bytes(node: UOp, realized: dict[UOp, UOp], also: UOp | None = None
 
 
 def _shared_value(ctx: SharedContext, n: UOp) -> None:
-    """A value `m` >= 2 kernels compute inline is realized when that reads fewer bytes: its own kernel (its
-    inputs read once, itself written once) plus the `m` kernels reading it (and no more the inputs only it
-    needed) read less than the `m` kernels computing it. A symbolic size counts as fewer."""
+    """A value `m` >= 2 kernels compute inline is realized when it is a heavy reduction, or when that reads fewer
+    bytes: its own kernel plus the `m` kernels reading it read less than the `m` kernels computing it."""
     if len(ks := ctx.users.get(n, ())) < 2 or n in ctx.out_of:
         return
     count = ctx.count
     assert count is not None  # made by __post_init__
     own, once = count(n), nbytes(n)
+    if heavy_reduction(n, own):  # its loop's work, not the bytes it reads, is what each kernel would repeat
+        ctx.nodes.append(n)
+        return
     if own is not None and once is not None and (len(ks) - 1) * own <= (len(ks) + 1) * once:
         return  # each kernel saves at most `own - once`: storing it reads no less
     now = [count(k) for k in ks]

@@ -11,9 +11,15 @@ Nothing is raised: the rule's result is the build's result.
   realize-reduce-in-reduce-loop  a REDUCE read inside another reduction's loop (its index moves with a REDUCE
                                  range), unless its sum has a closed form (lower.reduce_collapse): fused, it would
                                  be recomputed per iteration
+  realize-reduce-epilogue        the source of an EXPAND read inside a reduction's loop that is a REDUCE's
+                                 elementwise epilogue seen through reshapes and permutes, when the two rules
+                                 around it would realize the REDUCE and then the epilogue (`(x @ W + b)` split
+                                 into attention heads feeding `q @ k^T`): the epilogue with its REDUCE inline,
+                                 one kernel storing into the permuted layout
   realize-expensive-broadcast    the source of an EXPAND read inside a reduction's loop that holds transcendental
                                  or division work (or cheap work over two or more loads) repeated by the broadcast
-                                 (attention's softmax feeding `@ v`): computed once, read back per use
+                                 (attention's softmax feeding `@ v`): computed once, read back per use; the value
+                                 under its reshapes (the same memory)
   realize-broadcast-reduce       a REDUCE the kernel reads outside any reduction's loop but broadcast over output
                                  loops that enclose one it depends on (a BatchNorm's per-channel statistics in an
                                  NCHW kernel, whose batch loop is outside the channel loop): the linearizer can
@@ -32,12 +38,13 @@ from dataclasses import dataclass
 from functools import wraps
 from typing import ParamSpec, Protocol, TypeVar, cast
 
-from rewrite import AxisType, Ops, Rule, RuleSet, UOp, dtypes, op
+from rewrite import AxisType, GroupOp, Ops, Rule, RuleSet, UOp, dtypes, op
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 REDUCE_IN_REDUCE_LOOP = "realize-reduce-in-reduce-loop"
+REDUCE_EPILOGUE = "realize-reduce-epilogue"
 EXPENSIVE_BROADCAST = "realize-expensive-broadcast"
 BROADCAST_REDUCE = "realize-broadcast-reduce"
 BITCAST_SOURCE = "realize-bitcast-source"
@@ -274,6 +281,60 @@ def source_work(src: UOp, buffers: dict[UOp, UOp]) -> tuple[bool | None, int]:
     return None, loads
 
 
+def broadcast_factor(n: UOp) -> int:
+    """How many times an EXPAND repeats each element of its source (a symbolic size counts as RECOMPUTE_LIMIT)."""
+    factor = 1
+    for s, d in zip(n.src[0].shape, n.shape, strict=True):
+        if s == 1 and d != 1:
+            factor *= d if isinstance(d, int) else RECOMPUTE_LIMIT
+    return factor
+
+
+def unreshaped(x: UOp, buffers: dict[UOp, UOp]) -> UOp:
+    """`x` under its RESHAPEs (down to a realized node): a reshape keeps the row-major order of the elements, so
+    the value below it stored is the same memory, and realizing the reshape instead would only copy that value
+    when another rule realizes it too (a LayerNorm's output, realized as a matmul operand and for its other
+    readers)."""
+    while x.op is Ops.RESHAPE and x.src[0] not in buffers:
+        x = x.src[0]
+    return x
+
+
+_VIEWS = frozenset({Ops.RESHAPE, Ops.PERMUTE})
+
+
+def reduce_epilogue(src: UOp, buffers: dict[UOp, UOp]) -> tuple[UOp, bool, int] | None:
+    """When `src` is elementwise work over exactly one REDUCE read through RESHAPEs and PERMUTEs only (a view of
+    the reduction's output: every element of `src` is one element of the REDUCE), with at least one elementwise
+    op and no other reduction among its inputs (down to realized nodes): that REDUCE, whether the work holds
+    transcendental or division ops, and the loads it reads counting the REDUCE as one (realized, it would be);
+    else None."""
+    found: UOp | None = None
+    expensive, ops, loads = False, 0, 1
+    seen: set[tuple[UOp, bool]] = set()
+    stack = [(src, True)]
+    while stack:
+        u, direct = stack.pop()
+        if (u, direct) in seen:
+            continue
+        seen.add((u, direct))
+        if u in buffers:
+            loads += 1
+            continue
+        if u.op is Ops.REDUCE:
+            if not direct or (found is not None and found is not u):
+                return None  # a broadcast or windowed reduction, or a second one: not one reduction's epilogue
+            found = u
+            continue
+        if u.op in GroupOp.Elementwise or (u.op is Ops.BITCAST and u.dtype.itemsize == u.src[0].dtype.itemsize):
+            ops += 1
+            expensive |= u.op in EXPENSIVE
+        elif u.op not in _VIEWS:
+            direct = False  # an EXPAND, SHRINK, PAD, ... : the sources below are not the output's elements
+        stack.extend((s, direct) for s in u.src)
+    return None if found is None or not ops else (found, expensive, loads)
+
+
 def recomputed_expensive(n: UOp, idx: tuple[UOp, ...], valid: UOp | None, buffers: dict[UOp, UOp],
                          work: dict[UOp, tuple[bool | None, int]] | None = None) -> bool:
     """An EXPAND read at `idx` inside a reduction's loop (its source index moves with a REDUCE range) evaluates its
@@ -284,10 +345,7 @@ def recomputed_expensive(n: UOp, idx: tuple[UOp, ...], valid: UOp | None, buffer
     matmul) repeated at least CHEAP_RECOMPUTE_LIMIT times: its loads and ops inside the loop cost more than one
     elementwise pass. `work`, when given, keeps `source_work` by source (a kernel reads a source at many sites)."""
     src = n.src[0]
-    factor = 1
-    for s, d in zip(src.shape, n.shape, strict=True):
-        if s == 1 and d != 1:
-            factor *= d if isinstance(d, int) else RECOMPUTE_LIMIT
+    factor = broadcast_factor(n)
     if factor < RECOMPUTE_LIMIT or src in buffers:
         return False
     if not uses_reduce_range(expand_source_index(idx, src.shape, n.shape), valid):
@@ -338,9 +396,48 @@ def _broadcast_reduce(ctx: Site, n: UOp) -> RealizePoint | None:
     return RealizePoint(n, BROADCAST_REDUCE)
 
 
+def heavy_reduction(n: UOp, loop_bytes: int | None) -> bool:
+    """Whether `n` is a REDUCE whose loop does RECOMPUTE_LIMIT times more work (its source's elements, each of
+    them computed once) than the bytes it reads in elements (`loop_bytes`, lower.split_build.recompute_bytes): a
+    contraction such as a matmul's, whose operands are broadcast against each other inside the loop. Two kernels
+    computing it inline each repeat that work, which counting bytes does not see (a row sum reads each element
+    it adds: not heavy; a reduction over constants alone reads nothing: not heavy either)."""
+    if n.op is not Ops.REDUCE or not loop_bytes:
+        return False
+    work = 1
+    for d in n.src[0].shape:
+        if not isinstance(d, int):
+            return False
+        work *= d
+    return work * n.src[0].dtype.itemsize >= RECOMPUTE_LIMIT * loop_bytes
+
+
+def _reduce_epilogue(ctx: Site, n: UOp) -> RealizePoint | None:
+    """An EXPAND read inside a reduction's loop whose source is a REDUCE's elementwise epilogue seen through
+    reshapes and permutes (a matmul's bias, the attention heads' `(x @ W + b).reshape(...).permute(...)`): the
+    REDUCE would be realized by its own rule (it is read inside this loop), and then its epilogue by
+    realize-expensive-broadcast (transcendental work, or cheap work over two or more loads repeated
+    CHEAP_RECOMPUTE_LIMIT times): two kernels, the bare reduction's output stored and read back once more. The
+    epilogue is realized instead, with its REDUCE computed inline: one kernel whose loops are the epilogue's (the
+    permuted layout), the reduction inside them, the epilogue applied once per element and stored straight into
+    the layout its reader wants."""
+    factor = broadcast_factor(n)
+    src = n.src[0]
+    if factor < RECOMPUTE_LIMIT or src in ctx.buffers:
+        return None
+    if not uses_reduce_range(expand_source_index(ctx.idx, src.shape, n.shape), ctx.valid):
+        return None
+    if (epi := reduce_epilogue(src, ctx.buffers)) is None:
+        return None
+    _, expensive, loads = epi
+    if expensive or (loads >= 2 and factor >= CHEAP_RECOMPUTE_LIMIT):
+        return RealizePoint(unreshaped(src, ctx.buffers), REDUCE_EPILOGUE)
+    return None
+
+
 def _expensive_broadcast(ctx: Site, n: UOp) -> RealizePoint | None:
     if recomputed_expensive(n, ctx.idx, ctx.valid, ctx.buffers, ctx.work):
-        return RealizePoint(n.src[0], EXPENSIVE_BROADCAST)
+        return RealizePoint(unreshaped(n.src[0], ctx.buffers), EXPENSIVE_BROADCAST)
     return None
 
 
@@ -354,6 +451,7 @@ def _bitcast_source(ctx: Site, n: UOp) -> RealizePoint | None:
 realize_point_rules = RuleSet("realize-point", [
     Rule(REDUCE_IN_REDUCE_LOOP, op.REDUCE(name="n"), _reduce_in_reduce_loop),
     Rule(BROADCAST_REDUCE, op.REDUCE(name="n"), _broadcast_reduce),
+    Rule(REDUCE_EPILOGUE, op.EXPAND(name="n"), _reduce_epilogue),
     Rule(EXPENSIVE_BROADCAST, op.EXPAND(name="n"), _expensive_broadcast),
     Rule(BITCAST_SOURCE, op.BITCAST(name="n"), _bitcast_source),
 ])
@@ -372,22 +470,27 @@ __all__ = [
     "BROADCAST_REDUCE",
     "EXPENSIVE",
     "EXPENSIVE_BROADCAST",
+    "REDUCE_EPILOGUE",
     "REDUCE_IN_REDUCE_LOOP",
     "ZERO",
     "RealizePoint",
     "Site",
+    "broadcast_factor",
     "expand_source_index",
     "flat_index",
     "gate_and",
+    "heavy_reduction",
     "index_add",
     "index_const",
     "kept_index_math",
     "realize_point",
     "realize_point_rules",
     "recomputed_expensive",
+    "reduce_epilogue",
     "reshape_groups",
     "reshape_index",
     "source_work",
     "unflatten",
+    "unreshaped",
     "uses_reduce_range",
 ]

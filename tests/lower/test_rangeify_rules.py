@@ -18,6 +18,7 @@ from rules.rangeify import (
     BITCAST_SOURCE,
     BROADCAST_REDUCE,
     EXPENSIVE_BROADCAST,
+    REDUCE_EPILOGUE,
     REDUCE_IN_REDUCE_LOOP,
     RealizePoint,
     broadcast_repeats,
@@ -54,7 +55,7 @@ ZERO = UOp.const(0)
 
 def test_every_realize_point_rule_is_named_and_documented() -> None:
     names = [r.name for r in realize_point_rules]
-    assert names == [REDUCE_IN_REDUCE_LOOP, BROADCAST_REDUCE, EXPENSIVE_BROADCAST, BITCAST_SOURCE]
+    assert names == [REDUCE_IN_REDUCE_LOOP, BROADCAST_REDUCE, REDUCE_EPILOGUE, EXPENSIVE_BROADCAST, BITCAST_SOURCE]
     docs = (Path(__file__).resolve().parents[2] / "docs" / "pipeline.md").read_text()
     for name in names:
         assert name in docs and name in (split.__doc__ or "")
