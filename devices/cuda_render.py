@@ -79,6 +79,7 @@ CUDA_DIALECT = Dialect(
     fma=("__fmaf_rn", "__fma_rn"),
     math32={**{o: f + "f" for o, f in _MATH.items()}, Ops.SQRT: "__fsqrt_rn"},
     math64={**_MATH, Ops.SQRT: "__dsqrt_rn"},
+    unroll="",
 )
 # the ops the CUDA renderer writes (the C renderer's scalar set: floor IDIV/MOD and THREEFRY are decomposed)
 CUDA_ALU_OPS = GroupOp.ALU - {Ops.IDIV, Ops.MOD, Ops.THREEFRY}

@@ -193,7 +193,12 @@ def optimize(ast: UOp, ctx: Lowering) -> UOp:
         from lower.gpu import apply_gpu_opts
 
         return apply_gpu_opts(ast, opts, ctx.target)
-    return lower_threads(apply_opts(ast, opts))
+    ast = lower_threads(apply_opts(ast, opts))
+    if ctx.noopt or ctx.target.interpreted:
+        return ast
+    from lower.interior import split_interior  # the gated loops' interiors without their checks
+
+    return split_interior(ast)
 
 
 def expand(ast: UOp, ctx: Lowering) -> UOp:
@@ -353,7 +358,8 @@ PIPELINE: tuple[Stage, ...] = (
           "lower.unflatten (a global range substitution)", "kernel", symbolic_kernel,
           "index arithmetic simplified; a loop a reshape merged, read as r // c and r % c, split back in two"),
     Stage("optimize", "kernel", "function: OptOps chosen by heuristics or BEAM search over the kernel's ranges",
-          "kernel", optimize, "split/swap/pad ranges into THREAD/UPCAST/UNROLL axes; THREAD -> core_id"),
+          "kernel", optimize, "split/swap/pad ranges into THREAD/UPCAST/UNROLL axes; THREAD -> core_id; a loop "
+          "whose reduction reads through gates split into border and gate-free interior parts (lower.interior)"),
     Stage("expand", "kernel", "function: one lane space per kernel (UPCAST/UNROLL ranges)", "", expand,
           "UPCAST/UNROLL ranges become vector lanes (beyond one register: copies)"),
     Stage("symbolic-opt", "kernel", "rules.symbolic", "", symbolic, "the index math the opts made, simplified"),
