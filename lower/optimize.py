@@ -138,6 +138,16 @@ def _loaded_select(u: UOp) -> bool:
     return u.op is Ops.WHERE and u.src[0].op is Ops.LOAD and u.src[0].dtype.scalar is dtypes.bool
 
 
+def _varying(topo: tuple[UOp, ...] | list[UOp], r: UOp) -> list[UOp]:
+    """The nodes of `topo` (sources before users) whose value depends on range `r`: the ones that become lanes when
+    r does. The rest (a gathered row's index, a cast of an id loaded outside r's loop) stay one scalar each."""
+    dep = {r}
+    for u in topo:
+        if u not in dep and any(s in dep for s in u.src):
+            dep.add(u)
+    return [u for u in topo if u in dep]
+
+
 def _accumulators(body: tuple[UOp, ...], reduce_size: int, lanes: int, target: Target) -> int:
     """Vector registers of partial results for a reduction over `body` (see ACCUMULATORS): 1 for a costly body;
     else as many as fit a quarter of the target's vector registers, at most ACCUMULATORS, and leave the loop at
@@ -277,11 +287,12 @@ def hand_coded(ast: UOp, target: Target, threads: int | None = None, vectors: bo
             ast, up = _split_first(ast, opts, loops[::-1][:1], AxisType.UPCAST, factors, pad=True)
         for red in [u for u in _topo(ast) if u.op is Ops.REDUCE]:
             body = _topo(red.src[0])
-            if (up is not None and up in body) or any(_lane_unfriendly(u) for u in body):
-                continue
             cur = axes(ast)
             pick = [cur.index(r) for r in red.src[1:] if r in cur and r.axis_type is AxisType.REDUCE
                     and _contiguous_everywhere(ast, r)][-1:]
+            if (up is not None and up in body) or (pick and any(_lane_unfriendly(u) for u in
+                                                                _varying(body, cur[pick[0]]))):
+                continue
             n = size(cur[pick[0]]) if pick else 0
             acc = _accumulators(body, n, lanes, target) if pick else 1
             ast, new = _split_first(ast, opts, pick, AxisType.UNROLL, [k for k in factors if k <= 16], pad=True)
