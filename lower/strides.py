@@ -87,12 +87,22 @@ def _affine_at(idx: UOp, r: UOp) -> tuple[int, int, int] | None:
     index-typed CONST, RANGE, ADD, MUL, and IDIV and MOD (Python's floor `//` and `%`, as rewrite.semantics has
     them on index) by nonzero values only (the usual address), and every range has a constant bound that those
     values respect; None otherwise (the evaluator decides, errors included)."""
-    vals: dict[UOp, tuple[int, int, int]] = {}
+    vals: dict[UOp, tuple[int, int, int] | None] = {}  # None: a term not evaluated here (_loaded_offset)
     index = dtypes.index
+    offset = False  # some value holds a loaded offset: only its steps are known
     for u in _topo(idx):
         op = u.op
-        if op not in _AFFINE or u.dtype is not index:
-            return None
+        if op not in _AFFINE or u.dtype is not index or any(s in vals and vals[s] is None for s in u.src):
+            if r in _ranges_in(u) and (op is not Ops.ADD or u.dtype is not index or len(u.src) != 2):
+                return None  # a term that moves with r and that this walk cannot evaluate
+            if r not in _ranges_in(u):
+                vals[u] = None
+                continue
+            known = [s for s in u.src if vals[s] is not None]
+            if len(known) != 1 or not _loaded_offset(u.src[1 - u.src.index(known[0])]):
+                return None
+            vals[u], offset = vals[known[0]], True
+            continue
         if op is Ops.CONST:
             v = u.value
             if type(v) is not int:
@@ -114,17 +124,25 @@ def _affine_at(idx: UOp, r: UOp) -> tuple[int, int, int] | None:
             if len(u.src) != 2:
                 return None
             a, c = vals[u.src[0]], vals[u.src[1]]
+            assert a is not None and c is not None
             if op is Ops.ADD:
                 vals[u] = (a[0] + c[0], a[1] + c[1], a[2] + c[2])
             elif op is Ops.MUL:
                 vals[u] = (a[0] * c[0], a[1] * c[1], a[2] * c[2])
-            elif 0 in c:  # division by zero: the evaluator's poison
+            elif 0 in c or offset:  # division by zero: the evaluator's poison; a quotient of an unknown offset
                 return None
             elif op is Ops.IDIV:
                 vals[u] = (a[0] // c[0], a[1] // c[1], a[2] // c[2])
             else:
                 vals[u] = (a[0] % c[0], a[1] % c[1], a[2] % c[2])
     return vals[idx]
+
+
+def _loaded_offset(u: UOp) -> bool:
+    """Whether `u`, an index term that does not move with the range asked about, is read from memory (a gathered
+    row's offset: an id loaded and cast, times the row's length): added to that range's terms it shifts the address
+    by the same amount at every step, so the steps are known though the address is not."""
+    return u.dtype is dtypes.index and any(x.op is Ops.LOAD for x in _topo(u))
 
 
 _stride_memo = _Memo(_stride_of, 8192)
