@@ -45,13 +45,16 @@ def _is_true(u: UOp) -> bool:
 
 
 def _gates(body: UOp) -> list[UOp]:
-    """The comparisons (index a < index b) of the gates of the loads inside a reduction of `body`."""
+    """The comparisons (index a < index b) of the gates of the loads inside a reduction of `body` that change with
+    the reduction's own ranges (a window's taps): checked on every step. One that does not (a ragged column's
+    lane mask in matmul's tile) is computed once outside the reduction's loop, and stays."""
     out: dict[UOp, None] = {}
     for red in (u for u in _topo(body) if u.op is Ops.REDUCE):
+        own = set(red.src[1:])
         for u in _topo(red.src[0]):
             if u.op is Ops.LOAD and len(u.src) >= 3 and u.src[2].dtype is dtypes.bool:
                 for a in _atoms(u.src[2]):
-                    if a.op is Ops.CMPLT and a.src[0].dtype is dtypes.index:
+                    if a.op is Ops.CMPLT and a.src[0].dtype is dtypes.index and any(q in own for q in a.toposort()):
                         out[a] = None
     return list(out)
 
