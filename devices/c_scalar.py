@@ -417,9 +417,19 @@ def render_range(x: UOp, b: UOp, ctx: CContext) -> str:
     ctx.names[x] = name
     loop = f"for (long long {name} = 0; {name} < {unparen(ctx[b])}; {name}++) {{"
     n = const_value(b) if b.op is Ops.CONST else None
-    if ctx.dialect.unroll and kind is AxisType.REDUCE and type(n) is int and 1 < n <= SHORT_REDUCE:
+    if ctx.dialect.unroll and kind is AxisType.REDUCE and type(n) is int and 1 < n <= SHORT_REDUCE and \
+            _innermost(x, ctx.prog):
         return f'_Pragma("{ctx.dialect.unroll.format(n=n)}") {loop}'
     return loop
+
+
+def _innermost(r: UOp, prog: Program) -> bool:
+    """Whether no loop opens inside the loop over r (only the innermost is unrolled: a 3x3 window's two loops of 3
+    unrolled both made conv2d's kernel 9 copies of its tile per step, and gcc took 3-4x as long to compile it)."""
+    at = prog.pos.get(r)
+    if at is None or at not in prog.closer:
+        return False
+    return not any(u.op is Ops.RANGE for u in prog.instrs[at + 1:prog.closer[at]])
 
 
 def render_end(x: UOp) -> str:

@@ -45,7 +45,7 @@ from typing import cast
 from devices.c_masked import all_lanes_helper, gate_all_true, masked_load_dtype_ok, masked_load_helper, select_helper
 from devices.c_scalar import CContext, const_text, ctype, render_alu, render_bitcast, render_cast, shift_amount, unparen
 from devices.c_vround import half_cast_helper, has_vector_half_cast, has_vector_round, round_helper
-from devices.linear import Program, base_of, const_value, is_global, lanes
+from devices.linear import base_of, const_value, indexes_of, is_global, lanes, strided_start
 from rewrite.dsl import Rule, RuleSet, op, var
 from rewrite.dtype import DType, dtypes
 from rewrite.interval import float_to_int_in_range
@@ -453,10 +453,18 @@ def _element(buf: UOp, ptr: str, addr: str, ctx: CContext) -> str:
     return f"-{ptr}[{addr}]" if buf.dtype is dtypes.bool else f"{ptr}[{addr}]"
 
 
-def _lane_address(i: UOp, start: str | None, ctx: CContext, binds: list[str]) -> str:
+# A store whose lanes step by a constant d > 1 (a register tile's accumulator of output channels, stored into
+# channel-major rows) is one scalar store per lane at lane_s + lane_l * d: gcc made the index vector's stores AVX-512
+# scatters (4 vscatterqps of 4 lanes each, their 64-bit index halves extracted and masks reset per vector), which took
+# about 20% of conv2d's (8,64,56,56) x86-64-v4 kernel on one thread under load 10 (5% on x86-64-v3's lane loop).
+def _lane_address(i: UOp, start: str | None, ctx: CContext, binds: list[str], stores: bool = False) -> str:
     if start is not None:
         binds.append(f"long long lane_s = {unparen(start)};")
         return "lane_s+lane_l"
+    if stores and (skd := strided_start(i)) is not None:
+        s, k, d = skd
+        binds.append(f"long long lane_s = {k if s is None else ctx[s] if k == 0 else f'{_atom(ctx[s])}+{k}'};")
+        return f"lane_s+lane_l*{d}"
     binds.append(f"{value_type(i, ctx)} lane_i = {unparen(ctx[i])};")
     return "lane_i[lane_l]"
 
@@ -520,7 +528,7 @@ def _store(idx: UOp, val: UOp, ctx: CContext, gate: UOp | None = None, lanewise:
         guard_lane = "if (lane_g[lane_l]) "
     else:
         guard_lane = ""
-    addr = _lane_address(i, start, ctx, binds)
+    addr = _lane_address(i, start, ctx, binds, stores=True)
     v = "lane_v[lane_l]"
     if _bits16(buf):
         ctx.helper("bf16_round")  # defines f32_to_bf16 too
@@ -551,23 +559,11 @@ def _all_lanes(buf: UOp, i: UOp) -> bool:
     return i.op is Ops.VCONST and list(i.arg[0]) == list(range(buf.shape[0]))  # type: ignore[index]
 
 
-def _indexes_of(buf: UOp, prog: Program) -> list[UOp]:
-    """The INDEXes of `prog` whose buffer is `buf` (directly or through AFTERs), from the users of each."""
-    out: list[UOp] = []
-    todo = [buf]
-    while todo:
-        b = todo.pop()
-        for u in prog.users.get(b, ()):
-            if u.src[0] is b and u.op in (Ops.INDEX, Ops.AFTER):
-                (out if u.op is Ops.INDEX else todo).append(u)
-    return out
-
-
 def render_vector_reg(x: UOp, ctx: CContext) -> str:
     """A REG accumulator of n lanes that every access reads or writes whole is a vector variable, which the C
     compiler keeps in a register (an array accessed by memcpy it copies between registers every step)."""
     name = ctx.names[x] = ctx.fresh("acc")
-    if not all(_all_lanes(x, u.src[1]) for u in _indexes_of(x, ctx.prog)):
+    if not all(_all_lanes(x, u.src[1]) for u in indexes_of(x, ctx.prog)):
         return f"{ctype(x.dtype)} {name}[{x.shape[0]}];"
     ctx.vector_regs.add(x)
     return f"{vtype(x.dtype, x.shape[0], ctx)} {name};"

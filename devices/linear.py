@@ -235,6 +235,35 @@ def _check_source(prog: Program, i: int, u: UOp, s: UOp, open_set: set[int]) -> 
                                 f"(instruction {b}) was closed; compute it outside the block")
 
 
+def strided_start(i: UOp) -> tuple[UOp | None, int, int] | None:
+    """(s, k, d) when the lanes of the index vector `i` are s + k + d * (0, 1, ..., n-1), s a scalar (None: 0) and
+    d > 1: a column of a row-major array (a register tile's lanes stored across channels)."""
+    def steps(v: UOp) -> tuple[int, int] | None:
+        vals: tuple = cast(tuple, v.arg)[0] if v.op is Ops.VCONST else ()
+        d = vals[1] - vals[0] if len(vals) > 1 and all(isinstance(x, int) for x in vals) else 0
+        return (vals[0], d) if d > 1 and all(x == vals[0] + d * j for j, x in enumerate(vals)) else None
+
+    if (kd := steps(i)) is not None:
+        return None, *kd
+    if i.op is Ops.ADD:
+        for s, v in (i.src, i.src[::-1]):
+            if s.shape == () and (kd := steps(v)) is not None:
+                return s, *kd
+    return None
+
+
+def indexes_of(buf: UOp, prog: Program) -> list[UOp]:
+    """The INDEXes of `prog` whose buffer is `buf` (directly or through AFTERs), from the users of each."""
+    out: list[UOp] = []
+    todo = [buf]
+    while todo:
+        b = todo.pop()
+        for u in prog.users.get(b, ()):
+            if u.src[0] is b and u.op in (Ops.INDEX, Ops.AFTER):
+                (out if u.op is Ops.INDEX else todo).append(u)
+    return out
+
+
 def lanes(u: UOp) -> int:
     """The lane count of a checked LINEAR value: 1 for a scalar, n for shape (n,)."""
     return cast(int, u.shape[0]) if u.shape else 1

@@ -11,9 +11,10 @@ loops nested inside r and for their reductions (each loop is closed once). Only 
 along the next such loop (the border copies keep every check), so a kernel gated along k loops has at most
 2k + 1 copies of its body.
 
-The interior is found by evaluating each comparison a < b as the lower bound of b - a with r set to each of its
-values (rewrite's interval analysis over the other ranges: sound, and exact for the sums of ranges with
-constant factors that index math is), so any gate in that form splits, whatever made it.
+The interior is found from the lower bound of b - a of each comparison a < b (rewrite's interval analysis over the
+other ranges) at r = 0 and r = 1, as if it moved linearly with r, and then proved over the whole interval at once
+(r replaced by a range over it): sound whatever made the gate, and exact for the sums of ranges with constant
+factors that index math is.
 
 conv2d (8,64,56,56) -> 64, 3x3, padding 1 on x86-64-v4: rows [1, 55) of 56 and tile columns [1, 6) of 7 (tiles of
 8 output columns) run without checks: 69% of the work.
@@ -26,7 +27,6 @@ from lower.strides import _topo
 from rewrite import AxisType, Ops, UOp, dtypes
 from rewrite.errors import KernelOptError
 
-MAX_SCAN = 4096  # a loop longer than this is not scanned value by value (no split)
 MAX_SPLITS = 3  # loops split per END (the interior of the interior ...): at most 2 * MAX_SPLITS + 1 body copies
 # a loop is split only where its interior is at least 1/MIN_INTERIOR_SHARE of it (else the copies cost compile
 # time and code for few unchecked iterations: a 4-wide output under a 3-tap window)
@@ -45,46 +45,18 @@ def _is_true(u: UOp) -> bool:
 
 
 def _gates(body: UOp) -> list[UOp]:
-    """The comparisons (index a < index b) of the gates of the loads inside a reduction of `body`."""
+    """The comparisons (index a < index b) of the gates of the loads inside a reduction of `body` that change with
+    the reduction's own ranges (a window's taps): checked on every step. One that does not (a ragged column's
+    lane mask in matmul's tile) is computed once outside the reduction's loop, and stays."""
     out: dict[UOp, None] = {}
     for red in (u for u in _topo(body) if u.op is Ops.REDUCE):
+        own = set(red.src[1:])
         for u in _topo(red.src[0]):
             if u.op is Ops.LOAD and len(u.src) >= 3 and u.src[2].dtype is dtypes.bool:
                 for a in _atoms(u.src[2]):
-                    if a.op is Ops.CMPLT and a.src[0].dtype is dtypes.index:
+                    if a.op is Ops.CMPLT and a.src[0].dtype is dtypes.index and any(q in own for q in a.toposort()):
                         out[a] = None
     return list(out)
-
-
-def _holds(atom: UOp, r: UOp, v: int) -> bool:
-    """Whether atom (a < b) holds for r == v and every value of its other ranges."""
-    a, b = (s.substitute({r: UOp.const(v)}) for s in atom.src)
-    d = b - a
-    lo = d.vmin
-    return isinstance(lo, int) and not isinstance(lo, bool) and lo > 0
-
-
-def _interior(atoms: list[UOp], r: UOp) -> tuple[int, int, list[UOp]] | None:
-    """[lo, hi) of r where every comparison over r that holds anywhere holds for all other values, and those
-    comparisons; None when there is nothing to split (no comparison depends on r, they hold everywhere, or the
-    values where they hold are not one interval)."""
-    n = size(r)
-    if n < 2 or n > MAX_SCAN:
-        return None
-    mine = [a for a in atoms if r in a.toposort()]
-    if not mine:
-        return None
-    good = [a for a in mine if any(_holds(a, r, v) for v in range(n))]
-    if not good:
-        return None
-    ok = [all(_holds(a, r, v) for a in good) for v in range(n)]
-    if not any(ok):
-        return None
-    lo = ok.index(True)
-    hi = n - ok[::-1].index(True)
-    if not all(ok[lo:hi]) or (lo == 0 and hi == n) or (hi - lo) * MIN_INTERIOR_SHARE < n:
-        return None
-    return lo, hi, good
 
 
 class _Ids:
@@ -95,6 +67,52 @@ class _Ids:
         r = UOp.range(n, self.next, kind)
         self.next += 1
         return r
+
+
+def _bound(atom: UOp, r: UOp, at: UOp) -> int | None:
+    """The lower bound of b - a for atom (a < b) with r replaced by `at`, over every value of the other ranges
+    (rewrite's interval analysis); None where it has none."""
+    a, b = (s.substitute({r: at}) for s in atom.src)
+    lo = (b - a).vmin
+    return lo if type(lo) is int else None
+
+
+def _candidate(atom: UOp, r: UOp, n: int) -> tuple[int, int] | None:
+    """[lo, hi) of r's values where atom would hold for all other values if its bound moved linearly with r (from
+    the bounds at r = 0 and 1); None where it would hold nowhere. Only a candidate: _interior checks it."""
+    m0, m1 = _bound(atom, r, UOp.const(0)), _bound(atom, r, UOp.const(1))
+    if m0 is None or m1 is None:
+        return None
+    c = m1 - m0  # the bound is m0 + c * v; the comparison holds where that is >= 1
+    if c == 0:
+        lo, hi = (0, n) if m0 >= 1 else (0, 0)
+    elif c > 0:
+        lo, hi = max(0, -((m0 - 1) // c)), n
+    else:
+        lo, hi = 0, min(n, (m0 - 1) // -c + 1)
+    return (lo, hi) if lo < hi else None
+
+
+def _interior(atoms: list[UOp], r: UOp, ids: _Ids) -> tuple[int, int, list[UOp]] | None:
+    """[lo, hi) of r where every comparison over r that holds anywhere holds for all other values, and those
+    comparisons; None when there is nothing to split (no comparison depends on r, they hold everywhere, the
+    interior is under 1/MIN_INTERIOR_SHARE of the loop, or the interval analysis cannot prove it). The interval is
+    the intersection of each comparison's linear candidate, proved by the bounds over all of it at once (r replaced
+    by a range over [lo, hi)): sound whatever the index math, and one evaluation per comparison, not per value."""
+    n = size(r)
+    if n < 2:
+        return None
+    found = [(a, c) for a in atoms if r in a.toposort() and (c := _candidate(a, r, n)) is not None]
+    if not found:
+        return None
+    lo, hi = max(c[0] for _, c in found), min(c[1] for _, c in found)
+    if lo >= hi or (lo == 0 and hi == n) or (hi - lo) * MIN_INTERIOR_SHARE < n:
+        return None
+    over = UOp.const(lo) if hi - lo == 1 else ids.fresh(hi - lo, AxisType.LOOP) + lo
+    good = [a for a, _ in found]
+    if not all((b := _bound(a, r, over)) is not None and b >= 1 for a in good):
+        return None
+    return lo, hi, good
 
 
 def _closed_inside(body: UOp) -> list[UOp] | None:
@@ -150,7 +168,7 @@ def _split_end(end: UOp, ids: _Ids, depth: int = 0) -> UOp:
         if r.op is not Ops.RANGE or r.axis_type is not AxisType.LOOP:
             continue
         try:
-            found = _interior(atoms, r)
+            found = _interior(atoms, r, ids)
         except KernelOptError:
             continue
         if found is None:
@@ -190,4 +208,4 @@ def split_interior(ast: UOp) -> UOp:
     return ast if new == ast.src else UOp(Ops.SINK, new, ast.arg, ast.tag)
 
 
-__all__ = ["MAX_SCAN", "MAX_SPLITS", "MIN_INTERIOR_SHARE", "split_interior"]
+__all__ = ["MAX_SPLITS", "MIN_INTERIOR_SHARE", "split_interior"]
