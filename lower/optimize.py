@@ -159,6 +159,23 @@ def _invariant_gate(u: UOp, loop: UOp) -> bool:
     return u.op is Ops.LOAD and len(u.src) >= 3 and loop in _ranges_in(u.src[0]) and loop not in _ranges_in(u.src[2])
 
 
+# A kernel that only moves data: every stored value a load, or one add or multiply of loads and constants (a copy,
+# a weight packed into matmul's column panels, a bias added on the way into a permuted layout). gcc vectorizes its
+# scalar loop at -O2 only as its tuning likes (x86-64-v3 with an AMD tuning: a packed row of 32 floats as eight
+# 16-byte moves) and at -Og, the fast tier's level, not at all (one float at a time); in lanes it is a vector load
+# and store of the Target's width at both levels.
+_MOVE_OPS = frozenset({Ops.ADD, Ops.MUL})
+
+
+def _moves_data(ast: UOp) -> bool:
+    stores = [u.src[1] for u in _topo(ast) if u.op is Ops.STORE]
+    for v in stores:
+        ops = [u for u in _topo(v) if u.op in GroupOp.ALU and u.dtype is not dtypes.index]
+        if len(ops) > 1 or any(u.op not in _MOVE_OPS for u in ops) or any(u.op is Ops.REDUCE for u in _topo(v)):
+            return False
+    return bool(stores)
+
+
 def _accumulators(body: tuple[UOp, ...], reduce_size: int, lanes: int, target: Target) -> int:
     """Vector registers of partial results for a reduction over `body`, the ops that move with the unrolled range
     (see ACCUMULATORS; what does not move, a LayerNorm's mean inside its variance, runs once per output): 1 for a
@@ -260,7 +277,8 @@ def hand_coded(ast: UOp, target: Target, threads: int | None = None, vectors: bo
     overrides their count) when each thread gets enough work to pay for waking it; a register tile for a sum of
     products, and for a long one balancing ids (balance_ids: up to BALANCE_IDS ids per core); else upcast the
     innermost output loop into vector lanes (its stores and the loads that follow it become contiguous vectors)
-    where that pays (_upcast_outputs, a streamed output, a reduction over strided axes: _column_reduction);
+    where that pays (_upcast_outputs, a streamed output, a reduction over strided axes: _column_reduction; a
+    kernel that only moves data, _moves_data, by whole vectors only);
     unroll into lanes each reduction whose body does not depend on those lanes (a
     vector of partial results instead of one serial accumulator). An interpreted target gets no opts (its cost
     is per instruction, which opts do not lower), and a target without vector registers no lanes."""
@@ -297,6 +315,8 @@ def hand_coded(ast: UOp, target: Target, threads: int | None = None, vectors: bo
         if loops and (_upcast_outputs(ast, cur[loops[-1]]) or streams_outputs(ast, target.stream_bytes)
                       or _column_reduction(ast, loops[-1], lanes)):
             ast, up = _split_first(ast, opts, loops[::-1][:1], AxisType.UPCAST, factors, pad=True)
+        elif loops and _moves_data(ast):  # whole vectors only: a ragged row's masks would cost more than they move
+            ast, up = _split_first(ast, opts, loops[::-1][:1], AxisType.UPCAST, factors)
         for red in [u for u in _topo(ast) if u.op is Ops.REDUCE]:
             body = _topo(red.src[0])
             cur = axes(ast)

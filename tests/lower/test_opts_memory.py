@@ -120,3 +120,60 @@ def test_variance_gets_separate_accumulators(level: str) -> None:
     assert len(big) == 2 and len(arrays) == 3
     xv = big[0] + big[1] + row
     np.testing.assert_allclose(got[:64], xv.var(-1), rtol=1e-4, atol=1e-5)
+
+
+def _pack(rows: int, cols: int, panel: int) -> Tensor:
+    """matmul's packing copy (tensor.nn._panels): (rows, cols) into (cols / panel, rows, panel) column panels."""
+    return Tensor.empty(rows, cols).reshape(rows, cols // panel, panel).permute(1, 0, 2).contiguous()
+
+
+def _bias_heads(rows: int, heads: int, width: int) -> Tensor:
+    """A projection's bias added on the way into attention's (batch, heads, rows, width) layout."""
+    x, bias = Tensor.empty(2, rows, heads * width), Tensor.empty(heads * width)
+    return (x + bias).reshape(2, rows, heads, width).permute(0, 2, 1, 3).contiguous()
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("case", ["pack", "pack_one_row", "bias_heads", "scale"])
+def test_data_movement_is_upcast_to_the_targets_width(level: str, case: str) -> None:
+    """A kernel that only moves data (a packing copy, a bias add into a permuted layout, a scale) stores whole
+    vectors of the Target's width along its contiguous output loop, loaded as whole vectors too; results equal the
+    python reference's bit for bit and numpy's."""
+    target = cpu_target(level)
+    lanes = min(16, target.lanes(4))
+    t = {"pack": lambda: _pack(96, 96, 32), "pack_one_row": lambda: _pack(1, 64, 32),
+         "bias_heads": lambda: _bias_heads(8, 3, 32), "scale": lambda: Tensor.empty(40, 48) * 3.0}[case]()
+    it = _kernel(t.uop)
+    opts = hand_coded(it.ast, target, threads=1)
+    assert _splits(opts, AxisType.UPCAST) == [lanes], opts
+    src = get_device("cpu").render(lower_kernel(it.ast, target, opts=opts), case, target)
+    body = src[src.index(f"void {case}("):]
+    assert f"vstore_f32x{lanes}(" in body and (f"vload_f32x{lanes}(" in body or f"vloadr_f32x{lanes}(" in body), body
+    if not target.runs_here:
+        return
+    rng = np.random.default_rng(6)
+    arrays = {i: rng.standard_normal(int(np.prod(b.shape))).astype(np.float32) for i, b in enumerate(it.bufs) if i}
+    got = _run(it, opts, arrays, "cpu", target)
+    np.testing.assert_array_equal(got, _run(it, opts, arrays, "python", target))
+    np.testing.assert_array_equal(got, _run(it, [], arrays, "cpu", target))  # the scalar kernel: the same values
+
+
+@pytest.mark.parametrize("level", ["x86-64-v3", "x86-64-v4"])
+def test_ragged_data_movement_stays_scalar(level: str) -> None:
+    """A packed row of 33 (no whole vectors) is left to the C compiler: masked lanes would cost more than they move."""
+    target = cpu_target(level)
+    it = _kernel(_pack(20, 99, 33).uop)
+    assert _splits(hand_coded(it.ast, target, threads=1), AxisType.UPCAST) == []
+
+
+@pytest.mark.parametrize("shape", [(1, 64, 32), (33, 96, 32), (7, 99, 33), (384, 384, 32)])
+def test_packing_copies_match_numpy(shape: tuple[int, int, int]) -> None:
+    """The packing copy through Tensor (split, heuristics, threads, cpu kernel) against numpy, odd row counts and a
+    ragged panel included."""
+    rows, cols, panel = shape
+    a = np.random.default_rng(7).standard_normal((rows, cols)).astype(np.float32)
+    got = Tensor(a).reshape(rows, cols // panel, panel).permute(1, 0, 2).contiguous().numpy()
+    np.testing.assert_array_equal(got, a.reshape(rows, cols // panel, panel).transpose(1, 0, 2))
+    b = np.random.default_rng(8).standard_normal(cols).astype(np.float32)
+    got = (Tensor(a) + Tensor(b)).reshape(rows, cols // panel, panel).permute(1, 0, 2).contiguous().numpy()
+    np.testing.assert_array_equal(got, (a + b).reshape(rows, cols // panel, panel).transpose(1, 0, 2))
