@@ -45,31 +45,22 @@ class Unary:
         return UOp(Ops.GETTUPLE, (fn,), 0)
 
 
-def _sigmoid_parts(x: UOp) -> tuple[UOp, UOp, UOp]:
-    """(sigmoid x, e, r) with e = e**-|x| and r = 1/(1 + e): sigmoid x * sigmoid -x = e * r * r without the
-    cancellation of 1 - sigmoid(x) for a large x. Built as sigmoid_uop builds them, so the nodes are shared."""
-    ax = (x < 0.0).where(-x, x)
-    e = tr.exp_uop(-ax)
-    r = (e + 1.0).recip()
-    return (x < 0.0).where(e * r, r), e, r
-
-
 def _sigmoid_derivative(x: UOp, v: UOp) -> UOp:
-    _, e, r = _sigmoid_parts(x)
+    _, e, r = tr.sigmoid_parts(x)
     return e * r * r
 
 
 def _silu_derivative(x: UOp, v: UOp) -> UOp:
     """(x * s)' = s + x * s * (1 - s)."""
-    s, e, r = _sigmoid_parts(x)
+    s, e, r = tr.sigmoid_parts(x)
     return s + x * (e * r * r)
 
 
 def _tanh_derivative(x: UOp, t: UOp) -> UOp:
-    """1 - t**2; for |x| >= 0.55 as (1 - |t|)(1 + |t|) with 1 - |t| = 2/(e**2|x| + 1) (as tanh_uop computes it, so
+    """1 - t**2; for |x| >= 0.55 as (1 - |t|)(1 + |t|) with 1 - |t| from tr.tanh_gap (as tanh_uop computes it, so
     shared), which keeps its relative accuracy where t rounds to 1."""
     ax = (x < 0.0).where(-x, x)
-    gap = x.const_like(2.0) / (tr.exp_uop(ax * 2.0) + 1.0)
+    gap = tr.tanh_gap(ax)
     return (ax < 0.55).where(t.const_like(1.0) - t * t, gap * (gap.const_like(2.0) - gap))
 
 
