@@ -59,7 +59,7 @@ from devices.c_scalar import unique_symbol
 from devices.cpu_compiler import Compiler
 from devices.cpu_jobs import _RUNNING, _UPGRADES, _compile_workers, _Job, _load, _Upgrade
 from devices.linear import Program, analyze, const_value, special_bound
-from devices.memory import Allocator, buffer_specs, check_specs, check_vars, np_dtype
+from devices.memory import Allocator, BufferSpec, buffer_specs, check_specs, check_vars, np_dtype
 from rewrite.dtype import DType, dtypes
 from rewrite.env import getenv
 from rewrite.ops import Ops
@@ -154,6 +154,37 @@ class CPUKernel:
                 self.fn(*args, *c)
             return
         cpu_pool.launch(self.entry, args + bounds[1:], total)
+
+    @property
+    def checked_specs(self) -> tuple[BufferSpec, ...] | None:
+        """What a caller must check its arrays against (devices.memory.check_specs's checks) before it calls
+        `launch_checked`; None when this kernel takes no such launch (it has variables or SPECIAL bounds that
+        depend on them, or a buffer of symbolic size)."""
+        if self.prog.variables or self._bounds is None or any(n < 0 for _, _, _, n, _ in self._specs):
+            return None
+        return self._specs
+
+    def launch_checked(self, ptrs: tuple[int, ...], memo: dict) -> None:
+        """Run on the buffers at `ptrs` (the addresses of `checked_specs`' slots, in order), which the caller has
+        checked as check_specs would: a replay checks each storage once rather than each slot at each launch.
+        `memo` is the caller's, one per call site (a replay's step): the thread pool's packed argument words are
+        kept there by address tuple, the last few (a replay's temporaries come back at the same addresses)."""
+        if self._upgrade is not None and self._upgrade.done:
+            self._take_upgrade()
+        bounds = self._bounds
+        if not bounds:  # no SPECIALs (checked_specs: a kernel with SPECIALs has constant bounds here)
+            self.fn(*ptrs)
+            return
+        total = math.prod(bounds) if min(bounds) > 0 else 0
+        if self.entry is None or total >= 1 << 31:
+            for c in itertools.product(*map(range, bounds)):
+                self.fn(*ptrs, *c)
+            return
+        if (words := memo.get(ptrs)) is None:
+            if len(memo) >= 4:
+                memo.clear()
+            words = memo[ptrs] = cpu_pool.pack([*ptrs, *bounds[1:]])
+        cpu_pool.launch(self.entry, words, total)
 
 
 @dataclass

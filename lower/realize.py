@@ -200,17 +200,18 @@ def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None,
               file=sys.stderr)
 
 
-def realize(roots: list[UOp], var_vals: dict[str, int] | None = None) -> dict[UOp, UOp]:
+def realize(roots: list[UOp], var_vals: dict[str, int] | None = None, order: list[UOp] | None = None
+            ) -> dict[UOp, UOp]:
     """Compute `roots`; returns, for each, the BUFFER (of the root's shape) holding its value. A graph with the
     structure of one realized before replays that one's plan (schedule, kernels, memory plan). `var_vals` gives
     the values of the graph's (unbound) variables by name; they are not part of any cache key, and results come
-    back with their shapes' variables bound to them."""
+    back with their shapes' variables bound to them. `order`: UOp.toposort_of(roots), when the caller has it."""
     if (rec := viz_capture.ACTIVE) is not None:
         with rec.realize("realize"):
             return _realize_fresh(roots, var_vals)
     if int(getenv("TRACE")):  # tracing wants the scheduling rules to fire, so nothing is replayed
         return _realize_fresh(roots, var_vals)
-    key, inputs = signature(roots)
+    key, inputs = signature(roots, order)
     # the key names every node's op, arg and buffers' devices, so whether it spans MPI ranks is known per key
     if (ranked := _ranked.get(key)) is None:
         if len(_ranked) >= 4096:

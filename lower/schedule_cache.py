@@ -11,7 +11,11 @@ change lowering (DEVICE as the default device, NOOPT, BEAM, EGGLOG) are part of 
 A replay binds the new graph's input buffers by position, allocates fresh outputs (a realize never writes into
 a buffer somebody holds) and the intermediates' storage per the memory plan, launches the compiled kernels in
 order and returns the intermediates' storage to the allocator. Data is looked up at every replay, so new data
-under the same buffers is read; nothing of a plan holds a buffer or its data between calls.
+under the same buffers is read; nothing of a plan holds a buffer or its data between calls. Kernels that take
+`launch_checked` (the cpu device's) get their arrays' addresses from a check made once per storage and replay
+(`_storage_addresses`: what devices.memory.check_specs checks per slot and launch); any storage that fails it
+sends the replay through the checked calls, which name the problem. Temporaries are freed last to first, so
+the next replay gets the same blocks, and the kernels' packed argument words are reused.
 
 Multi-device graphs: a BUFFER on a device tuple is a position like any other (its device tuple is part of the
 key); at a replay it stands for its shard buffers (`flat_inputs`), which take consecutive positions of the
@@ -32,7 +36,7 @@ from __future__ import annotations
 import collections
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
@@ -57,28 +61,48 @@ def lowering_knobs() -> tuple:
             str(getenv("CPU_TARGET")), int(getenv("NOLOCALS")))
 
 
-def signature(roots: list[UOp]) -> tuple[tuple, list[UOp]]:
+class Key(tuple):
+    """A signature: a tuple whose hash is worked out once (a realize looks its key up in several tables, and a
+    model's key holds a part per node); equal to, and hashing as, the plain tuple of its parts."""
+
+    _hash: int
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
+def _key(parts: list) -> Key:
+    k = Key(parts)
+    k._hash = tuple.__hash__(k)
+    return k
+
+
+def signature(roots: list[UOp], order: list[UOp] | None = None) -> tuple[tuple, list[UOp]]:
     """The structural key of `roots` and the graph's distinct GLOBAL buffers in key order (the k-th is bound to
-    position k). A node is (op, arg, tag, child positions); a BUFFER's slot becomes its position."""
-    pos: dict[UOp, int] = {}
-    parts: list[tuple] = []
+    position k). A node is (op, arg, tag, child positions), its position its index in UOp.toposort_of(roots)
+    (`order`, when the caller has it already); a BUFFER's slot becomes its position among the buffers."""
+    if order is None:
+        order = UOp.toposort_of(roots)
+    pos = dict(zip(order, range(len(order)), strict=True))
+    at = pos.__getitem__
     inputs: list[UOp] = []
     slot_pos: dict[int, int] = {}
-    for u in UOp.toposort_of(roots):
-        src = tuple(pos[s] for s in u.src)
-        pos[u] = len(parts)
+
+    def buffer(u: UOp) -> tuple:
         a = u.arg
-        if u.op is _BUFFER and type(a) is BufferArg and a.addrspace is _GLOBAL:
-            k = slot_pos.get(a.slot)
-            if k is None:
-                k = slot_pos[a.slot] = len(inputs)
-                inputs.append(u)
-            parts.append((_BUFFER, k, a.dtype, a.device, src))
-        else:
-            parts.append((u._key[0], u._key[2:], src))  # the intern key: the arg with its value types
-    parts.append(tuple(pos[r] for r in roots))
+        if type(a) is not BufferArg or a.addrspace is not _GLOBAL:
+            return (u._key[0], u._key[2:], tuple(map(at, u.src)))
+        k = slot_pos.get(a.slot)
+        if k is None:
+            k = slot_pos[a.slot] = len(inputs)
+            inputs.append(u)
+        return (_BUFFER, k, a.dtype, a.device, tuple(map(at, u.src)))
+
+    # the intern key without its src: the op, the arg with its value types, the tag
+    parts = [buffer(u) if u.op is _BUFFER else (u._key[0], u._key[2:], tuple(map(at, u.src))) for u in order]
+    parts.append(tuple(map(at, roots)))
     parts.append(lowering_knobs())
-    return tuple(parts), inputs
+    return _key(parts), inputs
 
 
 def flat_inputs(inputs: list[UOp]) -> tuple[list[UOp], tuple | None]:
@@ -193,6 +217,22 @@ class Plan:
     roots: tuple[int | TupleResult, ...]
     written_inputs: tuple[int, ...] = ()  # inputs that a kernel writes in place (assignments' targets)
     deps: tuple[tuple[int, ...], ...] | None = None
+    # replay's checked launches (`_checked_launches`), worked out at the first replay
+    launches: list[Launches] = field(default_factory=list, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Launches:
+    """How a replay launches a plan's kernels with one check per storage instead of one per slot at each launch
+    (kernels that take `launch_checked`, each storage bound to one slot of a launch at most): per step the storage
+    index of each slot it passes (None: that step takes the checked call, `kernel(arrays, var_vals)`), and per
+    storage used so the bytes its slots need (-1: unused) and whether a kernel stores to it; `memo`, per step, what
+    the kernel keeps between replays (CPUKernel.launch_checked: its packed argument words by addresses)."""
+
+    slots: tuple[tuple[int, ...] | None, ...]
+    need: tuple[int, ...]
+    stored: frozenset[int]
+    memo: tuple[dict, ...]
 
 
 def build_plan(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], outs: dict[UOp, UOp],
@@ -323,9 +363,14 @@ def replay(p: Plan, roots: list[UOp], inputs: list[UOp], var_vals: dict[str, int
         arrays.append(arr)
     temps = [_alloc(a, vv) for a in p.temps]
     arrays += [arr for _, arr in temps]
+    fast = _checked_launches(p) if debug < 2 and p.deps is None else None
+    ptrs = _storage_addresses(fast, arrays) if fast is not None else None
 
     def run(k: int) -> None:
         st = p.steps[k]
+        if ptrs is not None and (slots := fast.slots[k]) is not None:  # type: ignore[union-attr]  # fast is set
+            st.kernel.launch_checked(tuple(map(ptrs.__getitem__, slots)), fast.memo[k])  # type: ignore[union-attr]
+            return
         views = [a if a.dtype == dt else a.view(dt) for a, dt in ((arrays[i], dt) for i, dt in st.refs)]
         if st.kind == "copy":
             copy_into(views[0], views[1], st.view, st.dst_view)
@@ -348,7 +393,9 @@ def replay(p: Plan, roots: list[UOp], inputs: list[UOp], var_vals: dict[str, int
             run_steps([st.device for st in p.steps], p.deps, run)
     finally:
         arrays.clear()
-        for dev, arr in temps:
+        # freed last to first: the pool hands the most recently freed block of a size out first, so the next
+        # replay's temporaries get the same blocks in the same order (the same addresses: kernels' packed words)
+        for dev, arr in reversed(temps):
             dev.free(arr)
     if debug >= 1:
         nk = sum(s.kind == "kernel" for s in p.steps)
@@ -368,6 +415,57 @@ def replay(p: Plan, roots: list[UOp], inputs: list[UOp], var_vals: dict[str, int
     for r, ix in zip(roots, p.roots, strict=True):
         res[r] = buffer_of(ix) if isinstance(ix, int) else _assemble(ix, [buffer_of(i) for i in ix.parts])
     return res
+
+
+def _checked_launches(p: Plan) -> Launches:
+    """The plan's Launches, worked out at its first replay."""
+    if p.launches:
+        return p.launches[0]
+    n = p.n_inputs + len(p.outs) + len(p.temps)
+    need = [-1] * n
+    stored: set[int] = set()
+    slots: list[tuple[int, ...] | None] = []
+    for st in p.steps:
+        specs = getattr(st.kernel, "checked_specs", None) if st.kind == "kernel" else None
+        if specs is None or any(slot >= len(st.refs) or st.refs[slot][1] != want for slot, _, want, _, _ in specs):
+            slots.append(None)
+            continue
+        idx = tuple(st.refs[slot][0] for slot, _, _, _, _ in specs)
+        if len(set(idx)) != len(idx):  # one storage in two slots: the checked call says whether that may be
+            slots.append(None)
+            continue
+        for i, (_, _, want, count, is_stored) in zip(idx, specs, strict=True):
+            need[i] = max(need[i], count * want.itemsize)
+            if is_stored:
+                stored.add(i)
+        slots.append(idx)
+    launches = Launches(tuple(slots), tuple(need), frozenset(stored), tuple({} for _ in slots))
+    p.launches.append(launches)
+    return launches
+
+
+def _storage_addresses(fast: Launches, arrays: list[np.ndarray]) -> list[int] | None:
+    """The address of each storage the checked launches use, once every check that devices.memory.check_specs
+    makes at a launch holds for it: a 1-D C-contiguous numpy array with the bytes its slots need, writable if a
+    kernel stores to it, no two such storages at one address (so no launch's buffers alias). None when any does
+    not: the replay then makes the checked calls, which say what is wrong."""
+    ptrs = [0] * len(arrays)
+    seen: set[int] = set()
+    stored = fast.stored
+    for i, (arr, need) in enumerate(zip(arrays, fast.need, strict=True)):
+        if need < 0:
+            continue
+        if type(arr) is not np.ndarray or arr.ndim != 1 or arr.nbytes < need:
+            return None
+        flags = arr.flags
+        if not flags.c_contiguous or (i in stored and not flags.writeable):
+            return None
+        ptrs[i] = ptr = arr.ctypes.data
+        if need:
+            if ptr in seen:
+                return None
+            seen.add(ptr)
+    return ptrs
 
 
 def _assemble(t: TupleResult, parts: list[UOp]) -> UOp:

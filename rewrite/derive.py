@@ -79,6 +79,13 @@ def broadcast(op: Ops, shapes: list[tuple]) -> tuple:
 def prod(dims: tuple) -> object:
     """Product of dimensions: an int when all are ints, else (int part, sorted symbolic factors); a symbolic
     dimension that is a product (`n * 4`) counts as its factors, so (n, 4) and (n * 4,) hold as many elements."""
+    n = 1
+    for d in dims:  # all ints: the common case, one pass
+        if type(d) is not int:
+            break
+        n *= d
+    else:
+        return n
     n, sym = 1, []
     stack = list(dims)
     while stack:
@@ -244,8 +251,17 @@ def _index_scalar(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
 
 
 def _reshape(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
-    _arity(op, src, 2)
+    if len(src) != 2:
+        _arity(op, src, 2)
     x, new = src[0], shape_values(src[1])
+    n = 1
+    for d in new:  # the common case in one pass: int dims, none negative, as many elements
+        if type(d) is not int or d < 0:
+            break
+        n *= d
+    else:
+        if prod(x.shape) == n:
+            return x.dtype, new
     if prod(x.shape) != prod(new):
         raise ShapeError(
             f"RESHAPE: cannot reshape {fmt_shape(x.shape)} to {fmt_shape(new)}: element counts differ "
@@ -257,8 +273,17 @@ def _reshape(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
 
 
 def _expand(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
-    _arity(op, src, 2)
+    if len(src) != 2:
+        _arity(op, src, 2)
     x, new = src[0], shape_values(src[1])
+    old = x.shape
+    if len(new) == len(old):  # the common case, checked in one pass: every axis equal or grown from 1
+        for a, b in zip(old, new, strict=True):
+            # anything else (a symbolic dimension grown from 1, a bad one) takes the checks below
+            if not (a is b or (type(b) is int and b >= 0 and type(a) is int and (a == b or a == 1))):
+                break
+        else:
+            return x.dtype, new
     if any(isinstance(d, int) and d < 0 for d in new):
         raise ShapeError(f"EXPAND: negative dimension in {fmt_shape(new)} (expanding {fmt_shape(x.shape)})")
     if len(new) != len(x.shape) or not all(_dim_eq(a, b) or _dim_eq(a, 1) for a, b in zip(x.shape, new, strict=True)):
@@ -296,7 +321,8 @@ def _pad_shrink(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
 
 
 def _permute(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
-    _arity(op, src, 1)
+    if len(src) != 1:
+        _arity(op, src, 1)
     x = src[0]
     if (not isinstance(arg, tuple) or not all(type(a) is int for a in arg)
             or sorted(arg) != list(range(len(x.shape)))):

@@ -16,6 +16,7 @@ constant normalization and the intern key live in rewrite.uop_args.
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeVar, cast
@@ -33,6 +34,16 @@ _T = TypeVar("_T")
 
 
 _intern: dict[tuple, weakref.ref] = {}
+_BROADCAST: dict[tuple, UOp] = {}  # UOp.const_broadcast's last results: (value type, value, dtype, shape, -0.0)
+_SHAPES: dict[tuple, UOp] = {}  # UOp.shape_operand's last results of plain-int shapes
+_BROADCAST_KEEP, _SHAPES_KEEP, _INT_ONLY = 2048, 4096, frozenset((int,))
+
+
+def clear_caches() -> None:
+    """Let go of the nodes kept for reuse (UOp.shape_operand's and UOp.const_broadcast's): after this, a node
+    that nothing else references leaves the intern table."""
+    _SHAPES.clear()
+    _BROADCAST.clear()
 _NOTSET = object()
 _CONST, _INDEX = Ops.CONST, dtypes.index  # module globals: cheaper lookups
 _VCONST, _PARAM, _BUFFER = Ops.VCONST, Ops.PARAM, Ops.BUFFER
@@ -93,8 +104,23 @@ class UOp:
 
     def const_like(self, value: ConstValue) -> UOp:
         """A CONST of this node's dtype, broadcast to its shape."""
-        c = UOp.const(value, self.dtype)
-        return c if self.shape == () else c.reshape((1,) * len(self.shape)).expand(self.shape)
+        return UOp.const_broadcast(value, self.dtype, self.shape)
+
+    @staticmethod
+    def const_broadcast(value: ConstValue, dtype: DType, shape: tuple) -> UOp:
+        """UOp.const(value, dtype) reshaped to size-1 axes and expanded to `shape`. Every step builds the same few
+        again, so the last _BROADCAST_KEEP stay alive (they hold no buffer) and come back from one lookup."""
+        if shape == ():
+            return UOp.const(value, dtype)
+        t = type(value)
+        # the value's type and a float zero's sign are part of the key, as in the intern table (1 == 1.0 == True)
+        key = (t, value, dtype, shape, t is float and math.copysign(1.0, cast(float, value)) < 0)
+        if (u := _BROADCAST.get(key)) is None:
+            u = UOp.const(value, dtype).reshape((1,) * len(shape)).expand(shape)
+            if len(_BROADCAST) >= _BROADCAST_KEEP:
+                _BROADCAST.clear()
+            _BROADCAST[key] = u
+        return u
 
     @staticmethod
     def vconst(values: Sequence[ConstValue], dtype: DType = dtypes.index) -> UOp:
@@ -107,9 +133,19 @@ class UOp:
 
     @staticmethod
     def shape_operand(shape: Sequence[int | UOp]) -> UOp:
-        """The (k,)-shaped index UOp that carries `shape` in a node's src."""
+        """The (k,)-shaped index UOp that carries `shape` in a node's src. Those of plain-int shapes, rebuilt by every
+        reshape and expand of every step, stay alive once built (the last _SHAPES_KEEP of them)."""
+        key = shape if type(shape) is tuple else tuple(shape)
+        # a hit must be all ints: (True,) and (1.0,) hash and compare like (1,) but are other constants
+        if (u := _SHAPES.get(key)) is not None and set(map(type, key)) <= _INT_ONLY:
+            return u
         if all(isinstance(d, int) for d in shape):
-            return UOp(Ops.VCONST, (), (tuple(shape), dtypes.index))
+            u = UOp(Ops.VCONST, (), (key, dtypes.index))
+            if set(map(type, key)) <= _INT_ONLY:
+                if len(_SHAPES) >= _SHAPES_KEEP:
+                    _SHAPES.clear()
+                _SHAPES[key] = u
+            return u
         return UOp(Ops.STACK, tuple(d if isinstance(d, UOp) else UOp.const(d) for d in shape))
 
     @staticmethod

@@ -51,7 +51,11 @@ def intern_key(op: Ops, src: tuple, arg: object, tag: object) -> tuple:
     # type and the sign of a float zero; otherwise a raw CONST(True, int32) would be handed back for const(1, int32)
     if (op is _CONST or op is _VCONST) and type(arg) is tuple and len(arg) == 2:
         v = arg[0]
-        return (op, src, arg, tag, tuple(map(_value_sig, v)) if type(v) is tuple else _value_sig(v))
+        if type(v) is tuple:
+            sig = tuple(map(type, v))  # _value_sig of each value, at C speed where no float zero needs its sign
+            return (op, src, arg, tag, tuple(map(_value_sig, v)) if float in sig else sig)
+        t = type(v)
+        return (op, src, arg, tag, _value_sig(v) if t is float else t)
     if op is _PARAM or op is _BUFFER:  # ParamArg and BufferArg are NamedTuples: equal when their fields are
         return (op, src, arg, tag, type(arg))
     return (op, src, arg, tag)

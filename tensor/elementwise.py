@@ -74,8 +74,7 @@ def result_dtype(strong: list[DType], weak: list[Scalar]) -> DType:
 
 def const_uop(value: Scalar, dtype: DType, shape: tuple) -> UOp:
     """A CONST broadcast to `shape` (reshape to all-ones, then expand)."""
-    c = UOp.const(value, dtype)
-    return c if shape == () else c.reshape((1,) * len(shape)).expand(shape)
+    return UOp.const_broadcast(value, dtype, shape)
 
 
 def expand_uop(u: UOp, shape: tuple) -> UOp:
@@ -104,6 +103,8 @@ def common_device(what: str, tensors: list[Tensor]) -> Device:
 def operands(what: str, xs: tuple, dtype: DType | None = None, device: Device | None = None
              ) -> tuple[list[UOp], DType, tuple, Device]:
     """Cast every operand to the promoted (or given) dtype and broadcast all to one shape."""
+    if len(xs) == 2 and device is None and (fast := _pair(what, xs[0], xs[1], dtype)) is not None:
+        return fast
     dev = device or next(x.device for x in xs if isinstance(x, tt.Tensor))
     conv = [as_tensor(x, dev, what) for x in xs]
     tensors = [x for x in conv if isinstance(x, tt.Tensor)]
@@ -113,6 +114,33 @@ def operands(what: str, xs: tuple, dtype: DType | None = None, device: Device | 
     uops = [expand_uop(x.uop.cast(dt), shape) if isinstance(x, tt.Tensor) else weak_const(what, x, dt, shape)
             for x in conv]
     return uops, dt, shape, dev
+
+
+def _pair(what: str, x: object, y: object, dtype: DType | None) -> tuple[list[UOp], DType, tuple, Device] | None:
+    """operands' common case, without its lists: two Tensors on one device, or a Tensor and a Python float or int
+    (not bool). None for anything else (the general path then decides, errors included)."""
+    T = tt.Tensor
+    if isinstance(x, T):
+        t, other, t_first = x, y, True
+    elif isinstance(y, T):
+        t, other, t_first = y, x, False
+    else:
+        return None
+    tu, dev = t.uop, t._device
+    if isinstance(other, T):
+        ou = other.uop
+        if other._device != dev:
+            return None
+        dt = dtype or (tu.dtype if tu.dtype is ou.dtype else promote(tu.dtype, ou.dtype))
+        shape = tu.shape if tu.shape == ou.shape else broadcast_shape([tu.shape, ou.shape], what)
+        a, b = expand_uop(tu.cast(dt), shape), expand_uop(ou.cast(dt), shape)
+        return ([a, b] if t_first else [b, a]), dt, shape, dev
+    if type(other) is not float and type(other) is not int:
+        return None
+    dt = dtype or result_dtype([tu.dtype], [other])
+    shape = tu.shape
+    a, b = expand_uop(tu.cast(dt), shape), weak_const(what, other, dt, shape)
+    return ([a, b] if t_first else [b, a]), dt, shape, dev
 
 
 def weak_const(what: str, v: Scalar, dt: DType, shape: tuple) -> UOp:
@@ -125,7 +153,8 @@ def weak_const(what: str, v: Scalar, dt: DType, shape: tuple) -> UOp:
 
 
 def wrap(u: UOp, device: Device) -> Tensor:
-    return tt.Tensor(u, device=device)
+    """A Tensor on `device` (a canonical device: an operand's) holding `u`."""
+    return tt.Tensor._wrap(u, device)
 
 
 def binary(op: Ops, what: str, x: Operand, y: Operand, dtype: DType | None = None) -> Tensor:
@@ -139,6 +168,14 @@ def need_kind(what: str, dt: DType, ok: str, words: str) -> None:
 
 
 def promoted_dtype(x: Operand, y: Operand, what: str) -> DType:
+    T = tt.Tensor
+    if isinstance(x, T):  # the common cases first: no lists, no conversions
+        if isinstance(y, T):
+            return promote(x.uop.dtype, y.uop.dtype)
+        if type(y) is float or type(y) is int:
+            return result_dtype([x.uop.dtype], [y])
+    elif isinstance(y, T) and (type(x) is float or type(x) is int):
+        return result_dtype([y.uop.dtype], [x])
     dev = x.device if isinstance(x, tt.Tensor) else type_cast("Tensor", y).device  # callers pass at least one Tensor
     conv = [as_tensor(v, dev, what) for v in (x, y)]
     return result_dtype([t.dtype for t in conv if isinstance(t, tt.Tensor)],

@@ -233,6 +233,21 @@ def _resolve_symbolic(shape: tuple, numel: int | UOp, old: tuple, what: str) -> 
 
 def broadcast_shape(shapes: Sequence[tuple], what: str) -> Shape:
     """numpy broadcasting: right-align, each axis equal or 1."""
+    if len(shapes) == 2:  # the common case, in one pass (a mismatch is reported below)
+        a, b = shapes
+        if a == b:
+            return tuple(a)
+        la, lb = len(a), len(b)
+        out2 = []
+        for x, y in zip((1,) * (lb - la) + tuple(a), (1,) * (la - lb) + tuple(b), strict=True):
+            if x == y or y == 1:
+                out2.append(x)
+            elif x == 1:
+                out2.append(y)
+            else:
+                break
+        else:
+            return tuple(out2)
     n = max((len(s) for s in shapes), default=0)
     out = []
     for i in range(n):

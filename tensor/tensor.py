@@ -496,9 +496,10 @@ def _realize(tensors: list[Tensor]) -> None:
     for dev, group in _by_device(tensors).items():
         keys = [_root(t) for t in group]  # taken before any t.uop changes: a tensor may be listed twice
         roots = list(dict.fromkeys(keys))
-        stripped, var_vals, back = unbind_graph(roots)
+        order = UOp.toposort_of(roots)  # walked once, for the variables and the plan's key
+        stripped, var_vals, back = unbind_graph(roots, order)
         with Context(DEVICE=dev if isinstance(dev, str) else dev[0]):
-            outs = lower.realize(stripped, var_vals) if var_vals else lower.realize(roots)
+            outs = lower.realize(stripped, var_vals) if var_vals else lower.realize(roots, order=order)
         by_root = {r: outs[s] for r, s in zip(roots, stripped, strict=True)}
         for t, key in zip(group, keys, strict=True):
             res = by_root[key]

@@ -128,15 +128,49 @@ def _unique_node() -> UOp:
 
 
 def test_unreferenced_nodes_leave_the_intern_table():
+    # the shape operands and broadcast constants kept for reuse are referenced (by their caches) until cleared
+    uop_module.clear_caches()
     gc.collect()
     before = len(uop_module._intern)
     u = _unique_node()
     ref = weakref.ref(u)
     assert len(uop_module._intern) > before
     del u
+    uop_module.clear_caches()
     gc.collect()
     assert ref() is None
     assert len(uop_module._intern) == before
+
+
+def test_kept_shape_operands_and_constants_are_the_interned_nodes():
+    uop_module.clear_caches()
+    s = UOp.shape_operand((3, 5))
+    assert UOp.shape_operand([3, 5]) is s and UOp.shape_operand((3, 5)) is s
+    assert s.op is Ops.VCONST and s.arg == ((3, 5), dtypes.index)
+    # equal-comparing non-int entries are other constants: never the kept int node
+    t = UOp.shape_operand((True, 5))
+    assert t is not s and type(t.arg[0][0]) is bool
+    assert UOp.shape_operand((3, 5)) is s
+    c = UOp.const_broadcast(0.0, dtypes.float32, (2, 3))
+    assert c is UOp.const_broadcast(0.0, dtypes.float32, (2, 3))
+    assert c is UOp.const(0.0, dtypes.float32).reshape((1, 1)).expand((2, 3))
+    neg = UOp.const_broadcast(-0.0, dtypes.float32, (2, 3))
+    assert neg is not c and str(neg.src[0].src[0].value) == "-0.0"
+    # a kept constant is the node built directly, for every value type (1, True and 1.0 are different keys)
+    for dt in (dtypes.float32, dtypes.float16, dtypes.int32, dtypes.bool):
+        for v in (0.0, -0.0, 1, True, 1.0, math.nan, -3):
+            if math.isnan(v) and dt is dtypes.int32:
+                with pytest.raises(DTypeError, match="not an integer"):
+                    UOp.const_broadcast(v, dt, (4, 2))
+                continue
+            want = UOp.const(v, dt).reshape((1, 1)).expand((4, 2))
+            assert UOp.const_broadcast(v, dt, (4, 2)) is want
+            assert UOp.const_broadcast(v, dt, (4, 2)) is want  # and again, from the cache
+    assert UOp.const_broadcast(2.5, dtypes.float32, ()) is UOp.const(2.5, dtypes.float32)
+    # bounded: past the limit the kept nodes are let go
+    for n in range(uop_module._SHAPES_KEEP + 1):
+        UOp.shape_operand((n + 1, 7))
+    assert len(uop_module._SHAPES) <= uop_module._SHAPES_KEEP
 
 
 def test_a_parent_keeps_its_children_interned():
