@@ -205,7 +205,10 @@ class Assignments:
         self.readers: list[Tensor] = []  # live lazy tensors outside the realize that read a version
         versions: dict[UOp, UOp] = {}  # every version node (target BUFFER or AFTER) -> its BUFFER
         overwritten: set[UOp] = set()
-        for u in _topo([t.uop for t in roots]):
+        # the roots walked and their nodes: a realize of exactly these roots reuses the walk (`order_of`)
+        self.walked = [t.uop for t in roots]
+        self.order = _topo(self.walked)
+        for u in self.order:
             if u.op is Ops.AFTER and in_place(u):  # a scatter into a lazy value writes a fresh buffer
                 buf = versions.get(u.src[0], u.src[0])
                 versions[u.src[0]] = versions[u] = buf
@@ -225,6 +228,14 @@ class Assignments:
             for v in vs:
                 if v in overwritten and v not in self.snapshots:
                     self.snapshots[v] = tt.Tensor._wrap(UOp(Ops.CONTIGUOUS, (v,)), t.device)
+
+    def order_of(self, roots: list[UOp]) -> list[UOp] | None:
+        """UOp.toposort_of(roots) when `roots` are the nodes walked here, in their order (duplicates dropped:
+        the walk skips a root it has placed); None otherwise."""
+        walked = list(dict.fromkeys(self.walked))
+        if len(walked) != len(roots) or any(a is not b for a, b in zip(walked, roots, strict=True)):
+            return None
+        return self.order
 
     def extra(self) -> list[Tensor]:
         return list(self.snapshots.values())

@@ -496,7 +496,8 @@ def _realize(tensors: list[Tensor]) -> None:
     for dev, group in _by_device(tensors).items():
         keys = [_root(t) for t in group]  # taken before any t.uop changes: a tensor may be listed twice
         roots = list(dict.fromkeys(keys))
-        order = UOp.toposort_of(roots)  # walked once, for the variables and the plan's key
+        # walked once, for the variables and the plan's key (or already, for the assignments' bookkeeping)
+        order = (assigns is not None and assigns.order_of(roots)) or UOp.toposort_of(roots)
         stripped, var_vals, back = unbind_graph(roots, order)
         with Context(DEVICE=dev if isinstance(dev, str) else dev[0]):
             outs = lower.realize(stripped, var_vals) if var_vals else lower.realize(roots, order=order)
