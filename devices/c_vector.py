@@ -44,7 +44,7 @@ from typing import cast
 
 from devices.c_masked import all_lanes_helper, gate_all_true, masked_load_dtype_ok, masked_load_helper, select_helper
 from devices.c_scalar import CContext, const_text, ctype, render_alu, render_bitcast, render_cast, shift_amount, unparen
-from devices.c_vround import half_cast_helper, has_vector_half_cast, has_vector_round, round_helper
+from devices.c_vround import half_cast_helper, has_vector_half_cast, has_vector_round, minmax_call, round_helper
 from devices.linear import base_of, const_value, indexes_of, is_global, lanes, strided_start
 from rewrite.dsl import Rule, RuleSet, op, var
 from rewrite.dtype import DType, dtypes
@@ -277,6 +277,8 @@ def render_vector_alu(x: UOp, ctx: CContext) -> str:
         if c.shape == ():
             return f"({unparen(ctx[c])} ? {_vec(a, n, ctx)} : {_vec(b, n, ctx)})"
         t, m, i8 = vtype(x.dtype, n, ctx), _mask_type(x.dtype, n, ctx), vtype(dtypes.bool, n, ctx)
+        if (fn := minmax_call(x, n, (t, m), ctx)) is not None:  # a min or max as a select: one x86 instruction
+            return f"{fn}({_vec(a, n, ctx)}, {_vec(b, n, ctx)})"
         if c.op in _COMPARE and c.src[0].dtype is not dtypes.bool and _csize(c.src[0].dtype) == _csize(x.dtype):
             # the comparison's own mask is already as wide as the lanes: select with it directly (narrowing it to
             # the i8 bool mask and widening it back, GCC moves lane by lane through scalar registers)

@@ -1,4 +1,5 @@
-"""C text for TRUNC and SQRT on float vectors: one x86 instruction where the target has it, the lane loop elsewhere.
+"""C text for TRUNC and SQRT on float vectors, and for a select that is a min or a max: one x86 instruction where the
+target has it, the lane loop (the bit-select) elsewhere.
 
 `vtrunc_T(a)` rounds every lane of a float32 or float64 vector toward zero, as truncf/trunc do lane by lane (nan
 stays nan, -0.0 and the infinities stay what they are, and no lane raises an exception: the immediate is
@@ -22,6 +23,7 @@ from __future__ import annotations
 from devices.c_scalar import CContext
 from rewrite.dtype import DType, dtypes
 from rewrite.ops import Ops
+from rewrite.uop import UOp
 
 _TO_ZERO_NO_EXC = 11  # _MM_FROUND_TO_ZERO (3) | _MM_FROUND_NO_EXC (8)
 _GCC = " && !defined(__clang__)"
@@ -98,4 +100,37 @@ def half_cast_helper(src: DType, n: int, types: tuple[str, str], ctx: CContext) 
                           f"#else\n  return __builtin_convertvector(a, {d});\n#endif\n}}")
 
 
-__all__ = ["half_cast_helper", "has_vector_half_cast", "has_vector_round", "round_helper"]
+# x86's MINPS/MAXPS (MINPD/MAXPD) are selects: min(a, b) = a < b ? a : b and max(a, b) = a > b ? a : b in every
+# lane, b where either is nan and for +0 against -0. So WHERE(p < q, p, q) is min(p, q) and WHERE(p < q, q, p) is
+# max(q, p) bit for bit (a clamp, as exp's, is two of them): one instruction where gcc's bit-select of the mask is
+# three (a compare, then a masked and a plain xor), and gcc does not see the min in the select. (lane type, lanes)
+# -> (the condition that has the instruction, gcc's builtin with {k} for min or max, its arguments after `a, b`)
+_MINMAX = {(dt, m * 16 // dt.itemsize): (when, f"__builtin_ia32_{{k}}{s}{suffix}", args)
+           for dt, s, sse in ((dtypes.float32, "ps", "__SSE__"), (dtypes.float64, "pd", "__SSE2__"))
+           for m, when, suffix, args in ((1, f"defined({sse})", "", ""), (2, "defined(__AVX__)", "256", ""),
+                                         (4, "defined(__AVX512F__)", "512_mask", ", a, -1, 4"))}
+
+
+def minmax_call(x: UOp, n: int, types: tuple[str, str], ctx: CContext) -> str | None:
+    """For a WHERE `x` of n lanes that is a min or a max (WHERE(p < q, p, q) or WHERE(p < q, q, p) on float32 or
+    float64 lanes of 16, 32 or 64 bytes), the name of `vminsel_T` / `vmaxsel_T` to call on its two branches, else
+    None. The helper is a < b ? a : b (a > b ? a : b) in each lane as one x86 instruction, the bit-select of the
+    comparison's mask elsewhere. `types`: the vector type and its int mask type."""
+    c, a, b = x.src
+    if c.op is not Ops.CMPLT or (x.dtype.scalar, n) not in _MINMAX or c.src[0].dtype.scalar is not x.dtype.scalar:
+        return None
+    p, q = c.src
+    kind = "min" if (a is p and b is q) else "max" if (a is q and b is p) else None
+    if kind is None:
+        return None
+    t, m = types
+    when, builtin, args = _MINMAX[(x.dtype.scalar, n)]
+    fn = f"v{kind}sel_{t}"
+    cond = "a < b" if kind == "min" else "a > b"
+    return ctx.define(fn, f"static inline {t} {fn}({t} a, {t} b) {{\n"
+                          f"#if {when}{_GCC} && (defined(__x86_64__) || defined(__i386__))\n"
+                          f"  return {builtin.format(k=kind)}(a, b{args});\n"
+                          f"#else\n  {m} m = ({m})({cond}); return ({t})((({m})a & m) | (({m})b & ~m));\n#endif\n}}")
+
+
+__all__ = ["half_cast_helper", "has_vector_half_cast", "has_vector_round", "minmax_call", "round_helper"]

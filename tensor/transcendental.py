@@ -60,8 +60,9 @@ def exp_uop(x: UOp) -> UOp:
 
 
 def _clamp_below(x: UOp, lo: float) -> UOp:
-    # a select on x < lo (not MAX) so that NaN passes through as one compare and blend; interval analysis reads
-    # the select as max(x, lo), as it reads minimum() as min
+    # a select on x < lo, not MAX (whose NaN-propagating form is a compare, a NaN test and a blend): NaN passes
+    # through, it is one MAXPS on x86 (devices.c_vround), and interval analysis reads it as max(x, lo), as it
+    # reads minimum() as min
     return (x < lo).where(x.const_like(lo), x)
 
 
