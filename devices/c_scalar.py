@@ -399,13 +399,14 @@ def render_alu(x: UOp, ctx: CContext) -> str:
 # ---------------------------------------------------------------- rules: statements
 
 
-# A reduction loop of at most SHORT_REDUCE iterations (a window's taps: conv2d's 3 columns of a 3x3 kernel) is
-# unrolled by the C compiler: gcc -O2 keeps such a loop whole when its body is a register tile, so each tap pays
-# the loop's counter, branch and the accumulators' register moves at the back edge, and the taps' overlapping
-# reads (output column x at tap k reads the input x + k, which column x + 1 reads at tap k - 1) are loaded again
-# per tap. conv2d (8,64,56,56) -> 64 3x3 pad 1, its conv kernel alone on one thread of this Intel AVX-512 host
-# (min of 7, 3 rounds alternated): x86-64-v4 ~18.1 -> ~16.6 ms, x86-64-v3 ~28.5 -> ~26.5 ms (with the interior
-# split of lower.interior: 19.7 -> 14.5 ms and 28.7 -> 22.1 ms).
+# An innermost reduction loop of at most SHORT_REDUCE iterations (a window's taps: conv2d's 3 columns of a 3x3
+# kernel) is unrolled by the C compiler: gcc -O2 keeps such a loop whole when its body is a register tile, so each
+# tap pays the loop's counter, branch and the accumulators' register moves at the back edge, and the taps'
+# overlapping reads (output column x at tap k reads the input x + k, which column x + 1 reads at tap k - 1) are
+# loaded again per tap. conv2d (8,64,56,56) -> 64 3x3 pad 1, its conv kernel alone on one thread of this Intel
+# AVX-512 host (min of 7, 3 rounds alternated, load ~1.5): x86-64-v4 ~18.1 -> ~16.6 ms, x86-64-v3 ~28.5 -> ~26.5
+# ms; with the interior split of lower.interior the unroll is what lets the unchecked interior pay (split alone:
+# no gain).
 SHORT_REDUCE = 4
 
 
