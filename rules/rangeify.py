@@ -345,10 +345,7 @@ def recomputed_expensive(n: UOp, idx: tuple[UOp, ...], valid: UOp | None, buffer
     matmul) repeated at least CHEAP_RECOMPUTE_LIMIT times: its loads and ops inside the loop cost more than one
     elementwise pass. `work`, when given, keeps `source_work` by source (a kernel reads a source at many sites)."""
     src = n.src[0]
-    factor = broadcast_factor(n)
-    if factor < RECOMPUTE_LIMIT or src in buffers:
-        return False
-    if not uses_reduce_range(expand_source_index(idx, src.shape, n.shape), valid):
+    if not (factor := repeated_in_loop(n, idx, valid, buffers)):
         return False
     if work is None:
         found, loads = source_work(src, buffers)
@@ -358,8 +355,23 @@ def recomputed_expensive(n: UOp, idx: tuple[UOp, ...], valid: UOp | None, buffer
         found, loads = known
     if found is not None:
         return found
-    # cheap work that combines two or more loaded values (a bias and ReLU on a matmul's output, ReLU's gradient
-    # mask), repeated CHEAP_RECOMPUTE_LIMIT times or more
+    return _cheap_but_repeated(loads, factor)
+
+
+def repeated_in_loop(n: UOp, idx: tuple[UOp, ...], valid: UOp | None, buffers: dict[UOp, UOp]) -> int:
+    """How many times the EXPAND `n`, read at `idx` inside a reduction's loop (its source index moves with a REDUCE
+    range), repeats its unrealized source's work: its broadcast factor when that is at least RECOMPUTE_LIMIT, else
+    0 (a realized source, a smaller factor, or an index that does not move with the reduction)."""
+    src = n.src[0]
+    factor = broadcast_factor(n)
+    if factor < RECOMPUTE_LIMIT or src in buffers:
+        return 0
+    return factor if uses_reduce_range(expand_source_index(idx, src.shape, n.shape), valid) else 0
+
+
+def _cheap_but_repeated(loads: int, factor: int) -> bool:
+    """Cheap work that combines two or more loaded values (a bias and ReLU on a matmul's output, ReLU's gradient
+    mask), repeated CHEAP_RECOMPUTE_LIMIT times or more: worth storing once."""
     return loads >= 2 and factor >= CHEAP_RECOMPUTE_LIMIT
 
 
@@ -425,16 +437,13 @@ def _reduce_epilogue(ctx: Site, n: UOp) -> RealizePoint | None:
     contiguous stores, still less than the bare product and the permuting kernel (1.08 + 0.23 ms); storing k's
     natural layout instead made the score matmul read its columns strided, several times slower. So the
     epilogue always takes its reader's layout."""
-    factor = broadcast_factor(n)
     src = n.src[0]
-    if factor < RECOMPUTE_LIMIT or src in ctx.buffers:
-        return None
-    if not uses_reduce_range(expand_source_index(ctx.idx, src.shape, n.shape), ctx.valid):
+    if not (factor := repeated_in_loop(n, ctx.idx, ctx.valid, ctx.buffers)):
         return None
     if (epi := reduce_epilogue(src, ctx.buffers)) is None:
         return None
     _, expensive, loads = epi
-    if expensive or (loads >= 2 and factor >= CHEAP_RECOMPUTE_LIMIT):
+    if expensive or _cheap_but_repeated(loads, factor):
         return RealizePoint(unreshaped(src, ctx.buffers), REDUCE_EPILOGUE)
     return None
 
@@ -491,6 +500,7 @@ __all__ = [
     "realize_point_rules",
     "recomputed_expensive",
     "reduce_epilogue",
+    "repeated_in_loop",
     "reshape_groups",
     "reshape_index",
     "source_work",

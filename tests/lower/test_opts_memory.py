@@ -10,11 +10,13 @@ python reference's result bit for bit (same opts, same program) and numpy's up t
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
 from devices import get_device
-from devices.base import cpu_target
+from devices.base import Target, cpu_target
 from lower.buffers import new_buffer
 from lower.optimize import ACCUMULATORS, hand_coded
 from lower.stages import lower_kernel
@@ -111,15 +113,22 @@ def test_variance_gets_separate_accumulators(level: str) -> None:
     assert _splits(opts, AxisType.UNROLL) == [lanes, ACCUMULATORS] * 2, opts
     if not target.runs_here:
         return
-    rng = np.random.default_rng(5)
-    arrays = {i: rng.standard_normal(int(np.prod(bf.shape))).astype(np.float32) for i, bf in enumerate(it.bufs) if i}
-    got = _run(it, opts, arrays, "cpu", target)
-    np.testing.assert_array_equal(got, _run(it, opts, arrays, "python", target))
+    arrays, got = _run_like_python(it, opts, target, 5)
     big = [v.astype(np.float64).reshape(64, 384) for v in arrays.values() if v.size == 64 * 384]
     row = next(v for v in arrays.values() if v.size == 384)
     assert len(big) == 2 and len(arrays) == 3
     xv = big[0] + big[1] + row
     np.testing.assert_allclose(got[:64], xv.var(-1), rtol=1e-4, atol=1e-5)
+
+
+def _run_like_python(it: Any, opts: list, target: Target, seed: int) -> tuple[dict[int, np.ndarray], np.ndarray]:
+    """The kernel with `opts` on random float32 inputs on the cpu device, checked equal, bit for bit, to the
+    python reference device: (the inputs by slot, the cpu result)."""
+    rng = np.random.default_rng(seed)
+    arrays = {i: rng.standard_normal(int(np.prod(b.shape))).astype(np.float32) for i, b in enumerate(it.bufs) if i}
+    got = _run(it, opts, arrays, "cpu", target)
+    np.testing.assert_array_equal(got, _run(it, opts, arrays, "python", target))
+    return arrays, got
 
 
 def _pack(rows: int, cols: int, panel: int) -> Tensor:
@@ -151,10 +160,7 @@ def test_data_movement_is_upcast_to_the_targets_width(level: str, case: str) -> 
     assert f"vstore_f32x{lanes}(" in body and (f"vload_f32x{lanes}(" in body or f"vloadr_f32x{lanes}(" in body), body
     if not target.runs_here:
         return
-    rng = np.random.default_rng(6)
-    arrays = {i: rng.standard_normal(int(np.prod(b.shape))).astype(np.float32) for i, b in enumerate(it.bufs) if i}
-    got = _run(it, opts, arrays, "cpu", target)
-    np.testing.assert_array_equal(got, _run(it, opts, arrays, "python", target))
+    arrays, got = _run_like_python(it, opts, target, 6)
     np.testing.assert_array_equal(got, _run(it, [], arrays, "cpu", target))  # the scalar kernel: the same values
 
 
