@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import gpu
 
         return gpu.main(argv[1:])
+    from benchmarks.peer_isa import limit_peers
+
+    limit_peers(argv)  # CPU_TARGET below the host's level: start again with the peers held to it too
     try:
         load_suites()
         return run(argv)

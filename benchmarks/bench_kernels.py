@@ -33,7 +33,9 @@ For each case:
   peers   numpy (in process; OpenBLAS threads as it defaults), PyTorch eager with all threads (in process, when
           importable), tinygrad (a subprocess with DEV=CPU CACHELEVEL=0, when installed): steady medians the
           same way, and tinygrad's cold first call too. Ratios are ours over peer in throughput (>1: we are
-          faster). tinygrad's CPU backend compiles with clang (`--target=`, which gcc rejects): no clang, no
+          faster). With CPU_TARGET below the host's level every peer is held to that level too
+          (benchmarks.peer_isa: OpenBLAS, numpy's ufuncs, MKL/oneDNN/ATen, tinygrad's -march). tinygrad's
+          CPU backend compiles with clang (`--target=`, which gcc rejects): no clang, no
           tinygrad column. Ours, numpy and PyTorch are timed in blocks of back-to-back runs, in the order
           ours numpy torch, then torch numpy ours (half the runs each: a load that drifts falls on all alike),
           each block once this process's threads are idle (_quiet): on this 2-vCPU machine OpenBLAS's and
@@ -67,6 +69,7 @@ from benchmarks import limits as machine_limits
 from benchmarks.kernel_cases import Case, all_cases, cases_for, check, reference
 from benchmarks.kernel_peers import Engine, NumpyPeer, Ours, TorchPeer, have, our_threads
 from benchmarks.kernel_worker import result_from_json, run_worker
+from benchmarks.peer_isa import tinygrad_dev
 from benchmarks.report import caption
 from benchmarks.runner import Bench, LoadMeter, Result, Timed, fmt_value, suite
 from devices import target_for
@@ -397,7 +400,7 @@ def _run_case(b: Bench, case: Case, row: Row, lim: machine_limits.Limits, peers:
         b.compare(f"{case.title} vs {cls.name}", steady, pr, cls.name)
     if tg:
         b.say("tinygrad (subprocess: cold first call, then steady runs)")
-        res, arr, err = run_worker("tinygrad", case, runs, {"DEV": "CPU", "CACHELEVEL": "0", "CC": "clang"})
+        res, arr, err = run_worker("tinygrad", case, runs, {"DEV": tinygrad_dev(), "CACHELEVEL": "0", "CC": "clang"})
         if res is None:
             b.note(f"{case.title}: tinygrad failed: {err}")
         else:

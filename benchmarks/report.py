@@ -65,10 +65,11 @@ def _load() -> list[float]:
 def run_info(mode: str) -> dict[str, object]:
     """The run's description, taken at its start; `finish_run` adds the end."""
     from benchmarks.limits import cpu_model
+    from benchmarks.peer_isa import limited_to
 
     return {"mode": mode, "date": datetime.now(UTC).isoformat(timespec="seconds"), "cpu": cpu_model(),
-            "cores": os.cpu_count(), "target": target_label(), "threads": _threads(), "load_start": _load(),
-            "load_end": None, "partial": False}
+            "cores": os.cpu_count(), "target": target_label(), "peers_isa": limited_to() or "host",
+            "threads": _threads(), "load_start": _load(), "load_end": None, "partial": False}
 
 
 def finish_run(run: dict[str, object], partial: bool = False) -> None:
@@ -87,7 +88,9 @@ def caption(run: dict[str, object]) -> str:
 
     date = str(run.get("date", ""))[:16].replace("T", " ")
     part = " | PARTIAL (interrupted)" if run.get("partial") else ""
-    return (f"{run.get('cpu', '?')} | Target {run.get('target', '?')} | {run.get('threads', '?')} threads | "
+    peers = run.get("peers_isa", "host")
+    held = f" | peers held to {peers}" if peers not in ("host", None) else ""
+    return (f"{run.get('cpu', '?')} | Target {run.get('target', '?')}{held} | {run.get('threads', '?')} threads | "
             f"load {one(run.get('load_start'))} -> {one(run.get('load_end'))} | mode {run.get('mode', '?')} | "
             f"{date} UTC{part}")
 
