@@ -12,6 +12,9 @@ reduction's ranges. An Opt is (op, axis, arg) and opts compose left to right (se
   PADTO  (m, "repeat")     the same count, but the extra iterations of an output (LOOP/GLOBAL) axis repeat the
                            last one: every use of r reads min(r, n-1), so loads need no gate (an inner loop's
                            loads stay plain), and only the stores that depend on r are gated by r < n
+  PARTIALS k               reduction axis n becomes n/k, and each REDUCE over it k REDUCEs, the j-th over the
+                           steps j, j+k, j+2k, ... (k scalar accumulators in one loop, combined after it by a tree
+                           of the reduction's op): lower.expand.replicate of an inner UNROLL split, applied now
   SWAP   j                 exchange the loop order of two output axes (both LOOP-like, same END)
   NOLOCALS                 no LOCAL axes (CPU: always)
   TC       shape           tensor cores ("16x8x16 half->float", one of Target.tensor_cores, or (shape, tm, tn):
@@ -45,6 +48,7 @@ class OptOps(Enum, metaclass=FastEnumType):
     NOLOCALS = "NOLOCALS"
     TC = "TC"
     SIMT = "SIMT"
+    PARTIALS = "PARTIALS"
 
 
 class Opt:
@@ -233,6 +237,8 @@ def _apply_opt(ast: UOp, opt: Opt) -> UOp:
         return replace_range(ast, r, (a, b), a * k + b)
     if opt.op is OptOps.PADTO:
         return _padto(ast, r, opt)
+    if opt.op is OptOps.PARTIALS:
+        return _partials(ast, r, opt)
     if opt.op is OptOps.SWAP:
         if not isinstance(opt.arg, int) or not 0 <= opt.arg < len(rs):
             raise KernelOptError(f"{opt}: the other axis is out of range")
@@ -248,6 +254,21 @@ def _apply_opt(ast: UOp, opt: Opt) -> UOp:
 
 
 _applied = _Memo(_apply_opt, 256)
+
+
+def _partials(ast: UOp, r: UOp, opt: Opt) -> UOp:
+    from lower.expand import replicate  # expand builds on this module's ranges
+
+    k = opt.arg
+    if not isinstance(k, int) or isinstance(k, bool) or k < 2 or size(r) % k:
+        raise KernelOptError(f"{opt}: the count of partial accumulators must be an int >= 2 that divides the axis "
+                             f"size {size(r)}")
+    if r.axis_type is not AxisType.REDUCE or sum(u.op is Ops.REDUCE and r in u.src[1:] for u in _topo(ast)) != 1:
+        raise KernelOptError(f"{opt}: only the reduction axis of one REDUCE gets partial accumulators, not a "
+                             f"{r.axis_type.name} axis or one that several REDUCEs share")
+    at = axes(ast).index(r)
+    split = _apply_opt(ast, Opt(OptOps.SPLIT, at, (k, AxisType.UNROLL, False)))
+    return replicate(split, axes(split)[at + 1])
 
 
 def _padto(ast: UOp, r: UOp, opt: Opt) -> UOp:

@@ -6,6 +6,8 @@ lower.opt_apply and re-exported here; the register tiles the heuristics try firs
 
 from __future__ import annotations
 
+from math import prod
+
 from devices.base import Target
 from lower.opt_apply import (
     Opt,
@@ -149,6 +151,13 @@ def _varying(topo: tuple[UOp, ...], r: UOp) -> tuple[UOp, ...]:
     return tuple(u for u in topo if u in dep)
 
 
+def _vector_lanes_of(ast: UOp, red: UOp, r: UOp) -> bool:
+    """Whether reduction range `r` of REDUCE `red` makes vector code as lanes: every buffer access of `ast` moves
+    by 0 or 1 element along it (contiguous vectors, no gathers) and no op of `red`'s body that varies with it runs
+    lane by lane (_lane_unfriendly). hand_coded unrolls only such a range into lanes."""
+    return _contiguous_everywhere(ast, r) and not any(_lane_unfriendly(u) for u in _varying(_topo(red.src[0]), r))
+
+
 # A load behind a gate (an embedding row whose id may be out of range: `ok ? row[i] : 0`) is one gcc does not
 # vectorize at -O2: it may not read memory the gate guards, and its cheap cost model does not use masked loads, so
 # the whole output loop stays scalar. Where the gate does not move with the output loop, its lanes load one vector
@@ -272,6 +281,37 @@ def balance_ids(ast: UOp, opts: list[Opt], threads: int) -> UOp:
     return new
 
 
+# A reduction that gets no lanes (its body varies with every contiguous reduction axis through ops that would run
+# lane by lane, or no reduction axis is contiguous: a max pool's backward through its saved bool mask and the
+# window's %2 and //2 index math) was one serial accumulator over its whole length: each step waits for the
+# previous add, and the rounding error of a sum grows with the length of its chain (the digits CNN's conv1 bias
+# gradient, an exactly cancelling sum of 6400 terms, came out 2.4e-7 where torch's is 8e-8, outside the train
+# suite's gradient check). A long float sum (at least LONG_REDUCTION steps) is split into SCALAR_ACCUMULATORS
+# interleaved scalar accumulators (OptOps.PARTIALS: acc0..acc3 in one loop, added after it), so each chain is a
+# quarter as long and four adds are in flight at once.
+SCALAR_ACCUMULATORS = 4
+LONG_REDUCTION = 256
+
+
+def _scalar_accumulators(ast: UOp, opts: list[Opt], red: UOp) -> UOp:
+    """`ast` with a float sum `red` of at least LONG_REDUCTION steps given SCALAR_ACCUMULATORS (else 2) partial
+    accumulators (OptOps.PARTIALS, appended to `opts`) over its innermost reduction axis that the count divides;
+    `ast` as it was where the reduction is shorter or no axis divides, and for an int sum (exact, and one the C
+    compiler reassociates and vectorizes by itself), a MAX or a product."""
+    cur = axes(ast)
+    rs = [r for r in red.src[1:] if r in cur and r.axis_type is AxisType.REDUCE]
+    if red.reduce_op is not Ops.ADD or not red.dtype.is_float or not rs or prod(size(r) for r in rs) < LONG_REDUCTION:
+        return ast
+    for k in (SCALAR_ACCUMULATORS, 2):
+        for r in reversed(rs):
+            if size(r) % k == 0:
+                o = Opt(OptOps.PARTIALS, cur.index(r), k)
+                new = apply_opt(ast, o)
+                opts.append(o)
+                return new
+    return ast
+
+
 def hand_coded(ast: UOp, target: Target, threads: int | None = None, vectors: bool = True) -> list[Opt]:
     """Opts for a CPU target, in order: split the outermost output loop across the target's cores (`threads`
     overrides their count) when each thread gets enough work to pay for waking it; a register tile for a sum of
@@ -280,7 +320,9 @@ def hand_coded(ast: UOp, target: Target, threads: int | None = None, vectors: bo
     where that pays (_upcast_outputs, a streamed output, a reduction over strided axes: _column_reduction; a
     kernel that only moves data, _moves_data, by whole vectors only);
     unroll into lanes each reduction whose body does not depend on those lanes (a
-    vector of partial results instead of one serial accumulator). An interpreted target gets no opts (its cost
+    vector of partial results instead of one serial accumulator), and give a long float sum that gets no lanes
+    (no contiguous reduction axis, or a body that would run lane by lane there) scalar partial accumulators
+    (_scalar_accumulators). An interpreted target gets no opts (its cost
     is per instruction, which opts do not lower), and a target without vector registers no lanes."""
     opts: list[Opt] = []
     if target.interpreted:
@@ -322,8 +364,10 @@ def hand_coded(ast: UOp, target: Target, threads: int | None = None, vectors: bo
             cur = axes(ast)
             pick = [cur.index(r) for r in red.src[1:] if r in cur and r.axis_type is AxisType.REDUCE
                     and _contiguous_everywhere(ast, r)][-1:]
-            if (up is not None and up in body) or (pick and any(_lane_unfriendly(u) for u in
-                                                                _varying(body, cur[pick[0]]))):
+            if up is not None and up in body:
+                continue
+            if not pick or not _vector_lanes_of(ast, red, cur[pick[0]]):
+                ast = _scalar_accumulators(ast, opts, red)
                 continue
             n = size(cur[pick[0]]) if pick else 0
             acc = _accumulators(_varying(body, cur[pick[0]]), n, lanes, target) if pick else 1
@@ -339,6 +383,7 @@ def hand_coded(ast: UOp, target: Target, threads: int | None = None, vectors: bo
     return opts
 
 
-__all__ = ["ACCUMULATORS", "BALANCE_IDS", "BALANCE_WORK", "CHEAP_BODY_OPS", "MIN_WORK_PER_THREAD", "PAD_FOR_THREADS",
-           "UPCAST_OUTPUTS", "Opt", "OptOps", "apply_opt", "apply_opts", "axes", "balance_ids", "hand_coded",
-           "lower_threads", "native_lanes", "next_range_id", "replace_range", "size", "work"]
+__all__ = ["ACCUMULATORS", "BALANCE_IDS", "BALANCE_WORK", "CHEAP_BODY_OPS", "LONG_REDUCTION", "MIN_WORK_PER_THREAD",
+           "PAD_FOR_THREADS", "SCALAR_ACCUMULATORS", "UPCAST_OUTPUTS", "Opt", "OptOps", "apply_opt", "apply_opts",
+           "axes", "balance_ids", "hand_coded", "lower_threads", "native_lanes", "next_range_id", "replace_range",
+           "size", "work"]
