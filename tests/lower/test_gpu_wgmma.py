@@ -30,6 +30,7 @@ CASES = [
     (100, 80, 72, (32, 1, 2, 1, 1, 16, 3), "float16"),  # two wgmmas along n; rows, columns and k ragged
     (136, 48, 200, (64, 1, 1, 2, 1, 32, 3), "bfloat16"),  # two warpgroups; a k step of two slices
     (70, 96, 40, (8, 2, 1, 1, 1, 16, 4), "float16"),  # n 8, two wgmmas along m; 6 k steps through 4 stages
+    (130, 128, 248, (128, 1, 2, 2, 1, 64, 4), "float16"),  # the heuristics' big config (ragged here): m64n128k16
 ]
 
 
