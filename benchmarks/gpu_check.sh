@@ -16,6 +16,8 @@
 # compile figures) into /tmp/site if there are any: `pip download -d .whl --no-deps nvidia-cuda-nvrtc
 # nvidia-cuda-runtime tinygrad==0.14.0` beforehand. Writes at most 8 files into "$OUT" (default ./gpu_out):
 #   env.txt summary.txt tests.log tests.xml bench.log bench-gpu-compile.json bench-gpu.json [bench-gpu-beam.json]
+# Without BEAM the fp16/bf16 matmul 4096 cases run again with WGMMA=1 (Hopper's wgmma, lower/tc_wgmma.py: on an
+# sm_90 GPU only; opt-in until this measures it), their table in bench.log.
 # Figures for the targets: bench-gpu.json (matmul 4096 fp16/bf16 vs torch, elementwise vs the measured
 # copy bandwidth, softmax/layernorm/attention vs torch eager), bench-gpu-compile.json (cold compile per kernel,
 # ours vs tinygrad's CUDA backend). Each step has its own time limit and a failing step does not stop the next.
@@ -26,6 +28,7 @@ PY="${PYTHON:-python3}"
 BEAM_N="${BEAM:-0}"
 unset BEAM  # only the BEAM step searches
 BEAM_CASES="${BEAM_CASES:-matmul_4096_fp16,softmax_4096}"
+WGMMA_CASES="matmul_4096_fp16,matmul_4096_bf16"
 DRY="${DRY_RUN:-0}"
 export CACHEDIR="${CACHEDIR:-/tmp/uopc-gpu-cache}"  # an empty kernel cache: the first compiles are cold
 KILL=5  # seconds between a step's TERM and KILL
@@ -38,12 +41,15 @@ if [ "${HOST_CPU:-0}" = 1 ]; then
   STEPS+=("host cpu kernels|200|bench.log|env $HOST_CASES $PY -m benchmarks kernels --json $OUT/bench-host-cpu.json")
   STEPS+=("host cpu kernels, x86-64-v3|200|bench.log|env $HOST_CASES CPU_TARGET=x86-64-v3 $PY -m benchmarks kernels --json $OUT/bench-host-cpu-v3.json")
 else
-STEPS+=("gpu tests|110|tests.log|$PY -m pytest -q -rs -m gpu -p no:cacheprovider tests/devices/test_cuda.py tests/devices/test_cuda_beam.py tests/devices/test_cuda_async.py --junitxml=$OUT/tests.xml")
+STEPS+=("gpu tests|110|tests.log|$PY -m pytest -q -rs -m gpu -p no:cacheprovider tests/devices/test_cuda.py tests/devices/test_cuda_beam.py tests/devices/test_cuda_async.py tests/devices/test_cuda_wgmma.py --junitxml=$OUT/tests.xml")
 if [ "${SKIP_NVCC:-0}" != 1 ] && [ "$BEAM_N" = 0 ]; then
-  STEPS+=("compile CI tests|45|tests.log|$PY -m pytest -q -rs -p no:cacheprovider tests/devices/test_cuda_compile.py tests/devices/test_cuda_async.py tests/devices/test_target.py")
+  STEPS+=("compile CI tests|45|tests.log|$PY -m pytest -q -rs -p no:cacheprovider tests/devices/test_cuda_compile.py tests/devices/test_cuda_async.py tests/devices/test_cuda_wgmma.py tests/devices/test_target.py")
 fi
 STEPS+=("cold compile per kernel|60|bench.log|$PY -m benchmarks.gpu_compile --sm SM --json $OUT/bench-gpu-compile.json")
 STEPS+=("benchmark|170|bench.log|$PY -m benchmarks gpu --json $OUT/bench-gpu.json")
+if [ "$BEAM_N" = 0 ]; then  # Hopper's warpgroup MMA (lower/tc_wgmma.py, opt-in: not yet run on a GPU before this)
+  STEPS+=("benchmark, WGMMA=1 matmuls|35|bench.log|env WGMMA=1 $PY -m benchmarks gpu --cases $WGMMA_CASES")
+fi
 if [ "$BEAM_N" != 0 ]; then
   STEPS+=("benchmark under BEAM=$BEAM_N|80|bench.log|env BEAM=$BEAM_N $PY -m benchmarks gpu --cases $BEAM_CASES --json $OUT/bench-gpu-beam.json")
 fi

@@ -12,7 +12,8 @@ folder is a CompileError saying what to install. Options: the Target's architect
 so the result is a cubin for that GPU, not PTX) and the exactness flags nvcc gets (no FMA contraction, IEEE
 division and square root, no flush to zero).
 
-nvcc: `nvcc -cubin -arch=sm_XX -O3` plus the same exactness flags, found on PATH.
+nvcc: `nvcc -cubin -arch=sm_XX -O3` plus the same exactness flags, found on PATH. Either compiles a source that
+uses wgmma (lower.tc_wgmma) for sm_90a, the architecture-specific variant of sm_90 that wgmma needs (`arch_for`).
 
 The cache: rewrite.env.cache_dir()/cuda, an entry per hash of the source, the Target's key, the compiler's name,
 version and options (NVRTC's include folder among them), with devices.objcache's checksummed footer (a damaged
@@ -44,6 +45,12 @@ from rewrite.errors import CompileError
 _EXACT = ("-fmad=false", "-ftz=false", "-prec-div=true", "-prec-sqrt=true")
 
 
+def arch_for(target: Target, src: str) -> str:
+    """The architecture to compile `src` for: the Target's, with sm_90's architecture-specific features
+    ("sm_90a": wgmma, lower.tc_wgmma) where the source uses them (such a cubin runs on sm_90 GPUs only)."""
+    return target.isa + "a" if target.isa == "sm_90" and "wgmma." in src else target.isa
+
+
 class CudaCompiler:
     """What NVRTC and nvcc share: the Target check, the cache key and the disk cache. A subclass gives `name`,
     `version`, `flags(target)` and `_compile(src, target, what) -> cubin bytes`."""
@@ -54,7 +61,7 @@ class CudaCompiler:
     def version(self) -> str:
         raise NotImplementedError
 
-    def flags(self, target: Target) -> tuple[str, ...]:
+    def flags(self, target: Target, src: str = "") -> tuple[str, ...]:
         raise NotImplementedError
 
     def _compile(self, src: str, target: Target, what: str) -> bytes:
@@ -66,7 +73,7 @@ class CudaCompiler:
                                f"devices.base.gpu_target(sm)")
 
     def key(self, src: str, target: Target) -> str:
-        ident = "\0".join((self.name, self.version, target.key, *self.flags(target)))
+        ident = "\0".join((self.name, self.version, target.key, *self.flags(target, src)))
         return hashlib.sha256((ident + "\0" + src).encode()).hexdigest()[:32]
 
     def cubin(self, src: str, target: Target, what: str = "kernel") -> bytes:
@@ -144,16 +151,18 @@ class NVCC(CudaCompiler):
         _ = self.path
         return self._version
 
-    def flags(self, target: Target) -> tuple[str, ...]:
+    def flags(self, target: Target, src: str = "") -> tuple[str, ...]:
         self.check_target(target)
-        return ("-cubin", "-O3", *_EXACT, *target.compile_flags)
+        arch = tuple(f"-arch={arch_for(target, src)}" if f == f"-arch={target.isa}" else f
+                     for f in target.compile_flags)
+        return ("-cubin", "-O3", *_EXACT, *arch)
 
     def _compile(self, src: str, target: Target, what: str) -> bytes:
         with tempfile.TemporaryDirectory() as d:
             cu, out = os.path.join(d, "k.cu"), os.path.join(d, "k.cubin")
             with open(cu, "w") as f:
                 f.write(src)
-            cmd = [self.path, *self.flags(target), "-o", out, cu]
+            cmd = [self.path, *self.flags(target, src), "-o", out, cu]
             run_compiler(cmd, "cuda", what, src, 600, where=f" for {target.isa}")
             with open(out, "rb") as f:
                 return f.read()
@@ -241,17 +250,17 @@ class NVRTC(CudaCompiler):
         _ = self.lib
         return self._include
 
-    def flags(self, target: Target) -> tuple[str, ...]:
+    def flags(self, target: Target, src: str = "") -> tuple[str, ...]:
         self.check_target(target)
         inc = (f"--include-path={self.include}",) if self.include else ()
-        return (f"--gpu-architecture={target.isa}", *_EXACT, *inc)
+        return (f"--gpu-architecture={arch_for(target, src)}", *_EXACT, *inc)
 
     def _check(self, rc: int, what: str) -> None:
         if rc != 0:
             raise CompileError(f"cuda: NVRTC {what}: {self.lib.nvrtcGetErrorString(rc).decode()}")
 
     def _compile(self, src: str, target: Target, what: str) -> bytes:
-        lib, opts = self.lib, self.flags(target)
+        lib, opts = self.lib, self.flags(target, src)
         if self.include is None and ("<cuda_fp16.h>" in src or "<cuda_bf16.h>" in src):
             raise CompileError(f"cuda: {what} uses half or bfloat16, and NVRTC needs cuda_fp16.h / cuda_bf16.h: "
                                "pip install nvidia-cuda-runtime (in uopc[gpu]) or set CUDA_PATH to a CUDA toolkit")
@@ -297,4 +306,4 @@ def cuda_compiler() -> CudaCompiler:
     return _COMPILERS["nvrtc"] if nvrtc_available()[0] else _COMPILERS["nvcc"]
 
 
-__all__ = ["NVCC", "NVRTC", "CudaCompiler", "cuda_compiler", "nvrtc_available"]
+__all__ = ["NVCC", "NVRTC", "CudaCompiler", "arch_for", "cuda_compiler", "nvrtc_available"]

@@ -25,15 +25,21 @@ def is_ldmatrix(u: UOp) -> bool:
     return u.op is Ops.LOAD and isinstance(u.arg, tuple) and u.arg[0] == "ldmatrix"
 
 
+def _reads_wgmma(y: UOp, x: UOp) -> bool:
+    """Is y a wgmma WMMA reading operand x (an INDEX of its first element) from shared memory?"""
+    return y.op is Ops.WMMA and isinstance(y.arg, tuple) and y.arg[:1] == ("wgmma",) and x in y.src[:2]
+
+
 def raw_locals(prog: Program) -> set[UOp]:
-    """The LOCAL bfloat16 buffers only cp.async copies write and only ldmatrix reads: they hold bfloat16 bits
-    (2 bytes an element) instead of floats, since both instructions move 16-bit elements as they are."""
+    """The LOCAL bfloat16 buffers only cp.async copies write and only ldmatrix or wgmma read: they hold bfloat16
+    bits (2 bytes an element) instead of floats, since these instructions move 16-bit elements as they are."""
     out = set()
     for b in prog.locals:
         if b.dtype.scalar is not dtypes.bfloat16:
             continue
         uses = [x for x in prog.instrs if x.op is Ops.INDEX and x.src and base_of(x.src[0]) is b]
-        if uses and all(all((is_async_copy(y) and y.src[0] is x) or is_ldmatrix(y) for y in prog.users.get(x, []))
+        if uses and all(all((is_async_copy(y) and y.src[0] is x) or is_ldmatrix(y) or _reads_wgmma(y, x)
+                            for y in prog.users.get(x, []))
                         for x in uses):
             out.add(b)
     return out

@@ -65,6 +65,7 @@ from devices.cuda_memory import (
     raw_locals,
 )
 from devices.linear import Program, base_of, buffer_arg, const_value, is_global
+from devices.python_wgmma import is_wgmma
 from rewrite.dsl import Rule, RuleSet, op, var
 from rewrite.dtype import AddrSpace, DType, dtypes
 from rewrite.errors import CompileError
@@ -202,15 +203,26 @@ def _render_range(x: UOp, b: UOp, ctx: CContext) -> str:
 
 def _render_barrier(x: UOp) -> str:
     """__syncthreads(); BARRIER "cp.async.commit" closes this thread's group of copies; ("cp.async.wait", n) waits
-    until at most n of its groups are in flight, then __syncthreads()."""
+    until at most n of its groups are in flight, then __syncthreads() (with "proxy": a fence.proxy.async between,
+    so the landed tiles are visible to wgmma's async proxy); "wgmma.fence", "wgmma.commit", ("wgmma.wait", n):
+    wgmma.fence / commit_group / wait_group n."""
     if x.arg is None:
         return "__syncthreads();"
     if x.arg == "cp.async.commit":
         return 'asm volatile("cp.async.commit_group;\\n" ::);'
-    if isinstance(x.arg, tuple) and len(x.arg) == 2 and x.arg[0] == "cp.async.wait" and isinstance(x.arg[1], int):
-        return f'asm volatile("cp.async.wait_group {x.arg[1]};\\n" ::: "memory");\n__syncthreads();'
-    raise CompileError(f"BARRIER arg {x.arg!r}: the CUDA renderer knows None, 'cp.async.commit' and "
-                       f"('cp.async.wait', n)")
+    if isinstance(x.arg, tuple) and len(x.arg) in (2, 3) and x.arg[0] == "cp.async.wait" and \
+            isinstance(x.arg[1], int):
+        proxy = ' asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");' if x.arg[2:] == ("proxy",) else ""
+        return f'asm volatile("cp.async.wait_group {x.arg[1]};\\n" ::: "memory");{proxy}\n__syncthreads();'
+    if x.arg in _WGMMA_BARRIERS:
+        return f'asm volatile("{_WGMMA_BARRIERS[x.arg]}\\n" ::: "memory");'
+    if isinstance(x.arg, tuple) and len(x.arg) == 2 and x.arg[0] == "wgmma.wait" and isinstance(x.arg[1], int):
+        return f'asm volatile("wgmma.wait_group.sync.aligned {x.arg[1]};\\n" ::: "memory");'
+    raise CompileError(f"BARRIER arg {x.arg!r}: the CUDA renderer knows None, 'cp.async.commit', "
+                       f"('cp.async.wait', n[, 'proxy']), 'wgmma.fence', 'wgmma.commit' and ('wgmma.wait', n)")
+
+
+_WGMMA_BARRIERS = {"wgmma.fence": "wgmma.fence.sync.aligned;", "wgmma.commit": "wgmma.commit_group.sync.aligned;"}
 
 
 # CUDA's own instructions first; SCALAR_RULES takes the rest (SPECIALs are named by the signature)
@@ -321,6 +333,42 @@ def _render_wmma(u: UOp, ctx: CudaContext, lines: list[str], pad: str) -> None:
     lines.append(pad + "    : " + ", ".join(f'"r"({r})' for r in regs) + ");")
 
 
+_WGMMA_DESC = (
+    "static __device__ __forceinline__ uint64_t wgmma_desc(const void* p, uint32_t lbo, uint32_t sbo) {\n"
+    "  uint32_t a = (uint32_t)__cvta_generic_to_shared(p);\n"
+    "  return (uint64_t)((a & 0x3FFFFu) >> 4) | ((uint64_t)((lbo & 0x3FFFFu) >> 4) << 16) |\n"
+    "         ((uint64_t)((sbo & 0x3FFFFu) >> 4) << 32);\n}")
+
+
+def _render_wgmma(u: UOp, ctx: CudaContext, lines: list[str], pad: str) -> None:
+    """WMMA ("wgmma", n, dtype, (lbo, sbo, mn_major) of A, of B): the descriptors (devices.python_gpu.
+    wgmma_descriptor's fields: the shared address of the operand's first element, LBO, SBO, no swizzle) and one
+    `wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t}` on the n / 2 accumulators in place ("+f"), scale-d 1,
+    the transpose immediates from the layouts' mn_major."""
+    a, b, c = u.src
+    _, n, dt, lay_a, lay_b = cast(tuple, u.arg)
+    for x in (a, b):
+        buf = base_of(base_of(x).src[0])
+        if dt is dtypes.bfloat16 and buf not in ctx.raw:
+            raise CompileError(f"{ctx.prog.where(u)}: wgmma reads 16-bit elements: a bfloat16 operand buffer must "
+                               f"be written by cp.async copies only (devices.cuda_memory.raw_locals)")
+    fn = ctx.define("wgmma_desc", _WGMMA_DESC)
+    descs = [ctx.fresh("wgdesc") for _ in range(2)]
+    for name, x, lay in zip(descs, (a, b), (lay_a, lay_b), strict=True):
+        lines.append(f"{pad}const uint64_t {name} = {fn}(&{ctx[x]}, {lay[0]}u, {lay[1]}u);")
+    half = int(n) // 2
+    d = [ctx.fresh("wgacc") for _ in range(half)]
+    ctx.lanes[u] = d
+    lines.append(pad + "float " + ", ".join(f"{nm} = {unparen(ctx.lane(c, e))}" for e, nm in enumerate(d)) + ";")
+    t = _MMA_TYPE[dt]
+    regs = ", ".join(f"%{i}" for i in range(half))
+    lines.append(pad + f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{half + 2}, 0;\\n"')
+    lines.append(pad + f'    "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{regs}}}, %{half}, %{half + 1}, p, '
+                 f'1, 1, {int(lay_a[2])}, {int(lay_b[2])};\\n}}\\n"')
+    lines.append(pad + "    : " + ", ".join(f'"+f"({nm})' for nm in d))
+    lines.append(pad + f'    : "l"({descs[0]}), "l"({descs[1]}), "r"(1) : "memory");')
+
+
 def _inlined(u: UOp, ctx: CudaContext) -> bool:
     """Is this vector ALU value written into its one user's lanes (as the C renderer inlines a scalar)?"""
     users = ctx.prog.users.get(u, [])
@@ -338,7 +386,7 @@ def _render_vector(u: UOp, ctx: CudaContext, lines: list[str], indent: int) -> N
         ctx.names[u] = ctx.lane(u.src[0], int(cast(int, const_value(sel))))
         return
     if u.op is Ops.WMMA:
-        _render_wmma(u, ctx, lines, pad)
+        (_render_wgmma if is_wgmma(u) else _render_wmma)(u, ctx, lines, pad)
         return
     if is_ldmatrix(u):
         _render_ldmatrix(u, ctx, lines, pad)

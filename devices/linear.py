@@ -62,6 +62,24 @@ _STRUCTURAL = frozenset({Ops.BUFFER, Ops.PARAM, Ops.VCONST})  # listed, but thei
 _ORDERS_ONLY = frozenset({Ops.AFTER, Ops.END, Ops.ENDIF, Ops.BARRIER, Ops.GROUP})  # sources not all read as values
 
 
+def _check_wgmma(prog: Program, i: int, u: UOp) -> None:
+    """WMMA ("wgmma", n, input dtype, (lbo, sbo, mn_major) of A, of B): (INDEX of A's first element in a LOCAL
+    buffer, the same of B, the n / 2 float32 accumulators C) -> D like C (devices.python_wgmma)."""
+    arg = cast(tuple, u.arg)
+    ok = len(arg) == 5 and arg[1] in range(8, 257, 8) and arg[2] in (dtypes.float16, dtypes.bfloat16) and \
+        all(isinstance(lay, tuple) and len(lay) == 3 and all(isinstance(x, int) and x % 16 == 0 for x in lay[:2])
+            for lay in arg[3:])
+    for s in u.src[:2]:
+        b = base_of(s.src[0]) if s.op is Ops.INDEX else None
+        ok = ok and b is not None and b.op is Ops.BUFFER and buffer_arg(b).addrspace is AddrSpace.LOCAL and \
+            b.dtype is arg[2] and s.shape == ()
+    if not ok or lanes(u.src[2]) != arg[1] // 2 or u.src[2].dtype is not dtypes.float32 or \
+            u.dtype is not dtypes.float32:
+        raise _fail(prog, i, u, "a wgmma WMMA is arg ('wgmma', n (8..256, a multiple of 8), float16 or bfloat16, "
+                                "(lbo, sbo, mn_major) of A, of B) with src (INDEX of A's first element in a LOCAL "
+                                "buffer of that dtype, the same of B, n / 2 float32 accumulators)")
+
+
 def buffer_arg(u: UOp) -> BufferArg:
     return cast(BufferArg, u.arg)
 
@@ -357,6 +375,8 @@ def _check_instruction(prog: Program, i: int, u: UOp) -> None:
             raise _fail(prog, i, u, "INDEX must be (buffer, i) over a BUFFER, or (vector, CONST k) for a lane")
     elif op is Ops.LOAD or op is Ops.STORE:
         _check_access(prog, i, u)
+    elif op is Ops.WMMA and isinstance(u.arg, tuple) and u.arg[:1] == ("wgmma",):
+        _check_wgmma(prog, i, u)
     elif op is Ops.WMMA:
         arg = u.arg if isinstance(u.arg, tuple) and len(u.arg) == 5 else None
         frags = WMMA_FRAGMENTS.get(cast(tuple, arg)[:3]) if arg is not None else None

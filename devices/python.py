@@ -24,6 +24,7 @@ elements of the warp's n 8x8 matrices (devices.python_gpu.ldmatrix). A cp.async 
 reads its source when it runs but writes LOCAL memory only when a wait retires it: BARRIER "cp.async.commit"
 closes the thread's group of copies, BARRIER ("cp.async.wait", n) lands every group of the thread but the
 newest n (oldest first) and is then a BARRIER; so a read that runs ahead of its wait sees the old contents.
+A WMMA with arg ("wgmma", ...) is a warpgroup's asynchronous wgmma from shared memory (devices.python_wgmma).
 `check_index_bounds` wraps a kernel so that every index value is checked against its interval bounds.
 
 Vectors (shape (n,)) are tuples of n lane values, and every lane goes through the same semantics table as a
@@ -47,6 +48,10 @@ from devices.base import Target, python_target
 from devices.linear import Program, analyze, base_of, buffer_arg, const_value, is_global, lanes, special_bound
 from devices.memory import Allocator, bf16_decode, bf16_encode, check_buffers, check_vars, np_dtype, size_of
 from devices.python_gpu import ldmatrix, tf32_round, wmma_m16n8k8_tf32, wmma_m16n8k16
+from devices.python_wgmma import barrier_step as wgmma_barrier
+from devices.python_wgmma import is_wgmma, is_wgmma_barrier
+from devices.python_wgmma import issue as wgmma_issue
+from devices.python_wgmma import retire as wgmma_retire
 from rewrite.dtype import AddrSpace, DType, dtypes
 from rewrite.env import getenv
 from rewrite.errors import CompileError, DeviceError, EvalError
@@ -105,7 +110,7 @@ class PythonKernel:
     def __init__(self, prog: Program) -> None:
         self.prog, self.name = prog, prog.name
         self.instrs = prog.instrs
-        self.init: list[object] = [None] * (len(prog.instrs) + 1)  # the last slot: the thread's cp.async groups
+        self.init: list[object] = [None] * (len(prog.instrs) + 2)  # the last two: its wgmma and cp.async state
         self.steps: list[Step] = []
         self.step_pos: list[int] = []  # instruction position of each step, for error messages
         # (opener position, "skip" | "body") -> step index; the closures read it, _build fills it at the end
@@ -326,8 +331,13 @@ class PythonKernel:
                 raise DeviceError(f"kernel {self.name!r}: the threads of a block stopped at different barriers "
                                   f"({where}); every thread must reach every BARRIER and WMMA")
             pc = states[0][1]
-            if pc is not None and (u := self.instrs[self.step_pos[pc - 1]]).op is Ops.WMMA:
+            if pc is not None and (u := self.instrs[self.step_pos[pc - 1]]).op is Ops.WMMA and is_wgmma(u):
+                wgmma_issue(u, self.prog.pos[u], [tv for tv, _ in states], self.prog.where(u),
+                            lambda x: round_to(dtypes.float32, x), u.arg[2].itemsize)  # type: ignore[index]
+            elif pc is not None and u.op is Ops.WMMA:
                 self._warp_mma(u, [tv for tv, _ in states])
+            elif pc is not None and u.op is Ops.BARRIER and is_wgmma_barrier(u.arg):
+                wgmma_retire(int(u.arg[1]), [tv for tv, _ in states])  # type: ignore[index]
             elif pc is not None and u.op is Ops.LOAD:
                 self._warp_ldmatrix(u, [tv for tv, _ in states])
 
@@ -406,15 +416,17 @@ def _async_store(store: Step, idx: int) -> Step:
 def _async_barrier(u: UOp) -> Step:
     """BARRIER "cp.async.commit": the copies issued so far become a group (no meeting). BARRIER ("cp.async.wait",
     n): the thread's groups but the newest n complete (their writes land, oldest first), then a BARRIER."""
+    if is_wgmma_barrier(u.arg):
+        return wgmma_barrier(u.arg, _AT_BARRIER)
     if u.arg == "cp.async.commit":
         def commit(v: list) -> None:
             issued, groups = _async_groups(v)
             groups.append(list(issued))
             issued.clear()
         return commit
-    if not (isinstance(u.arg, tuple) and len(u.arg) == 2 and u.arg[0] == "cp.async.wait"):
-        raise CompileError(f"BARRIER arg {u.arg!r}: the python device knows None, 'cp.async.commit' and "
-                           f"('cp.async.wait', n)")
+    if not (isinstance(u.arg, tuple) and len(u.arg) in (2, 3) and u.arg[0] == "cp.async.wait"):
+        raise CompileError(f"BARRIER arg {u.arg!r}: the python device knows None, 'cp.async.commit', "
+                           f"('cp.async.wait', n[, 'proxy']) and the wgmma ones (devices.python_wgmma)")
     keep = int(u.arg[1])
 
     def wait(v: list) -> int:

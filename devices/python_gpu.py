@@ -7,6 +7,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
+from rewrite.errors import DeviceError
+
 
 def wmma_m16n8k16(a: list, b: list, c: list, round_acc: Callable[[float], float]) -> list[tuple]:
     """One warp's m16n8k16 mma from its 32 lanes' fragments (indexed by lane: 8 A, 4 B, 4 C elements), in the PTX
@@ -83,4 +85,67 @@ def ldmatrix(mem_read: Callable[[int], object], addrs: list[int], n: int, trans:
     return out
 
 
-__all__ = ["ldmatrix", "tf32_round", "wmma_m16n8k8_tf32", "wmma_m16n8k16"]
+def wgmma_descriptor(byte_addr: int, lbo: int, sbo: int, swizzle: int = 0) -> int:
+    """The 64-bit shared-memory matrix descriptor of PTX wgmma (ISA "Matrix Descriptor Format"): bits 13-0 the
+    start address, 29-16 the leading dimension byte offset, 45-32 the stride dimension byte offset, each as
+    matrix-descriptor-encode(x) = (x & 0x3FFFF) >> 4; 51-49 the base offset (0: no swizzle); 63-62 the swizzle
+    mode (0 none, 1 128B, 2 64B, 3 32B)."""
+    def enc(x: int) -> int:
+        return (x & 0x3FFFF) >> 4
+
+    return enc(byte_addr) | enc(lbo) << 16 | enc(sbo) << 32 | (swizzle & 3) << 62
+
+
+def wgmma_decode(desc: int) -> tuple[int, int, int, int]:
+    """(start byte address, leading byte offset, stride byte offset, swizzle mode) of a wgmma descriptor."""
+    return (desc & 0x3FFF) << 4, (desc >> 16 & 0x3FFF) << 4, (desc >> 32 & 0x3FFF) << 4, desc >> 62 & 3
+
+
+def wgmma_element(desc: int, row: int, col: int, mn_major: bool, itemsize: int) -> int:
+    """The byte address of element (row, col) of a wgmma operand in shared memory under descriptor `desc` with no
+    swizzle (the "interleave" canonical layouts of the PTX ISA, in elements, T = 16 / itemsize): row is the M (or
+    N) index, col the K index. K-major ((8,m),(T,2k)):((T,SBO),(1,LBO)): core matrices of 8 rows x 16 bytes,
+    rows 16 bytes apart, SBO between 8-row groups, LBO between K-neighbouring core matrices. MN-major
+    ((T,1,m),(8,k)):((1,T,SBO),(T,LBO)): T consecutive M/N elements, SBO between groups of T, k rows 16 bytes
+    apart, LBO between 8-row groups of k."""
+    start, lbo, sbo, swizzle = wgmma_decode(desc)
+    if swizzle:
+        raise DeviceError(f"wgmma descriptor {desc:#x}: swizzle mode {swizzle}; the emulator reads no-swizzle layouts")
+    t = 16 // itemsize
+    if mn_major:
+        return start + (row // t) * sbo + (row % t) * itemsize + (col // 8) * lbo + (col % 8) * 16
+    return start + (row // 8) * sbo + (row % 8) * 16 + (col // t) * lbo + (col % t) * itemsize
+
+
+def wgmma_m64nnk16(read: Callable[[int, int, int], object], n: int, c: list, round_acc: Callable[[float], float]) \
+        -> list[tuple]:
+    """One warpgroup's `wgmma.mma_async.m64nNk16.f32` (A, B from shared memory): read(0, m, k) gives A[m][k] and
+    read(1, k, j) B[k][j] (the caller reads them through the operands' descriptors); c[t] is thread t's (of 128)
+    n / 2 accumulators, in the layout of `wgmma_place`. D = A @ B + C, products exact, every partial sum rounded
+    by `round_acc`, k in order. Returns each thread's n / 2 results."""
+    a = [[read(0, m, k) for k in range(16)] for m in range(64)]
+    b = [[read(1, k, j) for j in range(n)] for k in range(16)]
+    out = []
+    for t in range(128):
+        res = []
+        for i, acc in enumerate(c[t]):
+            row, col = wgmma_place(t, i)
+            s = acc
+            for k in range(16):
+                s = round_acc(s + a[row][k] * b[k][col])  # type: ignore[operator]
+            res.append(s)
+        out.append(tuple(res))
+    return out
+
+
+def wgmma_place(t: int, i: int) -> tuple[int, int]:
+    """(row, column) of accumulator i of warpgroup thread t in the m64nN f32 layout (PTX "WGMMA .m64nNk16 register
+    fragment layout for accumulator matrix D"): thread t = 32 w + l (g = l // 4, q = l % 4) holds element 4 j + e
+    at row 16 w + g + 8 ((e // 2) % 2), column 8 j + 2 q + e % 2 (each warp's 16 rows in mma.sync's m16n8 C
+    layout, repeated every 8 columns)."""
+    w, g, q, j, e = t // 32, t % 32 // 4, t % 4, i // 4, i % 4
+    return 16 * w + g + 8 * ((e // 2) % 2), 8 * j + 2 * q + e % 2
+
+
+__all__ = ["ldmatrix", "tf32_round", "wgmma_decode", "wgmma_descriptor", "wgmma_element", "wgmma_m64nnk16",
+           "wgmma_place", "wmma_m16n8k8_tf32", "wmma_m16n8k16"]

@@ -50,6 +50,7 @@ from lower.optimize import _split_pair
 from lower.strides import _stride
 from rewrite import AxisType, BufferArg, Ops, UOp
 from rewrite.dtype import AddrSpace
+from rewrite.env import knob_bool
 from rewrite.errors import KernelOptError
 
 BLOCK_THREADS = 128  # threads of a block for elementwise and per-output kernels (4 warps)
@@ -179,20 +180,26 @@ def _tc_opts(ast: UOp, shape: str, outputs: int, target: Target) -> list[Opt]:
     64 x 64 of 2 x 2 warps (any sizes: the edges are gated); through a cp.async pipeline of ASYNC_STAGES stages
     (lower.tc_async, fewer where the target's shared memory per block is short) where the operands allow it,
     in 64-wide k steps (ASYNC_WIDE_BK) for a long half/bfloat16 reduction in 128 x 128 tiles where 3 stages of
-    those fit.
+    those fit. With the WGMMA knob on an sm_90 target, a 16-bit one that cp.async can copy runs on warpgroup MMA
+    instead (lower.tc_wgmma.wgmma_config).
     Smaller ones (with sizes the mma divides): TC with
     a warp tile of tm x tn mma tiles (each A fragment used tn times, each B fragment tm times: the global loads
     per mma fall from 12 to (8 tm + 4 tn) / (tm tn) a lane), then the block's warps: TC_WARPS x TC_WARPS
     neighbouring warp tiles (LOCAL splits of the tile axes, lidx1 and lidx2 beside the warp's lanes on lidx0),
     where the tile counts divide. The warp tile halves (the larger side first) while the blocks would not fill
     the multiprocessors: a small matmul keeps its parallelism. [] where neither fits."""
+    from lower.tc_async import async_fits
     from lower.tc_smem import staged_config, staged_shapes
+    from lower.tc_wgmma import WGMMA_SHAPES, wgmma_config
     from lower.wmma import LAYOUTS, M, N, apply_tc, tc_tile_axes
 
     cores = target.cores
     nu, nv, nk = staged_shapes(ast)
+    if knob_bool("WGMMA") and target.isa == "sm_90" and shape in WGMMA_SHAPES and async_fits(ast) and \
+            (wg := wgmma_config(nu, nv, nk, target.local_memory_bytes)) is not None:
+        return [Opt(OptOps.TC, None, (shape, "wgmma", *wg))]  # opt-in: lower.tc_wgmma (not yet run on a GPU)
     if (cfg := staged_config(nu, nv, nk, outputs // (nu * nv), cores)) is not None:
-        from lower.tc_async import async_fits, async_stages
+        from lower.tc_async import async_stages
 
         stages = async_stages(ast, cfg, target.local_memory_bytes, ASYNC_STAGES) if async_fits(ast) else 0
         wide = (*cfg[:4], ASYNC_WIDE_BK)
@@ -390,6 +397,8 @@ def apply_gpu_opts(ast: UOp, opts: list[Opt], target: Target) -> UOp:
             shape = tc_arg(o.arg)[0]
             if shape not in target.tensor_cores:
                 raise KernelOptError(f"{o}: the target's tensor cores are {', '.join(target.tensor_cores) or 'none'}")
+            if (tc_arg(o.arg)[3] or ())[:1] == ("wgmma",) and target.isa != "sm_90":
+                raise KernelOptError(f"{o}: wgmma runs on sm_90 (Hopper) targets, not {target.isa}")
             ast = apply_tc_arg(ast, o.arg)
         elif o.op is OptOps.SIMT:
             from lower.simt_smem import apply_simt

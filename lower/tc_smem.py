@@ -123,14 +123,16 @@ def spread(axis: Axis, at: UOp) -> dict[UOp, UOp]:
 
 def _copy_tile(buf: UOp, x: UOp, rows: tuple[Axis, UOp, int, int], cols: tuple[Axis, UOp, int, int],
                tid: UOp, threads: int, vector: bool, only: UOp | None = None, base: UOp | int = 0,
-               asynch: bool = False, transposed: bool = False) -> list[UOp]:
+               asynch: bool = False, transposed: bool = False,
+               place: Callable[[UOp, UOp], UOp] | None = None) -> list[UOp]:
     """The stores that copy a rows x cols tile of operand x into LOCAL `buf` (row-major, rows padded by pad_for,
     from element `base`): rows = (the axis of x, the tile's first row, tile rows, the matrix's row count), cols
     likewise; chunks of VEC consecutive columns, chunk c = tid + threads * i (the chunks past the tile's last are
     gated off). An element outside the matrix is stored as 0. With `only`, nothing is loaded or stored where it
     is false. `asynch` (vector chunks only): the stores are cp.async copies (STORE arg "cp.async"). `transposed`:
     `buf` holds the tile column-major (element (row, col) at col * (rows + pad) + row; a chunk's lanes are
-    stored one by one)."""
+    stored one by one). `place(row, col)`: where a chunk starts in `buf` instead (from `base`; its VEC elements
+    consecutive: lower.tc_wgmma's core-matrix layouts)."""
     (rr, r0, nr, rn), (cr, c0, nc, cn) = rows, cols
     per_row = nc // VEC
     chunks = nr * per_row
@@ -147,7 +149,8 @@ def _copy_tile(buf: UOp, x: UOp, rows: tuple[Axis, UOp, int, int], cols: tuple[A
         row, col = c // per_row, (c % per_row) * VEC
         in_tile = both(only, c < chunks if chunks % threads else None)
         in_rows = both(in_tile, r0 + row < rn if rn % nr else None)
-        at = base + (col * (nr + pad_for(x.dtype)) + row if transposed else row * (nc + pad_for(x.dtype)) + col)
+        at = base + (place(row, col) if place is not None else
+                     col * (nr + pad_for(x.dtype)) + row if transposed else row * (nc + pad_for(x.dtype)) + col)
         step = nr + pad_for(x.dtype) if transposed else 1
         for e in range(1 if vector else VEC):
             valid = both(in_rows, c0 + col + e < cn if cn % nc else None)

@@ -116,27 +116,37 @@ def _match(ast: UOp, divisible: bool = True) -> tuple[UOp, UOp, UOp, UOp, UOp, U
     return x, y, red, u, v, k
 
 
-def tc_arg(arg: object) -> tuple[str, int, int, tuple[int, ...] | None]:
-    """A TC opt's arg as (shape, tm, tn, staged): the shape alone ("16x8x16 half->float") is a warp tile of one
+def tc_arg(arg: object) -> tuple[str, int, int, tuple | None]:
+    """A TC opt's arg as (shape, tm, tn, staged) (staged ("wgmma", n, tm, tn, wgu, wgv, bk, stages) for
+    lower.tc_wgmma's form): the shape alone ("16x8x16 half->float") is a warp tile of one
     mma tile; (shape, tm, tn) gives each warp tm x tn of them; (shape, tm, tn, wu, wv, bk) also stages the
     operands through shared memory for a block of wu x wv warps, bk elements of k a step (lower.tc_smem);
     (shape, tm, tn, wu, wv, bk, stages) with stages >= 2 stages them through a cp.async pipeline that deep
     (lower.tc_async), stages 0 being the 6-element form."""
     if isinstance(arg, str):
         return arg, 1, 1, None
+    from lower.tc_wgmma import wgmma_arg
+
+    if (wg := wgmma_arg(arg)) is not None:  # (shape, "wgmma", n, tm, tn, wgu, wgv, bk, stages): lower.tc_wgmma
+        return wg[0], wg[2], wg[3], ("wgmma", *wg[1:])
     if isinstance(arg, tuple) and len(arg) in (3, 6, 7) and isinstance(arg[0], str) and \
             all(isinstance(n, int) and n >= 1 for n in arg[1:6]) and \
             (len(arg) < 7 or (isinstance(arg[6], int) and arg[6] in (0, *range(2, 9)))):
         staged = tuple(arg[3:]) if len(arg) >= 6 else None
         return arg[0], arg[1], arg[2], staged
-    raise KernelOptError(f"TC: the arg must be a shape, (shape, tm, tn), (shape, tm, tn, wu, wv, bk) or (shape, tm, "
-                         f"tn, wu, wv, bk, stages) with stages 0 or 2..8, not {arg!r}")
+    raise KernelOptError(f"TC: the arg must be a shape, (shape, tm, tn), (shape, tm, tn, wu, wv, bk), (shape, tm, "
+                         f"tn, wu, wv, bk, stages) with stages 0 or 2..8, or (shape, 'wgmma', n, tm, tn, wgu, wgv, "
+                         f"bk, stages), not {arg!r}")
 
 
 def apply_tc_arg(ast: UOp, arg: object) -> UOp:
     """The kernel with a TC opt's arg applied: lower.tc_async's pipeline for a 7-tuple with stages >= 2,
     lower.tc_smem's staged form for a 6-tuple (or stages 0), else `apply_tc`."""
     shape, tm, tn, staged = tc_arg(arg)
+    if staged is not None and staged[0] == "wgmma":
+        from lower.tc_wgmma import apply_tc_wgmma
+
+        return apply_tc_wgmma(ast, shape, *staged[1:])
     if staged is not None and len(staged) == 4 and staged[3] >= 2:
         from lower.tc_async import apply_tc_async
 

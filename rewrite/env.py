@@ -126,6 +126,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "loads, else nvcc)", choices=("", "nvrtc", "nvcc")),
     Knob("ALLOW_TF32", bool, False, "GPU targets: float32 matmuls may run on tf32 tensor cores (inputs rounded to 10 "
          "mantissa bits, float32 sums; like torch's allow_tf32)"),
+    Knob("WGMMA", bool, False, "sm_90 targets: the heuristics put 16-bit matmuls on Hopper's warpgroup MMA "
+         "(lower.tc_wgmma; emulated and compiled, not yet run on a GPU) instead of mma.sync"),
     Knob("MPI_TIMEOUT", int, 300, "seconds an MPI collective may take before every rank is aborted (devices/mpi.py)",
          lo=1),
 )}
@@ -135,7 +137,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
 IntKnob = Literal["DEBUG", "TRACE", "SPEC", "VIZ", "BEAM", "CACHE", "EGGLOG", "CACHE_SIZE", "MPI_TIMEOUT",
                  "CPU_TIERS"]
 StrKnob = Literal["DEVICE", "CPU_TARGET", "CACHEDIR", "MATCHERDIR", "CC", "SANITIZE", "VIZ_OUT", "CUDA_COMPILER"]
-BoolKnob = Literal["NOOPT", "NOLOCALS", "ALLOW_TF32"]
+BoolKnob = Literal["NOOPT", "NOLOCALS", "ALLOW_TF32", "WGMMA"]
 
 _overrides: dict[str, KnobValue] = {}
 
@@ -201,6 +203,7 @@ class Knobs:
     sanitize: str
     cuda_compiler: str
     allow_tf32: bool
+    wgmma: bool
     mpi_timeout: int
 
 
@@ -227,6 +230,7 @@ def knobs() -> Knobs:
         sanitize=knob_str("SANITIZE"),
         cuda_compiler=knob_str("CUDA_COMPILER"),
         allow_tf32=knob_bool("ALLOW_TF32"),
+        wgmma=knob_bool("WGMMA"),
         mpi_timeout=knob_int("MPI_TIMEOUT"),
     )
 

@@ -197,9 +197,11 @@ def _store_arg(u: UOp) -> str | None:
 
 def _barrier_arg(u: UOp) -> str | None:
     a = u.arg
-    ok = a in (None, "cp.async.commit") or (isinstance(a, tuple) and len(a) == 2 and a[0] == "cp.async.wait" and
-                                            _is_int(a[1]) and a[1] >= 0)
-    return None if ok else f"arg must be None, 'cp.async.commit' or ('cp.async.wait', n >= 0), got {a!r}"
+    ok = a in (None, "cp.async.commit", "wgmma.fence", "wgmma.commit") or (
+        isinstance(a, tuple) and a[:1] in (("cp.async.wait",), ("wgmma.wait",)) and len(a) >= 2 and _is_int(a[1])
+        and a[1] >= 0 and (len(a) == 2 or (a[0] == "cp.async.wait" and a[2:] == ("proxy",))))
+    return None if ok else (f"arg must be None, 'cp.async.commit', ('cp.async.wait', n >= 0[, 'proxy']), "
+                            f"'wgmma.fence', 'wgmma.commit' or ('wgmma.wait', n >= 0), got {a!r}")
 
 
 def _range_arg(u: UOp) -> str | None:

@@ -1,0 +1,168 @@
+"""Hopper warpgroup tensor cores (PTX wgmma.mma_async, sm_90a) fed by lower.tc_async's cp.async pipeline.
+
+`apply_tc_wgmma(ast, shape, n, tm, tn, wgu, wgv, bk, stages)` (OptOps.TC with arg (shape, "wgmma", n, tm, tn, wgu,
+wgv, bk, stages); chosen by the heuristics only with the WGMMA knob on an sm_90 target, since no GPU has run it
+yet) rewrites the kernel lower.wmma matches (a float32 sum of products of half or bfloat16 x and y) into one
+block per BM x BN output tile, BM = 64 tm wgu, BN = n tn wgv: wgu x wgv warpgroups of 4 warps (128 threads, LOCAL
+axes beside the WARP lanes, so a warpgroup is 4 consecutive warps), each a (64 tm) x (n tn) tile of
+`wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{f16|bf16}.{f16|bf16}` (n a multiple of 8, at most 128: a thread
+holds n / 2 accumulators of each). A and B come from shared memory through matrix descriptors (no swizzle; the
+PTX ISA's "interleave" canonical layouts of core matrices of 8 rows x 16 bytes, 128 contiguous bytes each):
+
+  A (BM x bk, K-major): element (m, k) at (m // 8) 8 bk + (k // 8) 64 + (m % 8) 8 + k % 8, so the leading byte
+      offset (LBO, between K-neighbouring core matrices) is 128 and the stride byte offset (SBO, between 8-row
+      groups) 16 bk;
+  B (bk x BN, MN-major, the descriptor's transpose bit set): element (k, j) at (j // 8) 8 bk + (k // 8) 64 +
+      (k % 8) 8 + j % 8: LBO 128 (between 8-row groups of k), SBO 16 bk (between groups of 8 columns).
+
+Either way a 16-byte chunk of 8 consecutive elements of a global row (A along k, B along n) is one core-matrix
+row, so the copies are lower.tc_async's cp.async chunks (lower.tc_smem._copy_tile with `place`), `stages` deep
+(prologue, wait, copies of step ko + stages - 1, commit, as there). Each k step:
+
+  BARRIER ("cp.async.wait", stages - 2, "proxy"): the step's tiles have landed; each thread's writes are made
+      visible to the async proxy (fence.proxy.async.shared::cta), then __syncthreads;
+  the next copies and their commit; BARRIER "wgmma.fence" (PTX: before the first wgmma.mma_async and after any
+      other access of the accumulator registers);
+  per k slice of 16, per (i, j) of the warpgroup tile: one WMMA ("wgmma", n, dtype, (128, 16 bk, 0), (128, 16 bk,
+      1)) of the INDEXes of A's and B's first elements and the n / 2 accumulators, chained in k;
+  the accumulator stores, BARRIER "wgmma.commit" (commit_group), BARRIER ("wgmma.wait", 0) (wait_group 0: this
+      step's reads of the stage are done before any thread's cp.async overwrites it, after the next step's
+      __syncthreads).
+
+The output stores follow the m64nN f32 accumulator layout (devices.python_gpu.wgmma_place: thread 32 w + l holds
+element 4 j + e at row 16 w + l // 4 + 8 ((e // 2) % 2), column 8 j + 2 (l % 4) + e % 2), gated where the block
+tile does not divide the output (the copies zero-fill past the matrix, as in lower.tc_async). Sums: each output is
+C + the products of a k slice in k order, slice after slice, as the emulator (devices.python_wgmma) adds them.
+"""
+
+from __future__ import annotations
+
+from lower.opt_apply import next_range_id, size
+from lower.tc_async import COMMIT, async_fits
+from lower.tc_smem import _copy_tile, store_results
+from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
+from rewrite.dtype import AddrSpace
+from rewrite.errors import KernelOptError
+
+WGMMA_SHAPES = ("16x8x16 half->float", "16x8x16 bfloat16->float")  # the 16-bit mma.sync shapes it replaces
+CORE = 64  # elements of a core matrix (8 rows x 16 bytes of a 16-bit type)
+
+
+def wgmma_arg(arg: object) -> tuple[str, int, int, int, int, int, int, int] | None:
+    """(shape, n, tm, tn, wgu, wgv, bk, stages) of a TC arg (shape, "wgmma", n, tm, tn, wgu, wgv, bk, stages), None
+    for any other TC arg."""
+    if isinstance(arg, tuple) and len(arg) == 9 and arg[1] == "wgmma" and isinstance(arg[0], str) and \
+            all(isinstance(x, int) for x in arg[2:]):
+        return (arg[0], *arg[2:])
+    return None
+
+
+def wgmma_stages(cfg: tuple[int, int, int, int, int, int], smem_bytes: int, want: int) -> int:
+    """The most stages, at most `want`, whose tiles (n, tm, tn, wgu, wgv, bk of 16-bit elements) fit in
+    `smem_bytes` (0: not even 2)."""
+    n, tm, tn, wgu, wgv, bk = cfg
+    per_stage = (64 * tm * wgu + n * tn * wgv) * bk * 2
+    return next((s for s in range(want, 1, -1) if s * per_stage <= smem_bytes), 0)
+
+
+def wgmma_config(nu: int, nv: int, nk: int, smem_bytes: int) -> tuple | None:
+    """The heuristics' wgmma config (n, tm, tn, wgu, wgv, bk, stages) for nu x nv outputs of a reduction nk long:
+    128 x 256 block tiles of 2 warpgroups (64 x 256 each: 2 m64n128k16 a k slice) over 64-wide k steps, 4 stages
+    where they fit, for outputs that fill such tiles; 64 x 128 tiles of one warpgroup otherwise. None under
+    64 x 64 outputs or a reduction under 16."""
+    if nu < 64 or nv < 64 or nk < 16:
+        return None
+    bk = 64 if nk >= 256 else 32 if nk >= 32 else 16
+    cfg = (128, 1, 2, 2, 1, bk) if nu >= 128 and nv >= 256 else (128, 1, 1, 1, 1, bk)
+    stages = wgmma_stages(cfg, smem_bytes, 4)
+    return (*cfg, stages) if stages else None
+
+
+def apply_tc_wgmma(ast: UOp, shape: str, n: int, tm: int, tn: int, wgu: int, wgv: int, bk: int, stages: int) -> UOp:
+    """The kernel on warpgroup tensor cores fed by a `stages`-deep cp.async pipeline (module docstring)."""
+    from lower.wmma import TC_SHAPES, _match
+
+    x, y, red, u, v, k = _match(ast, divisible=False)
+    if shape not in WGMMA_SHAPES or TC_SHAPES[shape] is not x.dtype:
+        raise KernelOptError(f"TC wgmma: {shape!r} does not fit products of {x.dtype.name}; wgmma takes "
+                             f"{', '.join(WGMMA_SHAPES)}")
+    if n % 8 or not 8 <= n <= 128 or bk < 16 or bk % 16 or min(tm, tn, wgu, wgv) < 1 or 128 * wgu * wgv > 1024 \
+            or not 2 <= stages <= 8:
+        raise KernelOptError(f"TC wgmma: n must be a multiple of 8 in 8..128, bk a multiple of 16, 128 wgu wgv "
+                             f"threads at most 1024 and stages 2..8 (got n={n} tm={tm} tn={tn} wgu={wgu} wgv={wgv} "
+                             f"bk={bk} stages={stages})")
+    if not async_fits(ast):
+        raise KernelOptError("TC wgmma: the operands are not plain loads of aligned 8-element chunks (k and B's "
+                             "columns multiples of 8), which cp.async copies; use the mma.sync forms")
+    (end,) = [e for e in ast.toposort() if e.op is Ops.END]
+    bm, bn = 64 * tm * wgu, n * tn * wgv
+    nu, nv, nk = size(u), size(v), size(k)
+    nid = next_range_id(ast)
+    bu, bv = UOp.range(-(-nu // bm), nid, AxisType.LOOP), UOp.range(-(-nv // bn), nid + 1, AxisType.LOOP)
+    steps = -(-nk // bk)
+    ko = UOp.range(steps, nid + 2, AxisType.REDUCE)
+    ru, rv = UOp.range(wgu, nid + 3, AxisType.LOCAL), UOp.range(wgv, nid + 4, AxisType.LOCAL)
+    wq, lane = UOp.range(4, nid + 5, AxisType.LOCAL), UOp.range(32, nid + 6, AxisType.WARP)
+    threads = 128 * wgu * wgv
+    tid = lane + (wq + (rv + ru * wgv) * 4) * 32
+    dt = x.dtype
+    asz, bsz = bm * bk, bk * bn
+    sa = UOp(Ops.BUFFER, (UOp.shape_operand((stages * asz,)),), BufferArg(0, dt, None, AddrSpace.LOCAL))
+    sb = UOp(Ops.BUFFER, (UOp.shape_operand((stages * bsz,)),), BufferArg(1, dt, None, AddrSpace.LOCAL))
+    u0, v0 = bu * bm, bv * bn
+
+    def place_a(row: UOp, col: UOp) -> UOp:  # K-major core matrices (module docstring)
+        return (row // 8) * (8 * bk) + (col // 8) * CORE + (row % 8) * 8
+
+    def place_b(row: UOp, col: UOp) -> UOp:  # MN-major: row is k, col is n
+        return (col // 8) * (8 * bk) + (row // 8) * CORE + (row % 8) * 8
+
+    def copies(a_to: UOp, b_to: UOp, k0: UOp, stage: UOp | int, only: UOp | None) -> list[UOp]:
+        return _copy_tile(a_to, x, (u, u0, bm, nu), (k, k0, bk, nk), tid, threads, True, only, stage * asz, True,
+                          place=place_a) + \
+            _copy_tile(b_to, y, (k, k0, bk, nk), (v, v0, bn, nv), tid, threads, True, only, stage * bsz, True,
+                       place=place_b)
+
+    commit: UOp | None = None
+    for s in range(stages - 1):  # the prologue: one group per stage (empty past the last step), in stage order
+        after = (commit,) if commit is not None else ()
+        group = copies(UOp(Ops.AFTER, (sa, *after)), UOp(Ops.AFTER, (sb, *after)), UOp.const(s * bk), s, None) \
+            if s < steps else []
+        commit = UOp(Ops.BARRIER, (*group, *after), COMMIT)
+    assert commit is not None
+    wait = UOp(Ops.BARRIER, (commit, ko), ("cp.async.wait", stages - 2, "proxy"))
+    sa_w, sb_w = UOp(Ops.AFTER, (sa, wait)), UOp(Ops.AFTER, (sb, wait))
+    ahead = ko + (stages - 1)
+    issued = UOp(Ops.BARRIER, (wait, *copies(sa_w, sb_w, ahead * bk, ahead % stages, ahead < steps)), COMMIT)
+    fence = UOp(Ops.BARRIER, (wait, issued), "wgmma.fence")
+    ar, br = UOp(Ops.AFTER, (sa, wait, issued, fence)), UOp(Ops.AFTER, (sb, wait, issued, fence))
+    cur_a, cur_b = (ko % stages) * asz, (ko % stages) * bsz
+    half = n // 2
+    nacc = tm * tn * half
+    acc = UOp(Ops.BUFFER, (UOp.shape_operand((nacc,)),), BufferArg(0, dtypes.float32, None, AddrSpace.REG))
+    outer = [r for r in end.src[1:] if r is not u and r is not v]
+    at = [acc.index(UOp.const(i)) for i in range(nacc)]
+    inits = [UOp(Ops.AFTER, (p, *outer, bu, bv, ru, rv, wq, lane)).store(UOp.const(0.0, dtypes.float32)) for p in at]
+    cur = [UOp(Ops.AFTER, (p, init, ko)).load() for p, init in zip(at, inits, strict=True)]
+    wr, wc = ru * (64 * tm), rv * (n * tn)  # the warpgroup tile's first row and column in the block tile
+    arg = ("wgmma", n, dt, (2 * CORE, 16 * bk, 0), (2 * CORE, 16 * bk, 1))
+    for kk in range(0, bk, 16):
+        for i in range(tm):
+            for j in range(tn):
+                o = (i * tn + j) * half
+                a0 = ar.index(cur_a + (wr + 64 * i) * bk + (kk // 8) * CORE)  # rows a multiple of 8: place_a
+                b0 = br.index(cur_b + (wc + n * j) * bk + (kk // 8) * CORE)
+                mma = UOp(Ops.WMMA, (a0, b0, UOp(Ops.STACK, tuple(cur[o:o + half]))), arg)
+                cur[o:o + half] = [UOp(Ops.INDEX, (mma, UOp.const(e))) for e in range(half)]
+    upd = [p.store(val) for p, val in zip(at, cur, strict=True)]
+    done = UOp(Ops.BARRIER, (UOp(Ops.BARRIER, tuple(upd), "wgmma.commit"),), ("wgmma.wait", 0))
+    step = UOp(Ops.END, (UOp(Ops.GROUP, (*upd, done, issued)), ko))
+    g, q = lane // 4, lane % 4
+    places = [(u0 + wr + (64 * i + 8 * ((e % 4) // 2)) + wq * 16 + g,
+               v0 + wc + (n * j + 8 * (e // 4) + e % 2) + q * 2)
+              for i in range(tm) for j in range(tn) for e in range(half)]
+    return store_results(ast, end, step, at, places, red, (u, v), (nu, nv, bm, bn),
+                         (*outer, bu, bv, ru, rv, wq, lane))
+
+
+__all__ = ["WGMMA_SHAPES", "apply_tc_wgmma", "wgmma_arg", "wgmma_config", "wgmma_stages"]

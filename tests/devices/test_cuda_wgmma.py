@@ -1,0 +1,91 @@
+"""Warpgroup MMA matmuls (lower.tc_wgmma, the WGMMA knob) rendered to CUDA and compiled by nvcc and NVRTC for
+sm_90a (no GPU needed): one wgmma.mma_async per (tile, k slice) on the accumulators in place, descriptors made
+from shared addresses with the layouts' strides, fence / commit_group / wait_group around them, the async-proxy
+fence after the cp.async wait, bfloat16 tiles as 16-bit bits. What they compute is checked by the emulator
+(tests/lower/test_gpu_wgmma.py); on a GPU, by the gpu-marked test here (benchmarks/gpu_check.sh runs it)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from devices.base import gpu_target
+from devices.cuda import DEVICE
+from devices.cuda_compile import arch_for
+from lower.schedule import schedule
+from lower.stages import lower_kernel
+from rewrite.env import Context
+from rewrite.ops import Ops
+from rewrite.uop import UOp
+from tensor import Tensor
+from tests.devices.builder import has_reduce
+from tests.devices.test_cuda_async import _body
+from tests.devices.test_cuda_compile import COMPILERS
+
+
+def _kernel(nu: int, nk: int, nv: int, dt: str) -> tuple[UOp, str]:
+    a = Tensor(np.zeros((nu, nk), np.float32)).cast(dt).contiguous()
+    b = Tensor(np.zeros((nk, nv), np.float32)).cast(dt).contiguous()
+    items, _ = schedule([(a @ b).uop])
+    name, ast = [(it.name, it.ast) for it in items
+                 if it.kind == "kernel" and it.ast is not None and has_reduce(it.ast)][-1]
+    with Context(WGMMA=True):
+        return lower_kernel(ast, gpu_target("sm_90"), name=f"{name}_{dt}"), f"{name}_{dt}"
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_wgmma_matmuls_compile_for_sm90a(compiler: str, tmp_path: os.PathLike) -> None:
+    progs = [_kernel(4096, 4096, 4096, "float16"), _kernel(1000, 520, 200, "float16"),
+             _kernel(512, 512, 512, "bfloat16")]
+    for lin, _ in progs:
+        assert any(u.op is Ops.WMMA and u.arg[0] == "wgmma" for u in lin.src)  # type: ignore[index]
+    with Context(CACHEDIR=str(tmp_path), CUDA_COMPILER=compiler):
+        ks = DEVICE.compile_batch(progs, gpu_target("sm_90"))
+    assert all(k.cubin[:4] == b"\x7fELF" for k in ks)
+    big, odd, bf16 = ks
+    b = _body(big)
+    # 128 x 256 block tiles of 2 warpgroups (256 threads), k 64 a step: per step 4 slices x 2 m64n128k16 wgmmas
+    assert b.count("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16") == 8
+    assert b.count("wgmma.fence.sync.aligned;") == 1 and b.count("wgmma.commit_group.sync.aligned;") == 1
+    assert b.count("wgmma.wait_group.sync.aligned 0;") == 1
+    assert b.count("fence.proxy.async.shared::cta;") == 1 and b.count("cp.async.wait_group 2;") == 1
+    assert b.count("wgmma_desc(&smem0[") == 8 and b.count("128u, 1024u)") == 16  # LBO 128, SBO 16 bk bytes
+    assert ", p, 1, 1, 0, 1;" in b  # A K-major, B MN-major (transposed)
+    assert "__launch_bounds__(256)" in big.src and "mma.sync" not in b and "ldmatrix" not in b
+    assert big.dynamic_shared == 4 * (128 * 64 + 64 * 256) * 2  # 4 stages of both tiles, no padding
+    assert "? 16 : 0)" in _body(odd)  # the ragged edges' chunks zero-filled
+    bb = _body(bf16)
+    assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16" in bb and "uint16_t" in bb
+
+
+def test_only_wgmma_sources_take_sm90a() -> None:
+    t = gpu_target("sm_90")
+    assert arch_for(t, 'asm volatile("wgmma.fence.sync.aligned;")') == "sm_90a"
+    assert arch_for(t, "mma.sync.aligned") == "sm_90" and arch_for(gpu_target("sm_80"), "wgmma.") == "sm_80"
+
+
+_OK, _WHY = DEVICE.available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _OK, reason=f"no GPU: {_WHY}")
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("nu,nk,nv", [(200, 136, 264), (1000, 520, 200), (256, 512, 512)])
+def test_wgmma_on_the_gpu(dt: str, nu: int, nk: int, nv: int) -> None:
+    """WGMMA=1 kernels on an sm_90 GPU against float64 numpy of the rounded inputs (as the mma.sync ones)."""
+    from tests.tensor.test_half_accumulation import _check, _got, _rounded
+
+    if DEVICE.default_target().isa != "sm_90":
+        pytest.skip(f"wgmma needs an sm_90 GPU, not {DEVICE.default_target().isa}")
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((nu, nk)), rng.standard_normal((nk, nv))
+    with Context(WGMMA=True):
+        ta, tb = (Tensor(v.astype(np.float32), device="cuda").cast(dt).contiguous() for v in (a, b))
+        out = ta @ tb
+        items, _ = schedule([out.uop])
+        ast = [it.ast for it in items if it.kind == "kernel" and it.ast is not None and has_reduce(it.ast)][-1]
+        lin = lower_kernel(ast, DEVICE.default_target())
+        assert any(u.op is Ops.WMMA and u.arg[0] == "wgmma" for u in lin.src)  # type: ignore[index]
+        _check(_got(out, dt), _rounded(a, dt) @ _rounded(b, dt), dt, 1e-3)
