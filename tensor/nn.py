@@ -80,9 +80,13 @@ def matmul(x: Tensor, w: Tensor) -> Tensor:
 # packed (_panels). Measured on an Intel AVX-512 host, 2 threads, 40 calls a run, 3 runs alternated (the first
 # after a new kernel's build left out): the BERT forward's (8, 128, 384) @ (384, 384) + bias alone, copy and
 # product medians 1.39-1.47 -> 1.17-1.23 ms (x86-64-v4), 1.87-1.91 -> 1.79-1.83 ms (x86-64-v3); in the forward
-# (x86-64-v4, 2 runs of 6 forwards) the product's median 1.38-1.43 -> 1.09-1.14 ms plus a 0.10-0.11 ms copy. Square
-# 256 and 512 (fewer rows) keep reading b in place, as measured on an AVX2 EPYC.
-PANEL_ROWS = 1024
+# (x86-64-v4, 2 runs of 6 forwards) the product's median 1.38-1.43 -> 1.09-1.14 ms plus a 0.10-0.11 ms copy. 512
+# rows (was 1024): square 512 read in place has its rows 2 KiB apart, so a panel's rows share a few L1 sets and the
+# panel never stays in L1; packed, on the same Intel host, copy and product, mins of 20, 3 runs each way
+# alternated, load average ~3: 1 core (CPU time) 1.72 -> 1.53 ms (x86-64-v4), 2.72 -> 2.33 ms (x86-64-v3);
+# 2 threads (wall) 1.59-1.66 -> 0.89-1.64 ms (v4), 2.70-2.88 -> 2.35-2.42 ms (v3). Square 256 (fewer rows) keeps
+# reading b in place, as measured on an AVX2 EPYC.
+PANEL_ROWS = 512
 
 
 def _panels(b: UOp, m: int, dev: Device) -> UOp:
@@ -93,7 +97,7 @@ def _panels(b: UOp, m: int, dev: Device) -> UOp:
     lands in the same cache
     sets: matmul 1024 ran at a third of the speed), or b is larger than an L2 cache, or b is a permuted view (a
     transposed operand, whose N elements are not adjacent for the tile's vector loads). A small row-major b is read
-    in place: at 256 and 512 the copy cost more than it saved; but not when PANEL_ROWS rows or more (`m` counts a's
+    in place: at 256 the copy cost more than it saved; but not when PANEL_ROWS rows or more (`m` counts a's
     rows reusing each panel) amortize the copy. A column count of no whole panels is padded with
     zero columns in the same copy and read back shrunk to N: the product's register tile masks its ragged last
     vector (lower.opt_tiles.ragged_columns), so the extra columns are never computed or stored."""

@@ -82,7 +82,7 @@ def _softmax() -> tuple[Tensor, np.ndarray]:
 
 
 def _matmul() -> tuple[Tensor, np.ndarray]:
-    # 24 rows and 32 columns hold every target's full tile (AVX-512 8 x 2x16, AVX2 6 x 2x8, SSE 6 x 2x4, NEON 8 x 2x4)
+    # 24 rows and 32 columns hold every target's full tile (AVX-512 12 x 2x16, AVX2 6 x 2x8, SSE 6 x 2x4, NEON 8 x 2x4)
     a = _rng(3).standard_normal((24, 8)).astype(np.float32)
     b = _rng(4).standard_normal((8, 32)).astype(np.float32)
     return Tensor(a) @ Tensor(b), a.astype(np.float64) @ b
@@ -305,6 +305,34 @@ def test_register_tile_is_vector_fma_in_registers_of_the_target(level: str) -> N
     if target.arch == "x86_64":
         wider = [r for b, r in _X86_REGS.items() if b > target.vector_bytes]
         assert not any(f"%{r}" in asm for r in wider), (target.isa, wider)
+
+
+@pytest.mark.parametrize("level", [lv for lv in LEVELS if cpu_target(lv).fma and cpu_target(lv).arch == "x86_64"])
+def test_register_tile_loop_keeps_its_registers(level: str) -> None:
+    """The k loop of the largest register tile the target's registers hold (lower.opt_tiles.tile_shapes: AVX-512
+    12 x 2 vectors, AVX2 6 x 2) keeps its accumulators, column vectors and broadcast in registers: from the loop's
+    first FMA to its last no access to the stack (a spill would be one). x86 only: aarch64's 8 x 2 tile, whose
+    rows' values gcc holds in registers of their own, keeps one vector on the stack across its k loop."""
+    from lower.opt_tiles import tile_shapes
+
+    target = cpu_target(level)
+    if target.arch != host_arch() and not target.compiler_prefix:
+        pytest.skip(f"no cross compiler for {target.arch} is known on this {host_arch()} host")
+    if cross_compiler(target) is None:
+        pytest.skip(f"{target.compiler_prefix}gcc is not installed (Debian: gcc-aarch64-linux-gnu)")
+    rows, vecs = tile_shapes(target)[0]
+    lanes = target.lanes(4)
+    a = Tensor(_rng(5).standard_normal((2 * rows, 256)).astype(np.float32))
+    b = Tensor(_rng(6).standard_normal((256, vecs * lanes)).astype(np.float32))
+    (it,) = _kernels(a @ b)
+    lin = lower_kernel(it.ast, target, opts=optimize.hand_coded(it.ast, target, threads=1))
+    assert sum(u.op is Ops.MULACC for u in lin.src) == rows * vecs
+    lines = _assembly(get_device("cpu").render(lin, it.name), target).splitlines()
+    fma_at = [i for i, line in enumerate(lines) if re.search(_VECTOR_FMA[target.arch], line)]
+    assert len(fma_at) >= rows * vecs
+    body = lines[fma_at[0]:fma_at[-1] + 1]
+    stack = r"\(%[re]sp[,)]|\(%[re]bp[,)]"
+    assert not [line for line in body if re.search(stack, line)], (target.isa, body)
 
 
 def test_no_fused_multiply_add_where_the_target_has_no_fma_instructions() -> None:

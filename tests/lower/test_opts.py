@@ -118,8 +118,8 @@ def _matmul(m: int, k: int, n: int) -> UOp:
 @pytest.mark.parametrize("level", ["x86-64-v2", "x86-64-v3", "x86-64-v4", "aarch64"])
 def test_hand_coded_register_tile(level: str) -> None:
     """A matmul gets a register tile sized by the target: columns upcast to 2 vectors of one register's lanes,
-    rows to as many copies as the registers hold accumulators for (AVX-512: 8 rows x 2 vectors of 16 lanes;
-    AVX2: 6 x 2 of 8, the 32 rows padded to 36 by repeating the last), the column loop outside the row loop; it
+    rows to as many copies as the registers hold accumulators for (AVX-512: 12 rows x 2 vectors of 16 lanes;
+    AVX2: 6 x 2 of 8; both pad the 32 rows to 36 by repeating the last), the column loop outside the row loop; it
     accumulates in rows x vecs vector registers, with fused MULACCs where the target has FMA instructions and
     with a vector multiply and add where it has none (x86-64-v2: a fused one would be a libm fmaf call per
     lane), and where the host runs the target, cpu == python interpreting the same program."""
@@ -157,6 +157,22 @@ def test_hand_coded_register_tile(level: str) -> None:
         np.testing.assert_array_equal(got, _run(it, "python", opts, arrays))
     want = arrays[1].reshape(32, 24).astype(np.float64) @ arrays[2].reshape(24, 64)
     np.testing.assert_allclose(got.reshape(32, 64), want, rtol=1e-5, atol=1e-5)
+
+
+def test_register_tile_grows_with_the_registers() -> None:
+    """The largest register tile follows the target's vector registers (lower.opt_tiles.tile_shapes): 32 AVX-512
+    registers hold a 12 x 2 tile (24 accumulators, the column vectors and a broadcast), AVX2's 16 a 6 x 2; NEON's
+    32 an 8 x 2, its rows' values held in registers of their own. Every tile leaves TILE_SPARE registers and no
+    more than TILE_ACCUMULATORS accumulators, and a matmul of 1024 rows picks the largest, padded to whole tiles."""
+    from lower.opt_tiles import TILE_ACCUMULATORS, TILE_SPARE
+
+    first = {lv: tile_shapes(cpu_target(lv))[0] for lv in ("x86-64-v3", "x86-64-v4", "aarch64")}
+    assert first == {"x86-64-v3": (6, 2), "x86-64-v4": (12, 2), "aarch64": (8, 2)}
+    for lv in first:
+        target = cpu_target(lv)
+        assert all(r * v <= min(TILE_ACCUMULATORS, target.vector_registers - TILE_SPARE)
+                   for r, v in tile_shapes(target))
+        assert tile_shape(1024, 1024, target.lanes(4), target) == first[lv]
 
 
 def test_unoptimized_sums_of_products_do_not_fuse() -> None:
