@@ -3,7 +3,8 @@
 matmul reads a large or reused right operand through a copy laid out as column panels (tensor.nn._panels). When
 that operand is a realized buffer (a model's weight), every forward would pack it again, the same bytes each
 time: the BERT forward spent ~5 ms of ~90 ms in its 36 weight-packing kernels. Here the packing graph of such a
-buffer is realized once and its result reused while the buffer's data is unchanged: lower.buffers counts every
+buffer is realized with the first product that reads it (one schedule, its kernels compiled together) and the
+result kept and reused while the buffer's data is unchanged: lower.buffers counts every
 write into a buffer's data (a new array, an assignment's kernel or copy, a jit refill), and an entry made at an
 older count is packed again. Measured on an Intel AVX-512 host (2 threads, one process alternating the two ways
 in blocks): the forward 2-4 ms faster (minimum 90-92 -> 86-90 ms), not the whole 5 ms: a product then reads its
@@ -44,10 +45,25 @@ _cache: dict[tuple[int, object], _Entry] = {}  # (weight slot, packing key) -> i
 _by_packed: dict[UOp, tuple[int, object]] = {}  # packed BUFFER -> its key in _cache
 
 
+class _Pending:
+    """A packing not yet realized: its graph (weakly: it lives as long as a lazy product reads it), the weight, its
+    write count when the graph was made, and how it packs."""
+
+    __slots__ = ("device", "graph", "packing", "version", "weight")
+
+    def __init__(self, graph: UOp, weight: UOp, version: int, packing: Packing, device: str) -> None:
+        self.graph, self.weight = weakref.ref(graph), weakref.ref(weight)
+        self.version, self.packing, self.device = version, packing, device
+
+
+_pending: dict[tuple[int, object], _Pending] = {}
+_watched: set[tuple[int, object]] = set()  # keys whose weight has a finalizer that forgets its copy
+
+
 def reusable(b: UOp, device: object) -> bool:
-    """Whether b's packing may be reused: b is a realized BUFFER on one local device whose code runs here (the copy
-    is made when the product is built, not only scheduled), and no jit is capturing (a capture must record the
-    packing kernel so that its replays, with other data in the weight, pack again)."""
+    """Whether b's packing may be reused: b is a realized BUFFER on one local device whose code runs here, and no
+    jit is capturing (a capture must record the packing kernel so that its replays, with other data in the
+    weight, pack again)."""
     if b.op is not Ops.BUFFER or not isinstance(device, str) or not registry.has_data(b):
         return False
     from devices import rank_of, target_for
@@ -57,25 +73,57 @@ def reusable(b: UOp, device: object) -> bool:
 
 
 def packed(b: UOp, packing: Packing, key: object, device: str) -> UOp:
-    """The realized value of packing(b) (`key` names the packing among b's): the copy made at b's current data
-    if there is one, else a new one (run now)."""
-    import tensor.tensor as tt
-
+    """packing(b) (`key` names the packing among b's): the copy made at b's current data if there is one; else
+    the packing graph itself, noted as pending: the realize that runs it keeps its result (`along`, `settle`), so
+    the packing kernel is scheduled and compiled with the product's."""
     k, now = (registry.slot(b), key), registry.version(b)
     hit = _cache.get(k)
     if hit is not None and hit.version == now:
         return hit.out
-    out = tt.Tensor._wrap(packing(b), device).realize().uop
-    if hit is not None:
-        _by_packed.pop(hit.out, None)
-    else:
-        weakref.finalize(b, _forget, k)
-    _cache[k] = _Entry(b, now, packing, out)
-    _by_packed[out] = k
-    return out
+    graph = packing(b)
+    _pending[k] = _Pending(graph, b, now, packing, device)
+    return graph
+
+
+def along(roots: list[UOp]) -> list[tuple[tuple[int, object], UOp, str]]:
+    """The pending packings that the graphs of `roots` read (key, graph, device): a realize of them realizes these
+    too. None during a jit capture: its two calls must realize the same graphs."""
+    if not _pending:
+        return []
+    from tensor.jit import capturing
+
+    if capturing():
+        return []
+    for k in [k for k, p in _pending.items() if p.graph() is None]:
+        del _pending[k]
+    nodes = set(UOp.toposort_of(roots))
+    return [(k, g, p.device) for k, p in _pending.items() if (g := p.graph()) is not None and g in nodes]
+
+
+def settle(done: list[tuple[tuple[int, object], UOp, UOp]]) -> None:
+    """Keep the results (key, graph, realized BUFFER) of pending packings a realize ran, where the weight still
+    holds the data they were made from (the same realize may have written it: then the copy is of the old data)."""
+    for k, graph, out in done:
+        p = _pending.get(k)
+        if p is None or p.graph() is not graph:
+            continue
+        del _pending[k]
+        w = p.weight()
+        if w is None or out.op is not Ops.BUFFER or registry.version(w) != p.version:
+            continue
+        old = _cache.get(k)
+        if old is not None:
+            _by_packed.pop(old.out, None)
+        if k not in _watched:
+            _watched.add(k)
+            weakref.finalize(w, _forget, k)
+        _cache[k] = _Entry(w, p.version, p.packing, out)
+        _by_packed[out] = k
 
 
 def _forget(key: tuple[int, object]) -> None:
+    _watched.discard(key)
+    _pending.pop(key, None)
     hit = _cache.pop(key, None)
     if hit is not None:
         _by_packed.pop(hit.out, None)
@@ -105,6 +153,7 @@ def clear() -> None:
     """Drop every kept packed copy (their memory goes when no graph holds them)."""
     _cache.clear()
     _by_packed.clear()
+    _pending.clear()
 
 
-__all__ = ["clear", "kept", "packed", "reusable", "with_sources"]
+__all__ = ["along", "clear", "kept", "packed", "reusable", "settle", "with_sources"]

@@ -60,12 +60,8 @@ def test_matmul_mixed_dtypes_and_rmatmul() -> None:
 def test_matmul_through_column_panels(case: str, dt: str) -> None:
     """Right operands with rows a page apart, or transposed, or reused by PANEL_ROWS rows of a or more (a's batch
     axes over an unbatched b count too), are read through a panel copy (tensor.nn._panels): an extra kernel where it
-    pays, and the same values either way, for every layout of b, batched or not, and dtype. A realized b (not a
-    view) is packed once, when the product is built, and the copy kept (tensor.packed): the product's schedule then
-    reads that copy."""
+    pays, and the same values either way, for every layout of b, batched or not, and dtype."""
     from lower import schedule
-    from rewrite.ops import Ops
-    from tensor import packed
     from tensor.nn import PANEL_ROWS
 
     rng = np.random.default_rng(3)
@@ -81,7 +77,6 @@ def test_matmul_through_column_panels(case: str, dt: str) -> None:
     nb = b.swapaxes(-1, -2) if case == "transposed_b" else b
     out = Tensor(a) @ tb
     kernels = [it for it in schedule([out.uop])[0] if it.kind == "kernel"]
-    kept = packed.kept(tb.uop) if tb.uop.op is Ops.BUFFER else []
     panel = 128 // np.dtype(dt).itemsize
     k, n, size = nb.shape[-2], nb.shape[-1], np.dtype(dt).itemsize
     rows = int(np.prod(sa[:-1])) // int(np.prod(sb[:-2]))  # rows of a reusing each panel of b
@@ -90,11 +85,7 @@ def test_matmul_through_column_panels(case: str, dt: str) -> None:
     # a column count of no whole panels packs too (the copy padded with zero columns, read back shrunk): the
     # product masks its ragged last vector, so no copy drops extra columns (lower.opt_tiles.ragged_columns)
     packs = n > panel and rows >= 16 and k >= 64 and needed
-    if case == "transposed_b":  # a view: packed in the product's schedule
-        assert len(kernels) == (2 if packs else 1) and not kept, [it.name for it in kernels]
-    else:
-        assert len(kernels) == 1 and len(kept) == int(packs), [it.name for it in kernels]
-        assert {c.arg.slot for c in kept} <= {u.arg.slot for u in kernels[0].bufs}  # the product reads the copy
+    assert len(kernels) == (2 if packs else 1), [it.name for it in kernels]
     tol = {"float16": 2e-2, "float32": 1e-4}.get(dt, 1e-9)
     # the compiled kernels' result (the panel copy is what is tested; the reference evaluator would spend minutes
     # on these sizes and never run the copy)

@@ -150,3 +150,43 @@ def test_jit_replay_sees_a_later_write_to_a_kept_weight() -> None:
     w.assign(Tensor(wa * 3)).realize()
     close(f(one).numpy(), _product(xa, wa * 3), rtol=1e-4, atol=1e-4)
     assert f.calls == 4
+
+
+def test_building_a_product_runs_nothing() -> None:
+    """The packing is realized with the first product that reads it (one schedule), not when the product is built."""
+    xa, wa = _data(16, M, K), _data(17, K, N)
+    x, w = Tensor(xa), Tensor(wa)
+    before = plans.kernels_run
+    y = x @ w
+    assert plans.kernels_run == before and packed.kept(w.uop) == []
+    close(y.numpy(), _product(xa, wa), rtol=1e-4, atol=1e-4)
+    assert plans.kernels_run - before == 2 and len(packed.kept(w.uop)) == 1
+
+
+def test_realize_that_also_writes_the_weight_keeps_no_stale_copy() -> None:
+    """A product built before an assignment to its weight, realized together with it, reads the old data (its
+    value when made); the copy it packed is of that old data, so it is not kept for the new data."""
+    xa, wa = _data(18, M, K), _data(19, K, N)
+    x, w = Tensor(xa), Tensor(wa)
+    y = x @ w
+    w.assign(w * 2)
+    Tensor.realize(y, w)
+    close(y.numpy(), _product(xa, wa), rtol=1e-4, atol=1e-4)
+    close((x @ w).numpy(), _product(xa, wa * 2), rtol=1e-4, atol=1e-4)
+
+
+def test_jit_body_reading_a_pending_packing() -> None:
+    """A product built (not realized) before a jit whose body builds the same product: the capture's two calls
+    realize the same graphs (the pending packing is not realized along inside a capture)."""
+    xa, wa = _data(20, M, K), _data(21, K, N)
+    x, w = Tensor(xa), Tensor(wa)
+    y = x @ w
+
+    @jit
+    def f(s: Tensor) -> Tensor:
+        return (x @ w) * s
+
+    one = Tensor(np.ones((1,), np.float32))
+    for _ in range(4):
+        close(f(one).numpy(), _product(xa, wa), rtol=1e-4, atol=1e-4)
+    close(y.numpy(), _product(xa, wa), rtol=1e-4, atol=1e-4)
