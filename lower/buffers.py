@@ -22,6 +22,9 @@ _slots = itertools.count(1_000)  # small numbers are left for kernel-local slots
 _data: dict[int, Any] = {}
 _owner: dict[int, Any] = {}  # slot -> the allocator its array came from (it gets the array back)
 _shards: dict[int, tuple[UOp, ...]] = {}  # slot of a BUFFER on a device tuple -> its per-device BUFFERs
+# slot -> how many times its data was replaced or written in place (`wrote`): a copy derived from a buffer's data
+# (tensor.packed) is current while the count it was made at still holds
+_writes: dict[int, int] = {}
 
 
 def new_buffer(dtype: DType, shape: tuple, device: str | tuple[str, ...]) -> UOp:
@@ -34,6 +37,7 @@ def new_buffer(dtype: DType, shape: tuple, device: str | tuple[str, ...]) -> UOp
 
 def _release(slot: int) -> None:
     _shards.pop(slot, None)
+    _writes.pop(slot, None)
     arr, owner = _data.pop(slot, None), _owner.pop(slot, None)
     if owner is not None and arr is not None:
         owner.free(arr)
@@ -44,6 +48,7 @@ def store(buf: UOp, array: Any, owner: Any = None) -> None:
     `buf` is garbage; arrays shared under several slots must name their owner under one slot only."""
     s = slot(buf)
     _data[s] = array
+    _writes[s] = _writes.get(s, 0) + 1
     if owner is not None:
         _owner[s] = owner
 
@@ -67,6 +72,18 @@ def lookup(buf: UOp) -> Any:
         return _data[slot(buf)]
     except KeyError:
         raise KeyError(f"buffer {buf.short()} has no data: it was never realized or was freed") from None
+
+
+def wrote(buf: UOp) -> None:
+    """Note that `buf`'s data is about to change in place (a kernel or copy stores into it): every executor calls
+    this before writing into a buffer that already holds data (store counts a new array itself)."""
+    s = slot(buf)
+    _writes[s] = _writes.get(s, 0) + 1
+
+
+def version(buf: UOp) -> int:
+    """How many times `buf`'s data was stored or written (`wrote`): equal counts mean unchanged data."""
+    return _writes.get(slot(buf), 0)
 
 
 def has_data(buf: UOp) -> bool:

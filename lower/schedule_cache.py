@@ -316,7 +316,8 @@ def build_plan(roots: list[UOp], inputs: list[UOp], items: list[ScheduleItem], o
 
 def writable(buf: UOp) -> Any:
     """The storage of `buf`, made writable: input data is kept read-only (tensor.buffers), so a buffer that an
-    assignment writes in place gets its own writable copy first."""
+    assignment writes in place gets its own writable copy first. Counts the write (buffers.wrote)."""
+    buffers.wrote(buf)
     arr = buffers.lookup(buf)
     if isinstance(arr, np.ndarray) and not arr.flags.writeable:
         arr = arr.copy()

@@ -131,7 +131,9 @@ def gradient(root: Tensor, *targets: Tensor, gradient: Tensor | None = None) -> 
     for t in targets:
         if not isinstance(t, tt.Tensor):
             raise TypeError(f"gradient: targets must be Tensors, got {type(t).__name__}")
-    grads = uop_gradient(root.uop, [t.uop for t in targets], _seed(root, gradient, "gradient"))
+    from tensor.packed import with_sources  # a weight read through its kept packed copy (tensor.packed)
+
+    grads = uop_gradient(with_sources(root.uop), [t.uop for t in targets], _seed(root, gradient, "gradient"))
     return [tt.Tensor._wrap(g if g is not None else zeros_like(t.uop), t.device) for t, g in zip(targets, grads,
                                                                                                 strict=True)]
 
@@ -141,13 +143,16 @@ def backward(root: Tensor, gradient: Tensor | None = None) -> Tensor:
     import tensor.tensor as tt
 
     _check_root(root, "backward")
-    nodes = set(root.uop.toposort())
+    from tensor.packed import with_sources  # a weight read through its kept packed copy (tensor.packed)
+
+    graph = with_sources(root.uop)
+    nodes = set(graph.toposort())
     leaves = [t for r in list(_live.values()) if (t := r()) is not None and t.uop in nodes]
     if not leaves:
         raise GradientError("backward: no tensor in this graph requires a gradient; create the parameters with "
                             "requires_grad=True (or call .requires_grad_()), and call backward() before the loss "
                             "is realized (realizing replaces its graph by the result)")
-    grads = uop_gradient(root.uop, [t.uop for t in leaves], _seed(root, gradient, "backward"))
+    grads = uop_gradient(graph, [t.uop for t in leaves], _seed(root, gradient, "backward"))
     _chk.carry(nodes, [g for g in grads if g is not None])  # the root's run-time checks guard its gradients too
     for t, g in zip(leaves, grads, strict=True):
         if g is None:  # every path to it is detached

@@ -336,6 +336,7 @@ def _refill(buf: UOp, data: np.ndarray) -> None:
     host = to_storage(np.asarray(data), buf.dtype)
     dev = get_device(buf.device if isinstance(buf.device, str) else str(getenv("DEVICE")))
     if getattr(dev, "device_memory", False):
+        registry.wrote(buf)
         registry.lookup(buf)[:] = host
     else:
         registry.store(buf, host)

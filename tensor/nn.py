@@ -11,10 +11,11 @@ this along each spatial axis and reduce over the tap axes.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import tensor.tensor as tt
 from rewrite.derive import fmt_shape
@@ -24,6 +25,7 @@ from rewrite.ops import Ops
 from rewrite.uop import UOp
 from tensor import elementwise as ew
 from tensor import logic as lg
+from tensor import packed as _pk
 from tensor import units as _un
 from tensor.elementwise import common_device, const_uop, expand_uop
 from tensor.helpers import Device, broadcast_shape
@@ -69,7 +71,8 @@ def matmul(x: Tensor, w: Tensor) -> Tensor:
     full = (*batch, m, k, n)
     au = expand_uop(a.cast(work).reshape((*a.shape, 1)), full)
     rows = m * math.prod(batch) // max(1, math.prod(b.shape[:-2]))  # rows of a that reuse each of b's panels
-    bu = expand_uop(_panels(b.cast(work), rows, dev).reshape((*b.shape[:-2], 1, k, n)), full)
+    # a weight that no gradient flows into keeps its packed copy from forward to forward (tensor.packed)
+    bu = expand_uop(_panels(b.cast(work), rows, dev, not w.requires_grad).reshape((*b.shape[:-2], 1, k, n)), full)
     out = reduce_uop(au.cast(_acc(work)) * bu.cast(_acc(work)), Ops.ADD, (len(full) - 2,), False)
     out = out.ne(out.const_like(0)) if dt.is_bool else out.cast(dt)
     shape = (*batch, *(() if x.ndim == 1 else (m,)), *(() if w.ndim == 1 else (n,)))
@@ -89,7 +92,7 @@ def matmul(x: Tensor, w: Tensor) -> Tensor:
 PANEL_ROWS = 512
 
 
-def _panels(b: UOp, m: int, dev: Device) -> UOp:
+def _panels(b: UOp, m: int, dev: Device, keep: bool = False) -> UOp:
     """b (..., K, N) read through a copy stored as column panels (..., N/P, K, P), P = the panel width of the
     device's target (lower.opt_tiles.matmul_panel_bytes): a register tile then reads P consecutive elements per step
     of K, and the rows of a panel are adjacent in memory instead of N elements apart. Only when the copy pays for
@@ -100,7 +103,8 @@ def _panels(b: UOp, m: int, dev: Device) -> UOp:
     in place: at 256 the copy cost more than it saved; but not when PANEL_ROWS rows or more (`m` counts a's
     rows reusing each panel) amortize the copy. A column count of no whole panels is padded with
     zero columns in the same copy and read back shrunk to N: the product's register tile masks its ragged last
-    vector (lower.opt_tiles.ragged_columns), so the extra columns are never computed or stored."""
+    vector (lower.opt_tiles.ragged_columns), so the extra columns are never computed or stored. `keep`: b may be
+    read through a packed copy kept from an earlier call while its data is unchanged (tensor.packed)."""
     from devices import target_for
     from lower.opt_tiles import matmul_panel_bytes
 
@@ -118,9 +122,20 @@ def _panels(b: UOp, m: int, dev: Device) -> UOp:
             (n % panel or (n // panel) % len(dev)):
         return b  # the panels would split the devices' blocks of N (rewrite.props.reshape_axis)
     n_pad = -(-n // panel) * panel
+    if keep and _pk.reusable(b, dev):
+        packed = _pk.packed(b, functools.partial(_pack, panel=panel), panel, cast(str, dev))
+    else:
+        packed = _pack(b, panel)
+    return packed.permute(swap).reshape((*b.shape[:-1], n_pad)).shrink((0,) * b.ndim, b.shape)
+
+
+def _pack(b: UOp, panel: int) -> UOp:
+    """b (..., K, N) copied as column panels (..., N/P, K, P), N padded with zeros to whole panels of P."""
+    k, n, nb = b.shape[-2], b.shape[-1], b.ndim - 2
+    n_pad = -(-n // panel) * panel
     src = b.pad((0,) * b.ndim, (*(0,) * (b.ndim - 1), n_pad - n))
-    packed = src.reshape((*b.shape[:-2], k, n_pad // panel, panel)).permute(swap).contiguous()
-    return packed.permute(swap).reshape(src.shape).shrink((0,) * b.ndim, b.shape)
+    swap = (*range(nb), nb + 1, nb, nb + 2)  # (.., K, N/P, P) <-> (.., N/P, K, P): its own inverse
+    return src.reshape((*b.shape[:-2], k, n_pad // panel, panel)).permute(swap).contiguous()
 
 
 def _permuted(x: UOp) -> bool:

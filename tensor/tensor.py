@@ -40,6 +40,7 @@ from tensor import inplace as _ip
 from tensor import logic as _lg
 from tensor import movement as _mv
 from tensor import nn as _nn
+from tensor import packed as _pk
 from tensor import random as _rnd
 from tensor import reduce as _rd
 from tensor import scatter as _sc
@@ -490,6 +491,9 @@ def _realize(tensors: list[Tensor]) -> None:
     checks = _chk.pending(t.uop for t in tensors)  # run-time checks of the values computed (tensor.checks)
     if checks:
         tensors = tensors + [c.bad for c in checks if not c.bad.is_realized]
+    # weights' panel copies that these graphs pack for the first time: realized along, to be kept (tensor.packed)
+    packs = [(k, g, Tensor._wrap(g, d)) for k, g, d in _pk.along([t.uop for t in tensors])]
+    tensors = tensors + [t for _, _, t in packs] if packs else tensors
     assigns = _ip.assignments(tensors)
     if assigns is not None:
         tensors = tensors + assigns.extra()
@@ -507,6 +511,8 @@ def _realize(tensors: list[Tensor]) -> None:
             t.uop = back.get(res, res)
     if assigns is not None:
         assigns.finish()
+    if packs:
+        _pk.settle([(k, g, t.uop) for k, g, t in packs])
     if checks:
         _chk.verify(checks)
 
