@@ -34,6 +34,8 @@ TC opt falls back to lower.tc_smem's register pipeline where it does not.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from lower.opt_apply import next_range_id, size
 from lower.tc_smem import VEC, WarpTile, _copy_tile, _vectorizable, mma_grid, pad_for, write_back
 from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
@@ -60,6 +62,20 @@ def async_stages(ast: UOp, cfg: tuple[int, int, int, int, int], smem_bytes: int,
     dt = _match(ast, divisible=False)[0].dtype
     per_stage = (M * tm * wu * (bk + pad_for(dt)) + bk * (N * tn * wv + pad_for(dt))) * dt.itemsize
     return next((s for s in range(want, 1, -1) if s * per_stage <= smem_bytes), 0)
+
+
+def prologue(copies: Callable[[UOp, UOp, UOp, UOp | int, UOp | None], list[UOp]], sa: UOp, sb: UOp, stages: int,
+             steps: int, bk: int) -> UOp:
+    """The pipeline's prologue: the copies of k steps 0 .. stages-2 into their stages, one committed group per stage
+    in stage order (empty past the last step); returns the last commit, which the loop's first wait follows."""
+    commit: UOp | None = None
+    for s in range(stages - 1):
+        after = (commit,) if commit is not None else ()
+        group = copies(UOp(Ops.AFTER, (sa, *after)), UOp(Ops.AFTER, (sb, *after)), UOp.const(s * bk), s, None) \
+            if s < steps else []
+        commit = UOp(Ops.BARRIER, (*group, *after), COMMIT)
+    assert commit is not None
+    return commit
 
 
 def _ldmatrix(buf: UOp, row: UOp, n: int, trans: bool) -> UOp:
@@ -105,13 +121,7 @@ def apply_tc_async(ast: UOp, shape: str, tm: int, tn: int, wu: int, wv: int, bk:
         return _copy_tile(a_to, x, (u, u0, bm, nu), (k, k0, bk, nk), tid, threads, True, only, stage * asz, True) + \
             _copy_tile(b_to, y, (k, k0, bk, nk), (v, v0, bn, nv), tid, threads, True, only, stage * bsz, True)
 
-    commit: UOp | None = None
-    for s in range(stages - 1):  # the prologue: one group per stage (empty past the last step), in stage order
-        after = (commit,) if commit is not None else ()
-        group = copies(UOp(Ops.AFTER, (sa, *after)), UOp(Ops.AFTER, (sb, *after)), UOp.const(s * bk), s, None) \
-            if s < steps else []
-        commit = UOp(Ops.BARRIER, (*group, *after), COMMIT)
-    assert commit is not None
+    commit = prologue(copies, sa, sb, stages, steps, bk)
     wait = UOp(Ops.BARRIER, (commit, ko), ("cp.async.wait", stages - 2))
     sa_w, sb_w = UOp(Ops.AFTER, (sa, wait)), UOp(Ops.AFTER, (sb, wait))
     ahead = ko + (stages - 1)
@@ -144,4 +154,4 @@ def apply_tc_async(ast: UOp, shape: str, tm: int, tn: int, wu: int, wv: int, bk:
     return write_back(ast, end, step, at, tile, (*outer, bu, bv, ru, rv, lane))
 
 
-__all__ = ["COMMIT", "apply_tc_async", "async_fits", "async_stages"]
+__all__ = ["COMMIT", "apply_tc_async", "async_fits", "async_stages", "prologue"]

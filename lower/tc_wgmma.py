@@ -38,7 +38,7 @@ C + the products of a k slice in k order, slice after slice, as the emulator (de
 from __future__ import annotations
 
 from lower.opt_apply import next_range_id, size
-from lower.tc_async import COMMIT, async_fits
+from lower.tc_async import COMMIT, async_fits, prologue
 from lower.tc_smem import _copy_tile, store_results
 from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
 from rewrite.dtype import AddrSpace
@@ -123,13 +123,7 @@ def apply_tc_wgmma(ast: UOp, shape: str, n: int, tm: int, tn: int, wgu: int, wgv
             _copy_tile(b_to, y, (k, k0, bk, nk), (v, v0, bn, nv), tid, threads, True, only, stage * bsz, True,
                        place=place_b)
 
-    commit: UOp | None = None
-    for s in range(stages - 1):  # the prologue: one group per stage (empty past the last step), in stage order
-        after = (commit,) if commit is not None else ()
-        group = copies(UOp(Ops.AFTER, (sa, *after)), UOp(Ops.AFTER, (sb, *after)), UOp.const(s * bk), s, None) \
-            if s < steps else []
-        commit = UOp(Ops.BARRIER, (*group, *after), COMMIT)
-    assert commit is not None
+    commit = prologue(copies, sa, sb, stages, steps, bk)
     wait = UOp(Ops.BARRIER, (commit, ko), ("cp.async.wait", stages - 2, "proxy"))
     sa_w, sb_w = UOp(Ops.AFTER, (sa, wait)), UOp(Ops.AFTER, (sb, wait))
     ahead = ko + (stages - 1)
