@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
+import tempfile
 
 
 def numbered(src: str) -> str:
@@ -25,9 +27,14 @@ def run_compiler(cmd: list[str], who: str, what: str, src: str, timeout: int, st
     from rewrite.errors import CompileError
 
     tool = os.path.basename(cmd[0])
+    # a process that may be ended (`live`) keeps its temporary files in a directory of its own, removed once it and
+    # its children are gone: ended by a signal, the driver removes its own files, but a child (cc1, as) signalled
+    # at the same moment may create one after that (seen under load: a gcc `cc*.s` left in TMPDIR)
+    private = tempfile.mkdtemp(prefix="uopc-tool-") if live is not None else None
+    env = {**os.environ, "TMPDIR": private} if private is not None else None
     try:
         with subprocess.Popen(cmd, stdin=subprocess.PIPE if stdin is not None else None,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                               process_group=0 if live is not None else None) as p:
             if live is not None:
                 live.add(p)
@@ -42,6 +49,9 @@ def run_compiler(cmd: list[str], who: str, what: str, src: str, timeout: int, st
                     live.discard(p)
     except OSError as e:
         raise CompileError(f"{who}: cannot run {tool}: {e}") from None
+    finally:  # communicate returned: every process holding its pipes (the driver's children too) has ended
+        if private is not None:
+            shutil.rmtree(private, ignore_errors=True)
     if p.returncode != 0:
         raise CompileError(f"{who}: {tool} failed on {what}{where} (exit {p.returncode}):\n"
                            f"{err.strip()}\n--- source ---\n{numbered(src)}")
