@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from typing import cast
 
+from devices.c_bcast import broadcast_load
 from devices.c_scalar import (
     CContext,
     ctype,
@@ -181,6 +182,11 @@ def render_instr(u: UOp, prog: Program, ctx: CContext, rules: RuleSet, lines: li
     op = u.op
     if op in _VECTOR_MAKERS and u not in prog.uses:
         return indent  # a BUFFER's shape operand that a linearizer listed; no value reads it
+    if op is Ops.LOAD and (bl := broadcast_load(u, prog, ctx)) is not None:  # a tile's row value (c_bcast)
+        nm = ctx.fresh("val")
+        lines.append(f"{'  ' * indent}{bl[0]} {nm} = {bl[1]};")
+        ctx.names[u], ctx.depth[u] = nm, 0
+        return indent
     fn = rules.matcher(op)
     hit = fn(u, ctx) if fn is not None else None
     if hit is None:

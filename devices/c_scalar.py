@@ -130,6 +130,7 @@ class CContext:
         self.counters: dict[str, int] = {}
         self.taken: set[str] = set()
         self.vector_regs: set[UOp] = set()  # REG buffers declared as one vector variable (c_vector)
+        self.broadcast: set[UOp] = set()  # scalar LOADs named as a vector of equal lanes (c_bcast)
 
     def __getitem__(self, u: UOp) -> str:
         return self.names[u]

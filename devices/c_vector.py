@@ -130,7 +130,7 @@ def _splat(s: UOp, n: int, ctx: CContext) -> str:
 
 
 def _vec(s: UOp, n: int, ctx: CContext) -> str:
-    return ctx[s] if s.shape != () else _splat(s, n, ctx)
+    return ctx[s] if s.shape != () or s in ctx.broadcast else _splat(s, n, ctx)
 
 
 def _round(dt: DType, e: str, n: int, ctx: CContext) -> str:

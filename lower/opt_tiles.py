@@ -87,6 +87,15 @@ RAGGED_WASTE = 8
 
 MIN_TILE_REDUCTION = 8  # products per output below which no register tile is made
 
+# A tile of at most SLACK_ACCUMULATORS accumulators has no slack over the FMA pipeline (2 FMA ports x 4 cycles of
+# latency on x86 cores: 8 chains in flight), so a gated row axis is padded (repeating its last row) for a wider
+# tile; above it the exact tile is kept, the padded rows' and the border copies' cost outweighing the gain. conv2d
+# (8,64,56,56) -> 64 3x3 pad 1, 2 threads, this Intel AVX-512 host, min of 20, runs alternated: on x86-64-v3 the
+# exact 4x2 ran 10.45-10.51 ms, a 6x2 over 56 rows padded to 60 12.0 ms with GCC merging the taps' broadcasts
+# (spilling accumulators), ~9.5-10.2 ms with devices.c_bcast's broadcasts; on x86-64-v4 the exact 8x2 (16 > 8)
+# ran 5.5-5.7 ms, a 12x2 padded to 60 5.9 ms.
+SLACK_ACCUMULATORS = 8
+
 # The product tile (product_tile): where no output axis gives full vector lanes (a conv's weight gradient: its
 # columns are the 3 kernel taps, 3 of 8 AVX2 lanes once padded, and the input's loads along them are gated), two
 # output axes that no load moves along both (the gradient's output and input channels) are upcast into a tile of
@@ -192,13 +201,15 @@ def register_tile(ast: UOp, opts: list[Opt], target: Target) -> UOp | None:
     moving = [x for x in loads if _stride(x, v) == 1]
     rows_of = [u for u in reversed(loops) if u is not v and all(_stride(x, u) == 0 for x in moving) and
                any(_stride(x, u) not in (0, None) for x in loads)]
-    # padding the rows only where no load's gate moves with them: conv's rows are output columns whose input
-    # reads are gated at the image border, and clamped rows there cost more than the wider tile gained (conv
-    # (8,64,56,56): a 6x2 tile over 56 rows padded to 60 ran at 0.8x of the exact 4x2). The innermost such axis
-    # first; where its shape gives no tile (17 gated rows: prime, no padding), the next one (a conv transpose's
-    # batch axis, ungated)
+    # padding the rows where a load's gate moves with them (conv's rows are output columns whose input reads are
+    # gated at the image border) only where the exact tile has at most SLACK_ACCUMULATORS (see there). The
+    # innermost such axis first; where its shape gives no tile (17 gated rows: prime, no padding), the next one (a
+    # conv transpose's batch axis, ungated)
     for u in rows_of:
-        if (shape := tile_shape(size(u), size(v), width, target, pad=not any(u in g for g in gates))) is not None:
+        gated = any(u in g for g in gates)
+        if (shape := tile_shape(size(u), size(v), width, target, pad=not gated)) is not None:
+            if gated and shape[0] * shape[1] <= SLACK_ACCUMULATORS:
+                shape = tile_shape(size(u), size(v), width, target) or shape
             break
     else:
         return None
