@@ -32,10 +32,10 @@ def _width(u: UOp, prog: Program) -> int | None:
     """The lanes of the FMAs that read the scalar LOAD u, where every reader is such an FMA (as its multiplicand,
     not its accumulator) of one width; None otherwise."""
     users = prog.users.get(u, ())
-    ns = {lanes(x) for x in users if x.op is Ops.MULACC and x.shape != () and x.src[2] is not u}
-    if not users or len(ns) != 1 or any(x.op is not Ops.MULACC or x.shape == () or x.src[2] is u for x in users):
+    if not users or any(x.op is not Ops.MULACC or x.shape == () or x.src[2] is u for x in users):
         return None
-    return ns.pop()
+    ns = {lanes(x) for x in users}
+    return ns.pop() if len(ns) == 1 else None
 
 
 def broadcast_load(u: UOp, prog: Program, ctx: CContext) -> tuple[str, str] | None:

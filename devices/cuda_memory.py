@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, cast
 
 from devices.c_scalar import unparen
 from devices.linear import Program, base_of, buffer_arg, const_value, is_global
+from devices.python_wgmma import is_wgmma
 from rewrite.dtype import AddrSpace, dtypes
 from rewrite.errors import CompileError
 from rewrite.ops import Ops
@@ -27,7 +28,7 @@ def is_ldmatrix(u: UOp) -> bool:
 
 def _reads_wgmma(y: UOp, x: UOp) -> bool:
     """Is y a wgmma WMMA reading operand x (an INDEX of its first element) from shared memory?"""
-    return y.op is Ops.WMMA and isinstance(y.arg, tuple) and y.arg[:1] == ("wgmma",) and x in y.src[:2]
+    return y.op is Ops.WMMA and is_wgmma(y) and x in y.src[:2]
 
 
 def raw_locals(prog: Program) -> set[UOp]:

@@ -76,9 +76,10 @@ def lookup(buf: UOp) -> Any:
 
 def wrote(buf: UOp) -> None:
     """Note that `buf`'s data is about to change in place (a kernel or copy stores into it): every executor calls
-    this before writing into a buffer that already holds data (store counts a new array itself)."""
+    this before writing into a buffer; one that holds no data yet is not counted (store counts a new array)."""
     s = slot(buf)
-    _writes[s] = _writes.get(s, 0) + 1
+    if s in _data or s in _shards:
+        _writes[s] = _writes.get(s, 0) + 1
 
 
 def version(buf: UOp) -> int:

@@ -171,8 +171,7 @@ def replay_into(t: Template, inputs: list[UOp], outs: list[UOp]) -> None:
     on the remembered arrays. That record holds the last replay's buffers (the jit's arguments among them) and
     their storage until a replay on other buffers replaces it, or the template is forgotten."""
     for o in outs:  # overwritten in place (lower.buffers.wrote), whichever way the steps run
-        if buffers.has_data(o):
-            buffers.wrote(o)
+        buffers.wrote(o)
     if t.direct is not None:
         d = _directs.get(id(t))
         if d is not None and d.t is t and (_env_plain() or _plain()) and _same(d.inputs, inputs) \

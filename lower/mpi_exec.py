@@ -387,8 +387,7 @@ def _run_step(s: Step, it: ScheduleItem | None, kernels: dict[int, Any], comm: C
               vv: dict[str, int], _array: Callable[[UOp, dict[str, int]], Any]) -> None:
     if s.kind in COLLECTIVES:
         out, own = s.bufs
-        if buffers.has_data(out):
-            buffers.wrote(out)
+        buffers.wrote(out)
         run_collective(cast(Comm, comm), s.kind, s.op, _flat(_array(own, vv), own), _flat(_array(out, vv), out))
         return
     assert it is not None
@@ -402,7 +401,7 @@ def _run_step(s: Step, it: ScheduleItem | None, kernels: dict[int, Any], comm: C
         return
     assert comm is not None or s.kind == "copy"
     c = cast(Comm, comm)
-    if s.kind in ("copy", "recv", "bcast") and buffers.has_data(it.bufs[0]):  # an assignment's target
+    if s.kind in ("copy", "recv", "bcast"):  # an assignment's target is written in place
         buffers.wrote(it.bufs[0])
     # a copy item may read a window of its source (`view`) and fill a window of its destination (`dst_view`):
     # what travels between ranks is exactly the source window, received into the destination window

@@ -151,13 +151,6 @@ def _varying(topo: tuple[UOp, ...], r: UOp) -> tuple[UOp, ...]:
     return tuple(u for u in topo if u in dep)
 
 
-def _vector_lanes_of(ast: UOp, red: UOp, r: UOp) -> bool:
-    """Whether reduction range `r` of REDUCE `red` makes vector code as lanes: every buffer access of `ast` moves
-    by 0 or 1 element along it (contiguous vectors, no gathers) and no op of `red`'s body that varies with it runs
-    lane by lane (_lane_unfriendly). hand_coded unrolls only such a range into lanes."""
-    return _contiguous_everywhere(ast, r) and not any(_lane_unfriendly(u) for u in _varying(_topo(red.src[0]), r))
-
-
 # A load behind a gate (an embedding row whose id may be out of range: `ok ? row[i] : 0`) is one gcc does not
 # vectorize at -O2: it may not read memory the gate guards, and its cheap cost model does not use masked loads, so
 # the whole output loop stays scalar. Where the gate does not move with the output loop, its lanes load one vector
@@ -366,11 +359,11 @@ def hand_coded(ast: UOp, target: Target, threads: int | None = None, vectors: bo
                     and _contiguous_everywhere(ast, r)][-1:]
             if up is not None and up in body:
                 continue
-            if not pick or not _vector_lanes_of(ast, red, cur[pick[0]]):
-                ast = _scalar_accumulators(ast, opts, red)
+            if not pick or any(_lane_unfriendly(u) for u in _varying(body, cur[pick[0]])):
+                ast = _scalar_accumulators(ast, opts, red)  # no lanes for it: scalar partial accumulators
                 continue
-            n = size(cur[pick[0]]) if pick else 0
-            acc = _accumulators(_varying(body, cur[pick[0]]), n, lanes, target) if pick else 1
+            n = size(cur[pick[0]])
+            acc = _accumulators(_varying(body, cur[pick[0]]), n, lanes, target)
             ast, new = _split_first(ast, opts, pick, AxisType.UNROLL, [k for k in factors if k <= 16], pad=True)
             if new is not None and acc > 1:  # the rest of the reduction split again: separate accumulators
                 cur = axes(ast)

@@ -291,8 +291,7 @@ def run_parallel(items: list[ScheduleItem], keep: set[UOp], var_vals: dict[str, 
                 buffers.store(b, _raw(owner, vv))
             storage[s] = id(_base(_raw(b, vv)))  # one array, one key (shared by the plan, a bitcast's alias, a view)
         for b in it.bufs[:it.outs if it.kind == "kernel" else 1]:
-            if buffers.has_data(b):  # an assignment's target, written in place
-                buffers.wrote(b)
+            buffers.wrote(b)  # an assignment's target is written in place
     kernel_list, _ = compile_for_devices(items)
     kernel_ix = [k for k, it in enumerate(items) if it.kind == "kernel"]
     kernels = dict(zip(kernel_ix, kernel_list, strict=True))

@@ -175,8 +175,7 @@ def run_schedule(items: list[ScheduleItem], keep: set[UOp] | None = None,
                 buffers.store(b, _raw(owner, vv))
         if it.kind == "copy":
             dst, src = it.bufs
-            if buffers.has_data(dst):  # an assignment's target, written in place
-                buffers.wrote(dst)
+            buffers.wrote(dst)  # an assignment's target is written in place
             copy_into(_array(dst, vv), _array(src, vv), it.view, it.dst_view)
             continue
         assert it.ast is not None

@@ -116,8 +116,6 @@ def _panels(b: UOp, m: int, dev: Device, keep: bool = False) -> UOp:
         return b
     if n * size < 4096 and k * n * size <= target.l2_bytes and not _permuted(b) and m < PANEL_ROWS:
         return b
-    nb = b.ndim - 2
-    swap = (*range(nb), nb + 1, nb, nb + 2)  # (.., K, N/P, P) <-> (.., N/P, K, P): its own inverse
     if isinstance(dev, tuple) and isinstance(b.device, tuple) and b.axis == b.ndim - 1 and \
             (n % panel or (n // panel) % len(dev)):
         return b  # the panels would split the devices' blocks of N (rewrite.props.reshape_axis)
@@ -126,16 +124,22 @@ def _panels(b: UOp, m: int, dev: Device, keep: bool = False) -> UOp:
         packed = _pk.packed(b, functools.partial(_pack, panel=panel), panel, cast(str, dev))
     else:
         packed = _pack(b, panel)
-    return packed.permute(swap).reshape((*b.shape[:-1], n_pad)).shrink((0,) * b.ndim, b.shape)
+    return packed.permute(_swap(b.ndim)).reshape((*b.shape[:-1], n_pad)).shrink((0,) * b.ndim, b.shape)
+
+
+def _swap(ndim: int) -> tuple[int, ...]:
+    """The permutation (.., K, N/P, P) <-> (.., N/P, K, P) that packs an operand (.., K, N) of `ndim` axes into
+    column panels: its own inverse."""
+    nb = ndim - 2
+    return (*range(nb), nb + 1, nb, nb + 2)
 
 
 def _pack(b: UOp, panel: int) -> UOp:
     """b (..., K, N) copied as column panels (..., N/P, K, P), N padded with zeros to whole panels of P."""
-    k, n, nb = b.shape[-2], b.shape[-1], b.ndim - 2
+    k, n = b.shape[-2], b.shape[-1]
     n_pad = -(-n // panel) * panel
     src = b.pad((0,) * b.ndim, (*(0,) * (b.ndim - 1), n_pad - n))
-    swap = (*range(nb), nb + 1, nb, nb + 2)  # (.., K, N/P, P) <-> (.., N/P, K, P): its own inverse
-    return src.reshape((*b.shape[:-2], k, n_pad // panel, panel)).permute(swap).contiguous()
+    return src.reshape((*b.shape[:-2], k, n_pad // panel, panel)).permute(_swap(b.ndim)).contiguous()
 
 
 def _permuted(x: UOp) -> bool:
