@@ -41,11 +41,10 @@ from devices.cuda_driver import (
 )
 from devices.cuda_render import (
     CUDA_ALU_OPS,
-    STATIC_SHARED_LIMIT,
+    dynamic_shared,
     kernel_symbol,
     render_cuda_source,
     render_kernel,
-    shared_layout,
     special_dim,
 )
 from devices.linear import Program, analyze, special_bound
@@ -146,8 +145,7 @@ class CudaKernel:
                  ) -> None:
         self.device, self.prog, self.name, self.symbol = device, prog, prog.name, symbol
         self.src, self.cubin, self.target = src, cubin, target
-        total = shared_layout(prog)[1]
-        self.dynamic_shared = total if total > STATIC_SHARED_LIMIT else 0
+        self.dynamic_shared = dynamic_shared(prog)
         self._fn: ctypes.c_void_p | None = None
         dims = {special_dim(n): sp for n, sp in prog.specials.items()}
         self._dims = [[dims.get((kind, a)) for a in range(3)] for kind in ("gidx", "lidx")]

@@ -65,7 +65,7 @@ from devices.cuda_memory import (
     raw_locals,
 )
 from devices.linear import Program, base_of, buffer_arg, const_value, is_global
-from devices.python_wgmma import is_wgmma
+from devices.python_wgmma import is_wgmma, swizzle_of
 from rewrite.dsl import Rule, RuleSet, op, var
 from rewrite.dtype import AddrSpace, DType, dtypes
 from rewrite.errors import CompileError
@@ -104,16 +104,32 @@ def special_dim(name: str) -> tuple[str, int] | None:
 STATIC_SHARED_LIMIT = 48 << 10  # bytes of static __shared__ a block may declare; more must be dynamic
 
 
+def swizzled(prog: Program) -> bool:
+    """Does a wgmma read a swizzled operand? Then the LOCAL buffers are dynamic shared memory aligned to the
+    swizzle's 1024-byte atoms (devices.python_gpu.wgmma_element XORs the absolute address bits)."""
+    return any(u.op is Ops.WMMA and is_wgmma(u) and any(swizzle_of(lay) for lay in cast(tuple, u.arg)[3:])
+               for u in prog.instrs)
+
+
 def shared_layout(prog: Program) -> tuple[dict[UOp, int], int]:
-    """Each LOCAL buffer's byte offset in the block's shared memory (16-byte aligned), and the total bytes."""
+    """Each LOCAL buffer's byte offset in the block's shared memory (16-byte aligned, 1024 where `swizzled`), and
+    the total bytes."""
     offsets: dict[UOp, int] = {}
     total = 0
     raw = raw_locals(prog)
+    align = 1024 if swizzled(prog) else 16
     for u in prog.instrs:
         if u.op is Ops.BUFFER and buffer_arg(u).addrspace is AddrSpace.LOCAL:
             offsets[u] = total
-            total += -(-int(u.shape[0]) * local_itemsize(u, raw) // 16) * 16
+            total += -(-int(u.shape[0]) * local_itemsize(u, raw) // align) * align
     return offsets, total
+
+
+def dynamic_shared(prog: Program) -> int:
+    """The bytes of dynamic shared memory a launch of `prog` needs: its LOCAL buffers past the static limit or
+    read swizzled by wgmma (the dynamic array's alignment is the one we declare), else 0."""
+    total = shared_layout(prog)[1]
+    return total if total > STATIC_SHARED_LIMIT or (total and swizzled(prog)) else 0
 
 
 INT32 = (-(1 << 31), (1 << 31) - 1)
@@ -145,8 +161,13 @@ class CudaContext(CContext):
     def __init__(self, prog: Program, helpers: dict[str, str] | None = None) -> None:
         super().__init__(prog, helpers, CUDA_DIALECT)
         self.index32 = index_fits_int32(prog)
-        offsets, total = shared_layout(prog)
-        self.dynamic: dict[UOp, int] | None = offsets if total > STATIC_SHARED_LIMIT else None
+        self.dynamic: dict[UOp, int] | None = shared_layout(prog)[0] if dynamic_shared(prog) else None
+        self.align = 1024 if swizzled(prog) else 16
+        # wgmma groups left in flight across k steps (lower.tc_wgmma's overlap): ptxas serializes every wgmma
+        # (C7514) when the results' float -> half conversions (F2FP pack instructions) read the accumulator
+        # registers themselves, so those conversions read x + -0.0 (the same value, a register of its own)
+        self.wgmma_in_flight = any(u.op is Ops.BARRIER and isinstance(u.arg, tuple) and u.arg[0] == "wgmma.wait"
+                                   and u.arg[1] for u in prog.instrs)
         self.lanes: dict[UOp, list[str]] = {}  # the per-lane C text of each vector value
         self.wide: dict[UOp, tuple[str, str]] = {}  # a vector LOAD held in a 16-aligned array: (name, C type)
         self.raw = raw_locals(prog)  # LOCAL bfloat16 buffers of bits (raw_locals)
@@ -193,6 +214,8 @@ def _render_cast_half(x: UOp, y: UOp, ctx: CContext) -> str:
     __float2half_rn for float32 and bfloat16 (a float register), __double2half for float64."""
     ctx.define("#fp16", "#include <cuda_fp16.h>")
     fn = "__double2half" if y.dtype is dtypes.float64 else "__float2half_rn"
+    if y.dtype is dtypes.float32 and isinstance(ctx, CudaContext) and ctx.wgmma_in_flight:
+        return f"{fn}(__fadd_rn({unparen(ctx[y])}, -0.0f))"  # see CudaContext.wgmma_in_flight
     return f"{fn}({unparen(ctx[y])})"
 
 
@@ -268,7 +291,7 @@ def _signature(prog: Program, name: str, ctx: CContext) -> list[str]:
     bounds = f"__launch_bounds__({n}) " if n is not None else ""
     lines = [f'extern "C" __global__ void {bounds}{name}({", ".join(params)}) {{']
     if isinstance(ctx, CudaContext) and ctx.dynamic is not None:
-        lines.append("  extern __shared__ __align__(16) unsigned char smem_dynamic[];")
+        lines.append(f"  extern __shared__ __align__({ctx.align}) unsigned char smem_dynamic[];")
     lines += narrow
     for sname, sp in prog.specials.items():
         dim = special_dim(sname)
@@ -334,15 +357,16 @@ def _render_wmma(u: UOp, ctx: CudaContext, lines: list[str], pad: str) -> None:
 
 
 _WGMMA_DESC = (
-    "static __device__ __forceinline__ uint64_t wgmma_desc(const void* p, uint32_t lbo, uint32_t sbo) {\n"
+    "static __device__ __forceinline__ uint64_t wgmma_desc(const void* p, uint32_t lbo, uint32_t sbo,\n"
+    "                                                      uint32_t swizzle) {\n"
     "  uint32_t a = (uint32_t)__cvta_generic_to_shared(p);\n"
     "  return (uint64_t)((a & 0x3FFFFu) >> 4) | ((uint64_t)((lbo & 0x3FFFFu) >> 4) << 16) |\n"
-    "         ((uint64_t)((sbo & 0x3FFFFu) >> 4) << 32);\n}")
+    "         ((uint64_t)((sbo & 0x3FFFFu) >> 4) << 32) | ((uint64_t)(swizzle & 3u) << 62);\n}")
 
 
 def _render_wgmma(u: UOp, ctx: CudaContext, lines: list[str], pad: str) -> None:
-    """WMMA ("wgmma", n, dtype, (lbo, sbo, mn_major) of A, of B): the descriptors (devices.python_gpu.
-    wgmma_descriptor's fields: the shared address of the operand's first element, LBO, SBO, no swizzle) and one
+    """WMMA ("wgmma", n, dtype, (lbo, sbo, mn_major[, swizzle]) of A, of B): the descriptors (devices.python_gpu.
+    wgmma_descriptor's fields: the shared address of the operand's first element, LBO, SBO, swizzle mode) and one
     `wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t}` on the n / 2 accumulators in place ("+f"), scale-d 1,
     the transpose immediates from the layouts' mn_major."""
     a, b, c = u.src
@@ -355,7 +379,7 @@ def _render_wgmma(u: UOp, ctx: CudaContext, lines: list[str], pad: str) -> None:
     fn = ctx.define("wgmma_desc", _WGMMA_DESC)
     descs = [ctx.fresh("wgdesc") for _ in range(2)]
     for name, x, lay in zip(descs, (a, b), (lay_a, lay_b), strict=True):
-        lines.append(f"{pad}const uint64_t {name} = {fn}(&{ctx[x]}, {lay[0]}u, {lay[1]}u);")
+        lines.append(f"{pad}const uint64_t {name} = {fn}(&{ctx[x]}, {lay[0]}u, {lay[1]}u, {swizzle_of(lay)}u);")
     half = int(n) // 2
     d = [ctx.fresh("wgacc") for _ in range(half)]
     ctx.lanes[u] = d
@@ -501,6 +525,7 @@ __all__ = [
     "CUDA_RULES",
     "STATIC_SHARED_LIMIT",
     "CudaContext",
+    "dynamic_shared",
     "index_fits_int32",
     "is_async_copy",
     "is_ldmatrix",

@@ -63,12 +63,13 @@ _ORDERS_ONLY = frozenset({Ops.AFTER, Ops.END, Ops.ENDIF, Ops.BARRIER, Ops.GROUP}
 
 
 def _check_wgmma(prog: Program, i: int, u: UOp) -> None:
-    """WMMA ("wgmma", n, input dtype, (lbo, sbo, mn_major) of A, of B): (INDEX of A's first element in a LOCAL
-    buffer, the same of B, the n / 2 float32 accumulators C) -> D like C (devices.python_wgmma)."""
+    """WMMA ("wgmma", n, input dtype, (lbo, sbo, mn_major[, swizzle]) of A, of B): (INDEX of A's first element in
+    a LOCAL buffer, the same of B, the n / 2 float32 accumulators C) -> D like C (devices.python_wgmma; swizzle 0
+    none, 1 the 128-byte swizzle)."""
     arg = cast(tuple, u.arg)
     ok = len(arg) == 5 and arg[1] in range(8, 257, 8) and arg[2] in (dtypes.float16, dtypes.bfloat16) and \
-        all(isinstance(lay, tuple) and len(lay) == 3 and all(isinstance(x, int) and x % 16 == 0 for x in lay[:2])
-            for lay in arg[3:])
+        all(isinstance(lay, tuple) and len(lay) in (3, 4) and lay[3:] in ((), (0,), (1,)) and
+            all(isinstance(x, int) and x % 16 == 0 for x in lay[:2]) for lay in arg[3:])
     for s in u.src[:2]:
         b = base_of(s.src[0]) if s.op is Ops.INDEX else None
         ok = ok and b is not None and b.op is Ops.BUFFER and buffer_arg(b).addrspace is AddrSpace.LOCAL and \
@@ -76,8 +77,8 @@ def _check_wgmma(prog: Program, i: int, u: UOp) -> None:
     if not ok or lanes(u.src[2]) != arg[1] // 2 or u.src[2].dtype is not dtypes.float32 or \
             u.dtype is not dtypes.float32:
         raise _fail(prog, i, u, "a wgmma WMMA is arg ('wgmma', n (8..256, a multiple of 8), float16 or bfloat16, "
-                                "(lbo, sbo, mn_major) of A, of B) with src (INDEX of A's first element in a LOCAL "
-                                "buffer of that dtype, the same of B, n / 2 float32 accumulators)")
+                                "(lbo, sbo, mn_major[, swizzle 0/1]) of A, of B) with src (INDEX of A's first "
+                                "element in a LOCAL buffer of that dtype, the same of B, n / 2 float32 accumulators)")
 
 
 def buffer_arg(u: UOp) -> BufferArg:

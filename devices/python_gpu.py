@@ -102,16 +102,31 @@ def wgmma_decode(desc: int) -> tuple[int, int, int, int]:
 
 
 def wgmma_element(desc: int, row: int, col: int, mn_major: bool, itemsize: int) -> int:
-    """The byte address of element (row, col) of a wgmma operand in shared memory under descriptor `desc` with no
-    swizzle (the "interleave" canonical layouts of the PTX ISA, in elements, T = 16 / itemsize): row is the M (or
-    N) index, col the K index. K-major ((8,m),(T,2k)):((T,SBO),(1,LBO)): core matrices of 8 rows x 16 bytes,
-    rows 16 bytes apart, SBO between 8-row groups, LBO between K-neighbouring core matrices. MN-major
+    """The byte address of element (row, col) of a wgmma operand in shared memory under descriptor `desc`: row is
+    the M (or N) index, col the K index; the PTX ISA's canonical layouts in elements, T = 16 / itemsize.
+
+    No swizzle ("interleave"): K-major ((8,m),(T,2k)):((T,SBO),(1,LBO)): core matrices of 8 rows x 16 bytes, rows
+    16 bytes apart, SBO between 8-row groups, LBO between K-neighbouring core matrices. MN-major
     ((T,1,m),(8,k)):((1,T,SBO),(T,LBO)): T consecutive M/N elements, SBO between groups of T, k rows 16 bytes
-    apart, LBO between 8-row groups of k."""
+    apart, LBO between 8-row groups of k.
+
+    128-byte swizzle (mode 1): K-major ((8,m),(T,2k)):((8T,SBO),(1,T)): rows of 128 bytes, SBO between 8-row
+    groups, LBO unused; MN-major ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)): 8T consecutive M/N elements (128 bytes),
+    LBO between such groups, k rows 128 bytes apart, SBO between 8-row groups of k; then Swizzle<3,4,3> on the
+    address: its 16-byte chunk bits (6-4) XOR its row-in-atom bits (9-7). The base offset field is 0, so the
+    start must sit in the first 128-byte row of a 1024-byte atom (bits 9-7 clear), else DeviceError."""
     start, lbo, sbo, swizzle = wgmma_decode(desc)
-    if swizzle:
-        raise DeviceError(f"wgmma descriptor {desc:#x}: swizzle mode {swizzle}; the emulator reads no-swizzle layouts")
+    if swizzle not in (0, 1):
+        raise DeviceError(f"wgmma descriptor {desc:#x}: swizzle mode {swizzle}; the emulator reads no swizzle (0) "
+                          f"and the 128-byte swizzle (1)")
     t = 16 // itemsize
+    if swizzle == 1:
+        if start >> 7 & 7:
+            raise DeviceError(f"wgmma descriptor {desc:#x}: a 128-byte swizzled operand starting at byte {start}, "
+                              f"not in the first row of a 1024-byte atom, needs a base offset")
+        at = start + ((row // (8 * t)) * lbo + (row % (8 * t)) * itemsize + (col // 8) * sbo + (col % 8) * 128
+                      if mn_major else (row // 8) * sbo + (row % 8) * 128 + col * itemsize)
+        return at ^ ((at >> 7 & 7) << 4)
     if mn_major:
         return start + (row // t) * sbo + (row % t) * itemsize + (col // 8) * lbo + (col % 8) * 16
     return start + (row // 8) * sbo + (row % 8) * 16 + (col // t) * lbo + (col % t) * itemsize

@@ -1,6 +1,6 @@
 """The python device's emulation of Hopper's warpgroup MMA (PTX wgmma, lower.tc_wgmma), asynchronous as on the GPU.
 
-A WMMA with arg ("wgmma", n, dtype, (lbo, sbo, mn_major) of A, (lbo, sbo, mn_major) of B) takes the INDEXes of
+A WMMA with arg ("wgmma", n, dtype, (lbo, sbo, mn_major[, swizzle]) of A, the same of B) takes the INDEXes of
 A's and B's first elements in LOCAL memory and a thread's n / 2 float32 accumulators; every thread of the block
 meets there (devices.python runs it when all have arrived) and each warpgroup (128 consecutive threads, whose
 lanes must agree on the operands) issues one `wgmma.mma_async.m64nNk16`:
@@ -32,6 +32,11 @@ FENCE, COMMIT, WAIT = "wgmma.fence", "wgmma.commit", "wgmma.wait"
 
 def is_wgmma(u: UOp) -> bool:
     return isinstance(u.arg, tuple) and len(u.arg) == 5 and u.arg[0] == "wgmma"
+
+
+def swizzle_of(layout: tuple) -> int:
+    """The swizzle mode of an operand's layout (lbo, sbo, mn_major[, swizzle]): 0 none, 1 the 128-byte swizzle."""
+    return int(layout[3]) if len(layout) > 3 else 0
 
 
 def is_wgmma_barrier(arg: object) -> bool:
@@ -127,7 +132,7 @@ def issue(u: UOp, p: int, threads: list[list], where: str, round_acc: Callable, 
             if tv[p][0][0] is not first[0][0] or tv[p][0][1] != first[0][1] or tv[p][1][0] is not first[1][0] or \
                     tv[p][1][1] != first[1][1]:
                 raise DeviceError(f"{where}: the threads of a warpgroup give different wgmma operands")
-        ops = [(mem, wgmma_descriptor(i * itemsize, lay[0], lay[1]), bool(lay[2]), itemsize)
+        ops = [(mem, wgmma_descriptor(i * itemsize, lay[0], lay[1], swizzle_of(lay)), bool(lay[2]), itemsize)
                for (mem, i), lay in ((first[0], lay_a), (first[1], lay_b))]
         op = WgOp(where, int(n), ops, [tuple(tv[p][2]) for tv in group], round_acc)
         for t, tv in enumerate(group):
@@ -154,4 +159,4 @@ def retire(keep: int, threads: list[list]) -> None:
 
 
 __all__ = ["COMMIT", "FENCE", "WAIT", "Pending", "WgOp", "barrier_step", "is_wgmma", "is_wgmma_barrier", "issue",
-           "retire"]
+           "retire", "swizzle_of"]

@@ -1,13 +1,14 @@
 """Hopper warpgroup tensor cores (PTX wgmma.mma_async, sm_90a) fed by lower.tc_async's cp.async pipeline.
 
-`apply_tc_wgmma(ast, shape, n, tm, tn, wgu, wgv, bk, stages)` (OptOps.TC with arg (shape, "wgmma", n, tm, tn, wgu,
-wgv, bk, stages); chosen by the heuristics only with the WGMMA knob on an sm_90 target, since no GPU has run it
-yet) rewrites the kernel lower.wmma matches (a float32 sum of products of half or bfloat16 x and y) into one
-block per BM x BN output tile, BM = 64 tm wgu, BN = n tn wgv: wgu x wgv warpgroups of 4 warps (128 threads, LOCAL
-axes beside the WARP lanes, so a warpgroup is 4 consecutive warps), each a (64 tm) x (n tn) tile of
-`wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{f16|bf16}.{f16|bf16}` (n a multiple of 8, at most 128: a thread
-holds n / 2 accumulators of each). A and B come from shared memory through matrix descriptors (no swizzle; the
-PTX ISA's "interleave" canonical layouts of core matrices of 8 rows x 16 bytes, 128 contiguous bytes each):
+`apply_tc_wgmma(ast, shape, n, tm, tn, wgu, wgv, bk, stages, swizzle, overlap)` (OptOps.TC with arg (shape, "wgmma",
+n, tm, tn, wgu, wgv, bk, stages[, swizzle, overlap]), both 0 when left out; chosen by the heuristics only with the
+WGMMA knob on an sm_90 target, since no GPU has run it yet) rewrites the kernel lower.wmma matches (a float32 sum of
+products of half or bfloat16 x and y) into one block per BM x BN output tile, BM = 64 tm wgu, BN = n tn wgv: wgu x
+wgv warpgroups of 4 warps (128 threads, LOCAL axes beside the WARP lanes, so a warpgroup is 4 consecutive warps),
+each a (64 tm) x (n tn) tile of `wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{f16|bf16}.{f16|bf16}` (n a multiple of
+8, at most 128: a thread holds n / 2 accumulators of each). A and B come from shared memory through matrix
+descriptors (swizzle 0: the PTX ISA's "interleave" canonical layouts of core matrices of 8 rows x 16 bytes, 128
+contiguous bytes each):
 
   A (BM x bk, K-major): element (m, k) at (m // 8) 8 bk + (k // 8) 64 + (m % 8) 8 + k % 8, so the leading byte
       offset (LBO, between K-neighbouring core matrices) is 128 and the stride byte offset (SBO, between 8-row
@@ -29,6 +30,20 @@ row, so the copies are lower.tc_async's cp.async chunks (lower.tc_smem._copy_til
       step's reads of the stage are done before any thread's cp.async overwrites it, after the next step's
       __syncthreads).
 
+With swizzle 1 (bk and n multiples of 64) both tiles are in the 128-byte swizzle instead (descriptor mode 1):
+rows of 64 elements (128 bytes) in atoms of 8 rows (1024 bytes, 1024-aligned: devices.cuda_render aligns the
+buffers), the 16-byte chunk c of row r stored at chunk c ^ (r % 8) (Swizzle<3,4,3> on the byte address), so the 8
+chunks a quarter-warp copies into a row land in 8 different bank groups (the plain layout puts them 128 bytes
+apart: one bank group). A is
+K-major in 64-wide k atoms (element (m, k) of atom k // 64 at row m, SBO 1024, LBO unused), a k slice's descriptor
+starting kk % 64 elements into its rows; B is MN-major in 64-column atoms of bk rows (element (k, j) at row k of
+atom j // 64, LBO 128 bk bytes between atoms, SBO 1024 between 8-row groups of k).
+
+With overlap 1 (3 stages or more) a step's wgmma group is left in flight: ("wgmma.wait", 1) retires the previous
+step's group instead of its own, and the copies run one step less ahead (the prologue fills stages - 2 stages,
+the wait lets stages - 3 groups of copies pend, step ko's copies go to the stage step ko - 2 read, which every
+warpgroup's wait has retired before the step's __syncthreads); ("wgmma.wait", 0) after the loop lands the last.
+
 The output stores follow the m64nN f32 accumulator layout (devices.python_gpu.wgmma_place: thread 32 w + l holds
 element 4 j + e at row 16 w + l // 4 + 8 ((e // 2) % 2), column 8 j + 2 (l % 4) + e % 2), gated where the block
 tile does not divide the output (the copies zero-fill past the matrix, as in lower.tc_async). Sums: each output is
@@ -36,6 +51,8 @@ C + the products of a k slice in k order, slice after slice, as the emulator (de
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from lower.opt_apply import next_range_id, size
 from lower.tc_async import COMMIT, async_fits, prologue
@@ -46,14 +63,15 @@ from rewrite.errors import KernelOptError
 
 WGMMA_SHAPES = ("16x8x16 half->float", "16x8x16 bfloat16->float")  # the 16-bit mma.sync shapes it replaces
 CORE = 64  # elements of a core matrix (8 rows x 16 bytes of a 16-bit type)
+ATOM = 64  # 16-bit elements of a 128-byte row of the 128-byte swizzle's 8-row atoms
 
 
-def wgmma_arg(arg: object) -> tuple[str, int, int, int, int, int, int, int] | None:
-    """(shape, n, tm, tn, wgu, wgv, bk, stages) of a TC arg (shape, "wgmma", n, tm, tn, wgu, wgv, bk, stages), None
-    for any other TC arg."""
-    if isinstance(arg, tuple) and len(arg) == 9 and arg[1] == "wgmma" and isinstance(arg[0], str) and \
+def wgmma_arg(arg: object) -> tuple[str, int, int, int, int, int, int, int, int, int] | None:
+    """(shape, n, tm, tn, wgu, wgv, bk, stages, swizzle, overlap) of a TC arg (shape, "wgmma", n, tm, tn, wgu, wgv,
+    bk, stages[, swizzle, overlap]) (the 9-element form: swizzle 0, overlap 0), None for any other TC arg."""
+    if isinstance(arg, tuple) and len(arg) in (9, 11) and arg[1] == "wgmma" and isinstance(arg[0], str) and \
             all(isinstance(x, int) for x in arg[2:]):
-        return (arg[0], *arg[2:])
+        return (arg[0], *arg[2:], *((0, 0) if len(arg) == 9 else ()))
     return None
 
 
@@ -66,19 +84,21 @@ def wgmma_stages(cfg: tuple[int, int, int, int, int, int], smem_bytes: int, want
 
 
 def wgmma_config(nu: int, nv: int, nk: int, smem_bytes: int) -> tuple | None:
-    """The heuristics' wgmma config (n, tm, tn, wgu, wgv, bk, stages) for nu x nv outputs of a reduction nk long:
-    128 x 256 block tiles of 2 warpgroups (64 x 256 each: 2 m64n128k16 a k slice) over 64-wide k steps, 4 stages
-    where they fit, for outputs that fill such tiles; 64 x 128 tiles of one warpgroup otherwise. None under
-    64 x 64 outputs or a reduction under 16."""
+    """The heuristics' wgmma config (n, tm, tn, wgu, wgv, bk, stages, swizzle, overlap) for nu x nv outputs of a
+    reduction nk long: 128 x 256 block tiles of 2 warpgroups (64 x 256 each: 2 m64n128k16 a k slice) over 64-wide k
+    steps, 4 stages where they fit, for outputs that fill such tiles; 64 x 128 tiles of one warpgroup otherwise;
+    the 128-byte swizzle where the k step is 64 wide, one wgmma group in flight from 3 stages. None under 64 x 64
+    outputs or a reduction under 16."""
     if nu < 64 or nv < 64 or nk < 16:
         return None
     bk = 64 if nk >= 256 else 32 if nk >= 32 else 16
     cfg = (128, 1, 2, 2, 1, bk) if nu >= 128 and nv >= 256 else (128, 1, 1, 1, 1, bk)
     stages = wgmma_stages(cfg, smem_bytes, 4)
-    return (*cfg, stages) if stages else None
+    return (*cfg, stages, int(bk % 64 == 0), int(stages >= 3)) if stages else None
 
 
-def apply_tc_wgmma(ast: UOp, shape: str, n: int, tm: int, tn: int, wgu: int, wgv: int, bk: int, stages: int) -> UOp:
+def apply_tc_wgmma(ast: UOp, shape: str, n: int, tm: int, tn: int, wgu: int, wgv: int, bk: int, stages: int,
+                   swizzle: int = 0, overlap: int = 0) -> UOp:
     """The kernel on warpgroup tensor cores fed by a `stages`-deep cp.async pipeline (module docstring)."""
     from lower.wmma import TC_SHAPES, _match
 
@@ -91,6 +111,11 @@ def apply_tc_wgmma(ast: UOp, shape: str, n: int, tm: int, tn: int, wgu: int, wgv
         raise KernelOptError(f"TC wgmma: n must be a multiple of 8 in 8..128, bk a multiple of 16, 128 wgu wgv "
                              f"threads at most 1024 and stages 2..8 (got n={n} tm={tm} tn={tn} wgu={wgu} wgv={wgv} "
                              f"bk={bk} stages={stages})")
+    if swizzle not in (0, 1) or overlap not in (0, 1) or (swizzle and (bk % 64 or n % 64)) or \
+            (overlap and stages < 3):
+        raise KernelOptError(f"TC wgmma: swizzle (0/1, the 128-byte swizzle) needs bk and n multiples of 64 and "
+                             f"overlap (0/1, a wgmma group in flight) 3 stages or more (got swizzle={swizzle} "
+                             f"overlap={overlap} n={n} bk={bk} stages={stages})")
     if not async_fits(ast):
         raise KernelOptError("TC wgmma: the operands are not plain loads of aligned 8-element chunks (k and B's "
                              "columns multiples of 8), which cp.async copies; use the mma.sync forms")
@@ -111,11 +136,16 @@ def apply_tc_wgmma(ast: UOp, shape: str, n: int, tm: int, tn: int, wgu: int, wgv
     sb = UOp(Ops.BUFFER, (UOp.shape_operand((stages * bsz,)),), BufferArg(1, dt, None, AddrSpace.LOCAL))
     u0, v0 = bu * bm, bv * bn
 
-    def place_a(row: UOp, col: UOp) -> UOp:  # K-major core matrices (module docstring)
+    def swizzled(rows: int) -> Callable[[UOp, UOp], UOp]:  # 64-column atoms, chunk c of row r at c ^ (r % 8)
+        return lambda row, col: (col // ATOM) * (rows * ATOM) + row * ATOM + (((col // 8) % 8) ^ (row % 8)) * 8
+
+    def plain_a(row: UOp, col: UOp) -> UOp:  # K-major core matrices (module docstring)
         return (row // 8) * (8 * bk) + (col // 8) * CORE + (row % 8) * 8
 
-    def place_b(row: UOp, col: UOp) -> UOp:  # MN-major: row is k, col is n
+    def plain_b(row: UOp, col: UOp) -> UOp:  # MN-major: row is k, col is n
         return (col // 8) * (8 * bk) + (row // 8) * CORE + (row % 8) * 8
+
+    place_a, place_b = (swizzled(bm), swizzled(bk)) if swizzle else (plain_a, plain_b)
 
     def copies(a_to: UOp, b_to: UOp, k0: UOp, stage: UOp | int, only: UOp | None) -> list[UOp]:
         return _copy_tile(a_to, x, (u, u0, bm, nu), (k, k0, bk, nk), tid, threads, True, only, stage * asz, True,
@@ -123,10 +153,11 @@ def apply_tc_wgmma(ast: UOp, shape: str, n: int, tm: int, tn: int, wgu: int, wgv
             _copy_tile(b_to, y, (k, k0, bk, nk), (v, v0, bn, nv), tid, threads, True, only, stage * bsz, True,
                        place=place_b)
 
-    commit = prologue(copies, sa, sb, stages, steps, bk)
-    wait = UOp(Ops.BARRIER, (commit, ko), ("cp.async.wait", stages - 2, "proxy"))
+    lead = stages - 1 - overlap  # k steps copied ahead: one stage fewer while a wgmma group may still read one
+    commit = prologue(copies, sa, sb, lead + 1, steps, bk)
+    wait = UOp(Ops.BARRIER, (commit, ko), ("cp.async.wait", lead - 1, "proxy"))
     sa_w, sb_w = UOp(Ops.AFTER, (sa, wait)), UOp(Ops.AFTER, (sb, wait))
-    ahead = ko + (stages - 1)
+    ahead = ko + lead
     issued = UOp(Ops.BARRIER, (wait, *copies(sa_w, sb_w, ahead * bk, ahead % stages, ahead < steps)), COMMIT)
     fence = UOp(Ops.BARRIER, (wait, issued), "wgmma.fence")
     ar, br = UOp(Ops.AFTER, (sa, wait, issued, fence)), UOp(Ops.AFTER, (sb, wait, issued, fence))
@@ -139,18 +170,27 @@ def apply_tc_wgmma(ast: UOp, shape: str, n: int, tm: int, tn: int, wgu: int, wgv
     inits = [UOp(Ops.AFTER, (p, *outer, bu, bv, ru, rv, wq, lane)).store(UOp.const(0.0, dtypes.float32)) for p in at]
     cur = [UOp(Ops.AFTER, (p, init, ko)).load() for p, init in zip(at, inits, strict=True)]
     wr, wc = ru * (64 * tm), rv * (n * tn)  # the warpgroup tile's first row and column in the block tile
-    arg = ("wgmma", n, dt, (2 * CORE, 16 * bk, 0), (2 * CORE, 16 * bk, 1))
+    if swizzle:  # LBO of A unused (1 by the ISA), SBO 8 rows of 128 bytes; B's LBO between 64-column atoms
+        arg: tuple = ("wgmma", n, dt, (16, 1024, 0, 1), (2 * ATOM * bk, 1024, 1, 1))
+    else:
+        arg = ("wgmma", n, dt, (2 * CORE, 16 * bk, 0), (2 * CORE, 16 * bk, 1))
     for kk in range(0, bk, 16):
         for i in range(tm):
             for j in range(tn):
                 o = (i * tn + j) * half
-                a0 = ar.index(cur_a + (wr + 64 * i) * bk + (kk // 8) * CORE)  # rows a multiple of 8: place_a
-                b0 = br.index(cur_b + (wc + n * j) * bk + (kk // 8) * CORE)
+                if swizzle:  # the k slice's first element: its row's chunk kk // 8 sits at kk % 64 (row % 8 == 0)
+                    a0 = ar.index(cur_a + (kk // ATOM) * (bm * ATOM) + (wr + 64 * i) * ATOM + kk % ATOM)
+                    b0 = br.index(cur_b + (rv * (n * tn // ATOM) + n * j // ATOM) * (bk * ATOM) + kk * ATOM)
+                else:
+                    a0 = ar.index(cur_a + (wr + 64 * i) * bk + (kk // 8) * CORE)  # rows a multiple of 8: place_a
+                    b0 = br.index(cur_b + (wc + n * j) * bk + (kk // 8) * CORE)
                 mma = UOp(Ops.WMMA, (a0, b0, UOp(Ops.STACK, tuple(cur[o:o + half]))), arg)
                 cur[o:o + half] = [UOp(Ops.INDEX, (mma, UOp.const(e))) for e in range(half)]
     upd = [p.store(val) for p, val in zip(at, cur, strict=True)]
-    done = UOp(Ops.BARRIER, (UOp(Ops.BARRIER, tuple(upd), "wgmma.commit"),), ("wgmma.wait", 0))
+    done = UOp(Ops.BARRIER, (UOp(Ops.BARRIER, tuple(upd), "wgmma.commit"),), ("wgmma.wait", overlap))
     step = UOp(Ops.END, (UOp(Ops.GROUP, (*upd, done, issued)), ko))
+    if overlap:  # the last step's group retires after the loop
+        step = UOp(Ops.BARRIER, (step,), ("wgmma.wait", 0))
     g, q = lane // 4, lane % 4
     places = [(u0 + wr + (64 * i + 8 * ((e % 4) // 2)) + wq * 16 + g,
                v0 + wc + (n * j + 8 * (e // 4) + e % 2) + q * 2)

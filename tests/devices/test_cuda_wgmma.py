@@ -7,13 +7,14 @@ fence after the cp.async wait, bfloat16 tiles as 16-bit bits. What they compute 
 from __future__ import annotations
 
 import os
+import subprocess
 
 import numpy as np
 import pytest
 
 from devices.base import gpu_target
 from devices.cuda import DEVICE
-from devices.cuda_compile import arch_for
+from devices.cuda_compile import NVCC, arch_for
 from lower.schedule import schedule
 from lower.stages import lower_kernel
 from rewrite.env import Context
@@ -22,7 +23,7 @@ from rewrite.uop import UOp
 from tensor import Tensor
 from tests.devices.builder import has_reduce
 from tests.devices.test_cuda_async import _body
-from tests.devices.test_cuda_compile import COMPILERS
+from tests.devices.test_cuda_compile import COMPILERS, needs_nvcc
 
 
 def _kernel(nu: int, nk: int, nv: int, dt: str) -> tuple[UOp, str]:
@@ -49,15 +50,41 @@ def test_wgmma_matmuls_compile_for_sm90a(compiler: str, tmp_path: os.PathLike) -
     # 128 x 256 block tiles of 2 warpgroups (256 threads), k 64 a step: per step 4 slices x 2 m64n128k16 wgmmas
     assert b.count("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16") == 8
     assert b.count("wgmma.fence.sync.aligned;") == 1 and b.count("wgmma.commit_group.sync.aligned;") == 1
-    assert b.count("wgmma.wait_group.sync.aligned 0;") == 1
-    assert b.count("fence.proxy.async.shared::cta;") == 1 and b.count("cp.async.wait_group 2;") == 1
-    assert b.count("wgmma_desc(&smem0[") == 8 and b.count("128u, 1024u)") == 16  # LBO 128, SBO 16 bk bytes
+    # one group left in flight each step, none after the loop; the copies run 2 steps ahead of 4 stages
+    assert b.count("wgmma.wait_group.sync.aligned 1;") == 1 and b.count("wgmma.wait_group.sync.aligned 0;") == 1
+    assert b.count("fence.proxy.async.shared::cta;") == 1 and b.count("cp.async.wait_group 1;") == 1
+    # 128-byte swizzle: A's SBO 8 rows of 128 bytes (LBO unused, 1), B's LBO 64-column atoms of 64 k rows
+    assert b.count("wgmma_desc(&smem0[") == 8 and b.count("16u, 1024u, 1u)") == 8 and \
+        b.count("8192u, 1024u, 1u)") == 8
     assert ", p, 1, 1, 0, 1;" in b  # A K-major, B MN-major (transposed)
     assert "__launch_bounds__(256)" in big.src and "mma.sync" not in b and "ldmatrix" not in b
+    assert "extern __shared__ __align__(1024) unsigned char smem_dynamic[];" in big.src  # the atoms' alignment
     assert big.dynamic_shared == 4 * (128 * 64 + 64 * 256) * 2  # 4 stages of both tiles, no padding
     assert "? 16 : 0)" in _body(odd)  # the ragged edges' chunks zero-filled
     bb = _body(bf16)
     assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16" in bb and "uint16_t" in bb
+
+
+@needs_nvcc
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+def test_ptxas_keeps_the_wgmma_pipeline(dt: str, tmp_path: os.PathLike) -> None:
+    """ptxas (nvcc -Xptxas -v, the device's own flags) compiles the heuristics' 4096 kernel without serializing its
+    wgmmas (C7514/C7515 "Potential Performance Loss": a wait inserted after each, as when a non-wgmma instruction
+    reads an accumulator before the group retires; the half/bfloat16 output conversions did until they read
+    x + -0.0) and without spilling."""
+    lin, name = _kernel(4096, 4096, 4096, dt)
+    target = gpu_target("sm_90")
+    src = DEVICE.render(lin, name, target)
+    cu = os.path.join(tmp_path, "k.cu")
+    with open(cu, "w") as f:
+        f.write(src)
+    flags = NVCC().flags(target, src)
+    assert "-arch=sm_90a" in flags
+    out = subprocess.run(["nvcc", *flags, "-Xptxas", "-v", "-o", os.path.join(tmp_path, "k.cubin"), cu],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "Potential Performance Loss" not in out.stderr and "C751" not in out.stderr, out.stderr
+    assert "0 bytes spill stores, 0 bytes spill loads" in out.stderr, out.stderr
 
 
 def test_only_wgmma_sources_take_sm90a() -> None:

@@ -67,8 +67,10 @@ def test_descriptor_fields_are_the_isa_s() -> None:
     assert d & 0x3FFF == 0x123 and (d >> 16) & 0x3FFF == 16 and (d >> 32) & 0x3FFF == 8 and d >> 62 == 0
     assert wgmma_decode(d) == (0x1230, 256, 128, 0)
     assert wgmma_decode(wgmma_descriptor(0x40000 + 0x50, 16, 4096, 1)) == (0x50, 16, 4096, 1)  # 18 address bits
-    with pytest.raises(DeviceError, match="swizzle"):
-        wgmma_element(wgmma_descriptor(0, 16, 1024, 1), 0, 0, False, 2)
+    with pytest.raises(DeviceError, match="swizzle mode 2"):  # 64-byte swizzle: not emulated
+        wgmma_element(wgmma_descriptor(0, 16, 1024, 2), 0, 0, False, 2)
+    with pytest.raises(DeviceError, match="base offset"):  # a swizzled start inside an atom's second row
+        wgmma_element(wgmma_descriptor(1024 + 128, 16, 1024, 1), 0, 0, False, 2)
 
 
 def test_operand_layouts_are_the_isa_examples() -> None:
@@ -166,8 +168,12 @@ def test_opt_in_knob_and_fallbacks() -> None:
     default = gpu_opts(big, GPU)
     assert all(o.arg[1] != "wgmma" for o in default)  # type: ignore[index]
     with Context(WGMMA=True):
-        assert gpu_opts(big, GPU) == [Opt(OptOps.TC, None, (HALF, "wgmma", 128, 1, 2, 2, 1, 64, 4))]
-        assert gpu_opts(_ast(64, 512, 128), GPU) == [Opt(OptOps.TC, None, (HALF, "wgmma", 128, 1, 1, 1, 1, 64, 4))]
+        # 128-byte swizzled tiles (64-wide k steps), one wgmma group in flight (4 stages)
+        assert gpu_opts(big, GPU) == [Opt(OptOps.TC, None, (HALF, "wgmma", 128, 1, 2, 2, 1, 64, 4, 1, 1))]
+        assert gpu_opts(_ast(64, 512, 128), GPU) == [Opt(OptOps.TC, None,
+                                                         (HALF, "wgmma", 128, 1, 1, 1, 1, 64, 4, 1, 1))]
+        assert gpu_opts(_ast(64, 32, 128), GPU) == [Opt(OptOps.TC, None,  # a 32-wide k step: no swizzle
+                                                        (HALF, "wgmma", 128, 1, 1, 1, 1, 32, 4, 0, 1))]
         sm80 = gpu_target("sm_80").with_(device="python")
         assert all(o.arg[1] != "wgmma" for o in gpu_opts(big, sm80))  # type: ignore[index]
         assert all(o.arg[1] != "wgmma" for o in gpu_opts(_ast(128, 64, 128, realized=False), GPU))  # type: ignore[index]
@@ -175,6 +181,10 @@ def test_opt_in_knob_and_fallbacks() -> None:
         lower_kernel(big, gpu_target("sm_80"), opts=[Opt(OptOps.TC, None, (HALF, "wgmma", 128, 1, 2, 2, 1, 64, 4))])
     with pytest.raises(KernelOptError, match=r"multiple of 8 in 8\.\.128"):
         lower_kernel(big, GPU, opts=[Opt(OptOps.TC, None, (HALF, "wgmma", 256, 1, 1, 2, 1, 64, 4))])
+    with pytest.raises(KernelOptError, match="swizzle"):
+        lower_kernel(big, GPU, opts=[Opt(OptOps.TC, None, (HALF, "wgmma", 128, 1, 2, 2, 1, 32, 4, 1, 0))])
+    with pytest.raises(KernelOptError, match="overlap"):
+        lower_kernel(big, GPU, opts=[Opt(OptOps.TC, None, (HALF, "wgmma", 128, 1, 2, 2, 1, 64, 2, 0, 1))])
     with pytest.raises(KernelOptError, match="not plain loads"):
         lower_kernel(_ast(128, 64, 128, realized=False), GPU,
                      opts=[Opt(OptOps.TC, None, (HALF, "wgmma", 64, 1, 1, 1, 1, 32, 2))])
