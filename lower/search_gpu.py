@@ -6,7 +6,9 @@ list (`neighbours`), keeping the `width` fastest, until a round gains less than 
 
 - a tensor-core kernel (a TC opt): its arg changed one knob at a time: warp tile tm in 1, 2, 4 and tn in 1, 2, 4,
   8 (tn 8: a 64 x 64 warp tile); warps wu, wv in 1, 2, 4; k step bk in 16, 32, 64; cp.async stages in 0
-  (lower.tc_smem's register pipeline), 2, 3, 4; the direct form (lower.wmma) with the current warp tile. A
+  (lower.tc_smem's register pipeline), 2, 3, 4; the direct form (lower.wmma) with the current warp tile. For
+  Hopper's warpgroup MMA (lower.tc_wgmma, WGMMA=1): wgmma n in 64, 128; tn, warpgroups wgu, wgv in 1, 2; bk in 32,
+  64, 128; stages 2..5; the 128-byte swizzle and the in-flight group each on or off; and the mma.sync form. A
   combination lowering refuses (KernelOptError: too many threads, too much shared memory, operands cp.async
   cannot copy) is skipped.
 - a sum of products staged for CUDA cores (a SIMT opt, lower.simt_smem): its arg changed one knob at a time:
@@ -31,9 +33,13 @@ import numpy as np
 from devices.base import Target
 from lower.opt_apply import Opt, OptOps, axes, size
 from rewrite import AxisType, UOp
+from rewrite.env import Context
 from rewrite.errors import CompilerError, DeviceError
 
 _TC_KNOBS = ((1, (1, 2, 4)), (2, (1, 2, 4, 8)), (3, (1, 2, 4)), (4, (1, 2, 4)), (5, (16, 32, 64)), (6, (0, 2, 3, 4)))
+# (shape, "wgmma", n, tm, tn, wgu, wgv, bk, stages, swizzle, overlap): lower.tc_wgmma
+_WGMMA_KNOBS = ((2, (64, 128)), (4, (1, 2)), (5, (1, 2)), (6, (1, 2)), (7, (32, 64, 128)), (8, (2, 3, 4, 5)),
+                (9, (0, 1)), (10, (0, 1)))
 _SIMT_KNOBS = ((0, (4, 8)), (1, (4, 8)), (2, (8, 16, 32)), (3, (8, 16, 32)), (4, (8, 16, 32)))
 _SPLITS = ((AxisType.UPCAST, (2, 4)), (AxisType.UNROLL, (2, 4)))
 _BLOCK_SIZES = (32, 64, 128, 256)
@@ -44,15 +50,25 @@ def _one_knob(arg: tuple, knobs: tuple[tuple[int, tuple[int, ...]], ...]) -> lis
     return [(*arg[:pos], val, *arg[pos + 1:]) for pos, values in knobs for val in values if val != arg[pos]]
 
 
-def neighbours(ast: UOp, opts: list[Opt]) -> list[list[Opt]]:
-    """The opt lists one step from `opts` (module docstring); may hold lists that lowering refuses."""
+def neighbours(ast: UOp, opts: list[Opt], target: Target | None = None) -> list[list[Opt]]:
+    """The opt lists one step from `opts` (module docstring); may hold lists that lowering refuses. `target`: for
+    a wgmma kernel, also the heuristics' opts for it without the WGMMA knob."""
     out: list[list[Opt]] = []
     tc = next((o for o in opts if o.op is OptOps.TC), None)
     if tc is not None:
         arg = tc.arg if isinstance(tc.arg, tuple) else (tc.arg, 1, 1)
         full = tuple(arg) + ((0,) if len(arg) == 6 else ())
         rest = [o for o in opts if o is not tc]
-        if len(full) == 7:
+        from lower.tc_wgmma import wgmma_arg
+
+        if (wg := wgmma_arg(arg)) is not None:  # the 11-element form's knobs, and the mma.sync heuristics' form
+            out += [[Opt(OptOps.TC, None, new), *rest] for new in _one_knob((wg[0], "wgmma", *wg[1:]), _WGMMA_KNOBS)]
+            if target is not None:
+                from lower.gpu import gpu_opts
+
+                with Context(WGMMA=False):
+                    out.append(gpu_opts(ast, target))
+        elif len(full) == 7:
             out += [[Opt(OptOps.TC, None, new if new[6] else new[:6]), *rest] for new in _one_knob(full, _TC_KNOBS)]
             out.append([Opt(OptOps.TC, None, full[:3])])  # the direct form
         else:
@@ -143,7 +159,7 @@ def beam_search_gpu(ast: UOp, bufs_uops: tuple[UOp, ...], target: Target, width:
         beam: list[tuple[float, list[Opt]]] = [(best_t, best)]
         seen = {repr(best)}
         for rnd in range(max_rounds):
-            cands = [c for _, opts in beam for c in neighbours(ast, opts) if repr(c) not in seen]
+            cands = [c for _, opts in beam for c in neighbours(ast, opts, target) if repr(c) not in seen]
             seen.update(repr(c) for c in cands)
             # a CompilerError covers a launch the GPU refuses too (CudaError: too many resources)
             timed = timed_round(cands, lambda c: time_on_gpu(ast, bufs, target, c, name, expect)[0], name, rnd, best_t)

@@ -69,6 +69,31 @@ def test_gpu_candidates_lower_or_are_refused(kind: str) -> None:
         assert any(all(o.op is OptOps.SPLIT for o in c) for c in cands)  # lower.gpu's register tile
 
 
+def test_wgmma_candidates_lower_or_are_refused() -> None:
+    """With WGMMA=1 the neighbours of a 4096 half matmul's wgmma opt change one knob of its 11-element arg
+    (swizzle and overlap among them) and include the mma.sync heuristics' opts; each lowers or is refused."""
+    a = Tensor(np.zeros((4096, 4096), np.float32)).cast("float16").contiguous()
+    items, _ = schedule([(a @ a).uop])
+    ast = [i for i in items if i.kind == "kernel" and i.ast is not None][-1].ast
+    assert ast is not None
+    target = gpu_target("sm_90")
+    with Context(WGMMA=True):
+        base = gpu_opts(ast, target)
+        cands = neighbours(ast, base, target)
+    assert base[0].arg[1:] == ("wgmma", 128, 1, 2, 2, 1, 64, 4, 1, 1)  # type: ignore[index]
+    args = [c[0].arg for c in cands]
+    assert (*base[0].arg[:9], 0, 1) in args and (*base[0].arg[:10], 0) in args  # type: ignore[index]
+    assert any(a[1] != "wgmma" for a in args)  # type: ignore[index]  # the mma.sync form
+    lowered = 0
+    for c in cands:
+        try:
+            lower_kernel(ast, target, opts=c)
+            lowered += 1
+        except CompilerError:
+            pass
+    assert lowered >= len(cands) // 2, (lowered, len(cands))
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not _OK, reason=f"no GPU: {_WHY}")
 @pytest.mark.parametrize("kind", ["matmul", "add"])
