@@ -63,8 +63,11 @@ GROUP_MIN_REDUCE = 256  # a reduction this long with few outputs is shared by th
 # fills the GPU; with fewer, a thread per output would leave most multiprocessors idle for a long serial loop
 GROUP_MAX_OUTPUTS_PER_CORE = 64
 # a kernel whose reductions (this long at least) leave an output axis free (softmax's columns) shares them in a
-# block per row, of GROUP_THREADS threads or the most of 128, 64, 32 the reduction fills
+# block per row, of GROUP_THREADS threads or the most of 128, 64, 32 that still give each thread ROW_MIN_ELEMENTS
+# elements of the row (32 at least): attention's 512-wide rows take 128 threads, not 256 with 2 elements each and
+# a tree of 8 barriers per reduction
 SHARED_MIN_REDUCE = 32
+ROW_MIN_ELEMENTS = 4
 TILE = 4  # a sum of products' per-thread register tile is TILE x TILE outputs, its reduce loop unrolled by TILE
 # grid size limits per dimension (x, y, z) for blocks and for the threads of a block
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
@@ -284,12 +287,12 @@ def _free_loops(ast: UOp) -> list[UOp]:
 
 
 def _shared_row_opts(ast: UOp, opts: list[Opt]) -> bool:
-    """A kernel whose reductions do not depend on some output axes (softmax, layernorm: row statistics used by
-    every column of the row): the block's threads share each reduction (GROUP_REDUCE, GROUP_THREADS threads, a
-    block per row) and then take the contiguous free axis in strides of the block (LOCAL, the same threads; the
-    rest of it a loop inside the thread). False (and `opts` unchanged) where a reduction cannot be shared (nested,
-    or no REDUCE axis of at least SHARED_MIN_REDUCE), there is no free output axis, or the stores close different
-    output loops (no one grid serves them)."""
+    """A kernel whose reductions do not depend on some output axes (softmax, layernorm: row statistics used by every
+    column of the row): the block's threads share each reduction (GROUP_REDUCE, GROUP_THREADS threads or fewer
+    for a short row: ROW_MIN_ELEMENTS; a block per row) and then take the contiguous free axis in strides of the
+    block (LOCAL, the same threads; the rest of it a loop inside the thread). False (and `opts` unchanged) where
+    a reduction cannot be shared (nested, or no REDUCE axis of at least SHARED_MIN_REDUCE), there is no free
+    output axis, or the stores close different output loops (no one grid serves them)."""
     free = _free_loops(ast)
     reds = _reduces(ast)
     if not free or not _uniform_loops(ast) or any(_nested(ast, red) for red in reds):
@@ -299,7 +302,7 @@ def _shared_row_opts(ast: UOp, opts: list[Opt]) -> bool:
     shortest = min(size([r for r in red.src[1:] if r.axis_type is AxisType.REDUCE][-1]) for red in reds)
     if shortest < SHARED_MIN_REDUCE:
         return False
-    threads = next(t for t in (GROUP_THREADS, 128, 64, 32) if t <= shortest)
+    threads = next((t for t in (GROUP_THREADS, 128, 64) if t * ROW_MIN_ELEMENTS <= shortest), 32)
     mine: list[Opt] = []
     ids = list(dict.fromkeys([r for r in red.src[1:] if r.axis_type is AxisType.REDUCE][-1].range_id
                              for red in reds))

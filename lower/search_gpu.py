@@ -15,7 +15,9 @@ list (`neighbours`), keeping the `width` fastest, until a round gains less than 
   register tile tm, tn in 4, 8; threads lu, lv in 8, 16, 32; k step bk in 8, 16, 32; and lower.gpu's unstaged
   register tile, where it fits.
 - any other kernel: the heuristics' opts plus one SPLIT of an axis into UPCAST or UNROLL (2, 4) or a LOCAL split
-  of a different size (32, 64, 128, 256 threads), where the axis divides.
+  of a different size (32, 64, 128, 256 threads), where the axis divides; where a block shares its rows'
+  reductions (GROUP_REDUCE: softmax, layernorm), its GROUP_REDUCE and LOCAL splits (and their pads) take one of
+  those sizes together instead of the LOCAL change.
 
 Each candidate is compiled for the target and run on the device's buffers (random inputs, made once); its output
 must match the heuristics' kernel (rtol 1e-2 for 16-bit outputs, else 1e-3), then it is timed with CUDA events
@@ -101,6 +103,18 @@ def neighbours(ast: UOp, opts: list[Opt], target: Target | None = None) -> list[
                 if t is AxisType.UNROLL and r.axis_type is not AxisType.REDUCE:
                     continue
                 out += [[*opts, Opt(OptOps.SPLIT, i, (k, t, False))] for k in factors if n % k == 0 and n > k]
+    group = next((o.arg[0] for o in opts if o.op is OptOps.SPLIT and isinstance(o.arg, tuple)
+                  and o.arg[1] is AxisType.GROUP_REDUCE), None)
+    if group is not None:  # a block shares rows' reductions: all its splits (and their pads) take another size
+        def resized(o: Opt, k: int) -> Opt:
+            if o.op is OptOps.PADTO and o.arg == group:
+                return Opt(OptOps.PADTO, o.axis, k)
+            if o.op is OptOps.SPLIT and isinstance(o.arg, tuple) and o.arg[0] == group and \
+                    o.arg[1] in (AxisType.GROUP_REDUCE, AxisType.LOCAL):
+                return Opt(OptOps.SPLIT, o.axis, (k, *o.arg[1:]))
+            return o
+        out += [[resized(o, k) for o in opts] for k in _BLOCK_SIZES if k != group]
+        return out
     for j, o in enumerate(opts):  # a LOCAL split of another size
         if o.op is OptOps.SPLIT and isinstance(o.arg, tuple) and o.arg[1] is AxisType.LOCAL:
             out += [[*opts[:j], Opt(OptOps.SPLIT, o.axis, (k, AxisType.LOCAL, *o.arg[2:])), *opts[j + 1:]]

@@ -45,7 +45,8 @@ def test_beam_for_a_cuda_target_without_a_gpu_says_so() -> None:
 def test_gpu_candidates_lower_or_are_refused(kind: str) -> None:
     """Every neighbour of the heuristics' opts lowers for sm_90 or raises a CompilerError (which the search skips);
     a tensor-core kernel's include the other cp.async depths and the register pipeline, a staged SIMT kernel's
-    other tiles and k steps and the unstaged register tile, the others an UPCAST or a different block size."""
+    other tiles and k steps and the unstaged register tile, softmax's block other thread counts for its rows, the
+    others an UPCAST or a different block size."""
     ast, _ = _kernel(kind.split("_")[0], 256, "float32" if kind.endswith("float32") else "float16")
     target = gpu_target("sm_90")
     base = gpu_opts(ast, target)
@@ -62,6 +63,9 @@ def test_gpu_candidates_lower_or_are_refused(kind: str) -> None:
     if kind == "matmul":
         args = [c[0].arg for c in cands if c and c[0].op is OptOps.TC]
         assert any(len(a) == 7 and a[6] == 2 for a in args) and any(len(a) == 6 for a in args)  # type: ignore[arg-type]
+    if kind == "softmax":  # 256-wide rows: 64 threads a row; the block's splits resized together
+        sizes = {tuple(o.arg[0] for o in c if o.op is OptOps.SPLIT) for c in cands}  # type: ignore[index]
+        assert {(k, k, k) for k in (32, 128, 256)} <= sizes, sizes
     if kind == "matmul_float32":
         assert base[0].op is OptOps.SIMT
         args = [c[0].arg for c in cands if c and c[0].op is OptOps.SIMT]

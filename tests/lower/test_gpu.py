@@ -219,7 +219,7 @@ def test_illegal_gpu_shapes_say_why() -> None:
         lower_grid(apply_opts(ast, [Opt(OptOps.SPLIT, 0, (2, AxisType.THREAD, True))]), GPU)
     sm = _kernel(Tensor(np.zeros((4, 256), np.float32), device="python").softmax(-1))
     opts = gpu_opts(sm, GPU)
-    assert opts[-1].op is OptOps.SPLIT and opts[-1].arg == (256, AxisType.LOCAL, False)
+    assert opts[-1].op is OptOps.SPLIT and opts[-1].arg == (64, AxisType.LOCAL, False)  # 4 elements a thread
     other = [*opts[:-1], Opt(OptOps.SPLIT, opts[-1].axis, (128, AxisType.LOCAL, False))]  # not the block's threads
     with pytest.raises(KernelOptError, match="of the GROUP_REDUCE axes' size"):
         lower_kernel(sm, GPU, opts=other)
@@ -450,11 +450,13 @@ def _layernorm_np(v: np.ndarray) -> np.ndarray:
     return (v - v.mean(-1, keepdims=True)) / np.sqrt(v.var(-1, keepdims=True) + 1e-5)
 
 
-@pytest.mark.parametrize("name,shape", [("softmax", (4, 300)), ("layernorm", (3, 1000))])
-def test_row_reductions_are_shared_by_a_block_per_row(name: str, shape: tuple[int, int]) -> None:
+@pytest.mark.parametrize("name,shape,threads", [("softmax", (4, 300), 64), ("layernorm", (3, 1000), 128),
+                                                ("softmax", (2, 4096), 256)])
+def test_row_reductions_are_shared_by_a_block_per_row(name: str, shape: tuple[int, int], threads: int) -> None:
     """softmax and layernorm fuse their row statistics into the elementwise kernel. On the GPU each row is one
-    block of 256 threads: the threads share the row's reductions (LOCAL buffers, BARRIERs, outside any loop), then
-    each takes the columns lidx0 + 256 k in a loop of its own; the result is numpy's and the plain device's."""
+    block of 256 threads, or fewer where a thread would get under 4 elements of the row: the threads share the
+    row's reductions (LOCAL buffers, BARRIERs, outside any loop), then each takes the columns lidx0 + threads k
+    in a loop of its own; the result is numpy's and the plain device's."""
     from lower.gpu import _is_global_store
 
     f, ref = (lambda a: a.softmax(-1), _softmax) if name == "softmax" else (_layernorm, _layernorm_np)
@@ -464,7 +466,7 @@ def test_row_reductions_are_shared_by_a_block_per_row(name: str, shape: tuple[in
     np.testing.assert_allclose(got, run(f(a), PY.default_target())[0], rtol=1e-5, atol=1e-5)
     (lin,) = lins
     assert {u.arg: u.src[0].arg[0] for u in lin.src if u.op is Ops.SPECIAL} == \
-        {"gidx0": shape[0], "lidx0": 256}  # type: ignore[index]
+        {"gidx0": shape[0], "lidx0": threads}  # type: ignore[index]
     depth, barrier_depths, stores = 0, set(), []
     for u in lin.src:
         depth += (u.op is Ops.RANGE) - (u.op is Ops.END)
