@@ -22,8 +22,8 @@ appears once. The instructions:
   ALU ops  (GroupOp.ALU) and CAST, BITCAST: elementwise on scalars; exact meaning in rewrite.semantics.
 
 Vector values (after the Expand stage upcasts a range into lanes): any value may have shape (n,), n > 1, a
-vector of n lanes; lane counts are powers of two up to 64. A scalar operand of an op with vector operands is
-broadcast to every lane. Additionally:
+vector of n lanes; lane counts are powers of two up to 64 (128 for a wgmma's accumulators). A scalar operand of
+an op with vector operands is broadcast to every lane. Additionally:
 
   VCONST   arg (values, dtype): a vector constant (lane i holds values[i]).
   INDEX    src (buf, i) with i of shape (n,): n addresses. LOAD of it gives a vector (a gather; when the

@@ -49,6 +49,7 @@ INSTRUCTIONS = STATEMENTS | frozenset(
 )
 VALUE_OPS = GroupOp.ALU | frozenset({Ops.CAST, Ops.BITCAST})
 MAX_LANES = 64
+WGMMA_LANES = 128  # a wgmma m64n256k16's accumulators (its WMMA and their STACK): 128 float32 a thread
 # what may be a vector (BUFFER has its own shape rule; VCONST and STACK are checked where they are read)
 _MAY_BE_VECTOR = VALUE_OPS | frozenset({Ops.INDEX, Ops.LOAD, Ops.AFTER, Ops.WMMA})
 # WMMA arg (M, N, K, input dtype, accumulator dtype) -> the fragment lanes of A, B and C per thread of a warp
@@ -290,10 +291,11 @@ def lanes(u: UOp) -> int:
 
 def _check_lanes(prog: Program, i: int, u: UOp, v: UOp) -> None:
     n = v.shape[0] if len(v.shape) == 1 else None
-    if not isinstance(n, int) or n < 2 or n > MAX_LANES or n & (n - 1):
+    most = WGMMA_LANES if u.op is Ops.WMMA and isinstance(u.arg, tuple) and u.arg[:1] == ("wgmma",) else MAX_LANES
+    if not isinstance(n, int) or n < 2 or n > most or n & (n - 1):
         what = "its value" if v is u else f"operand {v.short()[:60]}"
         raise _fail(prog, i, u, f"{what} has shape {v.shape}; a vector has shape (n,) with n a power of two from 2 "
-                                f"to {MAX_LANES}")
+                                f"to {most}")
 
 
 def _check_operands(prog: Program, i: int, u: UOp) -> None:

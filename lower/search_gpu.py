@@ -7,7 +7,7 @@ list (`neighbours`), keeping the `width` fastest, until a round gains less than 
 - a tensor-core kernel (a TC opt): its arg changed one knob at a time: warp tile tm in 1, 2, 4 and tn in 1, 2, 4,
   8 (tn 8: a 64 x 64 warp tile); warps wu, wv in 1, 2, 4; k step bk in 16, 32, 64; cp.async stages in 0
   (lower.tc_smem's register pipeline), 2, 3, 4; the direct form (lower.wmma) with the current warp tile. For
-  Hopper's warpgroup MMA (lower.tc_wgmma, WGMMA=1): wgmma n in 64, 128; tn, warpgroups wgu, wgv in 1, 2; bk in 32,
+  Hopper's warpgroup MMA (lower.tc_wgmma, WGMMA=1): wgmma n in 64, 128, 256; tn, warpgroups wgu, wgv in 1, 2; bk in 32,
   64, 128; stages 2..5; the 128-byte swizzle and the in-flight group each on or off; and the mma.sync form. A
   combination lowering refuses (KernelOptError: too many threads, too much shared memory, operands cp.async
   cannot copy) is skipped.
@@ -40,7 +40,7 @@ from rewrite.errors import CompilerError, DeviceError
 
 _TC_KNOBS = ((1, (1, 2, 4)), (2, (1, 2, 4, 8)), (3, (1, 2, 4)), (4, (1, 2, 4)), (5, (16, 32, 64)), (6, (0, 2, 3, 4)))
 # (shape, "wgmma", n, tm, tn, wgu, wgv, bk, stages, swizzle, overlap): lower.tc_wgmma
-_WGMMA_KNOBS = ((2, (64, 128)), (4, (1, 2)), (5, (1, 2)), (6, (1, 2)), (7, (32, 64, 128)), (8, (2, 3, 4, 5)),
+_WGMMA_KNOBS = ((2, (64, 128, 256)), (4, (1, 2)), (5, (1, 2)), (6, (1, 2)), (7, (32, 64, 128)), (8, (2, 3, 4, 5)),
                 (9, (0, 1)), (10, (0, 1)))
 _SIMT_KNOBS = ((0, (4, 8)), (1, (4, 8)), (2, (8, 16, 32)), (3, (8, 16, 32)), (4, (8, 16, 32)))
 _SPLITS = ((AxisType.UPCAST, (2, 4)), (AxisType.UNROLL, (2, 4)))

@@ -6,7 +6,7 @@ WGMMA knob on an sm_90 target, since no GPU has run it yet) rewrites the kernel 
 products of half or bfloat16 x and y) into one block per BM x BN output tile, BM = 64 tm wgu, BN = n tn wgv: wgu x
 wgv warpgroups of 4 warps (128 threads, LOCAL axes beside the WARP lanes, so a warpgroup is 4 consecutive warps),
 each a (64 tm) x (n tn) tile of `wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{f16|bf16}.{f16|bf16}` (n a multiple of
-8, at most 128: a thread holds n / 2 accumulators of each). A and B come from shared memory through matrix
+8, at most 256: a thread holds n / 2 accumulators of each). A and B come from shared memory through matrix
 descriptors (swizzle 0: the PTX ISA's "interleave" canonical layouts of core matrices of 8 rows x 16 bytes, 128
 contiguous bytes each):
 
@@ -85,14 +85,14 @@ def wgmma_stages(cfg: tuple[int, int, int, int, int, int], smem_bytes: int, want
 
 def wgmma_config(nu: int, nv: int, nk: int, smem_bytes: int) -> tuple | None:
     """The heuristics' wgmma config (n, tm, tn, wgu, wgv, bk, stages, swizzle, overlap) for nu x nv outputs of a
-    reduction nk long: 128 x 256 block tiles of 2 warpgroups (64 x 256 each: 2 m64n128k16 a k slice) over 64-wide k
+    reduction nk long: 128 x 256 block tiles of 2 warpgroups (64 x 256 each: one m64n256k16 a k slice) over 64-wide k
     steps, 4 stages where they fit, for outputs that fill such tiles; 64 x 128 tiles of one warpgroup otherwise;
     the 128-byte swizzle where the k step is 64 wide, one wgmma group in flight from 3 stages. None under 64 x 64
     outputs or a reduction under 16."""
     if nu < 64 or nv < 64 or nk < 16:
         return None
     bk = 64 if nk >= 256 else 32 if nk >= 32 else 16
-    cfg = (128, 1, 2, 2, 1, bk) if nu >= 128 and nv >= 256 else (128, 1, 1, 1, 1, bk)
+    cfg = (256, 1, 1, 2, 1, bk) if nu >= 128 and nv >= 256 else (128, 1, 1, 1, 1, bk)
     stages = wgmma_stages(cfg, smem_bytes, 4)
     return (*cfg, stages, int(bk % 64 == 0), int(stages >= 3)) if stages else None
 
@@ -106,9 +106,9 @@ def apply_tc_wgmma(ast: UOp, shape: str, n: int, tm: int, tn: int, wgu: int, wgv
     if shape not in WGMMA_SHAPES or TC_SHAPES[shape] is not x.dtype:
         raise KernelOptError(f"TC wgmma: {shape!r} does not fit products of {x.dtype.name}; wgmma takes "
                              f"{', '.join(WGMMA_SHAPES)}")
-    if n % 8 or not 8 <= n <= 128 or bk < 16 or bk % 16 or min(tm, tn, wgu, wgv) < 1 or 128 * wgu * wgv > 1024 \
+    if n % 8 or not 8 <= n <= 256 or bk < 16 or bk % 16 or min(tm, tn, wgu, wgv) < 1 or 128 * wgu * wgv > 1024 \
             or not 2 <= stages <= 8:
-        raise KernelOptError(f"TC wgmma: n must be a multiple of 8 in 8..128, bk a multiple of 16, 128 wgu wgv "
+        raise KernelOptError(f"TC wgmma: n must be a multiple of 8 in 8..256, bk a multiple of 16, 128 wgu wgv "
                              f"threads at most 1024 and stages 2..8 (got n={n} tm={tm} tn={tn} wgu={wgu} wgv={wgv} "
                              f"bk={bk} stages={stages})")
     if swizzle not in (0, 1) or overlap not in (0, 1) or (swizzle and (bk % 64 or n % 64)) or \

@@ -84,7 +84,7 @@ def test_wgmma_candidates_lower_or_are_refused() -> None:
     with Context(WGMMA=True):
         base = gpu_opts(ast, target)
         cands = neighbours(ast, base, target)
-    assert base[0].arg[1:] == ("wgmma", 128, 1, 2, 2, 1, 64, 4, 1, 1)  # type: ignore[index]
+    assert base[0].arg[1:] == ("wgmma", 256, 1, 1, 2, 1, 64, 4, 1, 1)  # type: ignore[index]
     args = [c[0].arg for c in cands]
     assert (*base[0].arg[:9], 0, 1) in args and (*base[0].arg[:10], 0) in args  # type: ignore[index]
     assert any(a[1] != "wgmma" for a in args)  # type: ignore[index]  # the mma.sync form

@@ -169,7 +169,7 @@ def test_opt_in_knob_and_fallbacks() -> None:
     assert all(o.arg[1] != "wgmma" for o in default)  # type: ignore[index]
     with Context(WGMMA=True):
         # 128-byte swizzled tiles (64-wide k steps), one wgmma group in flight (4 stages)
-        assert gpu_opts(big, GPU) == [Opt(OptOps.TC, None, (HALF, "wgmma", 128, 1, 2, 2, 1, 64, 4, 1, 1))]
+        assert gpu_opts(big, GPU) == [Opt(OptOps.TC, None, (HALF, "wgmma", 256, 1, 1, 2, 1, 64, 4, 1, 1))]
         assert gpu_opts(_ast(64, 512, 128), GPU) == [Opt(OptOps.TC, None,
                                                          (HALF, "wgmma", 128, 1, 1, 1, 1, 64, 4, 1, 1))]
         assert gpu_opts(_ast(64, 32, 128), GPU) == [Opt(OptOps.TC, None,  # a 32-wide k step: no swizzle
@@ -179,8 +179,8 @@ def test_opt_in_knob_and_fallbacks() -> None:
         assert all(o.arg[1] != "wgmma" for o in gpu_opts(_ast(128, 64, 128, realized=False), GPU))  # type: ignore[index]
     with pytest.raises(KernelOptError, match="sm_90"):
         lower_kernel(big, gpu_target("sm_80"), opts=[Opt(OptOps.TC, None, (HALF, "wgmma", 128, 1, 2, 2, 1, 64, 4))])
-    with pytest.raises(KernelOptError, match=r"multiple of 8 in 8\.\.128"):
-        lower_kernel(big, GPU, opts=[Opt(OptOps.TC, None, (HALF, "wgmma", 256, 1, 1, 2, 1, 64, 4))])
+    with pytest.raises(KernelOptError, match=r"multiple of 8 in 8\.\.256"):
+        lower_kernel(big, GPU, opts=[Opt(OptOps.TC, None, (HALF, "wgmma", 264, 1, 1, 2, 1, 64, 4))])
     with pytest.raises(KernelOptError, match="swizzle"):
         lower_kernel(big, GPU, opts=[Opt(OptOps.TC, None, (HALF, "wgmma", 128, 1, 2, 2, 1, 32, 4, 1, 0))])
     with pytest.raises(KernelOptError, match="overlap"):

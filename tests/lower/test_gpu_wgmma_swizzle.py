@@ -26,6 +26,7 @@ CASES = [
     (70, 136, 72, (64, 1, 2, 1, 1, 64, 2, 1, 0), "float16"),  # swizzle alone; two wgmmas along n; k ragged
     (64, 256, 64, (64, 1, 1, 1, 1, 128, 2, 1, 0), "float16"),  # k steps of two 64-wide atoms
     (64, 96, 40, (8, 2, 1, 1, 1, 16, 3, 0, 1), "float16"),  # overlap alone on the plain core-matrix layout
+    (64, 64, 264, (256, 1, 1, 1, 1, 64, 2, 1, 0), "float16"),  # m64n256k16: four atoms of B; columns ragged
 ]
 
 
