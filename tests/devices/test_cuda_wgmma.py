@@ -116,3 +116,32 @@ def test_wgmma_on_the_gpu(dt: str, nu: int, nk: int, nv: int) -> None:
         lin = lower_kernel(ast, DEVICE.default_target())
         assert any(u.op is Ops.WMMA and u.arg[0] == "wgmma" for u in lin.src)  # type: ignore[index]
         _check(_got(out, dt), _rounded(a, dt) @ _rounded(b, dt), dt, 1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _OK, reason=f"no GPU: {_WHY}")
+@pytest.mark.parametrize("swizzle,overlap", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_wgmma_forms_on_the_gpu(swizzle: int, overlap: int) -> None:
+    """Each pipeline form of the heuristics' 128 x 256 tile on its own (explicit TC opts, so a failure names the
+    form: the 128-byte swizzle, the group left in flight, both or neither) against float64 numpy of the inputs."""
+    from lower.optimize import Opt, OptOps
+    from rewrite.dtype import dtypes
+
+    if DEVICE.default_target().isa != "sm_90":
+        pytest.skip(f"wgmma needs an sm_90 GPU, not {DEVICE.default_target().isa}")
+    nu, nk, nv = 256, 512, 512
+    a = Tensor(np.zeros((nu, nk), np.float32)).cast("float16").contiguous()
+    b = Tensor(np.zeros((nk, nv), np.float32)).cast("float16").contiguous()
+    items, _ = schedule([(a @ b).uop])
+    ast = [it.ast for it in items if it.kind == "kernel" and it.ast is not None and has_reduce(it.ast)][-1]
+    opt = Opt(OptOps.TC, None, ("16x8x16 half->float", "wgmma", 256, 1, 1, 2, 1, 64, 4, swizzle, overlap))
+    k = DEVICE.compile(lower_kernel(ast, DEVICE.default_target(), opts=[opt]), f"wgmma_form_{swizzle}{overlap}")
+    rng = np.random.default_rng(7)
+    av, bv = rng.standard_normal((nu, nk)).astype(np.float16), rng.standard_normal((nk, nv)).astype(np.float16)
+    bufs = [DEVICE.alloc(nu * nv, dtypes.float16), DEVICE.alloc(nu * nk, dtypes.float16),
+            DEVICE.alloc(nk * nv, dtypes.float16)]
+    bufs[1][:], bufs[2][:] = av.reshape(-1), bv.reshape(-1)
+    k(dict(enumerate(bufs)))
+    got = np.asarray(bufs[0]).astype(np.float64).reshape(nu, nv)
+    want = av.astype(np.float64) @ bv.astype(np.float64)
+    assert np.abs(got - want).max() <= 2e-3 * np.abs(want).max() + 1e-2, np.abs(got - want).max()
