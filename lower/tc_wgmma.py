@@ -30,14 +30,13 @@ row, so the copies are lower.tc_async's cp.async chunks (lower.tc_smem._copy_til
       step's reads of the stage are done before any thread's cp.async overwrites it, after the next step's
       __syncthreads).
 
-With swizzle 1 (bk and n multiples of 64) both tiles are in the 128-byte swizzle instead (descriptor mode 1):
-rows of 64 elements (128 bytes) in atoms of 8 rows (1024 bytes, 1024-aligned: devices.cuda_render aligns the
-buffers), the 16-byte chunk c of row r stored at chunk c ^ (r % 8) (Swizzle<3,4,3> on the byte address), so the 8
-chunks a quarter-warp copies into a row land in 8 different bank groups (the plain layout puts them 128 bytes
-apart: one bank group). A is
-K-major in 64-wide k atoms (element (m, k) of atom k // 64 at row m, SBO 1024, LBO unused), a k slice's descriptor
-starting kk % 64 elements into its rows; B is MN-major in 64-column atoms of bk rows (element (k, j) at row k of
-atom j // 64, LBO 128 bk bytes between atoms, SBO 1024 between 8-row groups of k).
+With swizzle 1 (bk and n multiples of 64) both tiles are in the 128-byte swizzle instead (descriptor mode 1): rows
+of 64 elements (128 bytes) in atoms of 8 rows (1024 bytes, 1024-aligned: devices.cuda_render aligns the buffers),
+the 16-byte chunk c of row r stored at chunk c ^ (r % 8) (Swizzle<3,4,3> on the byte address), so the 8 chunks a
+quarter-warp copies into a row land in 8 different bank groups (the plain layout puts them 128 bytes apart: one bank
+group). A is K-major in 64-wide k atoms (element (m, k) of atom k // 64 at row m, SBO 1024, LBO unused), a k slice's
+descriptor starting kk % 64 elements into its rows; B is MN-major in 64-column atoms of bk rows (element (k, j) at
+row k of atom j // 64, LBO 128 bk bytes between atoms, SBO 1024 between 8-row groups of k).
 
 With overlap 1 (3 stages or more) a step's wgmma group is left in flight: ("wgmma.wait", 1) retires the previous
 step's group instead of its own, and the copies run one step less ahead (the prologue fills stages - 2 stages,
