@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from devices.base import gpu_target
+from devices.base import Target, gpu_target
 from devices.cuda import DEVICE
 from lower.gpu import gpu_opts
-from lower.optimize import OptOps
+from lower.optimize import Opt, OptOps
 from lower.schedule import schedule
 from lower.search import beam_search
 from lower.search_gpu import neighbours
@@ -41,6 +41,18 @@ def test_beam_for_a_cuda_target_without_a_gpu_says_so() -> None:
         beam_search(ast, bufs, gpu_target("sm_90"), 2)
 
 
+def _most_lower(ast: UOp, target: Target, cands: list[list[Opt]]) -> None:
+    """Each candidate lowers or raises a CompilerError (which the search skips); at least half of them lower."""
+    lowered = 0
+    for c in cands:
+        try:
+            lower_kernel(ast, target, opts=c)
+            lowered += 1
+        except CompilerError:
+            pass
+    assert lowered >= len(cands) // 2, (lowered, len(cands))
+
+
 @pytest.mark.parametrize("kind", ["matmul", "softmax", "add", "matmul_float32"])
 def test_gpu_candidates_lower_or_are_refused(kind: str) -> None:
     """Every neighbour of the heuristics' opts lowers for sm_90 or raises a CompilerError (which the search skips);
@@ -52,14 +64,7 @@ def test_gpu_candidates_lower_or_are_refused(kind: str) -> None:
     base = gpu_opts(ast, target)
     cands = neighbours(ast, base)
     assert cands and all(c != base for c in cands)
-    lowered = 0
-    for c in cands:
-        try:
-            lower_kernel(ast, target, opts=c)
-            lowered += 1
-        except CompilerError:
-            pass
-    assert lowered >= len(cands) // 2, (lowered, len(cands))
+    _most_lower(ast, target, cands)
     if kind == "matmul":
         args = [c[0].arg for c in cands if c and c[0].op is OptOps.TC]
         assert any(len(a) == 7 and a[6] == 2 for a in args) and any(len(a) == 6 for a in args)  # type: ignore[arg-type]
@@ -88,14 +93,7 @@ def test_wgmma_candidates_lower_or_are_refused() -> None:
     args = [c[0].arg for c in cands]
     assert (*base[0].arg[:9], 0, 1) in args and (*base[0].arg[:10], 0) in args  # type: ignore[index]
     assert any(a[1] != "wgmma" for a in args)  # type: ignore[index]  # the mma.sync form
-    lowered = 0
-    for c in cands:
-        try:
-            lower_kernel(ast, target, opts=c)
-            lowered += 1
-        except CompilerError:
-            pass
-    assert lowered >= len(cands) // 2, (lowered, len(cands))
+    _most_lower(ast, target, cands)
 
 
 @pytest.mark.gpu
