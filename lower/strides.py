@@ -65,9 +65,15 @@ def _stride_of(idx: UOp, r: UOp) -> int | None:
     rs = _ranges_in(idx)
     if r not in rs:
         return 0
-    if (b := r.src[0]).op is Ops.CONST and type(b.value) is int and b.value <= 2:
-        return None  # the evaluator's r = 2 is outside the range: an error
     names = _names(rs)
+    if (b := r.src[0]).op is Ops.CONST and type(b.value) is int and b.value <= 2:
+        if b.value < 2:
+            return None
+        try:  # two values: the step between them is the stride (r = 2, outside the range, is no evidence)
+            at = [idx.evaluate({n: (k if q is r else 0) for n, q in names.items()}) for k in (0, 1)]
+        except EvalError:
+            return None
+        return int(at[1] - at[0])
     if len(names) == len(rs) and (fast := _affine_at(idx, r)) is not None:
         d = fast[1] - fast[0]
         return d if fast[2] - fast[1] == d else None
