@@ -1,9 +1,10 @@
 """BEAM search over OptOps: candidates compiled and timed on the device, the best kept.
 
-`beam_search(ast, bufs, target, width)` starts from no opts; each round extends every kept opt list with every
-legal SPLIT of the current kernel's axes (into THREAD, UPCAST, UNROLL, LOOP, REDUCE, factors 2..16), times
-each distinct candidate on the device with random inputs (median of 3 after a warm-up), and keeps the
-`width` fastest. It stops when a round improves the best time by less than 2%, or after `max_rounds`.
+`beam_search(ast, bufs, target, width)` starts from no opts and from the hand-coded heuristics' (lower.optimize: so
+it never ends on a kernel slower than they pick, up to timing noise); each round extends every kept opt list with
+every legal SPLIT of the current kernel's axes (into THREAD, UPCAST, UNROLL, LOOP, REDUCE, factors 2..16), times
+each distinct candidate on the device with random inputs (median of 3 after a warm-up), and keeps the `width`
+fastest. It stops when a round improves the best time by less than 2%, or after `max_rounds`.
 A GPU target (Target.warp_size) is searched by lower.search_gpu instead (around the GPU heuristics, timed with
 CUDA events; DeviceError where no GPU is usable).
 Results are cached on disk, keyed by the kernel's structural hash and the Target (CACHE=0 disables it); a
@@ -197,7 +198,7 @@ def beam_search(ast: UOp, bufs_uops: tuple[UOp, ...], target: Any, width: int, m
     from lower.stages import as_target
 
     target = as_target(target)
-    key = f"{structural_hash(ast)}:{target.key}:{width}"
+    key = f"{structural_hash(ast)}:{target.key}:{width}:h"  # h: searched with the heuristics' opts in the beam
     use_cache = bool(getenv("CACHE"))
     hit = _load_cache().get(key) if use_cache else None
     if hit is not None and (opts := _cached_opts(ast, hit, target)) is not None:
@@ -215,6 +216,17 @@ def beam_search(ast: UOp, bufs_uops: tuple[UOp, ...], target: Any, width: int, m
     expect = bufs[0].copy()
     beam: list[tuple[float, list[Opt]]] = [(best_t, [])]
     seen: set[UOp] = set()
+    from lower.optimize import hand_coded
+
+    try:  # the heuristics' opts start in the beam too: the search never ends on a kernel slower than them
+        heur = hand_coded(ast, target)
+        if heur:
+            heur_t = time_candidate(ast, bufs, target, heur, name, expect)
+            beam = sorted([*beam, (heur_t, heur)], key=lambda b: b[0])
+            if heur_t < best_t:
+                best_t, best_opts = heur_t, heur
+    except CompilerError as e:  # WrongResult included: reported like any candidate's, then searched without
+        print(f"beam {name}: the heuristics' opts fail ({e}); searching from none", file=sys.stderr)
     for rnd in range(max_rounds):
         cands: list[list[Opt]] = []
         for _, opts in beam:
