@@ -1,4 +1,5 @@
-"""`python -m benchmarks gpu [--quick] [--json PATH] [--cases a,b]`: our cuda kernels against torch CUDA, in one run.
+"""`python -m benchmarks gpu [--quick] [--json PATH] [--cases a,b] [--variants "K=v;K=v,K2=v"]`: our cuda kernels
+against torch CUDA, in one run.
 
 For each case of the kernel suite (benchmarks.kernel_cases, at GPU sizes, plus matmul 4096 in float16 and
 bfloat16, and float32 plain and on tf32 tensor cores: dtype "tf32" runs ours under ALLOW_TF32=1 and torch with
@@ -12,6 +13,10 @@ our float32 conv2d (8,64,56,56), whose kernel the python grid emulator and the c
 Elementwise cases are also rated against the device-to-device
 copy bandwidth measured here (cuMemcpyDtoD, read + write bytes). Kernels that are not GPU-shaped (fewer than a
 warp of threads in all) are reported and not timed at large sizes, since one thread would take minutes.
+
+`--variants` runs the cases once per group of knob settings (groups separated by ';', settings by ','; e.g.
+"WGMMA=1;WGMMA=1,TMA=1" for Hopper's warpgroup MMA fed by cp.async, then by the TMA), each row marked with its
+group, in one process: the device, the copy bandwidth and torch are set up once.
 
 Prints a table and writes JSON (default results/bench-gpu.json). Exits 0 when no GPU is present, saying so.
 """
@@ -196,13 +201,37 @@ def torch_copy_bandwidth(nbytes: int = 256 << 20, reps: int = 10) -> float:
     return 2 * nbytes / (s.elapsed_time(e) / reps * 1e-3) / 1e9
 
 
+def parse_variants(text: str) -> list[dict[str, str]]:
+    """The --variants groups: [{knob: value}, ...] ([{}]: one run as the environment sets the knobs); ValueError
+    for a setting that is not KNOB=value or a knob that is not declared (rewrite/env.py)."""
+    from rewrite.env import KNOBS
+
+    groups: list[dict[str, str]] = []
+    for group in filter(None, (g.strip() for g in text.split(";"))):
+        settings: dict[str, str] = {}
+        for item in filter(None, (x.strip() for x in group.split(","))):
+            name, eq, value = item.partition("=")
+            if not eq or name not in KNOBS:
+                raise ValueError(f"--variants: {item!r} is not KNOB=value with a declared knob ({', '.join(KNOBS)})")
+            KNOBS[name].parse(value)
+            settings[name] = value
+        groups.append(settings)
+    return groups or [{}]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks gpu", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", default=os.path.join("results", "bench-gpu.json"))
     ap.add_argument("--cases", default="", help="comma-separated case keys (default: all)")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--variants", default="", help="';'-separated groups of ','-separated KNOB=value settings: the "
+                    "cases run once under each group (default: once, as the environment sets the knobs)")
     args = ap.parse_args(argv)
+    try:
+        variants = parse_variants(args.variants)
+    except ValueError as e:
+        ap.error(str(e))
     from devices.cuda import DEVICE
 
     ok, why = DEVICE.available()
@@ -240,12 +269,17 @@ def main(argv: list[str] | None = None) -> int:
     header = f"{'case':28s} {'ours ms':>9s} {'torch ms':>9s} {'ours/torch':>10s} {'GB/s':>7s} {'%copy':>6s} " \
              f"{'TFLOP/s':>8s} {'compile s':>9s} {'ok':>3s}"
     print(header, flush=True)
-    for case, dtype in cases:
+    from rewrite.env import Context
+
+    for (case, dtype), variant in [(c, v) for v in variants for c in cases]:
         rng = np.random.default_rng(1234)
         xs = [rng.standard_normal(s).astype(np.float32) for s in case.shapes()]
-        row: dict[str, Any] = {"case": case.key, "title": case.title, "dtype": dtype}
+        label = ",".join(f"{k}={v}" for k, v in variant.items())
+        title = f"{case.title} [{label}]" if label else case.title
+        row: dict[str, Any] = {"case": case.key, "title": title, "dtype": dtype, "variant": label}
         try:
-            o = ours(case, dtype, xs, args.reps)
+            with Context(**variant):
+                o = ours(case, dtype, xs, args.reps)
             row.update({k: v for k, v in o.items() if k != "out"})
             if have_torch and o["out"] is not None:
                 t = torch_run(case, dtype, xs, args.reps)
@@ -271,10 +305,10 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         save()
         if "error" in row:
-            print(f"{case.title:28s} ERROR {row['error'][:200]}", flush=True)
+            print(f"{title:28s} ERROR {row['error'][:200]}", flush=True)
             continue
         ratio = row.get("torch_ms", math.nan) / row["ms"] if row["ms"] == row["ms"] else math.nan
-        print(f"{case.title:28s} {row['ms']:9.3f} {row.get('torch_ms', math.nan):9.3f} {ratio:10.2f} "
+        print(f"{title:28s} {row['ms']:9.3f} {row.get('torch_ms', math.nan):9.3f} {ratio:10.2f} "
               f"{row['gbs']:7.0f} {row['pct_copy']:6.1f} {row['tflops']:8.2f} {row['compile_s']:8.2f} "
               f"{'yes' if row.get('ok') else 'NO':>3s}  {row.get('skipped', '')}", flush=True)
         for k in row["kernels"]:

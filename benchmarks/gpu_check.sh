@@ -15,9 +15,11 @@
 # Installs the wheels in .whl/ (egglog; nvidia-cuda-nvrtc + nvidia-cuda-runtime for NVRTC; tinygrad for its cold
 # compile figures) into /tmp/site if there are any: `pip download -d .whl --no-deps nvidia-cuda-nvrtc
 # nvidia-cuda-runtime tinygrad==0.14.0` beforehand. Writes at most 8 files into "$OUT" (default ./gpu_out):
-#   env.txt summary.txt tests.log tests.xml bench.log bench-gpu-compile.json bench-gpu.json [bench-gpu-beam.json]
+#   env.txt summary.txt tests.log tests.xml bench.log bench-gpu-compile.json bench-gpu.json and
+#   bench-gpu-variants.json (the WGMMA variants; under BEAM, the BEAM step's figures)
 # Without BEAM the fp16/bf16 matmul 4096 cases run again with WGMMA=1 (Hopper's wgmma, lower/tc_wgmma.py: on an
-# sm_90 GPU only; opt-in until this measures it), their table in bench.log.
+# sm_90 GPU only; opt-in until this measures it) and with WGMMA=1 TMA=1 (its tiles copied by the tensor memory
+# accelerator, lower/tc_tma.py), their table in bench.log.
 # Figures for the issue's targets: bench-gpu.json (matmul 4096 fp16/bf16 vs torch, elementwise vs the measured
 # copy bandwidth, softmax/layernorm/attention vs torch eager), bench-gpu-compile.json (cold compile per kernel,
 # ours vs tinygrad's CUDA backend). Each step has its own time limit and a failing step does not stop the next.
@@ -41,17 +43,18 @@ if [ "${HOST_CPU:-0}" = 1 ]; then
   STEPS+=("host cpu kernels|200|bench.log|env $HOST_CASES $PY -m benchmarks kernels --json $OUT/bench-host-cpu.json")
   STEPS+=("host cpu kernels, x86-64-v3|200|bench.log|env $HOST_CASES CPU_TARGET=x86-64-v3 $PY -m benchmarks kernels --json $OUT/bench-host-cpu-v3.json")
 else
-STEPS+=("gpu tests|110|tests.log|$PY -m pytest -q -rs -m gpu -p no:cacheprovider tests/devices/test_cuda.py tests/devices/test_cuda_beam.py tests/devices/test_cuda_async.py tests/devices/test_cuda_wgmma.py --junitxml=$OUT/tests.xml")
+STEPS+=("gpu tests|110|tests.log|$PY -m pytest -q -rs -m gpu -p no:cacheprovider tests/devices/test_cuda.py tests/devices/test_cuda_beam.py tests/devices/test_cuda_async.py tests/devices/test_cuda_wgmma.py tests/devices/test_cuda_tma.py --junitxml=$OUT/tests.xml")
 if [ "${SKIP_NVCC:-0}" != 1 ] && [ "$BEAM_N" = 0 ]; then
-  STEPS+=("compile CI tests|45|tests.log|$PY -m pytest -q -rs -p no:cacheprovider tests/devices/test_cuda_compile.py tests/devices/test_cuda_async.py tests/devices/test_cuda_wgmma.py tests/devices/test_target.py")
+  STEPS+=("compile CI tests|45|tests.log|$PY -m pytest -q -rs -p no:cacheprovider tests/devices/test_cuda_compile.py tests/devices/test_cuda_async.py tests/devices/test_cuda_wgmma.py tests/devices/test_cuda_tma.py tests/devices/test_target.py")
 fi
 STEPS+=("cold compile per kernel|60|bench.log|$PY -m benchmarks.gpu_compile --sm SM --json $OUT/bench-gpu-compile.json")
 STEPS+=("benchmark|170|bench.log|$PY -m benchmarks gpu --json $OUT/bench-gpu.json")
-if [ "$BEAM_N" = 0 ]; then  # Hopper's warpgroup MMA (lower/tc_wgmma.py, opt-in: not yet run on a GPU before this)
-  STEPS+=("benchmark, WGMMA=1 matmuls|35|bench.log|env WGMMA=1 $PY -m benchmarks gpu --cases $WGMMA_CASES")
+if [ "$BEAM_N" = 0 ]; then  # Hopper's warpgroup MMA (lower/tc_wgmma.py, opt-in: not yet run on a GPU before this),
+  # its tiles copied by cp.async, then by the TMA (lower/tc_tma.py)
+  STEPS+=("WGMMA=1 [TMA=1] matmuls|35|bench.log|$PY -m benchmarks gpu --cases $WGMMA_CASES --variants WGMMA=1;WGMMA=1,TMA=1 --json $OUT/bench-gpu-variants.json")
 fi
 if [ "$BEAM_N" != 0 ]; then
-  STEPS+=("benchmark under BEAM=$BEAM_N|80|bench.log|env BEAM=$BEAM_N $PY -m benchmarks gpu --cases $BEAM_CASES --json $OUT/bench-gpu-beam.json")
+  STEPS+=("benchmark under BEAM=$BEAM_N|80|bench.log|env BEAM=$BEAM_N $PY -m benchmarks gpu --cases $BEAM_CASES --json $OUT/bench-gpu-variants.json")
 fi
 fi
 
@@ -115,6 +118,7 @@ need = {"matmul_4096_fp16": "float16", "matmul_4096_bf16": "bfloat16", "add_16M"
         "chain_16M": "float32", "softmax_4096": "float32", "layernorm": "float32", "attention": "float32"}
 missing = {k: d for k, d in need.items() if keys.get(k) != d}
 assert not missing, f"the benchmark lacks the targets' cases: {missing}"
+assert gpu.parse_variants("WGMMA=1;WGMMA=1,TMA=1") == [{"WGMMA": "1"}, {"WGMMA": "1", "TMA": "1"}]
 print("modules, arguments and the targets' cases: ok")
 EOF
   exit 0

@@ -28,6 +28,7 @@ import ctypes
 import sys
 import threading
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 
@@ -49,9 +50,10 @@ from devices.cuda_render import (
 )
 from devices.linear import Program, analyze, special_bound
 from devices.memory import check_vars, np_dtype, size_of
+from devices.tma import tensor_maps
 from rewrite.dtype import DType, dtypes
 from rewrite.env import getenv, knob_bool
-from rewrite.errors import DeviceError, OutOfMemoryError
+from rewrite.errors import CudaError, DeviceError, OutOfMemoryError
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 
@@ -146,6 +148,7 @@ class CudaKernel:
         self.device, self.prog, self.name, self.symbol = device, prog, prog.name, symbol
         self.src, self.cubin, self.target = src, cubin, target
         self.dynamic_shared = dynamic_shared(prog)
+        self.tmaps = tensor_maps(prog.instrs)[0]  # passed after the variables (devices.tma)
         self._fn: ctypes.c_void_p | None = None
         dims = {special_dim(n): sp for n, sp in prog.specials.items()}
         self._dims = [[dims.get((kind, a)) for a in range(3)] for kind in ("gidx", "lidx")]
@@ -209,6 +212,13 @@ class CudaKernel:
             holders.append(ctypes.c_uint64(arr.ptr))
         for p, v in zip(prog.variables.values(), check_vars(prog.variables, var_vals, self.name), strict=True):
             holders.append(_CT[p.dtype](v))
+        ptrs = {slot: cast(ctypes.c_uint64, h).value for slot, h in zip(prog.buffers, holders, strict=False)}
+        for tm in self.tmaps:
+            try:
+                holders.append(dev.driver.tensor_map(tm.encode_args(ptrs[tm.slot])))
+            except CudaError as e:
+                raise DeviceError(f"kernel {self.name!r}: the tensor map of buffer slot {tm.slot} (dims {tm.dims}, "
+                                  f"strides {tm.strides}, box {tm.box}) was refused: {e}") from e
         params = (ctypes.c_void_p * max(1, len(holders)))(*[ctypes.addressof(h) for h in holders])  # type: ignore[arg-type]
         return params, holders + temps, back
 

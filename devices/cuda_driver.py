@@ -33,6 +33,7 @@ _dptr = ctypes.c_uint64
 _size = ctypes.c_size_t
 _int = ctypes.c_int
 _uint = ctypes.c_uint
+_u64s, _u32s = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
 
 # name -> argument types (every function returns a CUresult, an int)
 _SIGNATURES: dict[str, tuple] = {
@@ -65,6 +66,7 @@ _SIGNATURES: dict[str, tuple] = {
     "cuEventSynchronize": (_ptr,),
     "cuEventElapsedTime": (ctypes.POINTER(ctypes.c_float), _ptr, _ptr),
     "cuEventDestroy_v2": (_ptr,),
+    "cuTensorMapEncodeTiled": (_ptr, _int, _uint, _ptr, _u64s, _u64s, _u32s, _u32s, _int, _int, _int, _int),
 }
 
 
@@ -203,6 +205,20 @@ class Driver:
     def launch(self, fn: ctypes.c_void_p, grid: tuple[int, int, int], block: tuple[int, int, int], smem: int,
                params: ctypes.Array) -> None:
         self.call("cuLaunchKernel", fn, *grid, *block, smem, self.stream, params, None)
+
+    def tensor_map(self, args: tuple) -> ctypes.Array:
+        """A 128-byte CUtensorMap (64-byte aligned) made by cuTensorMapEncodeTiled from its other arguments
+        (devices.tma.TensorMap.encode_args): what a kernel's `const __grid_constant__` tensor-map parameter gets."""
+        dtype, rank, addr, dims, strides, box, steps, interleave, swizzle, l2, oob = args
+        raw = (ctypes.c_uint64 * 24)()  # 192 bytes: a 64-aligned 128-byte window inside
+        off = (-ctypes.addressof(raw)) % 64 // 8
+        window = (ctypes.c_uint64 * 16).from_buffer(raw, off * 8)
+        u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+        self.call("cuTensorMapEncodeTiled", ctypes.addressof(window), dtype, rank, addr, (u64 * rank)(*dims),
+                  (u64 * max(1, rank - 1))(*strides), (u32 * rank)(*box), (u32 * rank)(*steps), interleave, swizzle,
+                  l2, oob)
+        window._owner = raw  # type: ignore[attr-defined]  # keeps the storage alive with the window
+        return window
 
     # timing
     def event(self) -> ctypes.c_void_p:

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, cast
 from devices.c_scalar import unparen
 from devices.linear import Program, base_of, buffer_arg, const_value, is_global
 from devices.python_wgmma import is_wgmma
+from devices.tma import LOAD as TMA_LOAD
+from devices.tma import ins_kind
 from rewrite.dtype import AddrSpace, dtypes
 from rewrite.errors import CompileError
 from rewrite.ops import Ops
@@ -32,15 +34,15 @@ def _reads_wgmma(y: UOp, x: UOp) -> bool:
 
 
 def raw_locals(prog: Program) -> set[UOp]:
-    """The LOCAL bfloat16 buffers only cp.async copies write and only ldmatrix or wgmma read: they hold bfloat16
+    """The LOCAL bfloat16 buffers only cp.async or TMA copies write and only ldmatrix or wgmma read: they hold bfloat16
     bits (2 bytes an element) instead of floats, since these instructions move 16-bit elements as they are."""
     out = set()
     for b in prog.locals:
         if b.dtype.scalar is not dtypes.bfloat16:
             continue
         uses = [x for x in prog.instrs if x.op is Ops.INDEX and x.src and base_of(x.src[0]) is b]
-        if uses and all(all((is_async_copy(y) and y.src[0] is x) or is_ldmatrix(y) or _reads_wgmma(y, x)
-                            for y in prog.users.get(x, []))
+        if uses and all(all((is_async_copy(y) and y.src[0] is x) or is_ldmatrix(y) or _reads_wgmma(y, x) or
+                            (ins_kind(y) == TMA_LOAD and y.src[0] is x) for y in prog.users.get(x, []))
                         for x in uses):
             out.add(b)
     return out

@@ -34,6 +34,13 @@ cp.async and ldmatrix (lower.tc_async): a STORE arg "cp.async" of a LOAD of GLOB
 registers that the WMMA takes as its packed fragment. A LOCAL bfloat16 buffer that only these two touch holds
 the 16-bit bits (`uint16_t`, 2 bytes an element) instead of floats.
 
+TMA and mbarriers (lower.tc_tma, devices.tma): each distinct tensor map of the program's "tma.load" INS is a
+`const __grid_constant__ uopc_tmap tmapN` parameter after the variables (a 64-aligned 128-byte struct defined
+where a kernel has one: CUDA's CUtensorMap, which the launcher encodes); "mbarrier.init", "mbarrier.expect_tx" and "tma.load" are the leader's
+`mbarrier.init`, `mbarrier.arrive.expect_tx` and `cp.async.bulk.tensor.Nd...mbarrier::complete_tx::bytes`
+under `if (leader)`; "mbarrier.wait" is a `mbarrier.try_wait.parity` loop; BARRIER "mbarrier.init.fence" is
+`fence.mbarrier_init` and `__syncthreads()`.
+
 Vector values (shape (n,), devices/__init__.py) become n scalars, one C value per lane (`ctx.lanes`): a VCONST
 is n literals, an INDEX of a buffer by a vector n lvalues (`acc0[0]`, ..., `data1[i+256]`; a REG buffer indexed
 by constants stays a small array, which nvcc keeps in registers), a LOAD n declared scalars, an ALU, CAST or
@@ -58,6 +65,7 @@ from devices.c_scalar import C_DIALECT, CContext, Dialect, const_text, is_reserv
 from devices.cuda_memory import (
     _render_cp_async,
     _render_ldmatrix,
+    _shared_addr,
     _wide_access,
     is_async_copy,
     is_ldmatrix,
@@ -66,6 +74,11 @@ from devices.cuda_memory import (
 )
 from devices.linear import Program, base_of, buffer_arg, const_value, is_global
 from devices.python_wgmma import is_wgmma, swizzle_of
+from devices.tma import EXPECT as TMA_EXPECT
+from devices.tma import INIT as TMA_INIT
+from devices.tma import INIT_FENCE, ins_kind, tensor_maps
+from devices.tma import LOAD as TMA_LOAD
+from devices.tma import WAIT as TMA_WAIT
 from rewrite.dsl import Rule, RuleSet, op, var
 from rewrite.dtype import AddrSpace, DType, dtypes
 from rewrite.errors import CompileError
@@ -172,6 +185,7 @@ class CudaContext(CContext):
         self.wide: dict[UOp, tuple[str, str]] = {}  # a vector LOAD held in a 16-aligned array: (name, C type)
         self.raw = raw_locals(prog)  # LOCAL bfloat16 buffers of bits (raw_locals)
         self.packed: dict[UOp, list[str]] = {}  # an ldmatrix result: its .b32 registers (element pairs)
+        self.tmaps, self.tmap_of = tensor_maps(prog.instrs)  # the TMA copies' tensor maps (parameters tmap0, ...)
 
     def ctype(self, dtype: DType) -> str:
         return "int" if self.index32 and dtype.scalar is dtypes.index else super().ctype(dtype)
@@ -241,8 +255,38 @@ def _render_barrier(x: UOp) -> str:
         return f'asm volatile("{_WGMMA_BARRIERS[x.arg]}\\n" ::: "memory");'
     if isinstance(x.arg, tuple) and len(x.arg) == 2 and x.arg[0] == "wgmma.wait" and isinstance(x.arg[1], int):
         return f'asm volatile("wgmma.wait_group.sync.aligned {x.arg[1]};\\n" ::: "memory");'
+    if x.arg == INIT_FENCE:
+        return 'asm volatile("fence.mbarrier_init.release.cluster;\\n" ::: "memory");\n__syncthreads();'
     raise CompileError(f"BARRIER arg {x.arg!r}: the CUDA renderer knows None, 'cp.async.commit', "
-                       f"('cp.async.wait', n[, 'proxy']), 'wgmma.fence', 'wgmma.commit' and ('wgmma.wait', n)")
+                       f"('cp.async.wait', n[, 'proxy']), 'wgmma.fence', 'wgmma.commit', ('wgmma.wait', n) and "
+                       f"{INIT_FENCE!r}")
+
+
+def _render_ins(x: UOp, ctx: CudaContext) -> str:
+    """The TMA and mbarrier INS of devices.tma: mbarrier.init / arrive.expect_tx and cp.async.bulk.tensor by the
+    leader thread, mbarrier.try_wait.parity in a loop by every thread."""
+    kind = ins_kind(x)
+    bar = _shared_addr(ctx[x.src[0] if kind != TMA_LOAD else x.src[2]])
+    if kind == TMA_WAIT:
+        return (f'{{\nuint32_t ready = 0;\nwhile (!ready) {{\nasm volatile("{{\\n.reg .pred p;\\n'
+                f'mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\nselp.u32 %0, 1, 0, p;\\n}}\\n" '
+                f': "=r"(ready) : "r"({bar}), "r"((uint32_t)({unparen(ctx[x.src[1]])})) : "memory");\n}}\n}}')
+    if kind == TMA_INIT:
+        ins, ops = "mbarrier.init.shared::cta.b64 [%0], %1;", f'"r"({bar}), "r"({cast(tuple, x.arg)[1]})'
+    elif kind == TMA_EXPECT:
+        ins = "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+        ops = f'"r"({bar}), "r"({cast(tuple, x.arg)[1]})'
+    elif kind == TMA_LOAD:
+        rank = len(cast(tuple, x.arg)[1])
+        coords = ", ".join(f"%{2 + i}" for i in range(rank))
+        ins = (f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], "
+               f"[%1, {{{coords}}}], [%{2 + rank}];")
+        cs = "".join(f', "r"((int)({unparen(ctx[c])}))' for c in x.src[4:4 + rank])
+        ops = f'"r"({_shared_addr(ctx[x.src[0]])}), "l"((uint64_t)&tmap{ctx.tmap_of[x]}){cs}, "r"({bar})'
+    else:
+        raise CompileError(f"{ctx.prog.where(x)}: INS {x.arg!r}: the CUDA renderer knows devices.tma's")
+    leader = x.src[1] if kind != TMA_LOAD else x.src[3]
+    return f'if ({unparen(ctx[leader])}) asm volatile("{ins}\\n" :: {ops} : "memory");'
 
 
 _WGMMA_BARRIERS = {"wgmma.fence": "wgmma.fence.sync.aligned;", "wgmma.commit": "wgmma.commit_group.sync.aligned;"}
@@ -256,6 +300,7 @@ CUDA_RULES = RuleSet("cuda-render", [
          when=lambda x, y: x.dtype is dtypes.float16 and y.dtype in (dtypes.float32, dtypes.float64, dtypes.bfloat16)),
     Rule("cuda-range", op.RANGE(var("b"), name="x"), _render_range),
     Rule("cuda-barrier", op.BARRIER(name="x", rest=True), lambda x: _render_barrier(x)),
+    Rule("cuda-ins", op.INS(name="x", rest=True), lambda x, ctx: _render_ins(x, ctx)),
     Rule("cuda-atomic-add", op.ATOMICADD(var("idx"), var("val")), _render_atomic_add),
 ]) + SCALAR_RULES
 
@@ -287,6 +332,11 @@ def _signature(prog: Program, name: str, ctx: CContext) -> list[str]:
             narrow.append(f"  const {ctx.ctype(p.dtype)} {ctx.names[p]} = ({ctx.ctype(p.dtype)}){wide};")
         else:
             params.append(f"const {ctx.ctype(p.dtype)} {ctx.names[p]}")
+    if isinstance(ctx, CudaContext) and ctx.tmaps:
+        ctx.define("uopc_tmap", "struct __align__(64) uopc_tmap { uint64_t v[16]; };  // CUDA's CUtensorMap")
+        for i in range(len(ctx.tmaps)):
+            params.append(f"const __grid_constant__ uopc_tmap tmap{i}")
+            ctx.taken.add(f"tmap{i}")
     n = launch_bounds(prog)
     bounds = f"__launch_bounds__({n}) " if n is not None else ""
     lines = [f'extern "C" __global__ void {bounds}{name}({", ".join(params)}) {{']

@@ -35,6 +35,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import cast
 
+from devices.tma import EXPECT as TMA_EXPECT
+from devices.tma import INIT as TMA_INIT
+from devices.tma import LOAD as TMA_LOAD
+from devices.tma import WAIT as TMA_WAIT
+from devices.tma import ins_kind, load_problem, value_sources
 from rewrite.dtype import AddrSpace, dtypes
 from rewrite.errors import CompileError, DeviceError, EvalError
 from rewrite.ops import GroupOp, Ops
@@ -42,7 +47,8 @@ from rewrite.props import base_of
 from rewrite.uop import BufferArg, ConstValue, ParamArg, UOp
 
 # the ops that may appear in a LINEAR list (ALU ops, CAST and BITCAST besides)
-STATEMENTS = frozenset({Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.STORE, Ops.BARRIER, Ops.GROUP, Ops.ATOMICADD})
+STATEMENTS = frozenset({Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.STORE, Ops.BARRIER, Ops.GROUP, Ops.ATOMICADD,
+                        Ops.INS})
 INSTRUCTIONS = STATEMENTS | frozenset(
     {Ops.BUFFER, Ops.PARAM, Ops.CONST, Ops.VCONST, Ops.STACK, Ops.SPECIAL, Ops.INDEX, Ops.LOAD, Ops.AFTER,
      Ops.CUSTOM, Ops.WMMA}
@@ -60,7 +66,8 @@ _KERNEL_WIDE = frozenset({Ops.CONST, Ops.VCONST, Ops.PARAM, Ops.SPECIAL})
 _OPENERS = frozenset({Ops.RANGE, Ops.IF})
 _LISTABLE = INSTRUCTIONS | VALUE_OPS
 _STRUCTURAL = frozenset({Ops.BUFFER, Ops.PARAM, Ops.VCONST})  # listed, but their sources need not be
-_ORDERS_ONLY = frozenset({Ops.AFTER, Ops.END, Ops.ENDIF, Ops.BARRIER, Ops.GROUP})  # sources not all read as values
+# sources not all read as values (an INS: its leading ones, devices.tma.value_sources)
+_ORDERS_ONLY = frozenset({Ops.AFTER, Ops.END, Ops.ENDIF, Ops.BARRIER, Ops.GROUP, Ops.INS})
 
 
 def _check_wgmma(prog: Program, i: int, u: UOp) -> None:
@@ -80,6 +87,51 @@ def _check_wgmma(prog: Program, i: int, u: UOp) -> None:
         raise _fail(prog, i, u, "a wgmma WMMA is arg ('wgmma', n (8..256, a multiple of 8), float16 or bfloat16, "
                                 "(lbo, sbo, mn_major[, swizzle 0/1]) of A, of B) with src (INDEX of A's first "
                                 "element in a LOCAL buffer of that dtype, the same of B, n / 2 float32 accumulators)")
+
+
+def _local_index(s: UOp, dtype: object = None) -> bool:
+    """Is s a scalar INDEX of a LOCAL buffer (of `dtype` when given)?"""
+    b = base_of(s.src[0]) if s.op is Ops.INDEX and s.src else None
+    return b is not None and b.op is Ops.BUFFER and buffer_arg(b).addrspace is AddrSpace.LOCAL and \
+        s.shape == () and (dtype is None or b.dtype is dtype)
+
+
+def _check_ins(prog: Program, i: int, u: UOp) -> None:
+    """INS: the TMA and mbarrier instructions of devices.tma, with the sources its docstring names."""
+    kind = ins_kind(u)
+    if kind is None:
+        raise _fail(prog, i, u, f"INS {u.arg!r}: the known instructions are devices.tma's ({TMA_INIT!r}, "
+                                f"{TMA_EXPECT!r}, {TMA_LOAD!r}, {TMA_WAIT!r})")
+    arg, n = cast(tuple, u.arg), value_sources(u)
+    scalar_int = [s.shape == () and s.dtype.is_int for s in u.src[:n]]
+    problem = None
+    if len(u.src) < n:
+        problem = f"needs {n} value sources, got {len(u.src)}"
+    elif kind in (TMA_INIT, TMA_EXPECT, TMA_WAIT):
+        bar, second = u.src[:2]
+        if not _local_index(bar, dtypes.uint64):
+            problem = "source 0 is the INDEX of an mbarrier: an element of a LOCAL uint64 buffer"
+        elif kind != TMA_WAIT and (second.dtype is not dtypes.bool or second.shape != ()):
+            problem = "source 1 is the scalar bool 'leader' (the thread that does it)"
+        elif kind == TMA_WAIT and not scalar_int[1]:
+            problem = "source 1 is the scalar int parity of the phase waited for"
+        elif kind != TMA_WAIT and not (len(arg) == 2 and isinstance(arg[1], int) and arg[1] > 0):
+            problem = f"arg is ({kind!r}, a positive int)"
+    else:
+        dst, src, bar, leader = u.src[:4]
+        g = base_of(src.src[0]) if src.op is Ops.INDEX and src.src else None
+        if not _local_index(dst) or not _local_index(bar, dtypes.uint64):
+            problem = "sources 0 and 2 are INDEXes of the LOCAL destination and of a LOCAL uint64 mbarrier"
+        elif g is None or not is_global(g) or src.src[1].op is not Ops.CONST:
+            problem = "source 1 is the INDEX of a GLOBAL buffer at a constant element (the tensor's first)"
+        elif base_of(dst.src[0]).dtype is not g.dtype:
+            problem = f"copies {g.dtype.name} into a LOCAL {base_of(dst.src[0]).dtype.name} buffer"
+        elif leader.dtype is not dtypes.bool or leader.shape != () or not all(scalar_int[4:]):
+            problem = "source 3 is the scalar bool leader, the rest of the value sources int coordinates"
+        else:
+            problem = load_problem(u, buffer_arg(g).slot, g.dtype, int(cast(int, const_value(src.src[1]))))
+    if problem is not None:
+        raise _fail(prog, i, u, f"{kind}: {problem} (devices.tma)")
 
 
 def buffer_arg(u: UOp) -> BufferArg:
@@ -138,6 +190,8 @@ def _value_srcs(u: UOp) -> tuple[UOp, ...]:
         return ()
     if op is Ops.AFTER:
         return u.src[:1]
+    if op is Ops.INS:
+        return u.src[:value_sources(u)]
     if op in _ORDERS_ONLY:
         return ()
     return u.src
@@ -198,8 +252,10 @@ def analyze(linear: UOp, device: str, supported_ops: frozenset[Ops], name: str =
                         break
         elif op in checked:
             _check_instruction(prog, i, u)
-        if op is Ops.BARRIER and any(prog.instrs[p].op is Ops.IF for p in stack):
-            raise _fail(prog, i, u, "a BARRIER inside an IF: every thread of the block must reach it")
+        if (op is Ops.BARRIER or (op is Ops.INS and ins_kind(u) == TMA_WAIT)) and \
+                any(prog.instrs[p].op is Ops.IF for p in stack):
+            raise _fail(prog, i, u, f"a {'BARRIER' if op is Ops.BARRIER else 'mbarrier wait'} inside an IF: every "
+                                    f"thread of the block must reach it")
         pos[u] = i
         for s in deps:
             if (us := users.get(s)) is None:
@@ -327,7 +383,7 @@ def _check_access(prog: Program, i: int, u: UOp) -> None:
 
 # the instructions _check_instruction has more to check of (elementwise ops are checked by analyze itself)
 _CHECKED = frozenset({Ops.BUFFER, Ops.PARAM, Ops.SPECIAL, Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.WMMA, Ops.ATOMICADD,
-                      Ops.IF})
+                      Ops.IF, Ops.INS})
 
 
 def _check_instruction(prog: Program, i: int, u: UOp) -> None:
@@ -393,5 +449,7 @@ def _check_instruction(prog: Program, i: int, u: UOp) -> None:
                 or u.src[1].shape != () or u.src[1].dtype is not base_of(idx.src[0]).dtype:
             raise _fail(prog, i, u, "ATOMICADD is (INDEX of a GLOBAL buffer, scalar value of its dtype)")
         prog.stored.add(buffer_arg(base_of(idx.src[0])).slot)
+    elif op is Ops.INS:
+        _check_ins(prog, i, u)
     elif op is Ops.IF and (len(u.src) != 1 or u.src[0].dtype is not dtypes.bool or u.src[0].shape != ()):
         raise _fail(prog, i, u, "IF takes one scalar bool gate")

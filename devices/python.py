@@ -25,6 +25,8 @@ reads its source when it runs but writes LOCAL memory only when a wait retires i
 closes the thread's group of copies, BARRIER ("cp.async.wait", n) lands every group of the thread but the
 newest n (oldest first) and is then a BARRIER; so a read that runs ahead of its wait sees the old contents.
 A WMMA with arg ("wgmma", ...) is a warpgroup's asynchronous wgmma from shared memory (devices.python_wgmma).
+The INS instructions of devices.tma (TMA copies and mbarriers) are emulated by devices.python_tma: a copy lands
+when a wait completes its barrier's phase, which meets the block like a BARRIER.
 `check_index_bounds` wraps a kernel so that every index value is checked against its interval bounds.
 
 Vectors (shape (n,)) are tuples of n lane values, and every lane goes through the same semantics table as a
@@ -48,10 +50,12 @@ from devices.base import Target, python_target
 from devices.linear import Program, analyze, base_of, buffer_arg, const_value, is_global, lanes, special_bound
 from devices.memory import Allocator, bf16_decode, bf16_encode, check_buffers, check_vars, np_dtype, size_of
 from devices.python_gpu import ldmatrix, tf32_round, wmma_m16n8k8_tf32, wmma_m16n8k16
+from devices.python_tma import ins_step, wait_met
 from devices.python_wgmma import barrier_step as wgmma_barrier
 from devices.python_wgmma import is_wgmma, is_wgmma_barrier
 from devices.python_wgmma import issue as wgmma_issue
 from devices.python_wgmma import retire as wgmma_retire
+from devices.tma import INIT_FENCE
 from rewrite.dtype import AddrSpace, DType, dtypes
 from rewrite.env import getenv
 from rewrite.errors import CompileError, DeviceError, EvalError
@@ -135,7 +139,9 @@ class PythonKernel:
                     (op is Ops.BUFFER and (is_global(u) or buffer_arg(u).addrspace is AddrSpace.LOCAL)):
                 pass  # set per call (buffers, variables, SPECIAL values, a block's LOCAL memory) or no work at all
             elif op is Ops.BARRIER:
-                self._emit(p, _barrier if u.arg is None else _async_barrier(u))
+                self._emit(p, _barrier if u.arg is None or u.arg == INIT_FENCE else _async_barrier(u))
+            elif op is Ops.INS:
+                self._emit(p, ins_step(u, pos, prog.where(u), _AT_BARRIER))
             elif op is Ops.END:
                 for r in prog.opened[p]:  # innermost first
                     end_step[r] = len(self.steps)
@@ -340,6 +346,8 @@ class PythonKernel:
                 wgmma_retire(int(u.arg[1]), [tv for tv, _ in states])  # type: ignore[index]
             elif pc is not None and u.op is Ops.LOAD:
                 self._warp_ldmatrix(u, [tv for tv, _ in states])
+            elif pc is not None and u.op is Ops.INS:
+                wait_met(u, self.prog.pos, [tv for tv, _ in states], self.prog.where(u))
 
     def _warp_mma(self, u: UOp, threads: list[list]) -> None:
         """Every warp (32 consecutive threads) runs the mma of `u` on its lanes' fragments (lower.wmma's layout)."""

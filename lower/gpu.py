@@ -184,7 +184,8 @@ def _tc_opts(ast: UOp, shape: str, outputs: int, target: Target) -> list[Opt]:
     (lower.tc_async, fewer where the target's shared memory per block is short) where the operands allow it,
     in 64-wide k steps (ASYNC_WIDE_BK) for a long half/bfloat16 reduction in 128 x 128 tiles where 3 stages of
     those fit. With the WGMMA knob on an sm_90 target, a 16-bit one that cp.async can copy runs on warpgroup MMA
-    instead (lower.tc_wgmma.wgmma_config).
+    instead (lower.tc_wgmma.wgmma_config), its swizzled tiles copied by the TMA with the TMA knob where its
+    operands are tensors the TMA can address (lower.tc_tma.tma_fits).
     Smaller ones (with sizes the mma divides): TC with
     a warp tile of tm x tn mma tiles (each A fragment used tn times, each B fragment tm times: the global loads
     per mma fall from 12 to (8 tm + 4 tn) / (tm tn) a lane), then the block's warps: TC_WARPS x TC_WARPS
@@ -200,7 +201,10 @@ def _tc_opts(ast: UOp, shape: str, outputs: int, target: Target) -> list[Opt]:
     nu, nv, nk = staged_shapes(ast)
     if knob_bool("WGMMA") and target.isa == "sm_90" and shape in WGMMA_SHAPES and async_fits(ast) and \
             (wg := wgmma_config(nu, nv, nk, target.local_memory_bytes)) is not None:
-        return [Opt(OptOps.TC, None, (shape, "wgmma", *wg))]  # opt-in: lower.tc_wgmma (not yet run on a GPU)
+        from lower.tc_tma import tma_fits
+
+        tma = (1,) if knob_bool("TMA") and wg[7] and tma_fits(ast) else ()
+        return [Opt(OptOps.TC, None, (shape, "wgmma", *wg, *tma))]  # opt-in: lower.tc_wgmma (not yet run on a GPU)
     if (cfg := staged_config(nu, nv, nk, outputs // (nu * nv), cores)) is not None:
         from lower.tc_async import async_stages
 

@@ -58,7 +58,8 @@ _GLOBAL = AddrSpace.GLOBAL
 def lowering_knobs() -> tuple:
     """The knobs whose values change what a graph schedules or lowers to."""
     return (str(getenv("DEVICE")), int(getenv("NOOPT")), int(getenv("BEAM")), int(getenv("EGGLOG")),
-            str(getenv("CPU_TARGET")), int(getenv("NOLOCALS")), int(getenv("WGMMA")))
+            str(getenv("CPU_TARGET")), int(getenv("NOLOCALS")), int(getenv("WGMMA")),
+            int(getenv("TMA")))
 
 
 class Key(tuple):

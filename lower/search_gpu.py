@@ -8,9 +8,9 @@ list (`neighbours`), keeping the `width` fastest, until a round gains less than 
   8 (tn 8: a 64 x 64 warp tile); warps wu, wv in 1, 2, 4; k step bk in 16, 32, 64; cp.async stages in 0
   (lower.tc_smem's register pipeline), 2, 3, 4; the direct form (lower.wmma) with the current warp tile. For
   Hopper's warpgroup MMA (lower.tc_wgmma, WGMMA=1): wgmma n in 64, 128, 256; tn, warpgroups wgu, wgv in 1, 2; bk in 32,
-  64, 128; stages 2..5; the 128-byte swizzle and the in-flight group each on or off; and the mma.sync form. A
-  combination lowering refuses (KernelOptError: too many threads, too much shared memory, operands cp.async
-  cannot copy) is skipped.
+  64, 128; stages 2..5; the 128-byte swizzle, the in-flight group and the TMA copies each on or off; and the
+  mma.sync form. A combination lowering refuses (KernelOptError: too many threads, too much shared memory,
+  operands cp.async or the TMA cannot copy) is skipped.
 - a sum of products staged for CUDA cores (a SIMT opt, lower.simt_smem): its arg changed one knob at a time:
   register tile tm, tn in 4, 8; threads lu, lv in 8, 16, 32; k step bk in 8, 16, 32; and lower.gpu's unstaged
   register tile, where it fits.
@@ -39,9 +39,9 @@ from rewrite.env import Context
 from rewrite.errors import CompilerError, DeviceError
 
 _TC_KNOBS = ((1, (1, 2, 4)), (2, (1, 2, 4, 8)), (3, (1, 2, 4)), (4, (1, 2, 4)), (5, (16, 32, 64)), (6, (0, 2, 3, 4)))
-# (shape, "wgmma", n, tm, tn, wgu, wgv, bk, stages, swizzle, overlap): lower.tc_wgmma
+# (shape, "wgmma", n, tm, tn, wgu, wgv, bk, stages, swizzle, overlap, tma): lower.tc_wgmma
 _WGMMA_KNOBS = ((2, (64, 128, 256)), (4, (1, 2)), (5, (1, 2)), (6, (1, 2)), (7, (32, 64, 128)), (8, (2, 3, 4, 5)),
-                (9, (0, 1)), (10, (0, 1)))
+                (9, (0, 1)), (10, (0, 1)), (11, (0, 1)))
 _SIMT_KNOBS = ((0, (4, 8)), (1, (4, 8)), (2, (8, 16, 32)), (3, (8, 16, 32)), (4, (8, 16, 32)))
 _SPLITS = ((AxisType.UPCAST, (2, 4)), (AxisType.UNROLL, (2, 4)))
 _BLOCK_SIZES = (32, 64, 128, 256)
@@ -63,7 +63,7 @@ def neighbours(ast: UOp, opts: list[Opt], target: Target | None = None) -> list[
         rest = [o for o in opts if o is not tc]
         from lower.tc_wgmma import wgmma_arg
 
-        if (wg := wgmma_arg(arg)) is not None:  # the 11-element form's knobs, and the mma.sync heuristics' form
+        if (wg := wgmma_arg(arg)) is not None:  # the 12-element form's knobs, and the mma.sync heuristics' form
             out += [[Opt(OptOps.TC, None, new), *rest] for new in _one_knob((wg[0], "wgmma", *wg[1:]), _WGMMA_KNOBS)]
             if target is not None:
                 from lower.gpu import gpu_opts

@@ -1,14 +1,14 @@
 """Hopper warpgroup tensor cores (PTX wgmma.mma_async, sm_90a) fed by lower.tc_async's cp.async pipeline.
 
-`apply_tc_wgmma(ast, shape, n, tm, tn, wgu, wgv, bk, stages, swizzle, overlap)` (OptOps.TC with arg (shape, "wgmma",
-n, tm, tn, wgu, wgv, bk, stages[, swizzle, overlap]), both 0 when left out; chosen by the heuristics only with the
-WGMMA knob on an sm_90 target, since no GPU has run it yet) rewrites the kernel lower.wmma matches (a float32 sum of
-products of half or bfloat16 x and y) into one block per BM x BN output tile, BM = 64 tm wgu, BN = n tn wgv: wgu x
-wgv warpgroups of 4 warps (128 threads, LOCAL axes beside the WARP lanes, so a warpgroup is 4 consecutive warps),
-each a (64 tm) x (n tn) tile of `wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{f16|bf16}.{f16|bf16}` (n a multiple of
-8, at most 256: a thread holds n / 2 accumulators of each). A and B come from shared memory through matrix
-descriptors (swizzle 0: the PTX ISA's "interleave" canonical layouts of core matrices of 8 rows x 16 bytes, 128
-contiguous bytes each):
+`apply_tc_wgmma(ast, shape, n, tm, tn, wgu, wgv, bk, stages, swizzle, overlap, tma)` (OptOps.TC with arg (shape,
+"wgmma", n, tm, tn, wgu, wgv, bk, stages[, swizzle, overlap[, tma]]), 0 where left out; chosen by the heuristics
+only with the WGMMA knob on an sm_90 target, since no GPU has run it yet) rewrites the kernel lower.wmma matches
+(a float32 sum of products of half or bfloat16 x and y) into one block per BM x BN output tile, BM = 64 tm wgu,
+BN = n tn wgv: wgu x wgv warpgroups of 4 warps (128 threads, LOCAL axes beside the WARP lanes, so a warpgroup is 4
+consecutive warps), each a (64 tm) x (n tn) tile of `wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{f16|bf16}.{f16|bf16}`
+(n a multiple of 8, at most 256: a thread holds n / 2 accumulators of each). A and B come from shared memory
+through matrix descriptors (swizzle 0: the PTX ISA's "interleave" canonical layouts of core matrices of 8 rows x
+16 bytes, 128 contiguous bytes each):
 
   A (BM x bk, K-major): element (m, k) at (m // 8) 8 bk + (k // 8) 64 + (m % 8) 8 + k % 8, so the leading byte
       offset (LBO, between K-neighbouring core matrices) is 128 and the stride byte offset (SBO, between 8-row
@@ -43,6 +43,9 @@ step's group instead of its own, and the copies run one step less ahead (the pro
 the wait lets stages - 3 groups of copies pend, step ko's copies go to the stage step ko - 2 read, which every
 warpgroup's wait has retired before the step's __syncthreads); ("wgmma.wait", 0) after the loop lands the last.
 
+With tma 1 (and swizzle 1) the tiles are copied by the tensor memory accelerator instead, one thread issuing the
+boxes and every thread waiting on the stage's mbarrier (lower.tc_tma's pipeline), into the same swizzled atoms.
+
 The output stores follow the m64nN f32 accumulator layout (devices.python_gpu.wgmma_place: thread 32 w + l holds
 element 4 j + e at row 16 w + l // 4 + 8 ((e // 2) % 2), column 8 j + 2 (l % 4) + e % 2), gated where the block
 tile does not divide the output (the copies zero-fill past the matrix, as in lower.tc_async). Sums: each output is
@@ -56,6 +59,7 @@ from collections.abc import Callable
 from lower.opt_apply import next_range_id, size
 from lower.tc_async import COMMIT, async_fits, prologue
 from lower.tc_smem import _copy_tile, store_results
+from lower.tc_tma import tma_pipeline
 from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
 from rewrite.dtype import AddrSpace
 from rewrite.errors import KernelOptError
@@ -65,12 +69,12 @@ CORE = 64  # elements of a core matrix (8 rows x 16 bytes of a 16-bit type)
 ATOM = 64  # 16-bit elements of a 128-byte row of the 128-byte swizzle's 8-row atoms
 
 
-def wgmma_arg(arg: object) -> tuple[str, int, int, int, int, int, int, int, int, int] | None:
-    """(shape, n, tm, tn, wgu, wgv, bk, stages, swizzle, overlap) of a TC arg (shape, "wgmma", n, tm, tn, wgu, wgv,
-    bk, stages[, swizzle, overlap]) (the 9-element form: swizzle 0, overlap 0), None for any other TC arg."""
-    if isinstance(arg, tuple) and len(arg) in (9, 11) and arg[1] == "wgmma" and isinstance(arg[0], str) and \
+def wgmma_arg(arg: object) -> tuple[str, int, int, int, int, int, int, int, int, int, int] | None:
+    """(shape, n, tm, tn, wgu, wgv, bk, stages, swizzle, overlap, tma) of a TC arg (shape, "wgmma", n, tm, tn, wgu,
+    wgv, bk, stages[, swizzle, overlap[, tma]]) (the fields left out are 0), None for any other TC arg."""
+    if isinstance(arg, tuple) and len(arg) in (9, 11, 12) and arg[1] == "wgmma" and isinstance(arg[0], str) and \
             all(isinstance(x, int) for x in arg[2:]):
-        return (arg[0], *arg[2:], *((0, 0) if len(arg) == 9 else ()))
+        return (arg[0], *arg[2:], *(0,) * (12 - len(arg)))
     return None
 
 
@@ -97,7 +101,7 @@ def wgmma_config(nu: int, nv: int, nk: int, smem_bytes: int) -> tuple | None:
 
 
 def apply_tc_wgmma(ast: UOp, shape: str, n: int, tm: int, tn: int, wgu: int, wgv: int, bk: int, stages: int,
-                   swizzle: int = 0, overlap: int = 0) -> UOp:
+                   swizzle: int = 0, overlap: int = 0, tma: int = 0) -> UOp:
     """The kernel on warpgroup tensor cores fed by a `stages`-deep cp.async pipeline (module docstring)."""
     from lower.wmma import TC_SHAPES, _match
 
@@ -118,6 +122,9 @@ def apply_tc_wgmma(ast: UOp, shape: str, n: int, tm: int, tn: int, wgu: int, wgv
     if not async_fits(ast):
         raise KernelOptError("TC wgmma: the operands are not plain loads of aligned 8-element chunks (k and B's "
                              "columns multiples of 8), which cp.async copies; use the mma.sync forms")
+    if tma not in (0, 1) or (tma and not swizzle):
+        raise KernelOptError(f"TC wgmma: tma (0/1, the tiles copied by the tensor memory accelerator) lands them in "
+                             f"the 128-byte swizzle: it needs swizzle 1 (got tma={tma} swizzle={swizzle})")
     (end,) = [e for e in ast.toposort() if e.op is Ops.END]
     bm, bn = 64 * tm * wgu, n * tn * wgv
     nu, nv, nk = size(u), size(v), size(k)
@@ -134,6 +141,7 @@ def apply_tc_wgmma(ast: UOp, shape: str, n: int, tm: int, tn: int, wgu: int, wgv
     sa = UOp(Ops.BUFFER, (UOp.shape_operand((stages * asz,)),), BufferArg(0, dt, None, AddrSpace.LOCAL))
     sb = UOp(Ops.BUFFER, (UOp.shape_operand((stages * bsz,)),), BufferArg(1, dt, None, AddrSpace.LOCAL))
     u0, v0 = bu * bm, bv * bn
+    outer = [r for r in end.src[1:] if r is not u and r is not v]
 
     def swizzled(rows: int) -> Callable[[UOp, UOp], UOp]:  # 64-column atoms, chunk c of row r at c ^ (r % 8)
         return lambda row, col: (col // ATOM) * (rows * ATOM) + row * ATOM + (((col // 8) % 8) ^ (row % 8)) * 8
@@ -153,18 +161,21 @@ def apply_tc_wgmma(ast: UOp, shape: str, n: int, tm: int, tn: int, wgu: int, wgv
                        place=place_b)
 
     lead = stages - 1 - overlap  # k steps copied ahead: one stage fewer while a wgmma group may still read one
-    commit = prologue(copies, sa, sb, lead + 1, steps, bk)
-    wait = UOp(Ops.BARRIER, (commit, ko), ("cp.async.wait", lead - 1, "proxy"))
-    sa_w, sb_w = UOp(Ops.AFTER, (sa, wait)), UOp(Ops.AFTER, (sb, wait))
     ahead = ko + lead
-    issued = UOp(Ops.BARRIER, (wait, *copies(sa_w, sb_w, ahead * bk, ahead % stages, ahead < steps)), COMMIT)
+    if tma:
+        tiles = (x, y, u, v, k, outer, bm, bn, bk)
+        wait, issued = tma_pipeline(tiles, sa, sb, (u0, v0), (ko, steps, stages, lead), tid < 1)
+    else:
+        commit = prologue(copies, sa, sb, lead + 1, steps, bk)
+        wait = UOp(Ops.BARRIER, (commit, ko), ("cp.async.wait", lead - 1, "proxy"))
+        sa_w, sb_w = UOp(Ops.AFTER, (sa, wait)), UOp(Ops.AFTER, (sb, wait))
+        issued = UOp(Ops.BARRIER, (wait, *copies(sa_w, sb_w, ahead * bk, ahead % stages, ahead < steps)), COMMIT)
     fence = UOp(Ops.BARRIER, (wait, issued), "wgmma.fence")
     ar, br = UOp(Ops.AFTER, (sa, wait, issued, fence)), UOp(Ops.AFTER, (sb, wait, issued, fence))
     cur_a, cur_b = (ko % stages) * asz, (ko % stages) * bsz
     half = n // 2
     nacc = tm * tn * half
     acc = UOp(Ops.BUFFER, (UOp.shape_operand((nacc,)),), BufferArg(0, dtypes.float32, None, AddrSpace.REG))
-    outer = [r for r in end.src[1:] if r is not u and r is not v]
     at = [acc.index(UOp.const(i)) for i in range(nacc)]
     inits = [UOp(Ops.AFTER, (p, *outer, bu, bv, ru, rv, wq, lane)).store(UOp.const(0.0, dtypes.float32)) for p in at]
     cur = [UOp(Ops.AFTER, (p, init, ko)).load() for p, init in zip(at, inits, strict=True)]

@@ -128,6 +128,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "mantissa bits, float32 sums; like torch's allow_tf32)"),
     Knob("WGMMA", bool, False, "sm_90 targets: the heuristics put 16-bit matmuls on Hopper's warpgroup MMA "
          "(lower.tc_wgmma; emulated and compiled, not yet run on a GPU) instead of mma.sync"),
+    Knob("TMA", bool, False, "with WGMMA: the wgmma tiles are copied by Hopper's tensor memory accelerator with "
+         "mbarriers (lower.tc_tma; emulated and compiled, not yet run on a GPU) instead of cp.async"),
     Knob("MPI_TIMEOUT", int, 300, "seconds an MPI collective may take before every rank is aborted (devices/mpi.py)",
          lo=1),
 )}
@@ -137,7 +139,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
 IntKnob = Literal["DEBUG", "TRACE", "SPEC", "VIZ", "BEAM", "CACHE", "EGGLOG", "CACHE_SIZE", "MPI_TIMEOUT",
                  "CPU_TIERS"]
 StrKnob = Literal["DEVICE", "CPU_TARGET", "CACHEDIR", "MATCHERDIR", "CC", "SANITIZE", "VIZ_OUT", "CUDA_COMPILER"]
-BoolKnob = Literal["NOOPT", "NOLOCALS", "ALLOW_TF32", "WGMMA"]
+BoolKnob = Literal["NOOPT", "NOLOCALS", "ALLOW_TF32", "WGMMA", "TMA"]
 
 _overrides: dict[str, KnobValue] = {}
 
@@ -204,6 +206,7 @@ class Knobs:
     cuda_compiler: str
     allow_tf32: bool
     wgmma: bool
+    tma: bool
     mpi_timeout: int
 
 
@@ -231,6 +234,7 @@ def knobs() -> Knobs:
         cuda_compiler=knob_str("CUDA_COMPILER"),
         allow_tf32=knob_bool("ALLOW_TF32"),
         wgmma=knob_bool("WGMMA"),
+        tma=knob_bool("TMA"),
         mpi_timeout=knob_int("MPI_TIMEOUT"),
     )
 

@@ -64,3 +64,14 @@ def test_tinygrad_probe_times_each_kernel(tmp_path: pathlib.Path) -> None:
                    env=env, timeout=300, check=True, capture_output=True)
     got = json.loads(path.read_text())
     assert got["error"] is None and len(got["ms"]) == 2 and all(t > 0 for t in got["ms"])
+
+
+def test_benchmark_variants_parse_knob_groups() -> None:
+    """`python -m benchmarks gpu --variants`: groups of declared knob settings; anything else is refused."""
+    from benchmarks.gpu import parse_variants
+
+    assert parse_variants("") == [{}]
+    assert parse_variants("WGMMA=1; WGMMA=1,TMA=1") == [{"WGMMA": "1"}, {"WGMMA": "1", "TMA": "1"}]
+    for bad in ("WGMMA", "NOPE=1", "WGMMA=maybe"):
+        with pytest.raises(ValueError):
+            parse_variants(bad)

@@ -79,8 +79,8 @@ def test_gpu_candidates_lower_or_are_refused(kind: str) -> None:
 
 
 def test_wgmma_candidates_lower_or_are_refused() -> None:
-    """With WGMMA=1 the neighbours of a 4096 half matmul's wgmma opt change one knob of its 11-element arg
-    (swizzle and overlap among them) and include the mma.sync heuristics' opts; each lowers or is refused."""
+    """With WGMMA=1 the neighbours of a 4096 half matmul's wgmma opt change one knob of its 12-element arg
+    (swizzle, overlap and tma among them) and include the mma.sync heuristics' opts; each lowers or is refused."""
     a = Tensor(np.zeros((4096, 4096), np.float32)).cast("float16").contiguous()
     items, _ = schedule([(a @ a).uop])
     ast = [i for i in items if i.kind == "kernel" and i.ast is not None][-1].ast
@@ -91,7 +91,8 @@ def test_wgmma_candidates_lower_or_are_refused() -> None:
         cands = neighbours(ast, base, target)
     assert base[0].arg[1:] == ("wgmma", 256, 1, 1, 2, 1, 64, 4, 1, 1)  # type: ignore[index]
     args = [c[0].arg for c in cands]
-    assert (*base[0].arg[:9], 0, 1) in args and (*base[0].arg[:10], 0) in args  # type: ignore[index]
+    assert (*base[0].arg[:9], 0, 1, 0) in args and (*base[0].arg[:10], 0, 0) in args  # type: ignore[index]
+    assert (*base[0].arg, 1) in args  # type: ignore[index]  # the TMA copies
     assert any(a[1] != "wgmma" for a in args)  # type: ignore[index]  # the mma.sync form
     _most_lower(ast, target, cands)
 

@@ -99,3 +99,30 @@ def test_a_failing_call_names_the_call_and_the_error(lib: ThreadedLib) -> None:
     t.join()
     assert len(caught) == 1
     assert "cuStreamSynchronize" in str(caught[0]) and "201" in str(caught[0])
+
+
+def test_tensor_maps_are_encoded_into_an_aligned_window(lib: ThreadedLib, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Driver.tensor_map hands cuTensorMapEncodeTiled a 64-byte aligned 128-byte CUtensorMap and its arrays (dims
+    and strides as uint64, box and element strides as uint32), and returns that window (what the launch passes)."""
+    from devices.tma import TensorMap
+    from rewrite.dtype import dtypes
+
+    seen: list[tuple] = []
+
+    def encode(*args: object) -> int:
+        seen.append(args)
+        ctypes.memset(args[0], 0xAB, 128)  # type: ignore[call-overload]  # the driver writes the 128 bytes
+        return 0
+
+    drv = cd.Driver()
+    real_fn = drv.fn
+    monkeypatch.setattr(drv, "fn", lambda name: encode if name == "cuTensorMapEncodeTiled" else real_fn(name))
+    tm = TensorMap(1, 8, dtypes.bfloat16, (520, 1000, 3), (520, 520 * 1000), (64, 128, 1), 1)
+    window = drv.tensor_map(tm.encode_args(1 << 30))
+    (args,) = seen
+    assert args[0] == ctypes.addressof(window) and ctypes.addressof(window) % 64 == 0 and ctypes.sizeof(window) == 128
+    assert args[1:3] == (9, 3) and args[3] == (1 << 30) + 16  # bfloat16, rank 3, the tensor's first element
+    assert list(args[4]) == [520, 1000, 3] and list(args[5]) == [1040, 1040 * 1000]  # type: ignore[call-overload]
+    assert list(args[6]) == [64, 128, 1] and list(args[7]) == [1, 1, 1]  # type: ignore[call-overload]
+    assert args[8:] == (0, 3, 3, 0)  # no interleave, 128B swizzle, 256B L2 promotion, zero fill
+    assert bytes(window) == b"\xab" * 128
