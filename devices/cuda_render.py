@@ -36,10 +36,10 @@ the 16-bit bits (`uint16_t`, 2 bytes an element) instead of floats.
 
 TMA and mbarriers (lower.tc_tma, devices.tma): each distinct tensor map of the program's "tma.load" INS is a
 `const __grid_constant__ uopc_tmap tmapN` parameter after the variables (a 64-aligned 128-byte struct defined
-where a kernel has one: CUDA's CUtensorMap, which the launcher encodes); "mbarrier.init", "mbarrier.expect_tx" and "tma.load" are the leader's
-`mbarrier.init`, `mbarrier.arrive.expect_tx` and `cp.async.bulk.tensor.Nd...mbarrier::complete_tx::bytes`
-under `if (leader)`; "mbarrier.wait" is a `mbarrier.try_wait.parity` loop; BARRIER "mbarrier.init.fence" is
-`fence.mbarrier_init` and `__syncthreads()`.
+where a kernel has one: CUDA's CUtensorMap, which the launcher encodes); "mbarrier.init", "mbarrier.expect_tx"
+and "tma.load" are the leader's `mbarrier.init`, `mbarrier.arrive.expect_tx` and
+`cp.async.bulk.tensor.Nd...mbarrier::complete_tx::bytes` under `if (leader)`; "mbarrier.wait" is a
+`mbarrier.try_wait.parity` loop; BARRIER "mbarrier.init.fence" is `fence.mbarrier_init` and `__syncthreads()`.
 
 Vector values (shape (n,), devices/__init__.py) become n scalars, one C value per lane (`ctx.lanes`): a VCONST
 is n literals, an INDEX of a buffer by a vector n lvalues (`acc0[0]`, ..., `data1[i+256]`; a REG buffer indexed

@@ -26,13 +26,16 @@ evaluated here. Conventions:
     derivative is not the function's: as units they differentiate as the mathematical function does. The
     derivative outputs are only computed when a gradient reads them (the Callify stage inlines each GETTUPLE
     alone). A unit is differentiated once: its derivative outputs have no gradient of their own.
+  * a VJP unit (a FUNCTION whose arg is a `VjpUnit`) has a registered vector-Jacobian product instead: its
+    gradient is whatever graph that function builds from the incoming gradient and the arguments (an ordinary
+    graph, differentiable again).
 A float node that receives a gradient but has no rule raises GradientError naming the op and how to go on.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -56,6 +59,34 @@ class ElementwiseUnit:
     d a_0, ...): one partial derivative per argument, each of the value's shape (see the module docstring)."""
 
     name: str
+
+
+@dataclass(frozen=True)
+class VjpUnit:
+    """A FUNCTION's arg: the FUNCTION (one output, its body built over PARAM k for args[k]) is differentiated by
+    the vector-Jacobian product registered as `name` (`register_vjp`), called with `params`, instead of through
+    its body: an operation whose best backward is not the reverse of its best forward (a strided transposed
+    convolution's input gradient is a strided convolution)."""
+
+    name: str
+    params: tuple = ()
+
+
+# name -> vjp(g, args, params): the gradients of the args (a tuple aligned with them, None for one that gets
+# none), lazy UOps of each arg's dtype and shape, given g flowing into the output
+VJPS: dict[str, Callable[[UOp, tuple[UOp, ...], tuple], tuple[UOp | None, ...]]] = {}
+
+
+def register_vjp(name: str, vjp: Callable[[UOp, tuple[UOp, ...], tuple], tuple[UOp | None, ...]]) -> None:
+    """Make `vjp` the gradient of the VjpUnit FUNCTIONs named `name` (a module registers its own at import)."""
+    VJPS[name] = vjp
+
+
+def vjp_unit(name: str, params: tuple, value: UOp, args: Sequence[UOp]) -> UOp:
+    """The value of FUNCTION(TUPLE(value), *args) with arg VjpUnit(name, params): `value` is built over PARAM k
+    standing for args[k]; its gradient is VJPS[name]'s."""
+    fn = UOp(Ops.FUNCTION, (UOp(Ops.TUPLE, (value,)), *args), VjpUnit(name, tuple(params)))
+    return UOp(Ops.GETTUPLE, (fn,), 0)
 
 
 def unit(name: str, value: UOp, partials: Sequence[UOp], args: Sequence[UOp]) -> UOp:
@@ -286,6 +317,26 @@ def _unit_grad(ctx: tuple, fn: UOp) -> tuple:
     return (None, *(g * UOp(Ops.GETTUPLE, (fn,), 1 + k) for k in range(len(fn.src) - 1)))
 
 
+def _vjp_grad(ctx: tuple, fn: UOp) -> tuple:
+    """A VjpUnit FUNCTION: its registered vector-Jacobian product on the incoming gradient, checked."""
+    unit_arg = cast(VjpUnit, fn.arg)
+    g, args = ctx[0], fn.src[1:]
+    if g is None:
+        return (None,) * len(fn.src)
+    vjp = VJPS.get(unit_arg.name)
+    if vjp is None:
+        raise GradientError(f"gradient: no vector-Jacobian product is registered for the unit {unit_arg.name!r} "
+                            f"(register_vjp); the known ones are {sorted(VJPS)}")
+    grads = tuple(vjp(g, args, unit_arg.params))
+    if len(grads) != len(args) or any(d is not None and (d.shape != a.shape or d.dtype is not a.dtype)
+                                      for d, a in zip(grads, args, strict=False)):
+        raise GradientError(f"gradient: the vector-Jacobian product of {unit_arg.name!r} must give one gradient per "
+                            f"argument ({[(fmt_shape(a.shape), a.dtype.name) for a in args]}), each of the "
+                            f"argument's shape and dtype or None; it gave "
+                            f"{[None if d is None else (fmt_shape(d.shape), d.dtype.name) for d in grads]}")
+    return (None, *grads)
+
+
 def _function_grad(ctx: tuple, fn: UOp) -> tuple:
     """FUNCTION(TUPLE(outs), args...) -> FUNCTION(TUPLE(d outs / d PARAM k ...), args..., incoming grads...)."""
     body, args = fn.src[0], fn.src[1:]
@@ -383,6 +434,7 @@ gradients = RuleSet("gradients", [
     Rule("grad-gettuple", op.GETTUPLE(fn, name=ret), _gettuple_grad),
     Rule("grad-elementwise-unit", op.FUNCTION(name="fn"), _unit_grad,
          when=lambda fn: isinstance(fn.arg, ElementwiseUnit)),
+    Rule("grad-custom-vjp", op.FUNCTION(name="fn"), _vjp_grad, when=lambda fn: isinstance(fn.arg, VjpUnit)),
     Rule("grad-function", op.FUNCTION(name="fn"), _function_grad),
 ])
 # fmt: on
@@ -464,4 +516,5 @@ def gradient(root: UOp, targets: Sequence[UOp], seed: UOp | None = None) -> list
     return backprop({root: seed}, targets)
 
 
-__all__ = ["ElementwiseUnit", "backprop", "gradient", "gradients", "unit", "zeros_like"]
+__all__ = ["VJPS", "ElementwiseUnit", "VjpUnit", "backprop", "gradient", "gradients", "register_vjp", "unit",
+           "vjp_unit", "zeros_like"]

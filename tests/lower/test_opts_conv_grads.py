@@ -136,3 +136,31 @@ def test_dot_products_along_a_contiguous_k_keep_their_lanes(level: str) -> None:
         with Context(CPU_TARGET=level):
             got = (Tensor(x) @ Tensor(w).T).numpy()
         np.testing.assert_allclose(got, x.astype(np.float64) @ w.T, rtol=1e-4, atol=1e-3)
+
+
+def test_transposed_conv_gradients_are_a_convolution_and_a_matmul() -> None:
+    """A strided transposed convolution is a VJP unit (tensor.nn._strided_transposed): its input gradient is one
+    strided conv2d kernel over g and w (x's size, no per-phase partial sums to add up) and its weight gradient a
+    matmul over the batch and positions (a reduction of N H W); both against numpy's definitions."""
+    rng = _rng(3)
+    xn = rng.standard_normal((4, 8, 6, 6)).astype(np.float32)
+    wn = (0.1 * rng.standard_normal((8, 4, 4, 4))).astype(np.float32)
+    gn = rng.standard_normal((4, 4, 12, 12)).astype(np.float32)
+    x, w = Tensor(xn, requires_grad=True), Tensor(wn, requires_grad=True)
+    (conv_transpose2d(x, w, stride=2, padding=1) * Tensor(gn)).sum().backward()
+    assert x.grad is not None and w.grad is not None
+    ks = _kernels(x.grad, w.grad)
+    sizes = {name: int(np.prod(it.bufs[0].shape)) for name, it in ks.items()}  # type: ignore[attr-defined]
+    assert max(sizes.values()) <= gn.size * 16, sizes  # at most g's windows (the weight gradient's operand)
+    reduces = [name for name in ks if name.startswith("r_")]
+    assert any(name.endswith(f"_{4 * 6 * 6}") for name in reduces), reduces  # dw: one reduction of N H W
+    gp = np.pad(gn.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want_x = np.zeros(xn.shape)
+    want_w = np.zeros(wn.shape)
+    for i in range(4):
+        for j in range(4):
+            win = gp[:, :, i:i + 12:2, j:j + 12:2]  # g at 2 h + i - 1, 2 w + j - 1
+            want_x += np.einsum("nohw,co->nchw", win, wn[:, :, i, j].astype(np.float64))
+            want_w[:, :, i, j] = np.einsum("nchw,nohw->co", xn.astype(np.float64), win)
+    np.testing.assert_allclose(x.grad.numpy(), want_x, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(w.grad.numpy(), want_w, rtol=1e-4, atol=1e-4)

@@ -22,7 +22,7 @@ from rewrite import Ops, UOp, dtypes
 from rewrite.errors import GradientError
 from rewrite.evaluate import evaluate_graph
 from rewrite.stores import indexed_store, scatter_add, scatter_store
-from rules.gradients import ElementwiseUnit, backprop, gradient, gradients, unit
+from rules.gradients import ElementwiseUnit, backprop, gradient, gradients, register_vjp, unit, vjp_unit
 
 F64 = dtypes.float64
 _slots = itertools.count(1000)
@@ -116,6 +116,7 @@ def _cases() -> dict[str, list[Case]]:
         "grad-detach": [Case([L(rnd(sh))], lambda x: x.detach())],
         "grad-gettuple": [Case([L(rnd(sh)), L(pos(1))], lambda x, y: UOp(Ops.GETTUPLE, (_fn2(x, y),), 1))],
         "grad-elementwise-unit": [Case([L(rnd(sh))], _unit_cube), Case([L(pos()), L(rnd(sh, seed=1))], _unit_pow)],
+        "grad-custom-vjp": [Case([L(rnd(sh))], _vjp_cube), Case([L(rnd(sh)), L(rnd(sh, seed=1))], _vjp_scaled)],
         "grad-function": [Case([L(rnd(sh)), L(pos(1))], _fn2)],
     }
     return cases
@@ -143,6 +144,24 @@ def _unit_cube(x: UOp) -> UOp:
     p = UOp.param(0, F64, x.shape, "cpu")
     same = p.bitcast(dtypes.int64).bitcast(F64)
     return unit("cube", same * same * same, [p * p * 3.0], [x]).src[0]
+
+
+register_vjp("test-cube", lambda g, args, params: (g * args[0] * args[0] * 3.0,))
+register_vjp("test-scaled", lambda g, args, params: (g * args[1] * params[0], g * args[0] * params[0]))
+
+
+def _vjp_cube(x: UOp) -> UOp:
+    """A VJP unit x**3 through an int64 view of x (no gradient rule there): only its registered VJP 3 g x**2 can
+    give the gradient."""
+    p = UOp.param(0, F64, x.shape, "cpu")
+    same = p.bitcast(dtypes.int64).bitcast(F64)
+    return vjp_unit("test-cube", (), same * same * same, [x]).src[0]
+
+
+def _vjp_scaled(x: UOp, y: UOp) -> UOp:
+    """A two-argument VJP unit c x y (c = 2.5 from its params), the body through a bitcast round trip."""
+    p0, p1 = UOp.param(0, F64, x.shape, "cpu"), UOp.param(1, F64, y.shape, "cpu")
+    return vjp_unit("test-scaled", (2.5,), p0.bitcast(dtypes.int64).bitcast(F64) * p1 * 2.5, [x, y]).src[0]
 
 
 def _unit_pow(x: UOp, y: UOp) -> UOp:
@@ -348,7 +367,7 @@ def test_rule_matches_torch(name: str):
             np.testing.assert_allclose(ev(grads[lf.uop], inputs), want, rtol=1e-9, atol=1e-9,
                                        err_msg=f"{name} case {ci} leaf {k}")
         compared += 1
-    if name not in ("grad-function", "grad-gettuple", "grad-detach", "grad-elementwise-unit"):
+    if name not in ("grad-function", "grad-gettuple", "grad-detach", "grad-elementwise-unit", "grad-custom-vjp"):
         assert compared, f"{name}: no case was compared with torch"
 
 
@@ -448,3 +467,20 @@ def test_backprop_many_roots():
     (g,) = backprop({a: w1.uop, b: w2.uop}, [x.uop])
     got = ev(g, {x.uop: x.data, w1.uop: w1.data, w2.uop: w2.data})
     np.testing.assert_allclose(got, 2 * w1.data + w2.data * np.exp2(x.data) * np.log(2), rtol=1e-12)
+
+
+def test_a_vjp_unit_without_a_registered_product_or_with_a_wrong_one_is_a_gradient_error() -> None:
+    """A VJP unit whose name has no registered product, or whose product gives the wrong count or shapes, raises
+    GradientError naming the unit; a registered one is what the gradient is (the body is never differentiated)."""
+    from rewrite.errors import GradientError
+
+    x = Leaf(rnd((2, 3))).uop
+    p = UOp.param(0, F64, x.shape, "cpu")
+    with pytest.raises(GradientError, match="no vector-Jacobian product is registered for the unit 'nowhere'"):
+        gradient(vjp_unit("nowhere", (), p * 2.0, [x]).sum(), [x])
+    register_vjp("test-bad-shape", lambda g, args, params: (g.sum(),))
+    with pytest.raises(GradientError, match="'test-bad-shape' must give one gradient per argument"):
+        gradient(vjp_unit("test-bad-shape", (), p * 2.0, [x]).sum(), [x])
+    register_vjp("test-twice", lambda g, args, params: (g * 7.0,))
+    (got,) = gradient(vjp_unit("test-twice", (), p * 2.0, [x]).sum(), [x])  # the registered 7, not the body's 2
+    assert got is not None and np.allclose(ev(got, {}), 7.0)
