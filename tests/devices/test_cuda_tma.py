@@ -8,14 +8,12 @@ kernels compute is checked by the emulator (tests/lower/test_gpu_tma.py); on a G
 from __future__ import annotations
 
 import os
-import subprocess
 
 import numpy as np
 import pytest
 
 from devices.base import gpu_target
 from devices.cuda import DEVICE
-from devices.cuda_compile import NVCC
 from lower.schedule import schedule
 from lower.stages import lower_kernel
 from rewrite.env import Context
@@ -25,6 +23,7 @@ from tensor import Tensor
 from tests.devices.builder import has_reduce
 from tests.devices.test_cuda_async import _body
 from tests.devices.test_cuda_compile import COMPILERS, needs_nvcc
+from tests.devices.test_cuda_wgmma import check_ptxas, product_on_sm90
 
 
 def _ast(nu: int, nk: int, nv: int, dt: str, batch: int = 0, device: str = "python") -> UOp:
@@ -77,17 +76,7 @@ def test_tma_matmuls_compile_for_sm90a(compiler: str, tmp_path: os.PathLike) -> 
 @pytest.mark.parametrize("dt", ["float16", "bfloat16"])
 def test_ptxas_keeps_the_tma_pipeline(dt: str, tmp_path: os.PathLike) -> None:
     """ptxas compiles the 4096 TMA kernel without serializing its wgmmas (C7514/C7515) and without spilling."""
-    lin, name = _kernel(4096, 4096, 4096, dt)
-    target = gpu_target("sm_90")
-    src = DEVICE.render(lin, name, target)
-    cu = os.path.join(tmp_path, "k.cu")
-    with open(cu, "w") as f:
-        f.write(src)
-    out = subprocess.run(["nvcc", *NVCC().flags(target, src), "-Xptxas", "-v", "-o", os.path.join(tmp_path, "k.cubin"),
-                          cu], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert "Potential Performance Loss" not in out.stderr and "C751" not in out.stderr, out.stderr
-    assert "0 bytes spill stores, 0 bytes spill loads" in out.stderr, out.stderr
+    check_ptxas(*_kernel(4096, 4096, 4096, dt), tmp_path)
 
 
 _OK, _WHY = DEVICE.available()
@@ -101,18 +90,7 @@ _OK, _WHY = DEVICE.available()
 def test_tma_on_the_gpu(dt: str, nu: int, nk: int, nv: int, batch: int) -> None:
     """WGMMA=1 TMA=1 kernels on an sm_90 GPU (tensor maps encoded at launch) against float64 numpy of the rounded
     inputs: square, ragged (zero-filled boxes past the matrix) and batched (rank-3 maps)."""
-    from tests.tensor.test_half_accumulation import _check, _got, _rounded
-
-    if DEVICE.default_target().isa != "sm_90":
-        pytest.skip(f"the TMA needs an sm_90 GPU, not {DEVICE.default_target().isa}")
     rng = np.random.default_rng(11)
     pre = (batch,) if batch else ()
-    a, b = rng.standard_normal((*pre, nu, nk)), rng.standard_normal((*pre, nk, nv))
-    with Context(WGMMA=True, TMA=True):
-        ta, tb = (Tensor(v.astype(np.float32), device="cuda").cast(dt).contiguous() for v in (a, b))
-        out = ta @ tb
-        items, _ = schedule([out.uop])
-        ast = [it.ast for it in items if it.kind == "kernel" and it.ast is not None and has_reduce(it.ast)][-1]
-        lin = lower_kernel(ast, DEVICE.default_target())
-        assert any(u.op is Ops.INS and u.arg[0] == "tma.load" for u in lin.src)  # type: ignore[index]
-        _check(_got(out, dt), _rounded(a, dt) @ _rounded(b, dt), dt, 1e-3)
+    product_on_sm90(rng.standard_normal((*pre, nu, nk)), rng.standard_normal((*pre, nk, nv)), dt,
+                    {"WGMMA": True, "TMA": True}, lambda u: u.op is Ops.INS and u.arg[0] == "tma.load")  # type: ignore[index]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -72,7 +73,12 @@ def test_ptxas_keeps_the_wgmma_pipeline(dt: str, tmp_path: os.PathLike) -> None:
     wgmmas (C7514/C7515 "Potential Performance Loss": a wait inserted after each, as when a non-wgmma instruction
     reads an accumulator before the group retires; the half/bfloat16 output conversions did until they read
     x + -0.0) and without spilling."""
-    lin, name = _kernel(4096, 4096, 4096, dt)
+    check_ptxas(*_kernel(4096, 4096, 4096, dt), tmp_path)
+
+
+def check_ptxas(lin: UOp, name: str, tmp_path: os.PathLike) -> None:
+    """nvcc -Xptxas -v with the device's sm_90a flags compiles the kernel without a C7514/C7515 (wgmmas
+    serialized) and without spilling."""
     target = gpu_target("sm_90")
     src = DEVICE.render(lin, name, target)
     cu = os.path.join(tmp_path, "k.cu")
@@ -102,19 +108,25 @@ _OK, _WHY = DEVICE.available()
 @pytest.mark.parametrize("nu,nk,nv", [(200, 136, 264), (1000, 520, 200), (256, 512, 512)])
 def test_wgmma_on_the_gpu(dt: str, nu: int, nk: int, nv: int) -> None:
     """WGMMA=1 kernels on an sm_90 GPU against float64 numpy of the rounded inputs (as the mma.sync ones)."""
+    rng = np.random.default_rng(5)
+    product_on_sm90(rng.standard_normal((nu, nk)), rng.standard_normal((nk, nv)), dt, {"WGMMA": True},
+                    lambda u: u.op is Ops.WMMA and u.arg[0] == "wgmma")  # type: ignore[index]
+
+
+def product_on_sm90(a: np.ndarray, b: np.ndarray, dt: str, knobs: dict, uses: Callable[[UOp], bool]) -> None:
+    """a @ b in `dt` on the sm_90 GPU under `knobs`: its product kernel has an instruction `uses` accepts, and the
+    result is float64 numpy's of the rounded inputs (tests.tensor.test_half_accumulation's check)."""
     from tests.tensor.test_half_accumulation import _check, _got, _rounded
 
     if DEVICE.default_target().isa != "sm_90":
-        pytest.skip(f"wgmma needs an sm_90 GPU, not {DEVICE.default_target().isa}")
-    rng = np.random.default_rng(5)
-    a, b = rng.standard_normal((nu, nk)), rng.standard_normal((nk, nv))
-    with Context(WGMMA=True):
+        pytest.skip(f"wgmma and the TMA need an sm_90 GPU, not {DEVICE.default_target().isa}")
+    with Context(**knobs):
         ta, tb = (Tensor(v.astype(np.float32), device="cuda").cast(dt).contiguous() for v in (a, b))
         out = ta @ tb
         items, _ = schedule([out.uop])
         ast = [it.ast for it in items if it.kind == "kernel" and it.ast is not None and has_reduce(it.ast)][-1]
         lin = lower_kernel(ast, DEVICE.default_target())
-        assert any(u.op is Ops.WMMA and u.arg[0] == "wgmma" for u in lin.src)  # type: ignore[index]
+        assert any(uses(u) for u in lin.src)
         _check(_got(out, dt), _rounded(a, dt) @ _rounded(b, dt), dt, 1e-3)
 
 
