@@ -390,7 +390,7 @@ def _strided_transposed(x: Tensor, weight: Tensor, bias: Tensor | None, ss: Sequ
     px = tt.Tensor._wrap(UOp.param(0, x.dtype, x.shape, dev), dev)
     pw = tt.Tensor._wrap(UOp.param(1, weight.dtype, weight.shape, dev), dev)
     body = _subpixel(px, pw, None, ss, ps, ops, groups).uop
-    res = tt.Tensor._wrap(vjp_unit(_TRANSPOSED, (tuple(ss), tuple(ps), groups), body, [x.uop, weight.uop]), dev)
+    res = tt.Tensor._wrap(vjp_unit(_TRANSPOSED, (tuple(ss), tuple(ps), groups, dev), body, [x.uop, weight.uop]), dev)
     if bias is not None:
         cout = weight.shape[1] * groups
         if bias.shape != (cout,):
@@ -403,15 +403,15 @@ _TRANSPOSED = "conv-transpose"
 
 
 def _transposed_vjp(g: UOp, args: tuple[UOp, ...], params: tuple) -> tuple[UOp | None, ...]:
-    """The gradients of conv_transpose(x, w) (strides ss, paddings ps, groups) for an incoming g (N, Cout, O...):
+    """The gradients of conv_transpose(x, w) (strides ss, paddings ps, groups, on device dev) for an incoming g
+    (N, Cout, O...):
     x's is conv2d(g, w) with those strides and paddings (its output is x's size, as output_padding < stride);
     w's, dw[ci, co, k...] = sum over n and positions i of x[n, ci, i] g[n, co, s i + k - p], is one matmul per
     group: x as (Cin_g, N L...) times g's windows (those conv2d(g, .) reads) as (N L..., Cout_g k...), so the
     strided window reads become the product's packed copy of its right operand instead of a gather in every
     step of a long reduction (7 ms against 0.6 for the benchmark's layer)."""
     x, w = args
-    ss, ps, groups = params
-    dev = cast(Device, g.device)
+    ss, ps, groups, dev = params  # dev: the tensors' device (g's UOp may be a constant of none)
     gt, wt = tt.Tensor._wrap(g, dev), tt.Tensor._wrap(w, dev)
     dx = conv2d(gt, wt, None, ss, ps, 1, groups).uop
     n, cin, *spatial = x.shape

@@ -326,3 +326,14 @@ def test_layer_errors_name_the_layer_and_shapes() -> None:
         m(x, x, x, attn_mask=Tensor(np.zeros((2, 2), bool)))
     with pytest.raises(ShapeError, match=r"query \(3, 2, 7\)"):
         m(Tensor(np.zeros((3, 2, 7), np.float32)))
+
+
+def test_strided_conv_transpose2d_backward_from_a_plain_sum() -> None:
+    """The loss's own gradient (a constant with no device of its own) flows into the strided transposed conv's
+    VJP: each input element feeds k*k*Cout outputs, each weight element every input position."""
+    x = Tensor(np.ones((1, 2, 3, 3), np.float32), requires_grad=True)
+    w = Tensor(np.ones((2, 2, 2, 2), np.float32), requires_grad=True)
+    conv_transpose2d(x, w, stride=2).sum().backward()
+    assert x.grad is not None and w.grad is not None
+    np.testing.assert_array_equal(x.grad.numpy(), np.full((1, 2, 3, 3), 8.0))
+    np.testing.assert_array_equal(w.grad.numpy(), np.full((2, 2, 2, 2), 9.0))
