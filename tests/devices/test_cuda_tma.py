@@ -8,6 +8,9 @@ kernels compute is checked by the emulator (tests/lower/test_gpu_tma.py); on a G
 from __future__ import annotations
 
 import os
+import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -23,7 +26,7 @@ from tensor import Tensor
 from tests.devices.builder import has_reduce
 from tests.devices.test_cuda_async import _body
 from tests.devices.test_cuda_compile import COMPILERS, needs_nvcc
-from tests.devices.test_cuda_wgmma import check_ptxas, product_on_sm90
+from tests.devices.test_cuda_wgmma import check_ptxas
 
 
 def _ast(nu: int, nk: int, nv: int, dt: str, batch: int = 0, device: str = "python") -> UOp:
@@ -89,8 +92,23 @@ _OK, _WHY = DEVICE.available()
                                             (128, 256, 256, 3)])
 def test_tma_on_the_gpu(dt: str, nu: int, nk: int, nv: int, batch: int) -> None:
     """WGMMA=1 TMA=1 kernels on an sm_90 GPU (tensor maps encoded at launch) against float64 numpy of the rounded
-    inputs: square, ragged (zero-filled boxes past the matrix) and batched (rank-3 maps)."""
-    rng = np.random.default_rng(11)
-    pre = (batch,) if batch else ()
-    product_on_sm90(rng.standard_normal((*pre, nu, nk)), rng.standard_normal((*pre, nk, nv)), dt,
-                    {"WGMMA": True, "TMA": True}, lambda u: u.op is Ops.INS and u.arg[0] == "tma.load")  # type: ignore[index]
+    inputs: square, ragged (zero-filled boxes past the matrix) and batched (rank-3 maps). Each runs in a child
+    process with a time limit: a TMA copy that never completes its mbarrier phase hangs the kernel (a timeout in
+    the wait loop would make ptxas serialize the wgmmas, C7517), and a hang must fail this case, not the run."""
+    if DEVICE.default_target().isa != "sm_90":
+        pytest.skip(f"the TMA needs an sm_90 GPU, not {DEVICE.default_target().isa}")
+    code = ("import numpy as np\n"
+            "from rewrite.ops import Ops\n"
+            "from tests.devices.test_cuda_wgmma import product_on_sm90\n"
+            f"rng = np.random.default_rng(11)\npre = {(batch,) if batch else ()}\n"
+            f"product_on_sm90(rng.standard_normal((*pre, {nu}, {nk})), rng.standard_normal((*pre, {nk}, {nv})), "
+            f"{dt!r}, {{'WGMMA': True, 'TMA': True}}, lambda u: u.op is Ops.INS and u.arg[0] == 'tma.load')\n")
+    root = pathlib.Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    try:
+        out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
+                             timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the TMA matmul {nu}x{nk}x{nv} {dt} (batch {batch}) did not finish in 120 s: a hung mbarrier "
+                    f"wait (a copy that never landed or a wrong expect_tx byte count)")
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
