@@ -93,7 +93,7 @@ _OK, _WHY = DEVICE.available()
 def test_tma_on_the_gpu(dt: str, nu: int, nk: int, nv: int, batch: int) -> None:
     """WGMMA=1 TMA=1 kernels on an sm_90 GPU (tensor maps encoded at launch) against float64 numpy of the rounded
     inputs: square, ragged (zero-filled boxes past the matrix) and batched (rank-3 maps). Each runs in a child
-    process with a time limit: a TMA copy that never completes its mbarrier phase hangs the kernel (a timeout in
+    process with a 60 s limit (under the gpu_check step's): a TMA copy that never completes its mbarrier phase hangs the kernel (a timeout in
     the wait loop would make ptxas serialize the wgmmas, C7517), and a hang must fail this case, not the run."""
     if DEVICE.default_target().isa != "sm_90":
         pytest.skip(f"the TMA needs an sm_90 GPU, not {DEVICE.default_target().isa}")
@@ -107,8 +107,8 @@ def test_tma_on_the_gpu(dt: str, nu: int, nk: int, nv: int, batch: int) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
     try:
         out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
-                             timeout=120)
+                             timeout=60)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"the TMA matmul {nu}x{nk}x{nv} {dt} (batch {batch}) did not finish in 120 s: a hung mbarrier "
+        pytest.fail(f"the TMA matmul {nu}x{nk}x{nv} {dt} (batch {batch}) did not finish in 60 s: a hung mbarrier "
                     f"wait (a copy that never landed or a wrong expect_tx byte count)")
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
