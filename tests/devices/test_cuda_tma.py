@@ -93,8 +93,9 @@ _OK, _WHY = DEVICE.available()
 def test_tma_on_the_gpu(dt: str, nu: int, nk: int, nv: int, batch: int) -> None:
     """WGMMA=1 TMA=1 kernels on an sm_90 GPU (tensor maps encoded at launch) against float64 numpy of the rounded
     inputs: square, ragged (zero-filled boxes past the matrix) and batched (rank-3 maps). Each runs in a child
-    process with a 60 s limit (under the gpu_check step's): a TMA copy that never completes its mbarrier phase hangs the kernel (a timeout in
-    the wait loop would make ptxas serialize the wgmmas, C7517), and a hang must fail this case, not the run."""
+    process with a 60 s limit (under the gpu_check step's): a TMA copy that never completes its mbarrier phase
+    hangs the kernel (a timeout in the wait loop would make ptxas serialize the wgmmas, C7517), and a hang must
+    fail this case, not the run."""
     if DEVICE.default_target().isa != "sm_90":
         pytest.skip(f"the TMA needs an sm_90 GPU, not {DEVICE.default_target().isa}")
     code = ("import numpy as np\n"
