@@ -299,18 +299,23 @@ def test_transcendental_special_values_match_numpy(a: float) -> None:
 @settings(max_examples=100, deadline=None)
 @given(data=st.data())
 def test_transcendentals_within_one_ulp_of_numpy(dt: DType, npt: type, width: int, data: st.DataObject) -> None:
+    """Within one ulp of numpy's result in the dtype, or of float64 numpy's rounded to the dtype: numpy's own
+    float32 functions are not always correctly rounded (its float32 exp2 of 126.9375 is 2 ulps above the exact
+    value, which ours rounds to correctly: a hypothesis example)."""
     a = data.draw(st.floats(-200, 200, width=width))  # type: ignore[arg-type]
     b = data.draw(st.floats(-8, 8, width=width))  # type: ignore[arg-type]
+    f64 = np.float64
     with np.errstate(all="ignore"):
         cases = [
-            (Ops.EXP2, (a,), np.exp2(npt(a))),
-            (Ops.SIN, (a,), np.sin(npt(a))),
-            (Ops.LOG2, (abs(a),), np.log2(npt(abs(a)))),
-            (Ops.POW, (abs(a), b), np.power(npt(abs(a)), npt(b))),
+            (Ops.EXP2, (a,), np.exp2(npt(a)), npt(np.exp2(f64(a)))),
+            (Ops.SIN, (a,), np.sin(npt(a)), npt(np.sin(f64(a)))),
+            (Ops.LOG2, (abs(a),), np.log2(npt(abs(a))), npt(np.log2(f64(abs(a))))),
+            (Ops.POW, (abs(a), b), np.power(npt(abs(a)), npt(b)), npt(np.power(f64(abs(a)), f64(b)))),
         ]
-        for op, args, ref in cases:
+        for op, args, ref, wide in cases:
             r = exec_alu(op, dt, *args)
-            assert same(r, ref) or abs(r - float(ref)) <= float(np.spacing(npt(abs(ref)))), (op, args, r, ref)
+            assert any(same(r, x) or abs(r - float(x)) <= float(np.spacing(npt(abs(x)))) for x in (ref, wide)), \
+                (op, args, r, ref, wide)
 
 
 @settings(max_examples=300, deadline=None)
