@@ -201,3 +201,24 @@ def test_malformed_tma_instructions_are_compile_errors() -> None:
         analyze(lin.substitute({load: UOp(Ops.INS, load.src, ("tma.store", *load.arg[1:]))}),  # type: ignore[index]
                 "python", PY.supported_ops)
     assert isinstance(TensorMap(1, 0, dtypes.float16, (8,), (), (8,), 0).encode_args(0), tuple)
+
+
+def test_a_tile_taller_than_a_box_takes_several_boxes() -> None:
+    """A block tile of 512 rows (4 warpgroups of 2 m64 tiles) is copied as boxes of at most 256 rows: two per
+    64-wide k atom of A, the second 256 rows further in the matrix and 256 swizzled rows (32 KiB) further in
+    shared memory; a ragged 300-row matrix (the second box mostly past it, zero-filled) gives numpy's product."""
+    out, _ = _mm(512, 64, 64, "float16")
+    items, _ = schedule([out.uop])
+    ast = [i for i in items if i.kind == "kernel"][-1].ast
+    lin = lower_kernel(ast, GPU, opts=[Opt(OptOps.TC, None, (HALF, "wgmma", 64, 2, 1, 4, 1, 64, 2, 1, 0, 1))])
+    (a, b), of = tensor_maps(lin.src)
+    assert a.box == (64, 256) and b.box == (64, 64)
+    a_loads = [u for u in lin.src if u.op is Ops.INS and u.arg[0] == "tma.load" and of[u] == 0]  # type: ignore[index]
+    # one block of rows: the prologue's copies of step 0 and the loop's of step ko + 1, two boxes of A each
+    rows = sorted(int(u.src[5].arg[0]) for u in a_loads if u.src[5].op is Ops.CONST)  # type: ignore[index]
+    assert rows == [0, 0, 256, 256], rows
+    dsts = sorted(int(u.src[0].src[1].arg[0]) for u in a_loads if u.src[0].src[1].op is Ops.CONST)  # type: ignore[index]
+    assert dsts == [0, 256 * 64, 512 * 64, 768 * 64], dsts  # stages 0 and 1 (512 x 64 elements apart)
+    ragged, ref = _mm(300, 64, 64, "float16")
+    got, _ = run(ragged, GPU, [Opt(OptOps.TC, None, (HALF, "wgmma", 64, 2, 1, 4, 1, 64, 2, 1, 0, 1))])
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
