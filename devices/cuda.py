@@ -28,7 +28,6 @@ import ctypes
 import sys
 import threading
 from collections.abc import Sequence
-from typing import cast
 
 import numpy as np
 
@@ -179,6 +178,7 @@ class CudaKernel:
         back: list[tuple[np.ndarray, CudaBuffer]] = []
         temps: list[CudaBuffer] = []
         seen: dict[int, int] = {}
+        ptrs: dict[int, int] = {}  # slot -> device address, for the tensor maps
         for slot, buf in prog.buffers.items():
             arr = buffers.get(slot)
             if arr is None:
@@ -209,10 +209,10 @@ class CudaKernel:
                 raise DeviceError(f"kernel {self.name!r}: buffer slots {other} and {slot} are the same memory; a "
                                   f"kernel's buffers must not alias")
             seen[arr.ptr] = slot
+            ptrs[slot] = arr.ptr
             holders.append(ctypes.c_uint64(arr.ptr))
         for p, v in zip(prog.variables.values(), check_vars(prog.variables, var_vals, self.name), strict=True):
             holders.append(_CT[p.dtype](v))
-        ptrs = {slot: cast(ctypes.c_uint64, h).value for slot, h in zip(prog.buffers, holders, strict=False)}
         for tm in self.tmaps:
             try:
                 holders.append(dev.driver.tensor_map(tm.encode_args(ptrs[tm.slot])))

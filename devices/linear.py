@@ -129,7 +129,7 @@ def _check_ins(prog: Program, i: int, u: UOp) -> None:
         elif leader.dtype is not dtypes.bool or leader.shape != () or not all(scalar_int[4:]):
             problem = "source 3 is the scalar bool leader, the rest of the value sources int coordinates"
         else:
-            problem = load_problem(u, buffer_arg(g).slot, g.dtype, int(cast(int, const_value(src.src[1]))))
+            problem = load_problem(u, g.dtype, int(cast(int, const_value(src.src[1]))))
     if problem is not None:
         raise _fail(prog, i, u, f"{kind}: {problem} (devices.tma)")
 

@@ -25,8 +25,7 @@ reads its source when it runs but writes LOCAL memory only when a wait retires i
 closes the thread's group of copies, BARRIER ("cp.async.wait", n) lands every group of the thread but the
 newest n (oldest first) and is then a BARRIER; so a read that runs ahead of its wait sees the old contents.
 A WMMA with arg ("wgmma", ...) is a warpgroup's asynchronous wgmma from shared memory (devices.python_wgmma).
-The INS instructions of devices.tma (TMA copies and mbarriers) are emulated by devices.python_tma: a copy lands
-when a wait completes its barrier's phase, which meets the block like a BARRIER.
+The INS of devices.tma (TMA copies, mbarriers) are emulated by devices.python_tma (a wait meets the block).
 `check_index_bounds` wraps a kernel so that every index value is checked against its interval bounds.
 
 Vectors (shape (n,)) are tuples of n lane values, and every lane goes through the same semantics table as a

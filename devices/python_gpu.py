@@ -101,6 +101,12 @@ def wgmma_decode(desc: int) -> tuple[int, int, int, int]:
     return (desc & 0x3FFF) << 4, (desc >> 16 & 0x3FFF) << 4, (desc >> 32 & 0x3FFF) << 4, desc >> 62 & 3
 
 
+def swizzle_128b(at: int) -> int:
+    """A byte address under the 128-byte swizzle (Swizzle<3,4,3>): its 16-byte chunk bits (6-4) XOR its
+    row-in-atom bits (9-7); the layout wgmma's swizzle mode 1 reads and the TMA's 128B swizzle writes."""
+    return at ^ ((at >> 7 & 7) << 4)
+
+
 def wgmma_element(desc: int, row: int, col: int, mn_major: bool, itemsize: int) -> int:
     """The byte address of element (row, col) of a wgmma operand in shared memory under descriptor `desc`: row is
     the M (or N) index, col the K index; the PTX ISA's canonical layouts in elements, T = 16 / itemsize.
@@ -126,7 +132,7 @@ def wgmma_element(desc: int, row: int, col: int, mn_major: bool, itemsize: int) 
                               f"not in the first row of a 1024-byte atom, needs a base offset")
         at = start + ((row // (8 * t)) * lbo + (row % (8 * t)) * itemsize + (col // 8) * sbo + (col % 8) * 128
                       if mn_major else (row // 8) * sbo + (row % 8) * 128 + col * itemsize)
-        return at ^ ((at >> 7 & 7) << 4)
+        return swizzle_128b(at)
     if mn_major:
         return start + (row // t) * sbo + (row % t) * itemsize + (col // 8) * lbo + (col % 8) * 16
     return start + (row // 8) * sbo + (row % 8) * 16 + (col // t) * lbo + (col % t) * itemsize
@@ -162,5 +168,5 @@ def wgmma_place(t: int, i: int) -> tuple[int, int]:
     return 16 * w + g + 8 * ((e // 2) % 2), 8 * j + 2 * q + e % 2
 
 
-__all__ = ["ldmatrix", "tf32_round", "wgmma_decode", "wgmma_descriptor", "wgmma_element", "wgmma_m64nnk16",
-           "wgmma_place", "wmma_m16n8k8_tf32", "wmma_m16n8k16"]
+__all__ = ["ldmatrix", "swizzle_128b", "tf32_round", "wgmma_decode", "wgmma_descriptor", "wgmma_element",
+           "wgmma_m64nnk16", "wgmma_place", "wmma_m16n8k8_tf32", "wmma_m16n8k16"]

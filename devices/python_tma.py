@@ -16,10 +16,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from math import prod
 from typing import cast
 
-from devices.tma import EXPECT, INIT, LOAD, box_coords, box_place, ins_kind
+from devices.tma import EXPECT, INIT, LOAD, box_bytes, box_coords, box_place, ins_kind
 from rewrite.errors import DeviceError
 from rewrite.uop import UOp
 
@@ -62,10 +61,16 @@ class MBarrier:
         self.left, self.expected, self.issued = self.count, 0, 0
 
 
-def _barrier(v: list, idx: int, where: str) -> MBarrier:
+def _element(v: list, idx: int, where: str) -> tuple:
+    """(memory, position) of the mbarrier INDEX at value slot idx, inside its buffer."""
     mem, i = v[idx]
     if not 0 <= i < mem.size:
         raise DeviceError(f"{where}: mbarrier {i} is out of bounds for size {mem.size}")
+    return mem, i
+
+
+def _barrier(v: list, idx: int, where: str) -> MBarrier:
+    mem, i = _element(v, idx, where)
     bar = mem.data[i]
     if not isinstance(bar, MBarrier):
         raise DeviceError(f"{where}: element {i} of {mem.label} is not an initialized mbarrier")
@@ -81,9 +86,7 @@ def ins_step(u: UOp, pos: dict[UOp, int], where: str, at_barrier: int) -> Callab
 
         def init(v: list) -> None:
             if v[leader]:
-                mem, i = v[bar_i]
-                if not 0 <= i < mem.size:
-                    raise DeviceError(f"{where}: mbarrier {i} is out of bounds for size {mem.size}")
+                mem, i = _element(v, bar_i, where)
                 mem.data[i] = MBarrier(int(arg[1]))
         return init
     if kind == EXPECT:
@@ -102,7 +105,7 @@ def ins_step(u: UOp, pos: dict[UOp, int], where: str, at_barrier: int) -> Callab
         dst_i, src_i, bar_i, leader, coords = s[0], s[1], s[2], s[3], s[4:4 + len(dims)]
         rows = box_coords(box)
         itemsize = u.src[1].dtype.itemsize
-        nbytes = prod(box) * itemsize
+        nbytes = box_bytes(u)
 
         def load(v: list) -> None:
             if not v[leader]:

@@ -36,6 +36,7 @@ from __future__ import annotations
 from math import prod
 from typing import NamedTuple, cast
 
+from devices.python_gpu import swizzle_128b
 from rewrite.dtype import DType, dtypes
 from rewrite.ops import Ops
 from rewrite.uop import BufferArg, UOp
@@ -88,7 +89,7 @@ class TensorMap(NamedTuple):
                 L2_PROMOTION_256B, 0)
 
 
-def load_problem(u: UOp, slot: int, dtype: DType, offset: int) -> str | None:
+def load_problem(u: UOp, dtype: DType, offset: int) -> str | None:
     """What is wrong with the static part of a "tma.load" (its arg, the tensor's dtype and offset), None if
     nothing: the limits of cuTensorMapEncodeTiled and of the swizzle."""
     arg = cast(tuple, u.arg)
@@ -109,7 +110,6 @@ def load_problem(u: UOp, slot: int, dtype: DType, offset: int) -> str | None:
         return f"strides {strides} and offset {offset} (elements of {size} bytes) must be multiples of 16 bytes"
     if swizzle == 1 and box[0] * size != SWIZZLE_BYTES:
         return f"the 128-byte swizzle copies rows of 128 bytes (box[0] = {SWIZZLE_BYTES // size}), not {box[0]}"
-    del slot
     return None
 
 
@@ -123,9 +123,7 @@ def box_place(r: int, i: int, box0: int, itemsize: int, swizzle: int) -> int:
     """The element offset from the box's first element of element i of box row r (rows: the box's dims past the
     first, flattened row-major), under `swizzle` (the destination 1024-byte aligned for swizzle 1)."""
     at = (r * box0 + i) * itemsize
-    if swizzle == 1:
-        at ^= (at >> 7 & 7) << 4
-    return at // itemsize
+    return (swizzle_128b(at) if swizzle == 1 else at) // itemsize
 
 
 def box_coords(box: tuple[int, ...]) -> list[tuple[int, ...]]:

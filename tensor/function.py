@@ -79,15 +79,18 @@ def trace(fn: Callable, args: tuple, kwargs: dict) -> tuple[UOp, list[str], bool
     if not results or not all(isinstance(r, tt.Tensor) for r in results):
         raise TypeError(f"@function {getattr(fn, '__name__', fn)!r}: must return a Tensor or a tuple of Tensors, "
                         f"got {type(result).__name__}")
-    body = UOp(Ops.TUPLE, tuple(r.uop for r in results))
-    arg_uops = [t.uop for t in inputs]
-    captured = _outer_buffers(body)
-    if captured:
-        params = {b: UOp.param(len(arg_uops) + i, b.dtype, b.shape, b.buf_arg.device)
-                  for i, b in enumerate(captured)}
-        body = body.substitute(params)
-        arg_uops += captured
+    body, arg_uops = _bind_captured(UOp(Ops.TUPLE, tuple(r.uop for r in results)), [t.uop for t in inputs])
     return UOp(Ops.FUNCTION, (body, *arg_uops)), [r.device for r in results], many
+
+
+def _bind_captured(body: UOp, args: list[UOp]) -> tuple[UOp, list[UOp]]:
+    """A traced body over PARAMs 0..len(args)-1 with each BUFFER it captured from elsewhere turned into one more
+    PARAM, and the arguments with those buffers appended."""
+    captured = _outer_buffers(body)
+    if not captured:
+        return body, args
+    params = {b: UOp.param(len(args) + i, b.dtype, b.shape, b.buf_arg.device) for i, b in enumerate(captured)}
+    return body.substitute(params), args + captured
 
 
 def function(fn: F) -> F:
@@ -153,12 +156,7 @@ def custom_vjp(bwd: Callable[..., object]) -> Callable[[F], F]:
             result = fn(*stand_ins, **static)
             if not isinstance(result, tt.Tensor):
                 raise TypeError(f"custom_vjp {name!r}: must return one Tensor, got {type(result).__name__}")
-            body, args = result.uop, [t.uop for t in tensors]
-            captured = _outer_buffers(body)
-            if captured:
-                body = body.substitute({b: UOp.param(len(args) + i, b.dtype, b.shape, b.buf_arg.device)
-                                        for i, b in enumerate(captured)})
-                args += captured
+            body, args = _bind_captured(result.uop, [t.uop for t in tensors])
             params = (len(tensors), key, tuple(t.device for t in tensors), result.device)
             return tt.Tensor._wrap(vjp_unit(name, params, body, args), result.device)
 

@@ -382,14 +382,14 @@ def _strided_transposed(x: Tensor, weight: Tensor, bias: Tensor | None, ss: Sequ
                         ops: Sequence[int], groups: int) -> Tensor:
     """conv_transpose2d with strides > 1 (dilation 1): the subpixel phases forward (`_subpixel`), wrapped as a VJP
     unit (rules.gradients.VjpUnit) whose backward is that of the operation rather than of its phases: the input
-    gradient of a transposed convolution is the strided convolution conv2d(g, w) and the weight gradient is
-    conv2d's weight gradient with x as the incoming gradient (`_transposed_vjp`). Through the phases, the input
+    gradient of a transposed convolution is the strided convolution conv2d(g, w) and the weight gradient one
+    matmul of x against g's windows (`_transposed_vjp`). Through the phases, the input
     gradient ran as 4 phase products gathering weights 256 floats apart plus 2 kernels adding them up (3.6 + 0.6
     ms of a 10 ms step for the benchmark's N16 32->16 16x16 k4 s2 layer on a 2-core Xeon)."""
     dev = x.device
     px = tt.Tensor._wrap(UOp.param(0, x.dtype, x.shape, dev), dev)
     pw = tt.Tensor._wrap(UOp.param(1, weight.dtype, weight.shape, dev), dev)
-    body = _subpixel(px, pw, None, ss, ps, ops, groups).uop
+    body = _subpixel(px, pw, ss, ps, ops, groups).uop
     res = tt.Tensor._wrap(vjp_unit(_TRANSPOSED, (tuple(ss), tuple(ps), groups, dev), body, [x.uop, weight.uop]), dev)
     if bias is not None:
         cout = weight.shape[1] * groups
@@ -437,13 +437,13 @@ def _transposed_vjp(g: UOp, args: tuple[UOp, ...], params: tuple) -> tuple[UOp |
 register_vjp(_TRANSPOSED, _transposed_vjp)
 
 
-def _subpixel(x: Tensor, weight: Tensor, bias: Tensor | None, ss: Sequence[int], ps: Sequence[int],
-              ops: Sequence[int], groups: int) -> Tensor:
+def _subpixel(x: Tensor, weight: Tensor, ss: Sequence[int], ps: Sequence[int], ops: Sequence[int],
+              groups: int) -> Tensor:
     """conv_transpose2d with strides > 1 (dilation 1) as stride-1 transposed convolutions, one per output phase:
     output position o (uncropped, o = i*s + j for input i and tap j) has phase r = o mod s, and the taps that reach
     it are j = r, r + s, ...: phase r is x convolved (stride 1, full) with the sub-kernel w[r::s], and the output
-    interleaves the phases. No product with an inserted zero is computed (the spread form does s^n times the work),
-    and the gradients are those of stride-1 convolutions and of the interleave (a strided read)."""
+    interleaves the phases. No product with an inserted zero is computed (the spread form does s^n times the work).
+    The forward of `_strided_transposed`, which gives the gradients and adds the bias."""
     n, _, *spatial = x.shape
     ns = len(ss)
     ks = weight.shape[2:]
@@ -477,12 +477,7 @@ def _subpixel(x: Tensor, weight: Tensor, bias: Tensor | None, ss: Sequence[int],
     extra = [max(0, p + o_len - q * s) for p, o_len, q, s in zip(ps, outs, qs, ss, strict=True)]
     if any(extra):
         full = full.pad([(0, 0), (0, 0), *[(0, e) for e in extra]])
-    res = full.shrink([None, None, *[(p, p + o_len) for p, o_len in zip(ps, outs, strict=True)]])
-    if bias is not None:
-        if bias.shape != (cout,):
-            raise ShapeError(f"conv_transpose2d: bias must have shape ({cout},), got {fmt_shape(bias.shape)}")
-        res = res + bias.reshape(1, cout, *([1] * ns))
-    return res
+    return full.shrink([None, None, *[(p, p + o_len) for p, o_len in zip(ps, outs, strict=True)]])
 
 
 def _pool_args(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, dilation: IntOrTuple,
