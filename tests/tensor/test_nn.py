@@ -165,9 +165,10 @@ def test_conv2d(data: st.DataObject) -> None:
 
 @pytest.mark.parametrize("groups,cout,stride,pad,dt", [
     (1, 32, (1, 1), (1, 1), "float32"), (2, 64, (2, 1), (1, 0), "float32"),
-    (1, 16, (1, 1), (0, 2), "float64"), (1, 24, (1, 1), (1, 1), "float32")])
+    (1, 16, (1, 1), (0, 2), "float64"), (1, 24, (1, 1), (1, 1), "float32"), (1, 8, (1, 1), (1, 1), "float32")])
 def test_conv2d_register_tile(groups: int, cout: int, stride: tuple, pad: tuple, dt: str) -> None:
-    """Output channels innermost in a weight copy (tensor.nn._channels_last) where they fill vectors, and the
+    """Output channels innermost in a weight copy (tensor.nn._channels_last) where they fill vectors (or half
+    vectors over a reduction at least as deep as the lanes), and the
     conv kernel then gets the register tile (lanes over output channels, rows over output columns)."""
     from devices import get_device
     from lower import schedule
@@ -180,7 +181,8 @@ def test_conv2d_register_tile(groups: int, cout: int, stride: tuple, pad: tuple,
     out = Tensor(x).conv2d(Tensor(w), stride=stride, padding=pad, groups=groups)
     kernels = [it for it in schedule([out.uop])[0] if it.kind == "kernel"]
     target = get_device("cpu").default_target()
-    packs = (cout // groups) % target.lanes(np.dtype(dt).itemsize) == 0
+    lanes, cout_g = target.lanes(np.dtype(dt).itemsize), cout // groups
+    packs = cout_g % lanes == 0 or (cout_g % max(1, lanes // 2) == 0 and lanes <= 8 * 9)  # half vectors, deep enough
     assert len(kernels) == (2 if packs else 1)
     opts = hand_coded(_symbolic(kernels[-1].ast, target), target, threads=1)
     if packs:  # (without the copy a tile may still fit, with lanes along the output columns)

@@ -1,0 +1,114 @@
+"""conv2d's gradients as an operation (tensor.nn._conv_vjp, a rules.gradients.VjpUnit): the input's gradient a
+transposed convolution, the weight's one matmul per group of the incoming gradient against the input's windows.
+Checked against numpy's loop definition with central differences (float64), over strides, dilations, groups,
+paddings that differ per side, windows that leave an input tail unread, and one to three spatial axes; a second
+derivative through the VJP; 16-bit floats; and that the forward still fuses into one kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lower import schedule
+from rules.gradients import VjpUnit
+from tensor import Tensor
+from tensor.autograd import gradient
+from tensor.nn import conv2d
+from tests.tensor import nn_reference as ref
+from tests.tensor.test_modules import rnd
+
+CASES = [  # cin, cout, kernel, stride, padding (per axis: int or (before, after)), dilation, groups, spatial
+    (3, 4, (3, 3), (1, 1), (1, 1), (1, 1), 1, (5, 6)),
+    (4, 6, (3, 2), (2, 1), (0, 1), (1, 2), 2, (7, 6)),  # stride 2 over 7: the last input row is read by no window
+    (2, 4, (3, 3), (2, 3), ((2, 0), (1, 3)), (1, 1), 1, (6, 7)),  # paddings that differ per side
+    (6, 6, (2, 2), (1, 1), (0, 0), (2, 1), 3, (5, 4)),  # groups 3, dilation 2
+    (3, 2, (5,), (3,), (2,), (1,), 1, (11,)),  # one spatial axis
+    (2, 2, (2, 2, 2), (1, 2, 1), (1, 0, 1), (1, 1, 2), 2, (3, 4, 4)),  # three
+]
+
+
+def _reference(x: np.ndarray, w: np.ndarray, s: tuple, pads: list, d: tuple, g: int) -> np.ndarray:
+    xp = np.pad(x, [(0, 0), (0, 0), *pads])
+    return ref.conv_nd(xp, w, None, s, (0,) * len(s), d, g)
+
+
+def _pairs(p: tuple) -> list:
+    return [v if isinstance(v, tuple) else (v, v) for v in p]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_conv_gradients_match_the_definition(case) -> None:
+    cin, cout, ks, s, p, d, g, sp = case
+    pads = _pairs(p)
+    x, w = rnd(2, cin, *sp, seed=1), rnd(cout, cin // g, *ks, seed=2)
+    xt, wt = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+    out = conv2d(xt, wt, None, s, pads, d, g)
+    want = _reference(x, w, s, pads, d, g)
+    assert out.shape == want.shape
+    weights = rnd(*want.shape, seed=3)
+    (out * Tensor(weights)).sum().backward()
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-10, atol=1e-12)
+    loss = lambda a, b: (_reference(a, b, s, pads, d, g) * weights).sum()
+    np.testing.assert_allclose(xt.grad.numpy(), ref.fd_grad(lambda a: loss(a, w), x), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(wt.grad.numpy(), ref.fd_grad(lambda b: loss(x, b), w), rtol=1e-6, atol=1e-7)
+    assert xt.grad.dtype == xt.dtype and wt.grad.dtype == wt.dtype
+
+
+def test_conv_is_a_vjp_unit_whose_forward_stays_one_kernel() -> None:
+    x, w = Tensor(rnd(2, 8, 6, 6, seed=1).astype(np.float32)), Tensor(rnd(8, 8, 3, 3, seed=2).astype(np.float32))
+    out = conv2d(x, w, padding=1).relu()
+    units = [u for u in out.uop.toposort() if isinstance(u.arg, VjpUnit)]
+    assert [u.arg.name for u in units] == ["conv"]
+    kernels = [it for it in schedule([out.uop])[0] if it.kind == "kernel"]
+    assert len(kernels) <= 2  # the product with its ReLU (and, where it pays, the weight's channels-last copy)
+    ints = conv2d(Tensor(np.ones((1, 1, 3, 3), np.int32)), Tensor(np.ones((1, 1, 2, 2), np.int32)))
+    assert not any(isinstance(u.arg, VjpUnit) for u in ints.uop.toposort())  # no gradient: the plain product
+    np.testing.assert_array_equal(ints.numpy(), np.full((1, 1, 2, 2), 4))
+
+
+def test_conv_backward_from_a_plain_sum_and_of_the_weight_only() -> None:
+    """The loss's own gradient (a constant, no device of its own) flows into the VJP; an input that needs no
+    gradient gets none."""
+    x = Tensor(np.ones((1, 2, 4, 4), np.float32))
+    w = Tensor(np.ones((3, 2, 3, 3), np.float32), requires_grad=True)
+    conv2d(x, w, padding=1).sum().backward()
+    assert x.grad is None and w.grad is not None
+    # tap (i, j) of a 3x3 kernel over a 4x4 input padded by 1 meets 3 or 4 positions per axis: 9, 12 or 16 ones
+    per_axis = np.array([3, 4, 3])
+    np.testing.assert_array_equal(w.grad.numpy(), np.broadcast_to(np.outer(per_axis, per_axis), (3, 2, 3, 3)))
+
+
+def test_second_derivative_through_the_vjp() -> None:
+    """d/dw of |dL/dx|^2 for L = sum(conv(x, w) * c): dL/dx (the transposed conv of c by w) is itself
+    differentiated, against central differences of numpy's transposed convolution."""
+    s, p, d, g = (2, 1), (1, 0), (1, 1), 1
+    x, w = rnd(2, 2, 5, 4, seed=4), rnd(3, 2, 3, 2, seed=5)
+    xt, wt = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+    out = conv2d(xt, wt, None, s, p, d, g)
+    c = rnd(*out.shape, seed=6)
+    (gx,) = gradient((out * Tensor(c)).sum(), xt)
+    (gw,) = gradient((gx * gx).sum(), wt)
+    tails = tuple((n + 2 * pp - dd * (k - 1) - 1) % ss
+                  for n, pp, dd, k, ss in zip((5, 4), p, d, (3, 2), s, strict=True))
+
+    def dx(b: np.ndarray) -> np.ndarray:
+        return ref.conv_transpose_nd(c, b, None, s, p, tails, d, g)
+
+    np.testing.assert_allclose(gx.numpy(), dx(w), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(gw.numpy(), ref.fd_grad(lambda b: (dx(b) ** 2).sum(), w), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+def test_conv_gradients_of_16_bit_floats(dt: str) -> None:
+    x, w = rnd(2, 4, 6, 6, seed=7), rnd(8, 4, 3, 3, seed=8)
+    xt, wt = Tensor(x.astype(np.float32), requires_grad=True), Tensor(w.astype(np.float32), requires_grad=True)
+    xh, wh = xt.cast(dt).detach(), wt.cast(dt).detach()
+    xh.requires_grad, wh.requires_grad = True, True
+    conv2d(xh, wh, padding=1, stride=2).sum().backward()
+    assert xh.grad.dtype.name == dt and wh.grad.dtype.name == dt
+    loss = lambda a, b: _reference(a, b, (2, 2), [(1, 1), (1, 1)], (1, 1), 1).sum()
+    xr, wr = xh.cast("float32").numpy().astype(np.float64), wh.cast("float32").numpy().astype(np.float64)
+    np.testing.assert_allclose(xh.grad.cast("float32").numpy(), ref.fd_grad(lambda a: loss(a, wr), xr),
+                               rtol=2e-2, atol=2e-2)
+    np.testing.assert_allclose(wh.grad.cast("float32").numpy(), ref.fd_grad(lambda b: loss(xr, b), wr),
+                               rtol=2e-2, atol=5e-2)
