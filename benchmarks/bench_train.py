@@ -32,6 +32,8 @@ each with:
   conv_transpose2d  ConvTranspose2d (N16, 32->16 channels, 16x16 -> 32x32, kernel 4, stride 2, padding 1) forward
            and backward under tensor.jit against torch eager, its output and gradients checked against torch's
            (not in `--quick`);
+  conv2d   the same for Conv2d: N32, 32->64 channels, 32x32, 3x3, padding 1; and N16, 64->128, 28x28, 3x3,
+           stride 2, padding 1 (not in `--quick`);
   digits   `python -m tensor.train_digits`'s MLP (64-64-10, Adam, sklearn digits) trained for its default 12
            epochs (`--quick`: 3): wall time to its held-out accuracy, and that accuracy (needs scikit-learn).
 
@@ -345,29 +347,33 @@ def digits_row(b: Bench, epochs: int) -> None:
 
 
 CONVT = (16, 32, 16, 16, 4, 2, 1)  # N, Cin, Cout, H=W, kernel, stride, padding: a DCGAN generator's upsampling layer
+# the same for conv2d: a ResNet-style 3x3 layer, and a strided one that halves the image
+CONVS = ((32, 32, 64, 32, 3, 1, 1), (16, 64, 128, 28, 3, 2, 1))
 
 
-def convt_row(b: Bench, runs: int = 7, shape: tuple[int, ...] = CONVT) -> dict[str, Any]:
-    """ConvTranspose2d forward and backward (output, input and weight gradients of sum(y * g)), ours under
-    tensor.jit against torch eager; the three results checked against torch's."""
+def convt_row(b: Bench, runs: int = 7, shape: tuple[int, ...] = CONVT, transposed: bool = True) -> dict[str, Any]:
+    """ConvTranspose2d (or, not `transposed`, Conv2d) forward and backward (output, input and weight gradients of
+    sum(y * g)), ours under tensor.jit against torch eager; the three results checked against torch's."""
     import numpy as np
 
     from tensor.jit import jit
-    from tensor.nn import conv_transpose2d
+    from tensor.nn import conv2d, conv_transpose2d
     from tensor.tensor import Tensor
 
     n, cin, cout, hw, k, st, pd = shape
-    label = f"conv_transpose2d N{n} {cin}->{cout} {hw}x{hw} k{k} s{st} p{pd}"
+    what = "conv_transpose2d" if transposed else "conv2d"
+    label = f"{what} N{n} {cin}->{cout} {hw}x{hw} k{k} s{st} p{pd}"
     rng = np.random.default_rng(0)
     xn = rng.standard_normal((n, cin, hw, hw)).astype(np.float32)
-    wn = (0.1 * rng.standard_normal((cin, cout, k, k))).astype(np.float32)
-    o = (hw - 1) * st - 2 * pd + k
+    wn = (0.1 * rng.standard_normal((cin, cout, k, k) if transposed else (cout, cin, k, k))).astype(np.float32)
+    o = (hw - 1) * st - 2 * pd + k if transposed else (hw + 2 * pd - k) // st + 1
     gn = rng.standard_normal((n, cout, o, o)).astype(np.float32)
     x, w, g = Tensor(xn, requires_grad=True), Tensor(wn, requires_grad=True), Tensor(gn)
+    fn = conv_transpose2d if transposed else conv2d
 
     def ours(xt: Tensor, wt: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         xt.grad = wt.grad = None
-        y = conv_transpose2d(xt, wt, stride=st, padding=pd)
+        y = fn(xt, wt, stride=st, padding=pd)
         (y * g).sum().backward()
         assert xt.grad is not None and wt.grad is not None
         Tensor.realize(y, xt.grad, wt.grad)
@@ -382,10 +388,11 @@ def convt_row(b: Bench, runs: int = 7, shape: tuple[int, ...] = CONVT) -> dict[s
         import torch
 
         tx, tw, tg = torch.tensor(xn, requires_grad=True), torch.tensor(wn, requires_grad=True), torch.tensor(gn)
+        tfn = torch.nn.functional.conv_transpose2d if transposed else torch.nn.functional.conv2d
 
         def theirs(_: object = None) -> list[Any]:
             tx.grad = tw.grad = None
-            ty = torch.nn.functional.conv_transpose2d(tx, tw, stride=st, padding=pd)
+            ty = tfn(tx, tw, stride=st, padding=pd)
             (ty * tg).sum().backward()
             return [ty, tx.grad, tw.grad]
 
@@ -412,11 +419,14 @@ def train(b: Bench) -> None:
     if b.quick:
         b.note("torch.compile: not in --quick (its first compile alone takes ~20 s here)")
     for i, cfg in enumerate(cfgs):
-        b.case(cfg.label, of=len(cfgs) + (1 if b.quick else 2) if i == 0 else None)
+        b.case(cfg.label, of=len(cfgs) + (1 if b.quick else 2 + len(CONVS)) if i == 0 else None)
         model_row(b, cfg, runs=5 if b.quick else 7, compiled=not b.quick)
     if not b.quick:
         b.case("conv_transpose2d")
         convt_row(b)
+        for shape in CONVS:
+            b.case(f"conv2d s{shape[5]}")
+            convt_row(b, shape=shape, transposed=False)
     b.case("digits")
     digits_row(b, 3 if b.quick else 12)
 

@@ -73,9 +73,10 @@ def test_tiny_mlp_row_torch_compile() -> None:
     assert len(b.comparisons) == 2
 
 
-def test_convt_row_small() -> None:
+@pytest.mark.parametrize("transposed", [True, False])
+def test_convt_row_small(transposed: bool) -> None:
     b = Bench("train", quick=True)
-    out = convt_row(b, runs=3, shape=(2, 4, 3, 5, 3, 2, 1))
+    out = convt_row(b, runs=3, shape=(2, 4, 3, 5, 3, 2, 1), transposed=transposed)
     assert 0 < out["ours_ms"] < 10_000
     if not have("torch"):
         pytest.skip("torch not installed: no check")

@@ -1,5 +1,7 @@
 """Register tiles for the kernels of a convolution's gradients (lower.opt_tiles), where the plain vector tile
-fits badly: a weight gradient whose only vector axis is the 3 kernel taps (3 of 8 AVX2 lanes once padded) gets a
+fits badly: a weight gradient written as its reduction over windows (what a conv's backward was before conv2d
+became a VJP unit, whose weight gradient is a matmul; a hand-written weight update makes it still) whose only
+vector axis is the 3 kernel taps (3 of 8 AVX2 lanes once padded) gets a
 product tile over its output and input channels instead (product_tile), or, where the image columns fill whole
 vectors, no tile (the lanes partial sums along the columns), and a transposed convolution's phase
 kernel whose innermost row axis is 17 gated columns (prime: no tile without padding, and gated rows are not
@@ -19,7 +21,7 @@ from lower.pipeline import lower_kernel
 from rewrite import AxisType
 from rewrite.env import Context
 from tensor import Tensor
-from tensor.nn import conv_transpose2d
+from tensor.nn import conv_transpose2d, windows
 
 
 def _kernels(*outs: Tensor) -> dict[str, object]:
@@ -42,6 +44,16 @@ def _conv_weight_grad(x: np.ndarray, g: np.ndarray) -> np.ndarray:
     return out
 
 
+def _weight_grad_reduction(x: np.ndarray, g: np.ndarray) -> Tensor:
+    """_conv_weight_grad as one reduction: g times x's 3x3 windows (padding 1), summed over the batch and the
+    positions (the kernel the windows' own gradient gave a conv's weight)."""
+    n, c, h, w = x.shape
+    o = g.shape[1]
+    win = windows(Tensor(x).pad(((0, 0), (0, 0), (1, 1), (1, 1))).uop, (3, 3), (1, 1), (1, 1), (h, w))
+    xs = Tensor._wrap(win, "cpu").reshape(n, 1, c, h, w, 3, 3)
+    return (xs * Tensor(g).reshape(n, o, 1, h, w, 1, 1)).sum((0, 3, 4))
+
+
 def _conv_transpose(x: np.ndarray, w: np.ndarray, s: int, p: int) -> np.ndarray:
     """y[n, o, h*s - p + i, w*s - p + j] += x[n, c, h, w] * w[c, o, i, j]."""
     n, _, hi, wi = x.shape
@@ -59,10 +71,8 @@ def test_weight_gradient_gets_a_product_tile(level: str) -> None:
     target = cpu_target(level)
     x = _rng().standard_normal((20, 8, 4, 4)).astype(np.float32)
     g = _rng(1).standard_normal((20, 16, 4, 4)).astype(np.float32)
-    w = Tensor(np.zeros((16, 8, 3, 3), np.float32), requires_grad=True)
-    (Tensor(x).conv2d(w, padding=1) * Tensor(g)).sum().backward()
-    assert w.grad is not None
-    (k,) = [k for name, k in _kernels(w.grad).items() if name.startswith("r_")]
+    dw = _weight_grad_reduction(x, g)
+    (k,) = [k for name, k in _kernels(dw).items() if name.startswith("r_")]
     opts = hand_coded(k.ast, target)
     ups = [o for o in opts if o.op is OptOps.SPLIT and o.arg[1] is AxisType.UPCAST]
     if target.lanes(4) > 3 * 2:  # the 3 taps fill less than half the lanes: the product tile, nothing padded
@@ -72,7 +82,7 @@ def test_weight_gradient_gets_a_product_tile(level: str) -> None:
         assert any(o.op is OptOps.PADTO for o in opts) and len(ups) >= 2, (level, opts)
     if target.runs_here:
         with Context(CPU_TARGET=level):
-            got = w.grad.numpy()
+            got = _weight_grad_reduction(x, g).numpy()
         np.testing.assert_allclose(got, _conv_weight_grad(x, g), rtol=1e-4, atol=1e-4)
 
 
@@ -86,10 +96,8 @@ def test_weight_gradient_over_whole_vector_columns_sums_in_lanes(level: str) -> 
     lanes = target.lanes(4)
     x = _rng().standard_normal((100, 1, 8, 8)).astype(np.float32)
     g = _rng(1).standard_normal((100, 8, 8, 8)).astype(np.float32)
-    w = Tensor(np.zeros((8, 1, 3, 3), np.float32), requires_grad=True)
-    (Tensor(x).conv2d(w, padding=1) * Tensor(g)).sum().backward()
-    assert w.grad is not None
-    (k,) = [k for name, k in _kernels(w.grad).items() if name.startswith("r_")]
+    dw = _weight_grad_reduction(x, g)
+    (k,) = [k for name, k in _kernels(dw).items() if name.startswith("r_")]
     opts = hand_coded(lower_kernel(k.ast, target, upto="symbolic"), target)  # the AST the optimize stage gets
     ups = [o for o in opts if o.op is OptOps.SPLIT and o.arg[1] is AxisType.UPCAST]
     unrolls = [o for o in opts if o.op is OptOps.SPLIT and o.arg[1] is AxisType.UNROLL]
@@ -99,7 +107,7 @@ def test_weight_gradient_over_whole_vector_columns_sums_in_lanes(level: str) -> 
         assert len(ups) >= 2, (level, opts)
     if target.runs_here:
         with Context(CPU_TARGET=level):
-            got = w.grad.numpy()
+            got = _weight_grad_reduction(x, g).numpy()
         np.testing.assert_allclose(got, _conv_weight_grad(x, g), rtol=1e-4, atol=1e-4)
 
 
@@ -164,3 +172,23 @@ def test_transposed_conv_gradients_are_a_convolution_and_a_matmul() -> None:
             want_w[:, :, i, j] = np.einsum("nchw,nohw->co", xn.astype(np.float64), win)
     np.testing.assert_allclose(x.grad.numpy(), want_x, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(w.grad.numpy(), want_w, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_gradients_are_a_transposed_convolution_and_a_matmul() -> None:
+    """conv2d is a VJP unit (tensor.nn._conv_vjp): its weight gradient is a matmul whose reduction is the batch
+    and positions (N H W) and which gets a register tile on a vector target; its input gradient one convolution
+    kernel over g; both against numpy's definition."""
+    x = _rng(4).standard_normal((20, 8, 6, 6)).astype(np.float32)
+    g = _rng(5).standard_normal((20, 16, 6, 6)).astype(np.float32)
+    xt, w = Tensor(x, requires_grad=True), Tensor(np.zeros((16, 8, 3, 3), np.float32), requires_grad=True)
+    (xt.conv2d(w, padding=1) * Tensor(g)).sum().backward()
+    assert xt.grad is not None and w.grad is not None
+    (dw,) = [k for name, k in _kernels(w.grad).items() if name.startswith("r_")]
+    assert dw.name.endswith(f"_{20 * 6 * 6}"), dw.name  # type: ignore[attr-defined]
+    target = cpu_target("native")
+    if target.vector_bytes:
+        opts = hand_coded(lower_kernel(dw.ast, target, upto="symbolic"), target)  # type: ignore[attr-defined]
+        assert any(o.op is OptOps.SPLIT and o.arg[1] is AxisType.UPCAST for o in opts), opts
+    np.testing.assert_allclose(w.grad.numpy(), _conv_weight_grad(x, g), rtol=1e-4, atol=1e-4)
+    assert xt.grad.numpy().shape == x.shape  # zero weights: the input's gradient is zero
+    np.testing.assert_array_equal(xt.grad.numpy(), np.zeros(x.shape, np.float32))
