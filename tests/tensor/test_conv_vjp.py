@@ -100,15 +100,37 @@ def test_second_derivative_through_the_vjp() -> None:
 
 @pytest.mark.parametrize("dt", ["float16", "bfloat16"])
 def test_conv_gradients_of_16_bit_floats(dt: str) -> None:
+    """Gradients in the 16-bit dtype, against the float32 gradients of the same (rounded) inputs, which the tests
+    above check against the definition."""
     x, w = rnd(2, 4, 6, 6, seed=7), rnd(8, 4, 3, 3, seed=8)
-    xt, wt = Tensor(x.astype(np.float32), requires_grad=True), Tensor(w.astype(np.float32), requires_grad=True)
-    xh, wh = xt.cast(dt).detach(), wt.cast(dt).detach()
+    xh, wh = Tensor(x.astype(np.float32)).cast(dt).realize(), Tensor(w.astype(np.float32)).cast(dt).realize()
     xh.requires_grad, wh.requires_grad = True, True
     conv2d(xh, wh, padding=1, stride=2).sum().backward()
     assert xh.grad.dtype.name == dt and wh.grad.dtype.name == dt
-    loss = lambda a, b: _reference(a, b, (2, 2), [(1, 1), (1, 1)], (1, 1), 1).sum()
-    xr, wr = xh.cast("float32").numpy().astype(np.float64), wh.cast("float32").numpy().astype(np.float64)
-    np.testing.assert_allclose(xh.grad.cast("float32").numpy(), ref.fd_grad(lambda a: loss(a, wr), xr),
-                               rtol=2e-2, atol=2e-2)
-    np.testing.assert_allclose(wh.grad.cast("float32").numpy(), ref.fd_grad(lambda b: loss(xr, b), wr),
-                               rtol=2e-2, atol=5e-2)
+    x32, w32 = Tensor(xh.cast("float32").numpy(), requires_grad=True), Tensor(wh.cast("float32").numpy(),
+                                                                            requires_grad=True)
+    conv2d(x32, w32, padding=1, stride=2).sum().backward()
+    np.testing.assert_allclose(xh.grad.cast("float32").numpy(), x32.grad.numpy(), rtol=2e-2, atol=2e-2)
+    np.testing.assert_allclose(wh.grad.cast("float32").numpy(), w32.grad.numpy(), rtol=2e-2, atol=5e-2)
+
+
+def test_conv_inside_a_function_differentiates_the_same() -> None:
+    """A conv's VJP unit inside a @function body (PARAMs of both scopes): the same value and gradients."""
+    from tensor import function
+
+    x, w = rnd(2, 3, 6, 6, seed=9), rnd(4, 3, 3, 3, seed=10)
+
+    @function
+    def f(a: Tensor, b: Tensor) -> Tensor:
+        return conv2d(a, b, padding=1).relu()
+
+    got = []
+    for fn in (f, lambda a, b: conv2d(a, b, padding=1).relu()):
+        xt, wt = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+        y = fn(xt, wt)
+        (y * y).sum().backward()
+        got.append((y.numpy(), xt.grad.numpy(), wt.grad.numpy()))
+    for a, b in zip(*got, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    loss = lambda b: (np.maximum(_reference(x, b, (1, 1), [(1, 1), (1, 1)], (1, 1), 1), 0) ** 2).sum()
+    np.testing.assert_allclose(got[0][2], ref.fd_grad(loss, w), rtol=1e-5, atol=1e-6)
