@@ -32,8 +32,8 @@ each with:
   conv_transpose2d  ConvTranspose2d (N16, 32->16 channels, 16x16 -> 32x32, kernel 4, stride 2, padding 1) forward
            and backward under tensor.jit against torch eager, its output and gradients checked against torch's
            (not in `--quick`);
-  conv2d   the same for Conv2d: N32, 32->64 channels, 32x32, 3x3, padding 1; and N16, 64->128, 28x28, 3x3,
-           stride 2, padding 1 (not in `--quick`);
+  conv2d   the same for Conv2d: N32, 32->64 channels, 32x32, 3x3, padding 1; N16, 64->128, 28x28, 3x3,
+           stride 2, padding 1; and N16 64 channels 28x28 3x3 depthwise (groups 64) (not in `--quick`);
   digits   `python -m tensor.train_digits`'s MLP (64-64-10, Adam, sklearn digits) trained for its default 12
            epochs (`--quick`: 3): wall time to its held-out accuracy, and that accuracy (needs scikit-learn).
 
@@ -347,8 +347,9 @@ def digits_row(b: Bench, epochs: int) -> None:
 
 
 CONVT = (16, 32, 16, 16, 4, 2, 1)  # N, Cin, Cout, H=W, kernel, stride, padding: a DCGAN generator's upsampling layer
-# the same for conv2d: a ResNet-style 3x3 layer, and a strided one that halves the image
-CONVS = ((32, 32, 64, 32, 3, 1, 1), (16, 64, 128, 28, 3, 2, 1))
+# the same for conv2d (an 8th field: groups): a ResNet-style 3x3 layer, a strided one that halves the image, and a
+# MobileNet-style depthwise one
+CONVS = ((32, 32, 64, 32, 3, 1, 1), (16, 64, 128, 28, 3, 2, 1), (16, 64, 64, 28, 3, 1, 1, 64))
 
 
 def convt_row(b: Bench, runs: int = 7, shape: tuple[int, ...] = CONVT, transposed: bool = True) -> dict[str, Any]:
@@ -360,12 +361,14 @@ def convt_row(b: Bench, runs: int = 7, shape: tuple[int, ...] = CONVT, transpose
     from tensor.nn import conv2d, conv_transpose2d
     from tensor.tensor import Tensor
 
-    n, cin, cout, hw, k, st, pd = shape
+    n, cin, cout, hw, k, st, pd = shape[:7]
+    grp = shape[7] if len(shape) > 7 else 1
     what = "conv_transpose2d" if transposed else "conv2d"
-    label = f"{what} N{n} {cin}->{cout} {hw}x{hw} k{k} s{st} p{pd}"
+    label = f"{what} N{n} {cin}->{cout} {hw}x{hw} k{k} s{st} p{pd}" + (f" groups {grp}" if grp > 1 else "")
     rng = np.random.default_rng(0)
     xn = rng.standard_normal((n, cin, hw, hw)).astype(np.float32)
-    wn = (0.1 * rng.standard_normal((cin, cout, k, k) if transposed else (cout, cin, k, k))).astype(np.float32)
+    wshape = (cin, cout // grp, k, k) if transposed else (cout, cin // grp, k, k)
+    wn = (0.1 * rng.standard_normal(wshape)).astype(np.float32)
     o = (hw - 1) * st - 2 * pd + k if transposed else (hw + 2 * pd - k) // st + 1
     gn = rng.standard_normal((n, cout, o, o)).astype(np.float32)
     x, w, g = Tensor(xn, requires_grad=True), Tensor(wn, requires_grad=True), Tensor(gn)
@@ -373,7 +376,7 @@ def convt_row(b: Bench, runs: int = 7, shape: tuple[int, ...] = CONVT, transpose
 
     def ours(xt: Tensor, wt: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         xt.grad = wt.grad = None
-        y = fn(xt, wt, stride=st, padding=pd)
+        y = fn(xt, wt, stride=st, padding=pd, groups=grp)
         (y * g).sum().backward()
         assert xt.grad is not None and wt.grad is not None
         Tensor.realize(y, xt.grad, wt.grad)
@@ -392,7 +395,7 @@ def convt_row(b: Bench, runs: int = 7, shape: tuple[int, ...] = CONVT, transpose
 
         def theirs(_: object = None) -> list[Any]:
             tx.grad = tw.grad = None
-            ty = tfn(tx, tw, stride=st, padding=pd)
+            ty = tfn(tx, tw, stride=st, padding=pd, groups=grp)
             (ty * tg).sum().backward()
             return [ty, tx.grad, tw.grad]
 
@@ -425,7 +428,7 @@ def train(b: Bench) -> None:
         b.case("conv_transpose2d")
         convt_row(b)
         for shape in CONVS:
-            b.case(f"conv2d s{shape[5]}")
+            b.case(f"conv2d s{shape[5]}" + (f" g{shape[7]}" if len(shape) > 7 else ""))
             convt_row(b, shape=shape, transposed=False)
     b.case("digits")
     digits_row(b, 3 if b.quick else 12)

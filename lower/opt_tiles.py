@@ -8,7 +8,7 @@ import math
 from devices.base import Target
 from lower.opt_apply import Opt, OptOps, apply_opt, axes, native_lanes, size
 from lower.optimize import _lane_unfriendly, _split_pair
-from lower.strides import _stride, _topo
+from lower.strides import _steady, _stride, _topo
 from rewrite import AxisType, Ops, UOp, dtypes
 
 # register tile of a sum of products (matmul, and conv's shape of it): `vecs` vectors of one register's lanes along
@@ -57,18 +57,19 @@ def matmul_panel_bytes(target: Target) -> int:
     return 0 if target.warp_size else TILE_VECTORS * target.vector_bytes
 
 
-def tile_shape(rows_n: int, cols_n: int, width: int, target: Target, pad: bool = True) -> tuple[int, int] | None:
+def tile_shape(rows_n: int, cols_n: int, width: int, target: Target, pad: bool = True,
+               vecs: int = TILE_VECTORS) -> tuple[int, int] | None:
     """The (rows, vecs) register tile for an output of rows_n x cols_n (cols in lanes of `width`): the shape with
     the most useful accumulators, rows x vecs scaled by the share of rows and of columns that are real when rows_n
     is padded to a multiple of rows (the padding repeats the last row: PADTO "repeat") and cols_n to whole tiles
     of vecs x width columns (the extra lanes masked: PADTO, see ragged_columns); then the least padding, then
     tile_shapes' order. A 6x2 tile padded from 1024 to 1026 rows beats an exact 4x2 (11.98 useful accumulators
     against 8); 2 rows get a 2x2 tile, not a 6x2 two thirds wasted. Without `pad` only shapes whose rows divide
-    rows_n. None when no shape fits."""
+    rows_n; with `vecs`, only shapes at most that many vectors wide. None when no shape fits."""
     best: tuple[tuple[float, int, int], tuple[int, int]] | None = None
     for i, (r, k) in enumerate(tile_shapes(target)):
         cols = ragged_columns(cols_n, width, k)
-        if cols is None or (not pad and rows_n % r):
+        if cols is None or (not pad and rows_n % r) or k > vecs:
             continue
         padded = -(-rows_n // r) * r
         key = (-(r * k * rows_n / padded * cols_n / cols), padded - rows_n + cols - cols_n, i)
@@ -179,7 +180,16 @@ def register_tile(ast: UOp, opts: list[Opt], target: Target) -> UOp | None:
     # contiguous along too (else the tile's final stores scatter, once per output), then an axis of whole vectors
     # (a ragged one is padded to whole tiles, its last vector masked: ragged_columns)
     gates = [_topo(g) for g in (u.src[2] for u in body if u.op is Ops.LOAD and len(u.src) >= 3)]
-    cands = [v for v in reversed(loops) if size(v) > 1 and _lanes_along(v, loads)]
+
+    # the vectors of columns over which every access keeps its step (_steady): a grouped conv's merged output
+    # channels (groups x 16) read the input's channel block by channel // 16, a step of 0 that jumps at lane 16; its
+    # 2-vector tile had every lane's input read and 48 accumulators spilled (N16 64 channels in 4 groups, 28x28,
+    # 3x3: 47 ms, 4.5 ms with one vector of a group's channels; 2-core AVX-512 Xeon)
+    def vecs_along(v: UOp) -> int:
+        return next((k for k in (TILE_VECTORS, 1) if all(_steady(i, v, min(size(v), k * width))
+                                                          for i in (*loads, *stores))), 0)
+
+    cands = [v for v in reversed(loops) if size(v) > 1 and _lanes_along(v, loads) and vecs_along(v)]
     cands.sort(key=lambda v: (any(v in g for g in gates), not all(_stride(i, v) == 1 for i in stores),
                               size(v) % width != 0))
     # no output axis fills half the lanes: where a reduction axis fills whole vectors, no tile (hand_coded's lanes
@@ -205,11 +215,12 @@ def register_tile(ast: UOp, opts: list[Opt], target: Target) -> UOp | None:
     # gated at the image border) only where the exact tile has at most SLACK_ACCUMULATORS (see there). The
     # innermost such axis first; where its shape gives no tile (17 gated rows: prime, no padding), the next one (a
     # conv transpose's batch axis, ungated)
+    most = vecs_along(v)
     for u in rows_of:
         gated = any(u in g for g in gates)
-        if (shape := tile_shape(size(u), size(v), width, target, pad=not gated)) is not None:
+        if (shape := tile_shape(size(u), size(v), width, target, pad=not gated, vecs=most)) is not None:
             if gated and shape[0] * shape[1] <= SLACK_ACCUMULATORS:
-                shape = tile_shape(size(u), size(v), width, target) or shape
+                shape = tile_shape(size(u), size(v), width, target, vecs=most) or shape
             break
     else:
         return None

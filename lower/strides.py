@@ -159,6 +159,30 @@ def _stride(idx: UOp, r: UOp) -> int | None:
     return _stride_memo(idx, r)
 
 
+def _steady_of(idx: UOp, r: UOp, n: int) -> bool:
+    from rewrite.errors import EvalError
+
+    step = _stride(idx, r)
+    if step is None or (step == 0 and r not in _ranges_in(idx)):
+        return step is not None
+    names = _names(_ranges_in(idx))
+    try:
+        at = [idx.evaluate({q: (k if u is r else 0) for q, u in names.items()}) for k in (0, n - 1)]
+    except EvalError:
+        return False
+    return int(at[1] - at[0]) == step * (n - 1)
+
+
+_steady_memo = _Memo(_steady_of, 4096)
+
+
+def _steady(idx: UOp, r: UOp, n: int) -> bool:
+    """Whether `idx` keeps `_stride(idx, r)` over the first n steps of r (others at 0): its step measured at r = 0,
+    1, 2 holds at n - 1 too. An index of r // 16 (a grouped conv's input channel block, over its merged output
+    channels) measures step 0 there but jumps at r = 16: over 32 lanes it is no broadcast."""
+    return _steady_memo(idx, r, n)
+
+
 def _accesses(ast: UOp) -> tuple[UOp, ...]:
     """The index expressions of the kernel's plain buffer accesses."""
     return tuple(u.src[1] for u in _topo(ast) if u.op is Ops.INDEX and u.src[0].op is Ops.BUFFER and len(u.src) == 2)

@@ -24,6 +24,9 @@ CASES = [  # cin, cout, kernel, stride, padding (per axis: int or (before, after
     (6, 6, (2, 2), (1, 1), (0, 0), (2, 1), 3, (5, 4)),  # groups 3, dilation 2
     (3, 2, (5,), (3,), (2,), (1,), 1, (11,)),  # one spatial axis
     (2, 2, (2, 2, 2), (1, 2, 1), (1, 0, 1), (1, 1, 2), 2, (3, 4, 4)),  # three
+    # 4+ output channels per group: the weight's gradient a matmul per group (fewer: the windowed reduction)
+    (4, 8, (3, 3), (1, 2), ((1, 2), (1, 1)), (1, 1), 2, (5, 6)),
+    (2, 5, (3,), (1,), (1,), (2,), 1, (7,)),
 ]
 
 

@@ -190,6 +190,33 @@ def test_conv2d_register_tile(groups: int, cout: int, stride: tuple, pad: tuple,
     close(out, conv_reference(x, w, stride, pad, (1, 1), groups), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("groups,cin_g,cout_g,k", [(4, 16, 16, 3), (64, 1, 1, 3)])
+def test_grouped_and_depthwise_conv_lanes(groups: int, cin_g: int, cout_g: int, k: int) -> None:
+    """A grouped conv's register tile keeps its columns inside one group's output channels (the input's channel
+    block moves at each group: lower.strides._steady), and a depthwise conv, whose only contiguous reduction is
+    its k taps, gets its output columns in lanes (lower.optimize._column_reduction); both against numpy."""
+    from devices import get_device
+    from lower import schedule
+    from lower.optimize import OptOps, hand_coded
+    from lower.stages import _symbolic
+    from rewrite import AxisType
+
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, groups * cin_g, 6, 28)).astype(np.float32)  # rows of 28: more than a vector
+    w = rng.standard_normal((groups * cout_g, cin_g, k, k)).astype(np.float32)
+    out = Tensor(x).conv2d(Tensor(w), padding=1, groups=groups)
+    target = get_device("cpu").default_target()
+    ast = _symbolic([it for it in schedule([out.uop])[0] if it.kind == "kernel"][-1].ast, target)
+    ups = [o.arg[0] for o in hand_coded(ast, target, threads=1)
+           if o.op is OptOps.SPLIT and o.arg[1] is AxisType.UPCAST]  # type: ignore[index]
+    lanes = target.lanes(4)
+    if target.vector_bytes:
+        assert ups, ups
+        if cout_g >= lanes and 2 * lanes > cout_g:  # one vector of a group's channels, not two across groups
+            assert ups.count(lanes) == 1 and 2 not in ups, ups
+    close(out, conv_reference(x, w, (1, 1), (1, 1), (1, 1), groups), rtol=1e-4, atol=1e-4)
+
+
 def test_conv1d_and_conv3d_through_conv2d() -> None:
     rng = np.random.default_rng(0)
     x1, w1 = rng.standard_normal((2, 3, 9)).astype(np.float32), rng.standard_normal((4, 3, 3)).astype(np.float32)
