@@ -385,21 +385,39 @@ def _conv_vjp(g: UOp, args: tuple[UOp, ...], params: tuple) -> tuple[UOp | None,
         full = conv_transpose2d(gt, wt, None, ss, 0, tails, groups, ds)
         dx = full.shrink([None, None, *[(b, b + length) for (b, _), length in zip(pads, spatial, strict=True)]])
     win = _pooled(x.cast(dt), ks, ss, ds, list(pads), extra, os, 0)  # (N, Cin, O..., k...)
+    chunks = _batch_chunks(dev, n, math.prod(os))
+    nb, m = n // chunks, cin_g * math.prod(ks)
     if not product:  # each weight a sum over N O... of g times x's window: both read along the output positions
-        xw = win.reshape((n, grp, 1, cin_g, *os, *ks))
-        gw = gt.uop.reshape((n, grp, cout_g, 1, *os, *([1] * ns)))
-        shape = (n, grp, cout_g, cin_g, *os, *ks)
+        xw = win.reshape((chunks, nb, grp, 1, cin_g, *os, *ks))
+        gw = gt.uop.reshape((chunks, nb, grp, cout_g, 1, *os, *([1] * ns)))
+        shape = (chunks, nb, grp, cout_g, cin_g, *os, *ks)
         prod = expand_uop(xw, shape).cast(_acc(dt)) * expand_uop(gw, shape).cast(_acc(dt))
-        dw_u = reduce_uop(prod, Ops.ADD, (0, *range(4, 4 + ns)), False).cast(dt).reshape(w.shape)
+        part = reduce_uop(prod, Ops.ADD, (1, *range(5, 5 + ns)), False)  # (chunks, G, Cout_g, Cin_g, k...)
+        dw_u = (reduce_uop(part, Ops.ADD, (0,), False) if chunks > 1 else part).cast(dt).reshape(w.shape)
         return dx.uop.cast(x.dtype), dw_u.cast(w.dtype)
-    # x's windows as (G, Cin_g k..., N O...): a copy that reads and writes along the output positions
-    a = tt.Tensor._wrap(win.reshape((n, grp, cin_g, *os, *ks)), dev)
-    a = a.permute(1, 2, *range(3 + ns, 3 + 2 * ns), 0, *range(3, 3 + ns)).contiguous()
-    a = a.reshape(grp, cin_g * math.prod(ks), red)
-    b = gt.reshape(n, grp, cout_g, *os).permute(1, 0, *range(3, 3 + ns), 2).reshape(grp, red, cout_g)
-    dw = (a @ b).contiguous().reshape(grp, cin_g, *ks, cout_g).permute(0, 2 + ns, 1, *range(2, 2 + ns))
+    # x's windows as (G, chunks, Cin_g k..., N/chunks O...): a copy that reads and writes along the output positions
+    a = tt.Tensor._wrap(win.reshape((chunks, nb, grp, cin_g, *os, *ks)), dev)
+    a = a.permute(2, 0, 3, *range(4 + ns, 4 + 2 * ns), 1, *range(4, 4 + ns)).contiguous()
+    a = a.reshape(grp * chunks, m, red // chunks)
+    b = gt.reshape(chunks, nb, grp, cout_g, *os).permute(2, 0, 1, *range(4, 4 + ns), 3)
+    parts = a @ b.reshape(grp * chunks, red // chunks, cout_g)
+    dw = parts.reshape(grp, chunks, m, cout_g).sum(1) if chunks > 1 else parts
+    dw = dw.contiguous().reshape(grp, cin_g, *ks, cout_g).permute(0, 2 + ns, 1, *range(2, 2 + ns))
     dw = dw.reshape(cout, cin_g, *ks)
     return dx.uop.cast(x.dtype), dw.uop.cast(w.dtype)
+
+
+def _batch_chunks(dev: Device, n: int, positions: int) -> int:
+    """The chunks of the batch whose partial weight gradients _conv_vjp sums after its product: 1 on the cpu (its
+    cores are busy with one product), on a GPU target the most of at most 64 that leave each at least 512 of the
+    reduction: a weight gradient has few outputs (Cin_g k x Cout_g) and a long reduction (N O...), and as one
+    product it fills a few blocks of a GPU (N32 32->64 channels 32x32 3x3: 5 blocks of 64 x 64 outputs for 132
+    multiprocessors); a chunk each, as many times more. Not measured on a GPU yet."""
+    from devices import target_for
+
+    if isinstance(dev, tuple) or not target_for(dev).warp_size:
+        return 1
+    return max((d for d in range(1, min(n, 64) + 1) if n % d == 0 and n // d * positions >= 512), default=1)
 
 
 register_vjp(_CONV, _conv_vjp)

@@ -137,3 +137,22 @@ def test_conv_inside_a_function_differentiates_the_same() -> None:
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
     loss = lambda b: (np.maximum(_reference(x, b, (1, 1), [(1, 1), (1, 1)], (1, 1), 1), 0) ** 2).sum()
     np.testing.assert_allclose(got[0][2], ref.fd_grad(loss, w), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", [CASES[1], CASES[2], CASES[6]])
+def test_conv_weight_gradient_summed_over_batch_chunks(case, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU target the weight gradient is a product per chunk of the batch, summed after (tensor.nn.
+    _batch_chunks); forced here on the cpu, a chunk per sample: the same gradients as the definition's, for a
+    grouped reduction, a matmul and a grouped matmul."""
+    import tensor.nn as nn_mod
+
+    monkeypatch.setattr(nn_mod, "_batch_chunks", lambda dev, n, positions: n)
+    cin, cout, ks, s, p, d, g, sp = case
+    pads = _pairs(p)
+    x, w = rnd(4, cin, *sp, seed=12), rnd(cout, cin // g, *ks, seed=13)
+    wt = Tensor(w, requires_grad=True)
+    out = conv2d(Tensor(x), wt, None, s, pads, d, g)
+    weights = rnd(*out.shape, seed=14)
+    (out * Tensor(weights)).sum().backward()
+    loss = lambda b: (_reference(x, b, s, pads, d, g) * weights).sum()
+    np.testing.assert_allclose(wt.grad.numpy(), ref.fd_grad(loss, w), rtol=1e-6, atol=1e-7)
