@@ -359,8 +359,8 @@ def _conv_vjp(g: UOp, args: tuple[UOp, ...], params: tuple) -> tuple[UOp | None,
     channels per group (a depthwise conv) the plain reduction of g times x's windows instead.
     Through the windows' own gradient, the weight's gradient was a reduction over N O... gathering both operands
     a lane at a time, and the input's a materialized (k..., O..., N, Cin) product summed by two more kernels: a
-    conv's forward and backward (N32, 32->64 channels, 32x32, 3x3) took 546 ms, 44 ms as this VJP (torch 15) on
-    a 2-core AVX-512 Xeon (benchmarks.bench_train's conv rows)."""
+    conv's forward and backward (N32, 32->64 channels, 32x32, 3x3) took 546 ms, 21-24 ms as this VJP (torch eager
+    15-28 ms for the same step, a noisy 2-core AVX-512 Xeon; benchmarks.bench_train's conv rows)."""
     x, w = args
     ss, ds, pads, groups, dev = params
     dt = g.dtype
