@@ -156,3 +156,18 @@ def test_conv_weight_gradient_summed_over_batch_chunks(case, monkeypatch: pytest
     (out * Tensor(weights)).sum().backward()
     loss = lambda b: (_reference(x, b, s, pads, d, g) * weights).sum()
     np.testing.assert_allclose(wt.grad.numpy(), ref.fd_grad(loss, w), rtol=1e-6, atol=1e-7)
+
+
+def test_conv_weight_gradient_of_a_large_padded_input() -> None:
+    """A window copy of over 1M elements reads x padded once and contiguous (no gate in the copy): the weight
+    gradient against numpy's einsum of g and the padded input's windows."""
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal((8, 16, 32, 32)).astype(np.float32)
+    w = rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
+    c = rng.standard_normal((8, 16, 32, 32)).astype(np.float32)
+    wt = Tensor(w, requires_grad=True)
+    (conv2d(Tensor(x), wt, padding=1) * Tensor(c)).sum().backward()
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = np.stack([np.stack([np.einsum("nohw,nchw->oc", c.astype(np.float64), xp[:, :, i:i + 32, j:j + 32])
+                               for j in range(3)], -1) for i in range(3)], -2)
+    np.testing.assert_allclose(wt.grad.numpy(), want, rtol=1e-4, atol=1e-3)
