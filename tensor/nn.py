@@ -307,7 +307,9 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrT
     _out_sizes("conv2d", spatial, ks, ss, ds, pads, False)  # its errors: a kernel wider than the padded input
     dt = promote(x.dtype, weight.dtype)
     geometry = (tuple(ss), tuple(ds), tuple(pads), groups, dev)
-    if dt.is_float and not isinstance(dev, tuple):
+    # a VJP unit where a gradient may flow: float, one device, sizes known (a symbolic batch keeps the windows' own
+    # gradient)
+    if dt.is_float and not isinstance(dev, tuple) and all(type(d) is int for d in (*x.shape, *weight.shape)):
         px, pw = UOp.param(0, x.dtype, x.shape, dev), UOp.param(1, weight.dtype, weight.shape, dev)
         out = vjp_unit(_CONV, geometry, _conv(px, pw, dt, geometry), [x.uop, weight.uop])
     else:
