@@ -13,7 +13,9 @@
   the contiguous free axis in strides of the block (a LOCAL split by the same thread count; the rest of the axis
   is a loop inside the thread), so the reductions run once per row, not once per output.
 - long reductions (GROUP_MIN_REDUCE) with few outputs (GROUP_MAX_OUTPUTS_PER_CORE per multiprocessor: a full
-  sum, row statistics) split the reduce across the threads of a block (GROUP_REDUCE); a block per output.
+  sum, row statistics) split the reduce across the threads of a block (GROUP_REDUCE); a block per output. Where
+  no axis is that long but all together are (a batch norm's statistics over N x H x W), the longest axis of at
+  least 32, by the most of 256, 128, 64, 32 threads its size fills.
 - a half/bfloat16 matmul-like reduction with float accumulation, on a target with tensor cores: TC. From 64 x 64
   outputs on, staged through shared memory (lower.tc_smem: 128 x 128 block tiles of 8 warps, or 64 x 64 of 4,
   any sizes); smaller ones direct from global memory (lower.wmma), up to 4 x 4 mma tiles a warp
@@ -336,15 +338,22 @@ def _group_opts(ast: UOp, opts: list[Opt]) -> list[Opt]:
         if not mine or any(r.axis_type is AxisType.GROUP_REDUCE for r in red.src[1:]):
             continue
         r = mine[-1]  # the innermost: consecutive threads read consecutive elements
-        n = size(r)
+        n, threads = size(r), GROUP_THREADS
         if n < GROUP_MIN_REDUCE:
-            continue
-        if n % GROUP_THREADS:
-            o = Opt(OptOps.PADTO, rs.index(r), GROUP_THREADS)
+            # a long reduction over several short axes (a batch norm's statistics over N x 14 x 14: one thread per
+            # channel walked all 12544, one block of the whole GPU busy): the longest axis, by as many threads as
+            # its size fills (32 at least)
+            r = max(reversed(mine), key=size)  # of equal sizes the inner one (consecutive threads, nearer reads)
+            n = size(r)
+            if prod(size(q) for q in mine) < GROUP_MIN_REDUCE or n < SHARED_MIN_REDUCE:
+                continue
+            threads = next(t for t in (GROUP_THREADS, 128, 64, 32) if t <= n)
+        if n % threads:
+            o = Opt(OptOps.PADTO, rs.index(r), threads)
             ast = apply_opt(ast, o)
             opts.append(o)
             r = next(q for q in axes(ast) if q.range_id == r.range_id)
-        ast, _, _ = _split_pair(ast, opts, r, GROUP_THREADS, AxisType.GROUP_REDUCE)
+        ast, _, _ = _split_pair(ast, opts, r, threads, AxisType.GROUP_REDUCE)
     return opts
 
 

@@ -556,3 +556,19 @@ def test_group_reduce_keeps_a_partial_per_upcast_lane(up: int) -> None:
     got, _ = run(Tensor(x).softmax(-1), GPU, opts)
     want = np.exp(x - x.max(-1, keepdims=True))
     np.testing.assert_allclose(got, want / want.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_statistics_over_several_short_axes_are_shared_by_a_block() -> None:
+    """A batch norm's statistics: a sum over (N, H, W) per channel, no axis 256 long. The longest axis (the inner
+    of equal ones) is split across the block's threads (32 here: 40 padded to 64), a block per channel, rather than
+    one thread walking all of N H W; mean and variance against numpy in the grid emulator."""
+    x = rng.standard_normal((40, 3, 3, 4)).astype(np.float32)
+    t = Tensor(x, device="python")
+    opts = gpu_opts(_kernel(t.sum((0, 2, 3))), GPU)
+    groups = [o for o in opts if o.op is OptOps.SPLIT and o.arg[1] is AxisType.GROUP_REDUCE]  # type: ignore[index]
+    assert [o.arg[0] for o in groups] == [32], opts  # type: ignore[index]
+    mean, lins = run(t.mean((0, 2, 3)), GPU)
+    assert "lidx0" in _specials(lins)
+    np.testing.assert_allclose(mean, x.mean((0, 2, 3)), rtol=1e-5, atol=1e-6)
+    var, _ = run(t.var((0, 2, 3)), GPU)
+    np.testing.assert_allclose(var, x.var((0, 2, 3), ddof=1), rtol=1e-4, atol=1e-5)
