@@ -314,6 +314,11 @@ def _shared_row_opts(ast: UOp, opts: list[Opt]) -> bool:
                              for red in reds))
     col_id = _fastest(ast, [axes(ast).index(r) for r in free])[0]
     col = axes(ast)[col_id].range_id
+    stores = [u for u in ast.toposort() if u.op is Ops.STORE]
+    if size(axes(ast)[col_id]) % threads and not any(axes(ast)[col_id] in st.src[0].toposort() for st in stores):
+        # a loop no store moves with (a mean loss over 100 rows, summed into one output): padded to a multiple of
+        # the block it failed to linearize (a value used outside the padded loop); unpadded it takes other opts
+        return False
     for rid, kind in [(i, AxisType.GROUP_REDUCE) for i in ids] + [(col, AxisType.LOCAL)]:
         r = next(q for q in axes(ast) if q.range_id == rid)
         if size(r) % threads:

@@ -572,3 +572,25 @@ def test_statistics_over_several_short_axes_are_shared_by_a_block() -> None:
     np.testing.assert_allclose(mean, x.mean((0, 2, 3)), rtol=1e-5, atol=1e-6)
     var, _ = run(t.var((0, 2, 3)), GPU)
     np.testing.assert_allclose(var, x.var((0, 2, 3), ddof=1), rtol=1e-4, atol=1e-5)
+
+
+def test_mean_loss_over_a_ragged_batch() -> None:
+    """cross_entropy's mean over 100 rows beside its backward: the kernel sums the rows in a loop no store moves
+    with; sharing that loop among a block's threads padded it to 128 and failed to linearize (the digits CNN's
+    training step did not compile for a GPU). Unpadded it takes other opts; against numpy in the grid emulator."""
+    from tensor.modules import cross_entropy
+
+    xv = rng.standard_normal((100, 10)).astype(np.float32)
+    yv = rng.integers(0, 10, 100).astype(np.int32)
+    w = Tensor(np.eye(10, dtype=np.float32), device="python", requires_grad=True)
+    loss = cross_entropy(Tensor(xv, device="python") @ w, Tensor(yv, device="python"))
+    loss.backward()
+    assert w.grad is not None
+    items, _ = schedule([w.grad.uop, loss.uop])  # with the gradient, the loss kernel reads the rows' statistics
+    for it in items:
+        if it.kind == "kernel":
+            lower_kernel(it.ast, GPU, name=it.name)  # the failing shape: raised CompilerError
+    got, _ = run(loss, GPU)
+    e = xv.astype(np.float64) - xv.max(1, keepdims=True)
+    want = (np.log(np.exp(e).sum(1)) - e[np.arange(100), yv]).mean()
+    np.testing.assert_allclose(got, want, rtol=1e-5)
