@@ -352,7 +352,7 @@ CONVT = (16, 32, 16, 16, 4, 2, 1)  # N, Cin, Cout, H=W, kernel, stride, padding:
 CONVS = ((32, 32, 64, 32, 3, 1, 1), (16, 64, 128, 28, 3, 2, 1), (16, 64, 64, 28, 3, 1, 1, 64))
 
 
-def convt_row(b: Bench, runs: int = 7, shape: tuple[int, ...] = CONVT, transposed: bool = True) -> dict[str, Any]:
+def conv_row(b: Bench, runs: int = 7, shape: tuple[int, ...] = CONVT, transposed: bool = True) -> dict[str, Any]:
     """ConvTranspose2d (or, not `transposed`, Conv2d) forward and backward (output, input and weight gradients of
     sum(y * g)), ours under tensor.jit against torch eager; the three results checked against torch's."""
     import numpy as np
@@ -426,10 +426,10 @@ def train(b: Bench) -> None:
         model_row(b, cfg, runs=5 if b.quick else 7, compiled=not b.quick)
     if not b.quick:
         b.case("conv_transpose2d")
-        convt_row(b)
+        conv_row(b)
         for shape in CONVS:
             b.case(f"conv2d s{shape[5]}" + (f" g{shape[7]}" if len(shape) > 7 else ""))
-            convt_row(b, shape=shape, transposed=False)
+            conv_row(b, shape=shape, transposed=False)
     b.case("digits")
     digits_row(b, 3 if b.quick else 12)
 

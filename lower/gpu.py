@@ -49,7 +49,7 @@ from math import prod
 from devices.base import Target
 from lower.opt_apply import Opt, OptOps, apply_opt, axes, next_range_id, replace_range, size
 from lower.optimize import _split_pair
-from lower.strides import _stride
+from lower.strides import _ranges_in, _stride, _topo
 from rewrite import AxisType, BufferArg, Ops, UOp
 from rewrite.dtype import AddrSpace
 from rewrite.env import knob_bool
@@ -314,8 +314,8 @@ def _shared_row_opts(ast: UOp, opts: list[Opt]) -> bool:
                              for red in reds))
     col_id = _fastest(ast, [axes(ast).index(r) for r in free])[0]
     col = axes(ast)[col_id].range_id
-    stores = [u for u in ast.toposort() if u.op is Ops.STORE]
-    if size(axes(ast)[col_id]) % threads and not any(axes(ast)[col_id] in st.src[0].toposort() for st in stores):
+    stores = [u for u in _topo(ast) if u.op is Ops.STORE]
+    if size(axes(ast)[col_id]) % threads and not any(axes(ast)[col_id] in _ranges_in(st.src[0]) for st in stores):
         # a loop no store moves with (a mean loss over 100 rows, summed into one output): padded to a multiple of
         # the block it failed to linearize (a value used outside the padded loop); unpadded it takes other opts
         return False

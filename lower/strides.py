@@ -163,8 +163,10 @@ def _steady_of(idx: UOp, r: UOp, n: int) -> bool:
     from rewrite.errors import EvalError
 
     step = _stride(idx, r)
-    if step is None or (step == 0 and r not in _ranges_in(idx)):
-        return step is not None
+    if step is None:
+        return False
+    if r not in _ranges_in(idx):
+        return True
     names = _names(_ranges_in(idx))
     try:
         at = [idx.evaluate({q: (k if u is r else 0) for q, u in names.items()}) for k in (0, n - 1)]

@@ -114,7 +114,7 @@ def custom_vjp(bwd: Callable[..., object]) -> Callable[[F], F]:
     differentiable (second derivatives go through it). Tensors f reads from elsewhere (a global, a closure) are
     arguments too, but get no gradient. Like torch.autograd.Function and jax.custom_vjp: a straight-through
     estimator, a clipped or rescaled gradient, an operation whose best backward is not its forward's reverse
-    (tensor.nn's strided conv_transpose2d is one, through the same rules.gradients.VjpUnit)."""
+    (tensor.conv's conv2d and strided conv_transpose2d are, through the same rules.gradients.VjpUnit)."""
 
     def decorate(fn: F) -> F:
         name = _vjp_name(fn)

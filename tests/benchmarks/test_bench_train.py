@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from benchmarks.bench_train import TINY, convt_row, loss_check, mlp_row, model_row, run_worker
+from benchmarks.bench_train import TINY, conv_row, loss_check, mlp_row, model_row, run_worker
 from benchmarks.kernel_peers import have
 from benchmarks.runner import Bench
 
@@ -76,7 +76,7 @@ def test_tiny_mlp_row_torch_compile() -> None:
 @pytest.mark.parametrize("transposed", [True, False])
 def test_convt_row_small(transposed: bool) -> None:
     b = Bench("train", quick=True)
-    out = convt_row(b, runs=3, shape=(2, 4, 6, 5, 3, 2, 1, 2), transposed=transposed)  # groups 2
+    out = conv_row(b, runs=3, shape=(2, 4, 6, 5, 3, 2, 1, 2), transposed=transposed)  # groups 2
     assert 0 < out["ours_ms"] < 10_000
     if not have("torch"):
         pytest.skip("torch not installed: no check")

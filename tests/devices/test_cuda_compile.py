@@ -573,39 +573,3 @@ def test_the_emulators_bounds_check_catches_a_wrong_bound() -> None:
     finally:
         mul._mm = None
 
-
-def conv_grad_kernels(dtype: str) -> list[tuple[str, UOp]]:
-    """(name, AST) of the kernels of a conv's input and weight gradients (tensor.nn._conv_vjp): a plain conv (its
-    weight gradient a matmul: tensor cores in 16-bit floats), a strided grouped one (subpixel phases) and a
-    depthwise one (the windowed reduction)."""
-    from tensor.nn import conv2d
-
-    rng = np.random.default_rng(1)
-    out: list[tuple[str, UOp]] = []
-    for key, xs, ws, s, g in (("plain", (2, 32, 8, 8), (32, 32, 3, 3), 1, 1),
-                              ("grouped", (2, 32, 8, 8), (32, 8, 3, 3), 2, 4),
-                              ("depthwise", (2, 32, 8, 8), (32, 1, 3, 3), 1, 32)):
-        x = Tensor(rng.standard_normal(xs).astype(np.float32)).cast(dtype).realize()
-        w = Tensor(rng.standard_normal(ws).astype(np.float32)).cast(dtype).realize()
-        x.requires_grad, w.requires_grad = True, True
-        conv2d(x, w, stride=s, padding=1, groups=g).float().sum().backward()
-        assert x.grad is not None and w.grad is not None
-        items, _ = schedule([x.grad.uop, w.grad.uop])
-        out += [(f"{key}_{dtype}_{it.name}", it.ast) for it in items if it.kind == "kernel" and it.ast is not None]
-    return out
-
-
-@pytest.mark.parametrize("compiler", COMPILERS)
-@pytest.mark.parametrize("sm", SMS)
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_conv_gradient_kernels_compile_for_the_gpu(compiler: str, tmp_path: os.PathLike, sm: str, dtype: str) -> None:
-    progs = lowered(conv_grad_kernels(dtype), sm, "gpu")
-    with Context(CACHEDIR=str(tmp_path), CUDA_COMPILER=compiler):
-        ks = DEVICE.compile_batch(progs, gpu_target(sm))
-    assert len(ks) == len(progs) >= 6 and all(k.cubin[:4] == b"\x7fELF" for k in ks)
-    # every kernel a grid of threads, not one serial thread (a small block where its output axes are small: the
-    # depthwise weight gradient's 3 x 3 taps, one block per channel, each thread a serial sum over N H W)
-    assert min(math.prod(k.launch_dims({})[0]) * math.prod(k.launch_dims({})[1]) for k in ks) >= 32
-    if dtype == "float16":  # the plain conv's weight gradient (a matmul) on the tensor cores
-        assert any("mma.sync" in k.src or "wgmma" in k.src for k in ks if k.name.startswith("plain_")), \
-            [k.name for k in ks]

@@ -147,7 +147,7 @@ def test_dot_products_along_a_contiguous_k_keep_their_lanes(level: str) -> None:
 
 
 def test_transposed_conv_gradients_are_a_convolution_and_a_matmul() -> None:
-    """A strided transposed convolution is a VJP unit (tensor.nn._strided_transposed): its input gradient is one
+    """A strided transposed convolution is a VJP unit (tensor.conv._strided_transposed): its input gradient is one
     strided conv2d kernel over g and w (x's size, no per-phase partial sums to add up) and its weight gradient a
     matmul over the batch and positions (a reduction of N H W); both against numpy's definitions."""
     rng = _rng(3)
@@ -175,7 +175,7 @@ def test_transposed_conv_gradients_are_a_convolution_and_a_matmul() -> None:
 
 
 def test_conv_gradients_are_a_transposed_convolution_and_a_matmul() -> None:
-    """conv2d is a VJP unit (tensor.nn._conv_vjp): its weight gradient is a matmul whose reduction is the batch
+    """conv2d is a VJP unit (tensor.conv._conv_vjp): its weight gradient is a matmul whose reduction is the batch
     and positions (N H W) and which gets a register tile on a vector target; its input gradient one convolution
     kernel over g; both against numpy's definition."""
     x = _rng(4).standard_normal((20, 8, 6, 6)).astype(np.float32)

@@ -1,4 +1,4 @@
-"""conv2d's gradients as an operation (tensor.nn._conv_vjp, a rules.gradients.VjpUnit): the input's gradient a
+"""conv2d's gradients as an operation (tensor.conv._conv_vjp, a rules.gradients.VjpUnit): the input's gradient a
 transposed convolution, the weight's one matmul per group of the incoming gradient against the input's windows.
 Checked against numpy's loop definition with central differences (float64), over strides, dilations, groups,
 paddings that differ per side, windows that leave an input tail unread, and one to three spatial axes; a second
@@ -144,9 +144,9 @@ def test_conv_weight_gradient_summed_over_batch_chunks(case, monkeypatch: pytest
     """On a GPU target the weight gradient is a product per chunk of the batch, summed after (tensor.nn.
     _batch_chunks); forced here on the cpu, a chunk per sample: the same gradients as the definition's, for a
     grouped reduction, a matmul and a grouped matmul."""
-    import tensor.nn as nn_mod
+    import tensor.conv as conv_mod
 
-    monkeypatch.setattr(nn_mod, "_batch_chunks", lambda dev, n, positions: n)
+    monkeypatch.setattr(conv_mod, "_batch_chunks", lambda dev, n, positions: n)
     cin, cout, ks, s, p, d, g, sp = case
     pads = _pairs(p)
     x, w = rnd(4, cin, *sp, seed=12), rnd(cout, cin // g, *ks, seed=13)

@@ -41,7 +41,7 @@ CT_CASES = [  # cin, cout, kernel, stride, padding, output_padding, dilation, gr
     (3, 3, 3, 3, 4, 2, 2, 3, (3, 3)),  # padding beyond dilation*(k-1): the input is cropped
     (2, 4, 3, 1, 2, 1, 2, 2, (3, 4)),  # stride 1: no phases; padding crops, output_padding extends
     (2, 2, 4, (2, 4), (1, 0), (1, 3), (2, 1), 1, (2, 2)),  # stride 4 with 4 taps: every phase has one tap
-    # dilation 1, stride > 1: one stride-1 transposed conv per output phase, interleaved (tensor.nn._subpixel)
+    # dilation 1, stride > 1: one stride-1 transposed conv per output phase, interleaved (tensor.conv._subpixel)
     (3, 2, 2, 3, 0, 2, 1, 1, (3, 2)),  # kernel 2 < stride 3: a phase with no tap; output_padding past the taps
     (2, 4, (3, 4), (2, 3), (2, 1), (1, 2), 1, 2, (2, 3)),  # mixed strides, groups, crops and output_padding
     (2, 3, 5, (2, 1), 3, 0, 1, 1, (4, 3)),  # stride 1 on one axis only; padding crops into the taps

@@ -167,7 +167,7 @@ def test_conv2d(data: st.DataObject) -> None:
     (1, 32, (1, 1), (1, 1), "float32"), (2, 64, (2, 1), (1, 0), "float32"),
     (1, 16, (1, 1), (0, 2), "float64"), (1, 24, (1, 1), (1, 1), "float32"), (1, 8, (1, 1), (1, 1), "float32")])
 def test_conv2d_register_tile(groups: int, cout: int, stride: tuple, pad: tuple, dt: str) -> None:
-    """Output channels innermost in a weight copy (tensor.nn._channels_last) where they fill vectors (or half
+    """Output channels innermost in a weight copy (tensor.conv._channels_last) where they fill vectors (or half
     vectors over a reduction at least as deep as the lanes), and the
     conv kernel then gets the register tile (lanes over output channels, rows over output columns)."""
     from devices import get_device
