@@ -29,7 +29,8 @@ thread whose compiler processes run at nice 19 and start only while no kernel fi
 to. A kernel takes its -O2 code at its first call after that build is done (CPUKernel.tier says which it runs). The
 two tiers are cached apart (the tier is in the key); the exactness flags are the same, so results are bit for bit
 the same. At exit the queued builds are dropped and a running one is terminated (its temporary file removed), so
-exit does not wait; a later process finds the -Og object cached and queues the -O2 build again.
+exit does not wait; a later process that finds the -Og object cached but no -O2 one compiles the file at -O2 at
+once (a script shorter than its -O2 build would otherwise run -Og code at every run).
 `CPUDevice.finish_upgrades()` waits for the queued builds (benchmarks, tests).
 
 SANITIZE=address compiles with AddressSanitizer and devices.memory allocates every buffer at its exact size, so

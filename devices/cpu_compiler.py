@@ -186,13 +186,7 @@ class Compiler:
         key = self.key(src, target)
         if (lib := self._in_memory(key)) is not None:
             return lib
-        if not int(getenv("CACHE")):
-            return None
-        try:
-            path = os.path.join(cache_dir(), "cpu", f"{key}.so")
-        except OSError:  # the load that follows warns of it
-            return None
-        if not objcache.verify(path, key):
+        if (path := self._disk_path(key)) is None:
             return None
         try:
             lib = _Library(path)
@@ -202,6 +196,21 @@ class Compiler:
         with self._lock:
             self._remember(key, lib)
         return lib
+
+    def in_disk_cache(self, src: str, target: Target, tier: str) -> bool:
+        """Whether the disk cache holds a sound object of `src` at `tier` (nothing is loaded or compiled)."""
+        return self._disk_path(self.key(src, target, tier)) is not None
+
+    @staticmethod
+    def _disk_path(key: str) -> str | None:
+        """The path of the object cached under `key` when the disk cache is on and it verifies, else None."""
+        if not int(getenv("CACHE")):
+            return None
+        try:
+            path = os.path.join(cache_dir(), "cpu", f"{key}.so")
+        except OSError:  # the load that follows warns of it
+            return None
+        return path if objcache.verify(path, key) else None
 
     def _check_target(self, target: Target) -> None:
         if not target.runs_here:

@@ -182,6 +182,30 @@ def test_the_tiers_give_the_same_bits_end_to_end(tmp_path: Path) -> None:
 
 
 @needs_two
+def test_a_run_that_ended_before_its_optimized_build_leaves_the_next_one_optimized(tmp_path: Path) -> None:
+    # the first process exits with its -O2 builds still queued (held back: it plans throughout), so the cache has
+    # only -Og objects; the next process compiles those files at -O2 at once and queues nothing. Before, it took the
+    # -Og objects and queued the -O2 builds again: a script shorter than its -O2 build never ran -O2 code
+    code = MODEL + """
+    import os
+    with cpu.DEVICE.planning():
+        model()
+        print("PENDING", bool(cpu._UPGRADES.pending))
+    print("BORN", sorted(set(born)))
+    print("FILES", *sorted({os.path.basename(k.path) for k in made}))
+    """
+    env = {"CACHEDIR": str(tmp_path), "CPU_TIERS": "1", "CACHE": "1"}
+    first = _run(code, **env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "PENDING True" in first.stdout and "BORN ['fast']" in first.stdout, first.stdout
+    again = _run(code, **env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "PENDING False" in again.stdout and "BORN ['opt']" in again.stdout, again.stdout
+    files = [r.split("FILES", 1)[1].split() for r in (first.stdout, again.stdout)]
+    assert files[0] and len(files[1]) == len(files[0]) and not set(files[0]) & set(files[1])  # -O2 objects now
+
+
+@needs_two
 @pytest.mark.parametrize("cache", ["1", "0"])
 def test_exit_with_a_build_running_leaves_no_temporary_file(tmp_path: Path, cache: str) -> None:
     # the process exits as soon as a -O2 build has begun: the compiler is terminated and its temporary removed
