@@ -36,22 +36,27 @@ def _channels_last(w: UOp, groups: int, positions: int, dev: Device) -> UOp:
     Half vectors: 8 output channels on a 16-lane target ran the CNN layer (N100, 16->8, 4x4) in 0.33 ms packed
     against 3.8 unpacked, and 16->24 channels at 28x28 in 3.4 against 10.9 (2-core AVX-512 Xeon); but a half
     vector over a reduction of fewer taps than lanes (1->8 channels, 3x3) lost: 0.20 against 0.08 ms."""
-    from devices import target_for
-
-    if isinstance(dev, tuple):
-        return w
-    target = target_for(dev)
     cout, rest = w.shape[0], w.shape[1:]
-    lanes = target.lanes(w.dtype.itemsize)
-    cout_g, depth = cout // groups, math.prod(rest)
-    whole = cout_g % lanes == 0 or (cout_g % max(1, lanes // 2) == 0 and depth >= lanes)
-    if target.interpreted or not target.vector_bytes or not whole or positions < 256:
+    if not _packs_channels(cout // groups, math.prod(rest), positions, dev, w.dtype.itemsize):
         return w
     nk = len(rest)
     split = w.reshape((groups, cout // groups, *rest))
     order = (0, *range(2, 2 + nk), 1)  # (g, Cin/g, *kernel, Cout/g)
     back = (0, 1 + nk, *range(1, 1 + nk))
     return split.permute(order).contiguous().permute(back).reshape(w.shape)
+
+
+def _packs_channels(cout_g: int, depth: int, positions: int, dev: Device, itemsize: int = 4) -> bool:
+    """Whether _channels_last packs a conv's weight: `cout_g` output channels per group, a reduction `depth` deep
+    (Cin/g times the taps) and `positions` outputs per channel on device `dev`, elements `itemsize` bytes."""
+    from devices import target_for
+
+    if isinstance(dev, tuple):
+        return False
+    target = target_for(dev)
+    lanes = target.lanes(itemsize)
+    whole = cout_g % lanes == 0 or (cout_g % max(1, lanes // 2) == 0 and depth >= lanes)
+    return not target.interpreted and bool(target.vector_bytes) and whole and positions >= 256
 
 
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1,
@@ -147,6 +152,12 @@ def _conv_vjp(g: UOp, args: tuple[UOp, ...], params: tuple) -> tuple[UOp | None,
     else:
         gt = gt.contiguous()
     wt = tt.Tensor._wrap(w.cast(dt), dev)
+    if product and not _packs_channels(cin_g, cout_g * math.prod(ks), red, dev):
+        # x's gradient reduces over g's channels, which g's copy has innermost: w's too then (a copy of the small
+        # weight), so that reduction is contiguous in both operands and goes into lanes, where the transposed conv
+        # does not put its own output channels there (_channels_last). The stem conv's (N8 3->32 64x64 7x7 s2)
+        # phases: 10.8 -> 2.3 ms, gathering w 147 floats apart before (2-core AVX-512 Xeon)
+        wt = wt.permute(*range(1, 2 + ns), 0).contiguous().permute(1 + ns, *range(0, 1 + ns))
     tails = [length + b + a - d * (k - 1) - 1 - (o - 1) * s
              for length, (b, a), k, s, d, o in zip(spatial, pads, ks, ss, ds, os, strict=True)]
     if all(b == a for b, a in pads):

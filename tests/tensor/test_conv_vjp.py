@@ -171,3 +171,34 @@ def test_conv_weight_gradient_of_a_large_padded_input() -> None:
     want = np.stack([np.stack([np.einsum("nohw,nchw->oc", c.astype(np.float64), xp[:, :, i:i + 32, j:j + 32])
                                for j in range(3)], -1) for i in range(3)], -2)
     np.testing.assert_allclose(wt.grad.numpy(), want, rtol=1e-4, atol=1e-3)
+
+
+def test_input_gradient_of_a_conv_with_few_input_channels_reduces_in_lanes() -> None:
+    """A stem-like conv (3 input channels, 7x7, stride 2): x's gradient is the transposed conv of g (stored
+    channels-last) by w, reducing over g's 32 channels. Its 3 output channels fill no vector, so w is copied with
+    those channels innermost too (tensor.conv._conv_vjp), and each phase kernel's reduction goes into lanes rather
+    than scalar partial sums gathering w 147 floats apart. The gradient against the definition's."""
+    from devices import get_device
+    from lower.optimize import OptOps, hand_coded
+    from lower.stages import _symbolic
+    from rewrite import AxisType
+    from rewrite.ops import Ops
+
+    x, w, c = rnd(2, 3, 16, 16, seed=16), rnd(32, 3, 7, 7, seed=17), rnd(2, 32, 8, 8, seed=18)
+    xt = Tensor(x, requires_grad=True)
+    (conv2d(xt, Tensor(w), None, 2, 3) * Tensor(c)).sum().backward()
+    target = get_device("cpu").default_target()
+    if target.vector_bytes:
+        reducing = [it for it in schedule([xt.grad.uop])[0] if it.kind == "kernel"
+                    and any(u.op is Ops.REDUCE for u in it.ast.toposort())]
+        assert len(reducing) == 4  # the 2 x 2 stride phases
+        for it in reducing:
+            opts = hand_coded(_symbolic(it.ast, target), target, threads=1)
+            assert not any(o.op is OptOps.PARTIALS for o in opts), (it.name, opts)
+            assert any(o.op is OptOps.SPLIT and o.arg[1] is AxisType.UNROLL and o.arg[0] >= 4  # type: ignore[index]
+                       for o in opts), (it.name, opts)
+    want = np.zeros((2, 3, 22, 22))  # dx_padded[n, i, 2 h + a, 2 v + b] += sum over o of c[n, o, h, v] w[o, i, a, b]
+    for a in range(7):
+        for b in range(7):
+            want[:, :, a:a + 16:2, b:b + 16:2] += np.einsum("nohv,oi->nihv", c, w[:, :, a, b])
+    np.testing.assert_allclose(xt.grad.numpy(), want[:, :, 3:19, 3:19], rtol=1e-5, atol=1e-5)
