@@ -152,7 +152,7 @@ def _conv_vjp(g: UOp, args: tuple[UOp, ...], params: tuple) -> tuple[UOp | None,
     else:
         gt = gt.contiguous()
     wt = tt.Tensor._wrap(w.cast(dt), dev)
-    if product and not _packs_channels(cin_g, cout_g * math.prod(ks), red, dev):
+    if product and not _packs_channels(cin_g, cout_g * math.prod(ks), red, dev, dt.itemsize):
         # x's gradient reduces over g's channels, which g's copy has innermost: w's too then (a copy of the small
         # weight), so that reduction is contiguous in both operands and goes into lanes, where the transposed conv
         # does not put its own output channels there (_channels_last). The stem conv's (N8 3->32 64x64 7x7 s2)
