@@ -7,7 +7,9 @@
 #                                             checks the script's syntax (and shellcheck where installed), that every
 #                                             module a step runs imports and parses its arguments, and that the
 #                                             benchmark's cases cover the issue's targets; runs nothing long
-#   SKIP_NVCC=1                               without the compile CI tests (nvcc/NVRTC for sm_80/sm_90; CI runs them)
+#   SKIP_NVCC=1                               without the compile CI tests (nvcc/NVRTC for sm_80/sm_90; CI runs them);
+#                                             in their time the reduction cases again with WARP_REDUCE=0 (the
+#                                             shared-memory tree instead of warp shuffles), figures in bench.log only
 #   HOST_CPU=1 bash benchmarks/gpu_check.sh   instead of the GPU steps, the cpu `kernels` suite on this machine's host
 #                                             CPU (its detected Target, then CPU_TARGET=x86-64-v3): the figures of
 #                                             issue 9 for a host other than the development VM (an AVX-512 Xeon, where
@@ -31,6 +33,7 @@ BEAM_N="${BEAM:-0}"
 unset BEAM  # only the BEAM step searches
 BEAM_CASES="${BEAM_CASES:-matmul_4096_fp16,softmax_4096}"
 WGMMA_CASES="matmul_4096_fp16,matmul_4096_bf16"
+WARP_CASES="sum_16M,softmax_4096,layernorm,attention"
 DRY="${DRY_RUN:-0}"
 export CACHEDIR="${CACHEDIR:-/tmp/uopc-gpu-cache}"  # an empty kernel cache: the first compiles are cold
 KILL=5  # seconds between a step's TERM and KILL
@@ -49,6 +52,9 @@ if [ "${SKIP_NVCC:-0}" != 1 ] && [ "$BEAM_N" = 0 ]; then
 fi
 STEPS+=("cold compile per kernel|60|bench.log|$PY -m benchmarks.gpu_compile --sm SM --json $OUT/bench-gpu-compile.json")
 STEPS+=("benchmark|170|bench.log|$PY -m benchmarks gpu --json $OUT/bench-gpu.json")
+if [ "${SKIP_NVCC:-0}" = 1 ] && [ "$BEAM_N" = 0 ]; then  # the block reductions without warp shuffles (lower/gpu.py)
+  STEPS+=("WARP_REDUCE=0 reductions|40|bench.log|$PY -m benchmarks gpu --cases $WARP_CASES --variants WARP_REDUCE=0 --json /dev/null")
+fi
 if [ "$BEAM_N" = 0 ]; then  # Hopper's warpgroup MMA (lower/tc_wgmma.py, opt-in: not yet run on a GPU before this),
   # its tiles copied by cp.async, then by the TMA (lower/tc_tma.py)
   STEPS+=("WGMMA=1 [TMA=1] matmuls|35|bench.log|$PY -m benchmarks gpu --cases $WGMMA_CASES --variants WGMMA=1;WGMMA=1,TMA=1 --json $OUT/bench-gpu-variants.json")

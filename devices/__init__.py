@@ -50,6 +50,9 @@ GPU kernels (lowered for a Target with warp_size > 0, e.g. devices.base.gpu_targ
            an AFTER whose value is the whole buffer (shape (n,)): INDEX(AFTER(local, BARRIER), i); so do the
            stores of a later round (a reduction tree stores to INDEX(AFTER(local, BARRIER), lidx0), gated).
   ATOMICADD src (INDEX of a GLOBAL buffer, scalar value of its dtype): `atomicAdd(&buf[i], value)`; a statement.
+  SHUFFLE  arg k (1, 2, 4, 8 or 16), src (one scalar of 16, 32 or 64 bits: devices.linear.SHUFFLE_DTYPES): the
+           value lane (l XOR k) of the warp brought, for lane l (`__shfl_xor_sync(0xffffffff, v, k)`); every
+           lane of every warp of the block reaches it (never inside an IF), and the block is whole warps.
 
   WMMA     arg (16, 8, 16, in dtype, float32) (M, N, K; in dtype float16 or bfloat16), src (A, B, C):
            `mma.sync.aligned.m16n8k16.row.col.f32.{f16|bf16}.{f16|bf16}.f32` by the 32 lanes of a warp (lane l =
@@ -73,9 +76,11 @@ GPU kernels (lowered for a Target with warp_size > 0, e.g. devices.base.gpu_targ
   (devices.cuda_render), else lane by lane.
   UPCAST/UNROLL axes become separate scalar instructions (copies of the code, lower.expand), never vector lanes.
   A store every thread of a block would make alike (the result of a reduction shared by the block) is gated
-  to lidx0 == 0. Loads and stores past a padded axis's end carry a gate (never an out-of-bounds access).
+  to lidx0 == 0; a warp's total for the block's fold is stored by lane 0 of the warp (lower.gpu). Loads and
+  stores past a padded axis's end carry a gate (never an out-of-bounds access).
   The python device emulates the grid exactly (devices/python.py): blocks one by one, the threads of a block
-  in lockstep from BARRIER to BARRIER, LOCAL memory per block.
+  in lockstep from BARRIER to BARRIER (and to each WMMA and SHUFFLE, where a warp's lanes exchange values),
+  LOCAL memory per block.
 
 IDIV/MOD are floor division; a device that lacks them declares so and lowering gives it CDIV/CMOD plus a fix.
 A device declares `supported_ops`; lowering decomposes the rest (rules/decompositions.py).

@@ -103,13 +103,13 @@ C_RULES = VECTOR_RULES + SCALAR_RULES
 _NAMED_BY_RULE = frozenset({Ops.CONST, Ops.VCONST, Ops.INDEX, Ops.AFTER, Ops.PARAM, Ops.SPECIAL})
 _VECTOR_MAKERS = frozenset({Ops.VCONST, Ops.STACK})
 _VALUES = VALUE_OPS | {Ops.STACK}  # values named or inlined by the driver; LOAD and CUSTOM too when not void
-_READS = frozenset({Ops.LOAD, Ops.CUSTOM})
+_READS = frozenset({Ops.LOAD, Ops.CUSTOM, Ops.SHUFFLE})
 _MAX_INLINE_DEPTH = 48  # clang rejects parentheses nested deeper than 256; name long chains instead
 
 
 def _named(u: UOp, prog: Program, ctx: CContext) -> bool:
     """Must this value get a declared name, rather than being inlined into its one user?"""
-    if u.op is Ops.LOAD or u.op is Ops.CUSTOM:
+    if u.op in _READS:  # a SHUFFLE too: inlined into a ?: branch, only some lanes of the warp would run it
         return True
     users = prog.users.get(u, ())
     if u.shape != () and contiguous_start(u) is not None and all(x.op is Ops.INDEX and x.src[1] is u for x in users):

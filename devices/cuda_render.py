@@ -16,6 +16,8 @@ name. What is CUDA's own (the rules before devices.c_render.SCALAR_RULES):
   BARRIER  `__syncthreads();`
   ATOMICADD (INDEX, value): atomicAdd on the element (64-bit ints as unsigned long long, which wraps the same;
            bfloat16 through __nv_bfloat16, float16 through half).
+  SHUFFLE  `__shfl_xor_sync(0xffffffffu, v, k)`, always a named value (inlined into a `?:` branch, only the
+           lanes that take it would run it); a bfloat16 moves as the float register that holds it.
 
 Everything else is the C text of devices.c_scalar in the CUDA dialect (`devices.c_scalar.Dialect`): `bool`,
 `half` (cuda_fp16.h) with every op's result rounded back to half (a float -> half CAST is __float2half_rn /
@@ -302,6 +304,8 @@ CUDA_RULES = RuleSet("cuda-render", [
     Rule("cuda-barrier", op.BARRIER(name="x", rest=True), lambda x: _render_barrier(x)),
     Rule("cuda-ins", op.INS(name="x", rest=True), lambda x, ctx: _render_ins(x, ctx)),
     Rule("cuda-atomic-add", op.ATOMICADD(var("idx"), var("val")), _render_atomic_add),
+    Rule("cuda-shuffle", op.SHUFFLE(var("v"), name="x"),
+         lambda x, v, ctx: f"__shfl_xor_sync(0xffffffffu, {unparen(ctx[v])}, {x.arg})"),
 ]) + SCALAR_RULES
 
 

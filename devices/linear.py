@@ -22,8 +22,9 @@ CompileError (naming the instruction, its position and what is wrong) or returns
   `supported_ops`;
 - GLOBAL buffer slots, variable names and SPECIAL names are each defined once;
 - a REG or LOCAL buffer has a constant size; ATOMICADD is (INDEX of a GLOBAL buffer, scalar of its dtype); a
-  BARRIER is not inside an IF (every thread of a block must reach it); a WMMA's fragments have the lanes and
-  dtypes its arg names (WMMA_FRAGMENTS).
+  BARRIER is not inside an IF (every thread of a block must reach it), nor is a SHUFFLE (every lane of a warp
+  takes part), which moves one scalar of SHUFFLE_DTYPES by a lane mask of SHUFFLE_MASKS; a WMMA's fragments have
+  the lanes and dtypes its arg names (WMMA_FRAGMENTS).
 
 The Program then gives positions, the matching opener/closer of each block, the innermost open block of
 each instruction, use counts, and the kernel parameters (GLOBAL buffers by slot, variables by name,
@@ -44,6 +45,7 @@ from rewrite.dtype import AddrSpace, dtypes
 from rewrite.errors import CompileError, DeviceError, EvalError
 from rewrite.ops import GroupOp, Ops
 from rewrite.props import base_of
+from rewrite.spec_args import SHUFFLE_MASKS
 from rewrite.uop import BufferArg, ConstValue, ParamArg, UOp
 
 # the ops that may appear in a LINEAR list (ALU ops, CAST and BITCAST besides)
@@ -51,7 +53,7 @@ STATEMENTS = frozenset({Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.STORE, Ops.BA
                         Ops.INS})
 INSTRUCTIONS = STATEMENTS | frozenset(
     {Ops.BUFFER, Ops.PARAM, Ops.CONST, Ops.VCONST, Ops.STACK, Ops.SPECIAL, Ops.INDEX, Ops.LOAD, Ops.AFTER,
-     Ops.CUSTOM, Ops.WMMA}
+     Ops.CUSTOM, Ops.WMMA, Ops.SHUFFLE}
 )
 VALUE_OPS = GroupOp.ALU | frozenset({Ops.CAST, Ops.BITCAST})
 MAX_LANES = 64
@@ -252,10 +254,10 @@ def analyze(linear: UOp, device: str, supported_ops: frozenset[Ops], name: str =
                         break
         elif op in checked:
             _check_instruction(prog, i, u)
-        if (op is Ops.BARRIER or (op is Ops.INS and ins_kind(u) == TMA_WAIT)) and \
+        if (op is Ops.BARRIER or op is Ops.SHUFFLE or (op is Ops.INS and ins_kind(u) == TMA_WAIT)) and \
                 any(prog.instrs[p].op is Ops.IF for p in stack):
-            raise _fail(prog, i, u, f"a {'BARRIER' if op is Ops.BARRIER else 'mbarrier wait'} inside an IF: every "
-                                    f"thread of the block must reach it")
+            what = {Ops.BARRIER: "BARRIER", Ops.SHUFFLE: "SHUFFLE"}.get(op, "mbarrier wait")
+            raise _fail(prog, i, u, f"a {what} inside an IF: every thread of the block must reach it")
         pos[u] = i
         for s in deps:
             if (us := users.get(s)) is None:
@@ -383,7 +385,11 @@ def _check_access(prog: Program, i: int, u: UOp) -> None:
 
 # the instructions _check_instruction has more to check of (elementwise ops are checked by analyze itself)
 _CHECKED = frozenset({Ops.BUFFER, Ops.PARAM, Ops.SPECIAL, Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.WMMA, Ops.ATOMICADD,
-                      Ops.IF, Ops.INS})
+                      Ops.IF, Ops.INS, Ops.SHUFFLE})
+# what a SHUFFLE exchanges: the 16-, 32- and 64-bit scalars a warp shuffle moves in one instruction (CUDA's
+# __shfl_xor_sync overloads; a bfloat16 value is a float register there)
+SHUFFLE_DTYPES = frozenset({dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64, dtypes.int32,
+                            dtypes.uint32, dtypes.int64, dtypes.uint64})
 
 
 def _check_instruction(prog: Program, i: int, u: UOp) -> None:
@@ -451,5 +457,11 @@ def _check_instruction(prog: Program, i: int, u: UOp) -> None:
         prog.stored.add(buffer_arg(base_of(idx.src[0])).slot)
     elif op is Ops.INS:
         _check_ins(prog, i, u)
+    elif op is Ops.SHUFFLE and (len(u.src) != 1 or u.src[0].shape != () or u.src[0].dtype is not u.dtype
+                                or u.dtype not in SHUFFLE_DTYPES or type(u.arg) is not int
+                                or u.arg not in SHUFFLE_MASKS):
+        raise _fail(prog, i, u, f"SHUFFLE is arg k (one of {SHUFFLE_MASKS}: each lane gets the value of lane XOR k) "
+                                f"with src (one scalar of its dtype, one of "
+                                f"{sorted(d.name for d in SHUFFLE_DTYPES)})")
     elif op is Ops.IF and (len(u.src) != 1 or u.src[0].dtype is not dtypes.bool or u.src[0].shape != ()):
         raise _fail(prog, i, u, "IF takes one scalar bool gate")

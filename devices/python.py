@@ -19,8 +19,9 @@ the next BARRIER in turn, and all must stop at the same one (else DeviceError), 
 `__syncthreads()` guarantees and no more. ATOMICADD reads, adds and writes in one step. A WMMA is a meeting
 point like a BARRIER: when every thread has its fragments, each warp's mma runs (`wmma_m16n8k16`, or
 `wmma_m16n8k8_tf32` for float32 inputs rounded to tf32; the PTX lane layouts) and each lane gets its four results.
-An ldmatrix (LOAD arg ("ldmatrix", n, trans)) is one too: each lane gives a row's element index and gets its
-elements of the warp's n 8x8 matrices (devices.python_gpu.ldmatrix). A cp.async copy (STORE arg "cp.async")
+A SHUFFLE is one too: each lane of a warp brings its value and gets that of lane (its index XOR arg). An ldmatrix
+(LOAD arg ("ldmatrix", n, trans)) is one as well: each lane gives a row's element index and gets its elements of
+the warp's n 8x8 matrices (devices.python_gpu.ldmatrix). A cp.async copy (STORE arg "cp.async")
 reads its source when it runs but writes LOCAL memory only when a wait retires it: BARRIER "cp.async.commit"
 closes the thread's group of copies, BARRIER ("cp.async.wait", n) lands every group of the thread but the
 newest n (oldest first) and is then a BARRIER; so a read that runs ahead of its wait sees the old contents.
@@ -141,6 +142,8 @@ class PythonKernel:
                 self._emit(p, _barrier if u.arg is None or u.arg == INIT_FENCE else _async_barrier(u))
             elif op is Ops.INS:
                 self._emit(p, ins_step(u, pos, prog.where(u), _AT_BARRIER))
+            elif op is Ops.SHUFFLE:
+                self._emit(p, _shuffle_step(p, pos[u.src[0]]))
             elif op is Ops.END:
                 for r in prog.opened[p]:  # innermost first
                     end_step[r] = len(self.steps)
@@ -302,7 +305,8 @@ class PythonKernel:
         specials = list(prog.specials.values())
         bounds = [special_bound(sp, vv, self.name) for sp in specials]
         threads = [i for i, sp in enumerate(specials) if str(sp.arg).startswith("lidx")]
-        if not threads and not prog.locals and not any(u.op in (Ops.BARRIER, Ops.WMMA) for u in prog.instrs):
+        if not threads and not prog.locals and \
+                not any(u.op in (Ops.BARRIER, Ops.WMMA, Ops.SHUFFLE) for u in prog.instrs):
             for combo in itertools.product(*(range(b) for b in bounds)):
                 for sp, val in zip(specials, combo, strict=True):
                     v[prog.pos[sp]] = val
@@ -347,6 +351,8 @@ class PythonKernel:
                 self._warp_ldmatrix(u, [tv for tv, _ in states])
             elif pc is not None and u.op is Ops.INS:
                 wait_met(u, self.prog.pos, [tv for tv, _ in states], self.prog.where(u))
+            elif pc is not None and u.op is Ops.SHUFFLE:
+                self._warp_shuffle(u, [tv for tv, _ in states])
 
     def _warp_mma(self, u: UOp, threads: list[list]) -> None:
         """Every warp (32 consecutive threads) runs the mma of `u` on its lanes' fragments (lower.wmma's layout)."""
@@ -359,6 +365,17 @@ class PythonKernel:
             d = mma([x[0] for x in lanes], [x[1] for x in lanes], [x[2] for x in lanes], lambda x: round_to(acc, x))
             for tv, out in zip(threads[w:w + 32], d, strict=True):
                 tv[p] = out
+
+    def _warp_shuffle(self, u: UOp, threads: list[list]) -> None:
+        """Every warp's butterfly SHUFFLE: lane l gets the value lane l XOR arg brought (its own is in its slot)."""
+        if len(threads) % 32:
+            raise DeviceError(f"{self.prog.where(u)}: SHUFFLE needs whole warps; the block has {len(threads)} threads")
+        p, k = self.prog.pos[u], cast(int, u.arg)
+        for w in range(0, len(threads), 32):
+            warp = threads[w:w + 32]
+            brought = [tv[p] for tv in warp]
+            for ln, tv in enumerate(warp):
+                tv[p] = brought[ln ^ k]
 
     def _warp_ldmatrix(self, u: UOp, threads: list[list]) -> None:
         """Every warp's ldmatrix of `u` (devices.python_gpu.ldmatrix) from its lanes' row addresses."""
@@ -396,6 +413,14 @@ _AT_BARRIER = -1  # what a BARRIER step returns: the thread waits for the rest o
 
 def _barrier(v: list) -> int:
     return _AT_BARRIER
+
+
+def _shuffle_step(p: int, src: int) -> Step:
+    """A SHUFFLE's per-thread step: the thread brings its value and waits for its warp (_warp_shuffle)."""
+    def step(v: list) -> int:
+        v[p] = v[src]
+        return _AT_BARRIER
+    return step
 
 
 def _async_groups(v: list) -> tuple[list, list]:

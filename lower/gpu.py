@@ -30,13 +30,17 @@
   block.
 
 `lower_grid(ast, target)` then lowers the kernel's axes to the GPU's indices (devices/__init__.py, the LINEAR
-contract): a GROUP_REDUCE becomes per-thread partials stored to a LOCAL buffer, a BARRIER, and a tree reduction
-of that buffer in log2(threads) rounds, a BARRIER each (the output store gated to thread 0, unless a LOCAL
-output axis spreads the stores over the same threads: then every thread reads the result from the buffer and the
-output axes the reductions do not depend on stay loops inside the thread); the other output LOOP axes are
-GLOBAL; GLOBAL axes become SPECIAL("gidx0".."gidx2") and LOCAL/GROUP_REDUCE axes
-SPECIAL("lidx0".."lidx2"), innermost first (the fastest-varying axis is x); more axes than three merge into the
-last dimension (div/mod of one index), or all into x where y or z would pass their limit.
+contract): a GROUP_REDUCE becomes per-thread partials folded within each warp by five butterfly SHUFFLEs (the
+warp's lanes exchange registers, no shared memory), lane 0 of each warp storing its warp's total to one LOCAL
+slot, one BARRIER, and every thread folding those slots (threads / 32 of them) itself: one BARRIER per reduction
+where the shared-memory tree took log2(threads) + 1 (softmax's row of 4096: 2 against 18), none where the block is
+one warp. Where the threads are not whole warps, a shuffle cannot move the dtype (bool, 8-bit) or WARP_REDUCE=0:
+the partials stored to a LOCAL buffer, a BARRIER, and a tree reduction of that buffer in log2(threads) rounds, a
+BARRIER each. The output store is gated to thread 0, unless a LOCAL output axis spreads the stores over the same
+threads: then every thread holds the result and the output axes the reductions do not depend on stay loops
+inside the thread. The other output LOOP axes are GLOBAL; GLOBAL axes become SPECIAL("gidx0".."gidx2") and
+LOCAL/GROUP_REDUCE axes SPECIAL("lidx0".."lidx2"), innermost first (the fastest-varying axis is x); more axes than
+three merge into the last dimension (div/mod of one index), or all into x where y or z would pass their limit.
 
 These are global steps over a kernel's ranges (like lower.opt_apply.lower_threads): each replaces ranges
 everywhere they are used, which a local rule cannot see.
@@ -45,8 +49,10 @@ everywhere they are used, which a local rule cannot see.
 from __future__ import annotations
 
 from math import prod
+from typing import cast
 
 from devices.base import Target
+from devices.linear import SHUFFLE_DTYPES
 from lower.opt_apply import Opt, OptOps, apply_opt, axes, next_range_id, replace_range, size
 from lower.optimize import _split_pair
 from lower.strides import _ranges_in, _stride, _topo
@@ -407,9 +413,10 @@ def _uniform_loops(ast: UOp) -> bool:
         all(not (set(red.src[1:]) & loops) for red in _reduces(ast))
 
 
-def apply_gpu_opts(ast: UOp, opts: list[Opt], target: Target) -> UOp:
+def apply_gpu_opts(ast: UOp, opts: list[Opt], target: Target, warp_reduce: bool = True) -> UOp:
     """`opts` applied for a GPU target, then the grid lowered: a TC opt (lower.wmma) or SIMT opt (lower.simt_smem)
-    first (the other opts split what the tile leaves), then the rest in order, then `lower_grid`."""
+    first (the other opts split what the tile leaves), then the rest in order, then `lower_grid` (`warp_reduce`:
+    the WARP_REDUCE knob)."""
     from lower.opt_apply import apply_opts
     from lower.wmma import apply_tc_arg, tc_arg
 
@@ -427,11 +434,13 @@ def apply_gpu_opts(ast: UOp, opts: list[Opt], target: Target) -> UOp:
             if not (isinstance(o.arg, tuple) and len(o.arg) == 5 and all(isinstance(n, int) for n in o.arg)):
                 raise KernelOptError(f"{o}: a SIMT opt's arg is (tm, tn, lu, lv, bk)")
             ast = apply_simt(ast, *o.arg, fuse=target.fma)
-    return lower_grid(apply_opts(ast, [o for o in opts if o.op not in (OptOps.TC, OptOps.SIMT)]), target)
+    return lower_grid(apply_opts(ast, [o for o in opts if o.op not in (OptOps.TC, OptOps.SIMT)]), target,
+                      warp_reduce=warp_reduce)
 
 
-def lower_grid(ast: UOp, target: Target) -> UOp:
-    """A kernel's GROUP_REDUCE, GLOBAL, LOCAL and output LOOP axes lowered to the GPU grid (module docstring)."""
+def lower_grid(ast: UOp, target: Target, warp_reduce: bool = True) -> UOp:
+    """A kernel's GROUP_REDUCE, GLOBAL, LOCAL and output LOOP axes lowered to the GPU grid (module docstring);
+    `warp_reduce`: a GROUP_REDUCE of whole warps folds each warp's partials by SHUFFLEs first."""
     rs = axes(ast)
     kinds = {r.axis_type for r in rs}
     if AxisType.THREAD in kinds:
@@ -449,7 +458,8 @@ def lower_grid(ast: UOp, target: Target) -> UOp:
     if groups:
         if locals_:  # the output axes the reductions do not depend on are loops inside each thread
             serial = set(_free_loops(ast))
-        ast = _lower_group_reduces(ast, groups, locals_[0] if locals_ else None)
+        warp = target.warp_size if warp_reduce else 0
+        ast = _lower_group_reduces(ast, groups, locals_[0] if locals_ else None, warp)
     rs = axes(ast)
     glob = [r for r in rs if r.axis_type in (AxisType.LOOP, AxisType.GLOBAL) and r not in serial][::-1]
     # the lanes of a warp (tensor cores) are the fastest threads: lidx0
@@ -460,12 +470,17 @@ def lower_grid(ast: UOp, target: Target) -> UOp:
     return _to_specials(ast, loc, "lidx", BLOCK_LIMITS)
 
 
-def _lower_group_reduces(ast: UOp, groups: list[UOp], local: UOp | None = None) -> UOp:
-    """REDUCE(body, ..., g) over a GROUP_REDUCE axis g (one per reduction, all of one size: the block's threads)
-    becomes: each thread's partial REDUCE over the other ranges, stored to a LOCAL buffer at its thread index,
-    a BARRIER, and a tree reduction of the buffer (`_tree`; by every thread where n is not a power of two); the
-    kernel's stores are gated to thread 0, unless a LOCAL output axis `local` spreads them over the same threads
-    (every thread reads the reductions' results from the LOCAL buffers)."""
+def _lower_group_reduces(ast: UOp, groups: list[UOp], local: UOp | None = None, warp: int = 0) -> UOp:
+    """REDUCE(body, ..., g) over a GROUP_REDUCE axis g (one per reduction, all of one size n: the block's threads)
+    becomes each thread's partial REDUCE over the other ranges, then:
+    - where `warp` (the warp size, 0 for none) divides n and a SHUFFLE moves the dtype: the partials folded within
+      each warp by log2(warp) butterfly SHUFFLEs (every lane then holds its warp's total), and, with more than one
+      warp, lane 0 of each stores that total to a LOCAL buffer at its warp's index, a BARRIER, and every thread
+      folds the n / warp totals itself: one BARRIER, none for one warp;
+    - else the partials stored to a LOCAL buffer at the thread index, a BARRIER, and a tree reduction of the buffer
+      (`_tree`; by every thread where n is not a power of two).
+    The kernel's stores are gated to thread 0, unless a LOCAL output axis `local` spreads them over the same threads
+    (every thread holds the reductions' results)."""
     n = size(groups[0])
     if any(size(g) != n for g in groups):
         raise KernelOptError("GROUP_REDUCE axes of one kernel must have one size (the threads of the block)")
@@ -479,21 +494,33 @@ def _lower_group_reduces(ast: UOp, groups: list[UOp], local: UOp | None = None) 
         rest = tuple(r for r in red.src[1:] if r is not g)
         body = red.src[0].substitute({g: lid})
         partial = UOp(Ops.REDUCE, (body, *rest), red.arg, red.tag) if rest else body
+        rop = cast(Ops, cast(tuple, red.arg)[0])
+        shuffled = bool(warp) and n % warp == 0 and red.dtype in SHUFFLE_DTYPES
+        if shuffled:
+            partial = _warp_fold(partial, rop, warp, lid)
+            if n == warp:  # one warp: every lane holds the total, no shared memory
+                ast = ast.substitute({red: partial})
+                continue
+        slots = n // warp if shuffled else n  # the LOCAL slots one lane's reduction takes
         # a thread holds one partial per lane of the UPCAST axes it depends on (BEAM's UPCAST of a softmax's rows):
-        # each lane gets its own n slots, or the lanes' stores would land on one another
+        # each lane gets its own slots, or the lanes' stores would land on one another
         ups = [r for r in partial.toposort() if r.op is Ops.RANGE and r.axis_type is AxisType.UPCAST]
         base = None  # the lane's first slot (None: one lane, from slot 0)
         for r in ups:
-            base = r * n if base is None else base * size(r) + r * n
+            base = r * slots if base is None else base * size(r) + r * slots
         lanes = prod(size(r) for r in ups)
-        buf = UOp(Ops.BUFFER, (UOp.shape_operand((n * lanes,)),), BufferArg(slot, red.dtype, None, AddrSpace.LOCAL))
+        buf = UOp(Ops.BUFFER, (UOp.shape_operand((slots * lanes,)),),
+                  BufferArg(slot, red.dtype, None, AddrSpace.LOCAL))
         slot += 1
-        bar = UOp(Ops.BARRIER, (buf.index(_at(base, lid)).store(partial),))
-        if n & (n - 1):  # not a power of two: every thread reduces the n partials itself
-            j = UOp.range(n, next_range_id(ast), AxisType.REDUCE)
+        if shuffled:  # lane 0 of each warp stores the warp's total
+            bar = UOp(Ops.BARRIER, (buf.index(_at(base, lid // warp)).store(partial, (lid % warp).eq(0)),))
+        else:
+            bar = UOp(Ops.BARRIER, (buf.index(_at(base, lid)).store(partial),))
+        if shuffled or n & (n - 1):  # every thread folds the slots itself (not a power of two: no tree)
+            j = UOp.range(slots, next_range_id(ast), AxisType.REDUCE)
             total = UOp(Ops.REDUCE, (UOp(Ops.AFTER, (buf, bar)).index(_at(base, j)).load(), j), red.arg, red.tag)
         else:
-            total = _tree(buf, bar, lid, n, red.arg[0], red.dtype, base)  # type: ignore[index]
+            total = _tree(buf, bar, lid, n, rop, red.dtype, base)
         ast = ast.substitute({red: total})
     if local is not None:
         return replace_range(ast, local, (), lid)
@@ -501,6 +528,23 @@ def _lower_group_reduces(ast: UOp, groups: list[UOp], local: UOp | None = None) 
     gated = {u: UOp(Ops.STORE, (u.src[0], u.src[1], first if len(u.src) < 3 else u.src[2] & first), u.arg, u.tag)
              for u in ast.toposort() if u.op is Ops.STORE and _is_global_store(u)}
     return ast.substitute(gated)
+
+
+def _warp_fold(v: UOp, rop: Ops, warp: int, lid: UOp) -> UOp:
+    """v folded across the lanes of each warp by butterfly SHUFFLEs (masks warp/2 .. 1): afterwards every lane holds
+    its warp's total. In the round of mask k, lane l combines its value with lane l ^ k's; both lanes of a pair
+    must get the same result, so each puts the value of the lane whose bit k is clear first. ADD and MUL commute
+    exactly; a float MAX does not for zeros of two signs (rewrite.semantics: max(-0.0, 0.0) is 0.0, max(0.0, -0.0)
+    is -0.0), so there the order is chosen by the lane's bit k."""
+    k = warp // 2
+    while k >= 1:
+        other = UOp(Ops.SHUFFLE, (v,), k)
+        if rop is Ops.MAX and v.dtype.is_float:
+            v = (lid & k).eq(0).where(UOp(rop, (v, other)), UOp(rop, (other, v)))
+        else:
+            v = UOp(rop, (v, other))
+        k //= 2
+    return v
 
 
 def _at(base: UOp | None, i: UOp) -> UOp:

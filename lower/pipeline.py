@@ -56,6 +56,7 @@ class Lowering:
     debug: int = 0
     spec: bool = False
     nolocals: bool = False  # GPU targets: no LOCAL axes (every output axis GLOBAL, one thread per block)
+    warp_reduce: bool = True  # GPU targets: GROUP_REDUCEs fold each warp by SHUFFLEs (lower.gpu, WARP_REDUCE)
     opts: tuple | None = None  # OptOps that replace the heuristics' choice (a search tries candidates so)
     bufs: tuple[UOp, ...] | None = None  # the kernel's buffers, for BEAM to time candidates on
     name: str = "kernel"
@@ -65,7 +66,7 @@ class Lowering:
         """The context for `target` with the knobs as the environment (or a `Context`) sets them now."""
         ctx = Lowering(target, noopt=bool(int(getenv("NOOPT"))), beam=int(getenv("BEAM")),
                        egglog=bool(int(getenv("EGGLOG"))), debug=int(getenv("DEBUG")), spec=bool(int(getenv("SPEC"))),
-                       nolocals=bool(int(getenv("NOLOCALS"))))
+                       nolocals=bool(int(getenv("NOLOCALS"))), warp_reduce=bool(int(getenv("WARP_REDUCE"))))
         return replace(ctx, **overrides) if overrides else ctx
 
     @property
@@ -192,7 +193,7 @@ def optimize(ast: UOp, ctx: Lowering) -> UOp:
     if ctx.target.warp_size:
         from lower.gpu import apply_gpu_opts
 
-        return apply_gpu_opts(ast, opts, ctx.target)
+        return apply_gpu_opts(ast, opts, ctx.target, warp_reduce=ctx.warp_reduce)
     ast = lower_threads(apply_opts(ast, opts))
     if ctx.noopt or ctx.target.interpreted:
         return ast

@@ -431,6 +431,11 @@ def _custom(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
     return dt, ()
 
 
+def _shuffle(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
+    _arity(op, src, 1)
+    return src[0].dtype, src[0].shape
+
+
 def _wmma(op: Ops, src: tuple, arg: object) -> tuple[DType, tuple]:
     _arity(op, src, 3)
     return src[2].dtype, src[2].shape
@@ -451,7 +456,7 @@ _DERIVE: dict[Ops, Callable[[Ops, tuple, object], tuple[DType, tuple]]] = {
     Ops.CONTIGUOUS: _passthrough, Ops.CONTIGUOUSBACKWARD: _passthrough, Ops.DETACH: _passthrough,
     Ops.BARRIER: _void, Ops.INS: _custom, Ops.GETADDR: _passthrough, Ops.IF: _void, Ops.ENDIF: _void,
     Ops.WMMA: _wmma, Ops.CUSTOM: _custom, Ops.ATOMICADD: _void, Ops.CUSTOMFUNCTION: _custom, Ops.PROGRAM: _void,
-    Ops.SOURCE: _void,
+    Ops.SOURCE: _void, Ops.SHUFFLE: _shuffle,
 }
 
 

@@ -130,6 +130,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "(lower.tc_wgmma; emulated and compiled, not yet run on a GPU) instead of mma.sync"),
     Knob("TMA", bool, False, "with WGMMA: the wgmma tiles are copied by Hopper's tensor memory accelerator with "
          "mbarriers (lower.tc_tma; emulated and compiled, not yet run on a GPU) instead of cp.async"),
+    Knob("WARP_REDUCE", bool, True, "GPU targets: a block's shared reduction (GROUP_REDUCE) folds each warp's partials "
+         "by shuffles, then the warps' totals through shared memory with one barrier; 0: a shared-memory tree with a "
+         "barrier per round"),
     Knob("MPI_TIMEOUT", int, 300, "seconds an MPI collective may take before every rank is aborted (devices/mpi.py)",
          lo=1),
 )}
@@ -139,7 +142,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
 IntKnob = Literal["DEBUG", "TRACE", "SPEC", "VIZ", "BEAM", "CACHE", "EGGLOG", "CACHE_SIZE", "MPI_TIMEOUT",
                  "CPU_TIERS"]
 StrKnob = Literal["DEVICE", "CPU_TARGET", "CACHEDIR", "MATCHERDIR", "CC", "SANITIZE", "VIZ_OUT", "CUDA_COMPILER"]
-BoolKnob = Literal["NOOPT", "NOLOCALS", "ALLOW_TF32", "WGMMA", "TMA"]
+BoolKnob = Literal["NOOPT", "NOLOCALS", "ALLOW_TF32", "WGMMA", "TMA", "WARP_REDUCE"]
 
 _overrides: dict[str, KnobValue] = {}
 
@@ -207,6 +210,7 @@ class Knobs:
     allow_tf32: bool
     wgmma: bool
     tma: bool
+    warp_reduce: bool
     mpi_timeout: int
 
 
@@ -235,6 +239,7 @@ def knobs() -> Knobs:
         allow_tf32=knob_bool("ALLOW_TF32"),
         wgmma=knob_bool("WGMMA"),
         tma=knob_bool("TMA"),
+        warp_reduce=knob_bool("WARP_REDUCE"),
         mpi_timeout=knob_int("MPI_TIMEOUT"),
     )
 

@@ -126,6 +126,7 @@ class Ops(IntEnum, metaclass=FastEnumType):
     CUSTOMFUNCTION = auto()
     PROGRAM = auto()
     SOURCE = auto()
+    SHUFFLE = auto()  # a warp's butterfly exchange: each lane gets the value of the lane its own index XOR arg
 
     def __repr__(self) -> str:
         return f"Ops.{self.name}"
@@ -158,7 +159,7 @@ class GroupOp:
     Marker = frozenset({Ops.CONTIGUOUS, Ops.CONTIGUOUSBACKWARD, Ops.DETACH})
     Codegen = frozenset(
         {Ops.BARRIER, Ops.INS, Ops.GETADDR, Ops.SPECIAL, Ops.IF, Ops.ENDIF, Ops.WMMA, Ops.CUSTOM, Ops.ATOMICADD,
-         Ops.CUSTOMFUNCTION, Ops.PROGRAM, Ops.SOURCE}
+         Ops.CUSTOMFUNCTION, Ops.PROGRAM, Ops.SOURCE, Ops.SHUFFLE}
     )
 
     # arity classes of the value-computing (elementwise) ops, CAST and BITCAST excluded (their arg is a dtype)

@@ -49,6 +49,7 @@ from rewrite.spec_args import (
     _range_arg,
     _reduce_arg,
     _replicated_arg,
+    _shuffle_arg,
     _store_arg,
     _type_arg,
     _vconst_arg,
@@ -234,6 +235,7 @@ _RULES: dict[Ops, Rule] = {
     Ops.CUSTOMFUNCTION: Rule((0, None), arg=_any_arg),
     Ops.PROGRAM: Rule((2, 4), arg=_any_arg, extra=(_program_sources,)),
     Ops.SOURCE: Rule((0, 0), arg=_type_arg(str, "the source text (str)")),
+    Ops.SHUFFLE: Rule((1, 1), arg=_shuffle_arg),
 }
 # fmt: on
 

@@ -118,6 +118,15 @@ def _bufferview_arg(u: UOp) -> str | None:
     return None
 
 
+SHUFFLE_MASKS = (1, 2, 4, 8, 16)  # the lane XOR masks of a SHUFFLE: within a warp of 32
+
+
+def _shuffle_arg(u: UOp) -> str | None:
+    if _is_int(u.arg) and u.arg in SHUFFLE_MASKS:
+        return None
+    return f"arg must be the lane mask a warp's lanes exchange by (lane XOR arg), one of {SHUFFLE_MASKS}, got {u.arg!r}"
+
+
 def _type_arg(t: type, what: str) -> ArgCheck:
     return lambda u: None if isinstance(u.arg, t) else f"arg must be {what}, got {u.arg!r}"
 

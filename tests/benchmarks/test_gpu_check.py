@@ -39,6 +39,19 @@ def test_dry_run_plan_fits_the_budget(tmp_path: pathlib.Path, beam: str) -> None
     assert not any(tmp_path.iterdir())  # a dry run writes nothing
 
 
+def test_skip_nvcc_measures_the_reductions_without_warp_shuffles_in_its_place(tmp_path: pathlib.Path) -> None:
+    """SKIP_NVCC=1 (the compile tests are CI's): in their time the reduction cases run again under WARP_REDUCE=0,
+    so one GPU session compares the warp-shuffle reductions with the shared-memory tree; no file more."""
+    out = _dry(tmp_path, SKIP_NVCC="1")
+    steps = re.findall(r"^  (.+?)\s+(\d+) s  -> (\S+)\s+(.*)$", out, re.M)
+    names = [s[0] for s in steps]
+    assert "compile CI tests" not in names and "WARP_REDUCE=0 reductions" in names
+    cmd = next(s[3] for s in steps if s[0] == "WARP_REDUCE=0 reductions")
+    assert "--variants WARP_REDUCE=0" in cmd and "--json /dev/null" in cmd
+    assert all(c in cmd for c in ("softmax_4096", "layernorm", "attention"))
+    assert int(re.search(r"budget (\d+) s of 480", out).group(1)) <= 480  # type: ignore[union-attr]
+
+
 def test_at_most_eight_files_come_back() -> None:
     """The device machine returns at most 8 files from $OUT: the script names every one it writes (the GPU run's,
     and HOST_CPU=1's, which runs none of the GPU steps)."""
@@ -72,6 +85,7 @@ def test_benchmark_variants_parse_knob_groups() -> None:
 
     assert parse_variants("") == [{}]
     assert parse_variants("WGMMA=1; WGMMA=1,TMA=1") == [{"WGMMA": "1"}, {"WGMMA": "1", "TMA": "1"}]
+    assert parse_variants("WARP_REDUCE=0") == [{"WARP_REDUCE": "0"}]
     for bad in ("WGMMA", "NOPE=1", "WGMMA=maybe"):
         with pytest.raises(ValueError):
             parse_variants(bad)

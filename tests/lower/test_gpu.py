@@ -286,10 +286,12 @@ def test_emulator_threads_must_meet_at_one_barrier() -> None:
 
 
 def test_group_reduce_tree_and_any_thread_count() -> None:
-    """A full sum shared by 256 threads folds its partials in a tree: one BARRIER after the partials and one per
-    round (8); a thread count that is not a power of two (explicit opts) has every thread fold all partials."""
+    """Without warp shuffles (WARP_REDUCE=0; tests/lower/test_gpu_warp.py has them), a full sum shared by 256
+    threads folds its partials in a tree: one BARRIER after the partials and one per round (8); a thread count that
+    is not a power of two nor whole warps (explicit opts) has every thread fold all partials."""
     a, av = _t(1000)
-    (tree,) = run(a.sum(), GPU)[1]
+    with Context(WARP_REDUCE=0):
+        (tree,) = run(a.sum(), GPU)[1]
     assert sum(u.op is Ops.BARRIER for u in tree.src) == 9
     assert [u.shape for u in tree.src if u.op is Ops.BUFFER and u.arg.addrspace is AddrSpace.LOCAL] == [(256,)]  # type: ignore[union-attr]
     items, _ = schedule([a.sum().uop])
