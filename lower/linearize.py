@@ -184,6 +184,15 @@ def linearize(sink: UOp, fuse_mulacc: bool = False) -> UOp:
             raise CompilerError(f"linearize: range {r.render()} is closed twice")
         p = _deepest(deps[u], depth)
         parent[r], depth[r] = p, depth[p] + 1
+    # an accumulator restarts where its loop opens: its init STORE goes into the scope its reduction's outermost
+    # loop is nested in, even where the init's own dependencies would hoist it further out. The reduction's body
+    # may not depend on a loop that encloses that loop (a row of a register tile whose operand is all padding,
+    # so its product is the same for every batch) while a tile-mate's loop of the same range does, and the two
+    # loops are one (_merge_ends): hoisted, that init ran once and the row summed every batch's products
+    restart: dict[UOp, UOp] = {}
+    for u in topo:
+        if u.op is Ops.AFTER and len(u.src) > 2 and u.src[1].op is Ops.STORE and u.src[2].op is Ops.RANGE:
+            restart[u.src[1]] = u.src[2]
     placed: dict[UOp | None, list[UOp]] = {None: []}
     for r in parent:
         placed[r] = []
@@ -196,6 +205,9 @@ def linearize(sink: UOp, fuse_mulacc: bool = False) -> UOp:
                 raise CompilerError(f"linearize: range {u.render()} is never closed by an END")
             continue
         if u.op is Ops.SINK:
+            continue
+        if (loop := restart.get(u)) is not None and (p := parent.get(loop)) is not None:
+            placed[_deepest(deps[u] | {p}, depth)].append(u)
             continue
         if (into := scope_of.get(d := deps[u])) is None:
             into = scope_of[d] = placed[_deepest(d, depth)]

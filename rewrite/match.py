@@ -4,7 +4,8 @@
 cheap checks on the node's children first (op, constant value, dtype, arg, arity), commutative sources as
 a two-way loop, repeated capture names as `is` checks, then the guard, then the right-hand side (templates
 are compiled too). It returns `(replacement, rule_index)` for the first rule that produces a node other
-than the input, or None. The source is kept on the function (`fn.source`) for debugging.
+than the input (a template's, of the input's shape), or None. The source is kept on the function
+(`fn.source`) for debugging.
 """
 
 from __future__ import annotations
@@ -151,15 +152,17 @@ class _Gen:
                 self.emit(depth, "except _FOLD_ERRORS:")
                 self.emit(depth + 1, "pass")
                 self.emit(depth, "else:")
-                self.emit(depth + 1, f"if {r} is not u: return ({r}, {idx})")
+                self.emit(depth + 1, f"if {r} is not u and {r}.shape == u.shape: return ({r}, {idx})")
                 return
+            # a template keeps the node's shape: a capture of a scalar where the node is a vector of lanes (x of
+            # (x*4 + lanes) // 4) would leave a LOAD with a scalar address and a gate of lanes
             expr = self.template(rhs, rule, bound, depth, "u")
             if expr.isidentifier():
-                self.emit(depth, f"if {expr} is not u: return ({expr}, {idx})")
+                self.emit(depth, f"if {expr} is not u and {expr}.shape == u.shape: return ({expr}, {idx})")
             else:
                 r = self.fresh("r")
                 self.emit(depth, f"{r} = {expr}")
-                self.emit(depth, f"if {r} is not u: return ({r}, {idx})")
+                self.emit(depth, f"if {r} is not u and {r}.shape == u.shape: return ({r}, {idx})")
         elif callable(rhs):
             r = self.fresh("r")
             self.emit(depth, f"{r} = {self.ref(rhs)}({self.call_args(rule.rhs_params, rule, bound)})")

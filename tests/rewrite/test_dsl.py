@@ -378,3 +378,16 @@ def test_commutative_nesting_beyond_the_unrolled_limit_still_matches() -> None:
     pat = ((x + c0) * c1) + ((y + 1) * (z + 2))
     node = ((k(2) + b) * k(3)) + ((2 + n) * (1 + a))
     assert fire(Rule("deep", pat, lambda x, y, z: x + y + z), node) is b + a + n
+
+
+def test_a_template_keeps_the_node_shape() -> None:
+    """A template whose result would not have the matched node's shape does not fire: (x*4 + y) // 4 -> x is the
+    scalar x for a vector of lanes (x*4 + [0, 1, 2, 3]) // 4, which a vector's users (a LOAD gated per lane) cannot
+    take. On a scalar node the same rule fires; a fold's result is checked as well."""
+    pick = Rule("pick-quotient", (x * c0 + y) // c0, x)
+    lanes = UOp.vconst([0, 1, 2, 3])
+    assert fire(pick, (a * 4 + lanes) // 4) is None
+    assert fire(pick, (a * 4 + b) // 4) is a
+    folded = Rule("fold-quotient", (x * c0 + y) // c0, x * fold(c0 // c0))
+    assert fire(folded, (a * 4 + lanes) // 4) is None
+    assert fire(folded, (a * 4 + b) // 4) is not None

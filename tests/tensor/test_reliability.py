@@ -113,3 +113,35 @@ def test_unrolled_reduce_of_a_constant_counts_every_lane(knobs: dict) -> None:
     b = np.zeros((1, 3))
     got = run(lambda: (Tensor(b).pad([(0, 2), (0, 1)])[2:3] + 1).sum(1), knobs)
     np.testing.assert_array_equal(got, [4.0])
+
+
+@pytest.mark.parametrize("knobs", MODES)
+def test_register_tile_row_of_padding_restarts_each_batch(knobs: dict) -> None:
+    """Found by the program fuzzer (seed 33033764, a silently wrong result): in a batched matmul whose first row of
+    each batch is all padding, that row's product is the same in every batch, so its accumulator's init was
+    hoisted out of the batch loop while its tile-mate's sum kept the shared reduction loop inside it: the row
+    summed every batch's products (8, 16, 24, ... instead of 8)."""
+    a = np.arange(25, dtype=np.float64).reshape(5, 1, 5) / 8
+
+    def build() -> Tensor:
+        v0 = Tensor(a)
+        return v0.pad([(0, 2), (1, 0), (2, 1)], value=1) @ v0.max(axis=1).pad([(2, 1), (0, 1)], value=1)
+
+    want = np.pad(a, [(0, 2), (1, 0), (2, 1)], constant_values=1) @ np.pad(a.max(1), [(2, 1), (0, 1)],
+                                                                          constant_values=1)
+    np.testing.assert_allclose(run(build, knobs), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("knobs", MODES)
+def test_lane_invariant_quotient_keeps_its_lanes(knobs: dict) -> None:
+    """Found by the program fuzzer (seeds 33039280 and 33015926): (r*4 + lanes) // 4 is r in every lane, and the
+    rule that says so returned the scalar r for a vector of 4 lanes, leaving a LOAD with a scalar address and a
+    gate of 4 lanes (a CompileError) or a lane read of a scalar (a ShapeError). A template now keeps the node's
+    shape."""
+    got = run(lambda: Tensor(np.zeros(5)).reshape(5, 1, 1).softmax(1).pad([(0, 0), (1, 2), (0, 0)]).reshape(1, 20),
+              knobs)
+    np.testing.assert_array_equal(got, np.pad(np.ones((5, 1, 1)), [(0, 0), (1, 2), (0, 0)]).reshape(1, 20))
+    x = np.arange(14, dtype=np.float64).reshape(1, 2, 7, 1)
+    got = run(lambda: Tensor(x).pad([(1, 0), (0, 2), (2, 0), (0, 2)]).cumsum(2)[0:2:1, 3:4:1, 7:4:-2, 2:3:2], knobs)
+    want = np.cumsum(np.pad(x, [(1, 0), (0, 2), (2, 0), (0, 2)]), axis=2)[0:2:1, 3:4:1, 7:4:-2, 2:3:2]
+    np.testing.assert_array_equal(got, want)
