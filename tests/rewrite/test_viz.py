@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import pathlib
@@ -84,12 +85,19 @@ def _chain(n: int) -> UOp:
 
 def _table_cpu(u: UOp) -> float:
     """CPU seconds of this thread to tabulate `u` (the best of three: CPU time, not wall, so other processes on a
-    loaded machine do not count)."""
+    loaded machine do not count; the cyclic garbage collector off meanwhile, whose full passes over every live
+    object, a loaded test worker's many, fall into the big chain's run more often and made it 10x the small one's)."""
     best = float("inf")
-    for _ in range(3):
-        t0 = time.thread_time()
-        NodeTable().add(u)
-        best = min(best, time.thread_time() - t0)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(3):
+            t0 = time.thread_time()
+            NodeTable().add(u)
+            best = min(best, time.thread_time() - t0)
+    finally:
+        if enabled:
+            gc.enable()
     return best
 
 
