@@ -46,7 +46,7 @@ from typing import cast
 
 import numpy as np
 
-from devices.base import Target, python_target
+from devices.base import Target, gpu_target, python_target
 from devices.linear import Program, analyze, base_of, buffer_arg, const_value, is_global, lanes, special_bound
 from devices.memory import Allocator, bf16_decode, bf16_encode, check_buffers, check_vars, np_dtype, size_of
 from devices.python_gpu import ldmatrix, tf32_round, wmma_m16n8k8_tf32, wmma_m16n8k16
@@ -559,7 +559,10 @@ class PythonDevice(Allocator):
     decompose: frozenset[Ops] = frozenset()
 
     def default_target(self) -> Target:
-        return python_target()
+        """The interpreter's Target, or with PYTHON_TARGET=sm_XX that GPU's (its grid, shared memory, warps and
+        tensor cores), whose kernels this device runs in its grid emulator: a GPU's lowering checked without one."""
+        sm = getenv("PYTHON_TARGET")
+        return python_target() if not sm else gpu_target(sm).with_(device="python")
 
     def render(self, linear: UOp, name: str = "kernel", target: Target | None = None) -> str:
         """The interpreter's "source": the checked instruction listing it runs."""

@@ -124,6 +124,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "size (load with libasan preloaded: see devices/cpu.py)", choices=("", "address")),
     Knob("CUDA_COMPILER", str, "", "the cuda device's compiler: nvrtc or nvcc (empty: NVRTC where its library "
          "loads, else nvcc)", choices=("", "nvrtc", "nvcc")),
+    Knob("PYTHON_TARGET", str, "", "the python device lowers for this GPU target and runs the kernels in its grid "
+         "emulator (a GPU's kernels checked without one; empty: the plain interpreter)",
+         choices=("", "sm_80", "sm_86", "sm_89", "sm_90")),
     Knob("ALLOW_TF32", bool, False, "GPU targets: float32 matmuls may run on tf32 tensor cores (inputs rounded to 10 "
          "mantissa bits, float32 sums; like torch's allow_tf32)"),
     Knob("WGMMA", bool, False, "sm_90 targets: the heuristics put 16-bit matmuls on Hopper's warpgroup MMA "
@@ -141,7 +144,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
 # the declared knobs by type, for the static types of `getenv` (a test checks these agree with KNOBS)
 IntKnob = Literal["DEBUG", "TRACE", "SPEC", "VIZ", "BEAM", "CACHE", "EGGLOG", "CACHE_SIZE", "MPI_TIMEOUT",
                  "CPU_TIERS"]
-StrKnob = Literal["DEVICE", "CPU_TARGET", "CACHEDIR", "MATCHERDIR", "CC", "SANITIZE", "VIZ_OUT", "CUDA_COMPILER"]
+StrKnob = Literal["DEVICE", "CPU_TARGET", "CACHEDIR", "MATCHERDIR", "CC", "SANITIZE", "VIZ_OUT", "CUDA_COMPILER",
+                  "PYTHON_TARGET"]
 BoolKnob = Literal["NOOPT", "NOLOCALS", "ALLOW_TF32", "WGMMA", "TMA", "WARP_REDUCE"]
 
 _overrides: dict[str, KnobValue] = {}
@@ -207,6 +211,7 @@ class Knobs:
     cache_size: int
     sanitize: str
     cuda_compiler: str
+    python_target: str
     allow_tf32: bool
     wgmma: bool
     tma: bool
@@ -236,6 +241,7 @@ def knobs() -> Knobs:
         cache_size=knob_int("CACHE_SIZE"),
         sanitize=knob_str("SANITIZE"),
         cuda_compiler=knob_str("CUDA_COMPILER"),
+        python_target=knob_str("PYTHON_TARGET"),
         allow_tf32=knob_bool("ALLOW_TF32"),
         wgmma=knob_bool("WGMMA"),
         tma=knob_bool("TMA"),

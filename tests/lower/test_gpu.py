@@ -21,7 +21,7 @@ from lower.stages import lower_kernel
 from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
 from rewrite.dtype import AddrSpace
 from rewrite.env import Context
-from rewrite.errors import DeviceError, KernelOptError
+from rewrite.errors import DeviceError, KernelOptError, KnobError
 from tensor import Tensor
 
 PY = get_device("python")
@@ -596,3 +596,31 @@ def test_mean_loss_over_a_ragged_batch() -> None:
     e = xv.astype(np.float64) - xv.max(1, keepdims=True)
     want = (np.log(np.exp(e).sum(1)) - e[np.arange(100), yv]).mean()
     np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_python_target_runs_tensor_programs_through_the_gpu_lowering() -> None:
+    """DEVICE=python PYTHON_TARGET=sm_90: the python device's default Target is the GPU's, so a Tensor program's
+    realize lowers every kernel for the grid (SPECIALs, shared memory, warp shuffles) and the emulator runs them;
+    the result is numpy's. An unknown target is refused by the knob."""
+    import devices.python as pydev
+
+    made: list[set] = []
+    orig = pydev.PythonKernel.__init__
+
+    def record(self: pydev.PythonKernel, prog: object) -> None:
+        orig(self, prog)  # type: ignore[arg-type]
+        made.append({u.op for u in self.instrs})
+
+    x = rng.standard_normal((3, 500)).astype(np.float32)
+    pydev.PythonKernel.__init__ = record  # type: ignore[method-assign]
+    try:
+        with Context(DEVICE="python", PYTHON_TARGET="sm_90"):
+            assert PY.default_target().warp_size == 32 and PY.default_target().device == "python"
+            got = Tensor(x).softmax(-1).numpy()
+    finally:
+        pydev.PythonKernel.__init__ = orig  # type: ignore[method-assign]
+    np.testing.assert_allclose(got, _softmax(x), rtol=1e-5, atol=1e-7)
+    assert any({Ops.SPECIAL, Ops.SHUFFLE, Ops.BARRIER} <= ops for ops in made), made
+    assert PY.default_target().interpreted
+    with pytest.raises(KnobError, match="PYTHON_TARGET must be one of"), Context(PYTHON_TARGET="sm_70"):
+        PY.default_target()

@@ -28,10 +28,16 @@ from rewrite.env import Context
 from tensor import Tensor
 
 SIZES = (1, 2, 3, 5, 7)
+# the "gpu" mode's sizes: rows long enough for a block to share their reductions (GROUP_REDUCE, warp shuffles) and
+# axes no block size divides, at most GPU_ELEMENTS elements an input (the grid emulator runs every thread)
+GPU_SIZES, GPU_ELEMENTS = (1, 3, 7, 32, 33, 300, 1000), 6000
 LIMIT = 1e5
 RTOL = {"float32": 2e-5, "float64": 1e-10}
 ATOL = {"float32": 2e-5, "float64": 1e-10}
-MODES: dict[str, dict] = {"cpu": {}, "noopt": {"NOOPT": 1}, "python": {"DEVICE": "python"}}
+# "gpu": every kernel lowered for the sm_90 target (grid, shared memory, warp shuffles) and run by the python
+# device's grid emulator
+MODES: dict[str, dict] = {"cpu": {}, "noopt": {"NOOPT": 1}, "python": {"DEVICE": "python"},
+                          "gpu": {"DEVICE": "python", "PYTHON_TARGET": "sm_90"}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -317,8 +323,12 @@ def _random_input(rng: random.Random, shape: tuple[int, ...], kind: str) -> Inpu
     return Input(shape, "int32", tuple(rng.randint(-20, 20) for _ in range(n)))
 
 
-def _random_shape(rng: random.Random) -> tuple[int, ...]:
-    return tuple(rng.choice(SIZES) for _ in range(rng.randint(1, 4)))
+def _random_shape(rng: random.Random, sizes: tuple[int, ...] = SIZES, most: int = 0) -> tuple[int, ...]:
+    """1-4 axes of `sizes`; with `most`, redrawn until at most that many elements."""
+    while True:
+        shape = tuple(rng.choice(sizes) for _ in range(rng.randint(1, 4)))
+        if not most or int(np.prod(shape)) <= most:
+            return shape
 
 
 def _value_of(ref: np.ndarray, kind: str, exact: bool) -> _Val | None:
@@ -332,15 +342,17 @@ def _value_of(ref: np.ndarray, kind: str, exact: bool) -> _Val | None:
 _ROUNDS = ("sin", "tanh", "exp", "log", "sqrt", "sigmoid", "reciprocal", "/", "mean", "softmax", "@", "*")
 
 
-def generate(seed: int) -> Program:
+def generate(seed: int, gpu: bool = False) -> Program:
+    """The program of `seed`; `gpu`: its inputs' shapes drawn from GPU_SIZES (the "gpu" mode's programs)."""
     rng = random.Random(seed)
     fdt = rng.choice(["float32", "float64"])
-    base = _random_shape(rng)
+    sizes, most = (GPU_SIZES, GPU_ELEMENTS) if gpu else (SIZES, 0)
+    base = _random_shape(rng, sizes, most)
     inputs = []
     for _ in range(rng.randint(1, 3)):
         r = rng.random()
         shape = base if r < 0.5 else tuple(1 if rng.random() < 0.3 else s for s in base) if r < 0.75 \
-            else _random_shape(rng)
+            else _random_shape(rng, sizes, most)
         inputs.append(_random_input(rng, shape, "f" if rng.random() < 0.7 else "i"))
     p = Program(seed, fdt, tuple(inputs), ())
     vals = [_Val(inp.shape, "f" if inp.dtype == "float" else "i", True, p.input_array(i, True))
@@ -492,7 +504,7 @@ def fuzz(seeds: range, mode: str, batch: int = 150, on_fail: Callable[[str], Non
     """Run the programs of `seeds` in `mode`; the shrunk reports of the failures."""
     reports = []
     for lo in range(seeds.start, seeds.stop, batch):
-        progs = [generate(s) for s in range(lo, min(lo + batch, seeds.stop))]
+        progs = [generate(s, gpu=mode == "gpu") for s in range(lo, min(lo + batch, seeds.stop))]
         for p, why in run_batch(progs, mode):
             r = report(p, mode, why, shrink(p, mode))
             reports.append(r)
