@@ -21,25 +21,27 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
-
 
 def lowered_kernels(sm: str, tf32: bool = True, lower_ms: list[float] | None = None) -> list[tuple[str, Any]]:
     """(name, LINEAR) of every kernel of the GPU benchmark's cases, lowered for `sm` (float32 matmuls on tf32
-    tensor cores with `tf32`); each lowering's wall time (ms) appended to `lower_ms` when given."""
+    tensor cores with `tf32`); each lowering's wall time (ms) appended to `lower_ms` when given. The graphs are
+    built on the python device with PYTHON_TARGET=sm, whose Target is the GPU's, so they schedule as on the cuda
+    device (on the cpu device a matmul's right operand got the cpu's packing copy, a kernel more)."""
     from benchmarks.gpu import gpu_cases
     from benchmarks.kernel_cases import tensor_graph
     from devices.base import gpu_target
     from lower.schedule import schedule
     from lower.stages import lower_kernel
+    from rewrite.env import Context
     from tensor import Tensor
 
     target = gpu_target(sm, tf32=tf32)
     out: list[tuple[str, Any]] = []
     for case, dtype in gpu_cases(False):
         dt = "float32" if dtype == "tf32" else dtype
-        xs = [Tensor(np.zeros(s, np.float32)).cast(dt).realize() for s in case.shapes()]
-        items, _ = schedule([tensor_graph(case, xs).uop])
+        with Context(PYTHON_TARGET=sm):
+            xs = [Tensor.empty(*s, dtype=dt, device="python").realize() for s in case.shapes()]
+            items, _ = schedule([tensor_graph(case, xs).uop])
         for it in items:
             if it.kind == "kernel" and it.ast is not None:
                 t = time.perf_counter()
