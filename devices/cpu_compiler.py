@@ -3,7 +3,8 @@ object through the disk cache (devices.objcache). devices.cpu (the device) re-ex
 
 Flags: -O2 -fPIC -shared, the Target's instruction-set flags (-march=native, -march=x86-64-v3, ...), plus what
 exactness needs (see c_render): -ffp-contract=off (no fused multiply-add), -fwrapv (signed ints wrap),
--fno-math-errno, and for gcc -fexcess-precision=standard (a cast to _Float16 rounds). Never -ffast-math. A kernel
+-fno-math-errno, and for gcc -fexcess-precision=standard (a cast to _Float16 rounds) and
+-fno-tree-loop-if-convert (GCC_EXACT_FLAGS: gcc 12's wrong code for gated loads). Never -ffast-math. A kernel
 library loaded here is linked lean (gcc on Linux: `-nostdlib -lgcc`, see _LEAN_LINK), the thread pool's
 runtime and programs in full.
 
@@ -56,6 +57,15 @@ FAST_LEVEL = "-Og"
 # within noise)
 GCC_FAST_FLAGS = ("-fira-region=one", "-fno-guess-branch-probability", "-fdisable-rtl-cse1", "-fdisable-rtl-fwprop1",
                   "-fdisable-rtl-fwprop2", "-fdisable-rtl-cprop_hardreg")
+# gcc only, both tiers: no if-conversion of loops for its vectorizer. gcc 12.2 (Debian 12's) vectorized an outer
+# loop whose unrolled inner sums read `gate ? x[i] : 0.0f` into masked AVX/AVX-512 loads and computed wrong lanes:
+# a cat of two padded row means (the program fuzzer's seed 35011765, NOOPT=1) got 4.9e28 where -0.75 was right,
+# while clang, gcc -fno-tree-loop-vectorize and gcc with this flag were right and ASan/UBSan found nothing. Our own
+# vector code (lanes, masked loads) is explicit, so this only keeps gcc from if-converting the scalar loops left:
+# 30 of the 171 kernels of the kernel and training suites compile to other machine code, mostly other registers
+# and stack slots (the largest change: the cross entropy's one-hot kernels, 152 -> 123 instructions); the three
+# training models' jit steps ran the same within noise (2-core AVX-512 Xeon, 3 alternated runs)
+GCC_EXACT_FLAGS = ("-fno-tree-loop-if-convert",)
 TIERS = ("opt", "fast")
 # how a kernel's shared object is linked where it is loaded into this process (gcc, Linux): against libm and
 # libgcc's static helpers only, without libc and the C runtime's start files, which a kernel never uses (its few
@@ -134,7 +144,8 @@ class Compiler:
             raise ValueError(f"cpu: unknown compile tier {tier!r} (one of {', '.join(TIERS)})")
         base = _BASE_FLAGS if tier == "opt" else tuple(FAST_LEVEL if f == "-O2" else f for f in _BASE_FLAGS) + \
             (() if self.is_clang else GCC_FAST_FLAGS)
-        return base + target.compile_flags + (() if self.is_clang else ("-fexcess-precision=standard",)) + \
+        return base + target.compile_flags + (() if self.is_clang else ("-fexcess-precision=standard",
+                                                                         *GCC_EXACT_FLAGS)) + \
             _sanitize_flags() + ("-lm",)
 
     def key(self, src: str, target: Target, tier: str = "opt") -> str:

@@ -34,6 +34,8 @@ def test_gcc_or_clang_by_name(name: str) -> None:
         c = Compiler()
         assert c.is_clang == (name == "clang")
         assert ("-fexcess-precision=standard" in c.flags()) == (name == "gcc")
+        # gcc 12 miscompiled gated loads it if-converted (devices.cpu_compiler.GCC_EXACT_FLAGS), in both tiers
+        assert all(("-fno-tree-loop-if-convert" in c.flags(tier=t)) == (name == "gcc") for t in ("opt", "fast"))
         assert c.load(SRC, "twice").twice(21) == 42
 
 

@@ -145,3 +145,21 @@ def test_lane_invariant_quotient_keeps_its_lanes(knobs: dict) -> None:
     got = run(lambda: Tensor(x).pad([(1, 0), (0, 2), (2, 0), (0, 2)]).cumsum(2)[0:2:1, 3:4:1, 7:4:-2, 2:3:2], knobs)
     want = np.cumsum(np.pad(x, [(1, 0), (0, 2), (2, 0), (0, 2)]), axis=2)[0:2:1, 3:4:1, 7:4:-2, 2:3:2]
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("knobs", MODES)
+def test_gated_sums_in_an_outer_loop_survive_gcc_vectorizer(knobs: dict) -> None:
+    """Found by the program fuzzer (seed 35011765, NOOPT=1): the cat of a row mean with itself is one kernel whose
+    rows sum `gate ? x[i] : 0` in two unrolled loops; gcc 12.2 vectorized the row loop with masked loads and
+    computed wrong lanes (4.9e28 for -0.75). The cpu device now compiles with -fno-tree-loop-if-convert under gcc
+    (devices.cpu_compiler.GCC_EXACT_FLAGS); clang was right all along."""
+    a = np.array([1.5, -3.5, -1.0, 0.25, 0.75, 1.75, 2.5, -2.75, -1.0, 0.75, 3.0, -1.0, 2.5, -2.0, 3.0, -1.75, 3.0,
+                  1.0], dtype=np.float32).reshape(2, 3, 3)
+
+    def build() -> Tensor:
+        m = (-Tensor(a).relu().mean(axis=1)).mean(axis=1, keepdim=True).expand(2, 2)
+        return m.cat(m, dim=0)
+
+    m = (-np.maximum(a.astype(np.float64), 0).mean(1)).mean(1, keepdims=True)
+    want = np.concatenate([np.broadcast_to(m, (2, 2))] * 2, 0)
+    np.testing.assert_allclose(run(build, knobs), want, rtol=1e-6)
