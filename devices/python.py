@@ -42,14 +42,13 @@ import itertools
 import sys
 from collections.abc import Callable
 from math import prod
-from typing import cast
 
 import numpy as np
 
 from devices.base import Target, gpu_target, python_target
 from devices.linear import Program, analyze, base_of, buffer_arg, const_value, is_global, lanes, special_bound
 from devices.memory import Allocator, bf16_decode, bf16_encode, check_buffers, check_vars, np_dtype, size_of
-from devices.python_gpu import ldmatrix, tf32_round, wmma_m16n8k8_tf32, wmma_m16n8k16
+from devices.python_gpu import tf32_round, warp_ldmatrix, warp_mma, warp_shuffle, wmma_m16n8k8_tf32, wmma_m16n8k16
 from devices.python_tma import ins_step, wait_met
 from devices.python_wgmma import barrier_step as wgmma_barrier
 from devices.python_wgmma import is_wgmma, is_wgmma_barrier
@@ -106,6 +105,11 @@ def _address(mem: _Mem, i: int) -> int:
     if not 0 <= i < mem.size:
         raise DeviceError(f"{mem.label}: index {i} is out of bounds for size {mem.size}")
     return i
+
+
+def _read_element(mem: _Mem, i: int) -> object:
+    """Element i of `mem`, bounds-checked (a warp instruction's read, devices.python_gpu)."""
+    return mem.read(mem, _address(mem, i))
 
 
 class PythonKernel:
@@ -344,54 +348,15 @@ class PythonKernel:
                 wgmma_issue(u, self.prog.pos[u], [tv for tv, _ in states], self.prog.where(u),
                             lambda x: round_to(dtypes.float32, x), u.arg[2].itemsize)  # type: ignore[index]
             elif pc is not None and u.op is Ops.WMMA:
-                self._warp_mma(u, [tv for tv, _ in states])
+                warp_mma(u, self.prog.pos[u], [tv for tv, _ in states], self.prog.where(u))
             elif pc is not None and u.op is Ops.BARRIER and is_wgmma_barrier(u.arg):
                 wgmma_retire(int(u.arg[1]), [tv for tv, _ in states])  # type: ignore[index]
             elif pc is not None and u.op is Ops.LOAD:
-                self._warp_ldmatrix(u, [tv for tv, _ in states])
+                warp_ldmatrix(u, self.prog.pos[u], [tv for tv, _ in states], self.prog.where(u), _read_element)
             elif pc is not None and u.op is Ops.INS:
                 wait_met(u, self.prog.pos, [tv for tv, _ in states], self.prog.where(u))
             elif pc is not None and u.op is Ops.SHUFFLE:
-                self._warp_shuffle(u, [tv for tv, _ in states])
-
-    def _warp_mma(self, u: UOp, threads: list[list]) -> None:
-        """Every warp (32 consecutive threads) runs the mma of `u` on its lanes' fragments (lower.wmma's layout)."""
-        if len(threads) % 32:
-            raise DeviceError(f"{self.prog.where(u)}: WMMA needs whole warps; the block has {len(threads)} threads")
-        p, acc = self.prog.pos[u], u.arg[4]  # type: ignore[index]
-        mma = wmma_m16n8k8_tf32 if u.arg[2] == 8 else wmma_m16n8k16  # type: ignore[index]
-        for w in range(0, len(threads), 32):
-            lanes = [tv[p] for tv in threads[w:w + 32]]
-            d = mma([x[0] for x in lanes], [x[1] for x in lanes], [x[2] for x in lanes], lambda x: round_to(acc, x))
-            for tv, out in zip(threads[w:w + 32], d, strict=True):
-                tv[p] = out
-
-    def _warp_shuffle(self, u: UOp, threads: list[list]) -> None:
-        """Every warp's butterfly SHUFFLE: lane l gets the value lane l XOR arg brought (its own is in its slot)."""
-        if len(threads) % 32:
-            raise DeviceError(f"{self.prog.where(u)}: SHUFFLE needs whole warps; the block has {len(threads)} threads")
-        p, k = self.prog.pos[u], cast(int, u.arg)
-        for w in range(0, len(threads), 32):
-            warp = threads[w:w + 32]
-            brought = [tv[p] for tv in warp]
-            for ln, tv in enumerate(warp):
-                tv[p] = brought[ln ^ k]
-
-    def _warp_ldmatrix(self, u: UOp, threads: list[list]) -> None:
-        """Every warp's ldmatrix of `u` (devices.python_gpu.ldmatrix) from its lanes' row addresses."""
-        if len(threads) % 32:
-            raise DeviceError(f"{self.prog.where(u)}: ldmatrix needs whole warps; the block has {len(threads)} threads")
-        p, arg = self.prog.pos[u], cast(tuple, u.arg)  # ("ldmatrix", matrices, transposed)
-        n, trans = int(arg[1]), bool(arg[2])
-        for w in range(0, len(threads), 32):
-            mem = threads[w][p][0]
-            try:
-                got = ldmatrix(lambda a: mem.read(mem, _address(mem, a)), [tv[p][1][0] for tv in threads[w:w + 32]],
-                               n, trans)
-            except DeviceError as e:
-                raise DeviceError(f"{self.prog.where(u)}: {e}") from e
-            for tv, out in zip(threads[w:w + 32], got, strict=True):
-                tv[p] = out
+                warp_shuffle(u, self.prog.pos[u], [tv for tv, _ in states], self.prog.where(u))
 
     def _run(self, v: list, pc: int = 0) -> int | None:
         """Run from step `pc` to the end (None) or to just after the next BARRIER (the step to resume at)."""

@@ -1,13 +1,18 @@
 """The python device's warp-level GPU instructions: the tensor-core mma (PTX mma.sync lane layouts), tf32
-rounding, and ldmatrix's lane layout, each as one warp's 32 lanes in and out (devices.python runs them where
-every thread of a block has reached the instruction)."""
+rounding, ldmatrix's lane layout and the butterfly SHUFFLE, each as one warp's 32 lanes in and out; `warp_mma`,
+`warp_ldmatrix` and `warp_shuffle` run them for every warp of a block where every thread has reached the
+instruction (devices.python's lockstep), each thread's slot `p` of its values holding what it brought and then
+what it gets."""
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from typing import Any
 
 from rewrite.errors import DeviceError
+from rewrite.semantics import round_to
+from rewrite.uop import UOp
 
 
 def wmma_m16n8k16(a: list, b: list, c: list, round_acc: Callable[[float], float]) -> list[tuple]:
@@ -170,3 +175,46 @@ def wgmma_place(t: int, i: int) -> tuple[int, int]:
 
 __all__ = ["ldmatrix", "swizzle_128b", "tf32_round", "wgmma_decode", "wgmma_descriptor", "wgmma_element",
            "wgmma_m64nnk16", "wgmma_place", "wmma_m16n8k8_tf32", "wmma_m16n8k16"]
+
+
+def warps(threads: list[list], what: str, where: str) -> list[list[list]]:
+    """The block's threads (their value lists, lidx0 fastest) by warp of 32; DeviceError naming `what` and `where`
+    when the block is not whole warps."""
+    if len(threads) % 32:
+        raise DeviceError(f"{where}: {what} needs whole warps; the block has {len(threads)} threads")
+    return [threads[w:w + 32] for w in range(0, len(threads), 32)]
+
+
+def warp_mma(u: UOp, p: int, threads: list[list], where: str) -> None:
+    """Every warp runs the mma of WMMA `u` on its lanes' fragments (lower.wmma's layout)."""
+    acc = u.arg[4]  # type: ignore[index]
+    mma = wmma_m16n8k8_tf32 if u.arg[2] == 8 else wmma_m16n8k16  # type: ignore[index]
+    for warp in warps(threads, "WMMA", where):
+        lanes = [tv[p] for tv in warp]
+        d = mma([x[0] for x in lanes], [x[1] for x in lanes], [x[2] for x in lanes], lambda x: round_to(acc, x))
+        for tv, out in zip(warp, d, strict=True):
+            tv[p] = out
+
+
+def warp_ldmatrix(u: UOp, p: int, threads: list[list], where: str, read: Callable[[Any, int], object]) -> None:
+    """Every warp's ldmatrix of LOAD `u` (arg ("ldmatrix", matrices, transposed)) from its lanes' row addresses,
+    each lane's slot holding (memory, (element,)); `read(memory, element)` reads one element."""
+    arg = u.arg if isinstance(u.arg, tuple) else ()
+    n, trans = int(arg[1]), bool(arg[2])
+    for warp in warps(threads, "ldmatrix", where):
+        mem = warp[0][p][0]
+        try:
+            got = ldmatrix(lambda a: read(mem, a), [tv[p][1][0] for tv in warp], n, trans)
+        except DeviceError as e:
+            raise DeviceError(f"{where}: {e}") from e
+        for tv, out in zip(warp, got, strict=True):
+            tv[p] = out
+
+
+def warp_shuffle(u: UOp, p: int, threads: list[list], where: str) -> None:
+    """Every warp's butterfly SHUFFLE: lane l gets the value lane l XOR arg brought."""
+    k = int(u.arg)  # type: ignore[call-overload]
+    for warp in warps(threads, "SHUFFLE", where):
+        brought = [tv[p] for tv in warp]
+        for ln, tv in enumerate(warp):
+            tv[p] = brought[ln ^ k]
