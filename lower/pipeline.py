@@ -39,7 +39,7 @@ from typing import Any
 from devices import get_device
 from devices.base import Target
 from rewrite import Ops, RuleSet, UOp, dtypes, graph_rewrite
-from rewrite.env import getenv
+from rewrite.env import getenv, lowering_knobs
 from rewrite.viz import capture as viz_capture
 
 # ------------------------------------------------------------------------------------------ the context
@@ -442,7 +442,8 @@ def lower_kernel(ast: UOp, target: Target | Any, upto: str | None = None, opts: 
         if st.name == upto:
             break
         if i == 0 and memo:
-            key = (ast, replace(ctx, bufs=None, name=""), stages)
+            # the knobs too: those the context does not carry (WGMMA, TMA) still change the later stages
+            key = (ast, replace(ctx, bufs=None, name=""), stages, lowering_knobs())
             if (done := _LOWERED.get(key)) is not None:
                 return done
     if key is not None:

@@ -95,6 +95,7 @@ def _array(buf: UOp, var_vals: dict[str, int] | None = None) -> Any:
 
 
 def _kernel_key(ast: UOp, device_name: str, target: Target | None = None) -> tuple:
+    # the knobs but DEVICE (the first; the kernel's device is in the key itself)
     return (ast, device_name, (target or target_for(device_name)).key, lowering_knobs()[1:])
 
 

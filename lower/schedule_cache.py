@@ -48,18 +48,11 @@ from lower.memory import plan as memory_plan
 from lower.schedule import ScheduleItem
 from rewrite import BufferArg, Ops, UOp
 from rewrite.dtype import AddrSpace
-from rewrite.env import getenv
+from rewrite.env import getenv, lowering_knobs
 
 MAX_PLANS = 256  # a graph with fresh constants each call (rand's key) would otherwise grow the cache forever
 _BUFFER = Ops.BUFFER
 _GLOBAL = AddrSpace.GLOBAL
-
-
-def lowering_knobs() -> tuple:
-    """The knobs whose values change what a graph schedules or lowers to."""
-    return (str(getenv("DEVICE")), int(getenv("NOOPT")), int(getenv("BEAM")), int(getenv("EGGLOG")),
-            str(getenv("CPU_TARGET")), int(getenv("NOLOCALS")), int(getenv("WGMMA")),
-            int(getenv("TMA")))
 
 
 class Key(tuple):

@@ -27,7 +27,7 @@ import numpy as np
 
 from lower.opt_apply import Opt, OptOps, apply_opts, axes, size
 from rewrite import AxisType, UOp
-from rewrite.env import cache_dir, getenv
+from rewrite.env import LOWERING_KNOBS, cache_dir, getenv, lowering_knobs
 from rewrite.errors import CompilerError
 from rewrite.hashing import structural_hash
 
@@ -191,6 +191,15 @@ def timed_round(cands: list[list[Opt]], time_one: Callable[[list[Opt]], float], 
     sys.stderr.write("\n")
     return sorted(timed, key=lambda x: x[0])
 
+def beam_key(ast: UOp, target: Any, width: int) -> str:
+    """The disk cache's key of a search: the kernel's structure, the whole target, the width and the knobs that
+    change lowering but are not the target's (WGMMA, TMA, WARP_REDUCE...: the heuristics' starting point and what
+    the candidates lower to; BEAM and DEVICE left out). "h": searched with the heuristics' opts in the beam."""
+    knobs = ",".join(f"{n}={v}" for n, v in zip(LOWERING_KNOBS, lowering_knobs(), strict=True)
+                     if n not in ("DEVICE", "BEAM"))
+    return f"{structural_hash(ast)}:{target.key}:{width}:{knobs}:h"
+
+
 def beam_search(ast: UOp, bufs_uops: tuple[UOp, ...], target: Any, width: int, max_rounds: int = 4,
                 name: str = "beam") -> list[Opt]:
     """The best opts found for `ast` on `target` (a Target or a device), cached on disk by the kernel's
@@ -198,7 +207,7 @@ def beam_search(ast: UOp, bufs_uops: tuple[UOp, ...], target: Any, width: int, m
     from lower.stages import as_target
 
     target = as_target(target)
-    key = f"{structural_hash(ast)}:{target.key}:{width}:h"  # h: searched with the heuristics' opts in the beam
+    key = beam_key(ast, target, width)
     use_cache = bool(getenv("CACHE"))
     hit = _load_cache().get(key) if use_cache else None
     if hit is not None and (opts := _cached_opts(ast, hit, target)) is not None:

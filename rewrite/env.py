@@ -38,6 +38,10 @@ class Knob:
     lo: int | None = None
     hi: int | None = None
     choices: tuple[str, ...] | None = None
+    # its value changes what a graph schedules or lowers to: part of every cache key of lowered work in a process
+    # (plans, compiled kernels, lowered LINEARs, BEAM results; lower.schedule_cache.lowering_knobs), so a Context
+    # that sets it never gets work lowered under another value
+    lowers: bool = False
 
     def allowed(self) -> str:
         if self.kind is bool:
@@ -102,18 +106,21 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("VIZ", int, 0, "1 record rule firings, every stage's graphs and the kernels for the viewer; at exit write "
          "the trace and serve it (docs/viz.md)", lo=0),
     Knob("VIZ_OUT", str, "", "with VIZ=1: write the trace to this file at exit and do not serve it"),
-    Knob("DEVICE", str, "cpu", "the default device: cpu, python or cuda, optionally :n"),
+    Knob("DEVICE", str, "cpu", "the default device: cpu, python or cuda, optionally :n", lowers=True),
     Knob("CPU_TARGET", str, "native", "the cpu target to compile for (native or empty: the host)",
-         choices=("", "native", "x86-64-v2", "x86-64-v3", "x86-64-v4", "aarch64")),
-    Knob("BEAM", int, 0, "beam width of the kernel optimization search (0: the hand-coded heuristics)", lo=0),
-    Knob("NOOPT", bool, False, "no kernel optimization (and no fused multiply-add accumulation)"),
-    Knob("NOLOCALS", bool, False, "GPU targets: no LOCAL (thread) axes, every output axis a GLOBAL (block) axis"),
+         choices=("", "native", "x86-64-v2", "x86-64-v3", "x86-64-v4", "aarch64"), lowers=True),
+    Knob("BEAM", int, 0, "beam width of the kernel optimization search (0: the hand-coded heuristics)", lo=0,
+         lowers=True),
+    Knob("NOOPT", bool, False, "no kernel optimization (and no fused multiply-add accumulation)",
+         lowers=True),
+    Knob("NOLOCALS", bool, False, "GPU targets: no LOCAL (thread) axes, every output axis a GLOBAL (block) axis",
+         lowers=True),
     Knob("CACHE", int, 1, "0 disables the on-disk caches (compiled kernels, search results, e-graph results)",
          lo=0, hi=1),
     Knob("CACHEDIR", str, "", "where the on-disk caches live (empty: ~/.cache/uopc)"),
     Knob("MATCHERDIR", str, "", "where the generated rule matchers' bytecode is kept (empty: beside the package's "
          "own bytecode, or ~/.cache/uopc-matchers where bytecode writing is off; never under CACHEDIR)"),
-    Knob("EGGLOG", int, 1, "0 skips e-graph saturation in simplify (fast rules only)", lo=0, hi=1),
+    Knob("EGGLOG", int, 1, "0 skips e-graph saturation in simplify (fast rules only)", lo=0, hi=1, lowers=True),
     Knob("CC", str, "", "the C compiler of the cpu device (empty: the first of gcc, clang, cc on PATH)"),
     Knob("CPU_TIERS", int, 1, "1: a cpu kernel file the disk cache lacks is compiled first at -Og (~2.5x faster to "
          "compile), then at -O2 on a spare core at low priority and swapped in once built; 0: -O2 at once",
@@ -121,21 +128,21 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("CACHE_SIZE", int, 1 << 30, "bytes the cpu device's disk cache of compiled kernels may take (LRU eviction)",
          lo=0),
     Knob("SANITIZE", str, "", "address: cpu kernels built with AddressSanitizer, buffers allocated at their exact "
-         "size (load with libasan preloaded: see devices/cpu.py)", choices=("", "address")),
+         "size (load with libasan preloaded: see devices/cpu.py)", choices=("", "address"), lowers=True),
     Knob("CUDA_COMPILER", str, "", "the cuda device's compiler: nvrtc or nvcc (empty: NVRTC where its library "
          "loads, else nvcc)", choices=("", "nvrtc", "nvcc")),
     Knob("PYTHON_TARGET", str, "", "the python device lowers for this GPU target and runs the kernels in its grid "
          "emulator (a GPU's kernels checked without one; empty: the plain interpreter)",
-         choices=("", "sm_80", "sm_86", "sm_89", "sm_90")),
+         choices=("", "sm_80", "sm_86", "sm_89", "sm_90"), lowers=True),
     Knob("ALLOW_TF32", bool, False, "GPU targets: float32 matmuls may run on tf32 tensor cores (inputs rounded to 10 "
-         "mantissa bits, float32 sums; like torch's allow_tf32)"),
+         "mantissa bits, float32 sums; like torch's allow_tf32)", lowers=True),
     Knob("WGMMA", bool, False, "sm_90 targets: the heuristics put 16-bit matmuls on Hopper's warpgroup MMA "
-         "(lower.tc_wgmma; emulated and compiled, not yet run on a GPU) instead of mma.sync"),
+         "(lower.tc_wgmma; emulated and compiled, not yet run on a GPU) instead of mma.sync", lowers=True),
     Knob("TMA", bool, False, "with WGMMA: the wgmma tiles are copied by Hopper's tensor memory accelerator with "
-         "mbarriers (lower.tc_tma; emulated and compiled, not yet run on a GPU) instead of cp.async"),
+         "mbarriers (lower.tc_tma; emulated and compiled, not yet run on a GPU) instead of cp.async", lowers=True),
     Knob("WARP_REDUCE", bool, True, "GPU targets: a block's shared reduction (GROUP_REDUCE) folds each warp's partials "
          "by shuffles, then the warps' totals through shared memory with one barrier; 0: a shared-memory tree with a "
-         "barrier per round"),
+         "barrier per round", lowers=True),
     Knob("MPI_TIMEOUT", int, 300, "seconds an MPI collective may take before every rank is aborted (devices/mpi.py)",
          lo=1),
 )}
@@ -291,6 +298,21 @@ def unset(keys: tuple) -> bool:
     if _overrides or _ENV_DATA is None:
         return False
     return not any(map(_ENV_DATA.__contains__, keys))
+
+
+# the knobs whose values change what a graph lowers to (Knob.lowers), in table order
+LOWERING_KNOBS = tuple(name for name, k in KNOBS.items() if k.lowers)
+_LOWERING_KEYS = env_keys(*LOWERING_KNOBS)
+_LOWERING_DEFAULTS = tuple(KNOBS[name].default for name in LOWERING_KNOBS)
+
+
+def lowering_knobs() -> tuple:
+    """The values of LOWERING_KNOBS now, DEVICE first: part of the key of everything a process keeps lowered
+    (plans, compiled kernels, lowered LINEARs, BEAM results), so work lowered under one value is never handed to a
+    Context that sets another. Read once per realize, so the common case (none set) is a few dict lookups."""
+    if unset(_LOWERING_KEYS):
+        return _LOWERING_DEFAULTS
+    return tuple(_value(KNOBS[name]) for name in LOWERING_KNOBS)
 
 
 def cache_dir() -> str:

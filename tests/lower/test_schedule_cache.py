@@ -208,6 +208,73 @@ def test_lowering_knobs_are_part_of_the_key() -> None:
     assert k1 != k2
 
 
+def _tc_and_barriers(run: object, **knobs: object) -> list[tuple[str, int]]:
+    """What the kernels that `run()` realizes on the grid emulator hold, by op (WMMA, SHUFFLE, BARRIER, INS)."""
+    from collections import Counter
+
+    from rewrite import Ops
+
+    with Context(DEVICE="python", **knobs):  # type: ignore[arg-type]
+        key, _ = sc.signature([run().uop])  # type: ignore[operator]
+        run().realize()  # type: ignore[operator]
+    p = plans.get(key)
+    assert p is not None
+    ops: Counter = Counter()
+    for st in p.steps:
+        for u in st.kernel.prog.instrs:
+            if u.op in (Ops.WMMA, Ops.SHUFFLE, Ops.BARRIER):
+                ops[u.op.name] += 1
+            elif u.op is Ops.INS:
+                ops[u.arg[0]] += 1
+    return sorted(ops.items())
+
+
+def test_every_lowering_knob_keys_the_process_caches() -> None:
+    """A knob that changes lowering, set by a Context after the same graph was lowered without it, gets its own
+    kernels: WGMMA, TMA and WARP_REDUCE (which the lowered-LINEAR memo, the compiled-kernel table and the plan key
+    all missed, handing back the first lowering) and ALLOW_TF32 and PYTHON_TARGET (through the target)."""
+    from rewrite.env import KNOBS, LOWERING_KNOBS
+
+    assert LOWERING_KNOBS[0] == "DEVICE"  # lower.realize._kernel_key leaves out the first
+    assert {"WGMMA", "TMA", "WARP_REDUCE", "ALLOW_TF32", "PYTHON_TARGET", "NOOPT", "BEAM"} <= set(LOWERING_KNOBS)
+    assert not KNOBS["DEBUG"].lowers and not KNOBS["CACHEDIR"].lowers
+    a16, b16 = data(64, 256).astype(np.float16), data(256, 64).astype(np.float16)
+    f32, wide = data(64, 64), data(4, 512)
+
+    def mm() -> Tensor:
+        return Tensor(a16) @ Tensor(b16)
+
+    def mm32() -> Tensor:
+        return Tensor(f32) @ Tensor(f32)
+
+    def rows() -> Tensor:
+        return Tensor(wide).sum(1)
+
+    mma = _tc_and_barriers(mm, PYTHON_TARGET="sm_90")
+    wgmma = _tc_and_barriers(mm, PYTHON_TARGET="sm_90", WGMMA=1)
+    tma = _tc_and_barriers(mm, PYTHON_TARGET="sm_90", WGMMA=1, TMA=1)
+    assert dict(mma)["WMMA"] == 16 and dict(wgmma)["WMMA"] == 4, (mma, wgmma)  # m16n8k16 tiles, then m64n128k16
+    assert "tma.load" not in dict(wgmma) and dict(tma)["tma.load"] > 0, (wgmma, tma)
+    assert _tc_and_barriers(mm, PYTHON_TARGET="sm_90") == mma  # and back
+    assert "WMMA" not in dict(_tc_and_barriers(mm32, PYTHON_TARGET="sm_90"))
+    assert "WMMA" in dict(_tc_and_barriers(mm32, PYTHON_TARGET="sm_90", ALLOW_TF32=1))  # tf32 tensor cores
+    assert "WMMA" not in dict(_tc_and_barriers(mm32, PYTHON_TARGET="sm_90"))
+    shuffles = dict(_tc_and_barriers(rows, PYTHON_TARGET="sm_90"))
+    tree = dict(_tc_and_barriers(rows, PYTHON_TARGET="sm_90", WARP_REDUCE=0))
+    assert shuffles.get("SHUFFLE") and "SHUFFLE" not in tree and tree["BARRIER"] > shuffles["BARRIER"], (shuffles,
+                                                                                                          tree)
+    assert "BARRIER" not in dict(_tc_and_barriers(rows))  # the plain interpreter: no grid
+    # and the BEAM disk cache's key holds them (a search from the mma.sync heuristics is no WGMMA=1 result)
+    from lower.search import beam_key
+    from tests.lower.test_gpu import GPU
+
+    ast = mm().schedule()[-1].ast
+    off = beam_key(ast, GPU, 2)
+    with Context(WGMMA=1):
+        on = beam_key(ast, GPU, 2)
+    assert on != off and off == beam_key(ast, GPU, 2)
+
+
 def test_tensor_front_end_replays() -> None:
     c = Counts()
     for _ in range(3):
