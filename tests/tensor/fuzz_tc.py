@@ -1,0 +1,343 @@
+"""A seeded differential fuzzer of tensor-core matmuls (issue 12): random half, bfloat16 and (on tf32 tensor cores)
+float32 matmuls with random shapes, operand layouts, prologues and epilogues, lowered for a GPU target and run by
+the python device's grid emulator, against an exact numpy oracle.
+
+A case is one matmul `A @ B`, A of shape (*batch, m, k) and B of (*batch, k, n) or (k, n) shared by the batch:
+- sizes that are multiples of the mma tiles, ragged ones of 64 or more (the edge tiles gated) or small odd ones
+  (no tensor cores), at most `max_macs` multiply-adds (the emulator runs every thread);
+- each operand stored as its logical shape, transposed (a Linear's weight), as a window of a larger buffer
+  (offset and, for A, a step of 2), zero-padded along k from a shorter buffer, or in float32 and cast in the graph;
+  then maybe scaled, negated, rectified or added to another operand, all exact;
+- then an epilogue of up to three of: a bias over n, relu, a halving, a residual, a cast to float32, a transpose
+  made contiguous, a sum over n.
+
+Values are multiples of 1/4 in [-2, 2]: every product and every sum of up to 2^12 of them is exact in float32 (the
+tensor cores' accumulator) and in bfloat16 or tf32 inputs, so the oracle is exact: the float64 result of each op
+rounded to the case's dtype (float16, or bfloat16 to nearest even), as the graph rounds it. Any difference is a
+wrong element, not a rounding: the check allows none.
+
+Modes (the knobs of `MODES`): "sm_90" (mma.sync m16n8k16 and the cp.async pipelines of 128-wide tiles), "sm_80",
+"wgmma" (WGMMA=1: Hopper's warpgroup MMA where its tiles fit), "tma" (with TMA=1: the tiles copied by the tensor
+memory accelerator where k allows 64-wide steps), "tf32" (float32 cases, ALLOW_TF32=1) and "cpu" (the same half
+and bfloat16 cases on the cpu device). `fuzz` also counts the cases' kernels by tensor-core form (`kernel_forms`),
+so a test can check that the cases reach what it means to test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+
+from rewrite.env import Context
+from tensor import Tensor
+
+# (m and n, k) pools: tile multiples (the direct m16n8k16 form needs them), ragged sizes of 64 or more (the staged
+# forms gate the edge tiles) and small odd ones (no tensor cores: the fallback is checked too)
+ALIGNED = ((16, 32, 48, 64, 80, 96, 128, 144, 192, 256), (16, 32, 48, 64, 96, 128, 256, 320))
+RAGGED = ((64, 72, 100, 136, 200), (17, 24, 40, 100, 136, 256))
+ODD = ((8, 17, 24, 33), (8, 17, 24, 33))
+MAX_MACS = 1 << 20
+_TMP = 1000  # the lines' values are numbered from here while a case is drawn, then renumbered after the inputs
+GPU = {"DEVICE": "python"}
+MODES: dict[str, dict] = {
+    "sm_90": {**GPU, "PYTHON_TARGET": "sm_90"},
+    "sm_80": {**GPU, "PYTHON_TARGET": "sm_80"},
+    "wgmma": {**GPU, "PYTHON_TARGET": "sm_90", "WGMMA": 1},
+    "tma": {**GPU, "PYTHON_TARGET": "sm_90", "WGMMA": 1, "TMA": 1},
+    "tf32": {**GPU, "PYTHON_TARGET": "sm_90", "ALLOW_TF32": 1},
+    "cpu": {"DEVICE": "cpu"},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Stored:
+    """An input buffer: `dtype` "dt" (the case's dtype) or "float32", its shape and flat values."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    data: tuple[float, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    seed: int
+    dt: str  # float16, bfloat16 or float32
+    inputs: tuple[Stored, ...]  # v0 .. v{n-1}
+    lines: tuple[tuple[str, str], ...]  # (Tensor code, numpy code) of v{n}, v{n+1}, ...; the last is the result
+    macs: int
+
+    def code(self, kind: str) -> list[str]:
+        n = len(self.inputs)
+        return [f"v{n + i} = {t if kind == 't' else o}" for i, (t, o) in enumerate(self.lines)]
+
+    def repro(self, knobs: str) -> str:
+        """Standalone Python running the case with uopc inside `Context(knobs)`, and its exact oracle."""
+        head = ["import numpy as np", "from rewrite.env import Context", "from tensor import Tensor",
+                f"DT = '{self.dt}'", _RNE_SRC]
+        for i, s in enumerate(self.inputs):
+            head.append(f"a{i} = np.array({list(s.data)!r}, np.float32).reshape({s.shape})")
+        t = [f"    v{i} = stored(a{i}, '{s.dtype}')" for i, s in enumerate(self.inputs)] + \
+            ["    " + line for line in self.code("t")]
+        o = [f"v{i} = a{i}.astype(np.float64)" for i in range(len(self.inputs))] + self.code("n")
+        last = f"v{len(self.inputs) + len(self.lines) - 1}"
+        return "\n".join([*head, f"with Context({knobs}):", *t, f"    got = {last}.numpy()", "# the exact oracle",
+                          *o, f"want = {last}", "print(np.argwhere(got != want)[:10], got.shape)"])
+
+
+_RNE_SRC = '''def R(x):
+    """x rounded to DT as the graph rounds it (float16, bfloat16 to nearest even, float32)."""
+    if DT == "float16":
+        return np.asarray(x).astype(np.float16).astype(np.float64)
+    f = np.asarray(x).astype(np.float32)
+    if DT == "bfloat16":
+        u = f.view(np.uint32)
+        f = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)).view(np.float32)
+    return f.astype(np.float64)
+
+
+def stored(a, dtype):
+    """The input buffer: float32, or the case's dtype realized (so the matmul loads it, as a model's weight)."""
+    return Tensor(a) if dtype == "float32" else Tensor(a).cast(DT).realize()'''
+_ENV: dict = {"np": np, "Tensor": Tensor}
+exec(_RNE_SRC, _ENV)
+
+
+def _values(rng: random.Random, count: int) -> tuple[float, ...]:
+    return tuple(rng.randint(-8, 8) / 4 for _ in range(count))
+
+
+def _operand(rng: random.Random, name: str, batch: tuple[int, ...], rows: int, cols: int, kdim: int,
+             inputs: list[Stored], lines: list[tuple[str, str]], cast_ok: bool, plain: bool) -> str:
+    """Make the operand of logical shape (*batch, rows, cols) (k is axis `kdim`: -1 for A, -2 for B) from a new
+    input; returns the name of the value holding it. `plain`: mostly a buffer loaded as it is (what cp.async, and
+    so wgmma and the TMA, copy)."""
+    nb = len(batch)
+    how = "plain" if plain and rng.random() < 0.85 else \
+        rng.choice(["plain", "plain", "T", "T", "window", "pad", "cast"] if cast_ok else
+                   ["plain", "plain", "T", "T", "window", "pad"])
+    new = f"v{len(inputs)}"
+
+    def add(shape: tuple[int, ...], dtype: str = "dt") -> str:
+        inputs.append(Stored(dtype, shape, _values(rng, int(np.prod(shape)))))
+        return f"v{len(inputs) - 1}"
+
+    def line(t: str, o: str) -> str:
+        lines.append((t, o))
+        return f"v{_TMP + len(lines) - 1}"
+
+    if how == "T":
+        new = add((*batch, cols, rows))
+        order = (*range(nb), nb + 1, nb)
+        cur = line(f"{new}.permute({order})", f"{new}.transpose({order})")
+    elif how == "window":
+        step = 2 if name == "A" and rng.random() < 0.5 else 1
+        new = add((*batch, rows * step + 2, cols + 3))
+        sl = ", ".join([":"] * nb + [f"1:{1 + rows * step}:{step}", f"2:{2 + cols}"])
+        cur = line(f"{new}[{sl}]", f"{new}[{sl}]")
+    elif how == "pad":
+        short = max(1, (cols if kdim == -1 else rows) - rng.randint(1, 9))
+        shape = (*batch, rows, short) if kdim == -1 else (*batch, short, cols)
+        new = add(shape)
+        before = rng.randint(0, (cols if kdim == -1 else rows) - short)
+        after = (cols if kdim == -1 else rows) - short - before
+        pads = [(0, 0)] * nb + ([(0, 0), (before, after)] if kdim == -1 else [(before, after), (0, 0)])
+        cur = line(f"{new}.pad({tuple(pads)})", f"np.pad({new}, {pads})")
+    elif how == "cast":
+        new = add((*batch, rows, cols), "float32")
+        cur = line(f"{new}.cast(DT)", f"R({new})")
+    else:
+        cur = add((*batch, rows, cols))
+    r = rng.random() + (0.6 if plain else 0)
+    if r < 0.1:
+        cur = line(f"{cur} * 2", f"R({cur} * 2)")
+    elif r < 0.2:
+        cur = line(f"-{cur}", f"-{cur}")
+    elif r < 0.3:
+        cur = line(f"{cur}.relu()", f"np.maximum({cur}, 0)")
+    elif r < 0.4:
+        other = add((*batch, rows, cols))
+        cur = line(f"{cur} + {other}", f"R({cur} + {other})")
+    return cur
+
+
+def generate(seed: int, mode: str, max_macs: int = MAX_MACS) -> Case:
+    """The case of `seed` for `mode` (the wgmma modes draw tiles big enough for a warpgroup more often)."""
+    rng = random.Random(seed)
+    dt = "float32" if mode == "tf32" else rng.choice(["float16", "bfloat16"])
+    big = mode in ("wgmma", "tma") and rng.random() < 0.7
+    r = rng.random()
+    mn, ks = ALIGNED if r < 0.65 else RAGGED if r < 0.9 else ODD
+    for tries in range(1000):
+        if tries == 100:  # max_macs too small for this pool's sizes (or a warpgroup's): the small odd sizes
+            mn, ks, big = ODD[0], ODD[1], False
+        batch = rng.choice([(), (), (), (2,), (3,)])
+        m, n, k = rng.choice(mn), rng.choice(mn), rng.choice(ks)
+        if big:  # a warpgroup's tile, 8-element chunks along k and B's columns (what cp.async copies), and for
+            # the TMA k of 256 or more (its 64-wide k steps)
+            m, n, k = max(m, 64), max(-(-n // 8) * 8, 64), max(-(-k // 8) * 8, 256 if mode == "tma" else 16)
+        macs = int(np.prod(batch, dtype=np.int64)) * m * n * k
+        if macs <= max_macs:
+            break
+    else:
+        raise ValueError(f"fuzz_tc.generate: no case of at most {max_macs} multiply-adds (the least is 512)")
+    shared_b = bool(batch) and rng.random() < 0.5
+    # the lines are numbered from _TMP while drawing (inputs are still being added), then renumbered
+    inputs: list[Stored] = []
+    lines: list[tuple[str, str]] = []
+    plain = big or rng.random() < 0.4  # both operands mostly plain buffers: the cp.async pipelines' cases
+    a = _operand(rng, "A", batch, m, k, -1, inputs, lines, dt != "float32", plain)
+    b = _operand(rng, "B", () if shared_b else batch, k, n, -2, inputs, lines, dt != "float32", plain)
+    lines.append((f"{a} @ {b}", f"R({a} @ {b})"))
+    out = f"v{_TMP + len(lines) - 1}"
+    rounded, shape = True, (*batch, m, n)
+    for _ in range(rng.choice([0, 1, 1, 2, 3])):
+        r = rng.random()
+        if r < 0.2:
+            bias = f"v{len(inputs)}"
+            inputs.append(Stored("dt", shape[-1:], _values(rng, shape[-1])))
+            lines.append((f"{out} + {bias}", f"R({out} + {bias})" if rounded else f"{out} + {bias}"))
+        elif r < 0.35:
+            lines.append((f"{out}.relu()", f"np.maximum({out}, 0)"))
+        elif r < 0.45:
+            lines.append((f"{out} * 0.5", f"R({out} * 0.5)" if rounded else f"{out} * 0.5"))
+        elif r < 0.6:
+            res = f"v{len(inputs)}"
+            inputs.append(Stored("dt", shape, _values(rng, int(np.prod(shape)))))
+            lines.append((f"{out} - {res}", f"R({out} - {res})" if rounded else f"{out} - {res}"))
+        elif r < 0.7 and rounded:
+            lines.append((f"{out}.float()", f"{out}"))
+            rounded = False
+        elif r < 0.85 and len(shape) >= 2:
+            order = (*range(len(shape) - 2), len(shape) - 1, len(shape) - 2)
+            lines.append((f"{out}.permute({order}).contiguous()", f"{out}.transpose({order})"))
+            shape = (*shape[:-2], shape[-1], shape[-2])
+        elif len(shape) >= 2:
+            lines.append((f"{out}.sum(-1)", f"R({out}.sum(-1))" if rounded else f"{out}.sum(-1)"))
+            shape = shape[:-1]
+        out = f"v{_TMP + len(lines) - 1}"
+    # renumber: the lines' values follow the inputs
+    base = len(inputs)
+    renum = []
+    for t, o in lines:
+        for j in range(len(lines) - 1, -1, -1):
+            t, o = t.replace(f"v{_TMP + j}", f"v{base + j}"), o.replace(f"v{_TMP + j}", f"v{base + j}")
+        renum.append((t, o))
+    return Case(seed, dt, tuple(inputs), tuple(renum), macs)
+
+
+# ---------------------------------------------------------------- running
+
+
+def _build(c: Case) -> Tensor:
+    env = {**_ENV, "DT": c.dt}
+    exec(_RNE_SRC, env)  # R and stored see this case's DT
+    for i, s in enumerate(c.inputs):
+        env[f"v{i}"] = env["stored"](np.array(s.data, np.float32).reshape(s.shape), s.dtype)
+    exec("\n".join(c.code("t")), env)
+    return env[f"v{len(c.inputs) + len(c.lines) - 1}"]
+
+
+def oracle(c: Case) -> np.ndarray:
+    env = {**_ENV, "DT": c.dt}
+    exec(_RNE_SRC, env)
+    for i, s in enumerate(c.inputs):
+        env[f"v{i}"] = np.array(s.data, np.float64).reshape(s.shape)
+    exec("\n".join(c.code("n")), env)
+    return np.asarray(env[f"v{len(c.inputs) + len(c.lines) - 1}"])
+
+
+def mismatch(c: Case, got: np.ndarray) -> str | None:
+    want = oracle(c)
+    if got.shape != want.shape:
+        return f"shape {got.shape}, want {want.shape}"
+    bad = np.argwhere(got.astype(np.float64) != want)
+    if len(bad):
+        i = tuple(bad[0])
+        return f"{len(bad)} of {want.size} elements differ; at {i}: {got[i]!r}, want {want[i]!r}"
+    return None
+
+
+def run_one(c: Case, mode: str) -> str | None:
+    try:
+        with Context(**MODES[mode]):
+            got = _build(c).numpy()
+    except Exception as e:
+        return f"raised {type(e).__name__}: {e}"
+    return mismatch(c, got)
+
+
+def run_batch(cases: list[Case], mode: str, forms: Counter | None = None) -> list[tuple[Case, str]]:
+    """Realize the cases' results together (one schedule, one batch of lowerings); failures re-run alone. `forms`
+    counts the tensor-core forms of the batch's kernels (`kernel_forms`)."""
+    with Context(**MODES[mode]):
+        outs: list[Tensor | None] = []
+        for c in cases:
+            try:
+                outs.append(_build(c))
+            except Exception:
+                outs.append(None)
+        live = [t for t in outs if t is not None]
+        try:
+            items = live[0].schedule(*live[1:]) if live else []
+            if live:
+                live[0].realize(*live[1:])
+            got = [None if t is None else t.numpy() for t in outs]
+            if forms is not None:
+                forms.update(kernel_forms(items))
+        except Exception:
+            got = [None] * len(outs)
+    failures = []
+    for c, g in zip(cases, got, strict=True):
+        why = mismatch(c, g) if g is not None else "not run"
+        if why is not None:
+            why = run_one(c, mode)  # alone, for the report
+        if why is not None:
+            failures.append((c, why))
+    return failures
+
+
+def kernel_forms(items: list) -> Counter:
+    """How many of the schedule items' compiled kernels hold each tensor-core form: "mma" (mma.sync), "wgmma",
+    "tma" (its copies), "cp.async"; "kernels": all of them (inside the Context they were realized under)."""
+    from lower.realize import _compiled, _device_of, _kernel_key
+    from rewrite import Ops
+
+    out: Counter = Counter()
+    for it in items:
+        if it.kind != "kernel":
+            continue
+        k = _compiled.get(_kernel_key(it.ast, _device_of(it.bufs[0])))
+        prog = getattr(k, "prog", None)  # the grid emulator's kernels show their instructions
+        out["kernels"] += 1
+        if prog is None:
+            continue
+        got = set()
+        for u in prog.instrs:
+            if u.op is Ops.WMMA:
+                got.add("wgmma" if u.arg[0] == "wgmma" else "mma")
+            elif u.op is Ops.INS and u.arg[0] == "tma.load":
+                got.add("tma")
+            elif u.op is Ops.STORE and u.arg == "cp.async":
+                got.add("cp.async")
+        out.update(got)
+    return out
+
+
+def fuzz(seeds: range, mode: str, batch: int = 12, max_macs: int = MAX_MACS,
+         on_fail: Callable[[str], None] | None = None) -> tuple[list[str], Counter]:
+    """Run the cases of `seeds` in `mode`: the failures' reports, and the tensor-core forms of their kernels."""
+    reports = []
+    forms: Counter = Counter()
+    knobs = ", ".join(f"{k}={v!r}" for k, v in MODES[mode].items())
+    for lo in range(seeds.start, seeds.stop, batch):
+        cases = [generate(s, mode, max_macs) for s in range(lo, min(lo + batch, seeds.stop))]
+        for c, why in run_batch(cases, mode, forms):
+            r = f"tensor-core fuzz case seed={c.seed} fails in mode {mode} ({knobs}): {why}\nrepro:\n{c.repro(knobs)}\n"
+            reports.append(r)
+            if on_fail:
+                on_fail(r)
+    return reports, forms
