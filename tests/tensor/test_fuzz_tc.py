@@ -3,7 +3,7 @@ layouts, prologues and epilogues, lowered for sm_90 and sm_80 (mma.sync, the cp.
 and run by the grid emulator, and on the cpu device, each against an exact oracle.
 
 CI runs the counts of COUNTS on a fixed seed window, each mode's cases held to at most its MACS multiply-adds, and
-checks that they reach the forms each mode is for (FORMS). The long run (20 times the counts, 4 times the sizes,
+checks that they reach the forms each mode is for (FORMS). The long run (10 times the counts, twice the sizes,
 seeds apart from CI's):
 
     FUZZ_LONG=1 python -m pytest tests/tensor/test_fuzz_tc.py -s
@@ -32,8 +32,8 @@ FORMS = {"sm_90": {"mma": 15, "cp.async": 3}, "sm_80": {"mma": 6}, "wgmma": {"wg
 @pytest.mark.parametrize("mode", list(COUNTS))
 def test_fuzz_tensor_cores(mode: str) -> None:
     offset = 1_000_000 * list(COUNTS).index(mode) + BASE + (50_000_000 if LONG else 0)
-    n = COUNTS[mode] * (20 if LONG else 1)
-    reports, forms = fuzz(range(offset, offset + n), mode, max_macs=MACS[mode] * (4 if LONG else 1),
+    n = COUNTS[mode] * (10 if LONG else 1)
+    reports, forms = fuzz(range(offset, offset + n), mode, max_macs=MACS[mode] * (2 if LONG else 1),
                           on_fail=print if LONG else None)
     assert not reports, f"{len(reports)} of {n} cases fail in mode {mode}; the first:\n{reports[0]}"
     if LONG:
