@@ -19,6 +19,7 @@ a program that fails there is re-run alone, and `shrink` reduces a failing progr
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
 from collections.abc import Callable
 
@@ -395,23 +396,31 @@ def run_one(p: Program, mode: str) -> str | None:
     return mismatch(p, got)
 
 
-def run_batch(progs: list[Program], mode: str) -> list[tuple[Program, str]]:
-    """Realize all programs' outputs together (one schedule, batched compiles); failures re-run alone."""
-    failures: list[tuple[Program, str]] = []
-    with Context(**MODES[mode]):
+def realize_together(builds: list[Callable[[], Tensor]], knobs: dict) -> tuple[list[np.ndarray | None], list]:
+    """Build each tensor and realize them all with one realize (one schedule, batched compiles) inside
+    `Context(**knobs)`: each one's array (None where its build raised, all None where the realize did) and the
+    schedule items of that realize."""
+    with Context(**knobs):
         outs: list[Tensor | None] = []
-        for p in progs:
+        for build in builds:
             try:
-                outs.append(build_tensor(p))
+                outs.append(build())
             except Exception:
                 outs.append(None)
         live = [t for t in outs if t is not None]
         try:
+            items = live[0].schedule(*live[1:]) if live else []
             if live:
                 live[0].realize(*live[1:])
-            results = [None if t is None else t.numpy() for t in outs]
+            return [None if t is None else t.numpy() for t in outs], items
         except Exception:
-            results = [None] * len(outs)
+            return [None] * len(outs), []
+
+
+def run_batch(progs: list[Program], mode: str) -> list[tuple[Program, str]]:
+    """Realize all programs' outputs together (one schedule, batched compiles); failures re-run alone."""
+    failures: list[tuple[Program, str]] = []
+    results, _ = realize_together([functools.partial(build_tensor, p) for p in progs], MODES[mode])
     for p, got in zip(progs, results, strict=True):
         why = mismatch(p, got) if got is not None else run_one(p, mode)
         if why is not None and got is not None:

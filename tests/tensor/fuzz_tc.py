@@ -26,6 +26,7 @@ so a test can check that the cases reach what it means to test.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -273,23 +274,12 @@ def run_one(c: Case, mode: str) -> str | None:
 def run_batch(cases: list[Case], mode: str, forms: Counter | None = None) -> list[tuple[Case, str]]:
     """Realize the cases' results together (one schedule, one batch of lowerings); failures re-run alone. `forms`
     counts the tensor-core forms of the batch's kernels (`kernel_forms`)."""
-    with Context(**MODES[mode]):
-        outs: list[Tensor | None] = []
-        for c in cases:
-            try:
-                outs.append(_build(c))
-            except Exception:
-                outs.append(None)
-        live = [t for t in outs if t is not None]
-        try:
-            items = live[0].schedule(*live[1:]) if live else []
-            if live:
-                live[0].realize(*live[1:])
-            got = [None if t is None else t.numpy() for t in outs]
-            if forms is not None:
-                forms.update(kernel_forms(items))
-        except Exception:
-            got = [None] * len(outs)
+    from tests.tensor.fuzz_programs import realize_together
+
+    got, items = realize_together([functools.partial(_build, c) for c in cases], MODES[mode])
+    if forms is not None:
+        with Context(**MODES[mode]):  # the kernels' keys hold the mode's target and knobs
+            forms.update(kernel_forms(items))
     failures = []
     for c, g in zip(cases, got, strict=True):
         why = mismatch(c, g) if g is not None else "not run"
