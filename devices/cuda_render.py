@@ -346,6 +346,9 @@ def _signature(prog: Program, name: str, ctx: CContext) -> list[str]:
     lines = [f'extern "C" __global__ void {bounds}{name}({", ".join(params)}) {{']
     if isinstance(ctx, CudaContext) and ctx.dynamic is not None:
         lines.append(f"  extern __shared__ __align__({ctx.align}) unsigned char smem_dynamic[];")
+        if ctx.align >= 1024:  # the 128-byte swizzle XORs address bits 9-7: tiles off a 1024-byte atom would be
+            # read wrong without a word, so a block whose dynamic shared memory is not so aligned traps instead
+            lines.append("  if ((unsigned)__cvta_generic_to_shared(smem_dynamic) & 1023u) __trap();")
     lines += narrow
     for sname, sp in prog.specials.items():
         dim = special_dim(sname)

@@ -60,6 +60,8 @@ def test_wgmma_matmuls_compile_for_sm90a(compiler: str, tmp_path: os.PathLike) -
     assert ", p, 1, 1, 0, 1;" in b  # A K-major, B MN-major (transposed)
     assert "__launch_bounds__(256)" in big.src and "mma.sync" not in b and "ldmatrix" not in b
     assert "extern __shared__ __align__(1024) unsigned char smem_dynamic[];" in big.src  # the atoms' alignment
+    # checked where it runs: a base off an atom would swizzle every tile wrong, so it traps instead
+    assert "if ((unsigned)__cvta_generic_to_shared(smem_dynamic) & 1023u) __trap();" in big.src
     assert big.dynamic_shared == 4 * (128 * 64 + 64 * 256) * 2  # 4 stages of both tiles, no padding
     assert "? 16 : 0)" in _body(odd)  # the ragged edges' chunks zero-filled
     bb = _body(bf16)
