@@ -8,9 +8,8 @@ seeds apart from CI's):
 
     FUZZ_LONG=1 python -m pytest tests/tensor/test_fuzz_tc.py -s
 
-`FUZZ_SEED=n` moves the window. Measured on 2 cores: the CI counts take about 80 s of one core, a like-sized long
-run 35 minutes (3 s a
-wgmma or TMA case, 0.5 s an mma.sync one).
+`FUZZ_SEED=n` moves the window. Measured on 2 cores: the CI counts take about 80 s of one core (3 s a wgmma or
+TMA case, 0.5 s an mma.sync one), a like-sized long run 35 minutes.
 """
 
 from __future__ import annotations
