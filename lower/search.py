@@ -191,6 +191,7 @@ def timed_round(cands: list[list[Opt]], time_one: Callable[[list[Opt]], float], 
     sys.stderr.write("\n")
     return sorted(timed, key=lambda x: x[0])
 
+
 def beam_key(ast: UOp, target: Any, width: int) -> str:
     """The disk cache's key of a search: the kernel's structure, the whole target, the width and the knobs that
     change lowering but are not the target's (WGMMA, TMA, WARP_REDUCE...: the heuristics' starting point and what

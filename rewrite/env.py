@@ -39,7 +39,7 @@ class Knob:
     hi: int | None = None
     choices: tuple[str, ...] | None = None
     # its value changes what a graph schedules or lowers to: part of every cache key of lowered work in a process
-    # (plans, compiled kernels, lowered LINEARs, BEAM results; lower.schedule_cache.lowering_knobs), so a Context
+    # (plans, compiled kernels, lowered LINEARs, BEAM results; `lowering_knobs` below), so a Context
     # that sets it never gets work lowered under another value
     lowers: bool = False
 
