@@ -5,6 +5,8 @@ change lowering, and errors raised the same on a hit as on the miss."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -208,15 +210,15 @@ def test_lowering_knobs_are_part_of_the_key() -> None:
     assert k1 != k2
 
 
-def _tc_and_barriers(run: object, **knobs: object) -> list[tuple[str, int]]:
+def _tc_and_barriers(run: Callable[[], Tensor], **knobs: object) -> list[tuple[str, int]]:
     """What the kernels that `run()` realizes on the grid emulator hold, by op (WMMA, SHUFFLE, BARRIER, INS)."""
     from collections import Counter
 
     from rewrite import Ops
 
     with Context(DEVICE="python", **knobs):  # type: ignore[arg-type]
-        key, _ = sc.signature([run().uop])  # type: ignore[operator]
-        run().realize()  # type: ignore[operator]
+        key, _ = sc.signature([run().uop])
+        run().realize()
     p = plans.get(key)
     assert p is not None
     ops: Counter = Counter()

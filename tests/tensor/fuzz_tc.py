@@ -103,8 +103,13 @@ _RNE_SRC = '''def R(x):
 def stored(a, dtype):
     """The input buffer: float32, or the case's dtype realized (so the matmul loads it, as a model's weight)."""
     return Tensor(a) if dtype == "float32" else Tensor(a).cast(DT).realize()'''
-_ENV: dict = {"np": np, "Tensor": Tensor}
-exec(_RNE_SRC, _ENV)
+
+
+def _env(dt: str) -> dict:
+    """The namespace a case's code runs in: numpy, Tensor, DT and the R and stored of _RNE_SRC for that DT."""
+    env = {"np": np, "Tensor": Tensor, "DT": dt}
+    exec(_RNE_SRC, env)
+    return env
 
 
 def _values(rng: random.Random, count: int) -> tuple[float, ...]:
@@ -120,7 +125,6 @@ def _operand(rng: random.Random, name: str, batch: tuple[int, ...], rows: int, c
     how = "plain" if plain and rng.random() < 0.85 else \
         rng.choice(["plain", "plain", "T", "T", "window", "pad", "cast"] if cast_ok else
                    ["plain", "plain", "T", "T", "window", "pad"])
-    new = f"v{len(inputs)}"
 
     def add(shape: tuple[int, ...], dtype: str = "dt") -> str:
         inputs.append(Stored(dtype, shape, _values(rng, int(np.prod(shape)))))
@@ -197,18 +201,19 @@ def generate(seed: int, mode: str, max_macs: int = MAX_MACS) -> Case:
     rounded, shape = True, (*batch, m, n)
     for _ in range(rng.choice([0, 1, 1, 2, 3])):
         r = rng.random()
+        rnd = "R" if rounded else ""  # the oracle rounds each op's result while the value is in the case's dtype
         if r < 0.2:
             bias = f"v{len(inputs)}"
             inputs.append(Stored("dt", shape[-1:], _values(rng, shape[-1])))
-            lines.append((f"{out} + {bias}", f"R({out} + {bias})" if rounded else f"{out} + {bias}"))
+            lines.append((f"{out} + {bias}", f"{rnd}({out} + {bias})"))
         elif r < 0.35:
             lines.append((f"{out}.relu()", f"np.maximum({out}, 0)"))
         elif r < 0.45:
-            lines.append((f"{out} * 0.5", f"R({out} * 0.5)" if rounded else f"{out} * 0.5"))
+            lines.append((f"{out} * 0.5", f"{rnd}({out} * 0.5)"))
         elif r < 0.6:
             res = f"v{len(inputs)}"
             inputs.append(Stored("dt", shape, _values(rng, int(np.prod(shape)))))
-            lines.append((f"{out} - {res}", f"R({out} - {res})" if rounded else f"{out} - {res}"))
+            lines.append((f"{out} - {res}", f"{rnd}({out} - {res})"))
         elif r < 0.7 and rounded:
             lines.append((f"{out}.float()", f"{out}"))
             rounded = False
@@ -217,7 +222,7 @@ def generate(seed: int, mode: str, max_macs: int = MAX_MACS) -> Case:
             lines.append((f"{out}.permute({order}).contiguous()", f"{out}.transpose({order})"))
             shape = (*shape[:-2], shape[-1], shape[-2])
         elif len(shape) >= 2:
-            lines.append((f"{out}.sum(-1)", f"R({out}.sum(-1))" if rounded else f"{out}.sum(-1)"))
+            lines.append((f"{out}.sum(-1)", f"{rnd}({out}.sum(-1))"))
             shape = shape[:-1]
         out = f"v{_TMP + len(lines) - 1}"
     # renumber: the lines' values follow the inputs
@@ -234,8 +239,7 @@ def generate(seed: int, mode: str, max_macs: int = MAX_MACS) -> Case:
 
 
 def _build(c: Case) -> Tensor:
-    env = {**_ENV, "DT": c.dt}
-    exec(_RNE_SRC, env)  # R and stored see this case's DT
+    env = _env(c.dt)
     for i, s in enumerate(c.inputs):
         env[f"v{i}"] = env["stored"](np.array(s.data, np.float32).reshape(s.shape), s.dtype)
     exec("\n".join(c.code("t")), env)
@@ -243,8 +247,7 @@ def _build(c: Case) -> Tensor:
 
 
 def oracle(c: Case) -> np.ndarray:
-    env = {**_ENV, "DT": c.dt}
-    exec(_RNE_SRC, env)
+    env = _env(c.dt)
     for i, s in enumerate(c.inputs):
         env[f"v{i}"] = np.array(s.data, np.float64).reshape(s.shape)
     exec("\n".join(c.code("n")), env)
