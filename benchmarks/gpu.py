@@ -57,8 +57,8 @@ def gpu_cases(quick: bool) -> list[tuple[Case, str]]:
             (Case("matmul_4096_tf32", "matmul 4096 tf32", "matmul", (4096,)), "tf32"),
             (Case("conv", "conv2d (8,64,56,56)->64", "conv", (8, 64, 56, 56, 64)), "float32"),
             (Case("attention", "attention 8x8x512x64", "attention", (8, 8, 512, 64)), "float32"),
-            # last (a step's time limit cuts the last cases): half convs do not reach the tensor cores (TC takes
-            # one reduction range, a conv has three), so this measures that gap against cuDNN's
+            # last (a step's time limit cuts the last cases): a half conv on the tensor cores as an implicit GEMM
+            # (lower.wmma.tc_flatten; the input window gathered through div/mod, no cp.async) against cuDNN's
             (Case("conv_fp16", "conv2d (8,64,56,56)->64 fp16", "conv", (8, 64, 56, 56, 64)), "float16")]
 
 

@@ -203,8 +203,9 @@ def _tc_opts(ast: UOp, shape: str, outputs: int, target: Target) -> list[Opt]:
     from lower.tc_async import async_fits
     from lower.tc_smem import staged_config, staged_shapes
     from lower.tc_wgmma import WGMMA_SHAPES, wgmma_config
-    from lower.wmma import LAYOUTS, M, N, apply_tc, tc_tile_axes
+    from lower.wmma import LAYOUTS, M, N, apply_tc, tc_flatten, tc_tile_axes
 
+    ast = tc_flatten(ast)  # a convolution's reduce ranges (and rows) as one (apply_tc_arg does the same)
     cores = target.cores
     nu, nv, nk = staged_shapes(ast)
     if knob_bool("WGMMA") and target.isa == "sm_90" and shape in WGMMA_SHAPES and async_fits(ast) and \

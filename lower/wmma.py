@@ -26,9 +26,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from math import prod
 
 from devices.base import Target
-from lower.opt_apply import axes, next_range_id, size
+from lower.opt_apply import axes, next_range_id, replace_range, size
+from lower.tc_smem import spread
 from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
 from rewrite.dtype import AddrSpace
 from rewrite.errors import KernelOptError
@@ -36,6 +38,7 @@ from rewrite.errors import KernelOptError
 TC_SHAPES = {"16x8x16 half->float": dtypes.float16, "16x8x16 bfloat16->float": dtypes.bfloat16,
              "16x8x8 tf32->float": dtypes.float32}
 M, N, K = 16, 8, 16
+ROW_TILE = 64  # the staged forms' smallest block tile along u (lower.tc_smem.staged_config)
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ def tc_shape_for(ast: UOp, target: Target) -> str | None:
     """The tensor-core shape of `target` that this kernel's reduction can use, if any (any sizes: the direct
     form needs multiples of the mma's, the staged one (lower.tc_smem) does not)."""
     try:
-        x, *_ = _match(ast, divisible=False)  # sizes the mma does not divide: lower.tc_smem pads with zeros
+        x, *_ = _match(tc_flatten(ast), divisible=False)  # sizes the mma does not divide: lower.tc_smem pads with zeros
     except KernelOptError:
         return None
     return next((s for s in target.tensor_cores if TC_SHAPES.get(s) is x.dtype), None)
@@ -78,9 +81,9 @@ def _depends(e: UOp, r: UOp) -> bool:
     return r in e.toposort()
 
 
-def _match(ast: UOp, divisible: bool = True) -> tuple[UOp, UOp, UOp, UOp, UOp, UOp]:
-    """(x, y, red, u, v, k) of a kernel of the TC shape, else KernelOptError saying what does not fit (with
-    `divisible`, sizes that are not multiples of the mma's 16, 8 and 16 do not fit)."""
+def _operands(ast: UOp) -> tuple[UOp, UOp, UOp]:
+    """(x, y, red): the one float32 sum `red` of products x * y of a kernel of the TC shape (any number of
+    reduce ranges), else KernelOptError saying what does not fit."""
     reds = [u for u in ast.toposort() if u.op is Ops.REDUCE]
     ends = [u for u in ast.toposort() if u.op is Ops.END]
     if len(reds) != 1 or len(ends) != 1:
@@ -100,6 +103,14 @@ def _match(ast: UOp, divisible: bool = True) -> tuple[UOp, UOp, UOp, UOp, UOp, U
                              "operands (half and bfloat16 cast to float32 before or after the product)")
     if x.dtype not in (dtypes.float16, dtypes.bfloat16, dtypes.float32) or y.dtype is not x.dtype:
         raise KernelOptError(f"TC: the products must be of half, bfloat16 or float32, not {x.dtype.name}")
+    return x, y, red
+
+
+def _match(ast: UOp, divisible: bool = True) -> tuple[UOp, UOp, UOp, UOp, UOp, UOp]:
+    """(x, y, red, u, v, k) of a kernel of the TC shape, else KernelOptError saying what does not fit (with
+    `divisible`, sizes that are not multiples of the mma's 16, 8 and 16 do not fit). A kernel of several reduce
+    ranges or row axes matches once `tc_flatten` has merged them."""
+    x, y, red = _operands(ast)
     ks = red.src[1:]
     if len(ks) != 1:
         raise KernelOptError("TC: the reduction must run over one range")
@@ -114,6 +125,67 @@ def _match(ast: UOp, divisible: bool = True) -> tuple[UOp, UOp, UOp, UOp, UOp, U
         if size(r) % n:
             raise KernelOptError(f"TC: axis {r.render()} of size {size(r)} is not a multiple of {n}")
     return x, y, red, u, v, k
+
+
+def tc_flatten(ast: UOp) -> UOp:
+    """The kernel as one matmul for the tensor cores: where its sum of products runs over several reduce ranges
+    (a convolution's input channel and window, ci x kh x kw), they become one range k over their product
+    (each old range a div/mod of k, the first outermost); where the output axes that only x moves with (u) are
+    several and the last is shorter than a block tile (ROW_TILE) or no multiple of the mma's 16 (a
+    convolution's n x ho x wo rows), or several beside merged reduce ranges, they become one row range likewise.
+    The sum is the same terms in another grouping (float32 additions, as the mma's order already differs from
+    the plain kernel's). First, an output loop both operands move with that x reads only as r // c (a grouped
+    convolution's output channel: x moves with its group) splits in two (`_split_groups`). The kernel as it is
+    where it does not match TC or its sizes are symbolic."""
+    try:
+        ast = _split_groups(ast)
+        x, y, red = _operands(ast)
+        ks = [r for r in red.src[1:] if r.op is Ops.RANGE]
+        loops = [r for r in axes(ast) if r.axis_type in (AxisType.LOOP, AxisType.GLOBAL)]
+        us = [r for r in loops if _depends(x, r) and not _depends(y, r)]
+        sizes = [size(r) for r in (*ks, *us)]
+    except KernelOptError:
+        return ast
+    if len(ks) != len(red.src) - 1 or any(r.axis_type is not AxisType.REDUCE for r in ks) or 0 in sizes:
+        return ast
+    merge_k = len(ks) > 1
+    merge_u = len(us) > 1 and (merge_k or size(us[-1]) < ROW_TILE or size(us[-1]) % M != 0)
+    nid = next_range_id(ast)
+    for group, kind, on in ((ks, AxisType.REDUCE, merge_k), (us, us[-1].axis_type if us else None, merge_u)):
+        if not on or kind is None:
+            continue
+        flat = UOp.range(prod(size(r) for r in group), nid, kind)
+        nid += 1
+        at = spread(tuple(group), flat)
+        for i, r in enumerate(group):  # the merged range takes the last's place in the END's / REDUCE's list
+            ast = replace_range(ast, r, (flat,) if i == len(group) - 1 else (), at[r])
+    return ast
+
+
+def _split_groups(ast: UOp) -> UOp:
+    """`ast` with each output loop r that both operands x and y move with, x only through r // c (c a constant
+    dividing r's size, as one constant), replaced by hi over size/c and lo over c (r = hi c + lo; x's r // c is hi
+    and any r % c lo): hi is then an axis of both (a batch) and lo one of y's alone, as TC needs."""
+    x, y, _ = _operands(ast)
+    nid = next_range_id(ast)
+    for r in [r for r in axes(ast) if r.axis_type in (AxisType.LOOP, AxisType.GLOBAL)]:
+        if not (_depends(x, r) and _depends(y, r)):
+            continue
+        divs = [u for u in x.toposort() if u.op is Ops.IDIV and u.src[0] is r and u.src[1].op is Ops.CONST]
+        cs = {u.src[1].value for u in divs}
+        if len(cs) != 1 or _depends(x.substitute({d: UOp.const(0) for d in divs}), r):
+            continue
+        (c,) = cs
+        n = size(r)
+        if not isinstance(c, int) or not 1 < c < n or n % c:
+            continue
+        hi, lo = UOp.range(n // c, nid, r.axis_type), UOp.range(c, nid + 1, r.axis_type)
+        nid += 2
+        mods = [u for u in ast.toposort() if u.op is Ops.MOD and u.src[0] is r and u.src[1] is divs[0].src[1]]
+        ast = ast.substitute({**{d: hi for d in divs}, **{m: lo for m in mods}})
+        ast = replace_range(ast, r, (hi, lo), hi * c + lo)
+        x, y, _ = _operands(ast)
+    return ast
 
 
 def tc_arg(arg: object) -> tuple[str, int, int, tuple | None]:
@@ -143,6 +215,7 @@ def apply_tc_arg(ast: UOp, arg: object) -> UOp:
     """The kernel with a TC opt's arg applied: lower.tc_async's pipeline for a 7-tuple with stages >= 2,
     lower.tc_smem's staged form for a 6-tuple (or stages 0), else `apply_tc`."""
     shape, tm, tn, staged = tc_arg(arg)
+    ast = tc_flatten(ast)
     if staged is not None and staged[0] == "wgmma":
         from lower.tc_wgmma import apply_tc_wgmma
 
@@ -202,4 +275,5 @@ def apply_tc(ast: UOp, shape: str, tm: int = 1, tn: int = 1) -> UOp:
     return ast.substitute({end: UOp(Ops.END, (UOp(Ops.GROUP, tuple(stores)), *outer, uo, vo, lane))})
 
 
-__all__ = ["LAYOUTS", "TC_SHAPES", "Layout", "apply_tc", "apply_tc_arg", "tc_arg", "tc_shape_for", "tc_tile_axes"]
+__all__ = ["LAYOUTS", "TC_SHAPES", "Layout", "apply_tc", "apply_tc_arg", "tc_arg", "tc_flatten", "tc_shape_for",
+           "tc_tile_axes"]

@@ -19,7 +19,10 @@ wrong element, not a rounding: the check allows none.
 Modes (the knobs of `MODES`): "sm_90" (mma.sync m16n8k16 and the cp.async pipelines of 128-wide tiles), "sm_80",
 "wgmma" (WGMMA=1: Hopper's warpgroup MMA where its tiles fit), "tma" (with TMA=1: the tiles copied by the tensor
 memory accelerator where k allows 64-wide steps), "tf32" (float32 cases, ALLOW_TF32=1) and "cpu" (the same half
-and bfloat16 cases on the cpu device). `fuzz` also counts the cases' kernels by tensor-core form (`kernel_forms`),
+and bfloat16 cases on the cpu device). The conv modes ("conv": sm_90, "conv_tf32", "conv_cpu") draw a convolution
+in place of the matmul: 1 or 2 spatial axes, kernel 1, 3 or 5, stride, padding, dilation and groups, 70% of them
+with 64 or more rows (n x the output positions) and output channels, the sizes the staged forms take; its oracle
+is `conv` (float64, exact for these values). `fuzz` also counts the cases' kernels by tensor-core form (`kernel_forms`),
 so a test can check that the cases reach what it means to test.
 """
 
@@ -51,6 +54,10 @@ MODES: dict[str, dict] = {
     "tma": {**GPU, "PYTHON_TARGET": "sm_90", "WGMMA": 1, "TMA": 1},
     "tf32": {**GPU, "PYTHON_TARGET": "sm_90", "ALLOW_TF32": 1},
     "cpu": {"DEVICE": "cpu"},
+    # convolutions (lower.wmma.tc_flatten makes their reduce ranges, and rows, one matmul for the tensor cores)
+    "conv": {**GPU, "PYTHON_TARGET": "sm_90"},
+    "conv_tf32": {**GPU, "PYTHON_TARGET": "sm_90", "ALLOW_TF32": 1},
+    "conv_cpu": {"DEVICE": "cpu"},
 }
 
 
@@ -98,6 +105,23 @@ _RNE_SRC = '''def R(x):
         u = f.view(np.uint32)
         f = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)).view(np.float32)
     return f.astype(np.float64)
+
+
+def conv(x, w, stride, padding, dilation, groups):
+    """torch's convolution (cross-correlation) of x (N, Cin, *spatial) with w (Cout, Cin/groups, *kernel), in
+    float64: exact for these values."""
+    nd = w.ndim - 2
+    x = np.pad(x, [(0, 0), (0, 0)] + [(padding, padding)] * nd)
+    cig, cog, ks = w.shape[1], w.shape[0] // groups, w.shape[2:]
+    outs = [(x.shape[2 + d] - dilation * (ks[d] - 1) - 1) // stride + 1 for d in range(nd)]
+    out = np.zeros((x.shape[0], w.shape[0], *outs))
+    for g in range(groups):
+        for at in np.ndindex(*ks):
+            win = (slice(None), slice(g * cig, (g + 1) * cig)) + tuple(
+                slice(a * dilation, a * dilation + stride * (o - 1) + 1, stride) for a, o in zip(at, outs))
+            wk = w[(slice(g * cog, (g + 1) * cog), slice(None)) + at]
+            out[:, g * cog:(g + 1) * cog] += np.moveaxis(np.tensordot(x[win], wk, axes=([1], [1])), -1, 1)
+    return out
 
 
 def stored(a, dtype):
@@ -169,10 +193,55 @@ def _operand(rng: random.Random, name: str, batch: tuple[int, ...], rows: int, c
     return cur
 
 
+def _conv_core(rng: random.Random, dt: str, max_macs: int, inputs: list[Stored],
+               lines: list[tuple[str, str]]) -> tuple[int, tuple[int, ...]]:
+    """Draw a convolution (1 or 2 spatial axes, kernel, stride, padding, dilation, groups) as the case's core line;
+    (its multiply-adds, its output shape). The input is stored in the case's dtype or cast from float32 in the
+    graph, maybe rectified first; the weight is stored as it is."""
+    big = rng.random() < 0.7  # sizes the staged tensor-core forms take: 64 or more rows and output channels
+    for _ in range(1000):
+        nd = rng.choice([1, 2, 2, 2])
+        groups = rng.choice([1, 1, 1, 2] if big else [1, 1, 2, 3])
+        cig = rng.choice([1, 3, 8, 16, 16, 24, 32, 64])
+        cog = rng.choice([64, 64, 72, 96, 128] if big else [8, 16, 24, 32, 48, 64])
+        n, ks = rng.choice([1, 1, 2, 3]), tuple(rng.choice([1, 3, 3, 5]) for _ in range(nd))
+        stride, dilation = rng.choice([1, 1, 1, 2]), rng.choice([1, 1, 1, 2])
+        padding = rng.choice([0, max(ks) // 2, max(ks) // 2, 1])
+        spatial = tuple(rng.randint(max(dilation * (k - 1) + 1 - 2 * padding, 1), 20 if nd == 2 else 90) for k in ks)
+        outs = [(i + 2 * padding - dilation * (k - 1) - 1) // stride + 1 for i, k in zip(spatial, ks, strict=True)]
+        macs = n * cog * groups * int(np.prod(outs)) * cig * int(np.prod(ks))
+        if min(outs) >= 1 and macs <= max_macs and (not big or n * int(np.prod(outs)) >= 64):
+            break
+    else:
+        raise ValueError(f"fuzz_tc: no convolution of at most {max_macs} multiply-adds")
+    shape_x, shape_w = (n, cig * groups, *spatial), (cog * groups, cig, *ks)
+    x = f"v{len(inputs)}"
+    if dt != "float32" and rng.random() < 0.25:
+        inputs.append(Stored("float32", shape_x, _values(rng, int(np.prod(shape_x)))))
+        lines.append((f"{x}.cast(DT)", f"R({x})"))
+        x = f"v{_TMP + len(lines) - 1}"
+    else:
+        inputs.append(Stored("dt", shape_x, _values(rng, int(np.prod(shape_x)))))
+    if rng.random() < 0.2:
+        lines.append((f"{x}.relu()", f"np.maximum({x}, 0)"))
+        x = f"v{_TMP + len(lines) - 1}"
+    w = f"v{len(inputs)}"
+    inputs.append(Stored("dt", shape_w, _values(rng, int(np.prod(shape_w)))))
+    args = f"stride={stride}, padding={padding}, dilation={dilation}, groups={groups}"
+    lines.append((f"{x}.conv2d({w}, {args})", f"R(conv({x}, {w}, {stride}, {padding}, {dilation}, {groups}))"))
+    return macs, (n, cog * groups, *outs)
+
+
 def generate(seed: int, mode: str, max_macs: int = MAX_MACS) -> Case:
-    """The case of `seed` for `mode` (the wgmma modes draw tiles big enough for a warpgroup more often)."""
+    """The case of `seed` for `mode` (the wgmma modes draw tiles big enough for a warpgroup more often, the conv
+    modes a convolution instead of a matmul)."""
     rng = random.Random(seed)
-    dt = "float32" if mode == "tf32" else rng.choice(["float16", "bfloat16"])
+    dt = "float32" if mode in ("tf32", "conv_tf32") else rng.choice(["float16", "bfloat16"])
+    inputs: list[Stored] = []
+    lines: list[tuple[str, str]] = []
+    if mode.startswith("conv"):
+        macs, shape = _conv_core(rng, dt, max_macs, inputs, lines)
+        return _epilogue(rng, seed, dt, inputs, lines, macs, shape)
     big = mode in ("wgmma", "tma") and rng.random() < 0.7
     r = rng.random()
     mn, ks = ALIGNED if r < 0.65 else RAGGED if r < 0.9 else ODD
@@ -191,14 +260,18 @@ def generate(seed: int, mode: str, max_macs: int = MAX_MACS) -> Case:
         raise ValueError(f"fuzz_tc.generate: no case of at most {max_macs} multiply-adds (the least is 512)")
     shared_b = bool(batch) and rng.random() < 0.5
     # the lines are numbered from _TMP while drawing (inputs are still being added), then renumbered
-    inputs: list[Stored] = []
-    lines: list[tuple[str, str]] = []
     plain = big or rng.random() < 0.4  # both operands mostly plain buffers: the cp.async pipelines' cases
     a = _operand(rng, "A", batch, m, k, -1, inputs, lines, dt != "float32", plain)
     b = _operand(rng, "B", () if shared_b else batch, k, n, -2, inputs, lines, dt != "float32", plain)
     lines.append((f"{a} @ {b}", f"R({a} @ {b})"))
+    return _epilogue(rng, seed, dt, inputs, lines, macs, (*batch, m, n))
+
+
+def _epilogue(rng: random.Random, seed: int, dt: str, inputs: list[Stored], lines: list[tuple[str, str]], macs: int,
+              shape: tuple[int, ...]) -> Case:
+    """The case: the core's lines (the last one's value of `shape`) and an epilogue of up to three ops."""
     out = f"v{_TMP + len(lines) - 1}"
-    rounded, shape = True, (*batch, m, n)
+    rounded = True
     for _ in range(rng.choice([0, 1, 1, 2, 3])):
         r = rng.random()
         rnd = "R" if rounded else ""  # the oracle rounds each op's result while the value is in the case's dtype
