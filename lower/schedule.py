@@ -41,6 +41,7 @@ from lower.split_build import (
     decide_build,
     flat_buffer,
     kernel_limits,
+    narrowing_casts,
     region,
     region_nodes,
     shared_values,
@@ -210,7 +211,7 @@ def _scheduled(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp], Sp
             users[x] = users.get(x, 0) + 1
     parts = Concats(users, enabled=not stores)  # assignments order kernels by what they read: no absorbed COPYs
     device = default_device(roots)
-    build = BuildContext(split, device, parts)
+    build = BuildContext(split, device, parts, narrow=narrowing_casts(topo_index, users))
     kernels = cast("dict[UOp, ScheduleItem]", build.kernels)
     for node in pending:  # every node known to be realized has its buffer before any consumer is built
         if node not in out_of:

@@ -16,7 +16,9 @@ the rule set's matcher (the first rule that fires decides), before its kernel is
                                  (`split_point`, from the node's fused region and the realized nodes)
   realize-point                  every realize point the kernel's build met (rules.rangeify's realize_point_rules:
                                  realize-reduce-in-reduce-loop, realize-broadcast-reduce, realize-reduce-epilogue,
-                                 realize-expensive-broadcast, realize-bitcast-source; each under its own name)
+                                 realize-expensive-broadcast, realize-bitcast-source; each under its own name); a
+                                 REDUCE whose one reader is a narrowing CAST (a half matmul's float32 sum) is
+                                 realized as that CAST (`narrowing_casts`): the same values in half the bytes
   realize-store-value            an assignment's value that reads its target elsewhere than where it writes
 
 The kernel a rule inspects is built once per visit and cached in the context (`BuildContext.kernel`): the
@@ -47,6 +49,7 @@ kernels are built:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import cast
@@ -57,6 +60,7 @@ from lower.rangeify import _ELEMENTWISE, EXPENSIVE, RealizePoint, build_kernel, 
 from lower.split import ASSIGN_CYCLE, OVER_LIMITS, SHARED_REDUCTION, STORE_VALUE, SplitContext
 from rewrite import Ops, Rule, RuleSet, UOp, graph_rewrite, op
 from rewrite.errors import CompilerError
+from rewrite.ops import GroupOp
 from rewrite.props import nbytes
 from rewrite.stores import indexed_store
 from rules.rangeify import heavy_reduction
@@ -114,6 +118,7 @@ class BuildContext:
     device: str
     parts: Concats
     kernels: dict[UOp, object] = field(default_factory=dict)  # node -> its AST or ScheduleItem (lower.schedule)
+    narrow: dict[UOp, UOp] = field(default_factory=dict)  # REDUCE -> the narrowing CAST that alone reads it
     raw: dict[UOp, UOp] = field(default_factory=dict)  # realized node -> its kernel over the global buffers
     regions: dict[UOp, frozenset[UOp]] = field(default_factory=dict)  # kernel -> the nodes it computes inline
     leaves: dict[UOp, tuple[UOp, ...]] = field(default_factory=dict)  # kernel -> the realized nodes it reads
@@ -331,10 +336,41 @@ def _realize_point(ctx: BuildContext, n: UOp) -> Decision | None:
     if not (points := ctx.points(n)):
         return None
     first: dict[UOp, str] = {}
-    for p in points:  # each node once, under the rule met first
-        first.setdefault(p.node, p.rule)
+    for p in points:  # each node once, under the rule met first; a REDUCE read only through a narrowing CAST
+        first.setdefault(ctx.narrow.get(p.node, p.node), p.rule)  # is stored narrow (`narrowing_casts`)
     nodes = tuple(first)
     return Decision(points[0].rule, nodes, (n,), why=tuple(first[u] for u in nodes))
+
+
+def narrowing_casts(topo: Iterable[UOp], users: dict[UOp, int]) -> dict[UOp, UOp]:
+    """REDUCE -> CAST for each reduction whose one reader is a CAST to a narrower dtype, through RESHAPEs and
+    elementwise ops of it and constants, each read once (a half matmul's float32 sum and its cast to half; a half
+    mean's sum, division and cast): a rule that would realize the REDUCE realizes the CAST instead. Every reader
+    then reads the narrow value it would have cast on load, so the results are the same, and the buffer between
+    the kernels holds half the bytes (a half model's scores or a chained matmul's intermediate stored in float16,
+    not float32; the next matmul reads a plain half buffer, which cp.async can copy)."""
+    out: dict[UOp, UOp] = {}
+    for u in topo:
+        if u.op is not Ops.CAST or u.dtype.itemsize >= u.src[0].dtype.itemsize:
+            continue
+        x: UOp | None = u.src[0]
+        while x is not None and x.op is not Ops.REDUCE and users.get(x) == 1:
+            if x.op is Ops.RESHAPE:
+                x = x.src[0]
+            elif x.op in GroupOp.Elementwise and len(vs := [s for s in x.src if not _constant(s)]) == 1:
+                x = vs[0]  # a mean's division, a scale: work on the sum alone, done once where it is stored
+            else:
+                x = None
+        if x is not None and x.op is Ops.REDUCE and users.get(x) == 1:
+            out[x] = u
+    return out
+
+
+def _constant(u: UOp) -> bool:
+    """Whether `u` is a constant, maybe reshaped, expanded or cast."""
+    while u.op in (Ops.RESHAPE, Ops.EXPAND, Ops.CAST):
+        u = u.src[0]
+    return u.op in (Ops.CONST, Ops.VCONST)
 
 
 def _store_value(ctx: BuildContext, n: UOp) -> Decision | None:

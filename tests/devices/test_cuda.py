@@ -166,6 +166,24 @@ def test_conv2d_benchmark_shape(lowering: str) -> None:
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("groups", [1, 2])
+def test_16_bit_convolutions_on_tensor_cores(dtype: str, groups: int) -> None:
+    """A half / bfloat16 conv2d (and a grouped one) as the heuristics lower it, on the tensor cores as an implicit
+    GEMM (lower.wmma.tc_flatten: 392 rows of n x ho x wo, k = 64 x 3 x 3 / groups), bit for bit against the exact
+    oracle: the values are quarters, so every product and float32 sum is exact and only the output rounds."""
+    from tests.tensor.fuzz_tc import _env
+
+    r = rng(5)
+    x = (r.integers(-8, 9, (2, 64, 14, 14)) / 4).astype(np.float32)
+    w = (r.integers(-8, 9, (128, 64 // groups, 3, 3)) / 4).astype(np.float32)
+    env = _env(dtype)
+    want = env["R"](env["conv"](x.astype(np.float64), w.astype(np.float64), 1, 1, 1, groups)).astype(np.float32)
+    xt, wt = (Tensor(v, device="cuda").cast(dtype) for v in (x, w))
+    got = xt.conv2d(wt, padding=1, groups=groups).cast("float32").numpy()
+    assert np.array_equal(got, want), f"{int((got != want).sum())} of {want.size} elements differ"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_16_bit_floats_accumulate_in_float32(lowering: str, dtype: str) -> None:
     """matmul with K = 4096 and sums of 4096 values in float16/bfloat16: products and sums in float32, one rounding
     at the end, against a float64 oracle (benchmark: matmul 4096 had 16-bit products, an error of 0.05 / 0.43)."""
