@@ -21,7 +21,7 @@ from rewrite.uop import UOp
 from rules.gradients import register_vjp, vjp_unit
 from tensor.elementwise import common_device, expand_uop
 from tensor.helpers import Device
-from tensor.nn import IntOrTuple, _acc, _out_sizes, _padding, _pooled, _tuple
+from tensor.nn import IntOrTuple, _acc, _out_sizes, _padding, _pooled, _tuple, _widened
 from tensor.reduce import reduce_uop
 
 if TYPE_CHECKING:
@@ -103,10 +103,18 @@ def _conv(x: UOp, w: UOp, dt: DType, geometry: tuple) -> UOp:
     cout, cin_g, *ks = w.shape
     ns = len(ks)
     os, extra = _out_sizes("conv2d", spatial, ks, ss, ds, list(pads), False)
-    win = _pooled(x.cast(dt), ks, ss, ds, list(pads), extra, os, 0)  # (N, Cin, o..., k...)
     g, cout_g = groups, cout // groups
+    # half and bfloat16 on a CPU: float32 copies of both operands, so the product loop vectorizes (tensor.nn._widened)
+    wide = _widened(dt, dev, math.prod(os) * n, cin_g * math.prod(ks), cout_g)
+    xs, ws = x.cast(dt), w.cast(dt)
+    if wide is not None:
+        xs, ws = xs.cast(wide).contiguous(), ws.cast(wide)
+    win = _pooled(xs, ks, ss, ds, list(pads), extra, os, 0)  # (N, Cin, o..., k...)
     xw = win.reshape((n, g, 1, cin_g, *os, *ks))
-    ww = _channels_last(w.cast(dt), g, math.prod(os) * n, dev).reshape((1, g, cout_g, cin_g, *([1] * ns), *ks))
+    packed = _channels_last(ws, g, math.prod(os) * n, dev)
+    if wide is not None and packed is ws:
+        packed = ws.contiguous()
+    ww = packed.reshape((1, g, cout_g, cin_g, *([1] * ns), *ks))
     full = (n, g, cout_g, cin_g, *os, *ks)
     prod = expand_uop(xw, full).cast(_acc(dt)) * expand_uop(ww, full).cast(_acc(dt))
     red_axes = (3, *range(4 + ns, 4 + 2 * ns))

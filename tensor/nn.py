@@ -68,10 +68,13 @@ def matmul(x: Tensor, w: Tensor) -> Tensor:
     batch = broadcast_shape([a.shape[:-2], b.shape[:-2]], "matmul")
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     full = (*batch, m, k, n)
-    au = expand_uop(a.cast(work).reshape((*a.shape, 1)), full)
     rows = m * math.prod(batch) // max(1, math.prod(b.shape[:-2]))  # rows of a that reuse each of b's panels
+    wide = _widened(work, dev, rows, k, n)
+    a = a.cast(work) if wide is None else a.cast(work).cast(wide).contiguous()
+    au = expand_uop(a.reshape((*a.shape, 1)), full)
     # a weight that no gradient flows into keeps its packed copy from forward to forward (tensor.packed)
-    bu = expand_uop(_panels(b.cast(work), rows, dev, not w.requires_grad).reshape((*b.shape[:-2], 1, k, n)), full)
+    bp = _panels(b.cast(work), rows, dev, not w.requires_grad, wide)
+    bu = expand_uop(bp.reshape((*b.shape[:-2], 1, k, n)), full)
     out = reduce_uop(au.cast(_acc(work)) * bu.cast(_acc(work)), Ops.ADD, (len(full) - 2,), False)
     out = out.ne(out.const_like(0)) if dt.is_bool else out.cast(dt)
     shape = (*batch, *(() if x.ndim == 1 else (m,)), *(() if w.ndim == 1 else (n,)))
@@ -91,7 +94,30 @@ def matmul(x: Tensor, w: Tensor) -> Tensor:
 PANEL_ROWS = 512
 
 
-def _panels(b: UOp, m: int, dev: Device, keep: bool = False) -> UOp:
+# 16-bit float matmuls on a CPU read float32 copies of their operands (`_widened`) from this many multiply-adds on
+# (each axis 16 or more): the products are float32 either way, but a half or bfloat16 load converted inside the
+# product loop keeps the kernel off vector registers (the cast between sizes runs lane by lane), so it ran as
+# scalar code: matmul 1024 at 4.5 (half) and 5.0 (bfloat16) GFLOP/s where float32 runs at 171 (2-core AVX-512
+# Xeon). The copies cost a pass over each operand, repaid many times over by a reduction of 16 or more.
+WIDEN_MIN_MACS = 1 << 15
+
+
+def _widened(dt: DType, dev: Device, m: int, k: int, n: int) -> DType | None:
+    """float32 where a matmul of `dt` (m rows reusing each of b's elements, k long, n columns) on `dev` should read
+    float32 copies of its half or bfloat16 operands: a CPU target (its vector code converts 16-bit floats lane by
+    lane; a GPU's tensor cores take them as they are, an interpreter has no vectors), each axis 16 or more (a
+    matrix-vector product is memory-bound: a wider copy would only move more bytes) and WIDEN_MIN_MACS or more."""
+    if dt not in (dtypes.float16, dtypes.bfloat16) or min(m, k, n) < 16 or m * k * n < WIDEN_MIN_MACS:
+        return None
+    from devices import target_for
+
+    target = target_for(dev if isinstance(dev, str) else dev[0])
+    if target.interpreted or target.warp_size or not target.vector_bytes:
+        return None
+    return dtypes.float32
+
+
+def _panels(b: UOp, m: int, dev: Device, keep: bool = False, wide: DType | None = None) -> UOp:
     """b (..., K, N) read through a copy stored as column panels (..., N/P, K, P), P = the panel width of the
     device's target (lower.opt_tiles.matmul_panel_bytes): a register tile then reads P consecutive elements per step
     of K, and the rows of a panel are adjacent in memory instead of N elements apart. Only when the copy pays for
@@ -103,26 +129,29 @@ def _panels(b: UOp, m: int, dev: Device, keep: bool = False) -> UOp:
     rows reusing each panel) amortize the copy. A column count of no whole panels is padded with
     zero columns in the same copy and read back shrunk to N: the product's register tile masks its ragged last
     vector (lower.opt_tiles.ragged_columns), so the extra columns are never computed or stored. `keep`: b may be
-    read through a packed copy kept from an earlier call while its data is unchanged (tensor.packed)."""
+    read through a packed copy kept from an earlier call while its data is unchanged (tensor.packed). `wide`: the
+    copy (packed, or else row-major) holds b cast to that dtype (`_widened`)."""
     from devices import target_for
     from lower.opt_tiles import matmul_panel_bytes
 
     k, n = b.shape[-2], b.shape[-1]
-    size = b.dtype.itemsize
+    size = (wide or b.dtype).itemsize
     target = target_for(dev if isinstance(dev, str) else dev[0])
     panel = 0 if target.interpreted else matmul_panel_bytes(target) // size
+    plain = b if wide is None else b.cast(wide).contiguous()
     if not panel or n <= panel or k < 64 or m < 16:
-        return b
+        return plain
     if n * size < 4096 and k * n * size <= target.l2_bytes and not _permuted(b) and m < PANEL_ROWS:
-        return b
+        return plain
     if isinstance(dev, tuple) and isinstance(b.device, tuple) and b.axis == b.ndim - 1 and \
             (n % panel or (n // panel) % len(dev)):
-        return b  # the panels would split the devices' blocks of N (rewrite.props.reshape_axis)
+        return plain  # the panels would split the devices' blocks of N (rewrite.props.reshape_axis)
     n_pad = -(-n // panel) * panel
     if keep and _pk.reusable(b, dev):
-        packed = _pk.packed(b, functools.partial(_pack, panel=panel), panel, cast(str, dev))
+        key = panel if wide is None else (panel, wide.name)
+        packed = _pk.packed(b, functools.partial(_pack, panel=panel, wide=wide), key, cast(str, dev))
     else:
-        packed = _pack(b, panel)
+        packed = _pack(b, panel, wide)
     return packed.permute(_swap(b.ndim)).reshape((*b.shape[:-1], n_pad)).shrink((0,) * b.ndim, b.shape)
 
 
@@ -133,11 +162,12 @@ def _swap(ndim: int) -> tuple[int, ...]:
     return (*range(nb), nb + 1, nb, nb + 2)
 
 
-def _pack(b: UOp, panel: int) -> UOp:
-    """b (..., K, N) copied as column panels (..., N/P, K, P), N padded with zeros to whole panels of P."""
+def _pack(b: UOp, panel: int, wide: DType | None = None) -> UOp:
+    """b (..., K, N) copied as column panels (..., N/P, K, P), N padded with zeros to whole panels of P (cast to
+    `wide` on the way)."""
     k, n = b.shape[-2], b.shape[-1]
     n_pad = -(-n // panel) * panel
-    src = b.pad((0,) * b.ndim, (*(0,) * (b.ndim - 1), n_pad - n))
+    src = (b if wide is None else b.cast(wide)).pad((0,) * b.ndim, (*(0,) * (b.ndim - 1), n_pad - n))
     return src.reshape((*b.shape[:-2], k, n_pad // panel, panel)).permute(_swap(b.ndim)).contiguous()
 
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from devices.memory import from_bfloat16_bits, np_dtype, to_bfloat16_bits
 from rewrite.dtype import AddrSpace, DType, dtypes
+from rewrite.env import Context
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 
@@ -272,3 +273,10 @@ def has_reduce(ast: UOp) -> bool:
     """Whether a scheduled kernel's AST sums over a loop (a matmul's product kernel, not the copies around it:
     on a cpu target tensor.nn may pad a matmul's columns, adding a pad copy before and a cut-back copy after)."""
     return any(u.op is Ops.REDUCE for u in ast.toposort())
+
+
+def gpu_graphs(sm: str = "sm_90") -> Context:
+    """Build Tensor graphs for a GPU target: their tensors on the python device with PYTHON_TARGET=sm, whose Target
+    is the GPU's, so graph-level choices (a cpu target's column panels and float32 copies of 16-bit matmul
+    operands, tensor.nn) are the GPU's, as on the cuda device. Nothing runs: only the schedule's ASTs are used."""
+    return Context(DEVICE="python", PYTHON_TARGET=sm)

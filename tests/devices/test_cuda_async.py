@@ -18,14 +18,15 @@ from rewrite.env import Context
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 from tensor import Tensor
-from tests.devices.builder import has_reduce
+from tests.devices.builder import gpu_graphs, has_reduce
 from tests.devices.test_cuda_compile import COMPILERS, SMS
 
 
 def _kernel(nu: int, nk: int, nv: int, dt: str, sm: str) -> tuple[UOp, str]:
-    a = Tensor(np.zeros((nu, nk), np.float32)).cast(dt).contiguous()
-    b = Tensor(np.zeros((nk, nv), np.float32)).cast(dt).contiguous()
-    items, _ = schedule([(a @ b).uop])
+    with gpu_graphs(sm):
+        a = Tensor(np.zeros((nu, nk), np.float32)).cast(dt).contiguous()
+        b = Tensor(np.zeros((nk, nv), np.float32)).cast(dt).contiguous()
+        items, _ = schedule([(a @ b).uop])
     name, ast = [(it.name, it.ast) for it in items
                      if it.kind == "kernel" and it.ast is not None and has_reduce(it.ast)][-1]
     return lower_kernel(ast, gpu_target(sm), name=f"{name}_{dt}"), f"{name}_{dt}"

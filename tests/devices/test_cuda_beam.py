@@ -20,15 +20,17 @@ from rewrite.env import Context
 from rewrite.errors import CompilerError, DeviceError
 from rewrite.uop import UOp
 from tensor import Tensor
+from tests.devices.builder import gpu_graphs
 
 _OK, _WHY = DEVICE.available()
 
 
 def _kernel(kind: str, n: int = 512, dt: str = "float16") -> tuple[UOp, tuple[UOp, ...]]:
-    a = Tensor(np.zeros((n, n), np.float32)).cast(dt).contiguous()
-    b = Tensor(np.zeros((n, n), np.float32)).cast(dt).contiguous()
-    out = a @ b if kind == "matmul" else (a.float().softmax(-1) if kind == "softmax" else a + b)
-    items, _ = schedule([out.uop])
+    with gpu_graphs():
+        a = Tensor(np.zeros((n, n), np.float32)).cast(dt).contiguous()
+        b = Tensor(np.zeros((n, n), np.float32)).cast(dt).contiguous()
+        out = a @ b if kind == "matmul" else (a.float().softmax(-1) if kind == "softmax" else a + b)
+        items, _ = schedule([out.uop])
     it = [i for i in items if i.kind == "kernel" and i.ast is not None][-1]
     return it.ast, tuple(it.bufs)  # type: ignore[return-value]
 
@@ -81,8 +83,9 @@ def test_gpu_candidates_lower_or_are_refused(kind: str) -> None:
 def test_wgmma_candidates_lower_or_are_refused() -> None:
     """With WGMMA=1 the neighbours of a 4096 half matmul's wgmma opt change one knob of its 12-element arg
     (swizzle, overlap and tma among them) and include the mma.sync heuristics' opts; each lowers or is refused."""
-    a = Tensor(np.zeros((4096, 4096), np.float32)).cast("float16").contiguous()
-    items, _ = schedule([(a @ a).uop])
+    with gpu_graphs():
+        a = Tensor(np.zeros((4096, 4096), np.float32)).cast("float16").contiguous()
+        items, _ = schedule([(a @ a).uop])
     ast = [i for i in items if i.kind == "kernel" and i.ast is not None][-1].ast
     assert ast is not None
     target = gpu_target("sm_90")

@@ -24,7 +24,7 @@ from rewrite.errors import CompileError, DeviceError
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 from tensor import Tensor
-from tests.devices.builder import ALL_DTYPES, buf, elementwise, has_reduce, linear, reg
+from tests.devices.builder import ALL_DTYPES, buf, elementwise, gpu_graphs, has_reduce, linear, reg
 from tests.devices.cuda_programs import big_shared, big_shared_expected, block_sum, grid_elementwise, special
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not installed")
@@ -264,8 +264,9 @@ def _vector_kernels() -> list[tuple[str, UOp]]:
                         (Case("attention", "attention", "attention", (1, 2, 64, 64)), "float32"),
                         (Case("matmul", "matmul", "matmul", (64,)), "float16"),
                         (Case("matmul", "matmul", "matmul", (64,)), "bfloat16")):
-        xs = [Tensor(rng.standard_normal(s).astype(np.float32)).cast(dtype) for s in case.shapes()]
-        items, _ = schedule([tensor_graph(case, xs).uop])
+        with gpu_graphs():
+            xs = [Tensor(rng.standard_normal(s).astype(np.float32)).cast(dtype) for s in case.shapes()]
+            items, _ = schedule([tensor_graph(case, xs).uop])
         out += [(f"{case.key}_{dtype}_{it.name}", it.ast) for it in items if it.kind == "kernel" and it.ast is not None]
     return out
 
@@ -306,9 +307,10 @@ def test_tensor_core_warp_tiles_compile(compiler: str, tmp_path: os.PathLike, sm
                 else o for o in gpu_opts(ast, gpu_target(sm))]
 
     def kernel(nu: int, nk: int, nv: int, dt: str) -> tuple[str, UOp]:
-        a = Tensor(np.zeros((nu, nk), np.float32)).cast(dt).contiguous()
-        b = Tensor(np.zeros((nk, nv), np.float32)).cast(dt).contiguous()
-        items, _ = schedule([(a @ b).uop])
+        with gpu_graphs(sm):
+            a = Tensor(np.zeros((nu, nk), np.float32)).cast(dt).contiguous()
+            b = Tensor(np.zeros((nk, nv), np.float32)).cast(dt).contiguous()
+            items, _ = schedule([(a @ b).uop])
         name, ast = [(it.name, it.ast) for it in items
                      if it.kind == "kernel" and it.ast is not None and has_reduce(it.ast)][-1]
         return f"{name}_{dt}", ast
@@ -425,7 +427,8 @@ def test_float_to_half_rounds_to_nearest_even_and_products_are_float32() -> None
     """The noopt half matmul: operands converted with __float2half_rn, multiplied and summed in float32 (fmaf), the
     result rounded once with __float2half_rn; never a C cast from float to half, never a half product."""
     a, b = np.ones((64, 256), np.float32), np.ones((256, 64), np.float32)
-    items, _ = schedule([(Tensor(a).cast("float16") @ Tensor(b).cast("float16")).uop])
+    with gpu_graphs():
+        items, _ = schedule([(Tensor(a).cast("float16") @ Tensor(b).cast("float16")).uop])
     ((name, ast),) = [(it.name, it.ast) for it in items if it.kind == "kernel" and it.ast is not None]
     (lin, _), = lowered([(name, ast)], "sm_90", "noopt")
     src = DEVICE.render(lin, name)

@@ -22,15 +22,16 @@ from rewrite.env import Context
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 from tensor import Tensor
-from tests.devices.builder import has_reduce
+from tests.devices.builder import gpu_graphs, has_reduce
 from tests.devices.test_cuda_async import _body
 from tests.devices.test_cuda_compile import COMPILERS, needs_nvcc
 
 
 def _kernel(nu: int, nk: int, nv: int, dt: str) -> tuple[UOp, str]:
-    a = Tensor(np.zeros((nu, nk), np.float32)).cast(dt).contiguous()
-    b = Tensor(np.zeros((nk, nv), np.float32)).cast(dt).contiguous()
-    items, _ = schedule([(a @ b).uop])
+    with gpu_graphs():
+        a = Tensor(np.zeros((nu, nk), np.float32)).cast(dt).contiguous()
+        b = Tensor(np.zeros((nk, nv), np.float32)).cast(dt).contiguous()
+        items, _ = schedule([(a @ b).uop])
     name, ast = [(it.name, it.ast) for it in items
                  if it.kind == "kernel" and it.ast is not None and has_reduce(it.ast)][-1]
     with Context(WGMMA=True):

@@ -18,6 +18,7 @@ from rewrite import Ops, UOp, dtypes
 from rewrite.dtype import AddrSpace
 from rewrite.errors import DeviceError, KernelOptError
 from tensor import Tensor
+from tests.devices.builder import gpu_graphs
 from tests.lower.test_gpu import GPU, PY, run
 from tests.lower.test_gpu_smem import HALF, _mm, _tf32_np
 
@@ -126,11 +127,12 @@ def test_fallbacks_to_the_register_pipeline() -> None:
     """Operands cp.async cannot copy (a cast fused into the kernel; k not a multiple of 8) keep the register form,
     and asking for the async form there says why; a target with too little shared memory gets fewer stages."""
     def ast_of(nu: int, nk: int, nv: int, realized: bool = True) -> UOp:
-        a = Tensor(np.zeros((nu, nk), np.float32)).cast(dtypes.float16)
-        b = Tensor(np.zeros((nk, nv), np.float32)).cast(dtypes.float16)
-        if realized:
-            a, b = a.contiguous(), b.contiguous()
-        items, _ = schedule([(a @ b).uop])
+        with gpu_graphs():
+            a = Tensor(np.zeros((nu, nk), np.float32)).cast(dtypes.float16)
+            b = Tensor(np.zeros((nk, nv), np.float32)).cast(dtypes.float16)
+            if realized:
+                a, b = a.contiguous(), b.contiguous()
+            items, _ = schedule([(a @ b).uop])
         return [i for i in items if i.kind == "kernel"][-1].ast  # type: ignore[return-value]
 
     fused = ast_of(128, 64, 128, realized=False)

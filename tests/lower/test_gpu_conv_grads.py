@@ -17,6 +17,7 @@ from rewrite.env import Context
 from rewrite.uop import UOp
 from tensor import Tensor
 from tensor.nn import conv2d
+from tests.devices.builder import gpu_graphs
 from tests.devices.test_cuda_compile import COMPILERS, SMS, lowered
 from tests.lower.test_gpu import GPU, _specials, run
 from tests.tensor import nn_reference as ref
@@ -48,12 +49,13 @@ def conv_grad_kernels(dtype: str) -> list[tuple[str, UOp]]:
     for key, xs, ws, s, g in (("plain", (2, 32, 8, 8), (32, 32, 3, 3), 1, 1),
                               ("grouped", (2, 32, 8, 8), (32, 8, 3, 3), 2, 4),
                               ("depthwise", (2, 32, 8, 8), (32, 1, 3, 3), 1, 32)):
-        x = Tensor(rng.standard_normal(xs).astype(np.float32)).cast(dtype).realize()
-        w = Tensor(rng.standard_normal(ws).astype(np.float32)).cast(dtype).realize()
-        x.requires_grad, w.requires_grad = True, True
-        conv2d(x, w, stride=s, padding=1, groups=g).float().sum().backward()
-        assert x.grad is not None and w.grad is not None
-        items, _ = schedule([x.grad.uop, w.grad.uop])
+        with gpu_graphs():  # the graphs a GPU device builds (tests.devices.builder.gpu_graphs)
+            x = Tensor(rng.standard_normal(xs).astype(np.float32)).cast(dtype).realize()
+            w = Tensor(rng.standard_normal(ws).astype(np.float32)).cast(dtype).realize()
+            x.requires_grad, w.requires_grad = True, True
+            conv2d(x, w, stride=s, padding=1, groups=g).float().sum().backward()
+            assert x.grad is not None and w.grad is not None
+            items, _ = schedule([x.grad.uop, w.grad.uop])
         out += [(f"{key}_{dtype}_{it.name}", it.ast) for it in items if it.kind == "kernel" and it.ast is not None]
     return out
 

@@ -16,6 +16,7 @@ from rewrite import AxisType, Ops, UOp, dtypes
 from rewrite.dtype import AddrSpace
 from rewrite.errors import KernelOptError
 from tensor import Tensor
+from tests.devices.builder import gpu_graphs
 from tests.lower.test_gpu import GPU, run
 
 rng = np.random.default_rng(1)
@@ -118,9 +119,10 @@ def test_heuristics_stage_large_matmuls() -> None:
     """128 x 128 tiles of 8 warps where they fill the GPU's multiprocessors (4096 on sm_90's 132), else 64 x 64 of
     4 warps (any size from 64 on, edges gated); under 64 x 64 the direct form of lower.wmma."""
     def opts(nu: int, nk: int, nv: int) -> list[Opt]:
-        a = Tensor(np.zeros((nu, nk), np.float32)).cast(dtypes.float16).contiguous()
-        b = Tensor(np.zeros((nk, nv), np.float32)).cast(dtypes.float16).contiguous()
-        items, _ = schedule([(a @ b).uop])
+        with gpu_graphs():
+            a = Tensor(np.zeros((nu, nk), np.float32)).cast(dtypes.float16).contiguous()
+            b = Tensor(np.zeros((nk, nv), np.float32)).cast(dtypes.float16).contiguous()
+            items, _ = schedule([(a @ b).uop])
         return gpu_opts([it for it in items if it.kind == "kernel"][-1].ast, GPU)
 
     # aligned operands go through the cp.async pipeline (lower.tc_async, 3 stages); k = 10 is not a multiple of

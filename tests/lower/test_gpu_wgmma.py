@@ -19,6 +19,7 @@ from rewrite import Ops, UOp
 from rewrite.env import Context
 from rewrite.errors import DeviceError, KernelOptError
 from tensor import Tensor
+from tests.devices.builder import gpu_graphs
 from tests.lower.test_gpu import GPU, PY, run
 from tests.lower.test_gpu_smem import HALF, _mm
 
@@ -151,11 +152,12 @@ def test_hazards_fail_in_the_emulator() -> None:
 
 
 def _ast(nu: int, nk: int, nv: int, realized: bool = True) -> UOp:
-    a = Tensor(np.zeros((nu, nk), np.float32)).cast("float16")
-    b = Tensor(np.zeros((nk, nv), np.float32)).cast("float16")
-    if realized:
-        a, b = a.contiguous(), b.contiguous()
-    items, _ = schedule([(a @ b).uop])
+    with gpu_graphs():
+        a = Tensor(np.zeros((nu, nk), np.float32)).cast("float16")
+        b = Tensor(np.zeros((nk, nv), np.float32)).cast("float16")
+        if realized:
+            a, b = a.contiguous(), b.contiguous()
+        items, _ = schedule([(a @ b).uop])
     return [i for i in items if i.kind == "kernel"][-1].ast  # type: ignore[return-value]
 
 

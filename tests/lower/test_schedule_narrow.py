@@ -10,28 +10,39 @@ import pytest
 from lower.schedule import schedule
 from rewrite.env import Context
 from tensor import Tensor
+from tests.devices.builder import gpu_graphs
 from tests.tensor.fuzz_tc import _env, kernel_forms
 
 
 def _between(items: list) -> list[str]:
-    """The dtypes of the buffers the kernels write that a later kernel reads."""
+    """The dtypes of the buffers that reduction kernels write and a later kernel reads (on the cpu a 16-bit matmul
+    then copies its operands to float32: tensor.nn._widened)."""
+    from rewrite import Ops
+
     kernels = [it for it in items if it.kind == "kernel"]
-    written = [it.bufs[0] for it in kernels]
+    written = [it.bufs[0] for it in kernels if any(u.op is Ops.REDUCE for u in it.ast.toposort())]
     read = {id(b) for it in kernels for b in it.bufs[1:]}
     return [b.dtype.name for b in written if id(b) in read]
 
 
 @pytest.mark.parametrize("dt", ["float16", "bfloat16"])
-def test_a_half_matmul_crosses_kernels_in_half(dt: str) -> None:
-    rng = np.random.default_rng(0)
-    a, b = (Tensor((rng.integers(-8, 9, (2, 32, 32)) / 4).astype(np.float32)).cast(dt).realize() for _ in range(2))
-    graphs = {"softmax": ((a @ b) * 0.125).softmax(-1), "chain": (a @ b) @ b, "relu chain": (a @ b).relu() @ b}
-    for name, g in graphs.items():
-        items, _ = schedule([g.uop])
-        assert _between(items) and set(_between(items)) == {dt}, (name, _between(items))
-    # a sum kept in float32 by the graph is not narrowed
-    items, _ = schedule([((a.float() @ b.float()) * 0.125).softmax(-1).uop])
-    assert "float32" in _between(items)
+@pytest.mark.parametrize("where", ["cpu", "gpu"])
+def test_a_half_matmul_crosses_kernels_in_half(dt: str, where: str) -> None:
+    """On the cpu and in a GPU's graphs; a chained matmul on the cpu reads a float32 copy of its operand, which the
+    first matmul's kernel writes directly (its sum rounded to half on the way), so the chains are the GPU's."""
+    with Context() if where == "cpu" else gpu_graphs():
+        rng = np.random.default_rng(0)
+        a, b = (Tensor((rng.integers(-8, 9, (2, 32, 32)) / 4).astype(np.float32)).cast(dt).contiguous()
+                for _ in range(2))
+        graphs = {"softmax": ((a @ b) * 0.125).softmax(-1)}
+        if where == "gpu":
+            graphs.update({"chain": (a @ b) @ b, "relu chain": (a @ b).relu() @ b})
+        for name, g in graphs.items():
+            items, _ = schedule([g.uop])
+            assert _between(items) and set(_between(items)) == {dt}, (name, _between(items))
+        # a sum kept in float32 by the graph is not narrowed
+        items, _ = schedule([((a.float() @ b.float()) * 0.125).softmax(-1).uop])
+        assert "float32" in _between(items)
 
 
 def test_the_chain_is_exact_and_its_second_matmul_takes_cp_async() -> None:

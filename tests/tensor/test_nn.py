@@ -62,7 +62,7 @@ def test_matmul_through_column_panels(case: str, dt: str) -> None:
     axes over an unbatched b count too), are read through a panel copy (tensor.nn._panels): an extra kernel where it
     pays, and the same values either way, for every layout of b, batched or not, and dtype."""
     from lower import schedule
-    from tensor.nn import PANEL_ROWS
+    from tensor.nn import PANEL_ROWS, WIDEN_MIN_MACS
 
     rng = np.random.default_rng(3)
     shapes = {"plain": ((64, 96), (96, 1024)), "batched": ((2, 32, 80), (2, 80, 1024)),
@@ -77,15 +77,19 @@ def test_matmul_through_column_panels(case: str, dt: str) -> None:
     nb = b.swapaxes(-1, -2) if case == "transposed_b" else b
     out = Tensor(a) @ tb
     kernels = [it for it in schedule([out.uop])[0] if it.kind == "kernel"]
-    panel = 128 // np.dtype(dt).itemsize
-    k, n, size = nb.shape[-2], nb.shape[-1], np.dtype(dt).itemsize
+    k, n = nb.shape[-2], nb.shape[-1]
     rows = int(np.prod(sa[:-1])) // int(np.prod(sb[:-2]))  # rows of a reusing each panel of b
+    # a half matmul of 16 or more along each axis reads float32 copies of both operands (tensor.nn._widened): b's
+    # copy packed as below (panels of float32), or else row-major
+    wide = dt == "float16" and min(rows, k, n) >= 16 and rows * k * n >= WIDEN_MIN_MACS
+    size = 4 if wide else np.dtype(dt).itemsize
+    panel = 128 // size
     # rows a page apart, b past an L2, a view, or many rows reusing each panel
     needed = n * size >= 4096 or k * n * size > (2 << 20) or case == "transposed_b" or rows >= PANEL_ROWS
     # a column count of no whole panels packs too (the copy padded with zero columns, read back shrunk): the
     # product masks its ragged last vector, so no copy drops extra columns (lower.opt_tiles.ragged_columns)
     packs = n > panel and rows >= 16 and k >= 64 and needed
-    assert len(kernels) == (2 if packs else 1), [it.name for it in kernels]
+    assert len(kernels) == (3 if wide else 2 if packs else 1), [it.name for it in kernels]
     tol = {"float16": 2e-2, "float32": 1e-4}.get(dt, 1e-9)
     # the compiled kernels' result (the panel copy is what is tested; the reference evaluator would spend minutes
     # on these sizes and never run the copy)
