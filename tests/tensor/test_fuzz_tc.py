@@ -10,7 +10,8 @@ seeds apart from CI's):
     FUZZ_LONG=1 python -m pytest tests/tensor/test_fuzz_tc.py -s
 
 `FUZZ_SEED=n` moves the window. Measured on 2 cores: the CI counts take about 80 s of one core (3 s a wgmma or
-TMA case, 0.5 s an mma.sync one), a like-sized long run 35 minutes.
+TMA case, 0.5 s an mma.sync one) plus about 30 s for the conv modes, a like-sized long run 35 minutes plus about
+15 for the conv modes (a conv case of up to 2M multiply-adds on the emulator: about 5 s).
 """
 
 from __future__ import annotations
