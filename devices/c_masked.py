@@ -71,7 +71,8 @@ def masked_load_helper(dt: DType, n: int, types: tuple[str, str, str], ctx: CCon
     ie = "long long" if size == 8 else "int"
     arms: list[str] = []
     # the bool mask's n bytes in the low bytes of a 16-byte vector, for the x86 instructions that widen or test them
-    g16 = _BYTES16[n]
+    # (only the 4- and 8-byte lanes below have them, 16 lanes at most; 32 half lanes keep the portable loop)
+    g16 = _BYTES16.get(n, "")
     if (b := _AVX.get((n * size, size))) is not None:
         vb = n * size
         # the mask widened to the lanes' width: one sign extension (vpmovsxbd/bq; AVX2 for 32 bytes) where gcc has

@@ -46,15 +46,21 @@ _LANES_FOR = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})
 _LANE_UNFRIENDLY = frozenset({Ops.POW, Ops.IDIV, Ops.MOD})
 
 
+_VECTOR_CASTS = ({dtypes.float16, dtypes.float32}, {dtypes.bfloat16, dtypes.float32})
+
+
 def _lane_unfriendly(u: UOp) -> bool:
     """Would `u` run lane by lane in vector code? Besides _LANE_UNFRIENDLY: a cast between sizes, a cast from
     float to int that may leave the int's range (the wrapping helper), and a cast or bitcast to or from bool or
-    bfloat16. A same-size cast or bitcast (exp's exponent bits) is one vector instruction."""
+    bfloat16. A same-size cast or bitcast (exp's exponent bits) is one vector instruction, and so is a cast between
+    float32 and float16 (F16C) or bfloat16 (a rounding in integer vector ops, devices.c_vector)."""
     if u.op in _LANE_UNFRIENDLY:
         return True
     if u.op not in (Ops.CAST, Ops.BITCAST):
         return False
     src, dst = u.src[0].dtype.scalar, u.dtype.scalar
+    if u.op is Ops.CAST and {src, dst} in _VECTOR_CASTS:
+        return False  # devices.c_vector: one F16C (or AVX-512) conversion a vector; bfloat16 lanes are float32 already
     if dtypes.bool in (src, dst) or dtypes.bfloat16 in (src, dst) or src.itemsize != dst.itemsize:
         return True
     return u.op is Ops.CAST and src.is_float and dst.is_int and not float_to_int_in_range(u)

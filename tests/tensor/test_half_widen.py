@@ -79,3 +79,30 @@ def test_a_matrix_vector_product_and_gpu_targets_read_16_bit_operands() -> None:
         b2 = Tensor.empty(128, 128, dtype="float16", device="python").realize()
         items, _ = schedule([(a2 @ b2).uop])
     assert set(_product_reads(items)) == {"float16"}
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+def test_softmax_of_16_bit_floats_is_float32_math_rounded_once(dt: str) -> None:
+    """softmax and log_softmax of half / bfloat16 compute in float32 and round once (torch's CPU and CUDA kernels
+    do the same): within one ulp of the float64 result of the 16-bit inputs; and the cpu kernel converts whole
+    vectors (F16C's vcvt, bfloat16's float32 lanes) instead of running lane by lane."""
+    from devices import get_device
+    from lower.stages import lower_kernel
+
+    rng = np.random.default_rng(5)
+    xv = (rng.standard_normal((6, 700)) * 4).astype(np.float32)
+    x = Tensor(xv).cast(dt).realize()
+    r = _env(dt)["R"]
+    xs = r(xv.astype(np.float64))
+    e = np.exp(xs - xs.max(-1, keepdims=True))
+    for got_t, want in ((x.softmax(-1), e / e.sum(-1, keepdims=True)),
+                        (x.log_softmax(-1), np.log(e / e.sum(-1, keepdims=True)))):
+        assert got_t.dtype.name == dt
+        got = got_t.cast("float32").numpy().astype(np.float64)
+        ulp = 2.0 ** (-10 if dt == "float16" else -7)
+        assert np.all(np.abs(got - want) <= ulp * np.abs(want) + 2.0 ** -24), float(np.abs(got - want).max())
+    dev = get_device("cpu")
+    items, _ = schedule([x.softmax(-1).uop])
+    (it,) = [i for i in items if i.kind == "kernel"]
+    src = dev.render(lower_kernel(it.ast, dev.default_target(), name=it.name), it.name, dev.default_target())
+    assert ("vcvt_" in src) if dt == "float16" else ("vload_bf16" in src), src[:2000]
