@@ -31,7 +31,7 @@ from devices import target_for
 from lower.buffers import new_buffer
 from lower.copyview import View, copy_source
 from lower.rangeify import RealizePoint, build_kernel
-from lower.split import SplitContext, decide
+from lower.split import SplitContext, decide, narrowing_casts
 from lower.split_build import (
     BuildContext,
     Concats,
@@ -41,7 +41,6 @@ from lower.split_build import (
     decide_build,
     flat_buffer,
     kernel_limits,
-    narrowing_casts,
     region,
     region_nodes,
     shared_values,

@@ -42,11 +42,14 @@ realized nodes get their buffers follows it, so buffer numbering and the kernels
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from lower.copyview import copy_source
+from lower.rangeify import _constant_only
 from rewrite import Ops, Rule, RuleSet, UOp, graph_rewrite, op
 from rewrite.errors import CompilerError
+from rewrite.ops import GroupOp
 from rewrite.stores import indexed_store
 from rules.rangeify import BROADCAST_REDUCE, EXPENSIVE_BROADCAST, REDUCE_IN_REDUCE_LOOP
 
@@ -137,6 +140,30 @@ def _bitcast_source(ctx: SplitContext, x: UOp) -> None:
         ctx.mark(src, "realize-bitcast-source")
 
 
+def narrowing_casts(topo: Iterable[UOp], users: dict[UOp, int]) -> dict[UOp, UOp]:
+    """REDUCE -> CAST for each reduction whose one reader is a CAST to a narrower dtype, through RESHAPEs and
+    elementwise ops of it and constants, each read once (a half matmul's float32 sum and its cast to half; a half
+    mean's sum, division and cast): a rule that would realize the REDUCE realizes the CAST instead. Every reader
+    then reads the narrow value it would have cast on load, so the results are the same, and the buffer between
+    the kernels holds half the bytes (a half model's scores or a chained matmul's intermediate stored in float16,
+    not float32; the next matmul reads a plain half buffer, which cp.async can copy)."""
+    out: dict[UOp, UOp] = {}
+    for u in topo:
+        if u.op is not Ops.CAST or u.dtype.itemsize >= u.src[0].dtype.itemsize:
+            continue
+        x: UOp | None = u.src[0]
+        while x is not None and x.op is not Ops.REDUCE and users.get(x) == 1:
+            if x.op is Ops.RESHAPE:
+                x = x.src[0]
+            elif x.op in GroupOp.Elementwise and len(vs := [s for s in x.src if not _constant_only(s, {})]) == 1:
+                x = vs[0]  # a mean's division, a scale: work on the sum alone, done once where it is stored
+            else:
+                x = None
+        if x is not None and x.op is Ops.REDUCE and users.get(x) == 1:
+            out[x] = u
+    return out
+
+
 # fmt: off
 realize_rules = RuleSet("realize", [
     Rule("realize-buffer-leaf", op.BUFFER(name="b"), _buffer),
@@ -160,4 +187,4 @@ def decide(roots: list[UOp], topo_index: dict[UOp, int]) -> SplitContext:
 
 
 __all__ = ["ASSIGN_CYCLE", "BROADCAST_REDUCE", "EXPENSIVE_BROADCAST", "OVER_LIMITS", "REDUCE_IN_REDUCE_LOOP",
-           "SHARED_REDUCTION", "STORE_VALUE", "SplitContext", "decide", "realize_rules"]
+           "SHARED_REDUCTION", "STORE_VALUE", "SplitContext", "decide", "narrowing_casts", "realize_rules"]

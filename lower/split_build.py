@@ -18,7 +18,7 @@ the rule set's matcher (the first rule that fires decides), before its kernel is
                                  realize-reduce-in-reduce-loop, realize-broadcast-reduce, realize-reduce-epilogue,
                                  realize-expensive-broadcast, realize-bitcast-source; each under its own name); a
                                  REDUCE whose one reader is a narrowing CAST (a half matmul's float32 sum) is
-                                 realized as that CAST (`narrowing_casts`): the same values in half the bytes
+                                 realized as that CAST (lower.split.narrowing_casts): the same values in half the bytes
   realize-store-value            an assignment's value that reads its target elsewhere than where it writes
 
 The kernel a rule inspects is built once per visit and cached in the context (`BuildContext.kernel`): the
@@ -31,11 +31,11 @@ them builds it again: the split is a fixed point of its decisions, whatever the 
 
   realize-shared-reduction       a value (a REDUCE, an ALU op) that m >= 2 kernels compute inline, when storing it
                                  reads fewer bytes (its own kernel plus the m kernels reading it read less than
-                                 the m kernels computing it, `recompute_bytes`: each buffer once per loop that
-                                 reads it, an inline reduction's loop a pass of its own), or when it is a heavy
-                                 reduction (rules.rangeify.heavy_reduction: a matmul's loop, repeated). The global
-                                 fact is which nodes every kernel fuses (`BuildContext.regions`); of a chain of
-                                 such values in the same kernels the last one is realized.
+                                 the m kernels computing it, lower.split_bytes.recompute_bytes: each buffer once
+                                 per loop that reads it, an inline reduction's loop a pass of its own), or when it
+                                 is a heavy reduction (rules.rangeify.heavy_reduction: a matmul's loop, repeated).
+                                 The global fact is which nodes every kernel fuses (`BuildContext.regions`); of a
+                                 chain of such values in the same kernels the last one is realized.
 
 `cycle_rules` (context `CycleContext`) run by `graph_rewrite(..., walk=True)` over the whole graph once the
 kernels are built:
@@ -49,7 +49,6 @@ kernels are built:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import cast
@@ -58,9 +57,9 @@ from devices import target_for
 from lower.copyview import Part, concat_parts, copy_source
 from lower.rangeify import _ELEMENTWISE, EXPENSIVE, RealizePoint, build_kernel, build_store_kernel
 from lower.split import ASSIGN_CYCLE, OVER_LIMITS, SHARED_REDUCTION, STORE_VALUE, SplitContext
+from lower.split_bytes import ByteCount
 from rewrite import Ops, Rule, RuleSet, UOp, graph_rewrite, op
 from rewrite.errors import CompilerError
-from rewrite.ops import GroupOp
 from rewrite.props import nbytes
 from rewrite.stores import indexed_store
 from rules.rangeify import heavy_reduction
@@ -337,40 +336,9 @@ def _realize_point(ctx: BuildContext, n: UOp) -> Decision | None:
         return None
     first: dict[UOp, str] = {}
     for p in points:  # each node once, under the rule met first; a REDUCE read only through a narrowing CAST
-        first.setdefault(ctx.narrow.get(p.node, p.node), p.rule)  # is stored narrow (`narrowing_casts`)
+        first.setdefault(ctx.narrow.get(p.node, p.node), p.rule)  # is stored narrow (lower.split.narrowing_casts)
     nodes = tuple(first)
     return Decision(points[0].rule, nodes, (n,), why=tuple(first[u] for u in nodes))
-
-
-def narrowing_casts(topo: Iterable[UOp], users: dict[UOp, int]) -> dict[UOp, UOp]:
-    """REDUCE -> CAST for each reduction whose one reader is a CAST to a narrower dtype, through RESHAPEs and
-    elementwise ops of it and constants, each read once (a half matmul's float32 sum and its cast to half; a half
-    mean's sum, division and cast): a rule that would realize the REDUCE realizes the CAST instead. Every reader
-    then reads the narrow value it would have cast on load, so the results are the same, and the buffer between
-    the kernels holds half the bytes (a half model's scores or a chained matmul's intermediate stored in float16,
-    not float32; the next matmul reads a plain half buffer, which cp.async can copy)."""
-    out: dict[UOp, UOp] = {}
-    for u in topo:
-        if u.op is not Ops.CAST or u.dtype.itemsize >= u.src[0].dtype.itemsize:
-            continue
-        x: UOp | None = u.src[0]
-        while x is not None and x.op is not Ops.REDUCE and users.get(x) == 1:
-            if x.op is Ops.RESHAPE:
-                x = x.src[0]
-            elif x.op in GroupOp.Elementwise and len(vs := [s for s in x.src if not _constant(s)]) == 1:
-                x = vs[0]  # a mean's division, a scale: work on the sum alone, done once where it is stored
-            else:
-                x = None
-        if x is not None and x.op is Ops.REDUCE and users.get(x) == 1:
-            out[x] = u
-    return out
-
-
-def _constant(u: UOp) -> bool:
-    """Whether `u` is a constant, maybe reshaped, expanded or cast."""
-    while u.op in (Ops.RESHAPE, Ops.EXPAND, Ops.CAST):
-        u = u.src[0]
-    return u.op in (Ops.CONST, Ops.VCONST)
 
 
 def _store_value(ctx: BuildContext, n: UOp) -> Decision | None:
@@ -427,88 +395,6 @@ class SharedContext:
     def __post_init__(self) -> None:
         if self.count is None:
             self.count = ByteCount(self.out_of)
-
-
-@dataclass
-class _Loop:
-    """One loop's reads (a kernel's own loops, or an inline REDUCE's): the bytes of the realized nodes it reads
-    (None when a size is symbolic), the nodes it computes, and the REDUCEs whose loops it opens."""
-
-    nbytes: int | None
-    inner: frozenset[UOp]
-    reduces: tuple[UOp, ...]
-
-
-def _loop(top: UOp, realized: dict[UOp, UOp], also: UOp | None) -> _Loop:
-    total: int | None = 0
-    seen: set[UOp] = set()
-    reduces: list[UOp] = []
-    stack = list(top.src)
-    while stack:
-        u = stack.pop()
-        if u in seen:
-            continue
-        seen.add(u)
-        if u in realized or u is also:
-            b = nbytes(u)
-            total = None if total is None or b is None else total + b
-        elif u.op is Ops.REDUCE:
-            reduces.append(u)
-        else:
-            stack.extend(u.src)
-    return _Loop(total, frozenset(seen), tuple(reduces))
-
-
-class ByteCount:
-    """`recompute_bytes` over a set of realized nodes that only grows (in order, as `split.out_of`), each loop
-    walked once (the kernels of a round share most of their reductions) and kept across rounds: `sync()` forgets
-    only the loops whose walk met a node realized since (the others read the same)."""
-
-    def __init__(self, realized: dict[UOp, UOp]) -> None:
-        self.realized = realized
-        self._loops: dict[tuple[UOp, UOp | None], _Loop] = {}
-        self._known = len(realized)
-
-    def sync(self) -> None:
-        """Forget the loops that the nodes realized since the last call change."""
-        if len(self.realized) == self._known:
-            return
-        new = set(islice(self.realized, self._known, None))
-        self._known = len(self.realized)
-        self._loops = {k: lp for k, lp in self._loops.items() if new.isdisjoint(lp.inner)}
-
-    def loop(self, top: UOp, also: UOp | None = None) -> _Loop:
-        if (lp := self._loops.get((top, also))) is None:
-            lp = self._loops[(top, also)] = _loop(top, self.realized, also)
-        return lp
-
-    def __call__(self, node: UOp, also: UOp | None = None) -> int | None:
-        total = 0
-        todo, done = [node], {node}
-        while todo:
-            top = todo.pop()
-            lp = self.loop(top)
-            if also is not None and also in lp.inner:  # `also` read in this loop: walked again, stopping at it
-                lp = self.loop(top, also)
-            if lp.nbytes is None:
-                return None
-            total += lp.nbytes
-            for r in lp.reduces:
-                if r is also:  # read as a buffer in this loop
-                    if (b := nbytes(r)) is None:
-                        return None
-                    total += b
-                elif r not in done:
-                    done.add(r)
-                    todo.append(r)
-        return total
-
-
-def recompute_bytes(node: UOp, realized: dict[UOp, UOp], also: UOp | None = None) -> int | None:
-    """The bytes a kernel computing `node` reads (None when a size is symbolic): each realized node and buffer
-    of its region once per loop that reads it (the kernel's own loops, and each REDUCE's loop again: a
-    reduction computed inline reads its inputs in a pass of its own). `also`, when given, counts as realized."""
-    return ByteCount(realized)(node, also)
 
 
 def _shared_value(ctx: SharedContext, n: UOp) -> None:
@@ -632,5 +518,5 @@ def break_cycle(roots: list[UOp], stuck: list[UOp], out_of: dict[UOp, UOp], topo
 
 
 __all__ = ["COPY_SOURCE", "BuildContext", "Concats", "CycleContext", "Decision", "SharedContext", "break_cycle",
-           "build_rules", "cycle_rules", "decide_build", "flat_buffer", "kernel_limits", "nbytes", "recompute_bytes",
+           "build_rules", "cycle_rules", "decide_build", "flat_buffer", "kernel_limits", "nbytes",
            "region", "region_nodes", "shared_rules", "shared_values", "split_point", "under_limits"]

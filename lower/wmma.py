@@ -30,6 +30,7 @@ from math import prod
 
 from devices.base import Target
 from lower.opt_apply import axes, next_range_id, replace_range, size
+from lower.strides import _Memo
 from lower.tc_smem import spread
 from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
 from rewrite.dtype import AddrSpace
@@ -127,7 +128,7 @@ def _match(ast: UOp, divisible: bool = True) -> tuple[UOp, UOp, UOp, UOp, UOp, U
     return x, y, red, u, v, k
 
 
-def tc_flatten(ast: UOp) -> UOp:
+def _tc_flatten(ast: UOp) -> UOp:
     """The kernel as one matmul for the tensor cores: where its sum of products runs over several reduce ranges
     (a convolution's input channel and window, ci x kh x kw), they become one range k over their product
     (each old range a div/mod of k, the first outermost); where the output axes that only x moves with (u) are
@@ -151,15 +152,16 @@ def tc_flatten(ast: UOp) -> UOp:
     merge_k = len(ks) > 1
     merge_u = len(us) > 1 and (merge_k or size(us[-1]) < ROW_TILE or size(us[-1]) % M != 0)
     nid = next_range_id(ast)
-    for group, kind, on in ((ks, AxisType.REDUCE, merge_k), (us, us[-1].axis_type if us else None, merge_u)):
-        if not on or kind is None:
-            continue
-        flat = UOp.range(prod(size(r) for r in group), nid, kind)
+    for group in [g for g, on in ((ks, merge_k), (us, merge_u)) if on]:
+        flat = UOp.range(prod(size(r) for r in group), nid, group[-1].axis_type)
         nid += 1
         at = spread(tuple(group), flat)
         for i, r in enumerate(group):  # the merged range takes the last's place in the END's / REDUCE's list
             ast = replace_range(ast, r, (flat,) if i == len(group) - 1 else (), at[r])
     return ast
+
+
+tc_flatten = _Memo(_tc_flatten, 256)  # asked by tc_shape_for, the heuristics and apply_tc_arg of the same kernel
 
 
 def _split_groups(ast: UOp) -> UOp:

@@ -410,7 +410,7 @@ def _broadcast_reduce(ctx: Site, n: UOp) -> RealizePoint | None:
 
 def heavy_reduction(n: UOp, loop_bytes: int | None) -> bool:
     """Whether `n` is a REDUCE whose loop does RECOMPUTE_LIMIT times more work (its source's elements, each of
-    them computed once) than the bytes it reads in elements (`loop_bytes`, lower.split_build.recompute_bytes): a
+    them computed once) than the bytes it reads in elements (`loop_bytes`, lower.split_bytes.recompute_bytes): a
     contraction such as a matmul's, whose operands are broadcast against each other inside the loop. Two kernels
     computing it inline each repeat that work, which counting bytes does not see (a row sum reads each element
     it adds: not heavy; a reduction over constants alone reads nothing: not heavy either)."""

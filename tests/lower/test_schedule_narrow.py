@@ -1,4 +1,4 @@
-"""A reduction read only through a cast to a narrower dtype is stored narrow (lower.split_build.narrowing_casts):
+"""A reduction read only through a cast to a narrower dtype is stored narrow (lower.split.narrowing_casts):
 a half matmul's float32 sum, cast to half by the graph, crosses to the next kernel as half, not as float32. The
 results are the same (every reader cast it on load before), the buffer half the bytes."""
 
