@@ -176,6 +176,11 @@ ASYNC_WIDE_BK = 64
 WIDE_K_SHAPES = ("16x8x16 half->float", "16x8x16 bfloat16->float")
 TC_WARPS = 2  # warps of a tensor-core block along each of the tile's axes (2 x 2 warps, 128 threads)
 TC_WARP_TILES = (4, 2, 1)  # mma tiles per warp along each axis, the largest that fits first
+TC_MIN_FILL = 0.5  # the direct form pads u, v and k up to whole mma tiles while this much of the work stays real
+
+
+def _up(n: int, m: int) -> int:
+    return -(-n // m) * m
 
 
 def _warp_tiles(tiles: int) -> int:
@@ -194,12 +199,15 @@ def _tc_opts(ast: UOp, shape: str, outputs: int, target: Target) -> list[Opt]:
     those fit. With the WGMMA knob on an sm_90 target, a 16-bit one that cp.async can copy runs on warpgroup MMA
     instead (lower.tc_wgmma.wgmma_config), its swizzled tiles copied by the TMA with the TMA knob where its
     operands are tensors the TMA can address (lower.tc_tma.tma_fits).
-    Smaller ones (with sizes the mma divides): TC with
+    Smaller ones: TC with
     a warp tile of tm x tn mma tiles (each A fragment used tn times, each B fragment tm times: the global loads
     per mma fall from 12 to (8 tm + 4 tn) / (tm tn) a lane), then the block's warps: TC_WARPS x TC_WARPS
     neighbouring warp tiles (LOCAL splits of the tile axes, lidx1 and lidx2 beside the warp's lanes on lidx0),
     where the tile counts divide. The warp tile halves (the larger side first) while the blocks would not fill
-    the multiprocessors: a small matmul keeps its parallelism. [] where neither fits."""
+    the multiprocessors: a small matmul keeps its parallelism. Sizes the mma's 16 x 8 x k do not divide pad up to
+    whole mma tiles, their loads and stores gated (lower.wmma.apply_tc: a convolution of 3 x 3 x 3 products or 40
+    channels), where at least TC_MIN_FILL of the padded multiply-adds are the kernel's; [] where less is (a 2 x 2
+    output or 3 products a sum: CUDA cores, and the reductions the heuristics below share among a block)."""
     from lower.tc_async import async_fits
     from lower.tc_smem import staged_config, staged_shapes
     from lower.tc_wgmma import WGMMA_SHAPES, wgmma_config
@@ -223,10 +231,11 @@ def _tc_opts(ast: UOp, shape: str, outputs: int, target: Target) -> list[Opt]:
                 async_stages(ast, wide, target.local_memory_bytes, ASYNC_STAGES) == ASYNC_STAGES:
             cfg = wide  # a long reduction takes 64-wide k steps where the full pipeline still fits
         return [Opt(OptOps.TC, None, (shape, *cfg, stages) if stages else (shape, *cfg))]
-    u, v = tc_tile_axes(ast)
-    if size(u) % M or size(v) % N or nk % LAYOUTS[shape].k:
+    kk = LAYOUTS[shape].k
+    if nu * nv * nk < TC_MIN_FILL * _up(nu, M) * _up(nv, N) * _up(nk, kk):
         return []
-    tm, tn = _warp_tiles(size(u) // M), _warp_tiles(size(v) // N)
+    u, v = tc_tile_axes(ast)
+    tm, tn = _warp_tiles(-(-size(u) // M)), _warp_tiles(-(-size(v) // N))  # edge tiles gated (lower.wmma)
     while (tm > 1 or tn > 1) and outputs // (M * tm * N * tn * TC_WARPS * TC_WARPS) < cores:
         tm, tn = (tm // 2, tn) if tm >= tn else (tm, tn // 2)
     opts = [Opt(OptOps.TC, None, (shape, tm, tn))]

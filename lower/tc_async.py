@@ -49,7 +49,7 @@ def async_fits(ast: UOp) -> bool:
     """Whether the kernel's operands can be copied by cp.async (module docstring)."""
     from lower.wmma import _match
 
-    x, y, _, _, v, k = _match(ast, divisible=False)
+    x, y, _, _, v, k = _match(ast)
     return x.op is Ops.LOAD and y.op is Ops.LOAD and _vectorizable(x, k) and _vectorizable(y, v) and \
         size(k) % VEC == 0 and size(v) % VEC == 0
 
@@ -59,7 +59,7 @@ def async_stages(ast: UOp, cfg: tuple[int, int, int, int, int], smem_bytes: int,
     from lower.wmma import M, N, _match
 
     tm, tn, wu, wv, bk = cfg
-    dt = _match(ast, divisible=False)[0].dtype
+    dt = _match(ast)[0].dtype
     per_stage = (M * tm * wu * (bk + pad_for(dt)) + bk * (N * tn * wv + pad_for(dt))) * dt.itemsize
     return next((s for s in range(want, 1, -1) if s * per_stage <= smem_bytes), 0)
 
@@ -88,7 +88,7 @@ def apply_tc_async(ast: UOp, shape: str, tm: int, tn: int, wu: int, wv: int, bk:
     """The kernel on tensor cores fed by a `stages`-deep cp.async pipeline (module docstring)."""
     from lower.wmma import LAYOUTS, TC_SHAPES, M, N, _match
 
-    x, y, red, u, v, k = _match(ast, divisible=False)
+    x, y, red, u, v, k = _match(ast)
     if TC_SHAPES.get(shape) is not x.dtype:
         raise KernelOptError(f"TC {shape!r} does not fit products of {x.dtype.name}; known: {', '.join(TC_SHAPES)}")
     if bk < 16 or bk % 16 or min(tm, tn, wu, wv) < 1 or 32 * wu * wv > 1024 or stages < 2:

@@ -176,7 +176,7 @@ def staged_shapes(ast: UOp) -> tuple[int, int, int]:
     """(rows of u, columns of v, the reduction's length) of a kernel lower.wmma matches, sizes not divisible."""
     from lower.wmma import _match
 
-    _, _, _, u, v, k = _match(ast, divisible=False)
+    _, _, _, u, v, k = _match(ast)
     return size(u), size(v), size(k)
 
 
@@ -184,7 +184,7 @@ def apply_tc_staged(ast: UOp, shape: str, tm: int, tn: int, wu: int, wv: int, bk
     """The kernel on tensor cores with A and B tiles staged through shared memory (module docstring)."""
     from lower.wmma import LAYOUTS, TC_SHAPES, M, N, _match
 
-    x, y, red, u, v, k = _match(ast, divisible=False)
+    x, y, red, u, v, k = _match(ast)
     if TC_SHAPES.get(shape) is not x.dtype:
         raise KernelOptError(f"TC {shape!r} does not fit products of {x.dtype.name}; known: {', '.join(TC_SHAPES)}")
     lay = LAYOUTS[shape]

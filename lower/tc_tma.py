@@ -145,7 +145,7 @@ def tma_fits(ast: UOp) -> bool:
     """Whether both operands of a matmul kernel (lower.wmma._match) are tensors the TMA addresses (`Tensor`)."""
     from lower.wmma import _match
 
-    x, y, _, u, v, k = _match(ast, divisible=False)
+    x, y, _, u, v, k = _match(ast)
     (end,) = [e for e in ast.toposort() if e.op is Ops.END]
     outer = [r for r in end.src[1:] if r is not u and r is not v]
     try:

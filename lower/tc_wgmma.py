@@ -105,7 +105,7 @@ def apply_tc_wgmma(ast: UOp, shape: str, n: int, tm: int, tn: int, wgu: int, wgv
     """The kernel on warpgroup tensor cores fed by a `stages`-deep cp.async pipeline (module docstring)."""
     from lower.wmma import TC_SHAPES, _match
 
-    x, y, red, u, v, k = _match(ast, divisible=False)
+    x, y, red, u, v, k = _match(ast)
     if shape not in WGMMA_SHAPES or TC_SHAPES[shape] is not x.dtype:
         raise KernelOptError(f"TC wgmma: {shape!r} does not fit products of {x.dtype.name}; wgmma takes "
                              f"{', '.join(WGMMA_SHAPES)}")

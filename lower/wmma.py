@@ -19,7 +19,9 @@ buffer (tile (i, j) at 4 (i tn + j); slot 0: the linearizer numbers its accumula
 lane's 4 tm tn outputs. The products are
 exact in the mma, as in the graph's float32 products of widened operands; only the order of the float32 additions
 differs from the plain kernel (the last bits, like a fused multiply-add). Output axes besides u and v (a batch)
-stay output axes (GLOBAL). Sizes that the tile does not divide raise KernelOptError (pad first).
+stay output axes (GLOBAL). Where the warp tile does not divide u or v, or the mma's k does not divide k (a
+convolution's 27 = 3 x 3 x 3 products, 40 output channels), the ranges pad up to whole tiles: the operands' loads
+past an axis's end are gated off and read 0, so those products add nothing, and the stores past it are skipped.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from math import prod
 from devices.base import Target
 from lower.opt_apply import axes, next_range_id, replace_range, size
 from lower.strides import _Memo
-from lower.tc_smem import spread
+from lower.tc_smem import _gated, spread
 from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
 from rewrite.dtype import AddrSpace
 from rewrite.errors import KernelOptError
@@ -66,7 +68,7 @@ def tc_shape_for(ast: UOp, target: Target) -> str | None:
     """The tensor-core shape of `target` that this kernel's reduction can use, if any (any sizes: the direct
     form needs multiples of the mma's, the staged one (lower.tc_smem) does not)."""
     try:
-        x, *_ = _match(tc_flatten(ast), divisible=False)  # sizes the mma does not divide: lower.tc_smem pads with zeros
+        x, *_ = _match(tc_flatten(ast))  # any sizes: every form pads the edges with zeros
     except KernelOptError:
         return None
     return next((s for s in target.tensor_cores if TC_SHAPES.get(s) is x.dtype), None)
@@ -74,7 +76,7 @@ def tc_shape_for(ast: UOp, target: Target) -> str | None:
 
 def tc_tile_axes(ast: UOp) -> tuple[UOp, UOp]:
     """The output axes (u, v) that the mma tiles split by 16 and by 8."""
-    _, _, _, u, v, _ = _match(ast, divisible=False)
+    _, _, _, u, v, _ = _match(ast)
     return u, v
 
 
@@ -107,10 +109,10 @@ def _operands(ast: UOp) -> tuple[UOp, UOp, UOp]:
     return x, y, red
 
 
-def _match(ast: UOp, divisible: bool = True) -> tuple[UOp, UOp, UOp, UOp, UOp, UOp]:
-    """(x, y, red, u, v, k) of a kernel of the TC shape, else KernelOptError saying what does not fit (with
-    `divisible`, sizes that are not multiples of the mma's 16, 8 and 16 do not fit). A kernel of several reduce
-    ranges or row axes matches once `tc_flatten` has merged them."""
+def _match(ast: UOp) -> tuple[UOp, UOp, UOp, UOp, UOp, UOp]:
+    """(x, y, red, u, v, k) of a kernel of the TC shape (any sizes: every form pads the edges), else
+    KernelOptError saying what does not fit. A kernel of several reduce ranges or row axes matches once
+    `tc_flatten` has merged them."""
     x, y, red = _operands(ast)
     ks = red.src[1:]
     if len(ks) != 1:
@@ -121,11 +123,7 @@ def _match(ast: UOp, divisible: bool = True) -> tuple[UOp, UOp, UOp, UOp, UOp, U
     vs = [r for r in loops if _depends(y, r) and not _depends(x, r)]
     if not us or not vs:
         raise KernelOptError("TC: needs an output axis only x moves with and one only y moves with")
-    u, v = us[-1], vs[-1]
-    for r, n in ((u, M), (v, N)) if divisible else ():  # k: apply_tc checks it against the shape's k
-        if size(r) % n:
-            raise KernelOptError(f"TC: axis {r.render()} of size {size(r)} is not a multiple of {n}")
-    return x, y, red, u, v, k
+    return x, y, red, us[-1], vs[-1], k
 
 
 def _tc_flatten(ast: UOp) -> UOp:
@@ -241,19 +239,17 @@ def apply_tc(ast: UOp, shape: str, tm: int = 1, tn: int = 1) -> UOp:
     if TC_SHAPES.get(shape) is not x.dtype:
         raise KernelOptError(f"TC {shape!r} does not fit products of {x.dtype.name}; known: {', '.join(TC_SHAPES)}")
     lay = LAYOUTS[shape]
-    for r, n, w in ((u, M, tm), (v, N, tn), (k, lay.k, 1)):
-        if size(r) % (n * w):
-            raise KernelOptError(f"TC: axis {r.render()} of size {size(r)} is not a multiple of {n} x {w}")
+    nu, nv, nk = size(u), size(v), size(k)
     (end,) = [e for e in ast.toposort() if e.op is Ops.END]
     nid = next_range_id(ast)
     wm, wn = M * tm, N * tn
-    uo, vo = UOp.range(size(u) // wm, nid, AxisType.LOOP), UOp.range(size(v) // wn, nid + 1, AxisType.LOOP)
-    ko, lane = UOp.range(size(k) // lay.k, nid + 2, AxisType.REDUCE), UOp.range(32, nid + 3, AxisType.WARP)
+    uo, vo = UOp.range(-(-nu // wm), nid, AxisType.LOOP), UOp.range(-(-nv // wn), nid + 1, AxisType.LOOP)
+    ko, lane = UOp.range(-(-nk // lay.k), nid + 2, AxisType.REDUCE), UOp.range(32, nid + 3, AxisType.WARP)
     g, t = lane // 4, lane % 4
-    a = [UOp(Ops.STACK, tuple(x.substitute({u: uo * wm + (i * M + row), k: ko * lay.k + col})
+    a = [UOp(Ops.STACK, tuple(_at(x, {u: (uo * wm + (i * M + row), nu), k: (ko * lay.k + col, nk)})
                               for row, col in (lay.a(e, g, t) for e in range(lay.na))))
          for i in range(tm)]
-    b = [UOp(Ops.STACK, tuple(y.substitute({k: ko * lay.k + row, v: vo * wn + (j * N + col)})
+    b = [UOp(Ops.STACK, tuple(_at(y, {k: (ko * lay.k + row, nk), v: (vo * wn + (j * N + col), nv)})
                               for row, col in (lay.b(e, g, t) for e in range(lay.nb))))
          for j in range(tn)]
     nacc = 4 * tm * tn  # tile (i, j)'s four floats at 4 (i tn + j)
@@ -271,10 +267,30 @@ def apply_tc(ast: UOp, shape: str, tm: int = 1, tn: int = 1) -> UOp:
             upd += [at[o + e].store(UOp(Ops.INDEX, (mma, UOp.const(e)))) for e in range(4)]
     step = UOp(Ops.END, (UOp(Ops.GROUP, tuple(upd)), ko))
     res = [UOp(Ops.AFTER, (p, step)).load() for p in at]
-    stores = [end.src[0].substitute({red: res[4 * (i * tn + j) + e]})
-              .substitute({u: uo * wm + (i * M + g + 8 * (e // 2)), v: vo * wn + (j * N + t * 2 + e % 2)})
+    stores = [_at(end.src[0].substitute({red: res[4 * (i * tn + j) + e]}),
+                  {u: (uo * wm + (i * M + g + 8 * (e // 2)), nu), v: (vo * wn + (j * N + t * 2 + e % 2), nv)},
+                  keep=frozenset({step}))
               for i in range(tm) for j in range(tn) for e in range(4)]
     return ast.substitute({end: UOp(Ops.END, (UOp(Ops.GROUP, tuple(stores)), *outer, uo, vo, lane))})
+
+
+def _at(e: UOp, where: dict[UOp, tuple[UOp, int]], keep: frozenset[UOp] | None = None) -> UOp:
+    """Operand or output store `e` with each range r of `where` at its position p (r -> (p, n), n the range's
+    size); where a p can pass n (the warp tile or the mma's k does not divide the axis), its GLOBAL loads and
+    stores gated by p < n (a gated-off load reads 0: lower.tc_smem._gated). An operand (`keep` None) is then 0
+    wherever the gate is off, whatever it computes from those zeros (1 / x would not be 0), so a padded row,
+    column or k adds nothing to the sums; a store (`keep`: the k loop its value is read from, left as it is)
+    is skipped there."""
+    out = e.substitute({r: p for r, (p, _) in where.items()})
+    gates = [p < n for p, n in where.values() if p.vmax >= n]
+    if not gates:
+        return out
+    valid = gates[0]
+    for q in gates[1:]:
+        valid = valid & q
+    if keep is not None:
+        return _gated(out, valid, keep)
+    return valid.where(_gated(out, valid), UOp.const(0, e.dtype))
 
 
 __all__ = ["LAYOUTS", "TC_SHAPES", "Layout", "apply_tc", "apply_tc_arg", "tc_arg", "tc_flatten", "tc_shape_for",

@@ -84,6 +84,11 @@ CASES = [  # (n, ci, h, w, co), k, stride, padding, dtype, knobs
     ((1, 8, 10, 10, 64), 5, 1, 2, "float16", {"PYTHON_TARGET": "sm_80"}),
     ((1, 16, 8, 8, 64), 3, 1, 1, "float32", {"ALLOW_TF32": 1}),
     ((1, 32, 8, 8, 128), 3, 1, 1, "float16", {"groups": 2}),   # the group a batch axis of both operands
+    # the direct form padded to whole mma tiles (lower.wmma.apply_tc's gated edges): a first layer's 3 x 3 x 3
+    # products (k 27 -> 32) into 20 channels (-> 24); 42 rows, k 45; tf32's k 9 (-> 16)
+    ((2, 3, 12, 12, 20), 3, 1, 1, "float16", {}),
+    ((1, 5, 6, 7, 24), 3, 1, 1, "bfloat16", {}),
+    ((1, 1, 8, 8, 16), 3, 1, 1, "float32", {"ALLOW_TF32": 1}),
 ]
 
 
@@ -151,3 +156,17 @@ def test_the_benchmark_conv_on_tensor_cores_compiles(compiler: str, tmp_path: os
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in k.src and "__syncthreads();" in k.src
     grid, block = k.launch_dims({})
     assert grid[0] * grid[1] * grid[2] == 392 and block[0] * block[1] * block[2] == 128  # 64 x 64 tiles, 4 warps
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+@pytest.mark.parametrize("sm", SMS)
+def test_a_first_layer_conv_on_padded_tensor_cores_compiles(compiler: str, tmp_path: os.PathLike, sm: str) -> None:
+    """A first layer's conv (8,3,64,64)->32 in half: k = 3 x 3 x 3 = 27 products pad to 32 in the direct mma form
+    (32 channels: under the staged forms' 64), its gated loads compiled by nvcc and NVRTC."""
+    ast = _conv_kernel((8, 3, 64, 64, 32), 3)
+    opts = gpu_opts(ast, gpu_target(sm, tf32=False))
+    assert opts[0].op is OptOps.TC and len(opts[0].arg) == 3  # (shape, tm, tn): the direct form
+    lin = lower_kernel(ast, gpu_target(sm, tf32=False), name="conv_first")
+    with Context(CACHEDIR=str(tmp_path), CUDA_COMPILER=compiler):
+        (k,) = DEVICE.compile_batch([(lin, "conv_first")], gpu_target(sm, tf32=False))
+    assert k.cubin[:4] == b"\x7fELF" and "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in k.src

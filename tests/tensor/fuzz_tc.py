@@ -3,8 +3,9 @@ float32 matmuls with random shapes, operand layouts, prologues and epilogues, lo
 the python device's grid emulator, against an exact numpy oracle.
 
 A case is one matmul `A @ B`, A of shape (*batch, m, k) and B of (*batch, k, n) or (k, n) shared by the batch:
-- sizes that are multiples of the mma tiles, ragged ones of 64 or more (the edge tiles gated) or small odd ones
-  (no tensor cores), at most `max_macs` multiply-adds (the emulator runs every thread);
+- sizes that are multiples of the mma tiles, ragged ones of 64 or more (the staged forms' edge tiles gated) or
+  small odd ones (the direct form padded to whole mma tiles where half its work stays real, else no tensor
+  cores), at most `max_macs` multiply-adds (the emulator runs every thread);
 - each operand stored as its logical shape, transposed (a Linear's weight), as a window of a larger buffer
   (offset and, for A, a step of 2), zero-padded along k from a shorter buffer, or in float32 and cast in the graph;
   then maybe scaled, negated, rectified or added to another operand, all exact;
@@ -39,8 +40,8 @@ import numpy as np
 from rewrite.env import Context
 from tensor import Tensor
 
-# (m and n, k) pools: tile multiples (the direct m16n8k16 form needs them), ragged sizes of 64 or more (the staged
-# forms gate the edge tiles) and small odd ones (no tensor cores: the fallback is checked too)
+# (m and n, k) pools: tile multiples, ragged sizes of 64 or more (the staged forms gate the edge tiles) and small
+# odd ones (the direct form padded, lower.wmma.apply_tc, or no tensor cores: the fallback is checked too)
 ALIGNED = ((16, 32, 48, 64, 80, 96, 128, 144, 192, 256), (16, 32, 48, 64, 96, 128, 256, 320))
 RAGGED = ((64, 72, 100, 136, 200), (17, 24, 40, 100, 136, 256))
 ODD = ((8, 17, 24, 33), (8, 17, 24, 33))
