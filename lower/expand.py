@@ -19,7 +19,7 @@ from math import prod
 from devices.base import Target
 from lower.opt_apply import axes, native_lanes, next_range_id, replace_range, size
 from lower.strides import _topo
-from rewrite import AxisType, Ops, UOp
+from rewrite import AxisType, Ops, Rule, RuleSet, UOp, op
 from rewrite.errors import KernelOptError
 
 EXPANDED = (AxisType.UPCAST, AxisType.UNROLL)
@@ -239,12 +239,27 @@ def _fold_vector(op: Ops, v: UOp, folds: Folds | None = None) -> UOp:
 
 def _widen_address(src: tuple[UOp, ...]) -> tuple[UOp, ...]:
     """A LOAD whose address is the same in every lane but whose gate (or alt) differs per lane,
-    e.g. a padded axis upcast while the address ignores it, reads that one address once per lane."""
+    e.g. a padded axis upcast while the address ignores it, reads that one address once per lane (a STORE of a
+    vector value likewise writes it once per lane)."""
     at = src[0]
     lanes = next((s.shape for s in src[1:] if s.shape != ()), ())
     if at.shape != () or not lanes or len(at.src) != 2:
         return src
-    return (UOp(Ops.INDEX, (at.src[0], UOp(Ops.STACK, (at.src[1],) * lanes[0]))), *src[1:])
+    return (UOp(Ops.INDEX, (at.src[0], UOp(Ops.STACK, (at.src[1],) * lanes[0])), at.arg, at.tag), *src[1:])
+
+
+def _address_lanes(m: UOp) -> UOp | None:
+    src = _widen_address(m.src)
+    return None if src is m.src else UOp(m.op, src, m.arg, m.tag)
+
+
+# The simplifier may prove a vector address the same in every lane and make it a scalar ((16 r + (0, 1, ..., 15))
+# // 32 is r // 2) while the access's gate or value stays a vector (63 < 16 r + (0, ..., 15) is as uniform, but no
+# rule folds a comparison's lanes): the memory op then names one address for n lanes, which no device reads. This
+# gives the address its lanes back, as expand made it; run after each simplification of expanded kernels.
+lane_addresses = RuleSet("lane-addresses", [
+    Rule("memory-address-lanes", op[Ops.LOAD, Ops.STORE](op.INDEX(), rest=True, name="m"), _address_lanes),
+])
 
 
 def _store_lanes(src: tuple[UOp, ...], keep: list[int]) -> tuple[UOp, ...]:

@@ -151,6 +151,14 @@ def symbolic(ast: UOp, ctx: Lowering) -> UOp:
         if better else ast
 
 
+def symbolic_lanes(ast: UOp, ctx: Lowering) -> UOp:
+    """`symbolic` on an expanded kernel, then lower.expand.lane_addresses: an address it made a scalar under a
+    vector gate or value gets its lanes back."""
+    from lower.expand import lane_addresses
+
+    return graph_rewrite(symbolic(ast, ctx), lane_addresses, name="lane-addresses")
+
+
 def symbolic_kernel(ast: UOp, ctx: Lowering) -> UOp:
     """The first symbolic stage: `symbolic`, then loops a reshape merged split back where the index math takes
     them apart (lower.unflatten: a range read as r // c and r % c becomes two), simplified again."""
@@ -363,10 +371,12 @@ PIPELINE: tuple[Stage, ...] = (
           "whose reduction reads through gates split into border and gate-free interior parts (lower.interior)"),
     Stage("expand", "kernel", "function: one lane space per kernel (UPCAST/UNROLL ranges)", "", expand,
           "UPCAST/UNROLL ranges become vector lanes (beyond one register: copies)"),
-    Stage("symbolic-opt", "kernel", "rules.symbolic", "", symbolic, "the index math the opts made, simplified"),
+    Stage("symbolic-opt", "kernel", "rules.symbolic + lower.expand.lane_addresses", "", symbolic_lanes,
+          "the index math the opts made, simplified"),
     Stage("instruction-selection", "kernel", "rules.decompositions (by the target's supported ops)", "",
           instruction_selection, "ops the device lacks become ops it has"),
-    Stage("symbolic-late", "kernel", "rules.symbolic", "", symbolic, "what the decompositions made, simplified"),
+    Stage("symbolic-late", "kernel", "rules.symbolic + lower.expand.lane_addresses", "", symbolic_lanes,
+          "what the decompositions made, simplified"),
     Stage("stream-stores", "kernel", "rules.streaming (by the target's stream_bytes)", "", stream_stores,
           "a map kernel's big output written around the caches (STORE arg stream)"),
     Stage("linearize", "kernel", "function: a global order (accumulators, loop placement)", "linear", linearize,

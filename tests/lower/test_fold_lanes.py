@@ -82,3 +82,19 @@ def test_row_max_and_sum_with_a_nan_in_every_lane_position(level: str) -> None:
         np.testing.assert_array_equal(got, _run(it, opts, x, "python", target))
         assert np.isnan(got[::2]).all()
         np.testing.assert_allclose(got[1::2], want[1::2], rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows", [4, 8, 32])
+def test_an_address_the_simplifier_makes_uniform_keeps_its_lanes(rows: int) -> None:
+    """exp(x - rowmax) of rows of 32, two rows side by side, concatenated with itself: the second half's max reads
+    row (16 r + lane) // 32 = r // 2 under the gate 63 < 16 r + lane. The simplifier proves the address the same
+    in all 16 lanes and makes it a scalar, but not the gate; the load then had a scalar address under a vector
+    gate, which the cpu device rejected (CompileError). lower.expand.lane_addresses gives
+    the address its lanes back (found by the 16-bit program fuzzer, seed 14000081)."""
+    from tensor import Tensor
+
+    x = (np.arange(rows * 32) % 17 / 4 - 2).astype(np.float32).reshape(rows, 32)
+    t = Tensor(x)
+    v = (t - t.max(axis=1, keepdim=True)).exp().reshape(rows // 2, 64)
+    e = np.exp(x.astype(np.float64) - x.max(1, keepdims=True)).reshape(rows // 2, 64)
+    np.testing.assert_allclose(v.cat(v, dim=1).numpy(), np.concatenate([e, e], 1), rtol=2e-6, atol=1e-7)
