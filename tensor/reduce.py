@@ -191,13 +191,22 @@ def _float_dtype(x: Tensor) -> DType:
     return x.dtype if x.dtype.is_float else dtypes.default_float
 
 
+def _float_acc(x: Tensor, out: DType) -> DType:
+    """What mean and var sum in: float32 for 16-bit floats, float64 for integers and bool (numpy's choice: a
+    float32 sum of int32 values near +-2**31 that cancel loses the result's every digit; float64 holds any sum of
+    fewer than 2**21 of them exactly, and the result is rounded to `out` once), else the dtype itself."""
+    if not x.dtype.is_float:
+        return dtypes.float64
+    return dtypes.float32 if out in _HALF else out
+
+
 def mean(x: Tensor, axis: Axis = None, keepdim: bool | None = None, *, dim: Axis = None,
          keepdims: bool | None = None) -> Tensor:
     """Sum / count; integer and bool inputs give default_float. Over no elements it is nan."""
     axis, keepdim = _axis_keep("mean", axis, dim, keepdim, keepdims)
     axes = norm_axes(axis, x.ndim, "mean", x.shape)
     out = _float_dtype(x)
-    acc = dtypes.float32 if out in _HALF else out
+    acc = _float_acc(x, out)
     s = reduce_uop(x.uop.cast(acc), Ops.ADD, axes, keepdim)
     n = _count(x, axes)
     if isinstance(n, UOp):  # a symbolic count: 0 elements give 0/0 = nan, as below
@@ -216,7 +225,7 @@ def var(x: Tensor, axis: Axis = None, keepdim: bool | None = None, correction: i
     axis, keepdim = _axis_keep("var", axis, dim, keepdim, keepdims)
     axes = norm_axes(axis, x.ndim, "var", x.shape)
     out = _float_dtype(x)
-    acc = dtypes.float32 if out in _HALF else out
+    acc = _float_acc(x, out)
     xf = x.uop.cast(acc)
     n = _count(x, axes)
     total = reduce_uop(xf, Ops.ADD, axes, True)
