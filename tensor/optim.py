@@ -23,6 +23,7 @@ import numpy as np
 
 import tensor.tensor as tt
 from rewrite import DType, dtypes
+from rewrite.engine import collector_paused
 from rewrite.errors import DTypeError, GradientError
 from tensor import jit
 from tensor.autograd import no_grad
@@ -112,25 +113,28 @@ class Optimizer:
         """Assign every parameter's and state's new value (lazy); returns the assigned tensors. The values'
         graphs live only in the assignments: no lazy tensor of this step outlives it to read the old buffers."""
         new: list[tuple[Tensor, Tensor]] = []
-        with no_grad():
-            scal: dict[Device, dict[str, Tensor]] = {}
-            # the scalars in a parameter's dtype, one dict per device and dtype: what `_once` makes of them alone
-            # is then made once per step, not once per parameter (the same graph either way: UOps are hash-consed)
-            typed: dict[tuple[Device, DType], dict[str, Tensor]] = {}
-            for i, p in enumerate(self.params):
-                if p.grad is None:
-                    continue
-                c = scal.get(p.device)
-                if c is None:
-                    c = scal[p.device] = self._scalars(p.device)
-                if (cp := typed.get((p.device, p.dtype))) is None:
-                    cp = typed[(p.device, p.dtype)] = {k: v.cast(p.dtype) if v.dtype is not p.dtype else v
-                                                       for k, v in c.items()}
-                g = p.grad if p.grad.dtype is p.dtype else p.grad.cast(p.dtype)
-                np_, ns = self._update(i, p, g, self.state[i], cp)
-                new.append((p, np_))
-                new.extend((self.state[i][k], v) for k, v in ns.items())
-            for t, v in new:  # in place: each parameter's and state's buffer is overwritten, none allocated
+        # the values are built with gradients on: no gradient is ever taken of them (they only feed the
+        # assignments), and under no_grad() every op's result would be one more DETACH node, which the graph's
+        # walks (backward's, the realize's key) then pay for at every step
+        scal: dict[Device, dict[str, Tensor]] = {}
+        # the scalars in a parameter's dtype, one dict per device and dtype: what `_once` makes of them alone
+        # is then made once per step, not once per parameter (the same graph either way: UOps are hash-consed)
+        typed: dict[tuple[Device, DType], dict[str, Tensor]] = {}
+        for i, p in enumerate(self.params):
+            if p.grad is None:
+                continue
+            c = scal.get(p.device)
+            if c is None:
+                c = scal[p.device] = self._scalars(p.device)
+            if (cp := typed.get((p.device, p.dtype))) is None:
+                cp = typed[(p.device, p.dtype)] = {k: v.cast(p.dtype) if v.dtype is not p.dtype else v
+                                                   for k, v in c.items()}
+            g = p.grad if p.grad.dtype is p.dtype else p.grad.cast(p.dtype)
+            np_, ns = self._update(i, p, g, self.state[i], cp)
+            new.append((p, np_))
+            new.extend((self.state[i][k], v) for k, v in ns.items())
+        with no_grad():  # in place: each parameter's and state's buffer is overwritten, none allocated
+            for t, v in new:
                 t.assign(v)
         return [t for t, _ in new]
 
@@ -141,13 +145,16 @@ class Optimizer:
         missing = [i for i, p in enumerate(self.params) if p.grad is None]
         if len(missing) == len(self.params):
             raise GradientError(f"{what}.step: no parameter has a gradient; call loss.backward() first")
-        targets = self._assign_updates()
         from tensor.modules import pending_buffers
 
-        # the gradients are realized too: they read the old parameters, and a lazy reader of a buffer that is
-        # overwritten would get a snapshot copy of it (tensor.inplace)
-        grads = [p.grad for p in self.params if p.grad is not None and not p.grad.is_realized]
-        Tensor.realize(*targets, *grads, *also, *pending_buffers(clear=True))
+        # the update's graph and the realize make no reference cycles: the collector is kept from traversing the
+        # step's whole graph (the forward's and backward's too) at each young collection (as in graph_rewrite)
+        with collector_paused():
+            targets = self._assign_updates()
+            # the gradients are realized too: they read the old parameters, and a lazy reader of a buffer that is
+            # overwritten would get a snapshot copy of it (tensor.inplace)
+            grads = [p.grad for p in self.params if p.grad is not None and not p.grad.is_realized]
+            Tensor.realize(*targets, *grads, *also, *pending_buffers(clear=True))
         self.steps += 1
         jit.on_replay(self._count_step)
 
