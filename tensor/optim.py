@@ -26,7 +26,6 @@ import tensor.tensor as tt
 from rewrite import DType, dtypes
 from rewrite.engine import collector_paused
 from rewrite.errors import DTypeError, GradientError
-from rewrite.uop import UOp
 from tensor import jit
 from tensor.autograd import no_grad
 from tensor.helpers import Device
@@ -149,10 +148,11 @@ class Optimizer:
         of them is shared by every template, as by every parameter), then p, g and the state's."""
         dev = cast(str, p.device)
         if (cs := self._stand_ins.get((dev, scalars))) is None:
-            cs = self._stand_ins[(dev, scalars)] = {k: Tensor._wrap(UOp.param(j, dt, (), dev), dev)
+            cs = self._stand_ins[(dev, scalars)] = {k: Tensor._wrap(Template.placeholder(j, dt, (), dev), dev)
                                                     for j, (k, dt) in enumerate(scalars)}
         n = len(scalars)
-        ph = [Tensor._wrap(UOp.param(n + j, t.dtype, t.shape, dev), dev) for j, t in enumerate((p, g, *s.values()))]
+        ph = [Tensor._wrap(Template.placeholder(n + j, t.dtype, t.shape, dev), dev)
+              for j, t in enumerate((p, g, *s.values()))]
         ps = dict(zip(s, ph[2:], strict=True))
         np_, ns = self._update(i, ph[0], ph[1], ps, cs)
         params = [cs[k].uop for k, _ in scalars] + [t.uop for t in ph]

@@ -3,7 +3,7 @@
 A graph that a program builds again and again over new inputs of the same shapes and dtypes (an optimizer's update
 of each parameter at every step) costs the Tensor front end's bookkeeping per op each time: dtype promotion,
 broadcasting, the Tensor objects. When the building code is a pure function of its inputs' shapes, dtypes and
-devices, the nodes it makes are too, up to the inputs themselves: so it is run once over PARAM placeholders, and
+devices, the nodes it makes are too, up to the inputs themselves: so it is run once over placeholders, and
 from then on every node that depends on a placeholder is made again directly from its op, arg and rebuilt sources
 (`UOp(op, src, arg, tag)`, about a microsecond each), and every node that does not is kept as built. UOps are
 hash-consed, so the result is the very graph the building code would have made over the real inputs.
@@ -19,6 +19,7 @@ same for every parameter of a step): the nodes that depend on them alone are mad
 
 from __future__ import annotations
 
+from rewrite.dtype import DType
 from rewrite.ops import Ops
 from rewrite.uop import UOp
 
@@ -53,6 +54,12 @@ class Template:
         self._shared = shared
         self._outs = [at[o] for o in outs]
         self._last: tuple[list[UOp], list[UOp | None]] | None = None  # the last shared inputs and what they made
+
+    @staticmethod
+    def placeholder(k: int, dtype: DType, shape: tuple, device: str) -> UOp:
+        """Placeholder k: a PARAM of slot -1 - k. A FUNCTION's body (a VjpUnit's, @function's) counts its PARAMs
+        from 0, so a placeholder is never one of a body's own nodes (which a rebuild would then change)."""
+        return UOp.param(-1 - k, dtype, shape, device)
 
     @staticmethod
     def of(outs: list[UOp], params: list[UOp], shared: int = 0) -> Template | None:

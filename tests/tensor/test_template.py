@@ -18,7 +18,7 @@ from tests.tensor.test_optim import CONFIGS, _loss_grad, _our_loss, _target, np_
 
 
 def _param(k: int, shape: tuple) -> Tensor:
-    return Tensor._wrap(UOp.param(k, dtypes.float32, shape, "cpu"), "cpu")
+    return Tensor._wrap(Template.placeholder(k, dtypes.float32, shape, "cpu"), "cpu")
 
 
 def _f(a: Tensor, b: Tensor, s: Tensor) -> list[Tensor]:
@@ -140,3 +140,31 @@ def test_template_graph_has_no_detach_and_no_own_buffer(cls) -> None:
     graph = UOp.toposort_of([t.uop for t in new])
     assert sum(u.op is Ops.DETACH for u in graph) == 1  # the gradient's own (backward detaches it once)
     opt.step()  # realizes the pending assignments
+
+
+# x shape, w shape, stride, padding, dilation, groups: the stem conv's g is the shape of the transposed conv's own
+# PARAM 0 (a placeholder of the same slot would be taken for a node of that body)
+CONVS = [((2, 3, 16, 16), (32, 3, 7, 7), 2, 3, 1, 1), ((2, 4, 9, 9), (8, 4, 3, 3), 1, 1, 1, 1),
+         ((1, 4, 10, 10), (8, 2, 3, 3), 2, ((1, 0), (2, 1)), 1, 2), ((2, 6, 8, 8), (6, 1, 3, 3), 1, 1, 2, 6),
+         ((3, 1, 8, 8), (8, 1, 3, 3), 1, 1, 1, 1)]
+
+
+@pytest.mark.parametrize("xs,ws,stride,padding,dilation,groups", CONVS)
+def test_conv_vjp_from_template_is_the_direct_vjp(xs, ws, stride, padding, dilation, groups) -> None:
+    from tensor import conv
+
+    rng = np.random.default_rng(3)
+    x = Tensor(rng.standard_normal(xs).astype(np.float32), requires_grad=True)
+    w = Tensor(rng.standard_normal(ws).astype(np.float32), requires_grad=True)
+    y = x.conv2d(w, None, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    fn = y.uop
+    while fn.op is not Ops.FUNCTION:
+        fn = fn.src[0]
+    g = Tensor(rng.standard_normal(y.shape).astype(np.float32)).uop
+    direct = conv._conv_grads(g, fn.src[1:], fn.arg.params)
+    before = len(conv._VJP_TEMPLATES)
+    for _ in range(2):  # made, then reused
+        built = conv._conv_vjp(g, fn.src[1:], fn.arg.params)
+        assert all(a is b for a, b in zip(built, direct, strict=True))
+    assert len(conv._VJP_TEMPLATES) <= before + 1
+    assert conv._conv_body(x.uop, w.uop, x.dtype, fn.arg.params) is fn.src[0].src[0]  # the forward's body, kept
