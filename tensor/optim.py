@@ -26,6 +26,7 @@ import tensor.tensor as tt
 from rewrite import DType, dtypes
 from rewrite.engine import collector_paused
 from rewrite.errors import DTypeError, GradientError
+from rewrite.uop import UOp
 from tensor import jit
 from tensor.autograd import no_grad
 from tensor.helpers import Device
@@ -74,7 +75,7 @@ class Optimizer:
             self.dtype = dtypes.float32
         # tensor.template's of `_update` by key (`_updated`), and the scalars' placeholders they are built over
         self._templates: dict[tuple, tuple[Template | None, tuple[str, ...]]] = {}
-        self._stand_ins: dict[tuple, dict[str, Tensor]] = {}
+        self._stand_ins: dict[tuple, dict[str, UOp]] = {}
         self.state: list[dict[str, Tensor]] = [
             {k: Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device).realize() for k in self._STATE}
             for p in self.params]
@@ -147,15 +148,17 @@ class Optimizer:
         """`_update` traced over placeholders: the scalars' (one dict per device and dtypes, so what `_once` makes
         of them is shared by every template, as by every parameter), then p, g and the state's."""
         dev = cast(str, p.device)
-        if (cs := self._stand_ins.get((dev, scalars))) is None:
-            cs = self._stand_ins[(dev, scalars)] = {k: Tensor._wrap(Template.placeholder(j, dt, (), dev), dev)
-                                                    for j, (k, dt) in enumerate(scalars)}
+        if (known := self._stand_ins.get((dev, scalars))) is None:
+            known = self._stand_ins[(dev, scalars)] = {k: Template.placeholder(j, dt, (), dev)
+                                                       for j, (k, dt) in enumerate(scalars)}
+        cs = {k: Tensor._wrap(u, dev) for k, u in known.items()}
         n = len(scalars)
         ph = [Tensor._wrap(Template.placeholder(n + j, t.dtype, t.shape, dev), dev)
               for j, t in enumerate((p, g, *s.values()))]
         ps = dict(zip(s, ph[2:], strict=True))
         np_, ns = self._update(i, ph[0], ph[1], ps, cs)
-        params = [cs[k].uop for k, _ in scalars] + [t.uop for t in ph]
+        known.update((k, t.uop) for k, t in cs.items())  # with what `_once` made: the next trace's too
+        params = [known[k] for k, _ in scalars] + [t.uop for t in ph]
         return Template.of([np_.uop, *(v.uop for v in ns.values())], params, shared=n), tuple(ns)
 
     def _assign_updates(self) -> list[Tensor]:
