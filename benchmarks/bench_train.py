@@ -37,7 +37,9 @@ each with:
   digits   `python -m tensor.train_digits`'s MLP (64-64-10, Adam, sklearn digits) trained for its default 12
            epochs (`--quick`: 3): wall time to its held-out accuracy, and that accuracy (needs scikit-learn).
 
-`python -m benchmarks.bench_train --worker ENGINE --config JSON` is the cold row's subprocess side (one JSON line).
+`python -m benchmarks.bench_train --worker ENGINE --config JSON` is the cold row's subprocess side (one JSON line);
+`python -m benchmarks.bench_train --steady [MODEL ...]` runs the models' steady rows alone (ours under jit, ours
+eager, torch eager, with their checks) and prints their medians: a minute where the suite takes many.
 """
 
 from __future__ import annotations
@@ -148,7 +150,7 @@ def _count_sources(out: list[tuple[str, int]]) -> None:
         out.append((what if k.get("live") is None else "background", len(src)))
         run(self, src, path, what, *a, **k)
 
-    Compiler._run = counted  # type: ignore[method-assign]  # the worker process's own instrumentation
+    Compiler._run = counted  # type: ignore[method-assign,assignment]  # the worker process's own instrumentation
 
 
 def _count_generated(out: list[int]) -> None:
@@ -434,13 +436,41 @@ def train(b: Bench) -> None:
     digits_row(b, 3 if b.quick else 12)
 
 
+STEADY = {"mlp": FULL, "cnn": cnn_config(False), "transformer": transformer_config(False)}
+
+
+def steady(models: list[str], runs: int) -> list[Result]:
+    """The suite's steady rows alone (no cold runs, torch eager the only peer): per model, ours under jit, ours
+    eager and torch eager timed in turns, after the checks (the eager losses bit for bit the jit's, the losses and
+    gradients against torch's). Prints a table: each figure's median wall and CPU time per step."""
+    b = Bench("train")
+    for name in models:
+        out = model_row(b, STEADY[name], cold=False, runs=runs, peers=("torch",), compiled=False)
+        if not out.get("eager_same") or out.get("check_ok") is False or out.get("grad_ok") is False:
+            print(f"{name}: CHECK FAILED: {out}", file=sys.stderr)
+    rows = [r for r in b.results if "step/" in r.name]
+    width = max(len(r.name) for r in rows)
+    print(f"{'':{width}s}  {'wall ms':>8s}  {'cpu ms':>8s}  runs")
+    for r in rows:
+        print(f"{r.name:{width}s}  {r.median:8.2f}  {r.cpu_median or 0:8.2f}  {len(r.samples)}")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_train",
                                  description="subprocess side of the train suite (run the suite with "
-                                             "`python -m benchmarks train`)")
-    ap.add_argument("--worker", choices=("ours", "tinygrad"), required=True)
-    ap.add_argument("--config", required=True, help="ModelConfig fields as JSON")
+                                             "`python -m benchmarks train`); --steady: its steady rows alone")
+    ap.add_argument("--steady", nargs="*", choices=sorted(STEADY), metavar="MODEL",
+                    help=f"time the steady steps of these models (default all: {', '.join(STEADY)})")
+    ap.add_argument("--runs", type=int, default=7, help="--steady: the most timed runs per figure")
+    ap.add_argument("--worker", choices=("ours", "tinygrad"))
+    ap.add_argument("--config", help="ModelConfig fields as JSON")
     args = ap.parse_args(argv)
+    if args.steady is not None:
+        steady(args.steady or list(STEADY), args.runs)
+        return 0
+    if args.worker is None or args.config is None:
+        ap.error("--worker and --config are required (or --steady)")
     fields = json.loads(args.config)
     fields["sizes"] = tuple(fields["sizes"])
     print(json.dumps(worker(args.worker, ModelConfig(**fields))))

@@ -248,9 +248,10 @@ def _promote_survivors() -> None:
     the kernels' lowering above leave ~100k new objects alive (the plan, the kernels, the caches of graphs and
     rewrites) and no garbage cycles; with the collector back on, the next young collection would traverse them all
     (~18 ms after the transformer's first training step) and a middle one again later, to find nothing. The
-    oldest generation's full collections still see them. Not done while the application holds frozen objects
-    (gc.freeze: unfreezing would release its own too) or has the collector off."""
-    if gc.isenabled() and not gc.get_freeze_count():
+    oldest generation's full collections still see them. Done with the collector off too (a caller's
+    collector_paused: tensor.optim's step, tensor.tensor's realize, which turn it back on after; both moves are
+    O(1)), but not while the application holds frozen objects (gc.freeze: unfreezing would release its own too)."""
+    if not gc.get_freeze_count():
         gc.freeze()
         gc.unfreeze()
 

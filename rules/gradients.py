@@ -479,32 +479,37 @@ def _apply(node: UOp, g: object) -> Mapping[UOp, object] | tuple:
     return cast("Mapping[UOp, object] | tuple", res[0])  # a gradient rule's result, not a rewritten UOp
 
 
-def backprop(seeds: Mapping[UOp, UOp], targets: Sequence[UOp]) -> list[UOp | None]:
+def backprop(seeds: Mapping[UOp, UOp], targets: Sequence[UOp], topo: list[UOp] | None = None) -> list[UOp | None]:
     """The gradients of sum(root * seed for each root, seed in seeds) with respect to each target: one lazy UOp
-    per target (None when no path leads from a root to it). The forward graph is walked once, parents first."""
-    topo = (UOp.sink(*seeds) if len(seeds) != 1 else next(iter(seeds))).toposort()
+    per target (None when no path leads from a root to it). The forward graph is walked once, parents first.
+    `topo`: UOp.toposort_of(seeds' roots), when the caller has it."""
+    if topo is None:
+        topo = (UOp.sink(*seeds) if len(seeds) != 1 else next(iter(seeds))).toposort()
     wanted = set(targets)
-    on_path: dict[UOp, bool] = {}
+    detach = Ops.DETACH
+    on_path: set[UOp] = set()  # (set operations: the walks below run at C speed over each node's sources)
     for n in topo:  # children first: a node is on a path if one of its data sources is (DETACH cuts)
-        on_path[n] = n in wanted or (n.op is not Ops.DETACH and any(on_path.get(x, False) for x in _data_src(n)))
+        if n in wanted or (n.op is not detach and not on_path.isdisjoint(_data_src(n))):
+            on_path.add(n)
     grads: dict[UOp, object] = dict(seeds)
     for n in reversed(topo):
         g = grads.get(n)
-        if g is None or not on_path[n] or not any(on_path.get(x, False) for x in _data_src(n)):
+        if g is None or n not in on_path or on_path.isdisjoint(_data_src(n)):
             continue
         res = _apply(n, g)
         pairs = res.items() if isinstance(res, Mapping) else zip(n.src, res, strict=True)
         for x, gx in pairs:
-            if gx is not None and on_path.get(x, False) and _receives(x):
+            if gx is not None and x in on_path and _receives(x):
                 grads[x] = _accumulate(grads.get(x), gx)
         if n not in wanted:
             del grads[n]  # keeps memory to the frontier (a target's gradient is the answer)
     return [grads.get(t) for t in targets]  # type: ignore[misc]
 
 
-def gradient(root: UOp, targets: Sequence[UOp], seed: UOp | None = None) -> list[UOp | None]:
+def gradient(root: UOp, targets: Sequence[UOp], seed: UOp | None = None, topo: list[UOp] | None = None
+             ) -> list[UOp | None]:
     """d root / d target for each target, as lazy UOps; `seed` is the gradient flowing into root (default: ones,
-    so a scalar root gives the plain derivative)."""
+    so a scalar root gives the plain derivative). `topo`: root.toposort(), when the caller has it."""
     if seed is None:
         seed = root.const_like(1)
     elif seed.shape != root.shape or seed.dtype is not root.dtype:
@@ -513,7 +518,7 @@ def gradient(root: UOp, targets: Sequence[UOp], seed: UOp | None = None) -> list
     if not root.dtype.is_float:
         raise GradientError(f"gradient: the root is {root.dtype.name}; only a floating-point value has a gradient "
                             f"(cast it to a float dtype first)")
-    return backprop({root: seed}, targets)
+    return backprop({root: seed}, targets, topo)
 
 
 __all__ = ["VJPS", "ElementwiseUnit", "VjpUnit", "backprop", "gradient", "gradients", "register_vjp", "unit",

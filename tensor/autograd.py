@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
 from rewrite.derive import fmt_shape
+from rewrite.engine import collector_paused
 from rewrite.errors import DTypeError, GradientError, ShapeError
 from rewrite.ops import Ops
 from rewrite.uop import UOp
@@ -140,26 +141,34 @@ def gradient(root: Tensor, *targets: Tensor, gradient: Tensor | None = None) -> 
 
 def backward(root: Tensor, gradient: Tensor | None = None) -> Tensor:
     """Accumulate d root / d leaf into `.grad` of every tensor with requires_grad that the root depends on."""
-    import tensor.tensor as tt
-
     _check_root(root, "backward")
+    # the gradient graph is as large as the forward one and makes no reference cycles, yet with the collector on
+    # its young collections would traverse it (and the forward graph) again and again while it grows, and promote
+    # both to the older generations, whose collections then traverse them once more (as in graph_rewrite)
+    with collector_paused():
+        _backward(root, gradient)
+    return root
+
+
+def _backward(root: Tensor, gradient: Tensor | None) -> None:
+    import tensor.tensor as tt
     from tensor.packed import with_sources  # a weight read through its kept packed copy (tensor.packed)
 
     graph = with_sources(root.uop)
-    nodes = set(graph.toposort())
+    topo = graph.toposort()  # walked once: for the leaves here and for the gradient's walk
+    nodes = set(topo)
     leaves = [t for r in list(_live.values()) if (t := r()) is not None and t.uop in nodes]
     if not leaves:
         raise GradientError("backward: no tensor in this graph requires a gradient; create the parameters with "
                             "requires_grad=True (or call .requires_grad_()), and call backward() before the loss "
                             "is realized (realizing replaces its graph by the result)")
-    grads = uop_gradient(graph, [t.uop for t in leaves], _seed(root, gradient, "backward"))
+    grads = uop_gradient(graph, [t.uop for t in leaves], _seed(root, gradient, "backward"), topo)
     _chk.carry(nodes, [g for g in grads if g is not None])  # the root's run-time checks guard its gradients too
     for t, g in zip(leaves, grads, strict=True):
         if g is None:  # every path to it is detached
             continue
         new = tt.Tensor._wrap(g.detach() if g.op is not Ops.DETACH else g, t.device)
         t.grad = new if t.grad is None else tt.Tensor._wrap((t.grad.uop + new.uop).detach(), t.device)
-    return root
 
 
 __all__ = ["backward", "cut", "enable_grad", "grad_enabled", "gradient", "no_grad", "set_requires_grad",

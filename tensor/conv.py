@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, cast
 
 import tensor.tensor as tt
 from rewrite.derive import fmt_shape
@@ -23,6 +23,7 @@ from tensor.elementwise import common_device, expand_uop
 from tensor.helpers import Device
 from tensor.nn import IntOrTuple, _acc, _out_sizes, _padding, _pooled, _tuple, _widened
 from tensor.reduce import reduce_uop
+from tensor.template import Template
 
 if TYPE_CHECKING:
     from tensor.tensor import Tensor
@@ -83,8 +84,7 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrT
     # a VJP unit where a gradient may flow: float, one device, sizes known (a symbolic batch keeps the windows' own
     # gradient)
     if dt.is_float and not isinstance(dev, tuple) and all(type(d) is int for d in (*x.shape, *weight.shape)):
-        px, pw = UOp.param(0, x.dtype, x.shape, dev), UOp.param(1, weight.dtype, weight.shape, dev)
-        out = vjp_unit(_CONV, geometry, _conv(px, pw, dt, geometry), [x.uop, weight.uop])
+        out = vjp_unit(_CONV, geometry, _conv_body(x.uop, weight.uop, dt, geometry), [x.uop, weight.uop])
     else:
         out = _conv(x.uop, weight.uop, dt, geometry)
     res = tt.Tensor._wrap(out, dev)
@@ -93,6 +93,39 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrT
             raise ShapeError(f"conv2d: bias must have shape ({cout},), got {fmt_shape(bias.shape)}")
         res = res + bias.reshape(1, cout, *([1] * ns))
     return res
+
+
+# Built once per key (`_key`): conv2d's value over PARAMs (a VjpUnit's body), and its VJP as a tensor.template
+# over placeholders for g, x and w. Both are pure functions of the operands' shapes and dtypes, the geometry and
+# the device's Target (which _widened, _channels_last and _batch_chunks read), so a training step's convolutions
+# and their gradients are not built through the Tensor ops again at every step.
+_BODIES: dict[tuple, UOp] = {}
+_VJP_TEMPLATES: dict[tuple, Template | None] = {}
+_MAX_KEPT = 256
+
+
+def _key(geometry: tuple, *operands: UOp) -> tuple:
+    from devices import target_for
+
+    return (geometry, target_for(geometry[-1]).key, *((u.shape, u.dtype) for u in operands))
+
+
+def _kept(table: dict, key: tuple, make: Callable[[], object]) -> object:
+    if key not in table:
+        if len(table) >= _MAX_KEPT:
+            table.clear()
+        table[key] = make()
+    return table[key]
+
+
+def _conv_body(x: UOp, w: UOp, dt: DType, geometry: tuple) -> UOp:
+    """conv2d's value over PARAM 0 and 1 standing for x and w (a VjpUnit's body)."""
+    dev = geometry[-1]
+
+    def make() -> UOp:
+        return _conv(UOp.param(0, x.dtype, x.shape, dev), UOp.param(1, w.dtype, w.shape, dev), dt, geometry)
+
+    return cast(UOp, _kept(_BODIES, (_key(geometry, x, w), dt), make))
 
 
 def _conv(x: UOp, w: UOp, dt: DType, geometry: tuple) -> UOp:
@@ -130,6 +163,22 @@ _PRODUCT_COLUMNS = 4
 
 
 def _conv_vjp(g: UOp, args: tuple[UOp, ...], params: tuple) -> tuple[UOp | None, ...]:
+    """_conv_grads, rebuilt from its template for the operands' shapes and dtypes (`_key`)."""
+    x, w = args
+    dev = params[-1]
+    if isinstance(dev, tuple):
+        return _conv_grads(g, args, params)
+
+    def make() -> Template | None:
+        ph = [Template.placeholder(k, u.dtype, u.shape, dev) for k, u in enumerate((g, x, w))]
+        dx, dw = _conv_grads(ph[0], (ph[1], ph[2]), params)
+        return None if dx is None or dw is None else Template.of([dx, dw], ph)
+
+    t = cast("Template | None", _kept(_VJP_TEMPLATES, _key(params, g, x, w), make))
+    return _conv_grads(g, args, params) if t is None else tuple(t([g, x, w]))
+
+
+def _conv_grads(g: UOp, args: tuple[UOp, ...], params: tuple) -> tuple[UOp | None, ...]:
     """The gradients of conv2d(x, w) (no bias; strides ss, dilations ds, padding pairs, groups, on device dev) for
     an incoming g (N, Cout, O...), each an operation of its own rather than the reverse of the windows:
     x's is the transposed convolution of g by w (conv_transpose2d: a convolution of g padded, or for strides > 1

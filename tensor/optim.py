@@ -18,15 +18,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from typing import cast
 
 import numpy as np
 
 import tensor.tensor as tt
 from rewrite import DType, dtypes
+from rewrite.engine import collector_paused
 from rewrite.errors import DTypeError, GradientError
+from rewrite.uop import UOp
 from tensor import jit
 from tensor.autograd import no_grad
 from tensor.helpers import Device
+from tensor.template import Template
 
 Tensor = tt.Tensor
 
@@ -69,6 +73,9 @@ class Optimizer:
         self.dtype: DType = max((p.dtype for p in self.params), key=lambda d: d.itemsize)
         if self.dtype.itemsize < 4:
             self.dtype = dtypes.float32
+        # tensor.template's of `_update` by key (`_updated`), and the scalars' placeholders they are built over
+        self._templates: dict[tuple, tuple[Template | None, tuple[str, ...]]] = {}
+        self._stand_ins: dict[tuple, dict[str, UOp]] = {}
         self.state: list[dict[str, Tensor]] = [
             {k: Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device).realize() for k in self._STATE}
             for p in self.params]
@@ -108,29 +115,78 @@ class Optimizer:
             v = c[key] = make()
         return v
 
+    def _branches(self) -> tuple:
+        """What `_update` decides in Python from the hyperparameters (their values reach the graph through the
+        scalars' buffer, but `if self.weight_decay:` changes its structure): part of its templates' key."""
+        return ()
+
+    def _updated(self, i: int, p: Tensor, g: Tensor, s: dict[str, Tensor], c: dict[str, Tensor]
+                 ) -> tuple[Tensor, dict[str, Tensor]]:
+        """`_update(i, p, g, s, c)`. For the optimizers of this module, whose `_update` branches on nothing but
+        `_branches()` and its inputs' shapes, dtypes and device, it is built once per such key over placeholders
+        and rebuilt from that template (tensor.template) at every step: the same graph, a few times faster than
+        its Tensor ops (the step's largest part of building after the model's own). A subclass's `_update` may
+        read anything, so it is called every time (as are updates on a device tuple)."""
+        if type(self) not in _TEMPLATED or not isinstance(p.device, str):
+            return self._update(i, p, g, s, c)
+        scalars = tuple((k, c[k].dtype) for k in self._SCALARS)
+        key = (self._branches(), p.shape, p.dtype, p.device, g.shape, g.dtype,
+               tuple((k, t.shape, t.dtype, t.device) for k, t in s.items()), scalars)
+        if (made := self._templates.get(key)) is None:
+            if len(self._templates) >= _MAX_TEMPLATES:
+                self._templates.clear()
+            made = self._templates[key] = self._template(i, p, g, s, scalars)
+        t, keys = made
+        if t is None:
+            return self._update(i, p, g, s, c)
+        out = t([*(c[k].uop for k in self._SCALARS), p.uop, g.uop, *(v.uop for v in s.values())])
+        return Tensor._wrap(out[0], p.device), {k: Tensor._wrap(u, p.device) for k, u in zip(keys, out[1:],
+                                                                                            strict=True)}
+
+    def _template(self, i: int, p: Tensor, g: Tensor, s: dict[str, Tensor], scalars: tuple
+                  ) -> tuple[Template | None, tuple[str, ...]]:
+        """`_update` traced over placeholders: the scalars' (one dict per device and dtypes, so what `_once` makes
+        of them is shared by every template, as by every parameter), then p, g and the state's."""
+        dev = cast(str, p.device)
+        if (known := self._stand_ins.get((dev, scalars))) is None:
+            known = self._stand_ins[(dev, scalars)] = {k: Template.placeholder(j, dt, (), dev)
+                                                       for j, (k, dt) in enumerate(scalars)}
+        cs = {k: Tensor._wrap(u, dev) for k, u in known.items()}
+        n = len(scalars)
+        ph = [Tensor._wrap(Template.placeholder(n + j, t.dtype, t.shape, dev), dev)
+              for j, t in enumerate((p, g, *s.values()))]
+        ps = dict(zip(s, ph[2:], strict=True))
+        np_, ns = self._update(i, ph[0], ph[1], ps, cs)
+        known.update((k, t.uop) for k, t in cs.items())  # with what `_once` made: the next trace's too
+        params = [known[k] for k, _ in scalars] + [t.uop for t in ph]
+        return Template.of([np_.uop, *(v.uop for v in ns.values())], params, shared=n), tuple(ns)
+
     def _assign_updates(self) -> list[Tensor]:
         """Assign every parameter's and state's new value (lazy); returns the assigned tensors. The values'
         graphs live only in the assignments: no lazy tensor of this step outlives it to read the old buffers."""
         new: list[tuple[Tensor, Tensor]] = []
-        with no_grad():
-            scal: dict[Device, dict[str, Tensor]] = {}
-            # the scalars in a parameter's dtype, one dict per device and dtype: what `_once` makes of them alone
-            # is then made once per step, not once per parameter (the same graph either way: UOps are hash-consed)
-            typed: dict[tuple[Device, DType], dict[str, Tensor]] = {}
-            for i, p in enumerate(self.params):
-                if p.grad is None:
-                    continue
-                c = scal.get(p.device)
-                if c is None:
-                    c = scal[p.device] = self._scalars(p.device)
-                if (cp := typed.get((p.device, p.dtype))) is None:
-                    cp = typed[(p.device, p.dtype)] = {k: v.cast(p.dtype) if v.dtype is not p.dtype else v
-                                                       for k, v in c.items()}
-                g = p.grad if p.grad.dtype is p.dtype else p.grad.cast(p.dtype)
-                np_, ns = self._update(i, p, g, self.state[i], cp)
-                new.append((p, np_))
-                new.extend((self.state[i][k], v) for k, v in ns.items())
-            for t, v in new:  # in place: each parameter's and state's buffer is overwritten, none allocated
+        # the values are built with gradients on: no gradient is ever taken of them (they only feed the
+        # assignments), and under no_grad() every op's result would be one more DETACH node, which the graph's
+        # walks (backward's, the realize's key) then pay for at every step
+        scal: dict[Device, dict[str, Tensor]] = {}
+        # the scalars in a parameter's dtype, one dict per device and dtype: what `_once` makes of them alone
+        # is then made once per step, not once per parameter (the same graph either way: UOps are hash-consed)
+        typed: dict[tuple[Device, DType], dict[str, Tensor]] = {}
+        for i, p in enumerate(self.params):
+            if p.grad is None:
+                continue
+            c = scal.get(p.device)
+            if c is None:
+                c = scal[p.device] = self._scalars(p.device)
+            if (cp := typed.get((p.device, p.dtype))) is None:
+                cp = typed[(p.device, p.dtype)] = {k: v.cast(p.dtype) if v.dtype is not p.dtype else v
+                                                   for k, v in c.items()}
+            g = p.grad if p.grad.dtype is p.dtype else p.grad.cast(p.dtype)
+            np_, ns = self._updated(i, p, g, self.state[i], cp)
+            new.append((p, np_))
+            new.extend((self.state[i][k], v) for k, v in ns.items())
+        with no_grad():  # in place: each parameter's and state's buffer is overwritten, none allocated
+            for t, v in new:
                 t.assign(v)
         return [t for t, _ in new]
 
@@ -141,13 +197,16 @@ class Optimizer:
         missing = [i for i, p in enumerate(self.params) if p.grad is None]
         if len(missing) == len(self.params):
             raise GradientError(f"{what}.step: no parameter has a gradient; call loss.backward() first")
-        targets = self._assign_updates()
         from tensor.modules import pending_buffers
 
-        # the gradients are realized too: they read the old parameters, and a lazy reader of a buffer that is
-        # overwritten would get a snapshot copy of it (tensor.inplace)
-        grads = [p.grad for p in self.params if p.grad is not None and not p.grad.is_realized]
-        Tensor.realize(*targets, *grads, *also, *pending_buffers(clear=True))
+        # the update's graph and the realize make no reference cycles: the collector is kept from traversing the
+        # step's whole graph (the forward's and backward's too) at each young collection (as in graph_rewrite)
+        with collector_paused():
+            targets = self._assign_updates()
+            # the gradients are realized too: they read the old parameters, and a lazy reader of a buffer that is
+            # overwritten would get a snapshot copy of it (tensor.inplace)
+            grads = [p.grad for p in self.params if p.grad is not None and not p.grad.is_realized]
+            Tensor.realize(*targets, *grads, *also, *pending_buffers(clear=True))
         self.steps += 1
         jit.on_replay(self._count_step)
 
@@ -201,6 +260,9 @@ class SGD(Optimizer):
     def _damp(self) -> float:
         # the buffer starts at 0, so the first step's b = momentum*0 + (1 - 0)*g = g, as torch sets it
         return self.dampening if self.steps else 0.0
+
+    def _branches(self) -> tuple:
+        return bool(self.weight_decay), bool(self.momentum), bool(self.nesterov)
 
     def _update(self, i: int, p: Tensor, g: Tensor, s: dict[str, Tensor], c: dict[str, Tensor]
                 ) -> tuple[Tensor, dict[str, Tensor]]:
@@ -256,6 +318,10 @@ class Adam(Optimizer):
         return p - c["_step_size"] * (m / (v.sqrt() / c["_sqrt_bc2"] + c["eps"])), {"m": m, "v": v}
 
 
+    def _branches(self) -> tuple:
+        return self.decoupled, bool(self.weight_decay)
+
+
 class AdamW(Adam):
     """torch.optim.AdamW: Adam with decoupled weight decay (default 0.01)."""
 
@@ -292,5 +358,8 @@ class LAMB(Adam):
         trust = ((pn > 0) & (rn > 0)).where(pn / rn, 1.0)
         return p - c["lr"] * trust * r, {"m": m, "v": v}
 
+
+_TEMPLATED = frozenset({SGD, Adam, AdamW, LAMB})  # whose `_update` branches on `_branches()` alone
+_MAX_TEMPLATES = 256  # per optimizer: one per parameter shape and dtype in practice
 
 __all__ = ["LAMB", "SGD", "Adam", "AdamW", "Optimizer"]

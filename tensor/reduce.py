@@ -325,8 +325,17 @@ def arange_uop(n: int, dtype: DType) -> UOp:
 
     Counted in `dtypes.index` and cast once: rangeify collapses each prefix sum of ones to its output index
     (lower.reduce_collapse) and the exact index math then folds row * width + column back to the kernel's
-    RANGE, so the kernel stores `cast(i)` with no reduction."""
-    return _arange_index(n).cast(dtype)
+    RANGE, so the kernel stores `cast(i)` with no reduction. The graph (constants only) is kept for the next
+    call: a loss's gather builds the same aranges at every training step."""
+    if (u := _ARANGES.get((n, dtype))) is None:
+        if len(_ARANGES) >= _ARANGES_KEEP:
+            _ARANGES.clear()
+        u = _ARANGES[(n, dtype)] = _arange_index(n).cast(dtype)
+    return u
+
+
+_ARANGES: dict[tuple[int, DType], UOp] = {}
+_ARANGES_KEEP = 256
 
 
 class _Default(Enum):

@@ -21,6 +21,7 @@ import numpy as np
 
 from rewrite.derive import fmt_shape
 from rewrite.dtype import DType, dtypes
+from rewrite.engine import collector_paused
 from rewrite.env import Context
 from rewrite.errors import DTypeError, ShapeError, VariableError
 from rewrite.ops import Ops
@@ -485,7 +486,15 @@ def _by_device(tensors: list[Tensor]) -> dict[Device, list[Tensor]]:
 
 def _realize(tensors: list[Tensor]) -> None:
     """Run the graphs through the lowering. A graph of constants only has no device of its own, so each device's
-    tensors are realized with that device as the default."""
+    tensors are realized with that device as the default. The walks over the graphs (the assignments', the plan's
+    key) allocate a tuple or two per node and make no reference cycles: the collector is paused meanwhile, as in
+    graph_rewrite, so its young collections do not traverse the whole live graph again and promote it to the
+    generations whose collections traverse it once more."""
+    with collector_paused():
+        _realize_paused(tensors)
+
+
+def _realize_paused(tensors: list[Tensor]) -> None:
     import lower
 
     checks = _chk.pending(t.uop for t in tensors)  # run-time checks of the values computed (tensor.checks)

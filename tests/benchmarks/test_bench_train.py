@@ -56,6 +56,22 @@ def test_tiny_mlp_row() -> None:
     assert f"{TINY.label}: step/torch" in names and len(b.comparisons) == 1
 
 
+def test_steady_rows_alone(monkeypatch, capsys) -> None:
+    """`--steady`: ours under jit, ours eager (its losses the jit's bit for bit) and torch eager, timed in turns;
+    a table of their medians."""
+    pytest.importorskip("torch")
+    from benchmarks import bench_train
+
+    monkeypatch.setitem(bench_train.STEADY, "mlp", TINY)
+    assert bench_train.main(["--steady", "mlp", "--runs", "3"]) == 0
+    table, err = capsys.readouterr()
+    for row in ("step/ours ", "step/ours eager", "step/torch"):
+        line = next(ln for ln in table.splitlines() if f"{TINY.label}: {row}" in ln)
+        wall, cpu = map(float, line.split()[-3:-1])
+        assert 0 < wall < 10_000 and 0 < cpu < 10_000
+    assert "CHECK FAILED" not in err
+
+
 @pytest.mark.slow
 def test_tiny_mlp_row_torch_compile() -> None:
     """The torch.compile column: its cold rows and steady step recorded and its losses equal to ours, or (where

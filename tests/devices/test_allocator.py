@@ -238,3 +238,25 @@ def test_threads_allocating_and_freeing_never_share_a_live_block() -> None:
         t.join()
     assert not errors
     assert a.pooled_bytes <= a.cap and a.reused > 0
+
+
+@pytest.mark.parametrize("how", ["env", "context"])
+def test_sanitize_never_reuses_a_block(how: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under SANITIZE (set in the environment or by a Context) a freed array is not pooled: free's fast check of the
+    knob (rewrite.env.unset) still sees it."""
+    from rewrite.env import Context
+
+    a = Allocator()
+    if how == "env":
+        monkeypatch.setenv("SANITIZE", "address")
+    with Context(SANITIZE="address") if how == "context" else Context():
+        x = a.alloc(100, F32)
+        assert x.nbytes == 400 and x.base is not None and x.base.nbytes == 400  # exact size: no alignment slack
+        a.free(x)
+        del x
+        assert a.pooled_bytes == 0
+    monkeypatch.delenv("SANITIZE", raising=False)
+    y = a.alloc(100, F32)
+    a.free(y)
+    del y
+    assert a.pooled_bytes == 400  # without it, pooled

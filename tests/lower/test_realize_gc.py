@@ -70,3 +70,26 @@ def test_garbage_cycles_are_still_collected() -> None:
     _new_graph(17)  # the cycle is promoted to the oldest generation with everything else
     gc.collect()
     assert dead() is None
+
+
+def test_survivors_promoted_under_a_callers_pause_too() -> None:
+    """Tensor realizes (and the optimizer's step) run with the collector paused: a new plan made there still moves
+    what it leaves alive to the oldest generation, and the collector is on again after."""
+    from rewrite.engine import collector_paused
+
+    young: list[_Cycle] = []
+    real = realize_mod._promote_survivors
+
+    def counted() -> None:
+        young.append(_Cycle())
+        real()
+        assert any(o is young[0] for o in gc.get_objects(generation=2))
+
+    realize_mod._promote_survivors = counted
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+            _new_graph(19)
+    finally:
+        realize_mod._promote_survivors = real
+    assert len(young) == 1 and gc.isenabled() and gc.get_freeze_count() == 0

@@ -372,3 +372,38 @@ def test_plan_cache_keeps_the_most_recent() -> None:
         cache.put((k,), p)  # type: ignore[arg-type]
     assert len(cache) == 2 and cache.get(("a",)) is None and cache.get(("c",)) is p
     assert (cache.hits, cache.misses) == (1, 1)
+
+
+def test_signature_tells_apart_what_lowering_tells_apart() -> None:
+    """Keys of graphs that differ in a leaf constant's value type or sign, in the order of one, two or three
+    sources, or in a source's position are all distinct (buffers count by position: x - y is y - x); the same
+    graphs over new buffers have the same keys (the walk's parts are written out per source count and for leaves:
+    each form checked)."""
+    x, y, m = buf(data(6)), buf(data(6)), buf(data(6) > 0)
+    i = buf(np.arange(6, dtype=np.int32))
+    graphs: dict[str, Callable[[UOp, UOp, UOp, UOp], UOp]] = {
+        "float 1": lambda x, y, m, i: x + 1.0,
+        "float 2": lambda x, y, m, i: x + 2.0,
+        "float -0": lambda x, y, m, i: x * -0.0,
+        "float +0": lambda x, y, m, i: x * 0.0,
+        "int 1": lambda x, y, m, i: i + 1,
+        "int 1 cast": lambda x, y, m, i: (i + 1).cast(dtypes.float32),
+        "bool true": lambda x, y, m, i: m & True,
+        "bool false": lambda x, y, m, i: m & False,
+        "unary": lambda x, y, m, i: x.sqrt(),
+        "unary other": lambda x, y, m, i: x.exp2(),
+        "binary xy": lambda x, y, m, i: (x + 1.0) - x,
+        "binary yx": lambda x, y, m, i: x - (x + 1.0),
+        "binary two buffers": lambda x, y, m, i: x - y,
+        "where xy": lambda x, y, m, i: m.where(x + 1.0, x),
+        "where yx": lambda x, y, m, i: m.where(x, x + 1.0),
+        "where xx": lambda x, y, m, i: m.where(x, x),
+        "reshape": lambda x, y, m, i: (x + y).reshape((2, 3)),
+        "reshape other": lambda x, y, m, i: (x + y).reshape((3, 2)),
+    }
+    keys = {name: sc.signature([g(x, y, m, i)])[0] for name, g in graphs.items()}
+    assert len(set(keys.values())) == len(keys), [(a, b) for a in keys for b in keys if a < b and keys[a] == keys[b]]
+    x2, y2, m2 = buf(data(6)), buf(data(6)), buf(data(6) > 0)
+    i2 = buf(np.arange(6, dtype=np.int32))
+    for name, g in graphs.items():
+        assert sc.signature([g(x2, y2, m2, i2)])[0] == keys[name], name

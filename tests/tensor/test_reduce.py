@@ -233,3 +233,17 @@ def test_softmax_takes_one_reciprocal_per_row() -> None:
     assert [u.shape for u in nodes if u.op is Ops.RECIP] == [(4, 16, 1)]
     e = np.exp((a - a.max(-1, keepdims=True)).astype(np.float64))
     np.testing.assert_allclose(s.numpy(), e / e.sum(-1, keepdims=True), rtol=6e-7, atol=0)
+
+
+@pytest.mark.parametrize("n", [0, 1, 16, 17, 300])
+def test_arange_graph_is_kept_and_exact(n: int) -> None:
+    """arange_uop keeps its graph of constants for the next call of the same size and dtype (a loss's gather makes
+    the same ones at every step): the same node, [0, n) exactly (the reference evaluator and the cpu device)."""
+    from tensor.reduce import arange_uop
+    from tensor.tensor import reference_numpy
+
+    u = arange_uop(n, dtypes.int32)
+    assert arange_uop(n, dtypes.int32) is u and arange_uop(n, dtypes.int64) is not u
+    t = Tensor._wrap(u, "cpu")
+    np.testing.assert_array_equal(reference_numpy(t), np.arange(n, dtype=np.int32))
+    np.testing.assert_array_equal(t.numpy(), np.arange(n, dtype=np.int32))
