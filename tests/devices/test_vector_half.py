@@ -156,7 +156,8 @@ def _f32_values() -> np.ndarray:
     h = A[np.isfinite(A) & (np.abs(A) < 65504)].astype(np.float32)
     ulp = np.spacing(h.astype(np.float16)).astype(np.float32)
     near = np.concatenate([h + ulp / 2, h - ulp / 2, h + ulp / 3, h + np.float32(0.5) * ulp * np.float32(1 + 2 ** -20)])
-    extra = np.array([65519.0, 65520.0, 65519.996, 1e30, -1e30, 2.0 ** -25, 2.0 ** -25 * 1.0001, 2.0 ** -26, 3e-8], np.float32)
+    extra = np.array([65519.0, 65520.0, 65519.996, 1e30, -1e30, 2.0 ** -25, 2.0 ** -25 * 1.0001, 2.0 ** -26, 3e-8],
+                     np.float32)
     x = np.concatenate([extra, near, rng.standard_normal(N).astype(np.float32) * 1000])[:N]
     return x.astype(np.float32)
 
