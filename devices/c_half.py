@@ -17,12 +17,14 @@ Helpers, per float32 vector type `f32xN` (and its uint16 bits `u16xN`), each emi
     halves; elsewhere (aarch64, x86 without F16C, clang) C's conversion of a `_Float16` vector (`f16xN`), which
     gcc 12 does lane by lane on x86 and as FCVTL / FCVTN vectors on aarch64.
   * `vf16_round_f32xN(f)`: f rounded to float16 (one conversion each way).
-  * `vload_f16_f32xN(p)`, `vstore_f16_f32xN(p, v)`: n halves at p (any alignment) as float lanes, and back.
+  * `vload_f16_f32xN(p)`, `vstore_f16_f32xN(p, v)`: n halves at p (any alignment) as float lanes, and back. A
+    value rounded just before it is stored (a CAST to float16, an op's result) is stored unrounded: the store's
+    conversion rounds it once, where the rounding and the store were three conversions.
 """
 
 from __future__ import annotations
 
-from devices.c_scalar import CContext
+from devices.c_scalar import CContext, unparen
 from devices.c_vtypes import vtype
 from rewrite.dtype import dtypes
 
@@ -90,6 +92,14 @@ def round_half(n: int, ctx: CContext) -> str:
     return ctx.define(fn, f"static inline {f} {fn}({f} a) {{ return {to_f}({to_h}(a)); }}")
 
 
+def unrounded(text: str, n: int) -> str:
+    """The value `text` without its outer `vf16_round_f32xN(...)`, for a conversion to halves, which rounds the same
+    way (rounding twice to float16 is rounding once)."""
+    fn = f"vf16_round_f32x{n}"
+    rest = text[len(fn):]
+    return unparen(rest) if text.startswith(fn + "(") and unparen(rest) != rest else text
+
+
 def half_bits(n: int, ctx: CContext) -> str:
     """The name of `vf2h_f32xN`: the float16 bits (u16xN) of float lanes that hold float16 values."""
     return _convert(False, n, ctx)
@@ -114,4 +124,4 @@ def store_half(n: int, ctx: CContext) -> str:
     return ctx.define(fn, f"static inline void {fn}(void* p, {f} v) {{ *({m}*)p = {to_h}(v); }}")
 
 
-__all__ = ["half_bits", "half_floats", "half_vtype", "load_half", "round_half", "store_half"]
+__all__ = ["half_bits", "half_floats", "half_vtype", "load_half", "round_half", "store_half", "unrounded"]

@@ -44,7 +44,7 @@ import re
 from collections.abc import Callable
 from typing import cast
 
-from devices.c_half import half_bits, half_floats, half_vtype, load_half, round_half, store_half
+from devices.c_half import half_bits, half_floats, half_vtype, load_half, round_half, store_half, unrounded
 from devices.c_masked import all_lanes_helper, gate_all_true, masked_load_dtype_ok, masked_load_helper, select_helper
 from devices.c_scalar import CContext, const_text, ctype, render_alu, render_bitcast, render_cast, shift_amount, unparen
 from devices.c_vround import has_vector_round, minmax_call, round_helper
@@ -383,7 +383,7 @@ def _vload(buf: UOp, ptr: str, n: int, ctx: CContext, pin: bool = False) -> str:
 def _vstore(buf: UOp, ptr: str, val: str, n: int, ctx: CContext) -> str:
     t = vtype(buf.dtype, n, ctx)
     if buf.dtype is dtypes.float16:
-        return f"{store_half(n, ctx)}({ptr}, {unparen(val)});"
+        return f"{store_half(n, ctx)}({ptr}, {unparen(unrounded(val, n))});"
     if _bits16(buf):
         u16, m16, bits = vtype(dtypes.uint16, n, ctx), _mem_type(dtypes.uint16, n, ctx), _bf16_bits(n, ctx)
         fn = ctx.define(f"vstore_bf16_{t}", f"static inline void vstore_bf16_{t}(void* p, {t} v) {{ *({m16}*)p = "
@@ -408,7 +408,7 @@ def _vstream(buf: UOp, ptr: str, val: str, n: int, ctx: CContext) -> str | None:
     """A streaming store of the whole vector (None: not for this dtype or width; a plain store then)."""
     dt = buf.dtype
     if dt is dtypes.float16:  # streamed as its half bits
-        dt, val = dtypes.uint16, f"{half_bits(n, ctx)}({unparen(val)})"
+        dt, val = dtypes.uint16, f"{half_bits(n, ctx)}({unparen(unrounded(val, n))})"
     size = n * reg_size(dt)
     if _bits16(buf) or dt is dtypes.bool or (when := _STREAM_WHEN.get(size)) is None:
         return None
