@@ -227,3 +227,37 @@ def test_half_elementwise_kernel_takes_lanes(level: str) -> None:
         s = x * y + z
         want = np.where(s <= 0, np.float16(0), s)
     assert_same(got, want, F16, f"(x*y+z).relu() {level}")
+
+
+@pytest.mark.parametrize("level", ["x86-64-v3", "x86-64-v4", "aarch64"])
+def test_streamed_half_output_and_aarch64(level: str) -> None:
+    """A big float16 output streams its half bits (the store's conversion, then the non-temporal move of the
+    uint16 vector); on aarch64 (C's conversions of `_Float16` vectors, run under qemu where installed) the lanes
+    compute the same bits."""
+    from devices import get_device
+    from devices.cpu_cross import compile_emulated, cross_compiler, emulator
+    from lower.stages import lower_kernel
+    from tensor import Tensor
+
+    target = cpu_target(level).with_(stream_bytes=4096, cores=2)  # a 4,096-half output streams
+    if level == "aarch64":
+        if cross_compiler(target) is None or emulator(target) is None:
+            pytest.skip("gcc-aarch64-linux-gnu or qemu-user is not installed")
+    else:
+        _runs(level)
+    n = 4096
+    x, y, z = A[4096:4096 + n], B[4096:4096 + n], B[:n].copy()
+    ins = [Tensor(v).realize() for v in (x, y, z)]
+    items = [i for i in (ins[0] * ins[1] + ins[2]).schedule() if i.kind == "kernel"]
+    (it,) = items
+    assert it.ast is not None
+    lin = lower_kernel(it.ast, target)
+    src = get_device("cpu").render(lin, it.name)
+    assert "vf16_round_f32x" in src and ("vstream_u16x" in src) == (level != "aarch64"), src[-2000:]
+    bufs = {0: np.zeros(n, np.float16), **{k + 1: v.copy() for k, v in enumerate((x, y, z))}}
+    if level == "aarch64":
+        compile_emulated(lin, it.name, target)(bufs)
+    else:
+        get_device("cpu").compile(lin, it.name, target)(bufs)
+    with np.errstate(all="ignore"):
+        assert_same(bufs[0], x * y + z, F16, f"x*y+z {level}")
