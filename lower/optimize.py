@@ -91,8 +91,8 @@ def work(ast: UOp) -> int:
 def _vector_lanes(ast: UOp, target: Target) -> int:
     """Lanes that fill one of the target's vector registers for the kernel's widest stored dtype in a register (at
     most 16). float16 and bfloat16 lanes are float32 registers (devices.c_vtypes): 16 of them on AVX2 were two ymm
-    registers whose comparisons and selects gcc split lane by lane (exp of 16M bfloat16 values, x86-64-v3: 250 ms,
-    against 23 ms in float32)."""
+    registers whose comparisons and selects gcc split lane by lane (exp of 16M bfloat16 values, x86-64-v3: ~200 ms
+    in 16 lanes, 32-54 ms in 8, 16-27 ms in float32)."""
     sizes = [4 if u.src[1].dtype.scalar in _FLOAT32_LANES else u.src[1].dtype.itemsize
              for u in _topo(ast) if u.op is Ops.STORE] or [4]
     return max(2, min(16, target.lanes(max(sizes))))
@@ -104,7 +104,8 @@ _FLOAT32_LANES = frozenset({dtypes.float16, dtypes.bfloat16})
 # ...and for an output computed in 16-bit floats: gcc vectorizes no scalar loop that converts a float16 on x86 short
 # of AVX512-FP16 ("unsupported data-type"), nor bfloat16's rounding, so such a loop runs one element at a time, where
 # lanes are float32 registers and a conversion per op (devices.c_half, devices.c_vector). (x * y + z).relu() over 16M
-# float16 elements, 2-core AVX-512 Xeon: 117 ms as the scalar loop, see benchmarks.half_cpu for the lanes' figure.
+# elements on a 2-core AVX-512 Xeon under load ~3.5 (benchmarks.half_cpu): float16 234-361 ms as the scalar loop,
+# ~22 ms in lanes (x86-64-v3: ~355 -> 12-31 ms); bfloat16 200-320 -> 26-33 ms; float32 ~35 ms.
 def _sixteen_bit_math(u: UOp, target: Target) -> bool:
     """An ALU op on float16 values where the target converts float16 vectors in an instruction (F16C, or not x86),
     or on bfloat16 values."""
