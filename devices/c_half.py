@@ -8,8 +8,9 @@ the scalar text's `(_Float16)(a op b)` gives under -fexcess-precision=standard; 
 LOG2, SIN and POW are float32 math rounded once to float16 in both texts (rewrite.semantics), and MAX, WHERE, the
 comparisons, NEG and the casts to wider types are exact on the float32 values. Infinities, -0.0 and the
 subnormals of float16 are float32 normal values, converted exactly both ways. One difference from a `_Float16`
-lane that only moves: VCVTPH2PS quiets a signaling NaN (0x7c01 loads as the float of 0x7e01), as every scalar
-conversion of a half to float does, so a signaling NaN that a vector kernel copies or selects comes out quiet.
+lane that only moves: VCVTPH2PS quiets a signaling NaN (0x7c01 loads as the float of 0x7e01), as the scalar
+text's F16C conversions do, so a signaling NaN that a vector kernel copies or selects comes out quiet with F16C
+(the generic conversion without it keeps it signaling; tests/devices/test_vector_half.py takes either).
 
 Helpers, per float32 vector type `f32xN` (and its uint16 bits `u16xN`), each emitted once per file:
   * `vh2f_f32xN(u16xN)`, `vf2h_f32xN(f32xN)`: halves' bits to floats and back (round to nearest even). On x86,
