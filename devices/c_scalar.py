@@ -47,7 +47,7 @@ _RESERVED = (
 _C_WORDS = frozenset(_RESERVED.split())
 # the renderer's own names: values, helpers, and (c_vector) vector types `f32x16`, `llx8` and lane-loop names
 _GENERATED = re.compile(r"^(data|val|alu|acc|smem|ridx|bitcast_|max_|cdiv_|cmod_|bf16_|f2i_|f32_|lane_|splat_|vload_|"
-                        r"vstore_|vmax_|vwhere_|vtrunc_|vbf16_|[iuf]\d+x\d|llx\d)")
+                        r"vstore_|vmax_|vwhere_|vtrunc_|vbf16_|vf16_|vh2f_|vf2h_|[iuf]\d+x\d|llx\d)")
 
 
 @dataclass(frozen=True)

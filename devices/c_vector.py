@@ -1,12 +1,11 @@
 """C text for vector values (shape (n,)): GCC vector extensions where an operator computes exactly what
 rewrite.semantics gives lane by lane, and a loop over the lanes around the scalar text otherwise.
 
-Types. One typedef per (dtype, lanes), named like `f32x16`:
-    typedef float f32x16 __attribute__((vector_size(64), aligned(4)));
-The element alignment lets a vector live at any element address; vectors move between memory and registers
-through a may_alias twin of the type (`f32x16_m`, in the `vload_` / `vstore_` helpers): one unaligned vector
-move. index lanes are `long long` (`llx16`) as scalar index values are; bfloat16 vectors are `f32xN` registers holding
-bfloat16 values, like bfloat16 scalars, and uint16 bits in memory.
+Types (devices.c_vtypes): one typedef per (dtype, lanes), named like `f32x16`, moved between memory and registers
+by the `vload_` / `vstore_` helpers. float16 and bfloat16 vectors are `f32xN` registers holding 16-bit values,
+rounded after each op: float16 lanes by `vf16_round_` (devices.c_half: VCVTPS2PH and back with F16C), bfloat16 lanes
+by `vbf16_round_`, the scalar bf16_round written with integer vector ops; in memory they are halves (converted
+by VCVTPH2PS / VCVTPS2PH) and uint16 bits.
 
 Bool vectors are masks: `i8xN` whose lanes are -1 (every bit set) for true and 0 for false, not 0/1. That is
 what a GCC vector comparison gives (at the compared width, narrowed with `__builtin_convertvector`); sign
@@ -16,19 +15,22 @@ way round as masks: CMPLT on bools is `>` on the masks.
 
 Native (one vector expression; lane for lane the scalar result):
   * ADD SUB MUL DIV NEG RECIP, and MULACC on ints: int lanes wrap at their own width (-fwrapv); float lanes are
-    IEEE ops (no contraction under -ffp-contract=off). float16 lanes GCC computes one at a time in float and rounds
-    after each op, as the scalar text does; bfloat16 lanes are rounded after each op by `vbf16_round_`, the
-    scalar bf16_round written with integer vector ops.
+    IEEE ops (no contraction under -ffp-contract=off); float16 and bfloat16 lanes compute in float32 and are
+    rounded after each op, which is what the scalar text computes (devices.c_half says why that is exact).
   * comparisons, AND OR XOR NOT SHL SHR; MAX as a compare and a bit-select (nan wins, MAX(0, -0) is -0, as
     numpy.maximum); WHERE as a bit-select (C's ?: for a scalar condition); CDIV/CMOD by a scalar constant
     other than 0 and -1.
   * CAST except float -> int: `__builtin_convertvector` converts each lane as a C cast does (which is what the
-    scalar text relies on); to bfloat16 through float32 and `vbf16_round_`, as the scalar text does.
-  * BITCAST between same-size types other than bool and bfloat16: a vector cast reinterprets the bits.
+    scalar text relies on); to bfloat16 through float32 and `vbf16_round_`, as the scalar text does; to float16
+    the same way with `vf16_round_` (one rounding: a float32, float16, bfloat16 or int value is exact in float32
+    or beyond float16's range), except from float64, which C converts to `_Float16` lanes directly.
+  * BITCAST between same-size types other than bool and bfloat16: a vector cast reinterprets the bits (float16
+    lanes as their half bits).
   * LOAD and STORE whose lanes are consecutive: one move of the whole vector, from `base + (0..n-1)` where
     the index is the VCONST itself or ADD(scalar, VCONST) (either order); a scalar gate guards the whole.
   * MULACC on floats: a fused multiply-add helper, one vector FMA instruction where the target has them; TRUNC
-    and SQRT on float32/float64 vectors of 16, 32 or 64 bytes: `vtrunc_`, `vsqrt_` (devices.c_vround), one x86 op.
+    and SQRT on float32/float64 vectors of 16, 32 or 64 bytes (and float16 lanes, rounded after): `vtrunc_`,
+    `vsqrt_` (devices.c_vround), one x86 op.
 Lane by lane (`({ ... for (int lane_l = 0; ...) lane_r[lane_l] = <scalar text>; lane_r; })`, operands bound
 once): other TRUNC and SQRT, EXP2, LOG2, SIN and POW on floats, other CDIV/CMOD, CAST float -> int (the wrap helper),
 BITCAST to or from bool and bfloat16, gathers and scatters (any other vector index), and loads or stores gated
@@ -42,22 +44,20 @@ import re
 from collections.abc import Callable
 from typing import cast
 
+from devices.c_half import half_bits, half_floats, half_vtype, load_half, round_half, store_half, unrounded
 from devices.c_masked import all_lanes_helper, gate_all_true, masked_load_dtype_ok, masked_load_helper, select_helper
 from devices.c_scalar import CContext, const_text, ctype, render_alu, render_bitcast, render_cast, shift_amount, unparen
-from devices.c_vround import half_cast_helper, has_vector_half_cast, has_vector_round, minmax_call, round_helper
+from devices.c_vround import has_vector_round, minmax_call, round_helper
+from devices.c_vtypes import elem_type, reg_dtype, reg_size, vtype
 from devices.linear import base_of, const_value, indexes_of, is_global, lanes, strided_start
 from rewrite.dsl import Rule, RuleSet, op, var
 from rewrite.dtype import DType, dtypes
 from rewrite.interval import float_to_int_in_range
 from rewrite.ops import GroupOp, Ops
 from rewrite.props import contiguous_start as _contiguous_start
+from rewrite.semantics import round_to
 from rewrite.uop import ConstValue, UOp
 
-_SHORT = {
-    dtypes.bool: "i8", dtypes.int8: "i8", dtypes.uint8: "u8", dtypes.int16: "i16", dtypes.uint16: "u16",
-    dtypes.int32: "i32", dtypes.uint32: "u32", dtypes.int64: "i64", dtypes.uint64: "u64", dtypes.index: "ll",
-    dtypes.float16: "f16", dtypes.bfloat16: "f32", dtypes.float32: "f32", dtypes.float64: "f64",
-}
 _INT_OF_SIZE = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
 _ARITH = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.DIV: "/", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^",
           Ops.SHL: "<<", Ops.SHR: ">>", Ops.CDIV: "/", Ops.CMOD: "%"}
@@ -77,27 +77,6 @@ def contiguous_start(i: UOp) -> tuple[UOp | None, int] | None:
     return i._prop("contiguous_start", _contiguous_start)
 
 
-def _csize(dt: DType) -> int:
-    """Bytes per lane in a register (bfloat16 lanes are floats)."""
-    return 4 if dt is dtypes.bfloat16 else dt.itemsize
-
-
-def vtype(dt: DType, n: int, ctx: CContext, may_alias: bool = False) -> str:
-    """The vector type of n lanes of `dt`, its typedef added to the file once; `may_alias` gives its twin that
-    moves lanes between registers and memory (see _mem_type)."""
-    if (made := _VTYPES.get((dt, n, may_alias))) is None:
-        name = f"{_SHORT[dt.scalar]}x{n}" + ("_m" if may_alias else "")
-        elem, size = "int8_t" if dt is dtypes.bool else ctype(dt), _csize(dt)
-        attrs = f"vector_size({n * size}), aligned({size}){', may_alias' if may_alias else ''}"
-        made = (name, f"typedef {name}", f"typedef {elem} {name} __attribute__(({attrs}));")
-        _VTYPES[(dt, n, may_alias)] = made
-    ctx.define(made[1], made[2])
-    return made[0]
-
-
-_VTYPES: dict[tuple[DType, int, bool], tuple[str, str, str]] = {}  # (dtype, lanes, may_alias) -> vtype's texts
-
-
 def value_type(u: UOp, ctx: CContext) -> str:
     """The C type that holds the value of `u`: its scalar type, or its vector type."""
     return ctx.ctype(u.dtype) if u.shape == () else vtype(u.dtype, lanes(u), ctx)
@@ -105,7 +84,7 @@ def value_type(u: UOp, ctx: CContext) -> str:
 
 def _mask_type(dt: DType, n: int, ctx: CContext) -> str:
     """The signed int vector as wide as `dt`'s lanes: the bit view a bit-select works on."""
-    return vtype(_INT_OF_SIZE[_csize(dt)], n, ctx)
+    return vtype(_INT_OF_SIZE[reg_size(dt)], n, ctx)
 
 
 def _atom(text: str) -> str:
@@ -115,6 +94,9 @@ def _atom(text: str) -> str:
 
 
 def _lane_const(v: ConstValue, dt: DType) -> str:
+    """One lane's C literal, as the register holds it (a float16 lane is a float: the float16 value's literal)."""
+    if dt is dtypes.float16:
+        return const_text(round_to(dt, v), dtypes.float32)
     return ("-1" if v else "0") if dt is dtypes.bool else const_text(v, dt)
 
 
@@ -123,7 +105,7 @@ def _splat(s: UOp, n: int, ctx: CContext) -> str:
     t = vtype(s.dtype, n, ctx)
     if s.op is Ops.CONST:
         return f"(({t}){{{', '.join([_lane_const(const_value(s), s.dtype)] * n)}}})"
-    elem = "int8_t" if s.dtype is dtypes.bool else ctype(s.dtype)
+    elem = elem_type(s.dtype)
     lanes_ = ", ".join(["x"] * n)
     fn = ctx.define(f"splat_{t}", f"static inline {t} splat_{t}({elem} x) {{ return ({t}){{{lanes_}}}; }}")
     return f"{fn}({'-' + _atom(ctx[s]) if s.dtype is dtypes.bool else unparen(ctx[s])})"
@@ -134,7 +116,9 @@ def _vec(s: UOp, n: int, ctx: CContext) -> str:
 
 
 def _round(dt: DType, e: str, n: int, ctx: CContext) -> str:
-    """Round an op's float32 lanes back to bfloat16 (other lane types compute in their own type)."""
+    """Round an op's float32 lanes back to bfloat16 or float16 (other lane types compute in their own type)."""
+    if dt is dtypes.float16:
+        return f"{round_half(n, ctx)}({unparen(e)})"
     return f"{_bf16_round(n, ctx)}({unparen(e)})" if dt is dtypes.bfloat16 else e
 
 
@@ -155,17 +139,12 @@ def _bf16_round(n: int, ctx: CContext) -> str:
 
 
 def _fma_helper(dt: DType, n: int, ctx: CContext) -> str:
-    """Fused multiply-add of n lanes (rewrite.semantics: one rounding; float16 and bfloat16 lanes fused in float32,
-    then rounded; bfloat16 lanes are float32 registers, rounded by the caller). GCC turns the lane loop of fma calls
-    into one vector FMA; clang contracts a*b+c into one under its pragma where the target has FMA (else fmaf lanes)."""
+    """Fused multiply-add of n lanes (rewrite.semantics: one rounding; float16 and bfloat16 lanes are float32
+    registers, fused there and rounded by the caller). GCC turns the lane loop of fma calls into one vector FMA;
+    clang contracts a*b+c into one under its pragma where the target has FMA (else fmaf lanes)."""
+    dt = reg_dtype(dt)
     t = vtype(dt, n, ctx)
     fn = f"vfma_{t}"
-    if dt is dtypes.float16:  # lanes widened to float32, fused there, rounded back
-        f = vtype(dtypes.float32, n, ctx)
-        inner = _fma_helper(dtypes.float32, n, ctx)
-        cvt = "__builtin_convertvector"
-        return ctx.define(fn, f"static inline {t} {fn}({t} a, {t} b, {t} c) {{ return {cvt}({inner}({cvt}(a, {f}), "
-                              f"{cvt}(b, {f}), {cvt}(c, {f})), {t}); }}")
     scalar = "__builtin_fma" if dt is dtypes.float64 else "__builtin_fmaf"
     body = f"{t} r; for (int l = 0; l < {n}; l++) r[l] = {scalar}(a[l], b[l], c[l]); return r;"
     # gcc on x86 with FMA: its one-instruction builtin (the lane loop is re-vectorized at every inlined copy: the
@@ -235,8 +214,10 @@ def _native_alu(x: UOp, dt: DType, n: int, ctx: CContext) -> str | None:
         return _vec(src[0], n, ctx)
     if o in (Ops.CDIV, Ops.CMOD) and not (src[1].op is Ops.CONST and const_value(src[1]) not in (0, -1)):
         return None  # a zero or -1 divisor lane needs the scalar helper (x86 traps on INT_MIN / -1)
-    if o in (Ops.TRUNC, Ops.SQRT) and has_vector_round(o, dt, n):
-        return f"{round_helper(o, dt, n, vtype(dt, n, ctx), ctx)}({unparen(ctx[src[0]])})"
+    if o in (Ops.TRUNC, Ops.SQRT) and has_vector_round(o, r := reg_dtype(dt), n):
+        # 16-bit lanes: float32's square root rounded once is theirs (devices.c_half); a truncated value is exact
+        e = f"{round_helper(o, r, n, vtype(r, n, ctx), ctx)}({unparen(ctx[src[0]])})"
+        return _round(dt, e, n, ctx) if o is Ops.SQRT else e
     if o in (Ops.TRUNC, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW, Ops.THREEFRY):
         return None
     a = [_vec(s, n, ctx) for s in src]
@@ -254,7 +235,7 @@ def _native_alu(x: UOp, dt: DType, n: int, ctx: CContext) -> str | None:
         e = f"(~{_atom(a[0])})"
     elif o is Ops.RECIP:
         one = vtype(dt, n, ctx)
-        e = f"((({one}){{{', '.join([const_text(1.0, dt)] * n)}}})/{a[0]})"
+        e = f"((({one}){{{', '.join([_lane_const(1.0, dt)] * n)}}})/{a[0]})"
     elif o is Ops.MULACC and dt.is_float:
         e = f"{_fma_helper(dt, n, ctx)}({', '.join(unparen(v) for v in a)})"
     elif o is Ops.MULACC:
@@ -279,7 +260,7 @@ def render_vector_alu(x: UOp, ctx: CContext) -> str:
         t, m, i8 = vtype(x.dtype, n, ctx), _mask_type(x.dtype, n, ctx), vtype(dtypes.bool, n, ctx)
         if (fn := minmax_call(x, n, (t, m), ctx)) is not None:  # a min or max as a select: one x86 instruction
             return f"{fn}({_vec(a, n, ctx)}, {_vec(b, n, ctx)})"
-        if c.op in _COMPARE and c.src[0].dtype is not dtypes.bool and _csize(c.src[0].dtype) == _csize(x.dtype):
+        if c.op in _COMPARE and c.src[0].dtype is not dtypes.bool and reg_size(c.src[0].dtype) == reg_size(x.dtype):
             # the comparison's own mask is already as wide as the lanes: select with it directly (narrowing it to
             # the i8 bool mask and widening it back, GCC moves lane by lane through scalar registers)
             mask = f"({m})({_vec(c.src[0], n, ctx)}{_COMPARE[c.op]}{_vec(c.src[1], n, ctx)})"
@@ -296,33 +277,38 @@ _FLOAT_BITS = {dtypes.float32: dtypes.int32, dtypes.float64: dtypes.int64}
 
 def render_vector_cast(x: UOp, y: UOp, ctx: CContext) -> str:
     src, dst, n, a = y.dtype, x.dtype, lanes(x), ctx[y]
-    if src is dst or (src is dtypes.bfloat16 and dst is dtypes.float32):
-        return a
-    if has_vector_half_cast(src, dst, n):  # one instruction where the target has it (devices.c_vround)
-        return f"{half_cast_helper(src, n, (vtype(src, n, ctx), vtype(dst, n, ctx)), ctx)}({unparen(a)})"
+    if src is dst or (reg_dtype(src) is dtypes.float32 and dst is dtypes.float32):
+        return a  # float16 and bfloat16 lanes are float32 registers already
     if dst is dtypes.bool:
         zero = f"(({vtype(src, n, ctx)}){{0}})"
         return f"__builtin_convertvector(({a}!={zero}), {vtype(dtypes.bool, n, ctx)})"
     if src is dtypes.bool:  # masks are -1 for true; negated they are the 0/1 a C cast of a _Bool gives
         return f"__builtin_convertvector(-{_atom(a)}, {vtype(dst, n, ctx)})"
-    if src.is_float and dst.is_int and src.scalar in _FLOAT_BITS and float_to_int_in_range(x):
+    if src.is_float and dst.is_int and reg_dtype(src) in _FLOAT_BITS and float_to_int_in_range(x):
         # finite and in range where not NaN: one conversion, NaN lanes zeroed first (they give 0)
-        bits = vtype(_FLOAT_BITS[src.scalar], n, ctx)
+        bits = vtype(_FLOAT_BITS[reg_dtype(src)], n, ctx)
         keep = f"(({vtype(src, n, ctx)})(({bits}){_atom(a)} & ({bits})({_atom(a)}=={_atom(a)})))"
         return f"__builtin_convertvector({keep}, {vtype(dst, n, ctx)})"
     if src.is_float and dst.is_int:  # out of range and nan lanes are undefined in C; the helper wraps them
         return _per_lane(x, ctx, lambda lc: render_cast(x, y, lc))
-    e = f"__builtin_convertvector({unparen(a)}, {vtype(dst, n, ctx)})"
+    f = vtype(dtypes.float32, n, ctx)
+    if dst is dtypes.float16 and src is dtypes.float64:  # one rounding from double: C's conversion to halves
+        return f"__builtin_convertvector(__builtin_convertvector({unparen(a)}, {half_vtype(n, ctx)}), {f})"
+    e = a if reg_dtype(src) is reg_dtype(dst) else f"__builtin_convertvector({unparen(a)}, {vtype(dst, n, ctx)})"
     return _round(dst, e, n, ctx)
 
 
 def render_vector_bitcast(x: UOp, y: UOp, ctx: CContext) -> str:
-    src, dst = y.dtype, x.dtype
+    src, dst, n = y.dtype, x.dtype, lanes(x)
     if src is dst:
         return ctx[y]
     if dtypes.bool in (src, dst) or dtypes.bfloat16 in (src, dst):  # not the same bits in a register
         return _per_lane(x, ctx, lambda lc: render_bitcast(x, y, lc))
-    return f"(({vtype(dst, lanes(x), ctx)}){_atom(ctx[y])})"
+    if src is dtypes.float16:  # float lanes holding halves: their half bits
+        return f"(({vtype(dst, n, ctx)}){half_bits(n, ctx)}({unparen(ctx[y])}))"
+    if dst is dtypes.float16:
+        return f"{half_floats(n, ctx)}(({vtype(dtypes.uint16, n, ctx)}){_atom(ctx[y])})"
+    return f"(({vtype(dst, n, ctx)}){_atom(ctx[y])})"
 
 
 # ---------------------------------------------------------------- memory
@@ -377,8 +363,10 @@ def _pin_macro(size: int, ctx: CContext) -> str | None:
 
 def _vload(buf: UOp, ptr: str, n: int, ctx: CContext, pin: bool = False) -> str:
     t = vtype(buf.dtype, n, ctx)
+    if buf.dtype is dtypes.float16:  # halves in memory (any buffer), float lanes in registers (devices.c_half)
+        return f"{load_half(n, ctx)}({ptr})"
     if pin and not _bits16(buf) and buf.dtype is not dtypes.bool and \
-            (mac := _pin_macro(n * _csize(buf.dtype), ctx)) is not None:
+            (mac := _pin_macro(n * reg_size(buf.dtype), ctx)) is not None:
         m = _mem_type(buf.dtype, n, ctx)
         return ctx.define(f"vloadr_{t}", f"static inline {t} vloadr_{t}(const void* p) {{ {t} v = *(const {m}*)p; "
                                          f"{mac}(v); return v; }}") + f"({ptr})"
@@ -394,6 +382,8 @@ def _vload(buf: UOp, ptr: str, n: int, ctx: CContext, pin: bool = False) -> str:
 
 def _vstore(buf: UOp, ptr: str, val: str, n: int, ctx: CContext) -> str:
     t = vtype(buf.dtype, n, ctx)
+    if buf.dtype is dtypes.float16:
+        return f"{store_half(n, ctx)}({ptr}, {unparen(unrounded(val, n))});"
     if _bits16(buf):
         u16, m16, bits = vtype(dtypes.uint16, n, ctx), _mem_type(dtypes.uint16, n, ctx), _bf16_bits(n, ctx)
         fn = ctx.define(f"vstore_bf16_{t}", f"static inline void vstore_bf16_{t}(void* p, {t} v) {{ *({m16}*)p = "
@@ -416,10 +406,13 @@ STREAM_FENCE = ("#if defined(__x86_64__) && defined(__SSE__)\n#define STREAM_FEN
 
 def _vstream(buf: UOp, ptr: str, val: str, n: int, ctx: CContext) -> str | None:
     """A streaming store of the whole vector (None: not for this dtype or width; a plain store then)."""
-    size = n * _csize(buf.dtype)
-    if _bits16(buf) or buf.dtype is dtypes.bool or (when := _STREAM_WHEN.get(size)) is None:
+    dt = buf.dtype
+    if dt is dtypes.float16:  # streamed as its half bits
+        dt, val = dtypes.uint16, f"{half_bits(n, ctx)}({unparen(unrounded(val, n))})"
+    size = n * reg_size(dt)
+    if _bits16(buf) or dt is dtypes.bool or (when := _STREAM_WHEN.get(size)) is None:
         return None
-    t, m = vtype(buf.dtype, n, ctx), _mem_type(buf.dtype, n, ctx)
+    t, m = vtype(dt, n, ctx), _mem_type(dt, n, ctx)
     w = size // 8
     gcc = {16: "__builtin_ia32_movntdq", 32: "__builtin_ia32_movntdq256", 64: "__builtin_ia32_movntdq512"}[size]
     ctx.define(f"typedef i64n{w}", f"typedef long long i64n{w} __attribute__((vector_size({size})));")
@@ -479,8 +472,11 @@ def _load(x: UOp, idx: UOp, ctx: CContext, alt: UOp | None = None, gate: UOp | N
     if gate is not None and gate.shape != () and gate_all_true(gate):
         gate = None  # a per-lane gate true in every lane: the vectors before a padded axis's ragged edge
     if gate is not None and gate.shape != () and start is not None and masked_load_dtype_ok(buf.dtype):
-        types = (vtype(buf.dtype, n, ctx), vtype(dtypes.bool, n, ctx), _mem_type(buf.dtype, n, ctx))
-        got = f"{masked_load_helper(buf.dtype, n, types, ctx)}({ptr}+{_atom(start)}, {unparen(ctx[gate])})"
+        mdt = dtypes.uint16 if buf.dtype is dtypes.float16 else buf.dtype  # halves: their bits, then converted
+        types = (vtype(mdt, n, ctx), vtype(dtypes.bool, n, ctx), _mem_type(mdt, n, ctx))
+        got = f"{masked_load_helper(mdt, n, types, ctx)}({ptr}+{_atom(start)}, {unparen(ctx[gate])})"
+        if mdt is not buf.dtype:
+            got = f"{half_floats(n, ctx)}({got})"
         if alt is None or (alt.op is Ops.CONST and not const_value(alt)):
             return got  # the helper's lanes off are 0 already
         m = _mask_type(x.dtype, n, ctx)

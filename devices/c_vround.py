@@ -21,6 +21,7 @@ GELU or softmax kernel has a few of these; layernorm and RMS norm a square root.
 from __future__ import annotations
 
 from devices.c_scalar import CContext
+from devices.c_vtypes import reg_dtype
 from rewrite.dtype import DType, dtypes
 from rewrite.ops import Ops
 from rewrite.uop import UOp
@@ -68,38 +69,6 @@ def round_helper(o: Ops, dt: DType, n: int, t: str, ctx: CContext) -> str:
 
 
 
-# float32 <-> float16 lanes (VCVTPS2PH / VCVTPH2PS: F16C for 4 and 8 lanes, AVX-512 for 16). gcc 12 converts a
-# float16 vector lane by lane (one scalar VCVTPS2PH per lane, joined by unpacks and a vinserti128), at -O2 as at -Og;
-# the instruction rounds as the C conversion does (immediate 4: the current mode, nearest even). (lanes) ->
-# (condition, float32 -> float16 expression, float16 -> float32 expression) over the argument `a`; h8: 8 halves.
-_CVT = {4: ("defined(__F16C__)", "(T)((l2)__builtin_ia32_vcvtps2ph(a, 4))[0]",
-            "__builtin_ia32_vcvtph2ps((h8)(l2){(long long)a, 0})"),
-        8: ("defined(__F16C__)", "(T)__builtin_ia32_vcvtps2ph256(a, 4)", "__builtin_ia32_vcvtph2ps256((h8)a)"),
-        16: ("defined(__AVX512F__)", "(T)__builtin_ia32_vcvtps2ph512_mask(a, 4, (h16){0}, -1)",
-             "__builtin_ia32_vcvtph2ps512_mask((h16)a, (T){0}, -1, 4)")}
-
-
-def has_vector_half_cast(src: DType, dst: DType, n: int) -> bool:
-    """Whether a CAST of n lanes between float32 and float16 goes through `vcvt_` (4, 8 or 16 lanes)."""
-    return {src, dst} == {dtypes.float32, dtypes.float16} and n in _CVT
-
-
-def half_cast_helper(src: DType, n: int, types: tuple[str, str], ctx: CContext) -> str:
-    """The name of `vcvt_S_D` converting n lanes of `src` (float32 or float16) to the other (has_vector_half_cast);
-    `types`: the C vector types of the source and the destination lanes."""
-    s, d = types
-    fn = f"vcvt_{s}_{d}"
-    when, to_half, to_float = _CVT[n]
-    e = (to_half if src is dtypes.float32 else to_float).replace("(T)", f"({d})")
-    return ctx.define(fn, f"static inline {d} {fn}({s} a) {{\n"
-                          f"#if {when}{_GCC} && (defined(__x86_64__) || defined(__i386__))\n"
-                          f"  typedef short h8 __attribute__((vector_size(16)));\n"
-                          f"  typedef short h16 __attribute__((vector_size(32)));\n"
-                          f"  typedef long long l2 __attribute__((vector_size(16)));\n"
-                          f"  return {e};\n"
-                          f"#else\n  return __builtin_convertvector(a, {d});\n#endif\n}}")
-
-
 # x86's MINPS/MAXPS (MINPD/MAXPD) are selects: min(a, b) = a < b ? a : b and max(a, b) = a > b ? a : b in every
 # lane, b where either is nan and for +0 against -0. So WHERE(p < q, p, q) is min(p, q) and WHERE(p < q, q, p) is
 # max(q, p) bit for bit (a clamp, as exp's, is two of them): one instruction where gcc's bit-select of the mask is
@@ -113,18 +82,19 @@ _MINMAX = {(dt, m * 16 // dt.itemsize): (when, f"__builtin_ia32_{{k}}{s}{suffix}
 
 def minmax_call(x: UOp, n: int, types: tuple[str, str], ctx: CContext) -> str | None:
     """For a WHERE `x` of n lanes that is a min or a max (WHERE(p < q, p, q) or WHERE(p < q, q, p) on float32 or
-    float64 lanes of 16, 32 or 64 bytes), the name of `vminsel_T` / `vmaxsel_T` to call on its two branches, else
+    float64 registers of 16, 32 or 64 bytes), the name of `vminsel_T` / `vmaxsel_T` to call on its two branches, else
     None. The helper is a < b ? a : b (a > b ? a : b) in each lane as one x86 instruction, the bit-select of the
     comparison's mask elsewhere. `types`: the vector type and its int mask type."""
     c, a, b = x.src
-    if c.op is not Ops.CMPLT or (x.dtype.scalar, n) not in _MINMAX or c.src[0].dtype.scalar is not x.dtype.scalar:
+    r = reg_dtype(x.dtype)  # float16 and bfloat16 lanes are float32 registers: the min is one of the two values
+    if c.op is not Ops.CMPLT or (r, n) not in _MINMAX or c.src[0].dtype.scalar is not x.dtype.scalar:
         return None
     p, q = c.src
     kind = "min" if (a is p and b is q) else "max" if (a is q and b is p) else None
     if kind is None:
         return None
     t, m = types
-    when, builtin, args = _MINMAX[(x.dtype.scalar, n)]
+    when, builtin, args = _MINMAX[(r, n)]
     fn = f"v{kind}sel_{t}"
     cond = "a < b" if kind == "min" else "a > b"
     return ctx.define(fn, f"static inline {t} {fn}({t} a, {t} b) {{\n"
@@ -133,4 +103,4 @@ def minmax_call(x: UOp, n: int, types: tuple[str, str], ctx: CContext) -> str | 
                           f"#else\n  {m} m = ({m})({cond}); return ({t})((({m})a & m) | (({m})b & ~m));\n#endif\n}}")
 
 
-__all__ = ["half_cast_helper", "has_vector_half_cast", "has_vector_round", "minmax_call", "round_helper"]
+__all__ = ["has_vector_round", "minmax_call", "round_helper"]

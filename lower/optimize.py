@@ -89,15 +89,38 @@ def work(ast: UOp) -> int:
 
 
 def _vector_lanes(ast: UOp, target: Target) -> int:
-    """Lanes that fill one of the target's vector registers for the kernel's widest stored dtype (at most 16)."""
-    sizes = [u.src[1].dtype.itemsize for u in _topo(ast) if u.op is Ops.STORE] or [4]
+    """Lanes that fill one of the target's vector registers for the kernel's widest stored dtype in a register (at
+    most 16). float16 and bfloat16 lanes are float32 registers (devices.c_vtypes): 16 of them on AVX2 were two ymm
+    registers whose comparisons and selects gcc split lane by lane (exp of 16M bfloat16 values, x86-64-v3: ~200 ms
+    in 16 lanes, 32-54 ms in 8, 16-27 ms in float32)."""
+    sizes = [4 if u.src[1].dtype.scalar in _FLOAT32_LANES else u.src[1].dtype.itemsize
+             for u in _topo(ast) if u.op is Ops.STORE] or [4]
     return max(2, min(16, target.lanes(max(sizes))))
 
 
-def _upcast_outputs(ast: UOp, loop: UOp) -> bool:
-    """UPCAST_OUTPUTS, or a stored value that computes, outside any reduction, one of _LANES_FOR, a select on a
-    condition loaded from memory (_loaded_select) or a load behind a gate that does not move with the output loop
-    `loop` to be upcast (_invariant_gate)."""
+_FLOAT32_LANES = frozenset({dtypes.float16, dtypes.bfloat16})
+
+
+# ...and for an output computed in 16-bit floats: gcc vectorizes no scalar loop that converts a float16 on x86 short
+# of AVX512-FP16 ("unsupported data-type"), nor bfloat16's rounding, so such a loop runs one element at a time, where
+# lanes are float32 registers and a conversion per op (devices.c_half, devices.c_vector). (x * y + z).relu() over 16M
+# elements on a 2-core AVX-512 Xeon under load ~3.5 (benchmarks.half_cpu): float16 234-361 ms as the scalar loop,
+# ~22 ms in lanes (x86-64-v3: ~355 -> 12-31 ms); bfloat16 200-320 -> 26-33 ms; float32 ~35 ms.
+def _sixteen_bit_math(u: UOp, target: Target) -> bool:
+    """An ALU op on float16 values where the target converts float16 vectors in an instruction (F16C, or not x86),
+    or on bfloat16 values."""
+    if u.op not in GroupOp.ALU or not u.src:
+        return False
+    dt = u.src[-1].dtype.scalar
+    if dt is dtypes.float16:
+        return target.arch != "x86_64" or "f16c" in target.features
+    return dt is dtypes.bfloat16
+
+
+def _upcast_outputs(ast: UOp, loop: UOp, target: Target) -> bool:
+    """UPCAST_OUTPUTS, or a stored value that computes, outside any reduction, one of _LANES_FOR, 16-bit float math
+    (_sixteen_bit_math), a select on a condition loaded from memory (_loaded_select) or a load behind a gate that
+    does not move with the output loop `loop` to be upcast (_invariant_gate)."""
     if UPCAST_OUTPUTS:
         return True
     stack = [u.src[1] for u in _topo(ast) if u.op is Ops.STORE]
@@ -106,7 +129,7 @@ def _upcast_outputs(ast: UOp, loop: UOp) -> bool:
         u = stack.pop()
         if u in seen or u.op is Ops.REDUCE:
             continue
-        if u.op in _LANES_FOR or _loaded_select(u) or _invariant_gate(u, loop):
+        if u.op in _LANES_FOR or _sixteen_bit_math(u, target) or _loaded_select(u) or _invariant_gate(u, loop):
             return True
         seen.add(u)
         stack.extend(u.src)
@@ -356,7 +379,7 @@ def hand_coded(ast: UOp, target: Target, threads: int | None = None, vectors: bo
         cur = axes(ast)
         loops = [i for i, r in enumerate(cur) if r.axis_type is AxisType.LOOP and _contiguous_everywhere(ast, r)]
         up = None
-        if loops and (_upcast_outputs(ast, cur[loops[-1]]) or streams_outputs(ast, target.stream_bytes)
+        if loops and (_upcast_outputs(ast, cur[loops[-1]], target) or streams_outputs(ast, target.stream_bytes)
                       or _column_reduction(ast, loops[-1], lanes)):
             ast, up = _split_first(ast, opts, loops[::-1][:1], AxisType.UPCAST, factors, pad=True)
         elif loops and _moves_data(ast):  # whole vectors only: a ragged row's masks would cost more than they move

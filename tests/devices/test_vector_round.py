@@ -98,15 +98,17 @@ HALF_VALUES = [np.nan, -0.0, 0.0, np.inf, -np.inf, 1.0, -2.5, 65504.0, 65519.0, 
 @pytest.mark.parametrize("level", ["native", "x86-64-v2", "x86-64-v3", "x86-64-v4"])
 @pytest.mark.parametrize("lanes", [4, 8, 16])
 def test_vector_half_casts_are_numpy(level: str, lanes: int) -> None:
-    """float32 -> float16 -> float32 lanes through `vcvt_` (one VCVTPS2PH / VCVTPH2PS with F16C or AVX-512, the
-    generic conversion elsewhere): numpy's rounding (nearest even, overflow to inf, subnormal halves), nan kept."""
+    """float32 -> float16 -> float32 lanes: float16 lanes are float32 registers, so the cast is `vf16_round_` and
+    the float16 store `vstore_f16_` (devices.c_half: VCVTPS2PH / VCVTPH2PS with F16C or AVX-512, the generic
+    conversion elsewhere): numpy's rounding (nearest even, overflow to inf, subnormal halves), nan kept."""
     if level != "native" and not cpu_target(level).runs_here:
         pytest.skip(f"this host does not run {level}")
     f16 = dtypes.float16
     prog = vector_multi_output([lambda v, s: v[0].cast(f16), lambda v, s: v[0].cast(f16).cast(dtypes.float32)],
                                [f16, dtypes.float32], [dtypes.float32], lanes, len(HALF_VALUES) // lanes)
     src = CPU.render(prog, f"half_{lanes}")
-    assert f"vcvt_f32x{lanes}_f16x{lanes}(" in src and f"vcvt_f16x{lanes}_f32x{lanes}(" in src, src
+    assert f"vf16_round_f32x{lanes}(" in src and f"vstore_f16_f32x{lanes}(" in src, src
+    assert "__builtin_ia32_vcvtps2ph" in src and "__builtin_ia32_vcvtph2ps" in src, src
     x = np.array(HALF_VALUES, np.float32)
     with np.errstate(over="ignore"):
         want16 = x.astype(np.float16)
