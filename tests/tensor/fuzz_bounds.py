@@ -218,13 +218,16 @@ def _nearest_zero(v: Bounded) -> np.ndarray:
 
 
 def _tanh(op: OpText, a: list[Bounded], r: np.ndarray, dt: str, param: str) -> np.ndarray:
-    """The derivative 1 - tanh^2 falls with |x|: its value nearest 0 bounds it on the interval."""
-    return _trans(r, a[0].err * (1 - np.tanh(_nearest_zero(a[0])) ** 2), dt)
+    """The derivative 1 - tanh^2 = 4 e^-2|x| / (1 + e^-2|x|)^2 falls with |x|: its value nearest 0 bounds it on the
+    interval (in a form that neither rounds to 0 nor overflows for large |x|)."""
+    e = np.exp(-2 * _nearest_zero(a[0]))
+    return _trans(r, a[0].err * 4 * e / (1 + e) ** 2, dt)
 
 
 def _sigmoid(op: OpText, a: list[Bounded], r: np.ndarray, dt: str, param: str) -> np.ndarray:
-    s = 1 / (1 + np.exp(-_nearest_zero(a[0])))
-    return _trans(r, a[0].err * s * (1 - s), dt)
+    """As tanh: s (1 - s) = e^-|x| / (1 + e^-|x|)^2 at the point nearest 0 (s(-38) is 3e-17, 1 - s(38) rounds to 0)."""
+    e = np.exp(-_nearest_zero(a[0]))
+    return _trans(r, a[0].err * e / (1 + e) ** 2, dt)
 
 
 def _cast(op: OpText, a: list[Bounded], r: np.ndarray, dt: str, param: str) -> np.ndarray:

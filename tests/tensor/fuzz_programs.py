@@ -12,6 +12,18 @@ built from the inputs (multiples of 1/4) by ops that round nothing in either dty
 differently cannot flip them. Every op that would leave the range [-1e5, 1e5] or make a non-finite value is
 rejected while generating, so no NaN is compared.
 
+16-bit programs (`generate(half=True)`): float16 or bfloat16, with a fifth of the float inputs float32 and casts
+among the three (mixed-dtype ops promote), log_softmax beside softmax, and half of them with matmul-shaped inputs
+((batch,) m, k and k, n, axes of 16 or more) whose product starts the program, so matmuls chain (a 16-bit
+intermediate between kernels, lower.split.narrowing_casts) and, on the cpu modes, reach the float32 copies of
+16-bit operands (tensor.nn._widened: about a fifth of the programs). Their oracle is tests.tensor.fuzz_bounds: a
+float64 value with a per-element bound on the error, carried op by op (its docstring says why a bound and not a
+per-op rounding simulation or an epsilon times depth); a value whose bound is 0 is compared bit for bit (about
+half the results), and only such "exact" values feed the discontinuous ops. Values stay within 1e4 (float16 ends
+at 65504), so bfloat16 holds quarter-multiples exactly only up to 64: larger ones are inexact and kept out of
+comparisons and int casts by the bound itself. The result's dtype is checked too (bfloat16 comes back from
+`.numpy()` as float32: its values must be bfloat16 values).
+
 `run_batch` realizes many programs' outputs with one `realize` (one schedule, one batched compile per device);
 a program that fails there is re-run alone, and `shrink` reduces a failing program while it still fails.
 """
@@ -494,10 +506,11 @@ def _inputs_16(rng: random.Random, sizes: tuple[int, ...], most: int, mm: tuple[
     maybe a bias row of n), the others 1-3 of `sizes` as a float32/float64 program's. Floats are the program's
     dtype, a fifth of them float32 (mixed-dtype ops); a quarter of the others int32."""
     def one(shape: tuple[int, ...], floats_only: bool = False) -> Input:
-        r = rng.random()
-        kind = "i" if r < 0.25 and not floats_only else "f"
-        inp = _random_input(rng, shape, kind)
-        return dataclasses.replace(inp, dtype="float32") if kind == "f" and rng.random() < 0.2 else inp
+        gen = np.random.default_rng(rng.getrandbits(64))  # numpy's draws: the matmul-shaped inputs are large
+        if rng.random() < 0.25 and not floats_only:
+            return Input(shape, "int32", tuple(gen.integers(-20, 21, shape).ravel().tolist()))
+        data = tuple((gen.integers(-16, 17, shape) / 4).ravel().tolist())
+        return Input(shape, "float32" if rng.random() < 0.2 else "float", data)
 
     if rng.random() < 0.5:
         m, k, n = (rng.choice(mm) for _ in range(3))
