@@ -46,14 +46,17 @@ TINY = {"float16": 2.0 ** -24, "bfloat16": 2.0 ** -125, "float32": 2.0 ** -125}
 TRANS_ULPS = 8  # float32 ulps a transcendental may be off (tensor.transcendental measures at most 4)
 LIMIT = 1e4  # |value| + err of every float value: float16 holds up to 65504, squares of more than 100 are rejected
 CAP = 1 / 16  # the largest err accepted, relative to max(1, the value's largest magnitude)
+ELEMENTS = 1 << 14  # the most elements of a value (an outer product of the matmul-shaped inputs would be 2M)
 
 
 class Bounded(NamedTuple):
-    """A value of a 16-bit program: exact (float64 for floats), its error bound (zeros for ints), its dtype."""
+    """A value of a 16-bit program: exact (float64 for floats), its error bound (zeros for ints), its dtype, and
+    what rounding each op to its dtype gives, NaN where that is not determined (`simulate`)."""
 
     ref: np.ndarray
     err: np.ndarray
     dt: str  # float16, bfloat16, float32 or int32
+    sim: np.ndarray
 
     @property
     def exact(self) -> bool:
@@ -85,6 +88,18 @@ def representable(r: np.ndarray, dt: str) -> np.ndarray:
             f = r.astype(np.float32)
             return (f.astype(np.float64) == r) & ((f.view(np.uint32) & 0xFFFF) == 0)
         return r.astype(dt).astype(np.float64) == r
+
+
+def round_to(x: np.ndarray, dt: str) -> np.ndarray:
+    """x (float64) rounded to nearest even in dt, as float64; NaN stays NaN. bfloat16 through float32: the two
+    roundings give the one rounding wherever x is an op's result on bfloat16 (or float32) values (24 >= 2 * 8 + 2
+    bits), which is what uopc computes too (a float32 op, then bfloat16's rounding)."""
+    with np.errstate(all="ignore"):
+        if dt != "bfloat16":
+            return x.astype(dt).astype(np.float64)
+        u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+        bits = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+        return np.where(np.isnan(x), np.nan, bits.view(np.float32).astype(np.float64))
 
 
 def _round(r: np.ndarray, prop: np.ndarray, dt: str, k: int = 1, exact: bool = True) -> np.ndarray:
@@ -249,15 +264,22 @@ def _move(op: OpText, a: list[Bounded], r: np.ndarray, dt: str, param: str) -> n
     return np.where(idx >= 10, np.concatenate(errs)[np.maximum(idx - 10, 0)], 0.0)
 
 
+def _exact_sums(op: OpText, a: list[Bounded], products: bool = False) -> np.ndarray:
+    """Where a sum (cumsum) of exact values, or of their `products` (matmul: of a[0] and a[-1], which may be one
+    value), accumulates exactly in float32, in any order."""
+    if not all(v.exact for v in a):
+        return np.zeros((), bool)
+    lo = eval_ncode(op.ncode, op.args, {i: np.abs(v.ref) for i, v in zip(op.args, a, strict=True)})
+    return _f32_exact(lo, a[0].ref, a[-1].ref) if products else _f32_exact(lo, a[0].ref)
+
+
 def _sum(op: OpText, a: list[Bounded], r: np.ndarray, dt: str, param: str) -> np.ndarray:
     """sum and cumsum: float32 accumulation of n terms (any order), then one rounding to dt."""
     x = a[0]
     f = functools.partial(eval_ncode, op.ncode, op.args)
     n = f({op.args[0]: np.ones(x.ref.shape)})  # terms of each output
     prop = f({op.args[0]: x.err}) + _gamma(n - 1) * f({op.args[0]: np.abs(x.ref) + x.err})
-    if x.exact:
-        prop = np.where(_f32_exact(f({op.args[0]: np.abs(x.ref)}), x.ref), 0.0, prop)
-    return _round(r, prop, dt)
+    return _round(r, np.where(_exact_sums(op, a), 0.0, prop), dt)
 
 
 def _mean(op: OpText, a: list[Bounded], r: np.ndarray, dt: str, param: str) -> np.ndarray:
@@ -277,11 +299,7 @@ def _extreme(op: OpText, a: list[Bounded], r: np.ndarray, dt: str, param: str) -
 def _matmul(op: OpText, a: list[Bounded], r: np.ndarray, dt: str, param: str) -> np.ndarray:
     """Products and k - 1 sums in float32 (16-bit products are exact there), then one rounding to dt."""
     prop, hi = _bilinear(op, a)
-    prop = prop + _gamma(a[0].ref.shape[-1]) * hi
-    if all(v.exact for v in a):
-        lo = eval_ncode(op.ncode, op.args, {i: np.abs(v.ref) for i, v in zip(op.args, a, strict=True)})
-        prop = np.where(_f32_exact(lo, a[0].ref, a[-1].ref), 0.0, prop)
-    return _round(r, prop, dt)
+    return _round(r, np.where(_exact_sums(op, a, True), 0.0, prop + _gamma(a[0].ref.shape[-1]) * hi), dt)
 
 
 def _softmax(op: OpText, a: list[Bounded], r: np.ndarray, dt: str, param: str) -> np.ndarray:
@@ -313,6 +331,25 @@ RULES: dict[str, Rule] = {
     "softmax": _softmax, "log_softmax": _log_softmax}
 
 
+def simulate(name: str, op: OpText, a: list[Bounded], r: np.ndarray, dt: str) -> np.ndarray:
+    """The value uopc's semantics give, where it is determined: an op that rounds correctly (+ - * and casts) is
+    its exact result on the simulated inputs rounded once to dt (in float64 the result of such an op on float32 or
+    16-bit values is exact or rounds harmlessly: 53 >= 2 * 24 + 2 bits); one that only selects or moves values is
+    the same op on them; a sum or matmul that accumulates exactly in float32 is its exact value rounded once.
+    Transcendentals, divisions, means, softmaxes and inexact accumulations are NaN (their last bits depend on the
+    float32 code and the summation order), and so is every op that reads a NaN."""
+    sims = {i: v.sim for i, v in zip(op.args, a, strict=True)}
+    if name in ("same", "max2", "move", "extreme"):
+        return eval_ncode(op.ncode, op.args, sims)
+    if name in ("add", "mul", "scale", "cast"):
+        return round_to(eval_ncode(op.ncode, op.args, sims), dt)
+    if name == "discrete":
+        return r
+    if name in ("sum", "matmul"):
+        return np.where(_exact_sums(op, a, name == "matmul"), round_to(r, dt), np.nan)
+    return np.full(r.shape, np.nan)
+
+
 def _promote(dts: Sequence[str]) -> str:
     """torch's and uopc's promotion of these: one dtype is itself; float32 wins; float16 with bfloat16 is float32."""
     return dts[0] if len(set(dts)) == 1 else "float32"
@@ -327,13 +364,13 @@ def step(fdt: str, vals: Sequence[Bounded], ncode: str, args: tuple[int, ...], r
         r = eval_ncode(ncode, args, {i: v.ref for i, v in zip(args, a, strict=True)})
     except (ValueError, IndexError, TypeError):
         return None
-    if r.ndim == 0 or r.size == 0 or r.ndim > 4 or r.dtype.kind == "b":
+    if r.ndim == 0 or r.size == 0 or r.size > ELEMENTS or r.ndim > 4 or r.dtype.kind == "b":
         return None
     name, _, param = rule.partition(":")
     if r.dtype.kind in "iu":  # ints: exact; from floats only by a discontinuous op of exact values
         if np.abs(r).max() > 1e5 or not all(v.exact for v in a):
             return None
-        return Bounded(r, np.zeros(r.shape), "int32")
+        return Bounded(r, np.zeros(r.shape), "int32", r)
     floats = [v.dt for v in a if v.dt != "int32"]
     dt = (fdt if param == "TDT" else param) if name == "cast" else _promote(floats) if floats else ""
     if r.dtype != np.float64 or not dt or not np.all(np.isfinite(r)):
@@ -343,4 +380,4 @@ def step(fdt: str, vals: Sequence[Bounded], ncode: str, args: tuple[int, ...], r
         return None
     if (np.abs(r) + err).max() > LIMIT or err.max() > CAP * max(1.0, float(np.abs(r).max())):
         return None
-    return Bounded(r, err, dt)
+    return Bounded(r, err, dt, np.broadcast_to(simulate(name, OpText(ncode, args), a, r, dt), r.shape).copy())

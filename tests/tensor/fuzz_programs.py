@@ -131,7 +131,8 @@ def _env(fdt: str, oracle: bool) -> dict:
 def bounded(p: Program) -> list[Bounded] | None:
     """A 16-bit program's values with their error bounds (tests.tensor.fuzz_bounds); None when an op does not
     apply (a shrunk program whose discontinuous op now reads an inexact value, or whose bound is too loose)."""
-    vals = [Bounded(p.input_array(i, True), np.zeros(inp.shape), p.input_dtype(i)) for i, inp in enumerate(p.inputs)]
+    vals = [Bounded(p.input_array(i, True), np.zeros(inp.shape), p.input_dtype(i), p.input_array(i, True))
+            for i, inp in enumerate(p.inputs)]
     for op in p.ops:
         v = step(p.fdt, vals, op.ncode, op.args, op.rule)
         if v is None:
@@ -213,6 +214,11 @@ def _mismatch_16(p: Program, got: np.ndarray) -> str | None:
         i = int(np.nanargmax(np.where(np.isnan(over), np.inf, over)))
         return (f"{want.dt} result differs at flat {i}: got {g.ravel()[i]!r} want {want.ref.ravel()[i]!r}, "
                 f"error bound {want.err.ravel()[i]:.3g}")
+    known = ~np.isnan(want.sim)
+    if not np.array_equal(g[known], want.sim[known]):
+        i = int(np.flatnonzero(known & (g != want.sim))[0])
+        return (f"{want.dt} result at flat {i} is not each op rounded to its dtype: got {g.ravel()[i]!r}, rounding "
+                f"each op gives {want.sim.ravel()[i]!r} (exact {want.ref.ravel()[i]!r})")
     return None
 
 
@@ -466,7 +472,7 @@ def generate(seed: int, gpu: bool = False, half: bool = False, widen: bool = Fal
     p = Program(seed, fdt, tuple(inputs), ())
     vals = [_Val(inp.shape, "f" if inp.dtype != "int32" else "i", True, p.input_array(i, True),
                  p.input_dtype(i) if half else "") for i, inp in enumerate(inputs)]
-    bvals = [Bounded(v.ref, np.zeros(v.shape), v.dt) for v in vals]
+    bvals = [Bounded(v.ref, np.zeros(v.shape), v.dt, v.ref) for v in vals]
     ops: list[Op] = []
     want = rng.randint(2, 8)
     tries = 0
