@@ -32,7 +32,7 @@ BASE = int(os.environ.get("FUZZ_SEED", "0"))
 COUNTS = {"cpu": 800, "noopt": 400, "python": 800, "gpu": 100}
 
 
-COUNTS_16 = {"cpu": 120, "noopt": 80, "python": 40, "gpu": 16}
+COUNTS_16 = {"cpu": 100, "noopt": 64, "python": 32, "gpu": 16}
 
 
 @pytest.mark.parametrize("mode", list(COUNTS))
@@ -122,11 +122,11 @@ def test_16_bit_bounds_hold_for_rounding_each_op() -> None:
     """Where the oracle knows what rounding each op to its dtype gives (the simulation), that value lies within
     the error bound of every value of every program: a check of the bounds themselves."""
     known = 0
-    for seed in range(300, 500):
+    for seed in range(300, 420):
         vals = bounded(generate(seed, half=True, widen=True))
         assert vals is not None
         for v in vals:
             k = ~np.isnan(v.sim)
             known += int(k.sum())
             assert np.all(np.abs(v.sim[k] - v.ref[k]) <= v.err[k]), seed
-    assert known > 10_000
+    assert known > 5_000
