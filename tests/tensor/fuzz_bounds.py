@@ -23,9 +23,14 @@ derivative at the point nearest 0; x * y and matmul as f(|x| + ex, |y| + ey) - f
 non-negative bilinear forms; max/min/movement carry the errors they read). Discontinuous ops (casts to int,
 comparisons, where, floor, ceil) only read exact values, so the oracle and uopc take the same branch.
 
-The check is `|got - exact| <= err`: tight (a few ulps of the result in the common case, 0 for exact values), never
-flaky (a bound, not an estimate), and sound for any accumulation order. A program whose bound grows past CAP of
-its values' magnitude is not generated (it would test little).
+The check is `|got - exact| <= err`: tight (about one unit of roundoff of the result's magnitude in the median
+case, 0 for exact values), never flaky (a bound, not an estimate), and sound for any accumulation order. A program
+whose bound grows past CAP of its values' magnitude is not generated (it would test little).
+
+A bound cannot tell an op rounded to its dtype from one left in float32 (both are within it). So each value also
+carries `sim`, what rounding every op to its dtype gives, where that is determined whatever the kernel does
+(`simulate`: correctly rounded ops, moves, accumulations that are exact in float32), and those elements must match
+it bit for bit.
 """
 
 from __future__ import annotations

@@ -17,12 +17,13 @@ among the three (mixed-dtype ops promote), log_softmax beside softmax, and half 
 ((batch,) m, k and k, n, axes of 16 or more) whose product starts the program, so matmuls chain (a 16-bit
 intermediate between kernels, lower.split.narrowing_casts) and, on the cpu modes, reach the float32 copies of
 16-bit operands (tensor.nn._widened: about a fifth of the programs). Their oracle is tests.tensor.fuzz_bounds: a
-float64 value with a per-element bound on the error, carried op by op (its docstring says why a bound and not a
-per-op rounding simulation or an epsilon times depth); a value whose bound is 0 is compared bit for bit (about
-half the results), and only such "exact" values feed the discontinuous ops. Values stay within 1e4 (float16 ends
-at 65504), so bfloat16 holds quarter-multiples exactly only up to 64: larger ones are inexact and kept out of
-comparisons and int casts by the bound itself. The result's dtype is checked too (bfloat16 comes back from
-`.numpy()` as float32: its values must be bfloat16 values).
+float64 value with a per-element bound on the error, carried op by op (its docstring says why a bound rather than
+an epsilon times the depth or a per-op rounding simulation alone). A value whose bound is 0 is compared bit for
+bit, and so is one whose per-op rounding the oracle can simulate (about 70% and 80% of the result elements); only
+exact values feed the discontinuous ops. Values stay within 1e4 (float16 ends at 65504) and 16K elements;
+bfloat16 holds quarter-multiples exactly only up to 64, and the larger ones are inexact by the bound itself, so
+they stay out of comparisons and int casts. The result's dtype is checked too (bfloat16 comes back from `.numpy()`
+as float32: its values must be bfloat16 values).
 
 `run_batch` realizes many programs' outputs with one `realize` (one schedule, one batched compile per device);
 a program that fails there is re-run alone, and `shrink` reduces a failing program while it still fails.
