@@ -607,7 +607,14 @@ def _drop_op(p: Program, k: int, sub: int) -> Program:
 
 def _shrink_steps(p: Program) -> list[Program]:
     n = len(p.inputs)
-    out = [dataclasses.replace(p, ops=p.ops[:k]) for k in range(1, len(p.ops))]  # an earlier value as the output
+    out = []
+    # unused inputs go first (always smaller, and the data steps below can use up the budget)
+    used = {a for o in p.ops for a in o.args}
+    for i in range(n):
+        if i not in used:
+            ops = tuple(dataclasses.replace(o, args=tuple(a - 1 if a > i else a for a in o.args)) for o in p.ops)
+            out.append(dataclasses.replace(p, inputs=p.inputs[:i] + p.inputs[i + 1:], ops=ops))
+    out += [dataclasses.replace(p, ops=p.ops[:k]) for k in range(1, len(p.ops))]  # an earlier value as the output
     for k, op in enumerate(p.ops):
         for a in dict.fromkeys(op.args):
             out.append(_drop_op(p, k, a))
@@ -624,12 +631,6 @@ def _shrink_steps(p: Program) -> list[Program]:
             if any(x != fill for x in inp.data):
                 new = Input(inp.shape, inp.dtype, tuple(type(x)(fill) for x in inp.data))
                 out.append(dataclasses.replace(p, inputs=(*p.inputs[:i], new, *p.inputs[i + 1:])))
-    # unused inputs go
-    used = {a for o in p.ops for a in o.args}
-    for i in range(n):
-        if i not in used:
-            ops = tuple(dataclasses.replace(o, args=tuple(a - 1 if a > i else a for a in o.args)) for o in p.ops)
-            out.append(dataclasses.replace(p, inputs=p.inputs[:i] + p.inputs[i + 1:], ops=ops))
     return out
 
 
