@@ -18,9 +18,11 @@ program in one: the long run's 1,000 take about an hour); with `-n 2` the modes 
 CI also runs 212 float16/bfloat16 programs (`test_fuzz_16_bit_programs`: cpu 100, noopt 64, python 32, gpu 16;
 their oracle is tests.tensor.fuzz_bounds, an error bound per element plus the value of rounding each op where that
 is determined) and checks that oracle (tight, fails a matmul summed in 16 bits, bounds hold for the simulated
-values). Measured with the 2,100 above in one pytest process, empty kernel cache, load average 6 (other jobs): the
-16-bit windows and tests about 24 s (cpu 10, python 7, gpu 4, noopt 3), the 2,100 112 s. Their long run is 25 times
-each count (5,300 programs: about 18 minutes, 12 of them the gpu mode's 400), in the same `FUZZ_LONG=1` run.
+values). Measured with the 2,100 above in one pytest process and an empty kernel cache: at load average 0.5 the
+16-bit windows and tests took 10 s (cpu 3.3, python 2.8, gpu 2.2, noopt 0.9) beside 47 s for the 2,100; at load
+average 6 (other jobs) 30 s with windows a fifth larger (cpu 120, noopt 80, python 40) beside 112 s. Their long run
+is 25 times each count (5,300 programs, seeds apart from CI's), in the same `FUZZ_LONG=1` run: 18 minutes at load
+average 3-5, 12 of them the gpu mode's 400.
 """
 
 from __future__ import annotations
