@@ -12,6 +12,19 @@ built from the inputs (multiples of 1/4) by ops that round nothing in either dty
 differently cannot flip them. Every op that would leave the range [-1e5, 1e5] or make a non-finite value is
 rejected while generating, so no NaN is compared.
 
+16-bit programs (`generate(half=True)`): float16 or bfloat16, with a fifth of the float inputs float32 and casts
+among the three (mixed-dtype ops promote), log_softmax beside softmax, and half of them with matmul-shaped inputs
+((batch,) m, k and k, n, axes of 16 or more) whose product starts the program, so matmuls chain (a 16-bit
+intermediate between kernels, lower.split.narrowing_casts) and, on the cpu modes, reach the float32 copies of
+16-bit operands (tensor.nn._widened: about a fifth of the programs). Their oracle is tests.tensor.fuzz_bounds: a
+float64 value with a per-element bound on the error, carried op by op (its docstring says why a bound rather than
+an epsilon times the depth or a per-op rounding simulation alone). A value whose bound is 0 is compared bit for
+bit, and so is one whose per-op rounding the oracle can simulate (about 70% and 80% of the result elements); only
+exact values feed the discontinuous ops. Values stay within 1e4 (float16 ends at 65504) and 16K elements;
+bfloat16 holds quarter-multiples exactly only up to 64, and the larger ones are inexact by the bound itself, so
+they stay out of comparisons and int casts. The result's dtype is checked too (bfloat16 comes back from `.numpy()`
+as float32: its values must be bfloat16 values).
+
 `run_batch` realizes many programs' outputs with one `realize` (one schedule, one batched compile per device);
 a program that fails there is re-run alone, and `shrink` reduces a failing program while it still fails.
 """
@@ -27,11 +40,16 @@ import numpy as np
 
 from rewrite.env import Context
 from tensor import Tensor
+from tests.tensor.fuzz_bounds import HALVES, Bounded, np_log_softmax, np_softmax, representable, step
 
 SIZES = (1, 2, 3, 5, 7)
 # the "gpu" mode's sizes: rows long enough for a block to share their reductions (GROUP_REDUCE, warp shuffles) and
 # axes no block size divides, at most GPU_ELEMENTS elements an input (the grid emulator runs every thread)
 GPU_SIZES, GPU_ELEMENTS = (1, 3, 7, 32, 33, 300, 1000), 6000
+# a 16-bit program's matmul-shaped inputs (m, k) and (k, n) draw m, k, n from these: on the cpu modes some
+# draws reach tensor.nn.WIDEN_MIN_MACS (the float32 copies of 16-bit operands), on the interpreted ones they stay
+# small (the python device runs ~60K multiply-adds a second)
+MM_SIZES_CPU, MM_SIZES = (16, 32, 33, 48, 64), (16, 17, 24)
 LIMIT = 1e5
 RTOL = {"float32": 2e-5, "float64": 1e-10}
 ATOL = {"float32": 2e-5, "float64": 1e-10}
@@ -48,26 +66,32 @@ class Op:
     tcode: str
     ncode: str
     args: tuple[int, ...]
+    rule: str = ""  # how a 16-bit program's error bound propagates through the op (`_RULES`; "name:param")
 
 
 @dataclasses.dataclass(frozen=True)
 class Input:
     shape: tuple[int, ...]
-    dtype: str  # "float" (the program's float dtype) or "int32"
+    dtype: str  # "float" (the program's float dtype), "int32", or "float32" (16-bit programs only)
     data: tuple  # flattened values
 
 
 @dataclasses.dataclass(frozen=True)
 class Program:
     seed: int
-    fdt: str  # float32 or float64
+    fdt: str  # float32 or float64, or float16 or bfloat16 (`generate(half=True)`)
     inputs: tuple[Input, ...]
     ops: tuple[Op, ...]
 
+    def input_dtype(self, i: int) -> str:
+        """Input i's Tensor dtype."""
+        return self.fdt if self.inputs[i].dtype == "float" else self.inputs[i].dtype
+
     def input_array(self, i: int, oracle: bool) -> np.ndarray:
-        inp = self.inputs[i]
-        dt = ("float64" if oracle else self.fdt) if inp.dtype == "float" else inp.dtype
-        return np.array(inp.data, dtype=dt).reshape(inp.shape)
+        """Input i as numpy holds it: in float64 for the oracle, else in its dtype (bfloat16 data in float32)."""
+        dt = self.input_dtype(i)
+        dt = "float64" if oracle and dt != "int32" else "float32" if dt == "bfloat16" else dt
+        return np.array(self.inputs[i].data, dtype=dt).reshape(self.inputs[i].shape)
 
     def lines(self, kind: str) -> list[str]:
         n = len(self.inputs)
@@ -85,26 +109,45 @@ class Program:
         if any("np_softmax" in op.ncode for op in self.ops):
             head.append("def np_softmax(x, axis):\n    e = np.exp(x - x.max(axis=axis, keepdims=True))\n"
                         "    return e / e.sum(axis=axis, keepdims=True)")
+        if any("np_log_softmax" in op.ncode for op in self.ops):
+            head.append("def np_log_softmax(x, axis):\n    s = x - x.max(axis=axis, keepdims=True)\n"
+                        "    return s - np.log(np.exp(s).sum(axis=axis, keepdims=True))")
         for i, inp in enumerate(self.inputs):
-            dt = f"np.{self.fdt}" if inp.dtype == "float" else "np.int32"
-            head.append(f"a{i} = np.array({list(inp.data)!r}, dtype={dt}).reshape({inp.shape})")
-        t = [f"    v{i} = Tensor(a{i})" for i in range(n)] + ["    " + line for line in self.lines("t")]
+            head.append(f"a{i} = np.array({list(inp.data)!r}, dtype=np.{self.input_array(i, False).dtype})"
+                        f".reshape({inp.shape})")
+        t = [f"    v{i} = Tensor(a{i}" + (", dtype='bfloat16')" if self.input_dtype(i) == "bfloat16" else ")")
+             for i in range(n)] + ["    " + line for line in self.lines("t")]
         o = [f"v{i} = a{i}.astype(FDT) if a{i}.dtype.kind == 'f' else a{i}" for i in range(n)] + self.lines("n")
         last = f"v{n + len(self.ops) - 1}"
         return "\n".join([*head, f"with Context({knobs}):", *t, f"    got = {last}.numpy()", "# numpy oracle", *o,
                           f"want = np.asarray({last})", "print(got, want, sep='\\n')"])
 
 
-def np_softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    e = np.exp(x - x.max(axis=axis, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True)
-
-
 def _env(fdt: str, oracle: bool) -> dict:
-    return {"np": np, "FDT": np.float64 if oracle else np.dtype(fdt).type, "TDT": fdt, "np_softmax": np_softmax}
+    return {"np": np, "FDT": np.float64 if oracle or fdt in HALVES else np.dtype(fdt).type, "TDT": fdt,
+            "np_softmax": np_softmax, "np_log_softmax": np_log_softmax}
+
+
+@functools.lru_cache(maxsize=1024)
+def bounded(p: Program) -> list[Bounded] | None:
+    """A 16-bit program's values with their error bounds (tests.tensor.fuzz_bounds); None when an op does not
+    apply (a shrunk program whose discontinuous op now reads an inexact value, or whose bound is too loose)."""
+    vals = [Bounded(p.input_array(i, True), np.zeros(inp.shape), p.input_dtype(i), p.input_array(i, True))
+            for i, inp in enumerate(p.inputs)]
+    for op in p.ops:
+        v = step(p.fdt, vals, op.ncode, op.args, op.rule)
+        if v is None:
+            return None
+        vals.append(v)
+    return vals
 
 
 def eval_numpy(p: Program, oracle: bool = True) -> np.ndarray:
+    if p.fdt in HALVES:
+        vals = bounded(p)
+        if vals is None:
+            raise ValueError(f"program {p.seed}: an op does not apply (tests.tensor.fuzz_bounds.step)")
+        return vals[-1].ref
     env = _env(p.fdt, oracle)
     for i in range(len(p.inputs)):
         env[f"v{i}"] = p.input_array(i, oracle)
@@ -117,13 +160,19 @@ def build_tensor(p: Program) -> Tensor:
     env = _env(p.fdt, False)
     env["Tensor"] = Tensor
     for i in range(len(p.inputs)):
-        env[f"v{i}"] = Tensor(p.input_array(i, False))
+        env[f"v{i}"] = Tensor(p.input_array(i, False), dtype=p.input_dtype(i))
     exec("\n".join(p.lines("t")), env)
-    return env[f"v{len(p.inputs) + len(p.ops) - 1}"]
+    out = env[f"v{len(p.inputs) + len(p.ops) - 1}"]
+    vals = bounded(p) if p.fdt in HALVES else None
+    if vals is not None and vals[-1].dt != "int32" and out.dtype.name != vals[-1].dt:  # bfloat16 reads as float32
+        raise TypeError(f"the result's dtype is {out.dtype.name}, expected {vals[-1].dt}")
+    return out
 
 
 def mismatch(p: Program, got: np.ndarray) -> str | None:
     """Why `got` is not the program's result (None when it is)."""
+    if p.fdt in HALVES:
+        return _mismatch_16(p, got)
     want = eval_numpy(p)
     if got.shape != want.shape:
         return f"shape {got.shape} != {want.shape}"
@@ -145,6 +194,35 @@ def mismatch(p: Program, got: np.ndarray) -> str | None:
     return None
 
 
+def _mismatch_16(p: Program, got: np.ndarray) -> str | None:
+    """A 16-bit program's check: each element within its error bound (bit for bit where the bound is 0)."""
+    vals = bounded(p)
+    assert vals is not None, f"program {p.seed} is not a valid 16-bit program"
+    want = vals[-1]
+    if got.shape != want.ref.shape:
+        return f"shape {got.shape} != {want.ref.shape}"
+    if want.dt == "int32":
+        if got.dtype.kind not in "iub" or not np.array_equal(got, want.ref):
+            return f"int result differs:\n got {got.ravel()[:16]}\nwant {want.ref.ravel()[:16]}"
+        return None
+    if got.dtype != np.dtype("float16" if want.dt == "float16" else "float32"):  # bfloat16 comes back as float32
+        return f"dtype {got.dtype} for a {want.dt} result"
+    g = got.astype(np.float64)
+    if not np.all(representable(g, want.dt)):
+        return f"values that {want.dt} does not hold: {g[~representable(g, want.dt)][:4]}"
+    over = np.abs(g - want.ref) - want.err
+    if not np.all(over <= 1e-9 * want.err):  # nan fails too
+        i = int(np.nanargmax(np.where(np.isnan(over), np.inf, over)))
+        return (f"{want.dt} result differs at flat {i}: got {g.ravel()[i]!r} want {want.ref.ravel()[i]!r}, "
+                f"error bound {want.err.ravel()[i]:.3g}")
+    known = ~np.isnan(want.sim)
+    if not np.array_equal(g[known], want.sim[known]):
+        i = int(np.flatnonzero(known & (g != want.sim))[0])
+        return (f"{want.dt} result at flat {i} is not each op rounded to its dtype: got {g.ravel()[i]!r}, rounding "
+                f"each op gives {want.sim.ravel()[i]!r} (exact {want.ref.ravel()[i]!r})")
+    return None
+
+
 # ---------------------------------------------------------------- generation
 
 
@@ -154,10 +232,24 @@ class _Val:
     kind: str  # "f" or "i"
     exact: bool
     ref: np.ndarray
+    dt: str = ""  # a 16-bit program's: the value's dtype (its floats may be float32 too)
+
+
+_UNARY = [("-{0}", "-{0}", "same"), ("{0}.abs()", "np.abs({0})", "same"), ("{0}.relu()", "np.maximum({0}, 0)", "same"),
+          ("{0}.clip(-8, 8).exp()", "np.exp(np.clip({0}, -8, 8))", "exp"),
+          ("({0}.abs() + 1).log()", "np.log(np.abs({0}) + 1)", "log1"),
+          ("({0}.abs() + 0.5).sqrt()", "np.sqrt(np.abs({0}) + 0.5)", "sqrt"), ("{0}.sin()", "np.sin({0})", "sin"),
+          ("{0}.tanh()", "np.tanh({0})", "tanh"), ("{0}.sigmoid()", "1 / (1 + np.exp(-{0}))", "sigmoid"),
+          ("{0}.square()", "np.square({0})", "mul"), ("({0}.abs() + 1).reciprocal()", "1 / (np.abs({0}) + 1)", "recip"),
+          ("{0} * 0.5", "{0} * 0.5", "scale"), ("{0}.floor()", "np.floor({0})", "discrete"),
+          ("{0}.ceil()", "np.ceil({0})", "discrete")]
+_OTHER_HALF = {"float16": "bfloat16", "bfloat16": "float16"}
 
 
 def _candidates(rng: random.Random, vals: list[_Val], fdt: str) -> Op | None:
-    """One random op over `vals` (None when the pick does not apply)."""
+    """One random op over `vals` (None when the pick does not apply). A 16-bit program (`fdt` float16 or bfloat16)
+    also draws casts between its float dtypes, log_softmax, and more matmuls (chains of them)."""
+    half = fdt in HALVES
     n = len(vals)
     ai = n - 1 if rng.random() < 0.6 else rng.randrange(n)
     a = vals[ai]
@@ -165,30 +257,26 @@ def _candidates(rng: random.Random, vals: list[_Val], fdt: str) -> Op | None:
     others = [j for j, v in enumerate(vals) if v.kind == a.kind and _broadcasts(a.shape, v.shape)]
     bi = rng.choice(others) if others else ai
     kind = rng.choice(["unary", "unary", "binary", "binary", "int", "cast", "cmp", "move", "move", "move", "pad",
-                       "cat", "reduce", "reduce", "matmul", "cumsum", "softmax"] + ["int", "cmp"] * (a.kind == "i"))
+                       "cat", "reduce", "reduce", "matmul", "cumsum", "softmax"] + ["int", "cmp"] * (a.kind == "i")
+                      + ["fcast", "fcast", "matmul", "matmul"] * half)
     if kind == "unary":
         if a.kind != "f":
-            return Op("-{0}", "-{0}", (ai,)) if rng.random() < 0.5 else Op("{0}.abs()", "np.abs({0})", (ai,))
-        t, m = rng.choice([("-{0}", "-{0}"), ("{0}.abs()", "np.abs({0})"), ("{0}.relu()", "np.maximum({0}, 0)"),
-                           ("{0}.clip(-8, 8).exp()", "np.exp(np.clip({0}, -8, 8))"),
-                           ("({0}.abs() + 1).log()", "np.log(np.abs({0}) + 1)"),
-                           ("({0}.abs() + 0.5).sqrt()", "np.sqrt(np.abs({0}) + 0.5)"),
-                           ("{0}.sin()", "np.sin({0})"), ("{0}.tanh()", "np.tanh({0})"),
-                           ("{0}.sigmoid()", "1 / (1 + np.exp(-{0}))"), ("{0}.square()", "np.square({0})"),
-                           ("({0}.abs() + 1).reciprocal()", "1 / (np.abs({0}) + 1)"), ("{0} * 0.5", "{0} * 0.5"),
-                           ("{0}.floor()", "np.floor({0})"), ("{0}.ceil()", "np.ceil({0})")])
+            return Op("-{0}", "-{0}", (ai,), "same") if rng.random() < 0.5 else Op("{0}.abs()", "np.abs({0})", (ai,),
+                                                                                  "same")
+        t, m, rule = rng.choice(_UNARY)
         if t in ("{0}.floor()", "{0}.ceil()") and not a.exact:
             return None
         if t == "{0}.sin()" and np.abs(a.ref).max() > 64:  # ill-conditioned: float32 rounding of x moves sin(x)
             return None
-        return Op(t, m, (ai,))
+        return Op(t, m, (ai,), rule)
     if kind == "binary":
-        ops = [("{0} + {1}", "{0} + {1}"), ("{0} - {1}", "{0} - {1}"), ("{0} * {1}", "{0} * {1}"),
-               ("{0}.maximum({1})", "np.maximum({0}, {1})"), ("{0}.minimum({1})", "np.minimum({0}, {1})")]
+        ops = [("{0} + {1}", "{0} + {1}", "add"), ("{0} - {1}", "{0} - {1}", "add"),
+               ("{0} * {1}", "{0} * {1}", "mul"), ("{0}.maximum({1})", "np.maximum({0}, {1})", "max2"),
+               ("{0}.minimum({1})", "np.minimum({0}, {1})", "max2")]
         if a.kind == "f":
-            ops.append(("{0} / ({1}.abs() + 1)", "{0} / (np.abs({1}) + 1)"))
-        t, m = rng.choice(ops)
-        return Op(t, m, (ai, bi))
+            ops.append(("{0} / ({1}.abs() + 1)", "{0} / (np.abs({1}) + 1)", "div"))
+        t, m, rule = rng.choice(ops)
+        return Op(t, m, (ai, bi), rule)
     if kind == "int":
         if a.kind != "i":
             return None
@@ -199,57 +287,79 @@ def _candidates(rng: random.Random, vals: list[_Val], fdt: str) -> Op | None:
                            (f"{{0}} << {s}", f"{{0}} << {s}"), (f"{{0}} >> {s}", f"{{0}} >> {s}"),
                            ("{0} // ({1}.abs() + 1)", "{0} // (np.abs({1}) + 1)"),
                            ("{0} % ({1}.abs() + 1)", "{0} % (np.abs({1}) + 1)")])
-        return Op(t, m, (ai, bi) if "{1}" in t else (ai,))
+        return Op(t, m, (ai, bi) if "{1}" in t else (ai,), "discrete")
     if kind == "cast":
         if a.kind == "i":
-            return Op("{0}.cast(TDT)", "{0}.astype(FDT)", (ai,))
+            return Op("{0}.cast(TDT)", "{0}.astype(FDT)", (ai,), "cast:TDT")
         if not a.exact:
             return None
-        return Op("{0}.cast('int32')", "{0}.astype(np.int32)", (ai,))
+        return Op("{0}.cast('int32')", "{0}.astype(np.int32)", (ai,), "discrete")
+    if kind == "fcast":
+        return _float_cast(rng, a, ai, fdt)
     if kind == "cmp":
         if a.kind == "f" and not (a.exact and vals[bi].exact):
             return None
-        c = rng.choice(["<", "<=", "==", "!=", ">"])
+        rel = rng.choice(["<", "<=", "==", "!=", ">"])
         if rng.random() < 0.5:
-            return Op(f"({{0}} {c} {{1}}).cast('int32')", f"({{0}} {c} {{1}}).astype(np.int32)", (ai, bi))
-        return Op(f"({{0}} {c} {{1}}).where({{0}}, {{1}})", f"np.where({{0}} {c} {{1}}, {{0}}, {{1}})", (ai, bi))
+            return Op(f"({{0}} {rel} {{1}}).cast('int32')", f"({{0}} {rel} {{1}}).astype(np.int32)", (ai, bi),
+                      "discrete")
+        return Op(f"({{0}} {rel} {{1}}).where({{0}}, {{1}})", f"np.where({{0}} {rel} {{1}}, {{0}}, {{1}})", (ai, bi),
+                  "discrete")
     if kind == "move":
         return _movement(rng, a, ai)
     if kind == "pad":
         pads = [(rng.randrange(3), rng.randrange(3)) for _ in range(nd)]
         v = rng.choice([0, 1, -2])
-        return Op(f"{{0}}.pad({pads}, value={v})", f"np.pad({{0}}, {pads}, constant_values={v})", (ai,))
+        return Op(f"{{0}}.pad({pads}, value={v})", f"np.pad({{0}}, {pads}, constant_values={v})", (ai,), "move")
     if kind == "cat":
         d = rng.randrange(nd)
-        js = [j for j, v in enumerate(vals) if v.kind == a.kind and len(v.shape) == nd
+        js = [j for j, v in enumerate(vals) if v.kind == a.kind and len(v.shape) == nd and v.dt == a.dt
               and all(v.shape[k] == a.shape[k] for k in range(nd) if k != d)]
         j = rng.choice(js)
         if j == ai and rng.random() < 0.5:
             return Op(f"{{0}}.cat({{0}}.flip({d}), dim={d})", f"np.concatenate([{{0}}, np.flip({{0}}, {d})], axis={d})",
-                      (ai,))
-        return Op(f"{{0}}.cat({{1}}, dim={d})", f"np.concatenate([{{0}}, {{1}}], axis={d})", (ai, j))
+                      (ai,), "move")
+        return Op(f"{{0}}.cat({{1}}, dim={d})", f"np.concatenate([{{0}}, {{1}}], axis={d})", (ai, j), "move")
     if kind == "reduce":
         ax = rng.choice([None, *range(nd)])
         kd = rng.random() < 0.5
-        opts = [("sum", "sum"), ("max", "max"), ("min", "min")] + ([("mean", "mean")] if a.kind == "f" else [])
-        t, m = rng.choice(opts)
-        return Op(f"{{0}}.{t}(axis={ax}, keepdim={kd})", f"{{0}}.{m}(axis={ax}, keepdims={kd})", (ai,))
+        opts = [("sum", "sum"), ("max", "extreme:max"), ("min", "extreme:min")] + \
+            ([("mean", "mean")] if a.kind == "f" else [])
+        t, rule = rng.choice(opts)
+        return Op(f"{{0}}.{t}(axis={ax}, keepdim={kd})", f"{{0}}.{t}(axis={ax}, keepdims={kd})", (ai,), rule)
     if kind == "matmul":
         if a.kind != "f":
             return None
         js = [j for j, v in enumerate(vals) if v.kind == "f" and _mm_ok(a.shape, v.shape)]
         if js:
-            return Op("{0} @ {1}", "{0} @ {1}", (ai, rng.choice(js)))
+            return Op("{0} @ {1}", "{0} @ {1}", (ai, rng.choice(js)), "matmul")
         if nd >= 2:
-            return Op("{0} @ {0}.transpose(-1, -2)", "{0} @ np.swapaxes({0}, -1, -2)", (ai,))
-        return Op("{0} @ {0}", "{0} @ {0}", (ai,))
+            return Op("{0} @ {0}.transpose(-1, -2)", "{0} @ np.swapaxes({0}, -1, -2)", (ai,), "matmul")
+        return Op("{0} @ {0}", "{0} @ {0}", (ai,), "matmul")
     if kind == "cumsum":
         d = rng.randrange(nd)
-        return Op(f"{{0}}.cumsum({d})", f"np.cumsum({{0}}, axis={d})", (ai,))
+        return Op(f"{{0}}.cumsum({d})", f"np.cumsum({{0}}, axis={d})", (ai,), "sum")
     if a.kind != "f":
         return None
     d = rng.randrange(nd)
-    return Op(f"{{0}}.softmax({d})", f"np_softmax({{0}}, {d})", (ai,))
+    if half and rng.random() < 0.5:
+        return Op(f"{{0}}.log_softmax({d})", f"np_log_softmax({{0}}, {d})", (ai,), f"log_softmax:{d}")
+    return Op(f"{{0}}.softmax({d})", f"np_softmax({{0}}, {d})", (ai,), f"softmax:{d}")
+
+
+def _float_cast(rng: random.Random, a: _Val, ai: int, fdt: str) -> Op:
+    """A 16-bit program's cast between its dtypes: mostly 16-bit <-> float32, sometimes to the other 16-bit
+    dtype; ints to float32."""
+    wide, other = "float32", _OTHER_HALF[fdt]
+    if a.kind == "i":
+        to = wide
+    elif a.dt == wide:
+        to = fdt if rng.random() < 0.8 else other
+    else:
+        to = (wide if rng.random() < 0.8 else other) if a.dt == fdt else rng.choice([fdt, wide])
+    if to == fdt:
+        return Op("{0}.cast(TDT)", "{0}.astype(FDT)", (ai,), "cast:TDT")
+    return Op(f"{{0}}.cast('{to}')", "{0}.astype(FDT)", (ai,), f"cast:{to}")
 
 
 def _broadcasts(a: tuple, b: tuple) -> bool:
@@ -276,17 +386,17 @@ def _movement(rng: random.Random, a: _Val, ai: int) -> Op:
         order = list(range(nd))
         rng.shuffle(order)
         o = tuple(order)
-        return Op(f"{{0}}.permute{o}", f"np.transpose({{0}}, {o})", (ai,))
+        return Op(f"{{0}}.permute{o}", f"np.transpose({{0}}, {o})", (ai,), "move")
     if pick == "reshape":
         numel = int(np.prod(a.shape))
         shape = _random_factor(rng, numel)
-        return Op(f"{{0}}.reshape{shape}", f"{{0}}.reshape({shape})", (ai,))
+        return Op(f"{{0}}.reshape{shape}", f"{{0}}.reshape({shape})", (ai,), "move")
     if pick == "flip":
         axes = tuple(sorted(rng.sample(range(nd), rng.randint(1, nd))))
-        return Op(f"{{0}}.flip({axes})", f"np.flip({{0}}, {axes})", (ai,))
+        return Op(f"{{0}}.flip({axes})", f"np.flip({{0}}, {axes})", (ai,), "move")
     if pick == "expand" and 1 in a.shape:
         shape = tuple(rng.choice(SIZES) if s == 1 else s for s in a.shape)
-        return Op(f"{{0}}.expand{shape}", f"np.broadcast_to({{0}}, {shape})", (ai,))
+        return Op(f"{{0}}.expand{shape}", f"np.broadcast_to({{0}}, {shape})", (ai,), "move")
     parts = []
     for s in a.shape:
         step = rng.choice([1, 1, 2, 3, -1, -2])
@@ -298,7 +408,7 @@ def _movement(rng: random.Random, a: _Val, ai: int) -> Op:
         else:
             parts.append(f"{lo}:{hi}:{step}")
     idx = ", ".join(parts)
-    return Op(f"{{0}}[{idx}]", f"{{0}}[{idx}]", (ai,))
+    return Op(f"{{0}}[{idx}]", f"{{0}}[{idx}]", (ai,), "move")
 
 
 def _random_factor(rng: random.Random, numel: int) -> tuple[int, ...]:
@@ -343,44 +453,81 @@ def _value_of(ref: np.ndarray, kind: str, exact: bool) -> _Val | None:
 _ROUNDS = ("sin", "tanh", "exp", "log", "sqrt", "sigmoid", "reciprocal", "/", "mean", "softmax", "@", "*")
 
 
-def generate(seed: int, gpu: bool = False) -> Program:
-    """The program of `seed`; `gpu`: its inputs' shapes drawn from GPU_SIZES (the "gpu" mode's programs)."""
+def generate(seed: int, gpu: bool = False, half: bool = False, widen: bool = False) -> Program:
+    """The program of `seed`; `gpu`: its inputs' shapes drawn from GPU_SIZES (the "gpu" mode's programs); `half`:
+    a float16 or bfloat16 program (`_inputs_16`), whose matmul-shaped inputs are large enough for the cpu's float32
+    copies with `widen` (the cpu modes)."""
     rng = random.Random(seed)
-    fdt = rng.choice(["float32", "float64"])
+    fdt = rng.choice(HALVES if half else ("float32", "float64"))
     sizes, most = (GPU_SIZES, GPU_ELEMENTS) if gpu else (SIZES, 0)
-    base = _random_shape(rng, sizes, most)
-    inputs = []
-    for _ in range(rng.randint(1, 3)):
-        r = rng.random()
-        shape = base if r < 0.5 else tuple(1 if rng.random() < 0.3 else s for s in base) if r < 0.75 \
-            else _random_shape(rng, sizes, most)
-        inputs.append(_random_input(rng, shape, "f" if rng.random() < 0.7 else "i"))
+    if half:
+        inputs = _inputs_16(rng, sizes, most, MM_SIZES_CPU if widen else MM_SIZES)
+    else:
+        base = _random_shape(rng, sizes, most)
+        inputs = []
+        for _ in range(rng.randint(1, 3)):
+            r = rng.random()
+            shape = base if r < 0.5 else tuple(1 if rng.random() < 0.3 else s for s in base) if r < 0.75 \
+                else _random_shape(rng, sizes, most)
+            inputs.append(_random_input(rng, shape, "f" if rng.random() < 0.7 else "i"))
     p = Program(seed, fdt, tuple(inputs), ())
-    vals = [_Val(inp.shape, "f" if inp.dtype == "float" else "i", True, p.input_array(i, True))
-            for i, inp in enumerate(inputs)]
+    vals = [_Val(inp.shape, "f" if inp.dtype != "int32" else "i", True, p.input_array(i, True),
+                 p.input_dtype(i) if half else "") for i, inp in enumerate(inputs)]
+    bvals = [Bounded(v.ref, np.zeros(v.shape), v.dt, v.ref) for v in vals]
     ops: list[Op] = []
     want = rng.randint(2, 8)
     tries = 0
+    # a 16-bit program with matmul-shaped inputs mostly starts with their product (the later ops draw more)
+    first = Op("{0} @ {1}", "{0} @ {1}", (0, 1), "matmul") if half and len(inputs) > 1 and \
+        _mm_ok(inputs[0].shape, inputs[1].shape) and rng.random() < 0.7 else None
     while len(ops) < want and tries < 200:
         tries += 1
-        op = _candidates(rng, vals, fdt)
+        op, first = first or _candidates(rng, vals, fdt), None
         if op is None:
             continue
-        q = dataclasses.replace(p, ops=(*ops, op))
-        try:
-            ref = eval_numpy(q)
-        except (ValueError, IndexError, TypeError):
-            continue
-        exact = all(vals[j].exact for j in op.args) and not any(s in op.tcode for s in _ROUNDS)
-        exact = exact or ref.dtype.kind in "iu"
-        v = _value_of(ref, "", (exact and ref.dtype.kind == "f") or ref.dtype.kind in "iu")
-        if v is None:
-            continue
-        if v.kind == "f" and ref.dtype != np.float64:
-            continue
+        if half:
+            b = step(fdt, bvals, op.ncode, op.args, op.rule)
+            if b is None:
+                continue
+            bvals.append(b)
+            v = _Val(b.ref.shape, "i" if b.dt == "int32" else "f", b.exact, b.ref, b.dt)
+        else:
+            q = dataclasses.replace(p, ops=(*ops, op))
+            try:
+                ref = eval_numpy(q)
+            except (ValueError, IndexError, TypeError):
+                continue
+            exact = all(vals[j].exact for j in op.args) and not any(s in op.tcode for s in _ROUNDS)
+            exact = exact or ref.dtype.kind in "iu"
+            w = _value_of(ref, "", (exact and ref.dtype.kind == "f") or ref.dtype.kind in "iu")
+            if w is None or (w.kind == "f" and ref.dtype != np.float64):
+                continue
+            v = w
         ops.append(op)
         vals.append(v)
     return dataclasses.replace(p, ops=tuple(ops))
+
+
+def _inputs_16(rng: random.Random, sizes: tuple[int, ...], most: int, mm: tuple[int, ...]) -> list[Input]:
+    """A 16-bit program's inputs: half the programs get matmul-shaped ones ((batch,) m, k and k, n from `mm`, and
+    maybe a bias row of n), the others 1-3 of `sizes` as a float32/float64 program's. Floats are the program's
+    dtype, a fifth of them float32 (mixed-dtype ops); a quarter of the others int32."""
+    def one(shape: tuple[int, ...], floats_only: bool = False) -> Input:
+        gen = np.random.default_rng(rng.getrandbits(64))  # numpy's draws: the matmul-shaped inputs are large
+        if rng.random() < 0.25 and not floats_only:
+            return Input(shape, "int32", tuple(gen.integers(-20, 21, shape).ravel().tolist()))
+        data = tuple((gen.integers(-16, 17, shape) / 4).ravel().tolist())
+        return Input(shape, "float32" if rng.random() < 0.2 else "float", data)
+
+    if rng.random() < 0.5:
+        m, k, n = (rng.choice(mm) for _ in range(3))
+        batch = (rng.choice((2, 3)),) if rng.random() < 0.25 else ()
+        shapes = [(*batch, m, k), (k, n)] + ([(n,)] if rng.random() < 0.3 else [])
+        return [one(s, floats_only=True) for s in shapes]
+    base = _random_shape(rng, sizes, most)
+    shapes = [base if r < 0.5 else tuple(1 if rng.random() < 0.3 else s for s in base) if r < 0.75
+              else _random_shape(rng, sizes, most) for r in (rng.random() for _ in range(rng.randint(1, 3)))]
+    return [one(s) for s in shapes]
 
 
 # ---------------------------------------------------------------- running
@@ -460,7 +607,14 @@ def _drop_op(p: Program, k: int, sub: int) -> Program:
 
 def _shrink_steps(p: Program) -> list[Program]:
     n = len(p.inputs)
-    out = [dataclasses.replace(p, ops=p.ops[:k]) for k in range(1, len(p.ops))]  # an earlier value as the output
+    out = []
+    # unused inputs go first (always smaller, and the data steps below can use up the budget)
+    used = {a for o in p.ops for a in o.args}
+    for i in range(n):
+        if i not in used:
+            ops = tuple(dataclasses.replace(o, args=tuple(a - 1 if a > i else a for a in o.args)) for o in p.ops)
+            out.append(dataclasses.replace(p, inputs=p.inputs[:i] + p.inputs[i + 1:], ops=ops))
+    out += [dataclasses.replace(p, ops=p.ops[:k]) for k in range(1, len(p.ops))]  # an earlier value as the output
     for k, op in enumerate(p.ops):
         for a in dict.fromkeys(op.args):
             out.append(_drop_op(p, k, a))
@@ -477,12 +631,6 @@ def _shrink_steps(p: Program) -> list[Program]:
             if any(x != fill for x in inp.data):
                 new = Input(inp.shape, inp.dtype, tuple(type(x)(fill) for x in inp.data))
                 out.append(dataclasses.replace(p, inputs=(*p.inputs[:i], new, *p.inputs[i + 1:])))
-    # unused inputs go
-    used = {a for o in p.ops for a in o.args}
-    for i in range(n):
-        if i not in used:
-            ops = tuple(dataclasses.replace(o, args=tuple(a - 1 if a > i else a for a in o.args)) for o in p.ops)
-            out.append(dataclasses.replace(p, inputs=p.inputs[:i] + p.inputs[i + 1:], ops=ops))
     return out
 
 
@@ -509,11 +657,14 @@ def report(p: Program, mode: str, why: str, shrunk: Program | None = None) -> st
             f"minimal repro:\n{s.repro(knobs)}\n")
 
 
-def fuzz(seeds: range, mode: str, batch: int = 150, on_fail: Callable[[str], None] | None = None) -> list[str]:
-    """Run the programs of `seeds` in `mode`; the shrunk reports of the failures."""
+def fuzz(seeds: range, mode: str, batch: int = 150, on_fail: Callable[[str], None] | None = None,
+         half: bool = False) -> list[str]:
+    """Run the programs of `seeds` in `mode` (`half`: the float16 and bfloat16 ones); the shrunk reports of the
+    failures."""
     reports = []
     for lo in range(seeds.start, seeds.stop, batch):
-        progs = [generate(s, gpu=mode == "gpu") for s in range(lo, min(lo + batch, seeds.stop))]
+        progs = [generate(s, gpu=mode == "gpu", half=half, widen=mode in ("cpu", "noopt"))
+                 for s in range(lo, min(lo + batch, seeds.stop))]
         for p, why in run_batch(progs, mode):
             r = report(p, mode, why, shrink(p, mode))
             reports.append(r)
