@@ -98,3 +98,23 @@ def test_an_address_the_simplifier_makes_uniform_keeps_its_lanes(rows: int) -> N
     v = (t - t.max(axis=1, keepdim=True)).exp().reshape(rows // 2, 64)
     e = np.exp(x.astype(np.float64) - x.max(1, keepdims=True)).reshape(rows // 2, 64)
     np.testing.assert_allclose(v.cat(v, dim=1).numpy(), np.concatenate([e, e], 1), rtol=2e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+def test_a_gated_read_of_a_widened_matmul_keeps_its_lanes_on_x86_64_v2(dt: str) -> None:
+    """The same CompileError on 4-lane x86-64-v2 for a 16-bit matmul (read through its float32 copies) flipped
+    and concatenated beside its input (the 16-bit program fuzzer, seed 34000287): float16 holds every value here,
+    so it must be exact; bfloat16 within its rounding of each input and result."""
+    from rewrite.env import Context
+    from tensor import Tensor
+
+    x = (np.arange(32 * 48) % 17 / 4 - 2).astype(np.float32).reshape(32, 48)
+    xx = x.astype(np.float64)
+    want = np.concatenate([xx, np.flip(xx @ xx.T, (0, 1))], 1).reshape(4, 32, 20, 1)
+    with Context(CPU_TARGET="x86-64-v2"):
+        t = Tensor(x, dtype=dt)
+        got = t.cat((t @ t.transpose(-1, -2)).flip((0, 1)), dim=1).reshape(4, 32, 20, 1).numpy()
+    if dt == "float16":
+        assert np.array_equal(got.astype(np.float64), want)
+    else:
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=2**-7, atol=0)
