@@ -56,7 +56,8 @@ ATOL = {"float32": 2e-5, "float64": 1e-10}
 # "gpu": every kernel lowered for the sm_90 target (grid, shared memory, warp shuffles) and run by the python
 # device's grid emulator
 MODES: dict[str, dict] = {"cpu": {}, "noopt": {"NOOPT": 1}, "python": {"DEVICE": "python"},
-                          "gpu": {"DEVICE": "python", "PYTHON_TARGET": "sm_90"}}
+                          "gpu": {"DEVICE": "python", "PYTHON_TARGET": "sm_90"},
+                          "v2": {"CPU_TARGET": "x86-64-v2"}}  # 4-lane vectors, no F16C: the 16-bit fallbacks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -663,7 +664,7 @@ def fuzz(seeds: range, mode: str, batch: int = 150, on_fail: Callable[[str], Non
     failures."""
     reports = []
     for lo in range(seeds.start, seeds.stop, batch):
-        progs = [generate(s, gpu=mode == "gpu", half=half, widen=mode in ("cpu", "noopt"))
+        progs = [generate(s, gpu=mode == "gpu", half=half, widen=mode in ("cpu", "noopt", "v2"))
                  for s in range(lo, min(lo + batch, seeds.stop))]
         for p, why in run_batch(progs, mode):
             r = report(p, mode, why, shrink(p, mode))
