@@ -20,10 +20,11 @@ and 48 on the cpu under CPU_TARGET=x86-64-v2 (4-lane vectors, no F16C), where a 
 their oracle is tests.tensor.fuzz_bounds, an error bound per element plus the value of rounding each op where that
 is determined) and checks that oracle (tight, fails a matmul summed in 16 bits, bounds hold for the simulated
 values). Measured with the 2,100 above in one pytest process and an empty kernel cache: at load average 0.5 the
-16-bit windows and tests took 10 s (cpu 3.3, python 2.8, gpu 2.2, noopt 0.9) beside 47 s for the 2,100; at load
-average 6 (other jobs) 30 s with windows a fifth larger (cpu 120, noopt 80, python 40) beside 112 s. Their long run
-is 25 times each count (5,300 programs, seeds apart from CI's), in the same `FUZZ_LONG=1` run: 18 minutes at load
-average 3-5, 12 of them the gpu mode's 400.
+16-bit windows and tests took 10 s (cpu 3.3, python 2.8, gpu 2.2, noopt 0.9; the x86-64-v2 window, added after,
+about 3 s more) beside 47 s for the 2,100; at load average 6 (other jobs) 30 s with windows a fifth larger (cpu 120,
+noopt 80, python 40) beside 112 s. Their long run is 25 times each count (6,500 programs, seeds apart from CI's),
+in the same `FUZZ_LONG=1` run: 18 minutes at load average 3-5 before the x86-64-v2 window's 1,200, 12 of them the
+gpu mode's 400.
 """
 
 from __future__ import annotations
