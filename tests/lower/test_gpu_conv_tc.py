@@ -23,7 +23,7 @@ from rewrite import AxisType, Ops, UOp
 from rewrite.env import Context
 from tensor import Tensor
 from tests.devices.test_cuda_compile import COMPILERS, SMS
-from tests.tensor.fuzz_programs import realize_together
+from tests.tensor.fuzz_run import realize_together
 from tests.tensor.fuzz_tc import _env, kernel_forms
 
 

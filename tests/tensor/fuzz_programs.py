@@ -25,8 +25,8 @@ bfloat16 holds quarter-multiples exactly only up to 64, and the larger ones are 
 they stay out of comparisons and int casts. The result's dtype is checked too (bfloat16 comes back from `.numpy()`
 as float32: its values must be bfloat16 values).
 
-`run_batch` realizes many programs' outputs with one `realize` (one schedule, one batched compile per device);
-a program that fails there is re-run alone, and `shrink` reduces a failing program while it still fails.
+Running them is tests/tensor/fuzz_run.py's: many programs' outputs realized with one `realize`, a failure re-run
+alone and shrunk while it still fails.
 """
 
 from __future__ import annotations
@@ -34,11 +34,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import random
-from collections.abc import Callable
 
 import numpy as np
 
-from rewrite.env import Context
 from tensor import Tensor
 from tests.tensor.fuzz_bounds import HALVES, Bounded, np_log_softmax, np_softmax, representable, step
 
@@ -529,146 +527,3 @@ def _inputs_16(rng: random.Random, sizes: tuple[int, ...], most: int, mm: tuple[
     shapes = [base if r < 0.5 else tuple(1 if rng.random() < 0.3 else s for s in base) if r < 0.75
               else _random_shape(rng, sizes, most) for r in (rng.random() for _ in range(rng.randint(1, 3)))]
     return [one(s) for s in shapes]
-
-
-# ---------------------------------------------------------------- running
-
-
-def run_one(p: Program, mode: str) -> str | None:
-    """Why `p` fails in `mode` run alone (None when it passes)."""
-    try:
-        with Context(**MODES[mode]):
-            got = build_tensor(p).numpy()
-    except Exception as e:
-        return f"raised {type(e).__name__}: {e}"
-    return mismatch(p, got)
-
-
-def realize_together(builds: list[Callable[[], Tensor]], knobs: dict) -> tuple[list[np.ndarray | None], list]:
-    """Build each tensor and realize them all with one realize (one schedule, batched compiles) inside
-    `Context(**knobs)`: each one's array (None where its build raised, all None where the realize did) and the
-    schedule items of that realize."""
-    with Context(**knobs):
-        outs: list[Tensor | None] = []
-        for build in builds:
-            try:
-                outs.append(build())
-            except Exception:
-                outs.append(None)
-        live = [t for t in outs if t is not None]
-        try:
-            items = live[0].schedule(*live[1:]) if live else []
-            if live:
-                live[0].realize(*live[1:])
-            return [None if t is None else t.numpy() for t in outs], items
-        except Exception:
-            return [None] * len(outs), []
-
-
-def run_batch(progs: list[Program], mode: str) -> list[tuple[Program, str]]:
-    """Realize all programs' outputs together (one schedule, batched compiles); failures re-run alone."""
-    failures: list[tuple[Program, str]] = []
-    results, _ = realize_together([functools.partial(build_tensor, p) for p in progs], MODES[mode])
-    for p, got in zip(progs, results, strict=True):
-        why = mismatch(p, got) if got is not None else run_one(p, mode)
-        if why is not None and got is not None:
-            why = run_one(p, mode)  # confirm alone
-        if why is not None:
-            failures.append((p, why))
-    return failures
-
-
-def _still_fails(p: Program, mode: str) -> bool:
-    if not p.ops:
-        return False
-    try:
-        ref = eval_numpy(p)
-    except Exception:
-        return False
-    if ref.ndim == 0 and ref.dtype.kind == "b":
-        return False
-    if ref.dtype.kind == "f" and (not np.all(np.isfinite(ref))):
-        return False
-    return run_one(p, mode) is not None
-
-
-def _drop_op(p: Program, k: int, sub: int) -> Program:
-    """Without op k; later uses of its value read value `sub` instead."""
-    n = len(p.inputs)
-    old = n + k
-
-    def remap(a: int) -> int:
-        if a == old:
-            return sub
-        return a - 1 if a > old else a
-
-    ops = tuple(dataclasses.replace(o, args=tuple(remap(a) for a in o.args)) for i, o in enumerate(p.ops) if i != k)
-    return dataclasses.replace(p, ops=ops)
-
-
-def _shrink_steps(p: Program) -> list[Program]:
-    n = len(p.inputs)
-    out = []
-    # unused inputs go first (always smaller, and the data steps below can use up the budget)
-    used = {a for o in p.ops for a in o.args}
-    for i in range(n):
-        if i not in used:
-            ops = tuple(dataclasses.replace(o, args=tuple(a - 1 if a > i else a for a in o.args)) for o in p.ops)
-            out.append(dataclasses.replace(p, inputs=p.inputs[:i] + p.inputs[i + 1:], ops=ops))
-    out += [dataclasses.replace(p, ops=p.ops[:k]) for k in range(1, len(p.ops))]  # an earlier value as the output
-    for k, op in enumerate(p.ops):
-        for a in dict.fromkeys(op.args):
-            out.append(_drop_op(p, k, a))
-    for i, inp in enumerate(p.inputs):
-        for d, s in enumerate(inp.shape):
-            for smaller in (1, 2, 3):
-                if smaller < s:
-                    shape = (*inp.shape[:d], smaller, *inp.shape[d + 1:])
-                    arr = np.array(inp.data).reshape(inp.shape)[tuple(slice(0, smaller) if j == d else slice(None)
-                                                                      for j in range(len(shape)))]
-                    new = Input(shape, inp.dtype, tuple(arr.ravel().tolist()))
-                    out.append(dataclasses.replace(p, inputs=(*p.inputs[:i], new, *p.inputs[i + 1:])))
-        for fill in (1, 0):
-            if any(x != fill for x in inp.data):
-                new = Input(inp.shape, inp.dtype, tuple(type(x)(fill) for x in inp.data))
-                out.append(dataclasses.replace(p, inputs=(*p.inputs[:i], new, *p.inputs[i + 1:])))
-    return out
-
-
-def shrink(p: Program, mode: str, budget: int = 300) -> Program:
-    """The smallest program found (greedy: first smaller candidate that still fails) within `budget` runs."""
-    tried = 0
-    progress = True
-    while progress and tried < budget:
-        progress = False
-        for q in _shrink_steps(p):
-            tried += 1
-            if _still_fails(q, mode):
-                p, progress = q, True
-                break
-            if tried >= budget:
-                break
-    return p
-
-
-def report(p: Program, mode: str, why: str, shrunk: Program | None = None) -> str:
-    s = shrunk or p
-    knobs = ", ".join(f"{k}={v!r}" for k, v in MODES[mode].items())
-    return (f"fuzz program seed={p.seed} fails in mode {mode} ({knobs or 'defaults'}): {why}\n"
-            f"minimal repro:\n{s.repro(knobs)}\n")
-
-
-def fuzz(seeds: range, mode: str, batch: int = 150, on_fail: Callable[[str], None] | None = None,
-         half: bool = False) -> list[str]:
-    """Run the programs of `seeds` in `mode` (`half`: the float16 and bfloat16 ones); the shrunk reports of the
-    failures."""
-    reports = []
-    for lo in range(seeds.start, seeds.stop, batch):
-        progs = [generate(s, gpu=mode == "gpu", half=half, widen=mode in ("cpu", "noopt", "v2"))
-                 for s in range(lo, min(lo + batch, seeds.stop))]
-        for p, why in run_batch(progs, mode):
-            r = report(p, mode, why, shrink(p, mode))
-            reports.append(r)
-            if on_fail:
-                on_fail(r)
-    return reports

@@ -351,7 +351,7 @@ def run_one(c: Case, mode: str) -> str | None:
 def run_batch(cases: list[Case], mode: str, forms: Counter | None = None) -> list[tuple[Case, str]]:
     """Realize the cases' results together (one schedule, one batch of lowerings); failures re-run alone. `forms`
     counts the tensor-core forms of the batch's kernels (`kernel_forms`)."""
-    from tests.tensor.fuzz_programs import realize_together
+    from tests.tensor.fuzz_run import realize_together
 
     got, items = realize_together([functools.partial(_build, c) for c in cases], MODES[mode])
     if forms is not None:
