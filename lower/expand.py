@@ -253,6 +253,13 @@ def _address_lanes(m: UOp) -> UOp | None:
     return None if src is m.src else UOp(m.op, src, m.arg, m.tag)
 
 
+def lost_lanes(ast: UOp) -> bool:
+    """Whether a memory op of `ast` has a scalar address beside a vector gate or value (what lane_addresses mends):
+    one scan of the kernel's memoized walk, where the rewrite would rebuild it."""
+    return any(u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX and u.src[0].shape == () and
+               any(s.shape != () for s in u.src[1:]) for u in _topo(ast))
+
+
 # The simplifier may prove a vector address the same in every lane and make it a scalar ((16 r + (0, 1, ..., 15))
 # // 32 is r // 2) while the access's gate or value stays a vector (63 < 16 r + (0, ..., 15) is as uniform, but no
 # rule folds a comparison's lanes): the memory op then names one address for n lanes, which no device reads. This

@@ -154,9 +154,10 @@ def symbolic(ast: UOp, ctx: Lowering) -> UOp:
 def symbolic_lanes(ast: UOp, ctx: Lowering) -> UOp:
     """`symbolic` on an expanded kernel, then lower.expand.lane_addresses: an address it made a scalar under a
     vector gate or value gets its lanes back."""
-    from lower.expand import lane_addresses
+    from lower.expand import lane_addresses, lost_lanes
 
-    return graph_rewrite(symbolic(ast, ctx), lane_addresses, name="lane-addresses")
+    ast = symbolic(ast, ctx)
+    return graph_rewrite(ast, lane_addresses, name="lane-addresses") if lost_lanes(ast) else ast
 
 
 def symbolic_kernel(ast: UOp, ctx: Lowering) -> UOp:

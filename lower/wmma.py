@@ -65,8 +65,8 @@ LAYOUTS = {"16x8x16 half->float": _M16N8K16, "16x8x16 bfloat16->float": _M16N8K1
 
 
 def tc_shape_for(ast: UOp, target: Target) -> str | None:
-    """The tensor-core shape of `target` that this kernel's reduction can use, if any (any sizes: the direct
-    form needs multiples of the mma's, the staged one (lower.tc_smem) does not)."""
+    """The tensor-core shape of `target` that this kernel's reduction can use, if any (any sizes: every form pads
+    the edges to whole tiles)."""
     try:
         x, *_ = _match(tc_flatten(ast))  # any sizes: every form pads the edges with zeros
     except KernelOptError:
