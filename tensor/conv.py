@@ -7,10 +7,11 @@ strided conv_transpose2d runs forward as subpixel phases and takes the strided c
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, cast
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import tensor.tensor as tt
 from rewrite.derive import fmt_shape
@@ -95,37 +96,28 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrT
     return res
 
 
-# Built once per key (`_key`): conv2d's value over PARAMs (a VjpUnit's body), and its VJP as a tensor.template
-# over placeholders for g, x and w. Both are pure functions of the operands' shapes and dtypes, the geometry and
-# the device's Target (which _widened, _channels_last and _batch_chunks read), so a training step's convolutions
-# and their gradients are not built through the Tensor ops again at every step.
-_BODIES: dict[tuple, UOp] = {}
-_VJP_TEMPLATES: dict[tuple, Template | None] = {}
-_MAX_KEPT = 256
+# Built once per key: conv2d's value over PARAMs (a VjpUnit's body), and its VJP as a tensor.template over
+# placeholders for g, x and w. Both are pure functions of the operands' shapes and dtypes, the geometry and the
+# device's Target (which _widened, _channels_last and _batch_chunks read; its key is in theirs), so a training
+# step's convolutions and their gradients are not built through the Tensor ops again at every step.
+_KEPT = 256
 
 
-def _key(geometry: tuple, *operands: UOp) -> tuple:
+def _target_key(geometry: tuple) -> object:
     from devices import target_for
 
-    return (geometry, target_for(geometry[-1]).key, *((u.shape, u.dtype) for u in operands))
-
-
-def _kept(table: dict, key: tuple, make: Callable[[], object]) -> object:
-    if key not in table:
-        if len(table) >= _MAX_KEPT:
-            table.clear()
-        table[key] = make()
-    return table[key]
+    return target_for(geometry[-1]).key
 
 
 def _conv_body(x: UOp, w: UOp, dt: DType, geometry: tuple) -> UOp:
     """conv2d's value over PARAM 0 and 1 standing for x and w (a VjpUnit's body)."""
+    return _body_of(x.shape, x.dtype, w.shape, w.dtype, dt, geometry, _target_key(geometry))
+
+
+@functools.lru_cache(maxsize=_KEPT)
+def _body_of(xs: tuple, xdt: DType, ws: tuple, wdt: DType, dt: DType, geometry: tuple, _target: object) -> UOp:
     dev = geometry[-1]
-
-    def make() -> UOp:
-        return _conv(UOp.param(0, x.dtype, x.shape, dev), UOp.param(1, w.dtype, w.shape, dev), dt, geometry)
-
-    return cast(UOp, _kept(_BODIES, (_key(geometry, x, w), dt), make))
+    return _conv(UOp.param(0, xdt, xs, dev), UOp.param(1, wdt, ws, dev), dt, geometry)
 
 
 def _conv(x: UOp, w: UOp, dt: DType, geometry: tuple) -> UOp:
@@ -163,19 +155,19 @@ _PRODUCT_COLUMNS = 4
 
 
 def _conv_vjp(g: UOp, args: tuple[UOp, ...], params: tuple) -> tuple[UOp | None, ...]:
-    """_conv_grads, rebuilt from its template for the operands' shapes and dtypes (`_key`)."""
+    """_conv_grads, rebuilt from its template for the operands' shapes and dtypes (`_vjp_template`)."""
     x, w = args
-    dev = params[-1]
-    if isinstance(dev, tuple):
+    if isinstance(params[-1], tuple):
         return _conv_grads(g, args, params)
-
-    def make() -> Template | None:
-        ph = [Template.placeholder(k, u.dtype, u.shape, dev) for k, u in enumerate((g, x, w))]
-        dx, dw = _conv_grads(ph[0], (ph[1], ph[2]), params)
-        return None if dx is None or dw is None else Template.of([dx, dw], ph)
-
-    t = cast("Template | None", _kept(_VJP_TEMPLATES, _key(params, g, x, w), make))
+    t = _vjp_template(params, _target_key(params), *((u.shape, u.dtype) for u in (g, x, w)))
     return _conv_grads(g, args, params) if t is None else tuple(t([g, x, w]))
+
+
+@functools.lru_cache(maxsize=_KEPT)
+def _vjp_template(params: tuple, _target: object, *operands: tuple) -> Template | None:
+    ph = [Template.placeholder(k, dt, shape, params[-1]) for k, (shape, dt) in enumerate(operands)]
+    dx, dw = _conv_grads(ph[0], (ph[1], ph[2]), params)
+    return None if dx is None or dw is None else Template.of([dx, dw], ph)
 
 
 def _conv_grads(g: UOp, args: tuple[UOp, ...], params: tuple) -> tuple[UOp | None, ...]:

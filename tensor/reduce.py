@@ -21,6 +21,7 @@ uint64; float16 and bfloat16 accumulate in float32 and round back; mean of ints 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from enum import Enum
@@ -320,6 +321,7 @@ def _arange_index(n: int) -> UOp:
     return (hi + lo).reshape((a * b,)).shrink((0,), (n,))
 
 
+@functools.lru_cache(maxsize=256)
 def arange_uop(n: int, dtype: DType) -> UOp:
     """[0, 1, ..., n-1] in an integer dtype, from CONST, views, ADD/MUL and REDUCE only.
 
@@ -327,15 +329,7 @@ def arange_uop(n: int, dtype: DType) -> UOp:
     (lower.reduce_collapse) and the exact index math then folds row * width + column back to the kernel's
     RANGE, so the kernel stores `cast(i)` with no reduction. The graph (constants only) is kept for the next
     call: a loss's gather builds the same aranges at every training step."""
-    if (u := _ARANGES.get((n, dtype))) is None:
-        if len(_ARANGES) >= _ARANGES_KEEP:
-            _ARANGES.clear()
-        u = _ARANGES[(n, dtype)] = _arange_index(n).cast(dtype)
-    return u
-
-
-_ARANGES: dict[tuple[int, DType], UOp] = {}
-_ARANGES_KEEP = 256
+    return _arange_index(n).cast(dtype)
 
 
 class _Default(Enum):
