@@ -27,6 +27,8 @@ closes the thread's group of copies, BARRIER ("cp.async.wait", n) lands every gr
 newest n (oldest first) and is then a BARRIER; so a read that runs ahead of its wait sees the old contents.
 A WMMA with arg ("wgmma", ...) is a warpgroup's asynchronous wgmma from shared memory (devices.python_wgmma).
 The INS of devices.tma (TMA copies, mbarriers) are emulated by devices.python_tma (a wait meets the block).
+Where more than one thread runs, every element access is checked for data races (devices.python_mem,
+RACECHECK): two threads touching one element, one writing, with no BARRIER between them, is a DeviceError.
 `check_index_bounds` wraps a kernel so that every index value is checked against its interval bounds.
 
 Vectors (shape (n,)) are tuples of n lane values, and every lane goes through the same semantics table as a
@@ -47,8 +49,25 @@ import numpy as np
 
 from devices.base import Target, gpu_target, python_target
 from devices.linear import Program, analyze, base_of, buffer_arg, const_value, is_global, lanes, special_bound
-from devices.memory import Allocator, bf16_decode, bf16_encode, check_buffers, check_vars, np_dtype, size_of
+from devices.memory import Allocator, check_buffers, check_vars, np_dtype, size_of
 from devices.python_gpu import tf32_round, warp_ldmatrix, warp_mma, warp_shuffle, wmma_m16n8k8_tf32, wmma_m16n8k16
+from devices.python_mem import (
+    UNIT,
+    Clock,
+    Mem,
+    address,
+    bf16_read,
+    bf16_write,
+    issue_epoch,
+    land,
+    np_read,
+    np_write,
+    raw,
+    read_element,
+    reg_read,
+    reg_write,
+    tracked,
+)
 from devices.python_tma import ins_step, wait_met
 from devices.python_wgmma import barrier_step as wgmma_barrier
 from devices.python_wgmma import is_wgmma, is_wgmma_barrier
@@ -56,60 +75,13 @@ from devices.python_wgmma import issue as wgmma_issue
 from devices.python_wgmma import retire as wgmma_retire
 from devices.tma import INIT_FENCE
 from rewrite.dtype import AddrSpace, DType, dtypes
-from rewrite.env import getenv
+from rewrite.env import getenv, knob_bool
 from rewrite.errors import CompileError, DeviceError, EvalError
 from rewrite.ops import GroupOp, Ops
 from rewrite.semantics import exec_alu, exec_bitcast, exec_cast, round_to
 from rewrite.uop import UOp
 
 Step = Callable[[list], "int | None"]
-
-
-class _Mem:
-    """A buffer's storage as the steps see it: the container, its size, and element access."""
-
-    __slots__ = ("data", "label", "read", "size", "write")
-
-    def __init__(self, data: object, size: int, label: str, read: Callable, write: Callable) -> None:
-        self.data, self.size, self.label, self.read, self.write = data, size, label, read, write
-
-
-def _reg_read(mem: _Mem, i: int) -> object:
-    v = mem.data[i]  # type: ignore[index]
-    if v is None:
-        raise DeviceError(f"{mem.label}: element {i} is read before any STORE wrote it")
-    return v
-
-
-def _reg_write(mem: _Mem, i: int, v: object) -> None:
-    mem.data[i] = v  # type: ignore[index]
-
-
-def _np_read(mem: _Mem, i: int) -> object:
-    return mem.data.item(i)  # type: ignore[attr-defined]
-
-
-def _np_write(mem: _Mem, i: int, v: object) -> None:
-    mem.data[i] = v  # type: ignore[index]
-
-
-def _bf16_read(mem: _Mem, i: int) -> object:
-    return bf16_decode(mem.data.item(i))  # type: ignore[attr-defined]
-
-
-def _bf16_write(mem: _Mem, i: int, v: object) -> None:
-    mem.data[i] = bf16_encode(v)  # type: ignore[index, arg-type]
-
-
-def _address(mem: _Mem, i: int) -> int:
-    if not 0 <= i < mem.size:
-        raise DeviceError(f"{mem.label}: index {i} is out of bounds for size {mem.size}")
-    return i
-
-
-def _read_element(mem: _Mem, i: int) -> object:
-    """Element i of `mem`, bounds-checked (a warp instruction's read, devices.python_gpu)."""
-    return mem.read(mem, _address(mem, i))
 
 
 class PythonKernel:
@@ -203,7 +175,7 @@ class PythonKernel:
             n, label = u.shape[0], f"REG buffer (slot {buffer_arg(u).slot})"
 
             def step(v: list) -> None:
-                v[p] = _Mem([None] * n, n, label, _reg_read, _reg_write)
+                v[p] = Mem([None] * n, n, label, reg_read, reg_write)
             return step
         if op is Ops.ATOMICADD:
             return _atomic_add(p, u.src[1].dtype, s)
@@ -271,14 +243,14 @@ class PythonKernel:
             def gated_load(v: list) -> None:
                 if v[gate]:
                     mem, i = v[idx]
-                    v[p] = mem.read(mem, _address(mem, i))
+                    v[p] = mem.read(mem, address(mem, i))
                 else:
                     v[p] = v[alt]
             return gated_load
 
         def load(v: list) -> None:
             mem, i = v[idx]
-            v[p] = mem.read(mem, _address(mem, i))
+            v[p] = mem.read(mem, address(mem, i))
         return load
 
     def _store(self, p: int, s: list[int]) -> Step:
@@ -288,7 +260,7 @@ class PythonKernel:
         def step(v: list) -> None:
             if gate is None or v[gate]:
                 mem, i = v[idx]
-                mem.write(mem, _address(mem, i), v[val])
+                mem.write(mem, address(mem, i), v[val])
         return step
 
     # ------------------------------------------------------------------ running
@@ -302,33 +274,44 @@ class PythonKernel:
         for (name, param), val in zip(prog.variables.items(), vals, strict=True):
             v[prog.pos[param]] = round_to(param.dtype, val)
             vv[name] = val
-        for (slot, buf), arr in zip(prog.buffers.items(), arrays, strict=True):
-            bf16 = buf.dtype is dtypes.bfloat16
-            v[prog.pos[buf]] = _Mem(arr, size_of(buf, vv), f"buffer slot {slot}",
-                                    _bf16_read if bf16 else _np_read, _bf16_write if bf16 else _np_write)
         specials = list(prog.specials.values())
         bounds = [special_bound(sp, vv, self.name) for sp in specials]
         threads = [i for i, sp in enumerate(specials) if str(sp.arg).startswith("lidx")]
+        blocks = [i for i in range(len(specials)) if i not in threads]
+        block_threads = prod(bounds[i] for i in threads)
+        # the race check (devices.python_mem) where more than one thread runs
+        clock = Clock(block_threads) if knob_bool("RACECHECK") and prod(bounds) > 1 else None
+        for (slot, buf), arr in zip(prog.buffers.items(), arrays, strict=True):
+            bf16 = buf.dtype is dtypes.bfloat16
+            v[prog.pos[buf]] = tracked(Mem(arr, size_of(buf, vv), f"buffer slot {slot}", bf16_read if bf16 else
+                                           np_read, bf16_write if bf16 else np_write), clock, self.name)
         if not threads and not prog.locals and \
                 not any(u.op in (Ops.BARRIER, Ops.WMMA, Ops.SHUFFLE) for u in prog.instrs):
-            for combo in itertools.product(*(range(b) for b in bounds)):
+            for n, combo in enumerate(itertools.product(*(range(b) for b in bounds))):
                 for sp, val in zip(specials, combo, strict=True):
                     v[prog.pos[sp]] = val
+                if clock is not None:
+                    clock.new_block()
+                    clock.thread = n
                 self._run(v)
             return
-        blocks = [i for i in range(len(specials)) if i not in threads]
-        for combo in itertools.product(*(range(bounds[i]) for i in blocks)):
+        for n, combo in enumerate(itertools.product(*(range(bounds[i]) for i in blocks))):
             for i, val in zip(blocks, combo, strict=True):
                 v[prog.pos[specials[i]]] = val
             for buf in prog.locals:  # the block's shared memory: fresh, unwritten
-                n = buf.shape[0]
-                v[prog.pos[buf]] = _Mem([None] * n, n, f"LOCAL buffer (slot {buffer_arg(buf).slot})", _reg_read,
-                                        _reg_write)
-            self._run_block(v, [specials[i] for i in threads], [bounds[i] for i in threads])
+                size = buf.shape[0]
+                v[prog.pos[buf]] = tracked(Mem([None] * size, size, f"LOCAL buffer (slot {buffer_arg(buf).slot})",
+                                               reg_read, reg_write), clock, self.name)
+            if clock is not None:
+                clock.new_block()
+            self._run_block(v, [specials[i] for i in threads], [bounds[i] for i in threads], clock,
+                            n * block_threads)
 
-    def _run_block(self, v: list, lids: list[UOp], bounds: list[int]) -> None:
+    def _run_block(self, v: list, lids: list[UOp], bounds: list[int], clock: Clock | None, first: int) -> None:
         """Every thread of one block, in lockstep from BARRIER to BARRIER: each thread runs until it reaches a
-        BARRIER (or the end), and the block goes on only when all threads wait at the same one."""
+        BARRIER (or the end), and the block goes on only when all threads wait at the same one. With the race
+        check on, `clock` is told which thread (kernel-wide: `first` + its number in the block) runs, and every
+        __syncthreads (devices.python_mem)."""
         states: list[tuple[list, int | None]] = [(list(v), 0) for _ in range(prod(bounds))]
         dims = {str(sp.arg): (sp, b) for sp, b in zip(lids, bounds, strict=True)}
         for t, (tv, _) in enumerate(states):  # thread t = lidx0 + b0 * (lidx1 + b1 * lidx2): lidx0 fastest
@@ -336,7 +319,8 @@ class PythonKernel:
                 sp, b = dims[name]
                 tv[self.prog.pos[sp]], t = t % b, t // b
         while states[0][1] is not None:
-            states = [(tv, None if pc is None else self._run(tv, pc)) for tv, pc in states]
+            states = [(tv, None if pc is None else self._run_thread(tv, pc, clock, first + t))
+                      for t, (tv, pc) in enumerate(states)]
             at = {pc for _, pc in states}
             if len(at) > 1:
                 where = ", ".join("the end" if pc is None else self.prog.where(self.instrs[self.step_pos[pc - 1]])
@@ -344,19 +328,31 @@ class PythonKernel:
                 raise DeviceError(f"kernel {self.name!r}: the threads of a block stopped at different barriers "
                                   f"({where}); every thread must reach every BARRIER and WMMA")
             pc = states[0][1]
-            if pc is not None and (u := self.instrs[self.step_pos[pc - 1]]).op is Ops.WMMA and is_wgmma(u):
-                wgmma_issue(u, self.prog.pos[u], [tv for tv, _ in states], self.prog.where(u),
-                            lambda x: round_to(dtypes.float32, x), u.arg[2].itemsize)  # type: ignore[index]
-            elif pc is not None and u.op is Ops.WMMA:
-                warp_mma(u, self.prog.pos[u], [tv for tv, _ in states], self.prog.where(u))
-            elif pc is not None and u.op is Ops.BARRIER and is_wgmma_barrier(u.arg):
-                wgmma_retire(int(u.arg[1]), [tv for tv, _ in states])  # type: ignore[index]
-            elif pc is not None and u.op is Ops.LOAD:
-                warp_ldmatrix(u, self.prog.pos[u], [tv for tv, _ in states], self.prog.where(u), _read_element)
-            elif pc is not None and u.op is Ops.INS:
-                wait_met(u, self.prog.pos, [tv for tv, _ in states], self.prog.where(u))
-            elif pc is not None and u.op is Ops.SHUFFLE:
-                warp_shuffle(u, self.prog.pos[u], [tv for tv, _ in states], self.prog.where(u))
+            if pc is None:
+                break
+            u, tvs = self.instrs[self.step_pos[pc - 1]], [tv for tv, _ in states]
+            if clock is not None:
+                clock.thread = UNIT
+            if u.op is Ops.WMMA and is_wgmma(u):
+                wgmma_issue(u, self.prog.pos[u], tvs, self.prog.where(u), lambda x: round_to(dtypes.float32, x),
+                            u.arg[2].itemsize)  # type: ignore[index]
+            elif u.op is Ops.WMMA:
+                warp_mma(u, self.prog.pos[u], tvs, self.prog.where(u))
+            elif u.op is Ops.BARRIER and is_wgmma_barrier(u.arg):
+                wgmma_retire(int(u.arg[1]), tvs)  # type: ignore[index]
+            elif u.op is Ops.LOAD:
+                warp_ldmatrix(u, self.prog.pos[u], tvs, self.prog.where(u), read_element)
+            elif u.op is Ops.INS:
+                wait_met(u, self.prog.pos, tvs, self.prog.where(u))
+            elif u.op is Ops.SHUFFLE:
+                warp_shuffle(u, self.prog.pos[u], tvs, self.prog.where(u))
+            elif clock is not None and u.op is Ops.BARRIER:  # a __syncthreads: what came before is ordered
+                clock.epoch += 1
+
+    def _run_thread(self, v: list, pc: int, clock: Clock | None, thread: int) -> int | None:
+        if clock is not None:
+            clock.thread = thread
+        return self._run(v, pc)
 
     def _run(self, v: list, pc: int = 0) -> int | None:
         """Run from step `pc` to the end (None) or to just after the next BARRIER (the step to resume at)."""
@@ -402,7 +398,8 @@ def _async_store(store: Step, idx: int) -> Step:
     def step(v: list) -> None:
         mem, i = v[idx]
         issued = _async_groups(v)[0]
-        v[idx] = (_Mem(None, mem.size, mem.label, mem.read, lambda _m, a, x: issued.append((mem, a, x))), i)
+        at = issue_epoch(mem)
+        v[idx] = (Mem(None, mem.size, mem.label, mem.read, lambda _m, a, x: issued.append((mem, a, x, at))), i)
         try:
             store(v)
         finally:
@@ -429,7 +426,8 @@ def _async_barrier(u: UOp) -> Step:
     def wait(v: list) -> int:
         groups = _async_groups(v)[1]
         while len(groups) > keep:
-            for mem, a, x in groups.pop(0):
+            for mem, a, x, at in groups.pop(0):
+                land(mem, a, at)
                 mem.write(mem, a, x)
         return _AT_BARRIER
     return wait
@@ -440,8 +438,8 @@ def _atomic_add(p: int, dt: DType, s: list[int]) -> Step:
 
     def step(v: list) -> None:
         mem, i = v[idx]
-        at = _address(mem, i)
-        mem.write(mem, at, exec_alu(Ops.ADD, dt, mem.read(mem, at), v[val]))
+        at, (read, write) = address(mem, i), raw(mem)  # atomic: never a race (devices.python_mem)
+        write(mem, at, exec_alu(Ops.ADD, dt, read(mem, at), v[val]))
     return step
 
 
@@ -486,14 +484,14 @@ def _vector_load(p: int, u: UOp, s: list[int]) -> Step:
     if len(s) == 1:
         def load(v: list) -> None:
             mem, ii = v[idx]
-            v[p] = tuple(mem.read(mem, _address(mem, i)) for i in ii)
+            v[p] = tuple(mem.read(mem, address(mem, i)) for i in ii)
         return load
     alt, gate = s[1], s[2]
     alts, gates = _spread(u.src[1], n), _spread(u.src[2], n)
 
     def gated_load(v: list) -> None:
         mem, ii = v[idx]
-        v[p] = tuple(mem.read(mem, _address(mem, i)) if g else a
+        v[p] = tuple(mem.read(mem, address(mem, i)) if g else a
                      for i, g, a in zip(ii, gates(v[gate]), alts(v[alt]), strict=True))
     return gated_load
 
@@ -508,7 +506,7 @@ def _vector_store(p: int, u: UOp, s: list[int]) -> Step:
         on = gates(v[gate])
         for i, x, g in zip(ii, v[val], on, strict=True):  # in lane order: a later lane wins a shared address
             if g:
-                mem.write(mem, _address(mem, i), x)
+                mem.write(mem, address(mem, i), x)
     return step
 
 

@@ -143,6 +143,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("WARP_REDUCE", bool, True, "GPU targets: a block's shared reduction (GROUP_REDUCE) folds each warp's partials "
          "by shuffles, then the warps' totals through shared memory with one barrier; 0: a shared-memory tree with a "
          "barrier per round", lowers=True),
+    Knob("RACECHECK", bool, True, "the python device's grid emulator reports data races: accesses of one element by "
+         "two threads, one a write, with no barrier between them (devices.python_mem); 0: off"),
     Knob("MPI_TIMEOUT", int, 300, "seconds an MPI collective may take before every rank is aborted (devices/mpi.py)",
          lo=1),
 )}
@@ -153,7 +155,7 @@ IntKnob = Literal["DEBUG", "TRACE", "SPEC", "VIZ", "BEAM", "CACHE", "EGGLOG", "C
                  "CPU_TIERS"]
 StrKnob = Literal["DEVICE", "CPU_TARGET", "CACHEDIR", "MATCHERDIR", "CC", "SANITIZE", "VIZ_OUT", "CUDA_COMPILER",
                   "PYTHON_TARGET"]
-BoolKnob = Literal["NOOPT", "NOLOCALS", "ALLOW_TF32", "WGMMA", "TMA", "WARP_REDUCE"]
+BoolKnob = Literal["NOOPT", "NOLOCALS", "ALLOW_TF32", "WGMMA", "TMA", "WARP_REDUCE", "RACECHECK"]
 
 _overrides: dict[str, KnobValue] = {}
 
@@ -223,6 +225,7 @@ class Knobs:
     wgmma: bool
     tma: bool
     warp_reduce: bool
+    racecheck: bool
     mpi_timeout: int
 
 
@@ -253,6 +256,7 @@ def knobs() -> Knobs:
         wgmma=knob_bool("WGMMA"),
         tma=knob_bool("TMA"),
         warp_reduce=knob_bool("WARP_REDUCE"),
+        racecheck=knob_bool("RACECHECK"),
         mpi_timeout=knob_int("MPI_TIMEOUT"),
     )
 
