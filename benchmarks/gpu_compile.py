@@ -1,5 +1,6 @@
-"""`python -m benchmarks.gpu_compile [--sm sm_90] [--json PATH] [--no-tinygrad]`: cold compile time per CUDA
-kernel, NVRTC against nvcc, and against tinygrad's CUDA backend. Ours needs no GPU; tinygrad's does.
+"""`python -m benchmarks.gpu_compile [--sm sm_90] [--json PATH] [--no-tinygrad] [--tinygrad-dev DEV]`: cold compile
+time per CUDA kernel, NVRTC against nvcc, and against tinygrad's CUDA backend. Neither needs a GPU: without one,
+tinygrad runs on its null device with its CUDA renderer and NVRTC for the arch (`tinygrad_dev`).
 
 The GPU benchmark's kernels (benchmarks.gpu.gpu_cases: its matmuls, softmax, layernorm, conv, attention, ...)
 are scheduled, then each is lowered for the target (timed per kernel: `lower_ms`) and rendered (`render_ms`);
@@ -22,7 +23,8 @@ import time
 from typing import Any
 
 
-def lowered_kernels(sm: str, tf32: bool = True, lower_ms: list[float] | None = None) -> list[tuple[str, Any]]:
+def lowered_kernels(sm: str, tf32: bool = True, lower_ms: list[float] | None = None,
+                    cases: list[str] | None = None) -> list[tuple[str, Any]]:
     """(name, LINEAR) of every kernel of the GPU benchmark's cases, lowered for `sm` (float32 matmuls on tf32
     tensor cores with `tf32`); each lowering's wall time (ms) appended to `lower_ms` when given. The graphs are
     built on the python device with PYTHON_TARGET=sm, whose Target is the GPU's, so they schedule as on the cuda
@@ -48,28 +50,56 @@ def lowered_kernels(sm: str, tf32: bool = True, lower_ms: list[float] | None = N
                 out.append((f"{case.key}_{it.name}", lower_kernel(it.ast, target, name=it.name)))
                 if lower_ms is not None:
                     lower_ms.append((time.perf_counter() - t) * 1e3)
+                if cases is not None:
+                    cases.append(case.key)
     return out
 
 
-def tinygrad_compile(path: str, timeout: float = 45.0) -> dict[str, Any]:
-    """benchmarks.gpu_compile_tinygrad's result, run in a subprocess (its error where it could not run)."""
+def tinygrad_dev(sm: str) -> str:
+    """tinygrad's device for its cold compile: CUDA where the CUDA driver loads (a GPU machine), else
+    NULL:CUDA:<sm>, tinygrad's null device with its CUDA renderer, tensor cores and NVRTC for that arch: the same
+    optimizations, rendering and NVRTC compile, with no GPU to run on. There NVRTC gives a cubin (SASS), as ours
+    does; on a GPU tinygrad's CUDA device asks NVRTC for PTX and leaves PTX to SASS to the driver's first load,
+    outside the span timed."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return "CUDA"
+    except OSError:
+        return f"NULL:CUDA:{sm}"
+
+
+def tinygrad_compile(path: str, dev: str, timeout: float = 45.0, tiny: bool = False) -> dict[str, Any]:
+    """benchmarks.gpu_compile_tinygrad's result on tinygrad device `dev`, run in a subprocess (its error where it
+    could not run). On the null device tinygrad is pointed at the NVRTC library ours loads (NVRTC_PATH)."""
     import subprocess
 
-    env = {**os.environ, "DEV": "CUDA", "CACHELEVEL": "0", "PARALLEL": "0"}
+    env = {**os.environ, "DEV": dev, "CACHELEVEL": "0", "PARALLEL": "0"}
+    if dev.startswith("NULL") and "NVRTC_PATH" not in env:
+        from devices.cuda_compile import _find_nvrtc
+        from rewrite.errors import CompileError
+
+        try:
+            env["NVRTC_PATH"] = _find_nvrtc()[1]
+        except CompileError as e:
+            return {"kernels": [], "ms": [], "error": str(e)[:300], "dev": dev}
     try:
-        subprocess.run([sys.executable, "-m", "benchmarks.gpu_compile_tinygrad", "--json", path], env=env,
-                       timeout=timeout, check=False)
+        subprocess.run([sys.executable, "-m", "benchmarks.gpu_compile_tinygrad", "--json", path,
+                        *(["--tiny"] if tiny else [])], env=env, timeout=timeout, check=False)
         with open(path) as f:
-            return dict(json.load(f))
+            return {**json.load(f), "dev": dev}
     except (OSError, ValueError, subprocess.TimeoutExpired) as e:
-        return {"kernels": [], "ms": [], "error": f"{type(e).__name__}: {e}"}
+        return {"kernels": [], "ms": [], "error": f"{type(e).__name__}: {e}", "dev": dev}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.gpu_compile", description=__doc__.split("\n")[0])
     ap.add_argument("--sm", default="sm_90")
     ap.add_argument("--json", default=os.path.join("results", "bench-gpu-compile.json"))
-    ap.add_argument("--no-tinygrad", action="store_true", help="skip tinygrad's CUDA backend (needs a GPU)")
+    ap.add_argument("--no-tinygrad", action="store_true", help="skip tinygrad's CUDA backend")
+    ap.add_argument("--tinygrad-dev", default="", help="tinygrad's device (default: CUDA on a GPU machine, else "
+                    "NULL:CUDA:<sm>, its CUDA renderer and NVRTC with no GPU)")
     ap.add_argument("--compilers", default="nvrtc,nvcc", help="ours to time, in order (nvrtc, nvcc)")
     args = ap.parse_args(argv)
     from devices.base import gpu_target
@@ -83,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     target = gpu_target(args.sm, tf32=True)
     t0 = time.perf_counter()
     lower_ms: list[float] = []
-    kernels = lowered_kernels(args.sm, lower_ms=lower_ms)
+    cases: list[str] = []
+    kernels = lowered_kernels(args.sm, lower_ms=lower_ms, cases=cases)
     print(f"{len(kernels)} kernels lowered for {args.sm} in {time.perf_counter() - t0:.1f} s", flush=True)
     sources, render_ms = [], []
     for name, lin in kernels:
@@ -92,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         helpers: dict[str, str] = {}
         sources.append((name, render_cuda_source([render_kernel(prog, prog.name, helpers)], helpers)))
         render_ms.append((time.perf_counter() - t) * 1e3)
-    result: dict[str, Any] = {"sm": args.sm, "kernels": [n for n, _ in sources], "lower_ms": lower_ms,
+    result: dict[str, Any] = {"sm": args.sm, "kernels": [n for n, _ in sources], "cases": cases, "lower_ms": lower_ms,
                               "render_ms": render_ms, "compilers": {}}
 
     def save() -> None:  # after each part too: a run cut off by its time limit keeps what it measured
@@ -107,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         order.insert(1, None)
     for comp in order:
         if comp is None:
-            tinygrad_part(result)
+            tinygrad_part(result, args.tinygrad_dev or tinygrad_dev(args.sm))
             save()
             continue
         try:
@@ -134,21 +165,40 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def tinygrad_part(result: dict[str, Any]) -> None:
-    """tinygrad's cold compile per kernel into result["tinygrad"], compared with ours (NVRTC, full) if measured."""
+def tinygrad_part(result: dict[str, Any], dev: str) -> None:
+    """tinygrad's cold compile per kernel (on tinygrad device `dev`) into result["tinygrad"], compared with ours
+    (NVRTC, full) if measured."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        tg = tinygrad_compile(os.path.join(tmp, "tinygrad.json"))
+        tg = tinygrad_compile(os.path.join(tmp, "tinygrad.json"), dev)
     result["tinygrad"] = tg
     ours = result["compilers"].get("nvrtc", {}).get("full_ms")
     if tg["ms"] and ours:
         r = statistics.median(tg["ms"]) / statistics.median(ours)
         print(f"cold compile per kernel, median: ours (nvrtc, full) {statistics.median(ours):.0f} ms over "
-              f"{len(ours)} kernels, tinygrad CUDA {statistics.median(tg['ms']):.0f} ms over {len(tg['ms'])} "
+              f"{len(ours)} kernels, tinygrad {dev} {statistics.median(tg['ms']):.0f} ms over {len(tg['ms'])} "
               f"kernels: tinygrad/ours {r:.2f} (> 1: ours faster)", flush=True)
+        by_case(result["cases"], ours, tg.get("cases") or [], tg["ms"])
     else:
         print(f"tinygrad comparison: none ({tg.get('error') or 'no nvrtc figures of ours'})", flush=True)
+
+
+def by_case(ours_cases: list[str], ours: list[float], tg_cases: list[str], tg: list[float]) -> None:
+    """Each case's cold compile, all its kernels together (what a user waits for before its first run), ours
+    (NVRTC, full) against tinygrad's, and the geometric mean of tinygrad/ours over the cases both compiled."""
+    ratios = []
+    for case in dict.fromkeys(ours_cases):
+        a = sum(t for c, t in zip(ours_cases, ours, strict=True) if c == case)
+        b = sum(t for c, t in zip(tg_cases, tg, strict=True) if c == case)
+        na, nb = ours_cases.count(case), tg_cases.count(case)
+        if nb:
+            ratios.append(b / a)
+        print(f"  {case:18s} ours {a:7.0f} ms ({na} kernels)  tinygrad {b:7.0f} ms ({nb} kernels)"
+              + (f"  tinygrad/ours {b / a:5.2f}" if nb else ""), flush=True)
+    if ratios:
+        print(f"per case, tinygrad/ours geometric mean {statistics.geometric_mean(ratios):.2f} over {len(ratios)} "
+              f"cases (> 1: ours faster)", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
 """`python -m benchmarks.gpu_compile_tinygrad --json PATH`: tinygrad's CUDA backend's cold compile time per kernel,
-for the GPU benchmark's cases (benchmarks.gpu.gpu_cases, the same shapes and dtypes). Needs tinygrad and a GPU
-that tinygrad's CUDA backend opens; benchmarks.gpu_compile runs it in a subprocess with DEV=CUDA (tinygrad's
-device), CACHELEVEL=0 (no compile cache: every kernel cold) and PARALLEL=0 (kernels compiled one by one in this
-process, so each is timed alone).
+for the GPU benchmark's cases (benchmarks.gpu.gpu_cases, the same shapes and dtypes). Needs tinygrad, and a GPU
+for DEV=CUDA; without one, DEV=NULL:CUDA:sm_90 (tinygrad's null device with its CUDA renderer and NVRTC, given by
+NVRTC_PATH) compiles the same kernels and runs nothing. benchmarks.gpu_compile runs it in a subprocess with DEV
+(benchmarks.gpu_compile.tinygrad_dev), CACHELEVEL=0 (no compile cache: every kernel cold) and PARALLEL=0
+(kernels compiled one by one in this process, so each is timed alone).
 
 Per kernel it times tinygrad.engine.realize.to_program, which takes a kernel's AST to a compiled PROGRAM: its
 optimizations, linearize, render, and NVRTC -- the same span as ours in benchmarks.gpu_compile's "full" column
-(lower_kernel, render, compile). Writes {"kernels": [names], "ms": [times], "error": null or why} and prints a
+(lower_kernel, render, compile). Writes {"kernels": [names], "ms": [times], "cases": [the case of each kernel],
+"error": null or why} and prints a
 summary line; exits 0 with the error recorded when tinygrad or its CUDA device is missing.
 """
 
@@ -30,13 +32,16 @@ def measure(tiny: bool = False) -> dict[str, Any]:
 
     names: list[str] = []
     times: list[float] = []
+    of_case: list[str] = []
+    now = [""]  # the case being realized
     inner = tg_realize.to_program
 
     def timed(ast: Any, renderer: Any) -> Any:
         t = time.perf_counter()
         out = inner(ast, renderer)
         times.append((time.perf_counter() - t) * 1e3)
-        names.append(str(getattr(getattr(ast, "arg", None), "name", "?")))
+        names.append(str(getattr(out, "name", None) or getattr(getattr(ast, "arg", None), "name", "?")))
+        of_case.append(now[0])
         return out
 
     tg_realize.to_program = timed  # type: ignore[assignment]  # wrapped for timing; restored below
@@ -46,11 +51,12 @@ def measure(tiny: bool = False) -> dict[str, Any]:
         cases = [(Case("add_tiny", "add", "add", (64,)), "float32"), (Case("mm_tiny", "matmul", "matmul", (16,)),
                                                                     "float16")] if tiny else gpu_cases(False)
         for case, dtype in cases:
+            now[0] = case.key
             xs = [Tensor.empty(*s, dtype=dts[dtype], device=device) for s in case.shapes()]
             tensor_graph(case, xs).realize()
     finally:
         tg_realize.to_program = inner  # type: ignore[assignment]
-    return {"kernels": names, "ms": times, "error": None}
+    return {"kernels": names, "ms": times, "cases": of_case, "error": None}
 
 
 def main(argv: list[str] | None = None) -> int:

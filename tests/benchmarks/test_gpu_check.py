@@ -79,6 +79,25 @@ def test_tinygrad_probe_times_each_kernel(tmp_path: pathlib.Path) -> None:
     assert got["error"] is None and len(got["ms"]) == 2 and all(t > 0 for t in got["ms"])
 
 
+def test_tinygrad_compiles_for_a_gpu_without_one(tmp_path: pathlib.Path) -> None:
+    """Without a GPU, tinygrad's cold compile runs on its null device with its CUDA renderer and the NVRTC library
+    ours loads: the kernels are CUDA C compiled to sm_90 cubins, timed one by one."""
+    pytest.importorskip("tinygrad")
+    from benchmarks.gpu_compile import tinygrad_compile, tinygrad_dev
+    from devices.cuda_compile import _find_nvrtc
+    from rewrite.errors import CompileError
+
+    try:
+        _find_nvrtc()
+    except CompileError:
+        pytest.skip("no NVRTC library here")
+    dev = tinygrad_dev("sm_90")
+    assert dev in ("CUDA", "NULL:CUDA:sm_90")
+    got = tinygrad_compile(str(tmp_path / "tg.json"), "NULL:CUDA:sm_90", timeout=240, tiny=True)
+    assert got["error"] is None and got["dev"] == "NULL:CUDA:sm_90", got
+    assert len(got["ms"]) == 2 and all(t > 0 for t in got["ms"])
+
+
 def test_benchmark_variants_parse_knob_groups() -> None:
     """`python -m benchmarks gpu --variants`: groups of declared knob settings; anything else is refused."""
     from benchmarks.gpu import parse_variants
