@@ -317,7 +317,9 @@ def store_results(ast: UOp, end: UOp, step: UOp, at: list[UOp], places: list[tup
     loop = frozenset(step.toposort())
     stores = []
     for val, (row, col) in zip(res, places, strict=True):
-        st = end.src[0].substitute({red: val}).substitute({**spread(uv[0], row), **spread(uv[1], col)})
+        # one walk of the store's own graph: `val` reads the k loop (thousands of nodes), which holds no range of
+        # the output axes (they are the block's, warp's and lane's ids there), so it is not walked again
+        st = end.src[0].substitute({red: val, **spread(uv[0], row), **spread(uv[1], col)})
         checks = [c for c, n, blk in ((row < nu, nu, bm), (col < nv, nv, bn)) if n % blk]
         if checks:
             st = _gated(st, checks[0] if len(checks) == 1 else checks[0] & checks[1], loop)
