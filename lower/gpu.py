@@ -53,7 +53,7 @@ from typing import cast
 
 from devices.base import Target
 from devices.linear import SHUFFLE_DTYPES
-from lower.opt_apply import Opt, OptOps, apply_opt, axes, next_range_id, replace_range, size
+from lower.opt_apply import Opt, OptOps, apply_opt, axes, next_range_id, replace_range, replace_ranges, size
 from lower.optimize import _split_pair
 from lower.strides import _ranges_in, _stride, _topo
 from rewrite import AxisType, BufferArg, Ops, UOp
@@ -395,21 +395,19 @@ def _dims(ranges: list[UOp], limits: tuple[int, int, int]) -> list[list[UOp]]:
 
 
 def _to_specials(ast: UOp, ranges: list[UOp], prefix: str, limits: tuple[int, int, int]) -> UOp:
-    for r in [r for r in ranges if size(r) == 1]:  # no dimension for one index
-        ast = replace_range(ast, r, (), UOp.const(0))
+    """`ast` with the grid `ranges` (innermost first) replaced by SPECIALs `prefix`0..2 (lower.opt_apply.
+    replace_ranges: one walk for them all): a range of one index by 0, the others merged into dimensions."""
+    subs: dict[UOp, tuple[tuple[UOp, ...], UOp | None]] = {r: ((), UOp.const(0)) for r in ranges if size(r) == 1}
     ranges = [r for r in ranges if size(r) != 1]
-    if not ranges:
-        return ast
-    for d, group in enumerate(_dims(ranges, limits)):
+    for d, group in enumerate(_dims(ranges, limits) if ranges else []):
         sp = UOp(Ops.SPECIAL, (UOp.const(prod(size(r) for r in group)),), f"{prefix}{d}")
         stride = 1
         for j, r in enumerate(group):  # innermost first: the merged index is sum(r_j * prod(inner sizes))
             n = size(r)
             e = sp if stride == 1 else sp // stride
-            e = e if j == len(group) - 1 else e % n
-            ast = replace_range(ast, r, (), e)
+            subs[r] = ((), e if j == len(group) - 1 else e % n)
             stride *= n
-    return ast
+    return replace_ranges(ast, subs) if subs else ast
 
 
 _GRID = (AxisType.LOOP, AxisType.GLOBAL, AxisType.LOCAL, AxisType.WARP)

@@ -158,25 +158,32 @@ def next_range_id(ast: UOp) -> int:
 def replace_range(ast: UOp, r: UOp, parts: tuple[UOp, ...], expr: UOp | None) -> UOp:
     """`ast` with range `r` replaced: END/REDUCE that list it list `parts` instead (in order), and every other
     use of r becomes `expr` (None: r must have no other uses)."""
-    done: dict[UOp, UOp] = {}  # the nodes that change: those that read r, and their users
+    return replace_ranges(ast, {r: (parts, expr)})
+
+
+def replace_ranges(ast: UOp, subs: dict[UOp, tuple[tuple[UOp, ...], UOp | None]]) -> UOp:
+    """`ast` with every range of `subs` replaced as replace_range does, in one walk: the same graph as replacing
+    them one after another where no replacement reads another replaced range (the grid's SPECIALs, lower.gpu)."""
+    done: dict[UOp, UOp] = {}  # the nodes that change: those that read a replaced range, and their users
     for u in _topo(ast):
-        if u is r:
+        if u in subs:
             continue
         for s in u.src:
-            if s is r or s in done:
+            if s in subs or s in done:
                 break
-        else:  # reads neither r nor a node that changes: it stays (an END of no ranges becomes its body, as below)
+        else:  # reads no replaced range nor a node that changes: it stays (an END of no ranges: its body, below)
             if u.op is not Ops.END or len(u.src) != 1:
                 continue
         src: list[UOp] = []
-        for s in u.src:
-            if s is r:
-                if u.op in (Ops.END, Ops.REDUCE) and s in u.src[1:]:
-                    src.extend(parts)
+        for i, s in enumerate(u.src):
+            sub = subs.get(s)
+            if sub is not None:
+                if i and u.op in (Ops.END, Ops.REDUCE):
+                    src.extend(sub[0])
                     continue
-                if expr is None:
-                    raise KernelOptError(f"range {r.render()} is still used by {u.op.name}")
-                src.append(expr)
+                if sub[1] is None:
+                    raise KernelOptError(f"range {s.render()} is still used by {u.op.name}")
+                src.append(sub[1])
             else:
                 src.append(done.get(s, s))
         new_src = tuple(src)
