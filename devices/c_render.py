@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import cast
 
 from devices.c_bcast import broadcast_load
+from devices.c_bits import moved_bits
 from devices.c_scalar import (
     CContext,
     ctype,
@@ -58,7 +59,7 @@ from devices.c_scalar import (
     storage_type,
     unparen,
 )
-from devices.c_vector import STREAM_FENCE, VECTOR_RULES, contiguous_start, value_type
+from devices.c_vector import STREAM_FENCE, VECTOR_RULES, contiguous_start, float_view, value_type
 from devices.linear import VALUE_OPS, Program, buffer_arg, is_global
 from rewrite.dsl import Rule, RuleSet, op, var
 from rewrite.dtype import AddrSpace, dtypes
@@ -77,8 +78,8 @@ SCALAR_RULES = RuleSet("c-render", [
     Rule("c-variable", op.PARAM(name="x", rest=True), render_param),
     Rule("c-special", op.SPECIAL(var("b"), name="x"), render_param),
     Rule("c-index", op.INDEX(var("buf"), var("i"), name="x"), render_index),
-    Rule("c-load-gated", op.LOAD(var("idx"), var("alt"), var("gate")), render_load_gated),
-    Rule("c-load", op.LOAD(var("idx")), render_load),
+    Rule("c-load-gated", op.LOAD(var("idx"), var("alt"), var("gate"), name="x"), render_load_gated),
+    Rule("c-load", op.LOAD(var("idx"), name="x"), render_load),
     Rule("c-after", op.AFTER(var("y"), rest=True), render_after),
     Rule("c-custom", op.CUSTOM(name="x", rest=True), render_custom),
     Rule("c-cast", op.CAST(var("y"), name="x"), render_cast),
@@ -157,6 +158,8 @@ def _reversed_reduction(prog: Program) -> bool:
 def render_function(prog: Program, name: str, helpers: dict[str, str]) -> str:
     """One C function for a checked program; helpers it needs are added to `helpers`."""
     ctx = CContext(prog, helpers)
+    ctx.bits, viewed = moved_bits(prog)
+    ctx.bit_names = dict.fromkeys(viewed, "")  # named when rendered (render_instr)
     attr = ""
     if _reversed_reduction(prog):
         attr = ctx.define("NO_LOOP_VECTORIZE", _NO_LOOP_VECTORIZE) + " "
@@ -203,6 +206,8 @@ def render_instr(u: UOp, prog: Program, ctx: CContext, rules: RuleSet, lines: li
             nm = ctx.fresh("val" if op is Ops.LOAD else "alu")
             lines.append(f"{'  ' * indent}{value_type(u, ctx)} {nm} = {unparen(text)};")
             ctx.names[u], depth[u] = nm, 0
+            if u in ctx.bit_names:  # a LOAD held as bits that computing ops read too (devices.c_bits)
+                ctx.bit_names[u], ctx.names[u] = nm, float_view(u, nm, ctx)
         else:
             ctx.names[u] = text
     elif op in _NAMED_BY_RULE or (op is Ops.BUFFER and is_global(u)):
