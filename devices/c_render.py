@@ -21,7 +21,9 @@ Exactness (the contract is rewrite.semantics; compile with -fwrapv -ffp-contract
     the reference raises).
   * float16 is `_Float16`: every op result is cast back, and -fexcess-precision=standard makes that cast
     round. bfloat16 values are `float` registers holding bfloat16 values, rounded after every op
-    (`bf16_round`: to nearest even, nan kept); in memory they are uint16 bits.
+    (`bf16_round`: to nearest even, nan kept); in memory they are uint16 bits. A 16-bit float that is only moved
+    (loaded and stored, selected, bitcast) is held as its uint16 bits (devices.c_bits), so every bit pattern, a
+    signaling nan's too, comes out as it went in.
   * MAX is numpy.maximum (nan wins), not fmaxf. CAST float -> int truncates and wraps like the reference;
     nan and +-inf give 0 (`f2i_wrap`). BITCAST goes through memcpy.
   * EXP2/LOG2/SIN/POW call libm's float functions for float32/float16/bfloat16 and the double ones for
