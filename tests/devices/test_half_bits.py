@@ -2,13 +2,15 @@
 bfloat16 one, signaling nans and nan payloads included, comes out of a flip, a cat, a pad, a where between two
 tensors, a transposed copy, an expanded copy, a strided slice and a bitcast exactly as it went in, as torch and
 numpy give. On the cpu at the x86 levels the host runs (x86-64-v2: no F16C, the generic conversions; x86-64-v3:
-F16C's VCVTPH2PS, which quiets a signaling nan) and at the host's own, and on the python device.
+F16C's VCVTPH2PS, which quiets a signaling nan) and at the host's own, and on the python device; a kernel that
+moves and computes also for aarch64 (under qemu where installed).
 
 Oracle: the same movement done by numpy on the uint16 bits. Inputs are written as raw storage (bfloat16 as its
 uint16 bits), never converted, and read back as raw storage."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -16,6 +18,7 @@ import pytest
 
 from devices.base import cpu_target
 from devices.cpu import DEVICE as CPU
+from devices.cpu_cross import compile_emulated, cross_compiler, emulator
 from devices.memory import from_bfloat16_bits, to_bfloat16_bits
 from devices.python import DEVICE as PY
 from lower import buffers as registry
@@ -125,12 +128,21 @@ def _run_kernel(prog: UOp, name: str, device: str, level: str | None, ins: list[
                 outs: list[DType]) -> list[np.ndarray]:
     bufs = {100 + j: x for j, x in enumerate(ins)}
     bufs.update({k: np.zeros(N, storage([], d).dtype) for k, d in enumerate(outs)})
-    with _place(device, level):
-        (CPU if device == "cpu" else PY).compile(prog, name)(bufs)
+    if level == "aarch64":  # C's own conversions of `_Float16` vectors (FCVTL / FCVTN), run under qemu
+        target = cpu_target(level)
+        if cross_compiler(target) is None or emulator(target) is None:
+            pytest.skip("gcc-aarch64-linux-gnu or qemu-user is not installed")
+        compile_emulated(prog, name, target)(bufs)
+    else:
+        with _place(device, level):
+            (CPU if device == "cpu" else PY).compile(prog, name)(bufs)
     return [bufs[k].view(np.uint16) for k in range(len(outs))]
 
 
-@pytest.mark.parametrize(("device", "level"), _PLACES, ids=[f"{d}-{lv or 'host'}" for d, lv in _PLACES])
+_KERNEL_PLACES = [*_PLACES, ("cpu", "aarch64")]
+
+
+@pytest.mark.parametrize(("device", "level"), _KERNEL_PLACES, ids=[f"{d}-{lv or 'host'}" for d, lv in _KERNEL_PLACES])
 @pytest.mark.parametrize("lanes", [1, 8, 16], ids=["scalar", "x8", "x16"])
 @pytest.mark.parametrize("dt", [dtypes.float16, dtypes.bfloat16], ids=["float16", "bfloat16"])
 def test_moved_and_computed_in_one_kernel(dt: DType, lanes: int, device: str, level: str | None) -> None:
@@ -163,3 +175,31 @@ def test_moved_and_computed_in_one_kernel(dt: DType, lanes: int, device: str, le
                         want if dt is dtypes.bfloat16 else want.view(np.float16), dt, f"sum {where}")
             continue
         _check(got[k], want, f"output {k} {where}")
+
+
+@pytest.mark.parametrize("lanes", [1, 8, 16], ids=["scalar", "x8", "x16"])
+@pytest.mark.parametrize("dt", [dtypes.float16, dtypes.bfloat16], ids=["float16", "bfloat16"])
+def test_a_move_renders_no_conversion(dt: DType, lanes: int) -> None:
+    """A kernel that only moves halves (a copy, a bitcast, a select between an input and -0.0 on a condition of
+    their bits) moves uint16 bits: its text has no conversion to or from float lanes, and -0.0 is its bits."""
+    i16 = dtypes.int16
+    fns: list[Callable[[UOp, UOp], UOp]] = [
+        lambda x, y: x,
+        lambda x, y: x.bitcast(i16),
+        lambda x, y: (x.bitcast(i16) < y.bitcast(i16)).where(x, UOp.const(-0.0, dt)),  # a pad's kind of select
+    ]
+    outs = [dt, i16, dt]
+    if lanes == 1:
+        prog = multi_output(fns, outs, [dt, dt], 64)
+    else:
+        prog = vector_multi_output([lambda v, s, f=f: f(v[0], v[1]) for f in fns], outs, [dt, dt], lanes, 4,
+                                   gathered=frozenset({0}))
+    body = CPU.render(prog, f"moves_{lanes}").split("\nvoid ")[-1]
+    if lanes > 1:  # vector_multi_output also loads each block's first element as a scalar that nothing reads
+        body = "\n".join(ln for ln in body.split("\n") if not re.match(r"\s*(float|_Float16) val\d+ = ", ln))
+    for conversion in ("vh2f_", "vf2h_", "vload_f16_", "vstore_f16_", "bf16_to_f32", "f32_to_bf16", "vload_bf16_",
+                       "vstore_bf16_"):
+        assert conversion not in body, body
+    assert "_Float16 val" not in body, body
+    assert "uint16_t val" in body or f"u16x{lanes} val" in body, body
+    assert "0x8000" in body, body
