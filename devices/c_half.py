@@ -7,10 +7,11 @@ once to float16 is the correctly rounded float16 result (float32's 24 bits are a
 the scalar text's `(_Float16)(a op b)` gives under -fexcess-precision=standard; the fused multiply-add, EXP2,
 LOG2, SIN and POW are float32 math rounded once to float16 in both texts (rewrite.semantics), and MAX, WHERE, the
 comparisons, NEG and the casts to wider types are exact on the float32 values. Infinities, -0.0 and the
-subnormals of float16 are float32 normal values, converted exactly both ways. One difference from a `_Float16`
-lane that only moves: VCVTPH2PS quiets a signaling NaN (0x7c01 loads as the float of 0x7e01), as the scalar
-text's F16C conversions do, so a signaling NaN that a vector kernel copies or selects comes out quiet with F16C
-(the generic conversion without it keeps it signaling; tests/devices/test_vector_half.py takes either).
+subnormals of float16 are float32 normal values, converted exactly both ways, all but the signaling NaNs:
+VCVTPH2PS quiets one (0x7c01 loads as the float of 0x7e01), as the scalar text's F16C conversions do. So a half
+that is only moved (copied, selected, bitcast) never becomes a float lane: devices.c_bits keeps it as its uint16
+bits, and an op that computes reads a loaded half converted (`vh2f_`). What still quiets: a select or bitcast whose
+result is both stored and computed with in one kernel moves through float lanes (devices.c_bits).
 
 Helpers, per float32 vector type `f32xN` (and its uint16 bits `u16xN`), each emitted once per file:
   * `vh2f_f32xN(u16xN)`, `vf2h_f32xN(f32xN)`: halves' bits to floats and back (round to nearest even). On x86,

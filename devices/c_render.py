@@ -21,7 +21,9 @@ Exactness (the contract is rewrite.semantics; compile with -fwrapv -ffp-contract
     the reference raises).
   * float16 is `_Float16`: every op result is cast back, and -fexcess-precision=standard makes that cast
     round. bfloat16 values are `float` registers holding bfloat16 values, rounded after every op
-    (`bf16_round`: to nearest even, nan kept); in memory they are uint16 bits.
+    (`bf16_round`: to nearest even, nan kept); in memory they are uint16 bits. A 16-bit float that is only moved
+    (loaded and stored, selected, bitcast) is held as its uint16 bits (devices.c_bits), so every bit pattern, a
+    signaling nan's too, comes out as it went in.
   * MAX is numpy.maximum (nan wins), not fmaxf. CAST float -> int truncates and wraps like the reference;
     nan and +-inf give 0 (`f2i_wrap`). BITCAST goes through memcpy.
   * EXP2/LOG2/SIN/POW call libm's float functions for float32/float16/bfloat16 and the double ones for
@@ -33,6 +35,7 @@ from __future__ import annotations
 from typing import cast
 
 from devices.c_bcast import broadcast_load
+from devices.c_bits import moved_bits
 from devices.c_scalar import (
     CContext,
     ctype,
@@ -58,7 +61,7 @@ from devices.c_scalar import (
     storage_type,
     unparen,
 )
-from devices.c_vector import STREAM_FENCE, VECTOR_RULES, contiguous_start, value_type
+from devices.c_vector import STREAM_FENCE, VECTOR_RULES, contiguous_start, float_view, value_type
 from devices.linear import VALUE_OPS, Program, buffer_arg, is_global
 from rewrite.dsl import Rule, RuleSet, op, var
 from rewrite.dtype import AddrSpace, dtypes
@@ -77,8 +80,8 @@ SCALAR_RULES = RuleSet("c-render", [
     Rule("c-variable", op.PARAM(name="x", rest=True), render_param),
     Rule("c-special", op.SPECIAL(var("b"), name="x"), render_param),
     Rule("c-index", op.INDEX(var("buf"), var("i"), name="x"), render_index),
-    Rule("c-load-gated", op.LOAD(var("idx"), var("alt"), var("gate")), render_load_gated),
-    Rule("c-load", op.LOAD(var("idx")), render_load),
+    Rule("c-load-gated", op.LOAD(var("idx"), var("alt"), var("gate"), name="x"), render_load_gated),
+    Rule("c-load", op.LOAD(var("idx"), name="x"), render_load),
     Rule("c-after", op.AFTER(var("y"), rest=True), render_after),
     Rule("c-custom", op.CUSTOM(name="x", rest=True), render_custom),
     Rule("c-cast", op.CAST(var("y"), name="x"), render_cast),
@@ -157,6 +160,8 @@ def _reversed_reduction(prog: Program) -> bool:
 def render_function(prog: Program, name: str, helpers: dict[str, str]) -> str:
     """One C function for a checked program; helpers it needs are added to `helpers`."""
     ctx = CContext(prog, helpers)
+    ctx.bits, viewed = moved_bits(prog)
+    ctx.bit_names = dict.fromkeys(viewed, "")  # named when rendered (render_instr)
     attr = ""
     if _reversed_reduction(prog):
         attr = ctx.define("NO_LOOP_VECTORIZE", _NO_LOOP_VECTORIZE) + " "
@@ -203,6 +208,8 @@ def render_instr(u: UOp, prog: Program, ctx: CContext, rules: RuleSet, lines: li
             nm = ctx.fresh("val" if op is Ops.LOAD else "alu")
             lines.append(f"{'  ' * indent}{value_type(u, ctx)} {nm} = {unparen(text)};")
             ctx.names[u], depth[u] = nm, 0
+            if u in ctx.bit_names:  # a LOAD held as bits that computing ops read too (devices.c_bits)
+                ctx.bit_names[u], ctx.names[u] = nm, float_view(u, nm, ctx)
         else:
             ctx.names[u] = text
     elif op in _NAMED_BY_RULE or (op is Ops.BUFFER and is_global(u)):

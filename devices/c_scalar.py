@@ -12,6 +12,7 @@ from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import cast
 
+from devices.c_bits import bits_literal
 from devices.linear import Program, base_of, buffer_arg, const_value, is_global
 from rewrite.dtype import DType, dtypes
 from rewrite.errors import CompileError
@@ -46,8 +47,8 @@ _RESERVED = (
 )
 _C_WORDS = frozenset(_RESERVED.split())
 # the renderer's own names: values, helpers, and (c_vector) vector types `f32x16`, `llx8` and lane-loop names
-_GENERATED = re.compile(r"^(data|val|alu|acc|smem|ridx|bitcast_|max_|cdiv_|cmod_|bf16_|f2i_|f32_|lane_|splat_|vload_|"
-                        r"vstore_|vmax_|vwhere_|vtrunc_|vbf16_|vf16_|vh2f_|vf2h_|[iuf]\d+x\d|llx\d)")
+_GENERATED = re.compile(r"^(data|val|alu|acc|smem|ridx|bitcast_|bits_|max_|cdiv_|cmod_|bf16_|f2i_|f32_|lane_|splat_|"
+                        r"vload_|vstore_|vmax_|vwhere_|vtrunc_|vbf16_|vf16_|vh2f_|vf2h_|[iuf]\d+x\d|llx\d)")
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,12 @@ class CContext:
         self.taken: set[str] = set()
         self.vector_regs: set[UOp] = set()  # REG buffers declared as one vector variable (c_vector)
         self.broadcast: set[UOp] = set()  # scalar LOADs named as a vector of equal lanes (c_bcast)
+        self.bits: frozenset[UOp] = frozenset()  # 16-bit floats held as their uint16 bits (devices.c_bits)
+        self.bit_names: dict[UOp, str] = {}  # a held LOAD that computing ops read too: its bits' name
+
+    def bits_of(self, u: UOp) -> str:
+        """The text of u's bits, for a value held as bits (a LOAD's name where ops read its float view)."""
+        return self.bit_names.get(u) or self.names[u]
 
     def __getitem__(self, u: UOp) -> str:
         return self.names[u]
@@ -279,19 +286,37 @@ def render_index(x: UOp, buf: UOp, i: UOp, ctx: CContext) -> str:
     return f"{ctx[buf]}[{unparen(ctx[i])}]"
 
 
-def _read(idx: UOp, ctx: CContext) -> str:
+def bits_ref(ref: str, dt: DType, ctx: CContext) -> str:
+    """The element lvalue `ref` of a dt buffer as uint16 bits: a bfloat16 buffer holds them, a float16 one is read
+    through a may_alias type (devices.c_bits)."""
+    if dt is dtypes.bfloat16:
+        return ref
+    ctx.define("typedef bits_u16", "typedef uint16_t bits_u16 __attribute__((may_alias));")
+    return f"*(bits_u16*)&{ref}"
+
+
+def bits_operand(s: UOp, ctx: CContext) -> str:
+    """The bits of an operand that a value held as bits reads: a constant's bits, or the held value."""
+    return bits_literal(s) if s.op is Ops.CONST else ctx.bits_of(s)
+
+
+def _read(idx: UOp, ctx: CContext, bits: bool = False) -> str:
     buf = base_of(base_of(idx).src[0])
+    if bits:
+        return bits_ref(ctx[idx], buf.dtype, ctx)
     if is_global(buf) and buf.dtype is dtypes.bfloat16:
         ctx.helper("bf16_round")  # defines bf16_to_f32 too
         return f"bf16_to_f32({ctx[idx]})"
     return ctx[idx]
 
 
-def render_load(idx: UOp, ctx: CContext) -> str:
-    return _read(idx, ctx)
+def render_load(x: UOp, idx: UOp, ctx: CContext) -> str:
+    return _read(idx, ctx, x in ctx.bits)
 
 
-def render_load_gated(idx: UOp, alt: UOp, gate: UOp, ctx: CContext) -> str:
+def render_load_gated(x: UOp, idx: UOp, alt: UOp, gate: UOp, ctx: CContext) -> str:
+    if x in ctx.bits:
+        return f"({ctx[gate]} ? {_read(idx, ctx, True)} : {bits_operand(alt, ctx)})"
     return f"({ctx[gate]} ? {_read(idx, ctx)} : {ctx[alt]})"
 
 
@@ -326,6 +351,8 @@ def render_bitcast(x: UOp, y: UOp, ctx: CContext) -> str:
     a, src, dst = ctx[y], y.dtype, x.dtype
     if src is dst:
         return a
+    if x in ctx.bits or y in ctx.bits:  # 16-bit ints and floats held as bits (devices.c_bits): the same bits
+        return f"(({'uint16_t' if x in ctx.bits else ctx.ctype(dst)}){ctx.bits_of(y)})"
     if dst is dtypes.bool:
         return f"({a}!=0)"
     if src is dtypes.bool:
@@ -367,6 +394,8 @@ def render_alu(x: UOp, ctx: CContext) -> str:
     elif o is Ops.NOT:
         e = f"(!{a[0]})"
     elif o is Ops.WHERE:
+        if x in ctx.bits:
+            a[1:] = [bits_operand(s, ctx) for s in x.src[1:]]
         e = f"({a[0]}?{a[1]}:{a[2]})"
     elif o is Ops.MAX:
         e = f"({a[0]}|{a[1]})" if dt is dtypes.bool else \
@@ -445,6 +474,8 @@ def render_if(g: UOp, ctx: CContext) -> str:
 def _write(idx: UOp, val: UOp, ctx: CContext) -> str:
     buf = base_of(base_of(idx).src[0])
     v = unparen(ctx[val])
+    if val in ctx.bits:
+        return f"{bits_ref(ctx[idx], buf.dtype, ctx)} = {unparen(ctx.bits_of(val))};"
     if is_global(buf) and buf.dtype is dtypes.bfloat16:
         ctx.helper("bf16_round")  # defines f32_to_bf16 too
         v = f"f32_to_bf16({v})"

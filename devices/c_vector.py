@@ -40,13 +40,28 @@ A scalar operand of a vector op is splat: a literal vector for a CONST, `splat_f
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from typing import cast
 
+from devices.c_bits import const_bits
 from devices.c_half import half_bits, half_floats, half_vtype, load_half, round_half, store_half, unrounded
 from devices.c_masked import all_lanes_helper, gate_all_true, masked_load_dtype_ok, masked_load_helper, select_helper
-from devices.c_scalar import CContext, const_text, ctype, render_alu, render_bitcast, render_cast, shift_amount, unparen
+from devices.c_scalar import (
+    CContext,
+    bits_operand,
+    bits_ref,
+    const_text,
+    ctype,
+    render_alu,
+    render_bitcast,
+    render_cast,
+    shift_amount,
+    unparen,
+)
+from devices.c_stream import STREAM_FENCE, vstream
+from devices.c_vfma import fma_helper
 from devices.c_vround import has_vector_round, minmax_call, round_helper
 from devices.c_vtypes import elem_type, reg_dtype, reg_size, vtype
 from devices.linear import base_of, const_value, indexes_of, is_global, lanes, strided_start
@@ -77,9 +92,23 @@ def contiguous_start(i: UOp) -> tuple[UOp | None, int] | None:
     return i._prop("contiguous_start", _contiguous_start)
 
 
-def value_type(u: UOp, ctx: CContext) -> str:
-    """The C type that holds the value of `u`: its scalar type, or its vector type."""
-    return ctx.ctype(u.dtype) if u.shape == () else vtype(u.dtype, lanes(u), ctx)
+def value_type(u: UOp, ctx: CContext, bits: bool | None = None) -> str:
+    """The C type that holds the value of `u`: its scalar type, or its vector type; uint16 bits for a 16-bit float
+    held as bits (devices.c_bits), unless `bits` is False (the float view of a held LOAD)."""
+    dt = dtypes.uint16 if (u in ctx.bits if bits is None else bits) else u.dtype
+    return ctx.ctype(dt) if u.shape == () else vtype(dt, lanes(u), ctx)
+
+
+def float_view(u: UOp, name: str, ctx: CContext) -> str:
+    """The float text of the held LOAD u (devices.c_bits), from its bits `name`: what computing ops read of it."""
+    if u.dtype is dtypes.float16:
+        return f"{half_floats(lanes(u), ctx)}({name})" if u.shape != () else \
+            f"{ctx.helper('bitcast_uint16_to_float16')}({name})"
+    ctx.helper("bf16_round")  # defines bf16_to_f32 too
+    if u.shape == ():
+        return f"bf16_to_f32({name})"
+    return f"(({vtype(dtypes.float32, lanes(u), ctx)})(__builtin_convertvector({name}, " \
+        f"{vtype(dtypes.uint32, lanes(u), ctx)}) << 16))"
 
 
 def _mask_type(dt: DType, n: int, ctx: CContext) -> str:
@@ -100,19 +129,27 @@ def _lane_const(v: ConstValue, dt: DType) -> str:
     return ("-1" if v else "0") if dt is dtypes.bool else const_text(v, dt)
 
 
-def _splat(s: UOp, n: int, ctx: CContext) -> str:
-    """A scalar operand as a vector of n equal lanes."""
-    t = vtype(s.dtype, n, ctx)
+def _splat(s: UOp, n: int, ctx: CContext, bits: bool = False) -> str:
+    """A scalar operand as a vector of n equal lanes (`bits`: of a value held as bits, devices.c_bits)."""
+    dt = dtypes.uint16 if bits else s.dtype
+    t = vtype(dt, n, ctx)
     if s.op is Ops.CONST:
         return f"(({t}){{{', '.join([_lane_const(const_value(s), s.dtype)] * n)}}})"
-    elem = elem_type(s.dtype)
+    elem = elem_type(dt)
     lanes_ = ", ".join(["x"] * n)
     fn = ctx.define(f"splat_{t}", f"static inline {t} splat_{t}({elem} x) {{ return ({t}){{{lanes_}}}; }}")
-    return f"{fn}({'-' + _atom(ctx[s]) if s.dtype is dtypes.bool else unparen(ctx[s])})"
+    text = ctx.bits_of(s) if bits else ctx[s]
+    return f"{fn}({'-' + _atom(text) if s.dtype is dtypes.bool else unparen(text)})"
 
 
-def _vec(s: UOp, n: int, ctx: CContext) -> str:
-    return ctx[s] if s.shape != () or s in ctx.broadcast else _splat(s, n, ctx)
+def _vec(s: UOp, n: int, ctx: CContext, bits: bool = False) -> str:
+    """Operand s of n lanes; `bits`: read by a value held as bits (devices.c_bits), a constant as its bits."""
+    if bits and s.op in (Ops.CONST, Ops.VCONST):
+        vals = cast(tuple, cast(tuple, s.arg)[0]) if s.op is Ops.VCONST else (const_value(s),) * n
+        return f"(({vtype(dtypes.uint16, n, ctx)}){{{', '.join(f'{const_bits(v, s.dtype):#06x}' for v in vals)}}})"
+    if s.shape != () or s in ctx.broadcast:
+        return ctx.bits_of(s) if bits else ctx[s]
+    return _splat(s, n, ctx, bits)
 
 
 def _round(dt: DType, e: str, n: int, ctx: CContext) -> str:
@@ -138,33 +175,6 @@ def _bf16_round(n: int, ctx: CContext) -> str:
     return ctx.define(fn, f"static inline {f} {fn}({f} f) {{ return ({f})({bits}(f) << 16); }}")
 
 
-def _fma_helper(dt: DType, n: int, ctx: CContext) -> str:
-    """Fused multiply-add of n lanes (rewrite.semantics: one rounding; float16 and bfloat16 lanes are float32
-    registers, fused there and rounded by the caller). GCC turns the lane loop of fma calls into one vector FMA;
-    clang contracts a*b+c into one under its pragma where the target has FMA (else fmaf lanes)."""
-    dt = reg_dtype(dt)
-    t = vtype(dt, n, ctx)
-    fn = f"vfma_{t}"
-    scalar = "__builtin_fma" if dt is dtypes.float64 else "__builtin_fmaf"
-    body = f"{t} r; for (int l = 0; l < {n}; l++) r[l] = {scalar}(a[l], b[l], c[l]); return r;"
-    # gcc on x86 with FMA: its one-instruction builtin (the lane loop is re-vectorized at every inlined copy: the
-    # builtin cut gcc's CPU on the transformer training step by 17%, and spares 512-bit tiles gcc's ymm split)
-    builtin = _X86_FMA.get((dt, n))
-    wide = n * dt.itemsize == 64  # the 512-bit builtins: AVX-512's lane mask (-1: all) and rounding (4: current)
-    native = "" if builtin is None else f"#elif defined({'__AVX512F__' if wide else '__FMA__'}) && " \
-        f"defined(__x86_64__)\n  return {builtin}(a, b, c{', -1, 4' if wide else ''});\n"
-    return ctx.define(fn, f"static inline {t} {fn}({t} a, {t} b, {t} c) {{\n"
-                          f"#if defined(__clang__) && defined(__FMA__)\n"
-                          f"  _Pragma(\"clang fp contract(fast)\") return a * b + c;\n"
-                          f"{native}#else\n  {body}\n#endif\n}}")
-
-
-# gcc's x86 FMA builtins by (lane type, lanes), one instruction each
-_X86_FMA = {(dt, n): f"__builtin_ia32_vfmadd{s}{b}" for dt, s, n0 in ((dtypes.float32, "ps", 4),
-                                                                      (dtypes.float64, "pd", 2))
-            for n, b in ((n0, ""), (2 * n0, "256"), (4 * n0, "512_mask"))}
-
-
 # ---------------------------------------------------------------- values
 
 
@@ -178,12 +188,14 @@ def _lane_consts(x: UOp) -> str:
 
 
 def render_stack(x: UOp, ctx: CContext) -> str:
+    if x in ctx.bits:
+        return f"(({vtype(dtypes.uint16, len(x.src), ctx)}){{{', '.join(bits_operand(s, ctx) for s in x.src)}}})"
     lanes_ = [f"-{_atom(ctx[s])}" if x.dtype is dtypes.bool else unparen(ctx[s]) for s in x.src]
     return f"(({vtype(x.dtype, len(x.src), ctx)}){{{', '.join(lanes_)}}})"
 
 
 def render_lane(x: UOp, v: UOp, k: UOp, ctx: CContext) -> str:
-    e = f"{_atom(ctx[v])}[{const_value(k)}]"
+    e = f"{_atom(ctx.bits_of(v) if x in ctx.bits else ctx[v])}[{const_value(k)}]"
     return f"({e}!=0)" if x.dtype is dtypes.bool else e
 
 
@@ -196,7 +208,7 @@ def _per_lane(x: UOp, ctx: CContext, scalar: Callable[[CContext], str]) -> str:
     n, lc = lanes(x), CContext(ctx.prog, ctx.helpers)
     binds = []
     for j, s in enumerate(dict.fromkeys(x.src)):
-        binds.append(f"{value_type(s, ctx)} lane_{j} = {unparen(ctx[s])};")
+        binds.append(f"{value_type(s, ctx, False)} lane_{j} = {unparen(ctx[s])};")
         elem = f"lane_{j}[lane_l]" if s.shape != () else f"lane_{j}"
         lc.names[s] = f"({elem}!=0)" if s.dtype is dtypes.bool and s.shape != () else elem
     body = unparen(scalar(lc))
@@ -237,7 +249,7 @@ def _native_alu(x: UOp, dt: DType, n: int, ctx: CContext) -> str | None:
         one = vtype(dt, n, ctx)
         e = f"((({one}){{{', '.join([_lane_const(1.0, dt)] * n)}}})/{a[0]})"
     elif o is Ops.MULACC and dt.is_float:
-        e = f"{_fma_helper(dt, n, ctx)}({', '.join(unparen(v) for v in a)})"
+        e = f"{fma_helper(dt, n, ctx)}({', '.join(unparen(v) for v in a)})"
     elif o is Ops.MULACC:
         e = f"({_round(dt, f'({a[0]}*{a[1]})', n, ctx)}+{a[2]})"
     elif o is Ops.MAX and dt is dtypes.bool:
@@ -255,19 +267,22 @@ def render_vector_alu(x: UOp, ctx: CContext) -> str:
     n = lanes(x)
     if x.op is Ops.WHERE:
         c, a, b = x.src
+        bits = x in ctx.bits  # a select of 16-bit floats that are only moved: of their bits (devices.c_bits)
+        va, vb = _vec(a, n, ctx, bits), _vec(b, n, ctx, bits)
         if c.shape == ():
-            return f"({unparen(ctx[c])} ? {_vec(a, n, ctx)} : {_vec(b, n, ctx)})"
-        t, m, i8 = vtype(x.dtype, n, ctx), _mask_type(x.dtype, n, ctx), vtype(dtypes.bool, n, ctx)
-        if (fn := minmax_call(x, n, (t, m), ctx)) is not None:  # a min or max as a select: one x86 instruction
-            return f"{fn}({_vec(a, n, ctx)}, {_vec(b, n, ctx)})"
-        if c.op in _COMPARE and c.src[0].dtype is not dtypes.bool and reg_size(c.src[0].dtype) == reg_size(x.dtype):
+            return f"({unparen(ctx[c])} ? {va} : {vb})"
+        held = dtypes.uint16 if bits else x.dtype
+        t, m, i8 = vtype(held, n, ctx), _mask_type(held, n, ctx), vtype(dtypes.bool, n, ctx)
+        if not bits and (fn := minmax_call(x, n, (t, m), ctx)) is not None:  # a min or max: one x86 instruction
+            return f"{fn}({va}, {vb})"
+        if c.op in _COMPARE and c.src[0].dtype is not dtypes.bool and reg_size(c.src[0].dtype) == reg_size(held):
             # the comparison's own mask is already as wide as the lanes: select with it directly (narrowing it to
             # the i8 bool mask and widening it back, GCC moves lane by lane through scalar registers)
             mask = f"({m})({_vec(c.src[0], n, ctx)}{_COMPARE[c.op]}{_vec(c.src[1], n, ctx)})"
             fn = select_helper("vsel", t, m, "c", ctx, f"{m} c, {t} a, {t} b")
-            return f"{fn}({mask}, {_vec(a, n, ctx)}, {_vec(b, n, ctx)})"
+            return f"{fn}({mask}, {va}, {vb})"
         fn = select_helper("vwhere", t, m, f"__builtin_convertvector(c, {m})", ctx, f"{i8} c, {t} a, {t} b")
-        return f"{fn}({unparen(ctx[c])}, {_vec(a, n, ctx)}, {_vec(b, n, ctx)})"
+        return f"{fn}({unparen(ctx[c])}, {va}, {vb})"
     native = _native_alu(x, x.src[0].dtype, n, ctx)
     return native if native is not None else _per_lane(x, ctx, lambda lc: render_alu(x, lc))
 
@@ -302,6 +317,8 @@ def render_vector_bitcast(x: UOp, y: UOp, ctx: CContext) -> str:
     src, dst, n = y.dtype, x.dtype, lanes(x)
     if src is dst:
         return ctx[y]
+    if x in ctx.bits or y in ctx.bits:  # 16-bit ints and floats held as bits (devices.c_bits): the same bits
+        return f"(({value_type(x, ctx)}){_atom(ctx.bits_of(y))})"
     if dtypes.bool in (src, dst) or dtypes.bfloat16 in (src, dst):  # not the same bits in a register
         return _per_lane(x, ctx, lambda lc: render_bitcast(x, y, lc))
     if src is dtypes.float16:  # float lanes holding halves: their half bits
@@ -361,87 +378,55 @@ def _pin_macro(size: int, ctx: CContext) -> str | None:
                             f"#else\n#define {name}(v) ((void)0)\n#endif")
 
 
-def _vload(buf: UOp, ptr: str, n: int, ctx: CContext, pin: bool = False) -> str:
-    t = vtype(buf.dtype, n, ctx)
-    if buf.dtype is dtypes.float16:  # halves in memory (any buffer), float lanes in registers (devices.c_half)
+def _vload(buf: UOp, ptr: str, n: int, ctx: CContext, pin: bool = False, bits: bool = False) -> str:
+    dt = dtypes.uint16 if bits else buf.dtype  # `bits`: 16-bit floats as they are in memory (devices.c_bits)
+    t = vtype(dt, n, ctx)
+    if dt is dtypes.float16:  # halves in memory (any buffer), float lanes in registers (devices.c_half)
         return f"{load_half(n, ctx)}({ptr})"
-    if pin and not _bits16(buf) and buf.dtype is not dtypes.bool and \
-            (mac := _pin_macro(n * reg_size(buf.dtype), ctx)) is not None:
-        m = _mem_type(buf.dtype, n, ctx)
+    bf16 = _bits16(buf) and not bits
+    if pin and not bf16 and dt is not dtypes.bool and (mac := _pin_macro(n * reg_size(dt), ctx)) is not None:
+        m = _mem_type(dt, n, ctx)
         return ctx.define(f"vloadr_{t}", f"static inline {t} vloadr_{t}(const void* p) {{ {t} v = *(const {m}*)p; "
                                          f"{mac}(v); return v; }}") + f"({ptr})"
-    if _bits16(buf):
+    if bf16:
         u16, u32 = _mem_type(dtypes.uint16, n, ctx), vtype(dtypes.uint32, n, ctx)
         fn = ctx.define(f"vload_bf16_{t}", f"static inline {t} vload_bf16_{t}(const void* p) {{ return ({t})"
                         f"(__builtin_convertvector(*(const {u16}*)p, {u32}) << 16); }}")
     else:
-        m = _mem_type(buf.dtype, n, ctx)
+        m = _mem_type(dt, n, ctx)
         fn = ctx.define(f"vload_{t}", f"static inline {t} vload_{t}(const void* p) {{ return *(const {m}*)p; }}")
-    return f"(-{fn}({ptr}))" if buf.dtype is dtypes.bool else f"{fn}({ptr})"  # 0/1 bytes <-> masks
+    return f"(-{fn}({ptr}))" if dt is dtypes.bool else f"{fn}({ptr})"  # 0/1 bytes <-> masks
 
 
-def _vstore(buf: UOp, ptr: str, val: str, n: int, ctx: CContext) -> str:
-    t = vtype(buf.dtype, n, ctx)
-    if buf.dtype is dtypes.float16:
+def _vstore(buf: UOp, ptr: str, val: str, n: int, ctx: CContext, bits: bool = False) -> str:
+    dt = dtypes.uint16 if bits else buf.dtype  # `bits`: 16-bit floats as they are in memory (devices.c_bits)
+    t = vtype(dt, n, ctx)
+    if dt is dtypes.float16:
         return f"{store_half(n, ctx)}({ptr}, {unparen(unrounded(val, n))});"
-    if _bits16(buf):
-        u16, m16, bits = vtype(dtypes.uint16, n, ctx), _mem_type(dtypes.uint16, n, ctx), _bf16_bits(n, ctx)
+    if _bits16(buf) and not bits:
+        u16, m16, to_bits = vtype(dtypes.uint16, n, ctx), _mem_type(dtypes.uint16, n, ctx), _bf16_bits(n, ctx)
         fn = ctx.define(f"vstore_bf16_{t}", f"static inline void vstore_bf16_{t}(void* p, {t} v) {{ *({m16}*)p = "
-                        f"__builtin_convertvector({bits}(v), {u16}); }}")
+                        f"__builtin_convertvector({to_bits}(v), {u16}); }}")
     else:
-        m = _mem_type(buf.dtype, n, ctx)
+        m = _mem_type(dt, n, ctx)
         fn = ctx.define(f"vstore_{t}", f"static inline void vstore_{t}(void* p, {t} v) {{ *({m}*)p = v; }}")
-    return f"{fn}({ptr}, {'-' + _atom(val) if buf.dtype is dtypes.bool else unparen(val)});"
-
-
-# Streaming (non-temporal) stores of a whole register (rules.streaming marks the STORE "stream"): x86's vector move
-# around the caches, by the register width the compiler's own macros say the code may use (SSE2 16 bytes, AVX 32,
-# AVX-512 64); clang spells it as its generic builtin on a naturally aligned type. The move faults on an unaligned
-# address, so the helper tests the address (buffers are 64-byte aligned; a view may not be) and stores plainly
-# otherwise, and anywhere no such move exists (aarch64 here, or a width the code may not use).
-_STREAM_WHEN = {16: "defined(__SSE2__)", 32: "defined(__AVX__)", 64: "defined(__AVX512F__)"}
-STREAM_FENCE = ("#if defined(__x86_64__) && defined(__SSE__)\n#define STREAM_FENCE() __builtin_ia32_sfence()\n"
-                "#else\n#define STREAM_FENCE() ((void)0)\n#endif")
-
-
-def _vstream(buf: UOp, ptr: str, val: str, n: int, ctx: CContext) -> str | None:
-    """A streaming store of the whole vector (None: not for this dtype or width; a plain store then)."""
-    dt = buf.dtype
-    if dt is dtypes.float16:  # streamed as its half bits
-        dt, val = dtypes.uint16, f"{half_bits(n, ctx)}({unparen(unrounded(val, n))})"
-    size = n * reg_size(dt)
-    if _bits16(buf) or dt is dtypes.bool or (when := _STREAM_WHEN.get(size)) is None:
-        return None
-    t, m = vtype(dt, n, ctx), _mem_type(dt, n, ctx)
-    w = size // 8
-    gcc = {16: "__builtin_ia32_movntdq", 32: "__builtin_ia32_movntdq256", 64: "__builtin_ia32_movntdq512"}[size]
-    ctx.define(f"typedef i64n{w}", f"typedef long long i64n{w} __attribute__((vector_size({size})));")
-    fn = ctx.define(f"vstream_{t}", f"""static inline void vstream_{t}(void* p, {t} v) {{
-#if defined(__x86_64__) && ({when})
-  if (!((intptr_t)p & {size - 1})) {{
-#if defined(__clang__)
-    __builtin_nontemporal_store((i64n{w})v, (i64n{w}*)p);
-#else
-    {gcc}((i64n{w}*)p, (i64n{w})v);
-#endif
-    return;
-  }}
-#endif
-  *({m}*)p = v;
-}}""")
-    return f"{fn}({ptr}, {unparen(val)});"
+    return f"{fn}({ptr}, {'-' + _atom(val) if dt is dtypes.bool else unparen(val)});"
 
 
 def render_vector_store_stream(idx: UOp, val: UOp, ctx: CContext) -> str:
     """STORE "stream": a whole vector of consecutive elements streamed (_vstream); anything else as a STORE."""
     ptr, buf, _, start = _access(idx, ctx)
-    if start is not None and (text := _vstream(buf, f"{ptr}+{_atom(start)}", ctx[val], lanes(val), ctx)):
+    if start is not None and \
+            (text := vstream(buf, f"{ptr}+{_atom(start)}", ctx.bits_of(val) if val in ctx.bits else ctx[val],
+                             lanes(val), ctx, val in ctx.bits)):
         return text
     return _store(idx, val, ctx)
 
 
-def _element(buf: UOp, ptr: str, addr: str, ctx: CContext) -> str:
-    """One lane read from memory, as the lane holds it."""
+def _element(buf: UOp, ptr: str, addr: str, ctx: CContext, bits: bool = False) -> str:
+    """One lane read from memory, as the lane holds it (`bits`: a 16-bit float's bits, devices.c_bits)."""
+    if bits:
+        return bits_ref(f"{ptr}[{addr}]", buf.dtype, ctx)
     if _bits16(buf):
         ctx.helper("bf16_round")  # defines bf16_to_f32 too
         return f"bf16_to_f32({ptr}[{addr}])"
@@ -468,33 +453,36 @@ def _load(x: UOp, idx: UOp, ctx: CContext, alt: UOp | None = None, gate: UOp | N
     ptr, buf, i, start = _access(idx, ctx)
     if gate is None and buf in ctx.vector_regs and _all_lanes(buf, i):
         return ptr
-    n, t = lanes(x), vtype(x.dtype, lanes(x), ctx)
+    bits = x in ctx.bits  # a 16-bit float that is only moved: its bits as they are (devices.c_bits)
+    held = dtypes.uint16 if bits else x.dtype
+    n, t = lanes(x), vtype(held, lanes(x), ctx)
     if gate is not None and gate.shape != () and gate_all_true(gate):
         gate = None  # a per-lane gate true in every lane: the vectors before a padded axis's ragged edge
-    if gate is not None and gate.shape != () and start is not None and masked_load_dtype_ok(buf.dtype):
-        mdt = dtypes.uint16 if buf.dtype is dtypes.float16 else buf.dtype  # halves: their bits, then converted
+    if gate is not None and gate.shape != () and start is not None and masked_load_dtype_ok(buf.dtype if not bits
+                                                                                            else held):
+        mdt = dtypes.uint16 if bits or buf.dtype is dtypes.float16 else buf.dtype  # halves: bits, then converted
         types = (vtype(mdt, n, ctx), vtype(dtypes.bool, n, ctx), _mem_type(mdt, n, ctx))
         got = f"{masked_load_helper(mdt, n, types, ctx)}({ptr}+{_atom(start)}, {unparen(ctx[gate])})"
-        if mdt is not buf.dtype:
+        if not bits and mdt is not buf.dtype:
             got = f"{half_floats(n, ctx)}({got})"
-        if alt is None or (alt.op is Ops.CONST and not const_value(alt)):
-            return got  # the helper's lanes off are 0 already
-        m = _mask_type(x.dtype, n, ctx)
+        if alt is None or (alt.op is Ops.CONST and not const_value(alt) and math.copysign(1, const_value(alt)) > 0):
+            return got  # the helper's lanes off are 0 already (bits 0: not -0.0)
+        m = _mask_type(held, n, ctx)
         fn = select_helper("vwhere", t, m, f"__builtin_convertvector(c, {m})", ctx, f"{types[1]} c, {t} a, {t} b")
-        return f"{fn}({unparen(ctx[gate])}, {got}, {_vec(alt, n, ctx)})"
+        return f"{fn}({unparen(ctx[gate])}, {got}, {_vec(alt, n, ctx, bits)})"
     if gate is None or gate.shape == ():
         if start is not None:  # a load that several instructions read is pinned in its register (see _pin_macro)
-            whole = _vload(buf, f"{ptr}+{_atom(start)}", n, ctx, len(ctx.prog.users.get(x, ())) > 1)
+            whole = _vload(buf, f"{ptr}+{_atom(start)}", n, ctx, len(ctx.prog.users.get(x, ())) > 1, bits)
         else:
             binds: list[str] = []
-            whole = _lane_loop(t, n, binds, _element(buf, ptr, _lane_address(i, None, ctx, binds), ctx))
+            whole = _lane_loop(t, n, binds, _element(buf, ptr, _lane_address(i, None, ctx, binds), ctx, bits))
         if gate is None or alt is None:
             return whole
-        return f"({unparen(ctx[gate])} ? {whole} : {_vec(alt, n, ctx)})"
-    binds = [f"{t} lane_a = {_vec(alt, n, ctx) if alt is not None else 0};",
+        return f"({unparen(ctx[gate])} ? {whole} : {_vec(alt, n, ctx, bits)})"
+    binds = [f"{t} lane_a = {_vec(alt, n, ctx, bits) if alt is not None else 0};",
              f"{vtype(dtypes.bool, n, ctx)} lane_g = {unparen(ctx[gate])};"]
     addr = _lane_address(i, start, ctx, binds)
-    return _lane_loop(t, n, binds, f"lane_g[lane_l] ? {_element(buf, ptr, addr, ctx)} : lane_a[lane_l]")
+    return _lane_loop(t, n, binds, f"lane_g[lane_l] ? {_element(buf, ptr, addr, ctx, bits)} : lane_a[lane_l]")
 
 
 def render_vector_load(x: UOp, idx: UOp, ctx: CContext) -> str:
@@ -509,31 +497,34 @@ def _store(idx: UOp, val: UOp, ctx: CContext, gate: UOp | None = None, lanewise:
     ptr, buf, i, start = _access(idx, ctx)
     if gate is None and buf in ctx.vector_regs and _all_lanes(buf, i):
         return f"{ptr} = {unparen(ctx[val])};"
-    n = lanes(val)
+    n, bits = lanes(val), val in ctx.bits  # bits: a 16-bit float's bits, stored as they are (devices.c_bits)
+    v_text = ctx.bits_of(val) if bits else ctx[val]
     if gate is not None and gate.shape != () and gate_all_true(gate):
         gate = None
     guard = f"if ({unparen(ctx[gate])}) " if gate is not None and gate.shape == () else ""
     if gate is not None and gate.shape != () and start is not None and not lanewise:
         # a ragged edge's gate (see devices.c_masked): the whole vector where every lane is on, else lane by lane
-        whole = _vstore(buf, f"{ptr}+{_atom(start)}", ctx[val], n, ctx)
+        whole = _vstore(buf, f"{ptr}+{_atom(start)}", v_text, n, ctx, bits)
         every = all_lanes_helper(vtype(dtypes.bool, n, ctx), n, ctx)
         return f"if ({every}({unparen(ctx[gate])})) {whole} else {_store(idx, val, ctx, gate, lanewise=True)}"
     if start is not None and (gate is None or gate.shape == ()):
-        return guard + _vstore(buf, f"{ptr}+{_atom(start)}", ctx[val], n, ctx)
-    binds = [f"{vtype(val.dtype, n, ctx)} lane_v = {unparen(ctx[val])};"]
+        return guard + _vstore(buf, f"{ptr}+{_atom(start)}", v_text, n, ctx, bits)
+    binds = [f"{value_type(val, ctx)} lane_v = {unparen(v_text)};"]
     if gate is not None and gate.shape != ():
         binds.append(f"{vtype(dtypes.bool, n, ctx)} lane_g = {unparen(ctx[gate])};")
         guard_lane = "if (lane_g[lane_l]) "
     else:
         guard_lane = ""
     addr = _lane_address(i, start, ctx, binds, stores=True)
-    v = "lane_v[lane_l]"
-    if _bits16(buf):
+    v, dst = "lane_v[lane_l]", f"{ptr}[{addr}]"
+    if bits:
+        dst = bits_ref(dst, buf.dtype, ctx)
+    elif _bits16(buf):
         ctx.helper("bf16_round")  # defines f32_to_bf16 too
         v = f"f32_to_bf16({v})"
     # a mask lane (-1) stored to a _Bool becomes 1: C converts to _Bool by comparing with 0
     return (f"{guard}{{ {' '.join(binds)} for (int lane_l = 0; lane_l < {n}; lane_l++) {guard_lane}"
-            f"{ptr}[{addr}] = {v}; }}")
+            f"{dst} = {v}; }}")
 
 
 def render_vector_store(idx: UOp, val: UOp, ctx: CContext) -> str:
@@ -587,4 +578,4 @@ VECTOR_RULES = RuleSet("c-vector", [
     Rule("c-vector-store", op.STORE(var("idx"), var("val")), render_vector_store, when=lambda val: val.shape != ()),
 ])
 
-__all__ = ["STREAM_FENCE", "VECTOR_RULES", "contiguous_start", "value_type", "vtype"]
+__all__ = ["STREAM_FENCE", "VECTOR_RULES", "contiguous_start", "float_view", "value_type", "vtype"]

@@ -9,6 +9,8 @@ values are; bool lanes are int8_t masks (devices.c_vector). float16 and bfloat16
 `vbf16_round_` for bfloat16), and moved to and from their 16-bit memory by conversions: x86 has no vector
 arithmetic on halves short of AVX512-FP16, so gcc computes a `_Float16` vector one lane at a time (convert, op,
 convert back, lane by lane), while a float32 register and one VCVTPS2PH / VCVTPH2PS pair per op (F16C) is a vector.
+A 16-bit float that a kernel only moves is held as its bits instead (`u16xN`, `uint16_t`; devices.c_bits): the
+conversions would quiet a signaling nan.
 """
 
 from __future__ import annotations

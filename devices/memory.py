@@ -57,11 +57,19 @@ def from_bfloat16_bits(a: np.ndarray) -> np.ndarray:
 
 
 def bf16_decode(bits: int) -> float:
+    """bfloat16 bits as a Python float. A nan is built bit by bit, its sign and payload kept where the float64 keeps
+    a float32's (a signaling one stays signaling: C's float -> double, which struct would use, quiets it)."""
+    if bits & 0x7F80 == 0x7F80 and bits & 0x7F:
+        return struct.unpack("<d", struct.pack("<Q", (bits & 0x8000) << 48 | 0x7FF << 52 | (bits & 0x7F) << 45))[0]
     return struct.unpack("<f", struct.pack("<I", bits << 16))[0]
 
 
 def bf16_encode(v: float) -> int:
-    """The bits of a value that is exactly a bfloat16 (as the reference computes them)."""
+    """The bits of a value that is exactly a bfloat16 (as the reference computes them); a nan keeps its sign and
+    the top of its payload, bf16_decode's inverse (a nan with none there comes out quiet, as C's cast gives)."""
+    if v != v:
+        b = struct.unpack("<Q", struct.pack("<d", v))[0]
+        return (b >> 48 & 0x8000) | 0x7F80 | (b >> 45 & 0x7F or 0x40)
     return struct.unpack("<I", struct.pack("<f", v))[0] >> 16
 
 
