@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import os
 import sys
 import threading
 from collections.abc import Sequence
@@ -419,27 +420,80 @@ class CudaDevice:
         return self.compile_batch([(linear, name)], target)[0]
 
     def compile_batch(self, kernels: Sequence[tuple[UOp, str]], target: Target | None = None) -> list[CudaKernel]:
-        """Compile several kernels into one cubin (one nvcc run) for `target` (default: this GPU's). Needs nvcc,
-        not a GPU, when a target is given."""
+        """Compile several kernels for `target` (default: this GPU's); needs NVRTC or nvcc, not a GPU, when a
+        target is given. The kernels go into one .cu file (one compile, one module) per group (`compile_groups`:
+        one group per core this process may use, balanced by source size), and the groups compile at once, each
+        on a thread of its own (NVRTC and nvcc let go of the GIL while they work)."""
         target = target or self.default_target()
-        progs: list[Program] = []
         syms: list[str] = []
-        helpers: dict[str, str] = {}
-        funcs: list[str] = []
+        made: list[tuple[Program, str, dict[str, str]]] = []
         for linear, name in kernels:
             sym = unique_symbol(kernel_symbol(name), syms)
             syms.append(sym)
             prog, func, used = self._function(linear, sym)
             prog.name = name
-            helpers.update(used)
-            funcs.append(func)
-            progs.append(prog)
-        src = render_cuda_source(funcs, helpers)
-        if int(getenv("DEBUG")) >= 4:
-            print(src, file=sys.stderr)
-        what = f"kernel {kernels[0][1]!r}" if len(kernels) == 1 else f"{len(kernels)} kernels"
-        cubin = self.compiler.cubin(src, target, what)
-        return [CudaKernel(self, p, s, src, cubin, target) for p, s in zip(progs, syms, strict=True)]
+            made.append((prog, func, used))
+        compiler = self.compiler
+        _ = compiler.version  # the compiler found (and NVRTC loaded) once, before any thread needs it
+        groups = compile_groups([len(f) for _, f, _ in made], _workers())
+        srcs, cubins = [""] * len(groups), [b""] * len(groups)
+        errors: list[BaseException] = []
+
+        def build(g: int) -> None:
+            helpers: dict[str, str] = {}
+            for i in groups[g]:
+                helpers.update(made[i][2])
+            srcs[g] = src = render_cuda_source([made[i][1] for i in groups[g]], helpers)
+            if int(getenv("DEBUG")) >= 4:
+                print(src, file=sys.stderr)
+            what = f"kernel {kernels[groups[g][0]][1]!r}" if len(groups[g]) == 1 else f"{len(groups[g])} kernels"
+            try:
+                cubins[g] = compiler.cubin(src, target, what)
+            except BaseException as e:  # raised again below, in the caller's thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=build, args=(g,), name="cuda-compile", daemon=True)
+                   for g in range(1, len(groups))]
+        for t in threads:
+            t.start()
+        build(0)
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        out: list[CudaKernel | None] = [None] * len(made)
+        for g, members in enumerate(groups):
+            for i in members:
+                out[i] = CudaKernel(self, made[i][0], syms[i], srcs[g], cubins[g], target)
+        return [k for k in out if k is not None]
+
+
+def _workers() -> int:
+    """The cores this process may use (the compiles of a batch that run at once)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no sched_getaffinity (macOS)
+        return max(1, os.cpu_count() or 1)
+
+
+# a group's least source (characters): below it, NVRTC's fixed cost per compile (~40 ms) outweighs the parallelism
+GROUP_MIN_SOURCE = 4000
+
+
+def compile_groups(sizes: list[int], workers: int) -> list[list[int]]:
+    """The kernels (by index, each group in their order) of each .cu file of a batch: at most `workers` groups,
+    each of at least GROUP_MIN_SOURCE characters of source where there are several, balanced by size (the
+    largest kernel first, into the lightest group). One kernel or one worker: one group, the batch's order."""
+    n = min(workers, len(sizes), max(1, sum(sizes) // GROUP_MIN_SOURCE))
+    if n <= 1:
+        return [list(range(len(sizes)))]
+    load = [0] * n
+    groups: list[list[int]] = [[] for _ in range(n)]
+    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        g = min(range(n), key=lambda g: (load[g], g))
+        groups[g].append(i)
+        load[g] += sizes[i]
+    return [sorted(g) for g in groups if g]
 
 
 DEVICE = CudaDevice()

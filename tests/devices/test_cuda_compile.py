@@ -282,7 +282,7 @@ def test_register_tiles_attention_and_tensor_cores_compile(compiler: str, tmp_pa
     with Context(CACHEDIR=str(tmp_path), CUDA_COMPILER=compiler):
         ks = DEVICE.compile_batch(progs, gpu_target(sm))
     assert len(ks) == len(progs) and all(k.cubin[:4] == b"\x7fELF" for k in ks)
-    src = ks[0].src
+    src = "".join(dict.fromkeys(k.src for k in ks))  # the batch's .cu files (one per group, devices.cuda)
     for t in ("f16", "bf16"):
         assert f"mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32" in src
     by = {k.name: k.src for k in ks}
@@ -413,11 +413,12 @@ def test_tf32_tensor_cores_compile(compiler: str, tmp_path: os.PathLike, sm: str
     with Context(CACHEDIR=str(tmp_path), CUDA_COMPILER=compiler):
         ks = DEVICE.compile_batch(progs, gpu_target(sm, tf32=True))
     assert all(k.cubin[:4] == b"\x7fELF" for k in ks)
-    src = ks[0].src
+    files = list(dict.fromkeys(k.src for k in ks))  # one .cu file per group of the batch (devices.cuda)
+    src = "".join(files)
     assert src.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") == 64 + 1
-    assert 'asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));' in src
-    # the helper, then each mma its 4 A and 2 B registers (not volatile: the compiler may share the repeats)
-    assert src.count("to_tf32(") == 1 + 6 * (64 + 1)
+    assert all('asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));' in f for f in files)
+    # the helper in each file, then each mma its 4 A and 2 B registers (not volatile: the compiler may share them)
+    assert src.count("to_tf32(") == len(files) + 6 * (64 + 1)
     # the 2048 one through the 3-stage cp.async pipeline: 2 chunks of A and 2 of B a thread, 8 floats a chunk as
     # two 16-byte copies, at 3 places (2 prologue stages, 1 in the loop)
     assert src.count("cp.async.cg.shared.global") == (2 + 2) * 2 * 3
@@ -576,3 +577,51 @@ def test_the_emulators_bounds_check_catches_a_wrong_bound() -> None:
     finally:
         mul._mm = None
 
+
+
+# ---------------------------------------------------------------- a batch's compiles at once
+
+
+def test_compile_groups_balance_source_and_keep_each_groups_order() -> None:
+    from devices.cuda import GROUP_MIN_SOURCE, compile_groups
+
+    big = GROUP_MIN_SOURCE
+    assert compile_groups([big] * 5, 1) == [[0, 1, 2, 3, 4]]  # one core: the batch as it is
+    assert compile_groups([10, 20, 30], 8) == [[0, 1, 2]]  # too little source to be worth two compiles
+    groups = compile_groups([big, 3 * big, big, 2 * big, big, big], 3)
+    assert sorted(i for g in groups for i in g) == list(range(6)) and all(g == sorted(g) for g in groups)
+    loads = sorted(sum([big, 3 * big, big, 2 * big, big, big][i] for i in g) for g in groups)
+    assert loads == [3 * big, 3 * big, 3 * big]
+    assert compile_groups([big] * 2, 16) == [[0], [1]]  # never more groups than kernels
+    assert compile_groups([big, 3 * big, big, 2 * big, big, big], 3) == groups  # the same batch, the same files
+
+
+@needs_nvrtc
+def test_a_batch_compiles_its_groups_at_once(tmp_path: os.PathLike, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With 3 cores the suite's kernels go into 3 .cu files compiled on threads at once: every kernel's function
+    is in its own group's source, and each group's cubin is the one that source gives alone. A compile error in a
+    thread is raised to the caller."""
+    import devices.cuda as cuda
+
+    progs = lowered(suite_kernels(), "sm_90", "gpu")
+    monkeypatch.setattr(cuda, "_workers", lambda: 3)
+    monkeypatch.setattr(cuda, "GROUP_MIN_SOURCE", 1)
+    with Context(CACHEDIR=str(tmp_path), CUDA_COMPILER="nvrtc"):
+        ks = DEVICE.compile_batch(progs, gpu_target("sm_90"))
+        srcs = {k.src: k.cubin for k in ks}
+        assert len(srcs) == 3 and [k.name for k in ks] == [n for _, n in progs]
+        for k in ks:
+            assert f" {k.symbol}(" in k.src
+        with Context(CACHE=0):
+            for src, cubin in srcs.items():
+                assert DEVICE.compiler.cubin(src, gpu_target("sm_90")) == cubin
+        real = type(DEVICE.compiler).cubin
+
+        def failing(self: object, src: str, target: object, what: str = "kernel") -> bytes:
+            if "softmax" in src:
+                raise CompileError("cuda: the softmax group fails")
+            return real(self, src, target, what)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(type(DEVICE.compiler), "cubin", failing)
+        with pytest.raises(CompileError, match="the softmax group fails"), Context(CACHE=0):
+            DEVICE.compile_batch(progs, gpu_target("sm_90"))
