@@ -39,7 +39,9 @@ def np_conv(x, w, b, stride, pads, dilation, groups):
     wg = w.reshape(groups, cog, cig, *ks)
     out = np.zeros((n, groups, cog, *os), np.result_type(x, w))
     for at in np.ndindex(*ks):
-        win = tuple(slice(a * d, a * d + s * (o - 1) + 1, s) for a, d, s, o in zip(at, dilation, stride, os))
+        win = tuple(
+            slice(a * d, a * d + s * (o - 1) + 1, s) for a, d, s, o in zip(at, dilation, stride, os, strict=True)
+        )
         out += np.einsum("ngc...,goc->ngo...", xg[(slice(None),) * 3 + win], wg[(Ellipsis, *at)])
     out = out.reshape(n, cout, *os)
     return out if b is None else out + b.reshape(1, cout, *[1] * ns)
@@ -52,15 +54,22 @@ def np_conv_transpose(x, w, b, stride, padding, output_padding, dilation, groups
     ns = w.ndim - 2
     n, cin, sp = x.shape[0], x.shape[1], x.shape[2:]
     cig, cog, ks = cin // groups, w.shape[1], w.shape[2:]
-    full = [(L - 1) * s + d * (k - 1) + 1 + o for L, s, d, k, o in zip(sp, stride, dilation, ks, output_padding)]
+    full = [
+        (L - 1) * s + d * (k - 1) + 1 + o
+        for L, s, d, k, o in zip(sp, stride, dilation, ks, output_padding, strict=True)
+    ]
     out = np.zeros((n, groups, cog, *full), np.result_type(x, w))
     xg = x.reshape(n, groups, cig, *sp)
     wg = w.reshape(groups, cig, cog, *ks)
     for at in np.ndindex(*ks):
-        to = tuple(slice(a * d, a * d + (L - 1) * s + 1, s) for a, d, s, L in zip(at, dilation, stride, sp))
+        to = tuple(
+            slice(a * d, a * d + (L - 1) * s + 1, s) for a, d, s, L in zip(at, dilation, stride, sp, strict=True)
+        )
         out[(slice(None),) * 3 + to] += np.einsum("ngc...,gco->ngo...", xg, wg[(Ellipsis, *at)])
-    crop = tuple(slice(p, f - p) for p, f in zip(padding, full))
-    out = out[(slice(None),) * 3 + crop].reshape(n, groups * cog, *[f - 2 * p for p, f in zip(padding, full)])
+    crop = tuple(slice(p, f - p) for p, f in zip(padding, full, strict=True))
+    out = out[(slice(None),) * 3 + crop].reshape(
+        n, groups * cog, *[f - 2 * p for p, f in zip(padding, full, strict=True)]
+    )
     return out if b is None else out + b.reshape(1, groups * cog, *[1] * ns)
 
 
@@ -70,28 +79,32 @@ def np_pool(x, kind, kernel, stride, pads, dilation, ceil_mode, count_include_pa
     left padding; the mean divides by the window's cells inside the input, plus the explicit padding when
     count_include_pad (never ceil_mode's tail)."""
     ns = len(kernel)
-    sp = x.shape[x.ndim - ns:]
+    sp = x.shape[x.ndim - ns :]
     os, tails = [], []
-    for L, k, s, d, (pb, pa) in zip(sp, kernel, stride, dilation, pads):
+    for L, k, s, d, (pb, pa) in zip(sp, kernel, stride, dilation, pads, strict=True):
         eff, padded = d * (k - 1) + 1, L + pb + pa
         o = (-(-(padded - eff) // s) if ceil_mode else (padded - eff) // s) + 1
         if ceil_mode and (o - 1) * s >= L + pb:
             o -= 1
         os.append(o)
         tails.append(max(0, (o - 1) * s + eff - padded))
-    around = [(pb, pa + t) for (pb, pa), t in zip(pads, tails)]
+    around = [(pb, pa + t) for (pb, pa), t in zip(pads, tails, strict=True)]
     if kind == "max":
         fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
         xp = np.pad(x, [(0, 0)] * (x.ndim - ns) + around, constant_values=fill)
     else:
         xp = np.pad(x, [(0, 0)] * (x.ndim - ns) + around)
         if count_include_pad:
-            counted = np.pad(np.ones([L + pb + pa for L, (pb, pa) in zip(sp, pads)]), [(0, t) for t in tails])
+            counted = np.pad(
+                np.ones([L + pb + pa for L, (pb, pa) in zip(sp, pads, strict=True)]), [(0, t) for t in tails]
+            )
         else:
             counted = np.pad(np.ones(sp), around)
     acc, cnt = None, 0.0
     for at in np.ndindex(*kernel):
-        win = tuple(slice(a * d, a * d + s * (o - 1) + 1, s) for a, d, s, o in zip(at, dilation, stride, os))
+        win = tuple(
+            slice(a * d, a * d + s * (o - 1) + 1, s) for a, d, s, o in zip(at, dilation, stride, os, strict=True)
+        )
         part = xp[(Ellipsis, *win)]
         if kind == "max":
             acc = part if acc is None else np.maximum(acc, part)
@@ -184,8 +197,10 @@ def draw(rng: random.Random, shape: tuple[int, ...], integer: bool, most: int, b
         if os is None:
             return None
         stride = "None" if ss == ks and rng.random() < 0.5 else _ints(rng, ss)
-        t_args = f"{_ints(rng, ks)}, stride={stride}, padding={_pad_text(rng, pads, True)}, " \
+        t_args = (
+            f"{_ints(rng, ks)}, stride={stride}, padding={_pad_text(rng, pads, True)}, "
             f"dilation={_ints(rng, ds)}, ceil_mode={ceil}"
+        )
         n_args = f"{ks}, {ss}, {pads}, {ds}, {ceil}"
         if kind == "avg_pool":
             t_args += f", count_include_pad={inc}"
@@ -203,14 +218,19 @@ def draw(rng: random.Random, shape: tuple[int, ...], integer: bool, most: int, b
     bias = rng.random() < 0.4
     if kind == "conv_transpose":
         pads1 = [rng.randint(0, 2) for _ in sp]
-        ops = [rng.randrange(max(s, d)) if rng.random() < 0.4 else 0 for s, d in zip(ss, ds)]
-        sizes = [(L - 1) * s - 2 * p + d * (k - 1) + o + 1 for L, s, p, d, k, o in zip(sp, ss, pads1, ds, ks, ops)]
+        ops = [rng.randrange(max(s, d)) if rng.random() < 0.4 else 0 for s, d in zip(ss, ds, strict=True)]
+        sizes = [
+            (L - 1) * s - 2 * p + d * (k - 1) + o + 1
+            for L, s, p, d, k, o in zip(sp, ss, pads1, ds, ks, ops, strict=True)
+        ]
         if min(sizes) <= 0:
             return None
         wshape = (c, cout // groups, *ks)
         macs = n * c * math.prod(sp) * (cout // groups) * math.prod(ks)
-        t_args = f"stride={_ints(rng, ss)}, padding={_ints(rng, pads1)}, output_padding={_ints(rng, ops)}, " \
+        t_args = (
+            f"stride={_ints(rng, ss)}, padding={_ints(rng, pads1)}, output_padding={_ints(rng, ops)}, "
             f"groups={groups}, dilation={_ints(rng, ds)}"
+        )
         t = f"{x_t}.conv_transpose2d({{1}}, {'{2}' if bias else 'None'}, {t_args})"
         nc = f"np_conv_transpose({x_n}, {{1}}, {'{2}' if bias else 'None'}, {ss}, {pads1}, {ops}, {ds}, {groups})"
         node = Node(kind, t, nc, "conv", (wshape, (cout,)) if bias else (wshape,), macs)
@@ -222,8 +242,9 @@ def draw(rng: random.Random, shape: tuple[int, ...], integer: bool, most: int, b
     wshape = (cout, c // groups, *ks)
     macs = n * cout * math.prod(os) * (c // groups) * math.prod(ks)
     fn = "conv1d" if kind == "conv1d" else "conv2d"
-    t_args = f"stride={_ints(rng, ss)}, padding={_pad_text(rng, pads, False)}, dilation={_ints(rng, ds)}, " \
-        f"groups={groups}"
+    t_args = (
+        f"stride={_ints(rng, ss)}, padding={_pad_text(rng, pads, False)}, dilation={_ints(rng, ds)}, groups={groups}"
+    )
     t = f"{x_t}.{fn}({{1}}, {'{2}' if bias else 'None'}, {t_args})"
     nc = f"np_conv({x_n}, {{1}}, {'{2}' if bias else 'None'}, {ss}, {pads}, {ds}, {groups})"
     return Node(kind, t, nc, "conv", (wshape, (cout,)) if bias else (wshape,), macs) if macs <= most else None
@@ -231,5 +252,5 @@ def draw(rng: random.Random, shape: tuple[int, ...], integer: bool, most: int, b
 
 def _out(sp: list[int], ks: list[int], ss: list[int], ds: list[int], pads: list[tuple[int, int]]) -> list[int] | None:
     """The output sizes (floor mode), None where a kernel spans more than the padded axis."""
-    os = [(L + pb + pa - d * (k - 1) - 1) // s + 1 for L, k, s, d, (pb, pa) in zip(sp, ks, ss, ds, pads)]
+    os = [(L + pb + pa - d * (k - 1) - 1) // s + 1 for L, k, s, d, (pb, pa) in zip(sp, ks, ss, ds, pads, strict=True)]
     return os if min(os) >= 1 else None

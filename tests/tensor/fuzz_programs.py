@@ -517,11 +517,12 @@ def _extended(p: Program, vals: list[_Val], bvals: list[Bounded], op: Op) \
 
 # A fifth of the programs get a convolution phase after their other ops (drawn from a stream of their own, so the
 # other programs stay as they were and these keep theirs as a prefix): 1-4 more ops, the first a convolution or
-# pool (fuzz_conv.draw) of an earlier value, the others the usual ops or more convolutions. Their multiply-adds are
-# bounded as the matmuls' sizes are: CONV_MACS on the interpreted modes (the python device runs ~60K a second),
-# CONV_MACS_CPU on the cpu modes, where a third of the phases start with a convolution of a new input BIG_MACS
-# large (channels in whole vectors, hundreds of positions: the packed weight of tensor.conv._channels_last and,
-# for 16-bit programs, the float32 copies of tensor.nn._widened).
+# pool (fuzz_conv.draw) of the program's last value (its output so far, so its ops stay live), the others the usual
+# ops or more convolutions of any value. Their multiply-adds are bounded as the matmuls' sizes are: CONV_MACS on
+# the interpreted modes (the python device runs ~60K a second), CONV_MACS_CPU on the cpu modes, where a third of
+# the phases start instead with a convolution of a new input, BIG_MACS at most (channels in whole vectors,
+# hundreds of positions: the packed weight of tensor.conv._channels_last and, for 16-bit programs, the float32
+# copies of tensor.nn._widened); the ops before those phases only run where a later op reads them.
 P_CONV = 0.2
 CONV_MACS, CONV_MACS_CPU, BIG_MACS = 1 << 11, 1 << 14, 1 << 18
 
@@ -535,7 +536,8 @@ def _conv_phase(p: Program, vals: list[_Val], bvals: list[Bounded], widen: bool,
     while added < want and tries < 40:
         tries += 1
         if added == 0 or rng.random() < 0.35:
-            q = _conv_node(rng, p, vals, bvals, CONV_MACS_CPU if widen else CONV_MACS, big and added == 0, gpu)
+            q = _conv_node(rng, p, vals, bvals, CONV_MACS_CPU if widen else CONV_MACS, added == 0, big and added == 0,
+                           gpu)
         else:
             op = _candidates(rng, vals, p.fdt)
             q = None if op is None else _extended(p, vals, bvals, op)
@@ -557,10 +559,11 @@ def _reduced(p: Program) -> set[int]:
     return out
 
 
-def _conv_node(rng: random.Random, p: Program, vals: list[_Val], bvals: list[Bounded], most: int, big: bool,
-               gpu: bool) -> tuple[Program, list[_Val], list[Bounded]] | None:
-    """The program with a convolution or pool (fuzz_conv.draw) of one of its values appended, its weight and bias
-    new inputs; `big`: a convolution of a new input, BIG_MACS at most. In the gpu mode a value that a reduction
+def _conv_node(rng: random.Random, p: Program, vals: list[_Val], bvals: list[Bounded], most: int, first: bool,
+               big: bool, gpu: bool) -> tuple[Program, list[_Val], list[Bounded]] | None:
+    """The program with a convolution or pool (fuzz_conv.draw) of one of its values appended (`first`: of its last
+    value, so the ops before the phase stay live), its weight and bias new inputs; `big`: a convolution of a new
+    input, BIG_MACS at most. In the gpu mode a value that a reduction
     computes is made contiguous first: the kernel split fuses a 1000-long softmax into a pool over it, each of the
     pool kernel's threads then runs the softmax's reductions for each tap (a pool of 248 outputs over
     softmax(softmax(x)) took 104 s in the grid emulator; as a gather instead of a pool, 0.5 s)."""
@@ -575,7 +578,7 @@ def _conv_node(rng: random.Random, p: Program, vals: list[_Val], bvals: list[Bou
         integer = False
     else:
         n = len(vals)
-        ai = n - 1 if rng.random() < 0.6 else rng.randrange(n)
+        ai = n - 1 if first or rng.random() < 0.6 else rng.randrange(n)
         integer, xdt = vals[ai].kind == "i", vals[ai].dt
         node = fuzz_conv.draw(rng, vals[ai].shape, integer, most)
     if node is None:

@@ -43,12 +43,13 @@ LONG = os.environ.get("FUZZ_LONG", "") not in ("", "0")
 BASE = int(os.environ.get("FUZZ_SEED", "0"))
 COUNTS = {"cpu": 800, "noopt": 400, "python": 800, "gpu": 100}
 COUNTS_16 = {"cpu": 100, "noopt": 64, "python": 32, "gpu": 16, "v2": 48}  # float16 and bfloat16 programs
+FIRST = {"cpu": 0, "noopt": 1_000_000, "python": 2_000_000, "gpu": 3_000_000}  # each CI window's first seed
+FIRST_16 = {"cpu": 4_000_000, "noopt": 5_000_000, "python": 6_000_000, "gpu": 7_000_000, "v2": 8_000_000}
 
 
 @pytest.mark.parametrize("mode", list(COUNTS))
 def test_fuzz_programs(mode: str) -> None:
-    offset = {"cpu": 0, "noopt": 1_000_000, "python": 2_000_000, "gpu": 3_000_000}[mode] + BASE + \
-        (10_000_000 if LONG else 0)
+    offset = FIRST[mode] + BASE + (10_000_000 if LONG else 0)
     n = COUNTS[mode] * ((10 if mode == "gpu" else 50) if LONG else 1)
     reports = fuzz(range(offset, offset + n), mode, on_fail=print if LONG else None)
     assert not reports, f"{len(reports)} of {n} programs fail in mode {mode}; the first:\n{reports[0]}"
@@ -57,8 +58,7 @@ def test_fuzz_programs(mode: str) -> None:
 @pytest.mark.parametrize("mode", list(COUNTS_16))
 def test_fuzz_16_bit_programs(mode: str) -> None:
     """float16 and bfloat16 programs (with float32 values mixed in) against the error-bound oracle."""
-    first = {"cpu": 4_000_000, "noopt": 5_000_000, "python": 6_000_000, "gpu": 7_000_000, "v2": 8_000_000}
-    offset = first[mode] + BASE + (10_000_000 if LONG else 0)
+    offset = FIRST_16[mode] + BASE + (10_000_000 if LONG else 0)
     n = COUNTS_16[mode] * (25 if LONG else 1)
     reports = fuzz(range(offset, offset + n), mode, on_fail=print if LONG else None, half=True)
     assert not reports, f"{len(reports)} of {n} 16-bit programs fail in mode {mode}; the first:\n{reports[0]}"
