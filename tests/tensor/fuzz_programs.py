@@ -25,6 +25,12 @@ bfloat16 holds quarter-multiples exactly only up to 64, and the larger ones are 
 they stay out of comparisons and int casts. The result's dtype is checked too (bfloat16 comes back from `.numpy()`
 as float32: its values must be bfloat16 values).
 
+A tenth of the programs (in every mode and dtype) then get a convolution phase (`_conv_phase`, drawn from a random
+stream of its own so the other programs stay as they were): conv2d, conv1d, conv_transpose2d, max_pool2d or
+avg_pool2d of the program's last value, reshaped to (N, C, *spatial) where needed, then 0-3 more ops, convolutions
+among them; weights and biases are new inputs. tests/tensor/fuzz_conv.py draws them and holds their numpy oracles;
+fuzz_bounds bounds them as matmuls (float32 accumulation, one rounding, and one more for a bias).
+
 Running them is tests/tensor/fuzz_run.py's: many programs' outputs realized with one `realize`, a failure re-run
 alone and shrunk while it still fails.
 """
@@ -515,7 +521,7 @@ def _extended(p: Program, vals: list[_Val], bvals: list[Bounded], op: Op) \
     return q, [*vals, w], bvals
 
 
-# A fifth of the programs get a convolution phase after their other ops (drawn from a stream of their own, so the
+# A tenth of the programs get a convolution phase after their other ops (drawn from a stream of their own, so the
 # other programs stay as they were and these keep theirs as a prefix): 1-4 more ops, the first a convolution or
 # pool (fuzz_conv.draw) of the program's last value (its output so far, so its ops stay live), the others the usual
 # ops or more convolutions of any value. Their multiply-adds are bounded as the matmuls' sizes are: CONV_MACS on
@@ -523,7 +529,7 @@ def _extended(p: Program, vals: list[_Val], bvals: list[Bounded], op: Op) \
 # the phases start instead with a convolution of a new input, BIG_MACS at most (channels in whole vectors,
 # hundreds of positions: the packed weight of tensor.conv._channels_last and, for 16-bit programs, the float32
 # copies of tensor.nn._widened); the ops before those phases only run where a later op reads them.
-P_CONV = 0.2
+P_CONV = 0.1
 CONV_MACS, CONV_MACS_CPU, BIG_MACS = 1 << 11, 1 << 14, 1 << 18
 
 

@@ -63,7 +63,7 @@ def test_oracles_agree_with_torch() -> None:
     """fuzz_conv's oracles (written from the definitions) give torch's values for drawn nodes of every kind, in
     every form torch takes (it has no (before, after) paddings and no dilated avg_pool2d)."""
     compared: collections.Counter[str] = collections.Counter()
-    for seed in range(600):
+    for seed in range(400):
         rng = random.Random(seed)
         shape = tuple(rng.choice([1, 2, 3, 5, 7]) for _ in range(rng.randint(1, 4)))
         node = fuzz_conv.draw(rng, shape, False, 1 << 14)
@@ -82,7 +82,7 @@ def test_oracles_agree_with_torch() -> None:
             continue
         np.testing.assert_allclose(want, got, rtol=1e-12, atol=1e-12, err_msg=node.tcode)
         compared[node.kind] += 1
-    assert min(compared[k] for k in set(fuzz_conv.KINDS)) >= 20, compared
+    assert min(compared[k] for k in set(fuzz_conv.KINDS)) >= 12, compared
 
 
 @pytest.mark.parametrize("half", [False, True])
@@ -103,7 +103,7 @@ def test_ci_windows_draw_convolutions(half: bool) -> None:
                     chained += op.args[0] >= len(p.inputs)
                     big += any(len(inp.data) >= 512 for inp in p.inputs[op.args[0] : op.args[0] + 1])
     total = sum(counts.values())
-    assert programs >= 0.15 * total and min(kinds[k] for k in set(fuzz_conv.KINDS)) >= (5 if half else 20), kinds
+    assert programs >= 0.07 * total and min(kinds[k] for k in set(fuzz_conv.KINDS)) >= (2 if half else 8), kinds
     assert chained >= 0.5 * sum(kinds.values()) and big >= 3, (chained, big)
 
 
@@ -126,7 +126,7 @@ def test_programs_without_a_conv_phase_are_unchanged() -> None:
             assert new.inputs[:n] == old.inputs and new.ops[: len(old.ops)] == shifted, (seed, kw)
             phases += new != old
             assert new == old or random.Random(f"conv-{seed}").random() < fuzz_programs.P_CONV, (seed, kw)
-    assert 0.1 * 360 <= phases <= 0.3 * 360, phases
+    assert 0.04 * 360 <= phases <= 0.16 * 360, phases
 
 
 @pytest.mark.parametrize("fdt", ["float16", "bfloat16"])
