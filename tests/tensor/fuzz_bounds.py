@@ -42,6 +42,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tests.tensor.fuzz_conv import ORACLES
+
 HALVES = ("float16", "bfloat16")
 U32 = 2.0 ** -24
 UNIT = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float32": U32}  # unit roundoff (half an ulp, relative)
@@ -80,7 +82,7 @@ def np_log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
 
 def eval_ncode(ncode: str, args: Sequence[int], arrays: dict[int, np.ndarray]) -> np.ndarray:
     """One op's numpy line on `arrays` (by value index), in float64."""
-    env = {"np": np, "FDT": np.float64, "np_softmax": np_softmax, "np_log_softmax": np_log_softmax}
+    env = {"np": np, "FDT": np.float64, "np_softmax": np_softmax, "np_log_softmax": np_log_softmax, **ORACLES}
     env.update({f"v{a}": arr for a, arr in arrays.items()})
     with np.errstate(all="ignore"):
         return np.asarray(eval(ncode.format(*[f"v{a}" for a in args]), env))
@@ -329,11 +331,53 @@ def _log_softmax(op: OpText, a: list[Bounded], r: np.ndarray, dt: str, param: st
     return _trans(r, prop + inner, dt)
 
 
+def _conv_parts(op: OpText, a: list[Bounded], dt: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A convolution's (conv2d, conv1d, conv_transpose2d: x, w and maybe a bias): its exact value without the
+    bias, that value's bound after its rounding to dt, where it is exact in float32 whatever the order, and the
+    bias broadcast to the output (zeros without one). The products and sums are a matmul's (float32, 16-bit
+    products exact there, gamma(n) for the n taps an output reads that are not padding), rounded once to dt; a
+    bias is added after, in dt (tensor.conv)."""
+    x, w = a[0], a[1]
+    biased = len(a) > 2
+
+    def f(xv: np.ndarray, wv: np.ndarray, bv: np.ndarray | None = None) -> np.ndarray:
+        arrays = {op.args[0]: xv, op.args[1]: wv}
+        if biased:
+            arrays[op.args[2]] = np.zeros(a[2].ref.shape) if bv is None else bv
+        return eval_ncode(op.ncode, op.args, arrays)
+
+    r0 = f(x.ref, w.ref)
+    hi, lo = f(np.abs(x.ref) + x.err, np.abs(w.ref) + w.err), f(np.abs(x.ref), np.abs(w.ref))
+    taps = f(np.ones(x.ref.shape), np.ones(w.ref.shape))
+    exact = _f32_exact(lo, x.ref, w.ref) if x.exact and w.exact else np.zeros(r0.shape, bool)
+    prop = np.where(exact, 0.0, np.where(hi > lo, hi - lo + 1e-13 * hi, 0.0) + _gamma(taps) * hi)
+    bias = f(np.zeros(x.ref.shape), np.zeros(w.ref.shape), a[2].sim) if biased else np.zeros(r0.shape)
+    return r0, _round(r0, prop, dt), exact, bias
+
+
+def _conv(op: OpText, a: list[Bounded], r: np.ndarray, dt: str, param: str) -> np.ndarray:
+    """As _conv_parts says; with a bias, its sum with the bias's error rounds once more."""
+    _, err, _, _ = _conv_parts(op, a, dt)
+    if len(a) < 3:
+        return err
+    zeros = {op.args[0]: np.zeros(a[0].ref.shape), op.args[1]: np.zeros(a[1].ref.shape)}
+    return _round(r, err + eval_ncode(op.ncode, op.args, {**zeros, op.args[2]: a[2].err}), dt)
+
+
+def _avg_pool(op: OpText, a: list[Bounded], r: np.ndarray, dt: str, param: str) -> np.ndarray:
+    """avg_pool2d of a window of `param` taps: a float32 sum of at most that many terms (the padding adds zeros),
+    divided by the count (exact), maybe as a reciprocal and a product, then rounded once to dt."""
+    x = a[0]
+    f = functools.partial(eval_ncode, op.ncode, op.args)
+    prop = f({op.args[0]: x.err}) + _gamma(int(param) + 2) * f({op.args[0]: np.abs(x.ref) + x.err})
+    return _round(r, prop, dt, exact=False)
+
+
 RULES: dict[str, Rule] = {
     "same": _same, "discrete": _discrete, "scale": _scale, "add": _add, "max2": _max2, "mul": _mul, "div": _div,
     "exp": _exp, "log1": _log1, "sqrt": _sqrt, "recip": _recip, "sin": _sin, "tanh": _tanh, "sigmoid": _sigmoid,
     "cast": _cast, "move": _move, "sum": _sum, "mean": _mean, "extreme": _extreme, "matmul": _matmul,
-    "softmax": _softmax, "log_softmax": _log_softmax}
+    "softmax": _softmax, "log_softmax": _log_softmax, "conv": _conv, "avg_pool": _avg_pool}
 
 
 def simulate(name: str, op: OpText, a: list[Bounded], r: np.ndarray, dt: str) -> np.ndarray:
@@ -352,6 +396,10 @@ def simulate(name: str, op: OpText, a: list[Bounded], r: np.ndarray, dt: str) ->
         return r
     if name in ("sum", "matmul"):
         return np.where(_exact_sums(op, a, name == "matmul"), round_to(r, dt), np.nan)
+    if name == "conv":
+        r0, _, exact, bias = _conv_parts(op, a, dt)
+        sim = np.where(exact, round_to(r0, dt), np.nan)
+        return round_to(sim + bias, dt) if len(a) > 2 else sim
     return np.full(r.shape, np.nan)
 
 

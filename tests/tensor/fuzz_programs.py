@@ -25,6 +25,12 @@ bfloat16 holds quarter-multiples exactly only up to 64, and the larger ones are 
 they stay out of comparisons and int casts. The result's dtype is checked too (bfloat16 comes back from `.numpy()`
 as float32: its values must be bfloat16 values).
 
+A tenth of the programs (in every mode and dtype) then get a convolution phase (`_conv_phase`, drawn from a random
+stream of its own so the other programs stay as they were): conv2d, conv1d, conv_transpose2d, max_pool2d or
+avg_pool2d of the program's last value, reshaped to (N, C, *spatial) where needed, then 0-3 more ops, convolutions
+among them; weights and biases are new inputs. tests/tensor/fuzz_conv.py draws them and holds their numpy oracles;
+fuzz_bounds bounds them as matmuls (float32 accumulation, one rounding, and one more for a bias).
+
 Running them is tests/tensor/fuzz_run.py's: many programs' outputs realized with one `realize`, a failure re-run
 alone and shrunk while it still fails.
 """
@@ -38,6 +44,7 @@ import random
 import numpy as np
 
 from tensor import Tensor
+from tests.tensor import fuzz_conv
 from tests.tensor.fuzz_bounds import HALVES, Bounded, np_log_softmax, np_softmax, representable, step
 
 SIZES = (1, 2, 3, 5, 7)
@@ -111,6 +118,7 @@ class Program:
         if any("np_log_softmax" in op.ncode for op in self.ops):
             head.append("def np_log_softmax(x, axis):\n    s = x - x.max(axis=axis, keepdims=True)\n"
                         "    return s - np.log(np.exp(s).sum(axis=axis, keepdims=True))")
+        head += fuzz_conv.oracle_source(" ".join(op.ncode for op in self.ops))
         for i, inp in enumerate(self.inputs):
             head.append(f"a{i} = np.array({list(inp.data)!r}, dtype=np.{self.input_array(i, False).dtype})"
                         f".reshape({inp.shape})")
@@ -124,7 +132,7 @@ class Program:
 
 def _env(fdt: str, oracle: bool) -> dict:
     return {"np": np, "FDT": np.float64 if oracle or fdt in HALVES else np.dtype(fdt).type, "TDT": fdt,
-            "np_softmax": np_softmax, "np_log_softmax": np_log_softmax}
+            "np_softmax": np_softmax, "np_log_softmax": np_log_softmax, **fuzz_conv.ORACLES}
 
 
 @functools.lru_cache(maxsize=1024)
@@ -449,7 +457,8 @@ def _value_of(ref: np.ndarray, kind: str, exact: bool) -> _Val | None:
     return _Val(ref.shape, "i" if ref.dtype.kind in "iu" else "f", exact, ref)
 
 
-_ROUNDS = ("sin", "tanh", "exp", "log", "sqrt", "sigmoid", "reciprocal", "/", "mean", "softmax", "@", "*")
+_ROUNDS = ("sin", "tanh", "exp", "log", "sqrt", "sigmoid", "reciprocal", "/", "mean", "softmax", "@", "*", "conv",
+           "avg_pool")
 
 
 def generate(seed: int, gpu: bool = False, half: bool = False, widen: bool = False) -> Program:
@@ -473,38 +482,135 @@ def generate(seed: int, gpu: bool = False, half: bool = False, widen: bool = Fal
     vals = [_Val(inp.shape, "f" if inp.dtype != "int32" else "i", True, p.input_array(i, True),
                  p.input_dtype(i) if half else "") for i, inp in enumerate(inputs)]
     bvals = [Bounded(v.ref, np.zeros(v.shape), v.dt, v.ref) for v in vals]
-    ops: list[Op] = []
     want = rng.randint(2, 8)
     tries = 0
     # a 16-bit program with matmul-shaped inputs mostly starts with their product (the later ops draw more)
     first = Op("{0} @ {1}", "{0} @ {1}", (0, 1), "matmul") if half and len(inputs) > 1 and \
         _mm_ok(inputs[0].shape, inputs[1].shape) and rng.random() < 0.7 else None
-    while len(ops) < want and tries < 200:
+    while len(p.ops) < want and tries < 200:
         tries += 1
         op, first = first or _candidates(rng, vals, fdt), None
         if op is None:
             continue
-        if half:
-            b = step(fdt, bvals, op.ncode, op.args, op.rule)
-            if b is None:
-                continue
-            bvals.append(b)
-            v = _Val(b.ref.shape, "i" if b.dt == "int32" else "f", b.exact, b.ref, b.dt)
+        q = _extended(p, vals, bvals, op)
+        if q is not None:
+            p, vals, bvals = q
+    return _conv_phase(p, vals, bvals, widen, gpu)
+
+
+def _extended(p: Program, vals: list[_Val], bvals: list[Bounded], op: Op) \
+        -> tuple[Program, list[_Val], list[Bounded]] | None:
+    """The program with `op` appended and its values (None where the op does not apply: numpy refuses it, its
+    value is out of range, or a 16-bit program's bound rejects it)."""
+    if p.fdt in HALVES:
+        b = step(p.fdt, bvals, op.ncode, op.args, op.rule)
+        if b is None:
+            return None
+        v = _Val(b.ref.shape, "i" if b.dt == "int32" else "f", b.exact, b.ref, b.dt)
+        return dataclasses.replace(p, ops=(*p.ops, op)), [*vals, v], [*bvals, b]
+    q = dataclasses.replace(p, ops=(*p.ops, op))
+    try:
+        ref = eval_numpy(q)
+    except (ValueError, IndexError, TypeError):
+        return None
+    exact = all(vals[j].exact for j in op.args) and not any(s in op.tcode for s in _ROUNDS)
+    exact = exact or ref.dtype.kind in "iu"
+    w = _value_of(ref, "", (exact and ref.dtype.kind == "f") or ref.dtype.kind in "iu")
+    if w is None or (w.kind == "f" and ref.dtype != np.float64):
+        return None
+    return q, [*vals, w], bvals
+
+
+# A tenth of the programs get a convolution phase after their other ops (drawn from a stream of their own, so the
+# other programs stay as they were and these keep theirs as a prefix): 1-4 more ops, the first a convolution or
+# pool (fuzz_conv.draw) of the program's last value (its output so far, so its ops stay live), the others the usual
+# ops or more convolutions of any value. Their multiply-adds are bounded as the matmuls' sizes are: CONV_MACS on
+# the interpreted modes (the python device runs ~60K a second), CONV_MACS_CPU on the cpu modes, where a third of
+# the phases start instead with a convolution of a new input, BIG_MACS at most (channels in whole vectors,
+# hundreds of positions: the packed weight of tensor.conv._channels_last and, for 16-bit programs, the float32
+# copies of tensor.nn._widened); the ops before those phases only run where a later op reads them.
+P_CONV = 0.1
+CONV_MACS, CONV_MACS_CPU, BIG_MACS = 1 << 11, 1 << 14, 1 << 18
+
+
+def _conv_phase(p: Program, vals: list[_Val], bvals: list[Bounded], widen: bool, gpu: bool) -> Program:
+    rng = random.Random(f"conv-{p.seed}")
+    if rng.random() >= P_CONV:
+        return p
+    want, added, tries = rng.randint(1, 4), 0, 0
+    big = widen and rng.random() < 0.3
+    while added < want and tries < 40:
+        tries += 1
+        if added == 0 or rng.random() < 0.35:
+            q = _conv_node(rng, p, vals, bvals, CONV_MACS_CPU if widen else CONV_MACS, added == 0, big and added == 0,
+                           gpu)
         else:
-            q = dataclasses.replace(p, ops=(*ops, op))
-            try:
-                ref = eval_numpy(q)
-            except (ValueError, IndexError, TypeError):
-                continue
-            exact = all(vals[j].exact for j in op.args) and not any(s in op.tcode for s in _ROUNDS)
-            exact = exact or ref.dtype.kind in "iu"
-            w = _value_of(ref, "", (exact and ref.dtype.kind == "f") or ref.dtype.kind in "iu")
-            if w is None or (w.kind == "f" and ref.dtype != np.float64):
-                continue
-            v = w
-        ops.append(op)
-        vals.append(v)
-    return dataclasses.replace(p, ops=tuple(ops))
+            op = _candidates(rng, vals, p.fdt)
+            q = None if op is None else _extended(p, vals, bvals, op)
+        if q is not None:
+            p, vals, bvals = q
+            added += 1
+    return p
+
+
+_REDUCES = (".sum(", ".max(", ".min(", ".mean(", "softmax(", "cumsum(", "@", "conv", "pool2d(")
+
+
+def _reduced(p: Program) -> set[int]:
+    """The values that a reduction computes or reads (through any chain of ops)."""
+    out: set[int] = set()
+    for k, op in enumerate(p.ops):
+        if any(t in op.tcode for t in _REDUCES) or any(a in out for a in op.args):
+            out.add(len(p.inputs) + k)
+    return out
+
+
+def _conv_node(rng: random.Random, p: Program, vals: list[_Val], bvals: list[Bounded], most: int, first: bool,
+               big: bool, gpu: bool) -> tuple[Program, list[_Val], list[Bounded]] | None:
+    """The program with a convolution or pool (fuzz_conv.draw) of one of its values appended (`first`: of its last
+    value, so the ops before the phase stay live), its weight and bias new inputs; `big`: a convolution of a new
+    input, BIG_MACS at most. In the gpu mode a value that a reduction
+    computes is made contiguous first: the kernel split fuses a 1000-long softmax into a pool over it, each of the
+    pool kernel's threads then runs the softmax's reductions for each tap (a pool of 248 outputs over
+    softmax(softmax(x)) took 104 s in the grid emulator; as a gather instead of a pool, 0.5 s)."""
+    half = p.fdt in HALVES
+    gen = np.random.default_rng(rng.getrandbits(64))
+    fresh: list[Input] = []
+    if big:
+        shape = (rng.choice([1, 2]), rng.choice([4, 8, 16]), rng.choice([8, 12, 16]), rng.choice([8, 16, 20]))
+        fresh.append(Input(shape, "float", tuple((gen.integers(-16, 17, shape) / 4).ravel().tolist())))
+        node = fuzz_conv.draw(rng, shape, False, BIG_MACS, big=True)
+        xdt = p.fdt if half else ""
+        integer = False
+    else:
+        n = len(vals)
+        ai = n - 1 if first or rng.random() < 0.6 else rng.randrange(n)
+        integer, xdt = vals[ai].kind == "i", vals[ai].dt
+        node = fuzz_conv.draw(rng, vals[ai].shape, integer, most)
+    if node is None:
+        return None
+    wdt = "int32" if integer else "float32" if half and rng.random() < 0.2 else "float"
+    for k, shape in enumerate(node.weights):
+        if integer:
+            data = tuple(gen.integers(-3, 4, shape).ravel().tolist())
+        else:
+            data = tuple((gen.integers(-8, 9, shape) / 4).ravel().tolist())
+        dts = {xdt, p.fdt if wdt == "float" else wdt}
+        bdt = "int32" if integer else "float" if not half or len(dts) == 1 else "float32"  # the conv's dtype
+        fresh.append(Input(shape, wdt if k == 0 else bdt, data))
+    at = len(p.inputs)
+    ins = (*p.inputs, *fresh)
+    shift = len(fresh)
+    ops = tuple(dataclasses.replace(o, args=tuple(a + shift if a >= at else a for a in o.args)) for o in p.ops)
+    q = dataclasses.replace(p, inputs=ins, ops=ops)
+    new = [_Val(inp.shape, "f" if inp.dtype != "int32" else "i", True, q.input_array(at + i, True),
+                q.input_dtype(at + i) if half else "") for i, inp in enumerate(fresh)]
+    qvals = [*vals[:at], *new, *vals[at:]]
+    qbvals = [*bvals[:at], *[Bounded(v.ref, np.zeros(v.shape), v.dt, v.ref) for v in new], *bvals[at:]]
+    x = at if big else ai + shift if ai >= at else ai
+    args = (x, *range(at + big, at + len(fresh)))
+    tcode = node.tcode.replace("{0}", "{0}.contiguous()", 1) if gpu and not big and ai in _reduced(p) else node.tcode
+    return _extended(q, qvals, qbvals, Op(tcode, node.ncode, args, node.rule))
 
 
 def _inputs_16(rng: random.Random, sizes: tuple[int, ...], most: int, mm: tuple[int, ...]) -> list[Input]:
