@@ -61,6 +61,7 @@ from devices.cpu_compiler import Compiler
 from devices.cpu_jobs import _RUNNING, _UPGRADES, _compile_workers, _Job, _load, _Upgrade
 from devices.linear import Program, analyze, const_value, special_bound
 from devices.memory import Allocator, BufferSpec, buffer_specs, check_specs, check_vars, np_dtype
+from devices.toolrun import balanced_groups
 from rewrite.dtype import DType, dtypes
 from rewrite.env import getenv
 from rewrite.ops import Ops
@@ -515,20 +516,9 @@ def _ahead_slots() -> int:
 
 
 def _chunks(sizes: list[int], workers: int, busy: Sequence[float] = ()) -> list[list[int]]:
-    """Kernel indices in groups of about equal source size, at most `workers` groups and none much under
-    MIN_CHUNK_CHARS: the largest first, each to the group of least load so far (a kernel's compile time grows with
-    its source). `busy`: what some of the workers still have to do before they take a group, in the same units
-    (their groups come out that much smaller, or empty). Each group keeps the kernels' order."""
-    n = max(1, min(workers, len(sizes), sum(sizes) // MIN_CHUNK_CHARS))
-    groups: list[list[int]] = [[] for _ in range(n)]
-    load = [0.0] * n
-    for j, b in enumerate(sorted(busy, reverse=True)[:n - 1]):  # a free worker is always left
-        load[n - 1 - j] = b
-    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
-        g = load.index(min(load))
-        groups[g].append(i)
-        load[g] += sizes[i]
-    return [sorted(g) for g in groups if g]
+    """Kernel indices in files of about equal C source, none much under MIN_CHUNK_CHARS (devices.toolrun.
+    balanced_groups)."""
+    return balanced_groups(sizes, workers, MIN_CHUNK_CHARS, busy)
 
 
 def _parallel(prog: Program) -> bool:

@@ -23,17 +23,14 @@ from typing import Any
 
 from devices.base import Target
 from devices.cpu_compiler import Compiler
-from devices.toolrun import terminate
+from devices.toolrun import host_cores, terminate
 from rewrite.env import cache_dir, getenv
 
 
 def _compile_workers() -> int:
     """Compiler processes to run at once: one per core this process may use (the compiler runs on the host,
     whatever the target)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # no sched_getaffinity (macOS)
-        return max(1, os.cpu_count() or 1)
+    return host_cores()
 
 
 class _Job:

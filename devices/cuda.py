@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import collections
 import ctypes
-import os
 import sys
 import threading
 from collections.abc import Sequence
@@ -51,6 +50,7 @@ from devices.cuda_render import (
 from devices.linear import Program, analyze, special_bound
 from devices.memory import check_vars, np_dtype, size_of
 from devices.tma import tensor_maps
+from devices.toolrun import balanced_groups, host_cores
 from rewrite.dtype import DType, dtypes
 from rewrite.env import getenv, knob_bool
 from rewrite.errors import CudaError, DeviceError, OutOfMemoryError
@@ -468,12 +468,7 @@ class CudaDevice:
         return [k for k in out if k is not None]
 
 
-def _workers() -> int:
-    """The cores this process may use (the compiles of a batch that run at once)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # no sched_getaffinity (macOS)
-        return max(1, os.cpu_count() or 1)
+_workers = host_cores  # the compiles of a batch that run at once
 
 
 # a group's least source (characters): below it, NVRTC's fixed cost per compile (~40 ms) outweighs the parallelism
@@ -481,19 +476,10 @@ GROUP_MIN_SOURCE = 4000
 
 
 def compile_groups(sizes: list[int], workers: int) -> list[list[int]]:
-    """The kernels (by index, each group in their order) of each .cu file of a batch: at most `workers` groups,
-    each of at least GROUP_MIN_SOURCE characters of source where there are several, balanced by size (the
-    largest kernel first, into the lightest group). One kernel or one worker: one group, the batch's order."""
-    n = min(workers, len(sizes), max(1, sum(sizes) // GROUP_MIN_SOURCE))
-    if n <= 1:
-        return [list(range(len(sizes)))]
-    load = [0] * n
-    groups: list[list[int]] = [[] for _ in range(n)]
-    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
-        g = min(range(n), key=lambda g: (load[g], g))
-        groups[g].append(i)
-        load[g] += sizes[i]
-    return [sorted(g) for g in groups if g]
+    """The kernels (by index, each group in their order) of each .cu file of a batch: at most `workers` groups of
+    about equal source, each at least GROUP_MIN_SOURCE characters where there are several (devices.toolrun.
+    balanced_groups). One kernel or one worker: one group, the batch's order."""
+    return balanced_groups(sizes, workers, GROUP_MIN_SOURCE)
 
 
 DEVICE = CudaDevice()

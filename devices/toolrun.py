@@ -8,6 +8,33 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
+
+
+def host_cores() -> int:
+    """The cores this process may use: how many compiler runs (processes, or NVRTC calls on threads) go at once."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no sched_getaffinity (macOS)
+        return max(1, os.cpu_count() or 1)
+
+
+def balanced_groups(sizes: list[int], workers: int, least: int, busy: Sequence[float] = ()) -> list[list[int]]:
+    """Indices of kernels (of source sizes `sizes`) in groups of about equal size, one source file each: at most
+    `workers` groups and none much under `least` (below it another compiler run costs more in its start than it
+    saves in parallel); the largest first, each to the group of least load so far (a kernel's compile time grows
+    with its source). `busy`: what some of the workers still have to do before they take a group, in the same
+    units (their groups come out that much smaller, or empty). Each group keeps the kernels' order."""
+    n = max(1, min(workers, len(sizes), sum(sizes) // least))
+    groups: list[list[int]] = [[] for _ in range(n)]
+    load = [0.0] * n
+    for j, b in enumerate(sorted(busy, reverse=True)[:n - 1]):  # a free worker is always left
+        load[n - 1 - j] = b
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        g = load.index(min(load))
+        groups[g].append(i)
+        load[g] += sizes[i]
+    return [sorted(g) for g in groups if g]
 
 
 def numbered(src: str) -> str:

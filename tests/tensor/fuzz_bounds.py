@@ -434,3 +434,30 @@ def step(fdt: str, vals: Sequence[Bounded], ncode: str, args: tuple[int, ...], r
     if (np.abs(r) + err).max() > LIMIT or err.max() > CAP * max(1.0, float(np.abs(r).max())):
         return None
     return Bounded(r, err, dt, np.broadcast_to(simulate(name, OpText(ncode, args), a, r, dt), r.shape).copy())
+
+
+def mismatch_16(want: Bounded, got: np.ndarray) -> str | None:
+    """Why `got` is not a 16-bit program's result `want` (None when it is): each element within its error bound
+    (bit for bit where the bound is 0), and equal to each op rounded to its dtype where that is determined."""
+    if got.shape != want.ref.shape:
+        return f"shape {got.shape} != {want.ref.shape}"
+    if want.dt == "int32":
+        if got.dtype.kind not in "iub" or not np.array_equal(got, want.ref):
+            return f"int result differs:\n got {got.ravel()[:16]}\nwant {want.ref.ravel()[:16]}"
+        return None
+    if got.dtype != np.dtype("float16" if want.dt == "float16" else "float32"):  # bfloat16 comes back as float32
+        return f"dtype {got.dtype} for a {want.dt} result"
+    g = got.astype(np.float64)
+    if not np.all(representable(g, want.dt)):
+        return f"values that {want.dt} does not hold: {g[~representable(g, want.dt)][:4]}"
+    over = np.abs(g - want.ref) - want.err
+    if not np.all(over <= 1e-9 * want.err):  # nan fails too
+        i = int(np.nanargmax(np.where(np.isnan(over), np.inf, over)))
+        return (f"{want.dt} result differs at flat {i}: got {g.ravel()[i]!r} want {want.ref.ravel()[i]!r}, "
+                f"error bound {want.err.ravel()[i]:.3g}")
+    known = ~np.isnan(want.sim)
+    if not np.array_equal(g[known], want.sim[known]):
+        i = int(np.flatnonzero(known & (g != want.sim))[0])
+        return (f"{want.dt} result at flat {i} is not each op rounded to its dtype: got {g.ravel()[i]!r}, rounding "
+                f"each op gives {want.sim.ravel()[i]!r} (exact {want.ref.ravel()[i]!r})")
+    return None

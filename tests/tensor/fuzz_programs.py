@@ -45,7 +45,7 @@ import numpy as np
 
 from tensor import Tensor
 from tests.tensor import fuzz_conv
-from tests.tensor.fuzz_bounds import HALVES, Bounded, np_log_softmax, np_softmax, representable, step
+from tests.tensor.fuzz_bounds import HALVES, Bounded, mismatch_16, np_log_softmax, np_softmax, step
 
 SIZES = (1, 2, 3, 5, 7)
 # the "gpu" mode's sizes: rows long enough for a block to share their reductions (GROUP_REDUCE, warp shuffles) and
@@ -202,32 +202,10 @@ def mismatch(p: Program, got: np.ndarray) -> str | None:
 
 
 def _mismatch_16(p: Program, got: np.ndarray) -> str | None:
-    """A 16-bit program's check: each element within its error bound (bit for bit where the bound is 0)."""
+    """A 16-bit program's check against its bounded result (fuzz_bounds.mismatch_16)."""
     vals = bounded(p)
     assert vals is not None, f"program {p.seed} is not a valid 16-bit program"
-    want = vals[-1]
-    if got.shape != want.ref.shape:
-        return f"shape {got.shape} != {want.ref.shape}"
-    if want.dt == "int32":
-        if got.dtype.kind not in "iub" or not np.array_equal(got, want.ref):
-            return f"int result differs:\n got {got.ravel()[:16]}\nwant {want.ref.ravel()[:16]}"
-        return None
-    if got.dtype != np.dtype("float16" if want.dt == "float16" else "float32"):  # bfloat16 comes back as float32
-        return f"dtype {got.dtype} for a {want.dt} result"
-    g = got.astype(np.float64)
-    if not np.all(representable(g, want.dt)):
-        return f"values that {want.dt} does not hold: {g[~representable(g, want.dt)][:4]}"
-    over = np.abs(g - want.ref) - want.err
-    if not np.all(over <= 1e-9 * want.err):  # nan fails too
-        i = int(np.nanargmax(np.where(np.isnan(over), np.inf, over)))
-        return (f"{want.dt} result differs at flat {i}: got {g.ravel()[i]!r} want {want.ref.ravel()[i]!r}, "
-                f"error bound {want.err.ravel()[i]:.3g}")
-    known = ~np.isnan(want.sim)
-    if not np.array_equal(g[known], want.sim[known]):
-        i = int(np.flatnonzero(known & (g != want.sim))[0])
-        return (f"{want.dt} result at flat {i} is not each op rounded to its dtype: got {g.ravel()[i]!r}, rounding "
-                f"each op gives {want.sim.ravel()[i]!r} (exact {want.ref.ravel()[i]!r})")
-    return None
+    return mismatch_16(vals[-1], got)
 
 
 # ---------------------------------------------------------------- generation
