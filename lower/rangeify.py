@@ -55,6 +55,7 @@ from rules.rangeify import (
     gate_and,
     index_add,
     index_const,
+    kernel_point,
     realize_point_rules,
     reshape_groups,
     reshape_index,
@@ -460,15 +461,17 @@ rangeify_rules = RuleSet("rangeify", [
 
 
 def build_kernel(node: UOp, out_buf: UOp, buffers: dict[UOp, UOp], fused: dict[UOp, None] | None = None,
-                 shared: frozenset[UOp] = frozenset(), points: list[RealizePoint] | None = None
-                 ) -> UOp | RealizePoint:
+                 shared: frozenset[UOp] = frozenset(), points: list[RealizePoint] | None = None,
+                 threads: bool = False) -> UOp | RealizePoint:
     """The kernel that computes `node` into `out_buf` (a 1-D BUFFER), reading `buffers` for realized nodes.
     `fused`, if given, receives the nodes the scheduler may want realized when more than one kernel computes
     them inline: the tensor-level REDUCEs computed inline, and the elementwise nodes that combine one of
     `shared` (REDUCEs realized for that reason) with other values (a LayerNorm's centred input: left inline,
     every later LayerNorm's kernels would recompute the whole chain of earlier ones from its buffers). When a
     realize-point rule fires (rules.rangeify), the result is that `RealizePoint` instead of a kernel; `points`, if
-    given, receives every realize point the build meets (the result is then the first of them)."""
+    given, receives every realize point the build meets (the result is then the first of them). The finished
+    kernel then meets rules.rangeify's `kernel_point_rules` (`threads`: the target runs the output loops as
+    threads, a GPU's), whose realize point is returned (and recorded) the same way."""
     counter = [0]
     kb = KernelBuilder(buffers, counter)
     kb.shared = shared
@@ -494,10 +497,23 @@ def build_kernel(node: UOp, out_buf: UOp, buffers: dict[UOp, UOp], fused: dict[U
     if (rec := viz_capture.ACTIVE) is not None:  # VIZ: each kernel node from the tensor node it computes
         for (tensor_node, _, _), kernel_node in kb.memo.items():
             rec.derive(kernel_node, tensor_node, "rangeify: the kernel's value of a tensor node")
+    st = out_buf.index(flat_index(tuple(idx), shape)).store(val)
+    sink = UOp.sink(UOp(Ops.END, (st, *ranges)) if ranges else st)
+    if threads and kb.fused and (point := kernel_point(_KernelSite(kb, threads), sink)) is not None:
+        if points is not None:
+            points.append(point)
+        return point
     if fused is not None:
         fused.update(kb.fused)
-    st = out_buf.index(flat_index(tuple(idx), shape)).store(val)
-    return UOp.sink(UOp(Ops.END, (st, *ranges)) if ranges else st)
+    return sink
+
+
+class _KernelSite:
+    """rules.rangeify.KernelSite of a finished build: its loops, and each inline REDUCE's tensor node."""
+
+    def __init__(self, kb: KernelBuilder, threads: bool) -> None:
+        self.loops, self.threads = kb.loops, threads
+        self.inline = {v: k[0] for k, v in kb.memo.items() if v.op is Ops.REDUCE and k[0] in kb.fused}
 
 
 def build_store_kernel(view: UOp, value: UOp, out_buf: UOp, buffers: dict[UOp, UOp],

@@ -19,6 +19,9 @@ build returns the rule's `RealizePoint`). All are recorded in the same `decided`
 
   realize-reduce-in-reduce-loop    a REDUCE its consumer would evaluate inside another reduction's loop
   realize-broadcast-reduce         a REDUCE broadcast over output loops outside one it depends on (recomputed)
+  realize-thread-broadcast-reduce  on a GPU target, an inline REDUCE every thread would compute again, in a kernel
+                                   whose every output loop some reduction moves with (no block per row can share
+                                   it): the finished kernel's rule (rules.rangeify.kernel_point_rules)
   realize-reduce-epilogue          a REDUCE's elementwise epilogue (through reshapes and permutes) broadcast into
                                    a reduction's loop: one kernel, the REDUCE inline, stored in the reader's layout
   realize-expensive-broadcast      transcendental/division work broadcast into a reduction's loop

@@ -16,7 +16,8 @@ the rule set's matcher (the first rule that fires decides), before its kernel is
                                  (`split_point`, from the node's fused region and the realized nodes)
   realize-point                  every realize point the kernel's build met (rules.rangeify's realize_point_rules:
                                  realize-reduce-in-reduce-loop, realize-broadcast-reduce, realize-reduce-epilogue,
-                                 realize-expensive-broadcast, realize-bitcast-source; each under its own name); a
+                                 realize-expensive-broadcast, realize-bitcast-source; each under its own name;
+                                 on a GPU target also the finished kernel's realize-thread-broadcast-reduce); a
                                  REDUCE whose one reader is a narrowing CAST (a half matmul's float32 sum) is
                                  realized as that CAST (lower.split.narrowing_casts): the same values in half the bytes
   realize-store-value            an assignment's value that reads its target elsewhere than where it writes
@@ -127,6 +128,7 @@ class BuildContext:
     _flats: dict[UOp, UOp] = field(default_factory=dict)
     _limits: dict[str, tuple[int, int]] = field(default_factory=dict)  # `kernel_limits` by device, for this split
     _flat_of: dict[UOp, UOp] = field(default_factory=dict)
+    _threads: dict[str, bool] = field(default_factory=dict)  # `kernel_threads` by device, for this split
     _node: UOp | None = None
     _built: UOp | RealizePoint | None = None
     _points: list[RealizePoint] = field(default_factory=list)
@@ -191,12 +193,20 @@ class BuildContext:
             flat = self.buffers()
             flat_out = flat[node]
             if node.op is not Ops.STORE:
-                self._built = build_kernel(node, flat_out, flat, points=self._points)
+                self._built = build_kernel(node, flat_out, flat, points=self._points, threads=self.threads(node))
             elif (st := indexed_store(node)) is None:  # CONTIGUOUS at the top: a realized value is loaded
                 self._built = build_kernel(UOp(Ops.CONTIGUOUS, (node.src[1],)), flat_out, flat, points=self._points)
             else:
                 self._built = build_store_kernel(st.view, node.src[1], flat_out, flat, self._points)
         return self._built
+
+    def threads(self, node: UOp) -> bool:
+        """Whether `node`'s device runs a kernel's output loops as threads (a GPU target: rules.rangeify's
+        kernel_point_rules apply)."""
+        dev = node.device if isinstance(node.device, str) else self.device
+        if (known := self._threads.get(dev)) is None:
+            known = self._threads[dev] = kernel_threads(dev)
+        return known
 
     def points(self, node: UOp) -> list[RealizePoint]:
         """Every realize point the build of `node` met (empty when it is a kernel)."""
@@ -211,6 +221,14 @@ def kernel_limits(device: str) -> tuple[int, int]:
     except CompilerError:
         return (1 << 30, 1 << 30)
     return t.max_args, t.max_kernel_ops
+
+
+def kernel_threads(device: str) -> bool:
+    """Whether the device's target runs a kernel's output loops as threads (Target.warp_size > 0: a GPU)."""
+    try:
+        return target_for(device).warp_size > 0
+    except CompilerError:
+        return False
 
 
 _WEIGHT = {o: 16 if o in EXPENSIVE else 1 if o in _COUNTED else 0 for o in Ops}  # op -> what it weighs in a kernel
@@ -518,5 +536,5 @@ def break_cycle(roots: list[UOp], stuck: list[UOp], out_of: dict[UOp, UOp], topo
 
 
 __all__ = ["COPY_SOURCE", "BuildContext", "Concats", "CycleContext", "Decision", "SharedContext", "break_cycle",
-           "build_rules", "cycle_rules", "decide_build", "flat_buffer", "kernel_limits", "nbytes",
+           "build_rules", "cycle_rules", "decide_build", "flat_buffer", "kernel_limits", "kernel_threads", "nbytes",
            "region", "region_nodes", "shared_rules", "shared_values", "split_point", "under_limits"]

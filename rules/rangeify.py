@@ -27,6 +27,18 @@ Nothing is raised: the rule's result is the build's result.
                                  recomputed once per value of those outer loops
   realize-bitcast-source         the source of a BITCAST that changes the element size, when not realized already
                                  (it is read as raw memory; lower.split.realize_rules decides most of these first)
+
+One more rule looks at the whole kernel once its build is done (`kernel_point_rules`, context `KernelSite`),
+for a target whose output loops become threads (a GPU: no thread can hoist a value out of another's loop):
+
+  realize-thread-broadcast-reduce  a REDUCE computed inline (not the kernel's root) that does not depend on
+                                 output loops worth RECOMPUTE_LIMIT threads or more, in a kernel whose every
+                                 output loop some reduction depends on (a pool over softmax's outputs: the
+                                 window's reduction moves with every output, the softmax's statistics with
+                                 none): each thread would compute the statistic again, and no block can share
+                                 it (a kernel with a free output loop, softmax's own, shares its row statistics
+                                 in a block per row: lower.gpu). The last such REDUCE in the kernel's order
+                                 (the others it reads fuse into its own kernel)
 """
 
 from __future__ import annotations
@@ -48,6 +60,7 @@ REDUCE_EPILOGUE = "realize-reduce-epilogue"
 EXPENSIVE_BROADCAST = "realize-expensive-broadcast"
 BROADCAST_REDUCE = "realize-broadcast-reduce"
 BITCAST_SOURCE = "realize-bitcast-source"
+THREAD_BROADCAST_REDUCE = "realize-thread-broadcast-reduce"
 
 
 class Site(Protocol):
@@ -478,6 +491,78 @@ def realize_point(site: Site, n: UOp) -> RealizePoint | None:
     return None if res is None else cast(RealizePoint, res[0])  # what every rule here returns
 
 
+class KernelSite(Protocol):
+    """The typed context of `kernel_point_rules`: a kernel whose build is done."""
+
+    loops: tuple[UOp, ...]  # the kernel's output loops (LOOP RANGEs), outermost first
+    threads: bool  # whether the target runs the output loops as threads (a GPU target: Target.warp_size > 0)
+    inline: dict[UOp, UOp]  # each kernel REDUCE computed inline (not the root) -> the tensor REDUCE it computes
+
+
+THREAD_MIN_REDUCE = 32  # a shorter reduction recomputed per thread costs less than a kernel of its own
+
+
+def _loop_deps(sink: UOp, loops: frozenset[UOp]) -> dict[UOp, frozenset[UOp]]:
+    """For each node of a kernel, the output loops its value depends on (the RANGEs of `loops` below it)."""
+    deps: dict[UOp, frozenset[UOp]] = {}
+    none: frozenset[UOp] = frozenset()
+    for u in sink.toposort():
+        if u in loops:
+            deps[u] = frozenset((u,))
+        elif not u.src:
+            deps[u] = none
+        else:
+            d = deps[u.src[0]]
+            for s in u.src[1:]:
+                if deps[s] is not d:
+                    d = d | deps[s]
+            deps[u] = d
+    return deps
+
+
+def _reduce_length(r: UOp) -> int:
+    n = 1
+    for x in r.src[1:]:
+        b = x.src[0]
+        n *= b.value if b.op is Ops.CONST and isinstance(b.value, int) else THREAD_MIN_REDUCE
+    return n
+
+
+def _thread_broadcast_reduce(ctx: KernelSite, k: UOp) -> RealizePoint | None:
+    if not ctx.threads or not ctx.inline or not ctx.loops:
+        return None
+    loops = frozenset(ctx.loops)
+    deps = _loop_deps(k, loops)
+    reds = [u for u in k.toposort() if u.op is Ops.REDUCE]
+    if set().union(*(deps[r] for r in reds)) != loops:  # a free output loop: a block per row shares them
+        return None
+    found = None
+    for r in reds:
+        if r not in ctx.inline or _reduce_length(r) < THREAD_MIN_REDUCE:
+            continue
+        repeats = 1
+        for x in loops - deps[r]:
+            b = x.src[0]
+            repeats *= b.value if b.op is Ops.CONST and isinstance(b.value, int) else RECOMPUTE_LIMIT
+        if repeats >= RECOMPUTE_LIMIT:
+            found = r  # the last in the kernel's order: the ones it reads fuse into its kernel
+    return None if found is None else RealizePoint(ctx.inline[found], THREAD_BROADCAST_REDUCE)
+
+
+# fmt: off
+kernel_point_rules = RuleSet("kernel-point", [
+    Rule(THREAD_BROADCAST_REDUCE, op.SINK(name="k"), _thread_broadcast_reduce),
+])
+# fmt: on
+
+
+def kernel_point(site: KernelSite, k: UOp) -> RealizePoint | None:
+    """The realize point `kernel_point_rules` decide for the kernel `k` (its SINK) at `site`, if any."""
+    m = kernel_point_rules.matcher(k.op)
+    res = None if m is None else m(k, site)
+    return None if res is None else cast(RealizePoint, res[0])
+
+
 __all__ = [
     "BITCAST_SOURCE",
     "BROADCAST_REDUCE",
@@ -485,7 +570,9 @@ __all__ = [
     "EXPENSIVE_BROADCAST",
     "REDUCE_EPILOGUE",
     "REDUCE_IN_REDUCE_LOOP",
+    "THREAD_BROADCAST_REDUCE",
     "ZERO",
+    "KernelSite",
     "RealizePoint",
     "Site",
     "broadcast_factor",
@@ -496,6 +583,8 @@ __all__ = [
     "index_add",
     "index_const",
     "kept_index_math",
+    "kernel_point",
+    "kernel_point_rules",
     "realize_point",
     "realize_point_rules",
     "recomputed_expensive",

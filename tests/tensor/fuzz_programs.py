@@ -473,7 +473,7 @@ def generate(seed: int, gpu: bool = False, half: bool = False, widen: bool = Fal
         q = _extended(p, vals, bvals, op)
         if q is not None:
             p, vals, bvals = q
-    return _conv_phase(p, vals, bvals, widen, gpu)
+    return _conv_phase(p, vals, bvals, widen)
 
 
 def _extended(p: Program, vals: list[_Val], bvals: list[Bounded], op: Op) \
@@ -511,7 +511,7 @@ P_CONV = 0.1
 CONV_MACS, CONV_MACS_CPU, BIG_MACS = 1 << 11, 1 << 14, 1 << 18
 
 
-def _conv_phase(p: Program, vals: list[_Val], bvals: list[Bounded], widen: bool, gpu: bool) -> Program:
+def _conv_phase(p: Program, vals: list[_Val], bvals: list[Bounded], widen: bool) -> Program:
     rng = random.Random(f"conv-{p.seed}")
     if rng.random() >= P_CONV:
         return p
@@ -520,8 +520,7 @@ def _conv_phase(p: Program, vals: list[_Val], bvals: list[Bounded], widen: bool,
     while added < want and tries < 40:
         tries += 1
         if added == 0 or rng.random() < 0.35:
-            q = _conv_node(rng, p, vals, bvals, CONV_MACS_CPU if widen else CONV_MACS, added == 0, big and added == 0,
-                           gpu)
+            q = _conv_node(rng, p, vals, bvals, CONV_MACS_CPU if widen else CONV_MACS, added == 0, big and added == 0)
         else:
             op = _candidates(rng, vals, p.fdt)
             q = None if op is None else _extended(p, vals, bvals, op)
@@ -531,26 +530,11 @@ def _conv_phase(p: Program, vals: list[_Val], bvals: list[Bounded], widen: bool,
     return p
 
 
-_REDUCES = (".sum(", ".max(", ".min(", ".mean(", "softmax(", "cumsum(", "@", "conv", "pool2d(")
-
-
-def _reduced(p: Program) -> set[int]:
-    """The values that a reduction computes or reads (through any chain of ops)."""
-    out: set[int] = set()
-    for k, op in enumerate(p.ops):
-        if any(t in op.tcode for t in _REDUCES) or any(a in out for a in op.args):
-            out.add(len(p.inputs) + k)
-    return out
-
-
 def _conv_node(rng: random.Random, p: Program, vals: list[_Val], bvals: list[Bounded], most: int, first: bool,
-               big: bool, gpu: bool) -> tuple[Program, list[_Val], list[Bounded]] | None:
+               big: bool) -> tuple[Program, list[_Val], list[Bounded]] | None:
     """The program with a convolution or pool (fuzz_conv.draw) of one of its values appended (`first`: of its last
     value, so the ops before the phase stay live), its weight and bias new inputs; `big`: a convolution of a new
-    input, BIG_MACS at most. In the gpu mode a value that a reduction
-    computes is made contiguous first: the kernel split fuses a 1000-long softmax into a pool over it, each of the
-    pool kernel's threads then runs the softmax's reductions for each tap (a pool of 248 outputs over
-    softmax(softmax(x)) took 104 s in the grid emulator; as a gather instead of a pool, 0.5 s)."""
+    input, BIG_MACS at most."""
     half = p.fdt in HALVES
     gen = np.random.default_rng(rng.getrandbits(64))
     fresh: list[Input] = []
@@ -587,8 +571,7 @@ def _conv_node(rng: random.Random, p: Program, vals: list[_Val], bvals: list[Bou
     qbvals = [*bvals[:at], *[Bounded(v.ref, np.zeros(v.shape), v.dt, v.ref) for v in new], *bvals[at:]]
     x = at if big else ai + shift if ai >= at else ai
     args = (x, *range(at + big, at + len(fresh)))
-    tcode = node.tcode.replace("{0}", "{0}.contiguous()", 1) if gpu and not big and ai in _reduced(p) else node.tcode
-    return _extended(q, qvals, qbvals, Op(tcode, node.ncode, args, node.rule))
+    return _extended(q, qvals, qbvals, Op(node.tcode, node.ncode, args, node.rule))
 
 
 def _inputs_16(rng: random.Random, sizes: tuple[int, ...], most: int, mm: tuple[int, ...]) -> list[Input]:
