@@ -1,9 +1,10 @@
-"""`python -m benchmarks.gpu_sass [--sm sm_90] [--case matmul_4096_fp16 ...] [--knob WGMMA=1 ...] [--compiler nvrtc]
-[--no-tinygrad] [--json PATH] [--dump DIR]`: a static look at the machine code (SASS) of the GPU benchmark's kernels.
-No GPU is needed.
+"""`python -m benchmarks.gpu_sass [--sm sm_90] [--case matmul_4096_fp16 ...] [--knob WGMMA=1 ...] [--no-tinygrad]
+[--json PATH] [--dump DIR]`: a static look at the machine code (SASS) of the GPU benchmark's kernels. No GPU is
+needed.
 
 The kernels of the chosen cases (benchmarks.gpu.gpu_cases; default: every case) are lowered for `--sm` under the
-`--knob` settings (benchmarks.gpu_compile.lowered_kernels) and compiled by the cuda device itself
+`--knob` settings (benchmarks.gpu_compile.lowered_kernels; ALLOW_TF32 for the tf32 cases only, as benchmarks.gpu
+runs them; `--knob CUDA_COMPILER=nvcc` picks the compiler) and compiled by the cuda device itself
 (`devices.cuda.DEVICE.compile_batch` for that target: its renderer, its compiler and flags, its disk cache), so the
 cubins are the ones a launch would load. Each cubin is read with the CUDA binary utilities: `cuobjdump -res-usage`
 (registers, stack, static shared memory, local memory per thread) and `cuobjdump -sass` (which runs nvdisasm). Both
@@ -14,11 +15,12 @@ Per kernel the report gives the resources (registers; `STL`/`LDL`, the local-mem
 kernel, which ptxas emits for spills and for arrays it could not keep in registers; static and dynamic shared bytes)
 and the instruction mix of the hot loop: the innermost loop (a backward branch and its target) that holds the
 kernel's key instructions, its tensor-core MMAs (HMMA: mma.sync; HGMMA: wgmma) or, in a kernel without them, its
-FFMAs. The mix counts static instructions in the loop's body by class (`CLASSES`), their ratio to the MMAs, per
-instruction and per m16n8k16-equivalent (an MMA's multiply-adds per warp over the 2048 of one m16n8k16, so
-an HGMMA.64x256x16, whose 64x256x16 a warpgroup's 4 warps share, counts 32), and the shared-memory bytes a warp
-reads per MMA unit with LDSM and LDS (wgmma reads its operands from shared memory itself; those bytes are not
-counted). A kernel with neither MMAs nor FFMAs in a loop (softmax, layernorm) reports its largest innermost loop.
+FFMAs (at least a quarter of the loop). The mix counts static instructions in the loop's body by class (`CLASSES`),
+the other instructions per key one and per unit of work (an m16n8k16-equivalent: an MMA's multiply-adds per warp
+over the 2048 of one m16n8k16, so an HGMMA.64x256x16, whose 64x256x16 a warpgroup's 4 warps share, counts 32; or an
+FFMA), and the shared-memory bytes a warp reads per unit with LDSM and LDS (each lane's bytes: an LDS that lanes
+share as a broadcast reads fewer; wgmma reads its operands from shared memory itself, uncounted). A kernel with
+neither (softmax, layernorm) reports its largest innermost loop.
 
 tinygrad's kernels for the same cases come from its null device with its CUDA renderer and NVRTC
 (`DEV=NULL:CUDA:<sm>`, benchmarks.gpu_compile_tinygrad with `--cubins`): its default optimizations, the same
