@@ -23,10 +23,12 @@ import time
 from typing import Any
 
 
-def lowered_kernels(sm: str, tf32: bool = True, lower_ms: list[float] | None = None,
-                    cases: list[str] | None = None) -> list[tuple[str, Any]]:
-    """(name, LINEAR) of every kernel of the GPU benchmark's cases, lowered for `sm` (float32 matmuls on tf32
-    tensor cores with `tf32`); each lowering's wall time (ms) appended to `lower_ms` when given. The graphs are
+def lowered_kernels(sm: str, tf32: bool | None = True, lower_ms: list[float] | None = None,
+                    cases: list[str] | None = None, only: list[str] | None = None) -> list[tuple[str, Any]]:
+    """(name, LINEAR) of every kernel of the GPU benchmark's cases (those whose key `only` lists, when given),
+    lowered for `sm` (float32 matmuls on tf32 tensor cores with `tf32`; None: as benchmarks.gpu runs them, only the
+    "tf32" cases, which it runs under ALLOW_TF32=1); each lowering's wall time (ms) appended to
+    `lower_ms` when given, each kernel's case to `cases`. The graphs are
     built on the python device with PYTHON_TARGET=sm, whose Target is the GPU's, so they schedule as on the cuda
     device (on the cpu device a matmul's right operand got the cpu's packing copy, a kernel more)."""
     from benchmarks.gpu import gpu_cases
@@ -37,9 +39,14 @@ def lowered_kernels(sm: str, tf32: bool = True, lower_ms: list[float] | None = N
     from rewrite.env import Context
     from tensor import Tensor
 
-    target = gpu_target(sm, tf32=tf32)
+    targets = {t: gpu_target(sm, tf32=t) for t in (False, True)}
     out: list[tuple[str, Any]] = []
+    known = [c.key for c, _ in gpu_cases(False)]
+    if only is not None and (unknown := [c for c in only if c not in known]):
+        raise ValueError(f"unknown GPU benchmark case(s) {', '.join(unknown)}; the cases are {', '.join(known)}")
     for case, dtype in gpu_cases(False):
+        if only is not None and case.key not in only:
+            continue
         dt = "float32" if dtype == "tf32" else dtype
         with Context(PYTHON_TARGET=sm):
             xs = [Tensor.empty(*s, dtype=dt, device="python").realize() for s in case.shapes()]
@@ -47,6 +54,7 @@ def lowered_kernels(sm: str, tf32: bool = True, lower_ms: list[float] | None = N
         for it in items:
             if it.kind == "kernel" and it.ast is not None:
                 t = time.perf_counter()
+                target = targets[dtype == "tf32" if tf32 is None else tf32]
                 out.append((f"{case.key}_{it.name}", lower_kernel(it.ast, target, name=it.name)))
                 if lower_ms is not None:
                     lower_ms.append((time.perf_counter() - t) * 1e3)
@@ -70,9 +78,11 @@ def tinygrad_dev(sm: str) -> str:
         return f"NULL:CUDA:{sm}"
 
 
-def tinygrad_compile(path: str, dev: str, timeout: float = 45.0, tiny: bool = False) -> dict[str, Any]:
-    """benchmarks.gpu_compile_tinygrad's result on tinygrad device `dev`, run in a subprocess (its error where it
-    could not run). On the null device tinygrad is pointed at the NVRTC library ours loads (NVRTC_PATH)."""
+def tinygrad_compile(path: str, dev: str, timeout: float = 45.0, tiny: bool = False,
+                     extra: list[str] | None = None) -> dict[str, Any]:
+    """benchmarks.gpu_compile_tinygrad's result on tinygrad device `dev`, run in a subprocess with `extra`
+    arguments (its error where it could not run). On the null device tinygrad is pointed at the NVRTC library ours
+    loads (NVRTC_PATH)."""
     import subprocess
 
     env = {**os.environ, "DEV": dev, "CACHELEVEL": "0", "PARALLEL": "0"}
@@ -86,7 +96,7 @@ def tinygrad_compile(path: str, dev: str, timeout: float = 45.0, tiny: bool = Fa
             return {"kernels": [], "ms": [], "error": str(e)[:300], "dev": dev}
     try:
         subprocess.run([sys.executable, "-m", "benchmarks.gpu_compile_tinygrad", "--json", path,
-                        *(["--tiny"] if tiny else [])], env=env, timeout=timeout, check=False)
+                        *(["--tiny"] if tiny else []), *(extra or [])], env=env, timeout=timeout, check=False)
         with open(path) as f:
             return {**json.load(f), "dev": dev}
     except (OSError, ValueError, subprocess.TimeoutExpired) as e:

@@ -9,7 +9,9 @@ Per kernel it times tinygrad.engine.realize.to_program, which takes a kernel's A
 optimizations, linearize, render, and NVRTC -- the same span as ours in benchmarks.gpu_compile's "full" column
 (lower_kernel, render, compile). Writes {"kernels": [names], "ms": [times], "cases": [the case of each kernel],
 "error": null or why} and prints a
-summary line; exits 0 with the error recorded when tinygrad or its CUDA device is missing.
+summary line; exits 0 with the error recorded when tinygrad or its CUDA device is missing. `--cases a,b` keeps those
+cases only; `--cubins DIR` writes each kernel's binary there (a cubin where NVRTC made one: the null device), named
+in the JSON's "cubins" (benchmarks.gpu_sass reads them).
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import time
 from typing import Any
 
 
-def measure(tiny: bool = False) -> dict[str, Any]:
+def measure(tiny: bool = False, only: list[str] | None = None, cubins: str | None = None) -> dict[str, Any]:
+    import re
+
     import tinygrad.engine.realize as tg_realize
     from tinygrad import Tensor, dtypes
 
@@ -33,6 +37,7 @@ def measure(tiny: bool = False) -> dict[str, Any]:
     names: list[str] = []
     times: list[float] = []
     of_case: list[str] = []
+    files: list[str] = []
     now = [""]  # the case being realized
     inner = tg_realize.to_program
 
@@ -42,6 +47,11 @@ def measure(tiny: bool = False) -> dict[str, Any]:
         times.append((time.perf_counter() - t) * 1e3)
         names.append(str(getattr(out, "name", None) or getattr(getattr(ast, "arg", None), "name", "?")))
         of_case.append(now[0])
+        binary = out.src[-1].arg if getattr(out, "src", None) else None
+        if cubins is not None and isinstance(binary, bytes):
+            files.append(f"{len(files)}_{re.sub(r'[^A-Za-z0-9_]', '', now[0])}.cubin")
+            with open(os.path.join(cubins, files[-1]), "wb") as f:
+                f.write(binary)
         return out
 
     tg_realize.to_program = timed  # type: ignore[assignment]  # wrapped for timing; restored below
@@ -51,23 +61,27 @@ def measure(tiny: bool = False) -> dict[str, Any]:
         cases = [(Case("add_tiny", "add", "add", (64,)), "float32"), (Case("mm_tiny", "matmul", "matmul", (16,)),
                                                                     "float16")] if tiny else gpu_cases(False)
         for case, dtype in cases:
+            if only is not None and case.key not in only:
+                continue
             now[0] = case.key
             xs = [Tensor.empty(*s, dtype=dts[dtype], device=device) for s in case.shapes()]
             tensor_graph(case, xs).realize()
     finally:
         tg_realize.to_program = inner  # type: ignore[assignment]
-    return {"kernels": names, "ms": times, "cases": of_case, "error": None}
+    return {"kernels": names, "ms": times, "cases": of_case, "cubins": files, "error": None}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.gpu_compile_tinygrad", description=__doc__.split("\n")[0])
     ap.add_argument("--json", default=os.path.join("results", "bench-gpu-compile-tinygrad.json"))
     ap.add_argument("--tiny", action="store_true", help="two tiny cases (a smoke test, e.g. with DEV=PYTHON)")
+    ap.add_argument("--cases", default="", help="the cases to compile (comma-separated keys; default: all)")
+    ap.add_argument("--cubins", default=None, help="a folder for each kernel's binary")
     args = ap.parse_args(argv)
     try:
         from importlib.metadata import version
 
-        result = measure(args.tiny)
+        result = measure(args.tiny, [c for c in args.cases.split(",") if c] or None, args.cubins)
         result["version"] = version("tinygrad")
     except Exception as e:  # any failure (not installed, no CUDA device) is the recorded answer
         result = {"kernels": [], "ms": [], "error": f"{type(e).__name__}: {str(e)[:300]}"}
