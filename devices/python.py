@@ -310,6 +310,8 @@ class PythonKernel:
                 clock.new_block()
             self._run_block(v, [specials[i] for i in threads], [bounds[i] for i in threads], clock,
                             n * block_threads, rec)
+            if rec is not None:
+                rec.flush()
         if rec is not None:
             rec.finish()
 

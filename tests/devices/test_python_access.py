@@ -11,7 +11,7 @@ from devices.python_access import KernelAccess, access_stats, bank_wavefronts, c
 from lower import schedule
 from lower.optimize import Opt, OptOps
 from lower.stages import lower_kernel
-from rewrite import UOp, dtypes
+from rewrite import Ops, UOp, dtypes
 from rewrite.dtype import AddrSpace
 from tensor import Tensor
 from tests.devices.test_python_races import _after, _lid, _staged_matmul
@@ -109,6 +109,18 @@ def test_global_strides(stride: int, sectors: int) -> None:
     np.testing.assert_array_equal(res, x[::stride])
     assert (k.global_requests, k.sectors, k.ideal_sectors) == (2, sectors + 4, 8)
     assert k.shared_requests == 0
+
+
+def test_each_block_is_its_own_requests() -> None:
+    """out[b * 64 + t] = in[b * 64 + t] over 4 blocks of 64 threads: 8 warps, each one load and one store request
+    of 128 bytes (4 sectors)."""
+    out, inp = _buf(0, 256), _buf(1, 256)
+    t, b = _lid(64), UOp(Ops.SPECIAL, (UOp.const(4),), "gidx0")
+    x = np.arange(256, dtype=np.float32)
+    res = np.zeros(256, np.float32)
+    k = _count(out.index(b * 64 + t).store(inp.index(b * 64 + t).load()), {0: res, 1: x})
+    np.testing.assert_array_equal(res, x)
+    assert [(i.kind, i.requests, i.cost, i.ideal) for i in k.instrs] == [("load", 8, 32, 32), ("store", 8, 32, 32)]
 
 
 def test_gated_lanes_move_nothing() -> None:
