@@ -24,12 +24,15 @@ A SHUFFLE is one too: each lane of a warp brings its value and gets that of lane
 the warp's n 8x8 matrices (devices.python_gpu.ldmatrix). A cp.async copy (STORE arg "cp.async")
 reads its source when it runs but writes LOCAL memory only when a wait retires it: BARRIER "cp.async.commit"
 closes the thread's group of copies, BARRIER ("cp.async.wait", n) lands every group of the thread but the
-newest n (oldest first) and is then a BARRIER; so a read that runs ahead of its wait sees the old contents.
+newest n (oldest first) and is then a BARRIER; so a read that runs ahead of its wait sees the old contents
+(devices.python_async).
 A WMMA with arg ("wgmma", ...) is a warpgroup's asynchronous wgmma from shared memory (devices.python_wgmma).
 The INS of devices.tma (TMA copies, mbarriers) are emulated by devices.python_tma (a wait meets the block).
 Where more than one thread runs, every element access is checked for data races (devices.python_mem,
 RACECHECK): two threads touching one element, one writing, with no BARRIER between them, is a DeviceError.
-`check_index_bounds` wraps a kernel so that every index value is checked against its interval bounds.
+With ACCESSSTATS on, each run also counts its warp requests' shared-memory wavefronts and global sectors
+(devices.python_access); off, the kernel runs its plain steps. `check_index_bounds` wraps a kernel so that every
+index value is checked against its interval bounds.
 
 Vectors (shape (n,)) are tuples of n lane values, and every lane goes through the same semantics table as a
 scalar would; a scalar operand of a vector op is used for every lane. A vector INDEX of a buffer holds n

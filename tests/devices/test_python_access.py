@@ -221,3 +221,24 @@ def test_simt_staged_matmul() -> None:
     k = got[0]
     reads = _shared(k, "load")
     assert reads and all(i.cost == i.ideal for i in reads), [i for i in reads if i.cost != i.ideal]
+
+
+def test_wgmma_swizzled_matmul() -> None:
+    """lower.tc_wgmma's kernel with the heuristics' big config (m64n128k16, 2 warpgroups, 64-wide k steps in the
+    128-byte swizzle), 128 x 64 x 256 half: each wgmma's core matrices are read at their ideal (one wavefront
+    each: the swizzle puts a core matrix's 8 rows on 8 distinct 16-byte columns). The cp.async copies into the
+    swizzled tiles are not: lane l of a quarter-warp writes row l % 8 of an atom, all at one 16-byte column
+    (element 64 (l % 8) + 8 (l // 8) + ...), so the 8 lanes' chunks share banks 0-3 (or 4-7, ...): an 8-way
+    conflict (measured: 32 wavefronts per 4 ideal on every request)."""
+    from tests.lower.test_gpu import run
+    from tests.lower.test_gpu_smem import HALF, _mm
+
+    out, ref = _mm(128, 64, 256, "float16")
+    with counting() as got:
+        res, _ = run(out, GPU, [Opt(OptOps.TC, None, (HALF, "wgmma", 128, 1, 2, 2, 1, 64, 4))])
+    np.testing.assert_allclose(res, ref, rtol=1e-5, atol=1e-5)
+    k = got[-1]
+    reads = _shared(k, "wgmma")
+    assert reads and all(i.cost == i.ideal for i in reads)
+    copies = _shared(k, "store")
+    assert copies and all(i.cost == 8 * i.ideal for i in copies)  # measured: the 8-way conflict
