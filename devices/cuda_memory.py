@@ -123,19 +123,20 @@ def _pow2(u: UOp) -> int:
 _WIDE = 16  # bytes of one vector access (uint4)
 
 
-def _wide_place(idx: UOp, ctx: CudaContext) -> tuple[str, str, int] | None:
-    """(buffer text, first element text, element bytes) when the vector INDEX `idx` names n consecutive
-    elements starting at a 16-byte aligned one (cudaMalloc'd GLOBAL buffers and LOCAL arrays are 16-aligned)."""
+def element_bytes(buf: UOp, raw: set[UOp]) -> int:
+    """Bytes per element of a GLOBAL or LOCAL buffer as the CUDA code holds it (bfloat16: 2 in global memory,
+    `local_itemsize` in shared memory)."""
+    if is_global(buf):
+        return 2 if buf.dtype is dtypes.bfloat16 else buf.dtype.itemsize
+    return local_itemsize(buf, raw)
+
+
+def wide_run(index: UOp, size: int) -> tuple[UOp | None, int] | None:
+    """(symbolic start, constant offset) when the vector INDEX `index` names n consecutive elements of `size` bytes
+    starting at a 16-byte aligned one and n elements are whole 16-byte accesses (cudaMalloc'd GLOBAL buffers and
+    LOCAL arrays are 16-aligned): what the renderer moves 16 bytes at a time; None otherwise."""
     from devices.c_vector import contiguous_start
 
-    index = base_of(idx)
-    if index.op is not Ops.INDEX:
-        return None
-    buf = base_of(index.src[0])
-    if buf.op is not Ops.BUFFER or buffer_arg(buf).addrspace not in (AddrSpace.GLOBAL, AddrSpace.LOCAL):
-        return None
-    size = 2 if buf.dtype is dtypes.bfloat16 and is_global(buf) else \
-        local_itemsize(buf, ctx.raw) if not is_global(buf) else buf.dtype.itemsize
     start = contiguous_start(index.src[1])
     n = int(index.src[1].shape[0])
     if start is None or (n * size) % _WIDE:
@@ -143,6 +144,22 @@ def _wide_place(idx: UOp, ctx: CudaContext) -> tuple[str, str, int] | None:
     s, k = start
     if (k * size) % _WIDE or (s is not None and (1 << min(_pow2(s), 8)) * size % _WIDE):
         return None
+    return s, k
+
+
+def _wide_place(idx: UOp, ctx: CudaContext) -> tuple[str, str, int] | None:
+    """(buffer text, first element text, element bytes) when the vector INDEX `idx` is a `wide_run`."""
+    index = base_of(idx)
+    if index.op is not Ops.INDEX:
+        return None
+    buf = base_of(index.src[0])
+    if buf.op is not Ops.BUFFER or buffer_arg(buf).addrspace not in (AddrSpace.GLOBAL, AddrSpace.LOCAL):
+        return None
+    size = element_bytes(buf, ctx.raw)
+    run = wide_run(index, size)
+    if run is None:
+        return None
+    s, k = run
     first = str(k) if s is None else unparen(ctx[s]) if k == 0 else f"{ctx[s]}+{k}"
     return ctx[buf], first, size
 
@@ -197,4 +214,4 @@ def _wide_access(u: UOp, ctx: CudaContext, lines: list[str], pad: str) -> bool:
 
 
 
-__all__ = ["is_async_copy", "is_ldmatrix", "local_itemsize", "raw_locals"]
+__all__ = ["element_bytes", "is_async_copy", "is_ldmatrix", "local_itemsize", "raw_locals", "wide_run"]

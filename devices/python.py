@@ -24,12 +24,15 @@ A SHUFFLE is one too: each lane of a warp brings its value and gets that of lane
 the warp's n 8x8 matrices (devices.python_gpu.ldmatrix). A cp.async copy (STORE arg "cp.async")
 reads its source when it runs but writes LOCAL memory only when a wait retires it: BARRIER "cp.async.commit"
 closes the thread's group of copies, BARRIER ("cp.async.wait", n) lands every group of the thread but the
-newest n (oldest first) and is then a BARRIER; so a read that runs ahead of its wait sees the old contents.
+newest n (oldest first) and is then a BARRIER; so a read that runs ahead of its wait sees the old contents
+(devices.python_async).
 A WMMA with arg ("wgmma", ...) is a warpgroup's asynchronous wgmma from shared memory (devices.python_wgmma).
 The INS of devices.tma (TMA copies, mbarriers) are emulated by devices.python_tma (a wait meets the block).
 Where more than one thread runs, every element access is checked for data races (devices.python_mem,
 RACECHECK): two threads touching one element, one writing, with no BARRIER between them, is a DeviceError.
-`check_index_bounds` wraps a kernel so that every index value is checked against its interval bounds.
+With ACCESSSTATS on, each run also counts its warp requests' shared-memory wavefronts and global sectors
+(devices.python_access); off, the kernel runs its plain steps. `check_index_bounds` wraps a kernel so that every
+index value is checked against its interval bounds.
 
 Vectors (shape (n,)) are tuples of n lane values, and every lane goes through the same semantics table as a
 scalar would; a scalar operand of a vector op is used for every lane. A vector INDEX of a buffer holds n
@@ -50,6 +53,8 @@ import numpy as np
 from devices.base import Target, gpu_target, python_target
 from devices.linear import Program, analyze, base_of, buffer_arg, const_value, is_global, lanes, special_bound
 from devices.memory import Allocator, check_buffers, check_vars, np_dtype, size_of
+from devices.python_access import Recorder, recorder
+from devices.python_async import async_barrier, async_store
 from devices.python_gpu import tf32_round, warp_ldmatrix, warp_mma, warp_shuffle, wmma_m16n8k8_tf32, wmma_m16n8k16
 from devices.python_mem import (
     UNIT,
@@ -58,8 +63,6 @@ from devices.python_mem import (
     address,
     bf16_read,
     bf16_write,
-    issue_epoch,
-    land,
     np_read,
     np_write,
     raw,
@@ -69,7 +72,6 @@ from devices.python_mem import (
     tracked,
 )
 from devices.python_tma import ins_step, wait_met
-from devices.python_wgmma import barrier_step as wgmma_barrier
 from devices.python_wgmma import is_wgmma, is_wgmma_barrier
 from devices.python_wgmma import issue as wgmma_issue
 from devices.python_wgmma import retire as wgmma_retire
@@ -115,7 +117,7 @@ class PythonKernel:
                     (op is Ops.BUFFER and (is_global(u) or buffer_arg(u).addrspace is AddrSpace.LOCAL)):
                 pass  # set per call (buffers, variables, SPECIAL values, a block's LOCAL memory) or no work at all
             elif op is Ops.BARRIER:
-                self._emit(p, _barrier if u.arg is None or u.arg == INIT_FENCE else _async_barrier(u))
+                self._emit(p, _barrier if u.arg is None or u.arg == INIT_FENCE else async_barrier(u, _AT_BARRIER))
             elif op is Ops.INS:
                 self._emit(p, ins_step(u, pos, prog.where(u), _AT_BARRIER))
             elif op is Ops.SHUFFLE:
@@ -219,7 +221,7 @@ class PythonKernel:
             return self._load(p, s) if u.shape == () else _vector_load(p, u, s)
         if op is Ops.STORE:
             store = self._store(p, s) if base_of(u.src[0]).shape == () else _vector_store(p, u, s)
-            return _async_store(store, s[0]) if u.arg == "cp.async" else store  # "stream": a plain store here
+            return async_store(store, s[0]) if u.arg == "cp.async" else store  # "stream": a plain store here
         if op is Ops.CAST or op is Ops.BITCAST:
             fn, src_dt, dst_dt, x = exec_cast if op is Ops.CAST else exec_bitcast, u.src[0].dtype, u.dtype, s[0]
             if u.shape != ():
@@ -281,6 +283,7 @@ class PythonKernel:
         block_threads = prod(bounds[i] for i in threads)
         # the race check (devices.python_mem) where more than one thread runs
         clock = Clock(block_threads) if knob_bool("RACECHECK") and prod(bounds) > 1 else None
+        rec = recorder(prog, self.name, block_threads, self.steps, self.step_pos)  # ACCESSSTATS (python_access)
         for (slot, buf), arr in zip(prog.buffers.items(), arrays, strict=True):
             bf16 = buf.dtype is dtypes.bfloat16
             v[prog.pos[buf]] = tracked(Mem(arr, size_of(buf, vv), f"buffer slot {slot}", bf16_read if bf16 else
@@ -293,7 +296,11 @@ class PythonKernel:
                 if clock is not None:
                     clock.new_block()
                     clock.thread = n
-                self._run(v)
+                self._run_thread(v, 0, clock, n, rec)
+                if rec is not None:
+                    rec.flush()
+            if rec is not None:
+                rec.finish()
             return
         for n, combo in enumerate(itertools.product(*(range(bounds[i]) for i in blocks))):
             for i, val in zip(blocks, combo, strict=True):
@@ -305,13 +312,18 @@ class PythonKernel:
             if clock is not None:
                 clock.new_block()
             self._run_block(v, [specials[i] for i in threads], [bounds[i] for i in threads], clock,
-                            n * block_threads)
+                            n * block_threads, rec)
+            if rec is not None:
+                rec.flush()
+        if rec is not None:
+            rec.finish()
 
-    def _run_block(self, v: list, lids: list[UOp], bounds: list[int], clock: Clock | None, first: int) -> None:
+    def _run_block(self, v: list, lids: list[UOp], bounds: list[int], clock: Clock | None, first: int,
+                   rec: Recorder | None = None) -> None:
         """Every thread of one block, in lockstep from BARRIER to BARRIER: each thread runs until it reaches a
         BARRIER (or the end), and the block goes on only when all threads wait at the same one. With the race
         check on, `clock` is told which thread (kernel-wide: `first` + its number in the block) runs, and every
-        __syncthreads (devices.python_mem)."""
+        __syncthreads (devices.python_mem); `rec` (ACCESSSTATS) which thread runs and each meeting."""
         states: list[tuple[list, int | None]] = [(list(v), 0) for _ in range(prod(bounds))]
         dims = {str(sp.arg): (sp, b) for sp, b in zip(lids, bounds, strict=True)}
         for t, (tv, _) in enumerate(states):  # thread t = lidx0 + b0 * (lidx1 + b1 * lidx2): lidx0 fastest
@@ -319,7 +331,7 @@ class PythonKernel:
                 sp, b = dims[name]
                 tv[self.prog.pos[sp]], t = t % b, t // b
         while states[0][1] is not None:
-            states = [(tv, None if pc is None else self._run_thread(tv, pc, clock, first + t))
+            states = [(tv, None if pc is None else self._run_thread(tv, pc, clock, first + t, rec))
                       for t, (tv, pc) in enumerate(states)]
             at = {pc for _, pc in states}
             if len(at) > 1:
@@ -331,6 +343,8 @@ class PythonKernel:
             if pc is None:
                 break
             u, tvs = self.instrs[self.step_pos[pc - 1]], [tv for tv, _ in states]
+            if rec is not None:
+                rec.meet(u, tvs)
             if clock is not None:
                 clock.thread = UNIT
             if u.op is Ops.WMMA and is_wgmma(u):
@@ -349,14 +363,17 @@ class PythonKernel:
             elif clock is not None and u.op is Ops.BARRIER:  # a __syncthreads: what came before is ordered
                 clock.epoch += 1
 
-    def _run_thread(self, v: list, pc: int, clock: Clock | None, thread: int) -> int | None:
+    def _run_thread(self, v: list, pc: int, clock: Clock | None, thread: int, rec: Recorder | None) -> int | None:
         if clock is not None:
             clock.thread = thread
-        return self._run(v, pc)
+        if rec is None:
+            return self._run(v, pc, self.steps)
+        rec.thread = thread
+        return self._run(v, pc, rec.run)
 
-    def _run(self, v: list, pc: int = 0) -> int | None:
-        """Run from step `pc` to the end (None) or to just after the next BARRIER (the step to resume at)."""
-        steps, n = self.steps, len(self.steps)
+    def _run(self, v: list, pc: int, steps: list[Step]) -> int | None:
+        """Run `steps` from step `pc` to the end (None) or to just after the next BARRIER (the step to resume at)."""
+        n = len(steps)
         try:
             while pc < n:
                 j = steps[pc](v)
@@ -382,55 +399,6 @@ def _shuffle_step(p: int, src: int) -> Step:
         v[p] = v[src]
         return _AT_BARRIER
     return step
-
-
-def _async_groups(v: list) -> tuple[list, list]:
-    """This thread's cp.async state: (the copies issued since the last commit, the committed groups, oldest
-    first), each copy (memory, element, value); made on first use."""
-    if v[-1] is None:
-        v[-1] = ([], [])
-    return v[-1]
-
-
-def _async_store(store: Step, idx: int) -> Step:
-    """A cp.async copy (STORE arg "cp.async"): the source value is read now (the LOAD before it), but the
-    element is written only when a wait retires its group; until then LOCAL memory holds what it held."""
-    def step(v: list) -> None:
-        mem, i = v[idx]
-        issued = _async_groups(v)[0]
-        at = issue_epoch(mem)
-        v[idx] = (Mem(None, mem.size, mem.label, mem.read, lambda _m, a, x: issued.append((mem, a, x, at))), i)
-        try:
-            store(v)
-        finally:
-            v[idx] = (mem, i)
-    return step
-
-
-def _async_barrier(u: UOp) -> Step:
-    """BARRIER "cp.async.commit": the copies issued so far become a group (no meeting). BARRIER ("cp.async.wait",
-    n): the thread's groups but the newest n complete (their writes land, oldest first), then a BARRIER."""
-    if is_wgmma_barrier(u.arg):
-        return wgmma_barrier(u.arg, _AT_BARRIER)
-    if u.arg == "cp.async.commit":
-        def commit(v: list) -> None:
-            issued, groups = _async_groups(v)
-            groups.append(list(issued))
-            issued.clear()
-        return commit
-    if not (isinstance(u.arg, tuple) and len(u.arg) in (2, 3) and u.arg[0] == "cp.async.wait"):
-        raise CompileError(f"BARRIER arg {u.arg!r}: the python device knows None, 'cp.async.commit', "
-                           f"('cp.async.wait', n[, 'proxy']) and the wgmma ones (devices.python_wgmma)")
-    keep = int(u.arg[1])
-
-    def wait(v: list) -> int:
-        groups = _async_groups(v)[1]
-        while len(groups) > keep:
-            for mem, a, x, at in groups.pop(0):
-                land(mem, a, at)
-                mem.write(mem, a, x)
-        return _AT_BARRIER
-    return wait
 
 
 def _atomic_add(p: int, dt: DType, s: list[int]) -> Step:

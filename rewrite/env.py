@@ -145,6 +145,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "barrier per round", lowers=True),
     Knob("RACECHECK", bool, True, "the python device's grid emulator reports data races: accesses of one element by "
          "two threads, one a write, with no barrier between them (devices.python_mem); 0: off"),
+    Knob("ACCESSSTATS", bool, False, "the python device's grid emulator counts each warp request's shared-memory "
+         "wavefronts and global sectors against their ideal (devices.python_access.access_stats)"),
     Knob("MPI_TIMEOUT", int, 300, "seconds an MPI collective may take before every rank is aborted (devices/mpi.py)",
          lo=1),
 )}
@@ -155,7 +157,7 @@ IntKnob = Literal["DEBUG", "TRACE", "SPEC", "VIZ", "BEAM", "CACHE", "EGGLOG", "C
                  "CPU_TIERS"]
 StrKnob = Literal["DEVICE", "CPU_TARGET", "CACHEDIR", "MATCHERDIR", "CC", "SANITIZE", "VIZ_OUT", "CUDA_COMPILER",
                   "PYTHON_TARGET"]
-BoolKnob = Literal["NOOPT", "NOLOCALS", "ALLOW_TF32", "WGMMA", "TMA", "WARP_REDUCE", "RACECHECK"]
+BoolKnob = Literal["NOOPT", "NOLOCALS", "ALLOW_TF32", "WGMMA", "TMA", "WARP_REDUCE", "RACECHECK", "ACCESSSTATS"]
 
 _overrides: dict[str, KnobValue] = {}
 
@@ -226,6 +228,7 @@ class Knobs:
     tma: bool
     warp_reduce: bool
     racecheck: bool
+    accessstats: bool
     mpi_timeout: int
 
 
@@ -257,6 +260,7 @@ def knobs() -> Knobs:
         tma=knob_bool("TMA"),
         warp_reduce=knob_bool("WARP_REDUCE"),
         racecheck=knob_bool("RACECHECK"),
+        accessstats=knob_bool("ACCESSSTATS"),
         mpi_timeout=knob_int("MPI_TIMEOUT"),
     )
 
