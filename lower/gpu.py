@@ -11,7 +11,11 @@
 - reductions that leave an output axis free (softmax's, layernorm's columns: the row statistics are used by
   every column): a block per row. The block's threads share each reduction (GROUP_REDUCE, padded), then take
   the contiguous free axis in strides of the block (a LOCAL split by the same thread count; the rest of the axis
-  is a loop inside the thread), so the reductions run once per row, not once per output.
+  is a loop inside the thread), so the reductions run once per row, not once per output. Where a thread's share
+  of the row is ROW_UNROLL elements or fewer, every such loop (each reduction's and the columns') is unrolled:
+  the passes over the row then load the same elements and compute the same values (softmax's exp), which are
+  one node each, so each element is read from memory once and held in a register (softmax 4096: 16 bytes of
+  memory traffic and 37 ops per element -> 8 and 24, lower.estimate).
 - long reductions (GROUP_MIN_REDUCE) with few outputs (GROUP_MAX_OUTPUTS_PER_CORE per multiprocessor: a full
   sum, row statistics) split the reduce across the threads of a block (GROUP_REDUCE); a block per output. Where
   no axis is that long but all together are (a batch norm's statistics over N x H x W), the longest axis of at
@@ -76,6 +80,7 @@ GROUP_MAX_OUTPUTS_PER_CORE = 64
 # a tree of 8 barriers per reduction
 SHARED_MIN_REDUCE = 32
 ROW_MIN_ELEMENTS = 4
+ROW_UNROLL = 16  # a thread's share of a row held in registers: at most this many elements
 TILE = 4  # a sum of products' per-thread register tile is TILE x TILE outputs, its reduce loop unrolled by TILE
 # grid size limits per dimension (x, y, z) for blocks and for the threads of a block
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
@@ -312,7 +317,8 @@ def _shared_row_opts(ast: UOp, opts: list[Opt]) -> bool:
     """A kernel whose reductions do not depend on some output axes (softmax, layernorm: row statistics used by every
     column of the row): the block's threads share each reduction (GROUP_REDUCE, GROUP_THREADS threads or fewer
     for a short row: ROW_MIN_ELEMENTS; a block per row) and then take the contiguous free axis in strides of the
-    block (LOCAL, the same threads; the rest of it a loop inside the thread). False (and `opts` unchanged) where
+    block (LOCAL, the same threads; the rest of it a loop inside the thread, unrolled where it is ROW_UNROLL or
+    shorter: UNROLL for a reduction's, UPCAST for the columns'). False (and `opts` unchanged) where
     a reduction cannot be shared (nested, or no REDUCE axis of at least SHARED_MIN_REDUCE), there is no free
     output axis, or the stores close different output loops (no one grid serves them)."""
     free = _free_loops(ast)
@@ -342,7 +348,10 @@ def _shared_row_opts(ast: UOp, opts: list[Opt]) -> bool:
             ast = apply_opt(ast, o)
             mine.append(o)
             r = next(q for q in axes(ast) if q.range_id == rid)
-        ast, _, _ = _split_pair(ast, mine, r, threads, kind)
+        ast, rest, _ = _split_pair(ast, mine, r, threads, kind)
+        if 1 < size(rest) <= ROW_UNROLL:
+            ast, _, _ = _split_pair(ast, mine, rest, size(rest),
+                                    AxisType.UNROLL if kind is AxisType.GROUP_REDUCE else AxisType.UPCAST)
     opts += mine
     return True
 
