@@ -140,7 +140,9 @@ class Allocator:
         self._pool: collections.OrderedDict[int, _Block] = collections.OrderedDict()  # id(block) -> block, LRU first
         self._by_size: dict[int, list[_Block]] = {}
         self._pooled = 0
-        self._live: dict[int, _Block] = {}  # id(array handed out) -> its block
+        # id(array handed out) -> (a weak reference to it, its block): an array dropped without `free` leaves its
+        # entry, and its id may then be another object's, which the weak reference tells apart
+        self._live: dict[int, tuple[weakref.ref, _Block]] = {}
         self.fresh = 0  # allocations that took new memory (not a pooled block): the benchmarks report them
         self.reused = 0
         # the pool changes only under `_lock`. A free can arrive while it is held -- from another thread, or from a
@@ -186,7 +188,7 @@ class Allocator:
         else:
             self.reused += 1
         arr = block.raw.view(npdt)
-        self._live[id(arr)] = block
+        self._live[id(arr)] = (weakref.ref(arr), block)
         return arr
 
     def _take(self, nbytes: int) -> _Block | None:
@@ -227,9 +229,10 @@ class Allocator:
     def free(self, arr: np.ndarray) -> None:
         """Hand `arr` back. Its memory is reused only once nothing references it any more (the caller's `arr`
         included)."""
-        block = self._live.pop(id(arr), None)
-        if block is None:
+        entry = self._live.get(id(arr))
+        if entry is None or entry[0]() is not arr:
             raise DeviceError("free: this array did not come from alloc, or was freed already")
+        block = self._live.pop(id(arr))[1]
         if not unset(_SANITIZE) and getenv("SANITIZE"):  # a replay frees dozens: the knob's fast check first
             return
         self._returned.append(block)
