@@ -61,6 +61,7 @@ from devices.python_mem import (
     Clock,
     Mem,
     address,
+    atomic,
     bf16_read,
     bf16_write,
     np_read,
@@ -406,7 +407,8 @@ def _atomic_add(p: int, dt: DType, s: list[int]) -> Step:
 
     def step(v: list) -> None:
         mem, i = v[idx]
-        at, (read, write) = address(mem, i), raw(mem)  # atomic: never a race (devices.python_mem)
+        at, (read, write) = address(mem, i), raw(mem)  # races only with plain accesses (devices.python_mem)
+        atomic(mem, at)
         write(mem, at, exec_alu(Ops.ADD, dt, read(mem, at), v[val]))
     return step
 

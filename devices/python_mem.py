@@ -20,10 +20,15 @@ where two threads touch one element, at least one of them writing, with nothing 
   thread after the issue's BARRIER epoch, or by another thread in that epoch, is a race (`land`);
 - two stores of one same value are not reported (every GPU keeps the value).
 
-What it leaves out: ATOMICADD (atomic by definition, and not recorded: a plain access racing with one is not
-seen), the TMA's copies (devices.python_tma marks their elements in flight itself), and the memory ordering of
-a warp's own lanes (only block barriers count: a warp-level exchange through shared memory needs __syncwarp,
-which no lowering emits).
+- an ATOMICADD is no race with another ATOMICADD, but it is one with a plain read or write of its element by
+  a thread it is not ordered with (`atomic`): the plain access may see the element before or after the add.
+
+A read is kept per element for the last epoch that read it, plus one read by an earlier block (`far`) once the
+current block reads it too: a later write by this block then races with that other block's read.
+
+What it leaves out: the TMA's copies (devices.python_tma marks their elements in flight itself), and the memory
+ordering of a warp's own lanes (only block barriers count: a warp-level exchange through shared memory needs
+__syncwarp, which no lowering emits).
 """
 
 from __future__ import annotations
@@ -117,15 +122,18 @@ class Clock:
 
 class Tracked(Mem):
     """A Mem whose element accesses are checked for races: per element, the last write (its epoch, thread and
-    value) and the last epoch's reads (epoch, thread or MANY)."""
+    value), the last epoch's reads (epoch, thread or MANY), a read by an earlier block (`far`) and the last
+    epoch's atomic adds (`atomics`, epoch and thread or MANY)."""
 
-    __slots__ = ("base_read", "base_write", "clock", "kernel", "reads", "writes")
+    __slots__ = ("atomics", "base_read", "base_write", "clock", "far", "kernel", "reads", "writes")
 
     def __init__(self, mem: Mem, clock: Clock, kernel: str) -> None:
         super().__init__(mem.data, mem.size, mem.label, _tracked_read, _tracked_write)
         self.base_read, self.base_write, self.clock, self.kernel = mem.read, mem.write, clock, kernel
         self.writes: dict[int, tuple[int, int, object]] = {}
         self.reads: dict[int, tuple[int, int]] = {}
+        self.far: dict[int, tuple[int, int]] = {}
+        self.atomics: dict[int, tuple[int, int]] = {}
 
     def race(self, i: int, what: str, other: int, did: str) -> DeviceError:
         c = self.clock
@@ -136,16 +144,29 @@ class Tracked(Mem):
             f"GLOBAL element may be written by one thread of a kernel only, and then read by no other)")
 
 
+def _record(seen: dict[int, tuple[int, int]], i: int, c: Clock) -> tuple[int, int] | None:
+    """Note the current thread's access of element i in `seen` (epoch, thread, or MANY for several threads of one
+    epoch); the record it replaces, if from an earlier epoch."""
+    r = seen.get(i)
+    if r is None or r[0] != c.epoch:
+        seen[i] = (c.epoch, c.thread)
+        return r
+    if r[1] != c.thread and r[1] != MANY:
+        seen[i] = (c.epoch, MANY)
+    return None
+
+
 def _tracked_read(mem: Tracked, i: int) -> object:
     c = mem.clock
     w = mem.writes.get(i)
     if w is not None and c.unordered(w[1], w[0]):
         raise mem.race(i, "reads", w[1], "wrote")
-    r = mem.reads.get(i)
-    if r is None or r[0] != c.epoch:
-        mem.reads[i] = (c.epoch, c.thread)
-    elif r[1] != c.thread and r[1] != MANY:
-        mem.reads[i] = (c.epoch, MANY)
+    a = mem.atomics.get(i)
+    if a is not None and c.unordered(a[1], a[0]):
+        raise mem.race(i, "reads", a[1], "added to atomically")
+    old = _record(mem.reads, i, c)
+    if old is not None and old[0] < c.first and i not in mem.far:  # another block read it: kept
+        mem.far[i] = old
     return mem.base_read(mem, i)
 
 
@@ -154,11 +175,25 @@ def _tracked_write(mem: Tracked, i: int, v: object) -> None:
     w = mem.writes.get(i)
     if w is not None and c.unordered(w[1], w[0]) and not _same(w[2], v):
         raise mem.race(i, "writes", w[1], "wrote")
-    r = mem.reads.get(i)
-    if r is not None and c.unordered(r[1], r[0]):
-        raise mem.race(i, "writes", r[1], "read")
+    for seen, did in ((mem.reads, "read"), (mem.far, "read"), (mem.atomics, "added to atomically")):
+        r = seen.get(i)
+        if r is not None and c.unordered(r[1], r[0]):
+            raise mem.race(i, "writes", r[1], did)
     mem.writes[i] = (c.epoch, c.thread, v)
     mem.base_write(mem, i, v)
+
+
+def atomic(mem: Mem, i: int) -> None:
+    """The current thread adds to element i of `mem` atomically: a race with a plain read or write of it by a
+    thread it is not ordered with (module docstring); recorded for the plain accesses that come after."""
+    if not isinstance(mem, Tracked):
+        return
+    c = mem.clock
+    for seen, did in ((mem.writes, "wrote"), (mem.reads, "read"), (mem.far, "read")):
+        r = seen.get(i)
+        if r is not None and c.unordered(r[1], r[0]):
+            raise mem.race(i, "adds atomically to", r[1], did)
+    _record(mem.atomics, i, c)
 
 
 def _same(a: object, b: object) -> bool:
@@ -195,5 +230,5 @@ def land(mem: Mem, i: int, issued: int | None) -> None:
                 f"wait): nothing may touch a copy's destination between its issue and the wait that lands it")
 
 
-__all__ = ["MANY", "UNIT", "Clock", "Mem", "Tracked", "address", "bf16_read", "bf16_write", "issue_epoch", "land",
-           "np_read", "np_write", "raw", "read_element", "reg_read", "reg_write", "tracked"]
+__all__ = ["MANY", "UNIT", "Clock", "Mem", "Tracked", "address", "atomic", "bf16_read", "bf16_write", "issue_epoch",
+           "land", "np_read", "np_write", "raw", "read_element", "reg_read", "reg_write", "tracked"]

@@ -106,7 +106,7 @@ def test_blocks_are_never_ordered() -> None:
             _run(k, {0: np.zeros(4, np.float32), 1: np.zeros(4, np.float32)})
 
 
-def test_atomics_and_a_single_thread_are_never_races() -> None:
+def test_atomics_alone_and_a_single_thread_are_never_races() -> None:
     out, inp = _buf(0, 1), _buf(1, 64)
     g, t = UOp(Ops.SPECIAL, (UOp.const(4),), "gidx0"), _lid(16)
     add = UOp(Ops.ATOMICADD, (out.index(UOp.const(0)), inp.index(g * 16 + t).load()))
@@ -117,6 +117,48 @@ def test_atomics_and_a_single_thread_are_never_races() -> None:
     r = UOp.range(UOp.const(4), 0)
     loop = UOp(Ops.END, (one.index(UOp.const(0)).store(one.index(r).load() + 1), r))
     _run(loop, {0: np.zeros(4, np.float32)})  # one thread: program order is all there is
+
+
+def test_a_plain_access_races_with_an_atomic() -> None:
+    """Atomic adds to one element are no race with each other, but a plain read or store of that element by a
+    thread they are not ordered with is: it may run before or after any of the adds. After a BARRIER (the same
+    block) it is ordered."""
+    out, inp = _buf(0, 2), _buf(1, 16)
+    t = _lid(16)
+    add = UOp(Ops.ATOMICADD, (out.index(UOp.const(0)), inp.index(t).load()))
+    peek = out.index(UOp.const(1)).store(out.index(UOp.const(0)).load(), t.eq(UOp.const(3)))
+    x = np.arange(16, dtype=np.float32)
+    # (every thread loads out[0]; only thread 3's store is gated): thread 1's add comes after thread 0's read
+    with pytest.raises(DeviceError, match=f"{RACE}.*thread 1 of block 0 adds atomically to element 0 of buffer slot "
+                                          "0, which thread 0 of block 0 read"):
+        _run(UOp(Ops.GROUP, (add, peek)), {0: np.zeros(2, np.float32), 1: x})
+    store = out.index(UOp.const(0)).store(UOp.const(5.0), t.eq(UOp.const(9)))
+    with pytest.raises(DeviceError, match=f"{RACE}.*thread 9 of block 0 writes element 0 of buffer slot 0, which "
+                                          "several threads added to atomically"):
+        _run(UOp(Ops.GROUP, (store, add)), {0: np.zeros(2, np.float32), 1: x})
+    ordered = _after(out, add).index(UOp.const(0)).load()  # after the BARRIER every add has landed
+    res = np.zeros(2, np.float32)
+    _run(out.index(UOp.const(1)).store(ordered, t.eq(UOp.const(3))), {0: res, 1: x})
+    assert res.tolist() == [x.sum(), x.sum()]
+    g = UOp(Ops.SPECIAL, (UOp.const(2),), "gidx0")  # another block's plain read: never ordered
+    across = UOp(Ops.GROUP, (UOp(Ops.ATOMICADD, (out.index(UOp.const(0)), UOp.const(1.0))),
+                             inp.index(g).store(out.index(UOp.const(0)).load())))
+    with pytest.raises(DeviceError, match=f"{RACE}.*block 1 .*adds atomically to element 0.*block 0 .*read"):
+        _run(across, {0: np.zeros(2, np.float32), 1: np.zeros(16, np.float32)})
+
+
+def test_another_blocks_read_is_kept_past_this_blocks_reads() -> None:
+    """Block 0 reads inp[0]; block 1's thread 0 reads it too, and after a BARRIER its thread 1 overwrites it.
+    Within block 1 that is ordered, but block 0's read is not: the check keeps it though block 1 read since."""
+    out, inp = _buf(0, 4), _buf(1, 4)
+    g, t = UOp(Ops.SPECIAL, (UOp.const(2),), "gidx0"), _lid(2)
+    read = out.index(g * 2 + t).store(inp.index(UOp.const(0)).load(), t.eq(UOp.const(0)))
+    write = _after(inp, read).index(UOp.const(0)).store(g.cast(dtypes.float32) + 7.0,
+                                                        t.eq(UOp.const(1)) & g.eq(UOp.const(1)))
+    # (the load is not gated: both threads of block 0 read inp[0], reported as several threads)
+    with pytest.raises(DeviceError, match=f"{RACE}.*thread 1 of block 1 writes element 0 of buffer slot 1, which "
+                                          "several threads read"):
+        _run(write, {0: np.zeros(4, np.float32), 1: np.ones(4, np.float32)})
 
 
 def test_a_cp_async_destination_is_off_limits_until_its_wait() -> None:
