@@ -317,8 +317,8 @@ def _shared_row_opts(ast: UOp, opts: list[Opt]) -> bool:
     """A kernel whose reductions do not depend on some output axes (softmax, layernorm: row statistics used by every
     column of the row): the block's threads share each reduction (GROUP_REDUCE, GROUP_THREADS threads or fewer
     for a short row: ROW_MIN_ELEMENTS; a block per row) and then take the contiguous free axis in strides of the
-    block (LOCAL, the same threads; the rest of it a loop inside the thread, unrolled where it is ROW_UNROLL or
-    shorter: UNROLL for a reduction's, UPCAST for the columns'). False (and `opts` unchanged) where
+    block (LOCAL, the same threads; the rest of it a loop inside the thread, which `lower_grid` unrolls where it is
+    ROW_UNROLL or shorter: `_unroll_rows`). False (and `opts` unchanged) where
     a reduction cannot be shared (nested, or no REDUCE axis of at least SHARED_MIN_REDUCE), there is no free
     output axis, or the stores close different output loops (no one grid serves them)."""
     free = _free_loops(ast)
@@ -348,10 +348,7 @@ def _shared_row_opts(ast: UOp, opts: list[Opt]) -> bool:
             ast = apply_opt(ast, o)
             mine.append(o)
             r = next(q for q in axes(ast) if q.range_id == rid)
-        ast, rest, _ = _split_pair(ast, mine, r, threads, kind)
-        if 1 < size(rest) <= ROW_UNROLL:
-            ast, _, _ = _split_pair(ast, mine, rest, size(rest),
-                                    AxisType.UNROLL if kind is AxisType.GROUP_REDUCE else AxisType.UPCAST)
+        ast, _, _ = _split_pair(ast, mine, r, threads, kind)
     opts += mine
     return True
 
@@ -475,6 +472,7 @@ def lower_grid(ast: UOp, target: Target, warp_reduce: bool = True) -> UOp:
     if groups:
         if locals_:  # the output axes the reductions do not depend on are loops inside each thread
             serial = set(_free_loops(ast))
+            ast = _unroll_rows(ast, serial)
         warp = target.warp_size if warp_reduce else 0
         ast = _lower_group_reduces(ast, groups, locals_[0] if locals_ else None, warp)
     rs = axes(ast)
@@ -485,6 +483,29 @@ def lower_grid(ast: UOp, target: Target, warp_reduce: bool = True) -> UOp:
         raise KernelOptError(f"{prod(size(r) for r in loc)} threads per block; at most {MAX_THREADS}")
     ast = _to_specials(ast, glob, "gidx", GRID_LIMITS)
     return _to_specials(ast, loc, "lidx", BLOCK_LIMITS)
+
+
+def _unroll_rows(ast: UOp, serial: set[UOp]) -> UOp:
+    """A block-per-row kernel (GROUP_REDUCE and LOCAL axes, the same threads) with its thread's loops over the row
+    unrolled: the free output loops in `serial` (UPCAST) and the REDUCE loops of the shared reductions (UNROLL) of
+    ROW_UNROLL iterations or fewer, unless that would make more than expand's MAX_COPIES copies of one node. The
+    passes then load the same elements and compute the same values, one node each (module docstring)."""
+    from lower.expand import MAX_COPIES, _most_copies
+    from lower.opt_apply import next_range_id
+
+    shared = {r for red in _reduces(ast) if any(q.axis_type is AxisType.GROUP_REDUCE for q in red.src[1:])
+              for r in red.src[1:] if r.axis_type is AxisType.REDUCE}
+    subs: dict[UOp, tuple[tuple[UOp, ...], UOp | None]] = {}
+    nid = next_range_id(ast)
+    for r in axes(ast):
+        if (r in serial or r in shared) and 1 < size(r) <= ROW_UNROLL:
+            new = UOp.range(size(r), nid, AxisType.UPCAST if r in serial else AxisType.UNROLL)
+            subs[r], nid = ((new,), new), nid + 1
+    if not subs:
+        return ast
+    out = replace_ranges(ast, subs)
+    lanes = [r for r in axes(out) if r.axis_type in (AxisType.UPCAST, AxisType.UNROLL)]
+    return out if _most_copies(out, lanes) <= MAX_COPIES else ast
 
 
 def _lower_group_reduces(ast: UOp, groups: list[UOp], local: UOp | None = None, warp: int = 0) -> UOp:
