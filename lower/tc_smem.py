@@ -124,7 +124,7 @@ def spread(axis: Axis, at: UOp) -> dict[UOp, UOp]:
 def _copy_tile(buf: UOp, x: UOp, rows: tuple[Axis, UOp, int, int], cols: tuple[Axis, UOp, int, int],
                tid: UOp, threads: int, vector: bool, only: UOp | None = None, base: UOp | int = 0,
                asynch: bool = False, transposed: bool = False,
-               place: Callable[[UOp, UOp], UOp] | None = None) -> list[UOp]:
+               place: Callable[[UOp, UOp], UOp] | None = None, down: int = 1) -> list[UOp]:
     """The stores that copy a rows x cols tile of operand x into LOCAL `buf` (row-major, rows padded by pad_for,
     from element `base`): rows = (the axis of x, the tile's first row, tile rows, the matrix's row count), cols
     likewise; chunks of VEC consecutive columns, chunk c = tid + threads * i (the chunks past the tile's last are
@@ -132,7 +132,11 @@ def _copy_tile(buf: UOp, x: UOp, rows: tuple[Axis, UOp, int, int], cols: tuple[A
     is false. `asynch` (vector chunks only): the stores are cp.async copies (STORE arg "cp.async"). `transposed`:
     `buf` holds the tile column-major (element (row, col) at col * (rows + pad) + row; a chunk's lanes are
     stored one by one). `place(row, col)`: where a chunk starts in `buf` instead (from `base`; its VEC elements
-    consecutive: lower.tc_wgmma's core-matrix layouts)."""
+    consecutive: lower.tc_wgmma's core-matrix layouts). `down` (dividing the tile's rows): consecutive chunks walk
+    `down` rows at one column before the next column, chunk c at row down (c // down // (nc / VEC)) + c % down,
+    column chunk (c // down) % (nc / VEC); with down = 8 a quarter-warp's 8 16-byte copies are one column of 8
+    rows (a core matrix, or rows an odd number of 16-byte units apart: 8 distinct bank groups) while a warp's 32
+    still read each row's chunks whole (4 of them, or all where a row has fewer)."""
     (rr, r0, nr, rn), (cr, c0, nc, cn) = rows, cols
     per_row = nc // VEC
     chunks = nr * per_row
@@ -144,9 +148,14 @@ def _copy_tile(buf: UOp, x: UOp, rows: tuple[Axis, UOp, int, int], cols: tuple[A
         return q if p is None else p if q is None else p & q
 
     stores: list[UOp] = []
+    if nr % down:
+        raise KernelOptError(f"a copy walking {down} rows a column needs a multiple of {down} rows (got {nr})")
     for i in range(-(-chunks // threads)):
         c = tid + threads * i
-        row, col = c // per_row, (c % per_row) * VEC
+        if down > 1:
+            row, col = (c // down // per_row) * down + c % down, ((c // down) % per_row) * VEC
+        else:
+            row, col = c // per_row, (c % per_row) * VEC
         in_tile = both(only, c < chunks if chunks % threads else None)
         in_rows = both(in_tile, r0 + row < rn if rn % nr else None)
         at = base + (place(row, col) if place is not None else
