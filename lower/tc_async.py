@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from lower.opt_apply import next_range_id, size
-from lower.tc_smem import VEC, WarpTile, _copy_tile, _vectorizable, mma_grid, pad_for, write_back
+from lower.tc_smem import VEC, WarpTile, _copy_tile, _vectorizable, mma_grid, pad_for, padded_down, write_back
 from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
 from rewrite.dtype import AddrSpace
 from rewrite.errors import KernelOptError
@@ -117,9 +117,13 @@ def apply_tc_async(ast: UOp, shape: str, tm: int, tn: int, wu: int, wv: int, bk:
     sb = UOp(Ops.BUFFER, (UOp.shape_operand((stages * bsz,)),), BufferArg(1, dt, None, AddrSpace.LOCAL))
     u0, v0 = bu * bm, bv * bn
 
+    down_a, down_b = padded_down(bm, bk, dt), padded_down(bk, bn, dt)
+
     def copies(a_to: UOp, b_to: UOp, k0: UOp, stage: UOp | int, only: UOp | None) -> list[UOp]:
-        return _copy_tile(a_to, x, (u, u0, bm, nu), (k, k0, bk, nk), tid, threads, True, only, stage * asz, True) + \
-            _copy_tile(b_to, y, (k, k0, bk, nk), (v, v0, bn, nv), tid, threads, True, only, stage * bsz, True)
+        return _copy_tile(a_to, x, (u, u0, bm, nu), (k, k0, bk, nk), tid, threads, True, only, stage * asz, True,
+                          down=down_a) + \
+            _copy_tile(b_to, y, (k, k0, bk, nk), (v, v0, bn, nv), tid, threads, True, only, stage * bsz, True,
+                       down=down_b)
 
     commit = prologue(copies, sa, sb, stages, steps, bk)
     wait = UOp(Ops.BARRIER, (commit, ko), ("cp.async.wait", stages - 2))

@@ -9,7 +9,10 @@ lane layouts), 32 wu wv threads. The k loop steps bk (a multiple of 16) at a tim
 1. every thread of the block copies its share of the A tile (BM x bk, x at rows u, columns k) and of the B tile
    (bk x BN, y at rows k, columns v) from global memory into LOCAL buffers `As` (row-major, rows padded to
    bk + pad_for(dtype) elements) and `Bs` (rows padded to BN + pad): chunks of VEC = 8 consecutive elements
-   along the tile's inner axis, consecutive threads on consecutive chunks (coalesced). Where the operand is a
+   along the tile's inner axis, consecutive threads on consecutive chunks (coalesced), or where 8 chunks
+   would not be 128 bytes of one row, lane l of a warp on row l % 8 of an 8-row group, chunk l // 8
+   (padded_down: a quarter-warp's 16-byte stores on 8 distinct bank groups, a warp's loads whole sectors of 8
+   rows). Where the operand is a
    plain load (or a CAST of one) that moves by 1 along the chunk's axis and every other step and its offset are
    multiples of VEC, a chunk is one vector LOAD of 8 lanes (16 bytes of half: devices.cuda_render makes it
    128-bit accesses) and one vector STORE; otherwise 8 scalar copies. Elements past the matrix's end (sizes the
@@ -55,6 +58,20 @@ def pad_for(dt: DType) -> int:
     """Elements added to every shared-memory row: 16 bytes (8 halves, 4 floats), which keeps rows 16-byte
     aligned and puts the rows a fragment read touches on different banks."""
     return 16 // dt.itemsize
+
+
+def padded_down(rows: int, cols: int, dt: DType) -> int:
+    """`down` for _copy_tile's 16-byte copies into a rows x cols tile of padded rows (pad_for): 1 where a
+    quarter-warp's 8 chunks are 128 contiguous bytes of one row (16-bit elements, rows of 64 or more), else 8
+    where the rows are an odd number of 16-byte units apart (cols * itemsize a multiple of 32: the 16-byte pad makes
+    it odd), since then rows 0-7 at one column start on 8 distinct groups of 4 banks: half at bk = 32 (80-byte rows,
+    units 0, 5, 10, ...: groups 0, 5, 2, 7, 4, 1, 6, 3) where 8 chunks along the rows (rows 0-1, chunks 0-3: units
+    0-3 and 5-8) meet twice on group 0; float32 at any width (a chunk is 2 units, so 8 along one row hit only the even
+    groups). Otherwise (a row an odd number of 16-byte chunks) 1."""
+    row_bytes = cols * dt.itemsize
+    if dt.itemsize <= 2 and row_bytes >= 128:
+        return 1
+    return 8 if rows % 8 == 0 and row_bytes % 32 == 0 else 1
 
 
 def _gated(e: UOp, valid: UOp, keep: frozenset[UOp] = frozenset()) -> UOp:
@@ -218,9 +235,12 @@ def apply_tc_staged(ast: UOp, shape: str, tm: int, tn: int, wu: int, wv: int, bk
     u0, v0 = bu * bm, bv * bn
     vec_x, vec_y = _vectorizable(x, k), _vectorizable(y, v)
 
+    down_a = padded_down(bm, bk, dt) if vec_x else 1  # scalar copies keep their order (module docstring)
+    down_b = padded_down(bk, bn, dt) if vec_y else 1
+
     def copies(a_to: UOp, b_to: UOp, k0: UOp, only: UOp | None) -> list[UOp]:
-        return _copy_tile(a_to, x, (u, u0, bm, nu), (k, k0, bk, nk), tid, threads, vec_x, only) + \
-            _copy_tile(b_to, y, (k, k0, bk, nk), (v, v0, bn, nv), tid, threads, vec_y, only)
+        return _copy_tile(a_to, x, (u, u0, bm, nu), (k, k0, bk, nk), tid, threads, vec_x, only, down=down_a) + \
+            _copy_tile(b_to, y, (k, k0, bk, nk), (v, v0, bn, nv), tid, threads, vec_y, only, down=down_b)
 
     ar, br, ahead = pipelined_tiles(sa, sb, copies, -(-nk // bk), bk, ko)
     nacc = 4 * tm * tn
@@ -349,4 +369,4 @@ def staged_config(nu: int, nv: int, nk: int, batch: int, cores: int) -> tuple[in
     return None
 
 
-__all__ = ["VEC", "apply_tc_staged", "staged_config", "staged_shapes"]
+__all__ = ["VEC", "apply_tc_staged", "padded_down", "staged_config", "staged_shapes"]
