@@ -28,6 +28,8 @@ SQRT and MULACC use the correctly rounded intrinsics __fsqrt_rn / __fmaf_rn (and
 SIN and POW call CUDA's math library (exp2f: 2 ulp, log2f: 1 ulp, sinf: 2 ulp, powf: 4 ulp at most, per the
 CUDA C Programming Guide), so float32 there may differ from the reference by a few ulp.
 
+A 2-lane STORE of a tensor-core result pair (devices.cuda_memory.packed_store) is one float2 or uint32_t store.
+
 cp.async and ldmatrix (lower.tc_async): a STORE arg "cp.async" of a LOAD of GLOBAL memory into LOCAL memory is
 `cp.async.cg.shared.global` 16 bytes at a time (the LOAD itself is not rendered; its gate becomes the src-size,
 0 zero-filling; the STORE's gate an `if`); BARRIER "cp.async.commit" is `cp.async.commit_group`, BARRIER
@@ -65,6 +67,7 @@ from typing import cast
 from devices.c_render import SCALAR_RULES, render_instr
 from devices.c_scalar import C_DIALECT, CContext, Dialect, const_text, is_reserved, render_range, unparen
 from devices.cuda_memory import (
+    _packed_store,
     _render_cp_async,
     _render_ldmatrix,
     _shared_addr,
@@ -484,7 +487,7 @@ def _render_vector(u: UOp, ctx: CudaContext, lines: list[str], indent: int) -> N
         ctx.lanes[u] = [ctx[s] for s in u.src]
     elif u.op is Ops.AFTER:
         ctx.lanes[u] = ctx.lanes[u.src[0]]
-    elif _wide_access(u, ctx, lines, pad):
+    elif _wide_access(u, ctx, lines, pad) or _packed_store(u, ctx, lines, pad):
         return
     elif u.op in _LANEWISE:
         fn = CUDA_RULES.matcher(u.op)

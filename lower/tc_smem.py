@@ -28,7 +28,8 @@ step; the fragment reads wait for them in the graph, so the linearizer puts them
 shared memory, a BARRIER, the stores of the loaded tiles, and a BARRIER: the global latency hides behind the
 mmas with one shared buffer per operand (three BARRIERs in all).
 
-The output stores are lower.wmma's, gated to the matrix where the tile does not divide it. The padding of
+The output stores are lower.wmma's (columns 2t, 2t + 1 of the C layout paired into one 2-lane store where the
+output allows: store_results), gated to the matrix where the tile does not divide it. The padding of
 16 bytes per row puts the lanes of a fragment read on distinct shared-memory banks (A in half: row stride
 bk + 8 halves is 20 words for bk = 32, so rows g = 0..7 start on banks 0, 20, 8, 28, 16, 4, 24, 12 and t adds
 0..3). B's fragment pairs are a row apart (no ldmatrix.trans yet), so they are read one 16-bit element at a time.
@@ -109,11 +110,16 @@ def _vectorizable(x: UOp, inner: UOp) -> bool:
         x = x.src[0]
     if x.op is not Ops.LOAD or len(x.src) != 1 or x.src[0].op is not Ops.INDEX or not _is_global(x.src[0].src[0]):
         return False
-    idx = x.src[0].src[1]
+    return _runs(x.src[0].src[1], inner, VEC)
+
+
+def _runs(idx: UOp, inner: UOp, n: int) -> bool:
+    """Whether index `idx` moves by 1 along `inner` and its offset and every other range's step are multiples of
+    n: n consecutive values of `inner` from a multiple of n are n aligned consecutive elements."""
     rs = [u for u in idx.toposort() if u.op is Ops.RANGE]
     if inner not in rs or _stride(idx, inner) != 1:
         return False
-    if any((s := _stride(idx, r)) is None or (r is not inner and s % VEC) for r in rs):
+    if any((s := _stride(idx, r)) is None or (r is not inner and s % n) for r in rs):
         return False
     from rewrite.render import render
 
@@ -121,7 +127,7 @@ def _vectorizable(x: UOp, inner: UOp) -> bool:
         off = idx.evaluate({render(r): 0 for r in rs})
     except EvalError:
         return False
-    return isinstance(off, int) and off % VEC == 0
+    return isinstance(off, int) and off % n == 0
 
 
 Axis = UOp | tuple[UOp, ...]  # a matrix axis: one range, or several flattened (outermost first, lower.simt_smem)
@@ -332,28 +338,49 @@ def write_back(ast: UOp, end: UOp, step: UOp, at: list[UOp], w: WarpTile, ranges
 
     places = [(w.row0 + (i * M + w.g + 8 * (e // 2)), w.col0 + (j * N + w.t * 2 + e % 2))
               for i in range(w.tm) for j in range(w.tn) for e in range(4)]
-    return store_results(ast, end, step, at, places, w.red, (w.u, w.v), (w.nu, w.nv, w.bm, w.bn), ranges)
+    return store_results(ast, end, step, at, places, w.red, (w.u, w.v), (w.nu, w.nv, w.bm, w.bn), ranges, True)
 
 
 def store_results(ast: UOp, end: UOp, step: UOp, at: list[UOp], places: list[tuple[UOp, UOp]], red: UOp,
-                  uv: tuple[Axis, Axis], extents: tuple[int, int, int, int], ranges: tuple[UOp, ...]) -> UOp:
+                  uv: tuple[Axis, Axis], extents: tuple[int, int, int, int], ranges: tuple[UOp, ...],
+                  pairs: bool = False) -> UOp:
     """The kernel with its output stores fed by the accumulators `at` after the k loop `step`, accumulator i
     landing at output (row, col) = places[i] of the output axes uv (each a range, or ranges flattened), gated
     where the output's extents (nu, nv) are no multiples of the block tile's (bm, bn) (extents = (nu, nv, bm,
-    bn)); the stores end over `ranges`."""
+    bn)); the stores end over `ranges`. `pairs`: accumulators 2 q and 2 q + 1 land at (row, col) and (row, col +
+    1), col even (the mma C layouts: columns 2 t + e); where the output is a plain GLOBAL store whose index moves
+    by 1 along the columns' innermost range (of even size) from an even element (`_pairable`), each pair is one
+    store of 2 lanes, which devices.cuda_render emits as one 8-byte (float32) or 4-byte (16-bit) store."""
     nu, nv, bm, bn = extents
     res = [UOp(Ops.AFTER, (p, step)).load() for p in at]
     loop = frozenset(step.toposort())
+    inner = uv[1][-1] if isinstance(uv[1], tuple) else uv[1]
+    two = pairs and _pairable(end.src[0], inner)
+    lanes = UOp.vconst((0, 1))
     stores = []
-    for val, (row, col) in zip(res, places, strict=True):
+    for i in range(0, len(res), 2 if two else 1):
+        row, col = places[i]
         # one walk of the store's own graph: `val` reads the k loop (thousands of nodes), which holds no range of
         # the output axes (they are the block's, warp's and lane's ids there), so it is not walked again
-        st = end.src[0].substitute({red: val, **spread(uv[0], row), **spread(uv[1], col)})
+        cols = spread(uv[1], col)
+        if two:  # accumulators i, i + 1 at columns col, col + 1 (even, so both in or both out of the matrix)
+            val, cols[inner] = UOp(Ops.STACK, (res[i], res[i + 1])), cols[inner] + lanes
+        else:
+            val = res[i]
+        st = end.src[0].substitute({red: val, **spread(uv[0], row), **cols})
         checks = [c for c, n, blk in ((row < nu, nu, bm), (col < nv, nv, bn)) if n % blk]
         if checks:
             st = _gated(st, checks[0] if len(checks) == 1 else checks[0] & checks[1], loop)
         stores.append(st)
     return ast.substitute({end: UOp(Ops.END, (UOp(Ops.GROUP, tuple(stores)), *ranges))})
+
+
+def _pairable(store: UOp, inner: UOp) -> bool:
+    """Whether an output STORE can take columns 2 c and 2 c + 1 of the innermost column range `inner` as one
+    2-lane store (store_results' pairs): an ungated store to a GLOBAL buffer, `inner` of even size, the index
+    moving by 1 along it and even elsewhere."""
+    return store.op is Ops.STORE and len(store.src) == 2 and store.src[0].op is Ops.INDEX and \
+        _is_global(store.src[0].src[0]) and size(inner) % 2 == 0 and _runs(store.src[0].src[1], inner, 2)
 
 
 def staged_config(nu: int, nv: int, nk: int, batch: int, cores: int) -> tuple[int, int, int, int, int] | None:

@@ -211,7 +211,7 @@ def apply_tc_wgmma(ast: UOp, shape: str, n: int, tm: int, tn: int, wgu: int, wgv
                v0 + wc + (n * j + 8 * (e // 4) + e % 2) + q * 2)
               for i in range(tm) for j in range(tn) for e in range(half)]
     return store_results(ast, end, step, at, places, red, (u, v), (nu, nv, bm, bn),
-                         (*outer, bu, bv, ru, rv, wq, lane))
+                         (*outer, bu, bv, ru, rv, wq, lane), True)
 
 
 __all__ = ["WGMMA_SHAPES", "apply_tc_wgmma", "wgmma_arg", "wgmma_config", "wgmma_stages"]
