@@ -64,10 +64,11 @@ def _render_ldmatrix(u: UOp, ctx: CudaContext, lines: list[str], pad: str) -> No
     idx = u.src[0]
     buf = base_of(base_of(idx).src[0])
     if u.dtype.itemsize != 2 or buffer_arg(buf).addrspace is not AddrSpace.LOCAL or n not in (1, 2, 4) or \
-            any(x.op is not Ops.WMMA for x in ctx.prog.users.get(u, [])):
+            any(x.op is not Ops.WMMA and not (x.op is Ops.INDEX and x.src[1].op is Ops.CONST)
+                for x in ctx.prog.users.get(u, [])):
         raise CompileError(f"{ctx.prog.where(u)}: ldmatrix reads 1, 2 or 4 matrices of 16-bit elements of a LOCAL "
-                           f"buffer into a WMMA's fragment (got {u.dtype.name}, {n}, a "
-                           f"{buffer_arg(buf).addrspace.name} buffer)")
+                           f"buffer into a WMMA's fragment, or into lanes that STACKs of whole registers pass to one "
+                           f"(got {u.dtype.name}, {n}, a {buffer_arg(buf).addrspace.name} buffer)")
     regs = [ctx.fresh("lm") for _ in range(n)]
     ctx.packed[u] = regs
     outs = ", ".join(f"%{i}" for i in range(n))
@@ -76,6 +77,19 @@ def _render_ldmatrix(u: UOp, ctx: CudaContext, lines: list[str], pad: str) -> No
     lines.append(f'{pad}asm volatile("{op_name} {{{outs}}}, [%{n}];\\n"')
     outs_c = ", ".join(f'"=r"({r})' for r in regs)
     lines.append(f'{pad}    : {outs_c} : "r"({_shared_addr(ctx.lane(idx, 0))}));')
+
+
+def packed_regs(u: UOp, ctx: CudaContext) -> list[str] | None:
+    """The .b32 registers of a STACK of lanes 2 i .. 2 i + 2 m - 1 (in order) of one ldmatrix (its registers i ..
+    i + m - 1: lower.tc_async's x4.trans of two B fragments); None for any other STACK."""
+    src = u.src
+    if not src or any(s.op is not Ops.INDEX or s.src[1].op is not Ops.CONST or s.src[0] is not src[0].src[0]
+                      for s in src) or src[0].src[0] not in ctx.packed or len(src) % 2:
+        return None
+    first = int(cast(int, const_value(src[0].src[1])))
+    if first % 2 or [int(cast(int, const_value(s.src[1]))) for s in src] != list(range(first, first + len(src))):
+        return None
+    return ctx.packed[src[0].src[0]][first // 2:(first + len(src)) // 2]
 
 
 def _render_cp_async(u: UOp, ctx: CudaContext, lines: list[str], pad: str) -> None:
@@ -264,4 +278,5 @@ def _wide_access(u: UOp, ctx: CudaContext, lines: list[str], pad: str) -> bool:
 
 
 
-__all__ = ["element_bytes", "is_async_copy", "is_ldmatrix", "local_itemsize", "packed_store", "raw_locals", "wide_run"]
+__all__ = ["element_bytes", "is_async_copy", "is_ldmatrix", "local_itemsize", "packed_regs", "packed_store",
+           "raw_locals", "wide_run"]

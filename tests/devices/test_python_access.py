@@ -202,7 +202,8 @@ def test_async_tensor_core_matmul_ldmatrix() -> None:
     np.testing.assert_array_equal(arrays[0], (av.astype(np.float64) @ bv.astype(np.float64)).reshape(-1))
     k = got[0]
     ldm = _shared(k, "ldmatrix")
-    assert ldm and all(i.cost == i.ideal for i in ldm)
+    # a k slice: 2 A fragments by x4, 4 B fragments by 2 x4.trans (4 x2.trans before: 12 instructions, 96 requests)
+    assert len(ldm) == 2 * (2 + 2) and sum(i.requests for i in ldm) == 64 and all(i.cost == i.ideal for i in ldm)
     copies = sorted((i.requests, i.cost, i.ideal) for i in _shared(k, "store"))
     assert copies == [(4, 16, 16)] * 8
     assert all(i.cost == i.ideal for i in k.instrs if i.space == "global")  # the result stores paired too
