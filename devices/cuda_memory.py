@@ -64,10 +64,11 @@ def _render_ldmatrix(u: UOp, ctx: CudaContext, lines: list[str], pad: str) -> No
     idx = u.src[0]
     buf = base_of(base_of(idx).src[0])
     if u.dtype.itemsize != 2 or buffer_arg(buf).addrspace is not AddrSpace.LOCAL or n not in (1, 2, 4) or \
-            any(x.op is not Ops.WMMA for x in ctx.prog.users.get(u, [])):
+            any(x.op is not Ops.WMMA and not (x.op is Ops.INDEX and x.src[1].op is Ops.CONST)
+                for x in ctx.prog.users.get(u, [])):
         raise CompileError(f"{ctx.prog.where(u)}: ldmatrix reads 1, 2 or 4 matrices of 16-bit elements of a LOCAL "
-                           f"buffer into a WMMA's fragment (got {u.dtype.name}, {n}, a "
-                           f"{buffer_arg(buf).addrspace.name} buffer)")
+                           f"buffer into a WMMA's fragment, or into lanes that STACKs of whole registers pass to one "
+                           f"(got {u.dtype.name}, {n}, a {buffer_arg(buf).addrspace.name} buffer)")
     regs = [ctx.fresh("lm") for _ in range(n)]
     ctx.packed[u] = regs
     outs = ", ".join(f"%{i}" for i in range(n))
@@ -76,6 +77,19 @@ def _render_ldmatrix(u: UOp, ctx: CudaContext, lines: list[str], pad: str) -> No
     lines.append(f'{pad}asm volatile("{op_name} {{{outs}}}, [%{n}];\\n"')
     outs_c = ", ".join(f'"=r"({r})' for r in regs)
     lines.append(f'{pad}    : {outs_c} : "r"({_shared_addr(ctx.lane(idx, 0))}));')
+
+
+def packed_regs(u: UOp, ctx: CudaContext) -> list[str] | None:
+    """The .b32 registers of a STACK of lanes 2 i .. 2 i + 2 m - 1 (in order) of one ldmatrix (its registers i ..
+    i + m - 1: lower.tc_async's x4.trans of two B fragments); None for any other STACK."""
+    src = u.src
+    if not src or any(s.op is not Ops.INDEX or s.src[1].op is not Ops.CONST or s.src[0] is not src[0].src[0]
+                      for s in src) or src[0].src[0] not in ctx.packed or len(src) % 2:
+        return None
+    first = int(cast(int, const_value(src[0].src[1])))
+    if first % 2 or [int(cast(int, const_value(s.src[1]))) for s in src] != list(range(first, first + len(src))):
+        return None
+    return ctx.packed[src[0].src[0]][first // 2:(first + len(src)) // 2]
 
 
 def _render_cp_async(u: UOp, ctx: CudaContext, lines: list[str], pad: str) -> None:
@@ -147,6 +161,56 @@ def wide_run(index: UOp, size: int) -> tuple[UOp | None, int] | None:
     return s, k
 
 
+_PACKED = (dtypes.float32, dtypes.float16, dtypes.bfloat16)  # element types of a 2-lane store in one access
+
+
+def packed_store(u: UOp) -> tuple[UOp | None, int] | None:
+    """(symbolic start, constant offset) of the 2 elements when `u` is a STORE (ungated, or with a scalar gate) of a
+    2-lane value to 2 consecutive float32, float16 or bfloat16 elements of a GLOBAL buffer starting at an even
+    element (so aligned to their 8 or 4 bytes: lower.tc_smem's paired tensor-core results), which the renderer
+    writes as one access (`_packed_store`); None otherwise."""
+    from devices.c_vector import contiguous_start
+
+    if u.op is not Ops.STORE or u.arg is not None or len(u.src) not in (2, 3) or u.src[1].shape != (2,) or \
+            (len(u.src) == 3 and u.src[2].shape != ()):
+        return None
+    index = base_of(u.src[0])
+    if index.op is not Ops.INDEX or index.src[1].shape != (2,):
+        return None
+    buf = base_of(index.src[0])
+    if buf.op is not Ops.BUFFER or not is_global(buf) or buf.dtype.scalar not in _PACKED:
+        return None
+    start = contiguous_start(index.src[1])
+    if start is None or start[1] % 2 or (start[0] is not None and _pow2(start[0]) < 1):
+        return None
+    return start
+
+
+def _packed_store(u: UOp, ctx: CudaContext, lines: list[str], pad: str) -> bool:
+    """A `packed_store` as one access: `*(float2*)&b[i] = make_float2(lo, hi)` for float32, the two 16-bit
+    elements' bits packed into one uint32_t store for float16 and bfloat16; False (nothing written) otherwise."""
+    start = packed_store(u)
+    if start is None or u.src[1] in ctx.wide:
+        return False
+    buf = base_of(base_of(u.src[0]).src[0])
+    s, k = start
+    first = str(k) if s is None else unparen(ctx[s]) if k == 0 else f"{ctx[s]}+{k}"
+    lo, hi = (unparen(ctx.lane(u.src[1], j)) for j in range(2))
+    dt = buf.dtype.scalar
+    if dt is dtypes.float32:
+        text = f"*(float2*)&{ctx[buf]}[{first}] = make_float2({lo}, {hi});"
+    elif dt is dtypes.float16:
+        ctx.define("#fp16", "#include <cuda_fp16.h>")
+        text = f"*(uint32_t*)&{ctx[buf]}[{first}] = (uint32_t)__half_as_ushort({lo}) | " \
+            f"((uint32_t)__half_as_ushort({hi}) << 16);"
+    else:
+        ctx.helper("bf16_round")  # defines f32_to_bf16 too
+        text = f"*(uint32_t*)&{ctx[buf]}[{first}] = (uint32_t)f32_to_bf16({lo}) | ((uint32_t)f32_to_bf16({hi}) << 16);"
+    gate = f"if ({unparen(ctx[u.src[2]])}) " if len(u.src) == 3 else ""
+    lines.append(f"{pad}{gate}{text}")
+    return True
+
+
 def _wide_place(idx: UOp, ctx: CudaContext) -> tuple[str, str, int] | None:
     """(buffer text, first element text, element bytes) when the vector INDEX `idx` is a `wide_run`."""
     index = base_of(idx)
@@ -214,4 +278,5 @@ def _wide_access(u: UOp, ctx: CudaContext, lines: list[str], pad: str) -> bool:
 
 
 
-__all__ = ["element_bytes", "is_async_copy", "is_ldmatrix", "local_itemsize", "raw_locals", "wide_run"]
+__all__ = ["element_bytes", "is_async_copy", "is_ldmatrix", "local_itemsize", "packed_regs", "packed_store",
+           "raw_locals", "wide_run"]

@@ -28,13 +28,15 @@ SQRT and MULACC use the correctly rounded intrinsics __fsqrt_rn / __fmaf_rn (and
 SIN and POW call CUDA's math library (exp2f: 2 ulp, log2f: 1 ulp, sinf: 2 ulp, powf: 4 ulp at most, per the
 CUDA C Programming Guide), so float32 there may differ from the reference by a few ulp.
 
+A 2-lane STORE of a tensor-core result pair (devices.cuda_memory.packed_store) is one float2 or uint32_t store.
+
 cp.async and ldmatrix (lower.tc_async): a STORE arg "cp.async" of a LOAD of GLOBAL memory into LOCAL memory is
 `cp.async.cg.shared.global` 16 bytes at a time (the LOAD itself is not rendered; its gate becomes the src-size,
 0 zero-filling; the STORE's gate an `if`); BARRIER "cp.async.commit" is `cp.async.commit_group`, BARRIER
 ("cp.async.wait", n) `cp.async.wait_group n` then `__syncthreads()`; a LOAD ("ldmatrix", n, trans) is
 `ldmatrix.sync.aligned.m8n8.x{n}[.trans].shared.b16` from this lane's row (lane 0 of its INDEX) into n .b32
-registers that the WMMA takes as its packed fragment. A LOCAL bfloat16 buffer that only these two touch holds
-the 16-bit bits (`uint16_t`, 2 bytes an element) instead of floats.
+registers that the WMMA takes as its packed fragment (a STACK of its lanes 2i.. takes registers i..: cuda_memory.
+packed_regs). A LOCAL bfloat16 buffer only these two touch holds 16-bit bits (`uint16_t`) instead of floats.
 
 TMA and mbarriers (lower.tc_tma, devices.tma): each distinct tensor map of the program's "tma.load" INS is a
 `const __grid_constant__ uopc_tmap tmapN` parameter after the variables (a 64-aligned 128-byte struct defined
@@ -65,6 +67,7 @@ from typing import cast
 from devices.c_render import SCALAR_RULES, render_instr
 from devices.c_scalar import C_DIALECT, CContext, Dialect, const_text, is_reserved, render_range, unparen
 from devices.cuda_memory import (
+    _packed_store,
     _render_cp_async,
     _render_ldmatrix,
     _shared_addr,
@@ -72,6 +75,7 @@ from devices.cuda_memory import (
     is_async_copy,
     is_ldmatrix,
     local_itemsize,
+    packed_regs,
     raw_locals,
 )
 from devices.linear import Program, base_of, buffer_arg, const_value, is_global
@@ -464,7 +468,9 @@ def _render_vector(u: UOp, ctx: CudaContext, lines: list[str], indent: int) -> N
         sel = u.src[1]
         if sel.op is not Ops.CONST:
             raise CompileError(f"{ctx.prog.where(u)}: a lane of a vector is read by a constant INDEX")
-        ctx.names[u] = ctx.lane(u.src[0], int(cast(int, const_value(sel))))
+        k = int(cast(int, const_value(sel)))
+        # a lane of an ldmatrix's registers: only a STACK passing whole registers to a WMMA reads it
+        ctx.names[u] = f"{ctx.packed[u.src[0]][k // 2]}_lane{k}" if u.src[0] in ctx.packed else ctx.lane(u.src[0], k)
         return
     if u.op is Ops.WMMA:
         (_render_wgmma if is_wgmma(u) else _render_wmma)(u, ctx, lines, pad)
@@ -482,9 +488,11 @@ def _render_vector(u: UOp, ctx: CudaContext, lines: list[str], indent: int) -> N
         ctx.lanes[u] = [const_text(v, u.dtype, "half") for v in cast(tuple, u.arg)[0]]
     elif u.op is Ops.STACK:
         ctx.lanes[u] = [ctx[s] for s in u.src]
+        if (regs := packed_regs(u, ctx)) is not None:
+            ctx.packed[u] = regs
     elif u.op is Ops.AFTER:
         ctx.lanes[u] = ctx.lanes[u.src[0]]
-    elif _wide_access(u, ctx, lines, pad):
+    elif _wide_access(u, ctx, lines, pad) or _packed_store(u, ctx, lines, pad):
         return
     elif u.op in _LANEWISE:
         fn = CUDA_RULES.matcher(u.op)

@@ -11,11 +11,12 @@ lidx is blocks of one thread: each access is a request of one lane.
 
 What one thread moves per request is what devices.cuda_render emits: a scalar LOAD or STORE is one element; a
 vector one that the renderer moves 16 bytes at a time (devices.cuda_memory.wide_run: consecutive, 16-byte
-aligned elements, an ungated or scalar-gated load, a store of such a load) is one request per 16 bytes, any other
-vector access one request per lane. A cp.async copy is 16-byte requests on both sides: the global read (its LOAD)
-and the shared write (its STORE, counted at issue). Element sizes are the CUDA code's (bfloat16: 2 bytes in global
-memory, 4 in shared memory unless only cp.async, ldmatrix and wgmma touch it). nvcc may merge neighbouring scalar
-accesses of one thread into a wider one; the counts are of the rendered instructions.
+aligned elements, an ungated or scalar-gated load, a store of such a load) is one request per 16 bytes, a store of
+2 lanes to 2 aligned float32 or 16-bit GLOBAL elements (devices.cuda_memory.packed_store) one request of 8 or 4
+bytes, any other vector access one request per lane. A cp.async copy is 16-byte requests on both sides: the global
+read (its LOAD) and the shared write (its STORE, counted at issue). Element sizes are the CUDA code's (bfloat16: 2
+bytes in global memory, 4 in shared memory unless only cp.async, ldmatrix and wgmma touch it). nvcc may merge
+neighbouring scalar accesses of one thread into a wider one; the counts are of the rendered instructions.
 
 Shared memory (LOCAL buffers), the rule implemented: 32 banks of 4 bytes, byte address a in bank (a // 4) % 32;
 each buffer is taken to start at address 0 (a real base aligned to the access size permutes the banks and keeps
@@ -51,7 +52,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
-from devices.cuda_memory import element_bytes, is_async_copy, is_ldmatrix, raw_locals, wide_run
+from devices.cuda_memory import element_bytes, is_async_copy, is_ldmatrix, packed_store, raw_locals, wide_run
 from devices.linear import base_of, buffer_arg, const_value, is_global
 from devices.python_gpu import wgmma_descriptor, wgmma_element
 from devices.python_wgmma import is_wgmma, swizzle_of
@@ -238,6 +239,9 @@ def plan_of(u: UOp, prog: Program, raw: set[UOp]) -> Plan | None:
     elif _wide(u, prog) and wide_run(index, size) is not None:
         per = 16 // size
         chunks = tuple(tuple(range(j, j + per)) for j in range(0, n, per))
+    elif packed_store(u) is not None and not (u.src[1].op is Ops.LOAD and _wide(u.src[1], prog) and
+                                              wide_run(base_of(u.src[1].src[0]), size) is not None):
+        chunks = ((0, 1),)
     else:
         chunks = tuple((j,) for j in range(n))
     return Plan(not is_global(buf), size, chunks, n > 1, pos[u.src[0]], gate)

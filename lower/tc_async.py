@@ -24,7 +24,10 @@ a LOCAL buffer whose lanes all hold the element index of the row this lane point
 gives the lane layout): A (16 x 16 of row-major `As`) is x4, lane l giving
 row l % 16 at column 8 (l // 16): matrices (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15), which is
 the m16n8k16 A layout element for element; B (16 x 8 of `Bs`, k rows) is x2.trans, lane l (< 16) giving k row
-l % 16: each lane gets rows 2t, 2t + 1 of column g of each 8 x 8 half, B's layout. tf32 fragments are read
+l % 16: each lane gets rows 2t, 2t + 1 of column g of each 8 x 8 half, B's layout. Two neighbouring B tiles (j, j +
+1) are one x4.trans, lanes 16-31 giving the rows of tile j + 1 (8 columns on): elements 0-3 are tile j's fragment,
+4-7 tile j + 1's (a STACK of INDEXes of the LOAD each, which devices.cuda_render passes as the registers 0-1 and
+2-3); a warp tile of 4 n8 tiles reads B with 2 ldmatrix a k slice instead of 4. tf32 fragments are read
 element by element as in lower.tc_smem.
 
 Needs both operands to be plain loads that copy in aligned 8-element chunks (lower.tc_smem._vectorizable, no
@@ -37,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from lower.opt_apply import next_range_id, size
-from lower.tc_smem import VEC, WarpTile, _copy_tile, _vectorizable, mma_grid, pad_for, write_back
+from lower.tc_smem import VEC, WarpTile, _copy_tile, _vectorizable, mma_grid, pad_for, padded_down, write_back
 from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
 from rewrite.dtype import AddrSpace
 from rewrite.errors import KernelOptError
@@ -117,9 +120,13 @@ def apply_tc_async(ast: UOp, shape: str, tm: int, tn: int, wu: int, wv: int, bk:
     sb = UOp(Ops.BUFFER, (UOp.shape_operand((stages * bsz,)),), BufferArg(1, dt, None, AddrSpace.LOCAL))
     u0, v0 = bu * bm, bv * bn
 
+    down_a, down_b = padded_down(bm, bk, dt), padded_down(bk, bn, dt)
+
     def copies(a_to: UOp, b_to: UOp, k0: UOp, stage: UOp | int, only: UOp | None) -> list[UOp]:
-        return _copy_tile(a_to, x, (u, u0, bm, nu), (k, k0, bk, nk), tid, threads, True, only, stage * asz, True) + \
-            _copy_tile(b_to, y, (k, k0, bk, nk), (v, v0, bn, nv), tid, threads, True, only, stage * bsz, True)
+        return _copy_tile(a_to, x, (u, u0, bm, nu), (k, k0, bk, nk), tid, threads, True, only, stage * asz, True,
+                          down=down_a) + \
+            _copy_tile(b_to, y, (k, k0, bk, nk), (v, v0, bn, nv), tid, threads, True, only, stage * bsz, True,
+                       down=down_b)
 
     commit = prologue(copies, sa, sb, stages, steps, bk)
     wait = UOp(Ops.BARRIER, (commit, ko), ("cp.async.wait", stages - 2))
@@ -141,7 +148,13 @@ def apply_tc_async(ast: UOp, shape: str, tm: int, tn: int, wu: int, wv: int, bk:
         if ldm:
             a = [_ldmatrix(ar, cur_a + (wr + (i * M) + lane % 16) * (bk + pad) + (kk + (lane // 16) * 8), 4, False)
                  for i in range(tm)]
-            b = [_ldmatrix(br, cur_b + (kk + lane % 16) * (bn + pad) + (wc + j * N), 2, True) for j in range(tn)]
+            b = []
+            for j in range(0, tn, 2):  # two n8 tiles an x4.trans (lanes 16-31 point 8 columns on), a last one x2
+                pair = j + 1 < tn
+                ld = _ldmatrix(br, cur_b + (kk + lane % 16) * (bn + pad) + (wc + j * N + (lane // 16) * N * pair),
+                               4 if pair else 2, True)
+                b += [UOp(Ops.STACK, tuple(UOp(Ops.INDEX, (ld, UOp.const(e))) for e in range(h, h + 4)))
+                      for h in (0, 4)] if pair else [ld]
         else:
             a = [UOp(Ops.STACK, tuple(ar.index(cur_a + (wr + (i * M + row)) * (bk + pad) + (kk + col)).load()
                                       for row, col in (lay.a(e, g, t) for e in range(lay.na)))) for i in range(tm)]

@@ -9,7 +9,10 @@ lane layouts), 32 wu wv threads. The k loop steps bk (a multiple of 16) at a tim
 1. every thread of the block copies its share of the A tile (BM x bk, x at rows u, columns k) and of the B tile
    (bk x BN, y at rows k, columns v) from global memory into LOCAL buffers `As` (row-major, rows padded to
    bk + pad_for(dtype) elements) and `Bs` (rows padded to BN + pad): chunks of VEC = 8 consecutive elements
-   along the tile's inner axis, consecutive threads on consecutive chunks (coalesced). Where the operand is a
+   along the tile's inner axis, consecutive threads on consecutive chunks (coalesced), or where 8 chunks
+   would not be 128 bytes of one row, lane l of a warp on row l % 8 of an 8-row group, chunk l // 8
+   (padded_down: a quarter-warp's 16-byte stores on 8 distinct bank groups, a warp's loads whole sectors of 8
+   rows). Where the operand is a
    plain load (or a CAST of one) that moves by 1 along the chunk's axis and every other step and its offset are
    multiples of VEC, a chunk is one vector LOAD of 8 lanes (16 bytes of half: devices.cuda_render makes it
    128-bit accesses) and one vector STORE; otherwise 8 scalar copies. Elements past the matrix's end (sizes the
@@ -25,7 +28,8 @@ step; the fragment reads wait for them in the graph, so the linearizer puts them
 shared memory, a BARRIER, the stores of the loaded tiles, and a BARRIER: the global latency hides behind the
 mmas with one shared buffer per operand (three BARRIERs in all).
 
-The output stores are lower.wmma's, gated to the matrix where the tile does not divide it. The padding of
+The output stores are lower.wmma's (columns 2t, 2t + 1 of the C layout paired into one 2-lane store where the
+output allows: store_results), gated to the matrix where the tile does not divide it. The padding of
 16 bytes per row puts the lanes of a fragment read on distinct shared-memory banks (A in half: row stride
 bk + 8 halves is 20 words for bk = 32, so rows g = 0..7 start on banks 0, 20, 8, 28, 16, 4, 24, 12 and t adds
 0..3). B's fragment pairs are a row apart (no ldmatrix.trans yet), so they are read one 16-bit element at a time.
@@ -55,6 +59,20 @@ def pad_for(dt: DType) -> int:
     """Elements added to every shared-memory row: 16 bytes (8 halves, 4 floats), which keeps rows 16-byte
     aligned and puts the rows a fragment read touches on different banks."""
     return 16 // dt.itemsize
+
+
+def padded_down(rows: int, cols: int, dt: DType) -> int:
+    """`down` for _copy_tile's 16-byte copies into a rows x cols tile of padded rows (pad_for): 1 where a
+    quarter-warp's 8 chunks are 128 contiguous bytes of one row (16-bit elements, rows of 64 or more), else 8
+    where the rows are an odd number of 16-byte units apart (cols * itemsize a multiple of 32: the 16-byte pad makes
+    it odd), since then rows 0-7 at one column start on 8 distinct groups of 4 banks: half at bk = 32 (80-byte rows,
+    units 0, 5, 10, ...: groups 0, 5, 2, 7, 4, 1, 6, 3) where 8 chunks along the rows (rows 0-1, chunks 0-3: units
+    0-3 and 5-8) meet twice on group 0; float32 at any width (a chunk is 2 units, so 8 along one row hit only the even
+    groups). Otherwise (a row an odd number of 16-byte chunks) 1."""
+    row_bytes = cols * dt.itemsize
+    if dt.itemsize <= 2 and row_bytes >= 128:
+        return 1
+    return 8 if rows % 8 == 0 and row_bytes % 32 == 0 else 1
 
 
 def _gated(e: UOp, valid: UOp, keep: frozenset[UOp] = frozenset()) -> UOp:
@@ -92,11 +110,16 @@ def _vectorizable(x: UOp, inner: UOp) -> bool:
         x = x.src[0]
     if x.op is not Ops.LOAD or len(x.src) != 1 or x.src[0].op is not Ops.INDEX or not _is_global(x.src[0].src[0]):
         return False
-    idx = x.src[0].src[1]
+    return _runs(x.src[0].src[1], inner, VEC)
+
+
+def _runs(idx: UOp, inner: UOp, n: int) -> bool:
+    """Whether index `idx` moves by 1 along `inner` and its offset and every other range's step are multiples of
+    n: n consecutive values of `inner` from a multiple of n are n aligned consecutive elements."""
     rs = [u for u in idx.toposort() if u.op is Ops.RANGE]
     if inner not in rs or _stride(idx, inner) != 1:
         return False
-    if any((s := _stride(idx, r)) is None or (r is not inner and s % VEC) for r in rs):
+    if any((s := _stride(idx, r)) is None or (r is not inner and s % n) for r in rs):
         return False
     from rewrite.render import render
 
@@ -104,7 +127,7 @@ def _vectorizable(x: UOp, inner: UOp) -> bool:
         off = idx.evaluate({render(r): 0 for r in rs})
     except EvalError:
         return False
-    return isinstance(off, int) and off % VEC == 0
+    return isinstance(off, int) and off % n == 0
 
 
 Axis = UOp | tuple[UOp, ...]  # a matrix axis: one range, or several flattened (outermost first, lower.simt_smem)
@@ -124,7 +147,7 @@ def spread(axis: Axis, at: UOp) -> dict[UOp, UOp]:
 def _copy_tile(buf: UOp, x: UOp, rows: tuple[Axis, UOp, int, int], cols: tuple[Axis, UOp, int, int],
                tid: UOp, threads: int, vector: bool, only: UOp | None = None, base: UOp | int = 0,
                asynch: bool = False, transposed: bool = False,
-               place: Callable[[UOp, UOp], UOp] | None = None) -> list[UOp]:
+               place: Callable[[UOp, UOp], UOp] | None = None, down: int = 1) -> list[UOp]:
     """The stores that copy a rows x cols tile of operand x into LOCAL `buf` (row-major, rows padded by pad_for,
     from element `base`): rows = (the axis of x, the tile's first row, tile rows, the matrix's row count), cols
     likewise; chunks of VEC consecutive columns, chunk c = tid + threads * i (the chunks past the tile's last are
@@ -132,7 +155,11 @@ def _copy_tile(buf: UOp, x: UOp, rows: tuple[Axis, UOp, int, int], cols: tuple[A
     is false. `asynch` (vector chunks only): the stores are cp.async copies (STORE arg "cp.async"). `transposed`:
     `buf` holds the tile column-major (element (row, col) at col * (rows + pad) + row; a chunk's lanes are
     stored one by one). `place(row, col)`: where a chunk starts in `buf` instead (from `base`; its VEC elements
-    consecutive: lower.tc_wgmma's core-matrix layouts)."""
+    consecutive: lower.tc_wgmma's core-matrix layouts). `down` (dividing the tile's rows): consecutive chunks walk
+    `down` rows at one column before the next column, chunk c at row down (c // down // (nc / VEC)) + c % down,
+    column chunk (c // down) % (nc / VEC); with down = 8 a quarter-warp's 8 16-byte copies are one column of 8
+    rows (a core matrix, or rows an odd number of 16-byte units apart: 8 distinct bank groups) while a warp's 32
+    still read each row's chunks whole (4 of them, or all where a row has fewer)."""
     (rr, r0, nr, rn), (cr, c0, nc, cn) = rows, cols
     per_row = nc // VEC
     chunks = nr * per_row
@@ -144,9 +171,14 @@ def _copy_tile(buf: UOp, x: UOp, rows: tuple[Axis, UOp, int, int], cols: tuple[A
         return q if p is None else p if q is None else p & q
 
     stores: list[UOp] = []
+    if nr % down:
+        raise KernelOptError(f"a copy walking {down} rows a column needs a multiple of {down} rows (got {nr})")
     for i in range(-(-chunks // threads)):
         c = tid + threads * i
-        row, col = c // per_row, (c % per_row) * VEC
+        if down > 1:
+            row, col = (c // down // per_row) * down + c % down, ((c // down) % per_row) * VEC
+        else:
+            row, col = c // per_row, (c % per_row) * VEC
         in_tile = both(only, c < chunks if chunks % threads else None)
         in_rows = both(in_tile, r0 + row < rn if rn % nr else None)
         at = base + (place(row, col) if place is not None else
@@ -209,9 +241,12 @@ def apply_tc_staged(ast: UOp, shape: str, tm: int, tn: int, wu: int, wv: int, bk
     u0, v0 = bu * bm, bv * bn
     vec_x, vec_y = _vectorizable(x, k), _vectorizable(y, v)
 
+    down_a = padded_down(bm, bk, dt) if vec_x else 1  # scalar copies keep their order (module docstring)
+    down_b = padded_down(bk, bn, dt) if vec_y else 1
+
     def copies(a_to: UOp, b_to: UOp, k0: UOp, only: UOp | None) -> list[UOp]:
-        return _copy_tile(a_to, x, (u, u0, bm, nu), (k, k0, bk, nk), tid, threads, vec_x, only) + \
-            _copy_tile(b_to, y, (k, k0, bk, nk), (v, v0, bn, nv), tid, threads, vec_y, only)
+        return _copy_tile(a_to, x, (u, u0, bm, nu), (k, k0, bk, nk), tid, threads, vec_x, only, down=down_a) + \
+            _copy_tile(b_to, y, (k, k0, bk, nk), (v, v0, bn, nv), tid, threads, vec_y, only, down=down_b)
 
     ar, br, ahead = pipelined_tiles(sa, sb, copies, -(-nk // bk), bk, ko)
     nacc = 4 * tm * tn
@@ -303,28 +338,49 @@ def write_back(ast: UOp, end: UOp, step: UOp, at: list[UOp], w: WarpTile, ranges
 
     places = [(w.row0 + (i * M + w.g + 8 * (e // 2)), w.col0 + (j * N + w.t * 2 + e % 2))
               for i in range(w.tm) for j in range(w.tn) for e in range(4)]
-    return store_results(ast, end, step, at, places, w.red, (w.u, w.v), (w.nu, w.nv, w.bm, w.bn), ranges)
+    return store_results(ast, end, step, at, places, w.red, (w.u, w.v), (w.nu, w.nv, w.bm, w.bn), ranges, True)
 
 
 def store_results(ast: UOp, end: UOp, step: UOp, at: list[UOp], places: list[tuple[UOp, UOp]], red: UOp,
-                  uv: tuple[Axis, Axis], extents: tuple[int, int, int, int], ranges: tuple[UOp, ...]) -> UOp:
+                  uv: tuple[Axis, Axis], extents: tuple[int, int, int, int], ranges: tuple[UOp, ...],
+                  pairs: bool = False) -> UOp:
     """The kernel with its output stores fed by the accumulators `at` after the k loop `step`, accumulator i
     landing at output (row, col) = places[i] of the output axes uv (each a range, or ranges flattened), gated
     where the output's extents (nu, nv) are no multiples of the block tile's (bm, bn) (extents = (nu, nv, bm,
-    bn)); the stores end over `ranges`."""
+    bn)); the stores end over `ranges`. `pairs`: accumulators 2 q and 2 q + 1 land at (row, col) and (row, col +
+    1), col even (the mma C layouts: columns 2 t + e); where the output is a plain GLOBAL store whose index moves
+    by 1 along the columns' innermost range (of even size) from an even element (`_pairable`), each pair is one
+    store of 2 lanes, which devices.cuda_render emits as one 8-byte (float32) or 4-byte (16-bit) store."""
     nu, nv, bm, bn = extents
     res = [UOp(Ops.AFTER, (p, step)).load() for p in at]
     loop = frozenset(step.toposort())
+    inner = uv[1][-1] if isinstance(uv[1], tuple) else uv[1]
+    two = pairs and _pairable(end.src[0], inner)
+    lanes = UOp.vconst((0, 1))
     stores = []
-    for val, (row, col) in zip(res, places, strict=True):
+    for i in range(0, len(res), 2 if two else 1):
+        row, col = places[i]
         # one walk of the store's own graph: `val` reads the k loop (thousands of nodes), which holds no range of
         # the output axes (they are the block's, warp's and lane's ids there), so it is not walked again
-        st = end.src[0].substitute({red: val, **spread(uv[0], row), **spread(uv[1], col)})
+        cols = spread(uv[1], col)
+        if two:  # accumulators i, i + 1 at columns col, col + 1 (even, so both in or both out of the matrix)
+            val, cols[inner] = UOp(Ops.STACK, (res[i], res[i + 1])), cols[inner] + lanes
+        else:
+            val = res[i]
+        st = end.src[0].substitute({red: val, **spread(uv[0], row), **cols})
         checks = [c for c, n, blk in ((row < nu, nu, bm), (col < nv, nv, bn)) if n % blk]
         if checks:
             st = _gated(st, checks[0] if len(checks) == 1 else checks[0] & checks[1], loop)
         stores.append(st)
     return ast.substitute({end: UOp(Ops.END, (UOp(Ops.GROUP, tuple(stores)), *ranges))})
+
+
+def _pairable(store: UOp, inner: UOp) -> bool:
+    """Whether an output STORE can take columns 2 c and 2 c + 1 of the innermost column range `inner` as one
+    2-lane store (store_results' pairs): an ungated store to a GLOBAL buffer, `inner` of even size, the index
+    moving by 1 along it and even elsewhere."""
+    return store.op is Ops.STORE and len(store.src) == 2 and store.src[0].op is Ops.INDEX and \
+        _is_global(store.src[0].src[0]) and size(inner) % 2 == 0 and _runs(store.src[0].src[1], inner, 2)
 
 
 def staged_config(nu: int, nv: int, nk: int, batch: int, cores: int) -> tuple[int, int, int, int, int] | None:
@@ -340,4 +396,4 @@ def staged_config(nu: int, nv: int, nk: int, batch: int, cores: int) -> tuple[in
     return None
 
 
-__all__ = ["VEC", "apply_tc_staged", "staged_config", "staged_shapes"]
+__all__ = ["VEC", "apply_tc_staged", "padded_down", "staged_config", "staged_shapes"]

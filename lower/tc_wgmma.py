@@ -18,7 +18,11 @@ through matrix descriptors (swizzle 0: the PTX ISA's "interleave" canonical layo
 
 Either way a 16-byte chunk of 8 consecutive elements of a global row (A along k, B along n) is one core-matrix
 row, so the copies are lower.tc_async's cp.async chunks (lower.tc_smem._copy_tile with `place`), `stages` deep
-(prologue, wait, copies of step ko + stages - 1, commit, as there). Each k step:
+(prologue, wait, copies of step ko + stages - 1, commit, as there). A core matrix is 128 contiguous bytes, its 8
+rows on the 8 groups of 4 banks, while a row's K-neighbouring chunks are 128 bytes apart (one bank group), so the
+chunks go to threads down the rows (`down` 8): lane l of a warp copies row l % 8 of the tile's 8-row group, chunk
+l // 8 along it, a quarter-warp's 8 stores one core matrix (conflict-free), a warp's 32 loads 8 rows' 64 contiguous
+bytes each (whole 32-byte sectors). Each k step:
 
   BARRIER ("cp.async.wait", stages - 2, "proxy"): the step's tiles have landed; each thread's writes are made
       visible to the async proxy (fence.proxy.async.shared::cta), then __syncthreads;
@@ -33,10 +37,10 @@ row, so the copies are lower.tc_async's cp.async chunks (lower.tc_smem._copy_til
 With swizzle 1 (bk and n multiples of 64) both tiles are in the 128-byte swizzle instead (descriptor mode 1): rows
 of 64 elements (128 bytes) in atoms of 8 rows (1024 bytes, 1024-aligned: devices.cuda_render aligns the buffers),
 the 16-byte chunk c of row r stored at chunk c ^ (r % 8) (Swizzle<3,4,3> on the byte address), so the 8 chunks a
-quarter-warp copies into a row land in 8 different bank groups (the plain layout puts them 128 bytes apart: one bank
-group). A is K-major in 64-wide k atoms (element (m, k) of atom k // 64 at row m, SBO 1024, LBO unused), a k slice's
-descriptor starting kk % 64 elements into its rows; B is MN-major in 64-column atoms of bk rows (element (k, j) at
-row k of atom j // 64, LBO 128 bk bytes between atoms, SBO 1024 between 8-row groups of k).
+quarter-warp copies into a row (`down` 1, lane l at chunk l % 8) land in 8 different bank groups. A is K-major in
+64-wide k atoms (element (m, k) of atom k // 64 at row m, SBO 1024, LBO unused), a k slice's descriptor starting
+kk % 64 elements into its rows; B is MN-major in 64-column atoms of bk rows (element (k, j) at row k of atom j // 64,
+LBO 128 bk bytes between atoms, SBO 1024 between 8-row groups of k).
 
 With overlap 1 (3 stages or more) a step's wgmma group is left in flight: ("wgmma.wait", 1) retires the previous
 step's group instead of its own, and the copies run one step less ahead (the prologue fills stages - 2 stages,
@@ -153,12 +157,13 @@ def apply_tc_wgmma(ast: UOp, shape: str, n: int, tm: int, tn: int, wgu: int, wgv
         return (col // 8) * (8 * bk) + (row // 8) * CORE + (row % 8) * 8
 
     place_a, place_b = (swizzled(bm), swizzled(bk)) if swizzle else (plain_a, plain_b)
+    down = 1 if swizzle else 8  # a quarter-warp's copies: one swizzled row, or one core matrix (module docstring)
 
     def copies(a_to: UOp, b_to: UOp, k0: UOp, stage: UOp | int, only: UOp | None) -> list[UOp]:
         return _copy_tile(a_to, x, (u, u0, bm, nu), (k, k0, bk, nk), tid, threads, True, only, stage * asz, True,
-                          place=place_a) + \
+                          place=place_a, down=down) + \
             _copy_tile(b_to, y, (k, k0, bk, nk), (v, v0, bn, nv), tid, threads, True, only, stage * bsz, True,
-                       place=place_b)
+                       place=place_b, down=down)
 
     lead = stages - 1 - overlap  # k steps copied ahead: one stage fewer while a wgmma group may still read one
     ahead = ko + lead
@@ -206,7 +211,7 @@ def apply_tc_wgmma(ast: UOp, shape: str, n: int, tm: int, tn: int, wgu: int, wgv
                v0 + wc + (n * j + 8 * (e // 4) + e % 2) + q * 2)
               for i in range(tm) for j in range(tn) for e in range(half)]
     return store_results(ast, end, step, at, places, red, (u, v), (nu, nv, bm, bn),
-                         (*outer, bu, bv, ru, rv, wq, lane))
+                         (*outer, bu, bv, ru, rv, wq, lane), True)
 
 
 __all__ = ["WGMMA_SHAPES", "apply_tc_wgmma", "wgmma_arg", "wgmma_config", "wgmma_stages"]

@@ -16,7 +16,9 @@ it (lane l, g = l // 4, t = l % 4):
 
 so the kernel reads A's and B's elements straight from memory into STACKs, accumulates in a 4 tm tn-element REG
 buffer (tile (i, j) at 4 (i tn + j); slot 0: the linearizer numbers its accumulators from 1), and stores each
-lane's 4 tm tn outputs. The products are
+lane's 4 tm tn outputs, elements e and e + 1 (columns 2t, 2t + 1) as one 2-lane store where the output moves by 1
+along v from an even element (lower.tc_smem._pairable: one 8-byte float32 or 4-byte 16-bit store instead of two,
+a warp's 32 lanes then filling whole 32-byte sectors). The products are
 exact in the mma, as in the graph's float32 products of widened operands; only the order of the float32 additions
 differs from the plain kernel (the last bits, like a fused multiply-add). Output axes besides u and v (a batch)
 stay output axes (GLOBAL). Where the warp tile does not divide u or v, or the mma's k does not divide k (a
@@ -33,7 +35,7 @@ from math import prod
 from devices.base import Target
 from lower.opt_apply import axes, next_range_id, replace_range, size
 from lower.strides import _Memo
-from lower.tc_smem import _gated, spread
+from lower.tc_smem import _gated, _pairable, spread
 from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
 from rewrite.dtype import AddrSpace
 from rewrite.errors import KernelOptError
@@ -267,21 +269,28 @@ def apply_tc(ast: UOp, shape: str, tm: int = 1, tn: int = 1) -> UOp:
             upd += [at[o + e].store(UOp(Ops.INDEX, (mma, UOp.const(e)))) for e in range(4)]
     step = UOp(Ops.END, (UOp(Ops.GROUP, tuple(upd)), ko))
     res = [UOp(Ops.AFTER, (p, step)).load() for p in at]
-    stores = [_at(end.src[0].substitute({red: res[4 * (i * tn + j) + e]}),
+    two = _pairable(end.src[0], v)  # columns 2t, 2t + 1 as one store (lower.tc_smem.store_results' pairs)
+    stores = [_at(end.src[0],
                   {u: (uo * wm + (i * M + g + 8 * (e // 2)), nu), v: (vo * wn + (j * N + t * 2 + e % 2), nv)},
-                  keep=frozenset({step}))
-              for i in range(tm) for j in range(tn) for e in range(4)]
+                  keep=frozenset({step}), lanes={v: UOp.vconst((0, 1))} if two else None,
+                  values={red: UOp(Ops.STACK, (res[o], res[o + 1])) if two else res[o]})
+              for i in range(tm) for j in range(tn) for e in range(0, 4, 2 if two else 1)
+              for o in (4 * (i * tn + j) + e,)]
     return ast.substitute({end: UOp(Ops.END, (UOp(Ops.GROUP, tuple(stores)), *outer, uo, vo, lane))})
 
 
-def _at(e: UOp, where: dict[UOp, tuple[UOp, int]], keep: frozenset[UOp] | None = None) -> UOp:
+def _at(e: UOp, where: dict[UOp, tuple[UOp, int]], keep: frozenset[UOp] | None = None,
+        lanes: dict[UOp, UOp] | None = None, values: dict[UOp, UOp] | None = None) -> UOp:
     """Operand or output store `e` with each range r of `where` at its position p (r -> (p, n), n the range's
     size); where a p can pass n (the warp tile or the mma's k does not divide the axis), its GLOBAL loads and
     stores gated by p < n (a gated-off load reads 0: lower.tc_smem._gated). An operand (`keep` None) is then 0
     wherever the gate is off, whatever it computes from those zeros (1 / x would not be 0), so a padded row,
     column or k adds nothing to the sums; a store (`keep`: the k loop its value is read from, left as it is)
-    is skipped there."""
-    out = e.substitute({r: p for r, (p, _) in where.items()})
+    is skipped there. `lanes`: a range r there is at p + lanes[r] (a vector of offsets; the gate is p's: a paired
+    store's 2 columns, p even and n even, are both in or both out). `values`: nodes replaced in the same walk (the
+    output's reduction by its accumulators)."""
+    out = e.substitute({**(values or {}), **{r: p + lanes[r] if lanes and r in lanes else p
+                                             for r, (p, _) in where.items()}})
     gates = [p < n for p, n in where.values() if p.vmax >= n]
     if not gates:
         return out

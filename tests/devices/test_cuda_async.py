@@ -1,6 +1,6 @@
 """The heuristics' cp.async tensor-core matmuls (lower.tc_async) rendered to CUDA and compiled by nvcc and NVRTC for
 sm_80 and sm_90 (no GPU needed): 16-byte cp.async copies with zero fill at the edges, one commit per stage, one
-wait_group a k step, ldmatrix x4 / x2.trans fragments fed to mma.sync as they are, and bfloat16 tiles kept as
+wait_group a k step, ldmatrix x4 / x4.trans fragments fed to mma.sync as they are, and bfloat16 tiles kept as
 16-bit bits in shared memory. What they compute is checked by the emulator (tests/lower/test_gpu_async.py)."""
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ def test_async_tensor_core_matmuls_compile(compiler: str, tmp_path: os.PathLike,
     assert b.count("cp.async.cg.shared.global [%0], [%1], 16;") == 8 * 2  # the prologue's: no edge, no zero fill
     assert b.count("cp.async.commit_group;") == 3 and b.count("cp.async.wait_group 1;") == 1
     assert b.count("__syncthreads();") == 1
-    # per k step: 4 slices x (4 A fragments by ldmatrix.x4 + 4 B by x2.trans), 64 mmas on their registers
+    # per k step: 4 slices x (4 A fragments by ldmatrix.x4 + 4 B by 2 x4.trans), 64 mmas on their registers
     assert b.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == 16
-    assert b.count("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16") == 16
+    assert b.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == 8 and "x2.trans" not in b
     assert b.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == 64 and "pack_f16x2(" not in b
     assert big.dynamic_shared == 3 * (128 * 72 + 64 * 136) * 2  # 3 stages of both tiles: over 48 KiB, dynamic
     assert "for (long long" not in b and "const int gidx0" in b  # 32-bit index arithmetic

@@ -342,6 +342,12 @@ def test_tensor_core_warp_tiles_compile(compiler: str, tmp_path: os.PathLike, sm
     assert "uint4" not in body(scalar)
     assert body(bf16).count("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") == 16
     assert body(bf16).count("*(const uint4*)&data") == 8  # bfloat16 bits in 16-byte chunks, widened per lane
+    # the results: columns 2t, 2t + 1 of the mma's C layout as one 4-byte store of two 16-bit elements (rows of an
+    # even number of elements), 2 of each mma tile's 4; gated at the ragged edges
+    assert body(big).count("*(uint32_t*)&data0[") == 32 and " data0[" not in body(big)  # no one-element store
+    assert body(odd).count("if (") > body(big).count("if (") and body(odd).count("*(uint32_t*)&data0[") == 16
+    assert body(scalar).count("*(uint32_t*)&data0[") == 16
+    assert body(bf16).count(") | ((uint32_t)f32_to_bf16(") == 16
 
 
 @pytest.mark.parametrize("compiler", COMPILERS)

@@ -128,10 +128,11 @@ def no_spills(r: KernelReport) -> None:
     assert (r.stl, r.ldl, r.local, r.stack) == (0, 0, 0, 0), f"{r.name}: spills or local memory: {r.row()}"
 
 
-# measured with NVRTC 13.5 (nvcc 13.0: 159 instructions for 160): the mma.sync hot loop is one 64-wide k step of
-# a 128x128 block tile, 8 warps of 64x32: 64 HMMA.16816, 16 LDSM.x4 (A) + 16 LDSM.x2.trans (B), 8 LDGSTS, 96
-# other instructions (1.50 a unit), 192 shared bytes a unit; sm_80's the same but for scheduling (158, 1.47)
-MMA_SYNC_OTHER_PER_UNIT = 1.50
+# measured with NVRTC 13.5 (nvcc 13.0: 151 instructions for 152): the mma.sync hot loop is one 64-wide k step of
+# a 128x128 block tile, 8 warps of 64x32: 64 HMMA.16816, 16 LDSM.x4 (A) + 8 LDSM.x4.trans (B, two n8 tiles each;
+# 16 x2.trans before: 160 instructions, 1.50 a unit), 8 LDGSTS, 88 other instructions (1.38 a unit), 192 shared
+# bytes a unit; sm_80's the same but for scheduling (150, 1.34)
+MMA_SYNC_OTHER_PER_UNIT = 1.38
 
 
 @needs_nvcc
@@ -141,7 +142,7 @@ def test_mma_sync_matmul_sass(sm: str, case: str) -> None:
     r = report(sm, case)
     no_spills(r)
     assert r.key == "MMA" and r.mix["mma"] == 64 and r.mma_units == 64
-    assert r.mix["ldsm"] == 32 and r.mix["lds"] == 0, r.row()  # every fragment read is an ldmatrix
+    assert r.mix["ldsm"] == 24 and r.mix["lds"] == 0, r.row()  # every fragment read is an ldmatrix
     assert r.mix["ldgsts"] == 8 and r.mix["ldg"] == 0 and r.mix["sts"] == 0, r.row()  # the cp.async pipeline
     assert r.smem_per_unit <= 192, r.row()
     assert r.other_per_unit <= MMA_SYNC_OTHER_PER_UNIT * 1.1, r.row()

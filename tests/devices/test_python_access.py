@@ -155,11 +155,13 @@ def _shared(k: KernelAccess, kind: str) -> list:
 def test_staged_tensor_core_matmul() -> None:
     """lower.tc_smem's kernel (64 x 64 x 64 half, 2 x 2 warps of 2 x 4 mmas, k 16 a step). Its docstring claims
     the 16-byte row padding puts a fragment read's lanes on distinct banks: every fragment LOAD from shared memory
-    costs its ideal. The tile copies' 16-byte stores do not all: the A tile's rows are bk + 8 = 24 halves (48
-    bytes) apart and a row is 2 chunks, so a quarter-warp's 8 chunks (rows 0-3) land on banks 0-3, 4-7, 12-15,
-    16-19, 24-27, 28-31, 4-7, 8-11: banks 4-7 twice, a 2-way conflict (measured: 32 wavefronts for an ideal 16
-    in the first copy, 96 for 48 in the loop's). B's rows (64 + 8 halves, 144 bytes) do not conflict. The result
-    stores are one float a lane of the mma's C layout (rows g, columns 2t + e): 8 sectors for 4 sectors' bytes."""
+    costs its ideal. So do the tile copies' 16-byte stores: the A tile's rows are bk + 8 = 24 halves (48 bytes, 3
+    16-byte units) apart and a row is 2 chunks, so a quarter-warp's 8 chunks along the rows (rows 0-3) would land on
+    units 0, 1, 3, 4, 6, 7, 9, 10: bank group 1 twice (measured before: 32 wavefronts for an ideal 16 in the first
+    copy, 96 for 48 in the loop's); the copies walk 8 rows a column instead (lower.tc_smem.padded_down), units 0, 3,
+    6, ..., 21: 8 distinct groups. B's rows (64 + 8 halves, 144 bytes) hold a quarter-warp's 8 chunks each. The
+    result stores of the mma's C layout (rows g, columns 2t + e) pair e = 0, 1 into one 8-byte store a lane: 8
+    rows of 32 bytes a request, whole sectors (one float a lane was 8 sectors for 4 sectors' bytes, 32 requests)."""
     lin, arrays, want = _staged_matmul()
     with counting() as got:
         PY.compile(lin, "staged")(arrays)
@@ -169,9 +171,9 @@ def test_staged_tensor_core_matmul() -> None:
     # a k slice: 2 A fragments of 8 elements, 4 B fragments of 4, each element a 2-byte load
     assert len(frags) == 2 * 8 + 4 * 4 and all(i.cost == i.ideal for i in frags)  # the docstring's claim holds
     stores = sorted((i.requests, i.cost, i.ideal) for i in _shared(k, "store"))
-    assert stores == [(4, 16, 16), (4, 32, 16), (12, 48, 48), (12, 96, 48)]  # measured: the A tile's 2-way conflict
+    assert stores == [(4, 16, 16), (4, 16, 16), (12, 48, 48), (12, 48, 48)]
     out = [i for i in k.instrs if i.space == "global" and i.kind == "store"]
-    assert len(out) == 32 and all((i.cost, i.ideal) == (32, 16) for i in out)  # measured: half the sectors' bytes
+    assert len(out) == 16 and all((i.cost, i.ideal) == (32, 32) for i in out)
     assert all(i.cost == i.ideal for i in k.instrs if i.space == "global" and i.kind == "load")
 
 
@@ -184,10 +186,11 @@ def _lowered(out: Tensor, target: object, opts: list[Opt]) -> tuple[UOp, list[np
 def test_async_tensor_core_matmul_ldmatrix() -> None:
     """lower.tc_async's kernel (cp.async copies, ldmatrix fragments), 64 x 64 x 64 half, k 32 a step: its
     ldmatrix reads are conflict-free (A's rows 80 bytes apart start on banks 0, 20, 8, 28, 16, 4, 24, 12), the
-    copies' global reads whole sectors. The cp.async copies into the A tile are not: a row is 4 chunks of 16
-    bytes, so a quarter-warp writes rows 0 and 1, and row 1's last chunk (bytes 128-143) is on row 0's first
-    chunk's banks 0-3: a 2-way conflict (measured: 32 wavefronts for an ideal 16 in each of the 4 A copy
-    instructions). B's rows are 8 chunks, one quarter-warp each: at their ideal."""
+    copies' global reads whole sectors, and the cp.async copies into the A tile too: a row is 4 chunks of 16 bytes,
+    so 8 chunks along the rows (rows 0 and 1) would put row 1's last chunk (bytes 128-143) on row 0's first chunk's
+    banks 0-3 (measured before: 32 wavefronts for an ideal 16 in each of the 4 A copy instructions); a quarter-warp
+    copies rows 0-7 at one column instead, 80 bytes apart: 8 distinct bank groups. B's rows are 8 chunks, one
+    quarter-warp each."""
     rng = np.random.default_rng(5)
     av, bv = (rng.integers(-3, 4, (64, 64)).astype(np.float16) for _ in range(2))
     a, b = Tensor(av, device="python").contiguous(), Tensor(bv, device="python").contiguous()
@@ -199,10 +202,11 @@ def test_async_tensor_core_matmul_ldmatrix() -> None:
     np.testing.assert_array_equal(arrays[0], (av.astype(np.float64) @ bv.astype(np.float64)).reshape(-1))
     k = got[0]
     ldm = _shared(k, "ldmatrix")
-    assert ldm and all(i.cost == i.ideal for i in ldm)
+    # a k slice: 2 A fragments by x4, 4 B fragments by 2 x4.trans (4 x2.trans before: 12 instructions, 96 requests)
+    assert len(ldm) == 2 * (2 + 2) and sum(i.requests for i in ldm) == 64 and all(i.cost == i.ideal for i in ldm)
     copies = sorted((i.requests, i.cost, i.ideal) for i in _shared(k, "store"))
-    assert copies == [(4, 16, 16)] * 4 + [(4, 32, 16)] * 4  # measured: the A tile's 2-way conflict
-    assert all(i.cost == i.ideal for i in k.instrs if i.space == "global" and i.kind == "load")
+    assert copies == [(4, 16, 16)] * 8
+    assert all(i.cost == i.ideal for i in k.instrs if i.space == "global")  # the result stores paired too
 
 
 def test_simt_staged_matmul() -> None:
@@ -223,22 +227,24 @@ def test_simt_staged_matmul() -> None:
     assert reads and all(i.cost == i.ideal for i in reads), [i for i in reads if i.cost != i.ideal]
 
 
-def test_wgmma_swizzled_matmul() -> None:
-    """lower.tc_wgmma's kernel with the heuristics' big config (m64n128k16, 2 warpgroups, 64-wide k steps in the
-    128-byte swizzle), 128 x 64 x 256 half: each wgmma's core matrices are read at their ideal (one wavefront
-    each: the swizzle puts a core matrix's 8 rows on 8 distinct 16-byte columns). The cp.async copies into the
-    swizzled tiles are not: lane l of a quarter-warp writes row l % 8 of an atom, all at one 16-byte column
-    (element 64 (l % 8) + 8 (l // 8) + ...), so the 8 lanes' chunks share banks 0-3 (or 4-7, ...): an 8-way
-    conflict (measured: 32 wavefronts per 4 ideal on every request)."""
+@pytest.mark.parametrize("swizzle", [0, 1])
+def test_wgmma_matmul(swizzle: int) -> None:
+    """lower.tc_wgmma's kernel with the heuristics' big config (m64n128k16, 2 warpgroups, 64-wide k steps), 128 x 64
+    x 256 half, in the interleaved core-matrix layout (swizzle 0) and the 128-byte swizzle (1): each wgmma's core
+    matrices are read at their ideal (one wavefront each), and so are the cp.async copies. Swizzle 0 used to hand a
+    quarter-warp the 8 chunks of one row, which are K-neighbouring core matrices 128 bytes apart (one bank group):
+    an 8-way conflict (measured: 3072 wavefronts for 384); the copies now walk 8 rows a column, one core matrix a
+    quarter-warp. In the swizzle the 8 chunks of a row sit on 8 distinct 16-byte columns either way."""
     from tests.lower.test_gpu import run
     from tests.lower.test_gpu_smem import HALF, _mm
 
     out, ref = _mm(128, 64, 256, "float16")
     with counting() as got:
-        res, _ = run(out, GPU, [Opt(OptOps.TC, None, (HALF, "wgmma", 128, 1, 2, 2, 1, 64, 4))])
+        res, _ = run(out, GPU, [Opt(OptOps.TC, None, (HALF, "wgmma", 128, 1, 2, 2, 1, 64, 4, swizzle, 0))])
     np.testing.assert_allclose(res, ref, rtol=1e-5, atol=1e-5)
     k = got[-1]
     reads = _shared(k, "wgmma")
     assert reads and all(i.cost == i.ideal for i in reads)
     copies = _shared(k, "store")
-    assert copies and all(i.cost == 8 * i.ideal for i in copies)  # measured: the 8-way conflict
+    assert sum(i.ideal for i in copies) == 384 and all(i.cost == i.ideal for i in copies)
+    assert all(i.cost == i.ideal for i in k.instrs if i.space == "global")  # the result stores paired (8 bytes)

@@ -33,6 +33,7 @@ CASES = [
     (70, 96, 40, (1, 1, 2, 2, 16), 4, 0, "float16"),  # 6 k steps, 4 stages: the stage index wraps
     (72, 16, 40, (1, 2, 2, 2, 16), 4, 0, "bfloat16"),  # one k step, 4 stages: two of the prologue groups empty
     (40, 48, 136, (1, 8, 2, 1, 32), 3, 0, "float16"),  # tn 8 (BEAM's 64-wide warp tile), bk 32, a ragged block
+    (64, 32, 48, (1, 3, 2, 2, 16), 2, 0, "bfloat16"),  # tn 3: B by one x4.trans and one x2.trans a slice
 ]
 
 
@@ -59,9 +60,14 @@ def test_async_pipeline_matches_numpy(nu: int, nk: int, nv: int, cfg: tuple, sta
     assert (c["commits"], c["waits"], c["barriers"]) == (stages, 1, 0), c
     wait = next(u for u in lin.src if u.op is Ops.BARRIER and isinstance(u.arg, tuple))
     assert wait.arg == ("cp.async.wait", stages - 2)
-    assert c["ldmatrix"] == (tm + tn) * bk // 16  # one x4 per A fragment, one x2.trans per B fragment, a k slice
+    # a k slice: one x4 per A fragment, one x4.trans per 2 B fragments (an odd last one x2.trans)
+    assert c["ldmatrix"] == (tm + (tn + 1) // 2) * bk // 16
     for w in (u for u in lin.src if u.op is Ops.WMMA):  # the mma reads ldmatrix's registers as they are
-        assert [s.arg[:3] for s in w.src[:2]] == [("ldmatrix", 4, False), ("ldmatrix", 2, True)]  # type: ignore[index]
+        fb = w.src[1]
+        assert w.src[0].arg[:3] == ("ldmatrix", 4, False)  # type: ignore[index]
+        assert fb.arg[:3] == ("ldmatrix", 2, True) if fb.op is Ops.LOAD else \
+            (fb.op is Ops.STACK and {s.src[0].arg[:3] for s in fb.src} == {("ldmatrix", 4, True)} and  # type: ignore[index]
+             [s.src[1].arg[0] for s in fb.src] in ([0, 1, 2, 3], [4, 5, 6, 7]))  # type: ignore[index]
     locals_ = sorted(u.shape[0] for u in lin.src if u.op is Ops.BUFFER and u.arg.addrspace is AddrSpace.LOCAL)  # type: ignore[union-attr]
     assert locals_ == sorted([stages * 16 * tm * wu * (bk + 8), stages * bk * (8 * tn * wv + 8)])
     # the copies of step ko + stages - 1 are issued before step ko's first ldmatrix
@@ -107,8 +113,9 @@ def test_a_wait_that_retires_too_little_is_caught() -> None:
 
 def test_ldmatrix_lanes_are_the_mma_fragment_layout() -> None:
     """ldmatrix.x4 over a 16 x 16 A tile (lane l points at row l % 16, column 8 (l // 16)) gives every lane the
-    A fragment of the m16n8k16 layout (lower.wmma.LAYOUTS), and x2.trans over a 16 x 8 B tile (k rows, lane l at
-    row l % 16) the B fragment: element for element, at any row stride."""
+    A fragment of the m16n8k16 layout (lower.wmma.LAYOUTS), x2.trans over a 16 x 8 B tile (k rows, lane l at
+    row l % 16) the B fragment, and x4.trans over two neighbouring B tiles both fragments (elements 0-3, 4-7):
+    element for element, at any row stride."""
     lay = LAYOUTS[HALF]
     for stride in (16, 24, 40):
         a = {r * stride + c: 1000 * r + c for r in range(16) for c in range(16)}
@@ -119,6 +126,13 @@ def test_ldmatrix_lanes_are_the_mma_fragment_layout() -> None:
         b = {k * stride + n: 1000 * k + n for k in range(16) for n in range(8)}
         got = ldmatrix(b.__getitem__, [(ln % 16) * stride for ln in range(32)], 2, True)
         want = [tuple(1000 * int(k) + int(n) for k, n in (lay.b(e, ln // 4, ln % 4) for e in range(4)))  # type: ignore[call-overload]
+                for ln in range(32)]
+        assert got == want
+        # x4.trans over two neighbouring 16 x 8 B tiles (lanes 16-31 at column 8): each tile's fragment in turn
+        b2 = {k * stride + n: 1000 * k + n for k in range(16) for n in range(16)}
+        got = ldmatrix(b2.__getitem__, [(ln % 16) * stride + 8 * (ln // 16) for ln in range(32)], 4, True)
+        want = [tuple(1000 * int(k) + int(n) + 8 * h for h in (0, 1)
+                      for k, n in (lay.b(e, ln // 4, ln % 4) for e in range(4)))  # type: ignore[call-overload]
                 for ln in range(32)]
         assert got == want
 

@@ -207,3 +207,37 @@ def test_tf32_tensor_cores_match_numpy_of_rounded_inputs(nu: int, nk: int, nv: i
     ref = _tf32_np(av).astype(np.float64) @ _tf32_np(bv).astype(np.float64)
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
     assert np.abs(got - av.astype(np.float64) @ bv).max() > 1e-4  # tf32, not float32
+
+
+# ---------------------------------------------------------------- paired result stores
+
+PAIRED_FORMS = {"direct": (HALF, 2, 2), "staged": (HALF, 2, 4, 2, 2, 16), "async": (HALF, 2, 4, 2, 2, 32, 3),
+                "wgmma": (HALF, "wgmma", 64, 1, 1, 1, 1, 32, 3)}
+
+
+@pytest.mark.parametrize("form", list(PAIRED_FORMS))
+@pytest.mark.parametrize("epilogue,nv,paired", [("bias_relu_half", 64, True), ("transposed", 64, False),
+                                                ("plain", 72, True), ("plain", 66, True)])
+def test_result_pairs_are_one_store_where_the_output_allows(form: str, epilogue: str, nv: int, paired: bool) -> None:
+    """The mma C layout's columns 2t, 2t + 1 go out as one 2-lane STORE (lower.tc_smem.store_results' pairs,
+    devices.cuda_memory.packed_store: one 4- or 8-byte store on the GPU) where the output moves by 1 along its
+    columns from an even element: through an epilogue (a bias along the columns, relu, a cast to half), at ragged
+    column edges (66 and 72 columns: the gates of a pair agree, both columns even); a transposed output (columns
+    64 elements apart) keeps one store a column. Numpy's answer either way."""
+    from devices.cuda_memory import packed_store
+
+    if form in ("async", "wgmma") and nv % 8:
+        pytest.skip("cp.async copies whole 8-column chunks (the ragged edges' gates are those of the other forms)")
+    out, ref = _mm(64, 32, nv)
+    if epilogue == "bias_relu_half":
+        bv = rng.standard_normal(nv).astype(np.float32)
+        out = (out + Tensor(bv, device="python")).relu().cast(dtypes.float16)
+        ref = np.maximum(ref + bv, 0).astype(np.float16).astype(np.float64)
+    elif epilogue == "transposed":
+        out, ref = out.permute(1, 0).contiguous(), ref.T
+    res, lins = run(out, GPU, [Opt(OptOps.TC, None, PAIRED_FORMS[form])])
+    np.testing.assert_allclose(res.astype(np.float64), ref, rtol=1e-3 if epilogue == "bias_relu_half" else 1e-5,
+                               atol=1e-3 if epilogue == "bias_relu_half" else 1e-5)
+    stores = [u for u in lins[-1].src if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and
+              u.src[0].src[0].op is Ops.BUFFER and u.src[0].src[0].arg.addrspace is AddrSpace.GLOBAL]  # type: ignore[union-attr]
+    assert stores and all((packed_store(u) is not None) == paired for u in stores)
