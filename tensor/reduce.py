@@ -290,7 +290,7 @@ def argmin(x: Tensor, axis: int | None = None, keepdim: bool | None = None, *, d
 
 # a prefix sum longer than _CUM_DIRECT is taken in blocks of _CUM_BLOCK: the sums within each block, then the
 # blocks' totals' prefix sums (the same way, recursively) added to the blocks after them. The direct form's work
-# is n^2 adds, the blocked one's about n x _CUM_BLOCK (cumsum of 65,536 on the cpu: 15.8 s -> 0.02 s)
+# is n^2 adds, the blocked one's about 53 ops per element (cumsum of 65,536 on the cpu: 15.8 s -> 3.7 ms)
 _CUM_DIRECT = 64
 _CUM_BLOCK = 16
 
