@@ -29,8 +29,11 @@ Per k step of bk:
 
 Each output's sum runs over k in order with one rounding per step, as the unstaged kernel's (lower.gpu's
 register tile, its reduce accumulated by MULACC), so the results match it bit for bit where the zero padding
-adds nothing (x * 0 + acc = acc for finite x). The outputs are stored by lower.tc_smem.store_results, gated at
-ragged edges.
+adds nothing (x * 0 + acc = acc for finite x). A thread's W results of one row (columns W c + W lv i + l, l < W)
+are one vector STORE where they land on W consecutive elements (`_whole_groups`): the renderer makes it one 16-byte
+store where the start is provably aligned (a warp's 16 lanes of a row then write 256 consecutive bytes, 8 sectors;
+4 float stores 16 bytes apart touched 4 times the sectors, and nvcc does not merge them); otherwise the outputs are
+stored one by one by lower.tc_smem.store_results. Either is gated at ragged edges.
 """
 
 from __future__ import annotations
@@ -39,8 +42,19 @@ from math import prod
 from typing import NamedTuple
 
 from lower.opt_apply import axes, next_range_id, size
-from lower.strides import _stride
-from lower.tc_smem import VEC, _copy_tile, _vectorizable, pad_for, pipelined_step, pipelined_tiles, store_results
+from lower.strides import _steady, _stride
+from lower.tc_smem import (
+    VEC,
+    _copy_tile,
+    _gated,
+    _is_global,
+    _vectorizable,
+    pad_for,
+    pipelined_step,
+    pipelined_tiles,
+    spread,
+    store_results,
+)
 from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
 from rewrite.dtype import AddrSpace
 from rewrite.errors import KernelOptError
@@ -142,6 +156,19 @@ def _offsets(r: UOp, threads: int, tile: int, w: int) -> list[UOp]:
     return [r * w + (w * threads * (i // w) + i % w) for i in range(tile)]
 
 
+def _whole_groups(st: UOp, v: tuple[UOp, ...], nv: int, w: int) -> bool:
+    """Whether a thread's W results at columns 4 t + 64 i + l (l < W) of one row land on W consecutive elements of
+    the output: a plain ungated STORE of a GLOBAL buffer moving by 1 along v's innermost range all over it, whose
+    extent (and v's, for the gate col < nv) W divides, so a group never straddles a row of v or the matrix's
+    edge. Then they are one vector STORE (devices.cuda_memory: a 16-byte store where its start is provably
+    aligned, else lane by lane)."""
+    if w == 1 or st.op is not Ops.STORE or len(st.src) != 2 or st.src[0].op is not Ops.INDEX or \
+            not _is_global(st.src[0].src[0]) or nv % w or size(v[-1]) % w:
+        return False
+    idx = st.src[0].src[1]
+    return _stride(idx, v[-1]) == 1 and _steady(idx, v[-1], size(v[-1]))
+
+
 def _fragment(buf: UOp, base: UOp | int, r: UOp, threads: int, tile: int, w: int) -> list[UOp]:
     """Thread r's `tile` values of one k row of a LOCAL tile (its row starting at `base`), W at a time."""
     out: list[UOp] = []
@@ -212,8 +239,24 @@ def apply_simt(ast: UOp, tm: int, tn: int, lu: int, lv: int, bk: int, fuse: bool
             cur = [UOp(Ops.AFTER, (p, done)).load() for p in at]
     step = pipelined_step(sa, sb, upd, ahead, ko)
     rows, cols = _offsets(ru, lu, tm, wa), _offsets(rv, lv, tn, wb)
-    places = [(u0 + rows[i], v0 + cols[j]) for i in range(tm) for j in range(tn)]
-    return store_results(ast, end, step, at, places, red, (m.u, m.v), (nu, nv, bm, bn), (*m.batch, bu, bv, ru, rv))
+    ranges = (*m.batch, bu, bv, ru, rv)
+    if not _whole_groups(end.src[0], m.v, nv, wb):
+        places = [(u0 + rows[i], v0 + cols[j]) for i in range(tm) for j in range(tn)]
+        return store_results(ast, end, step, at, places, red, (m.u, m.v), (nu, nv, bm, bn), ranges)
+    res = [UOp(Ops.AFTER, (p, step)).load() for p in at]
+    loop = frozenset(step.toposort())
+    stores = []
+    for i in range(tm):
+        for g in range(0, tn, wb):
+            row, col = u0 + rows[i], v0 + cols[g]
+            lanes = [end.src[0].substitute({red: res[i * tn + g + e], **spread(m.u, row), **spread(m.v, col + e)})
+                     for e in range(wb)]
+            idx = lanes[0].src[0]
+            vidx = UOp(Ops.INDEX, (idx.src[0], idx.src[1] + UOp.vconst(range(wb))), idx.arg, idx.tag)
+            st = UOp(Ops.STORE, (vidx, UOp(Ops.STACK, tuple(st.src[1] for st in lanes))), lanes[0].arg, lanes[0].tag)
+            checks = [c for c, n, blk in ((row < nu, nu, bm), (col < nv, nv, bn)) if n % blk]
+            stores.append(_gated(st, checks[0] if len(checks) == 1 else checks[0] & checks[1], loop) if checks else st)
+    return ast.substitute({end: UOp(Ops.END, (UOp(Ops.GROUP, tuple(stores)), *ranges))})
 
 
 __all__ = ["SimtMatch", "apply_simt", "simt_config", "simt_match", "simt_shapes"]

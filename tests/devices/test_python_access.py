@@ -208,7 +208,10 @@ def test_async_tensor_core_matmul_ldmatrix() -> None:
 def test_simt_staged_matmul() -> None:
     """lower.simt_smem's kernel (64 x 64 x 64 float32, 16 x 16 threads of 4 x 4, k 16 a step). Its docstring
     claims each thread's 16-byte reads of `As` and `Bs` are conflict-free or broadcasts: every shared LOAD costs
-    its ideal."""
+    its ideal. A thread's 4 adjacent results of a row are one 16-byte store: a warp's stores are 2 rows' 256
+    consecutive bytes (ideal; 4 float stores 16 bytes apart were 4x their sectors). Measured findings: the copies'
+    global loads are 8-float chunks, two 16-byte loads whose lanes are 32 bytes apart (2x their sectors), and their
+    shared stores 2-way conflicted."""
     rng = np.random.default_rng(6)
     av, bv = (rng.standard_normal((64, 64)).astype(np.float32) for _ in range(2))
     a, b = Tensor(av, device="python").contiguous(), Tensor(bv, device="python").contiguous()
@@ -221,6 +224,12 @@ def test_simt_staged_matmul() -> None:
     k = got[0]
     reads = _shared(k, "load")
     assert reads and all(i.cost == i.ideal for i in reads), [i for i in reads if i.cost != i.ideal]
+    outs = [i for i in k.instrs if i.space == "global" and i.kind == "store"]
+    assert len(outs) == 4 and all(i.cost == i.ideal for i in outs), outs
+    loads = [i for i in k.instrs if i.space == "global" and i.kind == "load"]
+    assert loads and all(i.cost == 2 * i.ideal for i in loads), loads  # measured
+    copies = _shared(k, "store")
+    assert copies and all(i.cost == 2 * i.ideal for i in copies), copies  # measured
 
 
 def test_wgmma_swizzled_matmul() -> None:
