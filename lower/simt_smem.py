@@ -14,10 +14,10 @@ Per k step of bk:
 
 1. the block copies the A tile (bk x BM: x at k, u) and the B tile (bk x BN) into LOCAL buffers `As`, `Bs`,
    both k-major (element (k, m) at k (BM + pad) + m, rows padded by lower.tc_smem.pad_for: 16 bytes) with
-   lower.tc_smem._copy_tile: chunks of 8 elements along the operand's contiguous axis in global memory
-   (coalesced; one vector load of 16-byte accesses where the operand is an aligned plain load, else 8 scalar
-   loads), a chunk along k stored transposed (lane by lane). Elements past the matrix (ragged M, N, K) are gated
-   loads that read 0;
+   `_copy`: pieces of 16 bytes along the operand's contiguous axis in global memory (one 16-byte load where the
+   operand is an aligned plain load, else one element a piece), consecutive lanes on consecutive pieces (each
+   warp request whole sectors), a piece along k stored transposed (lane by lane). Elements past the matrix
+   (ragged M, N, K) are gated loads that read 0;
 2. a BARRIER; then for each of the bk values of k every thread reads its tm A values and tn B values from the
    tiles and does tm tn fused multiply-adds (MULACC, as lower.linearize fuses the plain loop's on a target with
    FMA). Thread (r, c) owns rows W r + W lu i + l (l < W, i < tm / W; W = 16 bytes of elements where tm is a
@@ -45,7 +45,7 @@ from lower.opt_apply import axes, next_range_id, size
 from lower.strides import _steady, _stride
 from lower.tc_smem import (
     VEC,
-    _copy_tile,
+    Axis,
     _gated,
     _is_global,
     _vectorizable,
@@ -156,6 +156,56 @@ def _offsets(r: UOp, threads: int, tile: int, w: int) -> list[UOp]:
     return [r * w + (w * threads * (i // w) + i % w) for i in range(tile)]
 
 
+def _copy(buf: UOp, x: UOp, rows: tuple[Axis, UOp, int, int], cols: tuple[Axis, UOp, int, int], tid: UOp,
+          threads: int, vector: bool, only: UOp | None, transposed: bool) -> list[UOp]:
+    """The stores that copy a rows x cols tile of operand x (cols along its contiguous axis in global memory) into
+    LOCAL `buf`: rows = (the axis of x, the tile's first row, tile rows, the matrix's row count), cols likewise.
+    `buf` holds it row-major (element (row, col) at row (nc + pad) + col), or column-major where `transposed` (at
+    col (nr + pad) + row: a piece along k into the k-major tile). Pieces of CH elements, CH = 16 bytes of them
+    where x is a `vector` load (one 16-byte load a piece), else 1; piece q = tid + threads i (those past the tile
+    gated off; with `only`, nothing is loaded or stored where it is false; elements outside the matrix stored as
+    0). Pieces go in row order, so a warp reads 32 consecutive pieces of a row (512 bytes, 16 sectors; or two
+    rows' 256, or 8 rows' 64 of a piece along k: whole sectors) and a quarter-warp's 16-byte stores are 128
+    consecutive bytes. Transposed, the lanes' element stores (col + e at (col + e) (nr + pad) + row) are 2-way
+    conflicted: pieces c and c + 2 of a row (float32, rows 132 or 68 floats apart: 4 banks) share banks."""
+    (rr, r0, nr, rn), (cr, c0, nc, cn) = rows, cols
+    ch = WIDE // x.dtype.itemsize if vector else 1
+    if vector and (cn % ch or (isinstance(cr, tuple) and len(cr) > 1 and size(cr[-1]) % ch)):
+        vector, ch = False, 1  # a piece must be in or out of the matrix and its innermost range as a whole
+    per_row = nc // ch
+    g = per_row
+    pieces, pad = nr * per_row, pad_for(x.dtype)
+
+    def both(p: UOp | None, q: UOp | None) -> UOp | None:
+        return q if p is None else p if q is None else p & q
+
+    stores: list[UOp] = []
+    for i in range(-(-pieces // threads)):
+        q = tid + threads * i
+        row, col = ((q // g) % nr, (q // (g * nr) * g + q % g) * ch) if transposed else (q // per_row,
+                                                                                          q % per_row * ch)
+        in_tile = both(only, q < pieces if pieces % threads else None)
+        in_rows = both(in_tile, r0 + row < rn if rn % nr else None)
+        at, step = (col * (nr + pad) + row, nr + pad) if transposed else (row * (nc + pad) + col, 1)
+        for e in range(1 if vector else ch):
+            valid = both(in_rows, c0 + col + e < cn if cn % nc else None)
+            src = x.substitute({**spread(rr, r0 + row), **spread(cr, c0 + col + e)})
+            if vector:
+                lanes = UOp.vconst(range(ch))
+                ld = src.src[0] if src.op is Ops.CAST else src
+                idx = ld.src[0]
+                vidx = UOp(Ops.INDEX, (idx.src[0], idx.src[1] + lanes), idx.arg, idx.tag)
+                val = UOp(Ops.LOAD, (vidx,)) if valid is None else UOp(Ops.LOAD, (vidx, UOp.const(0, ld.dtype), valid))
+                if src.op is Ops.CAST:
+                    val = val.cast(x.dtype)
+                dst = buf.index(at + (lanes if step == 1 else UOp.vconst(range(0, ch * step, step))))
+            else:
+                val = src if valid is None else valid.where(_gated(src, valid), UOp.const(0, x.dtype))
+                dst = buf.index(at + e * step)
+            stores.append(UOp(Ops.STORE, (dst, val) if in_tile is None else (dst, val, in_tile)))
+    return stores
+
+
 def _whole_groups(st: UOp, v: tuple[UOp, ...], nv: int, w: int) -> bool:
     """Whether a thread's W results at columns 4 t + 64 i + l (l < W) of one row land on W consecutive elements of
     the output: a plain ungated STORE of a GLOBAL buffer moving by 1 along v's innermost range all over it, whose
@@ -211,10 +261,10 @@ def apply_simt(ast: UOp, tm: int, tn: int, lu: int, lv: int, bk: int, fuse: bool
 
     def copies(a_to: UOp, b_to: UOp, k0: UOp, only: UOp | None) -> list[UOp]:
         kk = (m.k, k0, bk, nk)
-        a = _copy_tile(a_to, x, (m.u, u0, bm, nu), kk, tid, threads, vec_a, only, transposed=True) if a_by_k else \
-            _copy_tile(a_to, x, kk, (m.u, u0, bm, nu), tid, threads, vec_a, only)
-        b = _copy_tile(b_to, y, (m.v, v0, bn, nv), kk, tid, threads, vec_b, only, transposed=True) if b_by_k else \
-            _copy_tile(b_to, y, kk, (m.v, v0, bn, nv), tid, threads, vec_b, only)
+        a = _copy(a_to, x, (m.u, u0, bm, nu), kk, tid, threads, vec_a, only, True) if a_by_k else \
+            _copy(a_to, x, kk, (m.u, u0, bm, nu), tid, threads, vec_a, only, False)
+        b = _copy(b_to, y, (m.v, v0, bn, nv), kk, tid, threads, vec_b, only, True) if b_by_k else \
+            _copy(b_to, y, kk, (m.v, v0, bn, nv), tid, threads, vec_b, only, False)
         return a + b
 
     ar, br, ahead = pipelined_tiles(sa, sb, copies, steps, bk, ko)

@@ -209,9 +209,11 @@ def test_simt_staged_matmul() -> None:
     """lower.simt_smem's kernel (64 x 64 x 64 float32, 16 x 16 threads of 4 x 4, k 16 a step). Its docstring
     claims each thread's 16-byte reads of `As` and `Bs` are conflict-free or broadcasts: every shared LOAD costs
     its ideal. A thread's 4 adjacent results of a row are one 16-byte store: a warp's stores are 2 rows' 256
-    consecutive bytes (ideal; 4 float stores 16 bytes apart were 4x their sectors). Measured findings: the copies'
-    global loads are 8-float chunks, two 16-byte loads whose lanes are 32 bytes apart (2x their sectors), and their
-    shared stores 2-way conflicted."""
+    consecutive bytes (ideal; 4 float stores 16 bytes apart were 4x their sectors). The copies move 16-byte pieces,
+    consecutive lanes on consecutive pieces of a row: global loads at their ideal (8-float chunks were two 16-byte
+    loads 32 bytes apart a lane, 2x), and so B's 16-byte shared stores. Measured finding: A's pieces along k, stored
+    lane by lane into the k-major tile (rows 68 floats apart), are 2-way conflicted (pieces 0 and 2 of a row share
+    banks)."""
     rng = np.random.default_rng(6)
     av, bv = (rng.standard_normal((64, 64)).astype(np.float32) for _ in range(2))
     a, b = Tensor(av, device="python").contiguous(), Tensor(bv, device="python").contiguous()
@@ -227,9 +229,9 @@ def test_simt_staged_matmul() -> None:
     outs = [i for i in k.instrs if i.space == "global" and i.kind == "store"]
     assert len(outs) == 4 and all(i.cost == i.ideal for i in outs), outs
     loads = [i for i in k.instrs if i.space == "global" and i.kind == "load"]
-    assert loads and all(i.cost == 2 * i.ideal for i in loads), loads  # measured
-    copies = _shared(k, "store")
-    assert copies and all(i.cost == 2 * i.ideal for i in copies), copies  # measured
+    assert len(loads) == 4 and all(i.cost == i.ideal for i in loads), loads
+    copies = _shared(k, "store")  # A's first, B's
+    assert [i.cost / i.ideal for i in copies] == [2, 1, 2, 1], copies  # measured
 
 
 def test_wgmma_swizzled_matmul() -> None:
