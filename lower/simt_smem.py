@@ -16,8 +16,9 @@ Per k step of bk:
    both k-major (element (k, m) at k (BM + pad) + m, rows padded by lower.tc_smem.pad_for: 16 bytes) with
    `_copy`: pieces of 16 bytes along the operand's contiguous axis in global memory (one 16-byte load where the
    operand is an aligned plain load, else one element a piece), consecutive lanes on consecutive pieces (each
-   warp request whole sectors), a piece along k stored transposed (lane by lane). Elements past the matrix
-   (ragged M, N, K) are gated loads that read 0;
+   warp request whole sectors), pieces along k stored transposed (lane by lane; a sector's pieces of a row, then
+   the next row's, so a warp's stores hit 32 distinct banks). Elements past the matrix (ragged M, N, K) are
+   gated loads that read 0;
 2. a BARRIER; then for each of the bk values of k every thread reads its tm A values and tn B values from the
    tiles and does tm tn fused multiply-adds (MULACC, as lower.linearize fuses the plain loop's on a target with
    FMA). Thread (r, c) owns rows W r + W lu i + l (l < W, i < tm / W; W = 16 bytes of elements where tm is a
@@ -38,7 +39,7 @@ stored one by one by lower.tc_smem.store_results. Either is gated at ragged edge
 
 from __future__ import annotations
 
-from math import prod
+from math import gcd, prod
 from typing import NamedTuple
 
 from lower.opt_apply import axes, next_range_id, size
@@ -164,16 +165,24 @@ def _copy(buf: UOp, x: UOp, rows: tuple[Axis, UOp, int, int], cols: tuple[Axis, 
     col (nr + pad) + row: a piece along k into the k-major tile). Pieces of CH elements, CH = 16 bytes of them
     where x is a `vector` load (one 16-byte load a piece), else 1; piece q = tid + threads i (those past the tile
     gated off; with `only`, nothing is loaded or stored where it is false; elements outside the matrix stored as
-    0). Pieces go in row order, so a warp reads 32 consecutive pieces of a row (512 bytes, 16 sectors; or two
-    rows' 256, or 8 rows' 64 of a piece along k: whole sectors) and a quarter-warp's 16-byte stores are 128
-    consecutive bytes. Transposed, the lanes' element stores (col + e at (col + e) (nr + pad) + row) are 2-way
-    conflicted: pieces c and c + 2 of a row (float32, rows 132 or 68 floats apart: 4 banks) share banks."""
+    0). Which piece a lane takes keeps each warp request at its fewest sectors and wavefronts (float32, 128
+    threads or more, BM and BN multiples of 32, so the k-major tiles' rows are 132 or 68 floats apart: 4 banks):
+
+    - row-major: pieces in row order, so a warp reads 32 consecutive pieces of a row (512 bytes, 16 sectors; or
+      two rows' 256) and a quarter-warp's 16-byte stores are 128 consecutive bytes;
+    - transposed: G pieces of a row (one sector: G = 2 pieces of 4 floats, or 8 single floats), then the same G
+      of the next row, ..., then the next G pieces of the first row: q -> (row, col) = ((q // G) % nr,
+      (q // (G nr) G + q % G) CH). A warp reads 16 rows' 32 bytes (16 sectors; 4 rows' for single floats); each
+      of its element stores (col + e at (col + e) (nr + pad) + row) puts lane (row, q % G) on bank
+      4 (col + e) + row = 16 (q % G) + 4 e + row (single floats: 4 (q % G) + row) mod 32, 32 distinct banks. In
+      row order the 4 (or 8) pieces of a row took 8 (4) rows a warp: pieces c and c + 2 shared banks, 2-way (in
+      a 32-wide k step, 8 pieces of 4 rows, 4-way)."""
     (rr, r0, nr, rn), (cr, c0, nc, cn) = rows, cols
     ch = WIDE // x.dtype.itemsize if vector else 1
     if vector and (cn % ch or (isinstance(cr, tuple) and len(cr) > 1 and size(cr[-1]) % ch)):
         vector, ch = False, 1  # a piece must be in or out of the matrix and its innermost range as a whole
     per_row = nc // ch
-    g = per_row
+    g = gcd(per_row, 2 * WIDE // (ch * x.dtype.itemsize)) if transposed else per_row
     pieces, pad = nr * per_row, pad_for(x.dtype)
 
     def both(p: UOp | None, q: UOp | None) -> UOp | None:
