@@ -179,7 +179,7 @@ def _copy(buf: UOp, x: UOp, rows: tuple[Axis, UOp, int, int], cols: tuple[Axis, 
       a 32-wide k step, 8 pieces of 4 rows, 4-way)."""
     (rr, r0, nr, rn), (cr, c0, nc, cn) = rows, cols
     ch = WIDE // x.dtype.itemsize if vector else 1
-    if vector and (cn % ch or (isinstance(cr, tuple) and len(cr) > 1 and size(cr[-1]) % ch)):
+    if vector and (nc % ch or cn % ch or (isinstance(cr, tuple) and len(cr) > 1 and size(cr[-1]) % ch)):
         vector, ch = False, 1  # a piece must be in or out of the matrix and its innermost range as a whole
     per_row = nc // ch
     g = gcd(per_row, 2 * WIDE // (ch * x.dtype.itemsize)) if transposed else per_row
@@ -216,7 +216,7 @@ def _copy(buf: UOp, x: UOp, rows: tuple[Axis, UOp, int, int], cols: tuple[Axis, 
 
 
 def _whole_groups(st: UOp, v: tuple[UOp, ...], nv: int, w: int) -> bool:
-    """Whether a thread's W results at columns 4 t + 64 i + l (l < W) of one row land on W consecutive elements of
+    """Whether a thread's W results at columns W c + W lv i + l (l < W) of one row land on W consecutive elements of
     the output: a plain ungated STORE of a GLOBAL buffer moving by 1 along v's innermost range all over it, whose
     extent (and v's, for the gate col < nv) W divides, so a group never straddles a row of v or the matrix's
     edge. Then they are one vector STORE (devices.cuda_memory: a 16-byte store where its start is provably
