@@ -232,7 +232,9 @@ def _wide_access(u: UOp, ctx: CudaContext, lines: list[str], pad: str) -> bool:
     """A vector LOAD (ungated, or gated with a scalar gate and 0 for the off value) or STORE of consecutive
     aligned elements as 16-byte accesses: a load fills a 16-aligned register array `vl[n]` (its lanes are the
     vector's values; bfloat16 in global memory is converted per lane), a store of such a loaded array copies it
-    16 bytes at a time. False (nothing written) for any other access: the lanes go one by one."""
+    16 bytes at a time, and a store of other lanes (not bfloat16) gathers them into such an array first (nvcc
+    keeps it in registers: one STG.128 / STS.128 per 16 bytes). False (nothing written) for any other access:
+    the lanes go one by one."""
     if u.op is Ops.LOAD and u.shape:
         if len(u.src) == 3 and (u.src[2].shape != () or u.src[1].op is not Ops.CONST or const_value(u.src[1]) != 0):
             return False
@@ -259,13 +261,21 @@ def _wide_access(u: UOp, ctx: CudaContext, lines: list[str], pad: str) -> bool:
         ctx.wide[u] = (arr, stype)
         ctx.depth[u] = 0
         return True
-    if u.op is Ops.STORE and len(u.src) in (2, 3) and u.src[1] in ctx.wide:
+    if u.op is Ops.STORE and len(u.src) in (2, 3) and u.src[1].shape != ():
         if len(u.src) == 3 and u.src[2].shape != ():
             return False
         place = _wide_place(u.src[0], ctx)
         dst = base_of(base_of(u.src[0]).src[0])
-        arr, stype = ctx.wide[u.src[1]]
         dtype = "uint16_t" if dst.dtype is dtypes.bfloat16 and is_global(dst) else ctx.ctype(dst.dtype.scalar)
+        if u.src[1] in ctx.wide:
+            arr, stype = ctx.wide[u.src[1]]
+        elif place is not None and dst.dtype.scalar is not dtypes.bfloat16:
+            # computed lanes (a STACK of results): gathered into a 16-aligned array first, then stored as above
+            arr, stype = ctx.fresh("vs"), dtype
+            lanes = ", ".join(unparen(ctx.lane(u.src[1], k)) for k in range(int(u.src[1].shape[0])))
+            lines.append(f"{pad}__align__(16) {dtype} {arr}[{int(u.src[1].shape[0])}] = {{{lanes}}};")
+        else:
+            return False
         if place is None or dtype != stype:
             return False
         b, first, size = place

@@ -11,12 +11,13 @@ lidx is blocks of one thread: each access is a request of one lane.
 
 What one thread moves per request is what devices.cuda_render emits: a scalar LOAD or STORE is one element; a
 vector one that the renderer moves 16 bytes at a time (devices.cuda_memory.wide_run: consecutive, 16-byte
-aligned elements, an ungated or scalar-gated load, a store of such a load) is one request per 16 bytes, a store of
-2 lanes to 2 aligned float32 or 16-bit GLOBAL elements (devices.cuda_memory.packed_store) one request of 8 or 4
-bytes, any other vector access one request per lane. A cp.async copy is 16-byte requests on both sides: the global
-read (its LOAD) and the shared write (its STORE, counted at issue). Element sizes are the CUDA code's (bfloat16: 2
-bytes in global memory, 4 in shared memory unless only cp.async, ldmatrix and wgmma touch it). nvcc may merge
-neighbouring scalar accesses of one thread into a wider one; the counts are of the rendered instructions.
+aligned elements, an ungated or scalar-gated load, a scalar-gated store of such a load or, into elements that are
+not bfloat16, of any lanes) is one request per 16 bytes, a store of 2 lanes to 2 aligned float32 or 16-bit GLOBAL
+elements (devices.cuda_memory.packed_store) one request of 8 or 4 bytes, any other vector access one request per
+lane. A cp.async copy is 16-byte requests on both sides: the global read (its LOAD) and the shared write (its
+STORE, counted at issue). Element sizes are the CUDA code's (bfloat16: 2 bytes in global memory, 4 in shared memory
+unless only cp.async, ldmatrix and wgmma touch it). nvcc may merge neighbouring scalar accesses of one thread into a
+wider one; the counts are of the rendered instructions.
 
 Shared memory (LOCAL buffers), the rule implemented: 32 banks of 4 bytes, byte address a in bank (a // 4) % 32;
 each buffer is taken to start at address 0 (a real base aligned to the access size permutes the banks and keeps
@@ -204,10 +205,13 @@ def _wide(u: UOp, prog: Program) -> bool:
         return len(u.src) == 1 or (u.src[2].shape == () and u.src[1].op is Ops.CONST and const_value(u.src[1]) == 0)
     if is_async_copy(u):
         return True
-    val = u.src[1]  # a store is wide where it stores a wide load's lanes into elements held as the same C type
-    return val.op is Ops.LOAD and not is_ldmatrix(val) and val.shape != () and \
-        (len(u.src) == 2 or u.src[2].shape == ()) and _wide(val, prog) and _held(val.src[0]) == _held(u.src[0]) and \
-        wide_run(base_of(val.src[0]), element_bytes(_buffer(val.src[0]), set())) is not None
+    val = u.src[1]  # a store is wide where it stores a wide load's lanes into elements held as the same C type,
+    if len(u.src) == 3 and u.src[2].shape != ():  # or other lanes into elements that are not bfloat16
+        return False
+    if val.op is Ops.LOAD and not is_ldmatrix(val) and val.shape != () and _wide(val, prog) and \
+            wide_run(base_of(val.src[0]), element_bytes(_buffer(val.src[0]), set())) is not None:
+        return _held(val.src[0]) == _held(u.src[0])
+    return _buffer(u.src[0]).dtype.scalar is not dtypes.bfloat16
 
 
 def _buffer(idx: UOp) -> UOp:

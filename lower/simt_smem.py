@@ -14,10 +14,11 @@ Per k step of bk:
 
 1. the block copies the A tile (bk x BM: x at k, u) and the B tile (bk x BN) into LOCAL buffers `As`, `Bs`,
    both k-major (element (k, m) at k (BM + pad) + m, rows padded by lower.tc_smem.pad_for: 16 bytes) with
-   lower.tc_smem._copy_tile: chunks of 8 elements along the operand's contiguous axis in global memory
-   (coalesced; one vector load of 16-byte accesses where the operand is an aligned plain load, else 8 scalar
-   loads), a chunk along k stored transposed (lane by lane). Elements past the matrix (ragged M, N, K) are gated
-   loads that read 0;
+   `_copy`: pieces of 16 bytes along the operand's contiguous axis in global memory (one 16-byte load where the
+   operand is an aligned plain load, else one element a piece), consecutive lanes on consecutive pieces (each
+   warp request whole sectors), pieces along k stored transposed (lane by lane; a sector's pieces of a row, then
+   the next row's, so a warp's stores hit 32 distinct banks). Elements past the matrix (ragged M, N, K) are
+   gated loads that read 0;
 2. a BARRIER; then for each of the bk values of k every thread reads its tm A values and tn B values from the
    tiles and does tm tn fused multiply-adds (MULACC, as lower.linearize fuses the plain loop's on a target with
    FMA). Thread (r, c) owns rows W r + W lu i + l (l < W, i < tm / W; W = 16 bytes of elements where tm is a
@@ -29,18 +30,32 @@ Per k step of bk:
 
 Each output's sum runs over k in order with one rounding per step, as the unstaged kernel's (lower.gpu's
 register tile, its reduce accumulated by MULACC), so the results match it bit for bit where the zero padding
-adds nothing (x * 0 + acc = acc for finite x). The outputs are stored by lower.tc_smem.store_results, gated at
-ragged edges.
+adds nothing (x * 0 + acc = acc for finite x). A thread's W results of one row (columns W c + W lv i + l, l < W)
+are one vector STORE where they land on W consecutive elements (`_whole_groups`): the renderer makes it one 16-byte
+store where the start is provably aligned (a warp's 16 lanes of a row then write 256 consecutive bytes, 8 sectors;
+4 float stores 16 bytes apart touched 4 times the sectors, and nvcc does not merge them); otherwise the outputs are
+stored one by one by lower.tc_smem.store_results. Either is gated at ragged edges.
 """
 
 from __future__ import annotations
 
-from math import prod
+from math import gcd, prod
 from typing import NamedTuple
 
 from lower.opt_apply import axes, next_range_id, size
-from lower.strides import _stride
-from lower.tc_smem import VEC, _copy_tile, _vectorizable, pad_for, pipelined_step, pipelined_tiles, store_results
+from lower.strides import _steady, _stride
+from lower.tc_smem import (
+    VEC,
+    Axis,
+    _gated,
+    _is_global,
+    _vectorizable,
+    pad_for,
+    pipelined_step,
+    pipelined_tiles,
+    spread,
+    store_results,
+)
 from rewrite import AxisType, BufferArg, Ops, UOp, dtypes
 from rewrite.dtype import AddrSpace
 from rewrite.errors import KernelOptError
@@ -142,6 +157,77 @@ def _offsets(r: UOp, threads: int, tile: int, w: int) -> list[UOp]:
     return [r * w + (w * threads * (i // w) + i % w) for i in range(tile)]
 
 
+def _copy(buf: UOp, x: UOp, rows: tuple[Axis, UOp, int, int], cols: tuple[Axis, UOp, int, int], tid: UOp,
+          threads: int, vector: bool, only: UOp | None, transposed: bool) -> list[UOp]:
+    """The stores that copy a rows x cols tile of operand x (cols along its contiguous axis in global memory) into
+    LOCAL `buf`: rows = (the axis of x, the tile's first row, tile rows, the matrix's row count), cols likewise.
+    `buf` holds it row-major (element (row, col) at row (nc + pad) + col), or column-major where `transposed` (at
+    col (nr + pad) + row: a piece along k into the k-major tile). Pieces of CH elements, CH = 16 bytes of them
+    where x is a `vector` load (one 16-byte load a piece), else 1; piece q = tid + threads i (those past the tile
+    gated off; with `only`, nothing is loaded or stored where it is false; elements outside the matrix stored as
+    0). Which piece a lane takes keeps each warp request at its fewest sectors and wavefronts (float32, 128
+    threads or more, BM and BN multiples of 32, so the k-major tiles' rows are 132 or 68 floats apart: 4 banks):
+
+    - row-major: pieces in row order, so a warp reads 32 consecutive pieces of a row (512 bytes, 16 sectors; or
+      two rows' 256) and a quarter-warp's 16-byte stores are 128 consecutive bytes;
+    - transposed: G pieces of a row (one sector: G = 2 pieces of 4 floats, or 8 single floats), then the same G
+      of the next row, ..., then the next G pieces of the first row: q -> (row, col) = ((q // G) % nr,
+      (q // (G nr) G + q % G) CH). A warp reads 16 rows' 32 bytes (16 sectors; 4 rows' for single floats); each
+      of its element stores (col + e at (col + e) (nr + pad) + row) puts lane (row, q % G) on bank
+      4 (col + e) + row = 16 (q % G) + 4 e + row (single floats: 4 (q % G) + row) mod 32, 32 distinct banks. In
+      row order the 4 (or 8) pieces of a row took 8 (4) rows a warp: pieces c and c + 2 shared banks, 2-way (in
+      a 32-wide k step, 8 pieces of 4 rows, 4-way)."""
+    (rr, r0, nr, rn), (cr, c0, nc, cn) = rows, cols
+    ch = WIDE // x.dtype.itemsize if vector else 1
+    if vector and (nc % ch or cn % ch or (isinstance(cr, tuple) and len(cr) > 1 and size(cr[-1]) % ch)):
+        vector, ch = False, 1  # a piece must be in or out of the matrix and its innermost range as a whole
+    per_row = nc // ch
+    g = gcd(per_row, 2 * WIDE // (ch * x.dtype.itemsize)) if transposed else per_row
+    pieces, pad = nr * per_row, pad_for(x.dtype)
+
+    def both(p: UOp | None, q: UOp | None) -> UOp | None:
+        return q if p is None else p if q is None else p & q
+
+    stores: list[UOp] = []
+    for i in range(-(-pieces // threads)):
+        q = tid + threads * i
+        row, col = ((q // g) % nr, (q // (g * nr) * g + q % g) * ch) if transposed else (q // per_row,
+                                                                                          q % per_row * ch)
+        in_tile = both(only, q < pieces if pieces % threads else None)
+        in_rows = both(in_tile, r0 + row < rn if rn % nr else None)
+        at, step = (col * (nr + pad) + row, nr + pad) if transposed else (row * (nc + pad) + col, 1)
+        for e in range(1 if vector else ch):
+            valid = both(in_rows, c0 + col + e < cn if cn % nc else None)
+            src = x.substitute({**spread(rr, r0 + row), **spread(cr, c0 + col + e)})
+            if vector:
+                lanes = UOp.vconst(range(ch))
+                ld = src.src[0] if src.op is Ops.CAST else src
+                idx = ld.src[0]
+                vidx = UOp(Ops.INDEX, (idx.src[0], idx.src[1] + lanes), idx.arg, idx.tag)
+                val = UOp(Ops.LOAD, (vidx,)) if valid is None else UOp(Ops.LOAD, (vidx, UOp.const(0, ld.dtype), valid))
+                if src.op is Ops.CAST:
+                    val = val.cast(x.dtype)
+                dst = buf.index(at + (lanes if step == 1 else UOp.vconst(range(0, ch * step, step))))
+            else:
+                val = src if valid is None else valid.where(_gated(src, valid), UOp.const(0, x.dtype))
+                dst = buf.index(at + e * step)
+            stores.append(UOp(Ops.STORE, (dst, val) if in_tile is None else (dst, val, in_tile)))
+    return stores
+
+
+def _whole_groups(st: UOp, v: tuple[UOp, ...], nv: int, w: int) -> bool:
+    """Whether a thread's W results at columns W c + W lv i + l (l < W) of one row land on W consecutive elements of
+    the output: a plain ungated STORE of a GLOBAL buffer moving by 1 along v's innermost range all over it, whose
+    extent (and v's, for the gate col < nv) W divides, so a group never straddles a row of v or the matrix's
+    edge. Then they are one vector STORE (devices.cuda_memory: a 16-byte store where its start is provably
+    aligned, else lane by lane)."""
+    if w == 1 or st.op is not Ops.STORE or len(st.src) != 2 or st.src[0].op is not Ops.INDEX or \
+            not _is_global(st.src[0].src[0]) or nv % w or size(v[-1]) % w:
+        return False
+    idx = st.src[0].src[1]
+    return _stride(idx, v[-1]) == 1 and _steady(idx, v[-1], size(v[-1]))
+
+
 def _fragment(buf: UOp, base: UOp | int, r: UOp, threads: int, tile: int, w: int) -> list[UOp]:
     """Thread r's `tile` values of one k row of a LOCAL tile (its row starting at `base`), W at a time."""
     out: list[UOp] = []
@@ -184,10 +270,10 @@ def apply_simt(ast: UOp, tm: int, tn: int, lu: int, lv: int, bk: int, fuse: bool
 
     def copies(a_to: UOp, b_to: UOp, k0: UOp, only: UOp | None) -> list[UOp]:
         kk = (m.k, k0, bk, nk)
-        a = _copy_tile(a_to, x, (m.u, u0, bm, nu), kk, tid, threads, vec_a, only, transposed=True) if a_by_k else \
-            _copy_tile(a_to, x, kk, (m.u, u0, bm, nu), tid, threads, vec_a, only)
-        b = _copy_tile(b_to, y, (m.v, v0, bn, nv), kk, tid, threads, vec_b, only, transposed=True) if b_by_k else \
-            _copy_tile(b_to, y, kk, (m.v, v0, bn, nv), tid, threads, vec_b, only)
+        a = _copy(a_to, x, (m.u, u0, bm, nu), kk, tid, threads, vec_a, only, True) if a_by_k else \
+            _copy(a_to, x, kk, (m.u, u0, bm, nu), tid, threads, vec_a, only, False)
+        b = _copy(b_to, y, (m.v, v0, bn, nv), kk, tid, threads, vec_b, only, True) if b_by_k else \
+            _copy(b_to, y, kk, (m.v, v0, bn, nv), tid, threads, vec_b, only, False)
         return a + b
 
     ar, br, ahead = pipelined_tiles(sa, sb, copies, steps, bk, ko)
@@ -212,8 +298,24 @@ def apply_simt(ast: UOp, tm: int, tn: int, lu: int, lv: int, bk: int, fuse: bool
             cur = [UOp(Ops.AFTER, (p, done)).load() for p in at]
     step = pipelined_step(sa, sb, upd, ahead, ko)
     rows, cols = _offsets(ru, lu, tm, wa), _offsets(rv, lv, tn, wb)
-    places = [(u0 + rows[i], v0 + cols[j]) for i in range(tm) for j in range(tn)]
-    return store_results(ast, end, step, at, places, red, (m.u, m.v), (nu, nv, bm, bn), (*m.batch, bu, bv, ru, rv))
+    ranges = (*m.batch, bu, bv, ru, rv)
+    if not _whole_groups(end.src[0], m.v, nv, wb):
+        places = [(u0 + rows[i], v0 + cols[j]) for i in range(tm) for j in range(tn)]
+        return store_results(ast, end, step, at, places, red, (m.u, m.v), (nu, nv, bm, bn), ranges)
+    res = [UOp(Ops.AFTER, (p, step)).load() for p in at]
+    loop = frozenset(step.toposort())
+    stores = []
+    for i in range(tm):
+        for g in range(0, tn, wb):
+            row, col = u0 + rows[i], v0 + cols[g]
+            lanes = [end.src[0].substitute({red: res[i * tn + g + e], **spread(m.u, row), **spread(m.v, col + e)})
+                     for e in range(wb)]
+            idx = lanes[0].src[0]
+            vidx = UOp(Ops.INDEX, (idx.src[0], idx.src[1] + UOp.vconst(range(wb))), idx.arg, idx.tag)
+            st = UOp(Ops.STORE, (vidx, UOp(Ops.STACK, tuple(st.src[1] for st in lanes))), lanes[0].arg, lanes[0].tag)
+            checks = [c for c, n, blk in ((row < nu, nu, bm), (col < nv, nv, bn)) if n % blk]
+            stores.append(_gated(st, checks[0] if len(checks) == 1 else checks[0] & checks[1], loop) if checks else st)
+    return ast.substitute({end: UOp(Ops.END, (UOp(Ops.GROUP, tuple(stores)), *ranges))})
 
 
 __all__ = ["SimtMatch", "apply_simt", "simt_config", "simt_match", "simt_shapes"]

@@ -209,15 +209,30 @@ def test_vector_lanes_render_as_per_lane_scalars() -> None:
     """A gather of 4 lanes, an ADD with a broadcast scalar and a scatter: 4 loads, 4 sums, 4 stores, and a REG
     vector accumulator indexed by a VCONST is a small array indexed by constants."""
     out, x, acc = buf(0, dtypes.int32, 4), buf(1, dtypes.int32, 4), reg(2, dtypes.int32, 4)
-    lanes = UOp.vconst([0, 1, 2, 3])
+    lanes, back = UOp.vconst([0, 1, 2, 3]), UOp.vconst([3, 2, 1, 0])
     held = acc.index(lanes)
-    put = held.store(x.index(UOp.vconst([3, 2, 1, 0])).load() + UOp.const(7, dtypes.int32))
+    put = held.store(x.index(back).load() + UOp.const(7, dtypes.int32))
     got = UOp(Ops.AFTER, (held, put)).load()
-    lin = linear(out, out.index(lanes).store(got))
+    lin = linear(out, out.index(back).store(got))
     src = DEVICE.render(lin, "vec")
     for text in ("int32_t acc0[4];", "int32_t val0 = data1[3];", "int32_t val3 = data1[0];", "acc0[0] = val0+7;",
-                 "acc0[3] = val3+7;", "int32_t val4 = acc0[0];", "data0[3] = val7;"):
+                 "acc0[3] = val3+7;", "int32_t val4 = acc0[0];", "data0[0] = val7;"):
         assert text in src, (text, src)
+
+
+@pytest.mark.parametrize("at,wide", [(0, True), (8, True), (2, False)])
+def test_vector_store_of_consecutive_lanes_is_16_bytes(at: int, wide: bool) -> None:
+    """A store of 4 computed int32 lanes (a STACK) to 4 consecutive elements starting 16-byte aligned is one
+    16-byte store of the lanes gathered into an aligned array (lower.simt_smem's output stores); starting at
+    element 2 it is 4 stores."""
+    out, x = buf(0, dtypes.int32, 16), buf(1, dtypes.int32, 4)
+    vals = [x.index(UOp.const(k)).load() + UOp.const(k, dtypes.int32) for k in range(4)]
+    lin = linear(out, out.index(UOp.const(at) + UOp.vconst([0, 1, 2, 3])).store(UOp(Ops.STACK, tuple(vals))))
+    src = DEVICE.render(lin, "vec")
+    if wide:
+        assert "[4] = {val0+0, val1+1, val2+2, val3+3};" in src and f"*(uint4*)&data0[{at}] = " in src, src
+    else:
+        assert "uint4" not in src and all(f"data0[{at}+{k}] = val{k}+{k};" in src for k in range(4)), src
 
 
 def _mma_program(dt: object) -> UOp:

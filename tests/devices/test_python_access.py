@@ -212,7 +212,12 @@ def test_async_tensor_core_matmul_ldmatrix() -> None:
 def test_simt_staged_matmul() -> None:
     """lower.simt_smem's kernel (64 x 64 x 64 float32, 16 x 16 threads of 4 x 4, k 16 a step). Its docstring
     claims each thread's 16-byte reads of `As` and `Bs` are conflict-free or broadcasts: every shared LOAD costs
-    its ideal."""
+    its ideal. A thread's 4 adjacent results of a row are one 16-byte store: a warp's stores are 2 rows' 256
+    consecutive bytes (ideal; 4 float stores 16 bytes apart were 4x their sectors). The copies move 16-byte pieces,
+    consecutive lanes on consecutive pieces of a row: global loads at their ideal (8-float chunks were two 16-byte
+    loads 32 bytes apart a lane, 2x), and so B's 16-byte shared stores. A's pieces along k, stored lane by lane into
+    the k-major tile (rows 68 floats apart), go 2 of a row then the next row's 2, so a warp's lanes land on 32
+    distinct banks (in row order pieces 0 and 2 of a row shared banks: 2-way). Every access at its ideal."""
     rng = np.random.default_rng(6)
     av, bv = (rng.standard_normal((64, 64)).astype(np.float32) for _ in range(2))
     a, b = Tensor(av, device="python").contiguous(), Tensor(bv, device="python").contiguous()
@@ -225,6 +230,13 @@ def test_simt_staged_matmul() -> None:
     k = got[0]
     reads = _shared(k, "load")
     assert reads and all(i.cost == i.ideal for i in reads), [i for i in reads if i.cost != i.ideal]
+    outs = [i for i in k.instrs if i.space == "global" and i.kind == "store"]
+    assert len(outs) == 4 and all(i.cost == i.ideal for i in outs), outs
+    loads = [i for i in k.instrs if i.space == "global" and i.kind == "load"]
+    assert len(loads) == 4 and all(i.cost == i.ideal for i in loads), loads
+    copies = _shared(k, "store")
+    assert len(copies) == 4 and all(i.cost == i.ideal for i in copies), copies
+    assert (k.wavefronts, k.sectors) == (k.ideal_wavefronts, k.ideal_sectors)
 
 
 @pytest.mark.parametrize("swizzle", [0, 1])

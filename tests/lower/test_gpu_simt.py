@@ -81,24 +81,24 @@ def test_staged_simt_matches_numpy_and_the_plain_loop(nu: int, nk: int, nv: int,
     assert len(reads) == bk * (tm + tn) // w
     specials = {u.arg: u.src[0].arg[0] for u in lin.src if u.op is Ops.SPECIAL}  # type: ignore[index]
     assert specials.get("lidx0", 1) == lv and specials.get("lidx1", 1) == lu
-    # A chunk along k (A contiguous along k, B of q @ k.T) is stored a tile row apart lane by lane, one along the
-    # tile's rows as it is: A^T's and B's copies are all contiguous
-    strides = {_lane_stride(st) for st in lin.src if st.op is Ops.STORE and _local(st) and st.src[1].shape == (8,)}
+    # A 16-byte piece along k (A contiguous along k, B of q @ k.T) is stored a tile row apart lane by lane, one
+    # along the tile's rows as it is: A^T's and B's copies are all contiguous
+    strides = {_lane_stride(st, w) for st in lin.src if st.op is Ops.STORE and _local(st) and st.src[1].shape == (w,)}
     a_stride = 1 if transposed == "a" else 16 // itemsize + tm * lu
     b_stride = 16 // itemsize + tn * lv if transposed == "b" else 1
     assert strides == ({a_stride, b_stride} if nu % 8 == nk % 8 == nv % 8 == 0 and not batch else strides)
     assert strides <= {a_stride, b_stride}  # ragged rows (and size-2 batch axes) copy element by element
 
 
-def _lane_stride(st: UOp) -> int:
-    """How far apart the lanes of a vector STORE's LOCAL index are."""
-    lanes = [u for u in st.src[0].src[1].toposort() if u.op is Ops.VCONST and u.shape == (8,)]
+def _lane_stride(st: UOp, w: int) -> int:
+    """How far apart the lanes of a w-lane vector STORE's LOCAL index are."""
+    lanes = [u for u in st.src[0].src[1].toposort() if u.op is Ops.VCONST and u.shape == (w,)]
     return int(lanes[0].arg[0][1] - lanes[0].arg[0][0])  # type: ignore[index]
 
 
 def test_aligned_operands_copy_in_16_byte_chunks() -> None:
-    """Rows of a multiple of 8 float32: every copy chunk is one 8-lane global load; A (contiguous along k) is
-    stored lane by lane into the k-major tile, B (contiguous along its columns) as one 8-lane store."""
+    """Rows of a multiple of 8 float32: every copy piece is one 4-lane (16-byte) global load; A (contiguous along
+    k) is stored lane by lane into the k-major tile, B (contiguous along its columns) as one 4-lane store."""
     out, ref = _mm(16, 16, 32)
     got, lins = run(out, GPU, [Opt(OptOps.SIMT, None, (4, 4, 4, 8, 16))])
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
@@ -106,7 +106,7 @@ def test_aligned_operands_copy_in_16_byte_chunks() -> None:
     loads = [u for u in lin.src if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and not _local(u) and
              base_of(u.src[0].src[0]).op is Ops.BUFFER and
              base_of(u.src[0].src[0]).arg.addrspace is AddrSpace.GLOBAL]  # type: ignore[union-attr]
-    assert loads and all(ld.shape == (8,) for ld in loads)
+    assert loads and all(ld.shape == (4,) for ld in loads)
     stores = [u for u in lin.src if u.op is Ops.STORE and _local(u)]
     strides = sorted({int(np.diff(s.src[0].src[1].src[1].arg[0])[0]) for s in stores  # type: ignore[index]
                       if s.src[0].src[1].op is Ops.ADD and s.src[0].src[1].src[1].op is Ops.VCONST})
