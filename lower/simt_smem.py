@@ -51,6 +51,7 @@ from lower.tc_smem import (
     _is_global,
     _vectorizable,
     pad_for,
+    piece_stores,
     pipelined_step,
     pipelined_tiles,
     spread,
@@ -177,7 +178,7 @@ def _copy(buf: UOp, x: UOp, rows: tuple[Axis, UOp, int, int], cols: tuple[Axis, 
       4 (col + e) + row = 16 (q % G) + 4 e + row (single floats: 4 (q % G) + row) mod 32, 32 distinct banks. In
       row order the 4 (or 8) pieces of a row took 8 (4) rows a warp: pieces c and c + 2 shared banks, 2-way (in
       a 32-wide k step, 8 pieces of 4 rows, 4-way)."""
-    (rr, r0, nr, rn), (cr, c0, nc, cn) = rows, cols
+    (_, r0, nr, rn), (cr, _, nc, cn) = rows, cols
     ch = WIDE // x.dtype.itemsize if vector else 1
     if vector and (nc % ch or cn % ch or (isinstance(cr, tuple) and len(cr) > 1 and size(cr[-1]) % ch)):
         vector, ch = False, 1  # a piece must be in or out of the matrix and its innermost range as a whole
@@ -196,22 +197,7 @@ def _copy(buf: UOp, x: UOp, rows: tuple[Axis, UOp, int, int], cols: tuple[Axis, 
         in_tile = both(only, q < pieces if pieces % threads else None)
         in_rows = both(in_tile, r0 + row < rn if rn % nr else None)
         at, step = (col * (nr + pad) + row, nr + pad) if transposed else (row * (nc + pad) + col, 1)
-        for e in range(1 if vector else ch):
-            valid = both(in_rows, c0 + col + e < cn if cn % nc else None)
-            src = x.substitute({**spread(rr, r0 + row), **spread(cr, c0 + col + e)})
-            if vector:
-                lanes = UOp.vconst(range(ch))
-                ld = src.src[0] if src.op is Ops.CAST else src
-                idx = ld.src[0]
-                vidx = UOp(Ops.INDEX, (idx.src[0], idx.src[1] + lanes), idx.arg, idx.tag)
-                val = UOp(Ops.LOAD, (vidx,)) if valid is None else UOp(Ops.LOAD, (vidx, UOp.const(0, ld.dtype), valid))
-                if src.op is Ops.CAST:
-                    val = val.cast(x.dtype)
-                dst = buf.index(at + (lanes if step == 1 else UOp.vconst(range(0, ch * step, step))))
-            else:
-                val = src if valid is None else valid.where(_gated(src, valid), UOp.const(0, x.dtype))
-                dst = buf.index(at + e * step)
-            stores.append(UOp(Ops.STORE, (dst, val) if in_tile is None else (dst, val, in_tile)))
+        stores += piece_stores(buf, x, rows, cols, (row, col), (at, step), ch, vector, in_tile, in_rows)
     return stores
 
 

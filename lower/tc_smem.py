@@ -160,7 +160,7 @@ def _copy_tile(buf: UOp, x: UOp, rows: tuple[Axis, UOp, int, int], cols: tuple[A
     column chunk (c // down) % (nc / VEC); with down = 8 a quarter-warp's 8 16-byte copies are one column of 8
     rows (a core matrix, or rows an odd number of 16-byte units apart: 8 distinct bank groups) while a warp's 32
     still read each row's chunks whole (4 of them, or all where a row has fewer)."""
-    (rr, r0, nr, rn), (cr, c0, nc, cn) = rows, cols
+    (_, r0, nr, rn), (cr, _, nc, cn) = rows, cols
     per_row = nc // VEC
     chunks = nr * per_row
     vector = vector and cn % VEC == 0  # then a chunk is in or out of the matrix as a whole
@@ -184,24 +184,39 @@ def _copy_tile(buf: UOp, x: UOp, rows: tuple[Axis, UOp, int, int], cols: tuple[A
         at = base + (place(row, col) if place is not None else
                      col * (nr + pad_for(x.dtype)) + row if transposed else row * (nc + pad_for(x.dtype)) + col)
         step = nr + pad_for(x.dtype) if transposed else 1
-        for e in range(1 if vector else VEC):
-            valid = both(in_rows, c0 + col + e < cn if cn % nc else None)
-            src = x.substitute({**spread(rr, r0 + row), **spread(cr, c0 + col + e)})
-            if vector:
-                lanes = UOp.vconst(range(VEC))
-                ld = src.src[0] if src.op is Ops.CAST else src
-                idx = ld.src[0]
-                vidx = UOp(Ops.INDEX, (idx.src[0], idx.src[1] + lanes), idx.arg, idx.tag)
-                val = UOp(Ops.LOAD, (vidx,)) if valid is None else UOp(Ops.LOAD, (vidx, UOp.const(0, ld.dtype), valid))
-                if src.op is Ops.CAST:
-                    val = val.cast(x.dtype)
-                dst = buf.index(at + (lanes if step == 1 else UOp.vconst(range(0, VEC * step, step))))
-            else:
-                val = src if valid is None else valid.where(_gated(src, valid), UOp.const(0, x.dtype))
-                dst = buf.index(at + e * step)
-            arg = "cp.async" if asynch and vector else None
-            stores.append(UOp(Ops.STORE, (dst, val) if in_tile is None else (dst, val, in_tile), arg))
+        stores += piece_stores(buf, x, rows, cols, (row, col), (at, step), VEC, vector, in_tile, in_rows,
+                               "cp.async" if asynch and vector else None)
     return stores
+
+
+def piece_stores(buf: UOp, x: UOp, rows: tuple[Axis, UOp, int, int], cols: tuple[Axis, UOp, int, int],
+                 where: tuple[UOp, UOp], to: tuple[UOp, int], n: int, vector: bool, in_tile: UOp | None,
+                 in_rows: UOp | None, arg: str | None = None) -> list[UOp]:
+    """The stores of one piece of a tile copy (`_copy_tile`, lower.simt_smem's `_copy`): the n elements of x at
+    tile row and column `where` = (row, col), col .. col + n - 1, into `buf` from `to` = (at, step) (element e at
+    at + e * step); one vector load and store of n lanes where `vector`, else n scalar ones. An element past the
+    matrix's last column (or row: `in_rows`) is 0; `in_tile` gates the stores (STORE arg `arg`)."""
+    (rr, r0, _, _), (cr, c0, nc, cn) = rows, cols
+    (row, col), (at, step) = where, to
+    out = []
+    for e in range(1 if vector else n):
+        inside = c0 + col + e < cn if cn % nc else None
+        valid = inside if in_rows is None else in_rows if inside is None else in_rows & inside
+        src = x.substitute({**spread(rr, r0 + row), **spread(cr, c0 + col + e)})
+        if vector:
+            lanes = UOp.vconst(range(n))
+            ld = src.src[0] if src.op is Ops.CAST else src
+            idx = ld.src[0]
+            vidx = UOp(Ops.INDEX, (idx.src[0], idx.src[1] + lanes), idx.arg, idx.tag)
+            val = UOp(Ops.LOAD, (vidx,)) if valid is None else UOp(Ops.LOAD, (vidx, UOp.const(0, ld.dtype), valid))
+            if src.op is Ops.CAST:
+                val = val.cast(x.dtype)
+            dst = buf.index(at + (lanes if step == 1 else UOp.vconst(range(0, n * step, step))))
+        else:
+            val = src if valid is None else valid.where(_gated(src, valid), UOp.const(0, x.dtype))
+            dst = buf.index(at + e * step)
+        out.append(UOp(Ops.STORE, (dst, val) if in_tile is None else (dst, val, in_tile), arg))
+    return out
 
 
 def staged_shapes(ast: UOp) -> tuple[int, int, int]:
