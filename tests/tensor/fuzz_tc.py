@@ -19,12 +19,13 @@ wrong element, not a rounding: the check allows none.
 
 Modes (the knobs of `MODES`): "sm_90" (mma.sync m16n8k16 and the cp.async pipelines of 128-wide tiles), "sm_80",
 "wgmma" (WGMMA=1: Hopper's warpgroup MMA where its tiles fit), "tma" (with TMA=1: the tiles copied by the tensor
-memory accelerator where k allows 64-wide steps), "tf32" (float32 cases, ALLOW_TF32=1) and "cpu" (the same half
-and bfloat16 cases on the cpu device). The conv modes ("conv": sm_90, "conv_tf32", "conv_cpu") draw a convolution
-in place of the matmul: 1 or 2 spatial axes, kernel 1, 3 or 5, stride, padding, dilation and groups, 70% of them
-with 64 or more rows (n x the output positions) and output channels, the sizes the staged forms take; its oracle
-is `conv` (float64, exact for these values). `fuzz` also counts the cases' kernels by tensor-core form (`kernel_forms`),
-so a test can check that the cases reach what it means to test.
+memory accelerator where k allows 64-wide steps), "tf32" (float32 cases, ALLOW_TF32=1), "simt" (the same float32
+cases without tf32: the staged SIMT form of lower.simt_smem where both output extents reach 64, CUDA-core FMAs
+elsewhere) and "cpu" (the same half and bfloat16 cases on the cpu device). The conv modes ("conv": sm_90,
+"conv_tf32", "conv_cpu") draw a convolution in place of the matmul: 1 or 2 spatial axes, kernel 1, 3 or 5,
+stride, padding, dilation and groups, 70% of them with 64 or more rows (n x the output positions) and output
+channels, the sizes the staged forms take; its oracle is `conv` (float64, exact for these values). `fuzz` also
+counts the cases' kernels by form (`kernel_forms`), so a test can check that the cases reach what it means to test.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ ALIGNED = ((16, 32, 48, 64, 80, 96, 128, 144, 192, 256), (16, 32, 48, 64, 96, 12
 RAGGED = ((64, 72, 100, 136, 200), (17, 24, 40, 100, 136, 256))
 ODD = ((8, 17, 24, 33), (8, 17, 24, 33))
 MAX_MACS = 1 << 20
+SIMT_TILE = 512  # a LOCAL buffer this large is a staged operand tile (a block's reductions share 32 slots at most)
 _TMP = 1000  # the lines' values are numbered from here while a case is drawn, then renumbered after the inputs
 GPU = {"DEVICE": "python"}
 MODES: dict[str, dict] = {
@@ -54,6 +56,7 @@ MODES: dict[str, dict] = {
     "wgmma": {**GPU, "PYTHON_TARGET": "sm_90", "WGMMA": 1},
     "tma": {**GPU, "PYTHON_TARGET": "sm_90", "WGMMA": 1, "TMA": 1},
     "tf32": {**GPU, "PYTHON_TARGET": "sm_90", "ALLOW_TF32": 1},
+    "simt": {**GPU, "PYTHON_TARGET": "sm_90"},
     "cpu": {"DEVICE": "cpu"},
     # convolutions (lower.wmma.tc_flatten makes their reduce ranges, and rows, one matmul for the tensor cores)
     "conv": {**GPU, "PYTHON_TARGET": "sm_90"},
@@ -234,16 +237,16 @@ def _conv_core(rng: random.Random, dt: str, max_macs: int, inputs: list[Stored],
 
 
 def generate(seed: int, mode: str, max_macs: int = MAX_MACS) -> Case:
-    """The case of `seed` for `mode` (the wgmma modes draw tiles big enough for a warpgroup more often, the conv
-    modes a convolution instead of a matmul)."""
+    """The case of `seed` for `mode` (the wgmma modes draw tiles big enough for a warpgroup more often, the simt
+    mode big enough for the staged SIMT form, the conv modes a convolution instead of a matmul)."""
     rng = random.Random(seed)
-    dt = "float32" if mode in ("tf32", "conv_tf32") else rng.choice(["float16", "bfloat16"])
+    dt = "float32" if mode in ("tf32", "conv_tf32", "simt") else rng.choice(["float16", "bfloat16"])
     inputs: list[Stored] = []
     lines: list[tuple[str, str]] = []
     if mode.startswith("conv"):
         macs, shape = _conv_core(rng, dt, max_macs, inputs, lines)
         return _epilogue(rng, seed, dt, inputs, lines, macs, shape)
-    big = mode in ("wgmma", "tma") and rng.random() < 0.7
+    big = mode in ("wgmma", "tma", "simt") and rng.random() < 0.7
     r = rng.random()
     mn, ks = ALIGNED if r < 0.65 else RAGGED if r < 0.9 else ODD
     for tries in range(1000):
@@ -252,8 +255,9 @@ def generate(seed: int, mode: str, max_macs: int = MAX_MACS) -> Case:
         batch = rng.choice([(), (), (), (2,), (3,)])
         m, n, k = rng.choice(mn), rng.choice(mn), rng.choice(ks)
         if big:  # a warpgroup's tile, 8-element chunks along k and B's columns (what cp.async copies), and for
-            # the TMA k of 256 or more (its 64-wide k steps)
-            m, n, k = max(m, 64), max(-(-n // 8) * 8, 64), max(-(-k // 8) * 8, 256 if mode == "tma" else 16)
+            # the TMA k of 256 or more (its 64-wide k steps); for SIMT the staged form's 64 x 64 and k of 32
+            m, n = max(m, 64), max(-(-n // 8) * 8, 64)
+            k = max(-(-k // 8) * 8, 256 if mode == "tma" else 32 if mode == "simt" else 16)
         macs = int(np.prod(batch, dtype=np.int64)) * m * n * k
         if macs <= max_macs:
             break
@@ -369,9 +373,12 @@ def run_batch(cases: list[Case], mode: str, forms: Counter | None = None) -> lis
 
 def kernel_forms(items: list) -> Counter:
     """How many of the schedule items' compiled kernels hold each tensor-core form: "mma" (mma.sync), "wgmma",
-    "tma" (its copies), "cp.async"; "kernels": all of them (inside the Context they were realized under)."""
+    "tma" (its copies), "cp.async", and "simt" (lower.simt_smem's staged tiles: a LOCAL buffer of SIMT_TILE
+    elements or more in a kernel without tensor cores); "kernels": all of them (inside the Context they were
+    realized under)."""
     from lower.realize import _compiled, _device_of, _kernel_key
     from rewrite import Ops
+    from rewrite.dtype import AddrSpace
 
     out: Counter = Counter()
     for it in items:
@@ -383,13 +390,18 @@ def kernel_forms(items: list) -> Counter:
         if prog is None:
             continue
         got = set()
+        tiles = False
         for u in prog.instrs:
+            if u.op is Ops.BUFFER and u.arg.addrspace is AddrSpace.LOCAL and u.shape and u.shape[0] >= SIMT_TILE:
+                tiles = True
             if u.op is Ops.WMMA:
                 got.add("wgmma" if u.arg[0] == "wgmma" else "mma")
             elif u.op is Ops.INS and u.arg[0] == "tma.load":
                 got.add("tma")
             elif u.op is Ops.STORE and u.arg == "cp.async":
                 got.add("cp.async")
+        if tiles and not got & {"mma", "wgmma"}:
+            got.add("simt")
         out.update(got)
     return out
 

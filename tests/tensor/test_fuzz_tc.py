@@ -1,7 +1,9 @@
 """The tensor-core fuzzer (fuzz_tc.py) of issue 12: random half, bfloat16 and tf32 matmuls with random shapes,
 layouts, prologues and epilogues, lowered for sm_90 and sm_80 (mma.sync, the cp.async pipelines, wgmma, the TMA)
 and run by the grid emulator, and on the cpu device, each against an exact oracle; and random convolutions (1 or 2
-spatial axes, stride, padding, dilation, groups) in the conv modes, on the tensor cores through lower.wmma.tc_flatten.
+spatial axes, stride, padding, dilation, groups) in the conv modes, on the tensor cores through lower.wmma.tc_flatten;
+and float32 matmuls without tf32 in the simt mode (lower.simt_smem's staged tiles: 8 cases, about 30 s of one core
+on a loaded 2-core machine, 5 of their 10 kernels staged).
 
 CI runs the counts of COUNTS on a fixed seed window, each mode's cases held to at most its MACS multiply-adds, and
 checks that they reach the forms each mode is for (FORMS). The long run (10 times the counts, twice the sizes,
@@ -25,12 +27,13 @@ from tests.tensor.fuzz_tc import fuzz
 LONG = os.environ.get("FUZZ_LONG", "") not in ("", "0")
 BASE = int(os.environ.get("FUZZ_SEED", "0"))
 COUNTS = {"sm_90": 30, "sm_80": 12, "wgmma": 10, "tma": 8, "tf32": 12, "cpu": 60, "conv": 10, "conv_tf32": 6,
-          "conv_cpu": 40}
+          "conv_cpu": 40, "simt": 8}
 MACS = {"sm_90": 1 << 19, "sm_80": 300_000, "wgmma": 1 << 21, "tma": 1 << 21, "tf32": 300_000, "cpu": 1 << 20,
-        "conv": 1 << 20, "conv_tf32": 1 << 19, "conv_cpu": 1 << 20}
+        "conv": 1 << 20, "conv_tf32": 1 << 19, "conv_cpu": 1 << 20, "simt": 300_000}
 # the least each CI window must reach (its cases' kernels, by form; the window is fixed, so this is deterministic)
 FORMS = {"sm_90": {"mma": 15, "cp.async": 3}, "sm_80": {"mma": 6}, "wgmma": {"wgmma": 3}, "tma": {"tma": 2},
-         "tf32": {"mma": 5}, "cpu": {}, "conv": {"mma": 6}, "conv_tf32": {"mma": 3}, "conv_cpu": {}}
+         "tf32": {"mma": 5}, "cpu": {}, "conv": {"mma": 6}, "conv_tf32": {"mma": 3}, "conv_cpu": {},
+         "simt": {"simt": 3}}
 
 
 @pytest.mark.parametrize("mode", list(COUNTS))
