@@ -34,7 +34,7 @@
   block.
 
 `lower_grid(ast, target)` then lowers the kernel's axes to the GPU's indices (devices/__init__.py, the LINEAR
-contract): a GROUP_REDUCE becomes per-thread partials folded within each warp by five butterfly SHUFFLEs (the
+contract): a GROUP_REDUCE becomes (lower.gpu_reduce) per-thread partials folded within each warp by five butterfly SHUFFLEs (the
 warp's lanes exchange registers, no shared memory), lane 0 of each warp storing its warp's total to one LOCAL
 slot, one BARRIER, and every thread folding those slots (threads / 32 of them) itself: one BARRIER per reduction
 where the shared-memory tree took log2(threads) + 1 (softmax's row of 4096: 2 against 18), none where the block is
@@ -53,21 +53,18 @@ everywhere they are used, which a local rule cannot see.
 from __future__ import annotations
 
 from math import prod
-from typing import cast
 
 from devices.base import Target
-from devices.linear import SHUFFLE_DTYPES
-from lower.opt_apply import Opt, OptOps, apply_opt, axes, next_range_id, replace_range, replace_ranges, size
+from lower.gpu_reduce import MAX_THREADS, lower_group_reduces
+from lower.opt_apply import Opt, OptOps, apply_opt, axes, next_range_id, replace_ranges, size
 from lower.optimize import _split_pair
 from lower.strides import _ranges_in, _stride, _topo
-from rewrite import AxisType, BufferArg, Ops, UOp
-from rewrite.dtype import AddrSpace
+from rewrite import AxisType, Ops, UOp
 from rewrite.env import knob_bool
 from rewrite.errors import KernelOptError
 
 BLOCK_THREADS = 128  # threads of a block for elementwise and per-output kernels (4 warps)
 GROUP_THREADS = 256  # threads of a block that share one reduction (GROUP_REDUCE)
-MAX_THREADS = 1024  # CUDA's limit of threads per block
 UPCAST_ELEMENTS = 4  # elements per thread of a large elementwise kernel
 MIN_BLOCKS_PER_CORE = 4  # an elementwise kernel upcasts only while every multiprocessor keeps this many blocks
 GROUP_MIN_REDUCE = 256  # a reduction this long with few outputs is shared by the threads of a block
@@ -474,7 +471,7 @@ def lower_grid(ast: UOp, target: Target, warp_reduce: bool = True) -> UOp:
             serial = set(_free_loops(ast))
             ast = _unroll_rows(ast, serial)
         warp = target.warp_size if warp_reduce else 0
-        ast = _lower_group_reduces(ast, groups, locals_[0] if locals_ else None, warp)
+        ast = lower_group_reduces(ast, groups, locals_[0] if locals_ else None, warp)
     rs = axes(ast)
     glob = [r for r in rs if r.axis_type in (AxisType.LOOP, AxisType.GLOBAL) and r not in serial][::-1]
     # the lanes of a warp (tensor cores) are the fastest threads: lidx0
@@ -491,7 +488,6 @@ def _unroll_rows(ast: UOp, serial: set[UOp]) -> UOp:
     ROW_UNROLL iterations or fewer, unless that would make more than expand's MAX_COPIES copies of one node. The
     passes then load the same elements and compute the same values, one node each (module docstring)."""
     from lower.expand import MAX_COPIES, _most_copies
-    from lower.opt_apply import next_range_id
 
     shared = {r for red in _reduces(ast) if any(q.axis_type is AxisType.GROUP_REDUCE for q in red.src[1:])
               for r in red.src[1:] if r.axis_type is AxisType.REDUCE}
@@ -506,113 +502,6 @@ def _unroll_rows(ast: UOp, serial: set[UOp]) -> UOp:
     out = replace_ranges(ast, subs)
     lanes = [r for r in axes(out) if r.axis_type in (AxisType.UPCAST, AxisType.UNROLL)]
     return out if _most_copies(out, lanes) <= MAX_COPIES else ast
-
-
-def _lower_group_reduces(ast: UOp, groups: list[UOp], local: UOp | None = None, warp: int = 0) -> UOp:
-    """REDUCE(body, ..., g) over a GROUP_REDUCE axis g (one per reduction, all of one size n: the block's threads)
-    becomes each thread's partial REDUCE over the other ranges, then:
-    - where `warp` (the warp size, 0 for none) divides n and a SHUFFLE moves the dtype: the partials folded within
-      each warp by log2(warp) butterfly SHUFFLEs (every lane then holds its warp's total), and, with more than one
-      warp, lane 0 of each stores that total to a LOCAL buffer at its warp's index, a BARRIER, and every thread
-      folds the n / warp totals itself: one BARRIER, none for one warp;
-    - else the partials stored to a LOCAL buffer at the thread index, a BARRIER, and a tree reduction of the buffer
-      (`_tree`; by every thread where n is not a power of two).
-    The kernel's stores are gated to thread 0, unless a LOCAL output axis `local` spreads them over the same threads
-    (every thread holds the reductions' results)."""
-    n = size(groups[0])
-    if any(size(g) != n for g in groups):
-        raise KernelOptError("GROUP_REDUCE axes of one kernel must have one size (the threads of the block)")
-    if n > MAX_THREADS:
-        raise KernelOptError(f"GROUP_REDUCE of {n} threads; at most {MAX_THREADS} per block")
-    lid = UOp(Ops.SPECIAL, (UOp.const(n),), "lidx0")
-    slot = sum(1 for u in ast.toposort() if u.op is Ops.BUFFER and isinstance(u.arg, BufferArg)
-               and u.arg.addrspace is AddrSpace.LOCAL)
-    for g in groups:
-        red = next(u for u in ast.toposort() if u.op is Ops.REDUCE and g in u.src[1:])
-        rest = tuple(r for r in red.src[1:] if r is not g)
-        body = red.src[0].substitute({g: lid})
-        partial = UOp(Ops.REDUCE, (body, *rest), red.arg, red.tag) if rest else body
-        rop = cast(Ops, cast(tuple, red.arg)[0])
-        shuffled = bool(warp) and n % warp == 0 and red.dtype in SHUFFLE_DTYPES
-        if shuffled:
-            partial = _warp_fold(partial, rop, warp, lid)
-            if n == warp:  # one warp: every lane holds the total, no shared memory
-                ast = ast.substitute({red: partial})
-                continue
-        slots = n // warp if shuffled else n  # the LOCAL slots one lane's reduction takes
-        # a thread holds one partial per lane of the UPCAST axes it depends on (BEAM's UPCAST of a softmax's rows):
-        # each lane gets its own slots, or the lanes' stores would land on one another
-        ups = [r for r in partial.toposort() if r.op is Ops.RANGE and r.axis_type is AxisType.UPCAST]
-        base = None  # the lane's first slot (None: one lane, from slot 0)
-        for r in ups:
-            base = r * slots if base is None else base * size(r) + r * slots
-        lanes = prod(size(r) for r in ups)
-        buf = UOp(Ops.BUFFER, (UOp.shape_operand((slots * lanes,)),),
-                  BufferArg(slot, red.dtype, None, AddrSpace.LOCAL))
-        slot += 1
-        if shuffled:  # lane 0 of each warp stores the warp's total
-            bar = UOp(Ops.BARRIER, (buf.index(_at(base, lid // warp)).store(partial, (lid % warp).eq(0)),))
-        else:
-            bar = UOp(Ops.BARRIER, (buf.index(_at(base, lid)).store(partial),))
-        if shuffled or n & (n - 1):  # every thread folds the slots itself (not a power of two: no tree)
-            j = UOp.range(slots, next_range_id(ast), AxisType.REDUCE)
-            total = UOp(Ops.REDUCE, (UOp(Ops.AFTER, (buf, bar)).index(_at(base, j)).load(), j), red.arg, red.tag)
-        else:
-            total = _tree(buf, bar, lid, n, rop, red.dtype, base)
-        ast = ast.substitute({red: total})
-    if local is not None:
-        return replace_range(ast, local, (), lid)
-    first = lid.eq(0)
-    gated = {u: UOp(Ops.STORE, (u.src[0], u.src[1], first if len(u.src) < 3 else u.src[2] & first), u.arg, u.tag)
-             for u in ast.toposort() if u.op is Ops.STORE and _is_global_store(u)}
-    return ast.substitute(gated)
-
-
-def _warp_fold(v: UOp, rop: Ops, warp: int, lid: UOp) -> UOp:
-    """v folded across the lanes of each warp by butterfly SHUFFLEs (masks warp/2 .. 1): afterwards every lane holds
-    its warp's total. In the round of mask k, lane l combines its value with lane l ^ k's; both lanes of a pair
-    must get the same result, so each puts the value of the lane whose bit k is clear first. ADD and MUL commute
-    exactly; a float MAX does not for zeros of two signs (rewrite.semantics: max(-0.0, 0.0) is 0.0, max(0.0, -0.0)
-    is -0.0), so there the order is chosen by the lane's bit k."""
-    k = warp // 2
-    while k >= 1:
-        other = UOp(Ops.SHUFFLE, (v,), k)
-        if rop is Ops.MAX and v.dtype.is_float:
-            v = (lid & k).eq(0).where(UOp(rop, (v, other)), UOp(rop, (other, v)))
-        else:
-            v = UOp(rop, (v, other))
-        k //= 2
-    return v
-
-
-def _at(base: UOp | None, i: UOp) -> UOp:
-    """Element i of a lane's slots that start at `base` (None: the buffer's start)."""
-    return i if base is None else base + i
-
-
-def _tree(buf: UOp, bar: UOp, lid: UOp, n: int, rop: Ops, dtype: object, base: UOp | None = None) -> UOp:
-    """The n partials in LOCAL `buf` from element `base` (stored before BARRIER `bar`) folded in log2(n) rounds:
-    in the round of stride s, thread t < s combines elements t and t + s into t, then the block meets at a
-    BARRIER. A thread only writes its own element and reads one no thread writes that round, so one BARRIER per
-    round suffices."""
-    from lower.rangeify import reduce_identity
-
-    ident = UOp.const(reduce_identity(rop, dtype), dtype)  # type: ignore[arg-type]
-    s = n // 2
-    while s >= 1:
-        cur, active = UOp(Ops.AFTER, (buf, bar)), lid < s
-        mine, other = cur.index(_at(base, lid)).load(), cur.index(_at(base, lid + s)).load(ident, active)
-        bar = UOp(Ops.BARRIER, (cur.index(_at(base, lid)).store(UOp(rop, (mine, other)), active),))
-        s //= 2
-    return UOp(Ops.AFTER, (buf, bar)).index(_at(base, UOp.const(0))).load()
-
-
-def _is_global_store(st: UOp) -> bool:
-    b = st.src[0].src[0] if st.src[0].op is Ops.INDEX else None
-    while b is not None and b.op is Ops.AFTER:
-        b = b.src[0]
-    return b is not None and b.op is Ops.BUFFER and isinstance(b.arg, BufferArg) and \
-        b.arg.addrspace is AddrSpace.GLOBAL
 
 
 __all__ = ["apply_gpu_opts", "gpu_opts", "lower_grid"]

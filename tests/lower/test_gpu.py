@@ -424,7 +424,7 @@ def test_row_reductions_are_shared_by_a_block_per_row(name: str, shape: tuple[in
     row's reductions (LOCAL buffers, BARRIERs, outside any loop), then each takes the columns lidx0 + threads k,
     k < 16 unrolled (the same loads and the same exps in every pass over the row: each element is loaded once and
     held in a register); the result is numpy's and the plain device's."""
-    from lower.gpu import _is_global_store
+    from lower.gpu_reduce import is_global_store
 
     f, ref = (lambda a: a.softmax(-1), _softmax) if name == "softmax" else (_layernorm, _layernorm_np)
     a, av = _t(*shape)
@@ -439,7 +439,7 @@ def test_row_reductions_are_shared_by_a_block_per_row(name: str, shape: tuple[in
         depth += (u.op is Ops.RANGE) - (u.op is Ops.END)
         if u.op is Ops.BARRIER:
             barrier_depths.add(depth)
-        if u.op is Ops.STORE and _is_global_store(u):
+        if u.op is Ops.STORE and is_global_store(u):
             stores.append(depth)
         loads += u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.BUFFER and \
             u.src[0].src[0].arg.addrspace is AddrSpace.GLOBAL
