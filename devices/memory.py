@@ -229,10 +229,10 @@ class Allocator:
     def free(self, arr: np.ndarray) -> None:
         """Hand `arr` back. Its memory is reused only once nothing references it any more (the caller's `arr`
         included)."""
-        entry = self._live.get(id(arr))
-        if entry is None or entry[0]() is not arr:
+        ref, block = self._live.get(id(arr), (None, None))
+        if block is None or ref is None or ref() is not arr:
             raise DeviceError("free: this array did not come from alloc, or was freed already")
-        block = self._live.pop(id(arr))[1]
+        del self._live[id(arr)]
         if not unset(_SANITIZE) and getenv("SANITIZE"):  # a replay frees dozens: the knob's fast check first
             return
         self._returned.append(block)

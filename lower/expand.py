@@ -21,6 +21,7 @@ from lower.opt_apply import axes, native_lanes, next_range_id, replace_range, si
 from lower.strides import _topo
 from rewrite import AxisType, Ops, Rule, RuleSet, UOp, op
 from rewrite.errors import KernelOptError
+from rules.rangeify import live_ranges
 
 EXPANDED = (AxisType.UPCAST, AxisType.UNROLL)
 
@@ -105,27 +106,15 @@ def _unroll_copies(ast: UOp) -> list[UOp]:
     return out
 
 
-def _most_copies(ast: UOp, copies: list[UOp]) -> int:
+def most_copies(ast: UOp, copies: list[UOp]) -> int:
     """The most copies of any one node that replicating `copies` makes: the product of the sizes of the copied
-    ranges its value depends on, a REDUCE or END no longer depending on the ranges it closes (a GPU softmax's
-    three unrolled row loops, one after another, make 16 copies of each loop's body, not 16 x 16 x 16)."""
-    if prod(size(r) for r in copies) <= MAX_COPIES:
-        return prod(size(r) for r in copies)
-    want = set(copies)
-    deps: dict[UOp, frozenset[UOp]] = {}
-    none: frozenset[UOp] = frozenset()
-    most = 1
-    for u in ast.toposort():
-        if u in want:
-            d = frozenset((u,))
-        else:
-            d = none.union(*(deps[x] for x in u.src)) if u.src else none
-            if u.op in (Ops.REDUCE, Ops.END) and d:
-                d = d - set(u.src[1:])
-        deps[u] = d
-        if d:
-            most = max(most, prod(size(r) for r in d))
-    return most
+    ranges its value moves with (rules.rangeify.live_ranges: a REDUCE or END no longer moves with the ranges it
+    closes), so a GPU softmax's three unrolled row loops, one after another, make 16 copies of each loop's body,
+    not 16 x 16 x 16."""
+    every = prod(size(r) for r in copies)
+    if every <= MAX_COPIES:
+        return every
+    return max((prod(size(r) for r in d) for d in live_ranges(ast, set(copies)).values() if d), default=1)
 
 
 def _fold_tree(op: Ops, parts: list[UOp]) -> UOp:
@@ -176,7 +165,7 @@ def expand(ast: UOp, target: Target | None, only: list[UOp] | None = None, folds
         else:
             ast, copies = _register_lanes(ast, target)
             copies += _unroll_copies(ast)
-        most = _most_copies(ast, copies) if target.warp_size else prod(size(r) for r in copies)
+        most = most_copies(ast, copies) if target.warp_size else prod(size(r) for r in copies)
         if most > MAX_COPIES:
             raise KernelOptError(f"expand: {most} copies of the kernel body; at most "
                                  f"{MAX_COPIES} (the lanes beyond one vector register are copies)")

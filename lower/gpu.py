@@ -15,7 +15,7 @@
   of the row is ROW_UNROLL elements or fewer, every such loop (each reduction's and the columns') is unrolled:
   the passes over the row then load the same elements and compute the same values (softmax's exp), which are
   one node each, so each element is read from memory once and held in a register (softmax 4096: 16 bytes of
-  memory traffic and 37 ops per element -> 8 and 24, lower.estimate).
+  memory traffic and 37 ops per element -> 8 and 21, lower.estimate).
 - long reductions (GROUP_MIN_REDUCE) with few outputs (GROUP_MAX_OUTPUTS_PER_CORE per multiprocessor: a full
   sum, row statistics) split the reduce across the threads of a block (GROUP_REDUCE); a block per output. Where
   no axis is that long but all together are (a batch norm's statistics over N x H x W), the longest axis of at
@@ -34,17 +34,17 @@
   block.
 
 `lower_grid(ast, target)` then lowers the kernel's axes to the GPU's indices (devices/__init__.py, the LINEAR
-contract): a GROUP_REDUCE becomes (lower.gpu_reduce) per-thread partials folded within each warp by five butterfly SHUFFLEs (the
-warp's lanes exchange registers, no shared memory), lane 0 of each warp storing its warp's total to one LOCAL
-slot, one BARRIER, and every thread folding those slots (threads / 32 of them) itself: one BARRIER per reduction
-where the shared-memory tree took log2(threads) + 1 (softmax's row of 4096: 2 against 18), none where the block is
-one warp. Where the threads are not whole warps, a shuffle cannot move the dtype (bool, 8-bit) or WARP_REDUCE=0:
-the partials stored to a LOCAL buffer, a BARRIER, and a tree reduction of that buffer in log2(threads) rounds, a
-BARRIER each. The output store is gated to thread 0, unless a LOCAL output axis spreads the stores over the same
-threads: then every thread holds the result and the output axes the reductions do not depend on stay loops
-inside the thread. The other output LOOP axes are GLOBAL; GLOBAL axes become SPECIAL("gidx0".."gidx2") and
-LOCAL/GROUP_REDUCE axes SPECIAL("lidx0".."lidx2"), innermost first (the fastest-varying axis is x); more axes than
-three merge into the last dimension (div/mod of one index), or all into x where y or z would pass their limit.
+contract): a GROUP_REDUCE becomes (lower.gpu_reduce) per-thread partials folded within each warp by five butterfly
+SHUFFLEs (the warp's lanes exchange registers, no shared memory), lane 0 of each warp storing its warp's total to
+one LOCAL slot, one BARRIER, and every thread folding those slots (threads / 32 of them) itself: one BARRIER per
+reduction where the shared-memory tree took log2(threads) + 1 (softmax's row of 4096: 2 against 18), none where the
+block is one warp. Where the threads are not whole warps, a shuffle cannot move the dtype (bool, 8-bit) or
+WARP_REDUCE=0: the partials stored to a LOCAL buffer, a BARRIER, and a tree reduction of that buffer in
+log2(threads) rounds, a BARRIER each. The output store is gated to thread 0, unless a LOCAL output axis spreads the
+stores over the same threads: then every thread holds the result and the output axes the reductions do not depend on
+stay loops inside the thread. The other output LOOP axes are GLOBAL; GLOBAL axes become SPECIAL("gidx0".."gidx2")
+and LOCAL/GROUP_REDUCE axes SPECIAL("lidx0".."lidx2"), innermost first (the fastest-varying axis is x); more axes
+than three merge into the last dimension (div/mod of one index), or all into x where y or z would pass their limit.
 
 These are global steps over a kernel's ranges (like lower.opt_apply.lower_threads): each replaces ranges
 everywhere they are used, which a local rule cannot see.
@@ -487,7 +487,7 @@ def _unroll_rows(ast: UOp, serial: set[UOp]) -> UOp:
     unrolled: the free output loops in `serial` (UPCAST) and the REDUCE loops of the shared reductions (UNROLL) of
     ROW_UNROLL iterations or fewer, unless that would make more than expand's MAX_COPIES copies of one node. The
     passes then load the same elements and compute the same values, one node each (module docstring)."""
-    from lower.expand import MAX_COPIES, _most_copies
+    from lower.expand import MAX_COPIES, most_copies
 
     shared = {r for red in _reduces(ast) if any(q.axis_type is AxisType.GROUP_REDUCE for q in red.src[1:])
               for r in red.src[1:] if r.axis_type is AxisType.REDUCE}
@@ -501,7 +501,7 @@ def _unroll_rows(ast: UOp, serial: set[UOp]) -> UOp:
         return ast
     out = replace_ranges(ast, subs)
     lanes = [r for r in axes(out) if r.axis_type in (AxisType.UPCAST, AxisType.UNROLL)]
-    return out if _most_copies(out, lanes) <= MAX_COPIES else ast
+    return out if most_copies(out, lanes) <= MAX_COPIES else ast
 
 
 __all__ = ["apply_gpu_opts", "gpu_opts", "lower_grid"]

@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import wraps
+from math import prod
 from typing import ParamSpec, Protocol, TypeVar, cast
 
 from rewrite import AxisType, GroupOp, Ops, Rule, RuleSet, UOp, dtypes, op
@@ -408,8 +409,7 @@ def broadcast_repeats(idx: tuple[UOp, ...], valid: UOp | None, loops: tuple[UOp,
     repeats = 1
     for r in loops[:max(depth, 0)]:
         if r not in used:  # a symbolic bound counts as RECOMPUTE_LIMIT
-            b = r.src[0]
-            repeats *= b.value if b.op is Ops.CONST and isinstance(b.value, int) else RECOMPUTE_LIMIT
+            repeats *= extent(r, RECOMPUTE_LIMIT)
     return repeats
 
 
@@ -502,12 +502,20 @@ class KernelSite(Protocol):
 THREAD_MIN_REDUCE = 32  # a shorter reduction recomputed per thread costs less than a kernel of its own
 
 
-def _loop_deps(sink: UOp, loops: frozenset[UOp]) -> dict[UOp, frozenset[UOp]]:
-    """For each node of a kernel, the output loops its value depends on (the RANGEs of `loops` below it)."""
+def extent(r: UOp, symbolic: int) -> int:
+    """The iterations of RANGE r: its constant bound, or `symbolic` where the bound is not a constant."""
+    b = r.src[0]
+    return b.value if b.op is Ops.CONST and isinstance(b.value, int) else symbolic
+
+
+def live_ranges(root: UOp, ranges: frozenset[UOp] | set[UOp]) -> dict[UOp, frozenset[UOp]]:
+    """For each node below `root`, the RANGEs of `ranges` its value moves with: those below it, less the ones a
+    REDUCE or END closes (a reduction's value does not move with its own loop). Shared by the realize rule below
+    and lower.expand's bound on the copies unrolling makes."""
     deps: dict[UOp, frozenset[UOp]] = {}
     none: frozenset[UOp] = frozenset()
-    for u in sink.toposort():
-        if u in loops:
+    for u in root.toposort():
+        if u in ranges:
             deps[u] = frozenset((u,))
         elif not u.src:
             deps[u] = none
@@ -516,35 +524,25 @@ def _loop_deps(sink: UOp, loops: frozenset[UOp]) -> dict[UOp, frozenset[UOp]]:
             for s in u.src[1:]:
                 if deps[s] is not d:
                     d = d | deps[s]
+            if u.op in (Ops.REDUCE, Ops.END) and d:
+                d = d - set(u.src[1:])
             deps[u] = d
     return deps
-
-
-def _reduce_length(r: UOp) -> int:
-    n = 1
-    for x in r.src[1:]:
-        b = x.src[0]
-        n *= b.value if b.op is Ops.CONST and isinstance(b.value, int) else THREAD_MIN_REDUCE
-    return n
 
 
 def _thread_broadcast_reduce(ctx: KernelSite, k: UOp) -> RealizePoint | None:
     if not ctx.threads or not ctx.inline or not ctx.loops:
         return None
     loops = frozenset(ctx.loops)
-    deps = _loop_deps(k, loops)
+    deps = live_ranges(k, loops)
     reds = [u for u in k.toposort() if u.op is Ops.REDUCE]
     if set().union(*(deps[r] for r in reds)) != loops:  # a free output loop: a block per row shares them
         return None
     found = None
     for r in reds:
-        if r not in ctx.inline or _reduce_length(r) < THREAD_MIN_REDUCE:
+        if r not in ctx.inline or prod(extent(x, THREAD_MIN_REDUCE) for x in r.src[1:]) < THREAD_MIN_REDUCE:
             continue
-        repeats = 1
-        for x in loops - deps[r]:
-            b = x.src[0]
-            repeats *= b.value if b.op is Ops.CONST and isinstance(b.value, int) else RECOMPUTE_LIMIT
-        if repeats >= RECOMPUTE_LIMIT:
+        if prod(extent(x, RECOMPUTE_LIMIT) for x in loops - deps[r]) >= RECOMPUTE_LIMIT:
             found = r  # the last in the kernel's order: the ones it reads fuse into its kernel
     return None if found is None else RealizePoint(ctx.inline[found], THREAD_BROADCAST_REDUCE)
 
@@ -577,6 +575,7 @@ __all__ = [
     "Site",
     "broadcast_factor",
     "expand_source_index",
+    "extent",
     "flat_index",
     "gate_and",
     "heavy_reduction",
@@ -585,6 +584,7 @@ __all__ = [
     "kept_index_math",
     "kernel_point",
     "kernel_point_rules",
+    "live_ranges",
     "realize_point",
     "realize_point_rules",
     "recomputed_expensive",
